@@ -1,0 +1,152 @@
+"""flex_peer: the PyTorch side of the GPU flex-attention benchmark.
+
+Builds the issue's cases (inputs, masks as PyTorch mask_mods and as dense
+float64 references) and times torch.compile(flex_attention) on them. Imported
+by scripts/flex_gpu_check.py, which times dflash's kernels on the same inputs
+in the same process and prints the ratios; run alone it prints PyTorch's times.
+"""
+import math
+import sys
+
+import torch
+
+
+def dflash_anchors(n_anchor, ctx, gen):
+    """Sorted distinct anchor positions in [1, ctx), as the trainer samples."""
+    perm = torch.randperm(ctx - 1, generator=gen)[:n_anchor] + 1
+    return torch.sort(perm).values.to(torch.int32)
+
+
+class Case:
+    """One benchmark or test case: shapes, mask name and its parameters."""
+
+    def __init__(self, name, mask, B, Hq, Hkv, Lq, Lkv, D, dtype=torch.bfloat16,
+                 window=0, doc_len=0, ctx=0, blk=16, n_anchor=0, n_valid=None, seed=0):
+        self.name, self.mask = name, mask
+        self.B, self.Hq, self.Hkv, self.Lq, self.Lkv, self.D = B, Hq, Hkv, Lq, Lkv, D
+        self.dtype, self.window, self.doc_len = dtype, window, doc_len
+        self.ctx, self.blk, self.n_anchor = ctx, blk, n_anchor
+        self.n_valid = n_anchor if n_valid is None else n_valid
+        gen = torch.Generator().manual_seed(seed)
+        self.anchors = None
+        self.docs = None
+        if mask == "dflash":
+            a = dflash_anchors(n_anchor, ctx, gen)
+            self.anchors = a.view(1, -1).repeat(B, 1).contiguous()
+        if mask == "document":
+            ids = torch.arange(Lq, dtype=torch.int32) // doc_len
+            self.docs = ids.view(1, -1).repeat(B, 1).contiguous()
+
+    def mask_mod(self, dev):
+        """The PyTorch mask_mod for torch flex_attention."""
+        if self.mask == "causal":
+            return lambda b, h, q, kv: kv <= q
+        if self.mask == "window":
+            w = self.window
+            return lambda b, h, q, kv: (kv <= q) & (q - kv < w)
+        if self.mask == "document":
+            docs = self.docs.to(dev)
+            return lambda b, h, q, kv: (docs[b, q] == docs[b, kv]) & (kv <= q)
+        if self.mask == "dflash":
+            anchors = self.anchors.to(dev)
+            ctx, blk, nv = self.ctx, self.blk, self.n_valid
+
+            def m(b, h, q, kv):
+                j = q // blk
+                a = anchors[b, j]
+                in_ctx = (kv < ctx) & (kv < a)
+                own = (kv >= ctx) & ((kv - ctx) // blk == j)
+                return (j < nv) & (in_ctx | own)
+            return m
+        raise ValueError(self.mask)
+
+    def dense(self, dev):
+        """The dense [B, Lq, Lkv] bool mask (tests and block-mask building)."""
+        q = torch.arange(self.Lq, device=dev).view(1, -1, 1)
+        kv = torch.arange(self.Lkv, device=dev).view(1, 1, -1)
+        if self.mask == "causal":
+            m = kv <= q
+        elif self.mask == "window":
+            m = (kv <= q) & (q - kv < self.window)
+        elif self.mask == "document":
+            d = self.docs.to(dev).long()
+            m = (d[:, :, None] == d[:, None, :]) & (kv <= q)
+        elif self.mask == "dflash":
+            a = self.anchors.to(dev).long()
+            j = q // self.blk
+            aj = a[:, (torch.arange(self.Lq, device=dev) // self.blk)].view(self.B, -1, 1)
+            m = (j < self.n_valid) & (((kv < self.ctx) & (kv < aj)) |
+                                     ((kv >= self.ctx) & ((kv - self.ctx) // self.blk == j)))
+        return m.expand(self.B, self.Lq, self.Lkv)
+
+    def inputs(self, dev, seed=1):
+        g = torch.Generator(device=dev).manual_seed(seed)
+        mk = lambda *s: torch.randn(*s, device=dev, generator=g, dtype=torch.float32).to(self.dtype)
+        q = mk(self.B, self.Hq, self.Lq, self.D)
+        k = mk(self.B, self.Hkv, self.Lkv, self.D)
+        v = mk(self.B, self.Hkv, self.Lkv, self.D)
+        do = mk(self.B, self.Hq, self.Lq, self.D)
+        return q, k, v, do
+
+    def useful_flops(self, dense_mask):
+        """4*D FLOPs per allowed (q, kv) pair per head, forward."""
+        return 4.0 * self.D * self.Hq * float(dense_mask.sum().item())
+
+
+def bench_cases():
+    """The issue's benchmark cases."""
+    return [
+        Case("a_causal_d128", "causal", 4, 16, 16, 4096, 4096, 128),
+        Case("b_dflash", "dflash", 1, 32, 8, 512 * 16, 3072 + 512 * 16, 128,
+             ctx=3072, blk=16, n_anchor=512),
+        Case("c_document", "document", 1, 16, 16, 8192, 8192, 128, doc_len=1024),
+        Case("d_window", "window", 1, 16, 16, 16384, 16384, 128, window=1024),
+        Case("a_causal_d64", "causal", 4, 16, 16, 4096, 4096, 64),
+        Case("a_causal_d256", "causal", 4, 16, 16, 4096, 4096, 256),
+    ]
+
+
+def median_ms(fn, iters=30, warm=5):
+    for _ in range(warm):
+        fn()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(iters):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn()
+        e.record()
+        e.synchronize()
+        ts.append(s.elapsed_time(e))
+    ts.sort()
+    return ts[len(ts) // 2]
+
+
+def torch_flex(case, dev, q, k, v, do):
+    """Times compiled flex_attention: returns (fwd_ms, fwdbwd_ms, out, lse)."""
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    # Each case compiles afresh: without the reset, several cases in one process
+    # pass dynamo's recompile limit and flex_attention falls back to the dense path.
+    torch._dynamo.reset()
+    torch._dynamo.config.recompile_limit = 64
+    fa = torch.compile(flex_attention)
+    bm = create_block_mask(case.mask_mod(dev), case.B, None, case.Lq, case.Lkv, device=dev)
+    gqa = case.Hq != case.Hkv
+    out, lse = fa(q, k, v, block_mask=bm, enable_gqa=gqa, return_lse=True)
+    fwd = median_ms(lambda: fa(q, k, v, block_mask=bm, enable_gqa=gqa))
+    qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
+
+    def fb():
+        o = fa(qg, kg, vg, block_mask=bm, enable_gqa=gqa)
+        o.backward(do)
+    fb_ms = median_ms(fb, iters=20)
+    return fwd, fb_ms, out, lse
+
+
+if __name__ == "__main__":
+    dev = "cuda"
+    for c in bench_cases():
+        q, k, v, do = c.inputs(dev)
+        f, fb, _, _ = torch_flex(c, dev, q, k, v, do)
+        print(f"{c.name:16s} torch fwd {f:8.3f} ms  fwd+bwd {fb:8.3f} ms", flush=True)
+    sys.exit(0)

@@ -1,0 +1,60 @@
+package flexcuda
+
+import "fmt"
+
+// Resources is what a kernel launch needs from one multiprocessor.
+type Resources struct {
+	Kernel     string
+	SharedMem  int // dynamic shared memory, bytes
+	Threads    int // per block
+	MaxRegs    int // registers per thread the compiled kernel uses (0: unknown)
+	RegsPerSM  int // 0: 65536
+	SmemOptIn  int // the device's max dynamic shared memory per block (opt-in)
+	ThreadsMax int // the device's max threads per block (0: 1024)
+}
+
+// FwdResources is the launch shape of flex_fwd for s with nkvb kv blocks.
+func FwdResources(s Spec, nkvb int) Resources {
+	bn := 64
+	switch {
+	case s.HeadDim >= 256:
+		bn = 32
+	case s.HeadDim == 128:
+		bn = 128
+	}
+	return Resources{Kernel: "flex_fwd", SharedMem: (s.BlockQ+4*bn)*s.HeadDim*2 + 8*nkvb, Threads: s.BlockQ / 16 * 32}
+}
+
+// BwdResources is the launch shape of flex_bwd_dkdv for s with nqb q blocks.
+func BwdResources(s Spec, nqb int) Resources {
+	bmq := 64
+	if s.HeadDim >= 256 {
+		bmq = 32
+	}
+	return Resources{Kernel: "flex_bwd_dkdv",
+		SharedMem: (2*s.BlockKV*s.HeadDim+4*bmq*s.HeadDim+bmq*s.BlockKV)*2 + 16*bmq + 8*nqb,
+		Threads:   s.BlockKV / 16 * 32}
+}
+
+// Check returns an error naming the limit a launch would break (contract 4:
+// no launch that the device would refuse or silently degrade).
+func (r Resources) Check() error {
+	if r.SmemOptIn > 0 && r.SharedMem > r.SmemOptIn {
+		return fmt.Errorf("flexcuda: %s needs %d bytes of shared memory per block, the device allows %d (shared-memory limit)", r.Kernel, r.SharedMem, r.SmemOptIn)
+	}
+	tmax := r.ThreadsMax
+	if tmax == 0 {
+		tmax = 1024
+	}
+	if r.Threads > tmax {
+		return fmt.Errorf("flexcuda: %s needs %d threads per block, the device allows %d (thread limit)", r.Kernel, r.Threads, tmax)
+	}
+	regs := r.RegsPerSM
+	if regs == 0 {
+		regs = 65536
+	}
+	if r.MaxRegs > 0 && r.MaxRegs*r.Threads > regs {
+		return fmt.Errorf("flexcuda: %s needs %d registers per block (%d x %d threads), a multiprocessor has %d (register limit)", r.Kernel, r.MaxRegs*r.Threads, r.MaxRegs, r.Threads, regs)
+	}
+	return nil
+}

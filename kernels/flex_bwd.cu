@@ -1,0 +1,329 @@
+// flex_bwd.cu: block-sparse flex attention backward (FlashAttention-2 style).
+//
+// With P = exp(S*scale - lse) (masked entries 0), dO the upstream gradient:
+//   Dlt_i = sum_d dO_id O_id                          (flex_bwd_pre)
+//   dV_j  = sum_i P_ij dO_i
+//   dS_ij = P_ij (dO_i . V_j - Dlt_i)
+//   dK_j  = scale sum_i dS_ij Q_i                      (flex_bwd_dkdv)
+//   dQ_i  = scale sum_j dS_ij K_j                      (atomics in dkdv, or
+//                                                       flex_bwd_dq: no atomics)
+// flex_bwd_dkdv: one CTA per (kv block, kv head, batch); each warp owns 16 kv
+// rows. It loops over the query heads of its GQA group and, per head, over
+// the q blocks of the transposed (q-side) lists, accumulating dK and dV for
+// the whole group in registers: no K/V copies, no atomics for dK/dV.
+// Score programs other than the identity are not supported here yet.
+//
+// Builds alone: nvcc -arch=sm_90 -Xptxas -v -cubin kernels/flex_bwd.cu
+#include "flex_common.cuh"
+
+#if FLEX_HAS_SCORE
+#error "flex_bwd: score programs are not supported in the backward yet"
+#endif
+
+#ifndef FLEX_BMQ
+#define FLEX_BMQ (FLEX_D >= 256 ? 32 : 64) // q rows per stage in flex_bwd_dkdv
+#endif
+#ifndef FLEX_DQ_ATOMIC
+#define FLEX_DQ_ATOMIC 1 // 1: dkdv also adds dQ with fp32 atomics
+#endif
+#define FLEX_BWD_WARPS (FLEX_BKV / 16)
+#define FLEX_BWD_NT (FLEX_BWD_WARPS * 32)
+static_assert(FLEX_BQ % FLEX_BMQ == 0, "q block must be a multiple of BMQ");
+
+// flex_bwd_pre computes Dlt = rowsum(dO * O) in fp32 for every row, and
+// zeroes the fp32 dQ accumulator when dqacc is not null.
+extern "C" __global__ void __launch_bounds__(256)
+    flex_bwd_pre(const flex_t *__restrict__ O, const flex_t *__restrict__ dO,
+                 float *__restrict__ Dlt, float *__restrict__ dqacc,
+                 long long rows) {
+  constexpr int CH = FLEX_D / 8;
+  constexpr int RPB = 256 / CH; // rows per CTA
+  const int tid = threadIdx.x;
+  const long long row = (long long)blockIdx.x * RPB + tid / CH;
+  const int c = tid % CH;
+  float acc = 0.f;
+  if (row < rows) {
+    const uint4 o = *(const uint4 *)(O + row * FLEX_D + c * 8);
+    const uint4 g = *(const uint4 *)(dO + row * FLEX_D + c * 8);
+    const unsigned ov[4] = {o.x, o.y, o.z, o.w};
+    const unsigned gv[4] = {g.x, g.y, g.z, g.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      acc += flex_to_f32(ov[i] & 0xffff) * flex_to_f32(gv[i] & 0xffff);
+      acc += flex_to_f32(ov[i] >> 16) * flex_to_f32(gv[i] >> 16);
+    }
+    if (dqacc) {
+      float4 z = make_float4(0.f, 0.f, 0.f, 0.f);
+      *(float4 *)(dqacc + row * FLEX_D + c * 8) = z;
+      *(float4 *)(dqacc + row * FLEX_D + c * 8 + 4) = z;
+    }
+  }
+#pragma unroll
+  for (int off = CH / 2; off > 0; off >>= 1)
+    acc += __shfl_xor_sync(0xffffffff, acc, off);
+  if (row < rows && c == 0)
+    Dlt[row] = acc;
+}
+
+// flex_load_vec copies n floats (n a multiple of 4) from g[row0..] into sm,
+// zero-filling rows at or past len.
+__device__ __forceinline__ void flex_load_vec(float *sm, const float *g,
+                                              int row0, int n, int len,
+                                              int tid) {
+  if (tid < n / 4) {
+    int r = row0 + tid * 4;
+    // rows are 16-byte aligned only when len % 4 == 0; copy singly otherwise
+    if (r + 3 < len && (((unsigned long long)(g + r)) & 15) == 0) {
+      flex_cp16(sm + tid * 4, g + r, true);
+    } else {
+#pragma unroll
+      for (int e = 0; e < 4; e++)
+        sm[tid * 4 + e] = r + e < len ? g[r + e] : 0.f;
+    }
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(FLEX_BWD_NT)
+    flex_bwd_dkdv(const flex_t *__restrict__ Q, const flex_t *__restrict__ K,
+                  const flex_t *__restrict__ V, const flex_t *__restrict__ dO,
+                  const float *__restrict__ LSE, const float *__restrict__ Dlt,
+                  flex_t *__restrict__ dK, flex_t *__restrict__ dV,
+                  float *__restrict__ dQacc, const int *__restrict__ q_num,
+                  const int *__restrict__ q_idx,
+                  const int *__restrict__ fullq_num,
+                  const int *__restrict__ fullq_idx, int heads_q, int lenq,
+                  int lenkv, int bm_batch, int bm_heads, int nqb, int nkvb,
+                  float scale, FlexArgs args) {
+  constexpr int D = FLEX_D, BKV = FLEX_BKV, BM = FLEX_BMQ, NT = FLEX_BWD_NT;
+  constexpr int NTILE = BM / 8, DT = D / 8, SUB = FLEX_BQ / BM;
+
+  extern __shared__ __align__(128) unsigned char flex_smem[];
+  flex_t *sK = (flex_t *)flex_smem;       // [BKV][D]
+  flex_t *sV = sK + BKV * D;              // [BKV][D]
+  flex_t *sQ = sV + BKV * D;              // [2][BM][D]
+  flex_t *sdO = sQ + 2 * BM * D;          // [2][BM][D]
+  float *sL = (float *)(sdO + 2 * BM * D); // [2][BM]
+  float *sDl = sL + 2 * BM;               // [2][BM]
+  flex_t *sdS = (flex_t *)(sDl + 2 * BM); // [BM][BKV]
+  int *sIdx = (int *)(sdS + BM * BKV);    // [npart + nfull] q block ids
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int kb = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
+  const int heads_kv = heads_q / FLEX_GROUP;
+  const int kv0 = kb * BKV;
+  const int wrow = warp * 16;
+  const int c0 = kv0 + wrow + (lane >> 2), c1 = c0 + 8; // this thread's kv
+  const float sl2 = scale * FLEX_LOG2E;
+
+  const long long kvoff = ((long long)(b * heads_kv + hk) * lenkv) * D;
+  flex_load_tile<BKV, NT>(sK, K + kvoff, kv0, lenkv, tid);
+  flex_load_tile<BKV, NT>(sV, V + kvoff, kv0, lenkv, tid);
+
+  float dk[DT][4], dv[DT][4];
+#pragma unroll
+  for (int i = 0; i < DT; i++)
+#pragma unroll
+    for (int e = 0; e < 4; e++)
+      dk[i][e] = dv[i][e] = 0.f;
+
+  int committed = 0; // K/V ride in the first group
+  for (int g = 0; g < FLEX_GROUP; g++) {
+    const int h = hk * FLEX_GROUP + g;
+    const int bmrow = ((bm_batch == 1 ? 0 : b) * bm_heads +
+                       (bm_heads == 1 ? 0 : h)) * nkvb + kb;
+    const int npart = q_num[bmrow], nfull = fullq_num[bmrow];
+    const int ntiles = (npart + nfull) * SUB;
+    {
+      const int *pidx = q_idx + (long long)bmrow * nqb;
+      const int *fidx = fullq_idx + (long long)bmrow * nqb;
+      for (int i = tid; i < npart + nfull; i += NT)
+        sIdx[i] = i < npart ? pidx[i] : fidx[i - npart];
+    }
+    __syncthreads();
+    const long long qoff = (long long)(b * heads_q + h) * lenq;
+    auto tile_start = [&](int t, bool &full) {
+      int j = t / SUB, s = t % SUB;
+      full = j >= npart;
+      return sIdx[j] * FLEX_BQ + s * BM;
+    };
+    auto load = [&](int t, int st) {
+      bool f;
+      int q0 = tile_start(t, f);
+      flex_load_tile<BM, NT>(sQ + st * BM * D, Q + qoff * D, q0, lenq, tid);
+      flex_load_tile<BM, NT>(sdO + st * BM * D, dO + qoff * D, q0, lenq, tid);
+      flex_load_vec(sL + st * BM, LSE + qoff, q0, BM, lenq, tid);
+      flex_load_vec(sDl + st * BM, Dlt + qoff, q0, BM, lenq, tid);
+    };
+    if (ntiles > 0)
+      load(0, 0);
+    flex_cp_commit();
+    for (int t = 0; t < ntiles; t++) {
+      const int st = t & 1;
+      bool full;
+      const int q0 = tile_start(t, full);
+      if (t + 1 < ntiles)
+        load(t + 1, st ^ 1);
+      flex_cp_commit();
+      flex_cp_wait<1>();
+      __syncthreads();
+      const flex_t *cQ = sQ + st * BM * D, *cdO = sdO + st * BM * D;
+      const float *cL = sL + st * BM, *cDl = sDl + st * BM;
+
+      // S^T = K Q^T and dP^T = V dO^T for this warp's 16 kv rows.
+      float s[NTILE][4], dp[NTILE][4];
+#pragma unroll
+      for (int n = 0; n < NTILE; n++)
+#pragma unroll
+        for (int e = 0; e < 4; e++)
+          s[n][e] = dp[n][e] = 0.f;
+#pragma unroll
+      for (int kk = 0; kk < D / 16; kk++) {
+        unsigned a[4], av[4];
+        flex_ldm_x4(a[0], a[1], a[2], a[3], flex_a_addr(sK, wrow, kk * 16, lane));
+        flex_ldm_x4(av[0], av[1], av[2], av[3],
+                    flex_a_addr(sV, wrow, kk * 16, lane));
+#pragma unroll
+        for (int n = 0; n < NTILE; n += 2) {
+          unsigned bb[4];
+          flex_ldm_x4(bb[0], bb[1], bb[2], bb[3],
+                      flex_bn_addr(cQ, n * 8, kk * 16, lane));
+          flex_mma(s[n], a, bb);
+          flex_mma(s[n + 1], a, bb + 2);
+          flex_ldm_x4(bb[0], bb[1], bb[2], bb[3],
+                      flex_bn_addr(cdO, n * 8, kk * 16, lane));
+          flex_mma(dp[n], av, bb);
+          flex_mma(dp[n + 1], av, bb + 2);
+        }
+      }
+      // P^T and dS^T, element (kv row c0/c1, q column).
+#pragma unroll
+      for (int n = 0; n < NTILE; n++) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          const int qc = n * 8 + (lane & 3) * 2 + (e & 1);
+          const int row = q0 + qc, col = e < 2 ? c0 : c1;
+          const bool ok = full ? (row < lenq && col < lenkv)
+                               : flex_allowed(args, b, h, row, col, lenq, lenkv);
+          const float p = ok ? exp2f(s[n][e] * sl2 - cL[qc] * FLEX_LOG2E) : 0.f;
+          s[n][e] = p;
+          dp[n][e] = p * (dp[n][e] - cDl[qc]);
+        }
+      }
+      // dV += P^T dO, dK += dS^T Q (k = q dimension).
+#pragma unroll
+      for (int kk = 0; kk < BM / 16; kk++) {
+        unsigned a[4], ad[4];
+        a[0] = flex_pack2(s[2 * kk][0], s[2 * kk][1]);
+        a[1] = flex_pack2(s[2 * kk][2], s[2 * kk][3]);
+        a[2] = flex_pack2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+        a[3] = flex_pack2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+        ad[0] = flex_pack2(dp[2 * kk][0], dp[2 * kk][1]);
+        ad[1] = flex_pack2(dp[2 * kk][2], dp[2 * kk][3]);
+        ad[2] = flex_pack2(dp[2 * kk + 1][0], dp[2 * kk + 1][1]);
+        ad[3] = flex_pack2(dp[2 * kk + 1][2], dp[2 * kk + 1][3]);
+#pragma unroll
+        for (int n = 0; n < DT; n += 2) {
+          unsigned bb[4];
+          flex_ldm_x4_t(bb[0], bb[1], bb[2], bb[3],
+                        flex_bk_addr(cdO, kk * 16, n * 8, lane));
+          flex_mma(dv[n], a, bb);
+          flex_mma(dv[n + 1], a, bb + 2);
+          flex_ldm_x4_t(bb[0], bb[1], bb[2], bb[3],
+                        flex_bk_addr(cQ, kk * 16, n * 8, lane));
+          flex_mma(dk[n], ad, bb);
+          flex_mma(dk[n + 1], ad, bb + 2);
+        }
+#if FLEX_DQ_ATOMIC
+        // dS stored as [q][kv] for the dQ product below.
+        const int kvl0 = wrow + (lane >> 2), kvl1 = kvl0 + 8;
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++) {
+          const int n = 2 * kk + hh;
+#pragma unroll
+          for (int e = 0; e < 4; e++) {
+            const int qc = n * 8 + (lane & 3) * 2 + (e & 1);
+            const int kvl = e < 2 ? kvl0 : kvl1;
+            unsigned pk = flex_pack2(dp[n][e], 0.f);
+            sdS[flex_swz<BKV>(qc, kvl >> 3) + (kvl & 7)] = (flex_t)(pk & 0xffff);
+          }
+        }
+#endif
+      }
+#if FLEX_DQ_ATOMIC
+      __syncthreads();
+      {
+        // dQ[BM x D] += dS[BM x BKV] K[BKV x D]; warp w: rows (w%MT)*16,
+        // columns split in NW/MT parts.
+        constexpr int MT = BM / 16, NP = FLEX_BWD_WARPS / MT, DC = D / NP;
+        const int mt = warp % MT, np = warp / MT;
+        float dq[DC / 8][4];
+#pragma unroll
+        for (int i = 0; i < DC / 8; i++)
+          dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.f;
+#pragma unroll
+        for (int kk = 0; kk < BKV / 16; kk++) {
+          unsigned a[4];
+          flex_ldm_x4(a[0], a[1], a[2], a[3],
+                      flex_a_addr<BKV>(sdS, mt * 16, kk * 16, lane));
+#pragma unroll
+          for (int n = 0; n < DC / 8; n += 2) {
+            unsigned bb[4];
+            flex_ldm_x4_t(bb[0], bb[1], bb[2], bb[3],
+                          flex_bk_addr(sK, kk * 16, np * DC + n * 8, lane));
+            flex_mma(dq[n], a, bb);
+            flex_mma(dq[n + 1], a, bb + 2);
+          }
+        }
+        const int qr0 = q0 + mt * 16 + (lane >> 2), qr1 = qr0 + 8;
+        float *g = dQacc + qoff * D;
+#pragma unroll
+        for (int n = 0; n < DC / 8; n++) {
+          const int col = np * DC + n * 8 + (lane & 3) * 2;
+          if (qr0 < lenq) {
+            atomicAdd(g + (long long)qr0 * D + col, dq[n][0] * scale);
+            atomicAdd(g + (long long)qr0 * D + col + 1, dq[n][1] * scale);
+          }
+          if (qr1 < lenq) {
+            atomicAdd(g + (long long)qr1 * D + col, dq[n][2] * scale);
+            atomicAdd(g + (long long)qr1 * D + col + 1, dq[n][3] * scale);
+          }
+        }
+      }
+#endif
+      __syncthreads();
+    }
+    flex_cp_wait<0>();
+    __syncthreads();
+  }
+  (void)committed;
+
+  flex_t *gK = dK + kvoff, *gV = dV + kvoff;
+#pragma unroll
+  for (int n = 0; n < DT; n++) {
+    const int col = n * 8 + (lane & 3) * 2;
+    if (c0 < lenkv) {
+      *(unsigned *)(gK + (long long)c0 * D + col) =
+          flex_pack2(dk[n][0] * scale, dk[n][1] * scale);
+      *(unsigned *)(gV + (long long)c0 * D + col) = flex_pack2(dv[n][0], dv[n][1]);
+    }
+    if (c1 < lenkv) {
+      *(unsigned *)(gK + (long long)c1 * D + col) =
+          flex_pack2(dk[n][2] * scale, dk[n][3] * scale);
+      *(unsigned *)(gV + (long long)c1 * D + col) = flex_pack2(dv[n][2], dv[n][3]);
+    }
+  }
+}
+
+// (plus 8 * nqb bytes for the block lists, added at launch).
+#define FLEX_BWD_SMEM                                                          \
+  ((2 * FLEX_BKV * FLEX_D + 4 * FLEX_BMQ * FLEX_D + FLEX_BMQ * FLEX_BKV) * 2 + \
+   4 * FLEX_BMQ * 4)
+
+// flex_bwd_dq_convert writes dQ = dQacc in the storage type.
+extern "C" __global__ void __launch_bounds__(256)
+    flex_bwd_dq_convert(const float *__restrict__ dQacc, flex_t *__restrict__ dQ,
+                        long long n) {
+  long long i = ((long long)blockIdx.x * 256 + threadIdx.x) * 2;
+  if (i < n)
+    *(unsigned *)(dQ + i) = flex_pack2(dQacc[i], dQacc[i + 1]);
+}

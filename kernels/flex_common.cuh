@@ -1,0 +1,212 @@
+// flex_common.cuh holds the pieces shared by the flex attention kernels:
+// specialisation constants, the argument block the mask and score programs
+// read, the default programs (replaced by generated code), and tensor-core
+// helpers (ldmatrix, mma.sync m16n8k16, cp.async, bf16/fp16 packing).
+//
+// No CUDA headers are included so the same text compiles under nvcc and
+// NVRTC alike. The Go generator (package flex/flexcuda) prepends #defines for
+// the specialisation and a program block that defines FLEX_PROGRAM_DEFINED.
+#pragma once
+
+// ---- specialisation (structural only; lengths and batch are run-time) ----
+#ifndef FLEX_D
+#define FLEX_D 128 // head dimension: 64, 128 or 256
+#endif
+#ifndef FLEX_FP16
+#define FLEX_FP16 0 // 0: bf16 storage, 1: fp16 storage
+#endif
+#ifndef FLEX_GROUP
+#define FLEX_GROUP 1 // query heads per kv head (GQA)
+#endif
+#ifndef FLEX_BQ
+#define FLEX_BQ 128 // BlockMask q-block rows (forward CTA tile)
+#endif
+#ifndef FLEX_BKV
+#define FLEX_BKV 128 // BlockMask kv-block columns
+#endif
+#ifndef FLEX_HAS_SCORE
+#define FLEX_HAS_SCORE 0 // 1 when the score program is not the identity
+#endif
+
+#define FLEX_LOG2E 1.4426950408889634f
+#define FLEX_LN2 0.6931471805599453f
+#define FLEX_NEG_INF (-__int_as_float(0x7f800000))
+
+typedef unsigned short flex_t; // raw bf16 / fp16 bits
+
+// FlexArgs is the run-time argument block of the mask and score programs:
+// integer and float scalars and up to eight tensors, passed by value.
+struct FlexArgs {
+  long long iscal[8];
+  float fscal[8];
+  const void *tens[8];
+};
+
+// @flex-program-begin (the generator replaces this block with the programs)
+#ifndef FLEX_PROGRAM_DEFINED
+// Default programs: a causal mask with bottom-right alignment off (kv <= q)
+// and the identity score. Generated code replaces this block.
+__device__ __forceinline__ bool flex_mask(const FlexArgs &A, int b, int h,
+                                          int q, int kv) {
+  return kv <= q;
+}
+__device__ __forceinline__ float flex_score(const FlexArgs &A, float s, int b,
+                                            int h, int q, int kv) {
+  return s;
+}
+#endif
+// @flex-program-end
+
+// ---- conversions ----
+__device__ __forceinline__ unsigned flex_pack2(float lo, float hi) {
+  unsigned r;
+#if FLEX_FP16
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+#else
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+#endif
+  return r;
+}
+
+__device__ __forceinline__ float flex_to_f32(flex_t x) {
+#if FLEX_FP16
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(x));
+  return f;
+#else
+  return __int_as_float(((unsigned)x) << 16);
+#endif
+}
+
+// ---- shared memory, swizzled 16-byte chunks ----
+// A tile row of FLEX_D elements is FLEX_D/8 chunks of 16 bytes; chunk c of
+// row r is stored at chunk c ^ (r & 7) so that ldmatrix's eight row reads of
+// one column chunk fall in distinct bank groups.
+template <int W = FLEX_D>
+__device__ __forceinline__ int flex_swz(int row, int chunk) {
+  return row * W + ((chunk ^ (row & 7)) << 3);
+}
+
+__device__ __forceinline__ unsigned flex_smem_addr(const void *p) {
+  return (unsigned)__cvta_generic_to_shared(p);
+}
+
+// flex_cp16 copies 16 bytes global -> shared asynchronously; when valid is
+// false the destination is zero-filled and src is not read.
+__device__ __forceinline__ void flex_cp16(void *dst, const void *src,
+                                          bool valid) {
+  unsigned d = flex_smem_addr(dst);
+  int n = valid ? 16 : 0;
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d),
+               "l"(src), "r"(n));
+}
+__device__ __forceinline__ void flex_cp_commit() {
+  asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int N> __device__ __forceinline__ void flex_cp_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+// flex_load_tile copies rows [row0, row0+ROWS) of a [len, FLEX_D] matrix into
+// a swizzled shared tile; rows at or past len are zero-filled.
+template <int ROWS, int NT>
+__device__ __forceinline__ void flex_load_tile(flex_t *sm, const flex_t *g,
+                                               int row0, int len, int tid) {
+  constexpr int CH = FLEX_D / 8;
+  constexpr int TOTAL = ROWS * CH;
+#pragma unroll
+  for (int i = tid; i < TOTAL; i += NT) {
+    int r = i / CH, c = i % CH;
+    int gr = row0 + r;
+    bool ok = gr < len;
+    const flex_t *src = g + (long long)(ok ? gr : 0) * FLEX_D + c * 8;
+    flex_cp16(sm + flex_swz(r, c), src, ok);
+  }
+}
+
+// ---- tensor cores ----
+__device__ __forceinline__ void flex_ldm_x4(unsigned &r0, unsigned &r1,
+                                            unsigned &r2, unsigned &r3,
+                                            const flex_t *p) {
+  asm volatile(
+      "ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+      : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+      : "r"(flex_smem_addr(p)));
+}
+__device__ __forceinline__ void flex_ldm_x4_t(unsigned &r0, unsigned &r1,
+                                              unsigned &r2, unsigned &r3,
+                                              const flex_t *p) {
+  asm volatile(
+      "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+      : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
+      : "r"(flex_smem_addr(p)));
+}
+
+// flex_mma computes d += a * b for one m16n8k16 tile, fp32 accumulate.
+__device__ __forceinline__ void flex_mma(float *d, const unsigned *a,
+                                         const unsigned *b) {
+#if FLEX_FP16
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+               "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]),
+                 "r"(b[1]));
+#else
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+               "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]),
+                 "r"(b[1]));
+#endif
+}
+
+// Fragment address helpers for a swizzled [rows][FLEX_D] tile. lane is the
+// thread's lane; row0 and k0 (element column, multiple of 16) select the
+// 16x16 sub-block.
+//
+// flex_a_addr: A operand (row-major [m][k]) of ldmatrix.x4 -> a0..a3.
+template <int W = FLEX_D>
+__device__ __forceinline__ const flex_t *flex_a_addr(const flex_t *t, int row0,
+                                                     int k0, int lane) {
+  int r = row0 + (lane & 15);
+  int c = (k0 >> 3) + (lane >> 4);
+  return t + flex_swz<W>(r, c);
+}
+// flex_bn_addr: B operand where the tile holds B transposed ([n][k], like K
+// for S = Q K^T); x4 gives {b0,b1} of n-tile row0..+7 and of row0+8..+15.
+template <int W = FLEX_D>
+__device__ __forceinline__ const flex_t *flex_bn_addr(const flex_t *t, int row0,
+                                                      int k0, int lane) {
+  int r = row0 + (lane & 7) + ((lane >> 4) << 3);
+  int c = (k0 >> 3) + ((lane >> 3) & 1);
+  return t + flex_swz<W>(r, c);
+}
+// flex_bk_addr: B operand where the tile holds B itself ([k][n], like V for
+// O = P V), for ldmatrix.x4.trans; gives {b0,b1} of n-tile n0..+7 and of
+// n0+8..+15 for k rows k0..k0+15.
+template <int W = FLEX_D>
+__device__ __forceinline__ const flex_t *flex_bk_addr(const flex_t *t, int k0,
+                                                      int n0, int lane) {
+  int r = k0 + (lane & 7) + (((lane >> 3) & 1) << 3);
+  int c = (n0 >> 3) + (lane >> 4);
+  return t + flex_swz<W>(r, c);
+}
+
+__device__ __forceinline__ float flex_quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffff, x, 1));
+  x = fmaxf(x, __shfl_xor_sync(0xffffffff, x, 2));
+  return x;
+}
+__device__ __forceinline__ float flex_quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffff, x, 1);
+  x += __shfl_xor_sync(0xffffffff, x, 2);
+  return x;
+}
+
+// flex_allowed evaluates the mask for one element with bounds: pairs outside
+// [0,lenq) x [0,lenkv) are never allowed and never reach the program.
+__device__ __forceinline__ bool flex_allowed(const FlexArgs &A, int b, int h,
+                                             int q, int kv, int lenq,
+                                             int lenkv) {
+  return q < lenq && kv < lenkv && flex_mask(A, b, h, q, kv);
+}

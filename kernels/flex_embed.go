@@ -1,0 +1,11 @@
+// Package kernels holds dflash's CUDA C sources, embedded so the binary
+// carries them; each .cu file also builds alone with nvcc -arch=sm_90.
+package kernels
+
+import "embed"
+
+// Flex holds the flex attention templates: flex_common.cuh, flex_fwd.cu and
+// flex_bwd.cu.
+//
+//go:embed flex_common.cuh flex_fwd.cu flex_bwd.cu
+var Flex embed.FS

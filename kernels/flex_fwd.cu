@@ -1,0 +1,248 @@
+// flex_fwd.cu: block-sparse flex attention forward (FlashAttention-2 style).
+//
+//   out[b,h,i,:] = sum_j softmax_j(score(q_i . k_j * scale) | mask) v_j
+//   lse[b,h,i]   = log sum_{j allowed} exp(score(q_i . k_j * scale))
+//
+// One CTA computes FLEX_BQ query rows of one (batch, query head); each warp
+// owns 16 rows. It visits only the non-empty kv blocks of its q block: the
+// partial list (mask evaluated per element) then the full list (no mask).
+// K and V tiles of FLEX_BN rows are double-buffered with cp.async; S = Q K^T
+// and O += P V run on mma.sync m16n8k16 with fp32 accumulation; softmax is
+// online in the log2 domain. Rows with no allowed key get out 0, lse -inf.
+// GQA: query head h reads kv head h / FLEX_GROUP (no copies).
+//
+// Builds alone: nvcc -arch=sm_90 -Xptxas -v -cubin kernels/flex_fwd.cu
+#include "flex_common.cuh"
+
+#ifndef FLEX_BN
+// kv rows per pipeline stage (v2: 128 at D=128 measured 1.29 vs 1.56 ms)
+#define FLEX_BN (FLEX_D >= 256 ? 32 : (FLEX_D == 128 ? 128 : 64))
+#endif
+#define FLEX_FWD_WARPS (FLEX_BQ / 16)
+#define FLEX_FWD_NT (FLEX_FWD_WARPS * 32)
+
+static_assert(FLEX_BKV % FLEX_BN == 0, "kv block must be a multiple of BN");
+static_assert(FLEX_D % 64 == 0, "head dim must be a multiple of 64");
+
+// Q held in registers only for D <= 128 (register pressure at 256).
+#ifndef FLEX_Q_REGS
+#define FLEX_Q_REGS (FLEX_D <= 64)
+#endif
+
+extern "C" __global__ void __launch_bounds__(FLEX_FWD_NT)
+    flex_fwd(const flex_t *__restrict__ Q, const flex_t *__restrict__ K,
+             const flex_t *__restrict__ V, flex_t *__restrict__ O,
+             float *__restrict__ LSE, const int *__restrict__ kv_num,
+             const int *__restrict__ kv_idx, const int *__restrict__ full_num,
+             const int *__restrict__ full_idx, int heads_q, int lenq,
+             int lenkv, int bm_batch, int bm_heads, int nqb, int nkvb,
+             float scale, FlexArgs args) {
+  constexpr int D = FLEX_D, BQ = FLEX_BQ, BN = FLEX_BN, NT = FLEX_FWD_NT;
+  constexpr int NTILE = BN / 8; // n8 tiles of S per warp
+  constexpr int DT = D / 8;     // n8 tiles of O per warp
+  constexpr int SUB = FLEX_BKV / BN;
+
+  extern __shared__ __align__(128) unsigned char flex_smem[];
+  flex_t *sQ = (flex_t *)flex_smem;
+  flex_t *sK = sQ + BQ * D;     // [2][BN][D]
+  flex_t *sV = sK + 2 * BN * D; // [2][BN][D]
+  int *sIdx = (int *)(sV + 2 * BN * D); // [npart + nfull] kv block ids
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  // Heaviest q blocks (largest index under causal-like masks) start first.
+  const int qb = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+  const int hk = h / FLEX_GROUP;
+  const int heads_kv = heads_q / FLEX_GROUP;
+  const int q0 = qb * BQ;
+
+  const flex_t *gQ = Q + ((long long)(b * heads_q + h) * lenq) * D;
+  const flex_t *gK = K + ((long long)(b * heads_kv + hk) * lenkv) * D;
+  const flex_t *gV = V + ((long long)(b * heads_kv + hk) * lenkv) * D;
+
+  const int bmrow = ((bm_batch == 1 ? 0 : b) * bm_heads +
+                     (bm_heads == 1 ? 0 : h)) * nqb + qb;
+  const int npart = kv_num[bmrow];
+  const int nfull = full_num[bmrow];
+  const int ntiles = (npart + nfull) * SUB;
+  // The block lists move to shared memory once, off the loop's critical path.
+  {
+    const int *pidx = kv_idx + (long long)bmrow * nkvb;
+    const int *fidx = full_idx + (long long)bmrow * nkvb;
+    for (int i = tid; i < npart + nfull; i += NT)
+      sIdx[i] = i < npart ? pidx[i] : fidx[i - npart];
+  }
+  __syncthreads();
+
+  auto tile_start = [&](int t, bool &full) {
+    int j = t / SUB, s = t % SUB;
+    full = j >= npart;
+    return sIdx[j] * FLEX_BKV + s * BN;
+  };
+
+  flex_load_tile<BQ, NT>(sQ, gQ, q0, lenq, tid);
+  if (ntiles > 0) {
+    bool f;
+    int kv0 = tile_start(0, f);
+    flex_load_tile<BN, NT>(sK, gK, kv0, lenkv, tid);
+    flex_load_tile<BN, NT>(sV, gV, kv0, lenkv, tid);
+  }
+  flex_cp_commit();
+
+  float acc[DT][4];
+#pragma unroll
+  for (int i = 0; i < DT; i++)
+    acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+  float m0 = FLEX_NEG_INF, m1 = FLEX_NEG_INF, l0 = 0.f, l1 = 0.f;
+  const int wrow = warp * 16;
+  const int r0 = q0 + wrow + (lane >> 2), r1 = r0 + 8;
+  const float sl2 = scale * FLEX_LOG2E;
+
+#if FLEX_Q_REGS
+  unsigned qf[D / 16][4];
+#endif
+
+  for (int t = 0; t < ntiles; t++) {
+    const int st = t & 1;
+    bool full;
+    const int kv0 = tile_start(t, full);
+    if (t + 1 < ntiles) {
+      bool f2;
+      int kvn = tile_start(t + 1, f2);
+      flex_load_tile<BN, NT>(sK + (st ^ 1) * BN * D, gK, kvn, lenkv, tid);
+      flex_load_tile<BN, NT>(sV + (st ^ 1) * BN * D, gV, kvn, lenkv, tid);
+    }
+    flex_cp_commit();
+    flex_cp_wait<1>();
+    __syncthreads();
+
+#if FLEX_Q_REGS
+    if (t == 0) {
+#pragma unroll
+      for (int kk = 0; kk < D / 16; kk++)
+        flex_ldm_x4(qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3],
+                    flex_a_addr(sQ, wrow, kk * 16, lane));
+    }
+#endif
+    const flex_t *cK = sK + st * BN * D;
+    const flex_t *cV = sV + st * BN * D;
+
+    // S = Q K^T for this warp's 16 rows x BN columns.
+    float s[NTILE][4];
+#pragma unroll
+    for (int n = 0; n < NTILE; n++)
+      s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; kk++) {
+      unsigned a[4];
+#if FLEX_Q_REGS
+      a[0] = qf[kk][0]; a[1] = qf[kk][1]; a[2] = qf[kk][2]; a[3] = qf[kk][3];
+#else
+      flex_ldm_x4(a[0], a[1], a[2], a[3], flex_a_addr(sQ, wrow, kk * 16, lane));
+#endif
+#pragma unroll
+      for (int n = 0; n < NTILE; n += 2) {
+        unsigned bb[4];
+        flex_ldm_x4(bb[0], bb[1], bb[2], bb[3],
+                    flex_bn_addr(cK, n * 8, kk * 16, lane));
+        flex_mma(s[n], a, bb);
+        flex_mma(s[n + 1], a, bb + 2);
+      }
+    }
+
+    // Scores in the log2 domain, masked.
+    float mx0 = FLEX_NEG_INF, mx1 = FLEX_NEG_INF;
+#pragma unroll
+    for (int n = 0; n < NTILE; n++) {
+#pragma unroll
+      for (int e = 0; e < 4; e++) {
+        const int row = e < 2 ? r0 : r1;
+        const int col = kv0 + n * 8 + (lane & 3) * 2 + (e & 1);
+        const bool ok = full ? (col < lenkv && row < lenq)
+                             : flex_allowed(args, b, h, row, col, lenq, lenkv);
+        float x = FLEX_NEG_INF;
+        if (ok) {
+#if FLEX_HAS_SCORE
+          x = flex_score(args, s[n][e] * scale, b, h, row, col) * FLEX_LOG2E;
+#else
+          x = s[n][e] * sl2;
+#endif
+        }
+        s[n][e] = x;
+      }
+      mx0 = fmaxf(mx0, fmaxf(s[n][0], s[n][1]));
+      mx1 = fmaxf(mx1, fmaxf(s[n][2], s[n][3]));
+    }
+    mx0 = flex_quad_max(mx0);
+    mx1 = flex_quad_max(mx1);
+    const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
+    const float ms0 = mn0 == FLEX_NEG_INF ? 0.f : mn0;
+    const float ms1 = mn1 == FLEX_NEG_INF ? 0.f : mn1;
+    const float c0 = exp2f(m0 - ms0), c1 = exp2f(m1 - ms1);
+    m0 = mn0;
+    m1 = mn1;
+    float ps0 = 0.f, ps1 = 0.f;
+#pragma unroll
+    for (int n = 0; n < NTILE; n++) {
+      s[n][0] = exp2f(s[n][0] - ms0);
+      s[n][1] = exp2f(s[n][1] - ms0);
+      s[n][2] = exp2f(s[n][2] - ms1);
+      s[n][3] = exp2f(s[n][3] - ms1);
+      ps0 += s[n][0] + s[n][1];
+      ps1 += s[n][2] + s[n][3];
+    }
+    l0 = l0 * c0 + ps0; // quad-partial sums; reduced at the end
+    l1 = l1 * c1 + ps1;
+#pragma unroll
+    for (int i = 0; i < DT; i++) {
+      acc[i][0] *= c0; acc[i][1] *= c0;
+      acc[i][2] *= c1; acc[i][3] *= c1;
+    }
+
+    // O += P V: P from registers as the A operand, V via ldmatrix.trans.
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; kk++) {
+      unsigned a[4];
+      a[0] = flex_pack2(s[2 * kk][0], s[2 * kk][1]);
+      a[1] = flex_pack2(s[2 * kk][2], s[2 * kk][3]);
+      a[2] = flex_pack2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+      a[3] = flex_pack2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+      for (int n = 0; n < DT; n += 2) {
+        unsigned bb[4];
+        flex_ldm_x4_t(bb[0], bb[1], bb[2], bb[3],
+                      flex_bk_addr(cV, kk * 16, n * 8, lane));
+        flex_mma(acc[n], a, bb);
+        flex_mma(acc[n + 1], a, bb + 2);
+      }
+    }
+    __syncthreads(); // stage st is refilled by the next iteration's prefetch
+  }
+  flex_cp_wait<0>();
+
+  l0 = flex_quad_sum(l0);
+  l1 = flex_quad_sum(l1);
+  const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f;
+  const float inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
+  flex_t *gO = O + ((long long)(b * heads_q + h) * lenq) * D;
+#pragma unroll
+  for (int n = 0; n < DT; n++) {
+    const int col = n * 8 + (lane & 3) * 2;
+    if (r0 < lenq)
+      *(unsigned *)(gO + (long long)r0 * D + col) =
+          flex_pack2(acc[n][0] * inv0, acc[n][1] * inv0);
+    if (r1 < lenq)
+      *(unsigned *)(gO + (long long)r1 * D + col) =
+          flex_pack2(acc[n][2] * inv1, acc[n][3] * inv1);
+  }
+  if ((lane & 3) == 0) {
+    float *gL = LSE + (long long)(b * heads_q + h) * lenq;
+    if (r0 < lenq)
+      gL[r0] = l0 > 0.f ? (m0 + __log2f(l0)) * FLEX_LN2 : FLEX_NEG_INF;
+    if (r1 < lenq)
+      gL[r1] = l1 > 0.f ? (m1 + __log2f(l1)) * FLEX_LN2 : FLEX_NEG_INF;
+  }
+}
+
+// flex_fwd_smem is the dynamic shared memory flex_fwd needs, in bytes.
+// (plus 8 * nkvb bytes for the block lists, added at launch).
+#define FLEX_FWD_SMEM ((FLEX_BQ + 4 * FLEX_BN) * FLEX_D * 2)
