@@ -1,0 +1,227 @@
+package safetensors
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+)
+
+// dtypeSize gives the bytes per element of every dtype the format defines.
+var dtypeSize = map[string]int{
+	"BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1,
+	"U16": 2, "I16": 2, "F16": 2, "BF16": 2,
+	"U32": 4, "I32": 4, "F32": 4,
+	"U64": 8, "I64": 8, "F64": 8,
+}
+
+// DTypeSize returns the bytes per element of dtype, and false for an unknown dtype.
+func DTypeSize(dtype string) (int, bool) {
+	n, ok := dtypeSize[dtype]
+	return n, ok
+}
+
+// BF16ToFloat32 widens a bfloat16 (1 sign, 8 exponent, 7 mantissa bits) exactly: the
+// bfloat16 bits are the high half of the float32.
+func BF16ToFloat32(h uint16) float32 {
+	return math.Float32frombits(uint32(h) << 16)
+}
+
+// Float32ToBF16 rounds f to the nearest bfloat16, ties to even. Values beyond the
+// largest finite bfloat16 round to infinity; NaN stays NaN (sign kept, quiet bit set).
+func Float32ToBF16(f float32) uint16 {
+	b := math.Float32bits(f)
+	if b&0x7fffffff > 0x7f800000 { // NaN
+		return uint16(b>>16) | 0x0040
+	}
+	b += 0x7fff + (b>>16)&1
+	return uint16(b >> 16)
+}
+
+// F16ToFloat32 widens an IEEE 754 binary16 (1 sign, 5 exponent, 10 mantissa bits)
+// exactly, subnormals, infinities and NaN included.
+func F16ToFloat32(h uint16) float32 {
+	sign := uint32(h&0x8000) << 16
+	exp := uint32(h>>10) & 0x1f
+	man := uint32(h) & 0x3ff
+	switch {
+	case exp == 0x1f: // inf or NaN
+		return math.Float32frombits(sign | 0x7f800000 | man<<13)
+	case exp == 0 && man == 0:
+		return math.Float32frombits(sign)
+	case exp == 0: // subnormal: normalise into float32's wider exponent range
+		e := uint32(127 - 15 + 1)
+		for man&0x400 == 0 {
+			man <<= 1
+			e--
+		}
+		return math.Float32frombits(sign | e<<23 | (man&0x3ff)<<13)
+	}
+	return math.Float32frombits(sign | (exp+127-15)<<23 | man<<13)
+}
+
+// Float32ToF16 rounds f to the nearest IEEE 754 binary16, ties to even, producing
+// subnormals below 2^-14, infinity at and above 65520, and a quiet NaN for NaN.
+func Float32ToF16(f float32) uint16 {
+	b := math.Float32bits(f)
+	sign := uint16(b>>16) & 0x8000
+	exp := int(b>>23) & 0xff
+	man := b & 0x7fffff
+	if exp == 0xff {
+		if man != 0 {
+			return sign | 0x7e00 | uint16(man>>13)
+		}
+		return sign | 0x7c00
+	}
+	e := exp - 127 + 15 // binary16 biased exponent
+	if e >= 0x1f {
+		return sign | 0x7c00
+	}
+	if e <= 0 {
+		// Result is subnormal (or rounds up to the smallest normal): its value in
+		// units of 2^-24 is man24 * 2^(exp-150+24) = man24 >> (14-e).
+		shift := uint(14 - e)
+		if shift > 24 || exp == 0 {
+			return sign // below half the smallest subnormal (float32 subnormals included)
+		}
+		m24 := man | 0x800000
+		m := m24 >> shift
+		rem := m24 & (1<<shift - 1)
+		half := uint32(1) << (shift - 1)
+		if rem > half || rem == half && m&1 == 1 {
+			m++
+		}
+		return sign | uint16(m)
+	}
+	h := uint32(e)<<10 | man>>13
+	rem := man & 0x1fff
+	if rem > 0x1000 || rem == 0x1000 && h&1 == 1 {
+		h++ // a carry into the exponent is correct, up to infinity
+	}
+	return sign | uint16(h)
+}
+
+// F8E4M3ToFloat32 widens an OCP FP8 E4M3 ("E4M3FN": bias 7, no infinities, NaN when
+// all exponent and mantissa bits are set).
+func F8E4M3ToFloat32(b uint8) float32 {
+	sign := float32(1)
+	if b&0x80 != 0 {
+		sign = -1
+	}
+	exp := int(b>>3) & 0xf
+	man := float64(b & 0x7)
+	if exp == 0xf && man == 7 {
+		return float32(math.NaN())
+	}
+	if exp == 0 {
+		return sign * float32(math.Ldexp(man/8, -6))
+	}
+	return sign * float32(math.Ldexp(1+man/8, exp-7))
+}
+
+// F8E5M2ToFloat32 widens an OCP FP8 E5M2 (bias 15, IEEE-style infinities and NaN).
+func F8E5M2ToFloat32(b uint8) float32 {
+	return F16ToFloat32(uint16(b) << 8)
+}
+
+// F8E8M0ToFloat32 widens an OCP E8M0 scale (8 exponent bits, bias 127, no sign or
+// mantissa; 0xff is NaN): 2^(b-127).
+func F8E8M0ToFloat32(b uint8) float32 {
+	if b == 0xff {
+		return float32(math.NaN())
+	}
+	return float32(math.Ldexp(1, int(b)-127))
+}
+
+// decodeFloat32 converts src, a whole number of elements of dtype, into dst.
+func decodeFloat32(dtype string, src []byte, dst []float32) {
+	le := binary.LittleEndian
+	switch dtype {
+	case "F32":
+		for i := range dst {
+			dst[i] = math.Float32frombits(le.Uint32(src[4*i:]))
+		}
+	case "BF16":
+		for i := range dst {
+			dst[i] = BF16ToFloat32(le.Uint16(src[2*i:]))
+		}
+	case "F16":
+		for i := range dst {
+			dst[i] = F16ToFloat32(le.Uint16(src[2*i:]))
+		}
+	case "F64":
+		for i := range dst {
+			dst[i] = float32(math.Float64frombits(le.Uint64(src[8*i:])))
+		}
+	case "F8_E4M3":
+		for i := range dst {
+			dst[i] = F8E4M3ToFloat32(src[i])
+		}
+	case "F8_E5M2":
+		for i := range dst {
+			dst[i] = F8E5M2ToFloat32(src[i])
+		}
+	case "F8_E8M0":
+		for i := range dst {
+			dst[i] = F8E8M0ToFloat32(src[i])
+		}
+	case "BOOL", "U8":
+		for i := range dst {
+			dst[i] = float32(src[i])
+		}
+	case "I8":
+		for i := range dst {
+			dst[i] = float32(int8(src[i]))
+		}
+	case "U16":
+		for i := range dst {
+			dst[i] = float32(le.Uint16(src[2*i:]))
+		}
+	case "I16":
+		for i := range dst {
+			dst[i] = float32(int16(le.Uint16(src[2*i:])))
+		}
+	case "U32":
+		for i := range dst {
+			dst[i] = float32(le.Uint32(src[4*i:]))
+		}
+	case "I32":
+		for i := range dst {
+			dst[i] = float32(int32(le.Uint32(src[4*i:])))
+		}
+	case "U64":
+		for i := range dst {
+			dst[i] = float32(le.Uint64(src[8*i:]))
+		}
+	case "I64":
+		for i := range dst {
+			dst[i] = float32(int64(le.Uint64(src[8*i:])))
+		}
+	default:
+		panic(fmt.Sprintf("safetensors: decodeFloat32: unhandled dtype %q", dtype))
+	}
+}
+
+// encodeFloat32 converts src into dtype's little-endian bytes in dst.
+func encodeFloat32(dtype string, src []float32, dst []byte) {
+	le := binary.LittleEndian
+	switch dtype {
+	case "F32":
+		for i, v := range src {
+			le.PutUint32(dst[4*i:], math.Float32bits(v))
+		}
+	case "BF16":
+		for i, v := range src {
+			le.PutUint16(dst[2*i:], Float32ToBF16(v))
+		}
+	case "F16":
+		for i, v := range src {
+			le.PutUint16(dst[2*i:], Float32ToF16(v))
+		}
+	case "F64":
+		for i, v := range src {
+			le.PutUint64(dst[8*i:], math.Float64bits(float64(v)))
+		}
+	default:
+		panic(fmt.Sprintf("safetensors: encodeFloat32: unhandled dtype %q", dtype))
+	}
+}

@@ -1,0 +1,206 @@
+package safetensors
+
+import (
+	"math"
+	"math/rand/v2"
+	"sort"
+	"testing"
+	"time"
+)
+
+// refDecode decodes a binary floating format with expBits exponent and manBits mantissa
+// bits from its definition (IEEE style: bias 2^(expBits-1)-1, subnormals, inf/NaN).
+func refDecode(code uint32, expBits, manBits int) float64 {
+	sign := 1.0
+	if code>>(expBits+manBits)&1 == 1 {
+		sign = -1
+	}
+	e := int(code>>manBits) & (1<<expBits - 1)
+	m := float64(code & (1<<manBits - 1))
+	bias := 1<<(expBits-1) - 1
+	switch {
+	case e == 1<<expBits-1 && m == 0:
+		return sign * math.Inf(1)
+	case e == 1<<expBits-1:
+		return math.NaN()
+	case e == 0:
+		return sign * math.Ldexp(m/math.Ldexp(1, manBits), 1-bias)
+	}
+	return sign * math.Ldexp(1+m/math.Ldexp(1, manBits), e-bias)
+}
+
+// refEncoder rounds to nearest, ties to the even code, by searching the sorted table of
+// every non-negative finite value of the format; one step past the largest finite value
+// stands for infinity.
+type refEncoder struct {
+	vals    []float64 // value of code i, i = 0 .. maxFinite, then the overflow threshold
+	infCode uint32
+	signBit uint32
+}
+
+func newRefEncoder(expBits, manBits int) *refEncoder {
+	infCode := uint32(1<<expBits-1) << manBits
+	r := &refEncoder{infCode: infCode, signBit: 1 << (expBits + manBits)}
+	for c := uint32(0); c < infCode; c++ {
+		r.vals = append(r.vals, refDecode(c, expBits, manBits))
+	}
+	bias := 1<<(expBits-1) - 1
+	r.vals = append(r.vals, math.Ldexp(1, 1<<expBits-1-bias)) // 2^(emax+1)
+	return r
+}
+
+func (r *refEncoder) encode(x float64) (code uint32, nan bool) {
+	if math.IsNaN(x) {
+		return 0, true
+	}
+	var sign uint32
+	if math.Signbit(x) {
+		sign = r.signBit
+		x = -x
+	}
+	if math.IsInf(x, 1) {
+		return sign | r.infCode, false
+	}
+	i := sort.SearchFloat64s(r.vals, x) // first index with vals[i] >= x
+	if i == len(r.vals) {
+		return sign | r.infCode, false
+	}
+	if r.vals[i] == x {
+		return sign | uint32(i), false
+	}
+	lo, hi := uint32(i-1), uint32(i)
+	dlo, dhi := x-r.vals[lo], r.vals[hi]-x
+	c := hi
+	if dlo < dhi || dlo == dhi && lo&1 == 0 {
+		c = lo
+	}
+	return sign | c, false
+}
+
+// testInputs returns float32 values: random bit patterns, exact midpoints between
+// neighbouring codes of the format (the ties), and specials.
+func testInputs(t *testing.T, r *refEncoder, manBits, expBits int, n int) []float32 {
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 1))
+	var xs []float32
+	for range n {
+		xs = append(xs, math.Float32frombits(rng.Uint32()))
+	}
+	for range n {
+		c := rng.IntN(len(r.vals) - 1)
+		mid := (r.vals[c] + r.vals[c+1]) / 2
+		if float64(float32(mid)) != mid {
+			t.Fatalf("midpoint %g not exact in float32", mid)
+		}
+		for _, v := range []float64{mid, -mid, math.Nextafter(mid, 0), math.Nextafter(mid, math.Inf(1))} {
+			xs = append(xs, float32(v))
+		}
+	}
+	specials := []float32{0, float32(math.Copysign(0, -1)), float32(math.Inf(1)), float32(math.Inf(-1)),
+		float32(math.NaN()), math.MaxFloat32, -math.MaxFloat32, math.SmallestNonzeroFloat32,
+		1, -1, 65504, 65519.996, 65520, 65536, 0x1p-24, 0x1p-25, 0x3p-26, 0x1p-14, 0x1p-126, 0x1.fffffep-127,
+		3.3895314e38, 3.3961775e38, 3.4028235e38, 1e-40, -1e-45}
+	return append(xs, specials...)
+}
+
+func TestBF16(t *testing.T) {
+	t.Run("decode-all", func(t *testing.T) {
+		for c := range uint32(1 << 16) {
+			got := float64(BF16ToFloat32(uint16(c)))
+			want := refDecode(c, 8, 7)
+			if !(got == want || math.IsNaN(got) && math.IsNaN(want)) || math.Signbit(got) != math.Signbit(want) && !math.IsNaN(want) {
+				t.Fatalf("BF16ToFloat32(%#04x) = %g, want %g", c, got, want)
+			}
+		}
+	})
+	t.Run("encode", func(t *testing.T) {
+		ref := newRefEncoder(8, 7)
+		for _, x := range testInputs(t, ref, 7, 8, 20000) {
+			got := Float32ToBF16(x)
+			want, nan := ref.encode(float64(x))
+			if nan {
+				if !math.IsNaN(float64(BF16ToFloat32(got))) {
+					t.Fatalf("Float32ToBF16(NaN %#08x) = %#04x, not NaN", math.Float32bits(x), got)
+				}
+				continue
+			}
+			if uint32(got) != want {
+				t.Fatalf("Float32ToBF16(%g = %#08x) = %#04x, want %#04x", x, math.Float32bits(x), got, want)
+			}
+		}
+	})
+}
+
+func TestF16(t *testing.T) {
+	t.Run("decode-all", func(t *testing.T) {
+		for c := range uint32(1 << 16) {
+			got := float64(F16ToFloat32(uint16(c)))
+			want := refDecode(c, 5, 10)
+			if !(got == want || math.IsNaN(got) && math.IsNaN(want)) || math.Signbit(got) != math.Signbit(want) && !math.IsNaN(want) {
+				t.Fatalf("F16ToFloat32(%#04x) = %g, want %g", c, got, want)
+			}
+		}
+	})
+	t.Run("encode", func(t *testing.T) {
+		ref := newRefEncoder(5, 10)
+		for _, x := range testInputs(t, ref, 10, 5, 20000) {
+			got := Float32ToF16(x)
+			want, nan := ref.encode(float64(x))
+			if nan {
+				if !math.IsNaN(float64(F16ToFloat32(got))) {
+					t.Fatalf("Float32ToF16(NaN %#08x) = %#04x, not NaN", math.Float32bits(x), got)
+				}
+				continue
+			}
+			if uint32(got) != want {
+				t.Fatalf("Float32ToF16(%g = %#08x) = %#04x, want %#04x", x, math.Float32bits(x), got, want)
+			}
+		}
+	})
+	t.Run("round-trip-all", func(t *testing.T) {
+		for c := range uint32(1 << 16) {
+			f := F16ToFloat32(uint16(c))
+			if math.IsNaN(float64(f)) {
+				continue
+			}
+			if back := Float32ToF16(f); uint32(back) != c {
+				t.Fatalf("F16 %#04x -> %g -> %#04x", c, f, back)
+			}
+		}
+	})
+}
+
+func TestF8(t *testing.T) {
+	cases := []struct {
+		name string
+		fn   func(uint8) float32
+		code uint8
+		want float64
+	}{
+		{"e4m3-one", F8E4M3ToFloat32, 0x38, 1},
+		{"e4m3-max", F8E4M3ToFloat32, 0x7e, 448},
+		{"e4m3-neg-max", F8E4M3ToFloat32, 0xfe, -448},
+		{"e4m3-min-normal", F8E4M3ToFloat32, 0x08, 0x1p-6},
+		{"e4m3-min-subnormal", F8E4M3ToFloat32, 0x01, 0x1p-9},
+		{"e4m3-nan", F8E4M3ToFloat32, 0x7f, math.NaN()},
+		{"e4m3-1.875*2^8", F8E4M3ToFloat32, 0x77, 240},
+		{"e5m2-one", F8E5M2ToFloat32, 0x3c, 1},
+		{"e5m2-max", F8E5M2ToFloat32, 0x7b, 57344},
+		{"e5m2-inf", F8E5M2ToFloat32, 0x7c, math.Inf(1)},
+		{"e5m2-min-subnormal", F8E5M2ToFloat32, 0x01, 0x1p-16},
+		{"e5m2-neg-1.5", F8E5M2ToFloat32, 0xbe, -1.5},
+		{"e8m0-one", F8E8M0ToFloat32, 0x7f, 1},
+		{"e8m0-two", F8E8M0ToFloat32, 0x80, 2},
+		{"e8m0-min", F8E8M0ToFloat32, 0x00, 0x1p-127},
+		{"e8m0-nan", F8E8M0ToFloat32, 0xff, math.NaN()},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got := float64(c.fn(c.code))
+			if !(got == c.want || math.IsNaN(got) && math.IsNaN(c.want)) {
+				t.Fatalf("code %#02x = %g, want %g", c.code, got, c.want)
+			}
+		})
+	}
+}

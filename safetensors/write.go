@@ -1,0 +1,176 @@
+package safetensors
+
+import (
+	"bufio"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// Tensor is one tensor to write: Data holds the values, converted on write to DType
+// ("F32", "BF16", "F16" or "F64"; empty means "F32"). BF16 and F16 round to nearest even.
+type Tensor struct {
+	Name  string
+	Shape []int
+	DType string
+	Data  []float32
+}
+
+// Encode writes tensors (in name order) and string metadata in safetensors format to w.
+// The header is padded with spaces to a multiple of 8 bytes so that data starts aligned.
+func Encode(w io.Writer, tensors []Tensor, metadata map[string]string) error {
+	ts := append([]Tensor(nil), tensors...)
+	sort.Slice(ts, func(i, j int) bool { return ts[i].Name < ts[j].Name })
+	var hdr strings.Builder
+	hdr.WriteByte('{')
+	if len(metadata) > 0 {
+		keys := make([]string, 0, len(metadata))
+		for k := range metadata {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		hdr.WriteString(`"__metadata__":{`)
+		for i, k := range keys {
+			if i > 0 {
+				hdr.WriteByte(',')
+			}
+			hdr.WriteString(jsonString(k) + ":" + jsonString(metadata[k]))
+		}
+		hdr.WriteByte('}')
+	}
+	var off int64
+	for i, t := range ts {
+		if t.Name == "" || t.Name == "__metadata__" {
+			return fmt.Errorf("safetensors: tensor name %q is not allowed", t.Name)
+		}
+		if i > 0 && ts[i-1].Name == t.Name {
+			return fmt.Errorf("safetensors: tensor %q appears twice", t.Name)
+		}
+		dt := t.dtype()
+		esize, ok := dtypeSize[dt]
+		if !ok || dt != "F32" && dt != "BF16" && dt != "F16" && dt != "F64" {
+			return fmt.Errorf("safetensors: tensor %q: cannot write dtype %q (F32, BF16, F16, F64 are supported)", t.Name, t.DType)
+		}
+		n := 1
+		for _, d := range t.Shape {
+			if d < 0 {
+				return fmt.Errorf("safetensors: tensor %q: negative dimension in shape %v", t.Name, t.Shape)
+			}
+			n *= d
+		}
+		if n != len(t.Data) {
+			return fmt.Errorf("safetensors: tensor %q: shape %v has %d elements, data has %d", t.Name, t.Shape, n, len(t.Data))
+		}
+		if len(metadata) > 0 || i > 0 {
+			hdr.WriteByte(',')
+		}
+		shape := make([]string, len(t.Shape))
+		for j, d := range t.Shape {
+			shape[j] = strconv.Itoa(d)
+		}
+		end := off + int64(n*esize)
+		fmt.Fprintf(&hdr, `%s:{"dtype":"%s","shape":[%s],"data_offsets":[%d,%d]}`,
+			jsonString(t.Name), dt, strings.Join(shape, ","), off, end)
+		off = end
+	}
+	hdr.WriteByte('}')
+	h := hdr.String()
+	if pad := (8 - (8+len(h))%8) % 8; pad > 0 {
+		h += strings.Repeat(" ", pad)
+	}
+	var lenBuf [8]byte
+	binary.LittleEndian.PutUint64(lenBuf[:], uint64(len(h)))
+	if _, err := w.Write(lenBuf[:]); err != nil {
+		return err
+	}
+	if _, err := io.WriteString(w, h); err != nil {
+		return err
+	}
+	const chunk = 1 << 18 // elements converted per write
+	var buf []byte
+	for _, t := range ts {
+		esize := dtypeSize[t.dtype()]
+		for i := 0; i < len(t.Data); i += chunk {
+			part := t.Data[i:min(i+chunk, len(t.Data))]
+			if cap(buf) < len(part)*esize {
+				buf = make([]byte, len(part)*esize)
+			}
+			b := buf[:len(part)*esize]
+			encodeFloat32(t.dtype(), part, b)
+			if _, err := w.Write(b); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (t Tensor) dtype() string {
+	if t.DType == "" {
+		return "F32"
+	}
+	return t.DType
+}
+
+func jsonString(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
+// Write writes tensors and metadata to path atomically: into a temporary file in the
+// same directory, synced, then renamed over path, and the directory synced. A crash
+// leaves either the old file or the new one, never a partial file at path.
+func Write(path string, tensors []Tensor, metadata map[string]string) error {
+	dir := filepath.Dir(path)
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	bw := bufio.NewWriterSize(tmp, 1<<20)
+	if err := Encode(bw, tensors, metadata); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	if err := bw.Flush(); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	if err := tmp.Chmod(0o644); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	if err := tmp.Sync(); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return err
+	}
+	ok = true
+	return SyncDir(dir)
+}
+
+// SyncDir fsyncs a directory so that renames and creations inside it are durable.
+func SyncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("sync %s: %w", dir, err)
+	}
+	return nil
+}

@@ -1,0 +1,417 @@
+package train
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	"dflash/safetensors"
+)
+
+// File names inside a checkpoint directory and the output directory.
+const (
+	ConfigFile       = "config.json"
+	ModelFile        = "model.safetensors"
+	TrainerStateFile = "trainer_state.json"
+	LatestFile       = "latest"
+	checkpointPrefix = "checkpoint-"
+	tmpPrefix        = ".tmp-ckpt-"
+)
+
+// ErrNoCheckpoint is returned by LoadLatest when the directory holds no valid checkpoint.
+var ErrNoCheckpoint = errors.New("no checkpoint")
+
+// TrainerState is the trainer's part of a checkpoint (trainer_state.json).
+type TrainerState struct {
+	Step         int                `json:"step"` // optimizer steps completed
+	Tokens       int64              `json:"tokens"`
+	Seed         uint64             `json:"seed"`
+	RNG          []byte             `json:"rng"`                     // StreamTrain state (RNG.MarshalBinary)
+	DataPosition json.RawMessage    `json:"data_position,omitempty"` // from Hooks.DataState, opaque
+	Schedule     Schedule           `json:"schedule"`
+	LR           float64            `json:"lr"` // learning rate of the last step taken
+	Best         map[string]float64 `json:"best,omitempty"`
+	BestStep     map[string]int     `json:"best_step,omitempty"`
+	ElapsedSec   float64            `json:"elapsed_sec"`
+	// Files records the size and CRC-32C of every other file of the checkpoint; it is
+	// filled in by SaveCheckpoint and checked by LoadLatest.
+	Files map[string]FileSum `json:"files"`
+}
+
+// FileSum is a file's size and CRC-32C (Castagnoli).
+type FileSum struct {
+	Size   int64  `json:"size"`
+	CRC32C uint32 `json:"crc32c"`
+}
+
+// Checkpoint is what SaveCheckpoint writes.
+type Checkpoint struct {
+	Config    []byte   // config.json, verbatim ("{}" when nil)
+	Params    []*Param // written to model.safetensors in F32
+	Optimizer *AdamW   // nil: no optimizer files
+	State     TrainerState
+}
+
+// checkpointHook, when set (tests only), is called between the stages of a save.
+var checkpointHook func(stage string)
+
+func hook(stage string) {
+	if checkpointHook != nil {
+		checkpointHook(stage)
+	}
+}
+
+// CheckpointName returns the directory name of the checkpoint after step steps.
+func CheckpointName(step int) string { return checkpointPrefix + strconv.Itoa(step) }
+
+// SaveCheckpoint writes c as outDir/checkpoint-<c.State.Step>, atomically: every file
+// goes into a fresh outDir/.tmp-ckpt-* directory and is synced, the directory is synced
+// and renamed into place, outDir is synced, and then outDir/latest is replaced (temp
+// file + rename) by the new name. Afterwards only the newest keep checkpoints remain
+// (keep <= 0 keeps all). It returns the checkpoint's path.
+func SaveCheckpoint(outDir string, c *Checkpoint, keep int) (string, error) {
+	if err := os.MkdirAll(outDir, 0o755); err != nil {
+		return "", err
+	}
+	tmp, err := os.MkdirTemp(outDir, tmpPrefix)
+	if err != nil {
+		return "", err
+	}
+	done := false
+	defer func() {
+		if !done {
+			os.RemoveAll(tmp)
+		}
+	}()
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		return "", err
+	}
+	cfg := c.Config
+	if cfg == nil {
+		cfg = []byte("{}")
+	}
+	if err := writeFileSync(filepath.Join(tmp, ConfigFile), cfg); err != nil {
+		return "", err
+	}
+	hook("config")
+	ts := make([]safetensors.Tensor, len(c.Params))
+	for i, p := range c.Params {
+		ts[i] = safetensors.Tensor{Name: p.Name, Shape: p.Shape, DType: "F32", Data: p.Data}
+	}
+	if err := safetensors.Write(filepath.Join(tmp, ModelFile), ts, map[string]string{"format": "pt"}); err != nil {
+		return "", err
+	}
+	hook("model")
+	if c.Optimizer != nil {
+		if err := c.Optimizer.Save(tmp); err != nil {
+			return "", err
+		}
+		hook("optimizer")
+	}
+	st := c.State
+	st.Files = map[string]FileSum{}
+	ents, err := os.ReadDir(tmp)
+	if err != nil {
+		return "", err
+	}
+	for _, e := range ents {
+		sum, err := fileSum(filepath.Join(tmp, e.Name()))
+		if err != nil {
+			return "", err
+		}
+		st.Files[e.Name()] = sum
+	}
+	b, err := json.MarshalIndent(st, "", " ")
+	if err != nil {
+		return "", err
+	}
+	if err := writeFileSync(filepath.Join(tmp, TrainerStateFile), b); err != nil {
+		return "", err
+	}
+	if err := safetensors.SyncDir(tmp); err != nil {
+		return "", err
+	}
+	hook("synced")
+	name := CheckpointName(st.Step)
+	final := filepath.Join(outDir, name)
+	if _, err := os.Stat(final); err == nil {
+		// Re-saving a step (after a resume): move the old one aside first.
+		if err := discard(outDir, final); err != nil {
+			return "", err
+		}
+	}
+	if err := os.Rename(tmp, final); err != nil {
+		return "", err
+	}
+	done = true
+	if err := safetensors.SyncDir(outDir); err != nil {
+		return "", err
+	}
+	hook("renamed")
+	if err := writeAtomic(filepath.Join(outDir, LatestFile), []byte(name+"\n")); err != nil {
+		return "", err
+	}
+	hook("latest")
+	if keep > 0 {
+		if err := prune(outDir, keep, st.Step); err != nil {
+			return final, err
+		}
+	}
+	return final, nil
+}
+
+// discard renames dir to a temporary name (so no checkpoint-* is ever half deleted)
+// and removes it.
+func discard(outDir, dir string) error {
+	trash, err := os.MkdirTemp(outDir, tmpPrefix+"del-")
+	if err != nil {
+		return err
+	}
+	if err := os.Rename(dir, filepath.Join(trash, "x")); err != nil {
+		os.Remove(trash)
+		return err
+	}
+	return os.RemoveAll(trash)
+}
+
+// prune removes all but the newest keep checkpoints, never the one of step current.
+func prune(outDir string, keep, current int) error {
+	steps, err := listCheckpoints(outDir)
+	if err != nil {
+		return err
+	}
+	for i, s := range steps {
+		if i < keep || s == current {
+			continue
+		}
+		if err := discard(outDir, filepath.Join(outDir, CheckpointName(s))); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// listCheckpoints returns the steps of outDir's checkpoint-<step> directories, newest first.
+func listCheckpoints(outDir string) ([]int, error) {
+	ents, err := os.ReadDir(outDir)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	var steps []int
+	for _, e := range ents {
+		rest, ok := strings.CutPrefix(e.Name(), checkpointPrefix)
+		if !ok || !e.IsDir() {
+			continue
+		}
+		if s, err := strconv.Atoi(rest); err == nil && s >= 0 && CheckpointName(s) == e.Name() {
+			steps = append(steps, s)
+		}
+	}
+	sort.Sort(sort.Reverse(sort.IntSlice(steps)))
+	return steps, nil
+}
+
+// Loaded is a validated checkpoint found by LoadLatest.
+type Loaded struct {
+	Dir    string
+	State  TrainerState
+	Config []byte
+	// Skipped lists newer checkpoint directories that failed validation, with why.
+	Skipped []string
+}
+
+// LoadLatest removes leftovers of interrupted saves (.tmp-ckpt-* directories and
+// temporary files) from outDir, then returns the valid checkpoint with the highest
+// step. A checkpoint is valid when trainer_state.json parses, its step matches the
+// directory name, every file it lists has the recorded size and CRC-32C, and the
+// safetensors headers validate. It returns an error wrapping ErrNoCheckpoint when
+// there is none. Only one process may use outDir at a time.
+func LoadLatest(outDir string) (*Loaded, error) {
+	if err := cleanTemps(outDir); err != nil {
+		return nil, err
+	}
+	steps, err := listCheckpoints(outDir)
+	if err != nil {
+		return nil, err
+	}
+	var skipped []string
+	for _, s := range steps {
+		dir := filepath.Join(outDir, CheckpointName(s))
+		l, err := validate(dir, s)
+		if err != nil {
+			skipped = append(skipped, err.Error())
+			continue
+		}
+		l.Skipped = skipped
+		return l, nil
+	}
+	if len(skipped) > 0 {
+		return nil, fmt.Errorf("%s: %w valid (%s)", outDir, ErrNoCheckpoint, strings.Join(skipped, "; "))
+	}
+	return nil, fmt.Errorf("%s: %w", outDir, ErrNoCheckpoint)
+}
+
+func cleanTemps(outDir string) error {
+	ents, err := os.ReadDir(outDir)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		return err
+	}
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), tmpPrefix) || strings.HasPrefix(e.Name(), "."+LatestFile+".tmp-") {
+			if err := os.RemoveAll(filepath.Join(outDir, e.Name())); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func validate(dir string, step int) (*Loaded, error) {
+	statePath := filepath.Join(dir, TrainerStateFile)
+	raw, err := os.ReadFile(statePath)
+	if err != nil {
+		return nil, err
+	}
+	var st TrainerState
+	if err := json.Unmarshal(raw, &st); err != nil {
+		return nil, fmt.Errorf("%s: %w", statePath, err)
+	}
+	if st.Step != step {
+		return nil, fmt.Errorf("%s: step %d does not match the directory name", statePath, st.Step)
+	}
+	for _, must := range []string{ConfigFile, ModelFile} {
+		if _, ok := st.Files[must]; !ok {
+			return nil, fmt.Errorf("%s: lists no %s", statePath, must)
+		}
+	}
+	for name, want := range st.Files {
+		if !filepath.IsLocal(name) {
+			return nil, fmt.Errorf("%s: file name %q", statePath, name)
+		}
+		got, err := fileSum(filepath.Join(dir, name))
+		if err != nil {
+			return nil, err
+		}
+		if got != want {
+			return nil, fmt.Errorf("%s: size %d crc32c %08x, trainer_state.json recorded %d %08x", filepath.Join(dir, name), got.Size, got.CRC32C, want.Size, want.CRC32C)
+		}
+		if strings.HasSuffix(name, ".safetensors") {
+			f, err := safetensors.Open(filepath.Join(dir, name))
+			if err != nil {
+				return nil, err
+			}
+			f.Close()
+		}
+	}
+	cfg, err := os.ReadFile(filepath.Join(dir, ConfigFile))
+	if err != nil {
+		return nil, err
+	}
+	return &Loaded{Dir: dir, State: st, Config: cfg}, nil
+}
+
+// LoadParams reads dir/model.safetensors into params: every parameter must be present
+// as F32 with its shape. Tensors the file has beyond params are an error too.
+func LoadParams(dir string, params []*Param) error {
+	f, err := safetensors.Open(filepath.Join(dir, ModelFile))
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	for _, p := range params {
+		if err := readParamTensor(f, p.Name, p.Shape, p.Data); err != nil {
+			return err
+		}
+	}
+	if n := len(f.Names()); n != len(params) {
+		return fmt.Errorf("%s: %d tensors, %d parameters to load", f.Path(), n, len(params))
+	}
+	return nil
+}
+
+// Restore loads the checkpoint's parameters and, when opt is not nil, its optimizer state.
+func (l *Loaded) Restore(params []*Param, opt *AdamW) error {
+	if err := LoadParams(l.Dir, params); err != nil {
+		return err
+	}
+	if opt != nil {
+		return opt.Load(l.Dir)
+	}
+	return nil
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+func fileSum(path string) (FileSum, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return FileSum{}, err
+	}
+	defer f.Close()
+	h := crc32.New(castagnoli)
+	n, err := io.Copy(h, f)
+	if err != nil {
+		return FileSum{}, fmt.Errorf("%s: %w", path, err)
+	}
+	return FileSum{Size: n, CRC32C: h.Sum32()}, nil
+}
+
+// writeFileSync creates path with data and syncs it.
+func writeFileSync(path string, data []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// writeAtomic replaces path with data: temp file in the same directory, sync, rename,
+// directory sync.
+func writeAtomic(path string, data []byte) error {
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Chmod(0o644)
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return safetensors.SyncDir(dir)
+}

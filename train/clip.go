@@ -1,0 +1,29 @@
+package train
+
+import "math"
+
+// GradNorm returns the global L2 norm of all gradients, sqrt(sum_p sum_i g_pi^2),
+// accumulated in float64.
+func GradNorm(params []*Param) float64 {
+	var s float64
+	for _, p := range params {
+		for _, g := range p.Grad {
+			s += float64(g) * float64(g)
+		}
+	}
+	return math.Sqrt(s)
+}
+
+// ClipGradNorm scales all gradients by min(1, maxNorm/(norm+1e-6)), where norm is
+// their global L2 norm, and returns that norm (before clipping). maxNorm <= 0 only
+// measures. A non-finite norm is returned and nothing is scaled.
+func ClipGradNorm(params []*Param, maxNorm float64) float64 {
+	norm := GradNorm(params)
+	if maxNorm <= 0 || math.IsNaN(norm) || math.IsInf(norm, 0) {
+		return norm
+	}
+	if c := maxNorm / (norm + 1e-6); c < 1 {
+		ScaleGrads(params, float32(c))
+	}
+	return norm
+}

@@ -1,0 +1,28 @@
+// Package train is the model-agnostic trainer: parameters, AdamW, the learning-rate
+// schedule, gradient clipping and accumulation, seeded random streams, evaluation over
+// draft blocks, atomic checkpoints, metrics, progress and the training loop.
+//
+// A model takes part through []*Param (name, shape, values, gradient) and the Hooks
+// that Run calls: Step computes one micro-batch's loss and adds its gradient into each
+// Param.Grad, Eval evaluates on held-out data, and DataState/RestoreData save and
+// restore the data iterator's position as opaque JSON.
+//
+// Resuming is exact: Run with Steps=N gives bit-identical parameters to Run stopped
+// at N/2 (StopAt) and resumed, provided the hooks are deterministic given the RNG
+// they are handed and the data position they restore. Everything random comes from
+// RNG streams whose state is saved in each checkpoint.
+//
+// An output directory holds:
+//
+//	checkpoint-<step>/      one per saved step, written whole or not at all:
+//	    config.json         the caller's model config, verbatim
+//	    model.safetensors   the trainable parameters (F32)
+//	    optimizer.safetensors  AdamW moments: "<param>.exp_avg", "<param>.exp_avg_sq" (F32)
+//	    optimizer.json      AdamW hyper-parameters and per-parameter step counts
+//	    trainer_state.json  step, tokens, RNG state, data position, schedule, best
+//	                        metrics, and the size and CRC-32C of every other file
+//	latest                  the name of the newest checkpoint (informational; LoadLatest
+//	                        takes the highest valid step)
+//	metrics.jsonl           one JSON object per training step and per evaluation
+//	plot.png                loss and accuracy curves, written at the end
+package train

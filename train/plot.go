@@ -1,0 +1,127 @@
+package train
+
+import (
+	"fmt"
+	"image/color"
+	"math"
+	"os"
+	"path/filepath"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
+)
+
+// PlotFile is the name of the plot in the output directory.
+const PlotFile = "plot.png"
+
+// series is one curve: a key of a kind of record.
+type series struct {
+	kind, key, label string
+	color            color.Color
+}
+
+// PlotMetrics draws the records of metricsPath into a PNG at pngPath: the top panel
+// shows training loss (and its moving average) and eval loss against the step, the
+// bottom panel training and eval accuracy ("acc") and, when present, eval "tau" on
+// its own panel. Series with no points are left out.
+func PlotMetrics(metricsPath, pngPath string) error {
+	recs, err := ReadMetrics(metricsPath)
+	if err != nil {
+		return err
+	}
+	blue, red, green, gray := color.RGBA{31, 119, 180, 255}, color.RGBA{214, 39, 40, 255}, color.RGBA{44, 160, 44, 255}, color.RGBA{170, 170, 170, 255}
+	panels := []struct {
+		title, ylabel string
+		series        []series
+		smooth        bool
+	}{
+		{"loss", "loss", []series{{"train", "loss", "train", gray}, {"eval", "loss", "eval", red}}, true},
+		{"accuracy", "accuracy", []series{{"train", "acc", "train", gray}, {"eval", "acc", "eval", red}}, true},
+		{"simulated acceptance length", "tau", []series{{"eval", "tau", "eval", green}}, false},
+	}
+	var plots [][]*plot.Plot
+	for _, pn := range panels {
+		p := plot.New()
+		p.Title.Text = pn.title
+		p.X.Label.Text = "step"
+		p.Y.Label.Text = pn.ylabel
+		p.Add(plotter.NewGrid())
+		n := 0
+		for _, s := range pn.series {
+			xy := points(recs, s.kind, s.key)
+			if len(xy) == 0 {
+				continue
+			}
+			n++
+			l, err := plotter.NewLine(xy)
+			if err != nil {
+				return fmt.Errorf("plot %s: %w", s.label, err)
+			}
+			l.Color = s.color
+			p.Add(l)
+			p.Legend.Add(s.label, l)
+			if pn.smooth && s.kind == "train" && len(xy) >= 10 {
+				sm, _ := plotter.NewLine(movingAverage(xy, max(5, len(xy)/50)))
+				sm.Color, sm.Width = blue, vg.Points(1.5)
+				p.Add(sm)
+				p.Legend.Add("train (moving avg)", sm)
+			}
+		}
+		if n > 0 {
+			p.Legend.Top = true
+			plots = append(plots, []*plot.Plot{p})
+		}
+	}
+	if len(plots) == 0 {
+		return fmt.Errorf("%s: nothing to plot", metricsPath)
+	}
+	const w, hPer = 8 * vg.Inch, 3 * vg.Inch
+	img := vgimg.New(w, hPer*vg.Length(len(plots)))
+	dc := draw.New(img)
+	canvases := plot.Align(plots, draw.Tiles{Rows: len(plots), Cols: 1, PadX: vg.Millimeter, PadY: 2 * vg.Millimeter}, dc)
+	for i := range plots {
+		plots[i][0].Draw(canvases[i][0])
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(pngPath), "."+filepath.Base(pngPath)+".tmp-")
+	if err != nil {
+		return err
+	}
+	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(tmp); err != nil {
+		tmp.Close()
+		os.Remove(tmp.Name())
+		return err
+	}
+	tmp.Chmod(0o644)
+	if err := tmp.Close(); err != nil {
+		os.Remove(tmp.Name())
+		return err
+	}
+	return os.Rename(tmp.Name(), pngPath)
+}
+
+func points(recs []Record, kind, key string) plotter.XYs {
+	var xy plotter.XYs
+	for _, r := range recs {
+		if v, ok := r.Values[key]; ok && r.Kind == kind && !math.IsNaN(v) && !math.IsInf(v, 0) {
+			xy = append(xy, plotter.XY{X: float64(r.Step), Y: v})
+		}
+	}
+	return xy
+}
+
+// movingAverage returns the trailing mean over window points.
+func movingAverage(xy plotter.XYs, window int) plotter.XYs {
+	out := make(plotter.XYs, len(xy))
+	var sum float64
+	for i, p := range xy {
+		sum += p.Y
+		if i >= window {
+			sum -= xy[i-window].Y
+		}
+		out[i] = plotter.XY{X: p.X, Y: sum / float64(min(i+1, window))}
+	}
+	return out
+}

@@ -1,0 +1,266 @@
+package train
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func mustRun(t *testing.T, ctx context.Context, cfg Config, h Hooks) *Result {
+	t.Helper()
+	res, err := run(ctx, cfg, h, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+// TestResumeExact: N steps straight and N/2 + resume + N/2 give bit-identical
+// parameters, for several step counts, accumulation settings and stop points.
+func TestResumeExact(t *testing.T) {
+	cases := []struct {
+		name          string
+		steps, stopAt int
+		accum         int
+	}{
+		{"even-split", 20, 10, 1},
+		{"odd-stop-between-saves", 21, 7, 1},
+		{"accumulation", 16, 9, 3},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			seed := uint64(c.steps*1000 + c.stopAt)
+			t.Logf("seed %d", seed)
+			straight := newTask(seed, 16)
+			cfg := testConfig(t.TempDir(), c.steps)
+			cfg.Seed, cfg.GradAccum = seed, c.accum
+			r1 := mustRun(t, context.Background(), cfg, straight.hooks())
+			want := snapshot(straight.m.params())
+
+			split := newTask(seed, 16)
+			cfg2 := cfg
+			cfg2.Out = t.TempDir()
+			cfg2.StopAt = c.stopAt
+			r2 := mustRun(t, context.Background(), cfg2, split.hooks())
+			if r2.Steps != c.stopAt {
+				t.Fatalf("first half stopped at %d, want %d", r2.Steps, c.stopAt)
+			}
+			// A fresh process: new model and data objects, state only from disk.
+			resumed := newTask(seed, 16)
+			cfg2.StopAt, cfg2.Resume = 0, true
+			r3 := mustRun(t, context.Background(), cfg2, resumed.hooks())
+			if r3.StartStep != c.stopAt || r3.Steps != c.steps {
+				t.Fatalf("resumed from %d to %d, want %d to %d", r3.StartStep, r3.Steps, c.stopAt, c.steps)
+			}
+			assertSameBits(t, "params", want, snapshot(resumed.m.params()))
+			if r3.Tokens != r1.Tokens {
+				t.Errorf("tokens %d after resume, %d straight", r3.Tokens, r1.Tokens)
+			}
+			// The model learned something: the loss fell.
+			recs, err := ReadMetrics(filepath.Join(cfg2.Out, MetricsFile))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var train []Record
+			for _, r := range recs {
+				if r.Kind == "train" {
+					train = append(train, r)
+				}
+			}
+			if len(train) != c.steps {
+				t.Fatalf("%d train records after resume, want %d (one per step)", len(train), c.steps)
+			}
+			for i, r := range train {
+				if r.Step != i+1 {
+					t.Fatalf("record %d has step %d", i, r.Step)
+				}
+			}
+		})
+	}
+}
+
+// TestCancelAndResume cancels the context in the middle of a step: Run checkpoints
+// the last finished step, returns the context's error, and a resumed run ends
+// bit-identical to an uninterrupted one.
+func TestCancelAndResume(t *testing.T) {
+	const steps, seed = 18, 7
+	straight := newTask(seed, 16)
+	cfg := testConfig(t.TempDir(), steps)
+	cfg.Seed = seed
+	mustRun(t, context.Background(), cfg, straight.hooks())
+	want := snapshot(straight.m.params())
+
+	cfg.Out = t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	tk := newTask(seed, 16)
+	tk.onStep = func(s StepInfo) {
+		if s.Step == 6 {
+			cancel() // step 6 (0-based) still completes its computation but is dropped
+		}
+	}
+	h := tk.hooks()
+	inner := h.Step
+	h.Step = func(ctx context.Context, s StepInfo) (float64, map[string]float64, int, error) {
+		l, m, n, err := inner(ctx, s)
+		if ctx.Err() != nil {
+			return 0, nil, 0, ctx.Err()
+		}
+		return l, m, n, err
+	}
+	res, err := run(ctx, cfg, h, &bytes.Buffer{})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("err %v, want context.Canceled", err)
+	}
+	if res.Steps != 6 || filepath.Base(res.Checkpoint) != "checkpoint-6" {
+		t.Fatalf("stopped at %d with checkpoint %q, want 6", res.Steps, res.Checkpoint)
+	}
+	resumed := newTask(seed, 16)
+	cfg.Resume = true
+	mustRun(t, context.Background(), cfg, resumed.hooks())
+	assertSameBits(t, "params", want, snapshot(resumed.m.params()))
+}
+
+// TestGradAccumMatchesBigBatch: k micro-batches of b examples give the gradient of one
+// batch of k*b examples (mean loss), so the first AdamW step moves parameters the same.
+func TestGradAccumMatchesBigBatch(t *testing.T) {
+	rng := NewRNG(3, 9)
+	xs := make([][]float64, 12)
+	ys := make([]float64, 12)
+	for i := range xs {
+		xs[i] = []float64{rng.NormFloat64(), rng.NormFloat64(), rng.NormFloat64()}
+		ys[i] = teacher(xs[i])
+	}
+	big := newMLP(5, 3, 8)
+	big.lossGrad(xs, ys)
+	acc := newMLP(5, 3, 8)
+	for k := range 3 {
+		acc.lossGrad(xs[4*k:4*k+4], ys[4*k:4*k+4])
+	}
+	ScaleGrads(acc.params(), 1.0/3)
+	// The same with an Accumulator over a backward that overwrites Grad.
+	ow := newMLP(5, 3, 8)
+	a := NewAccumulator(ow.params())
+	for k := range 3 {
+		ZeroGrads(ow.params())
+		ow.lossGrad(xs[4*k:4*k+4], ys[4*k:4*k+4])
+		a.Add()
+	}
+	a.Finish()
+	for i, p := range big.params() {
+		for j, g := range p.Grad {
+			for _, other := range []*mlp{acc, ow} {
+				o := other.params()[i].Grad[j]
+				if math.Abs(float64(g-o)) > 1e-6*(1+math.Abs(float64(g))) {
+					t.Fatalf("%s[%d]: big batch %g, accumulated %g", p.Name, j, g, o)
+				}
+			}
+		}
+	}
+}
+
+func TestRunOutputs(t *testing.T) {
+	tk := newTask(11, 16)
+	cfg := testConfig(t.TempDir(), 30)
+	cfg.Plot, cfg.Progress, cfg.LogEvery = true, "lines", 10
+	var stderr bytes.Buffer
+	res, err := run(context.Background(), cfg, tk.hooks(), &stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("stderr:\n%s", stderr.String())
+	lines := strings.Split(strings.TrimSpace(stderr.String()), "\n")
+	var progressLines int
+	for _, l := range lines {
+		if strings.HasPrefix(l, "step ") {
+			progressLines++
+			for _, f := range []string{"/30", "loss ", "acc ", "tok/s"} {
+				if !strings.Contains(l, f) {
+					t.Errorf("progress line %q lacks %q", l, f)
+				}
+			}
+			if strings.Contains(l, "\r") || strings.Contains(l, "\x1b") {
+				t.Errorf("terminal control codes in plain lines: %q", l)
+			}
+		}
+	}
+	if progressLines != 3 {
+		t.Errorf("%d progress lines, want 3 (log_every 10 of 30 steps)", progressLines)
+	}
+	if !strings.Contains(stderr.String(), "eval @ 30:") {
+		t.Error("no eval note on stderr")
+	}
+	recs, err := ReadMetrics(filepath.Join(cfg.Out, MetricsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nTrain, nEval int
+	var first, last float64
+	for _, r := range recs {
+		switch r.Kind {
+		case "train":
+			nTrain++
+			for _, k := range []string{"loss", "lr", "grad_norm", "tokens", "tokens_per_s", "acc"} {
+				if _, ok := r.Values[k]; !ok {
+					t.Fatalf("train record %+v lacks %s", r, k)
+				}
+			}
+		case "eval":
+			if nEval == 0 {
+				first = r.Values["loss"]
+			}
+			last = r.Values["loss"]
+			nEval++
+		}
+	}
+	if nTrain != 30 || nEval != 6 {
+		t.Errorf("%d train and %d eval records, want 30 and 6", nTrain, nEval)
+	}
+	if !(last < first) {
+		t.Errorf("eval loss did not fall: %g -> %g", first, last)
+	}
+	if res.Best["loss"] > last || res.Best["acc"] < 0 {
+		t.Errorf("best %v", res.Best)
+	}
+	st, err := os.Stat(filepath.Join(cfg.Out, PlotFile))
+	if err != nil || st.Size() < 1000 {
+		t.Fatalf("plot: %v", err)
+	}
+	png, _ := os.ReadFile(filepath.Join(cfg.Out, PlotFile))
+	if !bytes.HasPrefix(png, []byte("\x89PNG")) {
+		t.Error("plot.png is not a PNG")
+	}
+	// keep_checkpoints = 2: only the two newest remain, and latest names the newest.
+	steps, _ := listCheckpoints(cfg.Out)
+	if len(steps) != 2 || steps[0] != 30 || steps[1] != 28 {
+		t.Errorf("checkpoints %v, want [30 28]", steps)
+	}
+	latest, _ := os.ReadFile(filepath.Join(cfg.Out, LatestFile))
+	if strings.TrimSpace(string(latest)) != "checkpoint-30" {
+		t.Errorf("latest = %q", latest)
+	}
+	// Without resume, an output directory with checkpoints is refused.
+	if _, err := run(context.Background(), cfg, newTask(11, 16).hooks(), &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "already holds checkpoints") {
+		t.Errorf("rerun without resume: %v", err)
+	}
+}
+
+func TestProgressBar(t *testing.T) {
+	var b bytes.Buffer
+	p := newProgress(&b, "bar", 0, 0, 4)
+	p.interval = 0
+	for s := 1; s <= 4; s++ {
+		p.update(s, 1.5, 0.25, true, 100)
+	}
+	out := b.String()
+	if !strings.Contains(out, "\r") || !strings.Contains(out, "[########################]") || !strings.Contains(out, "step 4/4") {
+		t.Errorf("bar output %q", out)
+	}
+	if !strings.Contains(out, "ETA") || !strings.Contains(out, "loss 1.5000") || !strings.Contains(out, "acc 0.250") {
+		t.Errorf("bar lacks fields: %q", out)
+	}
+}
