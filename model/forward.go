@@ -1,0 +1,153 @@
+package model
+
+import (
+	"fmt"
+	"math"
+
+	"dflash/flex"
+	"dflash/tensor"
+)
+
+// Input is a batch of token sequences of equal length.
+type Input struct {
+	IDs   []int32 // [Batch, Len] row-major
+	Batch int
+	Len   int
+	// Pos are the RoPE positions of every token ([Batch, Len]); nil means
+	// 0..Len−1 for every sequence.
+	Pos []int32
+	// States lists the hidden states to return, by HF index (0 = embeddings,
+	// i = after layer i−1, NumLayers = final-normed; see the package doc).
+	States []int
+}
+
+// Output is the result of Forward.
+type Output struct {
+	// Final is the final-normed hidden state [Batch·Len, Hidden], the LM
+	// head's input (HF's hidden_states[NumLayers]).
+	Final *tensor.Tensor
+	// States maps each requested HF index to its hidden state [Batch·Len, Hidden].
+	States map[int]*tensor.Tensor
+}
+
+// Positions returns 0..len−1 repeated for batch sequences.
+func Positions(batch, length int) []int32 {
+	pos := make([]int32, batch*length)
+	for i := range pos {
+		pos[i] = int32(i % length)
+	}
+	return pos
+}
+
+// Forward runs the decoder on tp (record gradients with a training tape,
+// none with an inference tape). Attention is causal within each sequence.
+// It panics on inconsistent input sizes (a programmer error).
+func (m *Model) Forward(tp *tensor.Tape, in Input) *Output {
+	c := &m.Config
+	n := in.Batch * in.Len
+	if n == 0 || len(in.IDs) != n {
+		panic(fmt.Sprintf("model.Forward: %d ids for batch %d × len %d", len(in.IDs), in.Batch, in.Len))
+	}
+	pos := in.Pos
+	if pos == nil {
+		pos = Positions(in.Batch, in.Len)
+	} else if len(pos) != n {
+		panic(fmt.Sprintf("model.Forward: %d positions for %d tokens", len(pos), n))
+	}
+	want := map[int]bool{}
+	for _, s := range in.States {
+		if s < 0 || s > c.NumLayers {
+			panic(fmt.Sprintf("model.Forward: hidden state %d out of range [0, %d]", s, c.NumLayers))
+		}
+		want[s] = true
+	}
+	out := &Output{States: map[int]*tensor.Tensor{}}
+	table := tensor.Table[float32](m.rope, pos)
+	d := flex.Dims{Batch: in.Batch, HeadsQ: c.NumHeads, HeadsKV: c.NumKVHeads, LenQ: in.Len, LenKV: in.Len, HeadDim: c.HeadDim}
+	bm, err := flex.NewBlockMask(flex.Causal(), flex.NewArgs(), d, 0, 0)
+	if err != nil {
+		panic("model.Forward: causal block mask: " + err.Error())
+	}
+	att := func(q, k, v *tensor.Tensor) *tensor.Tensor {
+		return tp.Attention(q, k, v, bm, nil, flex.NewArgs(), 1/math.Sqrt(float64(c.HeadDim)))
+	}
+	x := tp.Embedding(m.Embed, in.IDs)
+	for i := range m.Layers {
+		if want[i] {
+			out.States[i] = x
+		}
+		x = m.layer(tp, i, x, in.Batch, in.Len, table, att)
+	}
+	out.Final = tp.RMSNorm(x, m.Norm, c.RMSNormEps)
+	if want[c.NumLayers] {
+		out.States[c.NumLayers] = out.Final
+	}
+	return out
+}
+
+// attnFn runs attention on q [B, Hq, L, D] and k, v [B, Hkv, Lkv, D].
+type attnFn func(q, k, v *tensor.Tensor) *tensor.Tensor
+
+// layer applies decoder layer i to x [B·L, H]:
+//
+//	h = x + o_proj(attn(rope(norm_q(q_proj(n1(x)))), rope(norm_k(k_proj(n1(x)))), v_proj(n1(x))))
+//	y = h + down(silu(gate(n2(h))) ⊙ up(n2(h)))
+//
+// with n1, n2 the layer's RMSNorms and norm_q, norm_k the per-head QK-norms (Qwen3).
+func (m *Model) layer(tp *tensor.Tape, i int, x *tensor.Tensor, batch, length int, table *tensor.RopeTable[float32], att attnFn) *tensor.Tensor {
+	q, k, v := m.qkv(tp, i, x, batch, length, table)
+	a := att(tp.Transpose12(q), tp.Transpose12(k), tp.Transpose12(v))
+	return m.finishLayer(tp, i, x, tp.Transpose12(a))
+}
+
+// qkv returns the rotated, normed queries [B, L, Hq, D] and keys [B, L, Hkv, D] and values.
+func (m *Model) qkv(tp *tensor.Tape, i int, x *tensor.Tensor, batch, length int, table *tensor.RopeTable[float32]) (q, k, v *tensor.Tensor) {
+	c, l := &m.Config, &m.Layers[i]
+	h := tp.RMSNorm(x, l.InputNorm, c.RMSNormEps)
+	q = tp.Reshape(tp.Linear(h, l.Q, l.QB), batch, length, c.NumHeads, c.HeadDim)
+	k = tp.Reshape(tp.Linear(h, l.K, l.KB), batch, length, c.NumKVHeads, c.HeadDim)
+	v = tp.Reshape(tp.Linear(h, l.V, l.VB), batch, length, c.NumKVHeads, c.HeadDim)
+	if l.QNorm != nil {
+		q = tp.RMSNorm(q, l.QNorm, c.RMSNormEps)
+		k = tp.RMSNorm(k, l.KNorm, c.RMSNormEps)
+	}
+	return tp.RoPE(q, table), tp.RoPE(k, table), v
+}
+
+// finishLayer takes the attention output a [B, L, Hq, D] and returns the layer output.
+func (m *Model) finishLayer(tp *tensor.Tape, i int, x, a *tensor.Tensor) *tensor.Tensor {
+	c, l := &m.Config, &m.Layers[i]
+	a = tp.Reshape(a, x.Rows(), c.NumHeads*c.HeadDim)
+	h := tp.Add(x, tp.Linear(a, l.O, l.OB))
+	n := tp.RMSNorm(h, l.PostNorm, c.RMSNormEps)
+	mlp := tp.Linear(tp.SwiGLU(tp.Linear(n, l.Gate, l.GateB), tp.Linear(n, l.Up, l.UpB)), l.Down, l.DownB)
+	return tp.Add(h, mlp)
+}
+
+// Logits returns final·LMHeadᵀ, [rows, Vocab]. For training prefer Loss,
+// which never holds all logits at once.
+func (m *Model) Logits(tp *tensor.Tape, final *tensor.Tensor) *tensor.Tensor {
+	return tp.Linear(final, m.LMHead, nil)
+}
+
+// Loss returns the chunked cross-entropy of the LM head on final against
+// targets (−1 = ignored) with optional per-row weights (see tensor.LMHeadXent).
+func (m *Model) Loss(tp *tensor.Tape, final *tensor.Tensor, targets []int32, weights []float32, chunkRows int) *tensor.Xent[float32] {
+	return tp.LMHeadXent(final, m.LMHead, targets, weights, chunkRows)
+}
+
+// NextTokenTargets returns, for ids [batch, length], the next-token targets
+// of every position (−1 at the last position of each sequence).
+func NextTokenTargets(ids []int32, batch, length int) []int32 {
+	t := make([]int32, len(ids))
+	for b := range batch {
+		for i := range length {
+			if i+1 < length {
+				t[b*length+i] = ids[b*length+i+1]
+			} else {
+				t[b*length+i] = -1
+			}
+		}
+	}
+	return t
+}

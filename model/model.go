@@ -1,0 +1,267 @@
+package model
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"dflash/safetensors"
+	"dflash/tensor"
+)
+
+// Layer holds one decoder layer's parameters (HF names in comments, under
+// model.layers.N.). Bias fields are nil unless the config asks for biases;
+// QNorm and KNorm are nil for Llama.
+type Layer struct {
+	InputNorm    *tensor.Tensor // input_layernorm.weight [H]
+	Q, K, V, O   *tensor.Tensor // self_attn.{q,k,v,o}_proj.weight [out, in]
+	QB, KB, VB   *tensor.Tensor // self_attn.{q,k,v}_proj.bias
+	OB           *tensor.Tensor // self_attn.o_proj.bias
+	QNorm, KNorm *tensor.Tensor // self_attn.{q,k}_norm.weight [head_dim] (Qwen3)
+	PostNorm     *tensor.Tensor // post_attention_layernorm.weight [H]
+	Gate, Up     *tensor.Tensor // mlp.{gate,up}_proj.weight [I, H]
+	Down         *tensor.Tensor // mlp.down_proj.weight [H, I]
+	GateB, UpB   *tensor.Tensor // mlp.{gate,up}_proj.bias (Llama mlp_bias)
+	DownB        *tensor.Tensor // mlp.down_proj.bias
+}
+
+// Model is a Qwen3 or Llama decoder with its LM head.
+type Model struct {
+	Config Config
+	Embed  *tensor.Tensor // model.embed_tokens.weight [V, H]
+	Layers []Layer
+	Norm   *tensor.Tensor // model.norm.weight [H]
+	// LMHead is lm_head.weight [V, H]; the same tensor as Embed when the
+	// config ties word embeddings.
+	LMHead *tensor.Tensor
+	rope   *tensor.Rope
+}
+
+// build allocates every parameter (zero, requiring gradients) with its HF
+// name and shape.
+func build(c *Config) (*Model, error) {
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	rope, err := tensor.NewRope(c.HeadDim, c.RopeTheta, c.RopeScaling)
+	if err != nil {
+		return nil, err
+	}
+	H, I, D := c.HiddenSize, c.IntermediateSize, c.HeadDim
+	p := tensor.Param[float32]
+	m := &Model{Config: *c, rope: rope}
+	m.Embed = p("model.embed_tokens.weight", c.VocabSize, H)
+	m.Norm = p("model.norm.weight", H)
+	if c.TieWordEmbeddings {
+		m.LMHead = m.Embed
+	} else {
+		m.LMHead = p("lm_head.weight", c.VocabSize, H)
+	}
+	for i := range c.NumLayers {
+		n := func(s string) string { return fmt.Sprintf("model.layers.%d.%s", i, s) }
+		l := Layer{
+			InputNorm: p(n("input_layernorm.weight"), H),
+			Q:         p(n("self_attn.q_proj.weight"), c.NumHeads*D, H),
+			K:         p(n("self_attn.k_proj.weight"), c.NumKVHeads*D, H),
+			V:         p(n("self_attn.v_proj.weight"), c.NumKVHeads*D, H),
+			O:         p(n("self_attn.o_proj.weight"), H, c.NumHeads*D),
+			PostNorm:  p(n("post_attention_layernorm.weight"), H),
+			Gate:      p(n("mlp.gate_proj.weight"), I, H),
+			Up:        p(n("mlp.up_proj.weight"), I, H),
+			Down:      p(n("mlp.down_proj.weight"), H, I),
+		}
+		if c.AttentionBias {
+			l.QB = p(n("self_attn.q_proj.bias"), c.NumHeads*D)
+			l.KB = p(n("self_attn.k_proj.bias"), c.NumKVHeads*D)
+			l.VB = p(n("self_attn.v_proj.bias"), c.NumKVHeads*D)
+			l.OB = p(n("self_attn.o_proj.bias"), H)
+		}
+		if c.Arch == Qwen3 {
+			l.QNorm = p(n("self_attn.q_norm.weight"), D)
+			l.KNorm = p(n("self_attn.k_norm.weight"), D)
+		}
+		if c.MLPBias && c.Arch == Llama {
+			l.GateB = p(n("mlp.gate_proj.bias"), I)
+			l.UpB = p(n("mlp.up_proj.bias"), I)
+			l.DownB = p(n("mlp.down_proj.bias"), H)
+		}
+		m.Layers = append(m.Layers, l)
+	}
+	return m, nil
+}
+
+// Params returns every parameter once (a tied LM head is not repeated), in
+// HF order: embeddings, layers, final norm, LM head.
+func (m *Model) Params() []*tensor.Tensor {
+	ps := []*tensor.Tensor{m.Embed}
+	for i := range m.Layers {
+		l := &m.Layers[i]
+		for _, t := range []*tensor.Tensor{l.InputNorm, l.Q, l.QB, l.K, l.KB, l.V, l.VB, l.QNorm, l.KNorm, l.O, l.OB,
+			l.PostNorm, l.Gate, l.GateB, l.Up, l.UpB, l.Down, l.DownB} {
+			if t != nil {
+				ps = append(ps, t)
+			}
+		}
+	}
+	ps = append(ps, m.Norm)
+	if m.LMHead != m.Embed {
+		ps = append(ps, m.LMHead)
+	}
+	return ps
+}
+
+// NumParams returns the number of scalar parameters.
+func (m *Model) NumParams() int {
+	n := 0
+	for _, p := range m.Params() {
+		n += p.Numel()
+	}
+	return n
+}
+
+// ZeroGrad clears every parameter's gradient.
+func (m *Model) ZeroGrad() {
+	for _, p := range m.Params() {
+		p.ZeroGrad()
+	}
+}
+
+// New returns a model with HF's initialisation: weights and embeddings drawn
+// from N(0, InitializerRange²) (0.02 when unset), biases 0, norm weights 1;
+// the same seed gives the same weights.
+func New(c Config, seed uint64) (*Model, error) {
+	if c.InitializerRange == 0 {
+		c.InitializerRange = 0.02
+	}
+	m, err := build(&c)
+	if err != nil {
+		return nil, err
+	}
+	rng := rand.New(rand.NewPCG(seed, 0x7a26e7))
+	for _, p := range m.Params() {
+		switch {
+		case len(p.Shape) == 2:
+			p.FillNormal(rng, 0, c.InitializerRange)
+		case isNorm(p.Name):
+			p.Fill(1)
+		}
+	}
+	return m, nil
+}
+
+func isNorm(name string) bool { return strings.HasSuffix(name, "norm.weight") }
+
+// Load reads an HF model directory: config.json and its safetensors
+// weights (single file or sharded with an index), converting BF16, F16, F32
+// and F64 to float32. A missing tensor, a shape mismatch or an unsupported
+// architecture is an error naming the tensor or field; tensors the model
+// does not use are logged and ignored.
+func Load(dir string) (*Model, error) {
+	c, err := ReadConfig(filepath.Join(dir, "config.json"))
+	if err != nil {
+		return nil, err
+	}
+	m, err := build(c)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, "config.json"), err)
+	}
+	w, err := safetensors.OpenDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer w.Close()
+	used := map[string]bool{}
+	for _, p := range m.Params() {
+		info, ok := w.Info(p.Name)
+		if !ok {
+			return nil, fmt.Errorf("%s: tensor %q is missing", dir, p.Name)
+		}
+		if !sameShape(info.Shape, p.Shape) {
+			return nil, fmt.Errorf("%s: tensor %q has shape %v, config.json implies %v", dir, p.Name, info.Shape, p.Shape)
+		}
+		if err := w.Float32Into(p.Name, p.Data); err != nil {
+			return nil, fmt.Errorf("%s: tensor %q: %w", dir, p.Name, err)
+		}
+		used[p.Name] = true
+	}
+	var unused []string
+	for _, n := range w.Names() {
+		if !used[n] && !(n == "lm_head.weight" && c.TieWordEmbeddings) {
+			unused = append(unused, n)
+		}
+	}
+	if len(unused) > 0 {
+		slog.Warn("model: tensors not used", "dir", dir, "count", len(unused), "first", unused[0])
+	}
+	return m, nil
+}
+
+func sameShape(a, b []int) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// Save writes the model as an HF directory that transformers loads:
+// config.json and model.safetensors (dtype "F32", "BF16" or "F16"; empty
+// means F32). Each file is written atomically; dir is created if needed.
+func (m *Model) Save(dir, dtype string) error {
+	torchDType := map[string]string{"": "float32", "F32": "float32", "BF16": "bfloat16", "F16": "float16"}[dtype]
+	if torchDType == "" {
+		return fmt.Errorf("model.Save: dtype %q not supported (want F32, BF16 or F16)", dtype)
+	}
+	cfg, err := m.Config.HFConfig(torchDType)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	var ts []safetensors.Tensor
+	for _, p := range m.Params() {
+		ts = append(ts, safetensors.Tensor{Name: p.Name, Shape: p.Shape, DType: dtype, Data: p.Data})
+	}
+	if err := safetensors.Write(filepath.Join(dir, safetensors.SingleFile), ts, map[string]string{"format": "pt"}); err != nil {
+		return err
+	}
+	return writeFileAtomic(filepath.Join(dir, "config.json"), cfg)
+}
+
+func writeFileAtomic(path string, data []byte) (err error) {
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			f.Close()
+			os.Remove(f.Name())
+		}
+	}()
+	if _, err = f.Write(data); err != nil {
+		return err
+	}
+	if err = f.Chmod(0o644); err != nil {
+		return err
+	}
+	if err = f.Sync(); err != nil {
+		return err
+	}
+	if err = f.Close(); err != nil {
+		return err
+	}
+	if err = os.Rename(f.Name(), path); err != nil {
+		return err
+	}
+	return errors.Join(safetensors.SyncDir(filepath.Dir(path)))
+}

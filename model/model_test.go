@@ -1,0 +1,245 @@
+package model
+
+import (
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"dflash/safetensors"
+	"dflash/tensor"
+	"dflash/tensor/backendtest"
+)
+
+func TestParseConfigErrors(t *testing.T) {
+	base := `"vocab_size": 10, "hidden_size": 8, "intermediate_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2`
+	for _, c := range []struct{ name, json, want string }{
+		{"unknown model_type", `{"model_type": "mistral", ` + base + `}`, `model_type "mistral"`},
+		{"unknown architecture", `{"architectures": ["GPT2LMHeadModel"], ` + base + `}`, `GPT2LMHeadModel`},
+		{"mismatched architecture", `{"model_type": "qwen3", "architectures": ["LlamaForCausalLM"], ` + base + `}`, `does not match`},
+		{"no type", `{` + base + `}`, `model_type: missing`},
+		{"missing field", `{"model_type": "llama", "vocab_size": 10, "hidden_size": 8, "intermediate_size": 16, "num_attention_heads": 2}`, `num_hidden_layers: missing`},
+		{"wrong type", `{"model_type": "llama", ` + base + `, "rms_norm_eps": "small"}`, `rms_norm_eps`},
+		{"fraction", `{"model_type": "llama", ` + strings.Replace(base, `"hidden_size": 8`, `"hidden_size": 8.5`, 1) + `}`, `hidden_size: 8.5 is not an integer`},
+		{"heads", `{"model_type": "llama", ` + base + `, "num_key_value_heads": 3}`, `not a multiple of num_key_value_heads`},
+		{"rope type", `{"model_type": "llama", ` + base + `, "rope_scaling": {"rope_type": "yarn", "factor": 2}}`, `rope_scaling.rope_type "yarn"`},
+		{"rope params", `{"model_type": "llama", ` + base + `, "rope_parameters": {"rope_type": "dynamic"}}`, `rope_parameters.rope_type "dynamic"`},
+		{"llama3 fields", `{"model_type": "llama", ` + base + `, "rope_scaling": {"rope_type": "llama3", "factor": 8}}`, `original_max_position_embeddings`},
+		{"activation", `{"model_type": "llama", ` + base + `, "hidden_act": "gelu"}`, `hidden_act "gelu"`},
+		{"odd head dim", `{"model_type": "llama", ` + base + `, "head_dim": 3}`, `head_dim 3`},
+		{"not json", `{"model_type": `, `config.json`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := ParseConfig([]byte(c.json))
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("error %v, want one containing %q", err, c.want)
+			}
+		})
+	}
+}
+
+func TestParseConfigForms(t *testing.T) {
+	base := `"vocab_size": 10, "hidden_size": 8, "intermediate_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2`
+	v4, err := ParseConfig([]byte(`{"model_type": "llama", ` + base + `, "rope_theta": 500000, "rope_scaling": {"type": "llama3", "factor": 8, "low_freq_factor": 1, "high_freq_factor": 4, "original_max_position_embeddings": 64}, "eos_token_id": [2, 3]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	v5, err := ParseConfig([]byte(`{"architectures": ["LlamaForCausalLM"], ` + base + `, "rope_parameters": {"rope_type": "llama3", "rope_theta": 500000, "factor": 8, "low_freq_factor": 1, "high_freq_factor": 4, "original_max_position_embeddings": 64}, "eos_token_id": 2}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []*Config{v4, v5} {
+		if c.RopeTheta != 500000 || c.RopeScaling == nil || *c.RopeScaling != (tensor.RopeScaling{Type: "llama3", Factor: 8, LowFreqFactor: 1, HighFreqFactor: 4, OriginalMaxPositions: 64}) {
+			t.Errorf("rope: theta %g scaling %+v", c.RopeTheta, c.RopeScaling)
+		}
+		if c.HeadDim != 4 || c.NumKVHeads != 2 || c.Arch != Llama {
+			t.Errorf("defaults: %+v", c)
+		}
+	}
+	if len(v4.EOSTokenIDs) != 2 || len(v5.EOSTokenIDs) != 1 {
+		t.Errorf("eos ids %v, %v", v4.EOSTokenIDs, v5.EOSTokenIDs)
+	}
+}
+
+func TestSaveLoadRoundTrip(t *testing.T) {
+	for _, c := range []struct {
+		dtype string
+		tol   float64
+		cfg   Config
+	}{
+		{"F32", 0, tinyConfig(Qwen3, true)},
+		{"BF16", 1.0 / 128, tinyConfig(Llama, false)},
+		{"F16", 1.0 / 1024, func() Config { c := tinyConfig(Llama, true); c.AttentionBias, c.MLPBias = true, true; return c }()},
+	} {
+		t.Run(string(c.cfg.Arch)+"-"+c.dtype, func(t *testing.T) {
+			m, err := New(c.cfg, 11)
+			if err != nil {
+				t.Fatal(err)
+			}
+			perturb(m, 5)
+			dir := t.TempDir()
+			if err := m.Save(dir, c.dtype); err != nil {
+				t.Fatal(err)
+			}
+			back, err := Load(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if back.Config.TieWordEmbeddings != c.cfg.TieWordEmbeddings || (back.LMHead == back.Embed) != c.cfg.TieWordEmbeddings {
+				t.Fatalf("tied embeddings not preserved")
+			}
+			pa, pb := m.Params(), back.Params()
+			if len(pa) != len(pb) {
+				t.Fatalf("%d params saved, %d loaded", len(pa), len(pb))
+			}
+			for i := range pa {
+				if pa[i].Name != pb[i].Name {
+					t.Fatalf("param %d: %s vs %s", i, pa[i].Name, pb[i].Name)
+				}
+				for j, v := range pa[i].Data {
+					if d := math.Abs(float64(v - pb[i].Data[j])); d > c.tol*math.Abs(float64(v))+1e-7 {
+						t.Fatalf("%s[%d]: saved %g loaded %g", pa[i].Name, j, v, pb[i].Data[j])
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestLoadErrors(t *testing.T) {
+	m, err := New(tinyConfig(Qwen3, false), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(t *testing.T, drop string, reshape string) string {
+		dir := t.TempDir()
+		if err := m.Save(dir, "F32"); err != nil {
+			t.Fatal(err)
+		}
+		var ts []safetensors.Tensor
+		for _, p := range m.Params() {
+			if p.Name == drop {
+				continue
+			}
+			shape := p.Shape
+			if p.Name == reshape {
+				shape = []int{p.Numel()}
+			}
+			ts = append(ts, safetensors.Tensor{Name: p.Name, Shape: shape, Data: p.Data})
+		}
+		if err := safetensors.Write(filepath.Join(dir, "model.safetensors"), ts, nil); err != nil {
+			t.Fatal(err)
+		}
+		return dir
+	}
+	for _, c := range []struct {
+		name string
+		dir  func(t *testing.T) string
+		want string
+	}{
+		{"missing tensor", func(t *testing.T) string { return write(t, "model.layers.1.self_attn.k_norm.weight", "") }, `tensor "model.layers.1.self_attn.k_norm.weight" is missing`},
+		{"missing lm_head", func(t *testing.T) string { return write(t, "lm_head.weight", "") }, `tensor "lm_head.weight" is missing`},
+		{"shape", func(t *testing.T) string { return write(t, "", "model.layers.0.mlp.up_proj.weight") }, `tensor "model.layers.0.mlp.up_proj.weight" has shape [1536]`},
+		{"no config", func(t *testing.T) string { return t.TempDir() }, `config.json`},
+		{"no weights", func(t *testing.T) string {
+			dir := write(t, "", "")
+			os.Remove(filepath.Join(dir, "model.safetensors"))
+			return dir
+		}, `model.safetensors`},
+		{"bad architecture", func(t *testing.T) string {
+			dir := write(t, "", "")
+			os.WriteFile(filepath.Join(dir, "config.json"), []byte(`{"model_type": "gpt2"}`), 0o644)
+			return dir
+		}, `model_type "gpt2"`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := Load(c.dir(t))
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("error %v, want one containing %q", err, c.want)
+			}
+		})
+	}
+}
+
+// TestCacheMatchesForward checks that Step with the KV cache (a prompt, then
+// one token at a time) gives the logits of a full forward at every position.
+func TestCacheMatchesForward(t *testing.T) {
+	rng := rand.New(rand.NewPCG(backendtest.Seed(t), 3))
+	cpu := tensor.NewCPU[float32](0)
+	for _, arch := range []Architecture{Qwen3, Llama} {
+		t.Run(string(arch), func(t *testing.T) {
+			m, err := New(tinyConfig(arch, arch == Qwen3), rng.Uint64())
+			if err != nil {
+				t.Fatal(err)
+			}
+			perturb(m, rng.Uint64())
+			ids := make([]int32, 11)
+			for i := range ids {
+				ids[i] = int32(rng.IntN(m.Config.VocabSize))
+			}
+			tp := tensor.NewInference(cpu)
+			full := m.Logits(tp, m.Forward(tp, Input{IDs: ids, Batch: 1, Len: len(ids)}).Final)
+			V := m.Config.VocabSize
+			cache := m.NewCache()
+			const prompt = 4
+			got := m.Step(cpu, cache, ids[:prompt])
+			check := func(pos int, got []float32) {
+				want := make([]float64, V)
+				for i := range want {
+					want[i] = float64(full.Data[pos*V+i])
+				}
+				backendtest.Close(t, "logits at "+itoa(pos), got, want, 1e-5)
+			}
+			check(prompt-1, got)
+			for p := prompt; p < len(ids); p++ {
+				check(p, m.Step(cpu, cache, ids[p:p+1]))
+			}
+			// Greedy generation equals argmax of full recomputation at each step.
+			gen, err := m.Generate(cpu, ids[:3], GenerateOptions{MaxNewTokens: 6})
+			if err != nil {
+				t.Fatal(err)
+			}
+			seq := append([]int32(nil), ids[:3]...)
+			for i := range gen {
+				l := m.Logits(tp, m.Forward(tp, Input{IDs: seq, Batch: 1, Len: len(seq)}).Final)
+				want := Sample(l.Data[(len(seq)-1)*V:], 0, 0, nil)
+				if gen[i] != want {
+					t.Fatalf("generated token %d: %d, full forward argmax %d", i, gen[i], want)
+				}
+				seq = append(seq, want)
+			}
+		})
+	}
+}
+
+func TestSample(t *testing.T) {
+	rng := rand.New(rand.NewPCG(backendtest.Seed(t), 4))
+	logits := []float32{0, 2, 1, 2, -1}
+	if got := Sample(logits, 0, 0, rng); got != 1 {
+		t.Fatalf("greedy: %d, want 1 (lowest id of the tie)", got)
+	}
+	// Temperature sampling follows softmax(logits/T); top-2 keeps ids 1 and 3.
+	const n = 20000
+	counts := make([]int, len(logits))
+	for range n {
+		counts[Sample(logits, 0.7, 2, rng)]++
+	}
+	if counts[0]+counts[2]+counts[4] != 0 || math.Abs(float64(counts[1])/n-0.5) > 0.02 {
+		t.Fatalf("top-2 counts %v", counts)
+	}
+	counts = make([]int, len(logits))
+	for range n {
+		counts[Sample(logits, 1, 0, rng)]++
+	}
+	var z float64
+	for _, l := range logits {
+		z += math.Exp(float64(l))
+	}
+	for i, l := range logits {
+		if p := math.Exp(float64(l)) / z; math.Abs(float64(counts[i])/n-p) > 0.02 {
+			t.Errorf("token %d: frequency %.3f, probability %.3f", i, float64(counts[i])/n, p)
+		}
+	}
+}

@@ -1,0 +1,103 @@
+package backendtest
+
+import (
+	"math"
+	"math/rand/v2"
+
+	"dflash/flex"
+	"dflash/tensor"
+)
+
+func attnOp[T tensor.Float](mask *flex.MaskProgram, args *flex.Args, d flex.Dims, scale float64) opFn[T] {
+	return func(tp *tp[T], in []*ten[T]) *ten[T] {
+		// Small blocks so that empty, partial and full blocks all occur.
+		bm, err := flex.NewBlockMask(mask, args, d, 2, 3)
+		if err != nil {
+			panic(err)
+		}
+		return tp.Attention(in[0], in[1], in[2], bm, nil, args, scale)
+	}
+}
+
+// attentionCases returns the flex attention cases: causal with grouped-query
+// heads, and a decode-style mask where LenQ < LenKV (q + offset ≥ kv).
+func attentionCases(rng *rand.Rand) []opCase {
+	offset := flex.NewMask("causal_offset", flex.Q().Add(flex.IntScalar("offset")).Ge(flex.KV()))
+	var cs []opCase
+	for _, c := range []struct {
+		name  string
+		d     flex.Dims
+		mask  *flex.MaskProgram
+		args  *flex.Args
+		allow func(q, kv int) bool
+	}{
+		{"AttentionCausalGQA", flex.Dims{Batch: 2, HeadsQ: 4, HeadsKV: 2, LenQ: 5, LenKV: 5, HeadDim: 8}, flex.Causal(), flex.NewArgs(),
+			func(q, kv int) bool { return q >= kv }},
+		{"AttentionCausalOffset", flex.Dims{Batch: 1, HeadsQ: 2, HeadsKV: 1, LenQ: 3, LenKV: 7, HeadDim: 4}, offset, flex.NewArgs().SetInt("offset", 4),
+			func(q, kv int) bool { return q+4 >= kv }},
+	} {
+		d := c.d
+		scale := 1 / math.Sqrt(float64(d.HeadDim))
+		qs := []int{d.Batch, d.HeadsQ, d.LenQ, d.HeadDim}
+		ks := []int{d.Batch, d.HeadsKV, d.LenKV, d.HeadDim}
+		allow := c.allow
+		cs = append(cs, opCase{
+			name: c.name,
+			inputs: []input{
+				{name: "q", shape: qs, grad: true},
+				{name: "k", shape: ks, grad: true},
+				{name: "v", shape: ks, grad: true}},
+			f32: attnOp[float32](c.mask, c.args, d, scale),
+			f64: attnOp[float64](c.mask, c.args, d, scale),
+			naive: func(in [][]float64) []float64 {
+				q, k, v := in[0], in[1], in[2]
+				D := d.HeadDim
+				out := make([]float64, len(q))
+				for b := range d.Batch {
+					for h := range d.HeadsQ {
+						g := h / (d.HeadsQ / d.HeadsKV)
+						for i := range d.LenQ {
+							qi := q[((b*d.HeadsQ+h)*d.LenQ+i)*D:][:D]
+							s := make([]float64, d.LenKV)
+							mx := math.Inf(-1)
+							for j := range d.LenKV {
+								s[j] = math.Inf(-1)
+								if !allow(i, j) {
+									continue
+								}
+								kj := k[((b*d.HeadsKV+g)*d.LenKV+j)*D:][:D]
+								var dot float64
+								for x := range D {
+									dot += qi[x] * kj[x]
+								}
+								s[j] = dot * scale
+								mx = math.Max(mx, s[j])
+							}
+							var z float64
+							for j := range s {
+								if !math.IsInf(s[j], -1) {
+									s[j] = math.Exp(s[j] - mx)
+									z += s[j]
+								} else {
+									s[j] = 0
+								}
+							}
+							o := out[((b*d.HeadsQ+h)*d.LenQ+i)*D:][:D]
+							for j := range s {
+								if s[j] == 0 {
+									continue
+								}
+								vj := v[((b*d.HeadsKV+g)*d.LenKV+j)*D:][:D]
+								for x := range D {
+									o[x] += s[j] / z * vj[x]
+								}
+							}
+						}
+					}
+				}
+				return out
+			},
+		})
+	}
+	return cs
+}

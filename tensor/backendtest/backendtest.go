@@ -1,0 +1,218 @@
+// Package backendtest is the conformance suite every tensor backend runs:
+// each op's forward against an independent float64 reference, each backward
+// against central finite differences of that reference (float64), and the
+// CPU float64 backend against both at a tight tolerance. Inputs are random,
+// drawn fresh from a seed that is logged (set DFLASH_SEED to replay one).
+//
+// A backend's test calls Run(t, backend).
+package backendtest
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"dflash/tensor"
+)
+
+// Seed returns the seed for a test: DFLASH_SEED if set, else the clock. It
+// logs the seed so that a failure can be replayed.
+func Seed(t testing.TB) uint64 {
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("DFLASH_SEED"); s != "" {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			t.Fatalf("DFLASH_SEED=%q: %v", s, err)
+		}
+		seed = v
+	}
+	t.Logf("seed %d (replay with DFLASH_SEED=%d)", seed, seed)
+	return seed
+}
+
+// Tolerances of the suite, relative to the largest magnitude of the reference.
+const (
+	// Tol64 bounds the float64 CPU backend's error (forward and backward).
+	Tol64 = 1e-7
+	// TolFwd32 bounds a float32 backend's forward error.
+	TolFwd32 = 2e-5
+	// TolBwd32 bounds a float32 backend's gradient error.
+	TolBwd32 = 2e-4
+)
+
+// input describes one tensor input of an op case.
+type input struct {
+	name  string
+	shape []int
+	grad  bool           // differentiate with respect to it
+	gen   func() float64 // value generator; nil = N(0,1)
+}
+
+// opCase is one differentiable op checked by the suite. f32 and f64 are the
+// same generic function instantiated twice; naive is written independently.
+type opCase struct {
+	name   string
+	inputs []input
+	f32    func(tp *tensor.Tape, in []*tensor.Tensor) *tensor.Tensor
+	f64    func(tp *tensor.TapeOf[float64], in []*tensor.Of[float64]) *tensor.Of[float64]
+	naive  func(in [][]float64) []float64
+	// fwd32 and bwd32 override TolFwd32/TolBwd32 when not zero.
+	fwd32, bwd32 float64
+}
+
+// Run runs every case of the suite against b, each as a subtest: GEMM in all
+// four transpose combinations with odd sizes, leading dimensions and
+// alpha/beta; embedding, linear (with, without bias, frozen weight), add,
+// scale, reshape, concat, slice, transpose, RMSNorm, QK-norm, RoPE (default
+// and llama3 scaling), SwiGLU, an MLP block, chunked LM-head cross-entropy
+// (three chunk sizes, masked and weighted rows) and flex attention (causal
+// GQA, and a decode-style offset mask).
+func Run(t *testing.T, b tensor.Backend[float32]) {
+	seed := Seed(t)
+	rng := rand.New(rand.NewPCG(seed, 0x5eed))
+	ref := tensor.NewCPU[float64](0)
+	t.Run("Gemm", func(t *testing.T) { runGemm(t, b, rng) })
+	for _, c := range opCases(rng) {
+		t.Run(c.name, func(t *testing.T) { runOp(t, c, b, ref, rng) })
+	}
+}
+
+func runOp(t *testing.T, c opCase, b tensor.Backend[float32], ref tensor.Backend[float64], rng *rand.Rand) {
+	vals := make([][]float64, len(c.inputs))
+	for i, in := range c.inputs {
+		n := 1
+		for _, d := range in.shape {
+			n *= d
+		}
+		vals[i] = make([]float64, n)
+		for j := range vals[i] {
+			if in.gen != nil {
+				vals[i][j] = in.gen()
+			} else {
+				vals[i][j] = rng.NormFloat64()
+			}
+		}
+	}
+	want := c.naive(vals)
+	g := make([]float64, len(want))
+	for i := range g {
+		g[i] = rng.NormFloat64()
+	}
+
+	// The float64 CPU path against the naive reference and finite differences.
+	in64 := make([]*tensor.Of[float64], len(c.inputs))
+	for i, in := range c.inputs {
+		in64[i] = tensor.FromData(in.name, append([]float64(nil), vals[i]...), in.shape...)
+		in64[i].RequiresGrad = in.grad
+	}
+	tp64 := tensor.NewTape(ref)
+	got64 := c.f64(tp64, in64)
+	Close(t, "forward cpu-f64", got64.Data, want, Tol64)
+	fd := finiteDiff(c, vals, g)
+	if tp64.Len() > 0 {
+		tp64.BackwardFrom(got64, g)
+	}
+	for i, in := range c.inputs {
+		if in.grad {
+			Close(t, "grad "+in.name+" cpu-f64 vs finite differences", in64[i].Grad, fd[i], Tol64*100)
+		}
+	}
+
+	// The backend under test.
+	in32 := make([]*tensor.Tensor, len(c.inputs))
+	for i, in := range c.inputs {
+		d := make([]float32, len(vals[i]))
+		for j, v := range vals[i] {
+			d[j] = float32(v)
+		}
+		in32[i] = tensor.FromData(in.name, d, in.shape...)
+		in32[i].RequiresGrad = in.grad
+	}
+	tp := tensor.NewTape(b)
+	got := c.f32(tp, in32)
+	fwd, bwd := TolFwd32, TolBwd32
+	if c.fwd32 != 0 {
+		fwd = c.fwd32
+	}
+	if c.bwd32 != 0 {
+		bwd = c.bwd32
+	}
+	Close(t, "forward "+b.Name(), got.Data, want, fwd)
+	g32 := make([]float32, len(g))
+	for i, v := range g {
+		g32[i] = float32(v)
+	}
+	if tp.Len() > 0 {
+		tp.BackwardFrom(got, g32)
+	}
+	for i, in := range c.inputs {
+		if in.grad {
+			Close(t, "grad "+in.name+" "+b.Name()+" vs finite differences", in32[i].Grad, fd[i], bwd)
+		}
+	}
+}
+
+// finiteDiff returns d/dx Σ g⊙naive(x) for every input that needs a gradient,
+// by central differences in float64.
+func finiteDiff(c opCase, vals [][]float64, g []float64) [][]float64 {
+	out := make([][]float64, len(vals))
+	loss := func() float64 {
+		y := c.naive(vals)
+		var s float64
+		for i, v := range y {
+			s += g[i] * v
+		}
+		return s
+	}
+	for i, in := range c.inputs {
+		if !in.grad {
+			continue
+		}
+		out[i] = make([]float64, len(vals[i]))
+		for j, x := range vals[i] {
+			h := 1e-5 * math.Max(1, math.Abs(x))
+			vals[i][j] = x + h
+			lp := loss()
+			vals[i][j] = x - h
+			lm := loss()
+			vals[i][j] = x
+			out[i][j] = (lp - lm) / (2 * h)
+		}
+	}
+	return out
+}
+
+// Close fails t unless max|got − want| ≤ tol·max(1e-3, max|want|). It reports the worst element.
+func Close[T tensor.Float](t testing.TB, what string, got []T, want []float64, tol float64) {
+	t.Helper()
+	if err := CloseErr(got, want, tol); err != nil {
+		t.Errorf("%s: %v", what, err)
+	}
+}
+
+// CloseErr is Close's check as an error.
+func CloseErr[T tensor.Float](got []T, want []float64, tol float64) error {
+	if len(got) != len(want) {
+		return fmt.Errorf("length %d, want %d", len(got), len(want))
+	}
+	var scale, worst float64
+	at := -1
+	for i, w := range want {
+		scale = math.Max(scale, math.Abs(w))
+		if d := math.Abs(float64(got[i]) - w); d > worst || math.IsNaN(d) {
+			worst, at = d, i
+			if math.IsNaN(d) {
+				worst = math.Inf(1)
+			}
+		}
+	}
+	scale = math.Max(scale, 1e-3)
+	if worst > tol*scale {
+		return fmt.Errorf("max error %.3g at %d (got %g, want %g) exceeds %.1g × max|want| %.3g", worst, at, float64(got[at]), want[at], tol, scale)
+	}
+	return nil
+}

@@ -1,0 +1,367 @@
+package tensor
+
+import (
+	"fmt"
+	"math"
+	"runtime"
+	"sync"
+)
+
+// CPU is the pure-Go backend, parallel over goroutines. CPU[float32] is the
+// training backend; CPU[float64] is the conformance reference.
+type CPU[T Float] struct {
+	workers int
+	gemm    GemmPath
+}
+
+// NewCPU returns a CPU backend using GOMAXPROCS goroutines (workers ≤ 0) or workers.
+func NewCPU[T Float](workers int) *CPU[T] {
+	if workers <= 0 {
+		workers = runtime.GOMAXPROCS(0)
+	}
+	return &CPU[T]{workers: workers}
+}
+
+// WithGemm returns a copy of c that computes GEMMs on path p (for tests and
+// measurements; GemmAuto is the default).
+func (c *CPU[T]) WithGemm(p GemmPath) *CPU[T] { return &CPU[T]{workers: c.workers, gemm: p} }
+
+// Name returns "cpu-f32" or "cpu-f64".
+func (c *CPU[T]) Name() string {
+	var z T
+	if _, ok := any(z).(float32); ok {
+		return "cpu-f32"
+	}
+	return "cpu-f64"
+}
+
+// Workers returns the number of goroutines the backend splits work over.
+func (c *CPU[T]) Workers() int { return c.workers }
+
+// parallel splits [0, n) into at most c.workers contiguous ranges of at least
+// grain items and runs f on each, concurrently when there is more than one.
+func (c *CPU[T]) parallel(n, grain int, f func(lo, hi int)) {
+	if n <= 0 {
+		return
+	}
+	if grain < 1 {
+		grain = 1
+	}
+	parts := min(c.workers, (n+grain-1)/grain)
+	if parts <= 1 {
+		f(0, n)
+		return
+	}
+	var wg sync.WaitGroup
+	for p := range parts {
+		lo, hi := p*n/parts, (p+1)*n/parts
+		if p == parts-1 {
+			f(lo, hi)
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f(lo, hi)
+		}()
+	}
+	wg.Wait()
+}
+
+// Axpy computes y += alpha·x.
+func (c *CPU[T]) Axpy(alpha T, x, y []T) {
+	checkLen("Axpy", len(x), len(y))
+	c.parallel(len(x), 1<<15, func(lo, hi int) {
+		ys := y[lo:hi]
+		for i, v := range x[lo:hi] {
+			ys[i] += alpha * v
+		}
+	})
+}
+
+// Scale computes x *= alpha.
+func (c *CPU[T]) Scale(alpha T, x []T) {
+	c.parallel(len(x), 1<<15, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			x[i] *= alpha
+		}
+	})
+}
+
+// AddRows computes y[r,:] += v.
+func (c *CPU[T]) AddRows(y, v []T) {
+	n := len(v)
+	if n == 0 || len(y)%n != 0 {
+		panic(fmt.Sprintf("tensor: AddRows: %d elements are not rows of %d", len(y), n))
+	}
+	c.parallel(len(y)/n, 1<<15/n+1, func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			row := y[r*n : r*n+n]
+			for i, b := range v {
+				row[i] += b
+			}
+		}
+	})
+}
+
+// SumRows computes v += Σ_r y[r,:].
+func (c *CPU[T]) SumRows(y, v []T) {
+	n := len(v)
+	if n == 0 || len(y)%n != 0 {
+		panic(fmt.Sprintf("tensor: SumRows: %d elements are not rows of %d", len(y), n))
+	}
+	c.parallel(n, 64, func(lo, hi int) {
+		acc := make([]float64, hi-lo)
+		for r := 0; r < len(y)/n; r++ {
+			row := y[r*n+lo : r*n+hi]
+			for i, x := range row {
+				acc[i] += float64(x)
+			}
+		}
+		for i, a := range acc {
+			v[lo+i] += T(a)
+		}
+	})
+}
+
+// Copy2D copies (or adds) a rows×cols block between strided buffers.
+func (c *CPU[T]) Copy2D(rows, cols int, src []T, srcStride, srcOff int, dst []T, dstStride, dstOff int, accumulate bool) {
+	if rows == 0 || cols == 0 {
+		return
+	}
+	if srcOff+cols > srcStride && rows > 1 || dstOff+cols > dstStride && rows > 1 {
+		panic(fmt.Sprintf("tensor: Copy2D: block of %d cols at offsets %d/%d exceeds strides %d/%d", cols, srcOff, dstOff, srcStride, dstStride))
+	}
+	_ = src[(rows-1)*srcStride+srcOff+cols-1]
+	_ = dst[(rows-1)*dstStride+dstOff+cols-1]
+	c.parallel(rows, 1<<14/cols+1, func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			s := src[r*srcStride+srcOff : r*srcStride+srcOff+cols]
+			d := dst[r*dstStride+dstOff : r*dstStride+dstOff+cols]
+			if accumulate {
+				for i, v := range s {
+					d[i] += v
+				}
+			} else {
+				copy(d, s)
+			}
+		}
+	})
+}
+
+// Transpose12 permutes [A, B, C, D] to [A, C, B, D].
+func (c *CPU[T]) Transpose12(a, b, cc, d int, src, dst []T, accumulate bool) {
+	n := a * b * cc * d
+	checkLen("Transpose12 src", len(src), n)
+	checkLen("Transpose12 dst", len(dst), n)
+	c.parallel(a*b, 1<<14/(cc*d+1)+1, func(lo, hi int) {
+		for ab := lo; ab < hi; ab++ {
+			ia, ib := ab/b, ab%b
+			for ic := 0; ic < cc; ic++ {
+				s := src[((ia*b+ib)*cc+ic)*d:][:d]
+				o := dst[((ia*cc+ic)*b+ib)*d:][:d]
+				if accumulate {
+					for i, v := range s {
+						o[i] += v
+					}
+				} else {
+					copy(o, s)
+				}
+			}
+		}
+	})
+}
+
+// Gather copies table rows: out[i,:] = table[ids[i],:].
+func (c *CPU[T]) Gather(table []T, dim int, ids []int32, out []T) {
+	checkLen("Gather out", len(out), len(ids)*dim)
+	rows := len(table) / dim
+	c.parallel(len(ids), 1<<14/dim+1, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			id := int(ids[i])
+			if id < 0 || id >= rows {
+				panic(fmt.Sprintf("tensor: Gather: id %d at %d out of range [0,%d)", id, i, rows))
+			}
+			copy(out[i*dim:i*dim+dim], table[id*dim:id*dim+dim])
+		}
+	})
+}
+
+// ScatterAdd accumulates dtable[ids[i],:] += dout[i,:]. Work is split by
+// column range so that repeated ids never race.
+func (c *CPU[T]) ScatterAdd(dout []T, dim int, ids []int32, dtable []T) {
+	checkLen("ScatterAdd dout", len(dout), len(ids)*dim)
+	c.parallel(dim, 32, func(lo, hi int) {
+		for i, id := range ids {
+			d := dtable[int(id)*dim+lo : int(id)*dim+hi]
+			for j, v := range dout[i*dim+lo : i*dim+hi] {
+				d[j] += v
+			}
+		}
+	})
+}
+
+// RMSNorm computes y = x·rstd·w per row, rstd = 1/sqrt(mean(x²)+eps).
+func (c *CPU[T]) RMSNorm(x, w []T, dim int, eps float64, y, rstd []T) {
+	rows := len(x) / dim
+	checkLen("RMSNorm w", len(w), dim)
+	checkLen("RMSNorm y", len(y), len(x))
+	checkLen("RMSNorm rstd", len(rstd), rows)
+	c.parallel(rows, 1<<13/dim+1, func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			xs := x[r*dim : r*dim+dim]
+			var ss float64
+			for _, v := range xs {
+				ss += float64(v) * float64(v)
+			}
+			rs := 1 / math.Sqrt(ss/float64(dim)+eps)
+			rstd[r] = T(rs)
+			ys := y[r*dim : r*dim+dim]
+			for i, v := range xs {
+				ys[i] = T(float64(v)*rs) * w[i]
+			}
+		}
+	})
+}
+
+// RMSNormBackward accumulates the gradients of RMSNorm.
+func (c *CPU[T]) RMSNormBackward(x, w, rstd, dy []T, dim int, dx, dw []T) {
+	rows := len(x) / dim
+	if dx != nil {
+		c.parallel(rows, 1<<13/dim+1, func(lo, hi int) {
+			for r := lo; r < hi; r++ {
+				xs, dys, dxs := x[r*dim:r*dim+dim], dy[r*dim:r*dim+dim], dx[r*dim:r*dim+dim]
+				rs := float64(rstd[r])
+				var dot float64 // Σ g·x̂
+				for i, v := range xs {
+					dot += float64(dys[i]) * float64(w[i]) * float64(v) * rs
+				}
+				m := dot / float64(dim)
+				for i, v := range xs {
+					g := float64(dys[i]) * float64(w[i])
+					dxs[i] += T(rs * (g - float64(v)*rs*m))
+				}
+			}
+		})
+	}
+	if dw != nil {
+		c.parallel(dim, 32, func(lo, hi int) {
+			acc := make([]float64, hi-lo)
+			for r := 0; r < rows; r++ {
+				rs := float64(rstd[r])
+				xs, dys := x[r*dim+lo:r*dim+hi], dy[r*dim+lo:r*dim+hi]
+				for i, v := range xs {
+					acc[i] += float64(dys[i]) * float64(v) * rs
+				}
+			}
+			for i, a := range acc {
+				dw[lo+i] += T(a)
+			}
+		})
+	}
+}
+
+// RoPE rotates heads by per-row angles (HF rotate_half convention).
+func (c *CPU[T]) RoPE(x []T, heads, headDim int, cos, sin []T, y []T, inverse bool) {
+	h := headDim / 2
+	rows := len(x) / (heads * headDim)
+	checkLen("RoPE cos", len(cos), rows*h)
+	checkLen("RoPE y", len(y), len(x))
+	c.parallel(rows, 1<<12/(heads*headDim)+1, func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			cs, sn := cos[r*h:r*h+h], sin[r*h:r*h+h]
+			for hd := 0; hd < heads; hd++ {
+				base := (r*heads + hd) * headDim
+				x1, x2 := x[base:base+h], x[base+h:base+2*h]
+				y1, y2 := y[base:base+h], y[base+h:base+2*h]
+				if inverse {
+					for i := range h {
+						y1[i] += x1[i]*cs[i] + x2[i]*sn[i]
+						y2[i] += x2[i]*cs[i] - x1[i]*sn[i]
+					}
+				} else {
+					for i := range h {
+						a, b := x1[i], x2[i]
+						y1[i] = a*cs[i] - b*sn[i]
+						y2[i] = b*cs[i] + a*sn[i]
+					}
+				}
+			}
+		}
+	})
+}
+
+func sigmoid(x float64) float64 { return 1 / (1 + math.Exp(-x)) }
+
+// SwiGLU computes out = silu(gate)·up.
+func (c *CPU[T]) SwiGLU(gate, up, out []T) {
+	checkLen("SwiGLU up", len(up), len(gate))
+	checkLen("SwiGLU out", len(out), len(gate))
+	c.parallel(len(gate), 1<<13, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			g := float64(gate[i])
+			out[i] = T(g*sigmoid(g)) * up[i]
+		}
+	})
+}
+
+// SwiGLUBackward accumulates the gradients of SwiGLU.
+func (c *CPU[T]) SwiGLUBackward(gate, up, dout, dgate, dup []T) {
+	c.parallel(len(gate), 1<<13, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			g := float64(gate[i])
+			s := sigmoid(g)
+			if dgate != nil {
+				dgate[i] += T(float64(dout[i]) * float64(up[i]) * s * (1 + g*(1-s)))
+			}
+			if dup != nil {
+				dup[i] += T(float64(dout[i]) * g * s)
+			}
+		}
+	})
+}
+
+// SoftmaxXent computes per-row cross-entropy and overwrites logits with its scaled gradient.
+func (c *CPU[T]) SoftmaxXent(logits []T, rows, vocab int, targets []int32, scale []T, loss []T, argmax []int32) {
+	checkLen("SoftmaxXent logits", len(logits), rows*vocab)
+	c.parallel(rows, 1, func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			row := logits[r*vocab : r*vocab+vocab]
+			t := int(targets[r])
+			if t < 0 {
+				clear(row)
+				loss[r], argmax[r] = 0, -1
+				continue
+			}
+			if t >= vocab {
+				panic(fmt.Sprintf("tensor: SoftmaxXent: target %d in row %d out of range [0,%d)", t, r, vocab))
+			}
+			mx, am := row[0], 0
+			for i, v := range row {
+				if v > mx {
+					mx, am = v, i
+				}
+			}
+			zt := float64(row[t] - mx)
+			var sum float64
+			for i, v := range row { // row holds exp(z − max) from here on
+				e := math.Exp(float64(v - mx))
+				row[i] = T(e)
+				sum += e
+			}
+			loss[r] = T(math.Log(sum) - zt)
+			argmax[r] = int32(am)
+			s := T(float64(scale[r]) / sum)
+			for i := range row {
+				row[i] *= s
+			}
+			row[t] -= scale[r]
+		}
+	})
+}
+
+func checkLen(what string, got, want int) {
+	if got != want {
+		panic(fmt.Sprintf("tensor: %s: length %d, want %d", what, got, want))
+	}
+}

@@ -1,0 +1,20 @@
+// Package tensor provides dense row-major tensors, a reverse-mode autograd
+// tape and the ops a transformer needs (embedding, linear, RMSNorm, RoPE,
+// SwiGLU, flex attention, concatenation, chunked cross-entropy), each with
+// its forward formula and gradient.
+//
+// Ops run on a Backend chosen once, when a Tape is made: the CPU backend
+// (pure Go, parallel over goroutines, float32 for training and float64 as the
+// conformance reference) is the portable path; a CUDA backend implements the
+// same kernel interface. Tensor is Of[float32], the training type; Of[float64]
+// runs the same op code on the float64 CPU backend.
+//
+// The tape records one backward closure per op whose inputs need gradients;
+// Tape.Backward(loss) runs them in reverse and accumulates into each input's
+// Grad. Ops called on a tape made with NewInference record nothing.
+//
+// Layout conventions: a tensor is row-major; "rows" means the product of all
+// but the last dimension. Linear weights use the HF layout [out, in].
+// Attention tensors use flex's layout [batch, heads, len, headDim].
+// Programmer errors (shape mismatches) panic with a message naming the op.
+package tensor

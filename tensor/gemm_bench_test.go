@@ -1,0 +1,97 @@
+package tensor_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"gonum.org/v1/gonum/blas"
+	"gonum.org/v1/gonum/blas/blas32"
+
+	"dflash/tensor"
+)
+
+// gemmBenchShapes are (m, n, k, transA, transB): square, the shapes of a
+// linear layer's forward (x·Wᵀ: NT) and backward (dy·W: NN, dyᵀ·x: TN).
+var gemmBenchShapes = []struct {
+	m, n, k int
+	ta, tb  bool
+}{
+	{512, 512, 512, false, false},
+	{2048, 768, 768, false, true},
+	{2048, 768, 768, false, false},
+	{768, 768, 2048, true, false},
+	{4096, 1024, 256, false, true},
+	{4096, 256, 1024, false, false},
+	{1024, 256, 4096, true, false},
+}
+
+// BenchmarkGemm compares the CPU backend's GEMM with gonum's blas32 Sgemm on
+// the same shapes (both use GOMAXPROCS goroutines). Run:
+//
+//	go test -run '^$' -bench Gemm -benchtime 3x ./tensor/
+func BenchmarkGemm(b *testing.B) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	cpu := tensor.NewCPU[float32](0)
+	for _, s := range gemmBenchShapes {
+		ar, ac := s.m, s.k
+		if s.ta {
+			ar, ac = s.k, s.m
+		}
+		br, bc := s.k, s.n
+		if s.tb {
+			br, bc = s.n, s.k
+		}
+		a, bb, c := randF32(rng, ar*ac), randF32(rng, br*bc), make([]float32, s.m*s.n)
+		name := fmt.Sprintf("%dx%dx%d_%s", s.m, s.n, s.k, transName(s.ta, s.tb))
+		flops := 2 * float64(s.m) * float64(s.n) * float64(s.k)
+		b.Run("dflash/"+name, func(b *testing.B) {
+			for b.Loop() {
+				cpu.Gemm(s.ta, s.tb, s.m, s.n, s.k, 1, a, ac, bb, bc, 0, c, s.n)
+			}
+			b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+		})
+		b.Run("dflash-portable/"+name, func(b *testing.B) {
+			p := cpu.WithGemm(tensor.GemmPortable)
+			for b.Loop() {
+				p.Gemm(s.ta, s.tb, s.m, s.n, s.k, 1, a, ac, bb, bc, 0, c, s.n)
+			}
+			b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+		})
+		b.Run("gonum/"+name, func(b *testing.B) {
+			A := blas32.General{Rows: ar, Cols: ac, Stride: ac, Data: a}
+			B := blas32.General{Rows: br, Cols: bc, Stride: bc, Data: bb}
+			C := blas32.General{Rows: s.m, Cols: s.n, Stride: s.n, Data: c}
+			for b.Loop() {
+				blas32.Gemm(tr(s.ta), tr(s.tb), 1, A, B, 0, C)
+			}
+			b.ReportMetric(flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+		})
+	}
+}
+
+func tr(t bool) blas.Transpose {
+	if t {
+		return blas.Trans
+	}
+	return blas.NoTrans
+}
+
+func transName(ta, tb bool) string {
+	s := []byte("NN")
+	if ta {
+		s[0] = 'T'
+	}
+	if tb {
+		s[1] = 'T'
+	}
+	return string(s)
+}
+
+func randF32(rng *rand.Rand, n int) []float32 {
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = float32(rng.NormFloat64())
+	}
+	return v
+}

@@ -1,0 +1,75 @@
+package tensor
+
+import (
+	"gonum.org/v1/gonum/blas"
+	"gonum.org/v1/gonum/blas/blas32"
+)
+
+// GemmPath selects how the CPU backend multiplies matrices.
+type GemmPath int
+
+const (
+	// GemmAuto picks, once, the fastest path this machine has: the packed
+	// GEMM with the AVX2/FMA micro-kernel for float32 on amd64 CPUs that have
+	// it; else gonum's Sgemm for float32 (faster than the portable kernel
+	// where there is no SIMD kernel of ours); the portable packed GEMM for float64.
+	GemmAuto GemmPath = iota
+	// GemmPortable is the packed GEMM with the pure-Go 3×4 micro-kernel.
+	GemmPortable
+	// GemmGonum calls gonum's blas32.Gemm for float32 (float64 stays portable).
+	GemmGonum
+)
+
+// Gemm computes C = alpha·op(A)·op(B) + beta·C.
+func (c *CPU[T]) Gemm(transA, transB bool, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, beta T, cc []T, ldc int) {
+	fast, hasFast := fastKernel[T]()
+	path := c.gemm
+	if path == GemmAuto {
+		path = GemmGonum
+		if hasFast {
+			gemm(c, fast, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, cc, ldc)
+			return
+		}
+	}
+	if path == GemmGonum {
+		if a32, ok := any(a).([]float32); ok {
+			checkGemm(transA, transB, m, n, k, a, lda, b, ldb, cc, ldc)
+			gonumSgemm(transA, transB, m, n, k, float32(alpha), a32, lda, any(b).([]float32), ldb, float32(beta), any(cc).([]float32), ldc)
+			return
+		}
+	}
+	gemm(c, genericKernel[T](), transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, cc, ldc)
+}
+
+func gonumSgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	if m == 0 || n == 0 {
+		return
+	}
+	if beta == 0 { // C's old contents (even NaN) must not matter
+		for i := range m {
+			clear(c[i*ldc : i*ldc+n])
+		}
+	}
+	if k == 0 || alpha == 0 {
+		if beta != 0 && beta != 1 {
+			for i := range m {
+				for j := range n {
+					c[i*ldc+j] *= beta
+				}
+			}
+		}
+		return
+	}
+	ar, ac, ta := m, k, blas.NoTrans
+	if transA {
+		ar, ac, ta = k, m, blas.Trans
+	}
+	br, bc, tb := k, n, blas.NoTrans
+	if transB {
+		br, bc, tb = n, k, blas.Trans
+	}
+	blas32.Gemm(ta, tb, alpha,
+		blas32.General{Rows: ar, Cols: ac, Stride: lda, Data: a[:(ar-1)*lda+ac]},
+		blas32.General{Rows: br, Cols: bc, Stride: ldb, Data: b[:(br-1)*ldb+bc]},
+		beta, blas32.General{Rows: m, Cols: n, Stride: ldc, Data: c[:(m-1)*ldc+n]})
+}

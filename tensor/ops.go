@@ -1,0 +1,242 @@
+package tensor
+
+import (
+	"fmt"
+	"slices"
+)
+
+// BackwardFrom seeds out's gradient with grad (out.Grad += grad), runs the
+// recorded steps in reverse and resets the tape: the gradient of Σ grad⊙out.
+func (tp *TapeOf[T]) BackwardFrom(out *Of[T], grad []T) {
+	checkLen("BackwardFrom grad", len(grad), len(out.Data))
+	g := out.EnsureGrad()
+	for i, v := range grad {
+		g[i] += v
+	}
+	for i := len(tp.steps) - 1; i >= 0; i-- {
+		tp.steps[i]()
+		tp.steps[i] = nil
+	}
+	tp.Reset()
+}
+
+// Embedding returns out[i,:] = w[ids[i],:], shape [len(ids), dim] for w of
+// shape [vocab, dim]. Gradient: dw[ids[i],:] += dout[i,:].
+func (tp *TapeOf[T]) Embedding(w *Of[T], ids []int32) *Of[T] {
+	if len(w.Shape) != 2 {
+		panic(fmt.Sprintf("tensor.Embedding: table %v is not 2-D", w))
+	}
+	dim := w.Shape[1]
+	out := New[T](w.Name+".lookup", len(ids), dim)
+	tp.b.Gather(w.Data, dim, ids, out.Data)
+	if tp.needs(w) {
+		tp.Record(out, func() { tp.b.ScatterAdd(out.Grad, dim, ids, w.EnsureGrad()) })
+	}
+	return out
+}
+
+// Linear returns y = x·Wᵀ + b for x of shape [..., in], W of shape [out, in]
+// (HF layout) and b of shape [out] or nil; y has shape [..., out].
+// Gradients: dx += dy·W, dW += dyᵀ·x, db += Σ_rows dy.
+func (tp *TapeOf[T]) Linear(x, w, b *Of[T]) *Of[T] {
+	if len(w.Shape) != 2 || x.Cols() != w.Shape[1] {
+		panic(fmt.Sprintf("tensor.Linear: input %v does not match weight %v ([out, in])", x, w))
+	}
+	if b != nil && (b.Numel() != w.Shape[0]) {
+		panic(fmt.Sprintf("tensor.Linear: bias %v does not match weight %v", b, w))
+	}
+	rows, in, outDim := x.Rows(), w.Shape[1], w.Shape[0]
+	shape := append(slices.Clone(x.Shape[:len(x.Shape)-1]), outDim)
+	y := New[T](w.Name+".out", shape...)
+	tp.b.Gemm(false, true, rows, outDim, in, 1, x.Data, in, w.Data, in, 0, y.Data, outDim)
+	if b != nil {
+		tp.b.AddRows(y.Data, b.Data)
+	}
+	if tp.needs(x, w, b) {
+		tp.Record(y, func() {
+			if x.RequiresGrad {
+				tp.b.Gemm(false, false, rows, in, outDim, 1, y.Grad, outDim, w.Data, in, 1, x.EnsureGrad(), in)
+			}
+			if w.RequiresGrad {
+				tp.b.Gemm(true, false, outDim, in, rows, 1, y.Grad, outDim, x.Data, in, 1, w.EnsureGrad(), in)
+			}
+			if b != nil && b.RequiresGrad {
+				tp.b.SumRows(y.Grad, b.EnsureGrad())
+			}
+		})
+	}
+	return y
+}
+
+// Add returns a + b (same shape). Gradients: da += dy, db += dy.
+func (tp *TapeOf[T]) Add(a, b *Of[T]) *Of[T] {
+	if !sameShape(a.Shape, b.Shape) {
+		panic(fmt.Sprintf("tensor.Add: shapes differ: %v and %v", a, b))
+	}
+	y := New[T](a.Name+"+", a.Shape...)
+	copy(y.Data, a.Data)
+	tp.b.Axpy(1, b.Data, y.Data)
+	if tp.needs(a, b) {
+		tp.Record(y, func() {
+			for _, t := range []*Of[T]{a, b} {
+				if t.RequiresGrad {
+					tp.b.Axpy(1, y.Grad, t.EnsureGrad())
+				}
+			}
+		})
+	}
+	return y
+}
+
+// Scale returns s·x. Gradient: dx += s·dy.
+func (tp *TapeOf[T]) Scale(x *Of[T], s float64) *Of[T] {
+	y := New[T](x.Name+"*", x.Shape...)
+	tp.b.Axpy(T(s), x.Data, y.Data)
+	if tp.needs(x) {
+		tp.Record(y, func() { tp.b.Axpy(T(s), y.Grad, x.EnsureGrad()) })
+	}
+	return y
+}
+
+// Reshape returns a view of x with another shape of the same size; the
+// values are shared, the gradient is passed back unchanged.
+func (tp *TapeOf[T]) Reshape(x *Of[T], shape ...int) *Of[T] {
+	if numel(shape) != x.Numel() {
+		panic(fmt.Sprintf("tensor.Reshape: %v cannot become %v", x, shape))
+	}
+	y := &Of[T]{Name: x.Name, Shape: slices.Clone(shape), Data: x.Data}
+	if tp.needs(x) {
+		tp.Record(y, func() { tp.b.Axpy(1, y.Grad, x.EnsureGrad()) })
+	}
+	return y
+}
+
+// Concat joins xs along axis; all other dimensions must agree.
+// Gradient: each input receives its slice of dy.
+func (tp *TapeOf[T]) Concat(axis int, xs ...*Of[T]) *Of[T] {
+	if len(xs) == 0 {
+		panic("tensor.Concat: no inputs")
+	}
+	first := xs[0]
+	if axis < 0 {
+		axis += len(first.Shape)
+	}
+	outer := numel(first.Shape[:axis])
+	shape := slices.Clone(first.Shape)
+	shape[axis] = 0
+	inner := make([]int, len(xs))
+	for i, x := range xs {
+		if len(x.Shape) != len(first.Shape) || numel(x.Shape[:axis]) != outer || !sameShape(x.Shape[axis+1:], first.Shape[axis+1:]) {
+			panic(fmt.Sprintf("tensor.Concat: %v does not match %v on axis %d", x, first, axis))
+		}
+		shape[axis] += x.Shape[axis]
+		inner[i] = numel(x.Shape[axis:])
+	}
+	total := numel(shape[axis:])
+	y := New[T]("concat", shape...)
+	off := 0
+	for i, x := range xs {
+		tp.b.Copy2D(outer, inner[i], x.Data, inner[i], 0, y.Data, total, off, false)
+		off += inner[i]
+	}
+	if tp.needs(xs...) {
+		tp.Record(y, func() {
+			off := 0
+			for i, x := range xs {
+				if x.RequiresGrad {
+					tp.b.Copy2D(outer, inner[i], y.Grad, total, off, x.EnsureGrad(), inner[i], 0, true)
+				}
+				off += inner[i]
+			}
+		})
+	}
+	return y
+}
+
+// Slice returns x restricted to [lo, hi) along axis (a copy).
+// Gradient: dx[.., lo:hi, ..] += dy.
+func (tp *TapeOf[T]) Slice(x *Of[T], axis, lo, hi int) *Of[T] {
+	if axis < 0 {
+		axis += len(x.Shape)
+	}
+	if lo < 0 || hi > x.Shape[axis] || lo > hi {
+		panic(fmt.Sprintf("tensor.Slice: [%d,%d) out of range for axis %d of %v", lo, hi, axis, x))
+	}
+	outer := numel(x.Shape[:axis])
+	per := numel(x.Shape[axis+1:])
+	shape := slices.Clone(x.Shape)
+	shape[axis] = hi - lo
+	y := New[T](x.Name+".slice", shape...)
+	srcStride, cols := x.Shape[axis]*per, (hi-lo)*per
+	tp.b.Copy2D(outer, cols, x.Data, srcStride, lo*per, y.Data, cols, 0, false)
+	if tp.needs(x) {
+		tp.Record(y, func() { tp.b.Copy2D(outer, cols, y.Grad, cols, 0, x.EnsureGrad(), srcStride, lo*per, true) })
+	}
+	return y
+}
+
+// Transpose12 permutes a 4-D tensor [A, B, C, D] to [A, C, B, D], e.g.
+// [batch, len, heads, headDim] to flex's [batch, heads, len, headDim].
+// Gradient: the inverse permutation of dy.
+func (tp *TapeOf[T]) Transpose12(x *Of[T]) *Of[T] {
+	if len(x.Shape) != 4 {
+		panic(fmt.Sprintf("tensor.Transpose12: %v is not 4-D", x))
+	}
+	a, b, c, d := x.Shape[0], x.Shape[1], x.Shape[2], x.Shape[3]
+	y := New[T](x.Name+".T", a, c, b, d)
+	tp.b.Transpose12(a, b, c, d, x.Data, y.Data, false)
+	if tp.needs(x) {
+		tp.Record(y, func() { tp.b.Transpose12(a, c, b, d, y.Grad, x.EnsureGrad(), true) })
+	}
+	return y
+}
+
+// RMSNorm normalises each row of x over its last dimension:
+// y = x / sqrt(mean(x²) + eps) · w, with w of that dimension's size.
+// Gradients (x̂ = x·rstd, g = dy⊙w): dx = rstd·(g − x̂·mean(g⊙x̂)), dw = Σ_rows dy⊙x̂.
+// Applied to [tokens, heads, headDim] with w of size headDim it is QK-norm.
+func (tp *TapeOf[T]) RMSNorm(x, w *Of[T], eps float64) *Of[T] {
+	dim := x.Cols()
+	if w.Numel() != dim {
+		panic(fmt.Sprintf("tensor.RMSNorm: weight %v does not match last dimension of %v", w, x))
+	}
+	y := New[T](w.Name+".out", x.Shape...)
+	rstd := make([]T, x.Rows())
+	tp.b.RMSNorm(x.Data, w.Data, dim, eps, y.Data, rstd)
+	if tp.needs(x, w) {
+		tp.Record(y, func() {
+			var dx, dw []T
+			if x.RequiresGrad {
+				dx = x.EnsureGrad()
+			}
+			if w.RequiresGrad {
+				dw = w.EnsureGrad()
+			}
+			tp.b.RMSNormBackward(x.Data, w.Data, rstd, y.Grad, dim, dx, dw)
+		})
+	}
+	return y
+}
+
+// SwiGLU returns silu(gate)⊙up with silu(g) = g·σ(g).
+// Gradients: dgate = dy⊙up⊙σ(g)(1 + g(1−σ(g))), dup = dy⊙silu(g).
+func (tp *TapeOf[T]) SwiGLU(gate, up *Of[T]) *Of[T] {
+	if !sameShape(gate.Shape, up.Shape) {
+		panic(fmt.Sprintf("tensor.SwiGLU: shapes differ: %v and %v", gate, up))
+	}
+	y := New[T]("swiglu", gate.Shape...)
+	tp.b.SwiGLU(gate.Data, up.Data, y.Data)
+	if tp.needs(gate, up) {
+		tp.Record(y, func() {
+			var dg, du []T
+			if gate.RequiresGrad {
+				dg = gate.EnsureGrad()
+			}
+			if up.RequiresGrad {
+				du = up.EnsureGrad()
+			}
+			tp.b.SwiGLUBackward(gate.Data, up.Data, y.Grad, dg, du)
+		})
+	}
+	return y
+}

@@ -1,0 +1,125 @@
+package tensor
+
+import (
+	"fmt"
+	"math"
+)
+
+// RopeScaling is HF's rope_scaling (or rope_parameters) beyond the base
+// theta. Type is "default", "linear" or "llama3".
+type RopeScaling struct {
+	Type                          string
+	Factor                        float64
+	LowFreqFactor, HighFreqFactor float64 // llama3
+	OriginalMaxPositions          int     // llama3: original_max_position_embeddings
+}
+
+// Rope holds the rotary frequencies of one head dimension.
+type Rope struct {
+	HeadDim int
+	// InvFreq[i] is the angle per position of pair i (i < HeadDim/2).
+	InvFreq []float64
+	// AttentionScale multiplies cos and sin (HF's attention_factor; 1 here).
+	AttentionScale float64
+}
+
+// NewRope computes the frequencies: InvFreq[i] = theta^(−2i/HeadDim), then
+// the scaling. "linear" divides every frequency by Factor. "llama3" keeps
+// high frequencies (wavelength 2π/f < orig/HighFreqFactor), divides low ones
+// (wavelength > orig/LowFreqFactor) by Factor and blends in between with
+// s = (orig/wavelength − LowFreqFactor)/(HighFreqFactor − LowFreqFactor):
+// f' = (1−s)·f/Factor + s·f. Errors name the rope_scaling field at fault.
+func NewRope(headDim int, theta float64, s *RopeScaling) (*Rope, error) {
+	if headDim <= 0 || headDim%2 != 0 {
+		return nil, fmt.Errorf("rope: head_dim %d must be positive and even", headDim)
+	}
+	if theta <= 0 {
+		return nil, fmt.Errorf("rope: rope_theta %g must be positive", theta)
+	}
+	h := headDim / 2
+	r := &Rope{HeadDim: headDim, InvFreq: make([]float64, h), AttentionScale: 1}
+	for i := range h {
+		r.InvFreq[i] = 1 / math.Pow(theta, float64(2*i)/float64(headDim))
+	}
+	if s == nil {
+		return r, nil
+	}
+	switch s.Type {
+	case "", "default":
+	case "linear":
+		if s.Factor <= 0 {
+			return nil, fmt.Errorf("rope_scaling.factor %g must be positive", s.Factor)
+		}
+		for i := range r.InvFreq {
+			r.InvFreq[i] /= s.Factor
+		}
+	case "llama3":
+		if s.Factor <= 0 {
+			return nil, fmt.Errorf("rope_scaling.factor %g must be positive", s.Factor)
+		}
+		if s.OriginalMaxPositions <= 0 {
+			return nil, fmt.Errorf("rope_scaling.original_max_position_embeddings %d must be positive", s.OriginalMaxPositions)
+		}
+		if s.HighFreqFactor <= s.LowFreqFactor {
+			return nil, fmt.Errorf("rope_scaling.high_freq_factor %g must exceed low_freq_factor %g", s.HighFreqFactor, s.LowFreqFactor)
+		}
+		orig := float64(s.OriginalMaxPositions)
+		lowWave, highWave := orig/s.LowFreqFactor, orig/s.HighFreqFactor
+		for i, f := range r.InvFreq {
+			wave := 2 * math.Pi / f
+			switch {
+			case wave < highWave:
+			case wave > lowWave:
+				r.InvFreq[i] = f / s.Factor
+			default:
+				sm := (orig/wave - s.LowFreqFactor) / (s.HighFreqFactor - s.LowFreqFactor)
+				r.InvFreq[i] = (1-sm)*f/s.Factor + sm*f
+			}
+		}
+	default:
+		return nil, fmt.Errorf("rope_scaling.rope_type %q is not supported (want default, linear or llama3)", s.Type)
+	}
+	return r, nil
+}
+
+// RopeTable holds cos and sin of every (row, pair) for a list of positions.
+type RopeTable[T Float] struct {
+	HeadDim  int
+	Cos, Sin []T // [len(pos), HeadDim/2]
+}
+
+// Table computes angle = pos[r]·InvFreq[i] (in float64) for each row r.
+func Table[T Float](r *Rope, pos []int32) *RopeTable[T] {
+	h := r.HeadDim / 2
+	t := &RopeTable[T]{HeadDim: r.HeadDim, Cos: make([]T, len(pos)*h), Sin: make([]T, len(pos)*h)}
+	for j, p := range pos {
+		for i, f := range r.InvFreq {
+			s, c := math.Sincos(float64(p) * f)
+			t.Cos[j*h+i] = T(c * r.AttentionScale)
+			t.Sin[j*h+i] = T(s * r.AttentionScale)
+		}
+	}
+	return t
+}
+
+// Rows returns the number of positions in the table.
+func (t *RopeTable[T]) Rows() int { return len(t.Cos) / (t.HeadDim / 2) }
+
+// RoPE rotates every head of x by its row's angles (HF's rotate_half
+// convention): with h = headDim/2, c = cos(pos·f_i), s = sin(pos·f_i),
+// y[i] = x[i]·c − x[i+h]·s and y[i+h] = x[i+h]·c + x[i]·s. x holds
+// table.Rows() rows of heads·headDim values (any shape with that size).
+// Gradient: dx = the rotation of dy by −angle.
+func (tp *TapeOf[T]) RoPE(x *Of[T], table *RopeTable[T]) *Of[T] {
+	rows, hd := table.Rows(), table.HeadDim
+	if rows == 0 || x.Numel()%(rows*hd) != 0 {
+		panic(fmt.Sprintf("tensor.RoPE: %v is not %d rows of heads×%d", x, rows, hd))
+	}
+	heads := x.Numel() / (rows * hd)
+	y := New[T](x.Name+".rope", x.Shape...)
+	tp.b.RoPE(x.Data, heads, hd, table.Cos, table.Sin, y.Data, false)
+	if tp.needs(x) {
+		tp.Record(y, func() { tp.b.RoPE(y.Grad, heads, hd, table.Cos, table.Sin, x.EnsureGrad(), true) })
+	}
+	return y
+}
