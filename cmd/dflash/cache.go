@@ -1,0 +1,191 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"sort"
+	"text/tabwriter"
+	"time"
+
+	"dflash/jit"
+)
+
+func init() {
+	register(&command{name: "cache", summary: "kernel cache: ls, clear, stats", run: func(args []string) error {
+		return subcommands("cache", map[string]*command{
+			"ls":    {name: "ls", summary: "list the compiled kernels on disk", run: cacheLs},
+			"clear": {name: "clear", summary: "delete the compiled kernels on disk", run: cacheClear},
+			"stats": {name: "stats", summary: "summarise the kernel cache directory", run: cacheStats},
+		}, args)
+	}})
+}
+
+const cacheDirUsage = "kernel cache directory (default: $DFLASH_KERNEL_CACHE, else $XDG_CACHE_HOME/dflash/kernels, else ~/.cache/dflash/kernels)"
+
+// kernelCacheDir resolves the kernel cache directory from the --cache-dir
+// flag or the environment, and says which rule chose it.
+func kernelCacheDir(flagDir string) (dir, why string, err error) {
+	if flagDir != "" {
+		return flagDir, "--cache-dir", nil
+	}
+	return jit.DefaultDir()
+}
+
+// cacheFlags parses the flags shared by the cache subcommands.
+func cacheFlags(name string, args []string) (dir string, asJSON bool, err error) {
+	fs := newFlagSet("cache "+name, "cache "+name+" [--cache-dir DIR] [--json]")
+	flagDir := fs.String("cache-dir", "", cacheDirUsage)
+	j := fs.Bool("json", false, "print one JSON object instead of a table")
+	if err := fs.Parse(args); err != nil {
+		return "", false, err
+	}
+	if fs.NArg() > 0 {
+		fs.Usage()
+		return "", false, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	dir, _, err = kernelCacheDir(*flagDir)
+	if err == nil && dir == "" {
+		err = fmt.Errorf("the kernel cache is memory-only ($DFLASH_KERNEL_CACHE=off): no directory to %s", name)
+	}
+	return dir, *j, err
+}
+
+type cacheEntryJSON struct {
+	Key       string            `json:"key,omitempty"`
+	Path      string            `json:"path"`
+	Bytes     int64             `json:"bytes"`
+	Family    string            `json:"family,omitempty"`
+	Program   string            `json:"program,omitempty"`
+	Arch      string            `json:"arch,omitempty"`
+	Compiler  string            `json:"compiler,omitempty"`
+	Options   []string          `json:"options,omitempty"`
+	Params    map[string]string `json:"params,omitempty"`
+	Created   time.Time         `json:"created,omitzero"`
+	CompileMS float64           `json:"compile_ms,omitempty"`
+	Status    string            `json:"status"`
+}
+
+func cacheLs(args []string) error {
+	dir, asJSON, err := cacheFlags("ls", args)
+	if err != nil {
+		return err
+	}
+	ents, err := jit.List(dir)
+	if err != nil {
+		return err
+	}
+	var rows []cacheEntryJSON
+	for _, e := range ents {
+		r := cacheEntryJSON{Path: e.Path, Bytes: e.Size, Status: "ok"}
+		switch {
+		case e.Temp:
+			r.Status = "unfinished write"
+		case e.Err != nil:
+			r.Status = "invalid: " + e.Err.Error()
+		default:
+			m := e.Meta
+			r.Key, r.Family, r.Program, r.Arch, r.Compiler = e.Key.String(), m.Family, m.Program, m.Arch, m.Compiler
+			r.Options, r.Params, r.Created, r.CompileMS = m.Options, m.Params, m.Created, m.CompileMS
+		}
+		rows = append(rows, r)
+	}
+	if asJSON {
+		return json.NewEncoder(os.Stdout).Encode(map[string]any{"dir": dir, "entries": rows})
+	}
+	fmt.Printf("kernel cache %s: %d files\n", dir, len(rows))
+	if len(rows) == 0 {
+		return nil
+	}
+	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "KEY\tFAMILY\tARCH\tBYTES\tCOMPILE\tCREATED\tCOMPILER\tPARAMS\tSTATUS")
+	for _, r := range rows {
+		key := "-"
+		if len(r.Key) >= 12 {
+			key = r.Key[:12]
+		}
+		created := "-"
+		if !r.Created.IsZero() {
+			created = r.Created.Local().Format("2006-01-02 15:04")
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%.0f ms\t%s\t%s\t%s\t%s\n", key, dash(r.Family), dash(r.Arch), r.Bytes,
+			r.CompileMS, created, dash(r.Compiler), paramsStr(r.Params), r.Status)
+	}
+	return tw.Flush()
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func paramsStr(p map[string]string) string {
+	if len(p) == 0 {
+		return "-"
+	}
+	keys := make([]string, 0, len(p))
+	for k := range p {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	s := ""
+	for i, k := range keys {
+		if i > 0 {
+			s += ","
+		}
+		s += k + "=" + p[k]
+	}
+	return s
+}
+
+func cacheClear(args []string) error {
+	dir, asJSON, err := cacheFlags("clear", args)
+	if err != nil {
+		return err
+	}
+	files, bytes, err := jit.Clear(dir)
+	if asJSON {
+		if jerr := json.NewEncoder(os.Stdout).Encode(map[string]any{"dir": dir, "files": files, "bytes": bytes}); jerr != nil {
+			return jerr
+		}
+	} else {
+		fmt.Printf("removed %d files (%d bytes) from %s\n", files, bytes, dir)
+	}
+	return err
+}
+
+func cacheStats(args []string) error {
+	dir, asJSON, err := cacheFlags("stats", args)
+	if err != nil {
+		return err
+	}
+	st, err := jit.StatDir(dir)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		return json.NewEncoder(os.Stdout).Encode(st)
+	}
+	return writeDirStats(os.Stdout, st)
+}
+
+// writeDirStats prints a cache directory summary as a table.
+func writeDirStats(w *os.File, st jit.DirStats) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "directory\t%s\n", st.Dir)
+	fmt.Fprintf(tw, "kernels\t%d (%d bytes)\n", st.Entries, st.Bytes)
+	fmt.Fprintf(tw, "invalid files\t%d (discarded and rebuilt on next use)\n", st.Invalid)
+	fmt.Fprintf(tw, "unfinished writes\t%d\n", st.Temp)
+	fmt.Fprintf(tw, "compile time recorded\t%.0f ms\n", st.CompileMS)
+	fams := make([]string, 0, len(st.Families))
+	for f := range st.Families {
+		fams = append(fams, f)
+	}
+	sort.Strings(fams)
+	for _, f := range fams {
+		fmt.Fprintf(tw, "family %s\t%d kernels\n", f, st.Families[f])
+	}
+	return tw.Flush()
+}

@@ -1,0 +1,102 @@
+package cuda
+
+import "unsafe"
+
+var (
+	pMemAlloc        = newProc(libCUDA, "cuMemAlloc_v2")
+	pMemFree         = newProc(libCUDA, "cuMemFree_v2")
+	pMemAllocHost    = newProc(libCUDA, "cuMemAllocHost_v2")
+	pMemFreeHost     = newProc(libCUDA, "cuMemFreeHost")
+	pMemcpyHtoD      = newProc(libCUDA, "cuMemcpyHtoD_v2")
+	pMemcpyDtoH      = newProc(libCUDA, "cuMemcpyDtoH_v2")
+	pMemcpyDtoD      = newProc(libCUDA, "cuMemcpyDtoD_v2")
+	pMemcpyHtoDAsync = newProc(libCUDA, "cuMemcpyHtoDAsync_v2")
+	pMemcpyDtoHAsync = newProc(libCUDA, "cuMemcpyDtoHAsync_v2")
+	pMemcpyDtoDAsync = newProc(libCUDA, "cuMemcpyDtoDAsync_v2")
+	pMemsetD8        = newProc(libCUDA, "cuMemsetD8_v2")
+	pMemsetD32       = newProc(libCUDA, "cuMemsetD32_v2")
+	pMemsetD8Async   = newProc(libCUDA, "cuMemsetD8Async")
+	pMemsetD32Async  = newProc(libCUDA, "cuMemsetD32Async")
+)
+
+// MemAlloc allocates n bytes of device memory in the current context.
+func MemAlloc(n int64) (DevicePtr, error) {
+	var p uint64
+	err := drv(pMemAlloc, uintptr(unsafe.Pointer(&p)), uintptr(n))
+	return DevicePtr(p), err
+}
+
+// MemFree frees device memory from MemAlloc.
+func MemFree(p DevicePtr) error { return drv(pMemFree, uintptr(p)) }
+
+// MemAllocHost allocates n bytes of page-locked host memory, usable by
+// asynchronous copies. Free it with MemFreeHost.
+func MemAllocHost(n int64) ([]byte, error) {
+	var p unsafe.Pointer
+	if err := drv(pMemAllocHost, uintptr(unsafe.Pointer(&p)), uintptr(n)); err != nil {
+		return nil, err
+	}
+	return unsafe.Slice((*byte)(p), n), nil
+}
+
+// MemFreeHost frees memory from MemAllocHost.
+func MemFreeHost(b []byte) error {
+	if len(b) == 0 {
+		return nil
+	}
+	return drv(pMemFreeHost, uintptr(unsafe.Pointer(&b[0])))
+}
+
+// MemcpyHtoD copies n bytes from host memory at src to dst; it returns once
+// src has been read.
+func MemcpyHtoD(dst DevicePtr, src unsafe.Pointer, n int64) error {
+	return drv(pMemcpyHtoD, uintptr(dst), uintptr(src), uintptr(n))
+}
+
+// MemcpyDtoH copies n bytes from src to host memory at dst and waits for it.
+func MemcpyDtoH(dst unsafe.Pointer, src DevicePtr, n int64) error {
+	return drv(pMemcpyDtoH, uintptr(dst), uintptr(src), uintptr(n))
+}
+
+// MemcpyDtoD copies n bytes between device buffers.
+func MemcpyDtoD(dst, src DevicePtr, n int64) error {
+	return drv(pMemcpyDtoD, uintptr(dst), uintptr(src), uintptr(n))
+}
+
+// MemcpyHtoDAsync queues a copy of n bytes from host memory to dst on s.
+// src must stay valid until the copy has run: use pinned memory
+// (MemAllocHost) for a truly asynchronous copy.
+func MemcpyHtoDAsync(dst DevicePtr, src unsafe.Pointer, n int64, s Stream) error {
+	return drv(pMemcpyHtoDAsync, uintptr(dst), uintptr(src), uintptr(n), uintptr(s))
+}
+
+// MemcpyDtoHAsync queues a copy of n bytes from src to host memory on s; dst
+// must stay valid until the stream has reached the copy.
+func MemcpyDtoHAsync(dst unsafe.Pointer, src DevicePtr, n int64, s Stream) error {
+	return drv(pMemcpyDtoHAsync, uintptr(dst), uintptr(src), uintptr(n), uintptr(s))
+}
+
+// MemcpyDtoDAsync queues a device-to-device copy on s.
+func MemcpyDtoDAsync(dst, src DevicePtr, n int64, s Stream) error {
+	return drv(pMemcpyDtoDAsync, uintptr(dst), uintptr(src), uintptr(n), uintptr(s))
+}
+
+// MemsetD8 sets n bytes at dst to v.
+func MemsetD8(dst DevicePtr, v byte, n int64) error {
+	return drv(pMemsetD8, uintptr(dst), uintptr(v), uintptr(n))
+}
+
+// MemsetD32 sets n 32-bit words at dst to v.
+func MemsetD32(dst DevicePtr, v uint32, n int64) error {
+	return drv(pMemsetD32, uintptr(dst), uintptr(v), uintptr(n))
+}
+
+// MemsetD8Async queues setting n bytes at dst to v on s.
+func MemsetD8Async(dst DevicePtr, v byte, n int64, s Stream) error {
+	return drv(pMemsetD8Async, uintptr(dst), uintptr(v), uintptr(n), uintptr(s))
+}
+
+// MemsetD32Async queues setting n 32-bit words at dst to v on s.
+func MemsetD32Async(dst DevicePtr, v uint32, n int64, s Stream) error {
+	return drv(pMemsetD32Async, uintptr(dst), uintptr(v), uintptr(n), uintptr(s))
+}

@@ -1,0 +1,238 @@
+package gpu
+
+import (
+	"errors"
+	"fmt"
+	"math/bits"
+	"sync"
+
+	"dflash/cuda"
+)
+
+// Buffer is device memory from a Device's allocator.
+type Buffer struct {
+	Ptr  cuda.DevicePtr
+	Size int64 // bytes requested; the block behind it may be larger
+}
+
+// memory is what the allocator needs from the device (faked in CPU tests).
+type memory interface {
+	alloc(n int64) (cuda.DevicePtr, error)
+	free(p cuda.DevicePtr) error
+	info() (free, total int64, err error)
+}
+
+type cudaMemory struct{}
+
+func (cudaMemory) alloc(n int64) (cuda.DevicePtr, error) { return cuda.MemAlloc(n) }
+func (cudaMemory) free(p cuda.DevicePtr) error           { return cuda.MemFree(p) }
+func (cudaMemory) info() (free, total int64, err error)  { return cuda.MemGetInfo() }
+
+// AllocStats counts an allocator's work. Bytes are block (size-class) bytes.
+type AllocStats struct {
+	Allocs       int64 // Alloc calls that succeeded
+	Frees        int64 // Free calls
+	Reuses       int64 // Allocs served from the cache
+	DeviceAllocs int64 // cuMemAlloc calls
+	DeviceFrees  int64 // cuMemFree calls
+	OOMRetries   int64 // allocations retried after releasing the cache
+	LiveBuffers  int64 // buffers allocated and not freed
+	InUseBytes   int64 // bytes of live buffers
+	CachedBytes  int64 // bytes held for reuse
+	PeakBytes    int64 // most bytes ever held from the device (in use + cached)
+}
+
+// Allocator is a caching device allocator. Freed blocks are kept per size
+// class and handed out again, so a training step that allocates the same
+// sizes as the last one makes no driver calls. Release returns the cache to
+// the driver; an allocation that fails with out-of-memory releases the cache
+// and tries once more before reporting an *OutOfMemoryError.
+//
+// Blocks are reused in the order of the calls: a block freed while kernels
+// on a stream other than the one of its next user still read it must be
+// freed only after synchronising (the default stream orders itself).
+type Allocator struct {
+	gpu int
+	mem memory
+
+	mu    sync.Mutex
+	pools map[int64][]cuda.DevicePtr // class size -> free blocks
+	live  map[cuda.DevicePtr]int64   // block -> class size
+	st    AllocStats
+}
+
+func newAllocator(gpu int, mem memory) *Allocator {
+	return &Allocator{gpu: gpu, mem: mem, pools: map[int64][]cuda.DevicePtr{}, live: map[cuda.DevicePtr]int64{}}
+}
+
+// sizeClass rounds n up to its block size: multiples of 512 B up to 1 MiB,
+// then steps of 1/8 of the power of two below n (at least 2 MiB), so a block
+// wastes at most 12.5% above 1 MiB.
+func sizeClass(n int64) int64 {
+	const small, mib = 512, 1 << 20
+	if n <= mib {
+		return (n + small - 1) / small * small
+	}
+	p := int64(1) << (63 - bits.LeadingZeros64(uint64(n)))
+	step := max(p/8, 2*mib)
+	return (n + step - 1) / step * step
+}
+
+// Alloc returns a buffer of at least n bytes.
+func (a *Allocator) Alloc(n int64) (Buffer, error) {
+	if n <= 0 {
+		panic(fmt.Sprintf("gpu: Alloc of %d bytes", n))
+	}
+	class := sizeClass(n)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if free := a.pools[class]; len(free) > 0 {
+		p := free[len(free)-1]
+		a.pools[class] = free[:len(free)-1]
+		a.st.Reuses++
+		a.st.CachedBytes -= class
+		return a.hand(p, n, class), nil
+	}
+	p, err := a.mem.alloc(class)
+	if errors.Is(err, cuda.ErrOutOfMemory) && a.st.CachedBytes > 0 {
+		a.st.OOMRetries++
+		if rerr := a.releaseLocked(); rerr != nil {
+			return Buffer{}, rerr
+		}
+		p, err = a.mem.alloc(class)
+	}
+	if err != nil {
+		if errors.Is(err, cuda.ErrOutOfMemory) {
+			oom := &OutOfMemoryError{GPU: a.gpu, Requested: n, Block: class,
+				InUse: a.st.InUseBytes, Cached: a.st.CachedBytes, Err: err}
+			oom.Free, oom.Total, oom.InfoErr = a.mem.info()
+			return Buffer{}, oom
+		}
+		return Buffer{}, fmt.Errorf("gpu %d: alloc %d bytes: %w", a.gpu, n, err)
+	}
+	a.st.DeviceAllocs++
+	if held := a.st.InUseBytes + a.st.CachedBytes + class; held > a.st.PeakBytes {
+		a.st.PeakBytes = held
+	}
+	return a.hand(p, n, class), nil
+}
+
+func (a *Allocator) hand(p cuda.DevicePtr, n, class int64) Buffer {
+	a.live[p] = class
+	a.st.Allocs++
+	a.st.LiveBuffers++
+	a.st.InUseBytes += class
+	return Buffer{Ptr: p, Size: n}
+}
+
+// Free returns b's block to the cache. Freeing a buffer twice, or one this
+// allocator did not make, panics.
+func (a *Allocator) Free(b Buffer) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	class, ok := a.live[b.Ptr]
+	if !ok {
+		panic(fmt.Sprintf("gpu %d: Free of %#x, which is not a live buffer of this device (double free?)", a.gpu, b.Ptr))
+	}
+	delete(a.live, b.Ptr)
+	a.pools[class] = append(a.pools[class], b.Ptr)
+	a.st.Frees++
+	a.st.LiveBuffers--
+	a.st.InUseBytes -= class
+	a.st.CachedBytes += class
+}
+
+// Release returns every cached block to the driver and reports the bytes.
+func (a *Allocator) Release() (int64, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	n := a.st.CachedBytes
+	return n, a.releaseLocked()
+}
+
+func (a *Allocator) releaseLocked() error {
+	var errs []error
+	for class, free := range a.pools {
+		for _, p := range free {
+			if err := a.mem.free(p); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			a.st.DeviceFrees++
+			a.st.CachedBytes -= class
+		}
+		delete(a.pools, class)
+	}
+	return errors.Join(errs...)
+}
+
+// Stats returns a snapshot of the allocator's counters.
+func (a *Allocator) Stats() AllocStats {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.st
+}
+
+// OutOfMemoryError reports a failed allocation with the numbers needed to
+// understand it.
+type OutOfMemoryError struct {
+	GPU         int
+	Requested   int64 // bytes asked for
+	Block       int64 // size-class bytes actually requested from the driver
+	InUse       int64 // bytes in live buffers of this allocator
+	Cached      int64 // bytes cached (0 after the retry released them)
+	Free, Total int64 // the driver's view of the device after the failure
+	InfoErr     error // why Free and Total are unknown, if they are
+	Err         error // the driver's error
+}
+
+func (e *OutOfMemoryError) Error() string {
+	dev := fmt.Sprintf("%s free of %s on the device", bytesStr(e.Free), bytesStr(e.Total))
+	if e.InfoErr != nil {
+		dev = "device free memory unknown: " + e.InfoErr.Error()
+	}
+	return fmt.Sprintf("gpu %d: out of memory allocating %s (block %s): %s in use by dflash, %s cached, %s: %v",
+		e.GPU, bytesStr(e.Requested), bytesStr(e.Block), bytesStr(e.InUse), bytesStr(e.Cached), dev, e.Err)
+}
+
+// Unwrap returns the driver's error (errors.Is(err, cuda.ErrOutOfMemory)).
+func (e *OutOfMemoryError) Unwrap() error { return e.Err }
+
+// bytesStr formats n bytes with a binary unit.
+func bytesStr(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	v, suffix := float64(n), ""
+	for _, s := range []string{"KiB", "MiB", "GiB", "TiB"} {
+		v /= unit
+		suffix = s
+		if v < unit {
+			break
+		}
+	}
+	return fmt.Sprintf("%.1f %s", v, suffix)
+}
+
+// Alloc returns a device buffer of at least n bytes from the caching allocator.
+func (d *Device) Alloc(n int64) (Buffer, error) {
+	if err := d.check("Alloc"); err != nil {
+		return Buffer{}, err
+	}
+	return d.alloc.Alloc(n)
+}
+
+// Free returns b to the caching allocator.
+func (d *Device) Free(b Buffer) { d.alloc.Free(b) }
+
+// AllocStats returns the allocator's counters.
+func (d *Device) AllocStats() AllocStats { return d.alloc.Stats() }
+
+// ReleaseCached returns the allocator's cached blocks to the driver.
+func (d *Device) ReleaseCached() (int64, error) {
+	if err := d.check("ReleaseCached"); err != nil {
+		return 0, err
+	}
+	return d.alloc.Release()
+}

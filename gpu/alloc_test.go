@@ -1,0 +1,195 @@
+package gpu
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"dflash/cuda"
+)
+
+// fakeMemory hands out addresses from a budget of bytes.
+type fakeMemory struct {
+	capacity, used int64
+	next           cuda.DevicePtr
+	sizes          map[cuda.DevicePtr]int64
+	allocs, frees  int
+}
+
+func newFakeMemory(capacity int64) *fakeMemory {
+	return &fakeMemory{capacity: capacity, next: 1 << 20, sizes: map[cuda.DevicePtr]int64{}}
+}
+
+func (m *fakeMemory) alloc(n int64) (cuda.DevicePtr, error) {
+	if m.used+n > m.capacity {
+		return 0, &cuda.Error{Call: "cuMemAlloc_v2", Lib: "cuda", Code: 2, Name: "CUDA_ERROR_OUT_OF_MEMORY", Desc: "out of memory"}
+	}
+	p := m.next
+	m.next += cuda.DevicePtr(n + 4096)
+	m.sizes[p] = n
+	m.used += n
+	m.allocs++
+	return p, nil
+}
+
+func (m *fakeMemory) free(p cuda.DevicePtr) error {
+	n, ok := m.sizes[p]
+	if !ok {
+		return fmt.Errorf("cuMemFree_v2: unknown pointer %#x", p)
+	}
+	delete(m.sizes, p)
+	m.used -= n
+	m.frees++
+	return nil
+}
+
+func (m *fakeMemory) info() (int64, int64, error) { return m.capacity - m.used, m.capacity, nil }
+
+func TestSizeClass(t *testing.T) {
+	seed := rand.Uint64()
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 3))
+	for _, c := range []struct{ n, want int64 }{
+		{1, 512}, {512, 512}, {513, 1024}, {1 << 20, 1 << 20}, {1<<20 + 1, 2 << 20},
+		{5 << 20, 6 << 20}, {16 << 20, 16 << 20}, {16<<20 + 1, 18 << 20}, {1 << 30, 1 << 30}, {1<<30 + 1, 1<<30 + 128<<20},
+	} {
+		if got := sizeClass(c.n); got != c.want {
+			t.Errorf("sizeClass(%d) = %d, want %d", c.n, got, c.want)
+		}
+	}
+	for i := 0; i < 10000; i++ {
+		n := int64(rng.ExpFloat64()*float64(64<<20)) + 1
+		c := sizeClass(n)
+		if c < n {
+			t.Fatalf("sizeClass(%d) = %d < n", n, c)
+		}
+		if n > 1<<20 && float64(c-n) > 0.125*float64(n)+float64(2<<20) {
+			t.Fatalf("sizeClass(%d) = %d wastes %d bytes", n, c, c-n)
+		}
+		if n > 16<<20 && float64(c-n) > 0.125*float64(n) {
+			t.Fatalf("sizeClass(%d) = %d wastes more than 12.5%%", n, c)
+		}
+		if sizeClass(c) != c {
+			t.Fatalf("class %d is not its own class", c)
+		}
+	}
+}
+
+func TestAllocatorReusesAcrossSteps(t *testing.T) {
+	mem := newFakeMemory(1 << 30)
+	a := newAllocator(0, mem)
+	sizes := []int64{1000, 4096, 3 << 20, 100 << 20, 1000, 777}
+	for step := 0; step < 5; step++ {
+		var bufs []Buffer
+		for _, n := range sizes {
+			b, err := a.Alloc(n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if b.Size != n {
+				t.Fatalf("buffer size %d, want %d", b.Size, n)
+			}
+			bufs = append(bufs, b)
+		}
+		seen := map[cuda.DevicePtr]bool{}
+		for _, b := range bufs {
+			if seen[b.Ptr] {
+				t.Fatalf("step %d: pointer %#x handed out twice", step, b.Ptr)
+			}
+			seen[b.Ptr] = true
+		}
+		for _, b := range bufs {
+			a.Free(b)
+		}
+	}
+	st := a.Stats()
+	if st.DeviceAllocs != int64(len(sizes)) || mem.allocs != len(sizes) {
+		t.Errorf("device allocs %d (fake %d), want %d: later steps must reuse", st.DeviceAllocs, mem.allocs, len(sizes))
+	}
+	if st.Allocs != 5*int64(len(sizes)) || st.Reuses != 4*int64(len(sizes)) || st.Frees != st.Allocs {
+		t.Errorf("stats %+v", st)
+	}
+	var classBytes int64
+	for _, n := range sizes {
+		classBytes += sizeClass(n)
+	}
+	if st.InUseBytes != 0 || st.CachedBytes != classBytes || st.PeakBytes != classBytes || st.LiveBuffers != 0 {
+		t.Errorf("bytes: %+v, want cached = peak = %d", st, classBytes)
+	}
+	released, err := a.Release()
+	if err != nil || released != classBytes || mem.used != 0 || a.Stats().CachedBytes != 0 {
+		t.Errorf("Release = %d, %v; device still holds %d", released, err, mem.used)
+	}
+}
+
+func TestAllocatorOOMReleasesCacheThenReports(t *testing.T) {
+	mem := newFakeMemory(64 << 20)
+	a := newAllocator(3, mem)
+	keep, err := a.Alloc(20 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cached, err := a.Alloc(30 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Free(cached) // 30 MiB cached, 20 MiB in use, 14 MiB never allocated
+	// 40 MiB fits only after the cache is released
+	b, err := a.Alloc(40 << 20)
+	if err != nil {
+		t.Fatalf("alloc after releasing the cache: %v", err)
+	}
+	if st := a.Stats(); st.OOMRetries != 1 || st.CachedBytes != 0 {
+		t.Errorf("stats %+v", st)
+	}
+	_, err = a.Alloc(8 << 20)
+	var oom *OutOfMemoryError
+	if !errors.As(err, &oom) || !errors.Is(err, cuda.ErrOutOfMemory) {
+		t.Fatalf("err = %v, want *OutOfMemoryError", err)
+	}
+	if oom.GPU != 3 || oom.Requested != 8<<20 || oom.InUse != 60<<20 || oom.Free != 4<<20 || oom.Total != 64<<20 {
+		t.Errorf("OOM details %+v", oom)
+	}
+	for _, want := range []string{"gpu 3: out of memory allocating 8.0 MiB", "60.0 MiB in use by dflash", "0 B cached",
+		"4.0 MiB free of 64.0 MiB", "CUDA_ERROR_OUT_OF_MEMORY"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("message lacks %q: %v", want, err)
+		}
+	}
+	a.Free(keep)
+	a.Free(b)
+}
+
+func TestAllocatorMisuse(t *testing.T) {
+	a := newAllocator(0, newFakeMemory(1<<20))
+	b, _ := a.Alloc(100)
+	a.Free(b)
+	for name, f := range map[string]func(){
+		"double free":   func() { a.Free(b) },
+		"foreign":       func() { a.Free(Buffer{Ptr: 12345, Size: 1}) },
+		"zero size":     func() { a.Alloc(0) },
+		"negative size": func() { a.Alloc(-1) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("%s did not panic", name)
+				}
+			}()
+			f()
+		})
+	}
+}
+
+func TestBytesStr(t *testing.T) {
+	for _, c := range []struct {
+		n    int64
+		want string
+	}{{0, "0 B"}, {1023, "1023 B"}, {1536, "1.5 KiB"}, {3 << 30, "3.0 GiB"}, {141 << 30, "141.0 GiB"}} {
+		if got := bytesStr(c.n); got != c.want {
+			t.Errorf("bytesStr(%d) = %q, want %q", c.n, got, c.want)
+		}
+	}
+}

@@ -1,0 +1,296 @@
+package gpu
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime"
+	"unsafe"
+
+	"dflash/cuda"
+)
+
+// Info holds a GPU's fixed properties.
+type Info struct {
+	Ordinal             int
+	Name                string
+	Major, Minor        int   // compute capability
+	SMs                 int   // multiprocessors
+	TotalMem            int64 // bytes
+	SharedPerBlockOptin int   // most dynamic shared memory a kernel may opt in to
+	L2Bytes             int
+}
+
+// Arch returns the NVRTC target for the GPU, e.g. "sm_90".
+func (i Info) Arch() string { return fmt.Sprintf("sm_%d%d", i.Major, i.Minor) }
+
+// QueryInfo reads the properties of GPU ordinal; it needs no context and may
+// be called from any goroutine.
+func QueryInfo(ordinal int) (Info, error) {
+	d, err := cuda.DeviceGet(ordinal)
+	if err != nil {
+		return Info{}, err
+	}
+	info := Info{Ordinal: ordinal}
+	if info.Name, err = d.Name(); err != nil {
+		return info, err
+	}
+	if info.Major, info.Minor, err = d.ComputeCapability(); err != nil {
+		return info, err
+	}
+	if info.TotalMem, err = d.TotalMem(); err != nil {
+		return info, err
+	}
+	for _, a := range []struct {
+		attr cuda.DeviceAttribute
+		dst  *int
+	}{
+		{cuda.AttrMultiprocessorCount, &info.SMs},
+		{cuda.AttrMaxSharedMemoryPerBlockOptin, &info.SharedPerBlockOptin},
+		{cuda.AttrL2CacheSize, &info.L2Bytes},
+	} {
+		if *a.dst, err = d.Attribute(a.attr); err != nil {
+			return info, err
+		}
+	}
+	return info, nil
+}
+
+// Device is a GPU as seen from its worker thread. Its methods must be called
+// on that thread (inside Worker.Run or a submitted job).
+type Device struct {
+	w     *Worker
+	info  Info
+	cu    cuda.Device
+	ctx   cuda.Context
+	fake  bool // CPU tests: no CUDA behind this device
+	id    string
+	main  *Stream
+	alloc *Allocator
+	blas  *blasState
+
+	streams []*Stream
+	events  []*Event
+	graphs  map[*Graph]struct{}
+	comms   []*Comm
+}
+
+// openCUDADevice is the worker setup for a real GPU.
+func openCUDADevice(w *Worker) (*Device, error) {
+	info, err := QueryInfo(w.ordinal)
+	if err != nil {
+		return nil, err
+	}
+	d := &Device{w: w, info: info, graphs: map[*Graph]struct{}{}, id: fmt.Sprintf("cuda:%d#%d", w.ordinal, w.gen)}
+	if d.cu, err = cuda.DeviceGet(w.ordinal); err != nil {
+		return nil, err
+	}
+	if d.ctx, err = cuda.PrimaryCtxRetain(d.cu); err != nil {
+		return nil, err
+	}
+	if err := cuda.CtxSetCurrent(d.ctx); err != nil {
+		return nil, errors.Join(err, cuda.PrimaryCtxRelease(d.cu))
+	}
+	h, err := cuda.StreamCreate(cuda.StreamNonBlocking)
+	if err != nil {
+		return nil, errors.Join(err, cuda.PrimaryCtxRelease(d.cu))
+	}
+	d.main = &Stream{d: d, h: h}
+	d.alloc = newAllocator(w.ordinal, cudaMemory{})
+	return d, nil
+}
+
+// close frees everything the device owns; it runs on the worker thread.
+func (d *Device) close() error {
+	if d.fake {
+		return nil
+	}
+	var errs []error
+	for g := range d.graphs {
+		errs = append(errs, g.destroy())
+	}
+	for _, c := range d.comms {
+		if c.c != 0 {
+			errs = append(errs, c.Destroy())
+		}
+	}
+	if d.blas != nil {
+		errs = append(errs, d.blas.close(d))
+	}
+	for _, e := range d.events {
+		if e.h != 0 {
+			errs = append(errs, cuda.EventDestroy(e.h))
+		}
+	}
+	for _, s := range d.streams {
+		if s.h != 0 {
+			errs = append(errs, cuda.StreamDestroy(s.h))
+		}
+	}
+	errs = append(errs, cuda.StreamSynchronize(d.main.h), cuda.StreamDestroy(d.main.h))
+	if st := d.alloc.Stats(); st.LiveBuffers > 0 {
+		slog.Warn("gpu: closing with buffers still allocated", "gpu", d.info.Ordinal,
+			"buffers", st.LiveBuffers, "bytes", st.InUseBytes)
+	}
+	_, err := d.alloc.Release()
+	errs = append(errs, err, cuda.PrimaryCtxRelease(d.cu))
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("gpu %d: close: %w", d.info.Ordinal, err)
+	}
+	return nil
+}
+
+// check returns a *ForeignThreadError in debug mode when called off the
+// device's worker thread.
+func (d *Device) check(call string) error {
+	if !debugOn.Load() {
+		return nil
+	}
+	if tid := gettid(); tid != 0 && tid != d.w.tid {
+		return &ForeignThreadError{Call: call, Thread: tid, GPU: d.info.Ordinal, Owner: d.w.tid}
+	}
+	return nil
+}
+
+// Info returns the GPU's properties.
+func (d *Device) Info() Info { return d.info }
+
+// Ordinal returns the GPU's ordinal.
+func (d *Device) Ordinal() int { return d.info.Ordinal }
+
+// Arch returns the NVRTC target for the GPU, e.g. "sm_90".
+func (d *Device) Arch() string { return d.info.Arch() }
+
+// Worker returns the device's worker.
+func (d *Device) Worker() *Worker { return d.w }
+
+// Stream returns the worker's default stream (non-blocking).
+func (d *Device) Stream() *Stream { return d.main }
+
+// Synchronize waits for all work queued on the device's streams.
+func (d *Device) Synchronize() error {
+	if err := d.check("Synchronize"); err != nil {
+		return err
+	}
+	return cuda.CtxSynchronize()
+}
+
+// MemInfo returns the device's free and total memory.
+func (d *Device) MemInfo() (free, total int64, err error) {
+	if err := d.check("MemInfo"); err != nil {
+		return 0, 0, err
+	}
+	return cuda.MemGetInfo()
+}
+
+// Launch queues kernel f on s (the default stream when nil).
+func (d *Device) Launch(f cuda.Function, grid, block cuda.Dim3, sharedMem uint32, s *Stream, args *cuda.Args) error {
+	if err := d.check("Launch"); err != nil {
+		return err
+	}
+	return cuda.LaunchKernel(f, grid, block, sharedMem, d.stream(s).h, args)
+}
+
+func (d *Device) stream(s *Stream) *Stream {
+	if s == nil {
+		return d.main
+	}
+	if s.d != d {
+		panic(fmt.Sprintf("gpu %d: stream of gpu %d used", d.info.Ordinal, s.d.info.Ordinal))
+	}
+	return s
+}
+
+// LoaderID identifies this device context for the kernel cache; a GPU
+// reopened after Close gets a new id, so stale module handles are never used.
+func (d *Device) LoaderID() string { return d.id }
+
+// LoadModule loads a compiled image into the device's context.
+func (d *Device) LoadModule(image []byte) (cuda.Module, error) {
+	if err := d.check("LoadModule"); err != nil {
+		return 0, err
+	}
+	return cuda.ModuleLoadData(image)
+}
+
+// ModuleFunction returns the kernel name of module m.
+func (d *Device) ModuleFunction(m cuda.Module, name string) (cuda.Function, error) {
+	if err := d.check("ModuleFunction"); err != nil {
+		return 0, err
+	}
+	return cuda.ModuleGetFunction(m, name)
+}
+
+// UnloadModule unloads m.
+func (d *Device) UnloadModule(m cuda.Module) error {
+	if err := d.check("UnloadModule"); err != nil {
+		return err
+	}
+	return cuda.ModuleUnload(m)
+}
+
+// Element is a type that Upload and Download copy.
+type Element interface {
+	~int8 | ~uint8 | ~int16 | ~uint16 | ~int32 | ~uint32 | ~int64 | ~uint64 | ~float32 | ~float64
+}
+
+// Upload copies src into the start of b, in order with the work queued on
+// the default stream, and returns when the copy is done.
+func Upload[T Element](d *Device, b Buffer, src []T) error {
+	n := int64(len(src)) * int64(unsafe.Sizeof(*new(T)))
+	if n > b.Size {
+		panic(fmt.Sprintf("gpu: Upload of %d bytes into a %d-byte buffer", n, b.Size))
+	}
+	if n == 0 {
+		return nil
+	}
+	if err := d.check("Upload"); err != nil {
+		return err
+	}
+	err := cuda.MemcpyHtoDAsync(b.Ptr, unsafe.Pointer(&src[0]), n, d.main.h)
+	if err == nil {
+		err = cuda.StreamSynchronize(d.main.h)
+	}
+	runtime.KeepAlive(src) // the copy reads src until the stream is synchronised
+	return err
+}
+
+// Download copies the start of b into dst, in order with the work queued on
+// the default stream, and returns when the copy is done.
+func Download[T Element](d *Device, dst []T, b Buffer) error {
+	n := int64(len(dst)) * int64(unsafe.Sizeof(*new(T)))
+	if n > b.Size {
+		panic(fmt.Sprintf("gpu: Download of %d bytes from a %d-byte buffer", n, b.Size))
+	}
+	if n == 0 {
+		return nil
+	}
+	if err := d.check("Download"); err != nil {
+		return err
+	}
+	err := cuda.MemcpyDtoHAsync(unsafe.Pointer(&dst[0]), b.Ptr, n, d.main.h)
+	if err == nil {
+		err = cuda.StreamSynchronize(d.main.h)
+	}
+	runtime.KeepAlive(dst) // the copy writes dst until the stream is synchronised
+	return err
+}
+
+// Memset sets n bytes of b to v on s (the default stream when nil).
+func (d *Device) Memset(b Buffer, v byte, s *Stream) error {
+	if err := d.check("Memset"); err != nil {
+		return err
+	}
+	return cuda.MemsetD8Async(b.Ptr, v, b.Size, d.stream(s).h)
+}
+
+// CopyAsync queues copying n bytes from src to dst on s.
+func (d *Device) CopyAsync(dst, src Buffer, n int64, s *Stream) error {
+	if n > dst.Size || n > src.Size {
+		panic(fmt.Sprintf("gpu: CopyAsync of %d bytes between buffers of %d and %d", n, dst.Size, src.Size))
+	}
+	if err := d.check("CopyAsync"); err != nil {
+		return err
+	}
+	return cuda.MemcpyDtoDAsync(dst.Ptr, src.Ptr, n, d.stream(s).h)
+}

@@ -1,0 +1,397 @@
+package gpu
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"unsafe"
+
+	"dflash/cuda"
+)
+
+// DType is the element type of device data.
+type DType uint8
+
+// Element types. The zero DType is invalid so that a forgotten field panics.
+const (
+	BF16 DType = iota + 1
+	F16
+	F32
+)
+
+// Size returns the element size in bytes.
+func (t DType) Size() int64 {
+	switch t {
+	case BF16, F16:
+		return 2
+	case F32:
+		return 4
+	}
+	panic(fmt.Sprintf("gpu: invalid DType %d", t))
+}
+
+func (t DType) String() string {
+	switch t {
+	case BF16:
+		return "bf16"
+	case F16:
+		return "f16"
+	case F32:
+		return "f32"
+	}
+	return fmt.Sprintf("DType(%d)", uint8(t))
+}
+
+func (t DType) cuda() cuda.DataType {
+	switch t {
+	case BF16:
+		return cuda.R16BF
+	case F16:
+		return cuda.R16F
+	case F32:
+		return cuda.R32F
+	}
+	panic(fmt.Sprintf("gpu: invalid DType %d", t))
+}
+
+// GemmSpec describes a row-major matrix product
+//
+//	C[b] = alpha * op(A[b]) * op(B[b]) + beta * C[b],   b = 0..Batch-1
+//
+// with op(A) of shape M x K, op(B) K x N and C M x N. A is stored M x K
+// (K x M when TransA), B K x N (N x K when TransB), all row-major with row
+// strides LDA, LDB, LDC (0: the packed row length) and batch strides
+// StrideA, StrideB, StrideC in elements (0: packed one after another).
+// Inputs are In, C is Out (0: same as In); products accumulate in fp32
+// (TF32 tensor cores for f32 inputs when TF32 is set).
+type GemmSpec struct {
+	M, N, K                   int
+	TransA, TransB            bool
+	LDA, LDB, LDC             int
+	Batch                     int
+	StrideA, StrideB, StrideC int64
+	In, Out                   DType
+	TF32                      bool
+}
+
+// normalized fills defaults and panics on impossible shapes.
+func (s GemmSpec) normalized() GemmSpec {
+	if s.M <= 0 || s.N <= 0 || s.K <= 0 {
+		panic(fmt.Sprintf("gpu: Gemm with M=%d N=%d K=%d", s.M, s.N, s.K))
+	}
+	if s.In == 0 {
+		panic("gpu: GemmSpec.In not set")
+	}
+	if s.Out == 0 {
+		s.Out = s.In
+	}
+	aRows, aCols := s.M, s.K
+	if s.TransA {
+		aRows, aCols = s.K, s.M
+	}
+	bRows, bCols := s.K, s.N
+	if s.TransB {
+		bRows, bCols = s.N, s.K
+	}
+	fix := func(ld *int, cols int, name string) {
+		if *ld == 0 {
+			*ld = cols
+		}
+		if *ld < cols {
+			panic(fmt.Sprintf("gpu: Gemm %s=%d below the row length %d", name, *ld, cols))
+		}
+	}
+	fix(&s.LDA, aCols, "LDA")
+	fix(&s.LDB, bCols, "LDB")
+	fix(&s.LDC, s.N, "LDC")
+	if s.Batch <= 1 {
+		s.Batch, s.StrideA, s.StrideB, s.StrideC = 1, 0, 0, 0
+	} else {
+		if s.StrideA == 0 {
+			s.StrideA = int64(aRows) * int64(s.LDA)
+		}
+		if s.StrideB == 0 {
+			s.StrideB = int64(bRows) * int64(s.LDB)
+		}
+		if s.StrideC == 0 {
+			s.StrideC = int64(s.M) * int64(s.LDC)
+		}
+	}
+	return s
+}
+
+// colMajor is the column-major problem cuBLASLt solves for a row-major spec:
+// C^T = op(B)^T op(A)^T, so cuBLASLt's "A" is our B and its "B" our A.
+type colMajor struct {
+	transA, transB bool
+	aRows, aCols   uint64 // stored matrix of cuBLASLt's A (our B)
+	bRows, bCols   uint64 // stored matrix of cuBLASLt's B (our A)
+	cRows, cCols   uint64
+	lda, ldb, ldc  int64
+	strideA        int64 // batch strides of cuBLASLt's A, B, C
+	strideB        int64
+	strideC        int64
+}
+
+// toColMajor maps a normalized row-major spec to cuBLASLt's view. A
+// row-major r x c matrix with row stride ld is a column-major c x r matrix
+// with leading dimension ld.
+func (s GemmSpec) toColMajor() colMajor {
+	cm := colMajor{transA: s.TransB, transB: s.TransA, ldc: int64(s.LDC), lda: int64(s.LDB), ldb: int64(s.LDA),
+		strideA: s.StrideB, strideB: s.StrideA, strideC: s.StrideC}
+	if s.TransB { // B stored N x K row-major = K x N column-major, transposed
+		cm.aRows, cm.aCols = uint64(s.K), uint64(s.N)
+	} else { // B stored K x N row-major = N x K column-major
+		cm.aRows, cm.aCols = uint64(s.N), uint64(s.K)
+	}
+	if s.TransA { // A stored K x M row-major = M x K column-major, transposed
+		cm.bRows, cm.bCols = uint64(s.M), uint64(s.K)
+	} else { // A stored M x K row-major = K x M column-major
+		cm.bRows, cm.bCols = uint64(s.K), uint64(s.M)
+	}
+	cm.cRows, cm.cCols = uint64(s.N), uint64(s.M)
+	return cm
+}
+
+// GemmWorkspace is the cuBLASLt workspace each device keeps (32 MiB, the
+// size recommended for Hopper).
+const GemmWorkspace = 32 << 20
+
+type blasState struct {
+	h     cuda.CublasLt
+	pref  cuda.MatmulPreference
+	ws    Buffer
+	plans map[GemmSpec]*gemmPlan
+}
+
+type gemmPlan struct {
+	desc       cuda.MatmulDesc
+	a, b, c    cuda.MatrixLayout
+	candidates []cuda.HeuristicResult // best first, per the heuristic
+	algo       cuda.HeuristicResult   // the one in use
+}
+
+func (d *Device) blasInit() (*blasState, error) {
+	if d.blas != nil {
+		return d.blas, nil
+	}
+	h, err := cuda.CublasLtCreate()
+	if err != nil {
+		return nil, err
+	}
+	bs := &blasState{h: h, plans: map[GemmSpec]*gemmPlan{}}
+	if bs.pref, err = cuda.MatmulPreferenceCreate(); err == nil {
+		err = bs.pref.SetMaxWorkspace(GemmWorkspace)
+	}
+	if err == nil {
+		bs.ws, err = d.alloc.Alloc(GemmWorkspace)
+	}
+	if err != nil {
+		if bs.pref != 0 {
+			err = errors.Join(err, bs.pref.Destroy())
+		}
+		return nil, errors.Join(err, h.Destroy())
+	}
+	d.blas = bs
+	return bs, nil
+}
+
+func (bs *blasState) close(d *Device) error {
+	var errs []error
+	for _, p := range bs.plans {
+		errs = append(errs, p.destroy())
+	}
+	d.alloc.Free(bs.ws)
+	errs = append(errs, bs.pref.Destroy(), bs.h.Destroy())
+	return errors.Join(errs...)
+}
+
+func (p *gemmPlan) destroy() error {
+	var errs []error
+	for _, l := range []cuda.MatrixLayout{p.a, p.b, p.c} {
+		if l != 0 {
+			errs = append(errs, l.Destroy())
+		}
+	}
+	if p.desc != 0 {
+		errs = append(errs, p.desc.Destroy())
+	}
+	return errors.Join(errs...)
+}
+
+// plan returns the cached plan for a normalized spec, making it on first use.
+func (d *Device) plan(bs *blasState, s GemmSpec) (*gemmPlan, error) {
+	if p := bs.plans[s]; p != nil {
+		return p, nil
+	}
+	cm := s.toColMajor()
+	compute := cuda.Compute32F
+	if s.In == F32 && s.TF32 {
+		compute = cuda.Compute32FFastTF32
+	}
+	p := &gemmPlan{}
+	var err error
+	fail := func(e error) (*gemmPlan, error) {
+		p.destroy()
+		return nil, fmt.Errorf("gpu %d: gemm plan %+v: %w", d.info.Ordinal, s, e)
+	}
+	if p.desc, err = cuda.MatmulDescCreate(compute, cuda.R32F); err != nil {
+		return fail(err)
+	}
+	if err = p.desc.SetTranspose(cm.transA, cm.transB); err != nil {
+		return fail(err)
+	}
+	if p.a, err = cuda.MatrixLayoutCreate(s.In.cuda(), cm.aRows, cm.aCols, cm.lda); err != nil {
+		return fail(err)
+	}
+	if p.b, err = cuda.MatrixLayoutCreate(s.In.cuda(), cm.bRows, cm.bCols, cm.ldb); err != nil {
+		return fail(err)
+	}
+	if p.c, err = cuda.MatrixLayoutCreate(s.Out.cuda(), cm.cRows, cm.cCols, cm.ldc); err != nil {
+		return fail(err)
+	}
+	if s.Batch > 1 {
+		for _, lb := range []struct {
+			l      cuda.MatrixLayout
+			stride int64
+		}{{p.a, cm.strideA}, {p.b, cm.strideB}, {p.c, cm.strideC}} {
+			if err = lb.l.SetBatch(int32(s.Batch), lb.stride); err != nil {
+				return fail(err)
+			}
+		}
+	}
+	if p.candidates, err = bs.h.Heuristics(p.desc, p.a, p.b, p.c, p.c, bs.pref, 8); err != nil {
+		return fail(err)
+	}
+	if len(p.candidates) == 0 {
+		return fail(fmt.Errorf("cuBLASLt has no algorithm for this product with a %d-byte workspace", GemmWorkspace))
+	}
+	p.algo = p.candidates[0]
+	bs.plans[s] = p
+	return p, nil
+}
+
+// Gemm queues the product described by spec on s (the default stream when
+// nil). The first call for a spec asks cuBLASLt's heuristic for its
+// algorithm; later calls reuse the plan.
+func (d *Device) Gemm(s *Stream, spec GemmSpec, alpha float32, a, b cuda.DevicePtr, beta float32, c cuda.DevicePtr) error {
+	if err := d.check("Gemm"); err != nil {
+		return err
+	}
+	spec = spec.normalized()
+	bs, err := d.blasInit()
+	if err != nil {
+		return err
+	}
+	p, err := d.plan(bs, spec)
+	if err != nil {
+		return err
+	}
+	return bs.h.Matmul(p.desc, unsafe.Pointer(&alpha), b, p.a, a, p.b, unsafe.Pointer(&beta), c, p.c, c, p.c,
+		&p.algo.Algo, bs.ws.Ptr, GemmWorkspace, d.stream(s).h)
+}
+
+// GemmAlgorithms returns how many heuristic candidates the plan for spec has
+// and the index of the one in use (after TuneGemm, the fastest measured).
+func (d *Device) GemmAlgorithms(spec GemmSpec) (candidates, inUse int, err error) {
+	bs, err := d.blasInit()
+	if err != nil {
+		return 0, 0, err
+	}
+	p, err := d.plan(bs, spec.normalized())
+	if err != nil {
+		return 0, 0, err
+	}
+	for i, c := range p.candidates {
+		if c.Algo == p.algo.Algo {
+			inUse = i
+		}
+	}
+	return len(p.candidates), inUse, nil
+}
+
+// TuneGemm times every heuristic candidate for spec on the given buffers
+// (two interleaved rounds of reps launches each, after warm-ups; a
+// candidate's time is its best round) and keeps the fastest for later Gemm
+// calls. The heuristic's first choice stays unless another candidate is
+// more than 2% faster, so timing noise does not replace it. It returns each
+// candidate's seconds per product (+Inf for one that cannot run here).
+func (d *Device) TuneGemm(spec GemmSpec, a, b, c cuda.DevicePtr, reps int) ([]float64, error) {
+	if err := d.check("TuneGemm"); err != nil {
+		return nil, err
+	}
+	spec = spec.normalized()
+	bs, err := d.blasInit()
+	if err != nil {
+		return nil, err
+	}
+	p, err := d.plan(bs, spec)
+	if err != nil {
+		return nil, err
+	}
+	start, err := d.NewEvent()
+	if err != nil {
+		return nil, err
+	}
+	defer start.Destroy()
+	end, err := d.NewEvent()
+	if err != nil {
+		return nil, err
+	}
+	defer end.Destroy()
+	alpha, beta := float32(1), float32(0)
+	run := func(i int) error {
+		return bs.h.Matmul(p.desc, unsafe.Pointer(&alpha), b, p.a, a, p.b, unsafe.Pointer(&beta), c, p.c, c, p.c,
+			&p.candidates[i].Algo, bs.ws.Ptr, GemmWorkspace, d.main.h)
+	}
+	times := make([]float64, len(p.candidates))
+	for i := range times {
+		times[i] = math.Inf(1)
+	}
+	runnable := make([]bool, len(p.candidates))
+	for i := range p.candidates {
+		runnable[i] = run(i) == nil
+	}
+	for round := 0; round < 2; round++ {
+		for i := range p.candidates {
+			if !runnable[i] {
+				continue
+			}
+			for w := 0; w < 3; w++ {
+				if err := run(i); err != nil {
+					return nil, err
+				}
+			}
+			if err := start.Record(nil); err != nil {
+				return nil, err
+			}
+			for r := 0; r < reps; r++ {
+				if err := run(i); err != nil {
+					return nil, err
+				}
+			}
+			if err := end.Record(nil); err != nil {
+				return nil, err
+			}
+			if err := end.Synchronize(); err != nil {
+				return nil, err
+			}
+			dt, err := end.Since(start)
+			if err != nil {
+				return nil, err
+			}
+			times[i] = math.Min(times[i], dt.Seconds()/float64(reps))
+		}
+	}
+	best := 0
+	for i := range times {
+		if times[i] < times[best]*0.98 {
+			best = i
+		}
+	}
+	if math.IsInf(times[best], 1) {
+		return times, fmt.Errorf("gpu %d: no cuBLASLt candidate ran for %+v", d.info.Ordinal, spec)
+	}
+	p.algo = p.candidates[best]
+	return times, nil
+}

@@ -1,0 +1,310 @@
+package jit
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Disk file layout (little-endian):
+//
+//	offset  size  field
+//	0       8     magic "DFLKRNL\x00"
+//	8       4     format version
+//	12      4     metadata length m
+//	16      8     image length n
+//	24      32    key
+//	56      32    SHA-256 of bytes [0,56) ++ metadata ++ image
+//	88      m     metadata (JSON, Meta)
+//	88+m    n     image
+const (
+	fileMagic  = "DFLKRNL\x00"
+	headerSize = 88
+	fileExt    = ".kimg"
+	tmpExt     = ".tmp"
+)
+
+// Meta describes a cached image; it is stored in the file's header.
+type Meta struct {
+	Family    string            `json:"family"`
+	Program   string            `json:"program"`
+	Arch      string            `json:"arch"`
+	Compiler  string            `json:"compiler"`
+	Options   []string          `json:"options,omitempty"`
+	Params    map[string]string `json:"params,omitempty"`
+	Created   time.Time         `json:"created"`
+	CompileMS float64           `json:"compile_ms"`
+	Log       string            `json:"log,omitempty"`
+}
+
+// corruptError says why a cache file was not trusted.
+type corruptError struct {
+	path, reason string
+}
+
+func (e *corruptError) Error() string {
+	return fmt.Sprintf("kernel cache file %s: %s", e.path, e.reason)
+}
+
+// filePath returns the file of key in dir.
+func filePath(dir string, key Key) string { return filepath.Join(dir, key.String()+fileExt) }
+
+// encodeFile lays out a cache file.
+func encodeFile(key Key, meta Meta, image []byte) ([]byte, error) {
+	mj, err := json.Marshal(meta)
+	if err != nil {
+		return nil, err
+	}
+	buf := make([]byte, headerSize, headerSize+len(mj)+len(image))
+	copy(buf[0:8], fileMagic)
+	binary.LittleEndian.PutUint32(buf[8:12], FormatVersion)
+	binary.LittleEndian.PutUint32(buf[12:16], uint32(len(mj)))
+	binary.LittleEndian.PutUint64(buf[16:24], uint64(len(image)))
+	copy(buf[24:56], key[:])
+	buf = append(buf, mj...)
+	buf = append(buf, image...)
+	h := sha256.New()
+	h.Write(buf[:56])
+	h.Write(buf[headerSize:])
+	h.Sum(buf[56:56])
+	return buf, nil
+}
+
+// decodeFile checks a cache file read from path and returns its parts. want
+// is the key the file must hold; the zero key accepts any (for listing).
+func decodeFile(path string, data []byte, want Key) (Key, Meta, []byte, error) {
+	bad := func(format string, a ...any) (Key, Meta, []byte, error) {
+		return Key{}, Meta{}, nil, &corruptError{path: path, reason: fmt.Sprintf(format, a...)}
+	}
+	if len(data) < headerSize {
+		return bad("truncated: %d bytes, header needs %d", len(data), headerSize)
+	}
+	if string(data[0:8]) != fileMagic {
+		return bad("foreign file: magic %q", data[0:8])
+	}
+	if v := binary.LittleEndian.Uint32(data[8:12]); v != FormatVersion {
+		return bad("format version %d, this build reads %d", v, FormatVersion)
+	}
+	m := uint64(binary.LittleEndian.Uint32(data[12:16]))
+	n := binary.LittleEndian.Uint64(data[16:24])
+	if total := headerSize + m + n; total != uint64(len(data)) {
+		if total > uint64(len(data)) {
+			return bad("truncated: header promises %d bytes, file has %d", total, len(data))
+		}
+		return bad("%d trailing bytes after the image", uint64(len(data))-total)
+	}
+	var key Key
+	copy(key[:], data[24:56])
+	if want != (Key{}) && key != want {
+		return bad("holds key %s, expected %s", key.Short(), want.Short())
+	}
+	h := sha256.New()
+	h.Write(data[:56])
+	h.Write(data[headerSize:])
+	if !bytes.Equal(h.Sum(nil), data[56:88]) {
+		return bad("checksum mismatch")
+	}
+	var meta Meta
+	if err := json.Unmarshal(data[headerSize:headerSize+m], &meta); err != nil {
+		return bad("metadata: %v", err)
+	}
+	return key, meta, data[headerSize+m:], nil
+}
+
+// readFile loads and checks the file of key; fs.ErrNotExist when absent, a
+// *corruptError when present but not trusted.
+func readFile(dir string, key Key) (Meta, []byte, error) {
+	path := filePath(dir, key)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return Meta{}, nil, err
+	}
+	_, meta, image, err := decodeFile(path, data, key)
+	return meta, image, err
+}
+
+// writeFile stores an image atomically: temp file in dir, fsync, rename,
+// then fsync of the directory so the rename is durable.
+func writeFile(dir string, key Key, meta Meta, image []byte) error {
+	data, err := encodeFile(key, meta, image)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, "."+key.Short()+"-*"+tmpExt)
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	_, werr := f.Write(data)
+	if werr == nil {
+		werr = f.Sync()
+	}
+	if cerr := f.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr == nil {
+		werr = os.Rename(tmp, filePath(dir, key))
+	}
+	if werr != nil {
+		os.Remove(tmp)
+		return werr
+	}
+	if d, err := os.Open(dir); err == nil {
+		d.Sync() // best effort: not every file system syncs directories
+		d.Close()
+	}
+	return nil
+}
+
+// DefaultDir returns the kernel cache directory chosen by the environment
+// ("" when $DFLASH_KERNEL_CACHE is "off") and which rule chose it.
+func DefaultDir() (dir, why string, err error) {
+	if d := os.Getenv("DFLASH_KERNEL_CACHE"); d != "" {
+		if d == "off" {
+			return "", "$DFLASH_KERNEL_CACHE=off (memory only)", nil
+		}
+		return d, "$DFLASH_KERNEL_CACHE", nil
+	}
+	if x := os.Getenv("XDG_CACHE_HOME"); x != "" && filepath.IsAbs(x) {
+		return filepath.Join(x, "dflash", "kernels"), "$XDG_CACHE_HOME", nil
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return "", "", fmt.Errorf("jit: no kernel cache directory: set DFLASH_KERNEL_CACHE: %w", err)
+	}
+	return filepath.Join(home, ".cache", "dflash", "kernels"), "~/.cache", nil
+}
+
+// DiskEntry is one file of a cache directory.
+type DiskEntry struct {
+	Path    string
+	Key     Key // zero when the file is not a valid entry
+	Size    int64
+	ModTime time.Time
+	Meta    Meta
+	Temp    bool  // an unfinished write (or one left by a crashed process)
+	Err     error // why the file is not a valid entry
+}
+
+// List reads every cache file in dir, checking each. A missing dir lists
+// nothing.
+func List(dir string) ([]DiskEntry, error) {
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []DiskEntry
+	for _, de := range ents {
+		name := de.Name()
+		isTmp := strings.HasPrefix(name, ".") && strings.HasSuffix(name, tmpExt)
+		if de.IsDir() || (!strings.HasSuffix(name, fileExt) && !isTmp) {
+			continue
+		}
+		e := DiskEntry{Path: filepath.Join(dir, name), Temp: isTmp}
+		if fi, err := de.Info(); err == nil {
+			e.Size, e.ModTime = fi.Size(), fi.ModTime()
+		}
+		if !isTmp {
+			data, err := os.ReadFile(e.Path)
+			if err == nil {
+				var want Key
+				if kb, herr := hexKey(strings.TrimSuffix(name, fileExt)); herr == nil {
+					want = kb
+				} else {
+					err = &corruptError{path: e.Path, reason: "file name is not a key"}
+				}
+				if err == nil {
+					e.Key, e.Meta, _, err = decodeFile(e.Path, data, want)
+				}
+			}
+			e.Err = err
+		}
+		out = append(out, e)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Meta.Family != out[j].Meta.Family {
+			return out[i].Meta.Family < out[j].Meta.Family
+		}
+		return out[i].Path < out[j].Path
+	})
+	return out, nil
+}
+
+func hexKey(s string) (Key, error) {
+	var k Key
+	b, err := hex.DecodeString(s)
+	if err != nil || len(b) != len(k) {
+		return k, fmt.Errorf("not a key")
+	}
+	copy(k[:], b)
+	return k, nil
+}
+
+// Clear removes the cache files (and unfinished temporary files) of dir,
+// nothing else, and reports how many files and bytes it removed.
+func Clear(dir string) (files int, bytes int64, err error) {
+	ents, err := List(dir)
+	if err != nil {
+		return 0, 0, err
+	}
+	var errs []error
+	for _, e := range ents {
+		if err := os.Remove(e.Path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err)
+			continue
+		}
+		files++
+		bytes += e.Size
+	}
+	return files, bytes, errors.Join(errs...)
+}
+
+// DirStats summarises a cache directory.
+type DirStats struct {
+	Dir       string
+	Entries   int            // valid cache files
+	Bytes     int64          // bytes of valid files
+	Invalid   int            // files that would be discarded
+	Temp      int            // unfinished temporary files
+	Families  map[string]int // valid files per family
+	CompileMS float64        // compile time recorded in the valid files
+}
+
+// StatDir summarises dir.
+func StatDir(dir string) (DirStats, error) {
+	st := DirStats{Dir: dir, Families: map[string]int{}}
+	ents, err := List(dir)
+	if err != nil {
+		return st, err
+	}
+	for _, e := range ents {
+		switch {
+		case e.Temp:
+			st.Temp++
+		case e.Err != nil:
+			st.Invalid++
+		default:
+			st.Entries++
+			st.Bytes += e.Size
+			st.Families[e.Meta.Family]++
+			st.CompileMS += e.Meta.CompileMS
+		}
+	}
+	return st, nil
+}

@@ -1,0 +1,60 @@
+// Package jit is dflash's process-wide kernel cache (contract 2 of the
+// design): CUDA C++ generated at run time is compiled once per key, kept in
+// three tiers and never silently replaced.
+//
+//	cache, err := jit.Default()                  // NVRTC, default directory
+//	img, err := cache.Get(ctx, jit.Source{
+//		Family: "flex_fwd", Code: src, Arch: dev.Arch(),
+//		Options: []string{"-DFLEX_D=128"}, Params: map[string]string{"head_dim": "128"},
+//	})
+//	fn, err := img.Function(dev, "flex_fwd")     // on dev's worker thread
+//
+// A launch site that runs every step keeps a handle instead, so a hit costs
+// a pointer load rather than hashing the source (about 100 ns against 500 ns
+// for a 3 KB source on a slow CPU):
+//
+//	k := cache.Kernel(src)                       // once
+//	fn, err := k.Function(ctx, dev, "flex_fwd")  // every launch
+//
+// # Key
+//
+// The key is SHA-256 over (source code, compile options in order, target
+// arch, compiler version, cache-format version); see KeyOf. Family, Name
+// and Params describe a kernel (budget warnings, dflash cache ls) but are
+// not part of the key.
+//
+// # Tiers
+//
+//  1. Memory: compiled images of this process. Get compiles a key at most
+//     once per process however many goroutines ask at once (singleflight);
+//     the others wait for that result. A failed compile is cached too: every
+//     later Get of the key returns the same *CompileError (NVRTC log and the
+//     numbered source lines around the first error) without recompiling.
+//  2. Disk: one file per key in the cache directory, written to a temporary
+//     file, fsynced and renamed into place, so a reader in another process
+//     sees a whole file or none. Each file has a header (magic, format
+//     version, key, lengths) and a SHA-256 checksum; a file that is corrupt,
+//     truncated, from another format version or for another key is logged,
+//     deleted and rebuilt, never trusted.
+//  3. Loaded modules and function handles per device context (a Loader,
+//     implemented by *gpu.Device): Image.Function loads the module once per
+//     loader and remembers each function.
+//
+// The directory is, in order: Config.Dir; $DFLASH_KERNEL_CACHE ("off"
+// keeps the cache in memory only); $XDG_CACHE_HOME/dflash/kernels;
+// ~/.cache/dflash/kernels. The dflash CLI's --cache-dir flag sets
+// Config.Dir.
+//
+// # Specialisation budget
+//
+// Kernels are specialised on structure, never on size (contract 3), so a
+// family needs few distinct kernels. When one family exceeds Config.Budget
+// distinct keys in a process, the cache warns once, naming the key parts
+// that differ (params, options, arch, code) so the size that leaked into
+// the source can be found.
+//
+// # Compilers
+//
+// The compiler sits behind the Compiler interface: NVRTC on GPUs (NewNVRTC),
+// fakes in tests, so the cache's concurrency is tested on CPUs alone.
+package jit

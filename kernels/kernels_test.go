@@ -1,0 +1,44 @@
+package kernels
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestSourcesEmbedded(t *testing.T) {
+	want := map[string][]string{
+		"saxpy.cu":        {"saxpy"},
+		"elementwise.cu":  {"ew_affine", "ew_square", "ew_accumulate"},
+		"attn_fwd_f32.cu": {"attn_fwd_f32_d64", "attn_fwd_f32_d128"},
+	}
+	names := map[string]bool{}
+	for _, n := range Names() {
+		names[n] = true
+	}
+	for file, kernels := range want {
+		t.Run(file, func(t *testing.T) {
+			if !names[file] {
+				t.Fatalf("Names() lacks %s", file)
+			}
+			src := Source(file)
+			if strings.Contains(src, "#include") {
+				t.Errorf("%s includes a header; kernels must build alone", file)
+			}
+			for _, k := range kernels {
+				if !strings.Contains(src, `extern "C" __global__ void `+k+"(") &&
+					!strings.Contains(src, "\n"+k+"(") {
+					t.Errorf("%s does not define extern \"C\" kernel %s", file, k)
+				}
+			}
+		})
+	}
+}
+
+func TestSourceMissingPanics(t *testing.T) {
+	defer func() {
+		if recover() == nil {
+			t.Fatal("Source of a missing file did not panic")
+		}
+	}()
+	Source("no-such.cu")
+}
