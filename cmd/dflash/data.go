@@ -1,0 +1,333 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"dflash/data"
+	"dflash/data/bucket"
+	"dflash/data/jsonl"
+	"dflash/data/tokenizer"
+)
+
+func init() {
+	subs := map[string]*command{
+		"prep":     {name: "prep", summary: "tokenize and mask JSONL conversations into training shards", run: dataPrep},
+		"stats":    {name: "stats", summary: "describe a prepared directory: lengths, buckets, padding waste", run: dataStats},
+		"show":     {name: "show", summary: "print prepared samples with their supervised tokens marked", run: dataShow},
+		"tokenize": {name: "tokenize", summary: "encode text (or decode ids) with a tokenizer.json", run: dataTokenize},
+	}
+	register(&command{name: "data", summary: "prepare training data: prep, stats, show, tokenize",
+		run: func(args []string) error { return subcommands("data", subs, args) }})
+}
+
+// dataFileList is a repeatable string flag.
+type dataFileList []string
+
+func (l *dataFileList) String() string     { return strings.Join(*l, ",") }
+func (l *dataFileList) Set(s string) error { *l = append(*l, s); return nil }
+
+func dataPrep(args []string) error {
+	fs := newFlagSet("data prep", "data prep --tokenizer DIR --data FILE [--data FILE...] --out DIR [flags]")
+	var files dataFileList
+	tokDir := fs.String("tokenizer", "", "model directory with tokenizer.json and tokenizer_config.json (required)")
+	fs.Var(&files, "data", "JSONL input, plain, gzip or zstd (repeat for several; extra arguments are inputs too)")
+	out := fs.String("out", "", "output directory, written atomically (required)")
+	format := fs.String("format", "auto", "line format: auto, messages or sharegpt")
+	maxLen := fs.Int("max-len", 4096, "maximum tokens per sample (0: no limit)")
+	truncate := fs.Bool("truncate", false, "truncate samples longer than --max-len (the default)")
+	dropLong := fs.Bool("drop-long", false, "drop samples longer than --max-len instead of truncating")
+	block := fs.Int("block-size", 16, "DFlash block size; samples need 2 x block-size supervised tokens")
+	thinking := fs.Bool("thinking", true, "Qwen3 thinking mode: the empty <think></think> block is generated (supervised); false: it is prompt")
+	skip := fs.Bool("skip-bad-lines", false, "count and skip malformed lines instead of failing on the first")
+	workers := fs.Int("workers", 0, "tokenizing goroutines (0: all cores)")
+	shardTokens := fs.Int("shard-tokens", 0, "tokens per shard file (0: 64Mi)")
+	force := fs.Bool("force", false, "replace --out if it exists")
+	asJSON := fs.Bool("json", false, "print the summary as one JSON object")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	files = append(files, fs.Args()...)
+	switch {
+	case *tokDir == "":
+		return errors.New("--tokenizer is required")
+	case *out == "":
+		return errors.New("--out is required")
+	case len(files) == 0:
+		return errors.New("no input: give --data FILE")
+	case *truncate && *dropLong:
+		return errors.New("--truncate and --drop-long exclude each other")
+	}
+	f, err := jsonl.ParseFormat(*format)
+	if err != nil {
+		return fmt.Errorf("--format: %w", err)
+	}
+	overflow := data.Truncate
+	if *dropLong {
+		overflow = data.Drop
+	}
+	bar := newDataBar(os.Stderr)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	sum, err := data.Prep(ctx, data.PrepConfig{
+		TokenizerDir: *tokDir, Files: files, Out: *out, Format: f, MaxLen: *maxLen, Overflow: overflow,
+		BlockSize: *block, EnableThinking: *thinking, SkipBadLines: *skip, Workers: *workers,
+		ShardTokens: *shardTokens, Force: *force, Progress: bar.update,
+	})
+	bar.finish()
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		return json.NewEncoder(os.Stdout).Encode(sum)
+	}
+	printPrepSummary(os.Stdout, sum)
+	return nil
+}
+
+func printPrepSummary(w io.Writer, s data.Summary) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "output\t%s (%d shard%s)\n", s.Out, s.Shards, plural(s.Shards))
+	fmt.Fprintf(tw, "files\t%d\n", s.Files)
+	fmt.Fprintf(tw, "lines read\t%d (and %d blank)\n", s.Lines, s.Blank)
+	fmt.Fprintf(tw, "kept\t%d samples, %d tokens, %d supervised (%.1f%%), longest %d\n",
+		s.Kept, s.Tokens, s.Supervised, 100*float64(s.Supervised)/float64(max(s.Tokens, 1)), s.MaxLen)
+	fmt.Fprintf(tw, "truncated\t%d\n", s.Truncated)
+	if s.Crossing > 0 {
+		fmt.Fprintf(tw, "header tokens reaching into assistant text\t%d (not supervised)\n", s.Crossing)
+	}
+	printReasons(tw, "bad lines skipped", s.BadLines)
+	printReasons(tw, "dropped", s.Dropped)
+	fmt.Fprintf(tw, "time\t%.2f s\n", s.Seconds)
+	tw.Flush()
+}
+
+func printReasons(w io.Writer, what string, m map[string]int) {
+	total := 0
+	keys := make([]string, 0, len(m))
+	for k, v := range m {
+		total += v
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	fmt.Fprintf(w, "%s\t%d\n", what, total)
+	for _, k := range keys {
+		fmt.Fprintf(w, "\t  %d %s\n", m[k], k)
+	}
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
+}
+
+// dataBar draws a progress bar on a terminal, or a line every few seconds
+// elsewhere.
+type dataBar struct {
+	w     *os.File
+	tty   bool
+	last  time.Time
+	drawn bool
+}
+
+func newDataBar(w *os.File) *dataBar {
+	st, err := w.Stat()
+	return &dataBar{w: w, tty: err == nil && st.Mode()&os.ModeCharDevice != 0, last: time.Now()}
+}
+
+func (b *dataBar) update(p data.Progress) {
+	frac := 0.0
+	if p.BytesTotal > 0 {
+		frac = min(1, float64(p.BytesRead)/float64(p.BytesTotal))
+	}
+	rate := float64(p.BytesRead) / 1e6 / max(p.Elapsed.Seconds(), 1e-9)
+	if b.tty {
+		const width = 30
+		n := int(frac * width)
+		fmt.Fprintf(b.w, "\r[%s%s] %5.1f%%  %d lines  %d kept  %.1f MB/s  %s ",
+			strings.Repeat("=", n), strings.Repeat(" ", width-n), 100*frac, p.Lines, p.Kept, rate, p.Elapsed.Round(time.Second))
+		b.drawn = true
+		return
+	}
+	if time.Since(b.last) >= 5*time.Second {
+		b.last = time.Now()
+		fmt.Fprintf(b.w, "data prep: %.1f%% read, %d lines, %d kept, %.1f MB/s\n", 100*frac, p.Lines, p.Kept, rate)
+	}
+}
+
+func (b *dataBar) finish() {
+	if b.drawn {
+		fmt.Fprintln(b.w)
+	}
+}
+
+func dataStats(args []string) error {
+	fs := newFlagSet("data stats", "data stats [flags] DIR")
+	edge := fs.Int("edge", bucket.DefaultEdge, "bucket granularity (the attention block)")
+	budget := fs.Int("budget", 16384, "padded tokens per batch")
+	verify := fs.Bool("verify", false, "recompute every shard's checksum")
+	asJSON := fs.Bool("json", false, "print one JSON object")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return errors.New("want one prepared directory")
+	}
+	d, err := data.Open(fs.Arg(0))
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if *verify {
+		if err := d.Verify(); err != nil {
+			return err
+		}
+	}
+	meta := d.Meta()
+	lengths := d.Lengths()
+	sorted := append([]int(nil), lengths...)
+	sort.Ints(sorted)
+	pct := func(p float64) int {
+		if len(sorted) == 0 {
+			return 0
+		}
+		return sorted[min(len(sorted)-1, int(p*float64(len(sorted))))]
+	}
+	type statsOut struct {
+		Dir        string         `json:"dir"`
+		Samples    int64          `json:"samples"`
+		Tokens     int64          `json:"tokens"`
+		Supervised int64          `json:"supervised_tokens"`
+		Shards     int            `json:"shards"`
+		Lengths    map[string]int `json:"lengths"`
+		Buckets    *bucket.Report `json:"buckets,omitempty"`
+		Verified   bool           `json:"verified"`
+	}
+	st := statsOut{Dir: fs.Arg(0), Samples: meta.Samples, Tokens: meta.Tokens, Supervised: meta.Supervised,
+		Shards: len(meta.Shards), Verified: *verify,
+		Lengths: map[string]int{"min": pct(0), "p50": pct(0.5), "p90": pct(0.9), "p99": pct(0.99), "max": pct(1)}}
+	if len(lengths) > 0 {
+		s, err := bucket.New(lengths, bucket.Config{Edge: *edge, TokenBudget: *budget})
+		if err != nil {
+			return err
+		}
+		r := s.Report()
+		st.Buckets = &r
+	}
+	if *asJSON {
+		return json.NewEncoder(os.Stdout).Encode(st)
+	}
+	fmt.Printf("%s: %d samples in %d shard%s, %d tokens, %d supervised (%.1f%%)\n", st.Dir, st.Samples, st.Shards, plural(st.Shards),
+		st.Tokens, st.Supervised, 100*float64(st.Supervised)/float64(max(st.Tokens, 1)))
+	fmt.Printf("lengths: min %d, median %d, p90 %d, p99 %d, max %d\n", pct(0), pct(0.5), pct(0.9), pct(0.99), pct(1))
+	if *verify {
+		fmt.Println("checksums: ok")
+	}
+	if st.Buckets != nil {
+		fmt.Printf("\nbuckets (edge %d, budget %d tokens per batch):\n", *edge, *budget)
+		st.Buckets.Print(os.Stdout)
+	}
+	return nil
+}
+
+func dataShow(args []string) error {
+	fs := newFlagSet("data show", "data show --tokenizer DIR [-i N] [-n COUNT] PREPARED_DIR")
+	tokDir := fs.String("tokenizer", "", "model directory of the tokenizer the data was prepared with (required)")
+	first := fs.Int("i", 0, "first sample index")
+	count := fs.Int("n", 1, "number of samples")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 || *tokDir == "" {
+		return errors.New("want --tokenizer DIR and one prepared directory")
+	}
+	tok, err := tokenizer.LoadDir(*tokDir)
+	if err != nil {
+		return err
+	}
+	d, err := data.Open(fs.Arg(0))
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if *first < 0 || *first >= d.Len() {
+		return fmt.Errorf("-i %d: %s holds samples 0 to %d", *first, fs.Arg(0), d.Len()-1)
+	}
+	for i := *first; i < min(d.Len(), *first+*count); i++ {
+		ids, mask := d.Sample(i)
+		fmt.Printf("=== sample %d: %d tokens; supervised text between ⟦ and ⟧\n", i, len(ids))
+		for k := 0; k < len(ids); {
+			j := k
+			for j < len(ids) && mask[j] == mask[k] {
+				j++
+			}
+			text := tok.Decode(ids[k:j], false)
+			if mask[k] == 1 {
+				text = "⟦" + text + "⟧"
+			}
+			fmt.Print(text)
+			k = j
+		}
+		fmt.Println()
+	}
+	return nil
+}
+
+func dataTokenize(args []string) error {
+	fs := newFlagSet("data tokenize", "data tokenize --tokenizer DIR [--decode] [TEXT...]  (stdin when no TEXT)")
+	tokDir := fs.String("tokenizer", "", "model directory with tokenizer.json (required)")
+	decode := fs.Bool("decode", false, "read ids (space separated) and print their text")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *tokDir == "" {
+		return errors.New("--tokenizer is required")
+	}
+	tok, err := tokenizer.LoadDir(*tokDir)
+	if err != nil {
+		return err
+	}
+	input := strings.Join(fs.Args(), " ")
+	if fs.NArg() == 0 {
+		b, err := io.ReadAll(os.Stdin)
+		if err != nil {
+			return err
+		}
+		input = string(b)
+	}
+	if *decode {
+		var ids []int32
+		for _, f := range strings.Fields(strings.NewReplacer(",", " ", "[", " ", "]", " ").Replace(input)) {
+			v, err := strconv.ParseInt(f, 10, 32)
+			if err != nil {
+				return fmt.Errorf("id %q: %w", f, err)
+			}
+			if _, ok := tok.Token(int32(v)); !ok {
+				return fmt.Errorf("id %d is outside the vocabulary (size %d)", v, tok.VocabSize())
+			}
+			ids = append(ids, int32(v))
+		}
+		fmt.Println(tok.Decode(ids, false))
+		return nil
+	}
+	ids := tok.Encode(input)
+	parts := make([]string, len(ids))
+	for i, id := range ids {
+		parts[i] = strconv.Itoa(int(id))
+	}
+	fmt.Println(strings.Join(parts, " "))
+	fmt.Fprintf(os.Stderr, "%d tokens, %d bytes\n", len(ids), len(input))
+	return nil
+}

@@ -1,0 +1,251 @@
+package jsonl
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+
+	"dflash/data/chat"
+)
+
+// Format selects the line format.
+type Format int
+
+const (
+	Auto     Format = iota // messages or ShareGPT, decided per line
+	Messages               // {"messages": [{"role","content"}]}
+	ShareGPT               // {"conversations": [{"from","value"}]}
+)
+
+// ParseFormat reads "auto", "messages" or "sharegpt".
+func ParseFormat(s string) (Format, error) {
+	switch strings.ToLower(s) {
+	case "auto", "":
+		return Auto, nil
+	case "messages":
+		return Messages, nil
+	case "sharegpt":
+		return ShareGPT, nil
+	}
+	return Auto, fmt.Errorf("unknown format %q (want auto, messages or sharegpt)", s)
+}
+
+// Reasons a line is bad; they key Stats.Bad.
+const (
+	ReasonJSON        = "invalid JSON"
+	ReasonNoMessages  = "no messages or conversations list"
+	ReasonWrongFormat = "other format than asked for"
+	ReasonRole        = "unsupported role"
+	ReasonContent     = "unsupported content"
+	ReasonToolCalls   = "tool_calls not supported"
+	ReasonEmpty       = "empty conversation"
+)
+
+// LineError is a bad line: where it is and why.
+type LineError struct {
+	File   string
+	Line   int
+	Reason string // one of the Reason constants
+	Detail string
+}
+
+func (e *LineError) Error() string {
+	if e.Detail == "" {
+		return fmt.Sprintf("%s:%d: %s", e.File, e.Line, e.Reason)
+	}
+	return fmt.Sprintf("%s:%d: %s: %s", e.File, e.Line, e.Reason, e.Detail)
+}
+
+type messageJSON struct {
+	Role      string          `json:"role"`
+	Content   any             `json:"content"` // decoded once: string, nil or []any
+	Reasoning *string         `json:"reasoning_content"`
+	ToolCalls json.RawMessage `json:"tool_calls"`
+	From      string          `json:"from"`
+	Value     *string         `json:"value"`
+}
+
+type lineJSON struct {
+	Messages      []messageJSON `json:"messages"`
+	Conversations []messageJSON `json:"conversations"`
+}
+
+var shareGPTRoles = map[string]string{
+	"system": "system", "human": "user", "user": "user",
+	"gpt": "assistant", "assistant": "assistant", "chatgpt": "assistant", "model": "assistant",
+	"tool": "tool",
+}
+
+var messageRoles = map[string]bool{"system": true, "user": true, "assistant": true, "tool": true}
+
+// Parse decodes one line into messages; a bad line is a *LineError (with
+// File and Line taken from ln).
+func Parse(ln Line, f Format) ([]chat.Message, error) {
+	bad := func(reason, format string, a ...any) error {
+		return &LineError{File: ln.File, Line: ln.N, Reason: reason, Detail: fmt.Sprintf(format, a...)}
+	}
+	var lj lineJSON
+	if err := json.Unmarshal(ln.Text, &lj); err != nil {
+		return nil, bad(ReasonJSON, "%v", err)
+	}
+	sharegpt := false
+	switch {
+	case lj.Messages != nil && lj.Conversations != nil:
+		return nil, bad(ReasonNoMessages, "both messages and conversations are set")
+	case lj.Messages != nil:
+		if f == ShareGPT {
+			return nil, bad(ReasonWrongFormat, "a messages line in a ShareGPT dataset")
+		}
+	case lj.Conversations != nil:
+		if f == Messages {
+			return nil, bad(ReasonWrongFormat, "a ShareGPT line in a messages dataset")
+		}
+		sharegpt = true
+	default:
+		return nil, bad(ReasonNoMessages, "")
+	}
+	in := lj.Messages
+	if sharegpt {
+		in = lj.Conversations
+	}
+	if len(in) == 0 {
+		return nil, bad(ReasonEmpty, "")
+	}
+	out := make([]chat.Message, len(in))
+	for i, m := range in {
+		if sharegpt {
+			role, ok := shareGPTRoles[m.From]
+			if !ok {
+				return nil, bad(ReasonRole, "conversations[%d].from %q", i, m.From)
+			}
+			if m.Value == nil {
+				return nil, bad(ReasonContent, "conversations[%d].value is missing or not a string", i)
+			}
+			out[i] = chat.Message{Role: role, Content: *m.Value}
+			continue
+		}
+		if !messageRoles[m.Role] {
+			return nil, bad(ReasonRole, "messages[%d].role %q", i, m.Role)
+		}
+		if len(m.ToolCalls) > 0 && !bytes.Equal(bytes.TrimSpace(m.ToolCalls), []byte("null")) && !bytes.Equal(bytes.TrimSpace(m.ToolCalls), []byte("[]")) {
+			return nil, bad(ReasonToolCalls, "messages[%d]", i)
+		}
+		content, err := contentText(m.Content)
+		if err != nil {
+			return nil, bad(ReasonContent, "messages[%d].content: %v", i, err)
+		}
+		out[i] = chat.Message{Role: m.Role, Content: content, ReasoningContent: m.Reasoning}
+	}
+	return out, nil
+}
+
+// contentText reads a content string, null, or a list of text parts.
+func contentText(v any) (string, error) {
+	switch c := v.(type) {
+	case nil:
+		return "", nil
+	case string:
+		return c, nil
+	case []any:
+		var b strings.Builder
+		for i, p := range c {
+			part, _ := p.(map[string]any)
+			text, ok := part["text"].(string)
+			if typ, _ := part["type"].(string); typ != "text" || !ok {
+				return "", fmt.Errorf("part %d has type %q; only text parts are supported", i, part["type"])
+			}
+			b.WriteString(text)
+		}
+		return b.String(), nil
+	}
+	return "", fmt.Errorf("want a string, null or a list of text parts")
+}
+
+// Stats counts what a Reader read.
+type Stats struct {
+	Files int            // files opened
+	Lines int            // non-blank lines read
+	Blank int            // blank lines skipped
+	Kept  int            // lines returned as records
+	Bad   map[string]int // skipped bad lines by reason
+}
+
+// BadTotal is the number of skipped bad lines.
+func (s Stats) BadTotal() int {
+	n := 0
+	for _, v := range s.Bad {
+		n += v
+	}
+	return n
+}
+
+// BadReasons returns the reasons of Bad in a stable order.
+func (s Stats) BadReasons() []string {
+	var r []string
+	for k := range s.Bad {
+		r = append(r, k)
+	}
+	sort.Strings(r)
+	return r
+}
+
+// Record is one parsed conversation and where it came from.
+type Record struct {
+	File     string
+	Line     int
+	Messages []chat.Message
+}
+
+// Reader reads conversations from files, one after another.
+type Reader struct {
+	lines *Lines
+	fmt   Format
+	skip  bool
+	stats Stats
+}
+
+// Open returns a Reader of paths. With skipBad, bad lines are counted in
+// Stats and skipped; otherwise the first one ends reading with its
+// *LineError.
+func Open(paths []string, f Format, skipBad bool) (*Reader, error) {
+	l, err := OpenLines(paths)
+	if err != nil {
+		return nil, err
+	}
+	return &Reader{lines: l, fmt: f, skip: skipBad, stats: Stats{Bad: map[string]int{}}}, nil
+}
+
+// Next returns the next record, or io.EOF.
+func (r *Reader) Next() (Record, error) {
+	for {
+		ln, err := r.lines.Next()
+		r.stats.Files, r.stats.Blank = r.lines.Files(), r.lines.Blank()
+		if err != nil {
+			return Record{}, err
+		}
+		r.stats.Lines++
+		msgs, err := Parse(ln, r.fmt)
+		var le *LineError
+		if errors.As(err, &le) && r.skip {
+			r.stats.Bad[le.Reason]++
+			continue
+		}
+		if err != nil {
+			return Record{}, err
+		}
+		r.stats.Kept++
+		return Record{File: ln.File, Line: ln.N, Messages: msgs}, nil
+	}
+}
+
+// Stats returns the counts so far.
+func (r *Reader) Stats() Stats { return r.stats }
+
+// Close releases the open file.
+func (r *Reader) Close() error { return r.lines.Close() }
+
+var _ = io.EOF

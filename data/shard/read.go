@@ -1,0 +1,197 @@
+package shard
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"hash/crc32"
+	"os"
+	"path/filepath"
+	"sort"
+	"unsafe"
+)
+
+// Dataset is an opened prepared directory. Its methods are safe for
+// concurrent use; slices it returns alias the mapped files and must not be
+// written or used after Close.
+type Dataset struct {
+	dir    string
+	meta   Meta
+	shards []*shardFile
+	first  []int64 // global index of each shard's first sample
+	n      int64
+}
+
+type shardFile struct {
+	path  string
+	data  []byte // whole file (mapped or read)
+	unmap func() error
+	offs  []uint64
+	ids   []int32
+	mask  []uint8
+	crc   uint32
+}
+
+// Open opens a prepared directory: it reads meta.json and maps every shard,
+// checking each header against the file and meta.json.
+func Open(dir string) (*Dataset, error) {
+	b, err := os.ReadFile(filepath.Join(dir, MetaFile))
+	if err != nil {
+		return nil, fmt.Errorf("shard: %w", err)
+	}
+	d := &Dataset{dir: dir}
+	if err := json.Unmarshal(b, &d.meta); err != nil {
+		return nil, fmt.Errorf("shard: %s: %w", filepath.Join(dir, MetaFile), err)
+	}
+	if d.meta.Format != FormatName || d.meta.Version != version {
+		return nil, fmt.Errorf("shard: %s: format %q version %d, want %q version %d", dir, d.meta.Format, d.meta.Version, FormatName, version)
+	}
+	for _, si := range d.meta.Shards {
+		s, err := openShard(filepath.Join(dir, si.File))
+		if err != nil {
+			d.Close()
+			return nil, err
+		}
+		d.shards = append(d.shards, s)
+		if int64(len(s.offs)-1) != si.Samples || int64(len(s.ids)) != si.Tokens || s.crc != si.CRC32C {
+			d.Close()
+			return nil, fmt.Errorf("shard: %s does not match meta.json (samples, tokens or checksum)", s.path)
+		}
+		d.first = append(d.first, d.n)
+		d.n += si.Samples
+	}
+	if d.n != d.meta.Samples {
+		d.Close()
+		return nil, fmt.Errorf("shard: %s: shards hold %d samples, meta.json says %d", dir, d.n, d.meta.Samples)
+	}
+	return d, nil
+}
+
+func openShard(path string) (*shardFile, error) {
+	data, unmap, err := mapFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("shard: %w", err)
+	}
+	s := &shardFile{path: path, data: data, unmap: unmap}
+	h, err := decodeHeader(data, uint64(len(data)))
+	if err != nil {
+		s.close()
+		return nil, fmt.Errorf("shard: %s: %w", path, err)
+	}
+	s.crc = h.crc
+	s.offs = castSlice[uint64](data[h.offsOff:h.idsOff])
+	s.ids = castSlice[int32](data[h.idsOff:h.maskOff])
+	s.mask = data[h.maskOff:]
+	prev := uint64(0)
+	for i, o := range s.offs {
+		if o < prev || o > h.t || (i == 0 && o != 0) {
+			s.close()
+			return nil, fmt.Errorf("shard: %s: offsets[%d] = %d is out of order or range", path, i, o)
+		}
+		prev = o
+	}
+	if s.offs[h.n] != h.t {
+		s.close()
+		return nil, fmt.Errorf("shard: %s: last offset %d, want %d tokens", path, s.offs[h.n], h.t)
+	}
+	return s, nil
+}
+
+// littleEndian reports whether the host stores integers as the files do.
+var littleEndian = func() bool { x := uint16(1); return *(*byte)(unsafe.Pointer(&x)) == 1 }()
+
+// castSlice views b as a slice of T without copying on little-endian hosts
+// (b must be aligned, which mmap and the layout guarantee); elsewhere it
+// decodes a copy.
+func castSlice[T uint64 | int32](b []byte) []T {
+	var zero T
+	size := int(unsafe.Sizeof(zero))
+	n := len(b) / size
+	if n == 0 {
+		return nil
+	}
+	if littleEndian && uintptr(unsafe.Pointer(&b[0]))%uintptr(size) == 0 {
+		return unsafe.Slice((*T)(unsafe.Pointer(&b[0])), n)
+	}
+	out := make([]T, n)
+	for i := range out {
+		if size == 8 {
+			out[i] = T(binary.LittleEndian.Uint64(b[8*i:]))
+		} else {
+			out[i] = T(int32(binary.LittleEndian.Uint32(b[4*i:])))
+		}
+	}
+	return out
+}
+
+func (s *shardFile) close() error {
+	if s.unmap != nil {
+		err := s.unmap()
+		s.unmap = nil
+		return err
+	}
+	return nil
+}
+
+// Close unmaps the shards.
+func (d *Dataset) Close() error {
+	var first error
+	for _, s := range d.shards {
+		if err := s.close(); err != nil && first == nil {
+			first = err
+		}
+	}
+	d.shards = nil
+	return first
+}
+
+// Meta returns the dataset description.
+func (d *Dataset) Meta() Meta { return d.meta }
+
+// Len is the number of samples.
+func (d *Dataset) Len() int { return int(d.n) }
+
+// locate returns the shard and local index of global sample i; it panics on
+// an index out of range (a programmer error).
+func (d *Dataset) locate(i int) (*shardFile, int) {
+	if i < 0 || int64(i) >= d.n {
+		panic(fmt.Sprintf("shard: sample %d out of range [0,%d)", i, d.n))
+	}
+	k := sort.Search(len(d.first), func(k int) bool { return d.first[k] > int64(i) }) - 1
+	return d.shards[k], i - int(d.first[k])
+}
+
+// SampleLen is the number of tokens of sample i.
+func (d *Dataset) SampleLen(i int) int {
+	s, j := d.locate(i)
+	return int(s.offs[j+1] - s.offs[j])
+}
+
+// Sample returns the token ids and loss mask of sample i (views into the
+// mapped file).
+func (d *Dataset) Sample(i int) (ids []int32, lossMask []uint8) {
+	s, j := d.locate(i)
+	a, b := s.offs[j], s.offs[j+1]
+	return s.ids[a:b:b], s.mask[a:b:b]
+}
+
+// Lengths returns the length of every sample, in index order.
+func (d *Dataset) Lengths() []int {
+	out := make([]int, 0, d.n)
+	for _, s := range d.shards {
+		for j := 0; j+1 < len(s.offs); j++ {
+			out = append(out, int(s.offs[j+1]-s.offs[j]))
+		}
+	}
+	return out
+}
+
+// Verify recomputes every shard's CRC-32C and compares it with the header.
+func (d *Dataset) Verify() error {
+	for _, s := range d.shards {
+		if got := crc32.Checksum(s.data[headerSize:], castagnoli); got != s.crc {
+			return fmt.Errorf("shard: %s: checksum %08x, header says %08x (corrupt file)", s.path, got, s.crc)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,213 @@
+package shard
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+)
+
+type sample struct {
+	ids  []int32
+	mask []uint8
+}
+
+func randomSamples(t *testing.T, n int) []sample {
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 11))
+	out := make([]sample, n)
+	for i := range out {
+		l := 1 + rng.IntN(300)
+		s := sample{make([]int32, l), make([]uint8, l)}
+		for k := range s.ids {
+			s.ids[k] = rng.Int32N(200_000) - 10 // negative ids too: the format stores any int32
+			s.mask[k] = uint8(rng.IntN(2))
+		}
+		out[i] = s
+	}
+	return out
+}
+
+func key(s sample) string { return fmt.Sprint(s.ids, s.mask) }
+
+func writeDataset(t *testing.T, dir string, samples []sample, shardTokens int) Meta {
+	t.Helper()
+	w, err := Create(dir, shardTokens, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range samples {
+		if err := w.Add(s.ids, s.mask); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := os.Stat(dir); err == nil {
+		t.Fatal("output directory visible before Finish")
+	}
+	m, err := w.Finish(map[string]any{"note": "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func TestWriteRead(t *testing.T) {
+	samples := randomSamples(t, 400)
+	dir := filepath.Join(t.TempDir(), "prep")
+	meta := writeDataset(t, dir, samples, 10_000)
+	if len(meta.Shards) < 3 {
+		t.Fatalf("%d shards, want several", len(meta.Shards))
+	}
+	d, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if d.Len() != len(samples) {
+		t.Fatalf("Len %d want %d", d.Len(), len(samples))
+	}
+	if err := d.Verify(); err != nil {
+		t.Fatal(err)
+	}
+	// Same multiset of samples; sorted by length within each shard, ties in
+	// input order.
+	want := map[string]int{}
+	for _, s := range samples {
+		want[key(s)]++
+	}
+	var supervised int64
+	lengths := d.Lengths()
+	i := 0
+	pos := map[string][]int{}
+	for k, s := range samples {
+		pos[key(s)] = append(pos[key(s)], k)
+	}
+	for _, si := range meta.Shards {
+		prevLen, prevPos := 0, -1
+		for j := 0; j < int(si.Samples); j, i = j+1, i+1 {
+			ids, mask := d.Sample(i)
+			if len(ids) != d.SampleLen(i) || len(ids) != lengths[i] || len(mask) != len(ids) {
+				t.Fatalf("sample %d: lengths disagree", i)
+			}
+			k := key(sample{ids, mask})
+			if want[k] == 0 {
+				t.Fatalf("sample %d was not written", i)
+			}
+			want[k]--
+			p := pos[k][0]
+			pos[k] = pos[k][1:]
+			if len(ids) < prevLen || (len(ids) == prevLen && p < prevPos) {
+				t.Fatalf("shard %s not sorted by (length, input order) at %d", si.File, j)
+			}
+			prevLen, prevPos = len(ids), p
+			for _, m := range mask {
+				supervised += int64(m)
+			}
+		}
+	}
+	if supervised != meta.Supervised || d.Meta().Supervised != supervised {
+		t.Fatalf("supervised %d, meta %d", supervised, meta.Supervised)
+	}
+	if d.Meta().Info.(map[string]any)["note"] != "test" {
+		t.Fatalf("info lost: %v", d.Meta().Info)
+	}
+}
+
+func TestCorruption(t *testing.T) {
+	samples := randomSamples(t, 50)
+	for _, c := range []struct {
+		name   string
+		damage func(path string)
+		want   string // "" for a Verify failure
+	}{
+		{"flipped id byte", func(p string) { flip(p, 64+8*51+3) }, ""},
+		{"truncated", func(p string) {
+			st, _ := os.Stat(p)
+			os.Truncate(p, st.Size()-5)
+		}, "truncated or foreign"},
+		{"bad magic", func(p string) { flip(p, 0) }, "bad magic"},
+		{"bad offsets", func(p string) { flip(p, 64+8*3+7) }, "out of order or range"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := filepath.Join(t.TempDir(), "prep")
+			writeDataset(t, dir, samples, 0)
+			c.damage(filepath.Join(dir, "shard-00000.bin"))
+			d, err := Open(dir)
+			if c.want != "" {
+				if err == nil || !strings.Contains(err.Error(), c.want) {
+					t.Fatalf("Open: got %v, want %q", err, c.want)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Open: %v", err)
+			}
+			defer d.Close()
+			if err := d.Verify(); err == nil || !strings.Contains(err.Error(), "checksum") {
+				t.Fatalf("Verify: got %v", err)
+			}
+		})
+	}
+}
+
+func flip(path string, off int64) {
+	f, _ := os.OpenFile(path, os.O_RDWR, 0)
+	defer f.Close()
+	b := make([]byte, 1)
+	f.ReadAt(b, off)
+	b[0] ^= 0xff
+	f.WriteAt(b, off)
+}
+
+func TestCreateRules(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "prep")
+	writeDataset(t, dir, randomSamples(t, 5), 0)
+	if _, err := Create(dir, 0, false); err == nil {
+		t.Fatal("Create over an existing dataset without force succeeded")
+	}
+	w, err := Create(dir, 0, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Add([]int32{1, 2, 3}, []uint8{0, 1, 1})
+	if _, err := w.Finish(nil); err != nil {
+		t.Fatal(err)
+	}
+	d, err := Open(dir)
+	if err != nil || d.Len() != 1 {
+		t.Fatalf("replaced dataset: %v", err)
+	}
+	d.Close()
+	// Abort leaves no trace.
+	w, _ = Create(filepath.Join(filepath.Dir(dir), "other"), 0, false)
+	w.Add([]int32{1}, []uint8{1})
+	w.Abort()
+	entries, _ := os.ReadDir(filepath.Dir(dir))
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	sort.Strings(names)
+	if !reflect.DeepEqual(names, []string{"prep"}) {
+		t.Fatalf("directory holds %v after Abort", names)
+	}
+}
+
+func TestEmptyDataset(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "prep")
+	w, _ := Create(dir, 0, false)
+	if _, err := w.Finish(nil); err != nil {
+		t.Fatal(err)
+	}
+	d, err := Open(dir)
+	if err != nil || d.Len() != 0 {
+		t.Fatalf("empty dataset: %v", err)
+	}
+	d.Close()
+}
