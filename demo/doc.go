@@ -1,0 +1,7 @@
+// Package demo builds everything `dflash demo` needs on a fresh machine,
+// offline and on the CPU: a corpus of Go source from GOROOT, a byte-level
+// BPE tokenizer trained on it (written as HF tokenizer.json and
+// tokenizer_config.json), a tiny Qwen3 target trained on the corpus,
+// conversations whose responses the target generates greedily, and a DFlash
+// drafter trained on them, with its evaluation before and after training.
+package demo

@@ -1,0 +1,439 @@
+package demo
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"dflash/data/chat"
+	"dflash/data/tokenizer"
+	"dflash/model"
+	"dflash/model/dflash"
+	"dflash/tensor"
+	"dflash/train"
+)
+
+// Options sizes the demo. Zero fields take Defaults' values.
+type Options struct {
+	Dir          string // working directory (tokenizer, target, drafter, metrics); empty: a temp dir removed at the end
+	Seed         uint64
+	Workers      int // CPU goroutines (0: GOMAXPROCS)
+	CorpusBytes  int
+	Vocab        int
+	TargetHidden int
+	TargetLayers int
+	TargetSteps  int
+	TargetBatch  int
+	PromptLines  int // lines of code in a prompt
+	ReplyLines   int // lines of code in a target training reply
+	MaxSeq       int // max tokens of a target training sequence
+	Prompts      int // conversations generated
+	GenTokens    int // max new tokens per response
+	DraftLayers  int
+	BlockSize    int
+	Anchors      int
+	DraftSteps   int
+	DraftBatch   int
+	DraftLR      float64
+	Progress     string // train progress mode: auto, bar, lines, off
+	Stderr       io.Writer
+}
+
+// Defaults returns the demo's standard sizes: about 4 minutes on 2 shared cores.
+func Defaults() Options {
+	return Options{Seed: 1, CorpusBytes: 1 << 20, Vocab: 1024, TargetHidden: 128, TargetLayers: 4,
+		TargetSteps: 200, TargetBatch: 12, PromptLines: 5, ReplyLines: 6, MaxSeq: 128,
+		Prompts: 224, GenTokens: 96, DraftLayers: 1, BlockSize: 8, Anchors: 24, DraftSteps: 400,
+		DraftBatch: 8, DraftLR: 3e-3, Progress: "auto"}
+}
+
+func (o *Options) fill() {
+	d := Defaults()
+	set := func(p *int, v int) {
+		if *p == 0 {
+			*p = v
+		}
+	}
+	set(&o.CorpusBytes, d.CorpusBytes)
+	set(&o.Vocab, d.Vocab)
+	set(&o.TargetHidden, d.TargetHidden)
+	set(&o.TargetLayers, d.TargetLayers)
+	set(&o.TargetSteps, d.TargetSteps)
+	set(&o.TargetBatch, d.TargetBatch)
+	set(&o.PromptLines, d.PromptLines)
+	set(&o.ReplyLines, d.ReplyLines)
+	set(&o.MaxSeq, d.MaxSeq)
+	set(&o.Prompts, d.Prompts)
+	set(&o.GenTokens, d.GenTokens)
+	set(&o.DraftLayers, d.DraftLayers)
+	set(&o.BlockSize, d.BlockSize)
+	set(&o.Anchors, d.Anchors)
+	set(&o.DraftSteps, d.DraftSteps)
+	set(&o.DraftBatch, d.DraftBatch)
+	if o.DraftLR == 0 {
+		o.DraftLR = d.DraftLR
+	}
+	if o.Progress == "" {
+		o.Progress = d.Progress
+	}
+	if o.Stderr == nil {
+		o.Stderr = os.Stderr
+	}
+}
+
+// Stage is one timed step of the demo.
+type Stage struct {
+	Name    string  `json:"name"`
+	Seconds float64 `json:"seconds"`
+}
+
+// Result is what the demo reports.
+type Result struct {
+	CorpusFiles        int       `json:"corpus_files"`
+	CorpusBytes        int       `json:"corpus_bytes"`
+	Vocab              int       `json:"vocab"`
+	TargetParams       int       `json:"target_params"`
+	TargetLoss         float64   `json:"target_loss"`
+	Conversations      int       `json:"conversations"`
+	GeneratedTokens    int       `json:"generated_tokens"`
+	DrafterParams      int       `json:"drafter_params"`
+	BlockSize          int       `json:"block_size"`
+	Taps               []int     `json:"taps"`
+	LossBefore         float64   `json:"loss_before"`
+	LossAfter          float64   `json:"loss_after"`
+	AccuracyBefore     float64   `json:"accuracy_before"`
+	AccuracyAfter      float64   `json:"accuracy_after"`
+	SlotAccuracyBefore []float64 `json:"slot_accuracy_before"`
+	SlotAccuracyAfter  []float64 `json:"slot_accuracy_after"`
+	AcceptanceBefore   float64   `json:"acceptance_before"`
+	AcceptanceAfter    float64   `json:"acceptance_after"`
+	TrainLossFirst     float64   `json:"train_loss_first"` // mean over the first tenth of the steps
+	TrainLossLast      float64   `json:"train_loss_last"`  // mean over the last tenth
+	DrafterTokensPerS  float64   `json:"drafter_tokens_per_s"`
+	EvalBlocks         int64     `json:"eval_blocks"`
+	Stages             []Stage   `json:"stages"`
+	Seconds            float64   `json:"seconds"`
+	Dir                string    `json:"dir,omitempty"`
+}
+
+type stageTimer struct {
+	res   *Result
+	start time.Time
+}
+
+func (t *stageTimer) begin(name string) func() {
+	t0 := time.Now()
+	slog.Info("demo stage", "stage", name)
+	return func() {
+		s := time.Since(t0).Seconds()
+		t.res.Stages = append(t.res.Stages, Stage{name, s})
+		slog.Info("demo stage done", "stage", name, "seconds", fmt.Sprintf("%.1f", s))
+	}
+}
+
+// Run builds everything from scratch and trains a drafter (see the package
+// doc); it returns the before/after evaluation.
+func Run(ctx context.Context, o Options) (*Result, error) {
+	o.fill()
+	res := &Result{}
+	t0 := time.Now()
+	st := &stageTimer{res: res, start: t0}
+	dir := o.Dir
+	if dir == "" {
+		tmp, err := os.MkdirTemp("", "dflash-demo-")
+		if err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(tmp)
+		dir = tmp
+	} else {
+		res.Dir = dir
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, err
+		}
+		for _, sub := range []string{"target-train", "drafter-train"} { // a fresh run each time
+			if err := os.RemoveAll(filepath.Join(dir, sub)); err != nil {
+				return nil, err
+			}
+		}
+	}
+	backend := tensor.NewCPU[float32](o.Workers)
+
+	// 1. Corpus and tokenizer.
+	done := st.begin("corpus")
+	docs, err := GoCorpus(CorpusOptions{MaxBytes: o.CorpusBytes})
+	if err != nil {
+		return nil, err
+	}
+	res.CorpusFiles, res.CorpusBytes = len(docs), TotalBytes(docs)
+	done()
+	done = st.begin("tokenizer")
+	texts := make([]string, len(docs))
+	for i, d := range docs {
+		texts[i] = d.Text
+	}
+	bpe, err := TrainBPE(texts, BPEOptions{VocabSize: o.Vocab, Specials: DemoSpecials})
+	if err != nil {
+		return nil, err
+	}
+	tokDir := filepath.Join(dir, "target")
+	if err := bpe.WriteTokenizerDir(tokDir); err != nil {
+		return nil, err
+	}
+	tok, err := tokenizer.LoadDir(tokDir)
+	if err != nil {
+		return nil, fmt.Errorf("demo tokenizer: %w", err)
+	}
+	tmpl, err := chat.Load(tokDir, tok)
+	if err != nil {
+		return nil, fmt.Errorf("demo chat template: %w", err)
+	}
+	res.Vocab = tok.VocabSize()
+	imEnd, _ := bpe.SpecialID(TokImEnd)
+	pad, _ := bpe.SpecialID(TokEndOfText)
+	mask, _ := bpe.SpecialID(TokMask)
+	done()
+
+	// 2. Target: a tiny Qwen3 trained on chat-formatted code continuations.
+	done = st.begin("target")
+	rng := rand.New(rand.NewPCG(o.Seed, 11))
+	pairs := codePairs(docs, o.PromptLines, o.ReplyLines, rng)
+	var seqs [][]int32
+	for _, p := range pairs {
+		ids, _, err := tmpl.Encode(tok, []chat.Message{{Role: "user", Content: p[0]}, {Role: "assistant", Content: p[1]}}, chat.Options{})
+		if err != nil {
+			continue // a token crossing a turn boundary: skip the pair
+		}
+		if len(ids) > o.MaxSeq {
+			ids = ids[:o.MaxSeq]
+		}
+		seqs = append(seqs, ids)
+	}
+	heads := max(1, o.TargetHidden/32)
+	tcfg := model.Config{Arch: model.Qwen3, VocabSize: res.Vocab, HiddenSize: o.TargetHidden,
+		IntermediateSize: 3 * o.TargetHidden, NumLayers: o.TargetLayers, NumHeads: heads,
+		NumKVHeads: max(1, heads/2), HeadDim: o.TargetHidden / heads, RMSNormEps: 1e-6, RopeTheta: 10000,
+		MaxPositionEmbeddings: 4096, EOSTokenIDs: []int{imEnd}, InitializerRange: 0.02}
+	target, err := model.New(tcfg, o.Seed)
+	if err != nil {
+		return nil, err
+	}
+	res.TargetParams = target.NumParams()
+	tc := train.DefaultConfig()
+	tc.Out, tc.Steps, tc.LR, tc.WarmupSteps, tc.Seed = filepath.Join(dir, "target-train"), o.TargetSteps, 3e-3, 20, o.Seed
+	tc.SaveEvery, tc.KeepCheckpoints, tc.Plot, tc.Progress, tc.WeightDecay = 0, 1, false, o.Progress, 0.0
+	tr, err := TrainTarget(ctx, target, seqs, o.TargetBatch, int32(pad), tc, backend)
+	if err != nil {
+		return nil, fmt.Errorf("train target: %w", err)
+	}
+	res.TargetLoss = tr.LastLoss
+	if err := target.Save(tokDir, "F32"); err != nil {
+		return nil, err
+	}
+	done()
+
+	// 3. Conversations: prompts from the corpus, greedy responses of the target.
+	done = st.begin("generate")
+	prng := rand.New(rand.NewPCG(o.Seed, 12))
+	convs, genTok, err := generate(ctx, target, tok, tmpl, docs, o, int32(imEnd), prng, o.Stderr)
+	if err != nil {
+		return nil, err
+	}
+	res.Conversations, res.GeneratedTokens = len(convs), genTok
+	done()
+
+	// 4. Drafter.
+	done = st.begin("drafter")
+	var taps []int
+	for i := 0; i < o.DraftLayers+1 && i < tcfg.NumLayers-1; i++ {
+		taps = append(taps, tcfg.NumLayers-2-i) // the deepest layers but the last, deepest last
+	}
+	for i, j := 0, len(taps)-1; i < j; i, j = i+1, j-1 {
+		taps[i], taps[j] = taps[j], taps[i]
+	}
+	dc := dflash.DrafterConfigFor(target, o.DraftLayers, taps, o.BlockSize, mask)
+	dc.NumAnchors = o.Anchors
+	drafter := dflash.New[float32](dc, rand.New(rand.NewPCG(o.Seed, train.StreamInit)))
+	res.Taps, res.BlockSize = taps, o.BlockSize
+	for _, p := range drafter.Params() {
+		res.DrafterParams += p.Numel()
+	}
+	nEval := max(1, len(convs)/8)
+	sess := &dflash.Session{Drafter: drafter, Head: dflash.HeadOf(target),
+		Hidden: dflash.TargetHidden(target, taps, backend), Backend: backend,
+		Train: convs[nEval:], Eval: convs[:nEval], BatchSize: o.DraftBatch, Pad: int32(pad), Seed: o.Seed, CacheHidden: true}
+	before, err := sess.Evaluate()
+	if err != nil {
+		return nil, err
+	}
+	dcfg := train.DefaultConfig()
+	dcfg.Out, dcfg.Steps, dcfg.LR, dcfg.WarmupSteps, dcfg.Seed = filepath.Join(dir, "drafter-train"), o.DraftSteps, o.DraftLR, 20, o.Seed
+	dcfg.SaveEvery, dcfg.KeepCheckpoints, dcfg.Plot, dcfg.Progress, dcfg.EvalEvery = 0, 1, o.Dir != "", o.Progress, 0
+	var losses []float64
+	hooks := sess.Hooks()
+	step := hooks.Step
+	hooks.Step = func(ctx context.Context, s train.StepInfo) (float64, map[string]float64, int, error) {
+		l, m, n, err := step(ctx, s)
+		losses = append(losses, l)
+		return l, m, n, err
+	}
+	dr, err := train.Run(ctx, dcfg, hooks)
+	if err != nil {
+		return nil, fmt.Errorf("train drafter: %w", err)
+	}
+	// Training loss at the start and the end: means over the first and last
+	// tenth of the steps (single batches are noisy).
+	k := max(1, len(losses)/10)
+	res.TrainLossFirst, res.TrainLossLast = mean(losses[:k]), mean(losses[len(losses)-k:])
+	if s := dr.Elapsed.Seconds(); s > 0 {
+		res.DrafterTokensPerS = float64(dr.Tokens) / s
+	}
+	after, err := sess.Evaluate()
+	if err != nil {
+		return nil, err
+	}
+	if err := drafter.WriteDir(filepath.Join(dir, "drafter"), "F32"); err != nil {
+		return nil, err
+	}
+	done()
+
+	res.LossBefore, res.LossAfter = before.Loss(), after.Loss()
+	res.AccuracyBefore, res.AccuracyAfter = before.Accuracy(), after.Accuracy()
+	res.SlotAccuracyBefore, res.SlotAccuracyAfter = before.SlotAccuracy()[1:], after.SlotAccuracy()[1:]
+	res.AcceptanceBefore, res.AcceptanceAfter = before.Acceptance(), after.Acceptance()
+	res.EvalBlocks = after.Blocks
+	res.Seconds = time.Since(t0).Seconds()
+	return res, nil
+}
+
+// codePairs cuts every document into consecutive (prompt, reply) line
+// windows, shuffled.
+func codePairs(docs []Document, promptLines, replyLines int, rng *rand.Rand) [][2]string {
+	var out [][2]string
+	for _, d := range docs {
+		lines := strings.SplitAfter(d.Text, "\n")
+		for i := 0; i+promptLines+replyLines <= len(lines); i += promptLines + replyLines {
+			p := strings.Join(lines[i:i+promptLines], "")
+			r := strings.Join(lines[i+promptLines:i+promptLines+replyLines], "")
+			if strings.TrimSpace(p) == "" || (replyLines > 0 && strings.TrimSpace(r) == "") {
+				continue
+			}
+			out = append(out, [2]string{p, r})
+		}
+	}
+	rng.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
+	return out
+}
+
+// generate makes o.Prompts conversations: a prompt of PromptLines lines from
+// the corpus rendered with the chat template (with the generation prompt),
+// followed by the target's greedy response tokens and <|im_end|>; the mask
+// marks the response tokens.
+func generate(ctx context.Context, m *model.Model, tok *tokenizer.Tokenizer, tmpl *chat.Template, docs []Document, o Options, stop int32, rng *rand.Rand, w io.Writer) ([]dflash.Example, int, error) {
+	pairs := codePairs(docs, o.PromptLines, 0, rng)
+	if len(pairs) > o.Prompts {
+		pairs = pairs[:o.Prompts]
+	}
+	convs := make([]dflash.Example, len(pairs))
+	okv := make([]bool, len(pairs))
+	var genTok atomic.Int64
+	var done atomic.Int64
+	var wg sync.WaitGroup
+	workers := max(1, o.Workers)
+	if o.Workers == 0 {
+		workers = 2
+	}
+	gen := tensor.NewCPU[float32](1)
+	jobs := make(chan int)
+	errs := make(chan error, workers)
+	start := time.Now()
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range jobs {
+				prompt := []chat.Message{{Role: "user", Content: pairs[i][0]}}
+				text, _, err := tmpl.Render(prompt, chat.Options{AddGenerationPrompt: true})
+				if err != nil {
+					errs <- err
+					return
+				}
+				ids := tok.Encode(text)
+				out, err := m.Generate(gen, ids, model.GenerateOptions{MaxNewTokens: o.GenTokens, Stop: []int32{stop}})
+				if err != nil {
+					errs <- err
+					return
+				}
+				genTok.Add(int64(len(out)))
+				// The conversation is the rendered prompt followed by exactly the
+				// tokens the target produced (re-encoding the reply's text could
+				// merge tokens differently); the mask marks the response and its
+				// end-of-turn token, as data/chat's assistant-only rule does.
+				if len(out) > 1 {
+					if out[len(out)-1] != stop {
+						out = append(out, stop)
+					}
+					ex := dflash.Example{IDs: append(ids, out...), Mask: make([]uint8, len(ids)+len(out))}
+					for j := len(ids); j < len(ex.IDs); j++ {
+						ex.Mask[j] = 1
+					}
+					convs[i], okv[i] = ex, true
+				}
+				n := done.Add(1)
+				if o.Progress != "off" && (n%16 == 0 || int(n) == len(pairs)) {
+					el := time.Since(start).Seconds()
+					fmt.Fprintf(w, "\rgenerate %d/%d conversations, %d tokens, %.0f tok/s   ", n, len(pairs), genTok.Load(), float64(genTok.Load())/el)
+				}
+			}
+		}()
+	}
+	for i := range pairs {
+		select {
+		case jobs <- i:
+		case err := <-errs:
+			close(jobs)
+			wg.Wait()
+			return nil, 0, err
+		case <-ctx.Done():
+			close(jobs)
+			wg.Wait()
+			return nil, 0, ctx.Err()
+		}
+	}
+	close(jobs)
+	wg.Wait()
+	if o.Progress != "off" {
+		fmt.Fprintln(w)
+	}
+	select {
+	case err := <-errs:
+		return nil, 0, err
+	default:
+	}
+	var out []dflash.Example
+	for i, c := range convs {
+		if okv[i] {
+			out = append(out, c)
+		}
+	}
+	if len(out) < 8 {
+		return nil, 0, fmt.Errorf("demo: only %d usable conversations", len(out))
+	}
+	return out, int(genTok.Load()), nil
+}
+
+func mean(v []float64) float64 {
+	var s float64
+	for _, x := range v {
+		s += x
+	}
+	return s / float64(max(1, len(v)))
+}

@@ -1,0 +1,49 @@
+package demo
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"dflash/model/dflash"
+)
+
+// TestRunTiny runs the whole demo pipeline at toy sizes: every stage must
+// work, the result must be consistent, and the drafter must learn the
+// target's (degenerate, hence easy) responses.
+func TestRunTiny(t *testing.T) {
+	if raceEnabled || testing.Short() {
+		t.Skip("the demo pipeline takes minutes under the race detector")
+	}
+	dir := t.TempDir()
+	o := Options{Dir: dir, Seed: 3, CorpusBytes: 120 << 10, Vocab: 400, TargetHidden: 32, TargetLayers: 3,
+		TargetSteps: 20, TargetBatch: 8, MaxSeq: 96, Prompts: 24, GenTokens: 24, DraftSteps: 40,
+		DraftBatch: 4, Anchors: 8, Progress: "off"}
+	res, err := Run(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%+v", res)
+	if res.Conversations < 8 || res.GeneratedTokens == 0 || res.Vocab != 400 {
+		t.Fatalf("conversations %d, generated %d, vocab %d", res.Conversations, res.GeneratedTokens, res.Vocab)
+	}
+	if res.AcceptanceBefore < 1 || res.AcceptanceAfter > float64(res.BlockSize) {
+		t.Fatalf("acceptance %v → %v outside [1, %d]", res.AcceptanceBefore, res.AcceptanceAfter, res.BlockSize)
+	}
+	if !(res.LossAfter < res.LossBefore) || !(res.AcceptanceAfter > res.AcceptanceBefore) {
+		t.Fatalf("the drafter learned nothing: loss %v → %v, acceptance %v → %v", res.LossBefore, res.LossAfter, res.AcceptanceBefore, res.AcceptanceAfter)
+	}
+	for _, f := range []string{"target/tokenizer.json", "target/tokenizer_config.json", "target/config.json", "target/model.safetensors", "drafter/config.json", "drafter/model.safetensors", "drafter-train/metrics.jsonl"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			t.Errorf("missing %s: %v", f, err)
+		}
+	}
+	d, err := dflash.LoadDir[float32](filepath.Join(dir, "drafter"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Cfg.BlockSize != res.BlockSize || d.Cfg.VocabSize != res.Vocab {
+		t.Fatalf("exported drafter config %+v", d.Cfg)
+	}
+}

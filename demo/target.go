@@ -1,0 +1,124 @@
+package demo
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+
+	"dflash/model"
+	"dflash/tensor"
+	"dflash/train"
+)
+
+// TrainParamsOf returns m's parameters as train.Params sharing values and
+// gradients.
+func TrainParamsOf(m *model.Model) []*train.Param {
+	var ps []*train.Param
+	for _, p := range m.Params() {
+		ps = append(ps, &train.Param{Name: p.Name, Shape: p.Shape, Data: p.Data, Grad: p.EnsureGrad()})
+	}
+	return ps
+}
+
+// lmData serves fixed-length next-token-prediction batches from sequences in
+// a seeded, epoch-shuffled order.
+type lmData struct {
+	seqs   [][]int32
+	batch  int
+	pad    int32
+	seed   uint64
+	epoch  int
+	pos    int
+	order  []int
+	tokens int
+}
+
+func (d *lmData) shuffle() {
+	d.order = make([]int, len(d.seqs))
+	for i := range d.order {
+		d.order[i] = i
+	}
+	rng := rand.New(rand.NewPCG(d.seed, train.StreamData<<32|uint64(d.epoch)))
+	rng.Shuffle(len(d.order), func(i, j int) { d.order[i], d.order[j] = d.order[j], d.order[i] })
+}
+
+// next returns ids [batch, L] (padded with pad) and next-token targets
+// (−1 on padding and at each sequence's last token).
+func (d *lmData) next() (ids, targets []int32, L int) {
+	if d.order == nil {
+		d.shuffle()
+	}
+	n := min(d.batch, len(d.seqs))
+	if d.pos+n > len(d.order) {
+		d.epoch++
+		d.pos = 0
+		d.shuffle()
+	}
+	idx := d.order[d.pos : d.pos+n]
+	d.pos += n
+	for _, i := range idx {
+		L = max(L, len(d.seqs[i]))
+	}
+	ids = make([]int32, n*L)
+	targets = make([]int32, n*L)
+	for r, i := range idx {
+		s := d.seqs[i]
+		for j := 0; j < L; j++ {
+			ids[r*L+j] = d.pad
+			targets[r*L+j] = -1
+			if j < len(s) {
+				ids[r*L+j] = s[j]
+			}
+			if j+1 < len(s) {
+				targets[r*L+j] = s[j+1]
+			}
+		}
+	}
+	return ids, targets, L
+}
+
+// TrainTarget trains m as a language model on seqs with train.Run (progress
+// on stderr, checkpoints and metrics under cfg.Out).
+func TrainTarget(ctx context.Context, m *model.Model, seqs [][]int32, batch int, pad int32, cfg train.Config, backend tensor.Backend[float32]) (*train.Result, error) {
+	if len(seqs) == 0 {
+		return nil, fmt.Errorf("demo: no target training sequences")
+	}
+	d := &lmData{seqs: seqs, batch: batch, pad: pad, seed: cfg.Seed}
+	cj, err := m.Config.HFConfig("float32")
+	if err != nil {
+		return nil, err
+	}
+	h := train.Hooks{
+		Params: TrainParamsOf(m),
+		Step: func(ctx context.Context, s train.StepInfo) (float64, map[string]float64, int, error) {
+			ids, targets, L := d.next()
+			tp := tensor.NewTape(backend)
+			out := m.Forward(tp, model.Input{IDs: ids, Batch: len(ids) / L, Len: L})
+			x := m.Loss(tp, out.Final, targets, nil, 0)
+			tp.Backward(x.Loss)
+			var ok, n int
+			for i, t := range targets {
+				if t >= 0 {
+					n++
+					if x.Argmax[i] == t {
+						ok++
+					}
+				}
+			}
+			return float64(x.Loss.Data[0]), map[string]float64{"acc": float64(ok) / float64(max(n, 1))}, n, nil
+		},
+		DataState: func() (json.RawMessage, error) { return json.Marshal([2]int{d.epoch, d.pos}) },
+		RestoreData: func(raw json.RawMessage) error {
+			var v [2]int
+			if err := json.Unmarshal(raw, &v); err != nil {
+				return err
+			}
+			d.epoch, d.pos = v[0], v[1]
+			d.shuffle()
+			return nil
+		},
+		ModelConfig: func() ([]byte, error) { return cj, nil },
+	}
+	return train.Run(ctx, cfg, h)
+}

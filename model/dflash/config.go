@@ -1,0 +1,292 @@
+package dflash
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+)
+
+// Config describes a DFlash drafter: its own Qwen3-style shape and the DFlash
+// fields (block size, mask token, taps, loss decay). It is stored as the
+// config.json of docs/DRAFTER.md section 6.2.
+type Config struct {
+	HiddenSize            int
+	IntermediateSize      int
+	NumLayers             int // drafter decoder layers
+	NumHeads              int
+	NumKVHeads            int
+	HeadDim               int
+	RMSNormEps            float64
+	RopeTheta             float64
+	RopeScaling           json.RawMessage // the target's rope_scaling, verbatim (nil or null: none)
+	MaxPositionEmbeddings int
+	VocabSize             int
+
+	BlockSize      int
+	MaskTokenID    int
+	TargetLayerIDs []int   // taps: 0-based target decoder layers, in concatenation order
+	Gamma          float64 // loss decay; <= 0 means every slot weighs 1
+	NumAnchors     int     // anchors sampled per sequence and step
+
+	NumTargetLayers int
+	Target          TargetInfo
+
+	DType string // torch_dtype written to config.json ("float32" or "bfloat16")
+}
+
+// TargetInfo records the target the drafter was built for.
+type TargetInfo struct {
+	Architecture string `json:"architecture"`
+	ModelType    string `json:"model_type"`
+	HiddenSize   int    `json:"hidden_size"`
+	VocabSize    int    `json:"vocab_size"`
+	NumLayers    int    `json:"num_hidden_layers"`
+}
+
+// DefaultTaps returns the published default tap layers for a target with
+// numTargetLayers layers and k taps: the middle layer for k == 1, otherwise
+// round(1 + i*(L-4)/(k-1)) for i = 0..k-1, rounding half to even.
+func DefaultTaps(numTargetLayers, k int) []int {
+	if k < 1 {
+		panic(fmt.Sprintf("dflash: DefaultTaps: %d taps", k))
+	}
+	if k == 1 {
+		return []int{numTargetLayers / 2}
+	}
+	span := float64(numTargetLayers - 4)
+	out := make([]int, k)
+	for i := range out {
+		out[i] = int(math.RoundToEven(1 + float64(i)*span/float64(k-1)))
+	}
+	return out
+}
+
+// DefaultGamma returns the default loss decay for a block size: 7 for 16,
+// 5 for 10, 4 for 8, otherwise blockSize/2.
+func DefaultGamma(blockSize int) float64 {
+	switch blockSize {
+	case 16:
+		return 7
+	case 10:
+		return 5
+	case 8:
+		return 4
+	}
+	return float64(blockSize) / 2
+}
+
+// Validate checks c for internal consistency and names the first bad field.
+func (c *Config) Validate() error {
+	pos := map[string]int{
+		"hidden_size": c.HiddenSize, "intermediate_size": c.IntermediateSize,
+		"num_hidden_layers": c.NumLayers, "num_attention_heads": c.NumHeads,
+		"num_key_value_heads": c.NumKVHeads, "head_dim": c.HeadDim, "vocab_size": c.VocabSize,
+		"num_target_layers": c.NumTargetLayers,
+	}
+	for _, k := range []string{"hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+		"num_key_value_heads", "head_dim", "vocab_size", "num_target_layers"} {
+		if pos[k] <= 0 {
+			return fmt.Errorf("field %s: must be positive, got %d", k, pos[k])
+		}
+	}
+	switch {
+	case c.NumHeads%c.NumKVHeads != 0:
+		return fmt.Errorf("field num_attention_heads: %d is not a multiple of num_key_value_heads %d", c.NumHeads, c.NumKVHeads)
+	case c.HeadDim%2 != 0:
+		return fmt.Errorf("field head_dim: %d is odd (RoPE rotates pairs)", c.HeadDim)
+	case !(c.RMSNormEps > 0):
+		return fmt.Errorf("field rms_norm_eps: must be positive, got %v", c.RMSNormEps)
+	case !(c.RopeTheta > 0):
+		return fmt.Errorf("field rope_theta: must be positive, got %v", c.RopeTheta)
+	case c.BlockSize < 2:
+		return fmt.Errorf("field dflash_config.block_size: must be at least 2, got %d", c.BlockSize)
+	case c.MaskTokenID < 0 || c.MaskTokenID >= c.VocabSize:
+		return fmt.Errorf("field dflash_config.mask_token_id: %d is outside the vocabulary [0, %d)", c.MaskTokenID, c.VocabSize)
+	case len(c.TargetLayerIDs) == 0:
+		return fmt.Errorf("field dflash_config.target_layer_ids: empty")
+	case c.NumAnchors < 1:
+		return fmt.Errorf("field dflash_config.num_anchors: must be positive, got %d", c.NumAnchors)
+	}
+	for i, t := range c.TargetLayerIDs {
+		if t < 0 || t >= c.NumTargetLayers {
+			return fmt.Errorf("field dflash_config.target_layer_ids[%d]: layer %d is outside the target's %d layers", i, t, c.NumTargetLayers)
+		}
+	}
+	if c.Target.HiddenSize != 0 && c.Target.HiddenSize != c.HiddenSize {
+		return fmt.Errorf("field hidden_size: %d differs from the target's %d (the drafter shares its embedding and head)", c.HiddenSize, c.Target.HiddenSize)
+	}
+	if c.Target.VocabSize != 0 && c.Target.VocabSize != c.VocabSize {
+		return fmt.Errorf("field vocab_size: %d differs from the target's %d", c.VocabSize, c.Target.VocabSize)
+	}
+	if c.Target.NumLayers != 0 && c.Target.NumLayers != c.NumTargetLayers {
+		return fmt.Errorf("field num_target_layers: %d differs from dflash_config.target.num_hidden_layers %d", c.NumTargetLayers, c.Target.NumLayers)
+	}
+	if len(c.RopeScaling) > 0 && !bytes.Equal(bytes.TrimSpace(c.RopeScaling), []byte("null")) {
+		if _, err := ropeScalingOf(c.RopeScaling); err != nil {
+			return fmt.Errorf("field rope_scaling: %w", err)
+		}
+	}
+	return nil
+}
+
+// configJSON is the on-disk layout of config.json.
+type configJSON struct {
+	Architectures         []string        `json:"architectures"`
+	ModelType             string          `json:"model_type"`
+	HiddenSize            int             `json:"hidden_size"`
+	IntermediateSize      int             `json:"intermediate_size"`
+	NumHiddenLayers       int             `json:"num_hidden_layers"`
+	NumAttentionHeads     int             `json:"num_attention_heads"`
+	NumKeyValueHeads      int             `json:"num_key_value_heads"`
+	HeadDim               int             `json:"head_dim"`
+	HiddenAct             string          `json:"hidden_act"`
+	RMSNormEps            float64         `json:"rms_norm_eps"`
+	RopeTheta             float64         `json:"rope_theta"`
+	RopeScaling           json.RawMessage `json:"rope_scaling"`
+	MaxPositionEmbeddings int             `json:"max_position_embeddings"`
+	VocabSize             int             `json:"vocab_size"`
+	AttentionBias         bool            `json:"attention_bias"`
+	AttentionDropout      float64         `json:"attention_dropout"`
+	TieWordEmbeddings     bool            `json:"tie_word_embeddings"`
+	UseSlidingWindow      bool            `json:"use_sliding_window"`
+	SlidingWindow         *int            `json:"sliding_window"`
+	LayerTypes            []string        `json:"layer_types"`
+	InitializerRange      float64         `json:"initializer_range"`
+	TorchDType            string          `json:"torch_dtype"`
+	BlockSize             int             `json:"block_size"`
+	NumTargetLayers       int             `json:"num_target_layers"`
+	DFlash                dflashJSON      `json:"dflash_config"`
+}
+
+type dflashJSON struct {
+	BlockSize      int        `json:"block_size"`
+	MaskTokenID    *int       `json:"mask_token_id"`
+	TargetLayerIDs []int      `json:"target_layer_ids"`
+	Gamma          *float64   `json:"loss_decay_gamma"`
+	NumAnchors     int        `json:"num_anchors"`
+	Target         TargetInfo `json:"target"`
+}
+
+// MarshalJSON writes c as config.json.
+func (c *Config) MarshalJSON() ([]byte, error) {
+	layerTypes := make([]string, c.NumLayers)
+	for i := range layerTypes {
+		layerTypes[i] = "full_attention"
+	}
+	dt := c.DType
+	if dt == "" {
+		dt = "float32"
+	}
+	mask, gamma := c.MaskTokenID, c.Gamma
+	rs := c.RopeScaling
+	if len(rs) == 0 {
+		rs = json.RawMessage("null")
+	}
+	j := configJSON{
+		Architectures: []string{"DFlashDraftModel"}, ModelType: "qwen3",
+		HiddenSize: c.HiddenSize, IntermediateSize: c.IntermediateSize, NumHiddenLayers: c.NumLayers,
+		NumAttentionHeads: c.NumHeads, NumKeyValueHeads: c.NumKVHeads, HeadDim: c.HeadDim,
+		HiddenAct: "silu", RMSNormEps: c.RMSNormEps, RopeTheta: c.RopeTheta, RopeScaling: rs,
+		MaxPositionEmbeddings: c.MaxPositionEmbeddings, VocabSize: c.VocabSize,
+		LayerTypes: layerTypes, InitializerRange: 0.02, TorchDType: dt,
+		BlockSize: c.BlockSize, NumTargetLayers: c.NumTargetLayers,
+		DFlash: dflashJSON{BlockSize: c.BlockSize, MaskTokenID: &mask, TargetLayerIDs: c.TargetLayerIDs,
+			Gamma: &gamma, NumAnchors: c.NumAnchors, Target: c.Target},
+	}
+	return json.MarshalIndent(j, "", "  ")
+}
+
+// ParseConfig reads a drafter config.json; errors name the missing or
+// inconsistent field.
+func ParseConfig(b []byte) (*Config, error) {
+	var j configJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return nil, err
+	}
+	if j.ModelType != "" && j.ModelType != "qwen3" {
+		return nil, fmt.Errorf("field model_type: %q, want \"qwen3\" (a DFlash drafter)", j.ModelType)
+	}
+	if j.HiddenAct != "" && j.HiddenAct != "silu" {
+		return nil, fmt.Errorf("field hidden_act: %q is not supported (silu only)", j.HiddenAct)
+	}
+	if j.AttentionBias {
+		return nil, fmt.Errorf("field attention_bias: true is not supported")
+	}
+	if j.UseSlidingWindow {
+		return nil, fmt.Errorf("field use_sliding_window: true is not supported")
+	}
+	d := j.DFlash
+	bs := d.BlockSize
+	if bs == 0 {
+		bs = j.BlockSize
+	}
+	if j.BlockSize != 0 && d.BlockSize != 0 && j.BlockSize != d.BlockSize {
+		return nil, fmt.Errorf("field block_size: %d differs from dflash_config.block_size %d", j.BlockSize, d.BlockSize)
+	}
+	if d.MaskTokenID == nil {
+		return nil, fmt.Errorf("field dflash_config.mask_token_id: missing")
+	}
+	if d.TargetLayerIDs == nil {
+		return nil, fmt.Errorf("field dflash_config.target_layer_ids: missing")
+	}
+	c := &Config{
+		HiddenSize: j.HiddenSize, IntermediateSize: j.IntermediateSize, NumLayers: j.NumHiddenLayers,
+		NumHeads: j.NumAttentionHeads, NumKVHeads: j.NumKeyValueHeads, HeadDim: j.HeadDim,
+		RMSNormEps: j.RMSNormEps, RopeTheta: j.RopeTheta, RopeScaling: j.RopeScaling,
+		MaxPositionEmbeddings: j.MaxPositionEmbeddings, VocabSize: j.VocabSize,
+		BlockSize: bs, MaskTokenID: *d.MaskTokenID, TargetLayerIDs: d.TargetLayerIDs,
+		NumAnchors: d.NumAnchors, NumTargetLayers: j.NumTargetLayers, Target: d.Target, DType: j.TorchDType,
+	}
+	if c.HeadDim == 0 && c.NumHeads > 0 {
+		c.HeadDim = c.HiddenSize / c.NumHeads
+	}
+	if c.NumKVHeads == 0 {
+		c.NumKVHeads = c.NumHeads
+	}
+	if c.NumTargetLayers == 0 {
+		c.NumTargetLayers = d.Target.NumLayers
+	}
+	if d.Gamma != nil {
+		c.Gamma = *d.Gamma
+	} else {
+		c.Gamma = DefaultGamma(bs)
+	}
+	if c.NumAnchors == 0 {
+		c.NumAnchors = 512
+	}
+	if err := c.Validate(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// ReadConfig reads dir/config.json.
+func ReadConfig(dir string) (*Config, error) {
+	path := filepath.Join(dir, "config.json")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	c, err := ParseConfig(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return c, nil
+}
+
+// SlotWeights returns w_s = exp(-(s-1)/gamma) for s = 1..B-1 and w_0 = 0
+// (slot 0 is never a label); gamma <= 0 gives weight 1 to every slot >= 1.
+func (c *Config) SlotWeights() []float64 {
+	w := make([]float64, c.BlockSize)
+	for s := 1; s < c.BlockSize; s++ {
+		if c.Gamma > 0 {
+			w[s] = math.Exp(-float64(s-1) / c.Gamma)
+		} else {
+			w[s] = 1
+		}
+	}
+	return w
+}

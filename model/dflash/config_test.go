@@ -1,0 +1,210 @@
+package dflash
+
+import (
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func testConfig() *Config {
+	return &Config{
+		HiddenSize: 32, IntermediateSize: 64, NumLayers: 2, NumHeads: 4, NumKVHeads: 2, HeadDim: 8,
+		RMSNormEps: 1e-6, RopeTheta: 10000, MaxPositionEmbeddings: 512, VocabSize: 50,
+		BlockSize: 4, MaskTokenID: 49, TargetLayerIDs: []int{1, 3}, Gamma: 3, NumAnchors: 8,
+		NumTargetLayers: 6,
+		Target:          TargetInfo{Architecture: "Qwen3ForCausalLM", ModelType: "qwen3", HiddenSize: 32, VocabSize: 50, NumLayers: 6},
+	}
+}
+
+func TestDefaultTaps(t *testing.T) {
+	for _, c := range []struct {
+		layers, k int
+		want      []int
+	}{
+		{36, 5, []int{1, 9, 17, 25, 33}}, // Qwen3-8B
+		{28, 3, []int{1, 13, 25}},
+		{32, 1, []int{16}},
+		{8, 2, []int{1, 5}},
+		{10, 4, []int{1, 3, 5, 7}}, // 1 + i*6/3
+		{7, 3, []int{1, 2, 4}},     // 1 + i*1.5 = 1, 2.5→2 (half to even), 4
+	} {
+		if got := DefaultTaps(c.layers, c.k); !slices.Equal(got, c.want) {
+			t.Errorf("DefaultTaps(%d, %d) = %v, want %v", c.layers, c.k, got, c.want)
+		}
+	}
+}
+
+func TestSlotWeights(t *testing.T) {
+	c := testConfig()
+	w := c.SlotWeights()
+	want := []float64{0, 1, math.Exp(-1.0 / 3), math.Exp(-2.0 / 3)}
+	for i := range want {
+		if math.Abs(w[i]-want[i]) > 1e-15 {
+			t.Fatalf("weights %v, want %v", w, want)
+		}
+	}
+	c.Gamma = 0
+	if w := c.SlotWeights(); !slices.Equal(w, []float64{0, 1, 1, 1}) {
+		t.Fatalf("gamma 0: weights %v", w)
+	}
+	if DefaultGamma(16) != 7 || DefaultGamma(10) != 5 || DefaultGamma(8) != 4 || DefaultGamma(6) != 3 {
+		t.Fatal("default gamma table")
+	}
+}
+
+func TestConfigJSONRoundTrip(t *testing.T) {
+	c := testConfig()
+	b, err := c.MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{`"architectures": [`, `"DFlashDraftModel"`, `"dflash_config"`, `"target_layer_ids"`, `"mask_token_id": 49`, `"block_size": 4`, `"num_target_layers": 6`} {
+		if !strings.Contains(string(b), key) {
+			t.Errorf("config.json lacks %s:\n%s", key, b)
+		}
+	}
+	got, err := ParseConfig(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got.RopeScaling, c.RopeScaling = nil, nil
+	got.DType = ""
+	if !slices.Equal(got.TargetLayerIDs, c.TargetLayerIDs) || got.HiddenSize != c.HiddenSize || got.Gamma != c.Gamma ||
+		got.MaskTokenID != c.MaskTokenID || got.BlockSize != c.BlockSize || got.Target != c.Target || got.NumAnchors != c.NumAnchors {
+		t.Fatalf("round trip: %+v, want %+v", got, c)
+	}
+}
+
+func TestConfigErrorsNameTheField(t *testing.T) {
+	base, _ := testConfig().MarshalJSON()
+	for _, c := range []struct{ edit, from, to, field string }{
+		{"no mask", `"mask_token_id": 49,`, ``, "mask_token_id"},
+		{"mask out of vocab", `"mask_token_id": 49`, `"mask_token_id": 50`, "mask_token_id"},
+		{"tap out of range", `"target_layer_ids": [
+      1,`, `"target_layer_ids": [
+      9,`, "target_layer_ids[0]"},
+		{"hidden mismatch", `"hidden_size": 32,
+  "intermediate_size"`, `"hidden_size": 16,
+  "intermediate_size"`, "hidden_size"},
+		{"heads", `"num_key_value_heads": 2`, `"num_key_value_heads": 3`, "num_attention_heads"},
+		{"rope", `"rope_scaling": null`, `"rope_scaling": {"rope_type": "yarn", "factor": 4}`, "rope_scaling"},
+	} {
+		s := strings.Replace(string(base), c.from, c.to, 1)
+		if s == string(base) {
+			t.Fatalf("%s: edit did not apply", c.edit)
+		}
+		_, err := ParseConfig([]byte(s))
+		if err == nil || !strings.Contains(err.Error(), c.field) {
+			t.Errorf("%s: error %v, want one naming %s", c.edit, err, c.field)
+		}
+	}
+}
+
+func TestSampleAnchors(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	mask := []uint8{0, 0, 1, 1, 1, 0, 1, 1, 1, 1, 0, 1}
+	cands := Candidates(mask, 10) // t<=8 with mask[t] && mask[t+1]
+	if want := []int32{2, 3, 6, 7, 8}; !slices.Equal(cands, want) {
+		t.Fatalf("candidates %v, want %v", cands, want)
+	}
+	counts := map[int32]int{}
+	const trials = 20000
+	for i := 0; i < trials; i++ {
+		a := SampleAnchors(StepRNG(seed, i), cands, 2)
+		if len(a) != 2 || a[0] >= a[1] || !slices.Contains(cands, a[0]) || !slices.Contains(cands, a[1]) {
+			t.Fatalf("draw %v from %v", a, cands)
+		}
+		counts[a[0]]++
+		counts[a[1]]++
+	}
+	// Each candidate is in a 2-of-5 draw with probability 2/5.
+	for _, c := range cands {
+		p := float64(counts[c]) / trials
+		if math.Abs(p-0.4) > 0.02 {
+			t.Errorf("candidate %d drawn with frequency %.3f, want 0.4", c, p)
+		}
+	}
+	if a := SampleAnchors(StepRNG(seed, 3), cands, 99); !slices.Equal(a, cands) {
+		t.Fatalf("asking for more than there are: %v", a)
+	}
+	if a, b := SampleAnchors(StepRNG(seed, 5), cands, 3), SampleAnchors(StepRNG(seed, 5), cands, 3); !slices.Equal(a, b) {
+		t.Fatal("same seed and step gave different anchors")
+	}
+}
+
+// TestBuildBlocksBruteForce checks the block layout against a direct reading
+// of docs/DRAFTER.md §4.3 on random batches.
+func TestBuildBlocksBruteForce(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 9))
+	c := testConfig()
+	for trial := 0; trial < 50; trial++ {
+		R, S := 1+rng.IntN(3), 5+rng.IntN(20)
+		b := &Batch{Rows: R, Len: S, IDs: make([]int32, R*S), LossMask: make([]uint8, R*S), SeqLen: make([]int, R)}
+		for r := 0; r < R; r++ {
+			b.SeqLen[r] = 1 + rng.IntN(S)
+			for i := 0; i < b.SeqLen[r]; i++ {
+				b.IDs[r*S+i] = int32(rng.IntN(49))
+				if rng.IntN(4) > 0 {
+					b.LossMask[r*S+i] = 1
+				}
+			}
+		}
+		anchors := SampleBatchAnchors(rng, b, 1+rng.IntN(6))
+		bl := BuildBlocks(c, b, anchors)
+		w := c.SlotWeights()
+		for r := 0; r < R; r++ {
+			for j := 0; j < bl.N; j++ {
+				live := j < len(anchors[r])
+				for s := 0; s < c.BlockSize; s++ {
+					i := (r*bl.N+j)*c.BlockSize + s
+					var a int
+					if live {
+						a = int(anchors[r][j])
+					}
+					wantID := int32(c.MaskTokenID)
+					if live && s == 0 {
+						wantID = b.IDs[r*S+a]
+					}
+					valid := live && s >= 1 && a+s < b.SeqLen[r] && b.LossMask[r*S+a+s] == 1
+					wantLab, wantW := int32(-1), 0.0
+					if valid {
+						wantLab, wantW = b.IDs[r*S+a+s], w[s]
+					}
+					if bl.IDs[i] != wantID || bl.Labels[i] != wantLab || bl.Weights[i] != wantW || int(bl.Pos[i]) != a+s {
+						t.Fatalf("row %d block %d slot %d: id %d label %d weight %v pos %d; want %d %d %v %d",
+							r, j, s, bl.IDs[i], bl.Labels[i], bl.Weights[i], bl.Pos[i], wantID, wantLab, wantW, a+s)
+					}
+				}
+			}
+		}
+	}
+}
+
+func TestMetricsBruteForce(t *testing.T) {
+	bl := &Blocks{Rows: 2, N: 2, B: 4, NumValid: []int32{2, 1},
+		Labels:  []int32{-1, 5, 6, 7 /**/, -1, 1, -1, 3 /**/, -1, 2, 2, 2 /**/, -1, -1, -1, -1},
+		Weights: []float64{0, 1, .5, .25, 0, 1, 0, .25, 0, 1, .5, .25, 0, 0, 0, 0}}
+	pred := []int32{9, 5, 6, 0 /**/, 9, 1, 9, 3 /**/, 9, 0, 2, 2 /**/, 9, 9, 9, 9}
+	ce := []float64{0, 1, 2, 3, 0, 4, 0, 5, 0, 6, 7, 8, 0, 0, 0, 0}
+	m := NewMetrics(4)
+	m.Add(bl, pred, ce)
+	// Blocks: (0,0): slots 1,2 right, 3 wrong → τ 3; (0,1): slot 1 right, slot 2 invalid → τ 2;
+	// (1,0): slot 1 wrong → τ 1. Row 1's second block is dead.
+	if m.Blocks != 3 || math.Abs(m.Acceptance()-2) > 1e-15 {
+		t.Fatalf("acceptance %v over %d blocks, want 2 over 3", m.Acceptance(), m.Blocks)
+	}
+	acc := m.SlotAccuracy()
+	if want := []float64{0, 2.0 / 3, 1, 2.0 / 3}; !slices.Equal(acc, want) {
+		t.Fatalf("slot accuracy %v, want %v", acc, want)
+	}
+	wantLoss := (1 + .5*2 + .25*3 + 4 + .25*5 + 6 + .5*7 + .25*8) / (1 + .5 + .25 + 1 + .25 + 1 + .5 + .25)
+	if math.Abs(m.Loss()-wantLoss) > 1e-12 {
+		t.Fatalf("loss %v, want %v", m.Loss(), wantLoss)
+	}
+}

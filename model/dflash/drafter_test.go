@@ -1,0 +1,181 @@
+package dflash
+
+import (
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"dflash/safetensors"
+	"dflash/tensor"
+)
+
+// randomSetup builds a random drafter, head and batch for testConfig.
+func randomSetup[T tensor.Float](t *testing.T, seed uint64) (*Drafter[T], Head[T], *Batch, *Blocks) {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(seed, 4))
+	c := testConfig()
+	d := New[T](c, rng)
+	for _, p := range d.Params() { // larger than the 0.02 init so gradients are not tiny
+		if len(p.Shape) == 2 {
+			p.FillNormal(rng, 0, 1/math.Sqrt(float64(p.Shape[1])))
+		} else {
+			p.FillNormal(rng, 1, 0.2)
+		}
+	}
+	head := Head[T]{Embed: tensor.New[T]("embed", c.VocabSize, c.HiddenSize), LMHead: tensor.New[T]("lm", c.VocabSize, c.HiddenSize)}
+	head.Embed.FillNormal(rng, 0, 1)
+	head.LMHead.FillNormal(rng, 0, 0.3)
+	R, S := 3, 21
+	b := &Batch{Rows: R, Len: S, IDs: make([]int32, R*S), LossMask: make([]uint8, R*S), SeqLen: []int{21, 17, 12}}
+	for r := 0; r < R; r++ {
+		for i := 0; i < b.SeqLen[r]; i++ {
+			b.IDs[r*S+i] = int32(rng.IntN(c.VocabSize - 1))
+			b.LossMask[r*S+i] = uint8(min(1, rng.IntN(5)))
+		}
+	}
+	for range c.TargetLayerIDs {
+		h := make([]float32, R*S*c.HiddenSize)
+		for i := range h {
+			h[i] = float32(rng.NormFloat64())
+		}
+		b.Hidden = append(b.Hidden, h)
+	}
+	bl := BuildBlocks(c, b, SampleBatchAnchors(rng, b, 5))
+	return d, head, b, bl
+}
+
+func lossAndGrads(t *testing.T, d *Drafter[float64], head Head[float64], b *Batch, bl *Blocks) (float64, [][]float64) {
+	t.Helper()
+	for _, p := range d.Params() {
+		p.ZeroGrad()
+	}
+	tp := tensor.NewTape[float64](tensor.NewCPU[float64](2))
+	out, err := d.Forward(tp, true, head, b, bl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tp.Backward(out.Loss)
+	var gs [][]float64
+	for _, p := range d.Params() {
+		gs = append(gs, append([]float64(nil), p.Grad...))
+	}
+	return out.Loss.Data[0], gs
+}
+
+// TestLossChunkIndependent checks that the chunked head loss gives the same
+// loss and gradients whatever the chunk size.
+func TestLossChunkIndependent(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	d, head, b, bl := randomSetup[float64](t, seed)
+	d.LossChunk = 100000
+	l0, g0 := lossAndGrads(t, d, head, b, bl)
+	for _, chunk := range []int{1, 3, 17} {
+		d.LossChunk = chunk
+		l, g := lossAndGrads(t, d, head, b, bl)
+		if math.Abs(l-l0) > 1e-12*l0 {
+			t.Errorf("chunk %d: loss %v, whole %v", chunk, l, l0)
+		}
+		for i := range g {
+			if e := relErr(g[i], g0[i]); e > 1e-12 {
+				t.Errorf("chunk %d: %s gradient rel err %.2e", chunk, d.Params()[i].Name, e)
+			}
+		}
+	}
+}
+
+// TestFiniteDifferences checks the full drafter's gradient against central
+// differences in float64 on random coordinates.
+func TestFiniteDifferences(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	d, head, b, bl := randomSetup[float64](t, seed)
+	_, g := lossAndGrads(t, d, head, b, bl)
+	rng := rand.New(rand.NewPCG(seed, 5))
+	inf := tensor.NewInference[float64](tensor.NewCPU[float64](2))
+	loss := func() float64 {
+		out, err := d.Forward(inf, false, head, b, bl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out.Loss.Data[0]
+	}
+	for pi, p := range d.Params() {
+		i := rng.IntN(p.Numel())
+		old := p.Data[i]
+		const h = 1e-5
+		p.Data[i] = old + h
+		lp := loss()
+		p.Data[i] = old - h
+		lm := loss()
+		p.Data[i] = old
+		fd := (lp - lm) / (2 * h)
+		if math.Abs(fd-g[pi][i]) > 1e-6+1e-5*math.Abs(fd) {
+			t.Errorf("%s[%d]: gradient %.9g, finite difference %.9g", p.Name, i, g[pi][i], fd)
+		}
+	}
+}
+
+func TestWriteLoadDir(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	d, _, _, _ := randomSetup[float32](t, seed)
+	dir := filepath.Join(t.TempDir(), "drafter")
+	if err := d.WriteDir(dir, "F32"); err != nil {
+		t.Fatal(err)
+	}
+	got, err := LoadDir[float32](dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, p := range d.Params() {
+		q := got.Params()[i]
+		if q.Name != p.Name {
+			t.Fatalf("param %d: %s vs %s", i, q.Name, p.Name)
+		}
+		for j := range p.Data {
+			if p.Data[j] != q.Data[j] {
+				t.Fatalf("%s[%d]: %v after the round trip, %v before", p.Name, j, q.Data[j], p.Data[j])
+			}
+		}
+	}
+	// BF16 export rounds every value to bfloat16; rewriting over dir replaces it whole.
+	if err := d.WriteDir(dir, "BF16"); err != nil {
+		t.Fatal(err)
+	}
+	f, err := safetensors.Open(filepath.Join(dir, "model.safetensors"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, _ := f.Info("fc.weight")
+	v, _ := f.Float32("fc.weight")
+	f.Close()
+	if info.DType != "BF16" {
+		t.Fatalf("dtype %s", info.DType)
+	}
+	for j, x := range d.FC.Data {
+		if want := safetensors.BF16ToFloat32(safetensors.Float32ToBF16(x)); v[j] != want {
+			t.Fatalf("fc.weight[%d]: %v, want bf16(%v) = %v", j, v[j], x, want)
+		}
+	}
+	cfg, _ := os.ReadFile(filepath.Join(dir, "config.json"))
+	if !strings.Contains(string(cfg), `"torch_dtype": "bfloat16"`) {
+		t.Fatalf("config.json does not say bfloat16:\n%s", cfg)
+	}
+	entries, _ := os.ReadDir(filepath.Dir(dir))
+	if len(entries) != 1 {
+		t.Fatalf("leftovers beside the export: %v", entries)
+	}
+	// A missing tensor is an error naming it.
+	ts := []safetensors.Tensor{{Name: "fc.weight", Shape: d.FC.Shape, DType: "F32", Data: d.FC.Data}}
+	if err := safetensors.Write(filepath.Join(dir, "model.safetensors"), ts, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := LoadDir[float32](dir); err == nil || !strings.Contains(err.Error(), "hidden_norm.weight") {
+		t.Fatalf("loading a directory without hidden_norm.weight: %v", err)
+	}
+}

@@ -1,0 +1,368 @@
+package dflash
+
+import (
+	"encoding/binary"
+	"math"
+	"path/filepath"
+	"strconv"
+	"testing"
+
+	"dflash/flex"
+	"dflash/safetensors"
+	"dflash/tensor"
+)
+
+// The golden file is written by bench/drafter_ref.py (PyTorch, float64, dense
+// mask) on the GPU machine:
+//
+//	python3 bench/drafter_ref.py --out model/dflash/testdata/golden_drafter.safetensors
+const goldenPath = "testdata/golden_drafter.safetensors"
+
+type golden struct {
+	f   *safetensors.File
+	cfg *Config
+}
+
+func openGolden(t *testing.T) *golden {
+	t.Helper()
+	f, err := safetensors.Open(filepath.FromSlash(goldenPath))
+	if err != nil {
+		t.Fatalf("open golden file (regenerate with bench/drafter_ref.py): %v", err)
+	}
+	t.Cleanup(func() { f.Close() })
+	cfg, err := ParseConfig([]byte(f.Metadata()["config"]))
+	if err != nil {
+		t.Fatalf("golden config: %v", err)
+	}
+	return &golden{f, cfg}
+}
+
+func (g *golden) f64(t *testing.T, name string) []float64 {
+	t.Helper()
+	info, ok := g.f.Info(name)
+	if !ok {
+		t.Fatalf("golden file lacks %s", name)
+	}
+	if info.DType != "F64" {
+		v, err := g.f.Float32(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := make([]float64, len(v))
+		for i, x := range v {
+			out[i] = float64(x)
+		}
+		return out
+	}
+	b, err := g.f.Bytes(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]float64, len(b)/8)
+	for i := range out {
+		out[i] = math.Float64frombits(binary.LittleEndian.Uint64(b[8*i:]))
+	}
+	return out
+}
+
+func (g *golden) ints(t *testing.T, name string) []int64 {
+	t.Helper()
+	b, err := g.f.Bytes(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]int64, len(b)/8)
+	for i := range out {
+		out[i] = int64(binary.LittleEndian.Uint64(b[8*i:]))
+	}
+	return out
+}
+
+func (g *golden) shape(t *testing.T, name string) []int {
+	info, ok := g.f.Info(name)
+	if !ok {
+		t.Fatalf("golden file lacks %s", name)
+	}
+	return info.Shape
+}
+
+// goldenSetup loads the drafter, head, batch and blocks of the golden file.
+func goldenSetup[T tensor.Float](t *testing.T, g *golden) (*Drafter[T], Head[T], *Batch, *Blocks) {
+	t.Helper()
+	c := g.cfg
+	d := &Drafter[T]{Cfg: c}
+	for _, p := range d.alloc() {
+		v := g.f64(t, "param."+p.Name)
+		if len(v) != p.Numel() {
+			t.Fatalf("%s: golden has %d values, drafter %v", p.Name, len(v), p)
+		}
+		for i, x := range v {
+			p.Data[i] = T(x)
+		}
+	}
+	toT := func(name string) *tensor.Of[T] {
+		v := g.f64(t, name)
+		o := tensor.New[T](name, g.shape(t, name)...)
+		for i, x := range v {
+			o.Data[i] = T(x)
+		}
+		return o
+	}
+	head := Head[T]{Embed: toT("target.embed"), LMHead: toT("target.lm_head")}
+	hs := g.shape(t, "input.hidden") // [k, R, S, H]
+	k, R, S, H := hs[0], hs[1], hs[2], hs[3]
+	hid := g.f64(t, "input.hidden")
+	b := &Batch{Rows: R, Len: S, IDs: make([]int32, R*S), LossMask: make([]uint8, R*S), SeqLen: make([]int, R)}
+	for i := 0; i < k; i++ {
+		h := make([]float32, R*S*H)
+		for j := range h {
+			h[j] = float32(hid[i*R*S*H+j])
+		}
+		b.Hidden = append(b.Hidden, h)
+	}
+	for i, v := range g.ints(t, "input.ids") {
+		b.IDs[i] = int32(v)
+	}
+	for i, v := range g.f64(t, "input.loss_mask") {
+		if v > 0.5 {
+			b.LossMask[i] = 1
+		}
+	}
+	for i, v := range g.ints(t, "input.seq_len") {
+		b.SeqLen[i] = int(v)
+	}
+	as := g.shape(t, "input.anchors")
+	anc, live := g.ints(t, "input.anchors"), g.ints(t, "input.live")
+	anchors := make([][]int32, R)
+	for r := 0; r < R; r++ {
+		for j := 0; j < as[1]; j++ {
+			if live[r*as[1]+j] == 1 {
+				anchors[r] = append(anchors[r], int32(anc[r*as[1]+j]))
+			}
+		}
+	}
+	return d, head, b, BuildBlocks(c, b, anchors)
+}
+
+// denseAttention is the dense masked attention of the reference (the mask
+// evaluated per element through BlockMask.Allowed), used only in tests.
+func denseAttention[T tensor.Float](d flex.Dims, q, k, v []T, bm *flex.BlockMask, scale float64) ([]T, func([]T) ([]T, []T, []T)) {
+	D, g := d.HeadDim, d.Group()
+	out := make([]T, len(q))
+	probs := make([][]float64, d.Batch*d.HeadsQ*d.LenQ)
+	for b := 0; b < d.Batch; b++ {
+		for h := 0; h < d.HeadsQ; h++ {
+			kh := h / g
+			for i := 0; i < d.LenQ; i++ {
+				qi := q[((b*d.HeadsQ+h)*d.LenQ+i)*D:][:D]
+				s := make([]float64, d.LenKV)
+				mx := math.Inf(-1)
+				for j := 0; j < d.LenKV; j++ {
+					if !bm.Allowed(b, h, i, j) {
+						s[j] = math.Inf(-1)
+						continue
+					}
+					kj := k[((b*d.HeadsKV+kh)*d.LenKV+j)*D:][:D]
+					var acc float64
+					for x := range D {
+						acc += float64(qi[x]) * float64(kj[x])
+					}
+					s[j] = acc * scale
+					mx = math.Max(mx, s[j])
+				}
+				var sum float64
+				for j := range s {
+					if !math.IsInf(s[j], -1) {
+						s[j] = math.Exp(s[j] - mx)
+						sum += s[j]
+					} else {
+						s[j] = 0
+					}
+				}
+				o := out[((b*d.HeadsQ+h)*d.LenQ+i)*D:][:D]
+				for j := range s {
+					if sum > 0 {
+						s[j] /= sum
+					}
+					if s[j] == 0 {
+						continue
+					}
+					vj := v[((b*d.HeadsKV+kh)*d.LenKV+j)*D:][:D]
+					for x := range D {
+						o[x] += T(s[j] * float64(vj[x]))
+					}
+				}
+				probs[(b*d.HeadsQ+h)*d.LenQ+i] = s
+			}
+		}
+	}
+	return out, func(dout []T) ([]T, []T, []T) {
+		dq, dk, dv := make([]T, len(q)), make([]T, len(k)), make([]T, len(v))
+		for b := 0; b < d.Batch; b++ {
+			for h := 0; h < d.HeadsQ; h++ {
+				kh := h / g
+				for i := 0; i < d.LenQ; i++ {
+					row := (b*d.HeadsQ+h)*d.LenQ + i
+					p := probs[row]
+					do := dout[row*D:][:D]
+					o := out[row*D:][:D]
+					var delta float64
+					for x := range D {
+						delta += float64(do[x]) * float64(o[x])
+					}
+					for j := range p {
+						if p[j] == 0 {
+							continue
+						}
+						kv := ((b*d.HeadsKV+kh)*d.LenKV + j) * D
+						var dp float64
+						for x := range D {
+							dp += float64(do[x]) * float64(v[kv+x])
+							dv[kv+x] += T(p[j] * float64(do[x]))
+						}
+						ds := p[j] * (dp - delta) * scale
+						for x := range D {
+							dq[row*D+x] += T(ds * float64(k[kv+x]))
+							dk[kv+x] += T(ds * float64(q[row*D+x]))
+						}
+					}
+				}
+			}
+		}
+		return dq, dk, dv
+	}
+}
+
+// flexReady reports whether package flex's CPU attention runs.
+func flexReady() (ok bool) {
+	defer func() {
+		if recover() != nil {
+			ok = false
+		}
+	}()
+	d := flex.Dims{Batch: 1, HeadsQ: 1, HeadsKV: 1, LenQ: 1, LenKV: 1, HeadDim: 1}
+	bm, err := flex.NewBlockMask(flex.Causal(), nil, d, 0, 0)
+	if err != nil {
+		return false
+	}
+	flex.Forward(d, []float64{1}, []float64{1}, []float64{1}, bm, nil, nil, 1)
+	return true
+}
+
+func relErr(got, want []float64) float64 {
+	var num, den float64
+	for i := range want {
+		num += (got[i] - want[i]) * (got[i] - want[i])
+		den += want[i] * want[i]
+	}
+	return math.Sqrt(num / math.Max(den, 1e-300))
+}
+
+func runGolden[T tensor.Float](t *testing.T, g *golden, attn attentionFunc[T], tol float64) {
+	d, head, b, bl := goldenSetup[T](t, g)
+	d.attn = attn
+	d.LossChunk = 7 // several chunks, one partial
+	tp := tensor.NewTape[T](tensor.NewCPU[T](2))
+	out, err := d.Forward(tp, true, head, b, bl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantLoss := g.f64(t, "out.loss")[0]
+	if e := math.Abs(float64(out.Loss.Data[0])-wantLoss) / wantLoss; e > tol {
+		t.Errorf("loss %.10f, reference %.10f (rel %.2e)", out.Loss.Data[0], wantLoss, e)
+	}
+	if e := math.Abs(out.WeightSum - g.f64(t, "out.weight_sum")[0]); e > 1e-9 {
+		t.Errorf("weight sum %v, reference %v", out.WeightSum, g.f64(t, "out.weight_sum")[0])
+	}
+	ctx := make([]float64, out.Context.Numel())
+	for i, v := range out.Context.Data {
+		ctx[i] = float64(v)
+	}
+	if e := relErr(ctx, g.f64(t, "out.context")); e > tol {
+		t.Errorf("context u: rel err %.2e", e)
+	}
+	// Block hidden states of live blocks after each layer.
+	H := d.Cfg.HiddenSize
+	for l, z := range out.Hidden {
+		want := g.f64(t, "out.z."+strconv.Itoa(l))
+		var gl, wl []float64
+		for r := 0; r < bl.Rows; r++ {
+			for j := 0; j < int(bl.NumValid[r]); j++ {
+				for s := 0; s < bl.B; s++ {
+					row := (r*bl.N+j)*bl.B + s
+					for x := 0; x < H; x++ {
+						gl = append(gl, float64(z.Data[row*H+x]))
+						wl = append(wl, want[row*H+x])
+					}
+				}
+			}
+		}
+		if e := relErr(gl, wl); e > tol {
+			t.Errorf("hidden after layer %d: rel err %.2e", l, e)
+		}
+	}
+	valid := g.f64(t, "out.valid")
+	pred := g.ints(t, "out.pred")
+	labels := g.ints(t, "out.labels")
+	for i := range valid {
+		if (valid[i] > 0.5) != (bl.Labels[i] >= 0) {
+			t.Fatalf("slot %d: valid %v in the reference, label %d here", i, valid[i], bl.Labels[i])
+		}
+		if bl.Labels[i] >= 0 && (int64(bl.Labels[i]) != labels[i] || int64(out.Pred[i]) != pred[i]) {
+			t.Errorf("slot %d: label %d pred %d, reference label %d pred %d", i, bl.Labels[i], out.Pred[i], labels[i], pred[i])
+		}
+	}
+	tp.Backward(out.Loss)
+	worst := 0.0
+	for _, p := range d.Params() {
+		want := g.f64(t, "grad."+p.Name)
+		if p.Grad == nil {
+			t.Errorf("%s: no gradient", p.Name)
+			continue
+		}
+		got := make([]float64, len(p.Grad))
+		for i, v := range p.Grad {
+			got[i] = float64(v)
+		}
+		e := relErr(got, want)
+		worst = math.Max(worst, e)
+		if e > tol {
+			t.Errorf("grad %s: rel err %.2e (tolerance %.0e)", p.Name, e, tol)
+		}
+	}
+	t.Logf("loss %.10f (reference %.10f), worst gradient rel err %.2e", out.Loss.Data[0], wantLoss, worst)
+
+	// Evaluation quantities: τ per live block.
+	m := NewMetrics(bl.B)
+	m.Add(bl, out.Pred, out.CE)
+	tau := g.f64(t, "out.tau")
+	var want float64
+	var n int
+	for _, v := range tau {
+		if v > 0 {
+			want += v
+			n++
+		}
+	}
+	if math.Abs(m.Acceptance()-want/float64(n)) > 1e-12 || m.Blocks != int64(n) {
+		t.Errorf("acceptance %v over %d blocks, reference %v over %d", m.Acceptance(), m.Blocks, want/float64(n), n)
+	}
+	if math.Abs(m.Loss()-wantLoss) > tol*wantLoss {
+		t.Errorf("metrics loss %v, reference %v", m.Loss(), wantLoss)
+	}
+}
+
+func TestGoldenDense(t *testing.T) {
+	g := openGolden(t)
+	t.Run("float64", func(t *testing.T) { runGolden[float64](t, g, denseAttention[float64], 1e-9) })
+	t.Run("float32", func(t *testing.T) { runGolden[float32](t, g, denseAttention[float32], 1e-4) })
+}
+
+func TestGoldenFlex(t *testing.T) {
+	if !flexReady() {
+		t.Skip("package flex's CPU attention is not available yet")
+	}
+	g := openGolden(t)
+	t.Run("float64", func(t *testing.T) { runGolden[float64](t, g, flexAttention[float64], 1e-9) })
+	t.Run("float32", func(t *testing.T) { runGolden[float32](t, g, flexAttention[float32], 1e-4) })
+}

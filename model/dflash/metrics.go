@@ -1,0 +1,129 @@
+package dflash
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Metrics accumulates the evaluation numbers of docs/DRAFTER.md §5 over
+// batches: the weighted loss, per-slot accuracy and simulated acceptance
+// length.
+type Metrics struct {
+	B           int
+	LossSum     float64 // Σ v·w·CE
+	WeightSum   float64 // Σ v·w
+	SlotCorrect []int64 // [B], slot 0 unused
+	SlotTotal   []int64
+	TauSum      float64
+	Blocks      int64 // live blocks
+}
+
+// NewMetrics returns empty metrics for block size b.
+func NewMetrics(b int) *Metrics {
+	return &Metrics{B: b, SlotCorrect: make([]int64, b), SlotTotal: make([]int64, b)}
+}
+
+// Add accumulates the blocks of one batch given the greedy predictions
+// pred [Rows*N*B] and the per-slot cross-entropy ce [Rows*N*B] (ce may be
+// nil; it is read only where a label is valid).
+func (m *Metrics) Add(bl *Blocks, pred []int32, ce []float64) {
+	if len(pred) != len(bl.Labels) || (ce != nil && len(ce) != len(bl.Labels)) {
+		panic(fmt.Sprintf("dflash: Metrics.Add: %d predictions, %d ce for %d slots", len(pred), len(ce), len(bl.Labels)))
+	}
+	if bl.B != m.B {
+		panic(fmt.Sprintf("dflash: Metrics.Add: block size %d, metrics for %d", bl.B, m.B))
+	}
+	for r := 0; r < bl.Rows; r++ {
+		for j := 0; j < int(bl.NumValid[r]); j++ {
+			base := (r*bl.N + j) * bl.B
+			run, broken := 0, false
+			for s := 1; s < bl.B; s++ {
+				i := base + s
+				lab := bl.Labels[i]
+				if lab < 0 {
+					broken = true
+					continue
+				}
+				ok := pred[i] == lab
+				m.SlotTotal[s]++
+				if ok {
+					m.SlotCorrect[s]++
+				}
+				if ce != nil {
+					m.LossSum += bl.Weights[i] * ce[i]
+					m.WeightSum += bl.Weights[i]
+				}
+				if !broken && ok {
+					run++
+				} else {
+					broken = true
+				}
+			}
+			m.TauSum += float64(1 + run)
+			m.Blocks++
+		}
+	}
+}
+
+// Merge adds the counts of o to m.
+func (m *Metrics) Merge(o *Metrics) {
+	m.LossSum += o.LossSum
+	m.WeightSum += o.WeightSum
+	for s := range m.SlotCorrect {
+		m.SlotCorrect[s] += o.SlotCorrect[s]
+		m.SlotTotal[s] += o.SlotTotal[s]
+	}
+	m.TauSum += o.TauSum
+	m.Blocks += o.Blocks
+}
+
+// Loss returns the weighted mean cross-entropy (§4.4); 0 with no label.
+func (m *Metrics) Loss() float64 {
+	if m.WeightSum == 0 {
+		return 0
+	}
+	return m.LossSum / m.WeightSum
+}
+
+// SlotAccuracy returns acc_s for s = 1..B-1 (index s; index 0 is 0).
+func (m *Metrics) SlotAccuracy() []float64 {
+	a := make([]float64, m.B)
+	for s := 1; s < m.B; s++ {
+		if m.SlotTotal[s] > 0 {
+			a[s] = float64(m.SlotCorrect[s]) / float64(m.SlotTotal[s])
+		}
+	}
+	return a
+}
+
+// Accuracy returns the accuracy over all valid slots.
+func (m *Metrics) Accuracy() float64 {
+	var c, t int64
+	for s := 1; s < m.B; s++ {
+		c += m.SlotCorrect[s]
+		t += m.SlotTotal[s]
+	}
+	if t == 0 {
+		return 0
+	}
+	return float64(c) / float64(t)
+}
+
+// Acceptance returns the mean simulated acceptance length τ over live
+// blocks (1 means no draft token accepted; B is the maximum).
+func (m *Metrics) Acceptance() float64 {
+	if m.Blocks == 0 {
+		return 0
+	}
+	return m.TauSum / float64(m.Blocks)
+}
+
+// String formats the metrics on one line.
+func (m *Metrics) String() string {
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "loss %.4f acc %.3f tau %.3f slots", m.Loss(), m.Accuracy(), m.Acceptance())
+	for s, a := range m.SlotAccuracy()[1:] {
+		fmt.Fprintf(&sb, " %d:%.2f", s+1, a)
+	}
+	return sb.String()
+}

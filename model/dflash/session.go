@@ -1,0 +1,299 @@
+package dflash
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+
+	"dflash/model"
+	"dflash/tensor"
+	"dflash/train"
+)
+
+// Example is one training sequence: token ids and the loss mask (1 on
+// assistant tokens).
+type Example struct {
+	IDs  []int32
+	Mask []uint8
+}
+
+// MakeBatch pads the examples ex[idx[i]] to their longest length (padding id
+// pad, mask 0) and returns the batch without hidden states.
+func MakeBatch(ex []Example, idx []int, pad int32) *Batch {
+	L := 0
+	for _, i := range idx {
+		L = max(L, len(ex[i].IDs))
+	}
+	b := &Batch{Rows: len(idx), Len: L, IDs: make([]int32, len(idx)*L), LossMask: make([]uint8, len(idx)*L), SeqLen: make([]int, len(idx))}
+	for r, i := range idx {
+		e := ex[i]
+		if len(e.Mask) != len(e.IDs) {
+			panic(fmt.Sprintf("dflash: example %d: %d ids, %d mask entries", i, len(e.IDs), len(e.Mask)))
+		}
+		copy(b.IDs[r*L:], e.IDs)
+		for j := len(e.IDs); j < L; j++ {
+			b.IDs[r*L+j] = pad
+		}
+		copy(b.LossMask[r*L:], e.Mask)
+		b.SeqLen[r] = len(e.IDs)
+	}
+	return b
+}
+
+// HiddenFunc fills b.Hidden with the target's hidden states at the taps.
+type HiddenFunc func(b *Batch) error
+
+// TargetHidden returns a HiddenFunc that runs target m (no gradients) and
+// reads, for tap t, the output of decoder layer t: m's hidden state t+1 in
+// HF's output_hidden_states indexing (docs/DRAFTER.md §1).
+func TargetHidden(m *model.Model, taps []int, backend tensor.Backend[float32]) HiddenFunc {
+	return func(b *Batch) error {
+		states := make([]int, len(taps))
+		for i, t := range taps {
+			if t < 0 || t+1 >= m.Config.NumLayers+1 {
+				return fmt.Errorf("tap %d is outside the target's %d layers", t, m.Config.NumLayers)
+			}
+			states[i] = t + 1
+		}
+		out := m.Forward(tensor.NewInference(backend), model.Input{IDs: b.IDs, Batch: b.Rows, Len: b.Len, States: states})
+		b.Hidden = b.Hidden[:0]
+		for _, s := range states {
+			b.Hidden = append(b.Hidden, out.States[s].Data)
+		}
+		return nil
+	}
+}
+
+// HeadOf returns the target's embedding and LM head as frozen tensors
+// sharing m's values (so the drafter never writes gradients into m).
+func HeadOf(m *model.Model) Head[float32] {
+	frozen := func(t *tensor.Tensor) *tensor.Tensor {
+		return &tensor.Tensor{Name: t.Name, Shape: t.Shape, Data: t.Data}
+	}
+	return Head[float32]{Embed: frozen(m.Embed), LMHead: frozen(m.LMHead)}
+}
+
+// DrafterConfigFor returns a drafter config for target m with n layers,
+// the given taps (nil: DefaultTaps(L, n)), block size, mask token and the
+// target's attention shape.
+func DrafterConfigFor(m *model.Model, layers int, taps []int, blockSize, maskToken int) *Config {
+	tc := m.Config
+	if taps == nil {
+		taps = DefaultTaps(tc.NumLayers, layers)
+	}
+	var scaling json.RawMessage
+	if tc.RopeScaling != nil {
+		scaling, _ = json.Marshal(tc.RopeScaling)
+	}
+	return &Config{
+		HiddenSize: tc.HiddenSize, IntermediateSize: tc.IntermediateSize, NumLayers: layers,
+		NumHeads: tc.NumHeads, NumKVHeads: tc.NumKVHeads, HeadDim: tc.HeadDim,
+		RMSNormEps: tc.RMSNormEps, RopeTheta: tc.RopeTheta, RopeScaling: scaling,
+		MaxPositionEmbeddings: tc.MaxPositionEmbeddings, VocabSize: tc.VocabSize,
+		BlockSize: blockSize, MaskTokenID: maskToken, TargetLayerIDs: taps,
+		Gamma: DefaultGamma(blockSize), NumAnchors: 512, NumTargetLayers: tc.NumLayers,
+		Target: TargetInfo{Architecture: map[model.Architecture]string{model.Qwen3: "Qwen3ForCausalLM", model.Llama: "LlamaForCausalLM"}[tc.Arch],
+			ModelType: string(tc.Arch), HiddenSize: tc.HiddenSize, VocabSize: tc.VocabSize, NumLayers: tc.NumLayers},
+	}
+}
+
+// Session trains and evaluates a float32 drafter on in-memory examples.
+type Session struct {
+	Drafter *Drafter[float32]
+	Head    Head[float32]
+	Hidden  HiddenFunc
+	Backend tensor.Backend[float32]
+	Train   []Example
+	Eval    []Example
+	// BatchSize is the number of sequences per micro-batch.
+	BatchSize int
+	// Pad is the padding token id.
+	Pad int32
+	// Seed seeds the data order and the evaluation anchors.
+	Seed uint64
+	// CacheHidden keeps every batch's hidden states in memory after the
+	// first use (small data sets: the target runs once per sequence).
+	CacheHidden bool
+
+	mu    sync.Mutex
+	cache map[string][][]float32
+	epoch int
+	pos   int
+	order []int
+}
+
+type dataState struct {
+	Epoch int `json:"epoch"`
+	Pos   int `json:"pos"`
+}
+
+func (s *Session) shuffle() {
+	s.order = make([]int, len(s.Train))
+	for i := range s.order {
+		s.order[i] = i
+	}
+	rng := rand.New(rand.NewPCG(s.Seed, train.StreamData<<32|uint64(s.epoch)))
+	rng.Shuffle(len(s.order), func(i, j int) { s.order[i], s.order[j] = s.order[j], s.order[i] })
+}
+
+// next returns the example indices of the next training batch.
+func (s *Session) next() []int {
+	if s.order == nil {
+		s.shuffle()
+	}
+	n := min(s.BatchSize, len(s.Train))
+	if s.pos+n > len(s.order) {
+		s.epoch++
+		s.pos = 0
+		s.shuffle()
+	}
+	idx := s.order[s.pos : s.pos+n]
+	s.pos += n
+	return idx
+}
+
+func (s *Session) batch(set []Example, idx []int, tag string) (*Batch, error) {
+	b := MakeBatch(set, idx, s.Pad)
+	if !s.CacheHidden {
+		return b, s.Hidden(b)
+	}
+	// Per-example cache: rows of each example's hidden states, per tap. A
+	// batch with any example missing runs the target once for the batch.
+	H := s.Drafter.Cfg.HiddenSize
+	key := func(i int) string { return fmt.Sprint(tag, i) }
+	s.mu.Lock()
+	if s.cache == nil {
+		s.cache = map[string][][]float32{}
+	}
+	hit := true
+	for _, i := range idx {
+		if _, ok := s.cache[key(i)]; !ok {
+			hit = false
+		}
+	}
+	s.mu.Unlock()
+	if !hit {
+		if err := s.Hidden(b); err != nil {
+			return nil, err
+		}
+		s.mu.Lock()
+		for r, i := range idx {
+			rows := make([][]float32, len(b.Hidden))
+			for t, h := range b.Hidden {
+				rows[t] = slices.Clone(h[r*b.Len*H : (r*b.Len+b.SeqLen[r])*H])
+			}
+			s.cache[key(i)] = rows
+		}
+		s.mu.Unlock()
+		return b, nil
+	}
+	k := len(s.Drafter.Cfg.TargetLayerIDs)
+	b.Hidden = make([][]float32, k)
+	for t := range b.Hidden {
+		b.Hidden[t] = make([]float32, b.Rows*b.Len*H)
+	}
+	s.mu.Lock()
+	for r, i := range idx {
+		for t, rows := range s.cache[key(i)] {
+			copy(b.Hidden[t][r*b.Len*H:], rows)
+		}
+	}
+	s.mu.Unlock()
+	return b, nil
+}
+
+// Step runs one training micro-batch: anchors drawn from rng, loss and
+// gradients accumulated into the drafter's parameters.
+func (s *Session) Step(rng *rand.Rand) (loss float64, m *Metrics, tokens int, err error) {
+	idx := s.next()
+	b, err := s.batch(s.Train, idx, "t")
+	if err != nil {
+		return 0, nil, 0, err
+	}
+	bl := BuildBlocks(s.Drafter.Cfg, b, SampleBatchAnchors(rng, b, s.Drafter.Cfg.NumAnchors))
+	for _, n := range b.SeqLen {
+		tokens += n
+	}
+	m = NewMetrics(bl.B)
+	if bl.WeightSum == 0 {
+		return 0, m, tokens, nil // no label in this batch: nothing to learn
+	}
+	tp := tensor.NewTape(s.Backend)
+	out, err := s.Drafter.Forward(tp, true, s.Head, b, bl)
+	if err != nil {
+		return 0, nil, 0, err
+	}
+	tp.Backward(out.Loss)
+	m.Add(bl, out.Pred, out.CE)
+	return float64(out.Loss.Data[0]), m, tokens, nil
+}
+
+// Evaluate computes the metrics of docs/DRAFTER.md §5 on the evaluation
+// examples, with anchors from a fixed seed (the same at every call).
+func (s *Session) Evaluate() (*Metrics, error) {
+	m := NewMetrics(s.Drafter.Cfg.BlockSize)
+	rng := rand.New(rand.NewPCG(s.Seed, train.StreamEval<<32|0xe7a1))
+	for i := 0; i < len(s.Eval); i += s.BatchSize {
+		var idx []int
+		for j := i; j < min(i+s.BatchSize, len(s.Eval)); j++ {
+			idx = append(idx, j)
+		}
+		b, err := s.batch(s.Eval, idx, "e")
+		if err != nil {
+			return nil, err
+		}
+		bl := BuildBlocks(s.Drafter.Cfg, b, SampleBatchAnchors(rng, b, s.Drafter.Cfg.NumAnchors))
+		out, err := s.Drafter.Forward(tensor.NewInference(s.Backend), false, s.Head, b, bl)
+		if err != nil {
+			return nil, err
+		}
+		m.Add(bl, out.Pred, out.CE)
+	}
+	return m, nil
+}
+
+// MetricsMap flattens m for train's metrics log: loss, acc, tau and acc_<s>.
+func MetricsMap(m *Metrics) map[string]float64 {
+	out := map[string]float64{"loss": m.Loss(), "acc": m.Accuracy(), "tau": m.Acceptance()}
+	for s, a := range m.SlotAccuracy() {
+		if s > 0 {
+			out[fmt.Sprintf("acc_%d", s)] = a
+		}
+	}
+	return out
+}
+
+// Hooks connects the session to train.Run.
+func (s *Session) Hooks() train.Hooks {
+	return train.Hooks{
+		Params: s.Drafter.TrainParams(),
+		Step: func(ctx context.Context, si train.StepInfo) (float64, map[string]float64, int, error) {
+			loss, m, tok, err := s.Step(si.RNG.Rand)
+			if err != nil {
+				return 0, nil, 0, err
+			}
+			return loss, map[string]float64{"acc": m.Accuracy(), "tau": m.Acceptance()}, tok, nil
+		},
+		Eval: func(ctx context.Context, e train.EvalInfo) (map[string]float64, error) {
+			m, err := s.Evaluate()
+			if err != nil {
+				return nil, err
+			}
+			return MetricsMap(m), nil
+		},
+		DataState: func() (json.RawMessage, error) { return json.Marshal(dataState{s.epoch, s.pos}) },
+		RestoreData: func(raw json.RawMessage) error {
+			var d dataState
+			if err := json.Unmarshal(raw, &d); err != nil {
+				return err
+			}
+			s.epoch, s.pos = d.Epoch, d.Pos
+			s.shuffle()
+			return nil
+		},
+		ModelConfig: func() ([]byte, error) { return s.Drafter.Cfg.MarshalJSON() },
+	}
+}

@@ -1,0 +1,84 @@
+package dflash
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"dflash/model"
+	"dflash/tensor"
+)
+
+// TestSessionHiddenCache checks that cached target hidden states give the
+// same training losses and evaluation as running the target every time.
+func TestSessionHiddenCache(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	m, err := model.New(model.Config{Arch: model.Qwen3, VocabSize: 60, HiddenSize: 32, IntermediateSize: 48,
+		NumLayers: 4, NumHeads: 2, NumKVHeads: 1, HeadDim: 16, RMSNormEps: 1e-6, RopeTheta: 10000,
+		MaxPositionEmbeddings: 512}, seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(seed, 1))
+	var ex []Example
+	for i := 0; i < 10; i++ {
+		n := 12 + rng.IntN(20)
+		e := Example{IDs: make([]int32, n), Mask: make([]uint8, n)}
+		for j := range e.IDs {
+			e.IDs[j] = int32(rng.IntN(58))
+			if j >= n/3 {
+				e.Mask[j] = 1
+			}
+		}
+		ex = append(ex, e)
+	}
+	backend := tensor.NewCPU[float32](2)
+	run := func(cache bool) ([]float64, float64) {
+		c := DrafterConfigFor(m, 1, []int{1, 2}, 4, 59)
+		c.NumAnchors = 5
+		s := &Session{Drafter: New[float32](c, rand.New(rand.NewPCG(seed, 2))), Head: HeadOf(m),
+			Hidden: TargetHidden(m, c.TargetLayerIDs, backend), Backend: backend, Train: ex[2:], Eval: ex[:2],
+			BatchSize: 3, Pad: 0, Seed: seed, CacheHidden: cache}
+		arng := rand.New(rand.NewPCG(seed, 3))
+		var losses []float64
+		for step := 0; step < 8; step++ { // several epochs: batches recombine examples
+			l, _, _, err := s.Step(arng)
+			if err != nil {
+				t.Fatal(err)
+			}
+			losses = append(losses, l)
+			for _, p := range s.Drafter.Params() {
+				p.ZeroGrad()
+			}
+		}
+		ev, err := s.Evaluate()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return losses, ev.Loss()
+	}
+	a, ea := run(false)
+	b, eb := run(true)
+	for i := range a {
+		if a[i] != b[i] {
+			t.Fatalf("step %d: loss %v without cache, %v with", i, a[i], b[i])
+		}
+	}
+	if ea != eb {
+		t.Fatalf("eval loss %v without cache, %v with", ea, eb)
+	}
+	// The frozen head shares the target's values and never takes gradients.
+	if m.Embed.Grad != nil && anyNonZero(m.Embed.Grad) {
+		t.Fatal("the target's embedding received gradients")
+	}
+}
+
+func anyNonZero(v []float32) bool {
+	for _, x := range v {
+		if x != 0 {
+			return true
+		}
+	}
+	return false
+}
