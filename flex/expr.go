@@ -1,0 +1,389 @@
+package flex
+
+import (
+	"fmt"
+	"math"
+	"strings"
+)
+
+// op is one operation of the expression language.
+type op uint8
+
+const (
+	opB op = iota
+	opH
+	opQ
+	opKV
+	opScore
+	opConst   // integer constant (structural)
+	opFConst  // float constant (structural)
+	opIScalar // named run-time int scalar
+	opFScalar // named run-time float scalar
+	opITensor // read of a named int tensor
+	opFTensor // read of a named float tensor
+	opAdd     // int or float
+	opSub     // int or float
+	opMul     // int or float
+	opDiv     // int (truncating, x/0 = 0) or float
+	opMod     // int only (sign of the dividend, x%0 = 0)
+	opNeg     // int or float
+	opMin     // int or float
+	opMax     // int or float
+	opAbs     // int or float
+	opExp     // float
+	opTanh    // float
+	opToFloat // int -> float
+	opLt      // -> bool
+	opLe      // -> bool
+	opGt      // -> bool
+	opGe      // -> bool
+	opEq      // -> bool
+	opNe      // -> bool
+	opAnd     // bool
+	opOr      // bool
+	opNot     // bool
+	opSelect  // select(cond, a, b)
+	numOps
+)
+
+var opNames = [numOps]string{
+	opB: "b", opH: "h", opQ: "q", opKV: "kv", opScore: "score", opConst: "const", opFConst: "fconst",
+	opIScalar: "iscalar", opFScalar: "fscalar", opITensor: "itensor", opFTensor: "ftensor",
+	opAdd: "add", opSub: "sub", opMul: "mul", opDiv: "div", opMod: "mod", opNeg: "neg",
+	opMin: "min", opMax: "max", opAbs: "abs", opExp: "exp", opTanh: "tanh", opToFloat: "float",
+	opLt: "lt", opLe: "le", opGt: "gt", opGe: "ge", opEq: "eq", opNe: "ne",
+	opAnd: "and", opOr: "or", opNot: "not", opSelect: "select",
+}
+
+func (o op) String() string { return opNames[o] }
+
+// kind is the type of an expression.
+type kind uint8
+
+const (
+	kInt kind = iota
+	kFloat
+	kBool
+)
+
+func (k kind) String() string {
+	switch k {
+	case kInt:
+		return "int"
+	case kFloat:
+		return "float"
+	}
+	return "bool"
+}
+
+// node is one immutable expression node. Nodes form a DAG; programs are
+// canonicalised (common subexpressions merged) when they are compiled.
+type node struct {
+	op   op
+	kind kind
+	args []*node
+	ival int64   // opConst
+	fval float64 // opFConst
+	name string  // scalars and tensors
+}
+
+// Int is an integer-valued expression (64-bit on the CPU; programs must keep
+// their values within int32 so that the CUDA code, which uses int, agrees).
+type Int struct{ n *node }
+
+// Float is a floating-point expression (float64 on the CPU, float on CUDA).
+type Float struct{ n *node }
+
+// Bool is a boolean expression.
+type Bool struct{ n *node }
+
+func (x Int) node() *node {
+	if x.n == nil {
+		panic("flex: use of a zero Int expression (build expressions with flex.Q, flex.Const, ...)")
+	}
+	return x.n
+}
+
+func (x Float) node() *node {
+	if x.n == nil {
+		panic("flex: use of a zero Float expression (build expressions with flex.Score, flex.F, ...)")
+	}
+	return x.n
+}
+
+func (x Bool) node() *node {
+	if x.n == nil {
+		panic("flex: use of a zero Bool expression (build expressions with comparisons)")
+	}
+	return x.n
+}
+
+func mk(o op, k kind, args ...*node) *node { return &node{op: o, kind: k, args: args} }
+
+// B is the batch index.
+func B() Int { return Int{mk(opB, kInt)} }
+
+// H is the query head index.
+func H() Int { return Int{mk(opH, kInt)} }
+
+// Q is the query position.
+func Q() Int { return Int{mk(opQ, kInt)} }
+
+// KV is the key/value position.
+func KV() Int { return Int{mk(opKV, kInt)} }
+
+// Score is the attention score q·k·scale that a score program modifies. It
+// may appear only in score programs.
+func Score() Float { return Float{mk(opScore, kFloat)} }
+
+// Const is an integer constant. Constants are structural: they are baked into
+// generated kernels and take part in the program hash.
+func Const(v int) Int { return Int{&node{op: opConst, kind: kInt, ival: int64(v)}} }
+
+// F is a float constant; like Const it is structural.
+func F(v float64) Float {
+	if math.IsNaN(v) {
+		panic("flex: F(NaN)")
+	}
+	return Float{&node{op: opFConst, kind: kFloat, fval: v}}
+}
+
+// IntScalar is a named run-time integer (for example a context length). Its
+// value comes from Args.Ints at run time and is not part of the program hash.
+func IntScalar(name string) Int {
+	checkName(name)
+	return Int{&node{op: opIScalar, kind: kInt, name: name}}
+}
+
+// FloatScalar is a named run-time float, read from Args.Floats.
+func FloatScalar(name string) Float {
+	checkName(name)
+	return Float{&node{op: opFScalar, kind: kFloat, name: name}}
+}
+
+// reservedNames may not name parameters or generated functions: the index
+// variables and locals of generated code, and C/CUDA words they could meet.
+var reservedNames = map[string]bool{"b": true, "h": true, "q": true, "kv": true, "score": true, "g": true,
+	"int": true, "float": true, "bool": true, "const": true, "return": true, "if": true, "else": true,
+	"for": true, "while": true, "do": true, "true": true, "false": true, "min": true, "max": true,
+	"char": true, "void": true, "double": true, "long": true, "short": true, "unsigned": true, "signed": true,
+	"auto": true, "static": true, "struct": true, "union": true, "switch": true, "case": true, "break": true,
+	"continue": true, "default": true, "goto": true, "sizeof": true, "volatile": true, "register": true,
+	"extern": true, "inline": true, "restrict": true, "enum": true, "typedef": true, "INFINITY": true, "NAN": true,
+	"flex_clamp": true, "flex_div": true, "flex_mod": true, "flex_abs": true}
+
+func checkName(name string) {
+	if name == "" {
+		panic("flex: empty parameter name")
+	}
+	if reservedNames[name] || strings.HasPrefix(name, "__") ||
+		(len(name) > 1 && (name[0] == 't' || name[0] == 'a') && strings.Trim(name[1:], "0123456789") == "") {
+		panic(fmt.Sprintf("flex: name %q is reserved (index variables, generated locals t<N>/a<N>, CUDA helpers flex_clamp/div/mod/abs, C keywords)", name))
+	}
+	for i, r := range name {
+		ok := r == '_' || (r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z') || (i > 0 && r >= '0' && r <= '9')
+		if !ok {
+			panic(fmt.Sprintf("flex: parameter name %q is not an identifier ([A-Za-z_][A-Za-z0-9_]*)", name))
+		}
+	}
+}
+
+// IntTensorRef names an integer tensor of a fixed rank that programs read by index.
+type IntTensorRef struct {
+	Name string
+	Rank int
+}
+
+// FloatTensorRef names a float tensor of a fixed rank that programs read by index.
+type FloatTensorRef struct {
+	Name string
+	Rank int
+}
+
+// IntTensorParam declares an int tensor parameter; its data comes from
+// Args.IntTensors at run time.
+func IntTensorParam(name string, rank int) IntTensorRef {
+	checkName(name)
+	if rank < 1 {
+		panic(fmt.Sprintf("flex: tensor %q: rank %d < 1", name, rank))
+	}
+	return IntTensorRef{name, rank}
+}
+
+// FloatTensorParam declares a float tensor parameter; its data comes from
+// Args.FloatTensors at run time. Score programs get its gradient in Backward.
+func FloatTensorParam(name string, rank int) FloatTensorRef {
+	checkName(name)
+	if rank < 1 {
+		panic(fmt.Sprintf("flex: tensor %q: rank %d < 1", name, rank))
+	}
+	return FloatTensorRef{name, rank}
+}
+
+// At reads t[idx...]. Each index is clamped into [0, dim-1] of its dimension,
+// so reads never fail; programs guard with Select where clamping is not wanted.
+func (t IntTensorRef) At(idx ...Int) Int {
+	if len(idx) != t.Rank {
+		panic(fmt.Sprintf("flex: int tensor %q has rank %d, indexed with %d indices", t.Name, t.Rank, len(idx)))
+	}
+	args := make([]*node, len(idx))
+	for i, x := range idx {
+		args[i] = x.node()
+	}
+	return Int{&node{op: opITensor, kind: kInt, name: t.Name, args: args}}
+}
+
+// At reads t[idx...] with the same clamping as IntTensorRef.At.
+func (t FloatTensorRef) At(idx ...Int) Float {
+	if len(idx) != t.Rank {
+		panic(fmt.Sprintf("flex: float tensor %q has rank %d, indexed with %d indices", t.Name, t.Rank, len(idx)))
+	}
+	args := make([]*node, len(idx))
+	for i, x := range idx {
+		args[i] = x.node()
+	}
+	return Float{&node{op: opFTensor, kind: kFloat, name: t.Name, args: args}}
+}
+
+// Add returns x + y.
+func (x Int) Add(y Int) Int { return Int{mk(opAdd, kInt, x.node(), y.node())} }
+
+// Sub returns x - y.
+func (x Int) Sub(y Int) Int { return Int{mk(opSub, kInt, x.node(), y.node())} }
+
+// Mul returns x * y.
+func (x Int) Mul(y Int) Int { return Int{mk(opMul, kInt, x.node(), y.node())} }
+
+// Div returns x / y truncated toward zero (as in Go and C); x / 0 is 0.
+func (x Int) Div(y Int) Int { return Int{mk(opDiv, kInt, x.node(), y.node())} }
+
+// Mod returns x % y with the sign of x (as in Go and C); x % 0 is 0.
+func (x Int) Mod(y Int) Int { return Int{mk(opMod, kInt, x.node(), y.node())} }
+
+// Neg returns -x.
+func (x Int) Neg() Int { return Int{mk(opNeg, kInt, x.node())} }
+
+// Abs returns |x|.
+func (x Int) Abs() Int { return Int{mk(opAbs, kInt, x.node())} }
+
+// Min returns min(x, y).
+func (x Int) Min(y Int) Int { return Int{mk(opMin, kInt, x.node(), y.node())} }
+
+// Max returns max(x, y).
+func (x Int) Max(y Int) Int { return Int{mk(opMax, kInt, x.node(), y.node())} }
+
+// Clamp returns min(max(x, lo), hi).
+func (x Int) Clamp(lo, hi Int) Int { return x.Max(lo).Min(hi) }
+
+// Float converts x to a float expression.
+func (x Int) Float() Float { return Float{mk(opToFloat, kFloat, x.node())} }
+
+// Lt returns x < y.
+func (x Int) Lt(y Int) Bool { return Bool{mk(opLt, kBool, x.node(), y.node())} }
+
+// Le returns x <= y.
+func (x Int) Le(y Int) Bool { return Bool{mk(opLe, kBool, x.node(), y.node())} }
+
+// Gt returns x > y.
+func (x Int) Gt(y Int) Bool { return Bool{mk(opGt, kBool, x.node(), y.node())} }
+
+// Ge returns x >= y.
+func (x Int) Ge(y Int) Bool { return Bool{mk(opGe, kBool, x.node(), y.node())} }
+
+// Eq returns x == y.
+func (x Int) Eq(y Int) Bool { return Bool{mk(opEq, kBool, x.node(), y.node())} }
+
+// Ne returns x != y.
+func (x Int) Ne(y Int) Bool { return Bool{mk(opNe, kBool, x.node(), y.node())} }
+
+// Add returns x + y.
+func (x Float) Add(y Float) Float { return Float{mk(opAdd, kFloat, x.node(), y.node())} }
+
+// Sub returns x - y.
+func (x Float) Sub(y Float) Float { return Float{mk(opSub, kFloat, x.node(), y.node())} }
+
+// Mul returns x * y.
+func (x Float) Mul(y Float) Float { return Float{mk(opMul, kFloat, x.node(), y.node())} }
+
+// Div returns x / y.
+func (x Float) Div(y Float) Float { return Float{mk(opDiv, kFloat, x.node(), y.node())} }
+
+// Neg returns -x.
+func (x Float) Neg() Float { return Float{mk(opNeg, kFloat, x.node())} }
+
+// Abs returns |x|.
+func (x Float) Abs() Float { return Float{mk(opAbs, kFloat, x.node())} }
+
+// Min returns min(x, y).
+func (x Float) Min(y Float) Float { return Float{mk(opMin, kFloat, x.node(), y.node())} }
+
+// Max returns max(x, y).
+func (x Float) Max(y Float) Float { return Float{mk(opMax, kFloat, x.node(), y.node())} }
+
+// Exp returns e^x.
+func (x Float) Exp() Float { return Float{mk(opExp, kFloat, x.node())} }
+
+// Tanh returns tanh(x).
+func (x Float) Tanh() Float { return Float{mk(opTanh, kFloat, x.node())} }
+
+// Lt returns x < y.
+func (x Float) Lt(y Float) Bool { return Bool{mk(opLt, kBool, x.node(), y.node())} }
+
+// Le returns x <= y.
+func (x Float) Le(y Float) Bool { return Bool{mk(opLe, kBool, x.node(), y.node())} }
+
+// Gt returns x > y.
+func (x Float) Gt(y Float) Bool { return Bool{mk(opGt, kBool, x.node(), y.node())} }
+
+// Ge returns x >= y.
+func (x Float) Ge(y Float) Bool { return Bool{mk(opGe, kBool, x.node(), y.node())} }
+
+// Eq returns x == y.
+func (x Float) Eq(y Float) Bool { return Bool{mk(opEq, kBool, x.node(), y.node())} }
+
+// Ne returns x != y.
+func (x Float) Ne(y Float) Bool { return Bool{mk(opNe, kBool, x.node(), y.node())} }
+
+// And returns x && y.
+func (x Bool) And(y Bool) Bool { return Bool{mk(opAnd, kBool, x.node(), y.node())} }
+
+// Or returns x || y.
+func (x Bool) Or(y Bool) Bool { return Bool{mk(opOr, kBool, x.node(), y.node())} }
+
+// Not returns !x.
+func (x Bool) Not() Bool { return Bool{mk(opNot, kBool, x.node())} }
+
+// All returns the conjunction of xs (true when xs is empty).
+func All(xs ...Bool) Bool {
+	if len(xs) == 0 {
+		return Const(0).Eq(Const(0))
+	}
+	r := xs[0]
+	for _, x := range xs[1:] {
+		r = r.And(x)
+	}
+	return r
+}
+
+// Any returns the disjunction of xs (false when xs is empty).
+func Any(xs ...Bool) Bool {
+	if len(xs) == 0 {
+		return Const(0).Ne(Const(0))
+	}
+	r := xs[0]
+	for _, x := range xs[1:] {
+		r = r.Or(x)
+	}
+	return r
+}
+
+// Select returns a where c holds and b elsewhere (for Int expressions).
+func Select(c Bool, a, b Int) Int { return Int{mk(opSelect, kInt, c.node(), a.node(), b.node())} }
+
+// SelectF returns a where c holds and b elsewhere (for Float expressions).
+func SelectF(c Bool, a, b Float) Float {
+	return Float{mk(opSelect, kFloat, c.node(), a.node(), b.node())}
+}
+
+// SelectB returns a where c holds and b elsewhere (for Bool expressions).
+func SelectB(c Bool, a, b Bool) Bool { return Bool{mk(opSelect, kBool, c.node(), a.node(), b.node())} }

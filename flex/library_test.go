@@ -1,0 +1,176 @@
+package flex
+
+import (
+	"math"
+	"slices"
+	"testing"
+)
+
+// TestLibraryMasks checks each library mask against a direct Go statement
+// of its definition at every pair of small random problems.
+func TestLibraryMasks(t *testing.T) {
+	r := newRand(t)
+	const B, L = 2, 45
+	prefix := []int32{int32(r.IntN(L)), int32(r.IntN(L))}
+	ids := make([]int32, B*L)
+	for i := range ids {
+		ids[i] = int32(r.IntN(4))
+	}
+	slices.Sort(ids[:L])
+	slices.Sort(ids[L:])
+	args := NewArgs().SetIntTensor(PrefixLen, prefix, B).SetIntTensor(DocIDs, ids, B, L)
+	w := 1 + r.IntN(10)
+	cases := []struct {
+		name string
+		m    *MaskProgram
+		want func(b, q, kv int) bool
+	}{
+		{"causal", Causal(), func(b, q, kv int) bool { return kv <= q }},
+		{"window", SlidingWindow(w), func(b, q, kv int) bool { return kv <= q && q-kv < w }},
+		{"prefixlm", PrefixLM(), func(b, q, kv int) bool { return kv <= q || kv < int(prefix[b]) }},
+		{"document", Document(false), func(b, q, kv int) bool { return ids[b*L+q] == ids[b*L+kv] }},
+		{"document_causal", Document(true), func(b, q, kv int) bool { return ids[b*L+q] == ids[b*L+kv] && kv <= q }},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			d := Dims{Batch: B, HeadsQ: 2, HeadsKV: 1, LenQ: L, LenKV: L, HeadDim: 1}
+			dm, err := NewDenseMask(c.m, args, d, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for b := 0; b < B; b++ {
+				for q := 0; q < L; q++ {
+					for kv := 0; kv < L; kv++ {
+						if got, want := dm.At(b, 1, q, kv), c.want(b, q, kv); got != want {
+							t.Fatalf("%v at b%d q%d kv%d: %v, want %v", c.m, b, q, kv, got, want)
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestDFlashMask checks the DFlash training mask against its definition in
+// DESIGN.md: a query of block j sees context positions strictly before
+// anchor j and its own block bidirectionally; padding blocks see nothing.
+func TestDFlashMask(t *testing.T) {
+	r := newRand(t)
+	for _, bs := range []int{1, 4, 16} {
+		nb, ctx := 1+r.IntN(9), 1+r.IntN(80)
+		d := DFlashDims(3, 2, 1, nb, bs, ctx, 4)
+		anchors := make([]int32, 3*nb)
+		for i := range anchors {
+			anchors[i] = int32(r.IntN(ctx))
+		}
+		valid := []int32{int32(nb), int32(r.IntN(nb + 1)), 0}
+		a := DFlashArgs(ctx, anchors, nb, valid)
+		dm, err := NewDenseMask(DFlashMask(bs), a, d, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for b := 0; b < 3; b++ {
+			for q := 0; q < d.LenQ; q++ {
+				j := q / bs
+				for kv := 0; kv < d.LenKV; kv++ {
+					want := false
+					if j < int(valid[b]) {
+						if kv < ctx {
+							want = kv < int(anchors[b*nb+j])
+						} else {
+							pos := kv - ctx // draft position
+							want = pos >= j*bs && pos < (j+1)*bs
+						}
+					}
+					if got := dm.At(b, 0, q, kv); got != want {
+						t.Fatalf("bs %d b%d q%d (block %d, anchor %d) kv%d: %v, want %v", bs, b, q, j, anchors[b*nb+j], kv, got, want)
+					}
+				}
+			}
+		}
+	}
+}
+
+// TestDFlashIntervalExact checks that interval evaluation alone classifies
+// the DFlash mask exactly (no block left undecided that is not truly
+// partial) at a realistic size without padding, and that with padding the
+// default (refined) classification is exact.
+func TestDFlashIntervalExact(t *testing.T) {
+	r := newRand(t)
+	nb := 64
+	if raceEnabled {
+		nb = 24
+	}
+	d := DFlashDims(2, 4, 1, nb, 16, 600, 8)
+	anchors := make([]int32, 2*nb)
+	for i := range anchors {
+		anchors[i] = int32(r.IntN(600))
+	}
+	slices.Sort(anchors[:nb])
+	slices.Sort(anchors[nb:])
+	for _, c := range []struct {
+		valid []int32
+		opt   BlockMaskOption
+	}{{[]int32{int32(nb), int32(nb)}, NoRefine()}, {[]int32{int32(nb), int32(nb) - 14}, func(*buildConfig) {}}} {
+		a := DFlashArgs(600, anchors, nb, c.valid)
+		iv, err := NewBlockMask(DFlashMask(16), a, d, 0, 0, c.opt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ex, err := NewBlockMask(DFlashMask(16), a, d, 0, 0, Exact())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if iv.Stats.Partial != ex.Stats.Partial || iv.Stats.Full != ex.Stats.Full {
+			t.Fatalf("valid %v: %+v, exact %+v", c.valid, iv.Stats, ex.Stats)
+		}
+		if !slices.Equal(iv.KVIdx, ex.KVIdx) || !slices.Equal(iv.FullKVIdx, ex.FullKVIdx) {
+			t.Fatalf("valid %v: block lists differ from exact classification", c.valid)
+		}
+	}
+}
+
+// TestLibraryScores checks the library score programs against their
+// formulas.
+func TestLibraryScores(t *testing.T) {
+	r := newRand(t)
+	slopes := ALiBiSlopes(8)
+	for i, s := range slopes {
+		if want := math.Pow(2, -float64(i+1)); math.Abs(s-want) > 1e-15 {
+			t.Fatalf("ALiBi slope %d = %v, want %v", i, s, want)
+		}
+	}
+	if s6 := ALiBiSlopes(6); len(s6) != 6 || s6[4] != 0.5 || s6[5] != 0.125 {
+		t.Fatalf("ALiBiSlopes(6) = %v", s6)
+	}
+	md := 5
+	table := randSlice(r, 3*(2*md+1))
+	a := NewArgs().SetFloatTensor(ALiBiSlopesName, slopes[:3], 3).SetFloatTensor(RelBiasName, table, 3, 2*md+1).SetFloat(SoftcapName, 7)
+	for n := 0; n < 200; n++ {
+		h, q, kv, x := r.IntN(3), r.IntN(30), r.IntN(30), r.NormFloat64()*20
+		rel := min(max(q-kv, -md), md) + md
+		for _, c := range []struct {
+			s    *ScoreProgram
+			want float64
+		}{
+			{Softcap(7), 7 * math.Tanh(x/7)},
+			{SoftcapScalar(), 7 * math.Tanh(x/7)},
+			{ALiBi(), x + slopes[h]*float64(kv-q)},
+			{RelativeBias(md), x + table[h*(2*md+1)+rel]},
+		} {
+			rp := compileRows(c.s.plan, 1)
+			f, err := bind(c.s.plan, "test", a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ev := rp.newEval(f)
+			ev.setBH(0, h)
+			ev.setRow(q)
+			v := []float64{x}
+			ev.scoreRow(kv, v)
+			if math.Abs(v[0]-c.want) > 1e-12*(1+math.Abs(c.want)) {
+				t.Fatalf("%v at h%d q%d kv%d score %v: %v, want %v", c.s, h, q, kv, x, v[0], c.want)
+			}
+		}
+	}
+}

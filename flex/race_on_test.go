@@ -1,0 +1,5 @@
+//go:build race
+
+package flex
+
+const raceEnabled = true

@@ -1,0 +1,31 @@
+// flex mask program "dflash16", structural hash 95c36ed01a9cc7806b4aabe46c0172a1c61da525d0b99e4bf9eea8e03c10399b
+// (((q / 16) < num_valid[b]) && (((kv < $ctx_len) && (kv < anchors[b, (q / 16)])) || ((kv >= $ctx_len) && (((kv - $ctx_len) / 16) == (q / 16)))))
+#ifndef FLEX_HELPERS
+#define FLEX_HELPERS
+__device__ __forceinline__ int flex_clamp(int i, int n) { return i < 0 ? 0 : (i >= n ? n - 1 : i); }
+__device__ __forceinline__ int flex_div(int a, int b) { return b == 0 ? 0 : (b == -1 ? -a : a / b); }
+__device__ __forceinline__ int flex_mod(int a, int b) { return (b == 0 || b == -1) ? 0 : a % b; }
+__device__ __forceinline__ int flex_abs(int a) { return a < 0 ? -a : a; }
+#endif
+__device__ __forceinline__ bool mask_fn(int b, int h, int q, int kv, const int* __restrict__ anchors, int anchors_d0, int anchors_d1, int ctx_len, const int* __restrict__ num_valid, int num_valid_d0) {
+  const int t0 = q;
+  const int t1 = 16;
+  const int t2 = t0 / t1;
+  const int t3 = b;
+  const int t4 = num_valid[flex_clamp(t3, num_valid_d0)];
+  const bool t5 = t2 < t4;
+  const int t6 = kv;
+  const int t7 = ctx_len;
+  const bool t8 = t6 < t7;
+  const int t9 = anchors[(flex_clamp(t3, anchors_d0)) * anchors_d1 + flex_clamp(t2, anchors_d1)];
+  const bool t10 = t6 < t9;
+  const bool t11 = t8 && t10;
+  const bool t12 = t6 >= t7;
+  const int t13 = t6 - t7;
+  const int t14 = t13 / t1;
+  const bool t15 = t14 == t2;
+  const bool t16 = t12 && t15;
+  const bool t17 = t11 || t16;
+  const bool t18 = t5 && t17;
+  return t18;
+}
