@@ -2,8 +2,9 @@
 
 Builds the issue's cases (inputs, masks as PyTorch mask_mods and as dense
 float64 references) and times torch.compile(flex_attention) on them. Imported
-by scripts/flex_gpu_check.py, which times dflash's kernels on the same inputs
-in the same process and prints the ratios; run alone it prints PyTorch's times.
+by scripts/flex_gpu_check.py; run alone (scripts/gpu-attn.sh does) it prints
+one JSON object per case and, with --json FILE, writes them all to FILE;
+--cases a,b selects cases by name.
 """
 import math
 import sys
@@ -143,10 +144,70 @@ def torch_flex(case, dev, q, k, v, do):
     return fwd, fb_ms, out, lse
 
 
+def peer_times(case, dev):
+    """Times compiled flex_attention on case like torch_flex, and also: the
+    first calls (compile, cold: Inductor's caches are empty on a fresh
+    machine), fwd+bwd with K/V repeated instead of enable_gqa for GQA cases,
+    and compiled create_block_mask for the DFlash case. Returns a dict."""
+    import time
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    torch._dynamo.reset()
+    torch._dynamo.config.recompile_limit = 64
+    q, k, v, do = case.inputs(dev)
+    res = {"case": case.name}
+    fa = torch.compile(flex_attention)
+    t = time.time()
+    bm = create_block_mask(case.mask_mod(dev), case.B, None, case.Lq, case.Lkv, device=dev)
+    res["create_block_mask_eager_s"] = time.time() - t
+    gqa = case.Hq != case.Hkv
+    t = time.time()
+    fa(q, k, v, block_mask=bm, enable_gqa=gqa)
+    torch.cuda.synchronize()
+    res["compile_fwd_s"] = time.time() - t
+    res["fwd_ms"] = median_ms(lambda: fa(q, k, v, block_mask=bm, enable_gqa=gqa))
+    qg, kg, vg = (x.detach().requires_grad_() for x in (q, k, v))
+
+    def fb():
+        o = fa(qg, kg, vg, block_mask=bm, enable_gqa=gqa)
+        o.backward(do)
+    t = time.time()
+    fb()
+    torch.cuda.synchronize()
+    res["compile_fb_s"] = time.time() - t
+    res["fb_ms"] = median_ms(fb, iters=20)
+    if gqa:
+        G = case.Hq // case.Hkv
+
+        def fb_rep():
+            o = fa(qg, kg.repeat_interleave(G, 1), vg.repeat_interleave(G, 1), block_mask=bm)
+            o.backward(do)
+        res["fb_repeat_kv_ms"] = median_ms(fb_rep, iters=20)
+        res["fwd_repeat_kv_ms"] = median_ms(
+            lambda: fa(q, k.repeat_interleave(G, 1), v.repeat_interleave(G, 1), block_mask=bm))
+    if case.mask == "dflash":
+        cbm = torch.compile(create_block_mask)
+        mm = case.mask_mod(dev)
+        res["create_block_mask_ms"] = median_ms(
+            lambda: cbm(mm, case.B, None, case.Lq, case.Lkv, device=dev), iters=30)
+    return res
+
+
 if __name__ == "__main__":
+    import json
     dev = "cuda"
+    out = sys.argv[sys.argv.index("--json") + 1] if "--json" in sys.argv else None
+    only = sys.argv[sys.argv.index("--cases") + 1].split(",") if "--cases" in sys.argv else None
+    results = []
     for c in bench_cases():
-        q, k, v, do = c.inputs(dev)
-        f, fb, _, _ = torch_flex(c, dev, q, k, v, do)
-        print(f"{c.name:16s} torch fwd {f:8.3f} ms  fwd+bwd {fb:8.3f} ms", flush=True)
+        if only and c.name not in only:
+            continue
+        try:
+            r = peer_times(c, dev)
+        except Exception as ex:  # noqa: BLE001
+            r = {"case": c.name, "error": f"{type(ex).__name__}: {str(ex)[:300]}"}
+        print(json.dumps(r), flush=True)
+        results.append(r)
+        if out:
+            with open(out, "w") as f:
+                json.dump(results, f, indent=1)
     sys.exit(0)

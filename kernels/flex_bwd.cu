@@ -11,14 +11,12 @@
 // rows. It loops over the query heads of its GQA group and, per head, over
 // the q blocks of the transposed (q-side) lists, accumulating dK and dV for
 // the whole group in registers: no K/V copies, no atomics for dK/dV.
-// Score programs other than the identity are not supported here yet.
+// A score program score'(s) enters as P = exp(score'(s) - lse) and
+// dS = P (dP - Dlt) score''(s); its tensors' gradients are added atomically.
 //
 // Builds alone: nvcc -arch=sm_90 -Xptxas -v -cubin kernels/flex_bwd.cu
 #include "flex_common.cuh"
 
-#if FLEX_HAS_SCORE
-#error "flex_bwd: score programs are not supported in the backward yet"
-#endif
 
 #ifndef FLEX_BMQ
 #define FLEX_BMQ (FLEX_D >= 256 ? 32 : 64) // q rows per stage in flex_bwd_dkdv
@@ -93,7 +91,8 @@ extern "C" __global__ void __launch_bounds__(FLEX_BWD_NT)
                   const int *__restrict__ fullq_num,
                   const int *__restrict__ fullq_idx, int heads_q, int lenq,
                   int lenkv, int bm_batch, int bm_heads, int nqb, int nkvb,
-                  float scale, FlexArgs args) {
+                  float scale FLEX_ARG_PARAMS) {
+  const FlexArgs args = {{FLEX_ARG_VALUES}};
   constexpr int D = FLEX_D, BKV = FLEX_BKV, BM = FLEX_BMQ, NT = FLEX_BWD_NT;
   constexpr int NTILE = BM / 8, DT = D / 8, SUB = FLEX_BQ / BM;
 
@@ -204,9 +203,22 @@ extern "C" __global__ void __launch_bounds__(FLEX_BWD_NT)
           const int row = q0 + qc, col = e < 2 ? c0 : c1;
           const bool ok = full ? (row < lenq && col < lenkv)
                                : flex_allowed(args, b, h, row, col, lenq, lenkv);
+#if FLEX_HAS_SCORE
+          // P from the modified score; dS through the score's derivative.
+          const float raw = s[n][e] * scale;
+          const float p =
+              ok ? exp2f((flex_score(args, raw, b, h, row, col) - cL[qc]) *
+                         FLEX_LOG2E)
+                 : 0.f;
+          s[n][e] = p;
+          dp[n][e] = ok ? flex_score_grad(args, raw, p * (dp[n][e] - cDl[qc]),
+                                          b, h, row, col)
+                        : 0.f;
+#else
           const float p = ok ? exp2f(s[n][e] * sl2 - cL[qc] * FLEX_LOG2E) : 0.f;
           s[n][e] = p;
           dp[n][e] = p * (dp[n][e] - cDl[qc]);
+#endif
         }
       }
       // dV += P^T dO, dK += dS^T Q (k = q dimension).

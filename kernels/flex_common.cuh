@@ -35,12 +35,25 @@
 typedef unsigned short flex_t; // raw bf16 / fp16 bits
 
 // FlexArgs is the run-time argument block of the mask and score programs:
-// integer and float scalars and up to eight tensors, passed by value.
+// FLEX_NARGS 8-byte slots that arrive as separate kernel parameters
+// (FLEX_ARG_PARAMS) so that any launcher passing 8-byte values can fill them.
+// The generator (package flex/flexcuda) lays them out: device pointers of the
+// tensors first, then int scalars, tensor dimensions and float scalars packed
+// two 32-bit words per slot (low word first), then, in the backward only, the
+// gradient pointers of float tensors read by the score program.
+#ifndef FLEX_NARGS
+#define FLEX_NARGS 0
+#endif
+#if FLEX_NARGS == 0
+#define FLEX_ARG_PARAMS
+#define FLEX_ARG_VALUES 0ull
+#endif
 struct FlexArgs {
-  long long iscal[8];
-  float fscal[8];
-  const void *tens[8];
+  unsigned long long s[FLEX_NARGS > 0 ? FLEX_NARGS : 1];
 };
+// flex_lo and flex_hi read the low and high 32-bit words of slot i.
+#define flex_lo(A, i) ((int)(unsigned)((A).s[i]))
+#define flex_hi(A, i) ((int)(unsigned)((A).s[i] >> 32))
 
 // @flex-program-begin (the generator replaces this block with the programs)
 #ifndef FLEX_PROGRAM_DEFINED
@@ -53,6 +66,13 @@ __device__ __forceinline__ bool flex_mask(const FlexArgs &A, int b, int h,
 __device__ __forceinline__ float flex_score(const FlexArgs &A, float s, int b,
                                             int h, int q, int kv) {
   return s;
+}
+// flex_score_grad returns g * d score'/d s (and adds the gradients of the
+// score program's float tensors); the identity's derivative is 1.
+__device__ __forceinline__ float flex_score_grad(const FlexArgs &A, float s,
+                                                 float g, int b, int h, int q,
+                                                 int kv) {
+  return g;
 }
 #endif
 // @flex-program-end

@@ -4,8 +4,8 @@ package kernels
 
 import "embed"
 
-// Flex holds the flex attention templates: flex_common.cuh, flex_fwd.cu and
-// flex_bwd.cu.
+// Flex holds the flex attention templates: flex_common.cuh, flex_fwd.cu,
+// flex_bwd.cu and flex_blockmask.cu.
 //
-//go:embed flex_common.cuh flex_fwd.cu flex_bwd.cu
+//go:embed flex_common.cuh flex_fwd.cu flex_bwd.cu flex_blockmask.cu
 var Flex embed.FS

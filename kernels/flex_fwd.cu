@@ -36,7 +36,8 @@ extern "C" __global__ void __launch_bounds__(FLEX_FWD_NT)
              const int *__restrict__ kv_idx, const int *__restrict__ full_num,
              const int *__restrict__ full_idx, int heads_q, int lenq,
              int lenkv, int bm_batch, int bm_heads, int nqb, int nkvb,
-             float scale, FlexArgs args) {
+             float scale FLEX_ARG_PARAMS) {
+  const FlexArgs args = {{FLEX_ARG_VALUES}};
   constexpr int D = FLEX_D, BQ = FLEX_BQ, BN = FLEX_BN, NT = FLEX_FWD_NT;
   constexpr int NTILE = BN / 8; // n8 tiles of S per warp
   constexpr int DT = D / 8;     // n8 tiles of O per warp

@@ -24,19 +24,22 @@ ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..")
 KDIR = os.path.join(ROOT, "kernels")
 T0 = time.time()
 
+# Programs read FlexArgs slots (see flex_common.cuh): slot 0 a tensor pointer,
+# slots 1-2 two 32-bit words each (flex_lo / flex_hi).
 PROGRAMS = {
     "causal": "return kv <= q;",
-    "window": "return kv <= q && q - kv < (int)A.iscal[0];",
-    "document": """const int *d = (const int *)A.tens[0];
-  long long L = A.iscal[0];
+    "window": "return kv <= q && q - kv < flex_lo(A, 1);",
+    "document": """const int *d = (const int *)A.s[0];
+  long long L = flex_lo(A, 1);
   return kv <= q && d[b * L + q] == d[b * L + kv];""",
-    "dflash": """int blk = (int)A.iscal[1];
+    "dflash": """int blk = flex_hi(A, 1);
   int j = q / blk;
-  if (j >= (int)A.iscal[2]) return false;
-  int ctx = (int)A.iscal[0];
-  if (kv < ctx) return kv < ((const int *)A.tens[0])[b * A.iscal[3] + j];
+  if (j >= flex_lo(A, 2)) return false;
+  int ctx = flex_lo(A, 1);
+  if (kv < ctx) return kv < ((const int *)A.s[0])[b * flex_hi(A, 2) + j];
   return (kv - ctx) / blk == j;""",
 }
+NSLOTS = 3
 
 
 def source(fname, mask, D, fp16, group, extra=""):
@@ -44,16 +47,25 @@ def source(fname, mask, D, fp16, group, extra=""):
     prog = ("#define FLEX_PROGRAM_DEFINED\n"
             "__device__ __forceinline__ bool flex_mask(const FlexArgs &A, int b, int h, int q, int kv) {\n  "
             + PROGRAMS[mask] + "\n}\n"
-            "__device__ __forceinline__ float flex_score(const FlexArgs &A, float s, int b, int h, int q, int kv) { return s; }\n")
+            "__device__ __forceinline__ float flex_score(const FlexArgs &A, float s, int b, int h, int q, int kv) { return s; }\n"
+            "__device__ __forceinline__ float flex_score_grad(const FlexArgs &A, float s, float g, int b, int h, int q, int kv) { return g; }\n")
     common = re.sub(r"// @flex-program-begin.*?// @flex-program-end", prog, common, flags=re.S)
     body = open(os.path.join(KDIR, fname)).read().replace('#include "flex_common.cuh"', common)
-    head = f"#define FLEX_D {D}\n#define FLEX_FP16 {int(fp16)}\n#define FLEX_GROUP {group}\n{extra}\n"
+    slots = ", ".join(f"unsigned long long fa{i}" for i in range(NSLOTS))
+    head = (f"#define FLEX_D {D}\n#define FLEX_FP16 {int(fp16)}\n#define FLEX_GROUP {group}\n{extra}\n"
+            f"#define FLEX_NARGS {NSLOTS}\n#define FLEX_ARG_PARAMS , {slots}\n"
+            f"#define FLEX_ARG_VALUES {', '.join(f'fa{i}' for i in range(NSLOTS))}\n")
     return head + body
 
 
-class FlexArgs(ctypes.Structure):
-    _fields_ = [("iscal", ctypes.c_longlong * 8), ("fscal", ctypes.c_float * 8),
-                ("tens", ctypes.c_void_p * 8)]
+class FlexArgs:
+    """The FlexArgs slots, passed as NSLOTS 8-byte kernel parameters."""
+
+    def __init__(self):
+        self.s = [0] * NSLOTS
+
+    def words(self, i, lo, hi=0):
+        self.s[i] = (lo & 0xffffffff) | ((hi & 0xffffffff) << 32)
 
 
 _mods = {}
@@ -81,7 +93,7 @@ def launch(mod, name, grid, block, smem, args):
         if isinstance(a, torch.Tensor):
             objs.append(ctypes.c_void_p(a.data_ptr()))
         elif isinstance(a, FlexArgs):
-            objs.append(a)
+            objs.extend(ctypes.c_ulonglong(x) for x in a.s)
         elif isinstance(a, float):
             objs.append(ctypes.c_float(a))
         elif isinstance(a, tuple) and a[0] == "i64":
@@ -131,17 +143,18 @@ def fargs(case, dev):
     a = FlexArgs()
     keep = []
     if case.mask == "window":
-        a.iscal[0] = case.window
+        a.words(1, case.window)
     elif case.mask == "document":
         t = case.docs.to(dev)
         keep.append(t)
-        a.iscal[0] = case.Lq
-        a.tens[0] = t.data_ptr()
+        a.words(1, case.Lq)
+        a.s[0] = t.data_ptr()
     elif case.mask == "dflash":
         t = case.anchors.to(dev)
         keep.append(t)
-        a.iscal[0], a.iscal[1], a.iscal[2], a.iscal[3] = case.ctx, case.blk, case.n_valid, t.shape[1]
-        a.tens[0] = t.data_ptr()
+        a.words(1, case.ctx, case.blk)
+        a.words(2, case.n_valid, t.shape[1])
+        a.s[0] = t.data_ptr()
     return a, keep
 
 

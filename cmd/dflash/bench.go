@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"math"
@@ -68,8 +67,11 @@ type attnReport struct {
 }
 
 func benchAttention(args []string) error {
+	if isCUDABench(args) {
+		return benchAttentionCUDA(args) // its own flags: see bench_cuda.go
+	}
 	fs := newFlagSet("bench attention", "bench attention --device cpu --mask causal|dflash|document|window [--json] [flags]")
-	device := fs.String("device", "cpu", "device: cpu (cuda is not built yet)")
+	device := fs.String("device", "cpu", "device: cpu or cuda (cuda takes the flags listed by --device cuda --help)")
 	mask := fs.String("mask", "dflash", "mask: causal, dflash, document or window")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of a table")
 	dtype := fs.String("dtype", "float32", "element type: float32 or float64")
@@ -93,8 +95,6 @@ func benchAttention(args []string) error {
 	}
 	switch *device {
 	case "cpu":
-	case "cuda":
-		return errors.New("--device cuda: cuda backend not built yet")
 	default:
 		return fmt.Errorf("--device %q: unknown device (cpu or cuda)", *device)
 	}

@@ -16,7 +16,7 @@ func TestSourceSplicesProgramAndSpec(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			for _, want := range []string{"#define FLEX_D 128", "#define FLEX_GROUP 4", "#define FLEX_PROGRAM_DEFINED", "return kv <= q;"} {
+			for _, want := range []string{"#define FLEX_D 128", "#define FLEX_GROUP 4", "#define FLEX_PROGRAM_DEFINED", "return kv <= q;", "#define FLEX_NARGS 0"} {
 				if !strings.Contains(src, want) {
 					t.Errorf("source lacks %q", want)
 				}

@@ -1,0 +1,360 @@
+package flexcuda
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"sync"
+
+	"dflash/cuda"
+	"dflash/flex"
+	"dflash/gpu"
+	"dflash/jit"
+)
+
+// Config is the static part of an attention besides its programs.
+type Config struct {
+	HeadDim int  // 64, 128 or 256
+	Group   int  // query heads per kv head (GQA); 0 means 1
+	FP16    bool // fp16 storage instead of bf16
+	BlockQ  int  // BlockMask q block; 0 means 128
+	BlockKV int  // BlockMask kv block; 0 means 128
+}
+
+// Kernel parameters before the FlexArgs slots, and the most a launch takes.
+const (
+	fwdFixedArgs  = 17
+	dkdvFixedArgs = 22
+)
+
+// Attention is flex attention for one mask program, one score program and
+// one Config on NVIDIA GPUs: the forward and backward kernels generated
+// from them, compiled through the kernel cache on first use per GPU
+// architecture and loaded once per device. Everything else (batch, heads,
+// lengths, block masks, scalars and tensors) is a run-time argument, so one
+// Attention serves every step of a training run without recompiling.
+//
+// Its methods take a *gpu.Device and must run on that device's worker.
+// Calls on one device use one workspace: queue them on one stream (or
+// order the streams).
+type Attention struct {
+	spec   Spec
+	mask   *flex.MaskProgram
+	score  *flex.ScoreProgram
+	layout *argLayout
+	fwd    *module
+	bwd    *module
+
+	mu   sync.Mutex
+	devs map[string]*attnDev
+}
+
+// attnDev is an Attention's state on one device.
+type attnDev struct {
+	fwd, pre, dkdv, conv *fn
+	args                 *cuda.Args
+	slots                []uint64
+	dlt, dqacc           gpu.Buffer
+}
+
+// New generates the kernels of mask and score (nil: the identity) for cfg.
+// Nothing is compiled until the first call on a device (or Prepare).
+func New(cache *jit.Cache, mask *flex.MaskProgram, score *flex.ScoreProgram, cfg Config) (*Attention, error) {
+	if cfg.Group == 0 {
+		cfg.Group = 1
+	}
+	if cfg.BlockQ == 0 {
+		cfg.BlockQ = flex.DefaultBlock
+	}
+	if cfg.BlockKV == 0 {
+		cfg.BlockKV = flex.DefaultBlock
+	}
+	spec := Spec{HeadDim: cfg.HeadDim, FP16: cfg.FP16, Group: cfg.Group, BlockQ: cfg.BlockQ, BlockKV: cfg.BlockKV, MaskHash: mask.Hash()}
+	var sp []flex.Param
+	if score != nil {
+		spec.ScoreHash = score.Hash()
+		sp = score.Params()
+	}
+	if err := spec.Validate(); err != nil {
+		return nil, err
+	}
+	l, err := newLayout(mask.Params(), sp)
+	if err != nil {
+		return nil, err
+	}
+	if n := dkdvFixedArgs + l.slots(true); n > cuda.MaxKernelArgs {
+		return nil, fmt.Errorf("flexcuda: the programs need %d argument slots; with the backward's %d fixed parameters that is %d kernel arguments, more than the %d a launch takes (too many tensors or scalars)",
+			l.slots(true), dkdvFixedArgs, n, cuda.MaxKernelArgs)
+	}
+	a := &Attention{spec: spec, mask: mask, score: score, layout: l, devs: map[string]*attnDev{}}
+	params := map[string]string{"head_dim": strconv.Itoa(spec.HeadDim), "fp16": strconv.FormatBool(spec.FP16),
+		"group": strconv.Itoa(spec.Group), "block_q": strconv.Itoa(spec.BlockQ), "block_kv": strconv.Itoa(spec.BlockKV),
+		"mask": short(spec.MaskHash), "score": short(spec.ScoreHash)}
+	fsrc, err := Source("flex_fwd.cu", spec, l.program(mask, score, false))
+	if err != nil {
+		return nil, err
+	}
+	bsrc, err := Source("flex_bwd.cu", spec, l.program(mask, score, true))
+	if err != nil {
+		return nil, err
+	}
+	a.fwd = newModule(cache, "flex_fwd", fsrc, params)
+	a.bwd = newModule(cache, "flex_bwd", bsrc, params)
+	return a, nil
+}
+
+// Spec returns the static specialisation of a.
+func (a *Attention) Spec() Spec { return a.spec }
+
+// Sources returns the generated forward and backward sources.
+func (a *Attention) Sources() (fwd, bwd string) { return a.fwd.code, a.bwd.code }
+
+// Compile compiles (or loads from the cache's disk tier) the forward
+// kernels, and the backward ones when backward is set, for arch ("sm_90"),
+// without a device; several goroutines may compile different Attentions at
+// once.
+func (a *Attention) Compile(ctx context.Context, arch string, backward bool) error {
+	if !backward {
+		_, err := a.fwd.kernel(arch).Image(ctx)
+		return err
+	}
+	var bwdErr error
+	done := make(chan struct{})
+	go func() { // the two modules compile in parallel
+		defer close(done)
+		_, bwdErr = a.bwd.kernel(arch).Image(ctx)
+	}()
+	_, err := a.fwd.kernel(arch).Image(ctx)
+	<-done
+	return errors.Join(err, bwdErr)
+}
+
+// Prepare compiles (or loads from the cache) and loads the forward kernel,
+// and the backward kernels when backward is set, on d; it reports each
+// kernel's resources. Calls compile on first use anyway: Prepare is for
+// warming up and for measuring.
+func (a *Attention) Prepare(ctx context.Context, d *gpu.Device, backward bool) ([]KernelInfo, error) {
+	st, err := a.device(ctx, d, backward)
+	if err != nil {
+		return nil, err
+	}
+	out := []KernelInfo{st.fwd.info}
+	if backward {
+		out = append(out, st.pre.info, st.dkdv.info, st.conv.info)
+	}
+	return out, nil
+}
+
+func (a *Attention) device(ctx context.Context, d *gpu.Device, backward bool) (*attnDev, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	st := a.devs[d.LoaderID()]
+	if st == nil {
+		st = &attnDev{args: cuda.NewArgs(), slots: make([]uint64, a.layout.slots(true))}
+		a.devs[d.LoaderID()] = st
+	}
+	var err error
+	if st.fwd == nil {
+		if st.fwd, err = a.fwd.load(ctx, d, "flex_fwd", a.spec.BlockQ/16*32); err != nil {
+			return nil, err
+		}
+	}
+	if backward && st.conv == nil {
+		if st.pre, err = a.bwd.load(ctx, d, "flex_bwd_pre", 256); err != nil {
+			return nil, err
+		}
+		if st.dkdv, err = a.bwd.load(ctx, d, "flex_bwd_dkdv", a.spec.BlockKV/16*32); err != nil {
+			return nil, err
+		}
+		if st.conv, err = a.bwd.load(ctx, d, "flex_bwd_dq_convert", 256); err != nil {
+			return nil, err
+		}
+	}
+	return st, nil
+}
+
+// Release frees a's workspace on d.
+func (a *Attention) Release(d *gpu.Device) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if st := a.devs[d.LoaderID()]; st != nil {
+		for _, b := range []*gpu.Buffer{&st.dlt, &st.dqacc} {
+			if b.Size > 0 {
+				d.Free(*b)
+				*b = gpu.Buffer{}
+			}
+		}
+	}
+}
+
+// Call is one attention call's arguments. Q is [Batch, HeadsQ, LenQ,
+// HeadDim], K and V [Batch, HeadsKV, LenKV, HeadDim], Out like Q, all in the
+// storage dtype (bf16 or fp16); LSE is [Batch, HeadsQ, LenQ] float32. The
+// backward reads DOut (like Q) and writes DQ, DK, DV, and for each float
+// tensor the score program reads, its float32 gradient into TensorGrads.
+type Call struct {
+	Dims   flex.Dims
+	Mask   *BlockMask
+	Args   *Args
+	Scale  float64     // 0 means 1/sqrt(HeadDim)
+	Stream *gpu.Stream // nil: the device's default stream
+
+	Q, K, V, Out, LSE gpu.Buffer
+	DOut, DQ, DK, DV  gpu.Buffer
+	TensorGrads       map[string]gpu.Buffer
+}
+
+// check panics when c does not fit a (programmer errors: shapes, buffer
+// sizes, a block mask built for other dimensions).
+func (a *Attention) check(c *Call, backward bool) {
+	d, s := c.Dims, a.spec
+	if err := d.Check(); err != nil {
+		panic(err.Error())
+	}
+	if d.HeadDim != s.HeadDim || d.Group() != s.Group {
+		panic(fmt.Sprintf("flexcuda: dims %+v (head dim %d, group %d) called on kernels for head dim %d, group %d", d, d.HeadDim, d.Group(), s.HeadDim, s.Group))
+	}
+	m := c.Mask
+	if m == nil {
+		panic("flexcuda: Call.Mask is nil")
+	}
+	if m.BlockQ != s.BlockQ || m.BlockKV != s.BlockKV || m.Dims.LenQ != d.LenQ || m.Dims.LenKV != d.LenKV ||
+		(m.MaskBatch != 1 && m.MaskBatch != d.Batch) || (m.MaskHeads != 1 && m.MaskHeads != d.HeadsQ) {
+		panic(fmt.Sprintf("flexcuda: block mask %dx%d blocks for %+v (batch %d, heads %d) does not fit dims %+v with blocks %dx%d",
+			m.BlockQ, m.BlockKV, m.Dims, m.MaskBatch, m.MaskHeads, d, s.BlockQ, s.BlockKV))
+	}
+	qn := int64(d.Batch*d.HeadsQ*d.LenQ) * int64(d.HeadDim) * 2
+	kn := int64(d.Batch*d.HeadsKV*d.LenKV) * int64(d.HeadDim) * 2
+	need := map[string][2]int64{"Q": {c.Q.Size, qn}, "K": {c.K.Size, kn}, "V": {c.V.Size, kn}, "Out": {c.Out.Size, qn},
+		"LSE": {c.LSE.Size, int64(d.Batch*d.HeadsQ*d.LenQ) * 4}}
+	if backward {
+		need["DOut"], need["DQ"] = [2]int64{c.DOut.Size, qn}, [2]int64{c.DQ.Size, qn}
+		need["DK"], need["DV"] = [2]int64{c.DK.Size, kn}, [2]int64{c.DV.Size, kn}
+	}
+	for name, v := range need {
+		if v[0] < v[1] {
+			panic(fmt.Sprintf("flexcuda: Call.%s has %d bytes, dims %+v need %d", name, v[0], d, v[1]))
+		}
+	}
+}
+
+func (a *Attention) scale(c *Call) float32 {
+	if c.Scale != 0 {
+		return float32(c.Scale)
+	}
+	return float32(1 / math.Sqrt(float64(a.spec.HeadDim)))
+}
+
+// Forward computes Out and LSE:
+//
+//	Out[b,h,i] = Σ_j softmax_j(score(scale·q_i·k_j) over allowed j) v_j
+//	LSE[b,h,i] = log Σ_{allowed j} exp(score(scale·q_i·k_j))
+//
+// visiting only the non-empty blocks of c.Mask (the mask is evaluated per
+// element in partial blocks only). Rows with no allowed key get Out 0 and
+// LSE -Inf. It queues the kernel on c.Stream and returns.
+func (a *Attention) Forward(d *gpu.Device, c *Call) error {
+	a.check(c, false)
+	st, err := a.device(context.Background(), d, false)
+	if err != nil {
+		return err
+	}
+	return a.forward(d, st, c)
+}
+
+func (a *Attention) forward(d *gpu.Device, st *attnDev, c *Call) error {
+	m, dm := c.Mask, c.Dims
+	smem := FwdResources(a.spec, m.NumKVBlocks).SharedMem
+	if err := st.fwd.ensureSmem(smem); err != nil {
+		return err
+	}
+	n := a.layout.slots(false)
+	if err := a.layout.pack(st.slots[:n], c.Args, false, nil); err != nil {
+		return err
+	}
+	args := st.args.Reset().Ptr(c.Q.Ptr).Ptr(c.K.Ptr).Ptr(c.V.Ptr).Ptr(c.Out.Ptr).Ptr(c.LSE.Ptr).
+		Ptr(m.KVNum.Ptr).Ptr(m.KVIdx.Ptr).Ptr(m.FullKVNum.Ptr).Ptr(m.FullKVIdx.Ptr).
+		I32(int32(dm.HeadsQ)).I32(int32(dm.LenQ)).I32(int32(dm.LenKV)).I32(int32(m.MaskBatch)).I32(int32(m.MaskHeads)).
+		I32(int32(m.NumQBlocks)).I32(int32(m.NumKVBlocks)).F32(a.scale(c))
+	for _, s := range st.slots[:n] {
+		args.I64(int64(s))
+	}
+	return st.fwd.launch(d, c.Stream, cuda.Dim(uint32(m.NumQBlocks), uint32(dm.HeadsQ), uint32(dm.Batch)), smem, args)
+}
+
+// Backward computes DQ, DK and DV (and the score tensors' gradients) from
+// DOut and the Out and LSE of Forward, with P = exp(score(s) - LSE):
+//
+//	DV_j = Σ_i P_ij DOut_i
+//	dS_ij = P_ij (DOut_i·v_j - DOut_i·Out_i) score'(s_ij)
+//	DQ_i = scale Σ_j dS_ij k_j,  DK_j = scale Σ_i dS_ij q_i
+//
+// summing DK and DV over each kv head's query heads without copying K or V.
+// DQ is accumulated in float32 with atomics (not bitwise deterministic).
+func (a *Attention) Backward(d *gpu.Device, c *Call) error {
+	a.check(c, true)
+	st, err := a.device(context.Background(), d, true)
+	if err != nil {
+		return err
+	}
+	dm, m, D := c.Dims, c.Mask, a.spec.HeadDim
+	rows := dm.Batch * dm.HeadsQ * dm.LenQ
+	if err := grow(d, &st.dlt, int64(rows)*4); err != nil {
+		return err
+	}
+	if err := grow(d, &st.dqacc, int64(rows)*int64(D)*4); err != nil {
+		return err
+	}
+	smem := BwdResources(a.spec, m.NumQBlocks).SharedMem
+	if err := st.dkdv.ensureSmem(smem); err != nil {
+		return err
+	}
+	n := a.layout.slots(true)
+	if err := a.layout.pack(st.slots[:n], c.Args, true, c.TensorGrads); err != nil {
+		return err
+	}
+	for _, name := range a.layout.grads {
+		if err := d.Memset(c.TensorGrads[name], 0, c.Stream); err != nil {
+			return fmt.Errorf("flexcuda: zero gradient of %q: %w", name, err)
+		}
+	}
+	rpb := 256 / (D / 8)
+	args := st.args.Reset().Ptr(c.Out.Ptr).Ptr(c.DOut.Ptr).Ptr(st.dlt.Ptr).Ptr(st.dqacc.Ptr).I64(int64(rows))
+	if err := st.pre.launch(d, c.Stream, cuda.Dim(uint32(ceilDiv(rows, rpb)), 1, 1), 0, args); err != nil {
+		return err
+	}
+	args = st.args.Reset().Ptr(c.Q.Ptr).Ptr(c.K.Ptr).Ptr(c.V.Ptr).Ptr(c.DOut.Ptr).Ptr(c.LSE.Ptr).Ptr(st.dlt.Ptr).
+		Ptr(c.DK.Ptr).Ptr(c.DV.Ptr).Ptr(st.dqacc.Ptr).
+		Ptr(m.QNum.Ptr).Ptr(m.QIdx.Ptr).Ptr(m.FullQNum.Ptr).Ptr(m.FullQIdx.Ptr).
+		I32(int32(dm.HeadsQ)).I32(int32(dm.LenQ)).I32(int32(dm.LenKV)).I32(int32(m.MaskBatch)).I32(int32(m.MaskHeads)).
+		I32(int32(m.NumQBlocks)).I32(int32(m.NumKVBlocks)).F32(a.scale(c))
+	for _, s := range st.slots[:n] {
+		args.I64(int64(s))
+	}
+	grid := cuda.Dim(uint32(m.NumKVBlocks), uint32(dm.HeadsKV), uint32(dm.Batch))
+	if err := st.dkdv.launch(d, c.Stream, grid, smem, args); err != nil {
+		return err
+	}
+	total := rows * D
+	args = st.args.Reset().Ptr(st.dqacc.Ptr).Ptr(c.DQ.Ptr).I64(int64(total))
+	return st.conv.launch(d, c.Stream, cuda.Dim(uint32(ceilDiv(total, 512)), 1, 1), 0, args)
+}
+
+// grow makes b at least n bytes, replacing it when smaller.
+func grow(d *gpu.Device, b *gpu.Buffer, n int64) error {
+	if b.Size >= n {
+		return nil
+	}
+	if b.Size > 0 {
+		d.Free(*b)
+		*b = gpu.Buffer{}
+	}
+	nb, err := d.Alloc(n)
+	if err != nil {
+		return fmt.Errorf("flexcuda: workspace of %d bytes: %w", n, err)
+	}
+	*b = nb
+	return nil
+}

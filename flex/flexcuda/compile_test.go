@@ -1,0 +1,78 @@
+package flexcuda
+
+import (
+	"context"
+	"testing"
+
+	"dflash/flex"
+	"dflash/jit"
+)
+
+// programCases are the library's programs, every mask with the identity
+// score and the identity mask... every score with a causal mask.
+func programCases() []struct {
+	name  string
+	mask  *flex.MaskProgram
+	score *flex.ScoreProgram
+} {
+	return []struct {
+		name  string
+		mask  *flex.MaskProgram
+		score *flex.ScoreProgram
+	}{
+		{"causal", flex.Causal(), nil},
+		{"window", flex.SlidingWindow(77), nil},
+		{"document", flex.Document(true), nil},
+		{"prefixlm", flex.PrefixLM(), nil},
+		{"dflash16", flex.DFlashMask(16), nil},
+		{"causal+softcap", flex.Causal(), flex.SoftcapScalar()},
+		{"causal+alibi", flex.Causal(), flex.ALiBi()},
+		{"document+relbias", flex.Document(false), flex.RelativeBias(8)},
+	}
+}
+
+// TestGeneratedSourcesCompile compiles the forward, backward and block-mask
+// builder sources of every library program with NVRTC for sm_90 (no GPU
+// needed); it skips where NVRTC is missing.
+func TestGeneratedSourcesCompile(t *testing.T) {
+	if testing.Short() {
+		t.Skip("compiling with NVRTC takes seconds per kernel; not in -short")
+	}
+	n, err := jit.NewNVRTC()
+	if err != nil {
+		t.Skipf("no NVRTC: %v", err)
+	}
+	cache, err := jit.New(jit.Config{Compiler: n})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, c := range programCases() {
+		t.Run(c.name, func(t *testing.T) {
+			a, err := New(cache, c.mask, c.score, Config{HeadDim: 64, Group: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, m := range []*module{a.fwd, a.bwd} {
+				if _, err := m.kernel("sm_90").Image(ctx); err != nil {
+					t.Fatalf("%s: %v", m.family, err)
+				}
+			}
+			b, err := NewBuilder(cache, c.mask, 0, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := b.mod.kernel("sm_90").Image(ctx); err != nil {
+				t.Fatalf("builder: %v", err)
+			}
+		})
+	}
+	b, err := NewDFlashBuilder(cache, 16, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.mod.kernel("sm_90").Image(ctx); err != nil {
+		t.Fatalf("dflash builder: %v", err)
+	}
+	t.Logf("%d compiles with %s", cache.Stats().Compiles, cache.CompilerVersion())
+}

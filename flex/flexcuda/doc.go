@@ -1,0 +1,43 @@
+// Package flexcuda is dflash's flex attention on NVIDIA GPUs: it generates
+// forward and backward kernels from a flex mask program and score program,
+// compiles them through the kernel cache (package jit), launches them on a
+// gpu.Worker's device, and builds block masks on the GPU.
+//
+//	att, err := flexcuda.New(cache, flex.DFlashMask(16), nil, flexcuda.Config{HeadDim: 128, Group: 4})
+//	bld, err := flexcuda.NewDFlashBuilder(cache, 16, 0, 0)
+//	err = w.Run(func(d *gpu.Device) error {
+//		args, _ := flexcuda.UploadArgs(d, flex.DFlashArgs(ctx, anchors, n, nil))
+//		bm, _ := bld.Build(d, nil, dims, args, nil)           // every step, on the GPU
+//		c := &flexcuda.Call{Dims: dims, Mask: bm, Args: args, Q: q, K: k, V: v, Out: o, LSE: lse}
+//		if err := att.Forward(d, c); err != nil { return err }
+//		return att.Backward(d, c)                             // with c.DOut, c.DQ, c.DK, c.DV
+//	})
+//
+// # Specialisation
+//
+// A kernel depends on structure only (contract 3): head dimension, storage
+// dtype, GQA group size, block sizes and the programs' structure (their
+// printed CUDA C, hence their hashes). Lengths, batch, anchor counts,
+// scalars and tensors are run-time arguments and never reach the source, so
+// one Attention compiles two modules (forward, backward) once per GPU
+// architecture and a Builder one, however the shapes vary.
+//
+// # Arguments of the programs
+//
+// flex prints each program as a __device__ function whose parameters are
+// the program's named scalars and tensors. The generator wraps it in the
+// templates' flex_mask / flex_score / flex_score_grad, reading those
+// parameters from FlexArgs: 8-byte slots that the kernels take as separate
+// parameters (tensor pointers first, then int scalars, tensor dimensions and
+// float scalars packed two 32-bit words per slot, then, in the backward, the
+// gradient pointers of the score program's float tensors). Args holds the
+// values on the device by name; a missing, mistyped or out-of-range value is
+// an error that names it, before any launch.
+//
+// # Limits
+//
+// Before a launch the kernel's threads are checked against the register file
+// (registers per thread as compiled) and its dynamic shared memory against
+// the device's opt-in limit; a launch that would break either returns an
+// error naming the limit (contract 4: there is no dense fallback here).
+package flexcuda

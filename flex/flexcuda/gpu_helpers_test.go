@@ -1,0 +1,292 @@
+package flexcuda
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"sort"
+	"testing"
+
+	"dflash/flex"
+	"dflash/gpu"
+	"dflash/jit"
+)
+
+// GPU tests run on the GPU machine as a compiled test binary; here they skip
+// with a message naming what is missing (the GPU or NVRTC).
+
+func TestMain(m *testing.M) {
+	gpu.SetDebug(true) // every CUDA call must come from the worker thread
+	code := m.Run()
+	if err := gpu.CloseAll(); err != nil {
+		fmt.Fprintln(os.Stderr, "CloseAll:", err)
+		code = 1
+	}
+	os.Exit(code)
+}
+
+// worker0 opens GPU 0 or skips.
+func worker0(t testing.TB) *gpu.Worker {
+	t.Helper()
+	w, err := gpu.Open(0)
+	if err != nil {
+		t.Skipf("no GPU: %v", err)
+	}
+	return w
+}
+
+// nvrtcCache returns a fresh memory-only NVRTC cache or skips.
+func nvrtcCache(t testing.TB) *jit.Cache {
+	t.Helper()
+	n, err := jit.NewNVRTC()
+	if err != nil {
+		t.Skipf("no NVRTC: %v", err)
+	}
+	c, err := jit.New(jit.Config{Compiler: n, Budget: 64})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func newRand(t testing.TB) *rand.Rand {
+	seed := rand.Uint64()
+	t.Logf("seed %d", seed)
+	return rand.New(rand.NewPCG(seed, seed^0x5eed))
+}
+
+// gridValues draws n values k/64 with |k| <= 64: exact in bf16 and fp16, so
+// the float64 reference sees exactly the device's inputs.
+func gridValues(r *rand.Rand, n int) []float64 {
+	x := make([]float64, n)
+	for i := range x {
+		x[i] = float64(r.IntN(129)-64) / 64
+	}
+	return x
+}
+
+// devHalf uploads x as bf16/fp16.
+func devHalf(t testing.TB, d *gpu.Device, x []float64, fp16 bool) gpu.Buffer {
+	t.Helper()
+	f := make([]float32, len(x))
+	for i, v := range x {
+		f[i] = float32(v)
+	}
+	h := make([]uint16, len(x))
+	EncodeHalf(h, f, fp16)
+	b := devAlloc(t, d, int64(2*len(x)))
+	if err := gpu.Upload(d, b, h); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// devAlloc allocates n bytes poisoned with 0xff (NaN in bf16, fp16 and
+// float32), so an element a kernel fails to write shows as NaN.
+func devAlloc(t testing.TB, d *gpu.Device, n int64) gpu.Buffer {
+	t.Helper()
+	b, err := d.Alloc(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Memset(b, 0xff, nil); err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func downHalf(t testing.TB, d *gpu.Device, b gpu.Buffer, n int, fp16 bool) []float64 {
+	t.Helper()
+	h := make([]uint16, n)
+	if err := gpu.Download(d, h, b); err != nil {
+		t.Fatal(err)
+	}
+	f := make([]float32, n)
+	DecodeHalf(f, h, fp16)
+	x := make([]float64, n)
+	for i, v := range f {
+		x[i] = float64(v)
+	}
+	return x
+}
+
+func downF32(t testing.TB, d *gpu.Device, b gpu.Buffer, n int) []float64 {
+	t.Helper()
+	f := make([]float32, n)
+	if err := gpu.Download(d, f, b); err != nil {
+		t.Fatal(err)
+	}
+	x := make([]float64, n)
+	for i, v := range f {
+		x[i] = float64(v)
+	}
+	return x
+}
+
+// relErr returns ||got - want|| / ||want|| over the entries where keep is
+// true (all when keep is nil); NaN in got gives +Inf.
+func relErr(got, want []float64, keep func(i int) bool) float64 {
+	var num, den float64
+	for i := range want {
+		if keep != nil && !keep(i) {
+			continue
+		}
+		if math.IsNaN(got[i]) {
+			return math.Inf(1)
+		}
+		num += (got[i] - want[i]) * (got[i] - want[i])
+		den += want[i] * want[i]
+	}
+	if den == 0 {
+		return math.Sqrt(num)
+	}
+	return math.Sqrt(num / den)
+}
+
+// attnResult holds the errors of one GPU attention call against the float64
+// CPU reference.
+type attnResult struct {
+	errs      map[string]float64 // out, lse, dq, dk, dv, grad:<tensor>
+	emptyRows int
+	problems  []string // NaN, unwritten or wrong empty rows, list mismatches
+}
+
+func (r *attnResult) String() string {
+	ks := make([]string, 0, len(r.errs))
+	for k := range r.errs {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	s := ""
+	for _, k := range ks {
+		s += fmt.Sprintf("%s=%.2e ", k, r.errs[k])
+	}
+	return s + fmt.Sprintf("empty_rows=%d", r.emptyRows)
+}
+
+// runAttention runs a's forward and backward on d for dims with random grid
+// inputs, the block mask built on the GPU by bld (and checked equal to the
+// CPU one), and compares everything with flex's float64 Forward and
+// Backward.
+func runAttention(t testing.TB, d *gpu.Device, a *Attention, bld *Builder, dims flex.Dims, hargs *flex.Args, r *rand.Rand) *attnResult {
+	t.Helper()
+	fp16 := a.spec.FP16
+	nq := dims.Batch * dims.HeadsQ * dims.LenQ * dims.HeadDim
+	nk := dims.Batch * dims.HeadsKV * dims.LenKV * dims.HeadDim
+	rows := dims.Batch * dims.HeadsQ * dims.LenQ
+	q, k, v, dout := gridValues(r, nq), gridValues(r, nk), gridValues(r, nk), gridValues(r, nq)
+	var bufs []gpu.Buffer
+	keep := func(b gpu.Buffer) gpu.Buffer { bufs = append(bufs, b); return b }
+	defer func() {
+		for _, b := range bufs {
+			d.Free(b)
+		}
+	}()
+	c := &Call{Dims: dims,
+		Q: keep(devHalf(t, d, q, fp16)), K: keep(devHalf(t, d, k, fp16)), V: keep(devHalf(t, d, v, fp16)),
+		DOut: keep(devHalf(t, d, dout, fp16)),
+		Out:  keep(devAlloc(t, d, int64(2*nq))), LSE: keep(devAlloc(t, d, int64(4*rows))),
+		DQ: keep(devAlloc(t, d, int64(2*nq))), DK: keep(devAlloc(t, d, int64(2*nk))), DV: keep(devAlloc(t, d, int64(2*nk))),
+		TensorGrads: map[string]gpu.Buffer{}}
+	dargs, err := UploadArgs(d, hargs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dargs.Free(d)
+	c.Args = dargs
+	res := &attnResult{errs: map[string]float64{}}
+	for _, name := range a.layout.grads {
+		c.TensorGrads[name] = keep(devAlloc(t, d, int64(4*len(hargs.FloatTensors[name].Data))))
+	}
+	cbm, err := flex.NewBlockMask(a.mask, hargs, dims, a.spec.BlockQ, a.spec.BlockKV)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gbm, err := bld.Build(d, nil, dims, dargs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gbm.Free(d)
+	lists, err := gbm.Download(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := lists.Compare(gbm, cbm); diff != "" {
+		res.problems = append(res.problems, "GPU-built block mask differs from the CPU one: "+diff)
+	}
+	c.Mask = gbm
+	if err := a.Forward(d, c); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Backward(d, c); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	scale := 1 / math.Sqrt(float64(dims.HeadDim))
+	rout, rlse := flex.Forward(dims, q, k, v, cbm, a.score, hargs, scale)
+	rg := flex.Backward(dims, q, k, v, rout, rlse, dout, cbm, a.score, hargs, scale)
+
+	out, lse := downHalf(t, d, c.Out, nq, fp16), downF32(t, d, c.LSE, rows)
+	dq, dk, dv := downHalf(t, d, c.DQ, nq, fp16), downHalf(t, d, c.DK, nk, fp16), downHalf(t, d, c.DV, nk, fp16)
+	finite := func(i int) bool { return !math.IsInf(rlse[i], -1) }
+	res.errs["out"] = relErr(out, rout, nil)
+	res.errs["lse"] = relErr(lse, rlse, finite)
+	res.errs["dq"] = relErr(dq, rg.DQ, nil)
+	res.errs["dk"] = relErr(dk, rg.DK, nil)
+	res.errs["dv"] = relErr(dv, rg.DV, nil)
+	for name, b := range c.TensorGrads {
+		res.errs["grad:"+name] = relErr(downF32(t, d, b, len(rg.Tensors[name])), rg.Tensors[name], nil)
+	}
+	for name, x := range map[string][]float64{"out": out, "lse": lse, "dq": dq, "dk": dk, "dv": dv} {
+		for i, v := range x {
+			if math.IsNaN(v) {
+				res.problems = append(res.problems, fmt.Sprintf("%s[%d] is NaN (unwritten or invalid)", name, i))
+				break
+			}
+		}
+	}
+	D := dims.HeadDim
+	for i := 0; i < rows; i++ {
+		if finite(i) {
+			continue
+		}
+		res.emptyRows++
+		if !math.IsInf(lse[i], -1) {
+			res.problems = append(res.problems, fmt.Sprintf("fully masked row %d: lse %v, want -Inf", i, lse[i]))
+			break
+		}
+		for j := 0; j < D; j++ {
+			if out[i*D+j] != 0 || dq[i*D+j] != 0 {
+				res.problems = append(res.problems, fmt.Sprintf("fully masked row %d: out %v dq %v, want 0", i, out[i*D+j], dq[i*D+j]))
+				break
+			}
+		}
+	}
+	return res
+}
+
+// dflashHostArgs draws DFlash arguments for batch sequences of nb blocks:
+// anchors in [0, ctx+extra) (sorted or not), num_valid in [0, nb+1].
+func dflashHostArgs(r *rand.Rand, batch, nb, ctx int, sorted bool) *flex.Args {
+	an := make([]int32, batch*nb)
+	for i := range an {
+		an[i] = int32(r.IntN(ctx + 8))
+	}
+	if sorted {
+		for b := 0; b < batch; b++ {
+			row := an[b*nb : (b+1)*nb]
+			sort.Slice(row, func(i, j int) bool { return row[i] < row[j] })
+		}
+	}
+	nv := make([]int32, batch)
+	for i := range nv {
+		nv[i] = int32(nb)
+		if r.IntN(2) == 0 {
+			nv[i] = int32(r.IntN(nb + 2))
+		}
+	}
+	return flex.DFlashArgs(ctx, an, nb, nv)
+}
