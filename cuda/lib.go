@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"dflash/dist"
 	"errors"
 	"fmt"
 	"os"
@@ -73,8 +74,16 @@ func dlopen(path string) (uintptr, error) {
 }
 
 // load opens the library once per process.
+// NCCL is opened only after dist.GuardMulticast has turned NVLink multicast
+// off in this process's environment (NCCL reads it at initialisation).
 func (l *library) load() (uintptr, error) {
 	l.once.Do(func() {
+		if l == libNCCL {
+			if _, err := dist.GuardMulticast(); err != nil {
+				l.err = fmt.Errorf("load nccl: %w", err)
+				return
+			}
+		}
 		l.handle, l.path, l.how, l.err = l.find(dlopen, os.Getenv, globDirs)
 	})
 	return l.handle, l.err

@@ -1,0 +1,53 @@
+package dist
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+	"unsafe"
+
+	"github.com/ebitengine/purego"
+)
+
+var libc struct {
+	once   sync.Once
+	getenv uintptr
+	err    error
+}
+
+// CEnv returns the value of name in the C library's environment, read with
+// libc's getenv: what NCCL and the CUDA libraries see, as opposed to Go's
+// own copy of the environment.
+func CEnv(name string) (value string, ok bool, err error) {
+	libc.once.Do(func() {
+		h, err := purego.Dlopen("libc.so.6", purego.RTLD_NOW|purego.RTLD_GLOBAL)
+		if err != nil {
+			libc.err = fmt.Errorf("dist: open libc.so.6 to read the C environment: %w", err)
+			return
+		}
+		if libc.getenv, err = purego.Dlsym(h, "getenv"); err != nil {
+			libc.err = fmt.Errorf("dist: libc.so.6 getenv: %w", err)
+		}
+	})
+	if libc.err != nil {
+		return "", false, libc.err
+	}
+	b := make([]byte, len(name)+1)
+	copy(b, name)
+	p, _, _ := purego.SyscallN(libc.getenv, uintptr(unsafe.Pointer(&b[0])))
+	runtime.KeepAlive(b)
+	if p == 0 {
+		return "", false, nil
+	}
+	return goString(p), true, nil
+}
+
+// goString copies the NUL-terminated C string at p.
+func goString(p uintptr) string {
+	ptr := *(*unsafe.Pointer)(unsafe.Pointer(&p))
+	n := 0
+	for *(*byte)(unsafe.Add(ptr, n)) != 0 {
+		n++
+	}
+	return string(unsafe.Slice((*byte)(ptr), n))
+}

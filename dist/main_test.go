@@ -1,0 +1,55 @@
+package dist
+
+import (
+	"context"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// helperEnv, when set, turns the test binary into a helper process:
+// "cenv" prints the multicast variables as the C library sees them;
+// "receive" runs ReceiveID with the configuration in the DIST_* variables
+// and prints the id in hex.
+const helperEnv = "DFLASH_DIST_HELPER"
+
+func TestMain(m *testing.M) {
+	switch os.Getenv(helperEnv) {
+	case "":
+		os.Exit(m.Run())
+	case "cenv":
+		for _, s := range MulticastOff {
+			v, ok, err := CEnv(s.Name)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				os.Exit(1)
+			}
+			fmt.Printf("%s=%s (set %v)\n", s.Name, v, ok)
+		}
+		os.Exit(0)
+	case "receive":
+		atoi := func(k string) int {
+			n, err := strconv.Atoi(os.Getenv(k))
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "helper: %s: %v\n", k, err)
+				os.Exit(2)
+			}
+			return n
+		}
+		cfg := Config{Addr: os.Getenv("DIST_ADDR"), Rank: atoi("DIST_RANK"), NRanks: atoi("DIST_NRANKS"),
+			Token: os.Getenv("DIST_TOKEN"), Timeout: time.Duration(atoi("DIST_TIMEOUT_MS")) * time.Millisecond}
+		id, err := ReceiveID(context.Background(), cfg)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		fmt.Println(hex.EncodeToString(id[:]))
+		os.Exit(0)
+	default:
+		fmt.Fprintf(os.Stderr, "unknown %s=%q\n", helperEnv, os.Getenv(helperEnv))
+		os.Exit(2)
+	}
+}
