@@ -1,9 +1,6 @@
 package flex
 
-import (
-	"math"
-	"sync"
-)
+import "math"
 
 // bwdScratch is one worker's buffers for the backward pass.
 type bwdScratch[T elem] struct {
@@ -30,7 +27,10 @@ type bwdScratch[T elem] struct {
 //
 // Rows with lse -Inf contribute nothing (no NaN). Work is parallel over
 // (batch, kv head, kv block) using the transposed lists of bm; the kv
-// heads' gradients sum over their query heads without copying.
+// heads' gradients sum over their query heads without copying. The result
+// is deterministic: the sums across tasks (dq and the tensor gradients)
+// are taken in a fixed order, so repeated calls give bit-identical
+// gradients whatever GOMAXPROCS and the scheduling.
 func Backward[T float32 | float64](d Dims, q, k, v, out, lse, dout []T, bm *BlockMask, score *ScoreProgram, args *Args, scale float64) Grads[T] {
 	checkDims(d, bm)
 	return backward(d, q, k, v, out, lse, dout, sparseSource(d, bm), score, args, scale)
@@ -73,7 +73,6 @@ func backward[T elem](d Dims, q, k, v, out, lse, dout []T, src *blockSource, sco
 	})
 
 	gr := Grads[T]{DQ: make([]T, len(q)), DK: make([]T, len(k)), DV: make([]T, len(v))}
-	locks := make([]sync.Mutex, tiles)
 	sp, sf := bindScore(score, args, bkv)
 	shared := src.sharedHeads()
 	tasks := taskOrder(d.Batch*d.HeadsKV*nkv, func(t int) int {
@@ -88,6 +87,32 @@ func backward[T elem](d Dims, q, k, v, out, lse, dout []T, src *blockSource, sco
 		}
 		return c
 	})
+	// The q tiles each task adds into, in the order pair visits them; dq
+	// sums them per tile in task-position order (see orderedSum).
+	tilesOf := func(ti int, fn func(tile int)) {
+		t := tasks[ti]
+		b, hk, kvb := t/(d.HeadsKV*nkv), t/nkv%d.HeadsKV, t%nkv
+		h0, h1 := hk*group, (hk+1)*group
+		if shared {
+			src.colBlocks(b, h0, kvb, func(qb int, _ blockKind) {
+				for h := h0; h < h1; h++ {
+					fn((b*d.HeadsQ+h)*nq + qb)
+				}
+			})
+			return
+		}
+		for h := h0; h < h1; h++ {
+			src.colBlocks(b, h, kvb, func(qb int, _ blockKind) { fn((b*d.HeadsQ+h)*nq + qb) })
+		}
+	}
+	dqSum := newOrderedSum(gr.DQ, tiles, bq*D, func(tile int) (int, int) {
+		q0 := tile % nq * bq
+		return (tile/nq*d.LenQ + q0) * D, min(bq, d.LenQ-q0) * D
+	}, len(tasks), tilesOf)
+	var taskGrads [][]sparseGrad // per task position, per score parameter
+	if sp != nil {
+		taskGrads = make([][]sparseGrad, len(tasks))
+	}
 	workers := workerCount(len(tasks))
 	scratch := make([]*bwdScratch[T], workers)
 	parallelFor(len(tasks), workers, func(w, ti int) {
@@ -159,13 +184,7 @@ func backward[T elem](d Dims, q, k, v, out, lse, dout []T, src *blockSource, sco
 			gemmAcc(sc.dk, D, sc.dp, 1, bkv, qt, D, n, D, m, cols, T(scale))
 			clear(sc.dq[:m*D])
 			gemmAcc(sc.dq, D, sc.dp, bkv, 1, kb, D, m, D, n, groups, T(scale))
-			mu := &locks[tile]
-			mu.Lock()
-			dq := gr.DQ[row0*D : (row0+m)*D]
-			for x, y := range sc.dq[:m*D] {
-				dq[x] += y
-			}
-			mu.Unlock()
+			sc.dq = dqSum.add(tile, ti, sc.dq)
 		}
 		// visit evaluates the mask of (qb, kv block) for head ha once and
 		// runs pair for heads [ha, hb).
@@ -177,6 +196,9 @@ func backward[T elem](d Dims, q, k, v, out, lse, dout []T, src *blockSource, sco
 			case kindPartial:
 				sc.mev.setBH(b, ha)
 				if !sc.tm.evalProgram(sc.mev, q0, m, k0, n) {
+					for h := ha; h < hb; h++ {
+						dqSum.add((b*d.HeadsQ+h)*nq+qb, ti, nil)
+					}
 					return
 				}
 				groups, cols = sc.tm.groups, sc.tm.cols
@@ -197,6 +219,15 @@ func backward[T elem](d Dims, q, k, v, out, lse, dout []T, src *blockSource, sco
 		}
 		copy(gr.DK[kvRow*D:(kvRow+n)*D], sc.dk[:n*D])
 		copy(gr.DV[kvRow*D:(kvRow+n)*D], sc.dv[:n*D])
+		if taskGrads != nil {
+			tg := make([]sparseGrad, len(sc.gev.tg))
+			for i, g := range sc.gev.tg {
+				if g != nil {
+					tg[i] = g.take()
+				}
+			}
+			taskGrads[ti] = tg
+		}
 	})
 	if sp != nil {
 		gr.Tensors = map[string][]T{}
@@ -204,12 +235,11 @@ func backward[T elem](d Dims, q, k, v, out, lse, dout []T, src *blockSource, sco
 			if prm.Kind != ParamFloatTensor {
 				continue
 			}
+			// Summed in task-position order, like dq.
 			sum := make([]float64, len(sf.tensors[i].fdata))
-			for _, sc := range scratch {
-				if sc != nil {
-					for x, y := range sc.gev.tg[i] {
-						sum[x] += y
-					}
+			for _, tg := range taskGrads {
+				for x, off := range tg[i].idx {
+					sum[off] += tg[i].val[x]
 				}
 			}
 			g := make([]T, len(sum))

@@ -45,7 +45,8 @@
 // partial block, each group of four query rows computes only the span of
 // keys its rows may see. float32 tiles use AVX2/FMA kernels (Go assembly,
 // no cgo) where the CPU has them, unless DFLASH_NOASM is set; float64 and
-// other CPUs use the portable Go kernels. Backward accumulates dq under a
-// lock per q tile, so its float rounding may differ between runs in the
-// last bits.
+// other CPUs use the portable Go kernels. Both passes are deterministic:
+// Backward adds the kv-block tasks' dq tiles and score tensor gradients in
+// a fixed order (the task order, which does not depend on GOMAXPROCS), so
+// repeated runs give bit-identical results on any number of threads.
 package flex

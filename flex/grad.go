@@ -8,14 +8,14 @@ import "math"
 // float tensor t the program reads.
 type gradEval struct {
 	*rowEval
-	va [][]float64 // vector adjoints (vector float nodes and broadcast scalars)
-	sa []float64   // scalar adjoints
-	tg [][]float64 // tensor gradients by parameter index (nil for others)
+	va [][]float64   // vector adjoints (vector float nodes and broadcast scalars)
+	sa []float64     // scalar adjoints
+	tg []*tensorGrad // tensor gradients by parameter index (nil for others)
 }
 
 func (rp *rowProg) newGradEval(f *frame) *gradEval {
 	ge := &gradEval{rowEval: rp.newEval(f), va: make([][]float64, len(rp.p.nodes)),
-		sa: make([]float64, len(rp.p.nodes)), tg: make([][]float64, len(rp.p.params))}
+		sa: make([]float64, len(rp.p.nodes)), tg: make([]*tensorGrad, len(rp.p.params))}
 	for i := range rp.p.nodes {
 		if rp.p.nodes[i].grad && (rp.p.nodes[i].level == 2 || ge.vf[i] != nil) {
 			ge.va[i] = make([]float64, rp.maxN)
@@ -23,7 +23,7 @@ func (rp *rowProg) newGradEval(f *frame) *gradEval {
 	}
 	for i, prm := range rp.p.params {
 		if prm.Kind == ParamFloatTensor {
-			ge.tg[i] = make([]float64, len(f.tensors[i].fdata))
+			ge.tg[i] = newTensorGrad(len(f.tensors[i].fdata))
 		}
 	}
 	return ge
@@ -72,7 +72,7 @@ func (ge *gradEval) scoreGrad(kv0 int, s, g, ds []float64) {
 				for d, ix := range a {
 					off += clampIndex(ge.vi[ix][k], t.shape[d]) * t.strides[d]
 				}
-				tg[off] += x
+				tg.add(off, x)
 			}
 		case opSelect:
 			c := ge.vb[a[0]][:n]
@@ -151,7 +151,7 @@ func (ge *gradEval) scalarGrad(nodes []int) {
 			for d, ix := range a {
 				off += clampIndex(ge.si[ix], t.shape[d]) * t.strides[d]
 			}
-			ge.tg[pn.param][off] += x
+			ge.tg[pn.param].add(off, x)
 		case opSelect:
 			if ge.si[a[0]] != 0 {
 				ge.sa[a[1]] += x
