@@ -7,6 +7,7 @@ one JSON object per case and, with --json FILE, writes them all to FILE;
 --cases a,b selects cases by name.
 """
 import math
+import os
 import sys
 
 import torch
@@ -107,7 +108,14 @@ def bench_cases():
     ]
 
 
+# FLEX_PEER_ITERS / FLEX_PEER_FB_ITERS shrink the timed runs (a short device
+# call); FLEX_PEER_NO_CBM=1 skips timing compiled create_block_mask.
+ITERS = int(os.environ.get("FLEX_PEER_ITERS", "30"))
+FB_ITERS = int(os.environ.get("FLEX_PEER_FB_ITERS", "20"))
+
+
 def median_ms(fn, iters=30, warm=5):
+    iters = min(iters, ITERS)
     for _ in range(warm):
         fn()
     torch.cuda.synchronize()
@@ -140,7 +148,7 @@ def torch_flex(case, dev, q, k, v, do):
     def fb():
         o = fa(qg, kg, vg, block_mask=bm, enable_gqa=gqa)
         o.backward(do)
-    fb_ms = median_ms(fb, iters=20)
+    fb_ms = median_ms(fb, iters=FB_ITERS)
     return fwd, fb_ms, out, lse
 
 
@@ -174,17 +182,17 @@ def peer_times(case, dev):
     fb()
     torch.cuda.synchronize()
     res["compile_fb_s"] = time.time() - t
-    res["fb_ms"] = median_ms(fb, iters=20)
+    res["fb_ms"] = median_ms(fb, iters=FB_ITERS)
     if gqa:
         G = case.Hq // case.Hkv
 
         def fb_rep():
             o = fa(qg, kg.repeat_interleave(G, 1), vg.repeat_interleave(G, 1), block_mask=bm)
             o.backward(do)
-        res["fb_repeat_kv_ms"] = median_ms(fb_rep, iters=20)
+        res["fb_repeat_kv_ms"] = median_ms(fb_rep, iters=FB_ITERS)
         res["fwd_repeat_kv_ms"] = median_ms(
             lambda: fa(q, k.repeat_interleave(G, 1), v.repeat_interleave(G, 1), block_mask=bm))
-    if case.mask == "dflash":
+    if case.mask == "dflash" and os.environ.get("FLEX_PEER_NO_CBM") != "1":
         cbm = torch.compile(create_block_mask)
         mm = case.mask_mod(dev)
         res["create_block_mask_ms"] = median_ms(

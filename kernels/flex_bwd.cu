@@ -24,6 +24,24 @@
 #ifndef FLEX_DQ_ATOMIC
 #define FLEX_DQ_ATOMIC 1 // 1: dkdv also adds dQ with fp32 atomics
 #endif
+#ifndef FLEX_BWD_ORDER
+// 0: grid (kv blocks, kv heads, batch); 1 (v4): grid (kv heads, kv blocks,
+// batch), so that the heaviest kv blocks (lowest index under causal-like
+// masks) of every head of a sequence are dispatched first.
+#define FLEX_BWD_ORDER 0
+#endif
+#ifndef FLEX_BWD_SPLIT
+// 1 (v4, GQA only): one CTA per (kv block, query head) instead of per kv
+// head, so a heavy kv block's work is spread over FLEX_GROUP CTAs; dK and dV
+// are then added with fp32 atomics into zeroed workspaces (dK, dV arguments
+// are float*) that flex_bwd_dq_convert turns into the storage type.
+#define FLEX_BWD_SPLIT 0
+#endif
+#if FLEX_BWD_SPLIT
+typedef float flex_dkv_t;
+#else
+typedef flex_t flex_dkv_t;
+#endif
 #define FLEX_BWD_WARPS (FLEX_BKV / 16)
 #define FLEX_BWD_NT (FLEX_BWD_WARPS * 32)
 static_assert(FLEX_BQ % FLEX_BMQ == 0, "q block must be a multiple of BMQ");
@@ -85,7 +103,7 @@ extern "C" __global__ void __launch_bounds__(FLEX_BWD_NT)
     flex_bwd_dkdv(const flex_t *__restrict__ Q, const flex_t *__restrict__ K,
                   const flex_t *__restrict__ V, const flex_t *__restrict__ dO,
                   const float *__restrict__ LSE, const float *__restrict__ Dlt,
-                  flex_t *__restrict__ dK, flex_t *__restrict__ dV,
+                  flex_dkv_t *__restrict__ dK, flex_dkv_t *__restrict__ dV,
                   float *__restrict__ dQacc, const int *__restrict__ q_num,
                   const int *__restrict__ q_idx,
                   const int *__restrict__ fullq_num,
@@ -107,8 +125,19 @@ extern "C" __global__ void __launch_bounds__(FLEX_BWD_NT)
   int *sIdx = (int *)(sdS + BM * BKV);    // [npart + nfull] q block ids
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int kb = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
   const int heads_kv = heads_q / FLEX_GROUP;
+#if FLEX_BWD_SPLIT
+  // grid (query heads, kv blocks, batch); the CTA does its query head only.
+  const int kb = blockIdx.y, b = blockIdx.z;
+  const int g0 = blockIdx.x % FLEX_GROUP, hk = blockIdx.x / FLEX_GROUP;
+  const int g1 = g0 + 1;
+#elif FLEX_BWD_ORDER
+  const int kb = blockIdx.y, hk = blockIdx.x, b = blockIdx.z;
+  const int g0 = 0, g1 = FLEX_GROUP;
+#else
+  const int kb = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
+  const int g0 = 0, g1 = FLEX_GROUP;
+#endif
   const int kv0 = kb * BKV;
   const int wrow = warp * 16;
   const int c0 = kv0 + wrow + (lane >> 2), c1 = c0 + 8; // this thread's kv
@@ -126,7 +155,7 @@ extern "C" __global__ void __launch_bounds__(FLEX_BWD_NT)
       dk[i][e] = dv[i][e] = 0.f;
 
   int committed = 0; // K/V ride in the first group
-  for (int g = 0; g < FLEX_GROUP; g++) {
+  for (int g = g0; g < g1; g++) {
     const int h = hk * FLEX_GROUP + g;
     const int bmrow = ((bm_batch == 1 ? 0 : b) * bm_heads +
                        (bm_heads == 1 ? 0 : h)) * nkvb + kb;
@@ -309,7 +338,26 @@ extern "C" __global__ void __launch_bounds__(FLEX_BWD_NT)
   }
   (void)committed;
 
-  flex_t *gK = dK + kvoff, *gV = dV + kvoff;
+  flex_dkv_t *gK = dK + kvoff, *gV = dV + kvoff;
+#if FLEX_BWD_SPLIT
+#pragma unroll
+  for (int n = 0; n < DT; n++) {
+    const int col = n * 8 + (lane & 3) * 2;
+    if (c0 < lenkv) {
+      atomicAdd(gK + (long long)c0 * D + col, dk[n][0] * scale);
+      atomicAdd(gK + (long long)c0 * D + col + 1, dk[n][1] * scale);
+      atomicAdd(gV + (long long)c0 * D + col, dv[n][0]);
+      atomicAdd(gV + (long long)c0 * D + col + 1, dv[n][1]);
+    }
+    if (c1 < lenkv) {
+      atomicAdd(gK + (long long)c1 * D + col, dk[n][2] * scale);
+      atomicAdd(gK + (long long)c1 * D + col + 1, dk[n][3] * scale);
+      atomicAdd(gV + (long long)c1 * D + col, dv[n][2]);
+      atomicAdd(gV + (long long)c1 * D + col + 1, dv[n][3]);
+    }
+  }
+  return;
+#endif
 #pragma unroll
   for (int n = 0; n < DT; n++) {
     const int col = n * 8 + (lane & 3) * 2;

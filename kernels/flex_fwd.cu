@@ -4,7 +4,7 @@
 //   lse[b,h,i]   = log sum_{j allowed} exp(score(q_i . k_j * scale))
 //
 // One CTA computes FLEX_BQ query rows of one (batch, query head); each warp
-// owns 16 rows. It visits only the non-empty kv blocks of its q block: the
+// owns 16 (v3) or 32 (v4, FLEX_FWD_MT 2) rows. It visits only the non-empty kv blocks of its q block: the
 // partial list (mask evaluated per element) then the full list (no mask).
 // K and V tiles of FLEX_BN rows are double-buffered with cp.async; S = Q K^T
 // and O += P V run on mma.sync m16n8k16 with fp32 accumulation; softmax is
@@ -14,17 +14,31 @@
 // Builds alone: nvcc -arch=sm_90 -Xptxas -v -cubin kernels/flex_fwd.cu
 #include "flex_common.cuh"
 
-#ifndef FLEX_BN
-// kv rows per pipeline stage (v2: 128 at D=128 measured 1.29 vs 1.56 ms)
-#define FLEX_BN (FLEX_D >= 256 ? 32 : (FLEX_D == 128 ? 128 : 64))
+#ifndef FLEX_FWD_MT
+// m16 row tiles per warp: 2 (v4, FA2-style 32 rows per warp) reuses every K
+// and V fragment read from shared memory for two row tiles; 1 is v3.
+#define FLEX_FWD_MT 1
 #endif
-#define FLEX_FWD_WARPS (FLEX_BQ / 16)
+#ifndef FLEX_FWD_ORDER
+// 0: grid (q blocks, heads, batch); 1: grid (heads x batch, q blocks) so that
+// the heaviest q blocks of every head are dispatched first.
+#define FLEX_FWD_ORDER 0
+#endif
+#ifndef FLEX_BN
+// kv rows per pipeline stage (v2: 128 at D=128 measured 1.29 vs 1.56 ms;
+// 64 with two row tiles per warp, whose S and O accumulators double)
+#define FLEX_BN                                                                \
+  (FLEX_D >= 256 ? 32 : (FLEX_D == 128 && FLEX_FWD_MT == 1 ? 128 : 64))
+#endif
+#define FLEX_FWD_ROWS (16 * FLEX_FWD_MT) // q rows per warp
+#define FLEX_FWD_WARPS (FLEX_BQ / FLEX_FWD_ROWS)
 #define FLEX_FWD_NT (FLEX_FWD_WARPS * 32)
 
 static_assert(FLEX_BKV % FLEX_BN == 0, "kv block must be a multiple of BN");
 static_assert(FLEX_D % 64 == 0, "head dim must be a multiple of 64");
+static_assert(FLEX_BQ % FLEX_FWD_ROWS == 0, "q block must be a multiple of the warp rows");
 
-// Q held in registers only for D <= 128 (register pressure at 256).
+// Q held in registers only for D <= 64 (register pressure above).
 #ifndef FLEX_Q_REGS
 #define FLEX_Q_REGS (FLEX_D <= 64)
 #endif
@@ -39,8 +53,9 @@ extern "C" __global__ void __launch_bounds__(FLEX_FWD_NT)
              float scale FLEX_ARG_PARAMS) {
   const FlexArgs args = {{FLEX_ARG_VALUES}};
   constexpr int D = FLEX_D, BQ = FLEX_BQ, BN = FLEX_BN, NT = FLEX_FWD_NT;
-  constexpr int NTILE = BN / 8; // n8 tiles of S per warp
-  constexpr int DT = D / 8;     // n8 tiles of O per warp
+  constexpr int MT = FLEX_FWD_MT;
+  constexpr int NTILE = BN / 8; // n8 tiles of S per row tile
+  constexpr int DT = D / 8;     // n8 tiles of O per row tile
   constexpr int SUB = FLEX_BKV / BN;
 
   extern __shared__ __align__(128) unsigned char flex_smem[];
@@ -51,7 +66,12 @@ extern "C" __global__ void __launch_bounds__(FLEX_FWD_NT)
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   // Heaviest q blocks (largest index under causal-like masks) start first.
+#if FLEX_FWD_ORDER
+  const int qb = gridDim.y - 1 - blockIdx.y;
+  const int h = blockIdx.x % heads_q, b = blockIdx.x / heads_q;
+#else
   const int qb = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+#endif
   const int hk = h / FLEX_GROUP;
   const int heads_kv = heads_q / FLEX_GROUP;
   const int q0 = qb * BQ;
@@ -89,17 +109,23 @@ extern "C" __global__ void __launch_bounds__(FLEX_FWD_NT)
   }
   flex_cp_commit();
 
-  float acc[DT][4];
+  float acc[MT][DT][4];
 #pragma unroll
-  for (int i = 0; i < DT; i++)
-    acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
-  float m0 = FLEX_NEG_INF, m1 = FLEX_NEG_INF, l0 = 0.f, l1 = 0.f;
-  const int wrow = warp * 16;
-  const int r0 = q0 + wrow + (lane >> 2), r1 = r0 + 8;
+  for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+    for (int i = 0; i < DT; i++)
+      acc[mt][i][0] = acc[mt][i][1] = acc[mt][i][2] = acc[mt][i][3] = 0.f;
+  // Row state per row tile: [mt][0] row lane/4, [mt][1] row lane/4 + 8.
+  float m[MT][2], l[MT][2];
+#pragma unroll
+  for (int mt = 0; mt < MT; mt++)
+    m[mt][0] = m[mt][1] = FLEX_NEG_INF, l[mt][0] = l[mt][1] = 0.f;
+  const int wrow = warp * FLEX_FWD_ROWS;
+  const int rbase = q0 + wrow + (lane >> 2);
   const float sl2 = scale * FLEX_LOG2E;
 
 #if FLEX_Q_REGS
-  unsigned qf[D / 16][4];
+  unsigned qf[MT][D / 16][4];
 #endif
 
   for (int t = 0; t < ntiles; t++) {
@@ -119,128 +145,158 @@ extern "C" __global__ void __launch_bounds__(FLEX_FWD_NT)
 #if FLEX_Q_REGS
     if (t == 0) {
 #pragma unroll
-      for (int kk = 0; kk < D / 16; kk++)
-        flex_ldm_x4(qf[kk][0], qf[kk][1], qf[kk][2], qf[kk][3],
-                    flex_a_addr(sQ, wrow, kk * 16, lane));
+      for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+        for (int kk = 0; kk < D / 16; kk++)
+          flex_ldm_x4(qf[mt][kk][0], qf[mt][kk][1], qf[mt][kk][2],
+                      qf[mt][kk][3],
+                      flex_a_addr(sQ, wrow + mt * 16, kk * 16, lane));
     }
 #endif
     const flex_t *cK = sK + st * BN * D;
     const flex_t *cV = sV + st * BN * D;
 
-    // S = Q K^T for this warp's 16 rows x BN columns.
-    float s[NTILE][4];
+    // S = Q K^T for this warp's MT x 16 rows x BN columns; every K fragment
+    // feeds MT row tiles.
+    float s[MT][NTILE][4];
 #pragma unroll
-    for (int n = 0; n < NTILE; n++)
-      s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
+    for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+      for (int n = 0; n < NTILE; n++)
+        s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.f;
 #pragma unroll
     for (int kk = 0; kk < D / 16; kk++) {
-      unsigned a[4];
+      unsigned a[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; mt++) {
 #if FLEX_Q_REGS
-      a[0] = qf[kk][0]; a[1] = qf[kk][1]; a[2] = qf[kk][2]; a[3] = qf[kk][3];
+        a[mt][0] = qf[mt][kk][0]; a[mt][1] = qf[mt][kk][1];
+        a[mt][2] = qf[mt][kk][2]; a[mt][3] = qf[mt][kk][3];
 #else
-      flex_ldm_x4(a[0], a[1], a[2], a[3], flex_a_addr(sQ, wrow, kk * 16, lane));
+        flex_ldm_x4(a[mt][0], a[mt][1], a[mt][2], a[mt][3],
+                    flex_a_addr(sQ, wrow + mt * 16, kk * 16, lane));
 #endif
+      }
 #pragma unroll
       for (int n = 0; n < NTILE; n += 2) {
         unsigned bb[4];
         flex_ldm_x4(bb[0], bb[1], bb[2], bb[3],
                     flex_bn_addr(cK, n * 8, kk * 16, lane));
-        flex_mma(s[n], a, bb);
-        flex_mma(s[n + 1], a, bb + 2);
-      }
-    }
-
-    // Scores in the log2 domain, masked.
-    float mx0 = FLEX_NEG_INF, mx1 = FLEX_NEG_INF;
 #pragma unroll
-    for (int n = 0; n < NTILE; n++) {
-#pragma unroll
-      for (int e = 0; e < 4; e++) {
-        const int row = e < 2 ? r0 : r1;
-        const int col = kv0 + n * 8 + (lane & 3) * 2 + (e & 1);
-        const bool ok = full ? (col < lenkv && row < lenq)
-                             : flex_allowed(args, b, h, row, col, lenq, lenkv);
-        float x = FLEX_NEG_INF;
-        if (ok) {
-#if FLEX_HAS_SCORE
-          x = flex_score(args, s[n][e] * scale, b, h, row, col) * FLEX_LOG2E;
-#else
-          x = s[n][e] * sl2;
-#endif
+        for (int mt = 0; mt < MT; mt++) {
+          flex_mma(s[mt][n], a[mt], bb);
+          flex_mma(s[mt][n + 1], a[mt], bb + 2);
         }
-        s[n][e] = x;
       }
-      mx0 = fmaxf(mx0, fmaxf(s[n][0], s[n][1]));
-      mx1 = fmaxf(mx1, fmaxf(s[n][2], s[n][3]));
-    }
-    mx0 = flex_quad_max(mx0);
-    mx1 = flex_quad_max(mx1);
-    const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
-    const float ms0 = mn0 == FLEX_NEG_INF ? 0.f : mn0;
-    const float ms1 = mn1 == FLEX_NEG_INF ? 0.f : mn1;
-    const float c0 = exp2f(m0 - ms0), c1 = exp2f(m1 - ms1);
-    m0 = mn0;
-    m1 = mn1;
-    float ps0 = 0.f, ps1 = 0.f;
-#pragma unroll
-    for (int n = 0; n < NTILE; n++) {
-      s[n][0] = exp2f(s[n][0] - ms0);
-      s[n][1] = exp2f(s[n][1] - ms0);
-      s[n][2] = exp2f(s[n][2] - ms1);
-      s[n][3] = exp2f(s[n][3] - ms1);
-      ps0 += s[n][0] + s[n][1];
-      ps1 += s[n][2] + s[n][3];
-    }
-    l0 = l0 * c0 + ps0; // quad-partial sums; reduced at the end
-    l1 = l1 * c1 + ps1;
-#pragma unroll
-    for (int i = 0; i < DT; i++) {
-      acc[i][0] *= c0; acc[i][1] *= c0;
-      acc[i][2] *= c1; acc[i][3] *= c1;
     }
 
-    // O += P V: P from registers as the A operand, V via ldmatrix.trans.
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+      const int r0 = rbase + mt * 16, r1 = r0 + 8;
+      // Scores in the log2 domain, masked.
+      float mx0 = FLEX_NEG_INF, mx1 = FLEX_NEG_INF;
+#pragma unroll
+      for (int n = 0; n < NTILE; n++) {
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          const int row = e < 2 ? r0 : r1;
+          const int col = kv0 + n * 8 + (lane & 3) * 2 + (e & 1);
+          const bool ok = full ? (col < lenkv && row < lenq)
+                               : flex_allowed(args, b, h, row, col, lenq, lenkv);
+          float x = FLEX_NEG_INF;
+          if (ok) {
+#if FLEX_HAS_SCORE
+            x = flex_score(args, s[mt][n][e] * scale, b, h, row, col) *
+                FLEX_LOG2E;
+#else
+            x = s[mt][n][e] * sl2;
+#endif
+          }
+          s[mt][n][e] = x;
+        }
+        mx0 = fmaxf(mx0, fmaxf(s[mt][n][0], s[mt][n][1]));
+        mx1 = fmaxf(mx1, fmaxf(s[mt][n][2], s[mt][n][3]));
+      }
+      mx0 = flex_quad_max(mx0);
+      mx1 = flex_quad_max(mx1);
+      const float mn0 = fmaxf(m[mt][0], mx0), mn1 = fmaxf(m[mt][1], mx1);
+      const float ms0 = mn0 == FLEX_NEG_INF ? 0.f : mn0;
+      const float ms1 = mn1 == FLEX_NEG_INF ? 0.f : mn1;
+      const float c0 = exp2f(m[mt][0] - ms0), c1 = exp2f(m[mt][1] - ms1);
+      m[mt][0] = mn0;
+      m[mt][1] = mn1;
+      float ps0 = 0.f, ps1 = 0.f;
+#pragma unroll
+      for (int n = 0; n < NTILE; n++) {
+        s[mt][n][0] = exp2f(s[mt][n][0] - ms0);
+        s[mt][n][1] = exp2f(s[mt][n][1] - ms0);
+        s[mt][n][2] = exp2f(s[mt][n][2] - ms1);
+        s[mt][n][3] = exp2f(s[mt][n][3] - ms1);
+        ps0 += s[mt][n][0] + s[mt][n][1];
+        ps1 += s[mt][n][2] + s[mt][n][3];
+      }
+      l[mt][0] = l[mt][0] * c0 + ps0; // quad-partial sums; reduced at the end
+      l[mt][1] = l[mt][1] * c1 + ps1;
+#pragma unroll
+      for (int i = 0; i < DT; i++) {
+        acc[mt][i][0] *= c0; acc[mt][i][1] *= c0;
+        acc[mt][i][2] *= c1; acc[mt][i][3] *= c1;
+      }
+    }
+
+    // O += P V: P from registers as the A operand, V via ldmatrix.trans;
+    // every V fragment feeds MT row tiles.
 #pragma unroll
     for (int kk = 0; kk < BN / 16; kk++) {
-      unsigned a[4];
-      a[0] = flex_pack2(s[2 * kk][0], s[2 * kk][1]);
-      a[1] = flex_pack2(s[2 * kk][2], s[2 * kk][3]);
-      a[2] = flex_pack2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-      a[3] = flex_pack2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+      unsigned a[MT][4];
+#pragma unroll
+      for (int mt = 0; mt < MT; mt++) {
+        a[mt][0] = flex_pack2(s[mt][2 * kk][0], s[mt][2 * kk][1]);
+        a[mt][1] = flex_pack2(s[mt][2 * kk][2], s[mt][2 * kk][3]);
+        a[mt][2] = flex_pack2(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
+        a[mt][3] = flex_pack2(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+      }
 #pragma unroll
       for (int n = 0; n < DT; n += 2) {
         unsigned bb[4];
         flex_ldm_x4_t(bb[0], bb[1], bb[2], bb[3],
                       flex_bk_addr(cV, kk * 16, n * 8, lane));
-        flex_mma(acc[n], a, bb);
-        flex_mma(acc[n + 1], a, bb + 2);
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+          flex_mma(acc[mt][n], a[mt], bb);
+          flex_mma(acc[mt][n + 1], a[mt], bb + 2);
+        }
       }
     }
     __syncthreads(); // stage st is refilled by the next iteration's prefetch
   }
   flex_cp_wait<0>();
 
-  l0 = flex_quad_sum(l0);
-  l1 = flex_quad_sum(l1);
-  const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f;
-  const float inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
   flex_t *gO = O + ((long long)(b * heads_q + h) * lenq) * D;
+  float *gL = LSE + (long long)(b * heads_q + h) * lenq;
 #pragma unroll
-  for (int n = 0; n < DT; n++) {
-    const int col = n * 8 + (lane & 3) * 2;
-    if (r0 < lenq)
-      *(unsigned *)(gO + (long long)r0 * D + col) =
-          flex_pack2(acc[n][0] * inv0, acc[n][1] * inv0);
-    if (r1 < lenq)
-      *(unsigned *)(gO + (long long)r1 * D + col) =
-          flex_pack2(acc[n][2] * inv1, acc[n][3] * inv1);
-  }
-  if ((lane & 3) == 0) {
-    float *gL = LSE + (long long)(b * heads_q + h) * lenq;
-    if (r0 < lenq)
-      gL[r0] = l0 > 0.f ? (m0 + __log2f(l0)) * FLEX_LN2 : FLEX_NEG_INF;
-    if (r1 < lenq)
-      gL[r1] = l1 > 0.f ? (m1 + __log2f(l1)) * FLEX_LN2 : FLEX_NEG_INF;
+  for (int mt = 0; mt < MT; mt++) {
+    const int r0 = rbase + mt * 16, r1 = r0 + 8;
+    const float l0 = flex_quad_sum(l[mt][0]);
+    const float l1 = flex_quad_sum(l[mt][1]);
+    const float inv0 = l0 > 0.f ? 1.f / l0 : 0.f;
+    const float inv1 = l1 > 0.f ? 1.f / l1 : 0.f;
+#pragma unroll
+    for (int n = 0; n < DT; n++) {
+      const int col = n * 8 + (lane & 3) * 2;
+      if (r0 < lenq)
+        *(unsigned *)(gO + (long long)r0 * D + col) =
+            flex_pack2(acc[mt][n][0] * inv0, acc[mt][n][1] * inv0);
+      if (r1 < lenq)
+        *(unsigned *)(gO + (long long)r1 * D + col) =
+            flex_pack2(acc[mt][n][2] * inv1, acc[mt][n][3] * inv1);
+    }
+    if ((lane & 3) == 0) {
+      if (r0 < lenq)
+        gL[r0] = l0 > 0.f ? (m[mt][0] + __log2f(l0)) * FLEX_LN2 : FLEX_NEG_INF;
+      if (r1 < lenq)
+        gL[r1] = l1 > 0.f ? (m[mt][1] + __log2f(l1)) * FLEX_LN2 : FLEX_NEG_INF;
+    }
   }
 }
 

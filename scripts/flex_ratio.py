@@ -2,7 +2,8 @@
 (`dflash bench attention --device cuda --json`) and PyTorch's compiled
 flex_attention (bench/flex_peer.py --json) on the same cases.
 
-Usage: python3 scripts/flex_ratio.py DIR
+Usage: python3 scripts/flex_ratio.py DIR [SUFFIX [CASES]]
+SUFFIX (e.g. "_v4") selects ours_<case>SUFFIX.json; CASES is a comma list.
 DIR holds ours_<case>.json (cold run: compile + timing), ours_<case>_warm.json
 (--compile-only in a second process on the same cache directory: warm from
 disk) and peer.json. Ratios are PyTorch time / dflash time (> 1: dflash is
@@ -26,12 +27,14 @@ def load(path):
 
 def main():
     d = sys.argv[1]
+    sfx = sys.argv[2] if len(sys.argv) > 2 else ""
+    cases = sys.argv[3].split(",") if len(sys.argv) > 3 else CASES
     peer = {r["case"]: r for r in (load(os.path.join(d, "peer.json")) or [])}
     hdr = ("case", "ours fwd", "torch fwd", "ratio", "ours f+b", "torch f+b", "ratio",
            "TFLOP/s fwd", "f+b", "torch fwd", "f+b", "cold ms", "warm ms", "torch 1st s")
     rows = []
-    for c in CASES:
-        o, w, p = load(os.path.join(d, f"ours_{c}.json")), load(os.path.join(d, f"ours_{c}_warm.json")), peer.get(c, {})
+    for c in cases:
+        o, w, p = load(os.path.join(d, f"ours_{c}{sfx}.json")), load(os.path.join(d, f"ours_{c}{sfx}_warm.json")), peer.get(c, {})
         if o is None:
             rows.append((c, "missing") + ("",) * (len(hdr) - 2))
             continue
@@ -59,7 +62,7 @@ def main():
     print("ratio = PyTorch ms / dflash ms (>1: dflash faster); torch GQA rows use min(enable_gqa, repeat K/V);"
           " cold = compile + load in a fresh cache, warm = load from disk in a new process (* = not from disk);"
           " torch 1st = first fwd call + first fwd+bwd call (compile)")
-    o, p = load(os.path.join(d, "ours_b_dflash.json")), peer.get("b_dflash", {})
+    o, p = load(os.path.join(d, f"ours_b_dflash{sfx}.json")), peer.get("b_dflash", {})
     if o:
         bm = o["block_mask"]
         print(f"DFlash block mask (512 anchors x 16, ctx 3072): dflash GPU build {bm['gpu_build_ms']:.4f} ms"
@@ -68,8 +71,8 @@ def main():
               f" eager (first call) {fmt_opt(p.get('create_block_mask_eager_s'), 1000)} ms")
         print(f"PyTorch (b) enable_gqa fwd {fmt_opt(p.get('fwd_ms'))} fwd+bwd {fmt_opt(p.get('fb_ms'))} ms;"
               f" repeated K/V fwd {fmt_opt(p.get('fwd_repeat_kv_ms'))} fwd+bwd {fmt_opt(p.get('fb_repeat_kv_ms'))} ms")
-    for c in CASES:
-        o = load(os.path.join(d, f"ours_{c}.json"))
+    for c in cases:
+        o = load(os.path.join(d, f"ours_{c}{sfx}.json"))
         if o:
             bm = o["block_mask"]
             ks = " ".join(f"{k['name']}:{k['registers']}r/{k['local_bytes']}B" for k in o["compile"]["kernels"])

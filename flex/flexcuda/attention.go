@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"strconv"
 	"sync"
 
@@ -21,6 +22,40 @@ type Config struct {
 	FP16    bool // fp16 storage instead of bf16
 	BlockQ  int  // BlockMask q block; 0 means 128
 	BlockKV int  // BlockMask kv block; 0 means 128
+	// FwdVariant and BwdVariant pick the kernel versions of docs/PERF.md:
+	// 3 or 4; 0 means the environment's DFLASH_FLEX_FWD / DFLASH_FLEX_BWD
+	// ("3" or "4") when set, else the default of DefaultVariants.
+	FwdVariant, BwdVariant int
+}
+
+// DefaultVariants returns the forward and backward kernel versions used for
+// head dimension d when Config leaves them 0 (chosen from the v4 ratio table
+// in docs/PERF.md).
+func DefaultVariants(d int) (fwd, bwd int) {
+	if d >= 256 {
+		return 3, 4
+	}
+	return 4, 4
+}
+
+// variant resolves one of Config's variant fields.
+func variant(v int, env string, def int) (int, error) {
+	if v == 0 {
+		switch os.Getenv(env) {
+		case "":
+			v = def
+		case "3":
+			v = 3
+		case "4":
+			v = 4
+		default:
+			return 0, fmt.Errorf("flexcuda: %s=%q: want 3 or 4", env, os.Getenv(env))
+		}
+	}
+	if v != 3 && v != 4 {
+		return 0, fmt.Errorf("flexcuda: kernel variant %d: want 3 or 4", v)
+	}
+	return v, nil
 }
 
 // Kernel parameters before the FlexArgs slots, and the most a launch takes.
@@ -57,6 +92,7 @@ type attnDev struct {
 	args                 *cuda.Args
 	slots                []uint64
 	dlt, dqacc           gpu.Buffer
+	dkacc, dvacc         gpu.Buffer // fp32 dK, dV of the split backward (v4, GQA)
 }
 
 // New generates the kernels of mask and score (nil: the identity) for cfg.
@@ -71,7 +107,17 @@ func New(cache *jit.Cache, mask *flex.MaskProgram, score *flex.ScoreProgram, cfg
 	if cfg.BlockKV == 0 {
 		cfg.BlockKV = flex.DefaultBlock
 	}
-	spec := Spec{HeadDim: cfg.HeadDim, FP16: cfg.FP16, Group: cfg.Group, BlockQ: cfg.BlockQ, BlockKV: cfg.BlockKV, MaskHash: mask.Hash()}
+	df, db := DefaultVariants(cfg.HeadDim)
+	fv, err := variant(cfg.FwdVariant, "DFLASH_FLEX_FWD", df)
+	if err != nil {
+		return nil, err
+	}
+	bv, err := variant(cfg.BwdVariant, "DFLASH_FLEX_BWD", db)
+	if err != nil {
+		return nil, err
+	}
+	spec := Spec{HeadDim: cfg.HeadDim, FP16: cfg.FP16, Group: cfg.Group, BlockQ: cfg.BlockQ, BlockKV: cfg.BlockKV, MaskHash: mask.Hash(),
+		FwdV4: fv == 4, BwdV4: bv == 4}
 	var sp []flex.Param
 	if score != nil {
 		spec.ScoreHash = score.Hash()
@@ -91,7 +137,8 @@ func New(cache *jit.Cache, mask *flex.MaskProgram, score *flex.ScoreProgram, cfg
 	a := &Attention{spec: spec, mask: mask, score: score, layout: l, devs: map[string]*attnDev{}}
 	params := map[string]string{"head_dim": strconv.Itoa(spec.HeadDim), "fp16": strconv.FormatBool(spec.FP16),
 		"group": strconv.Itoa(spec.Group), "block_q": strconv.Itoa(spec.BlockQ), "block_kv": strconv.Itoa(spec.BlockKV),
-		"mask": short(spec.MaskHash), "score": short(spec.ScoreHash)}
+		"mask": short(spec.MaskHash), "score": short(spec.ScoreHash),
+		"fwd_variant": strconv.Itoa(fv), "bwd_variant": strconv.Itoa(bv)}
 	fsrc, err := Source("flex_fwd.cu", spec, l.program(mask, score, false))
 	if err != nil {
 		return nil, err
@@ -157,7 +204,7 @@ func (a *Attention) device(ctx context.Context, d *gpu.Device, backward bool) (*
 	}
 	var err error
 	if st.fwd == nil {
-		if st.fwd, err = a.fwd.load(ctx, d, "flex_fwd", a.spec.BlockQ/16*32); err != nil {
+		if st.fwd, err = a.fwd.load(ctx, d, "flex_fwd", a.spec.fwdThreads()); err != nil {
 			return nil, err
 		}
 	}
@@ -180,7 +227,7 @@ func (a *Attention) Release(d *gpu.Device) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if st := a.devs[d.LoaderID()]; st != nil {
-		for _, b := range []*gpu.Buffer{&st.dlt, &st.dqacc} {
+		for _, b := range []*gpu.Buffer{&st.dlt, &st.dqacc, &st.dkacc, &st.dvacc} {
 			if b.Size > 0 {
 				d.Free(*b)
 				*b = gpu.Buffer{}
@@ -281,7 +328,11 @@ func (a *Attention) forward(d *gpu.Device, st *attnDev, c *Call) error {
 	for _, s := range st.slots[:n] {
 		args.I64(int64(s))
 	}
-	return st.fwd.launch(d, c.Stream, cuda.Dim(uint32(m.NumQBlocks), uint32(dm.HeadsQ), uint32(dm.Batch)), smem, args)
+	grid := cuda.Dim(uint32(m.NumQBlocks), uint32(dm.HeadsQ), uint32(dm.Batch))
+	if a.spec.FwdV4 {
+		grid = cuda.Dim(uint32(dm.HeadsQ*dm.Batch), uint32(m.NumQBlocks), 1)
+	}
+	return st.fwd.launch(d, c.Stream, grid, smem, args)
 }
 
 // Backward computes DQ, DK and DV (and the score tensors' gradients) from
@@ -292,7 +343,8 @@ func (a *Attention) forward(d *gpu.Device, st *attnDev, c *Call) error {
 //	DQ_i = scale Σ_j dS_ij k_j,  DK_j = scale Σ_i dS_ij q_i
 //
 // summing DK and DV over each kv head's query heads without copying K or V.
-// DQ is accumulated in float32 with atomics (not bitwise deterministic).
+// DQ is accumulated in float32 with atomics (not bitwise deterministic);
+// so are DK and DV in the v4 backward with GQA (one CTA per query head).
 func (a *Attention) Backward(d *gpu.Device, c *Call) error {
 	a.check(c, true)
 	st, err := a.device(context.Background(), d, true)
@@ -306,6 +358,20 @@ func (a *Attention) Backward(d *gpu.Device, c *Call) error {
 	}
 	if err := grow(d, &st.dqacc, int64(rows)*int64(D)*4); err != nil {
 		return err
+	}
+	split := a.spec.bwdSplit()
+	kvElems := dm.Batch * dm.HeadsKV * dm.LenKV * D
+	dkPtr, dvPtr := c.DK.Ptr, c.DV.Ptr
+	if split {
+		for _, b := range []*gpu.Buffer{&st.dkacc, &st.dvacc} {
+			if err := grow(d, b, int64(kvElems)*4); err != nil {
+				return err
+			}
+			if err := d.Memset(*b, 0, c.Stream); err != nil {
+				return fmt.Errorf("flexcuda: zero dK/dV workspace: %w", err)
+			}
+		}
+		dkPtr, dvPtr = st.dkacc.Ptr, st.dvacc.Ptr
 	}
 	smem := BwdResources(a.spec, m.NumQBlocks).SharedMem
 	if err := st.dkdv.ensureSmem(smem); err != nil {
@@ -326,7 +392,7 @@ func (a *Attention) Backward(d *gpu.Device, c *Call) error {
 		return err
 	}
 	args = st.args.Reset().Ptr(c.Q.Ptr).Ptr(c.K.Ptr).Ptr(c.V.Ptr).Ptr(c.DOut.Ptr).Ptr(c.LSE.Ptr).Ptr(st.dlt.Ptr).
-		Ptr(c.DK.Ptr).Ptr(c.DV.Ptr).Ptr(st.dqacc.Ptr).
+		Ptr(dkPtr).Ptr(dvPtr).Ptr(st.dqacc.Ptr).
 		Ptr(m.QNum.Ptr).Ptr(m.QIdx.Ptr).Ptr(m.FullQNum.Ptr).Ptr(m.FullQIdx.Ptr).
 		I32(int32(dm.HeadsQ)).I32(int32(dm.LenQ)).I32(int32(dm.LenKV)).I32(int32(m.MaskBatch)).I32(int32(m.MaskHeads)).
 		I32(int32(m.NumQBlocks)).I32(int32(m.NumKVBlocks)).F32(a.scale(c))
@@ -334,8 +400,22 @@ func (a *Attention) Backward(d *gpu.Device, c *Call) error {
 		args.I64(int64(s))
 	}
 	grid := cuda.Dim(uint32(m.NumKVBlocks), uint32(dm.HeadsKV), uint32(dm.Batch))
+	switch {
+	case split:
+		grid = cuda.Dim(uint32(dm.HeadsQ), uint32(m.NumKVBlocks), uint32(dm.Batch))
+	case a.spec.BwdV4:
+		grid = cuda.Dim(uint32(dm.HeadsKV), uint32(m.NumKVBlocks), uint32(dm.Batch))
+	}
 	if err := st.dkdv.launch(d, c.Stream, grid, smem, args); err != nil {
 		return err
+	}
+	if split {
+		for _, p := range [][2]gpu.Buffer{{st.dkacc, c.DK}, {st.dvacc, c.DV}} {
+			args = st.args.Reset().Ptr(p[0].Ptr).Ptr(p[1].Ptr).I64(int64(kvElems))
+			if err := st.conv.launch(d, c.Stream, cuda.Dim(uint32(ceilDiv(kvElems, 512)), 1, 1), 0, args); err != nil {
+				return err
+			}
+		}
 	}
 	total := rows * D
 	args = st.args.Reset().Ptr(st.dqacc.Ptr).Ptr(c.DQ.Ptr).I64(int64(total))

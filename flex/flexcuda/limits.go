@@ -15,14 +15,14 @@ type Resources struct {
 
 // FwdResources is the launch shape of flex_fwd for s with nkvb kv blocks.
 func FwdResources(s Spec, nkvb int) Resources {
-	bn := 64
+	bn := 64 // FLEX_BN of flex_fwd.cu
 	switch {
 	case s.HeadDim >= 256:
 		bn = 32
-	case s.HeadDim == 128:
+	case s.HeadDim == 128 && s.fwdMT() == 1:
 		bn = 128
 	}
-	return Resources{Kernel: "flex_fwd", SharedMem: (s.BlockQ+4*bn)*s.HeadDim*2 + 8*nkvb, Threads: s.BlockQ / 16 * 32}
+	return Resources{Kernel: "flex_fwd", SharedMem: (s.BlockQ+4*bn)*s.HeadDim*2 + 8*nkvb, Threads: s.fwdThreads()}
 }
 
 // BwdResources is the launch shape of flex_bwd_dkdv for s with nqb q blocks.
