@@ -172,32 +172,11 @@ func ParseConfig(raw []byte) (*Config, error) {
 		if !ok || string(v) == "null" {
 			continue
 		}
-		var rp map[string]json.RawMessage
-		if err := json.Unmarshal(v, &rp); err != nil {
-			return nil, fmt.Errorf("%s: %w", key, err)
+		s, err := parseRope(key, v, &c.RopeTheta)
+		if err != nil {
+			return nil, err
 		}
-		sp := parser{m: rp, prefix: key + "."}
-		sp.float("rope_theta", &c.RopeTheta, false)
-		s := &tensor.RopeScaling{}
-		sp.str("rope_type", &s.Type, false)
-		if s.Type == "" {
-			sp.str("type", &s.Type, false)
-		}
-		sp.float("factor", &s.Factor, false)
-		sp.float("low_freq_factor", &s.LowFreqFactor, false)
-		sp.float("high_freq_factor", &s.HighFreqFactor, false)
-		sp.int("original_max_position_embeddings", &s.OriginalMaxPositions, false)
-		if sp.err != nil {
-			return nil, sp.err
-		}
-		switch s.Type {
-		case "", "default":
-			c.RopeScaling = nil
-		case "linear", "llama3":
-			c.RopeScaling = s
-		default:
-			return nil, fmt.Errorf("%s.rope_type %q is not supported (want default, linear or llama3)", key, s.Type)
-		}
+		c.RopeScaling = s
 	}
 	if p.err != nil {
 		return nil, p.err
@@ -210,6 +189,63 @@ func ParseConfig(raw []byte) (*Config, error) {
 
 // parser reads typed fields from a JSON object and keeps the first error,
 // naming the field.
+// RopeScalingJSON returns s as HF's rope_scaling object (nil for nil), the
+// inverse of ParseRopeScaling.
+func RopeScalingJSON(s *tensor.RopeScaling) map[string]any {
+	if s == nil {
+		return nil
+	}
+	sc := map[string]any{"rope_type": s.Type, "factor": s.Factor}
+	if s.Type == "llama3" {
+		sc["low_freq_factor"] = s.LowFreqFactor
+		sc["high_freq_factor"] = s.HighFreqFactor
+		sc["original_max_position_embeddings"] = s.OriginalMaxPositions
+	}
+	return sc
+}
+
+// ParseRopeScaling parses an HF rope_scaling object (null or absent: none).
+// Types default (nil), linear and llama3 are supported; rope_type or the
+// legacy type names the type. Errors name the field under rope_scaling.
+func ParseRopeScaling(raw json.RawMessage) (*tensor.RopeScaling, error) {
+	if len(bytes.TrimSpace(raw)) == 0 || string(bytes.TrimSpace(raw)) == "null" {
+		return nil, nil
+	}
+	var theta float64
+	return parseRope("rope_scaling", raw, &theta)
+}
+
+// parseRope reads the rope object under key (rope_scaling or
+// rope_parameters) and returns its scaling (nil for the default type); a
+// rope_theta there is stored in theta.
+func parseRope(key string, raw json.RawMessage, theta *float64) (*tensor.RopeScaling, error) {
+	var rp map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &rp); err != nil {
+		return nil, fmt.Errorf("%s: %w", key, err)
+	}
+	sp := parser{m: rp, prefix: key + "."}
+	sp.float("rope_theta", theta, false)
+	s := &tensor.RopeScaling{}
+	sp.str("rope_type", &s.Type, false)
+	if s.Type == "" {
+		sp.str("type", &s.Type, false)
+	}
+	sp.float("factor", &s.Factor, false)
+	sp.float("low_freq_factor", &s.LowFreqFactor, false)
+	sp.float("high_freq_factor", &s.HighFreqFactor, false)
+	sp.int("original_max_position_embeddings", &s.OriginalMaxPositions, false)
+	if sp.err != nil {
+		return nil, sp.err
+	}
+	switch s.Type {
+	case "", "default":
+		return nil, nil
+	case "linear", "llama3":
+		return s, nil
+	}
+	return nil, fmt.Errorf("%s.rope_type %q is not supported (want default, linear or llama3)", key, s.Type)
+}
+
 type parser struct {
 	m      map[string]json.RawMessage
 	prefix string
@@ -261,13 +297,7 @@ func (c *Config) HFConfig(dtype string) ([]byte, error) {
 	}
 	rope := map[string]any{"rope_type": "default", "rope_theta": c.RopeTheta}
 	var scaling any
-	if s := c.RopeScaling; s != nil {
-		sc := map[string]any{"rope_type": s.Type, "factor": s.Factor}
-		if s.Type == "llama3" {
-			sc["low_freq_factor"] = s.LowFreqFactor
-			sc["high_freq_factor"] = s.HighFreqFactor
-			sc["original_max_position_embeddings"] = s.OriginalMaxPositions
-		}
+	if sc := RopeScalingJSON(c.RopeScaling); sc != nil {
 		scaling = sc
 		rope = map[string]any{"rope_theta": c.RopeTheta}
 		for k, v := range sc {

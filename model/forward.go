@@ -132,7 +132,7 @@ func (m *Model) Logits(tp *tensor.Tape, final *tensor.Tensor) *tensor.Tensor {
 
 // Loss returns the chunked cross-entropy of the LM head on final against
 // targets (−1 = ignored) with optional per-row weights (see tensor.LMHeadXent).
-func (m *Model) Loss(tp *tensor.Tape, final *tensor.Tensor, targets []int32, weights []float32, chunkRows int) *tensor.Xent[float32] {
+func (m *Model) Loss(tp *tensor.Tape, final *tensor.Tensor, targets []int32, weights []float64, chunkRows int) *tensor.Xent[float32] {
 	return tp.LMHeadXent(final, m.LMHead, targets, weights, chunkRows)
 }
 

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"dflash/safetensors"
@@ -180,7 +181,7 @@ func Load(dir string) (*Model, error) {
 		if !ok {
 			return nil, fmt.Errorf("%s: tensor %q is missing", dir, p.Name)
 		}
-		if !sameShape(info.Shape, p.Shape) {
+		if !slices.Equal(info.Shape, p.Shape) {
 			return nil, fmt.Errorf("%s: tensor %q has shape %v, config.json implies %v", dir, p.Name, info.Shape, p.Shape)
 		}
 		if err := w.Float32Into(p.Name, p.Data); err != nil {
@@ -198,18 +199,6 @@ func Load(dir string) (*Model, error) {
 		slog.Warn("model: tensors not used", "dir", dir, "count", len(unused), "first", unused[0])
 	}
 	return m, nil
-}
-
-func sameShape(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // Save writes the model as an HF directory that transformers loads:

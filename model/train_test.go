@@ -39,9 +39,9 @@ func TestGradientsFiniteDifferences(t *testing.T) {
 				ids[i] = int32(rng.IntN(cfg.VocabSize))
 			}
 			targets := NextTokenTargets(ids, batch, length)
-			weights := make([]float32, len(ids))
+			weights := make([]float64, len(ids))
 			for i := range weights {
-				weights[i] = float32(0.5 + rng.Float64())
+				weights[i] = 0.5 + rng.Float64()
 			}
 			pos := randPos(rng, batch, length)
 			lossAt := func(tp *tensor.Tape) *tensor.Tensor {

@@ -2,6 +2,7 @@ package tensor
 
 import (
 	"fmt"
+	"slices"
 
 	"dflash/flex"
 )
@@ -43,7 +44,7 @@ func AttentionDims[T Float](q, k *Of[T]) flex.Dims {
 // the score program are not propagated.
 func (tp *TapeOf[T]) Attention(q, k, v *Of[T], bm *flex.BlockMask, score *flex.ScoreProgram, args *flex.Args, scale float64) *Of[T] {
 	d := AttentionDims(q, k)
-	if !sameShape(k.Shape, v.Shape) {
+	if !slices.Equal(k.Shape, v.Shape) {
 		panic(fmt.Sprintf("tensor.Attention: k %v and v %v differ", k, v))
 	}
 	if err := d.Check(); err != nil {

@@ -9,7 +9,9 @@ import (
 type GemmPath int
 
 const (
-	// GemmAuto picks, once, the fastest path this machine has: the packed
+	// GemmAuto multiplies products of at most 4 rows without packing
+	// (matrix–vector style) and picks, once, for the rest the fastest path
+	// this machine has: the packed
 	// GEMM with the AVX2/FMA micro-kernel for float32 on amd64 CPUs that have
 	// it; else gonum's Sgemm for float32 (faster than the portable kernel
 	// where there is no SIMD kernel of ours); the portable packed GEMM for float64.
@@ -24,6 +26,10 @@ const (
 func (c *CPU[T]) Gemm(transA, transB bool, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, beta T, cc []T, ldc int) {
 	fast, hasFast := fastKernel[T]()
 	path := c.gemm
+	if path == GemmAuto && m <= gemvMaxRows {
+		gemvSmall(c, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, cc, ldc)
+		return
+	}
 	if path == GemmAuto {
 		path = GemmGonum
 		if hasFast {

@@ -70,7 +70,7 @@ func (tp *TapeOf[T]) Linear(x, w, b *Of[T]) *Of[T] {
 
 // Add returns a + b (same shape). Gradients: da += dy, db += dy.
 func (tp *TapeOf[T]) Add(a, b *Of[T]) *Of[T] {
-	if !sameShape(a.Shape, b.Shape) {
+	if !slices.Equal(a.Shape, b.Shape) {
 		panic(fmt.Sprintf("tensor.Add: shapes differ: %v and %v", a, b))
 	}
 	y := New[T](a.Name+"+", a.Shape...)
@@ -126,7 +126,7 @@ func (tp *TapeOf[T]) Concat(axis int, xs ...*Of[T]) *Of[T] {
 	shape[axis] = 0
 	inner := make([]int, len(xs))
 	for i, x := range xs {
-		if len(x.Shape) != len(first.Shape) || numel(x.Shape[:axis]) != outer || !sameShape(x.Shape[axis+1:], first.Shape[axis+1:]) {
+		if len(x.Shape) != len(first.Shape) || numel(x.Shape[:axis]) != outer || !slices.Equal(x.Shape[axis+1:], first.Shape[axis+1:]) {
 			panic(fmt.Sprintf("tensor.Concat: %v does not match %v on axis %d", x, first, axis))
 		}
 		shape[axis] += x.Shape[axis]
@@ -221,7 +221,7 @@ func (tp *TapeOf[T]) RMSNorm(x, w *Of[T], eps float64) *Of[T] {
 // SwiGLU returns silu(gate)⊙up with silu(g) = g·σ(g).
 // Gradients: dgate = dy⊙up⊙σ(g)(1 + g(1−σ(g))), dup = dy⊙silu(g).
 func (tp *TapeOf[T]) SwiGLU(gate, up *Of[T]) *Of[T] {
-	if !sameShape(gate.Shape, up.Shape) {
+	if !slices.Equal(gate.Shape, up.Shape) {
 		panic(fmt.Sprintf("tensor.SwiGLU: shapes differ: %v and %v", gate, up))
 	}
 	y := New[T]("swiglu", gate.Shape...)

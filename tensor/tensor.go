@@ -118,15 +118,3 @@ func numel(shape []int) int {
 	}
 	return n
 }
-
-func sameShape(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}

@@ -27,9 +27,12 @@ const DefaultXentChunk = 1 << 22
 //
 //	CE_i = logsumexp(h_i·Wᵀ) − h_i·W_{t_i},  loss = Σ w_i·CE_i / Σ w_i
 //
-// Backward recomputes each chunk's logits: with G = dloss·w_i/Σw·(softmax − onehot),
-// dh_i += G_i·W and dW += Gᵀ·h.
-func (tp *TapeOf[T]) LMHeadXent(h, w *Of[T], targets []int32, weights []float32, chunkRows int) *Xent[T] {
+// With G_i = w_i/Σw·(softmax(h_i·Wᵀ) − onehot(t_i)) the gradients are
+// dh_i += dloss·G_i·W and dW += dloss·Gᵀ·h. When the tape records and h or W
+// needs a gradient, G·W and Gᵀ·h are computed in the same pass as the loss
+// (so the logits are computed once) and kept, [N, H] and [V, H], until the
+// backward step scales them by dloss.
+func (tp *TapeOf[T]) LMHeadXent(h, w *Of[T], targets []int32, weights []float64, chunkRows int) *Xent[T] {
 	if len(h.Shape) != 2 || len(w.Shape) != 2 || h.Shape[1] != w.Shape[1] {
 		panic(fmt.Sprintf("tensor.LMHeadXent: hidden %v does not match head %v ([vocab, hidden])", h, w))
 	}
@@ -41,75 +44,73 @@ func (tp *TapeOf[T]) LMHeadXent(h, w *Of[T], targets []int32, weights []float32,
 	if chunkRows <= 0 {
 		chunkRows = max(1, DefaultXentChunk/vocab)
 	}
+	weight := func(i int32) float64 {
+		if weights == nil {
+			return 1
+		}
+		return weights[i]
+	}
 	res := &Xent[T]{Loss: New[T]("xent", 1), RowLoss: make([]T, n), Argmax: make([]int32, n)}
 	var active []int32
-	var scale []T // w_i / Σw for active rows, in order
 	for i := range n {
 		res.Argmax[i] = -1
-		wi := float32(1)
-		if weights != nil {
-			wi = weights[i]
-		}
-		if targets[i] >= 0 && wi > 0 {
+		if wi := weight(int32(i)); targets[i] >= 0 && wi > 0 {
 			active = append(active, int32(i))
-			scale = append(scale, T(wi))
-			res.WeightSum += float64(wi)
+			res.WeightSum += wi
 		}
 	}
 	if len(active) == 0 {
 		return res
 	}
-	for i := range scale {
-		scale[i] = T(float64(scale[i]) / res.WeightSum)
-	}
-	hc := make([]T, min(chunkRows, len(active))*hid)
-	logits := make([]T, min(chunkRows, len(active))*vocab)
-	tgt := make([]int32, min(chunkRows, len(active)))
-	rowLoss := make([]T, len(tgt))
-	amax := make([]int32, len(tgt))
-	// chunk computes the logits of active[lo:hi] into logits and turns them
-	// into g·scale·(softmax − onehot), recording losses and argmax.
-	chunk := func(lo, hi int, g T) (rows int) {
-		rows = hi - lo
-		ids := active[lo:hi]
-		tp.b.Gather(h.Data, hid, ids, hc[:rows*hid])
-		tp.b.Gemm(false, true, rows, vocab, hid, 1, hc, hid, w.Data, hid, 0, logits, vocab)
-		sc := make([]T, rows)
-		for j, id := range ids {
-			tgt[j] = targets[id]
-			sc[j] = g * scale[lo+j]
+	rows := min(chunkRows, len(active))
+	hc := make([]T, rows*hid)
+	logits := make([]T, rows*vocab)
+	tgt := make([]int32, rows)
+	scale := make([]T, rows)
+	rowLoss := make([]T, rows)
+	amax := make([]int32, rows)
+	var dh, dhc, dw []T // G·W of every row, of one chunk, and Gᵀ·h
+	if tp.needs(h, w) {
+		if h.RequiresGrad {
+			dh, dhc = make([]T, n*hid), make([]T, rows*hid)
 		}
-		tp.b.SoftmaxXent(logits[:rows*vocab], rows, vocab, tgt[:rows], sc, rowLoss[:rows], amax[:rows])
-		return rows
+		if w.RequiresGrad {
+			dw = make([]T, vocab*hid)
+		}
 	}
 	var total float64
 	for lo := 0; lo < len(active); lo += chunkRows {
-		hi := min(lo+chunkRows, len(active))
-		chunk(lo, hi, 1)
-		for j, id := range active[lo:hi] {
+		ids := active[lo:min(lo+chunkRows, len(active))]
+		m := len(ids)
+		tp.b.Gather(h.Data, hid, ids, hc[:m*hid])
+		tp.b.Gemm(false, true, m, vocab, hid, 1, hc, hid, w.Data, hid, 0, logits, vocab)
+		for j, id := range ids {
+			tgt[j] = targets[id]
+			scale[j] = T(weight(id) / res.WeightSum)
+		}
+		tp.b.SoftmaxXent(logits[:m*vocab], m, vocab, tgt[:m], scale[:m], rowLoss[:m], amax[:m])
+		for j, id := range ids {
 			res.RowLoss[id] = rowLoss[j]
 			res.Argmax[id] = amax[j]
-			total += float64(rowLoss[j]) * float64(scale[lo+j])
+			total += weight(id) * float64(rowLoss[j])
+		}
+		if dh != nil {
+			tp.b.Gemm(false, false, m, hid, vocab, 1, logits, vocab, w.Data, hid, 0, dhc, hid)
+			tp.b.ScatterAdd(dhc[:m*hid], hid, ids, dh)
+		}
+		if dw != nil {
+			tp.b.Gemm(true, false, vocab, hid, m, 1, logits, vocab, hc, hid, 1, dw, hid)
 		}
 	}
-	res.Loss.Data[0] = T(total)
-	if tp.needs(h, w) {
+	res.Loss.Data[0] = T(total / res.WeightSum)
+	if dh != nil || dw != nil {
 		tp.Record(res.Loss, func() {
 			g := res.Loss.Grad[0]
-			var dhc []T
-			if h.RequiresGrad {
-				dhc = make([]T, len(hc))
-				h.EnsureGrad()
+			if dh != nil {
+				tp.b.Axpy(g, dh, h.EnsureGrad())
 			}
-			for lo := 0; lo < len(active); lo += chunkRows {
-				rows := chunk(lo, min(lo+chunkRows, len(active)), g)
-				if h.RequiresGrad {
-					tp.b.Gemm(false, false, rows, hid, vocab, 1, logits, vocab, w.Data, hid, 0, dhc, hid)
-					tp.b.ScatterAdd(dhc[:rows*hid], hid, active[lo:lo+rows], h.Grad)
-				}
-				if w.RequiresGrad {
-					tp.b.Gemm(true, false, vocab, hid, rows, 1, logits, vocab, hc, hid, 1, w.EnsureGrad(), hid)
-				}
+			if dw != nil {
+				tp.b.Axpy(g, dw, w.EnsureGrad())
 			}
 		})
 	}

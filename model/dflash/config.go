@@ -1,12 +1,14 @@
 package dflash
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"math"
 	"os"
 	"path/filepath"
+
+	"dflash/model"
+	"dflash/tensor"
 )
 
 // Config describes a DFlash drafter: its own Qwen3-style shape and the DFlash
@@ -124,12 +126,20 @@ func (c *Config) Validate() error {
 	if c.Target.NumLayers != 0 && c.Target.NumLayers != c.NumTargetLayers {
 		return fmt.Errorf("field num_target_layers: %d differs from dflash_config.target.num_hidden_layers %d", c.NumTargetLayers, c.Target.NumLayers)
 	}
-	if len(c.RopeScaling) > 0 && !bytes.Equal(bytes.TrimSpace(c.RopeScaling), []byte("null")) {
-		if _, err := ropeScalingOf(c.RopeScaling); err != nil {
-			return fmt.Errorf("field rope_scaling: %w", err)
-		}
+	if _, err := c.Rope(); err != nil {
+		return fmt.Errorf("field %w", err)
 	}
 	return nil
+}
+
+// Rope returns the drafter's rotary frequencies: the target's rope_theta and
+// rope_scaling (see model.ParseRopeScaling and tensor.NewRope).
+func (c *Config) Rope() (*tensor.Rope, error) {
+	s, err := model.ParseRopeScaling(c.RopeScaling)
+	if err != nil {
+		return nil, err
+	}
+	return tensor.NewRope(c.HeadDim, c.RopeTheta, s)
 }
 
 // configJSON is the on-disk layout of config.json.

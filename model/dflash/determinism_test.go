@@ -20,36 +20,10 @@ func TestStepDeterministic(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, 6))
-	c := testConfig()
-	d := New[float32](c, rng)
-	for _, p := range d.Params() {
-		if len(p.Shape) == 2 {
-			p.FillNormal(rng, 0, 1/math.Sqrt(float64(p.Shape[1])))
-		} else {
-			p.FillNormal(rng, 1, 0.2)
-		}
-	}
-	head := Head[float32]{Embed: tensor.New[float32]("embed", c.VocabSize, c.HiddenSize), LMHead: tensor.New[float32]("lm", c.VocabSize, c.HiddenSize)}
-	head.Embed.FillNormal(rng, 0, 1)
-	head.LMHead.FillNormal(rng, 0, 0.3)
 	// 2 rows of 300 tokens, 48 anchors of block 4: 192 queries and 492
 	// keys, so 2 q tiles and 4 kv blocks of the default 128.
-	R, S, anchors := 2, 300, 48
-	b := &Batch{Rows: R, Len: S, IDs: make([]int32, R*S), LossMask: make([]uint8, R*S), SeqLen: []int{S, S - 37}}
-	for r := 0; r < R; r++ {
-		for i := 0; i < b.SeqLen[r]; i++ {
-			b.IDs[r*S+i] = int32(rng.IntN(c.VocabSize - 1))
-			b.LossMask[r*S+i] = uint8(min(1, rng.IntN(5)))
-		}
-	}
-	for range c.TargetLayerIDs {
-		h := make([]float32, R*S*c.HiddenSize)
-		for i := range h {
-			h[i] = float32(rng.NormFloat64())
-		}
-		b.Hidden = append(b.Hidden, h)
-	}
-	bl := BuildBlocks(c, b, SampleBatchAnchors(rng, b, anchors))
+	const S = 300
+	d, head, b, bl := randomDrafter[float32](rng, S, []int{S, S - 37}, 48)
 	step := func() (float32, [][]float32) {
 		for _, p := range d.Params() {
 			p.ZeroGrad()

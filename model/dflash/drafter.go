@@ -24,10 +24,9 @@ type Drafter[T tensor.Float] struct {
 	Layers     []Layer[T]
 	Norm       *tensor.Of[T]
 
-	// LossChunk is the number of block slots whose logits exist at once (0: 256).
+	// LossChunk is the number of block slots whose logits exist at once
+	// (≤ 0: tensor.LMHeadXent's default).
 	LossChunk int
-
-	attn attentionFunc[T]
 }
 
 // Head is the target's frozen embedding E [V, H] and LM head W_lm [V, H]
@@ -42,7 +41,7 @@ func New[T tensor.Float](c *Config, rng *rand.Rand) *Drafter[T] {
 	if err := c.Validate(); err != nil {
 		panic("dflash: New: " + err.Error())
 	}
-	d := &Drafter[T]{Cfg: c, attn: flexAttention[T]}
+	d := &Drafter[T]{Cfg: c}
 	for _, p := range d.alloc() {
 		if len(p.Shape) == 1 {
 			p.Fill(1)
@@ -101,9 +100,10 @@ type Output[T tensor.Float] struct {
 }
 
 // Forward runs the drafter on batch b with blocks bl and returns the loss
-// and predictions. With train, tp must be a recording tape and the backward
-// pass is recorded (call tp.Backward(out.Loss)); without, pass an inference
-// tape (tensor.NewInference) and nothing is recorded.
+// and predictions. With train, tp must be a recording tape (tensor.NewTape)
+// and the backward pass is recorded (call tp.Backward(out.Loss)); without,
+// pass an inference tape (tensor.NewInference): recording is the tape's
+// choice, so a recording tape records whatever train says.
 func (d *Drafter[T]) Forward(tp *tensor.TapeOf[T], train bool, head Head[T], b *Batch, bl *Blocks) (*Output[T], error) {
 	c := d.Cfg
 	H, D, nh, nkv := c.HiddenSize, c.HeadDim, c.NumHeads, c.NumKVHeads
@@ -116,10 +116,6 @@ func (d *Drafter[T]) Forward(tp *tensor.TapeOf[T], train bool, head Head[T], b *
 		panic(fmt.Sprintf("dflash: Forward: head %v / %v for vocab %d, hidden %d", head.Embed, head.LMHead, c.VocabSize, H))
 	}
 	R, S, nB := b.Rows, b.Len, bl.N*bl.B
-	attn := d.attn
-	if attn == nil {
-		attn = flexAttention[T]
-	}
 
 	// Context features u = RMSNorm(fc(concat taps)), [R*S, H].
 	ctx := tensor.New[T]("context", R*S, k*H)
@@ -134,8 +130,11 @@ func (d *Drafter[T]) Forward(tp *tensor.TapeOf[T], train bool, head Head[T], b *
 	u := tp.RMSNorm(tp.Linear(ctx, d.FC, nil), d.HiddenNorm, c.RMSNormEps)
 
 	// Rotary tables: block rows at a+s, context rows at 0..S-1 followed by the blocks.
-	inv := c.InvFreq()
-	qCos, qSin := ropeTables[T](inv, bl.Pos)
+	rope, err := c.Rope()
+	if err != nil {
+		return nil, fmt.Errorf("dflash: config: %w", err)
+	}
+	qRope := tensor.Table[T](rope, bl.Pos)
 	kvPos := make([]int32, 0, R*(S+nB))
 	for r := 0; r < R; r++ {
 		for i := 0; i < S; i++ {
@@ -143,7 +142,7 @@ func (d *Drafter[T]) Forward(tp *tensor.TapeOf[T], train bool, head Head[T], b *
 		}
 		kvPos = append(kvPos, bl.Pos[r*nB:(r+1)*nB]...)
 	}
-	kCos, kSin := ropeTables[T](inv, kvPos)
+	kRope := tensor.Table[T](rope, kvPos)
 
 	dims := flex.DFlashDims(R, nh, nkv, bl.N, bl.B, S, D)
 	bm, err := flex.NewBlockMask(flex.DFlashMask(bl.B), flex.DFlashArgs(S, bl.Anchors, bl.N, bl.NumValid), dims, 0, 0)
@@ -157,7 +156,7 @@ func (d *Drafter[T]) Forward(tp *tensor.TapeOf[T], train bool, head Head[T], b *
 	for _, L := range d.Layers {
 		g := tp.RMSNorm(z, L.InputNorm, c.RMSNormEps)
 		q := tp.Reshape(tp.Linear(g, L.Q, nil), R*nB, nh, D)
-		q = ropeOp(tp, train, tp.RMSNorm(q, L.QNorm, c.RMSNormEps), qCos, qSin)
+		q = tp.RoPE(tp.RMSNorm(q, L.QNorm, c.RMSNormEps), qRope)
 		q = tp.Transpose12(tp.Reshape(q, R, nB, nh, D)) // [R, nh, nB, D]
 
 		kv := func(w *tensor.Of[T]) *tensor.Of[T] { // [R, S+nB, nkv*D]: context rows then block rows
@@ -166,11 +165,11 @@ func (d *Drafter[T]) Forward(tp *tensor.TapeOf[T], train bool, head Head[T], b *
 			return tp.Concat(1, kc, kb)
 		}
 		kk := tp.Reshape(kv(L.K), R*(S+nB), nkv, D)
-		kk = ropeOp(tp, train, tp.RMSNorm(kk, L.KNorm, c.RMSNormEps), kCos, kSin)
+		kk = tp.RoPE(tp.RMSNorm(kk, L.KNorm, c.RMSNormEps), kRope)
 		kk = tp.Transpose12(tp.Reshape(kk, R, S+nB, nkv, D))
 		vv := tp.Transpose12(tp.Reshape(kv(L.V), R, S+nB, nkv, D))
 
-		a := attentionOp(tp, train, attn, dims, q, kk, vv, bm, scale)
+		a := tp.Attention(q, kk, vv, bm, nil, bm.Args(), scale)
 		a = tp.Reshape(tp.Transpose12(a), R*nB, nh*D)
 		z = tp.Add(z, tp.Linear(a, L.O, nil))
 		g2 := tp.RMSNorm(z, L.PostNorm, c.RMSNormEps)
@@ -178,7 +177,11 @@ func (d *Drafter[T]) Forward(tp *tensor.TapeOf[T], train bool, head Head[T], b *
 		out.Hidden = append(out.Hidden, z)
 	}
 	o := tp.RMSNorm(z, d.Norm, c.RMSNormEps)
-	out.Loss, out.Pred, out.CE = headLoss(tp, train, o, head.LMHead, bl.Labels, bl.Weights, d.LossChunk)
+	x := tp.LMHeadXent(o, head.LMHead, bl.Labels, bl.Weights, d.LossChunk)
+	out.Loss, out.Pred, out.CE = x.Loss, x.Argmax, make([]float64, len(x.RowLoss))
+	for i, l := range x.RowLoss {
+		out.CE[i] = float64(l)
+	}
 	out.WeightSum = bl.WeightSum
 	return out, nil
 }

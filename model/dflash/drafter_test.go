@@ -16,7 +16,14 @@ import (
 // randomSetup builds a random drafter, head and batch for testConfig.
 func randomSetup[T tensor.Float](t *testing.T, seed uint64) (*Drafter[T], Head[T], *Batch, *Blocks) {
 	t.Helper()
-	rng := rand.New(rand.NewPCG(seed, 4))
+	return randomDrafter[T](rand.New(rand.NewPCG(seed, 4)), 21, []int{21, 17, 12}, 5)
+}
+
+// randomDrafter draws from rng a drafter for testConfig (weights scaled so
+// that gradients are not tiny), a head, and a batch of len(seqLens) rows
+// padded to S tokens with random hidden states and about 80% of positions
+// labelled, and lays out up to anchors blocks per row.
+func randomDrafter[T tensor.Float](rng *rand.Rand, S int, seqLens []int, anchors int) (*Drafter[T], Head[T], *Batch, *Blocks) {
 	c := testConfig()
 	d := New[T](c, rng)
 	for _, p := range d.Params() { // larger than the 0.02 init so gradients are not tiny
@@ -29,8 +36,8 @@ func randomSetup[T tensor.Float](t *testing.T, seed uint64) (*Drafter[T], Head[T
 	head := Head[T]{Embed: tensor.New[T]("embed", c.VocabSize, c.HiddenSize), LMHead: tensor.New[T]("lm", c.VocabSize, c.HiddenSize)}
 	head.Embed.FillNormal(rng, 0, 1)
 	head.LMHead.FillNormal(rng, 0, 0.3)
-	R, S := 3, 21
-	b := &Batch{Rows: R, Len: S, IDs: make([]int32, R*S), LossMask: make([]uint8, R*S), SeqLen: []int{21, 17, 12}}
+	R := len(seqLens)
+	b := &Batch{Rows: R, Len: S, IDs: make([]int32, R*S), LossMask: make([]uint8, R*S), SeqLen: seqLens}
 	for r := 0; r < R; r++ {
 		for i := 0; i < b.SeqLen[r]; i++ {
 			b.IDs[r*S+i] = int32(rng.IntN(c.VocabSize - 1))
@@ -44,8 +51,7 @@ func randomSetup[T tensor.Float](t *testing.T, seed uint64) (*Drafter[T], Head[T
 		}
 		b.Hidden = append(b.Hidden, h)
 	}
-	bl := BuildBlocks(c, b, SampleBatchAnchors(rng, b, 5))
-	return d, head, b, bl
+	return d, head, b, BuildBlocks(c, b, SampleBatchAnchors(rng, b, anchors))
 }
 
 func lossAndGrads(t *testing.T, d *Drafter[float64], head Head[float64], b *Batch, bl *Blocks) (float64, [][]float64) {

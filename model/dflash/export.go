@@ -82,7 +82,7 @@ func LoadDir[T tensor.Float](dir string) (*Drafter[T], error) {
 		return nil, err
 	}
 	defer st.Close()
-	d := &Drafter[T]{Cfg: cfg, attn: flexAttention[T]}
+	d := &Drafter[T]{Cfg: cfg}
 	for _, p := range d.alloc() {
 		info, ok := st.Info(p.Name)
 		if !ok {

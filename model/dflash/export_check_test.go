@@ -33,8 +33,7 @@ func TestWriteExportCheck(t *testing.T) {
 			w.Data[i] = float64(float32(v))
 		}
 	}
-	d.attn = denseAttention[float64]
-	out, err := d.Forward(tensor.NewInference[float64](tensor.NewCPU[float64](2)), false, head, b, bl)
+	out, err := d.Forward(tensor.NewInference[float64](newDenseCPU[float64]()), false, head, b, bl)
 	if err != nil {
 		t.Fatal(err)
 	}

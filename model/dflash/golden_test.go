@@ -144,8 +144,31 @@ func goldenSetup[T tensor.Float](t *testing.T, g *golden) (*Drafter[T], Head[T],
 	return d, head, b, BuildBlocks(c, b, anchors)
 }
 
+// denseCPU is the CPU backend with its attention replaced by the dense
+// masked attention of the reference (denseAttention), used only in tests.
+// It supports the drafter's mask without a score program.
+type denseCPU[T tensor.Float] struct{ *tensor.CPU[T] }
+
+func newDenseCPU[T tensor.Float]() tensor.Backend[T] { return denseCPU[T]{tensor.NewCPU[T](2)} }
+
+// Attention returns the dense attention's output (and no log-sum-exp).
+func (c denseCPU[T]) Attention(d flex.Dims, q, k, v []T, bm *flex.BlockMask, score *flex.ScoreProgram, args *flex.Args, scale float64) (out, lse []T) {
+	if score != nil {
+		panic("denseCPU: score programs are not supported")
+	}
+	out, _ = denseAttention(d, q, k, v, bm, scale)
+	return out, nil
+}
+
+// AttentionBackward recomputes the dense attention and returns its gradients.
+func (c denseCPU[T]) AttentionBackward(d flex.Dims, q, k, v, out, lse, dout []T, bm *flex.BlockMask, score *flex.ScoreProgram, args *flex.Args, scale float64) flex.Grads[T] {
+	_, back := denseAttention(d, q, k, v, bm, scale)
+	dq, dk, dv := back(dout)
+	return flex.Grads[T]{DQ: dq, DK: dk, DV: dv}
+}
+
 // denseAttention is the dense masked attention of the reference (the mask
-// evaluated per element through BlockMask.Allowed), used only in tests.
+// evaluated per element through BlockMask.Allowed).
 func denseAttention[T tensor.Float](d flex.Dims, q, k, v []T, bm *flex.BlockMask, scale float64) ([]T, func([]T) ([]T, []T, []T)) {
 	D, g := d.HeadDim, d.Group()
 	out := make([]T, len(q))
@@ -258,11 +281,10 @@ func relErr(got, want []float64) float64 {
 	return math.Sqrt(num / math.Max(den, 1e-300))
 }
 
-func runGolden[T tensor.Float](t *testing.T, g *golden, attn attentionFunc[T], tol float64) {
+func runGolden[T tensor.Float](t *testing.T, g *golden, backend tensor.Backend[T], tol float64) {
 	d, head, b, bl := goldenSetup[T](t, g)
-	d.attn = attn
 	d.LossChunk = 7 // several chunks, one partial
-	tp := tensor.NewTape[T](tensor.NewCPU[T](2))
+	tp := tensor.NewTape[T](backend)
 	out, err := d.Forward(tp, true, head, b, bl)
 	if err != nil {
 		t.Fatal(err)
@@ -354,8 +376,8 @@ func runGolden[T tensor.Float](t *testing.T, g *golden, attn attentionFunc[T], t
 
 func TestGoldenDense(t *testing.T) {
 	g := openGolden(t)
-	t.Run("float64", func(t *testing.T) { runGolden[float64](t, g, denseAttention[float64], 1e-9) })
-	t.Run("float32", func(t *testing.T) { runGolden[float32](t, g, denseAttention[float32], 1e-4) })
+	t.Run("float64", func(t *testing.T) { runGolden[float64](t, g, newDenseCPU[float64](), 1e-9) })
+	t.Run("float32", func(t *testing.T) { runGolden[float32](t, g, newDenseCPU[float32](), 1e-4) })
 }
 
 func TestGoldenFlex(t *testing.T) {
@@ -363,6 +385,6 @@ func TestGoldenFlex(t *testing.T) {
 		t.Skip("package flex's CPU attention is not available yet")
 	}
 	g := openGolden(t)
-	t.Run("float64", func(t *testing.T) { runGolden[float64](t, g, flexAttention[float64], 1e-9) })
-	t.Run("float32", func(t *testing.T) { runGolden[float32](t, g, flexAttention[float32], 1e-4) })
+	t.Run("float64", func(t *testing.T) { runGolden[float64](t, g, tensor.NewCPU[float64](2), 1e-9) })
+	t.Run("float32", func(t *testing.T) { runGolden[float32](t, g, tensor.NewCPU[float32](2), 1e-4) })
 }

@@ -86,7 +86,7 @@ func DrafterConfigFor(m *model.Model, layers int, taps []int, blockSize, maskTok
 	}
 	var scaling json.RawMessage
 	if tc.RopeScaling != nil {
-		scaling, _ = json.Marshal(tc.RopeScaling)
+		scaling, _ = json.Marshal(model.RopeScalingJSON(tc.RopeScaling))
 	}
 	return &Config{
 		HiddenSize: tc.HiddenSize, IntermediateSize: tc.IntermediateSize, NumLayers: layers,

@@ -52,7 +52,7 @@ func mlpOp[T tensor.Float](tp *tp[T], in []*ten[T]) *ten[T] {
 	return tp.Linear(tp.SwiGLU(tp.Linear(x, in[2], nil), tp.Linear(x, in[3], nil)), in[4], nil)
 }
 
-func xentOp[T tensor.Float](targets []int32, weights []float32, chunk int) opFn[T] {
+func xentOp[T tensor.Float](targets []int32, weights []float64, chunk int) opFn[T] {
 	return func(tp *tp[T], in []*ten[T]) *ten[T] {
 		return tp.LMHeadXent(in[0], in[1], targets, weights, chunk).Loss
 	}
@@ -236,9 +236,9 @@ func opCases(rng *rand.Rand) []opCase {
 	const n, hid, v = 7, 8, 13
 	targets := randIDs(rng, n, v)
 	targets[2] = -1
-	weights := make([]float32, n)
+	weights := make([]float64, n)
 	for i := range weights {
-		weights[i] = float32(0.2 + rng.Float64())
+		weights[i] = 0.2 + rng.Float64()
 	}
 	weights[4] = 0
 	for _, chunk := range []int{1, 3, 0} {
@@ -262,8 +262,8 @@ func opCases(rng *rand.Rand) []opCase {
 					for _, z := range row {
 						s += math.Exp(z - mx)
 					}
-					num += float64(weights[i]) * (mx + math.Log(s) - row[targets[i]])
-					den += float64(weights[i])
+					num += weights[i] * (mx + math.Log(s) - row[targets[i]])
+					den += weights[i]
 				}
 				return []float64{num / den}
 			})
