@@ -2,11 +2,7 @@
 
 package flex
 
-import "os"
-
-func cpuidex(leaf, sub uint32) (eax, ebx, ecx, edx uint32)
-
-func xcr0() uint32
+import "dflash/internal/cpufeat"
 
 //go:noescape
 func sgemm4x2(a *float32, lda int, b *float32, ldb int, k int, pairs int, c *float32, ldc int, alpha float32, acc bool)
@@ -44,23 +40,8 @@ func acc4x16N32(a []float32, rs, ts int, b []float32, ldb int, k, chunks int, c 
 	}
 }
 
-// hasAVX2FMA reports whether the CPU and OS support AVX2 and FMA and the
-// environment does not set DFLASH_NOASM (which forces the pure-Go kernels).
-var hasAVX2FMA = func() bool {
-	if os.Getenv("DFLASH_NOASM") != "" {
-		return false
-	}
-	if maxLeaf, _, _, _ := cpuidex(0, 0); maxLeaf < 7 {
-		return false
-	}
-	_, _, c1, _ := cpuidex(1, 0)
-	const fma, osxsave, avx = 1 << 12, 1 << 27, 1 << 28
-	if c1&fma == 0 || c1&osxsave == 0 || c1&avx == 0 || xcr0()&6 != 6 {
-		return false
-	}
-	_, b7, _, _ := cpuidex(7, 0)
-	return b7&(1<<5) != 0 // AVX2
-}()
+// hasAVX2FMA selects the AVX2/FMA kernels (see package cpufeat).
+var hasAVX2FMA = cpufeat.AVX2FMA
 
 // gemm4x2N32 computes C[i, j] = alpha * a_i·b_j (+ C[i, j] when acc) for
 // the 4 rows of a (stride lda) and the 2*pairs rows of b (stride ldb), over

@@ -1,23 +1,5 @@
 #include "textflag.h"
 
-// func cpuidex(leaf, sub uint32) (eax, ebx, ecx, edx uint32)
-TEXT ·cpuidex(SB), NOSPLIT, $0-24
-	MOVL leaf+0(FP), AX
-	MOVL sub+4(FP), CX
-	CPUID
-	MOVL AX, eax+8(FP)
-	MOVL BX, ebx+12(FP)
-	MOVL CX, ecx+16(FP)
-	MOVL DX, edx+20(FP)
-	RET
-
-// func xcr0() uint32
-TEXT ·xcr0(SB), NOSPLIT, $0-4
-	MOVL $0, CX
-	XGETBV
-	MOVL AX, ret+0(FP)
-	RET
-
 // Lane masks for the last partial chunk: 8 words of -1 then 8 of 0; the
 // mask for r remaining elements is the 8 words at offset 4*(8-r).
 DATA tailmask<>+0(SB)/4, $0xffffffff

@@ -1,0 +1,15 @@
+// Package cpufeat decides once per process which CPU fast paths dflash's
+// pure-Go backend may use. The assembly kernels of flex and tensor run only
+// when AVX2FMA is true; otherwise the portable Go kernels run.
+package cpufeat
+
+import (
+	"os"
+
+	"golang.org/x/sys/cpu"
+)
+
+// AVX2FMA reports whether the CPU and the operating system support AVX2 and
+// FMA, the build is for amd64, and DFLASH_NOASM is unset (setting it forces
+// the portable kernels, for tests and comparisons).
+var AVX2FMA = cpu.X86.HasAVX2 && cpu.X86.HasFMA && os.Getenv("DFLASH_NOASM") == ""
