@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -42,6 +43,7 @@ func PlotMetrics(metricsPath, pngPath string) error {
 		{"accuracy", "accuracy", []series{{"train", "acc", "train", gray}, {"eval", "acc", "eval", red}}, true},
 		{"simulated acceptance length", "tau", []series{{"eval", "tau", "eval", green}}, false},
 	}
+	first, last := stepRange(recs)
 	var plots [][]*plot.Plot
 	for _, pn := range panels {
 		p := plot.New()
@@ -49,6 +51,7 @@ func PlotMetrics(metricsPath, pngPath string) error {
 		p.X.Label.Text = "step"
 		p.Y.Label.Text = pn.ylabel
 		p.Add(plotter.NewGrid())
+		p.Y.Tick.Marker = preciseTicks{}
 		n := 0
 		for _, s := range pn.series {
 			xy := points(recs, s.kind, s.key)
@@ -56,13 +59,25 @@ func PlotMetrics(metricsPath, pngPath string) error {
 				continue
 			}
 			n++
-			l, err := plotter.NewLine(xy)
-			if err != nil {
-				return fmt.Errorf("plot %s: %w", s.label, err)
+			if s.kind == "eval" {
+				// Evaluations are few (often one at the end): draw each as a
+				// marker joined by a line, so a single one still shows.
+				l, pts, err := plotter.NewLinePoints(xy)
+				if err != nil {
+					return fmt.Errorf("plot %s: %w", s.label, err)
+				}
+				l.Color, pts.Color, pts.Shape = s.color, s.color, draw.CircleGlyph{}
+				p.Add(l, pts)
+				p.Legend.Add(s.label, l, pts)
+			} else {
+				l, err := plotter.NewLine(xy)
+				if err != nil {
+					return fmt.Errorf("plot %s: %w", s.label, err)
+				}
+				l.Color = s.color
+				p.Add(l)
+				p.Legend.Add(s.label, l)
 			}
-			l.Color = s.color
-			p.Add(l)
-			p.Legend.Add(s.label, l)
 			if pn.smooth && s.kind == "train" && len(xy) >= 10 {
 				sm, _ := plotter.NewLine(movingAverage(xy, max(5, len(xy)/50)))
 				sm.Color, sm.Width = blue, vg.Points(1.5)
@@ -71,6 +86,7 @@ func PlotMetrics(metricsPath, pngPath string) error {
 			}
 		}
 		if n > 0 {
+			p.X.Min, p.X.Max = min(p.X.Min, float64(first)), max(p.X.Max, float64(last))
 			p.Legend.Top = true
 			plots = append(plots, []*plot.Plot{p})
 		}
@@ -124,4 +140,42 @@ func movingAverage(xy plotter.XYs, window int) plotter.XYs {
 		out[i] = plotter.XY{X: p.X, Y: sum / float64(min(i+1, window))}
 	}
 	return out
+}
+
+// stepRange returns the smallest and largest step of recs, so that every
+// panel spans the whole run even when a series covers only part of it.
+func stepRange(recs []Record) (first, last int) {
+	for i, r := range recs {
+		if i == 0 || r.Step < first {
+			first = r.Step
+		}
+		if r.Step > last {
+			last = r.Step
+		}
+	}
+	return first, last
+}
+
+// preciseTicks are gonum's default ticks labelled with the fewest digits that
+// still give each labelled tick's value (the default can print 1.1 twice).
+type preciseTicks struct{}
+
+// Ticks returns the default ticks between lo and hi, relabelled.
+func (preciseTicks) Ticks(lo, hi float64) []plot.Tick {
+	ticks := plot.DefaultTicks{}.Ticks(lo, hi)
+	span := math.Abs(hi - lo)
+	for i := range ticks {
+		if ticks[i].Label == "" {
+			continue
+		}
+		v := ticks[i].Value
+		for prec := 1; prec <= 8; prec++ {
+			l := strconv.FormatFloat(v, 'g', prec, 64)
+			if got, _ := strconv.ParseFloat(l, 64); math.Abs(got-v) <= 1e-6*span || prec == 8 {
+				ticks[i].Label = l
+				break
+			}
+		}
+	}
+	return ticks
 }
