@@ -5,8 +5,8 @@
 //   dV_j  = sum_i P_ij dO_i
 //   dS_ij = P_ij (dO_i . V_j - Dlt_i)
 //   dK_j  = scale sum_i dS_ij Q_i                      (flex_bwd_dkdv)
-//   dQ_i  = scale sum_j dS_ij K_j                      (atomics in dkdv, or
-//                                                       flex_bwd_dq: no atomics)
+//   dQ_i  = scale sum_j dS_ij K_j                      (fp32 atomics in dkdv,
+//                             or FLEX_DQ_ATOMIC 0: flex_bwd_dq, no atomics)
 // flex_bwd_dkdv: one CTA per (kv block, kv head, batch); each warp owns 16 kv
 // rows. It loops over the query heads of its GQA group and, per head, over
 // the q blocks of the transposed (q-side) lists, accumulating dK and dV for
@@ -22,7 +22,9 @@
 #define FLEX_BMQ (FLEX_D >= 256 ? 32 : 64) // q rows per stage in flex_bwd_dkdv
 #endif
 #ifndef FLEX_DQ_ATOMIC
-#define FLEX_DQ_ATOMIC 1 // 1: dkdv also adds dQ with fp32 atomics
+// 1: dkdv also adds dQ with fp32 atomics; 0 (the deterministic backward):
+// a separate q-parallel pass flex_bwd_dq (flex_bwd_dq.cuh) writes dQ.
+#define FLEX_DQ_ATOMIC 1
 #endif
 #ifndef FLEX_BWD_ORDER
 // 0: grid (kv blocks, kv heads, batch); 1 (v4): grid (kv heads, kv blocks,
@@ -35,6 +37,10 @@
 // head, so a heavy kv block's work is spread over FLEX_GROUP CTAs; dK and dV
 // are then added with fp32 atomics into zeroed workspaces (dK, dV arguments
 // are float*) that flex_bwd_dq_convert turns into the storage type.
+// 2 (deterministic, GQA only): the same grid, but each CTA stores its query
+// head's fp32 dK, dV into its own slice of [FLEX_GROUP][batch][kv heads]
+// [lenkv][D] workspaces (every element written once, no atomics), and
+// flex_bwd_group_sum adds the slices in a fixed order.
 #define FLEX_BWD_SPLIT 0
 #endif
 #if FLEX_BWD_SPLIT
@@ -122,7 +128,7 @@ extern "C" __global__ void __launch_bounds__(FLEX_BWD_NT)
   float *sL = (float *)(sdO + 2 * BM * D); // [2][BM]
   float *sDl = sL + 2 * BM;               // [2][BM]
   flex_t *sdS = (flex_t *)(sDl + 2 * BM); // [BM][BKV]
-  int *sIdx = (int *)(sdS + BM * BKV);    // [npart + nfull] q block ids
+  int *sIdx = (int *)(sdS + (FLEX_DQ_ATOMIC ? BM * BKV : 0)); // q block ids
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int heads_kv = heads_q / FLEX_GROUP;
@@ -339,7 +345,28 @@ extern "C" __global__ void __launch_bounds__(FLEX_BWD_NT)
   (void)committed;
 
   flex_dkv_t *gK = dK + kvoff, *gV = dV + kvoff;
-#if FLEX_BWD_SPLIT
+#if FLEX_BWD_SPLIT == 2
+  {
+    const long long slice = (long long)gridDim.z * heads_kv * lenkv * D;
+    gK += g0 * slice;
+    gV += g0 * slice;
+  }
+#pragma unroll
+  for (int n = 0; n < DT; n++) {
+    const int col = n * 8 + (lane & 3) * 2;
+    if (c0 < lenkv) {
+      *(float2 *)(gK + (long long)c0 * D + col) =
+          make_float2(dk[n][0] * scale, dk[n][1] * scale);
+      *(float2 *)(gV + (long long)c0 * D + col) = make_float2(dv[n][0], dv[n][1]);
+    }
+    if (c1 < lenkv) {
+      *(float2 *)(gK + (long long)c1 * D + col) =
+          make_float2(dk[n][2] * scale, dk[n][3] * scale);
+      *(float2 *)(gV + (long long)c1 * D + col) = make_float2(dv[n][2], dv[n][3]);
+    }
+  }
+  return;
+#elif FLEX_BWD_SPLIT
 #pragma unroll
   for (int n = 0; n < DT; n++) {
     const int col = n * 8 + (lane & 3) * 2;
@@ -376,7 +403,8 @@ extern "C" __global__ void __launch_bounds__(FLEX_BWD_NT)
 
 // (plus 8 * nqb bytes for the block lists, added at launch).
 #define FLEX_BWD_SMEM                                                          \
-  ((2 * FLEX_BKV * FLEX_D + 4 * FLEX_BMQ * FLEX_D + FLEX_BMQ * FLEX_BKV) * 2 + \
+  ((2 * FLEX_BKV * FLEX_D + 4 * FLEX_BMQ * FLEX_D +                            \
+    FLEX_DQ_ATOMIC * FLEX_BMQ * FLEX_BKV) * 2 +                                \
    4 * FLEX_BMQ * 4)
 
 // flex_bwd_dq_convert writes dQ = dQacc in the storage type.
@@ -387,3 +415,25 @@ extern "C" __global__ void __launch_bounds__(256)
   if (i < n)
     *(unsigned *)(dQ + i) = flex_pack2(dQacc[i], dQacc[i + 1]);
 }
+
+// flex_bwd_group_sum writes out = sum_{g < FLEX_GROUP} acc[g*n + i] in the
+// storage type, adding the slices in order g = 0, 1, ... (deterministic).
+extern "C" __global__ void __launch_bounds__(256)
+    flex_bwd_group_sum(const float *__restrict__ acc, flex_t *__restrict__ out,
+                       long long n) {
+  long long i = ((long long)blockIdx.x * 256 + threadIdx.x) * 2;
+  if (i >= n)
+    return;
+  float2 s = *(const float2 *)(acc + i);
+#pragma unroll
+  for (int g = 1; g < FLEX_GROUP; g++) {
+    const float2 x = *(const float2 *)(acc + g * n + i);
+    s.x += x.x;
+    s.y += x.y;
+  }
+  *(unsigned *)(out + i) = flex_pack2(s.x, s.y);
+}
+
+#if !FLEX_DQ_ATOMIC
+#include "flex_bwd_dq.cuh"
+#endif

@@ -24,12 +24,25 @@
 // the heaviest q blocks of every head are dispatched first.
 #define FLEX_FWD_ORDER 0
 #endif
+#ifndef FLEX_FWD_PACKP
+// 1 (v5): P is packed into bf16/fp16 pairs (the A fragments of the PV mma)
+// right after exp2, so the fp32 scores of a row tile die before the next row
+// tile's are computed: half the live registers of S.
+#define FLEX_FWD_PACKP 0
+#endif
 #ifndef FLEX_BN
 // kv rows per pipeline stage (v2: 128 at D=128 measured 1.29 vs 1.56 ms;
 // 64 with two row tiles per warp, whose S and O accumulators double)
 #define FLEX_BN                                                                \
   (FLEX_D >= 256 ? 32 : (FLEX_D == 128 && FLEX_FWD_MT == 1 ? 128 : 64))
 #endif
+#ifndef FLEX_FWD_BNC
+// kv columns per softmax step inside a stage (v5: 32 of a 64-row stage, so
+// the S accumulators of two row tiles fit beside O without spilling while a
+// stage still costs one barrier per 64 kv rows)
+#define FLEX_FWD_BNC FLEX_BN
+#endif
+static_assert(FLEX_BN % FLEX_FWD_BNC == 0 && FLEX_FWD_BNC % 16 == 0, "BNC must divide BN");
 #define FLEX_FWD_ROWS (16 * FLEX_FWD_MT) // q rows per warp
 #define FLEX_FWD_WARPS (FLEX_BQ / FLEX_FWD_ROWS)
 #define FLEX_FWD_NT (FLEX_FWD_WARPS * 32)
@@ -54,7 +67,8 @@ extern "C" __global__ void __launch_bounds__(FLEX_FWD_NT)
   const FlexArgs args = {{FLEX_ARG_VALUES}};
   constexpr int D = FLEX_D, BQ = FLEX_BQ, BN = FLEX_BN, NT = FLEX_FWD_NT;
   constexpr int MT = FLEX_FWD_MT;
-  constexpr int NTILE = BN / 8; // n8 tiles of S per row tile
+  constexpr int BNC = FLEX_FWD_BNC;
+  constexpr int NTILE = BNC / 8; // n8 tiles of S per row tile and step
   constexpr int DT = D / 8;     // n8 tiles of O per row tile
   constexpr int SUB = FLEX_BKV / BN;
 
@@ -131,7 +145,7 @@ extern "C" __global__ void __launch_bounds__(FLEX_FWD_NT)
   for (int t = 0; t < ntiles; t++) {
     const int st = t & 1;
     bool full;
-    const int kv0 = tile_start(t, full);
+    const int kvt = tile_start(t, full);
     if (t + 1 < ntiles) {
       bool f2;
       int kvn = tile_start(t + 1, f2);
@@ -153,12 +167,18 @@ extern "C" __global__ void __launch_bounds__(FLEX_FWD_NT)
                       flex_a_addr(sQ, wrow + mt * 16, kk * 16, lane));
     }
 #endif
-    const flex_t *cK = sK + st * BN * D;
-    const flex_t *cV = sV + st * BN * D;
+#pragma unroll 1
+    for (int ch = 0; ch < BN / BNC; ch++) {
+    const int kv0 = kvt + ch * BNC;
+    const flex_t *cK = sK + st * BN * D + ch * BNC * D;
+    const flex_t *cV = sV + st * BN * D + ch * BNC * D;
 
     // S = Q K^T for this warp's MT x 16 rows x BN columns; every K fragment
     // feeds MT row tiles.
     float s[MT][NTILE][4];
+#if FLEX_FWD_PACKP
+    unsigned pk[MT][BNC / 16][4];
+#endif
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
 #pragma unroll
@@ -234,6 +254,12 @@ extern "C" __global__ void __launch_bounds__(FLEX_FWD_NT)
         s[mt][n][3] = exp2f(s[mt][n][3] - ms1);
         ps0 += s[mt][n][0] + s[mt][n][1];
         ps1 += s[mt][n][2] + s[mt][n][3];
+#if FLEX_FWD_PACKP
+        // A fragment of the PV mma: k tile n/2, registers {0,1} from n even,
+        // {2,3} from n odd.
+        pk[mt][n >> 1][(n & 1) * 2] = flex_pack2(s[mt][n][0], s[mt][n][1]);
+        pk[mt][n >> 1][(n & 1) * 2 + 1] = flex_pack2(s[mt][n][2], s[mt][n][3]);
+#endif
       }
       l[mt][0] = l[mt][0] * c0 + ps0; // quad-partial sums; reduced at the end
       l[mt][1] = l[mt][1] * c1 + ps1;
@@ -247,14 +273,19 @@ extern "C" __global__ void __launch_bounds__(FLEX_FWD_NT)
     // O += P V: P from registers as the A operand, V via ldmatrix.trans;
     // every V fragment feeds MT row tiles.
 #pragma unroll
-    for (int kk = 0; kk < BN / 16; kk++) {
+    for (int kk = 0; kk < BNC / 16; kk++) {
       unsigned a[MT][4];
 #pragma unroll
       for (int mt = 0; mt < MT; mt++) {
+#if FLEX_FWD_PACKP
+        a[mt][0] = pk[mt][kk][0]; a[mt][1] = pk[mt][kk][1];
+        a[mt][2] = pk[mt][kk][2]; a[mt][3] = pk[mt][kk][3];
+#else
         a[mt][0] = flex_pack2(s[mt][2 * kk][0], s[mt][2 * kk][1]);
         a[mt][1] = flex_pack2(s[mt][2 * kk][2], s[mt][2 * kk][3]);
         a[mt][2] = flex_pack2(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
         a[mt][3] = flex_pack2(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
+#endif
       }
 #pragma unroll
       for (int n = 0; n < DT; n += 2) {
@@ -268,6 +299,7 @@ extern "C" __global__ void __launch_bounds__(FLEX_FWD_NT)
         }
       }
     }
+    } // chunk
     __syncthreads(); // stage st is refilled by the next iteration's prefetch
   }
   flex_cp_wait<0>();

@@ -45,6 +45,7 @@ type cudaBenchOptions struct {
 	Seed                                   uint64
 	CacheDir                               string
 	CompileOnly, ForwardOnly, CPUBlockMask bool
+	Deterministic                          bool // the backward without atomics (flexcuda.Config.Deterministic)
 }
 
 // cudaAttnReport is the result of one CUDA attention benchmark.
@@ -111,6 +112,7 @@ func benchAttentionCUDA(args []string) error {
 	fs.BoolVar(&o.CompileOnly, "compile-only", false, "only compile or load the kernels and report the time (cold or warm from disk)")
 	fs.BoolVar(&o.ForwardOnly, "forward-only", false, "time the forward pass only")
 	fs.BoolVar(&o.CPUBlockMask, "cpu-block-mask", false, "attend with the CPU-built block mask instead of the GPU-built one")
+	fs.BoolVar(&o.Deterministic, "deterministic", false, "time the deterministic backward (no atomics: bit-identical dQ, dK, dV)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -232,7 +234,8 @@ func runAttentionCUDA(o cudaBenchOptions) (*cudaAttnReport, error) {
 	}
 	defer gpu.CloseAll()
 	d := pc.dims
-	att, err := flexcuda.New(cache, pc.mask, nil, flexcuda.Config{HeadDim: d.HeadDim, Group: d.Group(), FP16: o.FP16, BlockQ: o.Block})
+	att, err := flexcuda.New(cache, pc.mask, nil, flexcuda.Config{HeadDim: d.HeadDim, Group: d.Group(), FP16: o.FP16, BlockQ: o.Block,
+		Deterministic: o.Deterministic})
 	if err != nil {
 		return nil, err
 	}

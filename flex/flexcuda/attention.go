@@ -23,14 +23,24 @@ type Config struct {
 	BlockQ  int  // BlockMask q block; 0 means 128
 	BlockKV int  // BlockMask kv block; 0 means 128
 	// FwdVariant and BwdVariant pick the kernel versions of docs/PERF.md:
-	// 3 or 4; 0 means the environment's DFLASH_FLEX_FWD / DFLASH_FLEX_BWD
-	// ("3" or "4") when set, else the default of DefaultVariants.
+	// forward 3, 4 or 5, backward 3 or 4; 0 means the environment's
+	// DFLASH_FLEX_FWD / DFLASH_FLEX_BWD when set, else the default of
+	// DefaultVariants.
 	FwdVariant, BwdVariant int
+	// Deterministic selects a backward without atomics, so that two calls on
+	// the same inputs give bit-identical DQ, DK and DV: DQ comes from a
+	// separate q-parallel pass over the kv-side block lists; with GQA, DK and
+	// DV are summed over the group inside one CTA (backward variant 3) or
+	// stored per query head in fp32 slices that a second pass adds in a
+	// fixed order (variant 4). Score programs whose float tensors have
+	// gradients are refused (those gradients are summed atomically).
+	Deterministic bool
 }
 
 // DefaultVariants returns the forward and backward kernel versions used for
 // head dimension d when Config leaves them 0 (chosen from the v4 ratio table
-// in docs/PERF.md).
+// in docs/PERF.md; the v5 table kept them: forward v5 and the deterministic
+// backward were slower).
 func DefaultVariants(d int) (fwd, bwd int) {
 	if d >= 256 {
 		return 3, 4
@@ -38,22 +48,21 @@ func DefaultVariants(d int) (fwd, bwd int) {
 	return 4, 4
 }
 
-// variant resolves one of Config's variant fields.
-func variant(v int, env string, def int) (int, error) {
+// variant resolves one of Config's variant fields: v, else the
+// environment's env, else def; the result must lie in [3, max].
+func variant(v int, env string, def, max int) (int, error) {
 	if v == 0 {
-		switch os.Getenv(env) {
-		case "":
-			v = def
-		case "3":
-			v = 3
-		case "4":
-			v = 4
-		default:
-			return 0, fmt.Errorf("flexcuda: %s=%q: want 3 or 4", env, os.Getenv(env))
+		v = def
+		if e := os.Getenv(env); e != "" {
+			n, err := strconv.Atoi(e)
+			if err != nil || n < 3 || n > max {
+				return 0, fmt.Errorf("flexcuda: %s=%q: want 3..%d", env, e, max)
+			}
+			v = n
 		}
 	}
-	if v != 3 && v != 4 {
-		return 0, fmt.Errorf("flexcuda: kernel variant %d: want 3 or 4", v)
+	if v < 3 || v > max {
+		return 0, fmt.Errorf("flexcuda: kernel variant %d: want 3..%d", v, max)
 	}
 	return v, nil
 }
@@ -89,6 +98,7 @@ type Attention struct {
 // attnDev is an Attention's state on one device.
 type attnDev struct {
 	fwd, pre, dkdv, conv *fn
+	dq, gsum             *fn // deterministic backward's dQ pass and group sum
 	args                 *cuda.Args
 	slots                []uint64
 	dlt, dqacc           gpu.Buffer
@@ -108,16 +118,16 @@ func New(cache *jit.Cache, mask *flex.MaskProgram, score *flex.ScoreProgram, cfg
 		cfg.BlockKV = flex.DefaultBlock
 	}
 	df, db := DefaultVariants(cfg.HeadDim)
-	fv, err := variant(cfg.FwdVariant, "DFLASH_FLEX_FWD", df)
+	fv, err := variant(cfg.FwdVariant, "DFLASH_FLEX_FWD", df, 5)
 	if err != nil {
 		return nil, err
 	}
-	bv, err := variant(cfg.BwdVariant, "DFLASH_FLEX_BWD", db)
+	bv, err := variant(cfg.BwdVariant, "DFLASH_FLEX_BWD", db, 4)
 	if err != nil {
 		return nil, err
 	}
 	spec := Spec{HeadDim: cfg.HeadDim, FP16: cfg.FP16, Group: cfg.Group, BlockQ: cfg.BlockQ, BlockKV: cfg.BlockKV, MaskHash: mask.Hash(),
-		FwdV4: fv == 4, BwdV4: bv == 4}
+		FwdV4: fv >= 4, FwdV5: fv == 5, BwdV4: bv == 4, Deterministic: cfg.Deterministic}
 	var sp []flex.Param
 	if score != nil {
 		spec.ScoreHash = score.Hash()
@@ -130,6 +140,10 @@ func New(cache *jit.Cache, mask *flex.MaskProgram, score *flex.ScoreProgram, cfg
 	if err != nil {
 		return nil, err
 	}
+	if cfg.Deterministic && len(l.grads) > 0 {
+		return nil, fmt.Errorf("flexcuda: deterministic backward: score program %s has float tensors %v whose gradients are summed with atomics; not supported",
+			score, l.grads)
+	}
 	if n := dkdvFixedArgs + l.slots(true); n > cuda.MaxKernelArgs {
 		return nil, fmt.Errorf("flexcuda: the programs need %d argument slots; with the backward's %d fixed parameters that is %d kernel arguments, more than the %d a launch takes (too many tensors or scalars)",
 			l.slots(true), dkdvFixedArgs, n, cuda.MaxKernelArgs)
@@ -138,7 +152,7 @@ func New(cache *jit.Cache, mask *flex.MaskProgram, score *flex.ScoreProgram, cfg
 	params := map[string]string{"head_dim": strconv.Itoa(spec.HeadDim), "fp16": strconv.FormatBool(spec.FP16),
 		"group": strconv.Itoa(spec.Group), "block_q": strconv.Itoa(spec.BlockQ), "block_kv": strconv.Itoa(spec.BlockKV),
 		"mask": short(spec.MaskHash), "score": short(spec.ScoreHash),
-		"fwd_variant": strconv.Itoa(fv), "bwd_variant": strconv.Itoa(bv)}
+		"fwd_variant": strconv.Itoa(fv), "bwd_variant": strconv.Itoa(bv), "deterministic": strconv.FormatBool(cfg.Deterministic)}
 	fsrc, err := Source("flex_fwd.cu", spec, l.program(mask, score, false))
 	if err != nil {
 		return nil, err
@@ -189,7 +203,11 @@ func (a *Attention) Prepare(ctx context.Context, d *gpu.Device, backward bool) (
 	}
 	out := []KernelInfo{st.fwd.info}
 	if backward {
-		out = append(out, st.pre.info, st.dkdv.info, st.conv.info)
+		out = append(out, st.pre.info, st.dkdv.info)
+		if st.dq != nil {
+			out = append(out, st.dq.info, st.gsum.info)
+		}
+		out = append(out, st.conv.info)
 	}
 	return out, nil
 }
@@ -214,6 +232,14 @@ func (a *Attention) device(ctx context.Context, d *gpu.Device, backward bool) (*
 		}
 		if st.dkdv, err = a.bwd.load(ctx, d, "flex_bwd_dkdv", a.spec.BlockKV/16*32); err != nil {
 			return nil, err
+		}
+		if a.spec.Deterministic {
+			if st.dq, err = a.bwd.load(ctx, d, "flex_bwd_dq", a.spec.BlockQ/16*32); err != nil {
+				return nil, err
+			}
+			if st.gsum, err = a.bwd.load(ctx, d, "flex_bwd_group_sum", 256); err != nil {
+				return nil, err
+			}
 		}
 		if st.conv, err = a.bwd.load(ctx, d, "flex_bwd_dq_convert", 256); err != nil {
 			return nil, err
@@ -345,6 +371,8 @@ func (a *Attention) forward(d *gpu.Device, st *attnDev, c *Call) error {
 // summing DK and DV over each kv head's query heads without copying K or V.
 // DQ is accumulated in float32 with atomics (not bitwise deterministic);
 // so are DK and DV in the v4 backward with GQA (one CTA per query head).
+// With Config.Deterministic no atomics are used for DQ, DK and DV: two
+// calls on equal inputs give equal bits.
 func (a *Attention) Backward(d *gpu.Device, c *Call) error {
 	a.check(c, true)
 	st, err := a.device(context.Background(), d, true)
@@ -356,14 +384,23 @@ func (a *Attention) Backward(d *gpu.Device, c *Call) error {
 	if err := grow(d, &st.dlt, int64(rows)*4); err != nil {
 		return err
 	}
-	if err := grow(d, &st.dqacc, int64(rows)*int64(D)*4); err != nil {
-		return err
+	det := a.spec.Deterministic
+	if !det {
+		if err := grow(d, &st.dqacc, int64(rows)*int64(D)*4); err != nil {
+			return err
+		}
 	}
 	split := a.spec.bwdSplit()
 	kvElems := dm.Batch * dm.HeadsKV * dm.LenKV * D
 	dkPtr, dvPtr := c.DK.Ptr, c.DV.Ptr
 	if split {
 		for _, b := range []*gpu.Buffer{&st.dkacc, &st.dvacc} {
+			if det { // one fp32 slice per query head of the group, each element written once
+				if err := grow(d, b, int64(a.spec.Group)*int64(kvElems)*4); err != nil {
+					return err
+				}
+				continue
+			}
 			if err := grow(d, b, int64(kvElems)*4); err != nil {
 				return err
 			}
@@ -387,12 +424,16 @@ func (a *Attention) Backward(d *gpu.Device, c *Call) error {
 		}
 	}
 	rpb := 256 / (D / 8)
-	args := st.args.Reset().Ptr(c.Out.Ptr).Ptr(c.DOut.Ptr).Ptr(st.dlt.Ptr).Ptr(st.dqacc.Ptr).I64(int64(rows))
+	var dqacc cuda.DevicePtr // the pre pass zeroes the atomic path's accumulator
+	if !det {
+		dqacc = st.dqacc.Ptr
+	}
+	args := st.args.Reset().Ptr(c.Out.Ptr).Ptr(c.DOut.Ptr).Ptr(st.dlt.Ptr).Ptr(dqacc).I64(int64(rows))
 	if err := st.pre.launch(d, c.Stream, cuda.Dim(uint32(ceilDiv(rows, rpb)), 1, 1), 0, args); err != nil {
 		return err
 	}
 	args = st.args.Reset().Ptr(c.Q.Ptr).Ptr(c.K.Ptr).Ptr(c.V.Ptr).Ptr(c.DOut.Ptr).Ptr(c.LSE.Ptr).Ptr(st.dlt.Ptr).
-		Ptr(dkPtr).Ptr(dvPtr).Ptr(st.dqacc.Ptr).
+		Ptr(dkPtr).Ptr(dvPtr).Ptr(dqacc).
 		Ptr(m.QNum.Ptr).Ptr(m.QIdx.Ptr).Ptr(m.FullQNum.Ptr).Ptr(m.FullQIdx.Ptr).
 		I32(int32(dm.HeadsQ)).I32(int32(dm.LenQ)).I32(int32(dm.LenKV)).I32(int32(m.MaskBatch)).I32(int32(m.MaskHeads)).
 		I32(int32(m.NumQBlocks)).I32(int32(m.NumKVBlocks)).F32(a.scale(c))
@@ -410,16 +451,43 @@ func (a *Attention) Backward(d *gpu.Device, c *Call) error {
 		return err
 	}
 	if split {
+		f := st.conv
+		if det {
+			f = st.gsum
+		}
 		for _, p := range [][2]gpu.Buffer{{st.dkacc, c.DK}, {st.dvacc, c.DV}} {
 			args = st.args.Reset().Ptr(p[0].Ptr).Ptr(p[1].Ptr).I64(int64(kvElems))
-			if err := st.conv.launch(d, c.Stream, cuda.Dim(uint32(ceilDiv(kvElems, 512)), 1, 1), 0, args); err != nil {
+			if err := f.launch(d, c.Stream, cuda.Dim(uint32(ceilDiv(kvElems, 512)), 1, 1), 0, args); err != nil {
 				return err
 			}
 		}
 	}
+	if det {
+		return a.backwardDQ(d, st, c)
+	}
 	total := rows * D
 	args = st.args.Reset().Ptr(st.dqacc.Ptr).Ptr(c.DQ.Ptr).I64(int64(total))
 	return st.conv.launch(d, c.Stream, cuda.Dim(uint32(ceilDiv(total, 512)), 1, 1), 0, args)
+}
+
+// backwardDQ queues the deterministic backward's dQ pass: one CTA per (q
+// block, query head, batch) over the kv-side lists, heaviest q blocks first.
+func (a *Attention) backwardDQ(d *gpu.Device, st *attnDev, c *Call) error {
+	m, dm := c.Mask, c.Dims
+	smem := DQResources(a.spec, m.NumKVBlocks).SharedMem
+	if err := st.dq.ensureSmem(smem); err != nil {
+		return err
+	}
+	n := a.layout.slots(true)
+	args := st.args.Reset().Ptr(c.Q.Ptr).Ptr(c.K.Ptr).Ptr(c.V.Ptr).Ptr(c.DOut.Ptr).Ptr(c.LSE.Ptr).Ptr(st.dlt.Ptr).
+		Ptr(c.DQ.Ptr).Ptr(m.KVNum.Ptr).Ptr(m.KVIdx.Ptr).Ptr(m.FullKVNum.Ptr).Ptr(m.FullKVIdx.Ptr).
+		I32(int32(dm.HeadsQ)).I32(int32(dm.LenQ)).I32(int32(dm.LenKV)).I32(int32(m.MaskBatch)).I32(int32(m.MaskHeads)).
+		I32(int32(m.NumQBlocks)).I32(int32(m.NumKVBlocks)).F32(a.scale(c))
+	for _, s := range st.slots[:n] {
+		args.I64(int64(s))
+	}
+	grid := cuda.Dim(uint32(dm.HeadsQ*dm.Batch), uint32(m.NumQBlocks), 1)
+	return st.dq.launch(d, c.Stream, grid, smem, args)
 }
 
 // grow makes b at least n bytes, replacing it when smaller.

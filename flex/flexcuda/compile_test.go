@@ -2,6 +2,7 @@ package flexcuda
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"dflash/flex"
@@ -64,6 +65,35 @@ func TestGeneratedSourcesCompile(t *testing.T) {
 			}
 			if _, err := b.mod.kernel("sm_90").Image(ctx); err != nil {
 				t.Fatalf("builder: %v", err)
+			}
+		})
+	}
+	// The deterministic backward (dQ pass, group-summed dK/dV) and forward
+	// v5 at every head dimension, with a mask, a score program and q block 64.
+	for _, c := range []struct {
+		name  string
+		mask  *flex.MaskProgram
+		score *flex.ScoreProgram
+		cfg   Config
+	}{
+		{"det/dflash16/d128/g4/fwd5", flex.DFlashMask(16), nil, Config{HeadDim: 128, Group: 4, Deterministic: true, FwdVariant: 5}},
+		{"det/causal/d64/fp16/fwd5", flex.Causal(), nil, Config{HeadDim: 64, FP16: true, Deterministic: true, FwdVariant: 5}},
+		{"det/window/d256/g2/bq64", flex.SlidingWindow(77), nil, Config{HeadDim: 256, Group: 2, BlockQ: 64, Deterministic: true}},
+		{"det/causal+softcap/d128", flex.Causal(), flex.SoftcapScalar(), Config{HeadDim: 128, Deterministic: true, FwdVariant: 5}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			a, err := New(cache, c.mask, c.score, c.cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, bsrc := a.Sources()
+			if !strings.Contains(bsrc, "flex_bwd_dq(") || strings.Contains(bsrc, "#include \"flex_bwd_dq.cuh\"") {
+				t.Fatal("deterministic backward source lacks the inlined flex_bwd_dq kernel")
+			}
+			for _, m := range []*module{a.fwd, a.bwd} {
+				if _, err := m.kernel("sm_90").Image(ctx); err != nil {
+					t.Fatalf("%s: %v", m.family, err)
+				}
 			}
 		})
 	}

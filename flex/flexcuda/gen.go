@@ -18,7 +18,13 @@ type Spec struct {
 	MaskHash  string // structural hash of the mask program
 	ScoreHash string // structural hash of the score program; "" for identity
 	FwdV4     bool   // forward v4: 32 q rows per warp (D <= 128, q block 128), heavy q blocks first
+	FwdV5     bool   // forward v5 (with FwdV4): P packed right after exp2, softmax steps of 32 kv columns
 	BwdV4     bool   // backward v4: heavy kv blocks first; GQA: one CTA per query head, dK/dV by fp32 atomics
+	// Deterministic selects the backward without atomics: dQ by the
+	// q-parallel pass flex_bwd_dq; with GQA, dK/dV summed over the group
+	// inside one CTA (BwdV4 false) or per query head into fp32 slices added
+	// in a fixed order (BwdV4).
+	Deterministic bool
 }
 
 // fwdMT is the number of 16-row tiles each forward warp owns.
@@ -35,6 +41,28 @@ func (s Spec) fwdThreads() int { return s.BlockQ / (16 * s.fwdMT()) * 32 }
 // bwdSplit reports whether the backward runs one CTA per query head.
 func (s Spec) bwdSplit() bool { return s.BwdV4 && s.Group > 1 }
 
+// splitMode is FLEX_BWD_SPLIT: 0 no split, 1 atomics, 2 per-head slices.
+func (s Spec) splitMode() int {
+	switch {
+	case !s.bwdSplit():
+		return 0
+	case s.Deterministic:
+		return 2
+	}
+	return 1
+}
+
+// fwdVariant is the forward kernel version: 3, 4 or 5.
+func (s Spec) fwdVariant() int {
+	switch {
+	case s.FwdV5:
+		return 5
+	case s.FwdV4:
+		return 4
+	}
+	return 3
+}
+
 // Key returns a short name of s for logs and the kernel cache's family
 // budget; two specs with equal keys generate equal sources.
 func (s Spec) Key() string {
@@ -42,8 +70,12 @@ func (s Spec) Key() string {
 	if s.FP16 {
 		dt = "fp16"
 	}
-	return fmt.Sprintf("flex/d%d/%s/g%d/q%dkv%d/m%s/s%s/f%db%d", s.HeadDim, dt, s.Group, s.BlockQ, s.BlockKV, short(s.MaskHash), short(s.ScoreHash),
-		variantNum(s.FwdV4), variantNum(s.BwdV4))
+	det := ""
+	if s.Deterministic {
+		det = "det"
+	}
+	return fmt.Sprintf("flex/d%d/%s/g%d/q%dkv%d/m%s/s%s/f%db%d%s", s.HeadDim, dt, s.Group, s.BlockQ, s.BlockKV, short(s.MaskHash), short(s.ScoreHash),
+		s.fwdVariant(), variantNum(s.BwdV4), det)
 }
 
 func short(h string) string {
@@ -69,6 +101,9 @@ func (s Spec) Validate() error {
 	if s.BlockQ != 64 && s.BlockQ != 128 {
 		return fmt.Errorf("flexcuda: q block %d not supported (64, 128)", s.BlockQ)
 	}
+	if s.FwdV5 && !s.FwdV4 {
+		return fmt.Errorf("flexcuda: forward v5 builds on v4 (FwdV4 must be set)")
+	}
 	if s.BlockKV != 128 {
 		return fmt.Errorf("flexcuda: kv block %d not supported (128)", s.BlockKV)
 	}
@@ -89,7 +124,11 @@ func Source(name string, s Spec, p Program) (string, error) {
 	fmt.Fprintf(&b, "#define FLEX_D %d\n#define FLEX_FP16 %d\n#define FLEX_GROUP %d\n", s.HeadDim, b2i(s.FP16), s.Group)
 	fmt.Fprintf(&b, "#define FLEX_BQ %d\n#define FLEX_BKV %d\n#define FLEX_HAS_SCORE %d\n", s.BlockQ, s.BlockKV, b2i(p.HasScore))
 	fmt.Fprintf(&b, "#define FLEX_FWD_MT %d\n#define FLEX_FWD_ORDER %d\n", s.fwdMT(), b2i(s.FwdV4))
-	fmt.Fprintf(&b, "#define FLEX_BWD_ORDER %d\n#define FLEX_BWD_SPLIT %d\n", b2i(s.BwdV4), b2i(s.bwdSplit()))
+	if s.FwdV5 {
+		b.WriteString("#define FLEX_FWD_PACKP 1\n#define FLEX_FWD_BNC 32\n")
+	}
+	fmt.Fprintf(&b, "#define FLEX_BWD_ORDER %d\n#define FLEX_BWD_SPLIT %d\n", b2i(s.BwdV4), s.splitMode())
+	fmt.Fprintf(&b, "#define FLEX_DQ_ATOMIC %d\n", b2i(!s.Deterministic))
 	return splice(name, b.String(), p)
 }
 
@@ -113,10 +152,24 @@ func splice(name, defines string, p Program) (string, error) {
 	if !strings.Contains(string(body), inc) {
 		return "", fmt.Errorf("flexcuda: %s does not include flex_common.cuh", name)
 	}
+	text := strings.Replace(string(body), inc, c, 1)
+	// Headers of one template (flex_bwd.cu's flex_bwd_dq.cuh) are inlined too:
+	// NVRTC gets one self-contained source.
+	for _, h := range []string{"flex_bwd_dq.cuh"} {
+		hinc := `#include "` + h + `"`
+		if !strings.Contains(text, hinc) {
+			continue
+		}
+		hb, err := kernels.Flex.ReadFile(h)
+		if err != nil {
+			return "", fmt.Errorf("flexcuda: %w", err)
+		}
+		text = strings.Replace(text, hinc, string(hb), 1)
+	}
 	var b strings.Builder
 	b.WriteString(defines)
 	b.WriteString(slotDefines(p.Slots))
-	b.WriteString(strings.Replace(string(body), inc, c, 1))
+	b.WriteString(text)
 	return b.String(), nil
 }
 

@@ -150,6 +150,10 @@ type attnResult struct {
 	errs      map[string]float64 // out, lse, dq, dk, dv, grad:<tensor>
 	emptyRows int
 	problems  []string // NaN, unwritten or wrong empty rows, list mismatches
+	// repeatDiff counts the elements of dq, dk, dv whose bits differ between
+	// two backward calls on the same inputs (0 everywhere for the
+	// deterministic backward; the atomic one may differ).
+	repeatDiff map[string]int
 }
 
 func (r *attnResult) String() string {
@@ -162,7 +166,7 @@ func (r *attnResult) String() string {
 	for _, k := range ks {
 		s += fmt.Sprintf("%s=%.2e ", k, r.errs[k])
 	}
-	return s + fmt.Sprintf("empty_rows=%d", r.emptyRows)
+	return s + fmt.Sprintf("empty_rows=%d repeat_bit_diffs=%v", r.emptyRows, r.repeatDiff)
 }
 
 // runAttention runs a's forward and backward on d for dims with random grid
@@ -225,6 +229,27 @@ func runAttention(t testing.TB, d *gpu.Device, a *Attention, bld *Builder, dims 
 	if err := d.Synchronize(); err != nil {
 		t.Fatal(err)
 	}
+	// The backward again into fresh poisoned buffers: bitwise comparison.
+	c2 := *c
+	c2.DQ, c2.DK, c2.DV = keep(devAlloc(t, d, int64(2*nq))), keep(devAlloc(t, d, int64(2*nk))), keep(devAlloc(t, d, int64(2*nk)))
+	c2.TensorGrads = map[string]gpu.Buffer{}
+	for name := range c.TensorGrads {
+		c2.TensorGrads[name] = keep(devAlloc(t, d, int64(4*len(hargs.FloatTensors[name].Data))))
+	}
+	if err := a.Backward(d, &c2); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	res.repeatDiff = map[string]int{}
+	for _, p := range []struct {
+		name string
+		x, y gpu.Buffer
+		n    int
+	}{{"dq", c.DQ, c2.DQ, nq}, {"dk", c.DK, c2.DK, nk}, {"dv", c.DV, c2.DV, nk}} {
+		res.repeatDiff[p.name] = bitDiffs(t, d, p.x, p.y, p.n)
+	}
 	scale := 1 / math.Sqrt(float64(dims.HeadDim))
 	rout, rlse := flex.Forward(dims, q, k, v, cbm, a.score, hargs, scale)
 	rg := flex.Backward(dims, q, k, v, rout, rlse, dout, cbm, a.score, hargs, scale)
@@ -266,6 +291,25 @@ func runAttention(t testing.TB, d *gpu.Device, a *Attention, bld *Builder, dims 
 		}
 	}
 	return res
+}
+
+// bitDiffs counts the 16-bit elements that differ between x and y.
+func bitDiffs(t testing.TB, d *gpu.Device, x, y gpu.Buffer, n int) int {
+	t.Helper()
+	hx, hy := make([]uint16, n), make([]uint16, n)
+	if err := gpu.Download(d, hx, x); err != nil {
+		t.Fatal(err)
+	}
+	if err := gpu.Download(d, hy, y); err != nil {
+		t.Fatal(err)
+	}
+	diff := 0
+	for i := range hx {
+		if hx[i] != hy[i] {
+			diff++
+		}
+	}
+	return diff
 }
 
 // dflashHostArgs draws DFlash arguments for batch sequences of nb blocks:

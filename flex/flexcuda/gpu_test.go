@@ -100,10 +100,16 @@ func gpuCases() []attnCase {
 // block masks built on the GPU; outputs are poisoned before each call and
 // fully masked rows must give out 0, lse -Inf and dq 0 without NaN.
 func TestGPUAttention(t *testing.T) {
+	runGPUCases(t, gpuCases(), nil)
+}
+
+// runGPUCases compiles every case's kernels in parallel, then runs each case
+// twice on random shapes against the CPU float64 reference (errors <= 1e-2,
+// no problems); extra, when not nil, checks more of each result.
+func runGPUCases(t *testing.T, cases []attnCase, extra func(t *testing.T, res *attnResult)) {
 	w := worker0(t)
 	cache := nvrtcCache(t)
 	r := newRand(t)
-	cases := gpuCases()
 	type built struct {
 		a *Attention
 		b *Builder
@@ -142,6 +148,7 @@ func TestGPUAttention(t *testing.T) {
 				if err != nil {
 					return err
 				}
+				t.Logf("spec %s", bs[i].a.Spec().Key())
 				for _, k := range infos {
 					t.Logf("%s: %d registers, %d local bytes, %d threads", k.Name, k.Registers, k.LocalBytes, k.Threads)
 				}
@@ -156,6 +163,9 @@ func TestGPUAttention(t *testing.T) {
 						if e > 1e-2 {
 							t.Errorf("%s relative error %.3e > 1e-2", k, e)
 						}
+					}
+					if extra != nil {
+						extra(t, res)
 					}
 				}
 				return nil

@@ -31,9 +31,24 @@ func BwdResources(s Spec, nqb int) Resources {
 	if s.HeadDim >= 256 {
 		bmq = 32
 	}
+	dsTile := bmq * s.BlockKV // the dS tile of the atomic dQ product
+	if s.Deterministic {
+		dsTile = 0
+	}
 	return Resources{Kernel: "flex_bwd_dkdv",
-		SharedMem: (2*s.BlockKV*s.HeadDim+4*bmq*s.HeadDim+bmq*s.BlockKV)*2 + 16*bmq + 8*nqb,
+		SharedMem: (2*s.BlockKV*s.HeadDim+4*bmq*s.HeadDim+dsTile)*2 + 16*bmq + 8*nqb,
 		Threads:   s.BlockKV / 16 * 32}
+}
+
+// DQResources is the launch shape of flex_bwd_dq (the deterministic
+// backward's dQ pass) for s with nkvb kv blocks.
+func DQResources(s Spec, nkvb int) Resources {
+	bn := 64 // FLEX_DQ_BN of flex_bwd_dq.cuh
+	if s.HeadDim >= 256 {
+		bn = 32
+	}
+	return Resources{Kernel: "flex_bwd_dq", SharedMem: (2*s.BlockQ+4*bn)*s.HeadDim*2 + 8*s.BlockQ + 8*nkvb,
+		Threads: s.BlockQ / 16 * 32}
 }
 
 // Check returns an error naming the limit a launch would break (contract 4:
