@@ -1,13 +1,13 @@
 package gpu_test
 
 import (
-	"encoding/json"
 	"fmt"
 	"math"
 	"os"
 	"testing"
 
 	"dflash/gpu"
+	"dflash/internal/checkreport"
 	"dflash/jit"
 )
 
@@ -45,23 +45,10 @@ func nvrtcCache(t testing.TB, dir string) *jit.Cache {
 	return c
 }
 
-// report appends one check result as a JSON line to $DFLASH_RESULTS (set by
-// scripts/gpu-check.sh on the GPU machine); without it, it only logs.
+// report records one check result (see package checkreport).
 func report(t testing.TB, check string, pass bool, detail string, metrics map[string]float64) {
 	t.Helper()
-	t.Logf("check %q pass=%v %s %v", check, pass, detail, metrics)
-	path := os.Getenv("DFLASH_RESULTS")
-	if path == "" {
-		return
-	}
-	line, _ := json.Marshal(map[string]any{"pkg": "gpu", "check": check, "pass": pass, "detail": detail, "metrics": metrics})
-	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
-	if err != nil {
-		t.Errorf("report: %v", err)
-		return
-	}
-	defer f.Close()
-	f.Write(append(line, '\n'))
+	checkreport.Write(t, "gpu", check, pass, detail, metrics)
 }
 
 // bf16 and f16 helpers. Test inputs are drawn on grids that both formats

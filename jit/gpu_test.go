@@ -14,6 +14,7 @@ import (
 
 	"dflash/cuda"
 	"dflash/gpu"
+	"dflash/internal/checkreport"
 	"dflash/kernels"
 )
 
@@ -250,21 +251,8 @@ func TestGPUCacheAcrossProcesses(t *testing.T) {
 		map[string]float64{"handle_hit_ns": handleNS, "get_hit_ns": hitNS, "launch_ns": launchNS})
 }
 
-// report appends one check result as a JSON line to $DFLASH_RESULTS (set by
-// scripts/gpu-check.sh on the GPU machine); without it, it only logs.
+// report records one check result (see package checkreport).
 func report(t *testing.T, check string, pass bool, detail string, metrics map[string]float64) {
 	t.Helper()
-	t.Logf("check %q pass=%v %s %v", check, pass, detail, metrics)
-	path := os.Getenv("DFLASH_RESULTS")
-	if path == "" {
-		return
-	}
-	line, _ := json.Marshal(map[string]any{"pkg": "jit", "check": check, "pass": pass, "detail": detail, "metrics": metrics})
-	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
-	if err != nil {
-		t.Errorf("report: %v", err)
-		return
-	}
-	defer f.Close()
-	f.Write(append(line, '\n'))
+	checkreport.Write(t, "jit", check, pass, detail, metrics)
 }
