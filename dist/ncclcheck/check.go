@@ -136,11 +136,12 @@ func RunRank(ctx context.Context, r Rank, plan Plan) (*RankResult, error) {
 		if err := fill(r, send, maxBytes/t.Size(), t); err != nil {
 			return nil, err
 		}
+		want := expectedBlock(t, r.NRanks()) // the same for every size: built once
 		for _, size := range plan.Sizes {
 			if err := ctx.Err(); err != nil {
 				return nil, err
 			}
-			row, err := runSize(r, plan, send, recv, size, t)
+			row, err := runSize(r, plan, send, recv, size, t, want)
 			if err != nil {
 				return nil, fmt.Errorf("ncclcheck: rank %d, %s %s: %w", r.Rank(), DTypeName(t), FormatBytes(size), err)
 			}
@@ -168,7 +169,9 @@ func fill(r Rank, send Mem, n int64, t gpu.DType) error {
 	return r.Sync()
 }
 
-func runSize(r Rank, plan Plan, send, recv Mem, size int64, t gpu.DType) (Row, error) {
+// runSize verifies and times one all-reduce of size bytes of t; want is
+// expectedBlock(t, r.NRanks()).
+func runSize(r Rank, plan Plan, send, recv Mem, size int64, t gpu.DType, want []byte) (Row, error) {
 	count := size / t.Size()
 	row := Row{DType: DTypeName(t), Bytes: size, Count: count, Ranks: r.NRanks(), Reported: 1, Agree: true}
 	op := func() error { return r.AllReduce(send, recv, int(count), t) }
@@ -181,8 +184,8 @@ func runSize(r Rank, plan Plan, send, recv Mem, size int64, t gpu.DType) (Row, e
 	if err := r.Sync(); err != nil {
 		return row, err
 	}
-	v := newVerifier(t, r.NRanks())
-	chunk := make([]byte, min(size, int64(len(v.want))))
+	v := newVerifier(t, want)
+	chunk := make([]byte, min(size, int64(len(want))))
 	for off := int64(0); off < size; off += int64(len(chunk)) {
 		c := chunk[:min(int64(len(chunk)), size-off)]
 		if err := r.Download(c, recv, off); err != nil {

@@ -92,11 +92,17 @@ func RankInput(rank, nranks int, n int64, t gpu.DType) []byte {
 	return block(n, t, func(i int64) int { return Value(i, rank, nranks) })
 }
 
+// expectedBlock returns the exact all-reduce result of one verification
+// block over nranks ranks, encoded as t.
+func expectedBlock(t gpu.DType, nranks int) []byte {
+	return block(blockElems(nranks), t, func(i int64) int { return Sum(i, nranks) })
+}
+
 // ExpectedDigest returns the hex SHA-256 of the exact all-reduce result of
 // bytes bytes of t over nranks ranks, computed on the host.
 func ExpectedDigest(t gpu.DType, bytes int64, nranks int) string {
-	v := newVerifier(t, nranks)
-	want := v.want
+	want := expectedBlock(t, nranks)
+	v := newVerifier(t, want)
 	for left := bytes; left > 0; left -= int64(len(want)) {
 		v.check(want[:min(left, int64(len(want)))])
 	}
@@ -107,8 +113,7 @@ func ExpectedDigest(t gpu.DType, bytes int64, nranks int) string {
 // exact sums and hashes it.
 type verifier struct {
 	t          gpu.DType
-	nranks     int
-	want       []byte // the expected sums of one block
+	want       []byte // the expected sums of one block (expectedBlock)
 	h          hash.Hash
 	n          int64 // elements checked so far
 	mismatches int64
@@ -116,16 +121,18 @@ type verifier struct {
 	got, exp   float64
 }
 
-func newVerifier(t gpu.DType, nranks int) *verifier {
-	return &verifier{t: t, nranks: nranks, h: sha256.New(), firstBad: -1,
-		want: block(blockElems(nranks), t, func(i int64) int { return Sum(i, nranks) })}
+// newVerifier starts a check against want, one block of expected sums
+// (expectedBlock); the block is only read, so one serves every verifier of
+// the same dtype and rank count.
+func newVerifier(t gpu.DType, want []byte) *verifier {
+	return &verifier{t: t, want: want, h: sha256.New(), firstBad: -1}
 }
 
 // check verifies the next chunk, which must start at a multiple of the
 // block length and hold at most one block.
 func (v *verifier) check(chunk []byte) {
 	e := v.t.Size()
-	if int64(len(chunk))%e != 0 || len(chunk) > len(v.want) || v.n%blockElems(v.nranks) != 0 {
+	if int64(len(chunk))%e != 0 || len(chunk) > len(v.want) || v.n%(int64(len(v.want))/e) != 0 {
 		panic(fmt.Sprintf("ncclcheck: verify chunk of %d bytes at element %d", len(chunk), v.n))
 	}
 	v.h.Write(chunk)
