@@ -7,6 +7,7 @@ import (
 	"unsafe"
 
 	"github.com/ebitengine/purego"
+	"golang.org/x/sys/unix"
 )
 
 var libc struct {
@@ -32,22 +33,14 @@ func CEnv(name string) (value string, ok bool, err error) {
 	if libc.err != nil {
 		return "", false, libc.err
 	}
-	b := make([]byte, len(name)+1)
-	copy(b, name)
-	p, _, _ := purego.SyscallN(libc.getenv, uintptr(unsafe.Pointer(&b[0])))
+	b, err := unix.BytePtrFromString(name)
+	if err != nil {
+		return "", false, fmt.Errorf("dist: C environment variable name %q: %w", name, err)
+	}
+	p, _, _ := purego.SyscallN(libc.getenv, uintptr(unsafe.Pointer(b)))
 	runtime.KeepAlive(b)
 	if p == 0 {
 		return "", false, nil
 	}
-	return goString(p), true, nil
-}
-
-// goString copies the NUL-terminated C string at p.
-func goString(p uintptr) string {
-	ptr := *(*unsafe.Pointer)(unsafe.Pointer(&p))
-	n := 0
-	for *(*byte)(unsafe.Add(ptr, n)) != 0 {
-		n++
-	}
-	return string(unsafe.Slice((*byte)(ptr), n))
+	return unix.BytePtrToString(*(**byte)(unsafe.Pointer(&p))), true, nil
 }

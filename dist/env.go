@@ -52,13 +52,14 @@ func GuardMulticast() (set []string, err error) {
 
 // guard is GuardMulticast with the environment passed in (tests).
 func guard(lookup func(string) (string, bool), setenv func(k, v string) error) ([]string, error) {
-	var bad, missing []string
+	var bad []string
+	var missing []Setting
 	for _, s := range MulticastOff {
 		v, _ := lookup(s.Name)
 		switch v {
 		case s.Value:
 		case "":
-			missing = append(missing, s.Name)
+			missing = append(missing, s)
 		default:
 			bad = append(bad, fmt.Sprintf("%s=%q must be %q or unset (%s)", s.Name, v, s.Value, s.Why))
 		}
@@ -69,16 +70,14 @@ func guard(lookup func(string) (string, bool), setenv func(k, v string) error) (
 	if len(bad) > 0 {
 		return nil, &EnvError{Bad: bad}
 	}
-	for _, name := range missing {
-		for _, s := range MulticastOff {
-			if s.Name == name {
-				if err := setenv(s.Name, s.Value); err != nil {
-					return nil, fmt.Errorf("dist: set %s=%s: %w", s.Name, s.Value, err)
-				}
-			}
+	var set []string
+	for _, s := range missing {
+		if err := setenv(s.Name, s.Value); err != nil {
+			return nil, fmt.Errorf("dist: set %s=%s: %w", s.Name, s.Value, err)
 		}
+		set = append(set, s.Name)
 	}
-	return missing, nil
+	return set, nil
 }
 
 // ncclAlgoWantsNVLS reports whether an NCCL_ALGO value selects NVLS or

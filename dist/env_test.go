@@ -108,6 +108,9 @@ func TestGuardReachesC(t *testing.T) {
 	if v, ok, err := CEnv("DFLASH_DIST_SURELY_UNSET_VARIABLE"); err != nil || ok {
 		t.Errorf("CEnv(unset) = %q, %v, %v; want not found", v, ok, err)
 	}
+	if _, _, err := CEnv("DFLASH_DIST_CENV_PROBE\x00X"); err == nil {
+		t.Error("CEnv accepted a name with a NUL byte (C would read a shorter name)")
+	}
 
 	// A child started with the inherited environment sees the guard too.
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
@@ -156,5 +159,29 @@ func TestNoMulticastBindings(t *testing.T) {
 		if strings.Contains(string(b), "cuMulticast") {
 			t.Errorf("%s binds the multicast object API (cuMulticast*)", f)
 		}
+	}
+}
+
+// TestGuardSetenvFails: a variable the guard cannot set is an error naming
+// it, and what was set before it is not reported as set.
+func TestGuardSetenvFails(t *testing.T) {
+	env := map[string]string{"NCCL_NVLS_ENABLE": "0"}
+	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+	setenv := func(k, v string) error {
+		if k == "NVSHMEM_DISABLE_NVLS" {
+			return errors.New("read-only environment")
+		}
+		env[k] = v
+		return nil
+	}
+	set, err := guard(lookup, setenv)
+	if err == nil || !strings.Contains(err.Error(), "NVSHMEM_DISABLE_NVLS=1") || !strings.Contains(err.Error(), "read-only environment") {
+		t.Fatalf("err = %v, want one naming NVSHMEM_DISABLE_NVLS=1 and the cause", err)
+	}
+	if set != nil {
+		t.Errorf("set = %v on failure, want nil", set)
+	}
+	if env["TORCH_SYMM_MEM_DISABLE_MULTICAST"] != "1" {
+		t.Errorf("the variable before the failing one was not set: %v", env)
 	}
 }
