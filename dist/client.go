@@ -41,22 +41,22 @@ func ReceiveID(ctx context.Context, cfg Config) (UniqueID, error) {
 		if !retry {
 			return UniqueID{}, cfg.fail(err)
 		}
-		if ctx.Err() != nil { // keep the last cause that was not the deadline itself
-			if last == nil {
-				last = err
+		// Keep the last cause that was not the deadline itself.
+		if last == nil || ctx.Err() == nil {
+			last = err
+		}
+		if ctx.Err() == nil {
+			if attempt == 1 || attempt%20 == 0 {
+				log.Info("rendezvous: rank 0 not reachable yet; retrying", "err", err)
 			}
-			return UniqueID{}, cfg.fail(fmt.Errorf("%w (%d attempts; last: %v)", deadlineErr(ctx, timeout), attempt, last))
+			select {
+			case <-ctx.Done():
+			case <-time.After(wait):
+				wait = min(2*wait, retryMax)
+				continue
+			}
 		}
-		last = err
-		if attempt == 1 || attempt%20 == 0 {
-			log.Info("rendezvous: rank 0 not reachable yet; retrying", "err", err)
-		}
-		select {
-		case <-ctx.Done():
-			return UniqueID{}, cfg.fail(fmt.Errorf("%w (%d attempts; last: %v)", deadlineErr(ctx, timeout), attempt, last))
-		case <-time.After(wait):
-		}
-		wait = min(2*wait, retryMax)
+		return UniqueID{}, cfg.fail(fmt.Errorf("%w (%d attempts; last: %v)", deadlineErr(ctx, timeout), attempt, last))
 	}
 }
 
