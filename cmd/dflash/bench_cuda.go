@@ -199,8 +199,8 @@ func (o cudaBenchOptions) problem(r *rand.Rand) (*cudaBenchCase, error) {
 			an = append(an, row...)
 		}
 		c.args = flex.DFlashArgs(o.Context, an, o.Anchors, nil)
-		for _, a := range row {
-			c.pairs += float64(o.BlockSize) * float64(min(int(a), o.Context)+o.BlockSize)
+		for _, a := range row { // a block sees the a context positions before it and itself
+			c.pairs += float64(o.BlockSize) * float64(int(a)+o.BlockSize)
 		}
 		c.pairs *= float64(o.Batch)
 	default:

@@ -1,10 +1,14 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
+	"io"
+	"maps"
 	"os"
-	"sort"
+	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -114,30 +118,17 @@ func cacheLs(args []string) error {
 	return tw.Flush()
 }
 
-func dash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
-}
+// dash returns s, or "-" for an empty table cell.
+func dash(s string) string { return cmp.Or(s, "-") }
 
+// paramsStr returns a kernel's specialisation parameters as k=v pairs in key
+// order, or "-" when it has none.
 func paramsStr(p map[string]string) string {
-	if len(p) == 0 {
-		return "-"
+	kv := make([]string, 0, len(p))
+	for _, k := range slices.Sorted(maps.Keys(p)) {
+		kv = append(kv, k+"="+p[k])
 	}
-	keys := make([]string, 0, len(p))
-	for k := range p {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	s := ""
-	for i, k := range keys {
-		if i > 0 {
-			s += ","
-		}
-		s += k + "=" + p[k]
-	}
-	return s
+	return dash(strings.Join(kv, ","))
 }
 
 func cacheClear(args []string) error {
@@ -172,19 +163,14 @@ func cacheStats(args []string) error {
 }
 
 // writeDirStats prints a cache directory summary as a table.
-func writeDirStats(w *os.File, st jit.DirStats) error {
+func writeDirStats(w io.Writer, st jit.DirStats) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "directory\t%s\n", st.Dir)
 	fmt.Fprintf(tw, "kernels\t%d (%d bytes)\n", st.Entries, st.Bytes)
 	fmt.Fprintf(tw, "invalid files\t%d (discarded and rebuilt on next use)\n", st.Invalid)
 	fmt.Fprintf(tw, "unfinished writes\t%d\n", st.Temp)
 	fmt.Fprintf(tw, "compile time recorded\t%.0f ms\n", st.CompileMS)
-	fams := make([]string, 0, len(st.Families))
-	for f := range st.Families {
-		fams = append(fams, f)
-	}
-	sort.Strings(fams)
-	for _, f := range fams {
+	for _, f := range slices.Sorted(maps.Keys(st.Families)) {
 		fmt.Fprintf(tw, "family %s\t%d kernels\n", f, st.Families[f])
 	}
 	return tw.Flush()

@@ -104,7 +104,7 @@ func runDoctor(args []string) error {
 			r.CacheErr = err.Error()
 		}
 	}
-	if *smoke && n > 0 && err == nil {
+	if *smoke && n > 0 && r.CacheErr == "" {
 		r.Smoke = doctorSmokeTest(r.CacheDir)
 	}
 	if *asJSON {

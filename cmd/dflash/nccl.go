@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -291,7 +292,7 @@ func ncclPrint(rep *ncclReport) {
 	for _, s := range dist.MulticastOff {
 		env = append(env, s.Name+"="+rep.Env[s.Name])
 	}
-	fmt.Printf("NVLink multicast off: %s (set here: %s)\n", strings.Join(env, " "), ncclOr(strings.Join(rep.EnvSet, ","), "none, already set"))
+	fmt.Printf("NVLink multicast off: %s (set here: %s)\n", strings.Join(env, " "), cmp.Or(strings.Join(rep.EnvSet, ","), "none, already set"))
 	if rep.Note != "" {
 		fmt.Println("note:", rep.Note)
 	}
@@ -323,11 +324,4 @@ func ncclPass(ok bool) string {
 		return "PASS"
 	}
 	return "FAIL"
-}
-
-func ncclOr(s, alt string) string {
-	if s == "" {
-		return alt
-	}
-	return s
 }
