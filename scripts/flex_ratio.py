@@ -25,11 +25,47 @@ def load(path):
         return None
 
 
+def load_peer(d):
+    """bench/flex_peer.py's rows in DIR/peer.json by case ({} when absent)."""
+    return {r["case"]: r for r in (load(os.path.join(d, "peer.json")) or [])}
+
+
+def torch_ms(p):
+    """PyTorch's forward and forward+backward ms of a peer row; for GQA cases
+    the better of enable_gqa and repeated K/V."""
+    tf, tfb = p.get("fwd_ms"), p.get("fb_ms")
+    if p.get("fb_repeat_kv_ms") is not None and tf and tfb:
+        tf, tfb = min(tf, p["fwd_repeat_kv_ms"]), min(tfb, p["fb_repeat_kv_ms"])
+    return tf, tfb
+
+
+def f3(x):
+    return f"{x:.3f}" if isinstance(x, (int, float)) and x else "-"
+
+
+def ratio(t, ours):
+    return f"{t / ours:.2f}x" if t and ours else "-"
+
+
+def tflops(o, flops_per_d, ms):
+    """Useful TFLOP/s of a pass taking ms over the allowed pairs of our report o."""
+    return f"{flops_per_d * o['dims']['HeadDim'] * o['allowed_pairs'] / ms / 1e9:.0f}" if ms else "-"
+
+
+def print_table(hdr, rows, left):
+    """Prints hdr and rows in columns; the columns in left are left-aligned."""
+    widths = [max(len(str(r[i])) for r in rows + [hdr]) for i in range(len(hdr))]
+    line = lambda r: "  ".join(str(x).ljust(widths[i]) if i in left else str(x).rjust(widths[i]) for i, x in enumerate(r))
+    print(line(hdr))
+    for r in rows:
+        print(line(r))
+
+
 def main():
     d = sys.argv[1]
     sfx = sys.argv[2] if len(sys.argv) > 2 else ""
     cases = sys.argv[3].split(",") if len(sys.argv) > 3 else CASES
-    peer = {r["case"]: r for r in (load(os.path.join(d, "peer.json")) or [])}
+    peer = load_peer(d)
     hdr = ("case", "ours fwd", "torch fwd", "ratio", "ours f+b", "torch f+b", "ratio",
            "TFLOP/s fwd", "f+b", "torch fwd", "f+b", "cold ms", "warm ms", "torch 1st s")
     rows = []
@@ -39,26 +75,15 @@ def main():
             rows.append((c, "missing") + ("",) * (len(hdr) - 2))
             continue
         of, ofb = o.get("forward_ms", 0), o.get("forward_backward_ms", 0)
-        tf, tfb = p.get("fwd_ms"), p.get("fb_ms")
-        if p.get("fb_repeat_kv_ms") is not None and tf and tfb:  # PyTorch's better GQA variant
-            tfb = min(tfb, p["fb_repeat_kv_ms"])
-            tf = min(tf, p["fwd_repeat_kv_ms"])
-        pairs, D = o["allowed_pairs"], o["dims"]["HeadDim"]
-        fmt = lambda x: f"{x:.3f}" if isinstance(x, (int, float)) and x else "-"
-        ratio = lambda t, ours: f"{t / ours:.2f}x" if t and ours else "-"
-        tfl = lambda fl, ms: f"{fl * D * pairs / ms / 1e9:.0f}" if ms else "-"
+        tf, tfb = torch_ms(p)
         cold = o["compile"]["prepare_ms"]
         warm = w["compile"]["prepare_ms"] if w else None
         warm_s = f"{warm:.1f}" + ("" if w and w["compile"].get("from_disk") else "*") if warm is not None else "-"
         first = (p.get("compile_fwd_s") or 0) + (p.get("compile_fb_s") or 0)
-        rows.append((c, fmt(of), fmt(tf), ratio(tf, of), fmt(ofb), fmt(tfb), ratio(tfb, ofb),
-                     tfl(4, of), tfl(14, ofb), tfl(4, tf), tfl(14, tfb), f"{cold:.0f}", warm_s,
+        rows.append((c, f3(of), f3(tf), ratio(tf, of), f3(ofb), f3(tfb), ratio(tfb, ofb),
+                     tflops(o, 4, of), tflops(o, 14, ofb), tflops(o, 4, tf), tflops(o, 14, tfb), f"{cold:.0f}", warm_s,
                      f"{first:.1f}" if first else "-"))
-    widths = [max(len(str(r[i])) for r in rows + [hdr]) for i in range(len(hdr))]
-    line = lambda r: "  ".join(str(x).rjust(widths[i]) if i else str(x).ljust(widths[i]) for i, x in enumerate(r))
-    print(line(hdr))
-    for r in rows:
-        print(line(r))
+    print_table(hdr, rows, left={0})
     print("ratio = PyTorch ms / dflash ms (>1: dflash faster); torch GQA rows use min(enable_gqa, repeat K/V);"
           " cold = compile + load in a fresh cache, warm = load from disk in a new process (* = not from disk);"
           " torch 1st = first fwd call + first fwd+bwd call (compile)")
