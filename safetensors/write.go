@@ -6,11 +6,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
+
+	"dflash/internal/atomicfile"
 )
 
 // Tensor is one tensor to write: Data holds the values, converted on write to DType
@@ -123,54 +123,16 @@ func jsonString(s string) string {
 	return string(b)
 }
 
-// Write writes tensors and metadata to path atomically: into a temporary file in the
-// same directory, synced, then renamed over path, and the directory synced. A crash
-// leaves either the old file or the new one, never a partial file at path.
+// Write writes tensors and metadata to path atomically (see dflash/internal/atomicfile):
+// into a temporary file in the same directory, synced, then renamed over path, and the
+// directory synced. A crash leaves either the old file or the new one, never a partial
+// file at path.
 func Write(path string, tensors []Tensor, metadata map[string]string) error {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	ok := false
-	defer func() {
-		if !ok {
-			tmp.Close()
-			os.Remove(tmp.Name())
+	return atomicfile.Write(path, func(w io.Writer) error {
+		bw := bufio.NewWriterSize(w, 1<<20)
+		if err := Encode(bw, tensors, metadata); err != nil {
+			return err
 		}
-	}()
-	bw := bufio.NewWriterSize(tmp, 1<<20)
-	if err := Encode(bw, tensors, metadata); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	if err := bw.Flush(); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	if err := tmp.Chmod(0o644); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	if err := tmp.Sync(); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return err
-	}
-	ok = true
-	return SyncDir(dir)
-}
-
-// SyncDir fsyncs a directory so that renames and creations inside it are durable.
-func SyncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync %s: %w", dir, err)
-	}
-	return nil
+		return bw.Flush()
+	})
 }

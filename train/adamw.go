@@ -7,8 +7,10 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sync"
 
+	"dflash/internal/atomicfile"
 	"dflash/safetensors"
 )
 
@@ -164,7 +166,7 @@ func (o *AdamW) Save(dir string) error {
 	if err != nil {
 		return err
 	}
-	return writeFileSync(filepath.Join(dir, OptimizerStateFile), b)
+	return atomicfile.WriteFile(filepath.Join(dir, OptimizerStateFile), b)
 }
 
 // Load restores moments and step counts saved by Save. Every parameter must be present
@@ -223,20 +225,8 @@ func readParamTensor(f *safetensors.File, name string, shape []int, dst []float3
 	if !ok {
 		return fmt.Errorf("%s: tensor %q: %w", f.Path(), name, safetensors.ErrNotFound)
 	}
-	if info.DType != "F32" || !equalInts(info.Shape, shape) {
+	if info.DType != "F32" || !slices.Equal(info.Shape, shape) {
 		return fmt.Errorf("%s: tensor %q: %s %v, want F32 %v", f.Path(), name, info.DType, info.Shape, shape)
 	}
 	return f.Float32Into(name, dst)
-}
-
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 
+	"dflash/internal/atomicfile"
 	"dflash/safetensors"
 )
 
@@ -98,7 +99,7 @@ func SaveCheckpoint(outDir string, c *Checkpoint, keep int) (string, error) {
 	if cfg == nil {
 		cfg = []byte("{}")
 	}
-	if err := writeFileSync(filepath.Join(tmp, ConfigFile), cfg); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(tmp, ConfigFile), cfg); err != nil {
 		return "", err
 	}
 	hook("config")
@@ -133,10 +134,8 @@ func SaveCheckpoint(outDir string, c *Checkpoint, keep int) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if err := writeFileSync(filepath.Join(tmp, TrainerStateFile), b); err != nil {
-		return "", err
-	}
-	if err := safetensors.SyncDir(tmp); err != nil {
+	// Written last, this file's directory sync also makes every other file's entry durable.
+	if err := atomicfile.WriteFile(filepath.Join(tmp, TrainerStateFile), b); err != nil {
 		return "", err
 	}
 	hook("synced")
@@ -152,11 +151,11 @@ func SaveCheckpoint(outDir string, c *Checkpoint, keep int) (string, error) {
 		return "", err
 	}
 	done = true
-	if err := safetensors.SyncDir(outDir); err != nil {
+	if err := atomicfile.SyncDir(outDir); err != nil {
 		return "", err
 	}
 	hook("renamed")
-	if err := writeAtomic(filepath.Join(outDir, LatestFile), []byte(name+"\n")); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(outDir, LatestFile), []byte(name+"\n")); err != nil {
 		return "", err
 	}
 	hook("latest")
@@ -271,7 +270,7 @@ func cleanTemps(outDir string) error {
 		return err
 	}
 	for _, e := range ents {
-		if strings.HasPrefix(e.Name(), tmpPrefix) || strings.HasPrefix(e.Name(), "."+LatestFile+".tmp-") {
+		if strings.HasPrefix(e.Name(), tmpPrefix) || strings.HasPrefix(e.Name(), atomicfile.TempPrefix(LatestFile)) {
 			if err := os.RemoveAll(filepath.Join(outDir, e.Name())); err != nil {
 				return err
 			}
@@ -368,50 +367,4 @@ func fileSum(path string) (FileSum, error) {
 		return FileSum{}, fmt.Errorf("%s: %w", path, err)
 	}
 	return FileSum{Size: n, CRC32C: h.Sum32()}, nil
-}
-
-// writeFileSync creates path with data and syncs it.
-func writeFileSync(path string, data []byte) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
-}
-
-// writeAtomic replaces path with data: temp file in the same directory, sync, rename,
-// directory sync.
-func writeAtomic(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Chmod(0o644)
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	return safetensors.SyncDir(dir)
 }

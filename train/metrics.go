@@ -10,6 +10,8 @@ import (
 	"os"
 	"sort"
 	"strconv"
+
+	"dflash/internal/atomicfile"
 )
 
 // MetricsFile is the name of the metrics log in the output directory.
@@ -135,5 +137,5 @@ func truncateMetrics(path string, step int) error {
 			b.WriteByte('\n')
 		}
 	}
-	return writeAtomic(path, b.Bytes())
+	return atomicfile.WriteFile(path, b.Bytes())
 }

@@ -3,9 +3,8 @@ package train
 import (
 	"fmt"
 	"image/color"
+	"io"
 	"math"
-	"os"
-	"path/filepath"
 	"strconv"
 
 	"gonum.org/v1/plot"
@@ -13,6 +12,8 @@ import (
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 	"gonum.org/v1/plot/vg/vgimg"
+
+	"dflash/internal/atomicfile"
 )
 
 // PlotFile is the name of the plot in the output directory.
@@ -101,21 +102,10 @@ func PlotMetrics(metricsPath, pngPath string) error {
 	for i := range plots {
 		plots[i][0].Draw(canvases[i][0])
 	}
-	tmp, err := os.CreateTemp(filepath.Dir(pngPath), "."+filepath.Base(pngPath)+".tmp-")
-	if err != nil {
+	return atomicfile.Write(pngPath, func(w io.Writer) error {
+		_, err := vgimg.PngCanvas{Canvas: img}.WriteTo(w)
 		return err
-	}
-	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(tmp); err != nil {
-		tmp.Close()
-		os.Remove(tmp.Name())
-		return err
-	}
-	tmp.Chmod(0o644)
-	if err := tmp.Close(); err != nil {
-		os.Remove(tmp.Name())
-		return err
-	}
-	return os.Rename(tmp.Name(), pngPath)
+	})
 }
 
 func points(recs []Record, kind, key string) plotter.XYs {

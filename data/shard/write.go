@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+
+	"dflash/internal/atomicfile"
 )
 
 // Writer builds a prepared dataset directory. Samples are buffered until a
@@ -165,13 +167,10 @@ func (w *Writer) Finish(info any) (Meta, error) {
 		w.Abort()
 		return Meta{}, fmt.Errorf("shard: meta: %w", err)
 	}
-	if err := writeSynced(filepath.Join(w.tmp, MetaFile), append(b, '\n')); err != nil {
+	// Written last, meta.json's directory sync also makes the shards' entries durable.
+	if err := atomicfile.WriteFile(filepath.Join(w.tmp, MetaFile), append(b, '\n')); err != nil {
 		w.Abort()
-		return Meta{}, err
-	}
-	if d, err := os.Open(w.tmp); err == nil {
-		d.Sync()
-		d.Close()
+		return Meta{}, fmt.Errorf("shard: %w", err)
 	}
 	if _, err := os.Stat(w.out); err == nil {
 		if err := os.RemoveAll(w.out); err != nil {
@@ -183,6 +182,9 @@ func (w *Writer) Finish(info any) (Meta, error) {
 		w.Abort()
 		return Meta{}, fmt.Errorf("shard: %w", err)
 	}
+	if err := atomicfile.SyncDir(filepath.Dir(filepath.Clean(w.out))); err != nil {
+		return Meta{}, fmt.Errorf("shard: %w", err)
+	}
 	return w.meta, nil
 }
 
@@ -190,20 +192,4 @@ func (w *Writer) Finish(info any) (Meta, error) {
 func (w *Writer) Abort() {
 	w.done = true
 	os.RemoveAll(w.tmp)
-}
-
-func writeSynced(path string, b []byte) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("shard: %w", err)
-	}
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return fmt.Errorf("shard: write %s: %w", path, err)
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return fmt.Errorf("shard: sync %s: %w", path, err)
-	}
-	return f.Close()
 }

@@ -1,0 +1,68 @@
+// Package atomicfile replaces files so that a crash leaves either the old
+// content or the new one at the path, never a partial file. The new content
+// goes into a temporary file in the same directory, named
+// TempPrefix(base)+random, which is given mode 0644, synced, renamed over the
+// path; then the directory is synced so that the rename itself is durable.
+// A crash can leave such a temporary file behind; its owner may remove files
+// with that prefix.
+package atomicfile
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+)
+
+// TempPrefix returns the prefix of the temporary files Write creates while
+// replacing a file named name (a base name, no directory).
+func TempPrefix(name string) string { return "." + name + ".tmp-" }
+
+// Write replaces path with what fill writes to the temporary file. Errors,
+// fill's included, are returned prefixed with path.
+func Write(path string, fill func(w io.Writer) error) error {
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, TempPrefix(filepath.Base(path))+"*")
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	err = fill(f)
+	if err == nil {
+		err = f.Chmod(0o644)
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), path)
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return SyncDir(dir)
+}
+
+// WriteFile replaces path with data (see Write).
+func WriteFile(path string, data []byte) error {
+	return Write(path, func(w io.Writer) error {
+		_, err := w.Write(data)
+		return err
+	})
+}
+
+// SyncDir fsyncs a directory so that renames and creations inside it are durable.
+func SyncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("sync %s: %w", dir, err)
+	}
+	return nil
+}
