@@ -13,11 +13,7 @@ func (tp *TapeOf[T]) BackwardFrom(out *Of[T], grad []T) {
 	for i, v := range grad {
 		g[i] += v
 	}
-	for i := len(tp.steps) - 1; i >= 0; i-- {
-		tp.steps[i]()
-		tp.steps[i] = nil
-	}
-	tp.Reset()
+	tp.runBackward()
 }
 
 // Embedding returns out[i,:] = w[ids[i],:], shape [len(ids), dim] for w of

@@ -64,6 +64,12 @@ func (tp *TapeOf[T]) Backward(loss *Of[T]) {
 		panic(fmt.Sprintf("tensor.Backward: loss %v has %d elements, want 1", loss, len(loss.Data)))
 	}
 	loss.EnsureGrad()[0] += 1
+	tp.runBackward()
+}
+
+// runBackward runs the recorded steps in reverse, dropping each once run,
+// and resets the tape.
+func (tp *TapeOf[T]) runBackward() {
 	for i := len(tp.steps) - 1; i >= 0; i-- {
 		tp.steps[i]()
 		tp.steps[i] = nil

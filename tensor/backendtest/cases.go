@@ -58,8 +58,6 @@ func xentOp[T tensor.Float](targets []int32, weights []float64, chunk int) opFn[
 	}
 }
 
-func both[T32 any, T64 any](f32 T32, f64 T64) (T32, T64) { return f32, f64 }
-
 func opCases(rng *rand.Rand) []opCase {
 	var cs []opCase
 	add := func(name string, inputs []input, f32 opFn[float32], f64 opFn[float64], naive func([][]float64) []float64) *opCase {
