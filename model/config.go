@@ -21,6 +21,10 @@ const (
 // hfClass is the transformers class of each architecture.
 var hfClass = map[Architecture]string{Qwen3: "Qwen3ForCausalLM", Llama: "LlamaForCausalLM"}
 
+// HFClass returns the transformers class of a (e.g. "Qwen3ForCausalLM"),
+// empty for an unsupported architecture.
+func (a Architecture) HFClass() string { return hfClass[a] }
+
 // Config is the part of an HF config.json that defines a Qwen3 or Llama decoder.
 type Config struct {
 	Arch                  Architecture
@@ -187,8 +191,6 @@ func ParseConfig(raw []byte) (*Config, error) {
 	return c, nil
 }
 
-// parser reads typed fields from a JSON object and keeps the first error,
-// naming the field.
 // RopeScalingJSON returns s as HF's rope_scaling object (nil for nil), the
 // inverse of ParseRopeScaling.
 func RopeScalingJSON(s *tensor.RopeScaling) map[string]any {
@@ -246,6 +248,8 @@ func parseRope(key string, raw json.RawMessage, theta *float64) (*tensor.RopeSca
 	return nil, fmt.Errorf("%s.rope_type %q is not supported (want default, linear or llama3)", key, s.Type)
 }
 
+// parser reads typed fields from a JSON object and keeps the first error,
+// naming the field.
 type parser struct {
 	m      map[string]json.RawMessage
 	prefix string

@@ -1,7 +1,6 @@
 package model
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -10,6 +9,7 @@ import (
 	"slices"
 	"strings"
 
+	"dflash/internal/atomicfile"
 	"dflash/safetensors"
 	"dflash/tensor"
 )
@@ -223,34 +223,5 @@ func (m *Model) Save(dir, dtype string) error {
 	if err := safetensors.Write(filepath.Join(dir, safetensors.SingleFile), ts, map[string]string{"format": "pt"}); err != nil {
 		return err
 	}
-	return writeFileAtomic(filepath.Join(dir, "config.json"), cfg)
-}
-
-func writeFileAtomic(path string, data []byte) (err error) {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(f.Name())
-		}
-	}()
-	if _, err = f.Write(data); err != nil {
-		return err
-	}
-	if err = f.Chmod(0o644); err != nil {
-		return err
-	}
-	if err = f.Sync(); err != nil {
-		return err
-	}
-	if err = f.Close(); err != nil {
-		return err
-	}
-	if err = os.Rename(f.Name(), path); err != nil {
-		return err
-	}
-	return errors.Join(safetensors.SyncDir(filepath.Dir(path)))
+	return atomicfile.WriteFile(filepath.Join(dir, "config.json"), cfg)
 }
