@@ -3,6 +3,7 @@ package model
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"dflash/flex"
 	"dflash/tensor"
@@ -19,6 +20,10 @@ type Input struct {
 	// States lists the hidden states to return, by HF index (0 = embeddings,
 	// i = after layer i−1, NumLayers = final-normed; see the package doc).
 	States []int
+	// StatesOnly stops the pass at the deepest state in States: the layers
+	// after it and the final norm do not run, and Output.Final is nil
+	// (unless that state is NumLayers).
+	StatesOnly bool
 }
 
 // Output is the result of Forward.
@@ -61,22 +66,34 @@ func (m *Model) Forward(tp *tensor.Tape, in Input) *Output {
 		}
 		want[s] = true
 	}
+	stop := c.NumLayers // layers to run
+	if in.StatesOnly {
+		if len(in.States) == 0 {
+			panic("model.Forward: StatesOnly without States")
+		}
+		stop = slices.Max(in.States)
+	}
 	out := &Output{States: map[int]*tensor.Tensor{}}
 	table := tensor.Table[float32](m.rope, pos)
 	d := flex.Dims{Batch: in.Batch, HeadsQ: c.NumHeads, HeadsKV: c.NumKVHeads, LenQ: in.Len, LenKV: in.Len, HeadDim: c.HeadDim}
-	bm, err := flex.NewBlockMask(flex.Causal(), flex.NewArgs(), d, 0, 0)
+	args := flex.NewArgs()
+	bm, err := flex.NewBlockMask(flex.Causal(), args, d, 0, 0)
 	if err != nil {
 		panic("model.Forward: causal block mask: " + err.Error())
 	}
 	att := func(q, k, v *tensor.Tensor) *tensor.Tensor {
-		return tp.Attention(q, k, v, bm, nil, flex.NewArgs(), 1/math.Sqrt(float64(c.HeadDim)))
+		return tp.Attention(q, k, v, bm, nil, args, 1/math.Sqrt(float64(c.HeadDim)))
 	}
 	x := tp.Embedding(m.Embed, in.IDs)
-	for i := range m.Layers {
+	for i := range stop {
 		if want[i] {
 			out.States[i] = x
 		}
 		x = m.layer(tp, i, x, in.Batch, in.Len, table, att)
+	}
+	if stop < c.NumLayers {
+		out.States[stop] = x
+		return out
 	}
 	out.Final = tp.RMSNorm(x, m.Norm, c.RMSNormEps)
 	if want[c.NumLayers] {

@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 
 	"dflash/safetensors"
@@ -96,7 +97,7 @@ func TestGoldenHF(t *testing.T) {
 				t.Logf("logits: relative error %.3g", e)
 			}
 			for i := range states {
-				want := g["hidden_states."+itoa(i)]
+				want := g["hidden_states."+strconv.Itoa(i)]
 				if want == nil {
 					t.Fatalf("golden lacks hidden_states.%d", i)
 				}
@@ -107,7 +108,7 @@ func TestGoldenHF(t *testing.T) {
 			// HF's last hidden state is the final norm of the last layer's output.
 			last := tensor.FromData("last", g["layer_out_last"], batch*length, m.Config.HiddenSize)
 			normed := tp.RMSNorm(last, m.Norm, m.Config.RMSNormEps)
-			if e := relErr(normed.Data, g["hidden_states."+itoa(L)]); e > goldenTol {
+			if e := relErr(normed.Data, g["hidden_states."+strconv.Itoa(L)]); e > goldenTol {
 				t.Errorf("hidden_states[L] is not norm(last layer output): relative error %.3g", e)
 			}
 			// Explicit position ids.
@@ -152,13 +153,6 @@ func TestGoldenHF(t *testing.T) {
 			}
 		})
 	}
-}
-
-func itoa(i int) string {
-	if i < 10 {
-		return string(rune('0' + i))
-	}
-	return itoa(i/10) + string(rune('0'+i%10))
 }
 
 // TestWriteGoSaved writes, when -gosave is given, tiny random Qwen3 and Llama

@@ -1,10 +1,13 @@
 package model
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -190,7 +193,7 @@ func TestCacheMatchesForward(t *testing.T) {
 				for i := range want {
 					want[i] = float64(full.Data[pos*V+i])
 				}
-				backendtest.Close(t, "logits at "+itoa(pos), got, want, 1e-5)
+				backendtest.Close(t, "logits at "+strconv.Itoa(pos), got, want, 1e-5)
 			}
 			check(prompt-1, got)
 			for p := prompt; p < len(ids); p++ {
@@ -241,5 +244,50 @@ func TestSample(t *testing.T) {
 		if p := math.Exp(float64(l)) / z; math.Abs(float64(counts[i])/n-p) > 0.02 {
 			t.Errorf("token %d: frequency %.3f, probability %.3f", i, float64(counts[i])/n, p)
 		}
+	}
+}
+
+// TestStatesOnly checks that a pass stopped at the deepest requested state
+// gives bit-identical states to the full pass, runs fewer ops and has no
+// Final.
+func TestStatesOnly(t *testing.T) {
+	rng := rand.New(rand.NewPCG(backendtest.Seed(t), 6))
+	cpu := tensor.NewCPU[float32](0)
+	cfg := tinyConfig(Qwen3, true)
+	cfg.NumLayers = 4
+	m, err := New(cfg, rng.Uint64())
+	if err != nil {
+		t.Fatal(err)
+	}
+	perturb(m, rng.Uint64())
+	const batch, length = 2, 9
+	ids := make([]int32, batch*length)
+	for i := range ids {
+		ids[i] = int32(rng.IntN(cfg.VocabSize))
+	}
+	for _, states := range [][]int{{2}, {1, 3}, {0}, {2, 4}} {
+		t.Run(fmt.Sprint(states), func(t *testing.T) {
+			fullTape, partTape := tensor.NewTape(cpu), tensor.NewTape(cpu)
+			full := m.Forward(fullTape, Input{IDs: ids, Batch: batch, Len: length, States: states})
+			part := m.Forward(partTape, Input{IDs: ids, Batch: batch, Len: length, States: states, StatesOnly: true})
+			if deepest := slices.Max(states); deepest < cfg.NumLayers {
+				if part.Final != nil || partTape.Len() >= fullTape.Len() {
+					t.Fatalf("deepest state %d of %d: Final %v, %d ops recorded, full pass %d", deepest, cfg.NumLayers, part.Final, partTape.Len(), fullTape.Len())
+				}
+			} else if part.Final == nil {
+				t.Fatal("deepest state is the final norm but Final is nil")
+			}
+			for _, s := range states {
+				a, b := full.States[s].Data, part.States[s].Data
+				if len(a) != len(b) {
+					t.Fatalf("state %d: %d values, full pass %d", s, len(b), len(a))
+				}
+				for i := range a {
+					if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+						t.Fatalf("state %d [%d]: %v, full pass %v", s, i, b[i], a[i])
+					}
+				}
+			}
+		})
 	}
 }
