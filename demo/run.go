@@ -252,12 +252,10 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 
 	// 4. Drafter.
 	done = st.begin("drafter")
-	var taps []int
-	for i := 0; i < o.DraftLayers+1 && i < tcfg.NumLayers-1; i++ {
-		taps = append(taps, tcfg.NumLayers-2-i) // the deepest layers but the last, deepest last
-	}
-	for i, j := 0, len(taps)-1; i < j; i, j = i+1, j-1 {
-		taps[i], taps[j] = taps[j], taps[i]
+	// Taps: the DraftLayers+1 deepest layers but the last, ascending.
+	taps := make([]int, min(o.DraftLayers+1, tcfg.NumLayers-1))
+	for i := range taps {
+		taps[i] = tcfg.NumLayers - 1 - len(taps) + i
 	}
 	dc := dflash.DrafterConfigFor(target, o.DraftLayers, taps, o.BlockSize, mask)
 	dc.NumAnchors = o.Anchors

@@ -2,11 +2,10 @@ package demo
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"math/rand/v2"
 
 	"dflash/model"
+	"dflash/model/dflash"
 	"dflash/tensor"
 	"dflash/train"
 )
@@ -22,41 +21,18 @@ func TrainParamsOf(m *model.Model) []*train.Param {
 }
 
 // lmData serves fixed-length next-token-prediction batches from sequences in
-// a seeded, epoch-shuffled order.
+// a seeded, epoch-shuffled order (dflash.Order).
 type lmData struct {
-	seqs   [][]int32
-	batch  int
-	pad    int32
-	seed   uint64
-	epoch  int
-	pos    int
-	order  []int
-	tokens int
-}
-
-func (d *lmData) shuffle() {
-	d.order = make([]int, len(d.seqs))
-	for i := range d.order {
-		d.order[i] = i
-	}
-	rng := rand.New(rand.NewPCG(d.seed, train.StreamData<<32|uint64(d.epoch)))
-	rng.Shuffle(len(d.order), func(i, j int) { d.order[i], d.order[j] = d.order[j], d.order[i] })
+	seqs  [][]int32
+	pad   int32
+	order *dflash.Order
 }
 
 // next returns ids [batch, L] (padded with pad) and next-token targets
 // (−1 on padding and at each sequence's last token).
 func (d *lmData) next() (ids, targets []int32, L int) {
-	if d.order == nil {
-		d.shuffle()
-	}
-	n := min(d.batch, len(d.seqs))
-	if d.pos+n > len(d.order) {
-		d.epoch++
-		d.pos = 0
-		d.shuffle()
-	}
-	idx := d.order[d.pos : d.pos+n]
-	d.pos += n
+	idx := d.order.Next()
+	n := len(idx)
 	for _, i := range idx {
 		L = max(L, len(d.seqs[i]))
 	}
@@ -84,7 +60,7 @@ func TrainTarget(ctx context.Context, m *model.Model, seqs [][]int32, batch int,
 	if len(seqs) == 0 {
 		return nil, fmt.Errorf("demo: no target training sequences")
 	}
-	d := &lmData{seqs: seqs, batch: batch, pad: pad, seed: cfg.Seed}
+	d := &lmData{seqs: seqs, pad: pad, order: dflash.NewOrder(len(seqs), batch, cfg.Seed)}
 	cj, err := m.Config.HFConfig("float32")
 	if err != nil {
 		return nil, err
@@ -108,16 +84,8 @@ func TrainTarget(ctx context.Context, m *model.Model, seqs [][]int32, batch int,
 			}
 			return float64(x.Loss.Data[0]), map[string]float64{"acc": float64(ok) / float64(max(n, 1))}, n, nil
 		},
-		DataState: func() (json.RawMessage, error) { return json.Marshal([2]int{d.epoch, d.pos}) },
-		RestoreData: func(raw json.RawMessage) error {
-			var v [2]int
-			if err := json.Unmarshal(raw, &v); err != nil {
-				return err
-			}
-			d.epoch, d.pos = v[0], v[1]
-			d.shuffle()
-			return nil
-		},
+		DataState:   d.order.State,
+		RestoreData: d.order.Restore,
 		ModelConfig: func() ([]byte, error) { return cj, nil },
 	}
 	return train.Run(ctx, cfg, h)

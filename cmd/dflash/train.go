@@ -6,12 +6,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 
 	"dflash/data"
@@ -126,11 +126,7 @@ func trainDrafter(ctx context.Context, targetDir, dataArg string, cfg trainConfi
 	rng.Shuffle(len(examples), func(i, j int) { examples[i], examples[j] = examples[j], examples[i] })
 	nEval := min(cfg.Data.EvalMax, max(1, int(float64(len(examples))*cfg.Data.EvalFraction)))
 
-	var taps []int
-	if len(cfg.Drafter.Taps) > 0 {
-		taps = cfg.Drafter.Taps
-	}
-	dc := dflash.DrafterConfigFor(target, cfg.Drafter.Layers, taps, cfg.Drafter.BlockSize, mask)
+	dc := dflash.DrafterConfigFor(target, cfg.Drafter.Layers, cfg.Drafter.Taps, cfg.Drafter.BlockSize, mask)
 	if cfg.Drafter.Gamma != 0 {
 		dc.Gamma = cfg.Drafter.Gamma
 	}
@@ -161,13 +157,8 @@ func trainDrafter(ctx context.Context, targetDir, dataArg string, cfg trainConfi
 	if err := drafter.WriteDir(out, cfg.Drafter.Export); err != nil {
 		return err
 	}
-	keys := make([]string, 0, len(res.LastEval))
-	for k := range res.LastEval {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
 	fmt.Printf("trained %d steps (%d tokens) in %s; drafter written to %s\n", res.Steps, res.Tokens, res.Elapsed.Round(1e9), out)
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(res.LastEval)) {
 		fmt.Printf("  eval %-8s %.4f\n", k, res.LastEval[k])
 	}
 	return nil

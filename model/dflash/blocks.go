@@ -63,12 +63,6 @@ func SampleAnchors(rng *rand.Rand, cands []int32, n int) []int32 {
 	return out
 }
 
-// StepRNG returns the anchor-sampling generator of a training step: a PCG
-// seeded with (seed, step), so that a resumed run samples the same anchors.
-func StepRNG(seed uint64, step int) *rand.Rand {
-	return rand.New(rand.NewPCG(seed, uint64(step)))
-}
-
 // SampleBatchAnchors samples the anchors of every row of b in row order.
 func SampleBatchAnchors(rng *rand.Rand, b *Batch, n int) [][]int32 {
 	out := make([][]int32, b.Rows)

@@ -114,7 +114,7 @@ func TestSampleAnchors(t *testing.T) {
 	counts := map[int32]int{}
 	const trials = 20000
 	for i := 0; i < trials; i++ {
-		a := SampleAnchors(StepRNG(seed, i), cands, 2)
+		a := SampleAnchors(rand.New(rand.NewPCG(seed, uint64(i))), cands, 2)
 		if len(a) != 2 || a[0] >= a[1] || !slices.Contains(cands, a[0]) || !slices.Contains(cands, a[1]) {
 			t.Fatalf("draw %v from %v", a, cands)
 		}
@@ -128,10 +128,10 @@ func TestSampleAnchors(t *testing.T) {
 			t.Errorf("candidate %d drawn with frequency %.3f, want 0.4", c, p)
 		}
 	}
-	if a := SampleAnchors(StepRNG(seed, 3), cands, 99); !slices.Equal(a, cands) {
+	if a := SampleAnchors(rand.New(rand.NewPCG(seed, 3)), cands, 99); !slices.Equal(a, cands) {
 		t.Fatalf("asking for more than there are: %v", a)
 	}
-	if a, b := SampleAnchors(StepRNG(seed, 5), cands, 3), SampleAnchors(StepRNG(seed, 5), cands, 3); !slices.Equal(a, b) {
+	if a, b := SampleAnchors(rand.New(rand.NewPCG(seed, 5)), cands, 3), SampleAnchors(rand.New(rand.NewPCG(seed, 5)), cands, 3); !slices.Equal(a, b) {
 		t.Fatal("same seed and step gave different anchors")
 	}
 }

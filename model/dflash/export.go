@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 
+	"dflash/internal/atomicfile"
 	"dflash/safetensors"
 	"dflash/tensor"
 	"dflash/train"
@@ -36,7 +37,7 @@ func (d *Drafter[T]) WriteDir(dir, dtype string) error {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	if err := os.WriteFile(filepath.Join(tmp, "config.json"), append(cj, '\n'), 0o644); err != nil {
+	if err := atomicfile.WriteFile(filepath.Join(tmp, "config.json"), append(cj, '\n')); err != nil {
 		return err
 	}
 	var ts []safetensors.Tensor
@@ -66,7 +67,7 @@ func (d *Drafter[T]) WriteDir(dir, dtype string) error {
 	if old != "" {
 		os.RemoveAll(old)
 	}
-	return safetensors.SyncDir(parent)
+	return atomicfile.SyncDir(parent)
 }
 
 // LoadDir reads a drafter directory written by WriteDir (or any directory

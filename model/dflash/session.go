@@ -48,17 +48,22 @@ type HiddenFunc func(b *Batch) error
 
 // TargetHidden returns a HiddenFunc that runs target m (no gradients) and
 // reads, for tap t, the output of decoder layer t: m's hidden state t+1 in
-// HF's output_hidden_states indexing (docs/DRAFTER.md §1).
+// HF's output_hidden_states indexing (docs/DRAFTER.md §1). The target
+// stops at the deepest tap: later layers and its final norm do not run.
 func TargetHidden(m *model.Model, taps []int, backend tensor.Backend[float32]) HiddenFunc {
-	return func(b *Batch) error {
-		states := make([]int, len(taps))
-		for i, t := range taps {
-			if t < 0 || t+1 >= m.Config.NumLayers+1 {
-				return fmt.Errorf("tap %d is outside the target's %d layers", t, m.Config.NumLayers)
-			}
-			states[i] = t + 1
+	states := make([]int, len(taps))
+	var err error
+	for i, t := range taps {
+		if (t < 0 || t >= m.Config.NumLayers) && err == nil {
+			err = fmt.Errorf("tap %d is outside the target's %d layers", t, m.Config.NumLayers)
 		}
-		out := m.Forward(tensor.NewInference(backend), model.Input{IDs: b.IDs, Batch: b.Rows, Len: b.Len, States: states})
+		states[i] = t + 1
+	}
+	return func(b *Batch) error {
+		if err != nil {
+			return err
+		}
+		out := m.Forward(tensor.NewInference(backend), model.Input{IDs: b.IDs, Batch: b.Rows, Len: b.Len, States: states, StatesOnly: len(states) > 0})
 		b.Hidden = b.Hidden[:0]
 		for _, s := range states {
 			b.Hidden = append(b.Hidden, out.States[s].Data)
@@ -77,11 +82,11 @@ func HeadOf(m *model.Model) Head[float32] {
 }
 
 // DrafterConfigFor returns a drafter config for target m with n layers,
-// the given taps (nil: DefaultTaps(L, n)), block size, mask token and the
+// the given taps (empty: DefaultTaps(L, n)), block size, mask token and the
 // target's attention shape.
 func DrafterConfigFor(m *model.Model, layers int, taps []int, blockSize, maskToken int) *Config {
 	tc := m.Config
-	if taps == nil {
+	if len(taps) == 0 {
 		taps = DefaultTaps(tc.NumLayers, layers)
 	}
 	var scaling json.RawMessage
@@ -95,7 +100,7 @@ func DrafterConfigFor(m *model.Model, layers int, taps []int, blockSize, maskTok
 		MaxPositionEmbeddings: tc.MaxPositionEmbeddings, VocabSize: tc.VocabSize,
 		BlockSize: blockSize, MaskTokenID: maskToken, TargetLayerIDs: taps,
 		Gamma: DefaultGamma(blockSize), NumAnchors: 512, NumTargetLayers: tc.NumLayers,
-		Target: TargetInfo{Architecture: map[model.Architecture]string{model.Qwen3: "Qwen3ForCausalLM", model.Llama: "LlamaForCausalLM"}[tc.Arch],
+		Target: TargetInfo{Architecture: tc.Arch.HFClass(),
 			ModelType: string(tc.Arch), HiddenSize: tc.HiddenSize, VocabSize: tc.VocabSize, NumLayers: tc.NumLayers},
 	}
 }
@@ -119,43 +124,25 @@ type Session struct {
 	CacheHidden bool
 
 	mu    sync.Mutex
-	cache map[string][][]float32
-	epoch int
-	pos   int
-	order []int
+	cache map[cacheKey][][]float32
+	order *Order
 }
 
-type dataState struct {
-	Epoch int `json:"epoch"`
-	Pos   int `json:"pos"`
+// cacheKey names an example of the training (eval false) or evaluation set.
+type cacheKey struct {
+	eval bool
+	i    int
 }
 
-func (s *Session) shuffle() {
-	s.order = make([]int, len(s.Train))
-	for i := range s.order {
-		s.order[i] = i
-	}
-	rng := rand.New(rand.NewPCG(s.Seed, train.StreamData<<32|uint64(s.epoch)))
-	rng.Shuffle(len(s.order), func(i, j int) { s.order[i], s.order[j] = s.order[j], s.order[i] })
-}
-
-// next returns the example indices of the next training batch.
-func (s *Session) next() []int {
+// trainOrder returns the order of the training examples, made on first use.
+func (s *Session) trainOrder() *Order {
 	if s.order == nil {
-		s.shuffle()
+		s.order = NewOrder(len(s.Train), s.BatchSize, s.Seed)
 	}
-	n := min(s.BatchSize, len(s.Train))
-	if s.pos+n > len(s.order) {
-		s.epoch++
-		s.pos = 0
-		s.shuffle()
-	}
-	idx := s.order[s.pos : s.pos+n]
-	s.pos += n
-	return idx
+	return s.order
 }
 
-func (s *Session) batch(set []Example, idx []int, tag string) (*Batch, error) {
+func (s *Session) batch(set []Example, idx []int, eval bool) (*Batch, error) {
 	b := MakeBatch(set, idx, s.Pad)
 	if !s.CacheHidden {
 		return b, s.Hidden(b)
@@ -163,10 +150,10 @@ func (s *Session) batch(set []Example, idx []int, tag string) (*Batch, error) {
 	// Per-example cache: rows of each example's hidden states, per tap. A
 	// batch with any example missing runs the target once for the batch.
 	H := s.Drafter.Cfg.HiddenSize
-	key := func(i int) string { return fmt.Sprint(tag, i) }
+	key := func(i int) cacheKey { return cacheKey{eval, i} }
 	s.mu.Lock()
 	if s.cache == nil {
-		s.cache = map[string][][]float32{}
+		s.cache = map[cacheKey][][]float32{}
 	}
 	hit := true
 	for _, i := range idx {
@@ -208,8 +195,7 @@ func (s *Session) batch(set []Example, idx []int, tag string) (*Batch, error) {
 // Step runs one training micro-batch: anchors drawn from rng, loss and
 // gradients accumulated into the drafter's parameters.
 func (s *Session) Step(rng *rand.Rand) (loss float64, m *Metrics, tokens int, err error) {
-	idx := s.next()
-	b, err := s.batch(s.Train, idx, "t")
+	b, err := s.batch(s.Train, s.trainOrder().Next(), false)
 	if err != nil {
 		return 0, nil, 0, err
 	}
@@ -241,7 +227,7 @@ func (s *Session) Evaluate() (*Metrics, error) {
 		for j := i; j < min(i+s.BatchSize, len(s.Eval)); j++ {
 			idx = append(idx, j)
 		}
-		b, err := s.batch(s.Eval, idx, "e")
+		b, err := s.batch(s.Eval, idx, true)
 		if err != nil {
 			return nil, err
 		}
@@ -284,16 +270,8 @@ func (s *Session) Hooks() train.Hooks {
 			}
 			return MetricsMap(m), nil
 		},
-		DataState: func() (json.RawMessage, error) { return json.Marshal(dataState{s.epoch, s.pos}) },
-		RestoreData: func(raw json.RawMessage) error {
-			var d dataState
-			if err := json.Unmarshal(raw, &d); err != nil {
-				return err
-			}
-			s.epoch, s.pos = d.Epoch, d.Pos
-			s.shuffle()
-			return nil
-		},
+		DataState:   func() (json.RawMessage, error) { return s.trainOrder().State() },
+		RestoreData: func(raw json.RawMessage) error { return s.trainOrder().Restore(raw) },
 		ModelConfig: func() ([]byte, error) { return s.Drafter.Cfg.MarshalJSON() },
 	}
 }

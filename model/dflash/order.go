@@ -1,0 +1,69 @@
+package dflash
+
+import (
+	"encoding/json"
+	"math/rand/v2"
+
+	"dflash/train"
+)
+
+// Order hands out batches of indices 0..n−1 epoch after epoch: each epoch
+// is a permutation drawn from a PCG seeded with (seed,
+// train.StreamData<<32 | epoch), cut into consecutive batches; a batch that
+// would run past the end starts the next epoch instead. The position is a
+// small JSON state (State, Restore) saved with a checkpoint, so that a
+// resumed run sees the same batches.
+type Order struct {
+	n, batch int
+	seed     uint64
+	epoch    int
+	pos      int
+	perm     []int // nil until the first batch of an epoch
+}
+
+// NewOrder returns the order of n items in batches of batch (at most n).
+func NewOrder(n, batch int, seed uint64) *Order { return &Order{n: n, batch: batch, seed: seed} }
+
+func (o *Order) shuffle() {
+	o.perm = make([]int, o.n) // a fresh slice: batches handed out earlier stay valid
+	for i := range o.perm {
+		o.perm[i] = i
+	}
+	rng := rand.New(rand.NewPCG(o.seed, train.StreamData<<32|uint64(o.epoch)))
+	rng.Shuffle(o.n, func(i, j int) { o.perm[i], o.perm[j] = o.perm[j], o.perm[i] })
+}
+
+// Next returns the indices of the next batch.
+func (o *Order) Next() []int {
+	if o.perm == nil {
+		o.shuffle()
+	}
+	k := min(o.batch, o.n)
+	if o.pos+k > o.n {
+		o.epoch++
+		o.pos = 0
+		o.shuffle()
+	}
+	idx := o.perm[o.pos : o.pos+k]
+	o.pos += k
+	return idx
+}
+
+type orderState struct {
+	Epoch int `json:"epoch"`
+	Pos   int `json:"pos"`
+}
+
+// State returns the position as JSON: {"epoch": E, "pos": P}.
+func (o *Order) State() (json.RawMessage, error) { return json.Marshal(orderState{o.epoch, o.pos}) }
+
+// Restore moves to a position returned by State.
+func (o *Order) Restore(raw json.RawMessage) error {
+	var st orderState
+	if err := json.Unmarshal(raw, &st); err != nil {
+		return err
+	}
+	o.epoch, o.pos = st.Epoch, st.Pos
+	o.shuffle()
+	return nil
+}
