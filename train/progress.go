@@ -3,10 +3,10 @@ package train
 import (
 	"fmt"
 	"io"
-	"math"
-	"os"
 	"strings"
 	"time"
+
+	"dflash/internal/termbar"
 )
 
 // progress draws the training progress on stderr: a bar redrawn in place on a
@@ -35,21 +35,12 @@ func newProgress(w io.Writer, mode string, every, startStep, total int) *progres
 	case "bar":
 		p.bar = true
 	case "auto":
-		p.bar = isTerminal(w)
+		p.bar = termbar.IsTerminal(w)
 	}
 	if p.bar {
 		p.interval = 100 * time.Millisecond
 	}
 	return p
-}
-
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
 
 // update records a finished step (done = steps completed) and draws when due.
@@ -110,9 +101,7 @@ func (p *progress) format(done int, now time.Time) string {
 	pct := float64(done) / float64(p.total)
 	fmt.Fprintf(&b, "step %*d/%d", len(fmt.Sprint(p.total)), done, p.total)
 	if p.bar {
-		const width = 24
-		fill := int(math.Round(pct * width))
-		fmt.Fprintf(&b, " [%s%s]", strings.Repeat("#", fill), strings.Repeat(".", width-fill))
+		b.WriteString(" " + termbar.Bar(pct, 24))
 	}
 	fmt.Fprintf(&b, " %3.0f%%", 100*pct)
 	if p.n > 0 {

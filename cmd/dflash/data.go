@@ -18,6 +18,7 @@ import (
 	"dflash/data/bucket"
 	"dflash/data/jsonl"
 	"dflash/data/tokenizer"
+	"dflash/internal/termbar"
 )
 
 func init() {
@@ -143,8 +144,7 @@ type dataBar struct {
 }
 
 func newDataBar(w *os.File) *dataBar {
-	st, err := w.Stat()
-	return &dataBar{w: w, tty: err == nil && st.Mode()&os.ModeCharDevice != 0, last: time.Now()}
+	return &dataBar{w: w, tty: termbar.IsTerminal(w), last: time.Now()}
 }
 
 func (b *dataBar) update(p data.Progress) {
@@ -154,10 +154,8 @@ func (b *dataBar) update(p data.Progress) {
 	}
 	rate := float64(p.BytesRead) / 1e6 / max(p.Elapsed.Seconds(), 1e-9)
 	if b.tty {
-		const width = 30
-		n := int(frac * width)
-		fmt.Fprintf(b.w, "\r[%s%s] %5.1f%%  %d lines  %d kept  %.1f MB/s  %s ",
-			strings.Repeat("=", n), strings.Repeat(" ", width-n), 100*frac, p.Lines, p.Kept, rate, p.Elapsed.Round(time.Second))
+		fmt.Fprintf(b.w, "\r%s %5.1f%%  %d lines  %d kept  %.1f MB/s  %s\x1b[K",
+			termbar.Bar(frac, 30), 100*frac, p.Lines, p.Kept, rate, p.Elapsed.Round(time.Second))
 		b.drawn = true
 		return
 	}
