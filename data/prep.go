@@ -102,14 +102,13 @@ type job struct {
 }
 
 type result struct {
-	file      string
-	line      int
-	ids       []int32
-	mask      []uint8
-	bad       *jsonl.LineError // bad line
-	drop      string           // dropped, with this reason
-	truncated bool
-	crossing  int // tokens crossing into an assistant span (unmarked)
+	ids        []int32
+	mask       []uint8
+	bad        *jsonl.LineError // bad line
+	drop       string           // dropped, with this reason
+	truncated  bool
+	supervised int // tokens with mask 1
+	crossing   int // tokens crossing into an assistant span (unmarked)
 }
 
 type done struct {
@@ -254,9 +253,7 @@ func Prep(ctx context.Context, cfg PrepConfig) (Summary, error) {
 					}
 					sum.Kept++
 					sum.Tokens += int64(len(r.ids))
-					for _, m := range r.mask {
-						sum.Supervised += int64(m)
-					}
+					sum.Supervised += int64(r.supervised)
 					sum.MaxLen = max(sum.MaxLen, len(r.ids))
 					if r.truncated {
 						sum.Truncated++
@@ -306,7 +303,7 @@ func Prep(ctx context.Context, cfg PrepConfig) (Summary, error) {
 
 // process turns one line into a sample, a drop or a bad line.
 func process(tok *tokenizer.Tokenizer, tmpl *chat.Template, cfg *PrepConfig, ln jsonl.Line) result {
-	r := result{file: ln.File, line: ln.N}
+	var r result
 	msgs, err := jsonl.Parse(ln, cfg.Format)
 	if err != nil {
 		var le *jsonl.LineError
@@ -338,6 +335,6 @@ func process(tok *tokenizer.Tokenizer, tmpl *chat.Template, cfg *PrepConfig, ln 
 		r.drop = DropFewTokens
 		return r
 	}
-	r.ids, r.mask = ids, mask
+	r.ids, r.mask, r.supervised = ids, mask, n
 	return r
 }

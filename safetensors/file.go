@@ -131,8 +131,7 @@ func (sf *File) parseHeader(size int64) error {
 			continue
 		}
 		var re rawEntry
-		dec := json.NewDecoder(bytes.NewReader(msg))
-		if err := dec.Decode(&re); err != nil {
+		if err := json.Unmarshal(msg, &re); err != nil {
 			return sf.formatErr(name, "entry: %v", err)
 		}
 		e, err := sf.checkEntry(name, re, dataLen)

@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"sort"
 	"strings"
 
 	"dflash/data/chat"
@@ -183,16 +181,6 @@ func (s Stats) BadTotal() int {
 	return n
 }
 
-// BadReasons returns the reasons of Bad in a stable order.
-func (s Stats) BadReasons() []string {
-	var r []string
-	for k := range s.Bad {
-		r = append(r, k)
-	}
-	sort.Strings(r)
-	return r
-}
-
 // Record is one parsed conversation and where it came from.
 type Record struct {
 	File     string
@@ -247,5 +235,3 @@ func (r *Reader) Stats() Stats { return r.stats }
 
 // Close releases the open file.
 func (r *Reader) Close() error { return r.lines.Close() }
-
-var _ = io.EOF

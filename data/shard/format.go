@@ -47,9 +47,10 @@ func (h header) encode() []byte {
 	return b
 }
 
-// decodeHeader checks the header of a shard of size bytes.
-func decodeHeader(b []byte, size uint64) (header, error) {
+// decodeHeader checks the header of the shard file b (the whole file).
+func decodeHeader(b []byte) (header, error) {
 	var h header
+	size := uint64(len(b))
 	if len(b) < headerSize || string(b[:8]) != magic {
 		return h, fmt.Errorf("not a dflash shard (bad magic)")
 	}

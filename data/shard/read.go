@@ -73,7 +73,7 @@ func openShard(path string) (*shardFile, error) {
 		return nil, fmt.Errorf("shard: %w", err)
 	}
 	s := &shardFile{path: path, data: data, unmap: unmap}
-	h, err := decodeHeader(data, uint64(len(data)))
+	h, err := decodeHeader(data)
 	if err != nil {
 		s.close()
 		return nil, fmt.Errorf("shard: %s: %w", path, err)
