@@ -65,18 +65,6 @@ func (m *Metrics) Add(bl *Blocks, pred []int32, ce []float64) {
 	}
 }
 
-// Merge adds the counts of o to m.
-func (m *Metrics) Merge(o *Metrics) {
-	m.LossSum += o.LossSum
-	m.WeightSum += o.WeightSum
-	for s := range m.SlotCorrect {
-		m.SlotCorrect[s] += o.SlotCorrect[s]
-		m.SlotTotal[s] += o.SlotTotal[s]
-	}
-	m.TauSum += o.TauSum
-	m.Blocks += o.Blocks
-}
-
 // Loss returns the weighted mean cross-entropy (§4.4); 0 with no label.
 func (m *Metrics) Loss() float64 {
 	if m.WeightSum == 0 {
