@@ -94,6 +94,25 @@ type boundTensor struct {
 	rmq     *rangeTable // built lazily by the block-mask builder
 }
 
+// offset returns the row-major offset of the element at index idx[args[d]]
+// in dimension d, each index clamped into range.
+func (t *boundTensor) offset(idx []int64, args []int) int {
+	off := 0
+	for d, x := range args {
+		off += clampIndex(idx[x], t.shape[d]) * t.strides[d]
+	}
+	return off
+}
+
+// offsetAt is offset for position k of vector indices: idx[args[d]][k].
+func (t *boundTensor) offsetAt(idx [][]int64, args []int, k int) int {
+	off := 0
+	for d, x := range args {
+		off += clampIndex(idx[x][k], t.shape[d]) * t.strides[d]
+	}
+	return off
+}
+
 // frame is a program's parameters resolved from Args, indexed like plan.params.
 type frame struct {
 	ints    []int64

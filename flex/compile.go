@@ -193,10 +193,7 @@ func (e *rowEval) scalar(i int) {
 		e.sf[i] = e.f.floats[pn.param]
 	case opITensor, opFTensor:
 		t := e.f.tensors[pn.param]
-		off := 0
-		for d, x := range a {
-			off += clampIndex(e.si[x], t.shape[d]) * t.strides[d]
-		}
+		off := t.offset(e.si, a)
 		if pn.op == opITensor {
 			e.si[i] = int64(t.idata[off])
 		} else {
@@ -225,9 +222,9 @@ func (e *rowEval) scalar(i int) {
 		e.si[i] = b2i(e.si[a[0]] == 0)
 	case opLt, opLe, opGt, opGe, opEq, opNe:
 		if e.rp.p.nodes[a[0]].kind == kFloat {
-			e.si[i] = b2i(cmpF(pn.op, e.sf[a[0]], e.sf[a[1]]))
+			e.si[i] = b2i(compare(pn.op, e.sf[a[0]], e.sf[a[1]]))
 		} else {
-			e.si[i] = b2i(cmpI(pn.op, e.si[a[0]], e.si[a[1]]))
+			e.si[i] = b2i(compare(pn.op, e.si[a[0]], e.si[a[1]]))
 		}
 	default:
 		if pn.kind == kFloat {
@@ -253,23 +250,8 @@ func b2i(b bool) int64 {
 	return 0
 }
 
-func cmpI(o op, x, y int64) bool {
-	switch o {
-	case opLt:
-		return x < y
-	case opLe:
-		return x <= y
-	case opGt:
-		return x > y
-	case opGe:
-		return x >= y
-	case opEq:
-		return x == y
-	}
-	return x != y
-}
-
-func cmpF(o op, x, y float64) bool {
+// compare returns x o y for a comparison op o.
+func compare[T int64 | float64](o op, x, y T) bool {
 	switch o {
 	case opLt:
 		return x < y

@@ -119,10 +119,7 @@ func tensorFn(pn *pnode, i int) func(e *rowEval, n int) {
 	return func(e *rowEval, n int) {
 		t := e.f.tensors[pn.param]
 		for k := 0; k < n; k++ {
-			off := 0
-			for d, x := range a {
-				off += clampIndex(e.vi[x][k], t.shape[d]) * t.strides[d]
-			}
+			off := t.offsetAt(e.vi, a, k)
 			if isInt {
 				e.vi[i][k] = int64(t.idata[off])
 			} else {
@@ -168,7 +165,7 @@ func cmpFFn(o op, i, xa, ya int) func(e *rowEval, n int) {
 	return func(e *rowEval, n int) {
 		x, y, r := e.vf[xa][:n], e.vf[ya][:n], e.vb[i][:n]
 		for k := range r {
-			r[k] = cmpF(o, x[k], y[k])
+			r[k] = compare(o, x[k], y[k])
 		}
 	}
 }

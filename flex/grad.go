@@ -68,11 +68,7 @@ func (ge *gradEval) scoreGrad(kv0 int, s, g, ds []float64) {
 				if x == 0 || g[k] == 0 {
 					continue
 				}
-				off := 0
-				for d, ix := range a {
-					off += clampIndex(ge.vi[ix][k], t.shape[d]) * t.strides[d]
-				}
-				tg.add(off, x)
+				tg.add(t.offsetAt(ge.vi, a, k), x)
 			}
 		case opSelect:
 			c := ge.vb[a[0]][:n]
@@ -146,12 +142,7 @@ func (ge *gradEval) scalarGrad(nodes []int) {
 		a := pn.args
 		switch pn.op {
 		case opFTensor:
-			t := ge.f.tensors[pn.param]
-			off := 0
-			for d, ix := range a {
-				off += clampIndex(ge.si[ix], t.shape[d]) * t.strides[d]
-			}
-			ge.tg[pn.param].add(off, x)
+			ge.tg[pn.param].add(ge.f.tensors[pn.param].offset(ge.si, a), x)
 		case opSelect:
 			if ge.si[a[0]] != 0 {
 				ge.sa[a[1]] += x

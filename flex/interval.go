@@ -149,7 +149,7 @@ func (e *ivalEval) eval(i, b, h, q0, q1, k0, k1 int) {
 			}
 			e.setB(i, t, f)
 		} else {
-			t, f := cmpIntervalI(pn.op, e.lo[a[0]], e.hi[a[0]], e.lo[a[1]], e.hi[a[1]])
+			t, f := cmpInterval(pn.op, e.lo[a[0]], e.hi[a[0]], e.lo[a[1]], e.hi[a[1]])
 			e.setB(i, t, f)
 		}
 	default:
@@ -163,24 +163,7 @@ func (e *ivalEval) eval(i, b, h, q0, q1, k0, k1 int) {
 
 // cmpInterval returns whether x op y can be true and can be false for some
 // x in [xl, xh], y in [yl, yh] (NaN handled by the caller).
-func cmpInterval(o op, xl, xh, yl, yh float64) (t, f bool) {
-	switch o {
-	case opLt:
-		return xl < yh, xh >= yl
-	case opLe:
-		return xl <= yh, xh > yl
-	case opGt:
-		return xh > yl, xl <= yh
-	case opGe:
-		return xh >= yl, xl < yh
-	case opEq:
-		return xl <= yh && yl <= xh, !(xl == xh && yl == yh && xl == yl)
-	}
-	return !(xl == xh && yl == yh && xl == yl), xl <= yh && yl <= xh
-}
-
-// cmpIntervalI is cmpInterval for int intervals.
-func cmpIntervalI(o op, xl, xh, yl, yh int64) (t, f bool) {
+func cmpInterval[T int64 | float64](o op, xl, xh, yl, yh T) (t, f bool) {
 	switch o {
 	case opLt:
 		return xl < yh, xh >= yl

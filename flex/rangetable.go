@@ -8,7 +8,6 @@ import "math"
 // indices.
 type rangeTable struct {
 	shape      []int
-	strides    []int
 	last       int       // size of the last dimension
 	mn, mx     []float64 // per leading index: 2*last tree nodes, leaves at [last, 2*last)
 	gmin, gmax float64
@@ -25,7 +24,7 @@ func newRangeTable(t *boundTensor) *rangeTable {
 		n *= s
 	}
 	last := t.shape[len(t.shape)-1]
-	rt := &rangeTable{shape: t.shape, strides: t.strides, last: last,
+	rt := &rangeTable{shape: t.shape, last: last,
 		mn: make([]float64, 2*n), mx: make([]float64, 2*n),
 		gmin: math.Inf(1), gmax: math.Inf(-1)}
 	val := func(i int) float64 {
