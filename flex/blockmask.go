@@ -242,13 +242,13 @@ func (bm *BlockMask) transpose() {
 	bm.QIdx, bm.FullQIdx = make([]int32, cols*nq), make([]int32, cols*nq)
 	for bh := 0; bh < bm.MaskBatch*bm.MaskHeads; bh++ {
 		for qb := 0; qb < nq; qb++ {
-			r := bh*nq + qb
-			for _, kvb := range bm.KVIdx[r*nkv : r*nkv+int(bm.KVNum[r])] {
+			part, full := bm.kvRow(bh*nq + qb)
+			for _, kvb := range part {
 				c := bh*nkv + int(kvb)
 				bm.QIdx[c*nq+int(bm.QNum[c])] = int32(qb)
 				bm.QNum[c]++
 			}
-			for _, kvb := range bm.FullKVIdx[r*nkv : r*nkv+int(bm.FullKVNum[r])] {
+			for _, kvb := range full {
 				c := bh*nkv + int(kvb)
 				bm.FullQIdx[c*nq+int(bm.FullQNum[c])] = int32(qb)
 				bm.FullQNum[c]++
@@ -270,7 +270,11 @@ func (bm *BlockMask) bh(b, h int) int {
 // KVBlocks returns the partial and full key blocks of query block qb of
 // batch b and query head h (slices into the BlockMask; do not modify).
 func (bm *BlockMask) KVBlocks(b, h, qb int) (partial, full []int32) {
-	r := bm.bh(b, h)*bm.NumQBlocks + qb
+	return bm.kvRow(bm.bh(b, h)*bm.NumQBlocks + qb)
+}
+
+// kvRow returns the partial and full key blocks of row r = bh*NumQBlocks + qb.
+func (bm *BlockMask) kvRow(r int) (partial, full []int32) {
 	o := r * bm.NumKVBlocks
 	return bm.KVIdx[o : o+int(bm.KVNum[r])], bm.FullKVIdx[o : o+int(bm.FullKVNum[r])]
 }
@@ -296,9 +300,8 @@ func (bm *BlockMask) Density() float64 {
 	for bh := 0; bh < bm.MaskBatch*bm.MaskHeads; bh++ {
 		for qb := 0; qb < bm.NumQBlocks; qb++ {
 			rq := float64(min((qb+1)*bm.BlockQ, bm.Dims.LenQ) - qb*bm.BlockQ)
-			r := bh*bm.NumQBlocks + qb
-			o := r * bm.NumKVBlocks
-			for _, l := range [][]int32{bm.KVIdx[o : o+int(bm.KVNum[r])], bm.FullKVIdx[o : o+int(bm.FullKVNum[r])]} {
+			part, full := bm.kvRow(bh*bm.NumQBlocks + qb)
+			for _, l := range [2][]int32{part, full} {
 				for _, kvb := range l {
 					area += rq * float64(min((int(kvb)+1)*bm.BlockKV, bm.Dims.LenKV)-int(kvb)*bm.BlockKV)
 				}

@@ -1,6 +1,7 @@
 package flex
 
 import (
+	"math"
 	"math/rand/v2"
 	"testing"
 )
@@ -134,5 +135,91 @@ func TestBlockMaskLayout(t *testing.T) {
 	}
 	if _, err := NewBlockMask(Causal(), nil, Dims{1, 3, 2, 4, 4, 4}, 0, 0); err == nil {
 		t.Fatal("HeadsQ not a multiple of HeadsKV: no error")
+	}
+}
+
+// TestBlockMaskDensity compares Density with the area of the blocks that
+// hold at least one allowed pair, counted from a dense evaluation (with
+// refinement, a block is non-empty exactly when it holds one).
+func TestBlockMaskDensity(t *testing.T) {
+	r := newRand(t)
+	for i := 0; i < 20; i++ {
+		c := randCase(r, 50)
+		t.Run(c.name, func(t *testing.T) {
+			d := c.d
+			bm, err := NewBlockMask(c.mask, c.args, d, c.bq, c.bkv)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dm, err := NewDenseMask(c.mask, c.args, d, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			area := 0
+			for b := 0; b < bm.MaskBatch; b++ {
+				for h := 0; h < bm.MaskHeads; h++ {
+					for q0 := 0; q0 < d.LenQ; q0 += bm.BlockQ {
+						for k0 := 0; k0 < d.LenKV; k0 += bm.BlockKV {
+							q1, k1 := min(q0+bm.BlockQ, d.LenQ), min(k0+bm.BlockKV, d.LenKV)
+							allowed := false
+							for q := q0; q < q1 && !allowed; q++ {
+								for kv := k0; kv < k1 && !allowed; kv++ {
+									allowed = dm.At(b, h, q, kv)
+								}
+							}
+							if allowed {
+								area += (q1 - q0) * (k1 - k0)
+							}
+						}
+					}
+				}
+			}
+			want := float64(area) / float64(bm.MaskBatch*bm.MaskHeads*d.LenQ*d.LenKV)
+			if got := bm.Density(); math.Abs(got-want) > 1e-12 {
+				t.Fatalf("%v\nDensity() = %v, want %v", c, got, want)
+			}
+		})
+	}
+}
+
+// TestMaskDimsMismatch checks that Forward, Backward, DenseForward and
+// DenseBackward panic on a mask built for other dims, and accept one that
+// does not read the head with another number of heads.
+func TestMaskDimsMismatch(t *testing.T) {
+	built := Dims{Batch: 1, HeadsQ: 2, HeadsKV: 1, LenQ: 8, LenKV: 8, HeadDim: 4}
+	bm, err := NewBlockMask(Causal(), nil, built, 4, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dm, err := NewDenseMask(Causal(), nil, built, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newRand(t)
+	run := func(d Dims) (panicked bool) {
+		defer func() { panicked = recover() != nil }()
+		n, nkv := d.Batch*d.HeadsQ*d.LenQ*d.HeadDim, d.Batch*d.HeadsKV*d.LenKV*d.HeadDim
+		q, k, v := randSlice(r, n), randSlice(r, nkv), randSlice(r, nkv)
+		out, lse := Forward(d, q, k, v, bm, nil, nil, 1)
+		Backward(d, q, k, v, out, lse, q, bm, nil, nil, 1)
+		out, lse = DenseForward(d, q, k, v, dm, nil, nil, 1)
+		DenseBackward(d, q, k, v, out, lse, q, dm, nil, nil, 1)
+		return false
+	}
+	for _, c := range []struct {
+		name  string
+		d     Dims
+		panic bool
+	}{
+		{"same", built, false},
+		{"more heads", Dims{Batch: 1, HeadsQ: 4, HeadsKV: 2, LenQ: 8, LenKV: 8, HeadDim: 4}, false},
+		{"lenq", Dims{Batch: 1, HeadsQ: 2, HeadsKV: 1, LenQ: 9, LenKV: 8, HeadDim: 4}, true},
+		{"lenkv", Dims{Batch: 1, HeadsQ: 2, HeadsKV: 1, LenQ: 8, LenKV: 7, HeadDim: 4}, true},
+		{"batch", Dims{Batch: 2, HeadsQ: 2, HeadsKV: 1, LenQ: 8, LenKV: 8, HeadDim: 4}, true},
+		{"invalid", Dims{Batch: 1, HeadsQ: 3, HeadsKV: 2, LenQ: 8, LenKV: 8, HeadDim: 4}, true},
+	} {
+		if got := run(c.d); got != c.panic {
+			t.Errorf("%s: panicked %v, want %v", c.name, got, c.panic)
+		}
 	}
 }

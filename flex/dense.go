@@ -88,15 +88,7 @@ func denseSource(d Dims, dm *DenseMask) *blockSource {
 		nq: ceilDiv(d.LenQ, DefaultBlock), nkv: ceilDiv(d.LenKV, DefaultBlock), dense: dm}
 }
 
-func checkDense(d Dims, dm *DenseMask) {
-	if err := d.Check(); err != nil {
-		panic(err.Error())
-	}
-	if dm.Dims.Batch != d.Batch || dm.Dims.LenQ != d.LenQ || dm.Dims.LenKV != d.LenKV ||
-		(dm.MaskHeads != 1 && dm.Dims.HeadsQ != d.HeadsQ) {
-		panic(fmt.Sprintf("flex: dense mask built for dims %+v, used with %+v", dm.Dims, d))
-	}
-}
+func checkDense(d Dims, dm *DenseMask) { checkMask("dense mask", d, dm.Dims, dm.MaskHeads) }
 
 // DenseForward is the dense reference of Forward: the same result, computing
 // every score (in 128x128 tiles with the same kernels) and masking it with

@@ -170,12 +170,17 @@ func checkLen(what string, got, want int) {
 	}
 }
 
-func checkDims(d Dims, bm *BlockMask) {
+// checkMask panics when d is invalid or does not fit a mask (named what)
+// built for dims built; the head count matters only when the mask reads the
+// head (maskHeads != 1).
+func checkMask(what string, d, built Dims, maskHeads int) {
 	if err := d.Check(); err != nil {
 		panic(err.Error())
 	}
-	if bm != nil && (bm.Dims.Batch != d.Batch || bm.Dims.LenQ != d.LenQ || bm.Dims.LenKV != d.LenKV ||
-		(bm.MaskHeads != 1 && bm.Dims.HeadsQ != d.HeadsQ)) {
-		panic(fmt.Sprintf("flex: block mask built for dims %+v, used with %+v", bm.Dims, d))
+	if built.Batch != d.Batch || built.LenQ != d.LenQ || built.LenKV != d.LenKV ||
+		(maskHeads != 1 && built.HeadsQ != d.HeadsQ) {
+		panic(fmt.Sprintf("flex: %s built for dims %+v, used with %+v", what, built, d))
 	}
 }
+
+func checkDims(d Dims, bm *BlockMask) { checkMask("block mask", d, bm.Dims, bm.MaskHeads) }
