@@ -75,8 +75,10 @@ func backward[T elem](d Dims, q, k, v, out, lse, dout []T, src *blockSource, sco
 	gr := Grads[T]{DQ: make([]T, len(q)), DK: make([]T, len(k)), DV: make([]T, len(v))}
 	sp, sf := bindScore(score, args, bkv)
 	shared := src.sharedHeads()
+	// Task t = (b*HeadsKV + hk)*nkv + kvb.
+	split := func(t int) (b, hk, kvb int) { return t / (d.HeadsKV * nkv), t / nkv % d.HeadsKV, t % nkv }
 	tasks := taskOrder(d.Batch*d.HeadsKV*nkv, func(t int) int {
-		b, hk, kvb := t/(d.HeadsKV*nkv), t/nkv%d.HeadsKV, t%nkv
+		b, hk, kvb := split(t)
 		if src.dense != nil {
 			return group * nq
 		}
@@ -90,8 +92,7 @@ func backward[T elem](d Dims, q, k, v, out, lse, dout []T, src *blockSource, sco
 	// The q tiles each task adds into, in the order pair visits them; dq
 	// sums them per tile in task-position order (see orderedSum).
 	tilesOf := func(ti int, fn func(tile int)) {
-		t := tasks[ti]
-		b, hk, kvb := t/(d.HeadsKV*nkv), t/nkv%d.HeadsKV, t%nkv
+		b, hk, kvb := split(tasks[ti])
 		h0, h1 := hk*group, (hk+1)*group
 		if shared {
 			src.colBlocks(b, h0, kvb, func(qb int, _ blockKind) {
@@ -130,8 +131,7 @@ func backward[T elem](d Dims, q, k, v, out, lse, dout []T, src *blockSource, sco
 			}
 			scratch[w] = sc
 		}
-		t := tasks[ti]
-		b, hk, kvb := t/(d.HeadsKV*nkv), t/nkv%d.HeadsKV, t%nkv
+		b, hk, kvb := split(tasks[ti])
 		k0 := kvb * bkv
 		n := min(bkv, d.LenKV-k0)
 		kvRow := (b*d.HeadsKV+hk)*d.LenKV + k0
