@@ -17,13 +17,7 @@ type span struct{ lo, hi int32 }
 // [0, k). Both A and B are read along contiguous rows, four rows of A by two
 // of B at a time, so each loaded value feeds several multiply-adds.
 func gemmNT[T elem](C []T, ldc int, A []T, lda int, B []T, ldb int, m, n, k int, cols, inner []span, alpha T, acc bool) {
-	var c32, a32, b32 []float32
-	simd := false
-	if hasAVX2FMA {
-		c32, simd = any(C).([]float32)
-		a32, _ = any(A).([]float32)
-		b32, _ = any(B).([]float32)
-	}
+	c32, a32, b32, simd := simd32(C, A, B)
 	for g := 0; g*rowGroup < m; g++ {
 		i0 := g * rowGroup
 		rows := min(rowGroup, m-i0)
@@ -81,16 +75,7 @@ func gemmNT[T elem](C []T, ldc int, A []T, lda int, B []T, ldb int, m, n, k int,
 				}
 			}
 			if j < j1 {
-				b0 := B[j*ldb+t0 : j*ldb+t1]
-				s0, s1, s2, s3 := dot4x1(a0, a1, a2, a3, b0)
-				if acc {
-					c0[j] += alpha * s0
-					c1[j] += alpha * s1
-					c2[j] += alpha * s2
-					c3[j] += alpha * s3
-				} else {
-					c0[j], c1[j], c2[j], c3[j] = alpha*s0, alpha*s1, alpha*s2, alpha*s3
-				}
+				col4(C, ldc, A, lda, B, ldb, i0, j, t0, t1, alpha, acc)
 			}
 			continue
 		}
@@ -114,13 +99,7 @@ func gemmNT[T elem](C []T, ldc int, A []T, lda int, B []T, ldb int, m, n, k int,
 // the inner span of i's row group (nil: [0, k)). rs = lda, ts = 1 gives
 // C += A·B; rs = 1, ts = lda gives C += Aᵀ·B, so callers never transpose.
 func gemmAcc[T elem](C []T, ldc int, A []T, rs, ts int, B []T, ldb int, m, N, k int, inner []span, alpha T) {
-	var c32, a32, b32 []float32
-	simd := false
-	if hasAVX2FMA {
-		c32, simd = any(C).([]float32)
-		a32, _ = any(A).([]float32)
-		b32, _ = any(B).([]float32)
-	}
+	c32, a32, b32, simd := simd32(C, A, B)
 	n16 := N &^ 15
 	for g := 0; g*rowGroup < m; g++ {
 		i0 := g * rowGroup
@@ -202,25 +181,41 @@ func accRows[T elem](C []T, ldc int, A []T, rs, ts int, B []T, ldb int, i0, i1, 
 }
 
 // group4x32 is the float32 4-row group of gemmNT with the AVX2/FMA kernel
-// (column pairs) and Go for an odd last column.
+// (column pairs) and col4 for an odd last column.
 func group4x32(C []float32, ldc int, A []float32, lda int, B []float32, ldb int, i0, j0, j1, t0, t1 int, alpha float32, acc bool) {
 	pairs := (j1 - j0) / 2
 	if pairs > 0 {
 		gemm4x2N32(A[i0*lda+t0:], lda, B[j0*ldb+t0:], ldb, t1-t0, pairs, C[i0*ldc+j0:], ldc, alpha, acc)
 	}
-	j := j0 + 2*pairs
-	if j < j1 {
-		b0 := B[j*ldb+t0 : j*ldb+t1]
-		s0, s1, s2, s3 := dot4x1(A[i0*lda+t0:i0*lda+t1], A[(i0+1)*lda+t0:(i0+1)*lda+t1],
-			A[(i0+2)*lda+t0:(i0+2)*lda+t1], A[(i0+3)*lda+t0:(i0+3)*lda+t1], b0)
-		for i, s := range [4]float32{s0, s1, s2, s3} {
-			if acc {
-				C[(i0+i)*ldc+j] += alpha * s
-			} else {
-				C[(i0+i)*ldc+j] = alpha * s
-			}
+	if j := j0 + 2*pairs; j < j1 {
+		col4(C, ldc, A, lda, B, ldb, i0, j, t0, t1, alpha, acc)
+	}
+}
+
+// col4 computes column j of the 4-row group at row i0 of gemmNT:
+// C[i*ldc+j] = alpha * A_i·B_j over [t0, t1) (plus the old value when acc).
+func col4[T elem](C []T, ldc int, A []T, lda int, B []T, ldb int, i0, j, t0, t1 int, alpha T, acc bool) {
+	s0, s1, s2, s3 := dot4x1(A[i0*lda+t0:i0*lda+t1], A[(i0+1)*lda+t0:(i0+1)*lda+t1],
+		A[(i0+2)*lda+t0:(i0+2)*lda+t1], A[(i0+3)*lda+t0:(i0+3)*lda+t1], B[j*ldb+t0:j*ldb+t1])
+	for r, s := range [4]T{s0, s1, s2, s3} {
+		if acc {
+			C[(i0+r)*ldc+j] += alpha * s
+		} else {
+			C[(i0+r)*ldc+j] = alpha * s
 		}
 	}
+}
+
+// simd32 returns C, A and B as float32 slices and true when T is float32
+// and the AVX2/FMA kernels are in use.
+func simd32[T elem](C, A, B []T) (c, a, b []float32, ok bool) {
+	if !hasAVX2FMA {
+		return nil, nil, nil, false
+	}
+	c, ok = any(C).([]float32)
+	a, _ = any(A).([]float32)
+	b, _ = any(B).([]float32)
+	return c, a, b, ok
 }
 
 // dot4x2 returns the eight dot products of a0..a3 with b0 and b1.
