@@ -36,14 +36,7 @@ __device__ __forceinline__ int flex_abs(int a) { return a < 0 ? -a : a; }
 //
 // returning whether the pair is allowed.
 func (m *MaskProgram) CUDA(fn string) string {
-	checkName(fn)
-	var sb strings.Builder
-	fmt.Fprintf(&sb, "// flex mask program %q, structural hash %s\n// %s\n", m.name, m.Hash(), oneLine(infix(m.root)))
-	sb.WriteString(cudaHelpers)
-	fmt.Fprintf(&sb, "__device__ __forceinline__ bool %s(int b, int h, int q, int kv%s) {\n", fn, cudaParams(m.plan, false))
-	cudaBody(&sb, m.plan)
-	fmt.Fprintf(&sb, "  return t%d;\n}\n", m.plan.root)
-	return sb.String()
+	return cudaForward("mask", m.name, m.Hash(), m.root, m.plan, "bool", "int b, int h, int q, int kv", fn)
 }
 
 // CUDA returns s as CUDA C:
@@ -52,13 +45,20 @@ func (m *MaskProgram) CUDA(fn string) string {
 //
 // returning the modified score.
 func (s *ScoreProgram) CUDA(fn string) string {
+	return cudaForward("score", s.name, s.Hash(), s.root, s.plan, "float", "float score, int b, int h, int q, int kv", fn)
+}
+
+// cudaForward prints a program (what: mask or score) as a __device__
+// function fn returning ret, with the index parameters idx followed by the
+// program's params.
+func cudaForward(what, name, hash string, root *node, p *plan, ret, idx, fn string) string {
 	checkName(fn)
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "// flex score program %q, structural hash %s\n// %s\n", s.name, s.Hash(), oneLine(infix(s.root)))
+	fmt.Fprintf(&sb, "// flex %s program %q, structural hash %s\n// %s\n", what, name, hash, oneLine(infix(root)))
 	sb.WriteString(cudaHelpers)
-	fmt.Fprintf(&sb, "__device__ __forceinline__ float %s(float score, int b, int h, int q, int kv%s) {\n", fn, cudaParams(s.plan, false))
-	cudaBody(&sb, s.plan)
-	fmt.Fprintf(&sb, "  return t%d;\n}\n", s.plan.root)
+	fmt.Fprintf(&sb, "__device__ __forceinline__ %s %s(%s%s) {\n", ret, fn, idx, cudaParams(p, false))
+	cudaBody(&sb, p)
+	fmt.Fprintf(&sb, "  return t%d;\n}\n", p.root)
 	return sb.String()
 }
 
