@@ -93,9 +93,7 @@ func benchAttention(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	switch *device {
-	case "cpu":
-	default:
+	if *device != "cpu" {
 		return fmt.Errorf("--device %q: unknown device (cpu or cuda)", *device)
 	}
 	if *reps < 1 {
@@ -113,19 +111,16 @@ func benchAttention(args []string) error {
 	r := rand.New(rand.NewPCG(*seed, *seed+1))
 	var prog *flex.MaskProgram
 	var margs *flex.Args
-	var d flex.Dims
+	d := flex.Dims{Batch: *batch, HeadsQ: *heads, HeadsKV: *kvHeads, LenQ: *seq, LenKV: *seq, HeadDim: *headDim} // causal, window, document
 	switch *mask {
 	case "dflash":
 		d = flex.DFlashDims(*batch, *heads, *kvHeads, *anchors, *blockSize, *context, *headDim)
 		prog, margs = flex.DFlashMask(*blockSize), dflashArgs(r, *batch, *anchors, *context)
 	case "causal":
-		d = flex.Dims{Batch: *batch, HeadsQ: *heads, HeadsKV: *kvHeads, LenQ: *seq, LenKV: *seq, HeadDim: *headDim}
 		prog, margs = flex.Causal(), flex.NewArgs()
 	case "window":
-		d = flex.Dims{Batch: *batch, HeadsQ: *heads, HeadsKV: *kvHeads, LenQ: *seq, LenKV: *seq, HeadDim: *headDim}
 		prog, margs = flex.SlidingWindow(*window), flex.NewArgs()
 	case "document":
-		d = flex.Dims{Batch: *batch, HeadsQ: *heads, HeadsKV: *kvHeads, LenQ: *seq, LenKV: *seq, HeadDim: *headDim}
 		ids := make([]int32, *batch**seq)
 		for b := 0; b < *batch; b++ {
 			id := int32(0)
