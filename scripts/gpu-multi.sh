@@ -21,8 +21,9 @@
 #      bench/torch_allreduce.py (2 spawned processes, torch.distributed on
 #      loopback, 256M bf16 and fp32, exact check, busBw, result SHA-256);
 #   6. a summary: each check PASS/FAIL and busBw at 256 MiB side by side.
-# Outputs under $OUT: summary.txt, summary.json, single.json, rank0.json,
-# rank1.json, torch.json, nccl-tests-*.txt, and a .log per step.
+# Outputs under $OUT: summary.txt, summary.json, and logs.tar.gz holding
+# single.json, rank0.json, rank1.json, torch.json, nccl-tests-*.txt, the NCCL
+# debug files and a .log per step (the device tool returns at most 8 files).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 B=.devbuild/multi
@@ -266,3 +267,8 @@ print("summary: %d checks, %d failed%s" % (len(checks), len(fails), "" if ngpu >
 json.dump({"gpus": ngpu, "checks": [{"check": c[0], "result": c[1], "detail": c[2]} for c in checks], "busbw_256M": {"%s|%s" % k: v for k, v in peers.items()}},
           open(os.path.join(out, "summary.json"), "w"), indent=1)
 PY
+
+# The device tool brings back at most 8 files: keep the two summaries loose
+# and pack everything else into one archive.
+(cd "$OUT" && find . -maxdepth 1 -type f ! -name 'summary.*' ! -name logs.tar.gz ! -name .pack -printf '%P\n' >.pack &&
+	tar czf logs.tar.gz -T .pack && xargs rm -f <.pack && rm -f .pack)
