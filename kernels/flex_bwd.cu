@@ -105,6 +105,13 @@ __device__ __forceinline__ void flex_load_vec(float *sm, const float *g,
   }
 }
 
+#ifndef FLEX_BWD_WG
+// 1 (v6, sm_90a): flex_bwd_dkdv on warpgroup MMA (flex_bwd_wg.cuh).
+#define FLEX_BWD_WG 0
+#endif
+#if FLEX_BWD_WG
+#include "flex_bwd_wg.cuh"
+#else
 extern "C" __global__ void __launch_bounds__(FLEX_BWD_NT)
     flex_bwd_dkdv(const flex_t *__restrict__ Q, const flex_t *__restrict__ K,
                   const flex_t *__restrict__ V, const flex_t *__restrict__ dO,
@@ -400,6 +407,7 @@ extern "C" __global__ void __launch_bounds__(FLEX_BWD_NT)
     }
   }
 }
+#endif // FLEX_BWD_WG
 
 // (plus 8 * nqb bytes for the block lists, added at launch).
 #define FLEX_BWD_SMEM                                                          \

@@ -144,6 +144,34 @@ __device__ __forceinline__ void flex_load_tile(flex_t *sm, const flex_t *g,
   }
 }
 
+// ---- wgmma tiles (v6 kernels) ----
+// A tile of 16-bit elements stored as [cols/64][ROWS][64] with the 128-byte
+// swizzle that the warpgroup MMA's shared-memory descriptors describe
+// (flex_wgmma.cuh): every row of a 64-column atom is 128 bytes, and its
+// 16-byte chunk c sits at chunk c ^ (row & 7).
+// flex_wg_off is the element offset of 16-byte chunk c (8 elements) of row
+// r in a [FLEX_D/64][ROWS][64] tile with the 128-byte swizzle.
+template <int ROWS>
+__device__ __forceinline__ int flex_wg_off(int r, int c) {
+  return (c >> 3) * ROWS * 64 + r * 64 + (((c & 7) ^ (r & 7)) << 3);
+}
+
+// flex_wg_load copies rows [row0, row0+ROWS) of a [len, FLEX_D] matrix into
+// a wgmma tile; rows at or past len are zero-filled.
+template <int ROWS, int NT>
+__device__ __forceinline__ void flex_wg_load(flex_t *sm, const flex_t *g,
+                                             int row0, int len, int tid) {
+  constexpr int CH = FLEX_D / 8;
+#pragma unroll
+  for (int i = tid; i < ROWS * CH; i += NT) {
+    const int r = i / CH, c = i % CH;
+    const int gr = row0 + r;
+    const bool ok = gr < len;
+    flex_cp16(sm + flex_wg_off<ROWS>(r, c),
+              g + (long long)(ok ? gr : 0) * FLEX_D + c * 8, ok);
+  }
+}
+
 // ---- tensor cores ----
 __device__ __forceinline__ void flex_ldm_x4(unsigned &r0, unsigned &r1,
                                             unsigned &r2, unsigned &r3,

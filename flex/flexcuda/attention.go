@@ -23,7 +23,8 @@ type Config struct {
 	BlockQ  int  // BlockMask q block; 0 means 128
 	BlockKV int  // BlockMask kv block; 0 means 128
 	// FwdVariant and BwdVariant pick the kernel versions of docs/PERF.md:
-	// forward 3, 4 or 5, backward 3 or 4; 0 means the environment's
+	// forward 3, 4, 5 or 6 (wgmma, Hopper only), backward 3, 4 or 6 (wgmma,
+	// Hopper only, not Deterministic); 0 means the environment's
 	// DFLASH_FLEX_FWD / DFLASH_FLEX_BWD when set, else the default of
 	// DefaultVariants.
 	FwdVariant, BwdVariant int
@@ -118,16 +119,25 @@ func New(cache *jit.Cache, mask *flex.MaskProgram, score *flex.ScoreProgram, cfg
 		cfg.BlockKV = flex.DefaultBlock
 	}
 	df, db := DefaultVariants(cfg.HeadDim)
-	fv, err := variant(cfg.FwdVariant, "DFLASH_FLEX_FWD", df, 5)
+	fv, err := variant(cfg.FwdVariant, "DFLASH_FLEX_FWD", df, 6)
 	if err != nil {
 		return nil, err
 	}
-	bv, err := variant(cfg.BwdVariant, "DFLASH_FLEX_BWD", db, 4)
+	if fv == 6 && cfg.FwdVariant == 0 && cfg.HeadDim > 128 {
+		fv = df // the environment's v6 covers head dims 64 and 128 only
+	}
+	bv, err := variant(cfg.BwdVariant, "DFLASH_FLEX_BWD", db, 6)
 	if err != nil {
 		return nil, err
+	}
+	if bv == 5 {
+		return nil, fmt.Errorf("flexcuda: backward variant 5 does not exist (3, 4 or 6)")
+	}
+	if bv == 6 && cfg.BwdVariant == 0 && (cfg.HeadDim > 128 || cfg.Deterministic) {
+		bv = 4 // v6 covers head dims 64 and 128 with atomic dQ only
 	}
 	spec := Spec{HeadDim: cfg.HeadDim, FP16: cfg.FP16, Group: cfg.Group, BlockQ: cfg.BlockQ, BlockKV: cfg.BlockKV, MaskHash: mask.Hash(),
-		FwdV4: fv >= 4, FwdV5: fv == 5, BwdV4: bv == 4, Deterministic: cfg.Deterministic}
+		FwdV4: fv == 4 || fv == 5, FwdV5: fv == 5, FwdV6: fv == 6, BwdV4: bv == 4, BwdV6: bv == 6, Deterministic: cfg.Deterministic}
 	var sp []flex.Param
 	if score != nil {
 		spec.ScoreHash = score.Hash()
@@ -153,7 +163,7 @@ func New(cache *jit.Cache, mask *flex.MaskProgram, score *flex.ScoreProgram, cfg
 		"group": strconv.Itoa(spec.Group), "block_q": strconv.Itoa(spec.BlockQ), "block_kv": strconv.Itoa(spec.BlockKV),
 		"mask": short(spec.MaskHash), "score": short(spec.ScoreHash),
 		"fwd_variant": strconv.Itoa(fv), "bwd_variant": strconv.Itoa(bv), "deterministic": strconv.FormatBool(cfg.Deterministic)}
-	fsrc, err := Source("flex_fwd.cu", spec, l.program(mask, score, false))
+	fsrc, err := Source(spec.fwdTemplate(), spec, l.program(mask, score, false))
 	if err != nil {
 		return nil, err
 	}
@@ -163,6 +173,7 @@ func New(cache *jit.Cache, mask *flex.MaskProgram, score *flex.ScoreProgram, cfg
 	}
 	a.fwd = newModule(cache, "flex_fwd", fsrc, params)
 	a.bwd = newModule(cache, "flex_bwd", bsrc, params)
+	a.fwd.wgmma, a.bwd.wgmma = spec.FwdV6, spec.BwdV6
 	return a, nil
 }
 
@@ -178,16 +189,16 @@ func (a *Attention) Sources() (fwd, bwd string) { return a.fwd.code, a.bwd.code 
 // once.
 func (a *Attention) Compile(ctx context.Context, arch string, backward bool) error {
 	if !backward {
-		_, err := a.fwd.kernel(arch).Image(ctx)
+		_, err := a.fwd.image(ctx, arch)
 		return err
 	}
 	var bwdErr error
 	done := make(chan struct{})
 	go func() { // the two modules compile in parallel
 		defer close(done)
-		_, bwdErr = a.bwd.kernel(arch).Image(ctx)
+		_, bwdErr = a.bwd.image(ctx, arch)
 	}()
-	_, err := a.fwd.kernel(arch).Image(ctx)
+	_, err := a.fwd.image(ctx, arch)
 	<-done
 	return errors.Join(err, bwdErr)
 }
@@ -355,7 +366,7 @@ func (a *Attention) forward(d *gpu.Device, st *attnDev, c *Call) error {
 		args.I64(int64(s))
 	}
 	grid := cuda.Dim(uint32(m.NumQBlocks), uint32(dm.HeadsQ), uint32(dm.Batch))
-	if a.spec.FwdV4 {
+	if a.spec.fwdHeavyFirst() {
 		grid = cuda.Dim(uint32(dm.HeadsQ*dm.Batch), uint32(m.NumQBlocks), 1)
 	}
 	return st.fwd.launch(d, c.Stream, grid, smem, args)
@@ -444,7 +455,7 @@ func (a *Attention) Backward(d *gpu.Device, c *Call) error {
 	switch {
 	case split:
 		grid = cuda.Dim(uint32(dm.HeadsQ), uint32(m.NumKVBlocks), uint32(dm.Batch))
-	case a.spec.BwdV4:
+	case a.spec.bwdHeavyFirst():
 		grid = cuda.Dim(uint32(dm.HeadsKV), uint32(m.NumKVBlocks), uint32(dm.Batch))
 	}
 	if err := st.dkdv.launch(d, c.Stream, grid, smem, args); err != nil {

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"dflash/cuda"
 	"dflash/flex"
 	"dflash/jit"
 )
@@ -96,6 +97,34 @@ func TestGeneratedSourcesCompile(t *testing.T) {
 				}
 			}
 		})
+	}
+	// The wgmma kernels (v6) need NVRTC 12 or later for sm_90a.
+	if ma, _, err := cuda.NVRTCVersion(); err == nil && ma >= 12 {
+		for _, c := range []struct {
+			name  string
+			mask  *flex.MaskProgram
+			score *flex.ScoreProgram
+			cfg   Config
+		}{
+			{"v6/dflash16/d128/g4", flex.DFlashMask(16), nil, Config{HeadDim: 128, Group: 4, FwdVariant: 6, BwdVariant: 6}},
+			{"v6/causal+softcap/d64/fp16", flex.Causal(), flex.SoftcapScalar(), Config{HeadDim: 64, FP16: true, FwdVariant: 6, BwdVariant: 6}},
+			{"v6/document+relbias/d128/bq64", flex.Document(true), flex.RelativeBias(8), Config{HeadDim: 128, BlockQ: 64, FwdVariant: 6, BwdVariant: 6}},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				a, err := New(cache, c.mask, c.score, c.cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := a.Compile(ctx, "sm_90", true); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := a.bwd.target("sm_80"); err == nil {
+					t.Fatal("a wgmma module accepted an sm_80 device")
+				}
+			})
+		}
+	} else {
+		t.Log("wgmma (v6) sources not compiled: NVRTC 12 or later needed for sm_90a")
 	}
 	b, err := NewDFlashBuilder(cache, 16, 0, 0)
 	if err != nil {

@@ -19,7 +19,9 @@ type Spec struct {
 	ScoreHash string // structural hash of the score program; "" for identity
 	FwdV4     bool   // forward v4: 32 q rows per warp (D <= 128, q block 128), heavy q blocks first
 	FwdV5     bool   // forward v5 (with FwdV4): P packed right after exp2, softmax steps of 32 kv columns
+	FwdV6     bool   // forward v6: Hopper warpgroup MMA (wgmma, sm_90a), 64 q rows per warpgroup
 	BwdV4     bool   // backward v4: heavy kv blocks first; GQA: one CTA per query head, dK/dV by fp32 atomics
+	BwdV6     bool   // backward v6: v4's grid with dK, dV and dQ on wgmma (sm_90a); atomic dQ only
 	// Deterministic selects the backward without atomics: dQ by the
 	// q-parallel pass flex_bwd_dq; with GQA, dK/dV summed over the group
 	// inside one CTA (BwdV4 false) or per query head into fp32 slices added
@@ -36,10 +38,42 @@ func (s Spec) fwdMT() int {
 }
 
 // fwdThreads is the forward kernel's block size.
-func (s Spec) fwdThreads() int { return s.BlockQ / (16 * s.fwdMT()) * 32 }
+func (s Spec) fwdThreads() int {
+	if s.FwdV6 {
+		return s.BlockQ / 64 * 128 // one warpgroup per 64 q rows
+	}
+	return s.BlockQ / (16 * s.fwdMT()) * 32
+}
+
+// fwdTemplate is the forward kernel's template file.
+func (s Spec) fwdTemplate() string {
+	if s.FwdV6 {
+		return "flex_fwd_wg.cu"
+	}
+	return "flex_fwd.cu"
+}
+
+// fwdHeavyFirst reports whether the forward grid is (heads x batch, q
+// blocks), heaviest q blocks first (v4 and later).
+func (s Spec) fwdHeavyFirst() bool { return s.FwdV4 || s.FwdV6 }
 
 // bwdSplit reports whether the backward runs one CTA per query head.
-func (s Spec) bwdSplit() bool { return s.BwdV4 && s.Group > 1 }
+func (s Spec) bwdSplit() bool { return (s.BwdV4 || s.BwdV6) && s.Group > 1 }
+
+// bwdHeavyFirst reports whether the backward grid puts the kv blocks of all
+// heads in the fastest dimension (v4 and later).
+func (s Spec) bwdHeavyFirst() bool { return s.BwdV4 || s.BwdV6 }
+
+// bwdVariant is the backward kernel version: 3, 4 or 6.
+func (s Spec) bwdVariant() int {
+	switch {
+	case s.BwdV6:
+		return 6
+	case s.BwdV4:
+		return 4
+	}
+	return 3
+}
 
 // splitMode is FLEX_BWD_SPLIT: 0 no split, 1 atomics, 2 per-head slices.
 func (s Spec) splitMode() int {
@@ -55,6 +89,8 @@ func (s Spec) splitMode() int {
 // fwdVariant is the forward kernel version: 3, 4 or 5.
 func (s Spec) fwdVariant() int {
 	switch {
+	case s.FwdV6:
+		return 6
 	case s.FwdV5:
 		return 5
 	case s.FwdV4:
@@ -75,7 +111,7 @@ func (s Spec) Key() string {
 		det = "det"
 	}
 	return fmt.Sprintf("flex/d%d/%s/g%d/q%dkv%d/m%s/s%s/f%db%d%s", s.HeadDim, dt, s.Group, s.BlockQ, s.BlockKV, short(s.MaskHash), short(s.ScoreHash),
-		s.fwdVariant(), variantNum(s.BwdV4), det)
+		s.fwdVariant(), s.bwdVariant(), det)
 }
 
 func short(h string) string {
@@ -104,6 +140,12 @@ func (s Spec) Validate() error {
 	if s.FwdV5 && !s.FwdV4 {
 		return fmt.Errorf("flexcuda: forward v5 builds on v4 (FwdV4 must be set)")
 	}
+	if s.FwdV6 && (s.FwdV4 || s.HeadDim > 128) {
+		return fmt.Errorf("flexcuda: forward v6 (wgmma) supports head dim 64 and 128, without v4/v5 (head dim %d)", s.HeadDim)
+	}
+	if s.BwdV6 && (s.BwdV4 || s.HeadDim > 128 || s.Deterministic) {
+		return fmt.Errorf("flexcuda: backward v6 (wgmma) supports head dim 64 and 128 with atomic dQ, without v4 or Deterministic (head dim %d)", s.HeadDim)
+	}
 	if s.BlockKV != 128 {
 		return fmt.Errorf("flexcuda: kv block %d not supported (128)", s.BlockKV)
 	}
@@ -113,7 +155,7 @@ func (s Spec) Validate() error {
 var programBlock = regexp.MustCompile(`(?s)// @flex-program-begin.*?// @flex-program-end`)
 
 // Source returns the complete NVRTC source of template file name
-// ("flex_fwd.cu" or "flex_bwd.cu") for s and p, with the common header
+// ("flex_fwd.cu", "flex_fwd_wg.cu" or "flex_bwd.cu") for s and p, with the common header
 // inlined.
 func Source(name string, s Spec, p Program) (string, error) {
 	if err := s.Validate(); err != nil {
@@ -127,7 +169,10 @@ func Source(name string, s Spec, p Program) (string, error) {
 	if s.FwdV5 {
 		b.WriteString("#define FLEX_FWD_PACKP 1\n#define FLEX_FWD_BNC 32\n")
 	}
-	fmt.Fprintf(&b, "#define FLEX_BWD_ORDER %d\n#define FLEX_BWD_SPLIT %d\n", b2i(s.BwdV4), s.splitMode())
+	fmt.Fprintf(&b, "#define FLEX_BWD_ORDER %d\n#define FLEX_BWD_SPLIT %d\n", b2i(s.bwdHeavyFirst()), s.splitMode())
+	if s.BwdV6 {
+		b.WriteString("#define FLEX_BWD_WG 1\n")
+	}
 	fmt.Fprintf(&b, "#define FLEX_DQ_ATOMIC %d\n", b2i(!s.Deterministic))
 	return splice(name, b.String(), p)
 }
@@ -153,9 +198,9 @@ func splice(name, defines string, p Program) (string, error) {
 		return "", fmt.Errorf("flexcuda: %s does not include flex_common.cuh", name)
 	}
 	text := strings.Replace(string(body), inc, c, 1)
-	// Headers of one template (flex_bwd.cu's flex_bwd_dq.cuh) are inlined too:
+	// Headers of one template (flex_bwd_dq.cuh, flex_bwd_wg.cuh, flex_wgmma.cuh) are inlined too:
 	// NVRTC gets one self-contained source.
-	for _, h := range []string{"flex_bwd_dq.cuh"} {
+	for _, h := range []string{"flex_bwd_dq.cuh", "flex_bwd_wg.cuh", "flex_wgmma.cuh"} {
 		hinc := `#include "` + h + `"`
 		if !strings.Contains(text, hinc) {
 			continue
@@ -180,9 +225,3 @@ func b2i(v bool) int {
 	return 0
 }
 
-func variantNum(v4 bool) int {
-	if v4 {
-		return 4
-	}
-	return 3
-}

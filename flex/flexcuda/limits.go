@@ -15,6 +15,9 @@ type Resources struct {
 
 // FwdResources is the launch shape of flex_fwd for s with nkvb kv blocks.
 func FwdResources(s Spec, nkvb int) Resources {
+	if s.FwdV6 { // FLEX_FWD_WG_SMEM of flex_fwd_wg.cu: BN 128, 1024 bytes of alignment slack
+		return Resources{Kernel: "flex_fwd", SharedMem: (s.BlockQ+4*128)*s.HeadDim*2 + 1024 + 8*nkvb, Threads: s.fwdThreads()}
+	}
 	bn := 64 // FLEX_BN of flex_fwd.cu
 	switch {
 	case s.HeadDim >= 256:
@@ -27,6 +30,11 @@ func FwdResources(s Spec, nkvb int) Resources {
 
 // BwdResources is the launch shape of flex_bwd_dkdv for s with nqb q blocks.
 func BwdResources(s Spec, nqb int) Resources {
+	if s.BwdV6 { // FLEX_BWD_WG_SMEM of flex_bwd_wg.cuh
+		return Resources{Kernel: "flex_bwd_dkdv",
+			SharedMem: (2*s.BlockKV*s.HeadDim+4*64*s.HeadDim+s.BlockKV*64)*2 + 16*64 + 1024 + 8*nqb,
+			Threads:   256}
+	}
 	bmq := 64
 	if s.HeadDim >= 256 {
 		bmq = 32

@@ -21,6 +21,7 @@ type module struct {
 	family string
 	code   string
 	params map[string]string
+	wgmma  bool // uses sm_90a instructions: compiled for sm_90a, Hopper only
 
 	mu     sync.Mutex
 	byArch map[string]*jit.Kernel
@@ -30,7 +31,19 @@ func newModule(cache *jit.Cache, family, code string, params map[string]string) 
 	return &module{cache: cache, family: family, code: code, params: params, byArch: map[string]*jit.Kernel{}}
 }
 
-// kernel returns the cache handle of m for arch.
+// target returns the architecture m compiles for on a device of arch:
+// modules with wgmma need Hopper's architecture-specific target sm_90a.
+func (m *module) target(arch string) (string, error) {
+	if !m.wgmma || arch == "sm_90a" {
+		return arch, nil
+	}
+	if arch != "sm_90" {
+		return "", fmt.Errorf("flexcuda: %s uses Hopper warpgroup MMA (wgmma, sm_90a); this device is %s: choose kernel variant 4 (Config.FwdVariant, DFLASH_FLEX_FWD)", m.family, arch)
+	}
+	return "sm_90a", nil
+}
+
+// kernel returns the cache handle of m for arch (a target of m.target).
 func (m *module) kernel(arch string) *jit.Kernel {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -40,6 +53,15 @@ func (m *module) kernel(arch string) *jit.Kernel {
 		m.byArch[arch] = k
 	}
 	return k
+}
+
+// image compiles m for a device of arch, or fetches it from the cache.
+func (m *module) image(ctx context.Context, arch string) (*jit.Image, error) {
+	t, err := m.target(arch)
+	if err != nil {
+		return nil, err
+	}
+	return m.kernel(t).Image(ctx)
 }
 
 // KernelInfo describes one loaded kernel: what the compiler made of it and
@@ -65,8 +87,7 @@ type fn struct {
 // load returns kernel name of m on d, checking that a block of threads fits
 // the register file (contract 4: the limit is named before any launch).
 func (m *module) load(ctx context.Context, d *gpu.Device, name string, threads int) (*fn, error) {
-	k := m.kernel(d.Arch())
-	img, err := k.Image(ctx)
+	img, err := m.image(ctx, d.Arch())
 	if err != nil {
 		return nil, err
 	}

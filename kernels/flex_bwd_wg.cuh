@@ -1,0 +1,262 @@
+// flex_bwd_wg.cuh: flex_bwd_dkdv on Hopper warpgroup MMA (v6; sm_90a),
+// included by flex_bwd.cu when FLEX_BWD_WG is 1. Same parameters, grid and
+// results as the mma.sync kernel there (atomic dQ; FLEX_BWD_SPLIT 0 or 1).
+//
+// One CTA per kv block of 128 rows; warpgroup w owns kv rows [64w, 64w+64).
+// Per q tile of FLEX_BMQ (64) rows, double-buffered with cp.async:
+//   S^T  = K_w Q^T, dP^T = V_w dO^T      wgmma m64n64, A and B from smem
+//   P^T, dS^T elementwise (mask, lse, Dlt, score program)
+//   dV_w += P^T dO, dK_w += dS^T Q        wgmma m64nD, A = P^T / dS^T from
+//                                         registers, B = dO / Q transposed
+//   dQ   += dS K                          dS^T through shared memory (A
+//                                         transposed), K transposed; D 128:
+//                                         warpgroup w takes columns [64w,+64),
+//                                         D 64: kv rows [64w,+64); fp32
+//                                         vector atomics into dQacc
+#pragma once
+#include "flex_wgmma.cuh"
+
+static_assert(FLEX_D == 64 || FLEX_D == 128, "v6 backward: head dim 64 or 128");
+static_assert(FLEX_BKV == 128 && FLEX_BMQ == 64, "v6 backward: kv block 128, q tile 64");
+static_assert(FLEX_DQ_ATOMIC && FLEX_BWD_SPLIT != 2, "v6 backward: atomic dQ only");
+
+// flex_red2 adds (x, y) to p[0], p[1] in one fp32 vector reduction.
+__device__ __forceinline__ void flex_red2(float *p, float x, float y) {
+  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(p), "f"(x), "f"(y) : "memory");
+}
+
+extern "C" __global__ void __launch_bounds__(256, 1)
+    flex_bwd_dkdv(const flex_t *__restrict__ Q, const flex_t *__restrict__ K,
+                  const flex_t *__restrict__ V, const flex_t *__restrict__ dO,
+                  const float *__restrict__ LSE, const float *__restrict__ Dlt,
+                  flex_dkv_t *__restrict__ dK, flex_dkv_t *__restrict__ dV,
+                  float *__restrict__ dQacc, const int *__restrict__ q_num,
+                  const int *__restrict__ q_idx,
+                  const int *__restrict__ fullq_num,
+                  const int *__restrict__ fullq_idx, int heads_q, int lenq,
+                  int lenkv, int bm_batch, int bm_heads, int nqb, int nkvb,
+                  float scale FLEX_ARG_PARAMS) {
+  const FlexArgs args = {{FLEX_ARG_VALUES}};
+  constexpr int D = FLEX_D, BKV = FLEX_BKV, BM = FLEX_BMQ, NT = 256;
+  constexpr int NTILE = BM / 8, SUB = FLEX_BQ / BM;
+
+  extern __shared__ __align__(1024) unsigned char flex_smem_raw[];
+  unsigned char *flex_smem = flex_smem_raw + ((1024 - (flex_smem_addr(flex_smem_raw) & 1023)) & 1023);
+  flex_t *sK = (flex_t *)flex_smem;         // [D/64][BKV][64]
+  flex_t *sV = sK + BKV * D;                // [D/64][BKV][64]
+  flex_t *sQ = sV + BKV * D;                // [2][D/64][BM][64]
+  flex_t *sdO = sQ + 2 * BM * D;            // [2][D/64][BM][64]
+  flex_t *sdS = sdO + 2 * BM * D;           // dS^T: [BKV][BM] (one 64-column atom)
+  float *sL = (float *)(sdS + BKV * BM);    // [2][BM]
+  float *sDl = sL + 2 * BM;                 // [2][BM]
+  int *sIdx = (int *)(sDl + 2 * BM);        // q block ids
+
+  const int tid = threadIdx.x, lane = tid & 31, wg = tid >> 7;
+  const int wq = (tid >> 5) & 3;
+  const int heads_kv = heads_q / FLEX_GROUP;
+#if FLEX_BWD_SPLIT
+  const int kb = blockIdx.y, b = blockIdx.z;
+  const int g0 = blockIdx.x % FLEX_GROUP, hk = blockIdx.x / FLEX_GROUP;
+  const int g1 = g0 + 1;
+#else
+  const int kb = blockIdx.y, hk = blockIdx.x, b = blockIdx.z;
+  const int g0 = 0, g1 = FLEX_GROUP;
+#endif
+  const int kv0 = kb * BKV;
+  const int rl0 = wg * 64 + wq * 16 + (lane >> 2); // this thread's kv rows in the block
+  const int c0 = kv0 + rl0, c1 = c0 + 8;
+  const float sl2 = scale * FLEX_LOG2E;
+
+  const long long kvoff = ((long long)(b * heads_kv + hk) * lenkv) * D;
+  flex_wg_load<BKV, NT>(sK, K + kvoff, kv0, lenkv, tid);
+  flex_wg_load<BKV, NT>(sV, V + kvoff, kv0, lenkv, tid);
+
+  float dk[D / 2], dv[D / 2];
+#pragma unroll
+  for (int i = 0; i < D / 2; i++)
+    dk[i] = dv[i] = 0.f;
+
+  for (int g = g0; g < g1; g++) {
+    const int h = hk * FLEX_GROUP + g;
+    const int bmrow = ((bm_batch == 1 ? 0 : b) * bm_heads +
+                       (bm_heads == 1 ? 0 : h)) * nkvb + kb;
+    const int npart = q_num[bmrow], nfull = fullq_num[bmrow];
+    const int ntiles = (npart + nfull) * SUB;
+    {
+      const int *pidx = q_idx + (long long)bmrow * nqb;
+      const int *fidx = fullq_idx + (long long)bmrow * nqb;
+      for (int i = tid; i < npart + nfull; i += NT)
+        sIdx[i] = i < npart ? pidx[i] : fidx[i - npart];
+    }
+    __syncthreads();
+    const long long qoff = (long long)(b * heads_q + h) * lenq;
+    auto tile_start = [&](int t, bool &full) {
+      const int j = t / SUB, s = t % SUB;
+      full = j >= npart;
+      return sIdx[j] * FLEX_BQ + s * BM;
+    };
+    auto load = [&](int t, int st) {
+      bool f;
+      const int q0 = tile_start(t, f);
+      flex_wg_load<BM, NT>(sQ + st * BM * D, Q + qoff * D, q0, lenq, tid);
+      flex_wg_load<BM, NT>(sdO + st * BM * D, dO + qoff * D, q0, lenq, tid);
+      flex_load_vec(sL + st * BM, LSE + qoff, q0, BM, lenq, tid);
+      flex_load_vec(sDl + st * BM, Dlt + qoff, q0, BM, lenq, tid);
+    };
+    if (ntiles > 0)
+      load(0, 0);
+    flex_cp_commit();
+    for (int t = 0; t < ntiles; t++) {
+      const int st = t & 1;
+      bool full;
+      const int q0 = tile_start(t, full);
+      if (t + 1 < ntiles)
+        load(t + 1, st ^ 1);
+      flex_cp_commit();
+      flex_cp_wait<1>();
+      flex_fence_async();
+      __syncthreads();
+      const flex_t *cQ = sQ + st * BM * D, *cdO = sdO + st * BM * D;
+      const float *cL = sL + st * BM, *cDl = sDl + st * BM;
+
+      // S^T = K_w Q^T and dP^T = V_w dO^T (k = head dim).
+      float s[BM / 2], dp[BM / 2];
+      flex_wg_fence();
+#pragma unroll
+      for (int kk = 0; kk < D / 16; kk++) {
+        const int ao = (kk >> 2) * BKV * 64 + wg * 64 * 64 + (kk & 3) * 16;
+        const int bo = (kk >> 2) * BM * 64 + (kk & 3) * 16;
+        flex_wgmma_ss64<0, 0>(s, flex_wg_desc(sK + ao, 16, 1024), flex_wg_desc(cQ + bo, 16, 1024), kk > 0);
+      }
+#pragma unroll
+      for (int kk = 0; kk < D / 16; kk++) {
+        const int ao = (kk >> 2) * BKV * 64 + wg * 64 * 64 + (kk & 3) * 16;
+        const int bo = (kk >> 2) * BM * 64 + (kk & 3) * 16;
+        flex_wgmma_ss64<0, 0>(dp, flex_wg_desc(sV + ao, 16, 1024), flex_wg_desc(cdO + bo, 16, 1024), kk > 0);
+      }
+      flex_wg_commit();
+      flex_wg_wait<0>();
+
+      // P^T and dS^T: element n*4+e is kv row c0 (e < 2) or c1, q column
+      // 8n + 2(lane%4) + e%2; packed as the A fragments of the next products
+      // and dS^T stored for dQ.
+      unsigned pa[BM / 16][4], da[BM / 16][4];
+#pragma unroll
+      for (int n = 0; n < NTILE; n++) {
+        float pv[4], dv4[4];
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+          const int qc = n * 8 + (lane & 3) * 2 + (e & 1);
+          const int row = q0 + qc, col = e < 2 ? c0 : c1;
+          const bool ok = full ? (row < lenq && col < lenkv)
+                               : flex_allowed(args, b, h, row, col, lenq, lenkv);
+#if FLEX_HAS_SCORE
+          const float raw = s[n * 4 + e] * scale;
+          const float p = ok ? exp2f((flex_score(args, raw, b, h, row, col) - cL[qc]) * FLEX_LOG2E) : 0.f;
+          pv[e] = p;
+          dv4[e] = ok ? flex_score_grad(args, raw, p * (dp[n * 4 + e] - cDl[qc]), b, h, row, col) : 0.f;
+#else
+          const float p = ok ? exp2f(s[n * 4 + e] * sl2 - cL[qc] * FLEX_LOG2E) : 0.f;
+          pv[e] = p;
+          dv4[e] = p * (dp[n * 4 + e] - cDl[qc]);
+#endif
+        }
+        pa[n >> 1][(n & 1) * 2] = flex_pack2(pv[0], pv[1]);
+        pa[n >> 1][(n & 1) * 2 + 1] = flex_pack2(pv[2], pv[3]);
+        const unsigned d01 = flex_pack2(dv4[0], dv4[1]), d23 = flex_pack2(dv4[2], dv4[3]);
+        da[n >> 1][(n & 1) * 2] = d01;
+        da[n >> 1][(n & 1) * 2 + 1] = d23;
+        const int qc = n * 8 + (lane & 3) * 2;
+        *(unsigned *)(sdS + flex_wg_off<BKV>(rl0, qc >> 3) + (qc & 7)) = d01;
+        *(unsigned *)(sdS + flex_wg_off<BKV>(rl0 + 8, qc >> 3) + (qc & 7)) = d23;
+      }
+
+      // dV_w += P^T dO, dK_w += dS^T Q (k = q rows; B transposed: 8-row
+      // groups 1024 bytes apart, 64-column atoms BM*128 bytes apart).
+      flex_wg_fence();
+#pragma unroll
+      for (int kk = 0; kk < BM / 16; kk++) {
+#if FLEX_D == 128
+        flex_wgmma_rs128<1>(dv, pa[kk], flex_wg_desc(cdO + kk * 16 * 64, BM * 128, 1024), 1);
+#else
+        flex_wgmma_rs64<1>(dv, pa[kk], flex_wg_desc(cdO + kk * 16 * 64, BM * 128, 1024), 1);
+#endif
+      }
+#pragma unroll
+      for (int kk = 0; kk < BM / 16; kk++) {
+#if FLEX_D == 128
+        flex_wgmma_rs128<1>(dk, da[kk], flex_wg_desc(cQ + kk * 16 * 64, BM * 128, 1024), 1);
+#else
+        flex_wgmma_rs64<1>(dk, da[kk], flex_wg_desc(cQ + kk * 16 * 64, BM * 128, 1024), 1);
+#endif
+      }
+      flex_wg_commit();
+
+      // dQ[BM x D] += dS K: A = dS read transposed from sdS ([kv][q]), B = K
+      // read transposed (k = kv rows).
+      flex_fence_async();
+      __syncthreads();
+      float dq[32];
+      flex_wg_fence();
+#if FLEX_D == 128
+      constexpr int KS = BKV / 16; // all kv rows, columns [64 wg, +64)
+      const int kvb = 0, colb = wg * 64;
+#else
+      constexpr int KS = 64 / 16; // kv rows [64 wg, +64), all 64 columns
+      const int kvb = wg * 64, colb = 0;
+#endif
+#pragma unroll
+      for (int kk = 0; kk < KS; kk++) {
+        const int kr = kvb + kk * 16;
+        flex_wgmma_ss64<1, 1>(dq, flex_wg_desc(sdS + kr * 64, BM * 128, 1024),
+                              flex_wg_desc(sK + (colb >> 6) * BKV * 64 + kr * 64, BKV * 128, 1024), kk > 0);
+      }
+      flex_wg_commit();
+      flex_wg_wait<0>();
+      {
+        const int qr0 = q0 + wq * 16 + (lane >> 2), qr1 = qr0 + 8;
+        float *gq = dQacc + qoff * D;
+#pragma unroll
+        for (int n = 0; n < 8; n++) {
+          const int col = colb + n * 8 + (lane & 3) * 2;
+          if (qr0 < lenq)
+            flex_red2(gq + (long long)qr0 * D + col, dq[n * 4] * scale, dq[n * 4 + 1] * scale);
+          if (qr1 < lenq)
+            flex_red2(gq + (long long)qr1 * D + col, dq[n * 4 + 2] * scale, dq[n * 4 + 3] * scale);
+        }
+      }
+      __syncthreads(); // stage st and sdS are rewritten next
+    }
+    flex_cp_wait<0>();
+    __syncthreads();
+  }
+
+  flex_dkv_t *gK = dK + kvoff, *gV = dV + kvoff;
+#pragma unroll
+  for (int n = 0; n < D / 8; n++) {
+    const int col = n * 8 + (lane & 3) * 2;
+#if FLEX_BWD_SPLIT
+    if (c0 < lenkv) {
+      flex_red2(gK + (long long)c0 * D + col, dk[n * 4] * scale, dk[n * 4 + 1] * scale);
+      flex_red2(gV + (long long)c0 * D + col, dv[n * 4], dv[n * 4 + 1]);
+    }
+    if (c1 < lenkv) {
+      flex_red2(gK + (long long)c1 * D + col, dk[n * 4 + 2] * scale, dk[n * 4 + 3] * scale);
+      flex_red2(gV + (long long)c1 * D + col, dv[n * 4 + 2], dv[n * 4 + 3]);
+    }
+#else
+    if (c0 < lenkv) {
+      *(unsigned *)(gK + (long long)c0 * D + col) = flex_pack2(dk[n * 4] * scale, dk[n * 4 + 1] * scale);
+      *(unsigned *)(gV + (long long)c0 * D + col) = flex_pack2(dv[n * 4], dv[n * 4 + 1]);
+    }
+    if (c1 < lenkv) {
+      *(unsigned *)(gK + (long long)c1 * D + col) = flex_pack2(dk[n * 4 + 2] * scale, dk[n * 4 + 3] * scale);
+      *(unsigned *)(gV + (long long)c1 * D + col) = flex_pack2(dv[n * 4 + 2], dv[n * 4 + 3]);
+    }
+#endif
+  }
+}
+
+// Dynamic shared memory of the v6 flex_bwd_dkdv in bytes, plus 8 * nqb for
+// the block lists added at launch; 1024 bytes of slack for the alignment.
+#define FLEX_BWD_WG_SMEM ((2 * FLEX_BKV * FLEX_D + 4 * FLEX_BMQ * FLEX_D + FLEX_BKV * FLEX_BMQ) * 2 + 4 * FLEX_BMQ * 4 + 1024)
