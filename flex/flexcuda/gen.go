@@ -224,4 +224,3 @@ func b2i(v bool) int {
 	}
 	return 0
 }
-
