@@ -110,16 +110,16 @@ extern "C" __global__ void __launch_bounds__(256, 1)
       const int st = t & 1;
       bool full;
       const int q0 = tile_start(t, full);
+      flex_cp_wait<0>(); // tile t has landed
+      flex_fence_async();
+      __syncthreads();   // and every warp is done with tile t-1 (stage st^1, sdS)
       if (t + 1 < ntiles)
         load(t + 1, st ^ 1);
       flex_cp_commit();
-      flex_cp_wait<1>();
-      flex_fence_async();
-      __syncthreads();
       const flex_t *cQ = sQ + st * BM * D, *cdO = sdO + st * BM * D;
       const float *cL = sL + st * BM, *cDl = sDl + st * BM;
 
-      // S^T = K_w Q^T and dP^T = V_w dO^T (k = head dim).
+      // S^T = K_w Q^T and dP^T = V_w dO^T (k = head dim), two commit groups.
       float s[BM / 2], dp[BM / 2];
       flex_wg_fence();
 #pragma unroll
@@ -128,6 +128,7 @@ extern "C" __global__ void __launch_bounds__(256, 1)
         const int bo = (kk >> 2) * BM * 64 + (kk & 3) * 16;
         flex_wgmma_ss64<0, 0>(s, flex_wg_desc(sK + ao, 16, 1024), flex_wg_desc(cQ + bo, 16, 1024), kk > 0);
       }
+      flex_wg_commit();
 #pragma unroll
       for (int kk = 0; kk < D / 16; kk++) {
         const int ao = (kk >> 2) * BKV * 64 + wg * 64 * 64 + (kk & 3) * 16;
@@ -135,15 +136,20 @@ extern "C" __global__ void __launch_bounds__(256, 1)
         flex_wgmma_ss64<0, 0>(dp, flex_wg_desc(sV + ao, 16, 1024), flex_wg_desc(cdO + bo, 16, 1024), kk > 0);
       }
       flex_wg_commit();
-      flex_wg_wait<0>();
 
       // P^T and dS^T: element n*4+e is kv row c0 (e < 2) or c1, q column
-      // 8n + 2(lane%4) + e%2; packed as the A fragments of the next products
-      // and dS^T stored for dQ.
+      // 8n + 2(lane%4) + e%2; packed as the A fragments of the next products,
+      // dS^T also stored for dQ. Identity score: P while dP^T is still on the
+      // tensor cores, then dS while dV is.
       unsigned pa[BM / 16][4], da[BM / 16][4];
+#if FLEX_HAS_SCORE
+      flex_wg_wait<0>();
+#else
+      flex_wg_wait<1>();
+#endif
 #pragma unroll
       for (int n = 0; n < NTILE; n++) {
-        float pv[4], dv4[4];
+        float pv[4];
 #pragma unroll
         for (int e = 0; e < 4; e++) {
           const int qc = n * 8 + (lane & 3) * 2 + (e & 1);
@@ -151,28 +157,23 @@ extern "C" __global__ void __launch_bounds__(256, 1)
           const bool ok = full ? (row < lenq && col < lenkv)
                                : flex_allowed(args, b, h, row, col, lenq, lenkv);
 #if FLEX_HAS_SCORE
+          // P from the modified score; dS through the score's derivative
+          // (dp becomes dS in place).
           const float raw = s[n * 4 + e] * scale;
           const float p = ok ? exp2f((flex_score(args, raw, b, h, row, col) - cL[qc]) * FLEX_LOG2E) : 0.f;
-          pv[e] = p;
-          dv4[e] = ok ? flex_score_grad(args, raw, p * (dp[n * 4 + e] - cDl[qc]), b, h, row, col) : 0.f;
+          dp[n * 4 + e] = ok ? flex_score_grad(args, raw, p * (dp[n * 4 + e] - cDl[qc]), b, h, row, col) : 0.f;
 #else
-          const float p = ok ? exp2f(s[n * 4 + e] * sl2 - cL[qc] * FLEX_LOG2E) : 0.f;
-          pv[e] = p;
-          dv4[e] = p * (dp[n * 4 + e] - cDl[qc]);
+          const float p = ok ? flex_ex2(fmaf(s[n * 4 + e], sl2, -cL[qc] * FLEX_LOG2E)) : 0.f;
 #endif
+          pv[e] = p;
+          s[n * 4 + e] = p;
         }
         pa[n >> 1][(n & 1) * 2] = flex_pack2(pv[0], pv[1]);
         pa[n >> 1][(n & 1) * 2 + 1] = flex_pack2(pv[2], pv[3]);
-        const unsigned d01 = flex_pack2(dv4[0], dv4[1]), d23 = flex_pack2(dv4[2], dv4[3]);
-        da[n >> 1][(n & 1) * 2] = d01;
-        da[n >> 1][(n & 1) * 2 + 1] = d23;
-        const int qc = n * 8 + (lane & 3) * 2;
-        *(unsigned *)(sdS + flex_wg_off<BKV>(rl0, qc >> 3) + (qc & 7)) = d01;
-        *(unsigned *)(sdS + flex_wg_off<BKV>(rl0 + 8, qc >> 3) + (qc & 7)) = d23;
       }
 
-      // dV_w += P^T dO, dK_w += dS^T Q (k = q rows; B transposed: 8-row
-      // groups 1024 bytes apart, 64-column atoms BM*128 bytes apart).
+      // dV_w += P^T dO (k = q rows; B transposed: 8-row groups 1024 bytes
+      // apart, 64-column atoms BM*128 bytes apart).
       flex_wg_fence();
 #pragma unroll
       for (int kk = 0; kk < BM / 16; kk++) {
@@ -182,6 +183,32 @@ extern "C" __global__ void __launch_bounds__(256, 1)
         flex_wgmma_rs64<1>(dv, pa[kk], flex_wg_desc(cdO + kk * 16 * 64, BM * 128, 1024), 1);
 #endif
       }
+      flex_wg_commit();
+#if !FLEX_HAS_SCORE
+      flex_wg_wait<1>(); // dP^T (dV may still run)
+#endif
+#pragma unroll
+      for (int n = 0; n < NTILE; n++) {
+        float d4[4];
+#pragma unroll
+        for (int e = 0; e < 4; e++) {
+#if FLEX_HAS_SCORE
+          d4[e] = dp[n * 4 + e];
+#else
+          const int qc = n * 8 + (lane & 3) * 2 + (e & 1);
+          d4[e] = s[n * 4 + e] * (dp[n * 4 + e] - cDl[qc]);
+#endif
+        }
+        const unsigned d01 = flex_pack2(d4[0], d4[1]), d23 = flex_pack2(d4[2], d4[3]);
+        da[n >> 1][(n & 1) * 2] = d01;
+        da[n >> 1][(n & 1) * 2 + 1] = d23;
+        const int qc = n * 8 + (lane & 3) * 2;
+        *(unsigned *)(sdS + flex_wg_off<BKV>(rl0, qc >> 3) + (qc & 7)) = d01;
+        *(unsigned *)(sdS + flex_wg_off<BKV>(rl0 + 8, qc >> 3) + (qc & 7)) = d23;
+      }
+
+      // dK_w += dS^T Q.
+      flex_wg_fence();
 #pragma unroll
       for (int kk = 0; kk < BM / 16; kk++) {
 #if FLEX_D == 128
@@ -213,6 +240,11 @@ extern "C" __global__ void __launch_bounds__(256, 1)
       }
       flex_wg_commit();
       flex_wg_wait<0>();
+#pragma unroll
+      for (int kk = 0; kk < BM / 16; kk++) {
+        flex_wg_keep(pa[kk]);
+        flex_wg_keep(da[kk]);
+      }
       {
         const int qr0 = q0 + wq * 16 + (lane >> 2), qr1 = qr0 + 8;
         float *gq = dQacc + qoff * D;
@@ -225,7 +257,6 @@ extern "C" __global__ void __launch_bounds__(256, 1)
             flex_red2(gq + (long long)qr1 * D + col, dq[n * 4 + 2] * scale, dq[n * 4 + 3] * scale);
         }
       }
-      __syncthreads(); // stage st and sdS are rewritten next
     }
     flex_cp_wait<0>();
     __syncthreads();

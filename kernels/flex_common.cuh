@@ -98,6 +98,13 @@ __device__ __forceinline__ float flex_to_f32(flex_t x) {
 #endif
 }
 
+// flex_ex2 is 2^x on the special-function unit (flush to zero; 2^-inf = 0).
+__device__ __forceinline__ float flex_ex2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // ---- shared memory, swizzled 16-byte chunks ----
 // A tile row of FLEX_D elements is FLEX_D/8 chunks of 16 bytes; chunk c of
 // row r is stored at chunk c ^ (r & 7) so that ldmatrix's eight row reads of

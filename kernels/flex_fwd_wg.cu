@@ -9,8 +9,9 @@
 // S = Q K^T is one chain of wgmma m64nBNk16 with Q and K read from shared
 // memory; the online softmax runs on the accumulators; P is packed into
 // registers and O += P V is a chain of wgmma m64nDk16 with P from registers
-// and V read transposed from shared memory. K and V tiles are
-// double-buffered with cp.async. Only the non-empty kv blocks are visited,
+// and V read transposed from shared memory. K runs one tile ahead of V
+// through two cp.async stages each, so that tile t+1's QK^T product runs on
+// the tensor cores while tile t's softmax runs on the other units. Only the non-empty kv blocks are visited,
 // the partial ones first (mask per element), then the full ones (no mask).
 // GQA: query head h reads kv head h / FLEX_GROUP (no copies).
 //
@@ -19,7 +20,7 @@
 #include "flex_wgmma.cuh"
 
 #ifndef FLEX_WG_BN
-#define FLEX_WG_BN 128 // kv rows per pipeline stage (N of the S product)
+#define FLEX_WG_BN 128 // kv rows per tile (N of the S product)
 #endif
 #define FLEX_WG_NWG (FLEX_BQ / 64)
 #define FLEX_WG_NT (FLEX_WG_NWG * 128)
@@ -39,8 +40,10 @@ __device__ __forceinline__ void flex_wg_qk(float (&s)[FLEX_WG_BN / 2],
     const flex_t *b = sK + (kk >> 2) * FLEX_WG_BN * 64 + (kk & 3) * 16;
 #if FLEX_WG_BN == 128
     flex_wgmma_ss128<0, 0>(s, flex_wg_desc(a, 16, 1024), flex_wg_desc(b, 16, 1024), kk > 0);
-#else
+#elif FLEX_WG_BN == 64
     flex_wgmma_ss64<0, 0>(s, flex_wg_desc(a, 16, 1024), flex_wg_desc(b, 16, 1024), kk > 0);
+#else
+#error "FLEX_WG_BN must be 64 or 128"
 #endif
   }
 }
@@ -80,8 +83,8 @@ extern "C" __global__ void __launch_bounds__(FLEX_WG_NT, 1)
   // wgmma's swizzle needs 1024-byte aligned tiles (FLEX_FWD_WG_SMEM has the slack).
   unsigned char *flex_smem = flex_smem_raw + ((1024 - (flex_smem_addr(flex_smem_raw) & 1023)) & 1023);
   flex_t *sQ = (flex_t *)flex_smem;
-  flex_t *sK = sQ + BQ * D;     // [2][BN*D]
-  flex_t *sV = sK + 2 * BN * D; // [2][BN*D]
+  flex_t *sK = sQ + BQ * D;     // [2][BN*D]: K of tiles t+1 and t+2
+  flex_t *sV = sK + 2 * BN * D; // [2][BN*D]: V of tiles t and t+1
   int *sIdx = (int *)(sV + 2 * BN * D);
 
   const int tid = threadIdx.x, lane = tid & 31, wg = tid >> 7;
@@ -114,15 +117,31 @@ extern "C" __global__ void __launch_bounds__(FLEX_WG_NT, 1)
     full = j >= npart;
     return sIdx[j] * FLEX_BKV + s * BN;
   };
+  // loadK and loadV queue tile t's K or V into stage t % 2 (nothing past
+  // the last tile). K runs one tile ahead of V: while tile t is processed,
+  // K of tile t+1 feeds the next scores and V of tile t the PV product.
+  auto loadK = [&](int t) {
+    if (t < ntiles) {
+      bool f;
+      flex_wg_load<BN, NT>(sK + (t & 1) * BN * D, gK, tile_start(t, f), lenkv, tid);
+    }
+  };
+  auto loadV = [&](int t) {
+    if (t < ntiles) {
+      bool f;
+      flex_wg_load<BN, NT>(sV + (t & 1) * BN * D, gV, tile_start(t, f), lenkv, tid);
+    }
+  };
 
+  // Prologue: Q, K0, V0 and K1 in one group; S_0 computed.
   flex_wg_load<BQ, NT>(sQ, gQ, q0, lenq, tid);
-  if (ntiles > 0) {
-    bool f;
-    const int kv0 = tile_start(0, f);
-    flex_wg_load<BN, NT>(sK, gK, kv0, lenkv, tid);
-    flex_wg_load<BN, NT>(sV, gV, kv0, lenkv, tid);
-  }
+  loadK(0);
+  loadV(0);
+  loadK(1);
   flex_cp_commit();
+  flex_cp_wait<0>();
+  flex_fence_async();
+  __syncthreads();
 
   float o[D / 2];
 #pragma unroll
@@ -132,29 +151,34 @@ extern "C" __global__ void __launch_bounds__(FLEX_WG_NT, 1)
   const int r0 = q0 + wg * 64 + wq * 16 + (lane >> 2), r1 = r0 + 8;
   const float sl2 = scale * FLEX_LOG2E;
 
-  for (int t = 0; t < ntiles; t++) {
-    const int st = t & 1;
-    bool full;
-    const int kv0 = tile_start(t, full);
-    if (t + 1 < ntiles) {
-      bool f2;
-      const int kvn = tile_start(t + 1, f2);
-      flex_wg_load<BN, NT>(sK + (st ^ 1) * BN * D, gK, kvn, lenkv, tid);
-      flex_wg_load<BN, NT>(sV + (st ^ 1) * BN * D, gV, kvn, lenkv, tid);
-    }
-    flex_cp_commit();
-    flex_cp_wait<1>();
-    flex_fence_async(); // cp.async data is read by the tensor cores next
-    __syncthreads();
-
-    float s[BN / 2];
+  float sa[BN / 2], sb[BN / 2];
+  if (ntiles > 0) {
     flex_wg_fence();
-    flex_wg_qk(s, sQ, sK + st * BN * D, wg);
+    flex_wg_qk(sa, sQ, sK, wg);
     flex_wg_commit();
     flex_wg_wait<0>();
+  }
 
-    // Scores in the log2 domain, masked; s[n*4+e] is row r0 (e < 2) or r1,
-    // column kv0 + 8n + 2(lane%4) + e%2.
+  // step handles tile t whose scores are in sc, while the tensor cores
+  // compute tile t+1's scores into sn: the softmax of one tile overlaps the
+  // next tile's QK^T product.
+  auto step = [&](float (&sc)[BN / 2], float (&sn)[BN / 2], int t) {
+    flex_cp_wait<0>(); // K of tile t+1 and V of tile t have landed
+    flex_fence_async();
+    __syncthreads();   // and every warp is done with K of t, V of t-1
+    loadK(t + 2);      // into those stages
+    loadV(t + 1);
+    flex_cp_commit();
+    if (t + 1 < ntiles) {
+      flex_wg_fence();
+      flex_wg_qk(sn, sQ, sK + ((t + 1) & 1) * BN * D, wg);
+      flex_wg_commit();
+    }
+    bool full;
+    const int kv0 = tile_start(t, full);
+    // Masked scores; sc[n*4+e] is row r0 (e < 2) or r1, column
+    // kv0 + 8n + 2(lane%4) + e%2. Identity score: raw dot products, scaled
+    // inside the exponent; score programs: their log2-domain value.
     float mx0 = FLEX_NEG_INF, mx1 = FLEX_NEG_INF;
 #pragma unroll
     for (int n = 0; n < NTILE; n++) {
@@ -164,33 +188,34 @@ extern "C" __global__ void __launch_bounds__(FLEX_WG_NT, 1)
         const int col = kv0 + n * 8 + (lane & 3) * 2 + (e & 1);
         const bool ok = full ? (col < lenkv && row < lenq)
                              : flex_allowed(args, b, h, row, col, lenq, lenkv);
-        float x = FLEX_NEG_INF;
-        if (ok) {
 #if FLEX_HAS_SCORE
-          x = flex_score(args, s[n * 4 + e] * scale, b, h, row, col) * FLEX_LOG2E;
+        sc[n * 4 + e] = ok ? flex_score(args, sc[n * 4 + e] * scale, b, h, row, col) * FLEX_LOG2E : FLEX_NEG_INF;
 #else
-          x = s[n * 4 + e] * sl2;
+        sc[n * 4 + e] = ok ? sc[n * 4 + e] : FLEX_NEG_INF;
 #endif
-        }
-        s[n * 4 + e] = x;
       }
-      mx0 = fmaxf(mx0, fmaxf(s[n * 4], s[n * 4 + 1]));
-      mx1 = fmaxf(mx1, fmaxf(s[n * 4 + 2], s[n * 4 + 3]));
+      mx0 = fmaxf(mx0, fmaxf(sc[n * 4], sc[n * 4 + 1]));
+      mx1 = fmaxf(mx1, fmaxf(sc[n * 4 + 2], sc[n * 4 + 3]));
     }
-    mx0 = flex_quad_max(mx0);
-    mx1 = flex_quad_max(mx1);
+#if FLEX_HAS_SCORE
+    constexpr float xs = 1.f;
+#else
+    const float xs = sl2;
+#endif
+    mx0 = flex_quad_max(mx0) * xs;
+    mx1 = flex_quad_max(mx1) * xs;
     const float mn0 = fmaxf(m0, mx0), mn1 = fmaxf(m1, mx1);
     const float ms0 = mn0 == FLEX_NEG_INF ? 0.f : mn0;
     const float ms1 = mn1 == FLEX_NEG_INF ? 0.f : mn1;
-    const float c0 = exp2f(m0 - ms0), c1 = exp2f(m1 - ms1);
+    const float c0 = flex_ex2(m0 - ms0), c1 = flex_ex2(m1 - ms1);
     m0 = mn0;
     m1 = mn1;
     float ps0 = 0.f, ps1 = 0.f;
     unsigned p[BN / 16][4];
 #pragma unroll
     for (int n = 0; n < NTILE; n++) {
-      const float e0 = exp2f(s[n * 4] - ms0), e1 = exp2f(s[n * 4 + 1] - ms0);
-      const float e2 = exp2f(s[n * 4 + 2] - ms1), e3 = exp2f(s[n * 4 + 3] - ms1);
+      const float e0 = flex_ex2(fmaf(sc[n * 4], xs, -ms0)), e1 = flex_ex2(fmaf(sc[n * 4 + 1], xs, -ms0));
+      const float e2 = flex_ex2(fmaf(sc[n * 4 + 2], xs, -ms1)), e3 = flex_ex2(fmaf(sc[n * 4 + 3], xs, -ms1));
       ps0 += e0 + e1;
       ps1 += e2 + e3;
       // A fragment of k step n/2: registers {0,1} from n even, {2,3} from n odd.
@@ -206,12 +231,19 @@ extern "C" __global__ void __launch_bounds__(FLEX_WG_NT, 1)
       o[i * 4 + 2] *= c1;
       o[i * 4 + 3] *= c1;
     }
-
     flex_wg_fence();
-    flex_wg_pv(o, p, sV + st * BN * D);
+    flex_wg_pv(o, p, sV + (t & 1) * BN * D);
     flex_wg_commit();
-    flex_wg_wait<0>();
-    __syncthreads(); // stage st is refilled by the next iteration's prefetch
+    flex_wg_wait<0>(); // this tile's PV and the next tile's scores
+  };
+  // One step per tile, the next tile's scores copied down after it: with the
+  // two arrays swapping roles instead (the loop unrolled by two), ptxas
+  // serializes the wgmma (C7515) and the overlap is lost.
+  for (int t = 0; t < ntiles; t++) {
+    step(sa, sb, t);
+#pragma unroll
+    for (int i = 0; i < BN / 2; i++)
+      sa[i] = sb[i];
   }
   flex_cp_wait<0>();
 

@@ -35,6 +35,13 @@ template <int N> __device__ __forceinline__ void flex_wg_wait() {
 // flex_fence_async orders this thread's generic-proxy shared-memory writes
 // (st.shared, cp.async) before later reads by the tensor cores.
 __device__ __forceinline__ void flex_fence_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+// flex_wg_keep marks a[] as read here, so that the compiler keeps the A
+// fragments of an in-flight wgmma in their registers until after the wait
+// that retires it (the asm that issued it consumed them, as far as the
+// compiler knows; reusing those registers makes ptxas serialize, C7513).
+__device__ __forceinline__ void flex_wg_keep(const unsigned (&a)[4]) {
+  asm volatile("" ::"r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]));
+}
 
 // d[16] (+)= A(64x16, smem) * B(16x32, smem); acc 0 overwrites d.
 template <int TA, int TB>

@@ -56,6 +56,13 @@ w("}")
 w("// flex_fence_async orders this thread's generic-proxy shared-memory writes")
 w("// (st.shared, cp.async) before later reads by the tensor cores.")
 w('__device__ __forceinline__ void flex_fence_async() { asm volatile("fence.proxy.async.shared::cta;\\n" ::: "memory"); }')
+w("// flex_wg_keep marks a[] as read here, so that the compiler keeps the A")
+w("// fragments of an in-flight wgmma in their registers until after the wait")
+w("// that retires it (the asm that issued it consumed them, as far as the")
+w("// compiler knows; reusing those registers makes ptxas serialize, C7513).")
+w("__device__ __forceinline__ void flex_wg_keep(const unsigned (&a)[4]) {")
+w('  asm volatile("" ::"r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]));')
+w("}")
 w("")
 for n in NS:
     r = n // 2

@@ -28,12 +28,16 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu 
 
 # nvcc resources and SASS of the templates (CPU only, in the background).
 (
-  for spec in "flex_fwd 128" "flex_bwd 128" "flex_fwd 64" "flex_bwd 64" "flex_fwd 256" "flex_bwd 256"; do
+  WG="-gencode=arch=compute_90a,code=sm_90a"
+  for spec in "flex_fwd_wg 128 $WG" "flex_bwd 128 $WG -DFLEX_BWD_WG=1" "flex_fwd_wg 64 $WG" "flex_bwd 64 $WG -DFLEX_BWD_WG=1" \
+    "flex_fwd 128 -arch=sm_90 -DFLEX_FWD_MT=2" "flex_bwd 128 -arch=sm_90" "flex_fwd 256 -arch=sm_90" "flex_bwd 256 -arch=sm_90"; do
     set -- $spec
-    echo "== $1 D=$2"
-    nvcc -arch=sm_90 -std=c++17 -Xptxas -v -cubin -DFLEX_D=$2 -o "$RES/$1.$2.cubin" kernels/$1.cu 2>&1 | grep -E "error|Function properties|registers|spill"
-    cuobjdump -sass "$RES/$1.$2.cubin" | grep -oE "HGMMA|HMMA\.[0-9A-Z.]+|LDSM|LDGSTS|LDL|STL" | sort | uniq -c | tr '\n' ' '; echo
-    rm -f "$RES/$1.$2.cubin"
+    f=$1 d=$2
+    shift 2
+    echo "== $f D=$d $*"
+    nvcc "$@" -std=c++17 -Xptxas -v -cubin -DFLEX_D=$d -o "$RES/$f.$d.cubin" kernels/$f.cu 2>&1 | grep -E "error|Function properties|registers|spill|C75"
+    cuobjdump -sass "$RES/$f.$d.cubin" | grep -oE "HGMMA|HMMA\.[0-9A-Z.]+|LDSM|LDGSTS|LDL|STL" | sort | uniq -c | tr '\n' ' '; echo
+    rm -f "$RES/$f.$d.cubin"
   done
 ) > "$RES/resources.txt" 2>&1 &
 NVCC_PID=$!

@@ -39,14 +39,15 @@ type Config struct {
 }
 
 // DefaultVariants returns the forward and backward kernel versions used for
-// head dimension d when Config leaves them 0 (chosen from the v4 ratio table
-// in docs/PERF.md; the v5 table kept them: forward v5 and the deterministic
-// backward were slower).
+// head dimension d when Config leaves them 0, chosen from the ratio tables
+// in docs/PERF.md: the wgmma kernels (v6) for head dims 64 and 128, which
+// need a Hopper GPU (sm_90; other GPUs: variants 4 and 4), and the mma.sync
+// kernels for 256. The deterministic backward uses v4.
 func DefaultVariants(d int) (fwd, bwd int) {
 	if d >= 256 {
 		return 3, 4
 	}
-	return 4, 4
+	return 6, 6
 }
 
 // variant resolves one of Config's variant fields: v, else the
