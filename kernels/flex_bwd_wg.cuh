@@ -55,6 +55,8 @@ extern "C" __global__ void __launch_bounds__(256, 1)
   const int wq = (tid >> 5) & 3;
   const int heads_kv = heads_q / FLEX_GROUP;
 #if FLEX_BWD_SPLIT
+  // Grid (heads, kv blocks, batch) as v4: kv block 0 (heaviest under causal
+  // masks) of every head first.
   const int kb = blockIdx.y, b = blockIdx.z;
   const int g0 = blockIdx.x % FLEX_GROUP, hk = blockIdx.x / FLEX_GROUP;
   const int g1 = g0 + 1;

@@ -6,7 +6,7 @@ Each wrapper names every accumulator register, which is why the text is
 generated: python3 scripts/gen_wgmma.py > kernels/flex_wgmma.cuh
 """
 
-NS = (32, 64, 128)
+NS = (32, 64, 128, 256)
 
 
 def acc_list(n):

@@ -40,12 +40,13 @@ type Config struct {
 
 // DefaultVariants returns the forward and backward kernel versions used for
 // head dimension d when Config leaves them 0, chosen from the ratio tables
-// in docs/PERF.md: the wgmma kernels (v6) for head dims 64 and 128, which
-// need a Hopper GPU (sm_90; other GPUs: variants 4 and 4), and the mma.sync
-// kernels for 256. The deterministic backward uses v4.
+// in docs/PERF.md: the wgmma kernels (v6), which need a Hopper GPU (sm_90;
+// elsewhere choose 4 and 4), except the backward at head dim 256 (its dK
+// and dV do not fit a warpgroup's registers) and the deterministic
+// backward, which use v4.
 func DefaultVariants(d int) (fwd, bwd int) {
 	if d >= 256 {
-		return 3, 4
+		return 6, 4
 	}
 	return 6, 6
 }
@@ -123,9 +124,6 @@ func New(cache *jit.Cache, mask *flex.MaskProgram, score *flex.ScoreProgram, cfg
 	fv, err := variant(cfg.FwdVariant, "DFLASH_FLEX_FWD", df, 6)
 	if err != nil {
 		return nil, err
-	}
-	if fv == 6 && cfg.FwdVariant == 0 && cfg.HeadDim > 128 {
-		fv = df // the environment's v6 covers head dims 64 and 128 only
 	}
 	bv, err := variant(cfg.BwdVariant, "DFLASH_FLEX_BWD", db, 6)
 	if err != nil {

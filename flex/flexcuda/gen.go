@@ -140,8 +140,8 @@ func (s Spec) Validate() error {
 	if s.FwdV5 && !s.FwdV4 {
 		return fmt.Errorf("flexcuda: forward v5 builds on v4 (FwdV4 must be set)")
 	}
-	if s.FwdV6 && (s.FwdV4 || s.HeadDim > 128) {
-		return fmt.Errorf("flexcuda: forward v6 (wgmma) supports head dim 64 and 128, without v4/v5 (head dim %d)", s.HeadDim)
+	if s.FwdV6 && s.FwdV4 {
+		return fmt.Errorf("flexcuda: forward v6 (wgmma) excludes v4/v5")
 	}
 	if s.BwdV6 && (s.BwdV4 || s.HeadDim > 128 || s.Deterministic) {
 		return fmt.Errorf("flexcuda: backward v6 (wgmma) supports head dim 64 and 128 with atomic dQ, without v4 or Deterministic (head dim %d)", s.HeadDim)

@@ -15,8 +15,12 @@ type Resources struct {
 
 // FwdResources is the launch shape of flex_fwd for s with nkvb kv blocks.
 func FwdResources(s Spec, nkvb int) Resources {
-	if s.FwdV6 { // FLEX_FWD_WG_SMEM of flex_fwd_wg.cu: two K and two V tiles of 128 rows, 1024 bytes of alignment slack
-		return Resources{Kernel: "flex_fwd", SharedMem: (s.BlockQ+4*128)*s.HeadDim*2 + 1024 + 8*nkvb, Threads: s.fwdThreads()}
+	if s.FwdV6 { // FLEX_FWD_WG_SMEM of flex_fwd_wg.cu: two K and two V tiles, 1024 bytes of alignment slack
+		bn := 128 // FLEX_WG_BN
+		if s.HeadDim == 256 {
+			bn = 64
+		}
+		return Resources{Kernel: "flex_fwd", SharedMem: (s.BlockQ+4*bn)*s.HeadDim*2 + 1024 + 8*nkvb, Threads: s.fwdThreads()}
 	}
 	bn := 64 // FLEX_BN of flex_fwd.cu
 	switch {
