@@ -3,7 +3,7 @@
 // results as the mma.sync kernel there (atomic dQ; FLEX_BWD_SPLIT 0 or 1).
 //
 // One CTA per kv block of 128 rows; warpgroup w owns kv rows [64w, 64w+64).
-// Per q tile of FLEX_BMQ (64) rows, double-buffered with cp.async:
+// Per q tile of FLEX_BMQ (64) rows, in three cp.async stages:
 //   S^T  = K_w Q^T, dP^T = V_w dO^T      wgmma m64n64, A and B from smem
 //   P^T, dS^T elementwise (mask, lse, Dlt, score program)
 //   dV_w += P^T dO, dK_w += dS^T Q        wgmma m64nD, A = P^T / dS^T from
@@ -44,12 +44,12 @@ extern "C" __global__ void __launch_bounds__(256, 1)
   unsigned char *flex_smem = flex_smem_raw + ((1024 - (flex_smem_addr(flex_smem_raw) & 1023)) & 1023);
   flex_t *sK = (flex_t *)flex_smem;         // [D/64][BKV][64]
   flex_t *sV = sK + BKV * D;                // [D/64][BKV][64]
-  flex_t *sQ = sV + BKV * D;                // [2][D/64][BM][64]
-  flex_t *sdO = sQ + 2 * BM * D;            // [2][D/64][BM][64]
-  flex_t *sdS = sdO + 2 * BM * D;           // dS^T: [BKV][BM] (one 64-column atom)
-  float *sL = (float *)(sdS + BKV * BM);    // [2][BM]
-  float *sDl = sL + 2 * BM;                 // [2][BM]
-  int *sIdx = (int *)(sDl + 2 * BM);        // q block ids
+  flex_t *sQ = sV + BKV * D;                // [3][D/64][BM][64]
+  flex_t *sdO = sQ + 3 * BM * D;            // [3][D/64][BM][64]
+  flex_t *sdS = sdO + 3 * BM * D;           // dS^T: [BKV][BM] (one 64-column atom)
+  float *sL = (float *)(sdS + BKV * BM);    // [3][BM]
+  float *sDl = sL + 3 * BM;                 // [3][BM]
+  int *sIdx = (int *)(sDl + 3 * BM);        // q block ids
 
   const int tid = threadIdx.x, lane = tid & 31, wg = tid >> 7;
   const int wq = (tid >> 5) & 3;
@@ -105,18 +105,22 @@ extern "C" __global__ void __launch_bounds__(256, 1)
       flex_load_vec(sL + st * BM, LSE + qoff, q0, BM, lenq, tid);
       flex_load_vec(sDl + st * BM, Dlt + qoff, q0, BM, lenq, tid);
     };
+    // Three stages: tile t+2 loads while tile t is processed.
     if (ntiles > 0)
       load(0, 0);
     flex_cp_commit();
+    if (ntiles > 1)
+      load(1, 1);
+    flex_cp_commit();
     for (int t = 0; t < ntiles; t++) {
-      const int st = t & 1;
+      const int st = t % 3;
       bool full;
       const int q0 = tile_start(t, full);
-      flex_cp_wait<0>(); // tile t has landed
+      flex_cp_wait<1>(); // tile t has landed (t+1 may be in flight)
       flex_fence_async();
-      __syncthreads();   // and every warp is done with tile t-1 (stage st^1, sdS)
-      if (t + 1 < ntiles)
-        load(t + 1, st ^ 1);
+      __syncthreads();   // and every warp is done with tile t-1 (its stage, sdS)
+      if (t + 2 < ntiles)
+        load(t + 2, (t + 2) % 3);
       flex_cp_commit();
       const flex_t *cQ = sQ + st * BM * D, *cdO = sdO + st * BM * D;
       const float *cL = sL + st * BM, *cDl = sDl + st * BM;
@@ -292,4 +296,4 @@ extern "C" __global__ void __launch_bounds__(256, 1)
 
 // Dynamic shared memory of the v6 flex_bwd_dkdv in bytes, plus 8 * nqb for
 // the block lists added at launch; 1024 bytes of slack for the alignment.
-#define FLEX_BWD_WG_SMEM ((2 * FLEX_BKV * FLEX_D + 4 * FLEX_BMQ * FLEX_D + FLEX_BKV * FLEX_BMQ) * 2 + 4 * FLEX_BMQ * 4 + 1024)
+#define FLEX_BWD_WG_SMEM ((2 * FLEX_BKV * FLEX_D + 6 * FLEX_BMQ * FLEX_D + FLEX_BKV * FLEX_BMQ) * 2 + 6 * FLEX_BMQ * 4 + 1024)

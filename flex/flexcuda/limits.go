@@ -36,7 +36,7 @@ func FwdResources(s Spec, nkvb int) Resources {
 func BwdResources(s Spec, nqb int) Resources {
 	if s.BwdV6 { // FLEX_BWD_WG_SMEM of flex_bwd_wg.cuh
 		return Resources{Kernel: "flex_bwd_dkdv",
-			SharedMem: (2*s.BlockKV*s.HeadDim+4*64*s.HeadDim+s.BlockKV*64)*2 + 16*64 + 1024 + 8*nqb,
+			SharedMem: (2*s.BlockKV*s.HeadDim+6*64*s.HeadDim+s.BlockKV*64)*2 + 24*64 + 1024 + 8*nqb,
 			Threads:   256}
 	}
 	bmq := 64
