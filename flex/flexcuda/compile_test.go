@@ -125,6 +125,7 @@ func TestGeneratedSourcesCompile(t *testing.T) {
 			{"v6/dflash16/d128/g4", flex.DFlashMask(16), nil, Config{HeadDim: 128, Group: 4, FwdVariant: 6, BwdVariant: 6}},
 			{"v6/causal+softcap/d64/fp16", flex.Causal(), flex.SoftcapScalar(), Config{HeadDim: 64, FP16: true, FwdVariant: 6, BwdVariant: 6}},
 			{"v6/document+relbias/d128/bq64", flex.Document(true), flex.RelativeBias(8), Config{HeadDim: 128, BlockQ: 64, FwdVariant: 6, BwdVariant: 6}},
+			{"v6/window/d256/g2/fwd", flex.SlidingWindow(77), nil, Config{HeadDim: 256, Group: 2, FwdVariant: 6}},
 		} {
 			t.Run(c.name, func(t *testing.T) {
 				a, err := New(cache, c.mask, c.score, c.cfg)
@@ -134,8 +135,13 @@ func TestGeneratedSourcesCompile(t *testing.T) {
 				if err := a.Compile(ctx, "sm_90", true); err != nil {
 					t.Fatal(err)
 				}
-				if _, err := a.bwd.target("sm_80"); err == nil {
-					t.Fatal("a wgmma module accepted an sm_80 device")
+				for _, m := range []*module{a.fwd, a.bwd} {
+					if _, err := m.target("sm_80"); m.wgmma && err == nil {
+						t.Fatalf("wgmma module %s accepted an sm_80 device", m.family)
+					}
+				}
+				if !a.fwd.wgmma {
+					t.Fatal("forward v6 module not marked wgmma")
 				}
 			})
 		}
