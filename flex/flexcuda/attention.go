@@ -380,7 +380,8 @@ func (a *Attention) forward(d *gpu.Device, st *attnDev, c *Call) error {
 //
 // summing DK and DV over each kv head's query heads without copying K or V.
 // DQ is accumulated in float32 with atomics (not bitwise deterministic);
-// so are DK and DV in the v4 backward with GQA (one CTA per query head).
+// so are DK and DV in the v4 and v6 backward with GQA (one CTA per query
+// head).
 // With Config.Deterministic no atomics are used for DQ, DK and DV: two
 // calls on equal inputs give equal bits.
 func (a *Attention) Backward(d *gpu.Device, c *Call) error {

@@ -34,6 +34,18 @@
 // values on the device by name; a missing, mistyped or out-of-range value is
 // an error that names it, before any launch.
 //
+// # Kernel versions
+//
+// Config.FwdVariant and BwdVariant (or DFLASH_FLEX_FWD / DFLASH_FLEX_BWD)
+// choose among the kernel versions docs/PERF.md measures. The default is v6:
+// Hopper warpgroup MMA (wgmma) with 128-byte-swizzled shared-memory tiles,
+// compiled for sm_90a (kernels/flex_fwd_wg.cu, kernels/flex_bwd_wg.cuh). Its
+// backward covers head dims 64 and 128 with atomic dQ; head dim 256 and
+// Config.Deterministic use the mma.sync backward v4. Versions 3-5 are the
+// mma.sync kernels (kernels/flex_fwd.cu, kernels/flex_bwd.cu) and run on any
+// GPU from sm_80; on a GPU other than sm_90 the v6 kernels refuse to load
+// with an error naming variant 4.
+//
 // # Limits
 //
 // Before a launch the kernel's threads are checked against the register file
