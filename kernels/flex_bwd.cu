@@ -167,26 +167,13 @@ extern "C" __global__ void __launch_bounds__(FLEX_BWD_NT)
     for (int e = 0; e < 4; e++)
       dk[i][e] = dv[i][e] = 0.f;
 
-  int committed = 0; // K/V ride in the first group
   for (int g = g0; g < g1; g++) {
     const int h = hk * FLEX_GROUP + g;
-    const int bmrow = ((bm_batch == 1 ? 0 : b) * bm_heads +
-                       (bm_heads == 1 ? 0 : h)) * nkvb + kb;
-    const int npart = q_num[bmrow], nfull = fullq_num[bmrow];
-    const int ntiles = (npart + nfull) * SUB;
-    {
-      const int *pidx = q_idx + (long long)bmrow * nqb;
-      const int *fidx = fullq_idx + (long long)bmrow * nqb;
-      for (int i = tid; i < npart + nfull; i += NT)
-        sIdx[i] = i < npart ? pidx[i] : fidx[i - npart];
-    }
-    __syncthreads();
+    const FlexBlocks blk = flex_blocks(sIdx, q_num, q_idx, fullq_num, fullq_idx, b, h, kb,
+                                       bm_batch, bm_heads, nkvb, nqb, tid, NT);
+    const int ntiles = (blk.npart + blk.nfull) * SUB;
     const long long qoff = (long long)(b * heads_q + h) * lenq;
-    auto tile_start = [&](int t, bool &full) {
-      int j = t / SUB, s = t % SUB;
-      full = j >= npart;
-      return sIdx[j] * FLEX_BQ + s * BM;
-    };
+    auto tile_start = [&](int t, bool &full) { return blk.start<FLEX_BQ, BM>(t, full); };
     auto load = [&](int t, int st) {
       bool f;
       int q0 = tile_start(t, f);
@@ -349,7 +336,6 @@ extern "C" __global__ void __launch_bounds__(FLEX_BWD_NT)
     flex_cp_wait<0>();
     __syncthreads();
   }
-  (void)committed;
 
   flex_dkv_t *gK = dK + kvoff, *gV = dV + kvoff;
 #if FLEX_BWD_SPLIT == 2

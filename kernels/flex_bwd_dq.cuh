@@ -50,22 +50,11 @@ extern "C" __global__ void __launch_bounds__(FLEX_DQ_NT)
   const flex_t *gK = K + ((long long)(b * heads_kv + hk) * lenkv) * D;
   const flex_t *gV = V + ((long long)(b * heads_kv + hk) * lenkv) * D;
 
-  const int bmrow = ((bm_batch == 1 ? 0 : b) * bm_heads +
-                     (bm_heads == 1 ? 0 : h)) * nqb + qb;
-  const int npart = kv_num[bmrow], nfull = full_num[bmrow];
-  const int ntiles = (npart + nfull) * SUB;
-  {
-    const int *pidx = kv_idx + (long long)bmrow * nkvb;
-    const int *fidx = full_idx + (long long)bmrow * nkvb;
-    for (int i = tid; i < npart + nfull; i += NT)
-      sIdx[i] = i < npart ? pidx[i] : fidx[i - npart];
-  }
-  __syncthreads();
-  auto tile_start = [&](int t, bool &full) {
-    int j = t / SUB, s = t % SUB;
-    full = j >= npart;
-    return sIdx[j] * FLEX_BKV + s * BN;
-  };
+  // The block list moves to shared memory once, off the loop's critical path.
+  const FlexBlocks blk = flex_blocks(sIdx, kv_num, kv_idx, full_num, full_idx, b, h, qb,
+                                     bm_batch, bm_heads, nqb, nkvb, tid, NT);
+  const int ntiles = (blk.npart + blk.nfull) * SUB;
+  auto tile_start = [&](int t, bool &full) { return blk.start<FLEX_BKV, BN>(t, full); };
 
   flex_load_tile<BQ, NT>(sQ, Q + qoff * D, q0, lenq, tid);
   flex_load_tile<BQ, NT>(sdO, dO + qoff * D, q0, lenq, tid);

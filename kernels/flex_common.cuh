@@ -258,6 +258,39 @@ __device__ __forceinline__ float flex_quad_sum(float x) {
   return x;
 }
 
+// FlexBlocks is one BlockMask row's visit list, copied to shared memory:
+// the partial blocks (mask evaluated per element) first, then the full ones.
+struct FlexBlocks {
+  const int *idx; // block ids, shared memory
+  int npart, nfull;
+  // start returns the first row of tile t when the list is walked in tiles
+  // of ROWS rows (BLOCK / ROWS tiles per block), and whether its block is full.
+  template <int BLOCK, int ROWS>
+  __device__ __forceinline__ int start(int t, bool &full) const {
+    constexpr int SUB = BLOCK / ROWS;
+    const int j = t / SUB;
+    full = j >= npart;
+    return idx[j] * BLOCK + (t % SUB) * ROWS;
+  }
+};
+
+// flex_blocks copies row i (of nrows) of batch b, head h of a block mask
+// of bm_batch x bm_heads (1 broadcasts) into sIdx; the lists (num, idx:
+// partial; fnum, fidx: full) hold up to ncols ids per row. Every thread of
+// the CTA calls it (it ends with a barrier).
+__device__ __forceinline__ FlexBlocks flex_blocks(int *sIdx, const int *num, const int *idx,
+                                                  const int *fnum, const int *fidx, int b, int h,
+                                                  int i, int bm_batch, int bm_heads, int nrows,
+                                                  int ncols, int tid, int nt) {
+  const int row = ((bm_batch == 1 ? 0 : b) * bm_heads + (bm_heads == 1 ? 0 : h)) * nrows + i;
+  const int np = num[row], nf = fnum[row];
+  const int *p = idx + (long long)row * ncols, *f = fidx + (long long)row * ncols;
+  for (int k = tid; k < np + nf; k += nt)
+    sIdx[k] = k < np ? p[k] : f[k - np];
+  __syncthreads();
+  return FlexBlocks{sIdx, np, nf};
+}
+
 // flex_allowed evaluates the mask for one element with bounds: pairs outside
 // [0,lenq) x [0,lenkv) are never allowed and never reach the program.
 __device__ __forceinline__ bool flex_allowed(const FlexArgs &A, int b, int h,
