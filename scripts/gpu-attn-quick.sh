@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# gpu-attn-quick.sh: the short device call used for each kernel step in
+# docs/PERF.md: the Go GPU attention tests, then dflash's timings of every
+# case of scripts/flex_cases.sh (no PyTorch peer: scripts/gpu-attn.sh runs
+# both sides), optionally Nsight Compute stall reasons of case (a).
+#
+# Built here first (no Go on the GPU machine):
+#   CGO_ENABLED=0 go test -c -o .devbuild/flexcuda.test ./flex/flexcuda
+#   CGO_ENABLED=0 go build -o .devbuild/dflash ./cmd/dflash
+# then on the device, carry [.devbuild/flexcuda.test, .devbuild/dflash]:
+#   [TEST_VARIANTS="default 4"] [VARIANTS="default 4"] [NCU=1] bash scripts/gpu-attn-quick.sh
+# TEST_VARIANTS runs the tests and VARIANTS times each case once per listed
+# kernel version (DFLASH_FLEX_FWD and DFLASH_FLEX_BWD set alike; "default":
+# neither set), side by side in the same call.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+. scripts/flex_cases.sh
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv,noheader
+for v in ${TEST_VARIANTS:-default}; do
+  env=()
+  [ "$v" != default ] && env=(DFLASH_FLEX_FWD=$v DFLASH_FLEX_BWD=$v)
+  env "${env[@]}" timeout 90 .devbuild/flexcuda.test -test.v -test.run 'TestGPUAttention$|TestGPUDeterministic|TestGPUSpecialisation' \
+    -test.timeout 89s > /tmp/gpu-quick-test.log 2>&1
+  echo "tests ($v) exit $?"
+  grep -E -- '^(--- |PASS|FAIL|ok)|panic' /tmp/gpu-quick-test.log | sort | uniq -c | head -12
+done
+C=$(mktemp -d)
+for c in "${CASES[@]}"; do
+  set -- $c
+  n=$1
+  shift
+  for v in ${VARIANTS:-default}; do
+    env=()
+    [ "$v" != default ] && env=(DFLASH_FLEX_FWD=$v DFLASH_FLEX_BWD=$v)
+    env "${env[@]}" timeout 30 .devbuild/dflash bench attention --device cuda --cache-dir "$C" --json \
+      --reps 20 --reps-fb 10 --warmup 3 --build-reps 2 "$@" > /tmp/gpu-quick.json 2>/dev/null
+    echo "$n $v exit $? $(python3 -c "import json;d=json.load(open('/tmp/gpu-quick.json'));print('fwd %.3f f+b %.3f'%(d['forward_ms'],d['forward_backward_ms']), d['spec'], [(k['name'],k['registers'],k['local_bytes']) for k in d['compile']['kernels'] if k['name'] in ('flex_fwd','flex_bwd_dkdv')])" 2>&1 | tail -1)"
+  done
+done
+if [ "${NCU:-0}" = 1 ]; then
+  NCUB=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+  set -- ${CASES[0]}
+  shift
+  # launches 1-4 are the forward timing runs; then forward, backward pairs
+  timeout 120 "$NCUB" --clock-control none -k 'regex:flex_fwd|flex_bwd_dkdv' --launch-skip 5 --launch-count 2 \
+    --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active.ratio,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active,gpu__time_duration.sum' \
+    .devbuild/dflash bench attention --device cuda --reps 3 --reps-fb 2 --warmup 1 --build-reps 1 "$@" 2>&1 |
+    grep -E 'flex_|stalled|pipe|duration' | awk '$NF+0 > 0.05 || /pipe|duration|flex_/' | sed 's/smsp__average_warps_issue_stalled_//' | cut -c1-120
+fi
