@@ -3,21 +3,25 @@
 // results as the mma.sync kernel there (atomic dQ; FLEX_BWD_SPLIT 0 or 1).
 //
 // One CTA per kv block of 128 rows; warpgroup w owns kv rows [64w, 64w+64).
-// Per q tile of FLEX_BMQ (64) rows, in three cp.async stages:
-//   S^T  = K_w Q^T, dP^T = V_w dO^T      wgmma m64n64, A and B from smem
+// Per q tile of FLEX_BMQ rows (64; 32 at head dim 256), in cp.async stages:
+//   S^T  = K_w Q^T, dP^T = V_w dO^T      wgmma m64nBM, A and B from smem
 //   P^T, dS^T elementwise (mask, lse, Dlt, score program)
 //   dV_w += P^T dO, dK_w += dS^T Q        wgmma m64nD, A = P^T / dS^T from
 //                                         registers, B = dO / Q transposed
 //   dQ   += dS K                          dS^T through shared memory (A
-//                                         transposed), K transposed; D 128:
-//                                         warpgroup w takes columns [64w,+64),
-//                                         D 64: kv rows [64w,+64); fp32
-//                                         vector atomics into dQacc
+//                                         transposed, rows padded to 64),
+//                                         K transposed; D 128: warpgroup w
+//                                         takes columns [64w,+64), D 64: kv
+//                                         rows [64w,+64); fp32 vector
+//                                         atomics into dQacc
+// Head dim 256: dK and dV of 64 kv rows x 256 would take 256 registers per
+// thread, so two CTAs share each kv block, CTA half hd computing dK, dV and
+// dQ for columns [128hd, 128hd+128); both compute the full S^T and dP^T.
 #pragma once
 #include "flex_wgmma.cuh"
 
-static_assert(FLEX_D == 64 || FLEX_D == 128, "v6 backward: head dim 64 or 128");
-static_assert(FLEX_BKV == 128 && FLEX_BMQ == 64, "v6 backward: kv block 128, q tile 64");
+static_assert(FLEX_D == 64 || FLEX_D == 128 || FLEX_D == 256, "v6 backward: head dim 64, 128 or 256");
+static_assert(FLEX_BKV == 128 && FLEX_BMQ == (FLEX_D == 256 ? 32 : 64), "v6 backward: kv block 128, q tile 64 (32 at head dim 256)");
 static_assert(FLEX_DQ_ATOMIC && FLEX_BWD_SPLIT != 2, "v6 backward: atomic dQ only");
 
 // flex_red2 adds (x, y) to p[0], p[1] in one fp32 vector reduction.
@@ -39,17 +43,20 @@ extern "C" __global__ void __launch_bounds__(256, 1)
   const FlexArgs args = {{FLEX_ARG_VALUES}};
   constexpr int D = FLEX_D, BKV = FLEX_BKV, BM = FLEX_BMQ, NT = 256;
   constexpr int NTILE = BM / 8, SUB = FLEX_BQ / BM;
+  constexpr bool HALF = D == 256;  // two CTAs per kv block, one per half of D
+  constexpr int DD = HALF ? D / 2 : D; // dK, dV, dQ columns of this CTA
+  constexpr int NSTG = HALF ? 2 : 3;   // Q/dO stages (shared memory)
 
   extern __shared__ __align__(1024) unsigned char flex_smem_raw[];
   unsigned char *flex_smem = flex_smem_raw + ((1024 - (flex_smem_addr(flex_smem_raw) & 1023)) & 1023);
   flex_t *sK = (flex_t *)flex_smem;         // [D/64][BKV][64]
   flex_t *sV = sK + BKV * D;                // [D/64][BKV][64]
-  flex_t *sQ = sV + BKV * D;                // [3][D/64][BM][64]
-  flex_t *sdO = sQ + 3 * BM * D;            // [3][D/64][BM][64]
-  flex_t *sdS = sdO + 3 * BM * D;           // dS^T: [BKV][BM] (one 64-column atom)
-  float *sL = (float *)(sdS + BKV * BM);    // [3][BM]
-  float *sDl = sL + 3 * BM;                 // [3][BM]
-  int *sIdx = (int *)(sDl + 3 * BM);        // q block ids
+  flex_t *sQ = sV + BKV * D;                // [NSTG][D/64][BM][64]
+  flex_t *sdO = sQ + NSTG * BM * D;         // [NSTG][D/64][BM][64]
+  flex_t *sdS = sdO + NSTG * BM * D;        // dS^T: [BKV][64] (one atom; q < BM used)
+  float *sL = (float *)(sdS + BKV * 64);    // [NSTG][BM]
+  float *sDl = sL + NSTG * BM;              // [NSTG][BM]
+  int *sIdx = (int *)(sDl + NSTG * BM);     // q block ids
 
   const int tid = threadIdx.x, lane = tid & 31, wg = tid >> 7;
   const int wq = (tid >> 5) & 3;
@@ -57,13 +64,16 @@ extern "C" __global__ void __launch_bounds__(256, 1)
 #if FLEX_BWD_SPLIT
   // Grid (heads, kv blocks, batch) as v4: kv block 0 (heaviest under causal
   // masks) of every head first.
+  // (head dim 256: x is twice as long, its low bit the half of D)
+  const int hx = HALF ? blockIdx.x >> 1 : blockIdx.x;
   const int kb = blockIdx.y, b = blockIdx.z;
-  const int g0 = blockIdx.x % FLEX_GROUP, hk = blockIdx.x / FLEX_GROUP;
+  const int g0 = hx % FLEX_GROUP, hk = hx / FLEX_GROUP;
   const int g1 = g0 + 1;
 #else
-  const int kb = blockIdx.y, hk = blockIdx.x, b = blockIdx.z;
+  const int kb = blockIdx.y, hk = HALF ? blockIdx.x >> 1 : blockIdx.x, b = blockIdx.z;
   const int g0 = 0, g1 = FLEX_GROUP;
 #endif
+  const int hd = HALF ? blockIdx.x & 1 : 0;
   const int kv0 = kb * BKV;
   const int rl0 = wg * 64 + wq * 16 + (lane >> 2); // this thread's kv rows in the block
   const int c0 = kv0 + rl0, c1 = c0 + 8;
@@ -73,9 +83,9 @@ extern "C" __global__ void __launch_bounds__(256, 1)
   flex_wg_load<BKV, NT>(sK, K + kvoff, kv0, lenkv, tid);
   flex_wg_load<BKV, NT>(sV, V + kvoff, kv0, lenkv, tid);
 
-  float dk[D / 2], dv[D / 2];
+  float dk[DD / 2], dv[DD / 2];
 #pragma unroll
-  for (int i = 0; i < D / 2; i++)
+  for (int i = 0; i < DD / 2; i++)
     dk[i] = dv[i] = 0.f;
 
   for (int g = g0; g < g1; g++) {
@@ -93,22 +103,22 @@ extern "C" __global__ void __launch_bounds__(256, 1)
       flex_load_vec(sL + st * BM, LSE + qoff, q0, BM, lenq, tid);
       flex_load_vec(sDl + st * BM, Dlt + qoff, q0, BM, lenq, tid);
     };
-    // Three stages: tile t+2 loads while tile t is processed.
-    if (ntiles > 0)
-      load(0, 0);
-    flex_cp_commit();
-    if (ntiles > 1)
-      load(1, 1);
-    flex_cp_commit();
+    // NSTG stages: tile t+NSTG-1 loads while tile t is processed.
+#pragma unroll
+    for (int t = 0; t < NSTG - 1; t++) {
+      if (t < ntiles)
+        load(t, t);
+      flex_cp_commit();
+    }
     for (int t = 0; t < ntiles; t++) {
-      const int st = t % 3;
+      const int st = t % NSTG;
       bool full;
       const int q0 = tile_start(t, full);
-      flex_cp_wait<1>(); // tile t has landed (t+1 may be in flight)
+      flex_cp_wait<NSTG - 2>(); // tile t has landed (later ones may be in flight)
       flex_fence_async();
       __syncthreads();   // and every warp is done with tile t-1 (its stage, sdS)
-      if (t + 2 < ntiles)
-        load(t + 2, (t + 2) % 3);
+      if (t + NSTG - 1 < ntiles)
+        load(t + NSTG - 1, (t + NSTG - 1) % NSTG);
       flex_cp_commit();
       const flex_t *cQ = sQ + st * BM * D, *cdO = sdO + st * BM * D;
       const float *cL = sL + st * BM, *cDl = sDl + st * BM;
@@ -120,14 +130,14 @@ extern "C" __global__ void __launch_bounds__(256, 1)
       for (int kk = 0; kk < D / 16; kk++) {
         const int ao = (kk >> 2) * BKV * 64 + wg * 64 * 64 + (kk & 3) * 16;
         const int bo = (kk >> 2) * BM * 64 + (kk & 3) * 16;
-        flex_wgmma_ss64<0, 0>(s, flex_wg_desc(sK + ao, 16, 1024), flex_wg_desc(cQ + bo, 16, 1024), kk > 0);
+        flex_wgmma_ss<BM, 0, 0>(s, flex_wg_desc(sK + ao, 16, 1024), flex_wg_desc(cQ + bo, 16, 1024), kk > 0);
       }
       flex_wg_commit();
 #pragma unroll
       for (int kk = 0; kk < D / 16; kk++) {
         const int ao = (kk >> 2) * BKV * 64 + wg * 64 * 64 + (kk & 3) * 16;
         const int bo = (kk >> 2) * BM * 64 + (kk & 3) * 16;
-        flex_wgmma_ss64<0, 0>(dp, flex_wg_desc(sV + ao, 16, 1024), flex_wg_desc(cdO + bo, 16, 1024), kk > 0);
+        flex_wgmma_ss<BM, 0, 0>(dp, flex_wg_desc(sV + ao, 16, 1024), flex_wg_desc(cdO + bo, 16, 1024), kk > 0);
       }
       flex_wg_commit();
 
@@ -167,16 +177,12 @@ extern "C" __global__ void __launch_bounds__(256, 1)
       }
 
       // dV_w += P^T dO (k = q rows; B transposed: 8-row groups 1024 bytes
-      // apart, 64-column atoms BM*128 bytes apart).
+      // apart, 64-column atoms BM*128 bytes apart; this CTA's columns).
+      constexpr int HO = DD / 64 * BM * 64; // elements from one half of D to the next
       flex_wg_fence();
 #pragma unroll
-      for (int kk = 0; kk < BM / 16; kk++) {
-#if FLEX_D == 128
-        flex_wgmma_rs128<1>(dv, pa[kk], flex_wg_desc(cdO + kk * 16 * 64, BM * 128, 1024), 1);
-#else
-        flex_wgmma_rs64<1>(dv, pa[kk], flex_wg_desc(cdO + kk * 16 * 64, BM * 128, 1024), 1);
-#endif
-      }
+      for (int kk = 0; kk < BM / 16; kk++)
+        flex_wgmma_rs<DD, 1>(dv, pa[kk], flex_wg_desc(cdO + hd * HO + kk * 16 * 64, BM * 128, 1024), 1);
       flex_wg_commit();
 #if !FLEX_HAS_SCORE
       flex_wg_wait<1>(); // dP^T (dV may still run)
@@ -204,32 +210,27 @@ extern "C" __global__ void __launch_bounds__(256, 1)
       // dK_w += dS^T Q.
       flex_wg_fence();
 #pragma unroll
-      for (int kk = 0; kk < BM / 16; kk++) {
-#if FLEX_D == 128
-        flex_wgmma_rs128<1>(dk, da[kk], flex_wg_desc(cQ + kk * 16 * 64, BM * 128, 1024), 1);
-#else
-        flex_wgmma_rs64<1>(dk, da[kk], flex_wg_desc(cQ + kk * 16 * 64, BM * 128, 1024), 1);
-#endif
-      }
+      for (int kk = 0; kk < BM / 16; kk++)
+        flex_wgmma_rs<DD, 1>(dk, da[kk], flex_wg_desc(cQ + hd * HO + kk * 16 * 64, BM * 128, 1024), 1);
       flex_wg_commit();
 
-      // dQ[BM x D] += dS K: A = dS read transposed from sdS ([kv][q]), B = K
-      // read transposed (k = kv rows).
+      // dQ[BM x D] += dS K: A = dS read transposed from sdS ([kv][q], 64
+      // rows of which BM hold data), B = K read transposed (k = kv rows).
       flex_fence_async();
       __syncthreads();
       float dq[32];
       flex_wg_fence();
-#if FLEX_D == 128
-      constexpr int KS = BKV / 16; // all kv rows, columns [64 wg, +64)
-      const int kvb = 0, colb = wg * 64;
-#else
+#if FLEX_D == 64
       constexpr int KS = 64 / 16; // kv rows [64 wg, +64), all 64 columns
       const int kvb = wg * 64, colb = 0;
+#else
+      constexpr int KS = BKV / 16; // all kv rows, columns [hd DD + 64 wg, +64)
+      const int kvb = 0, colb = hd * DD + wg * 64;
 #endif
 #pragma unroll
       for (int kk = 0; kk < KS; kk++) {
         const int kr = kvb + kk * 16;
-        flex_wgmma_ss64<1, 1>(dq, flex_wg_desc(sdS + kr * 64, BM * 128, 1024),
+        flex_wgmma_ss64<1, 1>(dq, flex_wg_desc(sdS + kr * 64, 64 * 128, 1024),
                               flex_wg_desc(sK + (colb >> 6) * BKV * 64 + kr * 64, BKV * 128, 1024), kk > 0);
       }
       flex_wg_commit();
@@ -239,7 +240,7 @@ extern "C" __global__ void __launch_bounds__(256, 1)
         flex_wg_keep(pa[kk]);
         flex_wg_keep(da[kk]);
       }
-      {
+      if (wq * 16 < BM) { // rows past BM are padding
         const int qr0 = q0 + wq * 16 + (lane >> 2), qr1 = qr0 + 8;
         float *gq = dQacc + qoff * D;
 #pragma unroll
@@ -258,8 +259,8 @@ extern "C" __global__ void __launch_bounds__(256, 1)
 
   flex_dkv_t *gK = dK + kvoff, *gV = dV + kvoff;
 #pragma unroll
-  for (int n = 0; n < D / 8; n++) {
-    const int col = n * 8 + (lane & 3) * 2;
+  for (int n = 0; n < DD / 8; n++) {
+    const int col = hd * DD + n * 8 + (lane & 3) * 2;
 #if FLEX_BWD_SPLIT
     if (c0 < lenkv) {
       flex_red2(gK + (long long)c0 * D + col, dk[n * 4] * scale, dk[n * 4 + 1] * scale);
@@ -284,4 +285,7 @@ extern "C" __global__ void __launch_bounds__(256, 1)
 
 // Dynamic shared memory of the v6 flex_bwd_dkdv in bytes, plus 8 * nqb for
 // the block lists added at launch; 1024 bytes of slack for the alignment.
-#define FLEX_BWD_WG_SMEM ((2 * FLEX_BKV * FLEX_D + 6 * FLEX_BMQ * FLEX_D + FLEX_BKV * FLEX_BMQ) * 2 + 6 * FLEX_BMQ * 4 + 1024)
+#define FLEX_BWD_WG_STAGES (FLEX_D == 256 ? 2 : 3)
+#define FLEX_BWD_WG_SMEM                                                       \
+  ((2 * FLEX_BKV * FLEX_D + 2 * FLEX_BWD_WG_STAGES * FLEX_BMQ * FLEX_D + FLEX_BKV * 64) * 2 + \
+   2 * FLEX_BWD_WG_STAGES * FLEX_BMQ * 4 + 1024)

@@ -119,3 +119,26 @@ __device__ __forceinline__ void flex_wgmma_rs256(float (&d)[128], const unsigned
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc), "n"(TB));
 }
 
+// flex_wgmma_ss and flex_wgmma_rs pick the wrapper of width N at compile time.
+template <int N, int TA, int TB>
+__device__ __forceinline__ void flex_wgmma_ss(float (&d)[N / 2], unsigned long long da, unsigned long long db, int acc) {
+  if constexpr (N == 32)
+    flex_wgmma_ss32<TA, TB>(d, da, db, acc);
+  else if constexpr (N == 64)
+    flex_wgmma_ss64<TA, TB>(d, da, db, acc);
+  else if constexpr (N == 128)
+    flex_wgmma_ss128<TA, TB>(d, da, db, acc);
+  else if constexpr (N == 256)
+    flex_wgmma_ss256<TA, TB>(d, da, db, acc);
+}
+template <int N, int TB>
+__device__ __forceinline__ void flex_wgmma_rs(float (&d)[N / 2], const unsigned (&a)[4], unsigned long long db, int acc) {
+  if constexpr (N == 32)
+    flex_wgmma_rs32<TB>(d, a, db, acc);
+  else if constexpr (N == 64)
+    flex_wgmma_rs64<TB>(d, a, db, acc);
+  else if constexpr (N == 128)
+    flex_wgmma_rs128<TB>(d, a, db, acc);
+  else if constexpr (N == 256)
+    flex_wgmma_rs256<TB>(d, a, db, acc);
+}

@@ -87,4 +87,17 @@ for n in NS:
     w('               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc), "n"(TB));')
     w("}")
     w("")
+w("// flex_wgmma_ss and flex_wgmma_rs pick the wrapper of width N at compile time.")
+w("template <int N, int TA, int TB>")
+w("__device__ __forceinline__ void flex_wgmma_ss(float (&d)[N / 2], unsigned long long da, unsigned long long db, int acc) {")
+for i, n in enumerate(NS):
+    w("  %sif constexpr (N == %d)" % ("" if i == 0 else "else ", n))
+    w("    flex_wgmma_ss%d<TA, TB>(d, da, db, acc);" % n)
+w("}")
+w("template <int N, int TB>")
+w("__device__ __forceinline__ void flex_wgmma_rs(float (&d)[N / 2], const unsigned (&a)[4], unsigned long long db, int acc) {")
+for i, n in enumerate(NS):
+    w("  %sif constexpr (N == %d)" % ("" if i == 0 else "else ", n))
+    w("    flex_wgmma_rs%d<TB>(d, a, db, acc);" % n)
+w("}")
 print("\n".join(out))

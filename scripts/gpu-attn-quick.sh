@@ -8,7 +8,7 @@
 #   CGO_ENABLED=0 go test -c -o .devbuild/flexcuda.test ./flex/flexcuda
 #   CGO_ENABLED=0 go build -o .devbuild/dflash ./cmd/dflash
 # then on the device, carry [.devbuild/flexcuda.test, .devbuild/dflash]:
-#   [TEST_VARIANTS="default 4"] [VARIANTS="default 4"] [NCU=1] bash scripts/gpu-attn-quick.sh
+#   [TEST_VARIANTS="default 4"] [VARIANTS="default 4"] [PEER=a_causal_d256] [NCU=1] bash scripts/gpu-attn-quick.sh
 # TEST_VARIANTS runs the tests and VARIANTS times each case once per listed
 # kernel version (DFLASH_FLEX_FWD and DFLASH_FLEX_BWD set alike; "default":
 # neither set), side by side in the same call.
@@ -37,6 +37,9 @@ for c in "${CASES[@]}"; do
     echo "$n $v exit $? $(python3 -c "import json;d=json.load(open('/tmp/gpu-quick.json'));print('fwd %.3f f+b %.3f'%(d['forward_ms'],d['forward_backward_ms']), d['spec'], [(k['name'],k['registers'],k['local_bytes']) for k in d['compile']['kernels'] if k['name'] in ('flex_fwd','flex_bwd_dkdv')])" 2>&1 | tail -1)"
   done
 done
+if [ -n "${PEER:-}" ]; then # PyTorch compiled flex_attention on these cases (comma list)
+  PYTHONUNBUFFERED=1 timeout 200 python3 bench/flex_peer.py --cases "$PEER" --json /tmp/gpu-quick-peer.json 2>&1 | grep -E '^\{' | cut -c1-300
+fi
 if [ "${NCU:-0}" = 1 ]; then
   NCUB=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
   set -- ${CASES[0]}

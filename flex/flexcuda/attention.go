@@ -41,13 +41,8 @@ type Config struct {
 // DefaultVariants returns the forward and backward kernel versions used for
 // head dimension d when Config leaves them 0, chosen from the ratio tables
 // in docs/PERF.md: the wgmma kernels (v6), which need a Hopper GPU (sm_90;
-// elsewhere choose 4 and 4), except the backward at head dim 256 (its dK
-// and dV do not fit a warpgroup's registers) and the deterministic
-// backward, which use v4.
+// elsewhere choose 4 and 4). The deterministic backward uses v4.
 func DefaultVariants(d int) (fwd, bwd int) {
-	if d >= 256 {
-		return 6, 4
-	}
 	return 6, 6
 }
 
@@ -132,8 +127,8 @@ func New(cache *jit.Cache, mask *flex.MaskProgram, score *flex.ScoreProgram, cfg
 	if bv == 5 {
 		return nil, fmt.Errorf("flexcuda: backward variant 5 does not exist (3, 4 or 6)")
 	}
-	if bv == 6 && cfg.BwdVariant == 0 && (cfg.HeadDim > 128 || cfg.Deterministic) {
-		bv = 4 // v6 covers head dims 64 and 128 with atomic dQ only
+	if bv == 6 && cfg.BwdVariant == 0 && cfg.Deterministic {
+		bv = 4 // v6 has atomic dQ only
 	}
 	spec := Spec{HeadDim: cfg.HeadDim, FP16: cfg.FP16, Group: cfg.Group, BlockQ: cfg.BlockQ, BlockKV: cfg.BlockKV, MaskHash: mask.Hash(),
 		FwdV4: fv == 4 || fv == 5, FwdV5: fv == 5, FwdV6: fv == 6, BwdV4: bv == 4, BwdV6: bv == 6, Deterministic: cfg.Deterministic}
@@ -457,6 +452,9 @@ func (a *Attention) Backward(d *gpu.Device, c *Call) error {
 		grid = cuda.Dim(uint32(dm.HeadsQ), uint32(m.NumKVBlocks), uint32(dm.Batch))
 	case a.spec.bwdHeavyFirst():
 		grid = cuda.Dim(uint32(dm.HeadsKV), uint32(m.NumKVBlocks), uint32(dm.Batch))
+	}
+	if a.spec.BwdV6 && D == 256 {
+		grid.X *= 2 // two CTAs per kv block, one per half of the head dim
 	}
 	if err := st.dkdv.launch(d, c.Stream, grid, smem, args); err != nil {
 		return err

@@ -125,7 +125,8 @@ func TestGeneratedSourcesCompile(t *testing.T) {
 			{"v6/dflash16/d128/g4", flex.DFlashMask(16), nil, Config{HeadDim: 128, Group: 4, FwdVariant: 6, BwdVariant: 6}},
 			{"v6/causal+softcap/d64/fp16", flex.Causal(), flex.SoftcapScalar(), Config{HeadDim: 64, FP16: true, FwdVariant: 6, BwdVariant: 6}},
 			{"v6/document+relbias/d128/bq64", flex.Document(true), flex.RelativeBias(8), Config{HeadDim: 128, BlockQ: 64, FwdVariant: 6, BwdVariant: 6}},
-			{"v6/window/d256/g2/fwd", flex.SlidingWindow(77), nil, Config{HeadDim: 256, Group: 2, FwdVariant: 6}},
+			{"v6/window/d256/g2", flex.SlidingWindow(77), nil, Config{HeadDim: 256, Group: 2, FwdVariant: 6, BwdVariant: 6}},
+			{"v6/causal+softcap/d256", flex.Causal(), flex.SoftcapScalar(), Config{HeadDim: 256, FwdVariant: 6, BwdVariant: 6}},
 		} {
 			t.Run(c.name, func(t *testing.T) {
 				a, err := New(cache, c.mask, c.score, c.cfg)

@@ -21,7 +21,7 @@ type Spec struct {
 	FwdV5     bool   // forward v5 (with FwdV4): P packed right after exp2, softmax steps of 32 kv columns
 	FwdV6     bool   // forward v6: Hopper warpgroup MMA (wgmma, sm_90a), 64 q rows per warpgroup
 	BwdV4     bool   // backward v4: heavy kv blocks first; GQA: one CTA per query head, dK/dV by fp32 atomics
-	BwdV6     bool   // backward v6: v4's grid with dK, dV and dQ on wgmma (sm_90a); atomic dQ only
+	BwdV6     bool   // backward v6: v4's grid with dK, dV and dQ on wgmma (sm_90a; head dim 256: two CTAs per kv block); atomic dQ only
 	// Deterministic selects the backward without atomics: dQ by the
 	// q-parallel pass flex_bwd_dq; with GQA, dK/dV summed over the group
 	// inside one CTA (BwdV4 false) or per query head into fp32 slices added
@@ -143,8 +143,8 @@ func (s Spec) Validate() error {
 	if s.FwdV6 && s.FwdV4 {
 		return fmt.Errorf("flexcuda: forward v6 (wgmma) excludes v4/v5")
 	}
-	if s.BwdV6 && (s.BwdV4 || s.HeadDim > 128 || s.Deterministic) {
-		return fmt.Errorf("flexcuda: backward v6 (wgmma) supports head dim 64 and 128 with atomic dQ, without v4 or Deterministic (head dim %d)", s.HeadDim)
+	if s.BwdV6 && (s.BwdV4 || s.Deterministic) {
+		return fmt.Errorf("flexcuda: backward v6 (wgmma) has atomic dQ only: not with v4 or Deterministic")
 	}
 	if s.BlockKV != 128 {
 		return fmt.Errorf("flexcuda: kv block %d not supported (128)", s.BlockKV)

@@ -56,6 +56,12 @@ func gpuCases() []attnCase {
 				return flex.Dims{Batch: 1, HeadsQ: 2, HeadsKV: 2, LenQ: 450 + r.IntN(100), LenKV: 600 + r.IntN(150), HeadDim: 64}
 			}, noArgs},
 		{"window77/g4/d256/bf16", flex.SlidingWindow(77), nil, Config{HeadDim: 256, Group: 4}, square(1, 8, 2, 300, 450, 256), noArgs},
+		// head dim 256 without GQA (the v6 backward's two CTAs per kv block
+		// write bf16 dK, dV directly), fp16, with a score program
+		{"causal+softcap/d256/fp16", flex.Causal(), flex.SoftcapScalar(), Config{HeadDim: 256, FP16: true}, square(1, 2, 2, 280, 410, 256),
+			func(r *rand.Rand, d flex.Dims) *flex.Args {
+				return flex.NewArgs().SetFloat(flex.SoftcapName, 0.3+0.4*r.Float64())
+			}},
 		{"document/d128/bf16", flex.Document(true), nil, Config{HeadDim: 128}, square(2, 4, 4, 500, 700, 128), docArgs},
 		{"dflash16/g4/padding/d128/bf16", flex.DFlashMask(16), nil, Config{HeadDim: 128, Group: 4},
 			func(r *rand.Rand) flex.Dims { return flex.DFlashDims(2, 8, 2, 14+r.IntN(10), 16, 200+r.IntN(200), 128) },

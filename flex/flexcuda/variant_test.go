@@ -23,15 +23,15 @@ func TestVariantResolution(t *testing.T) {
 	}{
 		{name: "default d128", cfg: Config{HeadDim: 128}, fwd: 6, bwd: 6},
 		{name: "default d64 gqa", cfg: Config{HeadDim: 64, Group: 4}, fwd: 6, bwd: 6},
-		{name: "default d256", cfg: Config{HeadDim: 256}, fwd: 6, bwd: 4},
+		{name: "default d256", cfg: Config{HeadDim: 256}, fwd: 6, bwd: 6},
 		{name: "deterministic keeps v4 backward", cfg: Config{HeadDim: 128, Deterministic: true}, fwd: 6, bwd: 4},
 		{name: "env v4", env: [2]string{"4", "4"}, cfg: Config{HeadDim: 128}, fwd: 4, bwd: 4},
-		{name: "env v6 backward at d256 falls back", env: [2]string{"", "6"}, cfg: Config{HeadDim: 256}, fwd: 6, bwd: 4},
+		{name: "env v6 backward deterministic falls back", env: [2]string{"", "6"}, cfg: Config{HeadDim: 256, Deterministic: true}, fwd: 6, bwd: 4},
+		{name: "env v4 at d256", env: [2]string{"3", "4"}, cfg: Config{HeadDim: 256}, fwd: 3, bwd: 4},
 		{name: "config beats env", env: [2]string{"4", "4"}, cfg: Config{HeadDim: 128, FwdVariant: 6, BwdVariant: 6}, fwd: 6, bwd: 6},
 		{name: "no backward v5", cfg: Config{HeadDim: 128, BwdVariant: 5}, errSubstring: "backward variant 5"},
 		{name: "env out of range", env: [2]string{"8", ""}, cfg: Config{HeadDim: 128}, errSubstring: "DFLASH_FLEX_FWD"},
 		{name: "explicit v6 deterministic", cfg: Config{HeadDim: 128, BwdVariant: 6, Deterministic: true}, errSubstring: "backward v6"},
-		{name: "explicit v6 backward d256", cfg: Config{HeadDim: 256, BwdVariant: 6}, errSubstring: "backward v6"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Setenv("DFLASH_FLEX_FWD", c.env[0])
@@ -93,7 +93,9 @@ func TestResourcesV6(t *testing.T) {
 		{Spec{HeadDim: 128, Group: 1, BlockQ: 128, BlockKV: 128, FwdV6: true, BwdV6: true}, (128+4*128)*128*2 + 1024 + 8*10, 256,
 			// K, V of 128 rows, 3 stages of Q and dO of 64 rows, dS^T 128x64, 3 x (LSE, Dlt) of 64, alignment, 8 per q block
 			(2*128*128+6*64*128+128*64)*2 + 24*64 + 1024 + 8*10},
-		{Spec{HeadDim: 256, Group: 2, BlockQ: 64, BlockKV: 128, FwdV6: true}, (64+4*64)*256*2 + 1024 + 8*10, 128, 0},
+		// head dim 256: kv tiles of 64 rows forward; backward q tiles of 32 rows in 2 stages
+		{Spec{HeadDim: 256, Group: 2, BlockQ: 64, BlockKV: 128, FwdV6: true, BwdV6: true}, (64+4*64)*256*2 + 1024 + 8*10, 128,
+			(2*128*256+2*2*32*256+128*64)*2 + 4*32*4 + 1024 + 8*10},
 	} {
 		f := FwdResources(c.spec, 10)
 		if f.SharedMem != c.fwdSmem || f.Threads != c.fwdThr {
@@ -105,8 +107,8 @@ func TestResourcesV6(t *testing.T) {
 				t.Errorf("%s: backward %d bytes, %d threads; want %d, 256", c.spec.Key(), b.SharedMem, b.Threads, c.bwdSmem)
 			}
 		}
-		if f.SharedMem > 227*1024 {
-			t.Errorf("%s: forward needs %d bytes, more than an H100/H200 block may have", c.spec.Key(), f.SharedMem)
+		if b := BwdResources(c.spec, 10); f.SharedMem > 227*1024 || b.SharedMem > 227*1024 {
+			t.Errorf("%s: %d / %d bytes, more than an H100/H200 block may have", c.spec.Key(), f.SharedMem, b.SharedMem)
 		}
 	}
 }
