@@ -30,16 +30,7 @@ __device__ __forceinline__ void flex_red2(float *p, float x, float y) {
 }
 
 extern "C" __global__ void __launch_bounds__(256, 1)
-    flex_bwd_dkdv(const flex_t *__restrict__ Q, const flex_t *__restrict__ K,
-                  const flex_t *__restrict__ V, const flex_t *__restrict__ dO,
-                  const float *__restrict__ LSE, const float *__restrict__ Dlt,
-                  flex_dkv_t *__restrict__ dK, flex_dkv_t *__restrict__ dV,
-                  float *__restrict__ dQacc, const int *__restrict__ q_num,
-                  const int *__restrict__ q_idx,
-                  const int *__restrict__ fullq_num,
-                  const int *__restrict__ fullq_idx, int heads_q, int lenq,
-                  int lenkv, int bm_batch, int bm_heads, int nqb, int nkvb,
-                  float scale FLEX_ARG_PARAMS) {
+    flex_bwd_dkdv(FLEX_DKDV_PARAMS FLEX_ARG_PARAMS) {
   const FlexArgs args = {{FLEX_ARG_VALUES}};
   constexpr int D = FLEX_D, BKV = FLEX_BKV, BM = FLEX_BMQ, NT = 256;
   constexpr int NTILE = BM / 8, SUB = FLEX_BQ / BM;

@@ -51,6 +51,25 @@ typedef unsigned short flex_t; // raw bf16 / fp16 bits
 struct FlexArgs {
   unsigned long long s[FLEX_NARGS > 0 ? FLEX_NARGS : 1];
 };
+// The parameters of flex_fwd and flex_bwd_dkdv, shared by every version of
+// each kernel (the Go launcher fills them in this order, then the slots).
+#define FLEX_FWD_PARAMS                                                        \
+  const flex_t *__restrict__ Q, const flex_t *__restrict__ K,                  \
+      const flex_t *__restrict__ V, flex_t *__restrict__ O,                    \
+      float *__restrict__ LSE, const int *__restrict__ kv_num,                 \
+      const int *__restrict__ kv_idx, const int *__restrict__ full_num,        \
+      const int *__restrict__ full_idx, int heads_q, int lenq, int lenkv,      \
+      int bm_batch, int bm_heads, int nqb, int nkvb, float scale
+#define FLEX_DKDV_PARAMS                                                       \
+  const flex_t *__restrict__ Q, const flex_t *__restrict__ K,                  \
+      const flex_t *__restrict__ V, const flex_t *__restrict__ dO,             \
+      const float *__restrict__ LSE, const float *__restrict__ Dlt,            \
+      flex_dkv_t *__restrict__ dK, flex_dkv_t *__restrict__ dV,                \
+      float *__restrict__ dQacc, const int *__restrict__ q_num,                \
+      const int *__restrict__ q_idx, const int *__restrict__ fullq_num,        \
+      const int *__restrict__ fullq_idx, int heads_q, int lenq, int lenkv,     \
+      int bm_batch, int bm_heads, int nqb, int nkvb, float scale
+
 // flex_lo and flex_hi read the low and high 32-bit words of slot i.
 #define flex_lo(A, i) ((int)(unsigned)((A).s[i]))
 #define flex_hi(A, i) ((int)(unsigned)((A).s[i] >> 32))

@@ -57,13 +57,7 @@ static_assert(FLEX_BQ % FLEX_FWD_ROWS == 0, "q block must be a multiple of the w
 #endif
 
 extern "C" __global__ void __launch_bounds__(FLEX_FWD_NT)
-    flex_fwd(const flex_t *__restrict__ Q, const flex_t *__restrict__ K,
-             const flex_t *__restrict__ V, flex_t *__restrict__ O,
-             float *__restrict__ LSE, const int *__restrict__ kv_num,
-             const int *__restrict__ kv_idx, const int *__restrict__ full_num,
-             const int *__restrict__ full_idx, int heads_q, int lenq,
-             int lenkv, int bm_batch, int bm_heads, int nqb, int nkvb,
-             float scale FLEX_ARG_PARAMS) {
+    flex_fwd(FLEX_FWD_PARAMS FLEX_ARG_PARAMS) {
   const FlexArgs args = {{FLEX_ARG_VALUES}};
   constexpr int D = FLEX_D, BQ = FLEX_BQ, BN = FLEX_BN, NT = FLEX_FWD_NT;
   constexpr int MT = FLEX_FWD_MT;

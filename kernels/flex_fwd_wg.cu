@@ -70,13 +70,7 @@ __device__ __forceinline__ void flex_wg_pv(float (&o)[FLEX_D / 2],
 }
 
 extern "C" __global__ void __launch_bounds__(FLEX_WG_NT, 1)
-    flex_fwd(const flex_t *__restrict__ Q, const flex_t *__restrict__ K,
-             const flex_t *__restrict__ V, flex_t *__restrict__ O,
-             float *__restrict__ LSE, const int *__restrict__ kv_num,
-             const int *__restrict__ kv_idx, const int *__restrict__ full_num,
-             const int *__restrict__ full_idx, int heads_q, int lenq,
-             int lenkv, int bm_batch, int bm_heads, int nqb, int nkvb,
-             float scale FLEX_ARG_PARAMS) {
+    flex_fwd(FLEX_FWD_PARAMS FLEX_ARG_PARAMS) {
   const FlexArgs args = {{FLEX_ARG_VALUES}};
   constexpr int D = FLEX_D, BQ = FLEX_BQ, BN = FLEX_WG_BN, NT = FLEX_WG_NT;
   constexpr int NTILE = BN / 8; // n8 column groups of S
