@@ -37,6 +37,7 @@ extern "C" __global__ void __launch_bounds__(256, 1)
   constexpr bool HALF = D == 256;  // two CTAs per kv block, one per half of D
   constexpr int DD = HALF ? D / 2 : D; // dK, dV, dQ columns of this CTA
   constexpr int NSTG = HALF ? 2 : 3;   // Q/dO stages (shared memory)
+  constexpr int NSDS = HALF ? 1 : 2;   // dS^T buffers
 
   extern __shared__ __align__(1024) unsigned char flex_smem_raw[];
   unsigned char *flex_smem = flex_smem_raw + ((1024 - (flex_smem_addr(flex_smem_raw) & 1023)) & 1023);
@@ -44,8 +45,8 @@ extern "C" __global__ void __launch_bounds__(256, 1)
   flex_t *sV = sK + BKV * D;                // [D/64][BKV][64]
   flex_t *sQ = sV + BKV * D;                // [NSTG][D/64][BM][64]
   flex_t *sdO = sQ + NSTG * BM * D;         // [NSTG][D/64][BM][64]
-  flex_t *sdS = sdO + NSTG * BM * D;        // dS^T: [BKV][64] (one atom; q < BM used)
-  float *sL = (float *)(sdS + BKV * 64);    // [NSTG][BM]
+  flex_t *sdS = sdO + NSTG * BM * D;        // dS^T: [NSDS][BKV][64] (one atom; q < BM used)
+  float *sL = (float *)(sdS + NSDS * BKV * 64); // [NSTG][BM]
   float *sDl = sL + NSTG * BM;              // [NSTG][BM]
   int *sIdx = (int *)(sDl + NSTG * BM);     // q block ids
 
@@ -94,6 +95,42 @@ extern "C" __global__ void __launch_bounds__(256, 1)
       flex_load_vec(sL + st * BM, LSE + qoff, q0, BM, lenq, tid);
       flex_load_vec(sDl + st * BM, Dlt + qoff, q0, BM, lenq, tid);
     };
+    // dQ[BM x D] += dS K for the tile at q row q0d whose dS^T is in dS
+    // ([kv][q], 64 rows of which BM hold data): A = dS read transposed, B = K
+    // read transposed (k = kv rows). It waits for every wgmma of the
+    // warpgroup and adds its part of dQ with vector atomics.
+    auto dq_product = [&](const flex_t *dS, int q0d) {
+      float dq[32];
+      flex_wg_fence();
+#if FLEX_D == 64
+      constexpr int KS = 64 / 16; // kv rows [64 wg, +64), all 64 columns
+      const int kvb = wg * 64, colb = 0;
+#else
+      constexpr int KS = BKV / 16; // all kv rows, columns [hd DD + 64 wg, +64)
+      const int kvb = 0, colb = hd * DD + wg * 64;
+#endif
+#pragma unroll
+      for (int kk = 0; kk < KS; kk++) {
+        const int kr = kvb + kk * 16;
+        flex_wgmma_ss64<1, 1>(dq, flex_wg_desc(dS + kr * 64, 64 * 128, 1024),
+                              flex_wg_desc(sK + (colb >> 6) * BKV * 64 + kr * 64, BKV * 128, 1024), kk > 0);
+      }
+      flex_wg_commit();
+      flex_wg_wait<0>();
+      if (wq * 16 < BM) { // rows past BM are padding
+        const int qr0 = q0d + wq * 16 + (lane >> 2), qr1 = qr0 + 8;
+        float *gq = dQacc + qoff * D;
+#pragma unroll
+        for (int n = 0; n < 8; n++) {
+          const int col = colb + n * 8 + (lane & 3) * 2;
+          if (qr0 < lenq)
+            flex_red2(gq + (long long)qr0 * D + col, dq[n * 4] * scale, dq[n * 4 + 1] * scale);
+          if (qr1 < lenq)
+            flex_red2(gq + (long long)qr1 * D + col, dq[n * 4 + 2] * scale, dq[n * 4 + 3] * scale);
+        }
+      }
+    };
+    int qprev = 0; // q row of the previous tile (its dQ is still to come)
     // NSTG stages: tile t+NSTG-1 loads while tile t is processed.
 #pragma unroll
     for (int t = 0; t < NSTG - 1; t++) {
@@ -111,6 +148,11 @@ extern "C" __global__ void __launch_bounds__(256, 1)
       if (t + NSTG - 1 < ntiles)
         load(t + NSTG - 1, (t + NSTG - 1) % NSTG);
       flex_cp_commit();
+      if constexpr (!HALF) {
+        if (t > 0)
+          dq_product(sdS + ((t - 1) & 1) * BKV * 64, qprev);
+      }
+      flex_t *cdS = HALF ? sdS : sdS + (t & 1) * BKV * 64; // this tile's dS^T
       const flex_t *cQ = sQ + st * BM * D, *cdO = sdO + st * BM * D;
       const float *cL = sL + st * BM, *cDl = sDl + st * BM;
 
@@ -194,8 +236,8 @@ extern "C" __global__ void __launch_bounds__(256, 1)
         da[n >> 1][(n & 1) * 2] = d01;
         da[n >> 1][(n & 1) * 2 + 1] = d23;
         const int qc = n * 8 + (lane & 3) * 2;
-        *(unsigned *)(sdS + flex_wg_off<BKV>(rl0, qc >> 3) + (qc & 7)) = d01;
-        *(unsigned *)(sdS + flex_wg_off<BKV>(rl0 + 8, qc >> 3) + (qc & 7)) = d23;
+        *(unsigned *)(cdS + flex_wg_off<BKV>(rl0, qc >> 3) + (qc & 7)) = d01;
+        *(unsigned *)(cdS + flex_wg_off<BKV>(rl0 + 8, qc >> 3) + (qc & 7)) = d23;
       }
 
       // dK_w += dS^T Q.
@@ -205,43 +247,28 @@ extern "C" __global__ void __launch_bounds__(256, 1)
         flex_wgmma_rs<DD, 1>(dk, da[kk], flex_wg_desc(cQ + hd * HO + kk * 16 * 64, BM * 128, 1024), 1);
       flex_wg_commit();
 
-      // dQ[BM x D] += dS K: A = dS read transposed from sdS ([kv][q], 64
-      // rows of which BM hold data), B = K read transposed (k = kv rows).
-      flex_fence_async();
-      __syncthreads();
-      float dq[32];
-      flex_wg_fence();
-#if FLEX_D == 64
-      constexpr int KS = 64 / 16; // kv rows [64 wg, +64), all 64 columns
-      const int kvb = wg * 64, colb = 0;
-#else
-      constexpr int KS = BKV / 16; // all kv rows, columns [hd DD + 64 wg, +64)
-      const int kvb = 0, colb = hd * DD + wg * 64;
-#endif
-#pragma unroll
-      for (int kk = 0; kk < KS; kk++) {
-        const int kr = kvb + kk * 16;
-        flex_wgmma_ss64<1, 1>(dq, flex_wg_desc(sdS + kr * 64, 64 * 128, 1024),
-                              flex_wg_desc(sK + (colb >> 6) * BKV * 64 + kr * 64, BKV * 128, 1024), kk > 0);
+      if constexpr (HALF) {
+        // dS^T of both warpgroups is needed now: one sdS buffer.
+        flex_fence_async();
+        __syncthreads();
+        dq_product(sdS, q0);
+      } else {
+        // dQ of this tile runs at the top of the next one, after the barrier
+        // that is there anyway (two sdS buffers): one barrier per tile.
+        flex_fence_async();
+        flex_wg_wait<0>();
       }
-      flex_wg_commit();
-      flex_wg_wait<0>();
 #pragma unroll
       for (int kk = 0; kk < BM / 16; kk++) {
-        flex_wg_keep(pa[kk]);
+        flex_wg_keep(pa[kk]); // read by dV and dK until the wait above
         flex_wg_keep(da[kk]);
       }
-      if (wq * 16 < BM) { // rows past BM are padding
-        const int qr0 = q0 + wq * 16 + (lane >> 2), qr1 = qr0 + 8;
-        float *gq = dQacc + qoff * D;
-#pragma unroll
-        for (int n = 0; n < 8; n++) {
-          const int col = colb + n * 8 + (lane & 3) * 2;
-          if (qr0 < lenq)
-            flex_red2(gq + (long long)qr0 * D + col, dq[n * 4] * scale, dq[n * 4 + 1] * scale);
-          if (qr1 < lenq)
-            flex_red2(gq + (long long)qr1 * D + col, dq[n * 4 + 2] * scale, dq[n * 4 + 3] * scale);
-        }
+      qprev = q0;
+    }
+    if constexpr (!HALF) {
+      if (ntiles > 0) { // the last tile's dQ
+        __syncthreads();
+        dq_product(sdS + ((ntiles - 1) & 1) * BKV * 64, qprev);
       }
     }
     flex_cp_wait<0>();
@@ -277,6 +304,8 @@ extern "C" __global__ void __launch_bounds__(256, 1)
 // Dynamic shared memory of the v6 flex_bwd_dkdv in bytes, plus 8 * nqb for
 // the block lists added at launch; 1024 bytes of slack for the alignment.
 #define FLEX_BWD_WG_STAGES (FLEX_D == 256 ? 2 : 3)
+#define FLEX_BWD_WG_SDS (FLEX_D == 256 ? 1 : 2)
 #define FLEX_BWD_WG_SMEM                                                       \
-  ((2 * FLEX_BKV * FLEX_D + 2 * FLEX_BWD_WG_STAGES * FLEX_BMQ * FLEX_D + FLEX_BKV * 64) * 2 + \
+  ((2 * FLEX_BKV * FLEX_D + 2 * FLEX_BWD_WG_STAGES * FLEX_BMQ * FLEX_D +       \
+    FLEX_BWD_WG_SDS * FLEX_BKV * 64) * 2 +                                     \
    2 * FLEX_BWD_WG_STAGES * FLEX_BMQ * 4 + 1024)

@@ -34,13 +34,13 @@ func FwdResources(s Spec, nkvb int) Resources {
 
 // BwdResources is the launch shape of flex_bwd_dkdv for s with nqb q blocks.
 func BwdResources(s Spec, nqb int) Resources {
-	if s.BwdV6 { // FLEX_BWD_WG_SMEM of flex_bwd_wg.cuh: q tiles of bm rows in nst stages
-		bm, nst := 64, 3
+	if s.BwdV6 { // FLEX_BWD_WG_SMEM of flex_bwd_wg.cuh
+		bm, nst, nds := 64, 3, 2 // q rows per tile, Q/dO stages, dS^T buffers
 		if s.HeadDim == 256 {
-			bm, nst = 32, 2
+			bm, nst, nds = 32, 2, 1
 		}
 		return Resources{Kernel: "flex_bwd_dkdv",
-			SharedMem: (2*s.BlockKV*s.HeadDim+2*nst*bm*s.HeadDim+s.BlockKV*64)*2 + 2*nst*bm*4 + 1024 + 8*nqb,
+			SharedMem: (2*s.BlockKV*s.HeadDim+2*nst*bm*s.HeadDim+nds*s.BlockKV*64)*2 + 2*nst*bm*4 + 1024 + 8*nqb,
 			Threads:   256}
 	}
 	bmq := 64

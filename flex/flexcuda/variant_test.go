@@ -91,8 +91,8 @@ func TestResourcesV6(t *testing.T) {
 	}{
 		// (q rows + 2 K + 2 V tiles of 128 rows) x D x 2 bytes + 1024 alignment + 8 per kv block
 		{Spec{HeadDim: 128, Group: 1, BlockQ: 128, BlockKV: 128, FwdV6: true, BwdV6: true}, (128+4*128)*128*2 + 1024 + 8*10, 256,
-			// K, V of 128 rows, 3 stages of Q and dO of 64 rows, dS^T 128x64, 3 x (LSE, Dlt) of 64, alignment, 8 per q block
-			(2*128*128+6*64*128+128*64)*2 + 24*64 + 1024 + 8*10},
+			// K, V of 128 rows, 3 stages of Q and dO of 64 rows, two dS^T 128x64, 3 x (LSE, Dlt) of 64, alignment, 8 per q block
+			(2*128*128+6*64*128+2*128*64)*2 + 24*64 + 1024 + 8*10},
 		// head dim 256: kv tiles of 64 rows forward; backward q tiles of 32 rows in 2 stages
 		{Spec{HeadDim: 256, Group: 2, BlockQ: 64, BlockKV: 128, FwdV6: true, BwdV6: true}, (64+4*64)*256*2 + 1024 + 8*10, 128,
 			(2*128*256+2*2*32*256+128*64)*2 + 4*32*4 + 1024 + 8*10},
