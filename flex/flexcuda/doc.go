@@ -40,8 +40,9 @@
 // choose among the kernel versions docs/PERF.md measures. The default is v6:
 // Hopper warpgroup MMA (wgmma) with 128-byte-swizzled shared-memory tiles,
 // compiled for sm_90a (kernels/flex_fwd_wg.cu, kernels/flex_bwd_wg.cuh). Its
-// backward covers head dims 64 and 128 with atomic dQ; head dim 256 and
-// Config.Deterministic use the mma.sync backward v4. Versions 3-5 are the
+// backward adds dQ with atomics (at head dim 256 two CTAs share each kv
+// block, one per half of the head dimension); Config.Deterministic uses the
+// mma.sync backward v4. Versions 3-5 are the
 // mma.sync kernels (kernels/flex_fwd.cu, kernels/flex_bwd.cu) and run on any
 // GPU from sm_80; on a GPU other than sm_90 the v6 kernels refuse to load
 // with an error naming variant 4.
