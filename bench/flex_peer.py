@@ -4,7 +4,11 @@ Builds the issue's cases (inputs, masks as PyTorch mask_mods and as dense
 float64 references) and times torch.compile(flex_attention) on them. Imported
 by scripts/flex_gpu_check.py; run alone (scripts/gpu-attn.sh does) it prints
 one JSON object per case and, with --json FILE, writes them all to FILE;
---cases a,b selects cases by name.
+--cases a,b selects cases by name. With --check DIR, a case whose call dflash
+saved as DIR/ours_<case>.safetensors (`dflash bench attention --save`) is also
+run through compiled flex_attention on those very inputs and mask tensors,
+and the relative errors of out, lse, dq, dk and dv against dflash's go into
+the case's "check" field (bound 1e-2: both sides are bf16/fp16 results).
 """
 import math
 import os
@@ -200,11 +204,57 @@ def peer_times(case, dev):
     return res
 
 
+CHECK_BOUND = 1e-2
+
+
+def check_saved(case, path, dev):
+    """Runs compiled flex_attention forward and backward on the inputs of a
+    call dflash saved at path and returns the relative Frobenius errors of
+    dflash's out, lse (finite rows), dq, dk, dv against it."""
+    from safetensors import safe_open
+    from safetensors.torch import load_file
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    with safe_open(path, "pt") as f:
+        meta = f.metadata()
+    t = load_file(path, device=dev)
+    want = {"batch": case.B, "heads_q": case.Hq, "heads_kv": case.Hkv, "len_q": case.Lq,
+            "len_kv": case.Lkv, "head_dim": case.D}
+    for k, v in want.items():
+        if int(meta[k]) != v:
+            raise ValueError(f"{path}: {k} {meta[k]} does not match case {case.name} ({v})")
+    if meta["mask"] != case.mask:
+        raise ValueError(f"{path}: mask {meta['mask']} does not match case {case.name} ({case.mask})")
+    # The saved mask tensors replace the case's own draws.
+    if "anchors" in t:
+        case.anchors = t["anchors"].to(torch.int32).cpu()
+        case.n_valid = int(meta["n_valid"])
+    if "doc_ids" in t:
+        case.docs = t["doc_ids"].to(torch.int32).cpu()
+    torch._dynamo.reset()
+    fa = torch.compile(flex_attention)
+    bm = create_block_mask(case.mask_mod(dev), case.B, None, case.Lq, case.Lkv, device=dev)
+    q, k, v = (t[n].detach().requires_grad_() for n in ("q", "k", "v"))
+    out, lse = fa(q, k, v, block_mask=bm, enable_gqa=case.Hq != case.Hkv, return_lse=True)
+    out.backward(t["dout"])
+
+    def rel(ours, ref):
+        ours, ref = ours.double(), ref.double()
+        return float((ours - ref).norm() / ref.norm().clamp_min(1e-30))
+    fin = torch.isfinite(lse)
+    errs = {"out": rel(t["out"], out), "dq": rel(t["dq"], q.grad), "dk": rel(t["dk"], k.grad),
+            "dv": rel(t["dv"], v.grad), "lse": rel(t["lse"][fin], lse[fin])}
+    errs["masked_rows_agree"] = bool((torch.isfinite(t["lse"]) == fin).all())
+    errs["pass"] = errs["masked_rows_agree"] and all(
+        errs[n] <= CHECK_BOUND for n in ("out", "lse", "dq", "dk", "dv"))
+    return errs
+
+
 if __name__ == "__main__":
     import json
     dev = "cuda"
     out = sys.argv[sys.argv.index("--json") + 1] if "--json" in sys.argv else None
     only = sys.argv[sys.argv.index("--cases") + 1].split(",") if "--cases" in sys.argv else None
+    check = sys.argv[sys.argv.index("--check") + 1] if "--check" in sys.argv else None
     results = []
     for c in bench_cases():
         if only and c.name not in only:
@@ -213,6 +263,12 @@ if __name__ == "__main__":
             r = peer_times(c, dev)
         except Exception as ex:  # noqa: BLE001
             r = {"case": c.name, "error": f"{type(ex).__name__}: {str(ex)[:300]}"}
+        saved = os.path.join(check, f"ours_{c.name}.safetensors") if check else None
+        if saved and os.path.exists(saved):
+            try:
+                r["check"] = check_saved(c, saved, dev)
+            except Exception as ex:  # noqa: BLE001
+                r["check"] = {"error": f"{type(ex).__name__}: {str(ex)[:300]}", "pass": False}
         print(json.dumps(r), flush=True)
         results.append(r)
         if out:

@@ -105,6 +105,16 @@ def main():
                   f" density {o['density']:.3f}; kernels {ks}")
         if peer.get(c, {}).get("error"):
             print(f"  {c}: PyTorch error {peer[c]['error']}")
+    # dflash's saved call against flex_attention on the same inputs (--check)
+    checked = [(c, peer[c]["check"]) for c in cases if "check" in peer.get(c, {})]
+    if checked:
+        print("dflash vs PyTorch flex_attention on the same inputs (relative error, bound 1e-2):")
+        for c, ck in checked:
+            if "error" in ck:
+                print(f"  {c}: FAIL {ck['error']}")
+                continue
+            errs = " ".join(f"{n} {ck[n]:.2e}" for n in ("out", "lse", "dq", "dk", "dv"))
+            print(f"  {c}: {'PASS' if ck['pass'] else 'FAIL'} {errs} masked rows agree: {ck['masked_rows_agree']}")
 
 
 def fmt_opt(x, scale=1.0):

@@ -12,7 +12,9 @@
 # specialisation); `dflash bench attention --device cuda` on the issue's cases
 # in a fresh kernel cache (cold compile + timing), then each case again with
 # --compile-only in a new process (warm from disk); bench/flex_peer.py
-# (PyTorch compiled flex_attention) on identical shapes; and prints the ratio
+# (PyTorch compiled flex_attention) on identical shapes, which also runs each
+# call dflash saved (--save: inputs, mask tensors, outputs, gradients) through
+# flex_attention and reports the relative errors; and prints the ratio
 # table (scripts/flex_ratio.py). nvcc's resource report and SASS facts of the
 # templates are gathered meanwhile on the CPU. Results: $OUT/results.tgz,
 # $OUT/go-test.log, $OUT/table.txt.
@@ -53,11 +55,14 @@ fi
 
 . scripts/flex_cases.sh
 CACHE=$(mktemp -d)/kernels
+SAVE=$(mktemp -d) # saved calls (hundreds of MB; not brought back)
 stamp "dflash bench (cold cache $CACHE)"
 if [ -x .devbuild/dflash ]; then
   for c in "${CASES[@]}"; do
     set -- $c; name=$1; shift
-    timeout 60 .devbuild/dflash bench attention --device cuda --cache-dir "$CACHE" --json "$@" > "$RES/ours_$name.json" 2>> "$RES/ours.log"
+    # --save: the last call's inputs and outputs, for the PyTorch comparison below
+    timeout 60 .devbuild/dflash bench attention --device cuda --cache-dir "$CACHE" --json --save "$SAVE/ours_$name.safetensors" "$@" \
+      > "$RES/ours_$name.json" 2>> "$RES/ours.log"
     echo "$name exit $? $(python3 -c "import json,sys;d=json.load(open('$RES/ours_$name.json'));print('fwd %.3f ms fwd+bwd %.3f ms prepare %.0f ms compiles %d'%(d['forward_ms'],d['forward_backward_ms'],d['compile']['prepare_ms'],d['compile']['compiles']))" 2>&1 | tail -1)"
   done
   stamp "dflash bench --compile-only (warm from disk)"
@@ -72,8 +77,9 @@ fi
 
 LEFT=$(( ${BUDGET:-375} - ($(date +%s) - T0) ))
 stamp "PyTorch peer (${LEFT}s left)"
-timeout $(( LEFT > 30 ? LEFT : 30 )) python3 bench/flex_peer.py --json "$RES/peer.json" > "$RES/peer.log" 2>&1
+timeout $(( LEFT > 30 ? LEFT : 30 )) python3 bench/flex_peer.py --json "$RES/peer.json" --check "$SAVE" > "$RES/peer.log" 2>&1
 echo "peer exit $?"; grep -vE "Warning|warn\(" "$RES/peer.log" | cut -c1-400 | tail -n 8
+rm -rf "$SAVE"
 
 wait $NVCC_PID
 stamp "done"

@@ -45,7 +45,8 @@ type cudaBenchOptions struct {
 	Seed                                   uint64
 	CacheDir                               string
 	CompileOnly, ForwardOnly, CPUBlockMask bool
-	Deterministic                          bool // the backward without atomics (flexcuda.Config.Deterministic)
+	Deterministic                          bool   // the backward without atomics (flexcuda.Config.Deterministic)
+	Save                                   string // write inputs and results here (safetensors) for bench/flex_peer.py --check
 }
 
 // cudaAttnReport is the result of one CUDA attention benchmark.
@@ -113,6 +114,7 @@ func benchAttentionCUDA(args []string) error {
 	fs.BoolVar(&o.ForwardOnly, "forward-only", false, "time the forward pass only")
 	fs.BoolVar(&o.CPUBlockMask, "cpu-block-mask", false, "attend with the CPU-built block mask instead of the GPU-built one")
 	fs.BoolVar(&o.Deterministic, "deterministic", false, "time the deterministic backward (no atomics: bit-identical dQ, dK, dV)")
+	fs.StringVar(&o.Save, "save", "", "after timing, write one call's inputs and outputs to this safetensors `file` (bench/flex_peer.py --check compares them with PyTorch)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -122,6 +124,9 @@ func benchAttentionCUDA(args []string) error {
 		o.FP16 = true
 	default:
 		return fmt.Errorf("--dtype %q: bf16 or fp16 on cuda", *dtype)
+	}
+	if o.Save != "" && (o.ForwardOnly || o.CompileOnly) {
+		return fmt.Errorf("--save writes a forward and backward call: not with --forward-only or --compile-only")
 	}
 	rep, err := runAttentionCUDA(o)
 	if err != nil {
@@ -138,11 +143,13 @@ func benchAttentionCUDA(args []string) error {
 
 // cudaBenchCase is the problem a set of options describes.
 type cudaBenchCase struct {
-	dims   flex.Dims
-	mask   *flex.MaskProgram
-	args   *flex.Args
-	pairs  float64 // allowed (q, kv) pairs summed over the batch, per head
-	dflash bool
+	dims    flex.Dims
+	mask    *flex.MaskProgram
+	args    *flex.Args
+	pairs   float64 // allowed (q, kv) pairs summed over the batch, per head
+	dflash  bool
+	anchors []int32 // dflash: [batch, anchors]
+	docIDs  []int32 // document: [batch, seq]
 }
 
 func (o cudaBenchOptions) problem(r *rand.Rand) (*cudaBenchCase, error) {
@@ -175,6 +182,7 @@ func (o cudaBenchOptions) problem(r *rand.Rand) (*cudaBenchCase, error) {
 			ids[i] = int32((i % o.Seq) / o.DocLen)
 		}
 		c.args.SetIntTensor(flex.DocIDs, ids, o.Batch, o.Seq)
+		c.docIDs = ids
 		for s := 0; s < o.Seq; s += o.DocLen {
 			l := float64(min(o.DocLen, o.Seq-s))
 			c.pairs += l * (l + 1) / 2
@@ -198,7 +206,7 @@ func (o cudaBenchOptions) problem(r *rand.Rand) (*cudaBenchCase, error) {
 		for b := 0; b < o.Batch; b++ {
 			an = append(an, row...)
 		}
-		c.args = flex.DFlashArgs(o.Context, an, o.Anchors, nil)
+		c.args, c.anchors = flex.DFlashArgs(o.Context, an, o.Anchors, nil), an
 		for _, a := range row { // a block sees the a context positions before it and itself
 			c.pairs += float64(o.BlockSize) * float64(int(a)+o.BlockSize)
 		}
@@ -480,7 +488,42 @@ func timeAttention(dev *gpu.Device, att *flexcuda.Attention, bld *flexcuda.Build
 		return att.Backward(dev, c)
 	})
 	slog.Info("forward+backward", "ms", rep.FwdBwdMS)
-	return err
+	if err != nil || o.Save == "" {
+		return err
+	}
+	return saveCall(dev, att, c, pc, in, o)
+}
+
+// saveCall runs one forward and backward on c and writes its inputs and
+// results to o.Save.
+func saveCall(dev *gpu.Device, att *flexcuda.Attention, c *flexcuda.Call, pc *cudaBenchCase, in halfInputs, o cudaBenchOptions) error {
+	if err := att.Forward(dev, c); err != nil {
+		return err
+	}
+	if err := att.Backward(dev, c); err != nil {
+		return err
+	}
+	d := pc.dims
+	nq, nk := len(in.q), len(in.k)
+	dump := &attnDump{dims: d, fp16: o.FP16,
+		halves: map[string][]uint16{"q": in.q, "k": in.k, "v": in.v, "dout": in.dout,
+			"out": make([]uint16, nq), "dq": make([]uint16, nq), "dk": make([]uint16, nk), "dv": make([]uint16, nk)}}
+	for name, b := range map[string]gpu.Buffer{"out": c.Out, "dq": c.DQ, "dk": c.DK, "dv": c.DV} {
+		if err := gpu.Download(dev, dump.halves[name], b); err != nil {
+			return err
+		}
+	}
+	dump.meta, dump.floats, dump.shapes = o.dumpMeta(pc)
+	lse := make([]float32, d.Batch*d.HeadsQ*d.LenQ)
+	if err := gpu.Download(dev, lse, c.LSE); err != nil {
+		return err
+	}
+	dump.floats["lse"], dump.shapes["lse"] = lse, []int{d.Batch, d.HeadsQ, d.LenQ}
+	if err := dump.write(o.Save); err != nil {
+		return err
+	}
+	slog.Info("saved the call", "file", o.Save)
+	return nil
 }
 
 func msf(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
