@@ -198,6 +198,41 @@ __device__ __forceinline__ void flex_wg_load(flex_t *sm, const flex_t *g,
   }
 }
 
+// ---- warpgroup MMA (v6 kernels, sm_90a; flex_wgmma.cuh has the wrappers) ----
+// Shared-memory operands are described by flex_wg_desc: 128-byte swizzle,
+// tiles stored as [cols/64][rows][64] 16-bit elements, 16-byte chunk c of
+// row r at chunk c ^ (r & 7), every 8-row group 1024 bytes, atoms aligned
+// to 1024 bytes. K-major operands (the reduction dimension contiguous) use
+// sbo = 1024; MN-major ones (transposed, trans flag 1) also give lbo, the
+// byte stride between 64-column atoms along M or N.
+#if FLEX_FP16
+#define FLEX_WG_AB "f16"
+#else
+#define FLEX_WG_AB "bf16"
+#endif
+
+__device__ __forceinline__ unsigned long long flex_wg_desc(const void *p, int lbo, int sbo) {
+  unsigned long long a = (unsigned long long)(unsigned)__cvta_generic_to_shared(p);
+  return ((a & 0x3FFFF) >> 4) | ((unsigned long long)((lbo >> 4) & 0x3FFF) << 16) |
+         ((unsigned long long)((sbo >> 4) & 0x3FFF) << 32) | (1ull << 62);
+}
+
+__device__ __forceinline__ void flex_wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void flex_wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void flex_wg_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+}
+// flex_fence_async orders this thread's generic-proxy shared-memory writes
+// (st.shared, cp.async) before later reads by the tensor cores.
+__device__ __forceinline__ void flex_fence_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+// flex_wg_keep marks a[] as read here, so that the compiler keeps the A
+// fragments of an in-flight wgmma in their registers until after the wait
+// that retires it (the asm that issued it consumed them, as far as the
+// compiler knows; reusing those registers makes ptxas serialize, C7513).
+__device__ __forceinline__ void flex_wg_keep(const unsigned (&a)[4]) {
+  asm volatile("" ::"r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]));
+}
+
 // ---- tensor cores ----
 __device__ __forceinline__ void flex_ldm_x4(unsigned &r0, unsigned &r1,
                                             unsigned &r2, unsigned &r3,
