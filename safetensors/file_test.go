@@ -184,6 +184,8 @@ func TestWriteErrors(t *testing.T) {
 		{"bad-dtype", []Tensor{{Name: "w", Shape: []int{1}, DType: "I32", Data: []float32{1}}}, `cannot write dtype "I32"`},
 		{"duplicate", []Tensor{{Name: "w", Shape: []int{1}, Data: []float32{1}}, {Name: "w", Shape: []int{1}, Data: []float32{2}}}, `"w" appears twice`},
 		{"reserved-name", []Tensor{{Name: "__metadata__", Shape: []int{1}, Data: []float32{1}}}, `not allowed`},
+		{"raw-size", []Tensor{{Name: "w", Shape: []int{3}, DType: "BF16", Raw: make([]byte, 4)}}, `needs 6 bytes, raw data has 4`},
+		{"raw-unknown-dtype", []Tensor{{Name: "w", Shape: []int{1}, DType: "Q4", Raw: make([]byte, 1)}}, `cannot write dtype "Q4"`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -200,6 +202,40 @@ func TestWriteErrors(t *testing.T) {
 	ents, _ := os.ReadDir(dir)
 	if len(ents) != 1 {
 		t.Errorf("temporary files left behind: %v", ents)
+	}
+}
+
+// TestWriteRaw writes tensors given as raw bytes (bf16 bits, int32) beside a
+// converted one and reads the same bytes and values back.
+func TestWriteRaw(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "raw.safetensors")
+	bf := []byte{0x80, 0x3f, 0x00, 0xc0, 0x49, 0x40} // bf16 1, -2, 3.140625
+	i32 := []byte{7, 0, 0, 0, 0xff, 0xff, 0xff, 0xff}
+	ts := []Tensor{{Name: "h", Shape: []int{3}, DType: "BF16", Raw: bf}, {Name: "i", Shape: []int{2}, DType: "I32", Raw: i32},
+		{Name: "f", Shape: []int{1}, Data: []float32{0.25}}}
+	if err := Write(path, ts, map[string]string{"k": "v"}); err != nil {
+		t.Fatal(err)
+	}
+	f, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for name, want := range map[string][]byte{"h": bf, "i": i32} {
+		got, err := f.Bytes(name)
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("%s: bytes %v (%v), want %v", name, got, err, want)
+		}
+	}
+	h, _ := f.Float32("h")
+	if h[0] != 1 || h[1] != -2 || h[2] != 3.140625 {
+		t.Errorf("bf16 values %v", h)
+	}
+	if i, ok := f.Info("i"); !ok || i.DType != "I32" {
+		t.Errorf("int tensor info %+v", i)
+	}
+	if v, _ := f.Float32("f"); v[0] != 0.25 {
+		t.Errorf("converted tensor %v", v)
 	}
 }
 

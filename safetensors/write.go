@@ -15,11 +15,14 @@ import (
 
 // Tensor is one tensor to write: Data holds the values, converted on write to DType
 // ("F32", "BF16", "F16" or "F64"; empty means "F32"). BF16 and F16 round to nearest even.
+// Raw, when not nil, holds the tensor's little-endian bytes in DType (any dtype this
+// package reads), written as they are; Data is then not used.
 type Tensor struct {
 	Name  string
 	Shape []int
 	DType string
 	Data  []float32
+	Raw   []byte
 }
 
 // Encode writes tensors (in name order) and string metadata in safetensors format to w.
@@ -54,8 +57,8 @@ func Encode(w io.Writer, tensors []Tensor, metadata map[string]string) error {
 		}
 		dt := t.dtype()
 		esize, ok := dtypeSize[dt]
-		if !ok || dt != "F32" && dt != "BF16" && dt != "F16" && dt != "F64" {
-			return fmt.Errorf("safetensors: tensor %q: cannot write dtype %q (F32, BF16, F16, F64 are supported)", t.Name, t.DType)
+		if !ok || t.Raw == nil && dt != "F32" && dt != "BF16" && dt != "F16" && dt != "F64" {
+			return fmt.Errorf("safetensors: tensor %q: cannot write dtype %q (F32, BF16, F16, F64 are supported; raw bytes of any dtype read here)", t.Name, t.DType)
 		}
 		n := 1
 		for _, d := range t.Shape {
@@ -64,7 +67,10 @@ func Encode(w io.Writer, tensors []Tensor, metadata map[string]string) error {
 			}
 			n *= d
 		}
-		if n != len(t.Data) {
+		if t.Raw != nil && len(t.Raw) != n*esize {
+			return fmt.Errorf("safetensors: tensor %q: shape %v of %s needs %d bytes, raw data has %d", t.Name, t.Shape, dt, n*esize, len(t.Raw))
+		}
+		if t.Raw == nil && n != len(t.Data) {
 			return fmt.Errorf("safetensors: tensor %q: shape %v has %d elements, data has %d", t.Name, t.Shape, n, len(t.Data))
 		}
 		if len(metadata) > 0 || i > 0 {
@@ -95,6 +101,12 @@ func Encode(w io.Writer, tensors []Tensor, metadata map[string]string) error {
 	const chunk = 1 << 18 // elements converted per write
 	var buf []byte
 	for _, t := range ts {
+		if t.Raw != nil {
+			if _, err := w.Write(t.Raw); err != nil {
+				return err
+			}
+			continue
+		}
 		esize := dtypeSize[t.dtype()]
 		for i := 0; i < len(t.Data); i += chunk {
 			part := t.Data[i:min(i+chunk, len(t.Data))]

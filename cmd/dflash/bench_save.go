@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/binary"
 	"fmt"
 	"strconv"
 
@@ -21,12 +22,13 @@ type attnDump struct {
 	shapes map[string][]int     // shapes of the floats
 }
 
-// write stores d at path (atomically) as safetensors: halves in their
-// storage dtype, floats as F32, meta and the dims as string metadata.
+// write stores d at path (atomically) as safetensors: halves as their raw
+// bits in the storage dtype, floats as F32, meta and the dims as string
+// metadata.
 func (d *attnDump) write(path string) error {
-	dt, conv := "BF16", safetensors.BF16ToFloat32
+	dt := "BF16"
 	if d.fp16 {
-		dt, conv = "F16", safetensors.F16ToFloat32
+		dt = "F16"
 	}
 	dm := d.dims
 	qs := []int{dm.Batch, dm.HeadsQ, dm.LenQ, dm.HeadDim}
@@ -41,11 +43,11 @@ func (d *attnDump) write(path string) error {
 		if n := s[0] * s[1] * s[2] * s[3]; len(h) != n {
 			return fmt.Errorf("bench --save: tensor %s has %d values, dims %+v need %d", name, len(h), dm, n)
 		}
-		f := make([]float32, len(h))
-		for i, x := range h {
-			f[i] = conv(x) // exact: every bf16/fp16 value is a float32
+		raw := make([]byte, 0, 2*len(h)) // the bits as they are, little-endian
+		for _, x := range h {
+			raw = binary.LittleEndian.AppendUint16(raw, x)
 		}
-		ts = append(ts, safetensors.Tensor{Name: name, Shape: s, DType: dt, Data: f})
+		ts = append(ts, safetensors.Tensor{Name: name, Shape: s, DType: dt, Raw: raw})
 	}
 	for name, f := range d.floats {
 		ts = append(ts, safetensors.Tensor{Name: name, Shape: d.shapes[name], Data: f})
