@@ -26,7 +26,7 @@ type Config struct {
 	// forward 3, 4, 5 or 6 (wgmma, Hopper only), backward 3, 4 or 6 (wgmma,
 	// Hopper only, not Deterministic); 0 means the environment's
 	// DFLASH_FLEX_FWD / DFLASH_FLEX_BWD when set, else the default of
-	// DefaultVariants.
+	// DefaultFwdVariant and DefaultBwdVariant.
 	FwdVariant, BwdVariant int
 	// Deterministic selects a backward without atomics, so that two calls on
 	// the same inputs give bit-identical DQ, DK and DV: DQ comes from a
@@ -38,13 +38,11 @@ type Config struct {
 	Deterministic bool
 }
 
-// DefaultVariants returns the forward and backward kernel versions used for
-// head dimension d when Config leaves them 0, chosen from the ratio tables
-// in docs/PERF.md: the wgmma kernels (v6), which need a Hopper GPU (sm_90;
-// elsewhere choose 4 and 4). The deterministic backward uses v4.
-func DefaultVariants(d int) (fwd, bwd int) {
-	return 6, 6
-}
+// DefaultFwdVariant and DefaultBwdVariant are the kernel versions used when
+// Config leaves them 0, chosen from the ratio tables in docs/PERF.md: the
+// wgmma kernels (v6), which need a Hopper GPU (sm_90; elsewhere choose 4
+// and 4), at every head dimension. The deterministic backward uses v4.
+const DefaultFwdVariant, DefaultBwdVariant = 6, 6
 
 // variant resolves one of Config's variant fields: v, else the
 // environment's env, else def; the result must lie in [3, max].
@@ -115,12 +113,11 @@ func New(cache *jit.Cache, mask *flex.MaskProgram, score *flex.ScoreProgram, cfg
 	if cfg.BlockKV == 0 {
 		cfg.BlockKV = flex.DefaultBlock
 	}
-	df, db := DefaultVariants(cfg.HeadDim)
-	fv, err := variant(cfg.FwdVariant, "DFLASH_FLEX_FWD", df, 6)
+	fv, err := variant(cfg.FwdVariant, "DFLASH_FLEX_FWD", DefaultFwdVariant, 6)
 	if err != nil {
 		return nil, err
 	}
-	bv, err := variant(cfg.BwdVariant, "DFLASH_FLEX_BWD", db, 6)
+	bv, err := variant(cfg.BwdVariant, "DFLASH_FLEX_BWD", DefaultBwdVariant, 6)
 	if err != nil {
 		return nil, err
 	}
