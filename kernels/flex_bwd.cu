@@ -386,12 +386,6 @@ extern "C" __global__ void __launch_bounds__(FLEX_BWD_NT)
 }
 #endif // FLEX_BWD_WG
 
-// (plus 8 * nqb bytes for the block lists, added at launch).
-#define FLEX_BWD_SMEM                                                          \
-  ((2 * FLEX_BKV * FLEX_D + 4 * FLEX_BMQ * FLEX_D +                            \
-    FLEX_DQ_ATOMIC * FLEX_BMQ * FLEX_BKV) * 2 +                                \
-   4 * FLEX_BMQ * 4)
-
 // flex_bwd_dq_convert writes dQ = dQacc in the storage type.
 extern "C" __global__ void __launch_bounds__(256)
     flex_bwd_dq_convert(const float *__restrict__ dQacc, flex_t *__restrict__ dQ,

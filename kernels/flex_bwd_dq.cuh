@@ -176,8 +176,3 @@ extern "C" __global__ void __launch_bounds__(FLEX_DQ_NT)
           flex_pack2(dq[n][2] * scale, dq[n][3] * scale);
   }
 }
-
-// FLEX_DQ_SMEM is the dynamic shared memory flex_bwd_dq needs, in bytes
-// (plus 8 * nkvb bytes for the block lists, added at launch).
-#define FLEX_DQ_SMEM                                                           \
-  ((2 * FLEX_BQ + 4 * FLEX_DQ_BN) * FLEX_D * 2 + 2 * FLEX_BQ * 4)

@@ -300,12 +300,3 @@ extern "C" __global__ void __launch_bounds__(256, 1)
 #endif
   }
 }
-
-// Dynamic shared memory of the v6 flex_bwd_dkdv in bytes, plus 8 * nqb for
-// the block lists added at launch; 1024 bytes of slack for the alignment.
-#define FLEX_BWD_WG_STAGES (FLEX_D == 256 ? 2 : 3)
-#define FLEX_BWD_WG_SDS (FLEX_D == 256 ? 1 : 2)
-#define FLEX_BWD_WG_SMEM                                                       \
-  ((2 * FLEX_BKV * FLEX_D + 2 * FLEX_BWD_WG_STAGES * FLEX_BMQ * FLEX_D +       \
-    FLEX_BWD_WG_SDS * FLEX_BKV * 64) * 2 +                                     \
-   2 * FLEX_BWD_WG_STAGES * FLEX_BMQ * 4 + 1024)

@@ -313,6 +313,3 @@ extern "C" __global__ void __launch_bounds__(FLEX_FWD_NT)
   }
 }
 
-// flex_fwd_smem is the dynamic shared memory flex_fwd needs, in bytes.
-// (plus 8 * nkvb bytes for the block lists, added at launch).
-#define FLEX_FWD_SMEM ((FLEX_BQ + 4 * FLEX_BN) * FLEX_D * 2)

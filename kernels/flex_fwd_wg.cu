@@ -78,7 +78,7 @@ extern "C" __global__ void __launch_bounds__(FLEX_WG_NT, 1)
   constexpr int SUB = FLEX_BKV / BN;
 
   extern __shared__ __align__(1024) unsigned char flex_smem_raw[];
-  // wgmma's swizzle needs 1024-byte aligned tiles (FLEX_FWD_WG_SMEM has the slack).
+  // wgmma's swizzle needs 1024-byte aligned tiles (FwdResources adds the slack).
   unsigned char *flex_smem = flex_smem_raw + ((1024 - (flex_smem_addr(flex_smem_raw) & 1023)) & 1023);
   flex_t *sQ = (flex_t *)flex_smem;
   flex_t *sK = sQ + BQ * D;     // [2][BN*D]: K of tiles t+1 and t+2
@@ -262,6 +262,3 @@ extern "C" __global__ void __launch_bounds__(FLEX_WG_NT, 1)
   }
 }
 
-// Dynamic shared memory of flex_fwd (v6) in bytes, plus 8 * nkvb for the
-// block lists added at launch; 1024 bytes of slack for the alignment.
-#define FLEX_FWD_WG_SMEM ((FLEX_BQ + 4 * FLEX_WG_BN) * FLEX_D * 2 + 1024)

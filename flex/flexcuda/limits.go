@@ -15,7 +15,7 @@ type Resources struct {
 
 // FwdResources is the launch shape of flex_fwd for s with nkvb kv blocks.
 func FwdResources(s Spec, nkvb int) Resources {
-	if s.FwdV6 { // FLEX_FWD_WG_SMEM of flex_fwd_wg.cu: two K and two V tiles, 1024 bytes of alignment slack
+	if s.FwdV6 { // flex_fwd_wg.cu's tiles: Q, two K and two V tiles; 1024 bytes of alignment slack
 		bn := 128 // FLEX_WG_BN
 		if s.HeadDim == 256 {
 			bn = 64
@@ -34,7 +34,7 @@ func FwdResources(s Spec, nkvb int) Resources {
 
 // BwdResources is the launch shape of flex_bwd_dkdv for s with nqb q blocks.
 func BwdResources(s Spec, nqb int) Resources {
-	if s.BwdV6 { // FLEX_BWD_WG_SMEM of flex_bwd_wg.cuh
+	if s.BwdV6 { // flex_bwd_wg.cuh's tiles: K, V, nst stages of Q and dO, nds dS^T buffers, LSE/Dlt; alignment slack
 		bm, nst, nds := 64, 3, 2 // q rows per tile, Q/dO stages, dS^T buffers
 		if s.HeadDim == 256 {
 			bm, nst, nds = 32, 2, 1
