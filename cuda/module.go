@@ -133,6 +133,15 @@ func (a *Args) I64(v int64) *Args { return a.push(uint64(v)) }
 // F32 appends a float argument.
 func (a *Args) F32(v float32) *Args { return a.push(uint64(math.Float32bits(v))) }
 
+// TensorMap appends a CUtensorMap argument (a __grid_constant__ parameter
+// of 128 bytes). The launch copies it: m must stay unchanged until the
+// launch call returns.
+func (a *Args) TensorMap(m *TensorMap) *Args {
+	a.push(0)
+	a.ptrs[a.n-1] = m.ptr()
+	return a
+}
+
 // F64 appends a double argument.
 func (a *Args) F64(v float64) *Args { return a.push(math.Float64bits(v)) }
 

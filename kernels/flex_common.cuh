@@ -233,6 +233,66 @@ __device__ __forceinline__ void flex_wg_keep(const unsigned (&a)[4]) {
   asm volatile("" ::"r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]));
 }
 
+// ---- tensor memory access and mbarriers (v7 kernels, sm_90a) ----
+// FlexTmap is a CUtensorMap (cuTensorMapEncodeTiled), passed by value as a
+// __grid_constant__ kernel parameter; the copy engine reads it there.
+struct __align__(64) FlexTmap {
+  unsigned long long v[16];
+};
+#define FLEX_TMAP_PARAMS                                                       \
+  const __grid_constant__ FlexTmap tmQ, const __grid_constant__ FlexTmap tmK,  \
+      const __grid_constant__ FlexTmap tmV
+
+__device__ __forceinline__ void flex_mbar_init(unsigned long long *bar, unsigned count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(flex_smem_addr(bar)), "r"(count) : "memory");
+}
+// flex_mbar_fence_init makes initialised barriers visible to the copy
+// engine (a CTA barrier must follow before they are used).
+__device__ __forceinline__ void flex_mbar_fence_init() {
+  asm volatile("fence.mbarrier_init.release.cluster;\nfence.proxy.async.shared::cta;\n" ::: "memory");
+}
+// flex_mbar_expect arrives on bar and adds bytes to the transaction count
+// that the copies completing on it must deliver before its phase ends.
+__device__ __forceinline__ void flex_mbar_expect(unsigned long long *bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(flex_smem_addr(bar)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void flex_mbar_arrive(unsigned long long *bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(flex_smem_addr(bar)) : "memory");
+}
+// flex_mbar_wait returns once the phase of bar with the given parity has
+// completed (a fresh barrier counts its phase of parity 1 as completed).
+__device__ __forceinline__ void flex_mbar_wait(unsigned long long *bar, unsigned parity) {
+  asm volatile("{\n.reg .pred p;\nFLEX_MBAR_WAIT:\n"
+               "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+               "@!p bra FLEX_MBAR_WAIT;\n}\n" ::"r"(flex_smem_addr(bar)), "r"(parity) : "memory");
+}
+// flex_tma_load3 copies the box at (x, y, z) of the 3-D tensor map tm into
+// shared memory at dst; its bytes complete on bar. Rows past the tensor's
+// extent arrive as zeros.
+__device__ __forceinline__ void flex_tma_load3(void *dst, const FlexTmap *tm, int x, int y, int z,
+                                               unsigned long long *bar) {
+  asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
+               " [%0], [%1, {%2, %3, %4}], [%5];\n"
+               ::"r"(flex_smem_addr(dst)), "l"((unsigned long long)tm), "r"(x), "r"(y), "r"(z),
+               "r"(flex_smem_addr(bar)) : "memory");
+}
+// Named barriers 1 and up (0 is __syncthreads): bar.sync waits until n
+// threads have arrived (bar.arrive arrives without waiting).
+__device__ __forceinline__ void flex_bar_sync(int id, int n) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+__device__ __forceinline__ void flex_bar_arrive(int id, int n) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+// setmaxnreg moves registers between the warpgroups of a CTA: the producer
+// gives up what the consumers take.
+template <int N> __device__ __forceinline__ void flex_regs_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+template <int N> __device__ __forceinline__ void flex_regs_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+
 // ---- tensor cores ----
 __device__ __forceinline__ void flex_ldm_x4(unsigned &r0, unsigned &r1,
                                             unsigned &r2, unsigned &r3,

@@ -1,42 +1,68 @@
 #!/usr/bin/env bash
 # gpu-attn-quick.sh: the short device call used for each kernel step in
 # docs/PERF.md: the Go GPU attention tests, then dflash's timings of every
-# case of scripts/flex_cases.sh (no PyTorch peer: scripts/gpu-attn.sh runs
-# both sides), optionally Nsight Compute stall reasons of case (a).
+# case of scripts/flex_cases.sh (no PyTorch timings: scripts/gpu-attn.sh
+# runs both sides), optionally a check against PyTorch on inputs saved from
+# Go, and Nsight Compute stall reasons of case (a).
 #
 # Built here first (no Go on the GPU machine):
 #   CGO_ENABLED=0 go test -c -o .devbuild/flexcuda.test ./flex/flexcuda
 #   CGO_ENABLED=0 go build -o .devbuild/dflash ./cmd/dflash
 # then on the device, carry [.devbuild/flexcuda.test, .devbuild/dflash]:
-#   [TEST_VARIANTS="default 4"] [VARIANTS="default 4"] [PEER=a_causal_d256] [NCU=1] bash scripts/gpu-attn-quick.sh
+#   [TEST_VARIANTS="default 7/6"] [VARIANTS="6/6 7/6 7/6:FLEX_WS_PP=0"] [CASES_ONLY=a_causal_d128,b_dflash]
+#   [PEER=a_causal_d256] [SAVE=b_dflash] [NCU=1] bash scripts/gpu-attn-quick.sh
 # TEST_VARIANTS runs the tests and VARIANTS times each case once per listed
-# kernel version (DFLASH_FLEX_FWD and DFLASH_FLEX_BWD set alike; "default":
-# neither set), side by side in the same call.
+# kernel version, side by side in the same call. A version is "default"
+# (nothing set), "F" (DFLASH_FLEX_FWD and DFLASH_FLEX_BWD both F), "F/B", and
+# any of these followed by ":NAME=v,..." (DFLASH_FLEX_DEFINES). SAVE saves
+# one call of each listed case (default version) and compares it with
+# PyTorch's flex_attention on those inputs (bench/flex_peer.py --check).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 . scripts/flex_cases.sh
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv,noheader
-for v in ${TEST_VARIANTS:-default}; do
+# venv sets env to the environment of version token $1.
+venv() {
   env=()
-  [ "$v" != default ] && env=(DFLASH_FLEX_FWD=$v DFLASH_FLEX_BWD=$v)
+  local v=${1%%:*} defs=
+  [[ $1 == *:* ]] && defs=${1#*:}
+  [ -n "$defs" ] && env+=(DFLASH_FLEX_DEFINES=$defs)
+  [ "$v" = default ] && return
+  env+=(DFLASH_FLEX_FWD=${v%%/*} DFLASH_FLEX_BWD=${v##*/})
+}
+for v in ${TEST_VARIANTS:-default}; do
+  venv "$v"
   env "${env[@]}" timeout 90 .devbuild/flexcuda.test -test.v -test.run 'TestGPUAttention$|TestGPUDeterministic|TestGPUSpecialisation' \
     -test.timeout 89s > /tmp/gpu-quick-test.log 2>&1
   echo "tests ($v) exit $?"
   grep -E -- '^(--- |PASS|FAIL|ok)|panic' /tmp/gpu-quick-test.log | sort | uniq -c | head -12
+  grep -E -- 'FAIL|Error|error' /tmp/gpu-quick-test.log | head -8 | cut -c1-300
 done
 C=$(mktemp -d)
 for c in "${CASES[@]}"; do
   set -- $c
   n=$1
   shift
+  [ -n "${CASES_ONLY:-}" ] && [[ ",$CASES_ONLY," != *",$n,"* ]] && continue
   for v in ${VARIANTS:-default}; do
-    env=()
-    [ "$v" != default ] && env=(DFLASH_FLEX_FWD=$v DFLASH_FLEX_BWD=$v)
+    venv "$v"
     env "${env[@]}" timeout 30 .devbuild/dflash bench attention --device cuda --cache-dir "$C" --json \
-      --reps 20 --reps-fb 10 --warmup 3 --build-reps 2 "$@" > /tmp/gpu-quick.json 2>/dev/null
-    echo "$n $v exit $? $(python3 -c "import json;d=json.load(open('/tmp/gpu-quick.json'));print('fwd %.3f f+b %.3f'%(d['forward_ms'],d['forward_backward_ms']), d['spec'], [(k['name'],k['registers'],k['local_bytes']) for k in d['compile']['kernels'] if k['name'] in ('flex_fwd','flex_bwd_dkdv')])" 2>&1 | tail -1)"
+      --reps 20 --reps-fb 10 --warmup 3 --build-reps 2 "$@" > /tmp/gpu-quick.json 2>/tmp/gpu-quick.err
+    echo "$n $v exit $? $(python3 -c "import json;d=json.load(open('/tmp/gpu-quick.json'));print('fwd %.3f f+b %.3f'%(d['forward_ms'],d['forward_backward_ms']), d['spec'], [(k['name'],k['registers'],k['local_bytes']) for k in d['compile']['kernels'] if k['name'] in ('flex_fwd','flex_bwd_dkdv')])" 2>&1 | tail -1) $(tail -c 300 /tmp/gpu-quick.err)"
   done
 done
+if [ -n "${SAVE:-}" ]; then # dflash's outputs against PyTorch on the same inputs
+  S=$(mktemp -d)
+  for c in "${CASES[@]}"; do
+    set -- $c
+    n=$1
+    shift
+    [[ ",$SAVE," != *",$n,"* ]] && continue
+    timeout 60 .devbuild/dflash bench attention --device cuda --cache-dir "$C" --json --reps 2 --reps-fb 1 --warmup 1 --build-reps 1 \
+      --save "$S/ours_$n.safetensors" "$@" > /dev/null 2>/tmp/gpu-quick.err || { echo "save $n failed"; tail -5 /tmp/gpu-quick.err; }
+  done
+  PYTHONUNBUFFERED=1 timeout 200 python3 bench/flex_peer.py --cases "$SAVE" --check "$S" --check-only 2>&1 | grep -E '^\{|Error' | cut -c1-600
+fi
 if [ -n "${PEER:-}" ]; then # PyTorch compiled flex_attention on these cases (comma list)
   PYTHONUNBUFFERED=1 timeout 200 python3 bench/flex_peer.py --cases "$PEER" --json /tmp/gpu-quick-peer.json 2>&1 | grep -E '^\{' | cut -c1-300
 fi

@@ -97,6 +97,7 @@ type attnDev struct {
 	dq, gsum             *fn // deterministic backward's dQ pass and group sum
 	args                 *cuda.Args
 	slots                []uint64
+	tmaps                [3]*cuda.TensorMap // v7 forward: Q, K, V
 	dlt, dqacc           gpu.Buffer
 	dkacc, dvacc         gpu.Buffer // fp32 dK, dV of the split backward (v4, GQA)
 }
@@ -113,7 +114,7 @@ func New(cache *jit.Cache, mask *flex.MaskProgram, score *flex.ScoreProgram, cfg
 	if cfg.BlockKV == 0 {
 		cfg.BlockKV = flex.DefaultBlock
 	}
-	fv, err := variant(cfg.FwdVariant, "DFLASH_FLEX_FWD", DefaultFwdVariant, 6)
+	fv, err := variant(cfg.FwdVariant, "DFLASH_FLEX_FWD", DefaultFwdVariant, 7)
 	if err != nil {
 		return nil, err
 	}
@@ -128,7 +129,7 @@ func New(cache *jit.Cache, mask *flex.MaskProgram, score *flex.ScoreProgram, cfg
 		bv = 4 // v6 has atomic dQ only
 	}
 	spec := Spec{HeadDim: cfg.HeadDim, FP16: cfg.FP16, Group: cfg.Group, BlockQ: cfg.BlockQ, BlockKV: cfg.BlockKV, MaskHash: mask.Hash(),
-		FwdV4: fv == 4 || fv == 5, FwdV5: fv == 5, FwdV6: fv == 6, BwdV4: bv == 4, BwdV6: bv == 6, Deterministic: cfg.Deterministic}
+		FwdV4: fv == 4 || fv == 5, FwdV5: fv == 5, FwdV6: fv == 6, FwdV7: fv == 7, BwdV4: bv == 4, BwdV6: bv == 6, Deterministic: cfg.Deterministic}
 	var sp []flex.Param
 	if score != nil {
 		spec.ScoreHash = score.Hash()
@@ -164,7 +165,7 @@ func New(cache *jit.Cache, mask *flex.MaskProgram, score *flex.ScoreProgram, cfg
 	}
 	a.fwd = newModule(cache, "flex_fwd", fsrc, params)
 	a.bwd = newModule(cache, "flex_bwd", bsrc, params)
-	a.fwd.wgmma, a.bwd.wgmma = spec.FwdV6, spec.BwdV6
+	a.fwd.wgmma, a.bwd.wgmma = spec.fwdWgmma(), spec.BwdV6
 	return a, nil
 }
 
@@ -353,6 +354,12 @@ func (a *Attention) forward(d *gpu.Device, st *attnDev, c *Call) error {
 		Ptr(m.KVNum.Ptr).Ptr(m.KVIdx.Ptr).Ptr(m.FullKVNum.Ptr).Ptr(m.FullKVIdx.Ptr).
 		I32(int32(dm.HeadsQ)).I32(int32(dm.LenQ)).I32(int32(dm.LenKV)).I32(int32(m.MaskBatch)).I32(int32(m.MaskHeads)).
 		I32(int32(m.NumQBlocks)).I32(int32(m.NumKVBlocks)).F32(a.scale(c))
+	if a.spec.FwdV7 {
+		if err := a.tensorMaps(st, c); err != nil {
+			return err
+		}
+		args.TensorMap(st.tmaps[0]).TensorMap(st.tmaps[1]).TensorMap(st.tmaps[2])
+	}
 	for _, s := range st.slots[:n] {
 		args.I64(int64(s))
 	}
@@ -361,6 +368,35 @@ func (a *Attention) forward(d *gpu.Device, st *attnDev, c *Call) error {
 		grid = cuda.Dim(uint32(dm.HeadsQ*dm.Batch), uint32(m.NumQBlocks), 1)
 	}
 	return st.fwd.launch(d, c.Stream, grid, smem, args)
+}
+
+// tensorMaps describes c's Q, K and V to the v7 forward's copy engine: each
+// a [batch*heads][len][head dim] tensor copied in boxes of 64 columns (128
+// bytes, swizzled as warpgroup MMA reads them) by a tile of rows; rows past
+// the length arrive as zeros.
+func (a *Attention) tensorMaps(st *attnDev, c *Call) error {
+	dm, D := c.Dims, uint64(a.spec.HeadDim)
+	bn, _ := a.spec.fwdTiles()
+	dt := cuda.TensorMapBFloat16
+	if a.spec.FP16 {
+		dt = cuda.TensorMapFloat16
+	}
+	for i, t := range []struct {
+		name      string
+		p         cuda.DevicePtr
+		heads     int
+		len, rows int
+	}{{"Q", c.Q.Ptr, dm.HeadsQ, dm.LenQ, a.spec.BlockQ}, {"K", c.K.Ptr, dm.HeadsKV, dm.LenKV, bn}, {"V", c.V.Ptr, dm.HeadsKV, dm.LenKV, bn}} {
+		if st.tmaps[i] == nil {
+			st.tmaps[i] = cuda.NewTensorMap()
+		}
+		err := cuda.EncodeTiled(st.tmaps[i], dt, t.p, []uint64{D, uint64(t.len), uint64(dm.Batch * t.heads)},
+			[]uint64{D * 2, uint64(t.len) * D * 2}, []uint32{64, uint32(t.rows), 1}, cuda.Swizzle128B)
+		if err != nil {
+			return fmt.Errorf("flexcuda: forward v7: Call.%s: %w", t.name, err)
+		}
+	}
+	return nil
 }
 
 // Backward computes DQ, DK and DV (and the score tensors' gradients) from
@@ -440,6 +476,12 @@ func (a *Attention) Backward(d *gpu.Device, c *Call) error {
 		Ptr(m.QNum.Ptr).Ptr(m.QIdx.Ptr).Ptr(m.FullQNum.Ptr).Ptr(m.FullQIdx.Ptr).
 		I32(int32(dm.HeadsQ)).I32(int32(dm.LenQ)).I32(int32(dm.LenKV)).I32(int32(m.MaskBatch)).I32(int32(m.MaskHeads)).
 		I32(int32(m.NumQBlocks)).I32(int32(m.NumKVBlocks)).F32(a.scale(c))
+	if a.spec.FwdV7 {
+		if err := a.tensorMaps(st, c); err != nil {
+			return err
+		}
+		args.TensorMap(st.tmaps[0]).TensorMap(st.tmaps[1]).TensorMap(st.tmaps[2])
+	}
 	for _, s := range st.slots[:n] {
 		args.I64(int64(s))
 	}
@@ -489,6 +531,12 @@ func (a *Attention) backwardDQ(d *gpu.Device, st *attnDev, c *Call) error {
 		Ptr(c.DQ.Ptr).Ptr(m.KVNum.Ptr).Ptr(m.KVIdx.Ptr).Ptr(m.FullKVNum.Ptr).Ptr(m.FullKVIdx.Ptr).
 		I32(int32(dm.HeadsQ)).I32(int32(dm.LenQ)).I32(int32(dm.LenKV)).I32(int32(m.MaskBatch)).I32(int32(m.MaskHeads)).
 		I32(int32(m.NumQBlocks)).I32(int32(m.NumKVBlocks)).F32(a.scale(c))
+	if a.spec.FwdV7 {
+		if err := a.tensorMaps(st, c); err != nil {
+			return err
+		}
+		args.TensorMap(st.tmaps[0]).TensorMap(st.tmaps[1]).TensorMap(st.tmaps[2])
+	}
 	for _, s := range st.slots[:n] {
 		args.I64(int64(s))
 	}

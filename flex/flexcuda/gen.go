@@ -2,6 +2,8 @@ package flexcuda
 
 import (
 	"fmt"
+	"os"
+	"strconv"
 	"regexp"
 	"strings"
 
@@ -20,6 +22,7 @@ type Spec struct {
 	FwdV4     bool   // forward v4: 32 q rows per warp (D <= 128, q block 128), heavy q blocks first
 	FwdV5     bool   // forward v5 (with FwdV4): P packed right after exp2, softmax steps of 32 kv columns
 	FwdV6     bool   // forward v6: Hopper warpgroup MMA (wgmma, sm_90a), 64 q rows per warpgroup
+	FwdV7     bool   // forward v7: v6's products, warp specialised: a TMA producer warpgroup, consumers taking turns
 	BwdV4     bool   // backward v4: heavy kv blocks first; GQA: one CTA per query head, dK/dV by fp32 atomics
 	BwdV6     bool   // backward v6: v4's grid with dK, dV and dQ on wgmma (sm_90a; head dim 256: two CTAs per kv block); atomic dQ only
 	// Deterministic selects the backward without atomics: dQ by the
@@ -39,23 +42,29 @@ func (s Spec) fwdMT() int {
 
 // fwdThreads is the forward kernel's block size.
 func (s Spec) fwdThreads() int {
-	if s.FwdV6 {
+	switch {
+	case s.FwdV6:
 		return s.BlockQ / 64 * 128 // one warpgroup per 64 q rows
+	case s.FwdV7:
+		return s.BlockQ/64*128 + 128 // and the producer
 	}
 	return s.BlockQ / (16 * s.fwdMT()) * 32
 }
 
 // fwdTemplate is the forward kernel's template file.
 func (s Spec) fwdTemplate() string {
-	if s.FwdV6 {
+	switch {
+	case s.FwdV6:
 		return "flex_fwd_wg.cu"
+	case s.FwdV7:
+		return "flex_fwd_ws.cu"
 	}
 	return "flex_fwd.cu"
 }
 
 // fwdHeavyFirst reports whether the forward grid is (heads x batch, q
 // blocks), heaviest q blocks first (v4 and later).
-func (s Spec) fwdHeavyFirst() bool { return s.FwdV4 || s.FwdV6 }
+func (s Spec) fwdHeavyFirst() bool { return s.FwdV4 || s.FwdV6 || s.FwdV7 }
 
 // bwdSplit reports whether the backward runs one CTA per query head.
 func (s Spec) bwdSplit() bool { return (s.BwdV4 || s.BwdV6) && s.Group > 1 }
@@ -86,9 +95,27 @@ func (s Spec) splitMode() int {
 	return 1
 }
 
-// fwdVariant is the forward kernel version: 3, 4 or 5.
+// fwdWgmma reports whether the forward uses Hopper warpgroup MMA (sm_90a).
+func (s Spec) fwdWgmma() bool { return s.FwdV6 || s.FwdV7 }
+
+// fwdTiles returns the v6/v7 forward's kv rows per tile (FLEX_WG_BN) and
+// v7's K and V stages (FLEX_WS_ST): head dim 64 has room for four.
+func (s Spec) fwdTiles() (bn, stages int) {
+	bn, stages = 128, 2
+	switch s.HeadDim {
+	case 64:
+		stages = 4
+	case 256:
+		bn = 64
+	}
+	return bn, stages
+}
+
+// fwdVariant is the forward kernel version: 3 to 7.
 func (s Spec) fwdVariant() int {
 	switch {
+	case s.FwdV7:
+		return 7
 	case s.FwdV6:
 		return 6
 	case s.FwdV5:
@@ -140,8 +167,8 @@ func (s Spec) Validate() error {
 	if s.FwdV5 && !s.FwdV4 {
 		return fmt.Errorf("flexcuda: forward v5 builds on v4 (FwdV4 must be set)")
 	}
-	if s.FwdV6 && s.FwdV4 {
-		return fmt.Errorf("flexcuda: forward v6 (wgmma) excludes v4/v5")
+	if (s.FwdV6 || s.FwdV7) && s.FwdV4 || s.FwdV6 && s.FwdV7 {
+		return fmt.Errorf("flexcuda: forward v6 and v7 (wgmma) exclude each other and v4/v5")
 	}
 	if s.BwdV6 && (s.BwdV4 || s.Deterministic) {
 		return fmt.Errorf("flexcuda: backward v6 (wgmma) has atomic dQ only: not with v4 or Deterministic")
@@ -173,6 +200,11 @@ func Source(name string, s Spec, p Program) (string, error) {
 	if s.BwdV6 {
 		b.WriteString("#define FLEX_BWD_WG 1\n")
 	}
+	if s.FwdV7 {
+		_, st := s.fwdTiles()
+		fmt.Fprintf(&b, "#define FLEX_WS_ST %d\n", st)
+	}
+	b.WriteString(extraDefines())
 	fmt.Fprintf(&b, "#define FLEX_DQ_ATOMIC %d\n", b2i(!s.Deterministic))
 	return splice(name, b.String(), p)
 }
@@ -198,9 +230,9 @@ func splice(name, defines string, p Program) (string, error) {
 		return "", fmt.Errorf("flexcuda: %s does not include flex_common.cuh", name)
 	}
 	text := strings.Replace(string(body), inc, c, 1)
-	// Headers of one template (flex_bwd_dq.cuh, flex_bwd_wg.cuh, flex_wgmma.cuh) are inlined too:
+	// Headers of one template (flex_bwd_dq.cuh, flex_bwd_wg.cuh, flex_wgmma.cuh, flex_fwd_wg.cuh) are inlined too:
 	// NVRTC gets one self-contained source.
-	for _, h := range []string{"flex_bwd_dq.cuh", "flex_bwd_wg.cuh", "flex_wgmma.cuh"} {
+	for _, h := range []string{"flex_bwd_dq.cuh", "flex_bwd_wg.cuh", "flex_wgmma.cuh", "flex_fwd_wg.cuh"} {
 		hinc := `#include "` + h + `"`
 		if !strings.Contains(text, hinc) {
 			continue
@@ -223,4 +255,29 @@ func b2i(v bool) int {
 		return 1
 	}
 	return 0
+}
+
+// tuningKnobs are the template switches that DFLASH_FLEX_DEFINES may set
+// for kernel experiments (none changes a kernel's resources).
+var tuningKnobs = map[string]bool{"FLEX_WS_PP": true}
+
+// extraDefines returns the #defines of DFLASH_FLEX_DEFINES ("NAME=value,
+// ..."), for measuring a template switch side by side without a rebuild. The
+// source changes, so the kernel cache keeps the variants apart. Names
+// outside tuningKnobs are ignored with a warning on stderr.
+func extraDefines() string {
+	env := os.Getenv("DFLASH_FLEX_DEFINES")
+	if env == "" {
+		return ""
+	}
+	var b strings.Builder
+	for _, kv := range strings.Split(env, ",") {
+		name, val, _ := strings.Cut(strings.TrimSpace(kv), "=")
+		if _, err := strconv.Atoi(val); !tuningKnobs[name] || err != nil {
+			fmt.Fprintf(os.Stderr, "flexcuda: DFLASH_FLEX_DEFINES: %q is not NAME=integer with NAME a tuning switch of the kernels (%v); ignored\n", kv, tuningKnobs)
+			continue
+		}
+		fmt.Fprintf(&b, "#define %s %s\n", name, val)
+	}
+	return b.String()
 }

@@ -15,12 +15,11 @@ type Resources struct {
 
 // FwdResources is the launch shape of flex_fwd for s with nkvb kv blocks.
 func FwdResources(s Spec, nkvb int) Resources {
-	if s.FwdV6 { // flex_fwd_wg.cu's tiles: Q, two K and two V tiles; 1024 bytes of alignment slack
-		bn := 128 // FLEX_WG_BN
-		if s.HeadDim == 256 {
-			bn = 64
-		}
+	switch bn, st := s.fwdTiles(); {
+	case s.FwdV6: // flex_fwd_wg.cu's tiles: Q, two K and two V tiles; 1024 bytes of alignment slack
 		return Resources{Kernel: "flex_fwd", SharedMem: (s.BlockQ+4*bn)*s.HeadDim*2 + 1024 + 8*nkvb, Threads: s.fwdThreads()}
+	case s.FwdV7: // flex_fwd_ws.cu's: Q, st K and V stages, 1+4st mbarriers; alignment slack
+		return Resources{Kernel: "flex_fwd", SharedMem: (s.BlockQ+2*st*bn)*s.HeadDim*2 + 8*(1+4*st) + 1024 + 8*nkvb, Threads: s.fwdThreads()}
 	}
 	bn := 64 // FLEX_BN of flex_fwd.cu
 	switch {

@@ -1,0 +1,201 @@
+// flex_fwd_ws.cu: block-sparse flex attention forward on Hopper, warp
+// specialised (v7; sm_90a). Same contract and grid as flex_fwd_wg.cu (v6):
+//
+//   out[b,h,i,:] = sum_j softmax_j(score(q_i . k_j * scale) | mask) v_j
+//   lse[b,h,i]   = log sum_{j allowed} exp(score(q_i . k_j * scale))
+//
+// One CTA computes FLEX_BQ query rows of one (batch, query head) with one
+// producer warpgroup and FLEX_BQ/64 consumer warpgroups of 64 rows each.
+//
+// Producer: one thread issues tensor-memory-access copies (TMA) of Q and of
+// every K and V tile into FLEX_WS_ST stages; each stage has a "full"
+// mbarrier (the copy's bytes land) and an "empty" one (every consumer is
+// done reading it). The producer gives its registers to the consumers
+// (setmaxnreg), so these hold S, P and O without spilling.
+//
+// Consumers, per kv tile t (the products on warpgroup MMA as in v6):
+//   issue S(t+1) = Q K(t+1)^T and O += P(t) V(t); wait for S(t+1) and free
+//   K(t+1); online softmax of S(t+1) while P(t) V(t) runs; wait for it and
+//   free V(t); rescale O and pack P(t+1).
+// With two consumers, named barriers make them take turns issuing their
+// products (ping-pong): one warpgroup's softmax runs on the FP32 and SFU
+// units while the other's products run on the tensor cores.
+//
+// Only the non-empty kv blocks are visited, the partial ones first (mask per
+// element), then the full ones (no mask). GQA: query head h reads kv head
+// h / FLEX_GROUP (no copies). Rows past the lengths come in as zeros (the
+// tensor maps' extents are the lengths).
+//
+// Builds alone: nvcc -gencode=arch=compute_90a,code=sm_90a -Xptxas -v -cubin kernels/flex_fwd_ws.cu
+#include "flex_common.cuh"
+#include "flex_wgmma.cuh"
+#include "flex_fwd_wg.cuh" // the products, softmax and store of one warpgroup
+
+#ifndef FLEX_WS_ST
+#define FLEX_WS_ST 2 // K and V stages
+#endif
+#ifndef FLEX_WS_PP
+#define FLEX_WS_PP 1 // ping-pong between two consumer warpgroups
+#endif
+#define FLEX_WG_NWG (FLEX_BQ / 64)         // consumer warpgroups
+#define FLEX_WS_NT ((FLEX_WG_NWG + 1) * 128) // and the producer
+#define FLEX_WS_TURNS (FLEX_WS_PP && FLEX_WG_NWG == 2)
+
+extern "C" __global__ void __launch_bounds__(FLEX_WS_NT, 1)
+    flex_fwd(FLEX_FWD_PARAMS, FLEX_TMAP_PARAMS FLEX_ARG_PARAMS) {
+  const FlexArgs args = {{FLEX_ARG_VALUES}};
+  constexpr int D = FLEX_D, BQ = FLEX_BQ, BN = FLEX_WG_BN, ST = FLEX_WS_ST, NWG = FLEX_WG_NWG;
+  constexpr int SUB = FLEX_BKV / BN;
+  constexpr unsigned TILE_BYTES = BN * D * 2;
+
+  extern __shared__ __align__(1024) unsigned char flex_smem_raw[];
+  // The 128-byte swizzle of TMA and wgmma needs 1024-byte aligned tiles
+  // (FwdResources adds the slack).
+  unsigned char *flex_smem = flex_smem_raw + ((1024 - (flex_smem_addr(flex_smem_raw) & 1023)) & 1023);
+  flex_t *sQ = (flex_t *)flex_smem;
+  flex_t *sK = sQ + BQ * D;      // [ST][BN*D]
+  flex_t *sV = sK + ST * BN * D; // [ST][BN*D]
+  unsigned long long *fullQ = (unsigned long long *)(sV + ST * BN * D);
+  unsigned long long *fullK = fullQ + 1, *fullV = fullK + ST, *emptyK = fullV + ST, *emptyV = emptyK + ST;
+  int *sIdx = (int *)(emptyV + ST);
+
+  const int tid = threadIdx.x, lane = tid & 31, wg = tid >> 7;
+  // Grid (heads x batch, q blocks), heaviest q blocks of every head first.
+  const int qb = gridDim.y - 1 - blockIdx.y;
+  const int h = blockIdx.x % heads_q, b = blockIdx.x / heads_q;
+  const int hk = h / FLEX_GROUP;
+  const int heads_kv = heads_q / FLEX_GROUP;
+  const int q0 = qb * BQ;
+
+  if (tid == 0) {
+    flex_mbar_init(fullQ, 1);
+    for (int s = 0; s < ST; s++) {
+      flex_mbar_init(fullK + s, 1);
+      flex_mbar_init(fullV + s, 1);
+      flex_mbar_init(emptyK + s, NWG);
+      flex_mbar_init(emptyV + s, NWG);
+    }
+    flex_mbar_fence_init();
+  }
+  // The block list moves to shared memory (its barrier also publishes the
+  // mbarriers).
+  const FlexBlocks blk = flex_blocks(sIdx, kv_num, kv_idx, full_num, full_idx, b, h, qb,
+                                     bm_batch, bm_heads, nqb, nkvb, tid, FLEX_WS_NT);
+  const int ntiles = (blk.npart + blk.nfull) * SUB;
+
+  if (wg == 0) { // producer
+#if FLEX_WG_NWG == 2
+    flex_regs_dec<24>();
+#endif
+    if (tid == 0) {
+      const int zq = b * heads_q + h, zk = b * heads_kv + hk;
+      flex_mbar_expect(fullQ, BQ * D * 2);
+#pragma unroll
+      for (int c = 0; c < D / 64; c++)
+        flex_tma_load3(sQ + c * BQ * 64, &tmQ, c * 64, q0, zq, fullQ);
+      for (int t = 0; t < ntiles; t++) {
+        const int s = t % ST;
+        const unsigned ph = (t / ST) & 1;
+        bool f;
+        const int kv0 = blk.start<FLEX_BKV, BN>(t, f);
+        flex_mbar_wait(emptyK + s, ph ^ 1);
+        flex_mbar_expect(fullK + s, TILE_BYTES);
+#pragma unroll
+        for (int c = 0; c < D / 64; c++)
+          flex_tma_load3(sK + s * BN * D + c * BN * 64, &tmK, c * 64, kv0, zk, fullK + s);
+        flex_mbar_wait(emptyV + s, ph ^ 1);
+        flex_mbar_expect(fullV + s, TILE_BYTES);
+#pragma unroll
+        for (int c = 0; c < D / 64; c++)
+          flex_tma_load3(sV + s * BN * D + c * BN * 64, &tmV, c * 64, kv0, zk, fullV + s);
+      }
+    }
+    return;
+  }
+
+#if FLEX_WG_NWG == 2
+  flex_regs_inc<240>();
+#endif
+  const int cw = wg - 1;         // consumer warpgroup: rows [64 cw, +64) of the q block
+  const int wq = (tid >> 5) & 3; // warp within the warpgroup
+  const bool signal = (tid & 127) == 0;
+  const int r0 = q0 + cw * 64 + wq * 16 + (lane >> 2);
+  FlexRows rs = {r0, r0 + 8, FLEX_NEG_INF, FLEX_NEG_INF, 0.f, 0.f};
+  // Turns: consumer c issues its products after bar.sync on barrier 1+c and
+  // hands the turn over by arriving on the other's; consumer 1 lets
+  // consumer 0 go first.
+  auto turn_take = [&]() {
+    if (FLEX_WS_TURNS)
+      flex_bar_sync(1 + cw, 256);
+  };
+  auto turn_give = [&]() {
+    if (FLEX_WS_TURNS)
+      flex_bar_arrive(2 - cw, 256);
+  };
+  if (FLEX_WS_TURNS && cw == 1)
+    flex_bar_arrive(1, 256);
+
+  float o[D / 2];
+#pragma unroll
+  for (int i = 0; i < D / 2; i++)
+    o[i] = 0.f;
+  float s[BN / 2];
+  unsigned p[BN / 16][4];
+  if (ntiles > 0) {
+    flex_mbar_wait(fullQ, 0);
+    flex_mbar_wait(fullK, 0);
+    turn_take();
+    flex_wg_fence();
+    flex_wg_qk(s, sQ, sK, cw);
+    flex_wg_commit();
+    turn_give();
+    flex_wg_wait<0>();
+    if (signal)
+      flex_mbar_arrive(emptyK);
+    bool full;
+    const int kv0 = blk.start<FLEX_BKV, BN>(0, full);
+    float c0, c1;
+    flex_wg_softmax(s, args, b, h, kv0, full, lane, lenq, lenkv, scale, rs, c0, c1);
+    flex_wg_pack(p, s);
+    for (int t = 0; t + 1 < ntiles; t++) {
+      const int sn = (t + 1) % ST, sc = t % ST;
+      flex_mbar_wait(fullK + sn, ((t + 1) / ST) & 1);
+      flex_mbar_wait(fullV + sc, (t / ST) & 1);
+      turn_take();
+      flex_wg_fence();
+      flex_wg_qk(s, sQ, sK + sn * BN * D, cw);
+      flex_wg_commit();
+      flex_wg_pv(o, p, sV + sc * BN * D);
+      flex_wg_commit();
+      turn_give();
+      flex_wg_wait<1>(); // S(t+1)
+      if (signal)
+        flex_mbar_arrive(emptyK + sn);
+      const int kv1 = blk.start<FLEX_BKV, BN>(t + 1, full);
+      flex_wg_softmax(s, args, b, h, kv1, full, lane, lenq, lenkv, scale, rs, c0, c1);
+      flex_wg_wait<0>(); // P(t) V(t)
+#pragma unroll
+      for (int kk = 0; kk < BN / 16; kk++)
+        flex_wg_keep(p[kk]);
+      if (signal)
+        flex_mbar_arrive(emptyV + sc);
+      flex_wg_rescale(o, c0, c1);
+      flex_wg_pack(p, s);
+    }
+    const int sl = (ntiles - 1) % ST;
+    flex_mbar_wait(fullV + sl, ((ntiles - 1) / ST) & 1);
+    turn_take();
+    flex_wg_fence();
+    flex_wg_pv(o, p, sV + sl * BN * D);
+    flex_wg_commit();
+    turn_give();
+    flex_wg_wait<0>();
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; kk++)
+      flex_wg_keep(p[kk]);
+  }
+  if (FLEX_WS_TURNS && cw == 0)
+    flex_bar_sync(1, 256); // consumer 1's last hand-over
+  flex_wg_store(O + ((long long)(b * heads_q + h) * lenq) * D, LSE + (long long)(b * heads_q + h) * lenq,
+                o, rs, lane, lenq);
+}
