@@ -406,9 +406,13 @@ __device__ __forceinline__ FlexBlocks flex_blocks(int *sIdx, const int *num, con
 }
 
 // flex_allowed evaluates the mask for one element with bounds: pairs outside
-// [0,lenq) x [0,lenkv) are never allowed and never reach the program.
+// [0,lenq) x [0,lenkv) are never allowed. The program runs for them too
+// (generated programs clamp every tensor index and guard every division, so
+// any pair is safe) and its result is dropped: evaluated unconditionally,
+// its tensor reads that depend on the row only are loaded once per row of a
+// tile rather than once per element under a per-element condition.
 __device__ __forceinline__ bool flex_allowed(const FlexArgs &A, int b, int h,
                                              int q, int kv, int lenq,
                                              int lenkv) {
-  return q < lenq && kv < lenkv && flex_mask(A, b, h, q, kv);
+  return (q < lenq) & (kv < lenkv) & flex_mask(A, b, h, q, kv);
 }

@@ -87,7 +87,7 @@ extern "C" __global__ void __launch_bounds__(FLEX_WS_NT, 1)
 #if FLEX_WG_NWG == 2
     flex_regs_dec<24>();
 #endif
-    if (tid == 0) {
+    if (tid == 0 && ntiles > 0) { // (nothing in flight when the CTA ends)
       const int zq = b * heads_q + h, zk = b * heads_kv + hk;
       flex_mbar_expect(fullQ, BQ * D * 2);
 #pragma unroll
@@ -157,7 +157,11 @@ extern "C" __global__ void __launch_bounds__(FLEX_WS_NT, 1)
     float c0, c1;
     flex_wg_softmax(s, args, b, h, kv0, full, lane, lenq, lenkv, scale, rs, c0, c1);
     flex_wg_pack(p, s);
-    for (int t = 0; t + 1 < ntiles; t++) {
+    // step(t, full) issues S(t+1) and P(t) V(t) and runs tile t+1's
+    // softmax. It is written out twice, for the partial tiles (mask program)
+    // and the full ones (bounds only), so that a full tile never pays for
+    // the mask: the tiles come partial first.
+    auto step = [&](int t, const bool full_tile) {
       const int sn = (t + 1) % ST, sc = t % ST;
       flex_mbar_wait(fullK + sn, ((t + 1) / ST) & 1);
       flex_mbar_wait(fullV + sc, (t / ST) & 1);
@@ -171,8 +175,9 @@ extern "C" __global__ void __launch_bounds__(FLEX_WS_NT, 1)
       flex_wg_wait<1>(); // S(t+1)
       if (signal)
         flex_mbar_arrive(emptyK + sn);
-      const int kv1 = blk.start<FLEX_BKV, BN>(t + 1, full);
-      flex_wg_softmax(s, args, b, h, kv1, full, lane, lenq, lenkv, scale, rs, c0, c1);
+      bool f;
+      const int kv1 = blk.start<FLEX_BKV, BN>(t + 1, f);
+      flex_wg_softmax(s, args, b, h, kv1, full_tile, lane, lenq, lenkv, scale, rs, c0, c1);
       flex_wg_wait<0>(); // P(t) V(t)
 #pragma unroll
       for (int kk = 0; kk < BN / 16; kk++)
@@ -181,7 +186,13 @@ extern "C" __global__ void __launch_bounds__(FLEX_WS_NT, 1)
         flex_mbar_arrive(emptyV + sc);
       flex_wg_rescale(o, c0, c1);
       flex_wg_pack(p, s);
-    }
+    };
+    const int npart = blk.npart * SUB;
+    int t = 0;
+    for (; t + 1 < npart; t++)
+      step(t, false);
+    for (; t + 1 < ntiles; t++)
+      step(t, true);
     const int sl = (ntiles - 1) % ST;
     flex_mbar_wait(fullV + sl, ((ntiles - 1) / ST) & 1);
     turn_take();

@@ -9,7 +9,7 @@
 #   CGO_ENABLED=0 go test -c -o .devbuild/flexcuda.test ./flex/flexcuda
 #   CGO_ENABLED=0 go build -o .devbuild/dflash ./cmd/dflash
 # then on the device, carry [.devbuild/flexcuda.test, .devbuild/dflash]:
-#   [TEST_VARIANTS="default 7/6"] [VARIANTS="6/6 7/6 7/6:FLEX_WS_PP=0"] [CASES_ONLY=a_causal_d128,b_dflash]
+#   [TEST_VARIANTS="default 7/6"] [TEST_TIMEOUT=90] [VARIANTS="6/6 7/6 7/6:FLEX_WS_PP=0"] [CASES_ONLY=a_causal_d128,b_dflash]
 #   [PEER=a_causal_d256] [SAVE=b_dflash] [NCU=1] bash scripts/gpu-attn-quick.sh
 # TEST_VARIANTS runs the tests and VARIANTS times each case once per listed
 # kernel version, side by side in the same call. A version is "default"
@@ -33,10 +33,11 @@ venv() {
 for v in ${TEST_VARIANTS:-default}; do
   venv "$v"
   env "${env[@]}" timeout 90 .devbuild/flexcuda.test -test.v -test.run 'TestGPUAttention$|TestGPUDeterministic|TestGPUSpecialisation' \
-    -test.timeout 89s > /tmp/gpu-quick-test.log 2>&1
+    -test.timeout $((T - 1))s > /tmp/gpu-quick-test.log 2>&1
   echo "tests ($v) exit $?"
   grep -E -- '^(--- |PASS|FAIL|ok)|panic' /tmp/gpu-quick-test.log | sort | uniq -c | head -12
   grep -E -- 'FAIL|Error|error' /tmp/gpu-quick-test.log | head -8 | cut -c1-300
+  grep -A4 'running tests' /tmp/gpu-quick-test.log
 done
 C=$(mktemp -d)
 for c in "${CASES[@]}"; do
