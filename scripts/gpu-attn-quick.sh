@@ -32,7 +32,8 @@ venv() {
 }
 for v in ${TEST_VARIANTS:-default}; do
   venv "$v"
-  env "${env[@]}" timeout 90 .devbuild/flexcuda.test -test.v -test.run 'TestGPUAttention$|TestGPUDeterministic|TestGPUSpecialisation' \
+  T=${TEST_TIMEOUT:-90}
+  env "${env[@]}" timeout $T .devbuild/flexcuda.test -test.v -test.run 'TestGPUAttention$|TestGPUDeterministic|TestGPUSpecialisation' \
     -test.timeout $((T - 1))s > /tmp/gpu-quick-test.log 2>&1
   echo "tests ($v) exit $?"
   grep -E -- '^(--- |PASS|FAIL|ok)|panic' /tmp/gpu-quick-test.log | sort | uniq -c | head -12
