@@ -23,8 +23,8 @@ type Config struct {
 	BlockQ  int  // BlockMask q block; 0 means 128
 	BlockKV int  // BlockMask kv block; 0 means 128
 	// FwdVariant and BwdVariant pick the kernel versions of docs/PERF.md:
-	// forward 3, 4, 5 or 6 (wgmma, Hopper only), backward 3, 4 or 6 (wgmma,
-	// Hopper only, not Deterministic); 0 means the environment's
+	// forward 3, 4, 5, 6 or 7 (6 and 7: wgmma, Hopper only), backward 3, 4
+	// or 6 (wgmma, Hopper only, not Deterministic); 0 means the environment's
 	// DFLASH_FLEX_FWD / DFLASH_FLEX_BWD when set, else the default of
 	// DefaultFwdVariant and DefaultBwdVariant.
 	FwdVariant, BwdVariant int
@@ -40,9 +40,10 @@ type Config struct {
 
 // DefaultFwdVariant and DefaultBwdVariant are the kernel versions used when
 // Config leaves them 0, chosen from the ratio tables in docs/PERF.md: the
-// wgmma kernels (v6), which need a Hopper GPU (sm_90; elsewhere choose 4
-// and 4), at every head dimension. The deterministic backward uses v4.
-const DefaultFwdVariant, DefaultBwdVariant = 6, 6
+// warp-specialised wgmma forward (v7) and the wgmma backward (v6), which need
+// a Hopper GPU (sm_90; elsewhere choose 4 and 4), at every head dimension.
+// The deterministic backward uses v4.
+const DefaultFwdVariant, DefaultBwdVariant = 7, 6
 
 // variant resolves one of Config's variant fields: v, else the
 // environment's env, else def; the result must lie in [3, max].
@@ -476,12 +477,6 @@ func (a *Attention) Backward(d *gpu.Device, c *Call) error {
 		Ptr(m.QNum.Ptr).Ptr(m.QIdx.Ptr).Ptr(m.FullQNum.Ptr).Ptr(m.FullQIdx.Ptr).
 		I32(int32(dm.HeadsQ)).I32(int32(dm.LenQ)).I32(int32(dm.LenKV)).I32(int32(m.MaskBatch)).I32(int32(m.MaskHeads)).
 		I32(int32(m.NumQBlocks)).I32(int32(m.NumKVBlocks)).F32(a.scale(c))
-	if a.spec.FwdV7 {
-		if err := a.tensorMaps(st, c); err != nil {
-			return err
-		}
-		args.TensorMap(st.tmaps[0]).TensorMap(st.tmaps[1]).TensorMap(st.tmaps[2])
-	}
 	for _, s := range st.slots[:n] {
 		args.I64(int64(s))
 	}
@@ -531,12 +526,6 @@ func (a *Attention) backwardDQ(d *gpu.Device, st *attnDev, c *Call) error {
 		Ptr(c.DQ.Ptr).Ptr(m.KVNum.Ptr).Ptr(m.KVIdx.Ptr).Ptr(m.FullKVNum.Ptr).Ptr(m.FullKVIdx.Ptr).
 		I32(int32(dm.HeadsQ)).I32(int32(dm.LenQ)).I32(int32(dm.LenKV)).I32(int32(m.MaskBatch)).I32(int32(m.MaskHeads)).
 		I32(int32(m.NumQBlocks)).I32(int32(m.NumKVBlocks)).F32(a.scale(c))
-	if a.spec.FwdV7 {
-		if err := a.tensorMaps(st, c); err != nil {
-			return err
-		}
-		args.TensorMap(st.tmaps[0]).TensorMap(st.tmaps[1]).TensorMap(st.tmaps[2])
-	}
 	for _, s := range st.slots[:n] {
 		args.I64(int64(s))
 	}

@@ -37,15 +37,24 @@
 // # Kernel versions
 //
 // Config.FwdVariant and BwdVariant (or DFLASH_FLEX_FWD / DFLASH_FLEX_BWD)
-// choose among the kernel versions docs/PERF.md measures. The default is v6:
-// Hopper warpgroup MMA (wgmma) with 128-byte-swizzled shared-memory tiles,
-// compiled for sm_90a (kernels/flex_fwd_wg.cu, kernels/flex_bwd_wg.cuh). Its
-// backward adds dQ with atomics (at head dim 256 two CTAs share each kv
-// block, one per half of the head dimension); Config.Deterministic uses the
-// mma.sync backward v4. Versions 3-5 are the
-// mma.sync kernels (kernels/flex_fwd.cu, kernels/flex_bwd.cu) and run on any
-// GPU from sm_80; on a GPU other than sm_90 the v6 kernels refuse to load
-// with an error naming variant 4.
+// choose among the kernel versions docs/PERF.md measures. The default
+// forward is v7 (kernels/flex_fwd_ws.cu): warp specialised, one producer
+// warpgroup copying Q, K and V tiles with the tensor memory accelerator
+// (TMA; the tensor maps are encoded per call, see cuda.EncodeTiled) into
+// stages guarded by mbarriers, and two consumer warpgroups that take turns
+// on the tensor cores. The default backward is v6 (kernels/flex_bwd_wg.cuh).
+// Both use Hopper warpgroup MMA (wgmma) on 128-byte-swizzled shared-memory
+// tiles, compiled for sm_90a; forward v6 (kernels/flex_fwd_wg.cu) is v7's
+// predecessor without the producer. The v6 backward adds dQ with atomics
+// (at head dim 256 two CTAs share each kv block, one per half of the head
+// dimension); Config.Deterministic uses the mma.sync backward v4. Versions
+// 3-5 are the mma.sync kernels (kernels/flex_fwd.cu, kernels/flex_bwd.cu)
+// and run on any GPU from sm_80; on a GPU other than sm_90 the wgmma kernels
+// refuse to load with an error naming variant 4.
+//
+// DFLASH_FLEX_DEFINES=NAME=v,... sets template switches for experiments
+// (FLEX_WS_PP=0: v7's consumers do not take turns); the source changes, so
+// the kernel cache keeps the variants apart.
 //
 // # Limits
 //

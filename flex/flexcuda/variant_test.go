@@ -9,7 +9,7 @@ import (
 )
 
 // TestVariantResolution checks how Config and the environment pick the
-// kernel versions, and that the wgmma (v6) modules ask for sm_90a.
+// kernel versions, and that the wgmma (v6, v7) modules ask for sm_90a.
 func TestVariantResolution(t *testing.T) {
 	var cache *jit.Cache // nothing is compiled here: New only generates sources
 	t.Setenv("DFLASH_FLEX_FWD", "")
@@ -21,12 +21,13 @@ func TestVariantResolution(t *testing.T) {
 		fwd, bwd     int
 		errSubstring string
 	}{
-		{name: "default d128", cfg: Config{HeadDim: 128}, fwd: 6, bwd: 6},
-		{name: "default d64 gqa", cfg: Config{HeadDim: 64, Group: 4}, fwd: 6, bwd: 6},
-		{name: "default d256", cfg: Config{HeadDim: 256}, fwd: 6, bwd: 6},
-		{name: "deterministic keeps v4 backward", cfg: Config{HeadDim: 128, Deterministic: true}, fwd: 6, bwd: 4},
+		{name: "default d128", cfg: Config{HeadDim: 128}, fwd: 7, bwd: 6},
+		{name: "default d64 gqa", cfg: Config{HeadDim: 64, Group: 4}, fwd: 7, bwd: 6},
+		{name: "default d256", cfg: Config{HeadDim: 256}, fwd: 7, bwd: 6},
+		{name: "deterministic keeps v4 backward", cfg: Config{HeadDim: 128, Deterministic: true}, fwd: 7, bwd: 4},
+		{name: "env v6 forward", env: [2]string{"6", ""}, cfg: Config{HeadDim: 128}, fwd: 6, bwd: 6},
 		{name: "env v4", env: [2]string{"4", "4"}, cfg: Config{HeadDim: 128}, fwd: 4, bwd: 4},
-		{name: "env v6 backward deterministic falls back", env: [2]string{"", "6"}, cfg: Config{HeadDim: 256, Deterministic: true}, fwd: 6, bwd: 4},
+		{name: "env v6 backward deterministic falls back", env: [2]string{"", "6"}, cfg: Config{HeadDim: 256, Deterministic: true}, fwd: 7, bwd: 4},
 		{name: "env v4 at d256", env: [2]string{"3", "4"}, cfg: Config{HeadDim: 256}, fwd: 3, bwd: 4},
 		{name: "config beats env", env: [2]string{"4", "4"}, cfg: Config{HeadDim: 128, FwdVariant: 6, BwdVariant: 6}, fwd: 6, bwd: 6},
 		{name: "no backward v5", cfg: Config{HeadDim: 128, BwdVariant: 5}, errSubstring: "backward variant 5"},
@@ -51,8 +52,11 @@ func TestVariantResolution(t *testing.T) {
 				t.Fatalf("variants fwd %d bwd %d, want %d %d (spec %s)", s.fwdVariant(), s.bwdVariant(), c.fwd, c.bwd, s.Key())
 			}
 			fsrc, bsrc := a.Sources()
-			if got := strings.Contains(fsrc, "wgmma.mma_async"); got != (c.fwd == 6) {
-				t.Errorf("forward source has wgmma: %v, want %v", got, c.fwd == 6)
+			if got := strings.Contains(fsrc, "wgmma.mma_async"); got != (c.fwd >= 6) {
+				t.Errorf("forward source has wgmma: %v, want %v", got, c.fwd >= 6)
+			}
+			if got := strings.Contains(fsrc, "flex_tma_load3(sK"); got != (c.fwd == 7) {
+				t.Errorf("forward source has TMA copies: %v, want %v", got, c.fwd == 7)
 			}
 			if got := strings.Contains(bsrc, "#define FLEX_BWD_WG 1"); got != (c.bwd == 6) {
 				t.Errorf("backward source selects the wgmma dkdv: %v, want %v", got, c.bwd == 6)
@@ -96,6 +100,12 @@ func TestResourcesV6(t *testing.T) {
 		// head dim 256: kv tiles of 64 rows forward; backward q tiles of 32 rows in 2 stages
 		{Spec{HeadDim: 256, Group: 2, BlockQ: 64, BlockKV: 128, FwdV6: true, BwdV6: true}, (64+4*64)*256*2 + 1024 + 8*10, 128,
 			(2*128*256+2*2*32*256+128*64)*2 + 4*32*4 + 1024 + 8*10},
+		// v7: Q, 2 stages of K and V tiles of 128 rows, 1+4x2 mbarriers; a producer warpgroup
+		{Spec{HeadDim: 128, Group: 1, BlockQ: 128, BlockKV: 128, FwdV7: true}, (128+2*2*128)*128*2 + 8*9 + 1024 + 8*10, 384, 0},
+		// head dim 64: 4 stages
+		{Spec{HeadDim: 64, Group: 4, BlockQ: 128, BlockKV: 128, FwdV7: true}, (128+2*4*128)*64*2 + 8*17 + 1024 + 8*10, 384, 0},
+		// head dim 256: kv tiles of 64 rows; q block 64 is one consumer warpgroup
+		{Spec{HeadDim: 256, Group: 2, BlockQ: 64, BlockKV: 128, FwdV7: true}, (64+2*2*64)*256*2 + 8*9 + 1024 + 8*10, 256, 0},
 	} {
 		f := FwdResources(c.spec, 10)
 		if f.SharedMem != c.fwdSmem || f.Threads != c.fwdThr {
