@@ -23,6 +23,9 @@
 static_assert(FLEX_D == 64 || FLEX_D == 128 || FLEX_D == 256, "v6 backward: head dim 64, 128 or 256");
 static_assert(FLEX_BKV == 128 && FLEX_BMQ == (FLEX_D == 256 ? 32 : 64), "v6 backward: kv block 128, q tile 64 (32 at head dim 256)");
 static_assert(FLEX_DQ_ATOMIC && FLEX_BWD_SPLIT != 2, "v6 backward: atomic dQ only");
+#ifndef FLEX_BWD_TWO_PATHS
+#define FLEX_BWD_TWO_PATHS 1 // P^T of full tiles without the mask program
+#endif
 
 // flex_red2 adds (x, y) to p[0], p[1] in one fp32 vector reduction.
 __device__ __forceinline__ void flex_red2(float *p, float x, float y) {
@@ -184,6 +187,9 @@ extern "C" __global__ void __launch_bounds__(256, 1)
 #else
       flex_wg_wait<1>();
 #endif
+      // (Written out for partial and full tiles, so that a full tile never
+      // pays for the mask; FLEX_BWD_TWO_PATHS 0 selects per element.)
+      auto probs = [&](const bool full_tile) {
 #pragma unroll
       for (int n = 0; n < NTILE; n++) {
         float pv[4];
@@ -191,8 +197,8 @@ extern "C" __global__ void __launch_bounds__(256, 1)
         for (int e = 0; e < 4; e++) {
           const int qc = n * 8 + (lane & 3) * 2 + (e & 1);
           const int row = q0 + qc, col = e < 2 ? c0 : c1;
-          const bool ok = full ? (row < lenq && col < lenkv)
-                               : flex_allowed(args, b, h, row, col, lenq, lenkv);
+          const bool ok = full_tile ? (row < lenq && col < lenkv)
+                                    : flex_allowed(args, b, h, row, col, lenq, lenkv);
 #if FLEX_HAS_SCORE
           // P from the modified score; dS through the score's derivative
           // (dp becomes dS in place).
@@ -208,6 +214,15 @@ extern "C" __global__ void __launch_bounds__(256, 1)
         pa[n >> 1][(n & 1) * 2] = flex_pack2(pv[0], pv[1]);
         pa[n >> 1][(n & 1) * 2 + 1] = flex_pack2(pv[2], pv[3]);
       }
+      };
+#if FLEX_BWD_TWO_PATHS
+      if (full)
+        probs(true);
+      else
+        probs(false);
+#else
+      probs(full);
+#endif
 
       // dV_w += P^T dO (k = q rows; B transposed: 8-row groups 1024 bytes
       // apart, 64-column atoms BM*128 bytes apart; this CTA's columns).
