@@ -31,7 +31,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu 
 # nvcc resources and SASS of the templates (CPU only, in the background).
 (
   WG="-gencode=arch=compute_90a,code=sm_90a"
-  for spec in "flex_fwd_wg 128 $WG" "flex_bwd 128 $WG -DFLEX_BWD_WG=1" "flex_fwd_wg 64 $WG" "flex_bwd 64 $WG -DFLEX_BWD_WG=1" \
+  for spec in "flex_fwd_ws 128 $WG" "flex_fwd_ws 64 $WG" "flex_fwd_ws 256 $WG" "flex_fwd_wg 128 $WG" "flex_bwd 128 $WG -DFLEX_BWD_WG=1" "flex_bwd 64 $WG -DFLEX_BWD_WG=1" \
     "flex_fwd 128 -arch=sm_90 -DFLEX_FWD_MT=2" "flex_bwd 128 -arch=sm_90" "flex_fwd 256 -arch=sm_90" "flex_bwd 256 -arch=sm_90"; do
     set -- $spec
     f=$1 d=$2
