@@ -23,6 +23,9 @@
 static_assert(FLEX_D == 64 || FLEX_D == 128 || FLEX_D == 256, "v6 backward: head dim 64, 128 or 256");
 static_assert(FLEX_BKV == 128 && FLEX_BMQ == (FLEX_D == 256 ? 32 : 64), "v6 backward: kv block 128, q tile 64 (32 at head dim 256)");
 static_assert(FLEX_DQ_ATOMIC && FLEX_BWD_SPLIT != 2, "v6 backward: atomic dQ only");
+#ifndef FLEX_BWD_DQ_COLS
+#define FLEX_BWD_DQ_COLS 1 // D 64: dQ split between the warpgroups by columns
+#endif
 #ifndef FLEX_BWD_TWO_PATHS
 #define FLEX_BWD_TWO_PATHS 1 // P^T of full tiles without the mask program
 #endif
@@ -103,20 +106,22 @@ extern "C" __global__ void __launch_bounds__(256, 1)
     // read transposed (k = kv rows). It waits for every wgmma of the
     // warpgroup and adds its part of dQ with vector atomics.
     auto dq_product = [&](const flex_t *dS, int q0d) {
-      float dq[32];
+      // D 64 with FLEX_BWD_DQ_COLS: warpgroup w takes columns [32w, +32) over
+      // all kv rows (half the atomics of splitting the kv rows); otherwise
+      // D 64: kv rows [64w, +64), all 64 columns; D 128: all kv rows, columns
+      // [hd DD + 64 wg, +64).
+      constexpr bool COLS = FLEX_D != 64 || FLEX_BWD_DQ_COLS;
+      constexpr int N = FLEX_D == 64 && FLEX_BWD_DQ_COLS ? 32 : 64; // dQ columns per warpgroup
+      constexpr int KS = COLS ? BKV / 16 : 64 / 16;
+      const int kvb = COLS ? 0 : wg * 64, colb = COLS ? hd * DD + wg * N : 0;
+      float dq[N / 2];
       flex_wg_fence();
-#if FLEX_D == 64
-      constexpr int KS = 64 / 16; // kv rows [64 wg, +64), all 64 columns
-      const int kvb = wg * 64, colb = 0;
-#else
-      constexpr int KS = BKV / 16; // all kv rows, columns [hd DD + 64 wg, +64)
-      const int kvb = 0, colb = hd * DD + wg * 64;
-#endif
 #pragma unroll
       for (int kk = 0; kk < KS; kk++) {
         const int kr = kvb + kk * 16;
-        flex_wgmma_ss64<1, 1>(dq, flex_wg_desc(dS + kr * 64, 64 * 128, 1024),
-                              flex_wg_desc(sK + (colb >> 6) * BKV * 64 + kr * 64, BKV * 128, 1024), kk > 0);
+        const unsigned long long da = flex_wg_desc(dS + kr * 64, 64 * 128, 1024);
+        const unsigned long long db = flex_wg_desc(sK + (colb >> 6) * BKV * 64 + (colb & 63) + kr * 64, BKV * 128, 1024);
+        flex_wgmma_ss<N, 1, 1>(dq, da, db, kk > 0);
       }
       flex_wg_commit();
       flex_wg_wait<0>();
@@ -124,7 +129,7 @@ extern "C" __global__ void __launch_bounds__(256, 1)
         const int qr0 = q0d + wq * 16 + (lane >> 2), qr1 = qr0 + 8;
         float *gq = dQacc + qoff * D;
 #pragma unroll
-        for (int n = 0; n < 8; n++) {
+        for (int n = 0; n < N / 8; n++) {
           const int col = colb + n * 8 + (lane & 3) * 2;
           if (qr0 < lenq)
             flex_red2(gq + (long long)qr0 * D + col, dq[n * 4] * scale, dq[n * 4 + 1] * scale);

@@ -259,7 +259,7 @@ func b2i(v bool) int {
 
 // tuningKnobs are the template switches that DFLASH_FLEX_DEFINES may set
 // for kernel experiments (none changes a kernel's resources).
-var tuningKnobs = map[string]bool{"FLEX_WS_PP": true, "FLEX_BWD_TWO_PATHS": true}
+var tuningKnobs = map[string]bool{"FLEX_WS_PP": true, "FLEX_BWD_TWO_PATHS": true, "FLEX_BWD_DQ_COLS": true}
 
 // extraDefines returns the #defines of DFLASH_FLEX_DEFINES ("NAME=value,
 // ..."), for measuring a template switch side by side without a rebuild. The
