@@ -177,3 +177,48 @@ func TestArchOption(t *testing.T) {
 		t.Error("archOption matched -std")
 	}
 }
+
+// TestTensorMapArgs: a tensor map is 128 bytes at a 64-byte aligned address
+// (the driver's requirement), passed by address among 8-byte slots; a
+// re-used Args addresses its own slots again after Reset.
+func TestTensorMapArgs(t *testing.T) {
+	for range 20 { // allocations land at different offsets
+		m := NewTensorMap()
+		if p := uintptr(m.ptr()); p%64 != 0 || p+128 > uintptrOf(&m.buf[0])+uintptr(len(m.buf))*8 {
+			t.Fatalf("tensor map at %#x is not 64-byte aligned inside its buffer", p)
+		}
+	}
+	m := NewTensorMap()
+	a := NewArgs().Ptr(1).TensorMap(m).I32(2)
+	if a.Len() != 3 || a.ptrs[1] != m.ptr() || uintptr(a.ptrs[2]) != uintptrOf(&a.vals[2]) {
+		t.Fatalf("args %d, ptrs %v: want the map's address in slot 1", a.Len(), a.ptrs[:3])
+	}
+	a.Reset().Ptr(1).I64(3)
+	if uintptr(a.ptrs[1]) != uintptrOf(&a.vals[1]) {
+		t.Error("slot 1 still addresses the tensor map after Reset")
+	}
+}
+
+// TestEncodeTiledRefusesBadShapes: shapes the copy engine cannot describe
+// are refused, naming what is wrong, before the driver is called.
+func TestEncodeTiledRefusesBadShapes(t *testing.T) {
+	m := NewTensorMap()
+	for _, c := range []struct {
+		name          string
+		addr          DevicePtr
+		dims, strides []uint64
+		box           []uint32
+		want          string
+	}{
+		{"strides", 0x1000, []uint64{128, 10, 4}, []uint64{256}, []uint32{64, 128, 1}, "rank 3 with 1 strides"},
+		{"box", 0x1000, []uint64{128, 10}, []uint64{256}, []uint32{64}, "1 box sizes"},
+		{"rank", 0x1000, nil, nil, nil, "rank 0"},
+		{"address", 0x1008, []uint64{128, 10}, []uint64{256}, []uint32{64, 128}, "not 16-byte aligned"},
+		{"stride", 0x1000, []uint64{100, 10}, []uint64{200}, []uint32{64, 128}, "stride 200 of dimension 1"},
+	} {
+		err := EncodeTiled(m, TensorMapBFloat16, c.addr, c.dims, c.strides, c.box, Swizzle128B)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: err = %v, want one containing %q", c.name, err, c.want)
+		}
+	}
+}

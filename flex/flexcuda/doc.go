@@ -52,9 +52,11 @@
 // and run on any GPU from sm_80; on a GPU other than sm_90 the wgmma kernels
 // refuse to load with an error naming variant 4.
 //
-// DFLASH_FLEX_DEFINES=NAME=v,... sets template switches for experiments
-// (FLEX_WS_PP=0: v7's consumers do not take turns); the source changes, so
-// the kernel cache keeps the variants apart.
+// DFLASH_FLEX_DEFINES=NAME=v,... sets template switches for experiments:
+// FLEX_WS_PP=0 (v7's consumers do not take turns), FLEX_BWD_TWO_PATHS=0 (the
+// v6 backward evaluates the mask on full tiles too), FLEX_BWD_DQ_COLS=0
+// (head dim 64: dQ split by kv rows). The source changes, so the kernel
+// cache keeps the variants apart.
 //
 // # Limits
 //

@@ -85,9 +85,9 @@ func TestVariantResolution(t *testing.T) {
 	}
 }
 
-// TestResourcesV6 checks the launch shapes of the wgmma kernels against the
+// TestResourcesWgmma checks the launch shapes of the wgmma kernels (v6, v7) against the
 // shared-memory sizes their templates define.
-func TestResourcesV6(t *testing.T) {
+func TestResourcesWgmma(t *testing.T) {
 	for _, c := range []struct {
 		spec            Spec
 		fwdSmem, fwdThr int
@@ -119,6 +119,38 @@ func TestResourcesV6(t *testing.T) {
 		}
 		if b := BwdResources(c.spec, 10); f.SharedMem > 227*1024 || b.SharedMem > 227*1024 {
 			t.Errorf("%s: %d / %d bytes, more than an H100/H200 block may have", c.spec.Key(), f.SharedMem, b.SharedMem)
+		}
+	}
+}
+
+// TestTuningDefines: DFLASH_FLEX_DEFINES reaches the generated sources as
+// #defines ahead of the templates' own defaults (so the kernel cache keys
+// differ), and anything but NAME=integer with a known switch is dropped.
+func TestTuningDefines(t *testing.T) {
+	t.Setenv("DFLASH_FLEX_FWD", "")
+	t.Setenv("DFLASH_FLEX_BWD", "")
+	src := func(env string) (string, string) {
+		t.Setenv("DFLASH_FLEX_DEFINES", env)
+		a, err := New(nil, flex.Causal(), nil, Config{HeadDim: 64})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a.Sources()
+	}
+	f0, b0 := src("")
+	f1, b1 := src("FLEX_WS_PP=0, FLEX_BWD_DQ_COLS=0")
+	if !strings.Contains(f1, "#define FLEX_WS_PP 0\n") || !strings.Contains(b1, "#define FLEX_BWD_DQ_COLS 0\n") {
+		t.Error("switches missing from the sources")
+	}
+	if f0 == f1 || b0 == b1 {
+		t.Error("sources with and without switches are equal: the cache could not tell them apart")
+	}
+	if i, j := strings.Index(f1, "#define FLEX_WS_PP 0"), strings.Index(f1, "#ifndef FLEX_WS_PP"); i < 0 || j < 0 || i > j {
+		t.Errorf("the switch (at %d) must come before the template's default (at %d)", i, j)
+	}
+	for _, bad := range []string{"FLEX_D=32", "FLEX_WS_PP=0;int x", "FLEX_WS_PP", "FLEX_WS_PP=x"} {
+		if f, b := src(bad); f != f0 || b != b0 {
+			t.Errorf("DFLASH_FLEX_DEFINES=%q changed the sources", bad)
 		}
 	}
 }
