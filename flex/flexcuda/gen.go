@@ -3,8 +3,8 @@ package flexcuda
 import (
 	"fmt"
 	"os"
-	"strconv"
 	"regexp"
+	"strconv"
 	"strings"
 
 	"dflash/kernels"
