@@ -23,19 +23,12 @@ func (m *TensorMap) ptr() unsafe.Pointer {
 	return unsafe.Add(unsafe.Pointer(&m.buf[0]), (64-p%64)%64)
 }
 
-// Bytes returns a copy of the encoded 128 bytes.
-func (m *TensorMap) Bytes() []byte {
-	return append([]byte(nil), unsafe.Slice((*byte)(m.ptr()), 128)...)
-}
-
 // TensorMapDataType is a CUtensorMapDataType.
 type TensorMapDataType uint32
 
 // Element types of tensor maps.
 const (
-	TensorMapUint16   TensorMapDataType = 1
 	TensorMapFloat16  TensorMapDataType = 6
-	TensorMapFloat32  TensorMapDataType = 7
 	TensorMapBFloat16 TensorMapDataType = 9
 )
 
@@ -43,12 +36,9 @@ const (
 // out in shared memory.
 type TensorMapSwizzle uint32
 
-// Swizzle modes; 128B stores 16-byte chunk c of row r at chunk c ^ (r % 8)
-// within 1024-byte groups of 8 rows of 128 bytes, as warpgroup MMA reads.
-const (
-	SwizzleNone TensorMapSwizzle = 0
-	Swizzle128B TensorMapSwizzle = 3
-)
+// Swizzle128B stores 16-byte chunk c of row r at chunk c ^ (r % 8) within
+// 1024-byte groups of 8 rows of 128 bytes, as warpgroup MMA reads.
+const Swizzle128B TensorMapSwizzle = 3
 
 var pTensorMapEncodeTiled = newFreeProc(libCUDA, "cuTensorMapEncodeTiled")
 
