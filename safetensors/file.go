@@ -12,6 +12,8 @@ import (
 	"os"
 	"slices"
 	"sort"
+
+	"dflash/dtype"
 )
 
 // MaxHeaderSize bounds the JSON header (100 MB, as the reference implementation does).
@@ -52,7 +54,8 @@ func (i Info) Numel() int {
 
 type entry struct {
 	Info
-	begin, end int64 // absolute file offsets
+	dt         dtype.DType // Info.DType parsed
+	begin, end int64       // absolute file offsets
 }
 
 // File is an open safetensors file whose header has been parsed and validated.
@@ -164,7 +167,7 @@ func (sf *File) checkEntry(name string, re rawEntry, dataLen int64) (entry, erro
 	if re.DType == "" {
 		return entry{}, sf.formatErr(name, "missing dtype")
 	}
-	esize, ok := dtypeSize[re.DType]
+	dt, ok := dtype.FromSafetensors(re.DType)
 	if !ok {
 		return entry{}, sf.formatErr(name, "unknown dtype %q", re.DType)
 	}
@@ -175,7 +178,7 @@ func (sf *File) checkEntry(name string, re rawEntry, dataLen int64) (entry, erro
 		return entry{}, sf.formatErr(name, "missing data_offsets")
 	}
 	shape := make([]int, len(re.Shape))
-	need := uint64(esize)
+	need := uint64(dt.Size())
 	for i, d := range re.Shape {
 		if d < 0 {
 			return entry{}, sf.formatErr(name, "negative dimension in shape %v", re.Shape)
@@ -197,7 +200,7 @@ func (sf *File) checkEntry(name string, re rawEntry, dataLen int64) (entry, erro
 	if uint64(end-begin) != need {
 		return entry{}, sf.formatErr(name, "%s shape %v needs %d bytes, data_offsets span %d", re.DType, shape, need, end-begin)
 	}
-	return entry{Info: Info{DType: re.DType, Shape: shape}, begin: begin, end: end}, nil
+	return entry{Info: Info{DType: re.DType, Shape: shape}, dt: dt, begin: begin, end: end}, nil
 }
 
 // Path returns the path the file was opened with.
@@ -281,7 +284,7 @@ func (sf *File) Float32Into(name string, dst []float32) error {
 }
 
 func (sf *File) readFloat32(name string, e entry, dst []float32) ([]float32, error) {
-	esize := int64(dtypeSize[e.DType])
+	esize := int64(e.dt.Size())
 	perChunk := readChunk / esize
 	buf := make([]byte, min(e.end-e.begin, perChunk*esize))
 	for i := int64(0); i < int64(len(dst)); i += perChunk {
@@ -290,7 +293,7 @@ func (sf *File) readFloat32(name string, e entry, dst []float32) ([]float32, err
 		if err := sf.readAt(name, b, e.begin+i*esize); err != nil {
 			return nil, err
 		}
-		decodeFloat32(e.DType, b, dst[i:i+n])
+		dtype.DecodeFloat32(e.dt, dst[i:i+n], b)
 	}
 	return dst, nil
 }

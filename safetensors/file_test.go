@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"dflash/dtype"
 )
 
 func newRNG(t *testing.T) *rand.Rand {
@@ -28,15 +30,23 @@ func randData(rng *rand.Rand, n int) []float32 {
 	return d
 }
 
+// typeName returns the safetensors name of t's dtype ("F32" when empty).
+func (t Tensor) typeName() string {
+	if t.DType == "" {
+		return "F32"
+	}
+	return t.DType
+}
+
 // expected is what reading back t must give: the value rounded through t's dtype.
 func expected(t Tensor) []float32 {
 	out := make([]float32, len(t.Data))
 	for i, v := range t.Data {
-		switch t.dtype() {
+		switch t.typeName() {
 		case "BF16":
-			out[i] = BF16ToFloat32(Float32ToBF16(v))
+			out[i] = dtype.BF16ToFloat32(dtype.Float32ToBF16(v))
 		case "F16":
-			out[i] = F16ToFloat32(Float32ToF16(v))
+			out[i] = dtype.F16ToFloat32(dtype.Float32ToF16(v))
 		default:
 			out[i] = v
 		}
@@ -93,8 +103,8 @@ func TestWriteRoundTrip(t *testing.T) {
 	for _, tt := range tensors {
 		t.Run(tt.Name, func(t *testing.T) {
 			info, ok := f.Info(tt.Name)
-			if !ok || info.DType != tt.dtype() || !reflect.DeepEqual(info.Shape, tt.Shape) {
-				t.Fatalf("info %+v %v, want %s %v", info, ok, tt.dtype(), tt.Shape)
+			if !ok || info.DType != tt.typeName() || !reflect.DeepEqual(info.Shape, tt.Shape) {
+				t.Fatalf("info %+v %v, want %s %v", info, ok, tt.typeName(), tt.Shape)
 			}
 			got, err := f.Float32(tt.Name)
 			if err != nil {

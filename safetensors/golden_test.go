@@ -19,6 +19,8 @@ import (
 	"path/filepath"
 	"reflect"
 	"testing"
+
+	"dflash/dtype"
 )
 
 const goldenDir = "testdata/golden"
@@ -108,7 +110,7 @@ func TestConversionMatchesTorch(t *testing.T) {
 		name   string
 		decode func(uint16) float32
 		encode func(float32) uint16
-	}{{"conv.bf16", BF16ToFloat32, Float32ToBF16}, {"conv.f16", F16ToFloat32, Float32ToF16}} {
+	}{{"conv.bf16", dtype.BF16ToFloat32, dtype.Float32ToBF16}, {"conv.f16", dtype.F16ToFloat32, dtype.Float32ToF16}} {
 		t.Run(c.name, func(t *testing.T) {
 			raw, err := f.Bytes(c.name)
 			if err != nil {
@@ -200,13 +202,13 @@ func TestWriteForPython(t *testing.T) {
 	for _, tt := range ts {
 		var bits []uint64
 		for _, v := range tt.Data {
-			switch tt.dtype() {
+			switch tt.typeName() {
 			case "F32":
 				bits = append(bits, uint64(math.Float32bits(v)))
 			case "BF16":
-				bits = append(bits, uint64(Float32ToBF16(v)))
+				bits = append(bits, uint64(dtype.Float32ToBF16(v)))
 			case "F16":
-				bits = append(bits, uint64(Float32ToF16(v)))
+				bits = append(bits, uint64(dtype.Float32ToF16(v)))
 			case "F64":
 				bits = append(bits, math.Float64bits(float64(v)))
 			}
@@ -215,7 +217,7 @@ func TestWriteForPython(t *testing.T) {
 			bits = []uint64{}
 		}
 		e := exp.Tensors[tt.Name]
-		e.DType, e.Shape, e.Bits = tt.dtype(), tt.Shape, bits
+		e.DType, e.Shape, e.Bits = tt.typeName(), tt.Shape, bits
 		exp.Tensors[tt.Name] = e
 	}
 	b, _ := json.Marshal(exp)

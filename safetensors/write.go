@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"dflash/dtype"
 	"dflash/internal/atomicfile"
 )
 
@@ -55,12 +56,11 @@ func Encode(w io.Writer, tensors []Tensor, metadata map[string]string) error {
 		if i > 0 && ts[i-1].Name == t.Name {
 			return fmt.Errorf("safetensors: tensor %q appears twice", t.Name)
 		}
-		dt := t.dtype()
-		esize, ok := dtypeSize[dt]
-		if !ok || t.Raw == nil && dt != "F32" && dt != "BF16" && dt != "F16" && dt != "F64" {
+		dt, ok := t.dtype()
+		if !ok || t.Raw == nil && !dtype.CanEncode(dt) {
 			return fmt.Errorf("safetensors: tensor %q: cannot write dtype %q (F32, BF16, F16, F64 are supported; raw bytes of any dtype read here)", t.Name, t.DType)
 		}
-		n := 1
+		esize, n := dt.Size(), 1
 		for _, d := range t.Shape {
 			if d < 0 {
 				return fmt.Errorf("safetensors: tensor %q: negative dimension in shape %v", t.Name, t.Shape)
@@ -68,7 +68,7 @@ func Encode(w io.Writer, tensors []Tensor, metadata map[string]string) error {
 			n *= d
 		}
 		if t.Raw != nil && len(t.Raw) != n*esize {
-			return fmt.Errorf("safetensors: tensor %q: shape %v of %s needs %d bytes, raw data has %d", t.Name, t.Shape, dt, n*esize, len(t.Raw))
+			return fmt.Errorf("safetensors: tensor %q: shape %v of %s needs %d bytes, raw data has %d", t.Name, t.Shape, dt.Safetensors(), n*esize, len(t.Raw))
 		}
 		if t.Raw == nil && n != len(t.Data) {
 			return fmt.Errorf("safetensors: tensor %q: shape %v has %d elements, data has %d", t.Name, t.Shape, n, len(t.Data))
@@ -82,7 +82,7 @@ func Encode(w io.Writer, tensors []Tensor, metadata map[string]string) error {
 		}
 		end := off + int64(n*esize)
 		fmt.Fprintf(&hdr, `%s:{"dtype":"%s","shape":[%s],"data_offsets":[%d,%d]}`,
-			jsonString(t.Name), dt, strings.Join(shape, ","), off, end)
+			jsonString(t.Name), dt.Safetensors(), strings.Join(shape, ","), off, end)
 		off = end
 	}
 	hdr.WriteByte('}')
@@ -107,14 +107,15 @@ func Encode(w io.Writer, tensors []Tensor, metadata map[string]string) error {
 			}
 			continue
 		}
-		esize := dtypeSize[t.dtype()]
+		dt, _ := t.dtype()
+		esize := dt.Size()
 		for i := 0; i < len(t.Data); i += chunk {
 			part := t.Data[i:min(i+chunk, len(t.Data))]
 			if cap(buf) < len(part)*esize {
 				buf = make([]byte, len(part)*esize)
 			}
 			b := buf[:len(part)*esize]
-			encodeFloat32(t.dtype(), part, b)
+			dtype.EncodeFloat32(dt, b, part)
 			if _, err := w.Write(b); err != nil {
 				return err
 			}
@@ -123,11 +124,13 @@ func Encode(w io.Writer, tensors []Tensor, metadata map[string]string) error {
 	return nil
 }
 
-func (t Tensor) dtype() string {
+// dtype returns the type t.DType names (F32 when empty), and false for a name
+// the format does not define.
+func (t Tensor) dtype() (dtype.DType, bool) {
 	if t.DType == "" {
-		return "F32"
+		return dtype.F32, true
 	}
-	return t.DType
+	return dtype.FromSafetensors(t.DType)
 }
 
 func jsonString(s string) string {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"dflash/dtype"
 	"dflash/safetensors"
 	"dflash/tensor"
 )
@@ -164,7 +165,7 @@ func TestWriteLoadDir(t *testing.T) {
 		t.Fatalf("dtype %s", info.DType)
 	}
 	for j, x := range d.FC.Data {
-		if want := safetensors.BF16ToFloat32(safetensors.Float32ToBF16(x)); v[j] != want {
+		if want := dtype.BF16ToFloat32(dtype.Float32ToBF16(x)); v[j] != want {
 			t.Fatalf("fc.weight[%d]: %v, want bf16(%v) = %v", j, v[j], x, want)
 		}
 	}

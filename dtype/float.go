@@ -1,24 +1,10 @@
-package safetensors
+package dtype
 
 import (
 	"encoding/binary"
 	"fmt"
 	"math"
 )
-
-// dtypeSize gives the bytes per element of every dtype the format defines.
-var dtypeSize = map[string]int{
-	"BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1,
-	"U16": 2, "I16": 2, "F16": 2, "BF16": 2,
-	"U32": 4, "I32": 4, "F32": 4,
-	"U64": 8, "I64": 8, "F64": 8,
-}
-
-// DTypeSize returns the bytes per element of dtype, and false for an unknown dtype.
-func DTypeSize(dtype string) (int, bool) {
-	n, ok := dtypeSize[dtype]
-	return n, ok
-}
 
 // BF16ToFloat32 widens a bfloat16 (1 sign, 8 exponent, 7 mantissa bits) exactly: the
 // bfloat16 bits are the high half of the float32.
@@ -132,96 +118,148 @@ func F8E8M0ToFloat32(b uint8) float32 {
 	return float32(math.Ldexp(1, int(b)-127))
 }
 
-// decodeFloat32 converts src, a whole number of elements of dtype, into dst.
-func decodeFloat32(dtype string, src []byte, dst []float32) {
+// DecodeFloat32 converts src, the little-endian bytes of len(dst) elements of
+// t, into dst. Every type converts (integers and booleans by value). It panics
+// when src is shorter than len(dst) elements or t is invalid.
+func DecodeFloat32(t DType, dst []float32, src []byte) {
+	if len(src) < len(dst)*t.Size() {
+		panic(fmt.Sprintf("dtype: DecodeFloat32: %d bytes for %d %v elements", len(src), len(dst), t))
+	}
 	le := binary.LittleEndian
-	switch dtype {
-	case "F32":
+	switch t {
+	case F32:
 		for i := range dst {
 			dst[i] = math.Float32frombits(le.Uint32(src[4*i:]))
 		}
-	case "BF16":
+	case BF16:
 		for i := range dst {
 			dst[i] = BF16ToFloat32(le.Uint16(src[2*i:]))
 		}
-	case "F16":
+	case F16:
 		for i := range dst {
 			dst[i] = F16ToFloat32(le.Uint16(src[2*i:]))
 		}
-	case "F64":
+	case F64:
 		for i := range dst {
 			dst[i] = float32(math.Float64frombits(le.Uint64(src[8*i:])))
 		}
-	case "F8_E4M3":
+	case F8E4M3:
 		for i := range dst {
 			dst[i] = F8E4M3ToFloat32(src[i])
 		}
-	case "F8_E5M2":
+	case F8E5M2:
 		for i := range dst {
 			dst[i] = F8E5M2ToFloat32(src[i])
 		}
-	case "F8_E8M0":
+	case F8E8M0:
 		for i := range dst {
 			dst[i] = F8E8M0ToFloat32(src[i])
 		}
-	case "BOOL", "U8":
+	case Bool, U8:
 		for i := range dst {
 			dst[i] = float32(src[i])
 		}
-	case "I8":
+	case I8:
 		for i := range dst {
 			dst[i] = float32(int8(src[i]))
 		}
-	case "U16":
+	case U16:
 		for i := range dst {
 			dst[i] = float32(le.Uint16(src[2*i:]))
 		}
-	case "I16":
+	case I16:
 		for i := range dst {
 			dst[i] = float32(int16(le.Uint16(src[2*i:])))
 		}
-	case "U32":
+	case U32:
 		for i := range dst {
 			dst[i] = float32(le.Uint32(src[4*i:]))
 		}
-	case "I32":
+	case I32:
 		for i := range dst {
 			dst[i] = float32(int32(le.Uint32(src[4*i:])))
 		}
-	case "U64":
+	case U64:
 		for i := range dst {
 			dst[i] = float32(le.Uint64(src[8*i:]))
 		}
-	case "I64":
+	case I64:
 		for i := range dst {
 			dst[i] = float32(int64(le.Uint64(src[8*i:])))
 		}
 	default:
-		panic(fmt.Sprintf("safetensors: decodeFloat32: unhandled dtype %q", dtype))
+		panic(fmt.Sprintf("dtype: DecodeFloat32: unhandled %v", t))
 	}
 }
 
-// encodeFloat32 converts src into dtype's little-endian bytes in dst.
-func encodeFloat32(dtype string, src []float32, dst []byte) {
+// CanEncode reports whether EncodeFloat32 writes t: F32, BF16, F16 and F64.
+func CanEncode(t DType) bool { return t == F32 || t == BF16 || t == F16 || t == F64 }
+
+// EncodeFloat32 converts src into t's little-endian bytes in dst, rounding to
+// nearest even. It panics when dst is shorter than len(src) elements or
+// CanEncode(t) is false.
+func EncodeFloat32(t DType, dst []byte, src []float32) {
+	if !CanEncode(t) {
+		panic(fmt.Sprintf("dtype: EncodeFloat32: cannot encode %v", t))
+	}
+	if len(dst) < len(src)*t.Size() {
+		panic(fmt.Sprintf("dtype: EncodeFloat32: %d bytes for %d %v elements", len(dst), len(src), t))
+	}
 	le := binary.LittleEndian
-	switch dtype {
-	case "F32":
+	switch t {
+	case F32:
 		for i, v := range src {
 			le.PutUint32(dst[4*i:], math.Float32bits(v))
 		}
-	case "BF16":
+	case BF16:
 		for i, v := range src {
 			le.PutUint16(dst[2*i:], Float32ToBF16(v))
 		}
-	case "F16":
+	case F16:
 		for i, v := range src {
 			le.PutUint16(dst[2*i:], Float32ToF16(v))
 		}
-	case "F64":
+	case F64:
 		for i, v := range src {
 			le.PutUint64(dst[8*i:], math.Float64bits(float64(v)))
 		}
+	}
+}
+
+// EncodeHalves writes src as t (BF16 or F16) bit patterns into dst, rounding
+// to nearest even. It panics when the lengths differ or t is not a 16-bit float.
+func EncodeHalves(t DType, dst []uint16, src []float32) {
+	if len(dst) != len(src) {
+		panic(fmt.Sprintf("dtype: EncodeHalves: %d halves for %d values", len(dst), len(src)))
+	}
+	enc := Float32ToBF16
+	switch t {
+	case BF16:
+	case F16:
+		enc = Float32ToF16
 	default:
-		panic(fmt.Sprintf("safetensors: encodeFloat32: unhandled dtype %q", dtype))
+		panic(fmt.Sprintf("dtype: EncodeHalves: %v is not bf16 or f16", t))
+	}
+	for i, v := range src {
+		dst[i] = enc(v)
+	}
+}
+
+// DecodeHalves writes the values of src, t (BF16 or F16) bit patterns, into
+// dst. It panics when the lengths differ or t is not a 16-bit float.
+func DecodeHalves(t DType, dst []float32, src []uint16) {
+	if len(dst) != len(src) {
+		panic(fmt.Sprintf("dtype: DecodeHalves: %d values for %d halves", len(dst), len(src)))
+	}
+	dec := BF16ToFloat32
+	switch t {
+	case BF16:
+	case F16:
+		dec = F16ToFloat32
+	default:
+		panic(fmt.Sprintf("dtype: DecodeHalves: %v is not bf16 or f16", t))
+	}
+	for i, h := range src {
+		dst[i] = dec(h)
 	}
 }

@@ -1,4 +1,4 @@
-package safetensors
+package dtype
 
 import (
 	"math"
