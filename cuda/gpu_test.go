@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"runtime"
 	"strconv"
 	"strings"
@@ -13,6 +12,7 @@ import (
 	"unsafe"
 
 	"dflash/cuda"
+	"dflash/internal/testseed"
 	"dflash/kernels"
 )
 
@@ -69,9 +69,7 @@ func f32bytes(x []float32) unsafe.Pointer { return unsafe.Pointer(&x[0]) }
 func TestNVRTCCompileLoadLaunch(t *testing.T) {
 	dev := bindDevice0(t)
 	needNVRTC(t)
-	seed := rand.Uint64()
-	t.Logf("seed %d", seed)
-	rng := rand.New(rand.NewPCG(seed, 1))
+	rng := testseed.New(t)
 
 	t0 := time.Now()
 	out, err := cuda.Compile(kernels.Source("saxpy.cu"), "saxpy.cu", []string{"--gpu-architecture=" + arch(t, dev)})

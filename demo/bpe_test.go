@@ -4,9 +4,10 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/dlclark/regexp2"
+
+	"dflash/internal/testseed"
 )
 
 // naiveBPE recounts every pair of every word at every step: the brute-force
@@ -81,9 +82,7 @@ func randomCodeLike(r *rand.Rand, n int) string {
 }
 
 func TestTrainBPEMatchesNaive(t *testing.T) {
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
-	r := rand.New(rand.NewPCG(seed, 1))
+	r := testseed.New(t)
 	var docs []string
 	for i := 0; i < 20; i++ {
 		docs = append(docs, randomCodeLike(r, 200))

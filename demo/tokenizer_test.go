@@ -1,15 +1,14 @@
 package demo
 
 import (
-	"math/rand/v2"
 	"strings"
 	"testing"
-	"time"
+
+	"github.com/dlclark/regexp2"
 
 	"dflash/data/chat"
 	"dflash/data/tokenizer"
-
-	"github.com/dlclark/regexp2"
+	"dflash/internal/testseed"
 )
 
 // naiveEncode is the brute-force BPE encoder: split, then merge the
@@ -111,9 +110,7 @@ func TestTokenizerRoundTripWithDataPackage(t *testing.T) {
 			t.Fatalf("special %s: id %d ok %v special %v, want %d", s, id, ok, tok.IsSpecial(id), want)
 		}
 	}
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
-	r := rand.New(rand.NewPCG(seed, 2))
+	r := testseed.New(t)
 	samples := []string{
 		"<|im_start|>user\nfunc main() {\n\treturn nil\n}<|im_end|>\n<|im_start|>assistant\n",
 		"héllo 世界 🙂 \t\t  x := 42\r\n", "<|MASK|><|MASK|>a<|endoftext|>",

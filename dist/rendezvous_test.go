@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -15,14 +14,14 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"dflash/internal/testseed"
 )
 
 // randomID returns an id of random bytes; the seed is logged.
 func randomID(t *testing.T) UniqueID {
 	t.Helper()
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("id seed %d", seed)
-	r := rand.New(rand.NewPCG(seed, 7))
+	r := testseed.New(t)
 	var id UniqueID
 	for i := range id {
 		id[i] = byte(r.Uint32())

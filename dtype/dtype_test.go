@@ -4,11 +4,11 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"math"
-	"math/rand/v2"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
+
+	"dflash/internal/testseed"
 )
 
 // all lists every valid type, built from the constants (not from the table).
@@ -103,9 +103,7 @@ func TestParse(t *testing.T) {
 // TestEncodeDecode checks the byte conversions against values built with
 // encoding/binary and the per-element conversions, for every type.
 func TestEncodeDecode(t *testing.T) {
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
-	rng := rand.New(rand.NewPCG(seed, 2))
+	rng := testseed.New(t)
 	const n = 257
 	le := binary.LittleEndian
 	for _, dt := range all {

@@ -2,10 +2,10 @@ package dtype
 
 import (
 	"math"
-	"math/rand/v2"
 	"sort"
 	"testing"
-	"time"
+
+	"dflash/internal/testseed"
 )
 
 // refDecode decodes a binary floating format with expBits exponent and manBits mantissa
@@ -80,9 +80,7 @@ func (r *refEncoder) encode(x float64) (code uint32, nan bool) {
 // testInputs returns float32 values: random bit patterns, exact midpoints between
 // neighbouring codes of the format (the ties), and specials.
 func testInputs(t *testing.T, r *refEncoder, manBits, expBits int, n int) []float32 {
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
-	rng := rand.New(rand.NewPCG(seed, 1))
+	rng := testseed.New(t)
 	var xs []float32
 	for range n {
 		xs = append(xs, math.Float32frombits(rng.Uint32()))

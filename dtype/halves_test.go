@@ -2,16 +2,15 @@ package dtype
 
 import (
 	"math"
-	"math/rand/v2"
 	"testing"
+
+	"dflash/internal/testseed"
 )
 
 // TestHalvesRounding checks that EncodeHalves picks a nearest representable value
 // (ties to even) by comparing with the neighbouring bit patterns.
 func TestHalvesRounding(t *testing.T) {
-	seed := rand.Uint64()
-	t.Logf("seed %d", seed)
-	r := rand.New(rand.NewPCG(seed, 3))
+	r := testseed.New(t)
 	for _, dt := range []DType{BF16, F16} {
 		fp16 := dt == F16
 		for i := 0; i < 20000; i++ {

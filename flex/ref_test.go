@@ -3,26 +3,13 @@ package flex
 import (
 	"math"
 	"math/rand/v2"
-	"os"
-	"strconv"
 	"testing"
-	"time"
+
+	"dflash/internal/testseed"
 )
 
-// newRand returns a generator seeded from FLEX_SEED or the clock, logging
-// the seed so a failure can be replayed.
-func newRand(t testing.TB) *rand.Rand {
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("FLEX_SEED"); s != "" {
-		v, err := strconv.ParseUint(s, 10, 64)
-		if err != nil {
-			t.Fatalf("FLEX_SEED=%q: %v", s, err)
-		}
-		seed = v
-	}
-	t.Logf("seed %d (set FLEX_SEED to replay)", seed)
-	return rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
-}
+// newRand returns the test's generator (see package testseed).
+func newRand(t testing.TB) *rand.Rand { return testseed.New(t) }
 
 // refVal is a value of the reference interpreter.
 type refVal struct {

@@ -3,11 +3,11 @@ package gpu
 import (
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"strings"
 	"testing"
 
 	"dflash/cuda"
+	"dflash/internal/testseed"
 )
 
 // fakeMemory hands out addresses from a budget of bytes.
@@ -48,9 +48,7 @@ func (m *fakeMemory) free(p cuda.DevicePtr) error {
 func (m *fakeMemory) info() (int64, int64, error) { return m.capacity - m.used, m.capacity, nil }
 
 func TestSizeClass(t *testing.T) {
-	seed := rand.Uint64()
-	t.Logf("seed %d", seed)
-	rng := rand.New(rand.NewPCG(seed, 3))
+	rng := testseed.New(t)
 	for _, c := range []struct{ n, want int64 }{
 		{1, 512}, {512, 512}, {513, 1024}, {1 << 20, 1 << 20}, {1<<20 + 1, 2 << 20},
 		{5 << 20, 6 << 20}, {16 << 20, 16 << 20}, {16<<20 + 1, 18 << 20}, {1 << 30, 1 << 30}, {1<<30 + 1, 1<<30 + 128<<20},

@@ -3,8 +3,9 @@ package gpu
 import (
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"testing"
+
+	"dflash/internal/testseed"
 )
 
 // colMajorGemm evaluates what cuBLASLt computes for cm on flat buffers:
@@ -39,9 +40,7 @@ func colMajorGemm(cm colMajor, batch int, a, b []float64, m, n, k int) []float64
 // TestGemmRowMajorMapping checks that the column-major problem handed to
 // cuBLASLt computes the row-major product the spec describes, on the CPU.
 func TestGemmRowMajorMapping(t *testing.T) {
-	seed := rand.Uint64()
-	t.Logf("seed %d", seed)
-	rng := rand.New(rand.NewPCG(seed, 4))
+	rng := testseed.New(t)
 	for _, tc := range []GemmSpec{
 		{M: 5, N: 7, K: 3},
 		{M: 5, N: 7, K: 3, TransA: true},

@@ -10,6 +10,7 @@ import (
 	"unsafe"
 
 	"dflash/gpu"
+	"dflash/internal/testseed"
 )
 
 // hostMatrix holds test data as float64 (the reference) and as device bytes.
@@ -63,9 +64,7 @@ func decode(b []byte, t gpu.DType) []float64 {
 // rounding of the output type plus fp32 accumulation error.
 func TestGemmMatchesFloat64(t *testing.T) {
 	w := worker0(t)
-	seed := rand.Uint64()
-	t.Logf("seed %d", seed)
-	rng := rand.New(rand.NewPCG(seed, 11))
+	rng := testseed.New(t)
 	cases := []gpu.GemmSpec{
 		{M: 256, N: 192, K: 320, In: gpu.BF16},
 		{M: 256, N: 192, K: 320, In: gpu.BF16, TransA: true},
@@ -173,9 +172,7 @@ func TestGemmThroughput(t *testing.T) {
 	w := worker0(t)
 	const n = 8192
 	spec := gpu.GemmSpec{M: n, N: n, K: n, In: gpu.BF16}
-	seed := rand.Uint64()
-	t.Logf("seed %d", seed)
-	rng := rand.New(rand.NewPCG(seed, 13))
+	rng := testseed.New(t)
 	host := make([]uint16, n*n)
 	results := map[string]float64{}
 	err := w.Run(func(d *gpu.Device) error {

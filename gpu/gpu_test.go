@@ -13,6 +13,7 @@ import (
 
 	"dflash/cuda"
 	"dflash/gpu"
+	"dflash/internal/testseed"
 	"dflash/jit"
 	"dflash/kernels"
 )
@@ -28,8 +29,7 @@ func TestEightGoroutinesOneCompile(t *testing.T) {
 	w := worker0(t)
 	c := nvrtcCache(t, t.TempDir())
 	src := jit.Source{Family: "saxpy", Code: kernels.Source("saxpy.cu"), Arch: w.Info().Arch()}
-	seed := rand.Uint64()
-	t.Logf("seed %d", seed)
+	seed := testseed.Seed(t)
 	const n = 1 << 16
 	start := make(chan struct{})
 	var wg sync.WaitGroup
@@ -114,9 +114,7 @@ func TestGraphReplayMatchesLaunches(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	seed := rand.Uint64()
-	t.Logf("seed %d", seed)
-	rng := rand.New(rand.NewPCG(seed, 7))
+	rng := testseed.New(t)
 	const n, reps = 50_000, 5
 	const a, b = float32(0.5), float32(0.1)
 	x0, y0 := make([]float32, n), make([]float32, n)
@@ -299,9 +297,7 @@ func TestNCCLSingleRank(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	seed := rand.Uint64()
-	t.Logf("seed %d", seed)
-	rng := rand.New(rand.NewPCG(seed, 9))
+	rng := testseed.New(t)
 	const n = 1 << 20
 	x := make([]float32, n)
 	for i := range x {

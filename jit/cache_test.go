@@ -5,11 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"dflash/internal/testseed"
 )
 
 func newCache(t *testing.T, comp Compiler, dir string) (*Cache, *logBuffer) {
@@ -75,9 +76,7 @@ func TestGet64GoroutinesOneKeyCompilesOnce(t *testing.T) {
 }
 
 func TestGetManyKeysAtOnce(t *testing.T) {
-	seed := rand.Uint64()
-	t.Logf("seed %d", seed)
-	rng := rand.New(rand.NewPCG(seed, 2))
+	rng := testseed.New(t)
 	const keys, perKey = 40, 8
 	fc := newFake(2 * time.Millisecond)
 	c, _ := newCache(t, fc, t.TempDir())

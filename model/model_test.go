@@ -3,7 +3,6 @@ package model
 import (
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -11,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"dflash/internal/testseed"
 	"dflash/safetensors"
 	"dflash/tensor"
 	"dflash/tensor/backendtest"
@@ -169,7 +169,7 @@ func TestLoadErrors(t *testing.T) {
 // TestCacheMatchesForward checks that Step with the KV cache (a prompt, then
 // one token at a time) gives the logits of a full forward at every position.
 func TestCacheMatchesForward(t *testing.T) {
-	rng := rand.New(rand.NewPCG(backendtest.Seed(t), 3))
+	rng := testseed.New(t)
 	cpu := tensor.NewCPU[float32](0)
 	for _, arch := range []Architecture{Qwen3, Llama} {
 		t.Run(string(arch), func(t *testing.T) {
@@ -218,7 +218,7 @@ func TestCacheMatchesForward(t *testing.T) {
 }
 
 func TestSample(t *testing.T) {
-	rng := rand.New(rand.NewPCG(backendtest.Seed(t), 4))
+	rng := testseed.New(t)
 	logits := []float32{0, 2, 1, 2, -1}
 	if got := Sample(logits, 0, 0, rng); got != 1 {
 		t.Fatalf("greedy: %d, want 1 (lowest id of the tie)", got)
@@ -251,7 +251,7 @@ func TestSample(t *testing.T) {
 // gives bit-identical states to the full pass, runs fewer ops and has no
 // Final.
 func TestStatesOnly(t *testing.T) {
-	rng := rand.New(rand.NewPCG(backendtest.Seed(t), 6))
+	rng := testseed.New(t)
 	cpu := tensor.NewCPU[float32](0)
 	cfg := tinyConfig(Qwen3, true)
 	cfg.NumLayers = 4

@@ -6,8 +6,8 @@ import (
 	"sort"
 	"testing"
 
+	"dflash/internal/testseed"
 	"dflash/tensor"
-	"dflash/tensor/backendtest"
 )
 
 // TestGradientsFiniteDifferences checks the whole model's gradients (tape
@@ -15,7 +15,7 @@ import (
 // differences of the loss on the entries with the largest gradients, where
 // float32 differences are accurate.
 func TestGradientsFiniteDifferences(t *testing.T) {
-	rng := rand.New(rand.NewPCG(backendtest.Seed(t), 5))
+	rng := testseed.New(t)
 	cpu := tensor.NewCPU[float32](0)
 	for _, arch := range []Architecture{Qwen3, Llama} {
 		t.Run(string(arch), func(t *testing.T) {

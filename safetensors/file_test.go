@@ -11,15 +11,13 @@ import (
 	"reflect"
 	"strings"
 	"testing"
-	"time"
 
 	"dflash/dtype"
+	"dflash/internal/testseed"
 )
 
 func newRNG(t *testing.T) *rand.Rand {
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
-	return rand.New(rand.NewPCG(seed, 2))
+	return testseed.New(t)
 }
 
 func randData(rng *rand.Rand, n int) []float32 {

@@ -8,8 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
+	"dflash/internal/testseed"
 	"dflash/safetensors"
 )
 
@@ -84,8 +84,7 @@ func TestAdamWMatchesTorch(t *testing.T) {
 // form, computed entirely in float64: m^ = m/(1-b1^t), v^ = v/(1-b2^t),
 // p <- p(1 - lr wd) - lr m^/(sqrt(v^)+eps).
 func TestAdamWReference(t *testing.T) {
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
+	seed := testseed.Seed(t)
 	r := NewRNG(seed, 0)
 	p := NewParam("proj.weight", 3, 7)
 	q := NewParam("proj.bias", 7)

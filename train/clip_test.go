@@ -3,12 +3,12 @@ package train
 import (
 	"math"
 	"testing"
-	"time"
+
+	"dflash/internal/testseed"
 )
 
 func TestClipGradNorm(t *testing.T) {
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
+	seed := testseed.Seed(t)
 	r := NewRNG(seed, 0)
 	mk := func(scale float64) []*Param {
 		ps := []*Param{NewParam("a", 5, 3), NewParam("b", 4), NewParam("c")}

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"dflash/internal/testseed"
 )
 
 const envKillChild = "DFLASH_TRAIN_KILL_CHILD"
@@ -40,7 +41,7 @@ func TestKillChild(t *testing.T) {
 	if out == "" {
 		t.Skip("helper process of TestKillDuringCheckpoint")
 	}
-	r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0))
+	r := testseed.New(t)
 	checkpointHook = func(stage string) {
 		fmt.Printf("stage %s\n", stage)
 		time.Sleep(time.Duration(r.IntN(3000)) * time.Microsecond)
@@ -81,9 +82,7 @@ func TestKillDuringCheckpoint(t *testing.T) {
 	cfg.SaveEvery = 1
 	mustRun(t, context.Background(), cfg, h)
 
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
-	r := rand.New(rand.NewPCG(seed, 0))
+	r := testseed.New(t)
 	out := t.TempDir()
 	stages := []string{"config", "model", "optimizer", "synced", "renamed"}
 	var kills, midWrite int

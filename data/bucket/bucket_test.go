@@ -2,17 +2,15 @@ package bucket
 
 import (
 	"encoding/json"
-	"math/rand/v2"
 	"reflect"
 	"strings"
 	"testing"
-	"time"
+
+	"dflash/internal/testseed"
 )
 
 func randomLengths(t *testing.T, n int) []int {
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
-	rng := rand.New(rand.NewPCG(seed, 9))
+	rng := testseed.New(t)
 	out := make([]int, n)
 	for i := range out {
 		out[i] = 1 + int(rng.ExpFloat64()*400)%4000

@@ -2,14 +2,14 @@ package shard
 
 import (
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"reflect"
 	"sort"
 	"strings"
 	"testing"
-	"time"
+
+	"dflash/internal/testseed"
 )
 
 type sample struct {
@@ -18,9 +18,7 @@ type sample struct {
 }
 
 func randomSamples(t *testing.T, n int) []sample {
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
-	rng := rand.New(rand.NewPCG(seed, 11))
+	rng := testseed.New(t)
 	out := make([]sample, n)
 	for i := range out {
 		l := 1 + rng.IntN(300)

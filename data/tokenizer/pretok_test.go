@@ -4,9 +4,10 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/dlclark/regexp2"
+
+	"dflash/internal/testseed"
 )
 
 // palette is the character mix random texts are drawn from: every class the
@@ -34,9 +35,7 @@ func randomText(rng *rand.Rand, n int) string {
 // TestScannerMatchesRegexp2 checks the hand-written scanners against the
 // patterns run by regexp2, an independent regex engine, on random texts.
 func TestScannerMatchesRegexp2(t *testing.T) {
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
-	rng := rand.New(rand.NewPCG(seed, 1))
+	rng := testseed.New(t)
 	n := 3000
 	if testing.Short() || raceEnabled {
 		n = 400

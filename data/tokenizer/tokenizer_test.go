@@ -5,10 +5,11 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/dlclark/regexp2"
 	"golang.org/x/text/unicode/norm"
+
+	"dflash/internal/testseed"
 )
 
 // trainMerges learns n merges from corpus the textbook way (most frequent
@@ -228,9 +229,8 @@ func TestEncodeMatchesReference(t *testing.T) {
 		if id, ok := tok.TokenID("xyzzy"); ignore && (!ok || !equalIDs(tok.Encode("xyzzy"), []int32{id})) {
 			t.Fatalf("ignore_merges: xyzzy is not one token")
 		}
-		seed := uint64(time.Now().UnixNano())
-		t.Logf("seed %d ignore_merges %v", seed, ignore)
-		rng := rand.New(rand.NewPCG(seed, 2))
+		t.Logf("ignore_merges %v", ignore)
+		rng := testseed.New(t)
 		for i := 0; i < 500; i++ {
 			var b strings.Builder
 			for k := rng.IntN(30); k >= 0; k-- {
@@ -252,9 +252,7 @@ func TestEncodeMatchesReference(t *testing.T) {
 // TestLinearAndHeapAgree runs both merge loops on random byte strings.
 func TestLinearAndHeapAgree(t *testing.T) {
 	tok := loadCached(t, "qwen3")
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
-	rng := rand.New(rand.NewPCG(seed, 3))
+	rng := testseed.New(t)
 	e := tok.getEncoder()
 	words := []string{"ing", "the", "tion", "aaaa", "  ", "你好", "🤗", "er", "s"}
 	for i := 0; i < 2000; i++ {
@@ -275,8 +273,7 @@ func TestLinearAndHeapAgree(t *testing.T) {
 }
 
 func TestRoundTripAndOffsets(t *testing.T) {
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
+	seed := testseed.Seed(t)
 	for _, name := range []string{"qwen3", "llama3"} {
 		t.Run(name, func(t *testing.T) {
 			tok := loadCached(t, name)
@@ -473,9 +470,7 @@ func TestByteLevelAlphabet(t *testing.T) {
 
 // TestPairTable checks the merge table against a Go map on random keys.
 func TestPairTable(t *testing.T) {
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
-	rng := rand.New(rand.NewPCG(seed, 6))
+	rng := testseed.New(t)
 	ref := map[uint64]uint64{}
 	p := newPairTable(5000)
 	for i := 0; i < 5000; i++ {

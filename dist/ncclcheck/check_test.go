@@ -7,13 +7,13 @@ import (
 	"encoding/hex"
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"dflash/gpu"
+	"dflash/internal/testseed"
 )
 
 // smallBlocks makes verification blocks 4 periods long for the test, so
@@ -195,9 +195,7 @@ func TestChecksumAcrossRuns(t *testing.T) {
 
 func TestRunRankDetectsFaults(t *testing.T) {
 	smallBlocks(t)
-	seed := rand.Uint64()
-	t.Logf("seed %d", seed)
-	rng := rand.New(rand.NewPCG(seed, 1))
+	rng := testseed.New(t)
 	bad := int64(rng.IntN(2048)) // an element of the 4 KiB bf16 row
 	plan := Plan{Sizes: []int64{4096, 8192}, DTypes: []gpu.DType{gpu.BF16}, Iters: 1, Warmup: -1}
 	cases := []struct {

@@ -10,6 +10,7 @@ import (
 
 	"dflash/flex"
 	"dflash/gpu"
+	"dflash/internal/testseed"
 	"dflash/jit"
 )
 
@@ -51,9 +52,7 @@ func nvrtcCache(t testing.TB) *jit.Cache {
 }
 
 func newRand(t testing.TB) *rand.Rand {
-	seed := rand.Uint64()
-	t.Logf("seed %d", seed)
-	return rand.New(rand.NewPCG(seed, seed^0x5eed))
+	return testseed.New(t)
 }
 
 // gridValues draws n values k/64 with |k| <= 64: exact in bf16 and fp16, so

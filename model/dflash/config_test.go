@@ -6,7 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
+
+	"dflash/internal/testseed"
 )
 
 func testConfig() *Config {
@@ -104,8 +105,7 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 }
 
 func TestSampleAnchors(t *testing.T) {
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
+	seed := testseed.Seed(t)
 	mask := []uint8{0, 0, 1, 1, 1, 0, 1, 1, 1, 1, 0, 1}
 	cands := Candidates(mask, 10) // t<=8 with mask[t] && mask[t+1]
 	if want := []int32{2, 3, 6, 7, 8}; !slices.Equal(cands, want) {
@@ -139,9 +139,7 @@ func TestSampleAnchors(t *testing.T) {
 // TestBuildBlocksBruteForce checks the block layout against a direct reading
 // of docs/DRAFTER.md §4.3 on random batches.
 func TestBuildBlocksBruteForce(t *testing.T) {
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
-	rng := rand.New(rand.NewPCG(seed, 9))
+	rng := testseed.New(t)
 	c := testConfig()
 	for trial := 0; trial < 50; trial++ {
 		R, S := 1+rng.IntN(3), 5+rng.IntN(20)

@@ -2,11 +2,10 @@ package dflash
 
 import (
 	"math"
-	"math/rand/v2"
 	"runtime"
 	"testing"
-	"time"
 
+	"dflash/internal/testseed"
 	"dflash/tensor"
 )
 
@@ -17,9 +16,7 @@ import (
 // is what makes N steps straight and N/2 + resume + N/2 identical
 // (cmd/dflash TestTrainCommand checks that end to end).
 func TestStepDeterministic(t *testing.T) {
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
-	rng := rand.New(rand.NewPCG(seed, 6))
+	rng := testseed.New(t)
 	// 2 rows of 300 tokens, 48 anchors of block 4: 192 queries and 492
 	// keys, so 2 q tiles and 4 kv blocks of the default 128.
 	const S = 300

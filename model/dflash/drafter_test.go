@@ -7,9 +7,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"dflash/dtype"
+	"dflash/internal/testseed"
 	"dflash/safetensors"
 	"dflash/tensor"
 )
@@ -76,8 +76,7 @@ func lossAndGrads(t *testing.T, d *Drafter[float64], head Head[float64], b *Batc
 // TestLossChunkIndependent checks that the chunked head loss gives the same
 // loss and gradients whatever the chunk size.
 func TestLossChunkIndependent(t *testing.T) {
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
+	seed := testseed.Seed(t)
 	d, head, b, bl := randomSetup[float64](t, seed)
 	d.LossChunk = 100000
 	l0, g0 := lossAndGrads(t, d, head, b, bl)
@@ -98,8 +97,7 @@ func TestLossChunkIndependent(t *testing.T) {
 // TestFiniteDifferences checks the full drafter's gradient against central
 // differences in float64 on random coordinates.
 func TestFiniteDifferences(t *testing.T) {
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
+	seed := testseed.Seed(t)
 	d, head, b, bl := randomSetup[float64](t, seed)
 	_, g := lossAndGrads(t, d, head, b, bl)
 	rng := rand.New(rand.NewPCG(seed, 5))
@@ -128,8 +126,7 @@ func TestFiniteDifferences(t *testing.T) {
 }
 
 func TestWriteLoadDir(t *testing.T) {
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
+	seed := testseed.Seed(t)
 	d, _, _, _ := randomSetup[float32](t, seed)
 	dir := filepath.Join(t.TempDir(), "drafter")
 	if err := d.WriteDir(dir, "F32"); err != nil {

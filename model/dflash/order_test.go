@@ -3,15 +3,15 @@ package dflash
 import (
 	"slices"
 	"testing"
-	"time"
+
+	"dflash/internal/testseed"
 )
 
 // TestOrder checks that every epoch hands out distinct indices (the items a
 // batch would run past the end of the epoch with are skipped), that epochs
 // differ, and that Restore from State continues with the same batches.
 func TestOrder(t *testing.T) {
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
+	seed := testseed.Seed(t)
 	const n, batch = 11, 3 // 3 batches per epoch, 2 items left out each epoch
 	o := NewOrder(n, batch, seed)
 	var epochs [][]int

@@ -3,8 +3,8 @@ package dflash
 import (
 	"math/rand/v2"
 	"testing"
-	"time"
 
+	"dflash/internal/testseed"
 	"dflash/model"
 	"dflash/tensor"
 )
@@ -12,8 +12,7 @@ import (
 // TestSessionHiddenCache checks that cached target hidden states give the
 // same training losses and evaluation as running the target every time.
 func TestSessionHiddenCache(t *testing.T) {
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
+	seed := testseed.Seed(t)
 	m, err := model.New(model.Config{Arch: model.Qwen3, VocabSize: 60, HiddenSize: 32, IntermediateSize: 48,
 		NumLayers: 4, NumHeads: 2, NumKVHeads: 1, HeadDim: 16, RMSNormEps: 1e-6, RopeTheta: 10000,
 		MaxPositionEmbeddings: 512}, seed)

@@ -11,28 +11,11 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"os"
-	"strconv"
 	"testing"
-	"time"
 
+	"dflash/internal/testseed"
 	"dflash/tensor"
 )
-
-// Seed returns the seed for a test: DFLASH_SEED if set, else the clock. It
-// logs the seed so that a failure can be replayed.
-func Seed(t testing.TB) uint64 {
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("DFLASH_SEED"); s != "" {
-		v, err := strconv.ParseUint(s, 10, 64)
-		if err != nil {
-			t.Fatalf("DFLASH_SEED=%q: %v", s, err)
-		}
-		seed = v
-	}
-	t.Logf("seed %d (replay with DFLASH_SEED=%d)", seed, seed)
-	return seed
-}
 
 // Tolerances of the suite, relative to the largest magnitude of the reference.
 const (
@@ -72,7 +55,7 @@ type opCase struct {
 // (three chunk sizes, masked and weighted rows) and flex attention (causal
 // GQA, and a decode-style offset mask).
 func Run(t *testing.T, b tensor.Backend[float32]) {
-	seed := Seed(t)
+	seed := testseed.Seed(t)
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
 	ref := tensor.NewCPU[float64](0)
 	t.Run("Gemm", func(t *testing.T) { runGemm(t, b, rng) })
