@@ -9,14 +9,14 @@ slowest rank counting, busBw = bytes/time * 2(n-1)/n (NCCL's definition).
 
 Inputs (see dist/ncclcheck/doc.go): rank r of n holds, at element i,
   v_r(i) = 1 + (i + 7r) mod p,  p = min(31, 256 // n)
-so every partial sum is an integer <= 256, exact in bf16 and fp32. The
+so every partial sum is an integer <= 256, exact in bf16 and f32. The
 SHA-256 of the result bytes (little-endian) equals dflash's row digest.
 
 NVLink multicast is kept off before torch is imported (NCCL_NVLS_ENABLE=0,
 TORCH_SYMM_MEM_DISABLE_MULTICAST=1, NVSHMEM_DISABLE_NVLS=1); a run with one
 of them set otherwise is refused. Children inherit the environment.
 
-Usage: python3 bench/torch_allreduce.py [--gpus 2] [--sizes 256M] [--dtype bf16,fp32]
+Usage: python3 bench/torch_allreduce.py [--gpus 2] [--sizes 256M] [--dtype bf16,f32]
                                         [--iters 0] [--warmup 5] [--out FILE]
 Prints one JSON object (rank 0) on stdout; --out writes it to FILE too.
 """
@@ -94,7 +94,8 @@ def worker(rank, world, port, args, q):
     dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{port}", world_size=world, rank=rank, device_id=dev)
     rows = []
     for dname in args.dtype.split(","):
-        dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[dname.strip()]
+        dname = {"bf16": "bf16", "f32": "f32", "fp32": "f32"}[dname.strip()]  # dflash's names
+        dtype = {"bf16": torch.bfloat16, "f32": torch.float32}[dname]
         esize = torch.tensor([], dtype=dtype).element_size()
         for nbytes in [parse_size(s) for s in args.sizes.split(",")]:
             count = nbytes // esize
@@ -135,7 +136,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--gpus", type=int, default=2)
     ap.add_argument("--sizes", default="256M", help="comma-separated sizes in bytes (K, M, G suffixes)")
-    ap.add_argument("--dtype", default="bf16,fp32")
+    ap.add_argument("--dtype", default="bf16,f32")
     ap.add_argument("--iters", type=int, default=0, help="0: enough for about 1 GiB, 20..500 (as dflash)")
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--out", default="")

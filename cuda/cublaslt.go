@@ -16,33 +16,6 @@ const (
 	R16BF DataType = 14
 )
 
-// Size returns the size of one element in bytes.
-func (t DataType) Size() int {
-	switch t {
-	case R32F:
-		return 4
-	case R64F:
-		return 8
-	case R16F, R16BF:
-		return 2
-	}
-	panic(fmt.Sprintf("cuda: unknown data type %d", t))
-}
-
-func (t DataType) String() string {
-	switch t {
-	case R32F:
-		return "f32"
-	case R64F:
-		return "f64"
-	case R16F:
-		return "f16"
-	case R16BF:
-		return "bf16"
-	}
-	return fmt.Sprintf("DataType(%d)", int32(t))
-}
-
 // ComputeType is a cublasComputeType_t.
 type ComputeType int32
 

@@ -7,52 +7,8 @@ import (
 	"unsafe"
 
 	"dflash/cuda"
+	"dflash/dtype"
 )
-
-// DType is the element type of device data.
-type DType uint8
-
-// Element types. The zero DType is invalid so that a forgotten field panics.
-const (
-	BF16 DType = iota + 1
-	F16
-	F32
-)
-
-// Size returns the element size in bytes.
-func (t DType) Size() int64 {
-	switch t {
-	case BF16, F16:
-		return 2
-	case F32:
-		return 4
-	}
-	panic(fmt.Sprintf("gpu: invalid DType %d", t))
-}
-
-func (t DType) String() string {
-	switch t {
-	case BF16:
-		return "bf16"
-	case F16:
-		return "f16"
-	case F32:
-		return "f32"
-	}
-	return fmt.Sprintf("DType(%d)", uint8(t))
-}
-
-func (t DType) cuda() cuda.DataType {
-	switch t {
-	case BF16:
-		return cuda.R16BF
-	case F16:
-		return cuda.R16F
-	case F32:
-		return cuda.R32F
-	}
-	panic(fmt.Sprintf("gpu: invalid DType %d", t))
-}
 
 // GemmSpec describes a row-major matrix product
 //
@@ -62,15 +18,16 @@ func (t DType) cuda() cuda.DataType {
 // (K x M when TransA), B K x N (N x K when TransB), all row-major with row
 // strides LDA, LDB, LDC (0: the packed row length) and batch strides
 // StrideA, StrideB, StrideC in elements (0: packed one after another).
-// Inputs are In, C is Out (0: same as In); products accumulate in fp32
-// (TF32 tensor cores for f32 inputs when TF32 is set).
+// Inputs are In, C is Out (0: same as In), each dtype.BF16, F16 or F32;
+// products accumulate in fp32 (TF32 tensor cores for f32 inputs when TF32
+// is set).
 type GemmSpec struct {
 	M, N, K                   int
 	TransA, TransB            bool
 	LDA, LDB, LDC             int
 	Batch                     int
 	StrideA, StrideB, StrideC int64
-	In, Out                   DType
+	In, Out                   dtype.DType
 	TF32                      bool
 }
 
@@ -79,11 +36,16 @@ func (s GemmSpec) normalized() GemmSpec {
 	if s.M <= 0 || s.N <= 0 || s.K <= 0 {
 		panic(fmt.Sprintf("gpu: Gemm with M=%d N=%d K=%d", s.M, s.N, s.K))
 	}
-	if s.In == 0 {
+	if s.In == dtype.Invalid {
 		panic("gpu: GemmSpec.In not set")
 	}
-	if s.Out == 0 {
+	if s.Out == dtype.Invalid {
 		s.Out = s.In
+	}
+	for _, t := range []dtype.DType{s.In, s.Out} {
+		if t != dtype.BF16 && t != dtype.F16 && t != dtype.F32 {
+			panic(fmt.Sprintf("gpu: Gemm of %v: want bf16, f16 or f32", t))
+		}
 	}
 	aRows, aCols := s.M, s.K
 	if s.TransA {
@@ -226,7 +188,7 @@ func (d *Device) plan(bs *blasState, s GemmSpec) (*gemmPlan, error) {
 	}
 	cm := s.toColMajor()
 	compute := cuda.Compute32F
-	if s.In == F32 && s.TF32 {
+	if s.In == dtype.F32 && s.TF32 {
 		compute = cuda.Compute32FFastTF32
 	}
 	p := &gemmPlan{}
@@ -241,13 +203,13 @@ func (d *Device) plan(bs *blasState, s GemmSpec) (*gemmPlan, error) {
 	if err = p.desc.SetTranspose(cm.transA, cm.transB); err != nil {
 		return fail(err)
 	}
-	if p.a, err = cuda.MatrixLayoutCreate(s.In.cuda(), cm.aRows, cm.aCols, cm.lda); err != nil {
+	if p.a, err = cuda.MatrixLayoutCreate(cuda.BlasType(s.In), cm.aRows, cm.aCols, cm.lda); err != nil {
 		return fail(err)
 	}
-	if p.b, err = cuda.MatrixLayoutCreate(s.In.cuda(), cm.bRows, cm.bCols, cm.ldb); err != nil {
+	if p.b, err = cuda.MatrixLayoutCreate(cuda.BlasType(s.In), cm.bRows, cm.bCols, cm.ldb); err != nil {
 		return fail(err)
 	}
-	if p.c, err = cuda.MatrixLayoutCreate(s.Out.cuda(), cm.cRows, cm.cCols, cm.ldc); err != nil {
+	if p.c, err = cuda.MatrixLayoutCreate(cuda.BlasType(s.Out), cm.cRows, cm.cCols, cm.ldc); err != nil {
 		return fail(err)
 	}
 	if s.Batch > 1 {

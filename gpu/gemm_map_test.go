@@ -5,6 +5,7 @@ import (
 	"math"
 	"testing"
 
+	"dflash/dtype"
 	"dflash/internal/testseed"
 )
 
@@ -51,7 +52,7 @@ func TestGemmRowMajorMapping(t *testing.T) {
 		{M: 2, N: 3, K: 4, Batch: 3, TransA: true, StrideA: 100, StrideB: 50, StrideC: 30},
 	} {
 		t.Run(fmt.Sprintf("%+v", tc), func(t *testing.T) {
-			tc.In = F32
+			tc.In = dtype.F32
 			s := tc.normalized()
 			aRows, bRows := s.M, s.K
 			if s.TransA {
@@ -98,9 +99,9 @@ func TestGemmRowMajorMapping(t *testing.T) {
 
 func TestGemmSpecMisuse(t *testing.T) {
 	for name, s := range map[string]GemmSpec{
-		"zero M":      {N: 1, K: 1, In: BF16},
+		"zero M":      {N: 1, K: 1, In: dtype.BF16},
 		"no dtype":    {M: 1, N: 1, K: 1},
-		"LDA too low": {M: 2, N: 2, K: 4, LDA: 3, In: BF16},
+		"LDA too low": {M: 2, N: 2, K: 4, LDA: 3, In: dtype.BF16},
 	} {
 		t.Run(name, func(t *testing.T) {
 			defer func() {

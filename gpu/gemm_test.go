@@ -7,8 +7,8 @@ import (
 	"os"
 	"testing"
 	"time"
-	"unsafe"
 
+	"dflash/dtype"
 	"dflash/gpu"
 	"dflash/internal/testseed"
 )
@@ -21,40 +21,23 @@ type hostMatrix struct {
 
 // randomMatrix draws n values on the k/32 grid (|k| < 256), exact in bf16,
 // f16 and f32, and encodes them for t.
-func randomMatrix(rng *rand.Rand, n int, t gpu.DType) hostMatrix {
-	m := hostMatrix{vals: make([]float64, n), bytes: make([]byte, n*int(t.Size()))}
+func randomMatrix(rng *rand.Rand, n int, t dtype.DType) hostMatrix {
+	m := hostMatrix{vals: make([]float64, n), bytes: make([]byte, n*t.Size())}
+	f := make([]float32, n)
 	for i := range m.vals {
-		v := float32(rng.IntN(511)-255) / 32
-		m.vals[i] = float64(v)
-		switch t {
-		case gpu.BF16:
-			h := bf16Bits(v)
-			m.bytes[2*i], m.bytes[2*i+1] = byte(h), byte(h>>8)
-		case gpu.F16:
-			h := uint16(0)
-			if v != 0 {
-				h = f16Bits(v)
-			}
-			m.bytes[2*i], m.bytes[2*i+1] = byte(h), byte(h>>8)
-		case gpu.F32:
-			*(*float32)(unsafe.Pointer(&m.bytes[4*i])) = v
-		}
+		f[i] = float32(rng.IntN(511)-255) / 32
+		m.vals[i] = float64(f[i])
 	}
+	dtype.EncodeFloat32(t, m.bytes, f)
 	return m
 }
 
-func decode(b []byte, t gpu.DType) []float64 {
-	n := len(b) / int(t.Size())
-	out := make([]float64, n)
-	for i := range out {
-		switch t {
-		case gpu.BF16:
-			out[i] = float64(bf16Value(uint16(b[2*i]) | uint16(b[2*i+1])<<8))
-		case gpu.F16:
-			out[i] = float64(f16Value(uint16(b[2*i]) | uint16(b[2*i+1])<<8))
-		case gpu.F32:
-			out[i] = float64(*(*float32)(unsafe.Pointer(&b[4*i])))
-		}
+func decode(b []byte, t dtype.DType) []float64 {
+	f := make([]float32, len(b)/t.Size())
+	dtype.DecodeFloat32(t, f, b)
+	out := make([]float64, len(f))
+	for i, v := range f {
+		out[i] = float64(v)
 	}
 	return out
 }
@@ -66,17 +49,17 @@ func TestGemmMatchesFloat64(t *testing.T) {
 	w := worker0(t)
 	rng := testseed.New(t)
 	cases := []gpu.GemmSpec{
-		{M: 256, N: 192, K: 320, In: gpu.BF16},
-		{M: 256, N: 192, K: 320, In: gpu.BF16, TransA: true},
-		{M: 256, N: 192, K: 320, In: gpu.BF16, TransB: true},
-		{M: 128, N: 96, K: 200, In: gpu.BF16, TransA: true, TransB: true},
-		{M: 64, N: 80, K: 96, In: gpu.BF16, Batch: 3},
-		{M: 64, N: 80, K: 96, In: gpu.BF16, Batch: 4, TransB: true},
-		{M: 256, N: 192, K: 320, In: gpu.BF16, Out: gpu.F32},
-		{M: 256, N: 192, K: 320, In: gpu.F16},
-		{M: 64, N: 48, K: 72, In: gpu.F16, Batch: 2, TransA: true},
-		{M: 200, N: 120, K: 144, In: gpu.F32},
-		{M: 200, N: 120, K: 144, In: gpu.F32, TF32: true, TransB: true},
+		{M: 256, N: 192, K: 320, In: dtype.BF16},
+		{M: 256, N: 192, K: 320, In: dtype.BF16, TransA: true},
+		{M: 256, N: 192, K: 320, In: dtype.BF16, TransB: true},
+		{M: 128, N: 96, K: 200, In: dtype.BF16, TransA: true, TransB: true},
+		{M: 64, N: 80, K: 96, In: dtype.BF16, Batch: 3},
+		{M: 64, N: 80, K: 96, In: dtype.BF16, Batch: 4, TransB: true},
+		{M: 256, N: 192, K: 320, In: dtype.BF16, Out: dtype.F32},
+		{M: 256, N: 192, K: 320, In: dtype.F16},
+		{M: 64, N: 48, K: 72, In: dtype.F16, Batch: 2, TransA: true},
+		{M: 200, N: 120, K: 144, In: dtype.F32},
+		{M: 200, N: 120, K: 144, In: dtype.F32, TF32: true, TransB: true},
 	}
 	passed := 0
 	for _, spec := range cases {
@@ -114,7 +97,7 @@ func TestGemmMatchesFloat64(t *testing.T) {
 				t.Fatal(err)
 			}
 			res := decode(got, out)
-			outEps := map[gpu.DType]float64{gpu.BF16: 1.0 / 256, gpu.F16: 1.0 / 2048, gpu.F32: 1.0 / (1 << 23)}[out]
+			outEps := map[dtype.DType]float64{dtype.BF16: 1.0 / 256, dtype.F16: 1.0 / 2048, dtype.F32: 1.0 / (1 << 23)}[out]
 			accEps := 1.0 / (1 << 20)
 			if spec.TF32 {
 				accEps = 1.0 / (1 << 10) // inputs rounded to a 10-bit mantissa
@@ -171,7 +154,7 @@ func TestGemmThroughput(t *testing.T) {
 	}
 	w := worker0(t)
 	const n = 8192
-	spec := gpu.GemmSpec{M: n, N: n, K: n, In: gpu.BF16}
+	spec := gpu.GemmSpec{M: n, N: n, K: n, In: dtype.BF16}
 	rng := testseed.New(t)
 	host := make([]uint16, n*n)
 	results := map[string]float64{}
@@ -185,7 +168,7 @@ func TestGemmThroughput(t *testing.T) {
 			defer d.Free(bufs[i])
 			if i < 2 { // random normal inputs, as torch.randn
 				for j := range host {
-					host[j] = bf16Bits(math.Float32frombits(math.Float32bits(float32(rng.NormFloat64())) &^ 0xffff))
+					host[j] = dtype.Float32ToBF16(float32(rng.NormFloat64()))
 				}
 				if err := gpu.Upload(d, bufs[i], host); err != nil {
 					return err

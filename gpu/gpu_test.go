@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"dflash/cuda"
+	"dflash/dtype"
 	"dflash/gpu"
 	"dflash/internal/testseed"
 	"dflash/jit"
@@ -335,7 +336,7 @@ func TestNCCLSingleRank(t *testing.T) {
 		if c.Size() != 1 || c.Rank() != 0 {
 			return fmt.Errorf("comm size %d rank %d", c.Size(), c.Rank())
 		}
-		if err := c.AllReduce(nil, send, recv, n, gpu.F32, cuda.NCCLSum); err != nil {
+		if err := c.AllReduce(nil, send, recv, n, dtype.F32, cuda.NCCLSum); err != nil {
 			return err
 		}
 		if err := check("InitRank all-reduce sum"); err != nil {
@@ -348,10 +349,10 @@ func TestNCCLSingleRank(t *testing.T) {
 		half := gpu.Buffer{Ptr: send.Ptr + 2*n, Size: 2 * n}
 		halfRecv := gpu.Buffer{Ptr: recv.Ptr + 2*n, Size: 2 * n}
 		if err := d.NCCLGroup(func() error {
-			if err := c.AllReduce(nil, send, recv, n/2, gpu.F32, cuda.NCCLSum); err != nil {
+			if err := c.AllReduce(nil, send, recv, n/2, dtype.F32, cuda.NCCLSum); err != nil {
 				return err
 			}
-			return c.AllReduce(nil, half, halfRecv, n/2, gpu.F32, cuda.NCCLSum)
+			return c.AllReduce(nil, half, halfRecv, n/2, dtype.F32, cuda.NCCLSum)
 		}); err != nil {
 			return err
 		}
@@ -361,7 +362,7 @@ func TestNCCLSingleRank(t *testing.T) {
 		if err := d.Memset(recv, 0, nil); err != nil {
 			return err
 		}
-		if err := c.Broadcast(nil, send, recv, n, gpu.F32, 0); err != nil {
+		if err := c.Broadcast(nil, send, recv, n, dtype.F32, 0); err != nil {
 			return err
 		}
 		if err := check("InitRank broadcast"); err != nil {

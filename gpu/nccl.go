@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"dflash/cuda"
+	"dflash/dtype"
 )
 
 // Comm is one rank of an NCCL communicator, owned by a device's worker.
@@ -67,39 +68,27 @@ func NewComms(workers []*Worker) ([]*Comm, error) {
 	return comms, nil
 }
 
-func (t DType) nccl() cuda.NCCLDataType {
-	switch t {
-	case BF16:
-		return cuda.NCCLBfloat16
-	case F16:
-		return cuda.NCCLFloat16
-	case F32:
-		return cuda.NCCLFloat32
-	}
-	panic(fmt.Sprintf("gpu: invalid DType %d", t))
-}
-
 // AllReduce queues recv = op over all ranks of send (count elements of t)
 // on s (the default stream when nil). send and recv may be the same buffer.
-func (c *Comm) AllReduce(s *Stream, send, recv Buffer, count int, t DType, op cuda.NCCLRedOp) error {
+func (c *Comm) AllReduce(s *Stream, send, recv Buffer, count int, t dtype.DType, op cuda.NCCLRedOp) error {
 	if err := c.d.check("AllReduce"); err != nil {
 		return err
 	}
 	c.fits(send, recv, count, t)
-	return c.c.AllReduce(send.Ptr, recv.Ptr, count, t.nccl(), op, c.d.stream(s).h)
+	return c.c.AllReduce(send.Ptr, recv.Ptr, count, cuda.NCCLType(t), op, c.d.stream(s).h)
 }
 
 // Broadcast queues copying root's send into every rank's recv on s.
-func (c *Comm) Broadcast(s *Stream, send, recv Buffer, count int, t DType, root int) error {
+func (c *Comm) Broadcast(s *Stream, send, recv Buffer, count int, t dtype.DType, root int) error {
 	if err := c.d.check("Broadcast"); err != nil {
 		return err
 	}
 	c.fits(send, recv, count, t)
-	return c.c.Broadcast(send.Ptr, recv.Ptr, count, t.nccl(), root, c.d.stream(s).h)
+	return c.c.Broadcast(send.Ptr, recv.Ptr, count, cuda.NCCLType(t), root, c.d.stream(s).h)
 }
 
-func (c *Comm) fits(send, recv Buffer, count int, t DType) {
-	if n := int64(count) * t.Size(); n > send.Size || n > recv.Size {
+func (c *Comm) fits(send, recv Buffer, count int, t dtype.DType) {
+	if n := int64(count) * int64(t.Size()); n > send.Size || n > recv.Size {
 		panic(fmt.Sprintf("gpu: collective of %d bytes on buffers of %d and %d", n, send.Size, recv.Size))
 	}
 }

@@ -12,14 +12,14 @@
 # a run with any of them set otherwise, or NCCL_ALGO naming NVLS, is refused):
 #   1. nvidia-smi -L, nvidia-smi topo -m, nvlink status, torch's GPU count;
 #   2. dflash nccl check --gpus 2: one process, one worker per GPU, all-reduce
-#      sum 4K..1G in bf16 and fp32 checked exactly, busBw per size, and the
+#      sum 4K..1G in bf16 and f32 checked exactly, busBw per size, and the
 #      kernel cache (both workers ask at once: 1 compile, 2 module loads);
 #   3. the same check as two processes of one rank each, rank 0 handing out
 #      the NCCL unique id over TCP on 127.0.0.1; checksums must match step 2;
 #   4. the ncclcheck GPU tests (host digests, kernel cache);
 #   5. NCCL's all_reduce_perf if present (256M, bf16 and float), and always
 #      bench/torch_allreduce.py (2 spawned processes, torch.distributed on
-#      loopback, 256M bf16 and fp32, exact check, busBw, result SHA-256);
+#      loopback, 256M bf16 and f32, exact check, busBw, result SHA-256);
 #   6. a summary: each check PASS/FAIL and busBw at 256 MiB side by side.
 # Outputs under $OUT: summary.txt, summary.json, and logs.tar.gz holding
 # single.json, rank0.json, rank1.json, torch.json, nccl-tests-*.txt, the NCCL
@@ -103,16 +103,16 @@ NR=$((NGPU >= 2 ? 2 : 1))
 # 2. one process, one worker per GPU
 export NCCL_DEBUG=INFO NCCL_DEBUG_FILE=$OUT/nccl-single.%h.%p.txt
 step "dflash nccl check, 1 process x $NR GPUs" 240 "$OUT/single.log" \
-	sh -c "$B/dflash nccl check --gpus $NR --sizes 4K..1G --dtype bf16,fp32 --timeout 220s --json >$OUT/single.json"
+	sh -c "$B/dflash nccl check --gpus $NR --sizes 4K..1G --dtype bf16,f32 --timeout 220s --json >$OUT/single.json"
 
 # 3. one rank per process, unique id over TCP on loopback
 PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 export DFLASH_JOB_TOKEN=gpu-multi-$$-$RANDOM NCCL_DEBUG_FILE=$OUT/nccl-multi.%h.%p.txt
 if ((NR == 2)); then
 	step "dflash nccl check, 2 processes x 1 rank" 240 "$OUT/multi.log" sh -c "
-		$B/dflash nccl check --rank 0 --nranks 2 --coordinator 127.0.0.1:$PORT --sizes 4K..1G --dtype bf16,fp32 --timeout 220s --json >$OUT/rank0.json 2>$OUT/rank0.log &
+		$B/dflash nccl check --rank 0 --nranks 2 --coordinator 127.0.0.1:$PORT --sizes 4K..1G --dtype bf16,f32 --timeout 220s --json >$OUT/rank0.json 2>$OUT/rank0.log &
 		p0=\$!
-		$B/dflash nccl check --rank 1 --nranks 2 --coordinator 127.0.0.1:$PORT --sizes 4K..1G --dtype bf16,fp32 --timeout 220s --json >$OUT/rank1.json 2>$OUT/rank1.log &
+		$B/dflash nccl check --rank 1 --nranks 2 --coordinator 127.0.0.1:$PORT --sizes 4K..1G --dtype bf16,f32 --timeout 220s --json >$OUT/rank1.json 2>$OUT/rank1.log &
 		p1=\$!
 		wait \$p0; r0=\$?; wait \$p1; r1=\$?
 		echo rank0 exit \$r0, rank1 exit \$r1; cat $OUT/rank0.log $OUT/rank1.log | grep -v 'NCCL INFO' | tail -20
@@ -133,7 +133,7 @@ else
 	echo "all_reduce_perf: not found on this machine (searched PATH and the usual nccl-tests folders)" | tee "$OUT/nccl-tests-absent.txt"
 fi
 if ((NR == 2)); then
-	step "torch.distributed all_reduce 256M" 240 "$OUT/torch.log" python3 bench/torch_allreduce.py --gpus 2 --sizes 256M --dtype bf16,fp32 --out "$OUT/torch.json"
+	step "torch.distributed all_reduce 256M" 240 "$OUT/torch.log" python3 bench/torch_allreduce.py --gpus 2 --sizes 256M --dtype bf16,f32 --out "$OUT/torch.json"
 fi
 
 # 6. summary
@@ -170,7 +170,7 @@ if "_error" in single:
     check("single-process check ran", False, single["_error"])
 else:
     n = single["nranks"]
-    check("single-process all-reduce exact, %d ranks, %d rows (bf16+fp32, 4K..1G)" % (n, len(single["rows"])), exact(single),
+    check("single-process all-reduce exact, %d ranks, %d rows (bf16+f32, 4K..1G)" % (n, len(single["rows"])), exact(single),
           "; ".join(single.get("failures") or []) or "every element equals the integer sum")
     kc = single.get("kernel_cache") or {}
     check("kernel cache: %d workers ask at once -> 1 compile, 1 module per device" % n, bool(kc.get("pass")), kc.get("detail", "not run"))
@@ -214,7 +214,7 @@ if "rows" in single:
 
 # the 256 MiB comparison
 peers = {}
-for d, label in (("bfloat16", "bf16"), ("float", "fp32")):
+for d, label in (("bfloat16", "bf16"), ("float", "f32")):
     p = os.path.join(out, "nccl-tests-%s.txt" % d)
     if os.path.exists(p):
         for line in open(p):
@@ -232,16 +232,16 @@ for label, rep in (("dflash, 1 process (out-of-place)", single), ("dflash, 2 pro
 if peers:
     print()
     print("busBw at 256 MiB, GB/s (NCCL's definition; n = %s)" % single.get("nranks", "?"))
-    print("%-45s %10s %10s" % ("implementation", "bf16", "fp32"))
+    print("%-45s %10s %10s" % ("implementation", "bf16", "f32"))
     impls = []
     for (impl, _) in peers:
         if impl not in impls:
             impls.append(impl)
     for impl in impls:
-        print("%-45s %10s %10s" % (impl, *("%.1f" % peers[(impl, dt)] if (impl, dt) in peers else "-" for dt in ("bf16", "fp32"))))
+        print("%-45s %10s %10s" % (impl, *("%.1f" % peers[(impl, dt)] if (impl, dt) in peers else "-" for dt in ("bf16", "f32"))))
     ref = [k for k in impls if k.startswith("nccl-tests")] or [k for k in impls if k.startswith("torch")]
     if ref:
-        for dt in ("bf16", "fp32"):
+        for dt in ("bf16", "f32"):
             a, b = peers.get(("dflash, 1 process (out-of-place)", dt)), peers.get((ref[0], dt))
             if a and b:
                 print("dflash 1 process / %s, %s: %.3f" % (ref[0].split(" (")[0], dt, a / b))

@@ -50,7 +50,7 @@ type ncclReport struct {
 	Seconds     float64                `json:"seconds"`
 }
 
-const ncclCheckSynopsis = `nccl check [--gpus N] [--sizes 4K..1G] [--dtype bf16,fp32] [--json]
+const ncclCheckSynopsis = `nccl check [--gpus N] [--sizes 4K..1G] [--dtype bf16,f32] [--json]
        dflash nccl check --rank R --nranks N --coordinator HOST:PORT [--token T] [--device D] ...
 
 One process drives one worker per GPU and all-reduces (sum) across them;
@@ -64,7 +64,7 @@ func ncclCheck(args []string) error {
 	fs := newFlagSet("nccl check", ncclCheckSynopsis)
 	gpus := fs.Int("gpus", 0, "GPUs to use in single-process mode, from ordinal 0 (0: all)")
 	sizesArg := fs.String("sizes", "4K..1G", "all-reduce sizes in bytes: SIZE, FROM..TO[:FACTOR], comma-separated (K, M, G = KiB, MiB, GiB)")
-	dtypeArg := fs.String("dtype", "bf16,fp32", "element types, comma-separated: bf16, fp32")
+	dtypeArg := fs.String("dtype", "bf16,f32", "element types, comma-separated: bf16, f32")
 	iters := fs.Int("iters", 0, "timed all-reduces per size (0: enough for about 1 GiB, 20..500)")
 	warmup := fs.Int("warmup", 0, fmt.Sprintf("untimed all-reduces before timing (0: %d, -1: none)", ncclcheck.DefaultWarmup))
 	asJSON := fs.Bool("json", false, "print one JSON object instead of a table")

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"dflash/gpu"
+	"dflash/dtype"
 )
 
 // DefaultWarmup is the number of untimed all-reduces before each timing.
@@ -17,10 +17,10 @@ const DefaultWarmup = 5
 
 // Plan says what a check runs.
 type Plan struct {
-	Sizes  []int64     // bytes per all-reduce, each a multiple of every dtype's size
-	DTypes []gpu.DType // gpu.BF16, gpu.F32
-	Iters  int         // timed all-reduces per size; 0 picks AutoIters
-	Warmup int         // untimed all-reduces before timing; 0 means DefaultWarmup, <0 none
+	Sizes  []int64       // bytes per all-reduce, each a multiple of every dtype's size
+	DTypes []dtype.DType // dtype.BF16, dtype.F32
+	Iters  int           // timed all-reduces per size; 0 picks AutoIters
+	Warmup int           // untimed all-reduces before timing; 0 means DefaultWarmup, <0 none
 }
 
 // Validate returns an error naming the first size that is not a whole
@@ -30,12 +30,12 @@ func (p Plan) Validate() error {
 		return fmt.Errorf("ncclcheck: the plan needs at least one size and one dtype")
 	}
 	for _, t := range p.DTypes {
-		if t != gpu.BF16 && t != gpu.F32 {
-			return fmt.Errorf("ncclcheck: dtype %v: want bf16 or fp32", t)
+		if t != dtype.BF16 && t != dtype.F32 {
+			return fmt.Errorf("ncclcheck: dtype %v: want bf16 or f32", t)
 		}
 		for _, n := range p.Sizes {
-			if n <= 0 || n%t.Size() != 0 {
-				return fmt.Errorf("ncclcheck: size %d bytes is not a whole number of %s elements (%d bytes each)", n, DTypeName(t), t.Size())
+			if n <= 0 || n%int64(t.Size()) != 0 {
+				return fmt.Errorf("ncclcheck: size %d bytes is not a whole number of %s elements (%d bytes each)", n, t.String(), t.Size())
 			}
 		}
 	}
@@ -81,7 +81,7 @@ type Rank interface {
 	Memset(dst Mem, v byte) error
 	Copy(dst Mem, dstOff int64, src Mem, srcOff, n int64) error
 	// AllReduce queues recv = sum over ranks of send, count elements of t.
-	AllReduce(send, recv Mem, count int, t gpu.DType) error
+	AllReduce(send, recv Mem, count int, t dtype.DType) error
 	// Time returns the device time of iters calls of op, queued back to back.
 	Time(iters int, op func() error) (time.Duration, error)
 	Sync() error
@@ -133,7 +133,7 @@ func RunRank(ctx context.Context, r Rank, plan Plan) (*RankResult, error) {
 	defer r.Free(recv)
 	res := &RankResult{Rank: r.Rank(), NRanks: r.NRanks()}
 	for _, t := range plan.DTypes {
-		if err := fill(r, send, maxBytes/t.Size(), t); err != nil {
+		if err := fill(r, send, maxBytes/int64(t.Size()), t); err != nil {
 			return nil, err
 		}
 		want := expectedBlock(t, r.NRanks()) // the same for every size: built once
@@ -143,7 +143,7 @@ func RunRank(ctx context.Context, r Rank, plan Plan) (*RankResult, error) {
 			}
 			row, err := runSize(r, plan, send, recv, size, t, want)
 			if err != nil {
-				return nil, fmt.Errorf("ncclcheck: rank %d, %s %s: %w", r.Rank(), DTypeName(t), FormatBytes(size), err)
+				return nil, fmt.Errorf("ncclcheck: rank %d, %s %s: %w", r.Rank(), t.String(), FormatBytes(size), err)
 			}
 			res.Rows = append(res.Rows, row)
 		}
@@ -153,8 +153,8 @@ func RunRank(ctx context.Context, r Rank, plan Plan) (*RankResult, error) {
 
 // fill writes the rank's first n inputs into send: one block uploaded, then
 // doubled by device copies (the inputs repeat with the block's length).
-func fill(r Rank, send Mem, n int64, t gpu.DType) error {
-	e := t.Size()
+func fill(r Rank, send Mem, n int64, t dtype.DType) error {
+	e := int64(t.Size())
 	tile := min(n, blockElems(r.NRanks()))
 	if err := r.Upload(send, 0, RankInput(r.Rank(), r.NRanks(), tile, t)); err != nil {
 		return fmt.Errorf("ncclcheck: rank %d: upload inputs: %w", r.Rank(), err)
@@ -171,11 +171,11 @@ func fill(r Rank, send Mem, n int64, t gpu.DType) error {
 
 // runSize verifies and times one all-reduce of size bytes of t; want is
 // expectedBlock(t, r.NRanks()).
-func runSize(r Rank, plan Plan, send, recv Mem, size int64, t gpu.DType, want []byte) (Row, error) {
-	count := size / t.Size()
-	row := Row{DType: DTypeName(t), Bytes: size, Count: count, Ranks: r.NRanks(), Reported: 1, Agree: true}
+func runSize(r Rank, plan Plan, send, recv Mem, size int64, t dtype.DType, want []byte) (Row, error) {
+	count := size / int64(t.Size())
+	row := Row{DType: t.String(), Bytes: size, Count: count, Ranks: r.NRanks(), Reported: 1, Agree: true}
 	op := func() error { return r.AllReduce(send, recv, int(count), t) }
-	if err := r.Memset(recv, 0xff); err != nil { // NaN in bf16 and fp32
+	if err := r.Memset(recv, 0xff); err != nil { // NaN in bf16 and f32
 		return row, err
 	}
 	if err := op(); err != nil {

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"dflash/gpu"
+	"dflash/dtype"
 	"dflash/internal/testseed"
 )
 
@@ -27,9 +27,9 @@ func smallBlocks(t *testing.T) {
 // refDigest is the SHA-256 of the exact result computed by brute force:
 // each element summed over ranks in float64 from the formula in doc.go,
 // encoded by hand.
-func refDigest(t gpu.DType, bytes int64, nranks int) string {
+func refDigest(t dtype.DType, bytes int64, nranks int) string {
 	p := min(31, 256/nranks)
-	e := t.Size()
+	e := int64(t.Size())
 	out := make([]byte, bytes)
 	for i := int64(0); i < bytes/e; i++ {
 		s := 0.0
@@ -37,7 +37,7 @@ func refDigest(t gpu.DType, bytes int64, nranks int) string {
 			s += float64(1 + (i+7*int64(r))%int64(p))
 		}
 		f := math.Float32bits(float32(s))
-		if t == gpu.BF16 {
+		if t == dtype.BF16 {
 			binary.LittleEndian.PutUint16(out[2*i:], uint16(f>>16))
 		} else {
 			binary.LittleEndian.PutUint32(out[4*i:], f)
@@ -85,10 +85,10 @@ func TestInputsSumExactly(t *testing.T) {
 func TestExpectedDigest(t *testing.T) {
 	smallBlocks(t)
 	for _, c := range []struct {
-		t      gpu.DType
+		t      dtype.DType
 		bytes  int64
 		nranks int
-	}{{gpu.BF16, 4096, 2}, {gpu.F32, 4100, 3}, {gpu.BF16, 2 * 31 * 4 * 2, 8}, {gpu.F32, 12, 1}} {
+	}{{dtype.BF16, 4096, 2}, {dtype.F32, 4100, 3}, {dtype.BF16, 2 * 31 * 4 * 2, 8}, {dtype.F32, 12, 1}} {
 		if got, want := ExpectedDigest(c.t, c.bytes, c.nranks), refDigest(c.t, c.bytes, c.nranks); got != want {
 			t.Errorf("%v %d bytes %d ranks: digest %s, want %s", c.t, c.bytes, c.nranks, got[:12], want[:12])
 		}
@@ -115,7 +115,7 @@ func TestRunRankExact(t *testing.T) {
 	sizes := []int64{4096, 4100, 12 * 1024}
 	for _, n := range []int{1, 2, 3, 8} {
 		t.Run(fmt.Sprintf("nranks=%d", n), func(t *testing.T) {
-			plan := Plan{Sizes: sizes, DTypes: []gpu.DType{gpu.BF16, gpu.F32}, Iters: 3, Warmup: 2}
+			plan := Plan{Sizes: sizes, DTypes: []dtype.DType{dtype.BF16, dtype.F32}, Iters: 3, Warmup: 2}
 			res, ranks, errs := runFake(t, newFakeComm(n), plan)
 			for r, err := range errs {
 				if err != nil {
@@ -129,7 +129,7 @@ func TestRunRankExact(t *testing.T) {
 			var want []Row
 			for i, row := range rows {
 				dt := plan.DTypes[i/len(sizes)]
-				if row.DType != DTypeName(dt) || row.Bytes != sizes[i%len(sizes)] || row.Count != row.Bytes/dt.Size() {
+				if row.DType != dt.String() || row.Bytes != sizes[i%len(sizes)] || row.Count != row.Bytes/int64(dt.Size()) {
 					t.Fatalf("row %d is %s %d bytes %d elements", i, row.DType, row.Bytes, row.Count)
 				}
 				if !row.Exact || row.Mismatches != 0 || !row.Agree || row.Reported != n {
@@ -168,7 +168,7 @@ func TestRunRankExact(t *testing.T) {
 // different rank count does not.
 func TestChecksumAcrossRuns(t *testing.T) {
 	smallBlocks(t)
-	plan := Plan{Sizes: []int64{4096, 8192}, DTypes: []gpu.DType{gpu.BF16}, Iters: 1}
+	plan := Plan{Sizes: []int64{4096, 8192}, DTypes: []dtype.DType{dtype.BF16}, Iters: 1}
 	sum := func(n int) string {
 		res, _, errs := runFake(t, newFakeComm(n), plan)
 		for _, err := range errs {
@@ -197,7 +197,7 @@ func TestRunRankDetectsFaults(t *testing.T) {
 	smallBlocks(t)
 	rng := testseed.New(t)
 	bad := int64(rng.IntN(2048)) // an element of the 4 KiB bf16 row
-	plan := Plan{Sizes: []int64{4096, 8192}, DTypes: []gpu.DType{gpu.BF16}, Iters: 1, Warmup: -1}
+	plan := Plan{Sizes: []int64{4096, 8192}, DTypes: []dtype.DType{dtype.BF16}, Iters: 1, Warmup: -1}
 	cases := []struct {
 		name      string
 		setup     func(c *fakeComm)
@@ -248,17 +248,17 @@ func TestRunRankDetectsFaults(t *testing.T) {
 func TestRunRankErrors(t *testing.T) {
 	comm := newFakeComm(1)
 	comm.failAlloc = 1 << 20
-	_, err := RunRank(context.Background(), &fakeRank{c: comm}, Plan{Sizes: []int64{4096, 1 << 20}, DTypes: []gpu.DType{gpu.F32}})
+	_, err := RunRank(context.Background(), &fakeRank{c: comm}, Plan{Sizes: []int64{4096, 1 << 20}, DTypes: []dtype.DType{dtype.F32}})
 	if err == nil || !strings.Contains(err.Error(), "rank 0: send buffer of 1M") {
 		t.Errorf("alloc failure: %v", err)
 	}
-	_, err = RunRank(context.Background(), &fakeRank{c: newFakeComm(1)}, Plan{Sizes: []int64{4096, 4098}, DTypes: []gpu.DType{gpu.BF16, gpu.F32}})
-	if err == nil || !strings.Contains(err.Error(), "size 4098 bytes is not a whole number of fp32 elements") {
+	_, err = RunRank(context.Background(), &fakeRank{c: newFakeComm(1)}, Plan{Sizes: []int64{4096, 4098}, DTypes: []dtype.DType{dtype.BF16, dtype.F32}})
+	if err == nil || !strings.Contains(err.Error(), "size 4098 bytes is not a whole number of f32 elements") {
 		t.Errorf("odd size: %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := RunRank(ctx, &fakeRank{c: newFakeComm(1)}, Plan{Sizes: []int64{4096}, DTypes: []gpu.DType{gpu.F32}}); err != context.Canceled {
+	if _, err := RunRank(ctx, &fakeRank{c: newFakeComm(1)}, Plan{Sizes: []int64{4096}, DTypes: []dtype.DType{dtype.F32}}); err != context.Canceled {
 		t.Errorf("cancelled: %v", err)
 	}
 }
@@ -309,14 +309,11 @@ func TestParseSizes(t *testing.T) {
 
 func TestParseDTypes(t *testing.T) {
 	got, err := ParseDTypes("bf16, fp32,bf16")
-	if err != nil || len(got) != 2 || got[0] != gpu.BF16 || got[1] != gpu.F32 {
+	if err != nil || len(got) != 2 || got[0] != dtype.BF16 || got[1] != dtype.F32 {
 		t.Errorf("bf16,fp32,bf16 = %v, %v", got, err)
 	}
-	if _, err := ParseDTypes("fp16"); err == nil || !strings.Contains(err.Error(), `dtype "fp16"`) {
+	if _, err := ParseDTypes("fp16"); err == nil || !strings.Contains(err.Error(), `dtype "fp16": want bf16 or f32`) {
 		t.Errorf("fp16: %v", err)
-	}
-	if DTypeName(gpu.F32) != "fp32" || DTypeName(gpu.BF16) != "bf16" {
-		t.Error("DTypeName")
 	}
 }
 

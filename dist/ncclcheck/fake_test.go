@@ -1,13 +1,11 @@
 package ncclcheck
 
 import (
-	"encoding/binary"
 	"fmt"
-	"math"
 	"sync"
 	"time"
 
-	"dflash/gpu"
+	"dflash/dtype"
 )
 
 // fakeComm is an in-process all-reduce over host memory for CPU tests: each
@@ -37,7 +35,7 @@ func newFakeComm(n int) *fakeComm {
 }
 
 // allReduce contributes send and returns the summed result (count elements).
-func (c *fakeComm) allReduce(rank int, send []byte, count int, t gpu.DType) []byte {
+func (c *fakeComm) allReduce(rank int, send []byte, count int, t dtype.DType) []byte {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	gen := c.gen
@@ -57,34 +55,24 @@ func (c *fakeComm) allReduce(rank int, send []byte, count int, t gpu.DType) []by
 
 // sumBytes adds the ranks' inputs element-wise in float32, rounding the
 // running sum to t after every addition (round to nearest even for bf16).
-func sumBytes(sends [][]byte, skip, count int, t gpu.DType) []byte {
-	e := int(t.Size())
-	out := make([]byte, count*e)
-	for i := range count {
+func sumBytes(sends [][]byte, skip, count int, t dtype.DType) []byte {
+	sums := make([]float32, count)
+	for i := range sums {
 		var s float32
 		for r, b := range sends {
 			if r == skip {
 				continue
 			}
-			s = roundTo(s+float32(element(b, int64(i), t)), t)
+			s += float32(element(b, int64(i), t))
+			if t == dtype.BF16 {
+				s = dtype.BF16ToFloat32(dtype.Float32ToBF16(s))
+			}
 		}
-		switch t {
-		case gpu.BF16:
-			binary.LittleEndian.PutUint16(out[i*e:], uint16(math.Float32bits(s)>>16))
-		case gpu.F32:
-			binary.LittleEndian.PutUint32(out[i*e:], math.Float32bits(s))
-		}
+		sums[i] = s
 	}
+	out := make([]byte, count*t.Size())
+	dtype.EncodeFloat32(t, out, sums)
 	return out
-}
-
-func roundTo(f float32, t gpu.DType) float32 {
-	if t != gpu.BF16 {
-		return f
-	}
-	b := math.Float32bits(f)
-	b += 0x7fff + (b>>16)&1
-	return math.Float32frombits(b &^ 0xffff)
 }
 
 type fakeMem struct{ b []byte }
@@ -144,8 +132,8 @@ func (f *fakeRank) Copy(dst Mem, dstOff int64, src Mem, srcOff, n int64) error {
 	return nil
 }
 
-func (f *fakeRank) AllReduce(send, recv Mem, count int, t gpu.DType) error {
-	n := int64(count) * t.Size()
+func (f *fakeRank) AllReduce(send, recv Mem, count int, t dtype.DType) error {
+	n := int64(count) * int64(t.Size())
 	in := send.(*fakeMem).b[:n]
 	res := f.c.allReduce(f.rank, in, count, t)
 	call := f.calls

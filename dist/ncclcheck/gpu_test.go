@@ -8,6 +8,7 @@ import (
 
 	"dflash/cuda"
 	"dflash/dist"
+	"dflash/dtype"
 	"dflash/gpu"
 	"dflash/jit"
 )
@@ -58,7 +59,7 @@ func TestGPUAllReduce(t *testing.T) {
 			}
 		}
 	}()
-	plan := Plan{Sizes: []int64{4 << 10, 1 << 20, 9<<20 + 4}, DTypes: []gpu.DType{gpu.BF16, gpu.F32}, Iters: 5}
+	plan := Plan{Sizes: []int64{4 << 10, 1 << 20, 9<<20 + 4}, DTypes: []dtype.DType{dtype.BF16, dtype.F32}, Iters: 5}
 	res, err := RunWorkers(context.Background(), ws, comms, plan)
 	if err != nil {
 		t.Fatal(err)
@@ -68,9 +69,9 @@ func TestGPUAllReduce(t *testing.T) {
 		t.Error(f)
 	}
 	for _, r := range rows {
-		dt := gpu.BF16
-		if r.DType == "fp32" {
-			dt = gpu.F32
+		dt := dtype.BF16
+		if r.DType == "f32" {
+			dt = dtype.F32
 		}
 		if want := ExpectedDigest(dt, r.Bytes, len(ws)); r.SHA256 != want {
 			t.Errorf("%s %s: digest %s, host %s", r.DType, FormatBytes(r.Bytes), r.SHA256[:12], want[:12])

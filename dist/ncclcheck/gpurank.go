@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"dflash/cuda"
+	"dflash/dtype"
 	"dflash/gpu"
 )
 
@@ -67,7 +68,7 @@ func (g GPURank) Copy(dst Mem, dstOff int64, src Mem, srcOff, n int64) error {
 }
 
 // AllReduce queues an NCCL sum all-reduce on the default stream.
-func (g GPURank) AllReduce(send, recv Mem, count int, t gpu.DType) error {
+func (g GPURank) AllReduce(send, recv Mem, count int, t dtype.DType) error {
 	return g.Comm.AllReduce(nil, send.(gpuMem).b, recv.(gpuMem).b, count, t, cuda.NCCLSum)
 }
 

@@ -3,20 +3,18 @@ package ncclcheck
 import (
 	"bytes"
 	"crypto/sha256"
-	"encoding/binary"
 	"encoding/hex"
 	"fmt"
 	"hash"
-	"math"
 
-	"dflash/gpu"
+	"dflash/dtype"
 )
 
 // maxPeriod is the period of the inputs for up to 8 ranks.
 const maxPeriod = 31
 
 // blockRepeats is how many periods one verification block holds: blocks
-// are 2 Mi elements for 31-periodic inputs (4 MiB of bf16, 8 of fp32).
+// are 2 Mi elements for 31-periodic inputs (4 MiB of bf16, 8 of f32).
 // Tests lower it to cross block boundaries with small buffers.
 var blockRepeats int64 = 1 << 16
 
@@ -46,40 +44,22 @@ func Sum(i int64, nranks int) int {
 	return s
 }
 
-// putValue writes the small integer v as one element of type t.
-func putValue(dst []byte, v int, t gpu.DType) {
-	f := math.Float32bits(float32(v))
-	switch t {
-	case gpu.BF16:
-		if f&0xffff != 0 {
-			panic(fmt.Sprintf("ncclcheck: %d is not exact in bf16", v))
-		}
-		binary.LittleEndian.PutUint16(dst, uint16(f>>16))
-	case gpu.F32:
-		binary.LittleEndian.PutUint32(dst, f)
-	default:
-		panic(fmt.Sprintf("ncclcheck: unsupported dtype %v", t))
-	}
-}
-
 // element decodes element i of b as a float64 (for messages).
-func element(b []byte, i int64, t gpu.DType) float64 {
-	switch t {
-	case gpu.BF16:
-		return float64(math.Float32frombits(uint32(binary.LittleEndian.Uint16(b[2*i:])) << 16))
-	case gpu.F32:
-		return float64(math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:])))
-	}
-	panic(fmt.Sprintf("ncclcheck: unsupported dtype %v", t))
+func element(b []byte, i int64, t dtype.DType) float64 {
+	var f [1]float32
+	e := int64(t.Size())
+	dtype.DecodeFloat32(t, f[:], b[i*e:(i+1)*e])
+	return float64(f[0])
 }
 
-// block encodes f(i) for i in [0, n).
-func block(n int64, t gpu.DType, f func(i int64) int) []byte {
-	e := t.Size()
-	b := make([]byte, n*e)
-	for i := range n {
-		putValue(b[i*e:], f(i), t)
+// block encodes f(i) for i in [0, n): small integers, exact in bf16 and f32.
+func block(n int64, t dtype.DType, f func(i int64) int) []byte {
+	v := make([]float32, n)
+	for i := range v {
+		v[i] = float32(f(int64(i)))
 	}
+	b := make([]byte, n*int64(t.Size()))
+	dtype.EncodeFloat32(t, b, v)
 	return b
 }
 
@@ -88,19 +68,19 @@ func block(n int64, t gpu.DType, f func(i int64) int) []byte {
 func blockElems(nranks int) int64 { return int64(Period(nranks)) * blockRepeats }
 
 // RankInput returns rank's first n input elements, encoded as t.
-func RankInput(rank, nranks int, n int64, t gpu.DType) []byte {
+func RankInput(rank, nranks int, n int64, t dtype.DType) []byte {
 	return block(n, t, func(i int64) int { return Value(i, rank, nranks) })
 }
 
 // expectedBlock returns the exact all-reduce result of one verification
 // block over nranks ranks, encoded as t.
-func expectedBlock(t gpu.DType, nranks int) []byte {
+func expectedBlock(t dtype.DType, nranks int) []byte {
 	return block(blockElems(nranks), t, func(i int64) int { return Sum(i, nranks) })
 }
 
 // ExpectedDigest returns the hex SHA-256 of the exact all-reduce result of
 // bytes bytes of t over nranks ranks, computed on the host.
-func ExpectedDigest(t gpu.DType, bytes int64, nranks int) string {
+func ExpectedDigest(t dtype.DType, bytes int64, nranks int) string {
 	want := expectedBlock(t, nranks)
 	v := newVerifier(t, want)
 	for left := bytes; left > 0; left -= int64(len(want)) {
@@ -112,7 +92,7 @@ func ExpectedDigest(t gpu.DType, bytes int64, nranks int) string {
 // verifier checks a result read back in consecutive chunks against the
 // exact sums and hashes it.
 type verifier struct {
-	t          gpu.DType
+	t          dtype.DType
 	want       []byte // the expected sums of one block (expectedBlock)
 	h          hash.Hash
 	n          int64 // elements checked so far
@@ -124,14 +104,14 @@ type verifier struct {
 // newVerifier starts a check against want, one block of expected sums
 // (expectedBlock); the block is only read, so one serves every verifier of
 // the same dtype and rank count.
-func newVerifier(t gpu.DType, want []byte) *verifier {
+func newVerifier(t dtype.DType, want []byte) *verifier {
 	return &verifier{t: t, want: want, h: sha256.New(), firstBad: -1}
 }
 
 // check verifies the next chunk, which must start at a multiple of the
 // block length and hold at most one block.
 func (v *verifier) check(chunk []byte) {
-	e := v.t.Size()
+	e := int64(v.t.Size())
 	if int64(len(chunk))%e != 0 || len(chunk) > len(v.want) || v.n%(int64(len(v.want))/e) != 0 {
 		panic(fmt.Sprintf("ncclcheck: verify chunk of %d bytes at element %d", len(chunk), v.n))
 	}

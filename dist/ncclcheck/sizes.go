@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"dflash/gpu"
+	"dflash/dtype"
 )
 
 // ParseSizes reads a list of byte sizes: comma-separated items, each a size
@@ -87,21 +87,17 @@ func parseSize(s string) (int64, error) {
 	return n * mult, nil
 }
 
-// ParseDTypes reads a comma-separated list of bf16 and fp32 (f32 and
-// float32 also accepted).
-func ParseDTypes(s string) ([]gpu.DType, error) {
-	var out []gpu.DType
+// ParseDTypes reads a comma-separated list of bf16 and f32 (any spelling
+// dtype.Parse accepts, such as fp32 or float32).
+func ParseDTypes(s string) ([]dtype.DType, error) {
+	var out []dtype.DType
 	for _, item := range strings.Split(s, ",") {
-		var t gpu.DType
-		switch strings.ToLower(strings.TrimSpace(item)) {
-		case "bf16", "bfloat16":
-			t = gpu.BF16
-		case "fp32", "f32", "float32", "float":
-			t = gpu.F32
-		case "":
+		if strings.TrimSpace(item) == "" {
 			continue
-		default:
-			return nil, fmt.Errorf("dtype %q: want bf16 or fp32", item)
+		}
+		t, err := dtype.ParseOneOf(item, dtype.BF16, dtype.F32)
+		if err != nil {
+			return nil, err
 		}
 		if !slices.Contains(out, t) {
 			out = append(out, t)
@@ -111,14 +107,6 @@ func ParseDTypes(s string) ([]gpu.DType, error) {
 		return nil, fmt.Errorf("dtypes %q: none given", s)
 	}
 	return out, nil
-}
-
-// DTypeName returns the name the check prints for t ("bf16", "fp32").
-func DTypeName(t gpu.DType) string {
-	if t == gpu.F32 {
-		return "fp32"
-	}
-	return t.String()
 }
 
 // FormatBytes prints a size the way ParseSizes reads it: 4K, 256M, 1G, or
