@@ -14,6 +14,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"dflash/dtype"
 	"dflash/flex"
 	"dflash/flex/flexcuda"
 	"dflash/gpu"
@@ -40,7 +41,7 @@ type cudaBenchOptions struct {
 	Batch, Heads, KVHeads, HeadDim         int
 	Anchors, BlockSize, Context            int
 	Seq, Window, DocLen, Block             int
-	FP16                                   bool
+	DType                                  dtype.DType // storage: bf16 or f16
 	Reps, RepsFB, Warmup, BuildReps        int
 	Seed                                   uint64
 	CacheDir                               string
@@ -92,7 +93,7 @@ func benchAttentionCUDA(args []string) error {
 	fs.String("device", "cuda", "device: cuda here (cpu is bench.go's path)")
 	fs.StringVar(&o.Mask, "mask", "dflash", "mask: causal, dflash, document or window")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of a table")
-	dtype := fs.String("dtype", "bf16", "storage type: bf16 or fp16")
+	dtypeArg := fs.String("dtype", "bf16", "storage type: bf16 or f16")
 	fs.IntVar(&o.Batch, "batch", 1, "batch size")
 	fs.IntVar(&o.Heads, "heads", 4, "query heads")
 	fs.IntVar(&o.KVHeads, "kv-heads", 1, "key/value heads (divides --heads)")
@@ -118,12 +119,9 @@ func benchAttentionCUDA(args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	switch *dtype {
-	case "bf16", "bfloat16":
-	case "fp16", "float16":
-		o.FP16 = true
-	default:
-		return fmt.Errorf("--dtype %q: bf16 or fp16 on cuda", *dtype)
+	var err error
+	if o.DType, err = dtype.ParseOneOf(*dtypeArg, dtype.BF16, dtype.F16); err != nil {
+		return fmt.Errorf("--dtype: %w on cuda", err)
 	}
 	if o.Save != "" && (o.ForwardOnly || o.CompileOnly) {
 		return fmt.Errorf("--save writes a forward and backward call: not with --forward-only or --compile-only")
@@ -242,7 +240,7 @@ func runAttentionCUDA(o cudaBenchOptions) (*cudaAttnReport, error) {
 	}
 	defer gpu.CloseAll()
 	d := pc.dims
-	att, err := flexcuda.New(cache, pc.mask, nil, flexcuda.Config{HeadDim: d.HeadDim, Group: d.Group(), FP16: o.FP16, BlockQ: o.Block,
+	att, err := flexcuda.New(cache, pc.mask, nil, flexcuda.Config{HeadDim: d.HeadDim, Group: d.Group(), DType: o.DType, BlockQ: o.Block,
 		Deterministic: o.Deterministic})
 	if err != nil {
 		return nil, err
@@ -256,11 +254,8 @@ func runAttentionCUDA(o cudaBenchOptions) (*cudaAttnReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	rep := &cudaAttnReport{Device: "cuda", GPU: w.Info().Name, Mask: o.Mask, DType: "bf16", Dims: d, Spec: att.Spec().Key(),
+	rep := &cudaAttnReport{Device: "cuda", GPU: w.Info().Name, Mask: o.Mask, DType: o.DType.String(), Dims: d, Spec: att.Spec().Key(),
 		Reps: [2]int{o.Reps, o.RepsFB}, AllowedPairs: pc.pairs * float64(d.HeadsQ)}
-	if o.FP16 {
-		rep.DType = "fp16"
-	}
 	rep.Density = pc.pairs / (float64(d.Batch) * float64(d.LenQ) * float64(d.LenKV))
 	rep.Compile.CacheDir = dir
 
@@ -313,7 +308,7 @@ func runAttentionCUDA(o cudaBenchOptions) (*cudaAttnReport, error) {
 	if o.CPUBlockMask {
 		rep.BlockMask.Source = "cpu"
 	}
-	inputs := randomHalves(o.Seed, o.FP16, d)
+	inputs := randomHalves(o.Seed, o.DType, d)
 	err = w.Run(func(dev *gpu.Device) error {
 		return timeAttention(dev, att, bld, pc, cbm, inputs, o, rep)
 	})
@@ -327,11 +322,11 @@ func runAttentionCUDA(o cudaBenchOptions) (*cudaAttnReport, error) {
 	return rep, nil
 }
 
-// halfInputs are q, k, v and dout as bf16/fp16 bits.
+// halfInputs are q, k, v and dout as bf16/f16 bits.
 type halfInputs struct{ q, k, v, dout []uint16 }
 
 // randomHalves draws standard normal inputs (as torch.randn) on all cores.
-func randomHalves(seed uint64, fp16 bool, d flex.Dims) halfInputs {
+func randomHalves(seed uint64, dt dtype.DType, d flex.Dims) halfInputs {
 	nq := d.Batch * d.HeadsQ * d.LenQ * d.HeadDim
 	nk := d.Batch * d.HeadsKV * d.LenKV * d.HeadDim
 	in := halfInputs{make([]uint16, nq), make([]uint16, nk), make([]uint16, nk), make([]uint16, nq)}
@@ -347,7 +342,7 @@ func randomHalves(seed uint64, fp16 bool, d flex.Dims) halfInputs {
 				for i := range f {
 					f[i] = float32(r.NormFloat64())
 				}
-				flexcuda.EncodeHalf(part, f, fp16)
+				dtype.EncodeHalves(dt, part, f)
 			}(t[off:min(off+chunk, len(t))], uint64(ti)<<40|uint64(off))
 		}
 	}
@@ -505,7 +500,7 @@ func saveCall(dev *gpu.Device, att *flexcuda.Attention, c *flexcuda.Call, pc *cu
 	}
 	d := pc.dims
 	nq, nk := len(in.q), len(in.k)
-	dump := &attnDump{dims: d, fp16: o.FP16,
+	dump := &attnDump{dims: d, dtype: o.DType,
 		halves: map[string][]uint16{"q": in.q, "k": in.k, "v": in.v, "dout": in.dout,
 			"out": make([]uint16, nq), "dq": make([]uint16, nq), "dk": make([]uint16, nk), "dv": make([]uint16, nk)}}
 	for name, b := range map[string]gpu.Buffer{"out": c.Out, "dq": c.DQ, "dk": c.DK, "dv": c.DV} {

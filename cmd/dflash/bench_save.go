@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"dflash/dtype"
 	"dflash/flex"
 	"dflash/safetensors"
 )
@@ -12,10 +13,10 @@ import (
 // attnDump is one attention call's inputs and results on the host, written
 // by `bench attention --device cuda --save FILE` for bench/flex_peer.py
 // --check, which runs PyTorch's flex_attention on the same inputs and
-// compares. Half-precision tensors are raw bf16/fp16 bits.
+// compares. Half-precision tensors are raw bf16/f16 bits.
 type attnDump struct {
 	dims   flex.Dims
-	fp16   bool
+	dtype  dtype.DType          // of the halves: bf16 or f16
 	meta   map[string]string    // the mask and its parameters
 	halves map[string][]uint16  // q, k, v, dout, out, dq, dk, dv
 	floats map[string][]float32 // lse; the mask's tensors (anchors, doc_ids) as exact small integers
@@ -26,10 +27,6 @@ type attnDump struct {
 // bits in the storage dtype, floats as F32, meta and the dims as string
 // metadata.
 func (d *attnDump) write(path string) error {
-	dt := "BF16"
-	if d.fp16 {
-		dt = "F16"
-	}
 	dm := d.dims
 	qs := []int{dm.Batch, dm.HeadsQ, dm.LenQ, dm.HeadDim}
 	ks := []int{dm.Batch, dm.HeadsKV, dm.LenKV, dm.HeadDim}
@@ -47,14 +44,14 @@ func (d *attnDump) write(path string) error {
 		for _, x := range h {
 			raw = binary.LittleEndian.AppendUint16(raw, x)
 		}
-		ts = append(ts, safetensors.Tensor{Name: name, Shape: s, DType: dt, Raw: raw})
+		ts = append(ts, safetensors.Tensor{Name: name, Shape: s, DType: d.dtype.Safetensors(), Raw: raw})
 	}
 	for name, f := range d.floats {
 		ts = append(ts, safetensors.Tensor{Name: name, Shape: d.shapes[name], Data: f})
 	}
 	meta := map[string]string{"batch": strconv.Itoa(dm.Batch), "heads_q": strconv.Itoa(dm.HeadsQ),
 		"heads_kv": strconv.Itoa(dm.HeadsKV), "len_q": strconv.Itoa(dm.LenQ), "len_kv": strconv.Itoa(dm.LenKV),
-		"head_dim": strconv.Itoa(dm.HeadDim), "dtype": map[bool]string{false: "bf16", true: "fp16"}[d.fp16]}
+		"head_dim": strconv.Itoa(dm.HeadDim), "dtype": d.dtype.String()}
 	for k, v := range d.meta {
 		meta[k] = v
 	}

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"testing"
 
+	"dflash/dtype"
 	"dflash/flex"
 	"dflash/safetensors"
 )
@@ -16,16 +17,16 @@ import (
 // and the metadata carries the dims and the mask's parameters.
 func TestAttnDumpRoundTrip(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 8))
-	for _, fp16 := range []bool{false, true} {
+	for dt, name := range map[dtype.DType]string{dtype.BF16: "bf16", dtype.F16: "f16"} {
 		o := cudaBenchOptions{Mask: "dflash", Batch: 2, Heads: 4, KVHeads: 2, HeadDim: 64, Anchors: 3, BlockSize: 4, Context: 20,
-			Seq: 1, Window: 1, DocLen: 1, Block: 128, Reps: 1, RepsFB: 1, BuildReps: 1, FP16: fp16}
+			Seq: 1, Window: 1, DocLen: 1, Block: 128, Reps: 1, RepsFB: 1, BuildReps: 1, DType: dt}
 		pc, err := o.problem(r)
 		if err != nil {
 			t.Fatal(err)
 		}
 		d := pc.dims
 		nq, nk := d.Batch*d.HeadsQ*d.LenQ*d.HeadDim, d.Batch*d.HeadsKV*d.LenKV*d.HeadDim
-		dump := &attnDump{dims: d, fp16: fp16, halves: map[string][]uint16{}}
+		dump := &attnDump{dims: d, dtype: dt, halves: map[string][]uint16{}}
 		for _, name := range []string{"q", "dout", "out", "dq", "k", "v", "dk", "dv"} {
 			n := nq
 			if name == "k" || name == "v" || name == "dk" || name == "dv" {
@@ -61,7 +62,7 @@ func TestAttnDumpRoundTrip(t *testing.T) {
 			}
 			for i, w := range want {
 				if got := binary.LittleEndian.Uint16(raw[2*i:]); got != w {
-					t.Fatalf("fp16=%v %s[%d] = %#04x, want %#04x", fp16, name, i, got, w)
+					t.Fatalf("%v %s[%d] = %#04x, want %#04x", dt, name, i, got, w)
 				}
 			}
 		}
@@ -82,7 +83,7 @@ func TestAttnDumpRoundTrip(t *testing.T) {
 		}
 		m := f.Metadata()
 		for k, v := range map[string]string{"mask": "dflash", "context": "20", "block_size": "4", "n_valid": "3",
-			"len_q": strconv.Itoa(d.LenQ), "len_kv": strconv.Itoa(d.LenKV), "heads_kv": "2", "dtype": map[bool]string{false: "bf16", true: "fp16"}[fp16]} {
+			"len_q": strconv.Itoa(d.LenQ), "len_kv": strconv.Itoa(d.LenKV), "heads_kv": "2", "dtype": name} {
 			if m[k] != v {
 				t.Errorf("metadata %s = %q, want %q", k, m[k], v)
 			}

@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"dflash/cuda"
+	"dflash/dtype"
 	"dflash/flex"
 	"dflash/gpu"
 	"dflash/jit"
@@ -17,11 +18,11 @@ import (
 
 // Config is the static part of an attention besides its programs.
 type Config struct {
-	HeadDim int  // 64, 128 or 256
-	Group   int  // query heads per kv head (GQA); 0 means 1
-	FP16    bool // fp16 storage instead of bf16
-	BlockQ  int  // BlockMask q block; 0 means 128
-	BlockKV int  // BlockMask kv block; 0 means 128
+	HeadDim int         // 64, 128 or 256
+	Group   int         // query heads per kv head (GQA); 0 means 1
+	DType   dtype.DType // storage: dtype.BF16 (also when zero) or dtype.F16
+	BlockQ  int         // BlockMask q block; 0 means 128
+	BlockKV int         // BlockMask kv block; 0 means 128
 	// FwdVariant and BwdVariant pick the kernel versions of docs/PERF.md:
 	// forward 3, 4, 5, 6 or 7 (6 and 7: wgmma, Hopper only), backward 3, 4
 	// or 6 (wgmma, Hopper only, not Deterministic); 0 means the environment's
@@ -129,7 +130,7 @@ func New(cache *jit.Cache, mask *flex.MaskProgram, score *flex.ScoreProgram, cfg
 	if bv == 6 && cfg.BwdVariant == 0 && cfg.Deterministic {
 		bv = 4 // v6 has atomic dQ only
 	}
-	spec := Spec{HeadDim: cfg.HeadDim, FP16: cfg.FP16, Group: cfg.Group, BlockQ: cfg.BlockQ, BlockKV: cfg.BlockKV, MaskHash: mask.Hash(),
+	spec := Spec{HeadDim: cfg.HeadDim, DType: cfg.DType, Group: cfg.Group, BlockQ: cfg.BlockQ, BlockKV: cfg.BlockKV, MaskHash: mask.Hash(),
 		FwdV4: fv == 4 || fv == 5, FwdV5: fv == 5, FwdV6: fv == 6, FwdV7: fv == 7, BwdV4: bv == 4, BwdV6: bv == 6, Deterministic: cfg.Deterministic}
 	var sp []flex.Param
 	if score != nil {
@@ -152,7 +153,7 @@ func New(cache *jit.Cache, mask *flex.MaskProgram, score *flex.ScoreProgram, cfg
 			l.slots(true), dkdvFixedArgs, n, cuda.MaxKernelArgs)
 	}
 	a := &Attention{spec: spec, mask: mask, score: score, layout: l, devs: map[string]*attnDev{}}
-	params := map[string]string{"head_dim": strconv.Itoa(spec.HeadDim), "fp16": strconv.FormatBool(spec.FP16),
+	params := map[string]string{"head_dim": strconv.Itoa(spec.HeadDim), "dtype": spec.storage().String(),
 		"group": strconv.Itoa(spec.Group), "block_q": strconv.Itoa(spec.BlockQ), "block_kv": strconv.Itoa(spec.BlockKV),
 		"mask": short(spec.MaskHash), "score": short(spec.ScoreHash),
 		"fwd_variant": strconv.Itoa(fv), "bwd_variant": strconv.Itoa(bv), "deterministic": strconv.FormatBool(cfg.Deterministic)}
@@ -378,10 +379,7 @@ func (a *Attention) forward(d *gpu.Device, st *attnDev, c *Call) error {
 func (a *Attention) tensorMaps(st *attnDev, c *Call) error {
 	dm, D := c.Dims, uint64(a.spec.HeadDim)
 	bn, _ := a.spec.fwdTiles()
-	dt := cuda.TensorMapBFloat16
-	if a.spec.FP16 {
-		dt = cuda.TensorMapFloat16
-	}
+	dt := cuda.TensorMapType(a.spec.storage())
 	for i, t := range []struct {
 		name      string
 		p         cuda.DevicePtr

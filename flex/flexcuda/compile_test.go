@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"dflash/cuda"
+	"dflash/dtype"
 	"dflash/flex"
 	"dflash/jit"
 )
@@ -94,7 +95,7 @@ func TestGeneratedSourcesCompile(t *testing.T) {
 		cfg   Config
 	}{
 		{"det/dflash16/d128/g4/fwd5", flex.DFlashMask(16), nil, Config{HeadDim: 128, Group: 4, Deterministic: true, FwdVariant: 5}},
-		{"det/causal/d64/fp16/fwd5", flex.Causal(), nil, Config{HeadDim: 64, FP16: true, Deterministic: true, FwdVariant: 5}},
+		{"det/causal/d64/fp16/fwd5", flex.Causal(), nil, Config{HeadDim: 64, DType: dtype.F16, Deterministic: true, FwdVariant: 5}},
 		{"det/window/d256/g2/bq64", flex.SlidingWindow(77), nil, Config{HeadDim: 256, Group: 2, BlockQ: 64, Deterministic: true}},
 		{"det/causal+softcap/d128", flex.Causal(), flex.SoftcapScalar(), Config{HeadDim: 128, Deterministic: true, FwdVariant: 5}},
 	} {
@@ -123,7 +124,7 @@ func TestGeneratedSourcesCompile(t *testing.T) {
 			cfg   Config
 		}{
 			{"v6/dflash16/d128/g4", flex.DFlashMask(16), nil, Config{HeadDim: 128, Group: 4, FwdVariant: 6, BwdVariant: 6}},
-			{"v6/causal+softcap/d64/fp16", flex.Causal(), flex.SoftcapScalar(), Config{HeadDim: 64, FP16: true, FwdVariant: 6, BwdVariant: 6}},
+			{"v6/causal+softcap/d64/fp16", flex.Causal(), flex.SoftcapScalar(), Config{HeadDim: 64, DType: dtype.F16, FwdVariant: 6, BwdVariant: 6}},
 			{"v6/document+relbias/d128/bq64", flex.Document(true), flex.RelativeBias(8), Config{HeadDim: 128, BlockQ: 64, FwdVariant: 6, BwdVariant: 6}},
 			{"v6/window/d256/g2", flex.SlidingWindow(77), nil, Config{HeadDim: 256, Group: 2, FwdVariant: 6, BwdVariant: 6}},
 			{"v6/causal+softcap/d256", flex.Causal(), flex.SoftcapScalar(), Config{HeadDim: 256, FwdVariant: 6, BwdVariant: 6}},

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"dflash/dtype"
 	"dflash/flex"
 )
 
@@ -27,7 +28,7 @@ func detCases() []attnCase {
 				return dflashHostArgs(r, d.Batch, d.LenQ/16, d.LenKV-d.LenQ, false)
 			}},
 		{"det/causal/g2/d128/bf16", flex.Causal(), nil, det(Config{HeadDim: 128, Group: 2}), square(2, 4, 2, 200, 420, 128), noArgs},
-		{"det/causal/g4/lq!=lkv/d64/fp16", flex.Causal(), nil, det(Config{HeadDim: 64, Group: 4, FP16: true}),
+		{"det/causal/g4/lq!=lkv/d64/fp16", flex.Causal(), nil, det(Config{HeadDim: 64, Group: 4, DType: dtype.F16}),
 			func(r *rand.Rand) flex.Dims {
 				return flex.Dims{Batch: 1, HeadsQ: 4, HeadsKV: 1, LenQ: 450 + r.IntN(100), LenKV: 600 + r.IntN(150), HeadDim: 64}
 			}, noArgs},

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"testing"
 
+	"dflash/dtype"
 	"dflash/flex"
 	"dflash/gpu"
 	"dflash/internal/testseed"
@@ -65,15 +66,15 @@ func gridValues(r *rand.Rand, n int) []float64 {
 	return x
 }
 
-// devHalf uploads x as bf16/fp16.
-func devHalf(t testing.TB, d *gpu.Device, x []float64, fp16 bool) gpu.Buffer {
+// devHalf uploads x as dt (bf16 or f16).
+func devHalf(t testing.TB, d *gpu.Device, x []float64, dt dtype.DType) gpu.Buffer {
 	t.Helper()
 	f := make([]float32, len(x))
 	for i, v := range x {
 		f[i] = float32(v)
 	}
 	h := make([]uint16, len(x))
-	EncodeHalf(h, f, fp16)
+	dtype.EncodeHalves(dt, h, f)
 	b := devAlloc(t, d, int64(2*len(x)))
 	if err := gpu.Upload(d, b, h); err != nil {
 		t.Fatal(err)
@@ -95,14 +96,14 @@ func devAlloc(t testing.TB, d *gpu.Device, n int64) gpu.Buffer {
 	return b
 }
 
-func downHalf(t testing.TB, d *gpu.Device, b gpu.Buffer, n int, fp16 bool) []float64 {
+func downHalf(t testing.TB, d *gpu.Device, b gpu.Buffer, n int, dt dtype.DType) []float64 {
 	t.Helper()
 	h := make([]uint16, n)
 	if err := gpu.Download(d, h, b); err != nil {
 		t.Fatal(err)
 	}
 	f := make([]float32, n)
-	DecodeHalf(f, h, fp16)
+	dtype.DecodeHalves(dt, f, h)
 	x := make([]float64, n)
 	for i, v := range f {
 		x[i] = float64(v)
@@ -174,7 +175,7 @@ func (r *attnResult) String() string {
 // Backward.
 func runAttention(t testing.TB, d *gpu.Device, a *Attention, bld *Builder, dims flex.Dims, hargs *flex.Args, r *rand.Rand) *attnResult {
 	t.Helper()
-	fp16 := a.spec.FP16
+	dt := a.spec.DType
 	nq := dims.Batch * dims.HeadsQ * dims.LenQ * dims.HeadDim
 	nk := dims.Batch * dims.HeadsKV * dims.LenKV * dims.HeadDim
 	rows := dims.Batch * dims.HeadsQ * dims.LenQ
@@ -187,8 +188,8 @@ func runAttention(t testing.TB, d *gpu.Device, a *Attention, bld *Builder, dims 
 		}
 	}()
 	c := &Call{Dims: dims,
-		Q: keep(devHalf(t, d, q, fp16)), K: keep(devHalf(t, d, k, fp16)), V: keep(devHalf(t, d, v, fp16)),
-		DOut: keep(devHalf(t, d, dout, fp16)),
+		Q: keep(devHalf(t, d, q, dt)), K: keep(devHalf(t, d, k, dt)), V: keep(devHalf(t, d, v, dt)),
+		DOut: keep(devHalf(t, d, dout, dt)),
 		Out:  keep(devAlloc(t, d, int64(2*nq))), LSE: keep(devAlloc(t, d, int64(4*rows))),
 		DQ: keep(devAlloc(t, d, int64(2*nq))), DK: keep(devAlloc(t, d, int64(2*nk))), DV: keep(devAlloc(t, d, int64(2*nk))),
 		TensorGrads: map[string]gpu.Buffer{}}
@@ -253,8 +254,8 @@ func runAttention(t testing.TB, d *gpu.Device, a *Attention, bld *Builder, dims 
 	rout, rlse := flex.Forward(dims, q, k, v, cbm, a.score, hargs, scale)
 	rg := flex.Backward(dims, q, k, v, rout, rlse, dout, cbm, a.score, hargs, scale)
 
-	out, lse := downHalf(t, d, c.Out, nq, fp16), downF32(t, d, c.LSE, rows)
-	dq, dk, dv := downHalf(t, d, c.DQ, nq, fp16), downHalf(t, d, c.DK, nk, fp16), downHalf(t, d, c.DV, nk, fp16)
+	out, lse := downHalf(t, d, c.Out, nq, dt), downF32(t, d, c.LSE, rows)
+	dq, dk, dv := downHalf(t, d, c.DQ, nq, dt), downHalf(t, d, c.DK, nk, dt), downHalf(t, d, c.DV, nk, dt)
 	finite := func(i int) bool { return !math.IsInf(rlse[i], -1) }
 	res.errs["out"] = relErr(out, rout, nil)
 	res.errs["lse"] = relErr(lse, rlse, finite)

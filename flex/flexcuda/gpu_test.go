@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"dflash/cuda"
+	"dflash/dtype"
 	"dflash/flex"
 	"dflash/gpu"
 )
@@ -51,14 +52,14 @@ func docArgs(r *rand.Rand, d flex.Dims) *flex.Args {
 func gpuCases() []attnCase {
 	return []attnCase{
 		{"causal/g2/d128/bf16", flex.Causal(), nil, Config{HeadDim: 128, Group: 2}, square(2, 4, 2, 200, 420, 128), noArgs},
-		{"causal/lq!=lkv/d64/fp16", flex.Causal(), nil, Config{HeadDim: 64, FP16: true},
+		{"causal/lq!=lkv/d64/fp16", flex.Causal(), nil, Config{HeadDim: 64, DType: dtype.F16},
 			func(r *rand.Rand) flex.Dims {
 				return flex.Dims{Batch: 1, HeadsQ: 2, HeadsKV: 2, LenQ: 450 + r.IntN(100), LenKV: 600 + r.IntN(150), HeadDim: 64}
 			}, noArgs},
 		{"window77/g4/d256/bf16", flex.SlidingWindow(77), nil, Config{HeadDim: 256, Group: 4}, square(1, 8, 2, 300, 450, 256), noArgs},
 		// head dim 256 without GQA (the v6 backward's two CTAs per kv block
 		// write bf16 dK, dV directly), fp16, with a score program
-		{"causal+softcap/d256/fp16", flex.Causal(), flex.SoftcapScalar(), Config{HeadDim: 256, FP16: true}, square(1, 2, 2, 280, 410, 256),
+		{"causal+softcap/d256/fp16", flex.Causal(), flex.SoftcapScalar(), Config{HeadDim: 256, DType: dtype.F16}, square(1, 2, 2, 280, 410, 256),
 			func(r *rand.Rand, d flex.Dims) *flex.Args {
 				return flex.NewArgs().SetFloat(flex.SoftcapName, 0.3+0.4*r.Float64())
 			}},
@@ -69,7 +70,7 @@ func gpuCases() []attnCase {
 				nb := d.LenQ / 16
 				return dflashHostArgs(r, d.Batch, nb, d.LenKV-d.LenQ, true)
 			}},
-		{"prefixlm/g4/d64/fp16", flex.PrefixLM(), nil, Config{HeadDim: 64, Group: 4, FP16: true}, square(2, 4, 1, 200, 330, 64),
+		{"prefixlm/g4/d64/fp16", flex.PrefixLM(), nil, Config{HeadDim: 64, Group: 4, DType: dtype.F16}, square(2, 4, 1, 200, 330, 64),
 			func(r *rand.Rand, d flex.Dims) *flex.Args {
 				p := make([]int32, d.Batch)
 				for i := range p {
@@ -89,7 +90,7 @@ func gpuCases() []attnCase {
 				}
 				return docArgs(r, d).SetFloatTensor(flex.RelBiasName, tab, d.HeadsQ, 17)
 			}},
-		{"causal+alibi/d64/fp16/bq64", flex.Causal(), flex.ALiBi(), Config{HeadDim: 64, FP16: true, BlockQ: 64}, square(1, 3, 3, 150, 300, 64),
+		{"causal+alibi/d64/fp16/bq64", flex.Causal(), flex.ALiBi(), Config{HeadDim: 64, DType: dtype.F16, BlockQ: 64}, square(1, 3, 3, 150, 300, 64),
 			func(r *rand.Rand, d flex.Dims) *flex.Args {
 				s := make([]float64, d.HeadsQ)
 				for i := range s {
