@@ -291,16 +291,6 @@ func (d *Device) TuneGemm(spec GemmSpec, a, b, c cuda.DevicePtr, reps int) ([]fl
 	if err != nil {
 		return nil, err
 	}
-	start, err := d.NewEvent()
-	if err != nil {
-		return nil, err
-	}
-	defer start.Destroy()
-	end, err := d.NewEvent()
-	if err != nil {
-		return nil, err
-	}
-	defer end.Destroy()
 	alpha, beta := float32(1), float32(0)
 	run := func(i int) error {
 		return bs.h.Matmul(p.desc, unsafe.Pointer(&alpha), b, p.a, a, p.b, unsafe.Pointer(&beta), c, p.c, c, p.c,
@@ -319,30 +309,18 @@ func (d *Device) TuneGemm(spec GemmSpec, a, b, c cuda.DevicePtr, reps int) ([]fl
 			if !runnable[i] {
 				continue
 			}
-			for w := 0; w < 3; w++ {
-				if err := run(i); err != nil {
-					return nil, err
+			tm, err := d.Time(1, 1, func() error { // one untimed round warms up
+				for range reps {
+					if err := run(i); err != nil {
+						return err
+					}
 				}
-			}
-			if err := start.Record(nil); err != nil {
-				return nil, err
-			}
-			for r := 0; r < reps; r++ {
-				if err := run(i); err != nil {
-					return nil, err
-				}
-			}
-			if err := end.Record(nil); err != nil {
-				return nil, err
-			}
-			if err := end.Synchronize(); err != nil {
-				return nil, err
-			}
-			dt, err := end.Since(start)
+				return nil
+			})
 			if err != nil {
 				return nil, err
 			}
-			times[i] = math.Min(times[i], dt.Seconds()/float64(reps))
+			times[i] = math.Min(times[i], tm.Samples[0].Seconds()/float64(reps))
 		}
 	}
 	best := 0

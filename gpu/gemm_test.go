@@ -175,40 +175,20 @@ func TestGemmThroughput(t *testing.T) {
 				}
 			}
 		}
-		start, err := d.NewEvent()
-		if err != nil {
-			return err
-		}
-		end, err := d.NewEvent()
-		if err != nil {
-			return err
-		}
 		timeIt := func(label string) error {
-			for i := 0; i < 10; i++ {
-				if err := d.Gemm(nil, spec, 1, bufs[0].Ptr, bufs[1].Ptr, 0, bufs[2].Ptr); err != nil {
-					return err
-				}
-			}
 			const iters = 50
-			if err := start.Record(nil); err != nil {
-				return err
-			}
-			for i := 0; i < iters; i++ {
-				if err := d.Gemm(nil, spec, 1, bufs[0].Ptr, bufs[1].Ptr, 0, bufs[2].Ptr); err != nil {
-					return err
+			tm, err := d.Time(1, 1, func() error {
+				for range iters {
+					if err := d.Gemm(nil, spec, 1, bufs[0].Ptr, bufs[1].Ptr, 0, bufs[2].Ptr); err != nil {
+						return err
+					}
 				}
-			}
-			if err := end.Record(nil); err != nil {
-				return err
-			}
-			if err := end.Synchronize(); err != nil {
-				return err
-			}
-			dt, err := end.Since(start)
+				return nil
+			})
 			if err != nil {
 				return err
 			}
-			per := dt.Seconds() / iters
+			per := tm.Samples[0].Seconds() / iters
 			results[label+"_ms"] = per * 1e3
 			results[label+"_tflops"] = 2 * math.Pow(n, 3) / per / 1e12
 			return nil

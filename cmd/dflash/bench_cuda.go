@@ -9,7 +9,6 @@ import (
 	"math/rand/v2"
 	"os"
 	"slices"
-	"sort"
 	"sync"
 	"text/tabwriter"
 	"time"
@@ -400,45 +399,13 @@ func timeAttention(dev *gpu.Device, att *flexcuda.Attention, bld *flexcuda.Build
 	defer att.Release(dev)
 	defer bld.Release(dev)
 
-	e0, err := dev.NewEvent()
-	if err != nil {
-		return err
-	}
-	defer e0.Destroy()
-	e1, err := dev.NewEvent()
-	if err != nil {
-		return err
-	}
-	defer e1.Destroy()
-	// median returns the median of reps timed runs of f after warm-ups.
+	// median returns the median of reps timed runs of f after warm-ups, in ms.
 	median := func(reps int, f func() error) (float64, error) {
-		for i := 0; i < o.Warmup; i++ {
-			if err := f(); err != nil {
-				return 0, err
-			}
+		tm, err := dev.Time(o.Warmup, reps, f)
+		if err != nil {
+			return 0, err
 		}
-		ts := make([]float64, 0, reps)
-		for i := 0; i < reps; i++ {
-			if err := e0.Record(nil); err != nil {
-				return 0, err
-			}
-			if err := f(); err != nil {
-				return 0, err
-			}
-			if err := e1.Record(nil); err != nil {
-				return 0, err
-			}
-			if err := e1.Synchronize(); err != nil {
-				return 0, err
-			}
-			dt, err := e1.Since(e0)
-			if err != nil {
-				return 0, err
-			}
-			ts = append(ts, msf(dt))
-		}
-		sort.Float64s(ts)
-		return ts[len(ts)/2], nil
+		return msf(tm.Median()), nil
 	}
 
 	// The block mask: built on the GPU (timed), checked against the CPU's.

@@ -75,31 +75,18 @@ func (g GPURank) AllReduce(send, recv Mem, count int, t dtype.DType) error {
 // Time records events around iters calls of op on the default stream and
 // returns the time between them.
 func (g GPURank) Time(iters int, op func() error) (time.Duration, error) {
-	start, err := g.D.NewEvent()
-	if err != nil {
-		return 0, err
-	}
-	defer start.Destroy()
-	stop, err := g.D.NewEvent()
-	if err != nil {
-		return 0, err
-	}
-	defer stop.Destroy()
-	if err := start.Record(nil); err != nil {
-		return 0, err
-	}
-	for range iters {
-		if err := op(); err != nil {
-			return 0, err
+	tm, err := g.D.Time(0, 1, func() error {
+		for range iters {
+			if err := op(); err != nil {
+				return err
+			}
 		}
-	}
-	if err := stop.Record(nil); err != nil {
+		return nil
+	})
+	if err != nil {
 		return 0, err
 	}
-	if err := stop.Synchronize(); err != nil {
-		return 0, err
-	}
-	return stop.Since(start)
+	return tm.Samples[0], nil
 }
 
 // Sync waits for the device's default stream.

@@ -3,7 +3,6 @@ package flexcuda
 import (
 	"context"
 	"math/rand/v2"
-	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -287,49 +286,25 @@ func TestGPUBlockMaskBuilders(t *testing.T) {
 	}
 }
 
-// timeBuild returns the median time of reps builds (events around each).
+// timeBuild returns the median time of reps builds in milliseconds.
 func timeBuild(d *gpu.Device, bld *Builder, dims flex.Dims, hargs *flex.Args, reps int) (float64, error) {
 	dargs, err := UploadArgs(d, hargs)
 	if err != nil {
 		return 0, err
 	}
 	defer dargs.Free(d)
-	e0, err := d.NewEvent()
-	if err != nil {
-		return 0, err
-	}
-	e1, err := d.NewEvent()
-	if err != nil {
-		return 0, err
-	}
-	defer e0.Destroy()
-	defer e1.Destroy()
 	var m *BlockMask
-	var ts []float64
-	for i := 0; i < reps+3; i++ {
-		if err := e0.Record(nil); err != nil {
-			return 0, err
-		}
-		if m, err = bld.Build(d, nil, dims, dargs, m); err != nil {
-			return 0, err
-		}
-		if err := e1.Record(nil); err != nil {
-			return 0, err
-		}
-		if err := e1.Synchronize(); err != nil {
-			return 0, err
-		}
-		dt, err := e1.Since(e0)
-		if err != nil {
-			return 0, err
-		}
-		if i >= 3 {
-			ts = append(ts, float64(dt)/float64(time.Millisecond))
-		}
+	tm, err := d.Time(3, reps, func() error {
+		m, err = bld.Build(d, nil, dims, dargs, m)
+		return err
+	})
+	if m != nil {
+		m.Free(d)
 	}
-	m.Free(d)
-	sort.Float64s(ts)
-	return ts[len(ts)/2], nil
+	if err != nil {
+		return 0, err
+	}
+	return float64(tm.Median()) / float64(time.Millisecond), nil
 }
 
 // TestGPUSpecialisationStable runs 100 DFlash attention calls (mask built on
