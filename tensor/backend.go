@@ -5,9 +5,9 @@ package tensor
 // that produce a gradient accumulate into it (+=) unless said otherwise, so
 // that a tensor used twice receives the sum of both contributions.
 //
-// The CPU backend implements Backend[float32] and Backend[float64]; a CUDA
-// backend implements Backend[float32] with the same results within the
-// conformance suite's tolerances (package tensor/backendtest).
+// The CPU backend implements Backend[float32] and Backend[float64], checked
+// by the conformance suite (package tensor/backendtest) that any later
+// backend must also pass within its tolerances. There is no GPU backend yet.
 type Backend[T Float] interface {
 	// Name identifies the backend in logs and test names.
 	Name() string

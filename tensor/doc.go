@@ -3,11 +3,14 @@
 // SwiGLU, flex attention, concatenation, chunked cross-entropy), each with
 // its forward formula and gradient.
 //
-// Ops run on a Backend chosen once, when a Tape is made: the CPU backend
-// (pure Go, parallel over goroutines, float32 for training and float64 as the
-// conformance reference) is the portable path; a CUDA backend implements the
-// same kernel interface. Tensor is Of[float32], the training type; Of[float64]
-// runs the same op code on the float64 CPU backend.
+// Ops run on a Backend chosen once, when a Tape is made. Today the only
+// backend is the CPU one (pure Go, parallel over goroutines, float32 for
+// training and float64 as the conformance reference); tensors live in host
+// memory. A CUDA backend (device storage, bf16/f16) is planned and does not
+// exist yet; GPU work today goes through packages gpu and flex/flexcuda
+// directly. Tensor is Of[float32], the
+// training type; Of[float64] runs the same op code on the float64 CPU
+// backend.
 //
 // The tape records one backward closure per op whose inputs need gradients;
 // Tape.Backward(loss) runs them in reverse and accumulates into each input's
