@@ -12,6 +12,7 @@
 //	data/jsonl      streaming messages / ShareGPT JSONL readers (gzip, zstd)
 //	data/shard      the prepared-data FORMAT, its atomic writer and mmap reader
 //	data/bucket     length bucketing into fixed-shape batches, resumable
+//	data/order      the epoch order of fixed-size batches, resumable
 //
 // Prep is the preprocessing pipeline behind `dflash data prep`: it reads the
 // files in order, renders and tokenizes on all cores, and keeps the input
