@@ -39,13 +39,13 @@ func checkMemory(c *Config) error {
 	need := 4 * n
 	sizes := fmt.Sprintf("vocab_size %d, hidden_size %d, intermediate_size %d, num_hidden_layers %d",
 		c.VocabSize, c.HiddenSize, c.IntermediateSize, c.NumLayers)
+	if avail, ok := availableMemory(); ok && need > float64(avail) {
+		return fmt.Errorf("%s: the weights need %s as float32 (%.4g parameters), more than the %s available (MemAvailable)",
+			sizes, meminfo.Format(need), n, meminfo.Format(float64(avail)))
+	}
 	const maxSlice = 1 << 46 // far above any host; keeps element counts inside int
 	if n >= maxSlice {
-		return fmt.Errorf("%s: %.3g parameters (%s as float32) cannot be allocated", sizes, n, meminfo.Format(need))
-	}
-	if avail, ok := availableMemory(); ok && need > float64(avail) {
-		return fmt.Errorf("%s: the weights need %s as float32 (%.0f parameters), more than the %s available (MemAvailable)",
-			sizes, meminfo.Format(need), n, meminfo.Format(float64(avail)))
+		return fmt.Errorf("%s: %.4g parameters (%s as float32) cannot be allocated", sizes, n, meminfo.Format(need))
 	}
 	return nil
 }
