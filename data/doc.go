@@ -12,23 +12,19 @@
 //	data/jsonl      streaming messages / ShareGPT JSONL readers (gzip, zstd)
 //	data/shard      the prepared-data FORMAT, its atomic writer and mmap reader
 //	data/bucket     length bucketing into fixed-shape batches, resumable
+//	data/order      the epoch order of fixed-size batches, resumable
 //
 // Prep is the preprocessing pipeline behind `dflash data prep`: it reads the
 // files in order, renders and tokenizes on all cores, and keeps the input
 // order when it writes (so its output depends only on its inputs and
-// options). Per conversation, in this order:
+// options). Options holds the rules that make a conversation a sample, and
+// their defaults; `dflash train` on JSONL reads through the same pipeline
+// with the same Options (Load), so both paths give the same samples. Input
+// with no usable conversation is an error naming the files and the lines
+// read.
 //
-//  1. a line that is not a valid conversation is bad (jsonl.LineError);
-//  2. a conversation the template cannot render (or whose rendered text
-//     holds more or fewer assistant turns than it has) is bad too;
-//  3. a sample longer than MaxLen is truncated to MaxLen or dropped;
-//  4. a sample with fewer than 2 x BlockSize supervised tokens is dropped
-//     (it cannot hold one DFlash block after an anchor).
-//
-// A bad line ends the run with an error naming file and line, unless
-// SkipBadLines is set: then bad lines are counted by reason and skipped.
-// The Summary says how many lines were read, kept and dropped, and why.
-//
-// Open opens a prepared directory for training: Dataset.Len, and
-// Dataset.Sample(i) returning (ids []int32, lossMask []uint8).
+// Open opens a prepared directory: Dataset.Len, and Dataset.Sample(i)
+// returning (ids []int32, lossMask []uint8). OpenFor opens it for training a
+// target: the tokenizer hash in meta.json, every shard's checksum and every
+// id against the vocabulary are checked first.
 package data

@@ -102,7 +102,7 @@ func supervised(mask []uint8) int {
 func TestPrepMatchesDirectEncoding(t *testing.T) {
 	needModel(t)
 	out := filepath.Join(t.TempDir(), "out")
-	sum, err := prep(t, PrepConfig{Files: inputs, Out: out, BlockSize: 1, EnableThinking: true, Workers: 2})
+	sum, err := prep(t, PrepConfig{Options: Options{BlockSize: 1, EnableThinking: true}, Files: inputs, Out: out, Workers: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,15 +143,15 @@ func TestPrepFilters(t *testing.T) {
 	const maxLen, block = 100, 16
 	for _, c := range []struct {
 		name     string
-		overflow Overflow
-	}{{"truncate", Truncate}, {"drop", Drop}} {
+		dropLong bool
+	}{{"truncate", false}, {"drop", true}} {
 		t.Run(c.name, func(t *testing.T) {
 			// Expected counts, from the direct encodings.
 			var kept, truncated, tooLong, few int
 			for _, e := range ref {
 				mask, cut := e.mask, false
 				if len(mask) > maxLen {
-					if c.overflow == Drop {
+					if c.dropLong {
 						tooLong++
 						continue
 					}
@@ -170,7 +170,7 @@ func TestPrepFilters(t *testing.T) {
 				t.Fatalf("test inputs exercise no filter (too long %d, truncated %d, few %d)", tooLong, truncated, few)
 			}
 			out := filepath.Join(t.TempDir(), "out")
-			sum, err := prep(t, PrepConfig{Files: inputs, Out: out, MaxLen: maxLen, Overflow: c.overflow, BlockSize: block, EnableThinking: true})
+			sum, err := prep(t, PrepConfig{Options: Options{MaxLen: maxLen, DropLong: c.dropLong, BlockSize: block, EnableThinking: true}, Files: inputs, Out: out})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -200,7 +200,7 @@ func TestPrepBrokenLine(t *testing.T) {
 	if entries, _ := os.ReadDir(filepath.Dir(out)); len(entries) != 0 {
 		t.Fatalf("a failed run left %d entries behind", len(entries))
 	}
-	sum, err := prep(t, PrepConfig{Files: []string{broken}, Out: out, SkipBadLines: true})
+	sum, err := prep(t, PrepConfig{Options: Options{SkipBadLines: true}, Files: []string{broken}, Out: out})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -259,9 +259,10 @@ func TestPrepDeterministicAndCompressed(t *testing.T) {
 func TestPrepConfigErrors(t *testing.T) {
 	needModel(t)
 	for _, c := range []PrepConfig{
-		{BlockSize: -1, Files: inputs},
-		{BlockSize: 16, MaxLen: 20, Files: inputs},
-		{BlockSize: 16, Files: []string{"nope.jsonl"}},
+		{Options: Options{BlockSize: -1}, Files: inputs},
+		{Options: Options{BlockSize: 16, MaxLen: 20}, Files: inputs},
+		{Options: Options{BlockSize: 16, Format: "jsonl"}, Files: inputs},
+		{Options: Options{BlockSize: 16}, Files: []string{"nope.jsonl"}},
 	} {
 		if _, err := prep(t, c); err == nil {
 			t.Fatalf("config %+v accepted", c)
@@ -277,7 +278,7 @@ func TestPrepCancel(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "out")
 	tok, tmpl := model()
 	cfg := PrepConfig{TokenizerDir: modelDir, Tokenizer: tok, Template: tmpl, Files: []string{inputs[0], inputs[0], inputs[0]},
-		Out: out, BlockSize: 16, Progress: func(Progress) { cancel() }}
+		Out: out, Options: Options{BlockSize: 16}, Progress: func(Progress) { cancel() }}
 	cancel() // already cancelled: the pipeline must still wind down cleanly
 	if _, err := Prep(ctx, cfg); !errors.Is(err, context.Canceled) {
 		t.Fatalf("got %v, want context.Canceled", err)

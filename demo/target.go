@@ -4,8 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"dflash/data/order"
 	"dflash/model"
-	"dflash/model/dflash"
 	"dflash/tensor"
 	"dflash/train"
 )
@@ -21,11 +21,11 @@ func TrainParamsOf(m *model.Model) []*train.Param {
 }
 
 // lmData serves fixed-length next-token-prediction batches from sequences in
-// a seeded, epoch-shuffled order (dflash.Order).
+// a seeded, epoch-shuffled order (order.Order).
 type lmData struct {
 	seqs  [][]int32
 	pad   int32
-	order *dflash.Order
+	order *order.Order
 }
 
 // next returns ids [batch, L] (padded with pad) and next-token targets
@@ -60,7 +60,7 @@ func TrainTarget(ctx context.Context, m *model.Model, seqs [][]int32, batch int,
 	if len(seqs) == 0 {
 		return nil, fmt.Errorf("demo: no target training sequences")
 	}
-	d := &lmData{seqs: seqs, pad: pad, order: dflash.NewOrder(len(seqs), batch, cfg.Seed)}
+	d := &lmData{seqs: seqs, pad: pad, order: order.New(len(seqs), batch, cfg.Seed, train.StreamData)}
 	cj, err := m.Config.HFConfig("float32")
 	if err != nil {
 		return nil, err

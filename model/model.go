@@ -48,6 +48,9 @@ func build(c *Config) (*Model, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
 	}
+	if err := checkMemory(c); err != nil {
+		return nil, err
+	}
 	rope, err := tensor.NewRope(c.HeadDim, c.RopeTheta, c.RopeScaling)
 	if err != nil {
 		return nil, err
@@ -154,13 +157,17 @@ func New(c Config, seed uint64) (*Model, error) {
 	return m, nil
 }
 
+// floatDTypes are the safetensors dtypes Load converts to float32 weights.
+var floatDTypes = map[string]bool{"F32": true, "BF16": true, "F16": true, "F64": true}
+
 func isNorm(name string) bool { return strings.HasSuffix(name, "norm.weight") }
 
 // Load reads an HF model directory: config.json and its safetensors
 // weights (single file or sharded with an index), converting BF16, F16, F32
-// and F64 to float32. A missing tensor, a shape mismatch or an unsupported
-// architecture is an error naming the tensor or field; tensors the model
-// does not use are logged and ignored.
+// and F64 to float32. A missing tensor, a shape mismatch, another dtype (an
+// integer or 8-bit tensor), an unsupported architecture or weights larger
+// than the memory available is an error naming the tensor, file or field;
+// tensors the model does not use are logged and ignored.
 func Load(dir string) (*Model, error) {
 	c, err := ReadConfig(filepath.Join(dir, "config.json"))
 	if err != nil {
@@ -183,6 +190,10 @@ func Load(dir string) (*Model, error) {
 		}
 		if !slices.Equal(info.Shape, p.Shape) {
 			return nil, fmt.Errorf("%s: tensor %q has shape %v, config.json implies %v", dir, p.Name, info.Shape, p.Shape)
+		}
+		if !floatDTypes[info.DType] {
+			f, _ := w.File(p.Name)
+			return nil, fmt.Errorf("%s: tensor %q has dtype %s; a float weight is expected (F32, BF16, F16 or F64)", f.Path(), p.Name, info.DType)
 		}
 		if err := w.Float32Into(p.Name, p.Data); err != nil {
 			return nil, fmt.Errorf("%s: tensor %q: %w", dir, p.Name, err)

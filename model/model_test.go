@@ -1,6 +1,7 @@
 package model
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 	"os"
@@ -116,7 +117,11 @@ func TestLoadErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var writeWith func(t *testing.T, drop, reshape, asInt string) string
 	write := func(t *testing.T, drop string, reshape string) string {
+		return writeWith(t, drop, reshape, "")
+	}
+	writeWith = func(t *testing.T, drop, reshape, asInt string) string {
 		dir := t.TempDir()
 		if err := m.Save(dir, "F32"); err != nil {
 			t.Fatal(err)
@@ -129,6 +134,14 @@ func TestLoadErrors(t *testing.T) {
 			shape := p.Shape
 			if p.Name == reshape {
 				shape = []int{p.Numel()}
+			}
+			if p.Name == asInt { // the same bytes, labelled I32
+				raw := make([]byte, 4*p.Numel())
+				for i, v := range p.Data {
+					binary.LittleEndian.PutUint32(raw[4*i:], uint32(int32(v*1000)))
+				}
+				ts = append(ts, safetensors.Tensor{Name: p.Name, Shape: shape, DType: "I32", Raw: raw})
+				continue
 			}
 			ts = append(ts, safetensors.Tensor{Name: p.Name, Shape: shape, Data: p.Data})
 		}
@@ -145,6 +158,8 @@ func TestLoadErrors(t *testing.T) {
 		{"missing tensor", func(t *testing.T) string { return write(t, "model.layers.1.self_attn.k_norm.weight", "") }, `tensor "model.layers.1.self_attn.k_norm.weight" is missing`},
 		{"missing lm_head", func(t *testing.T) string { return write(t, "lm_head.weight", "") }, `tensor "lm_head.weight" is missing`},
 		{"shape", func(t *testing.T) string { return write(t, "", "model.layers.0.mlp.up_proj.weight") }, `tensor "model.layers.0.mlp.up_proj.weight" has shape [1536]`},
+		{"integer weight", func(t *testing.T) string { return writeWith(t, "", "", "model.layers.1.mlp.down_proj.weight") },
+			`model.safetensors: tensor "model.layers.1.mlp.down_proj.weight" has dtype I32; a float weight is expected`},
 		{"no config", func(t *testing.T) string { return t.TempDir() }, `config.json`},
 		{"no weights", func(t *testing.T) string {
 			dir := write(t, "", "")

@@ -6,17 +6,19 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/signal"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
 	"dflash/data"
 	"dflash/data/bucket"
-	"dflash/data/jsonl"
 	"dflash/data/tokenizer"
 	"dflash/internal/termbar"
 )
@@ -44,13 +46,14 @@ func dataPrep(args []string) error {
 	tokDir := fs.String("tokenizer", "", "model directory with tokenizer.json and tokenizer_config.json (required)")
 	fs.Var(&files, "data", "JSONL input, plain, gzip or zstd (repeat for several; extra arguments are inputs too)")
 	out := fs.String("out", "", "output directory, written atomically (required)")
-	format := fs.String("format", "auto", "line format: auto, messages or sharegpt")
-	maxLen := fs.Int("max-len", 4096, "maximum tokens per sample (0: no limit)")
+	def := data.DefaultOptions()
+	format := fs.String("format", def.Format, "line format: auto, messages or sharegpt")
+	maxLen := fs.Int("max-len", def.MaxLen, "maximum tokens per sample (0: no limit)")
 	truncate := fs.Bool("truncate", false, "truncate samples longer than --max-len (the default)")
-	dropLong := fs.Bool("drop-long", false, "drop samples longer than --max-len instead of truncating")
-	block := fs.Int("block-size", 16, "DFlash block size; samples need 2 x block-size supervised tokens")
-	thinking := fs.Bool("thinking", true, "Qwen3 thinking mode: the empty <think></think> block is generated (supervised); false: it is prompt")
-	skip := fs.Bool("skip-bad-lines", false, "count and skip malformed lines instead of failing on the first")
+	dropLong := fs.Bool("drop-long", def.DropLong, "drop samples longer than --max-len instead of truncating")
+	block := fs.Int("block-size", def.BlockSize, "DFlash block size; samples need 2 x block-size supervised tokens")
+	thinking := fs.Bool("thinking", def.EnableThinking, "Qwen3 thinking mode: the empty <think></think> block is generated (supervised); false: it is prompt")
+	skip := fs.Bool("skip-bad-lines", def.SkipBadLines, "count and skip malformed lines (bad JSON, invalid UTF-8, ...) instead of failing on the first")
 	workers := fs.Int("workers", 0, "tokenizing goroutines (0: all cores)")
 	shardTokens := fs.Int("shard-tokens", 0, "tokens per shard file (0: 64Mi)")
 	force := fs.Bool("force", false, "replace --out if it exists")
@@ -69,20 +72,13 @@ func dataPrep(args []string) error {
 	case *truncate && *dropLong:
 		return errors.New("--truncate and --drop-long exclude each other")
 	}
-	f, err := jsonl.ParseFormat(*format)
-	if err != nil {
-		return fmt.Errorf("--format: %w", err)
-	}
-	overflow := data.Truncate
-	if *dropLong {
-		overflow = data.Drop
-	}
 	bar := newDataBar(os.Stderr)
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	sum, err := data.Prep(ctx, data.PrepConfig{
-		TokenizerDir: *tokDir, Files: files, Out: *out, Format: f, MaxLen: *maxLen, Overflow: overflow,
-		BlockSize: *block, EnableThinking: *thinking, SkipBadLines: *skip, Workers: *workers,
+		Options: data.Options{Format: *format, MaxLen: *maxLen, DropLong: *dropLong, BlockSize: *block,
+			EnableThinking: *thinking, SkipBadLines: *skip},
+		TokenizerDir: *tokDir, Files: files, Out: *out, Workers: *workers,
 		ShardTokens: *shardTokens, Force: *force, Progress: bar.update,
 	})
 	bar.finish()
@@ -108,6 +104,9 @@ func printPrepSummary(w io.Writer, s data.Summary) {
 		fmt.Fprintf(tw, "header tokens reaching into assistant text\t%d (not supervised)\n", s.Crossing)
 	}
 	printReasons(tw, "bad lines skipped", s.BadLines)
+	for _, f := range slices.Sorted(maps.Keys(s.BadFiles)) {
+		printReasons(tw, "  in "+f, s.BadFiles[f])
+	}
 	printReasons(tw, "dropped", s.Dropped)
 	fmt.Fprintf(tw, "time\t%.2f s\n", s.Seconds)
 	tw.Flush()

@@ -2,9 +2,7 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"maps"
 	"math/rand/v2"
@@ -12,11 +10,9 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
-	"strings"
 
 	"dflash/data"
 	"dflash/data/chat"
-	"dflash/data/jsonl"
 	"dflash/data/tokenizer"
 	"dflash/model"
 	"dflash/model/dflash"
@@ -42,14 +38,13 @@ type drafterOptions struct {
 	Export       string  `yaml:"export" help:"dtype of the exported drafter in OUT/drafter: F32 or BF16"`
 }
 
+// dataOptions holds data.Options, the sample rules `data prep` shares (its
+// BlockSize is the drafter's), and how training batches and holds out.
 type dataOptions struct {
-	Format       string  `yaml:"format" help:"JSONL format: auto, messages or sharegpt"`
-	SkipBadLines bool    `yaml:"skip_bad_lines" help:"count and skip malformed lines instead of failing"`
-	MaxLen       int     `yaml:"max_len" help:"truncate conversations to this many tokens"`
+	data.Options `yaml:",inline"`
 	BatchSize    int     `yaml:"batch_size" help:"sequences per micro-batch"`
 	EvalFraction float64 `yaml:"eval_fraction" help:"fraction of conversations held out for evaluation"`
 	EvalMax      int     `yaml:"eval_max" help:"at most this many held-out conversations"`
-	Thinking     bool    `yaml:"enable_thinking" help:"render with enable_thinking (Qwen3)"`
 	CacheHidden  bool    `yaml:"cache_hidden" help:"keep target hidden states in memory after first use (small data sets)"`
 }
 
@@ -57,7 +52,7 @@ func defaultTrainConfig() trainConfig {
 	c := trainConfig{Config: train.DefaultConfig()}
 	c.EvalEvery = 100
 	c.Drafter = drafterOptions{Layers: 1, BlockSize: 16, MaskTokenID: -1, Anchors: 512, Export: "BF16"}
-	c.Data = dataOptions{Format: "auto", MaxLen: 2048, BatchSize: 4, EvalFraction: 0.05, EvalMax: 256}
+	c.Data = dataOptions{Options: data.DefaultOptions(), BatchSize: 4, EvalFraction: 0.05, EvalMax: 256}
 	return c
 }
 
@@ -115,7 +110,7 @@ func trainDrafter(ctx context.Context, targetDir, dataArg string, cfg trainConfi
 	if err != nil {
 		return err
 	}
-	examples, err := readConversations(dataArg, cfg.Data, tok, tmpl)
+	examples, err := readConversations(ctx, dataArg, cfg, data.Target{Tokenizer: tok, Template: tmpl, Vocab: target.Config.VocabSize}, workers)
 	if err != nil {
 		return err
 	}
@@ -183,91 +178,20 @@ func maskToken(id int, tok *tokenizer.Tokenizer, vocab int) (int, error) {
 	return 0, fmt.Errorf("the tokenizer has no <|MASK|> token and the embedding no spare row: set drafter.mask_token_id")
 }
 
-// readConversations reads a directory prepared by `dflash data prep`, or
-// JSONL conversations (a file or every *.jsonl, *.jsonl.gz, *.jsonl.zst in a
-// directory) rendered with the chat template into ids and assistant-only
-// masks.
-func readConversations(arg string, o dataOptions, tok *tokenizer.Tokenizer, tmpl *chat.Template) ([]dflash.Example, error) {
-	paths := []string{arg}
-	if st, err := os.Stat(arg); err != nil {
-		return nil, err
-	} else if st.IsDir() {
-		if _, err := os.Stat(filepath.Join(arg, "meta.json")); err == nil {
-			return readPrepared(arg, o)
-		}
-		paths = nil
-		entries, err := os.ReadDir(arg)
-		if err != nil {
-			return nil, err
-		}
-		for _, e := range entries {
-			n := e.Name()
-			if !e.IsDir() && (strings.HasSuffix(n, ".jsonl") || strings.HasSuffix(n, ".jsonl.gz") || strings.HasSuffix(n, ".jsonl.zst")) {
-				paths = append(paths, filepath.Join(arg, n))
-			}
-		}
-		if len(paths) == 0 {
-			return nil, fmt.Errorf("%s: no .jsonl, .jsonl.gz or .jsonl.zst files", arg)
-		}
-	}
-	f, err := jsonl.ParseFormat(o.Format)
-	if err != nil {
-		return nil, fmt.Errorf("data.format: %w", err)
-	}
-	r, err := jsonl.Open(paths, f, o.SkipBadLines)
+// readConversations reads the training samples (data.Load: a prepared
+// directory or JSONL, every id checked against the target) as examples.
+func readConversations(ctx context.Context, arg string, cfg trainConfig, t data.Target, workers int) ([]dflash.Example, error) {
+	opts := cfg.Data.Options
+	opts.BlockSize = cfg.Drafter.BlockSize
+	samples, sum, err := data.Load(ctx, arg, opts, t, workers)
 	if err != nil {
 		return nil, err
 	}
-	defer r.Close()
-	var out []dflash.Example
-	dropped := map[string]int{}
-	for {
-		rec, err := r.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			return nil, err
-		}
-		ids, mask, err := tmpl.Encode(tok, rec.Messages, chat.Options{EnableThinking: o.Thinking})
-		if err != nil {
-			dropped["render: "+err.Error()]++
-			continue
-		}
-		if len(ids) > o.MaxLen {
-			ids, mask = ids[:o.MaxLen], mask[:o.MaxLen]
-		}
-		if len(dflash.Candidates(mask, len(ids))) == 0 {
-			dropped["no two consecutive assistant tokens"]++
-			continue
-		}
-		out = append(out, dflash.Example{IDs: ids, Mask: mask})
+	slog.Info("data", "input", arg, "read", sum.Lines, "kept", sum.Kept, "truncated", sum.Truncated,
+		"bad_lines", sum.BadFiles, "dropped", sum.Dropped)
+	out := make([]dflash.Example, len(samples))
+	for i, s := range samples {
+		out[i] = dflash.Example{IDs: s.IDs, Mask: s.Mask}
 	}
-	st := r.Stats()
-	slog.Info("data", "files", len(paths), "kept", len(out), "bad_lines", st.BadTotal(), "dropped", dropped)
-	return out, nil
-}
-
-// readPrepared reads every sample of a `dflash data prep` directory.
-func readPrepared(dir string, o dataOptions) ([]dflash.Example, error) {
-	ds, err := data.Open(dir)
-	if err != nil {
-		return nil, err
-	}
-	defer ds.Close()
-	var out []dflash.Example
-	dropped := 0
-	for i := 0; i < ds.Len(); i++ {
-		ids, mask := ds.Sample(i)
-		if len(ids) > o.MaxLen {
-			ids, mask = ids[:o.MaxLen], mask[:o.MaxLen]
-		}
-		if len(dflash.Candidates(mask, len(ids))) == 0 {
-			dropped++
-			continue
-		}
-		out = append(out, dflash.Example{IDs: slices.Clone(ids), Mask: slices.Clone(mask)})
-	}
-	slog.Info("data", "prepared", dir, "kept", len(out), "dropped", dropped)
 	return out, nil
 }

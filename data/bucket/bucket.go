@@ -11,6 +11,11 @@
 // all from a PCG generator seeded with (Seed, epoch): the order is a pure
 // function of the lengths, the Config and the epoch. A Sampler's position is
 // a small State that can be saved with a checkpoint and restored.
+//
+// Today `dflash data stats` uses Report; the Sampler's Next, State, Restore
+// and DropLast are kept for GPU training, whose steps run on fixed shapes
+// (one captured graph per bucket). Batches of a fixed size without length
+// grouping, for the CPU trainer, are data/order's Order.
 package bucket
 
 import (

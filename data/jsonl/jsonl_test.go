@@ -167,6 +167,13 @@ func TestParseCases(t *testing.T) {
 		{"image", `{"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}`, ReasonContent},
 		{"number content", `{"messages": [{"role": "user", "content": 5}]}`, ReasonContent},
 		{"tool calls", `{"messages": [{"role": "assistant", "content": null, "tool_calls": [{"id": "1"}]}]}`, ReasonToolCalls},
+		{"latin-1 byte", "{\"messages\": [{\"role\": \"user\", \"content\": \"caf\xe9\"}]}", ReasonUTF8},
+		{"cut sequence", "{\"messages\": [{\"role\": \"user\", \"content\": \"\xe2\x82\"}]}", ReasonUTF8},
+		{"lone high surrogate", `{"messages": [{"role": "user", "content": "a\ud83d b"}]}`, ReasonUTF8},
+		{"lone low surrogate", `{"messages": [{"role": "user", "content": "\uDE00"}]}`, ReasonUTF8},
+		{"high then not low", `{"messages": [{"role": "user", "content": "\ud83d\u0041"}]}`, ReasonUTF8},
+		{"ok surrogate pair", `{"messages": [{"role": "user", "content": "\ud83d\ude00 caf\u00e9 \\ud800"}]}`, ""},
+		{"ok literal U+FFFD", `{"messages": [{"role": "user", "content": "\ufffd �"}]}`, ""},
 		{"ok null content", `{"messages": [{"role": "assistant", "content": null}]}`, ""},
 		{"ok reasoning", `{"messages": [{"role": "assistant", "content": "a", "reasoning_content": "r"}]}`, ""},
 	} {

@@ -41,6 +41,7 @@ const (
 	ReasonContent     = "unsupported content"
 	ReasonToolCalls   = "tool_calls not supported"
 	ReasonEmpty       = "empty conversation"
+	ReasonUTF8        = "invalid UTF-8"
 )
 
 // LineError is a bad line: where it is and why.
@@ -85,6 +86,9 @@ var messageRoles = map[string]bool{"system": true, "user": true, "assistant": tr
 func Parse(ln Line, f Format) ([]chat.Message, error) {
 	bad := func(reason, format string, a ...any) error {
 		return &LineError{File: ln.File, Line: ln.N, Reason: reason, Detail: fmt.Sprintf(format, a...)}
+	}
+	if err := checkUTF8(ln.Text); err != nil {
+		return nil, bad(ReasonUTF8, "%v", err)
 	}
 	var lj lineJSON
 	if err := json.Unmarshal(ln.Text, &lj); err != nil {

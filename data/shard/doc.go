@@ -11,7 +11,7 @@
 //
 // meta.json holds {"format": "dflash-shards", "version": 1, "samples",
 // "tokens", "supervised", "shards": [{"file", "samples", "tokens",
-// "min_len", "max_len", "crc32c"}], "info": {...}}; "info" is the
+// "min_len", "max_len", "crc32c", "max_id"}], "info": {...}}; "info" is the
 // producer's record (tokenizer hash, options, summary). The global sample
 // index runs through the shards in the listed order.
 //
@@ -41,5 +41,12 @@
 //
 // Writing is atomic: a Writer fills a temporary sibling directory, fsyncs
 // it and renames it to the output directory at Finish, so a reader sees a
-// whole dataset or none.
+// whole dataset or none. The temporary directory's name holds the writer's
+// pid; a writer that was killed leaves it behind, and the next Create of
+// the same output removes it once that process is gone.
+//
+// Open checks the headers against meta.json; Verify reads every byte once
+// (the body's CRC-32C and the id range, in parallel over shards) and
+// CheckIDs reports an id outside the target's vocabulary, both naming the
+// shard.
 package shard

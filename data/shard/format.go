@@ -81,6 +81,9 @@ type ShardInfo struct {
 	MinLen  int    `json:"min_len"`
 	MaxLen  int    `json:"max_len"`
 	CRC32C  uint32 `json:"crc32c"`
+	// MaxID is the largest token id (absent in directories written before
+	// it was recorded; Verify computes it either way).
+	MaxID *int32 `json:"max_id,omitempty"`
 }
 
 // Meta is the content of meta.json.

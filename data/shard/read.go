@@ -5,9 +5,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash/crc32"
+	"math"
 	"os"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"sort"
+	"sync"
 	"unsafe"
 )
 
@@ -20,6 +24,7 @@ type Dataset struct {
 	shards []*shardFile
 	first  []int64 // global index of each shard's first sample
 	n      int64
+	scanMu sync.Mutex // held by scan
 }
 
 type shardFile struct {
@@ -30,6 +35,11 @@ type shardFile struct {
 	ids   []int32
 	mask  []uint8
 	crc   uint32
+	info  ShardInfo
+	// Filled by scan: the checksum of the body and the id range.
+	scanned      bool
+	bodyCRC      uint32
+	minID, maxID int32
 }
 
 // Open opens a prepared directory: it reads meta.json and maps every shard,
@@ -52,6 +62,7 @@ func Open(dir string) (*Dataset, error) {
 			d.Close()
 			return nil, err
 		}
+		s.info = si
 		d.shards = append(d.shards, s)
 		if int64(len(s.offs)-1) != si.Samples || int64(len(s.ids)) != si.Tokens || s.crc != si.CRC32C {
 			d.Close()
@@ -186,12 +197,62 @@ func (d *Dataset) Lengths() []int {
 	return out
 }
 
-// Verify recomputes every shard's CRC-32C and compares it with the header.
-func (d *Dataset) Verify() error {
+// Dir is the directory the dataset was opened from.
+func (d *Dataset) Dir() string { return d.dir }
+
+// scan reads every byte of every shard once (in parallel over shards):
+// the CRC-32C of the body and the range of the token ids.
+func (d *Dataset) scan() {
+	d.scanMu.Lock()
+	defer d.scanMu.Unlock()
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, runtime.GOMAXPROCS(0))
 	for _, s := range d.shards {
-		if got := crc32.Checksum(s.data[headerSize:], castagnoli); got != s.crc {
-			return fmt.Errorf("shard: %s: checksum %08x, header says %08x (corrupt file)", s.path, got, s.crc)
+		if s.scanned {
+			continue
 		}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			s.bodyCRC = crc32.Checksum(s.data[headerSize:], castagnoli)
+			s.minID, s.maxID = math.MaxInt32, math.MinInt32
+			for _, id := range s.ids {
+				s.minID, s.maxID = min(s.minID, id), max(s.maxID, id)
+			}
+			s.scanned = true
+		}()
+	}
+	wg.Wait()
+}
+
+// Verify recomputes every shard's CRC-32C and compares it with the header,
+// and its largest id with meta.json's; an error names the shard.
+func (d *Dataset) Verify() error {
+	d.scan()
+	for _, s := range d.shards {
+		if s.bodyCRC != s.crc {
+			return fmt.Errorf("shard: %s: checksum %08x, header says %08x (the file is corrupt: re-run data prep)", s.path, s.bodyCRC, s.crc)
+		}
+		if m := s.info.MaxID; m != nil && len(s.ids) > 0 && *m != s.maxID {
+			return fmt.Errorf("shard: %s: largest id %d, meta.json says %d (re-run data prep)", s.path, s.maxID, *m)
+		}
+	}
+	return nil
+}
+
+// CheckIDs reports the first token id outside [0, vocab), naming the shard
+// and the sample that holds it.
+func (d *Dataset) CheckIDs(vocab int) error {
+	d.scan()
+	for k, s := range d.shards {
+		if len(s.ids) == 0 || (s.minID >= 0 && int64(s.maxID) < int64(vocab)) {
+			continue
+		}
+		at := slices.IndexFunc(s.ids, func(id int32) bool { return id < 0 || int64(id) >= int64(vocab) })
+		j := sort.Search(len(s.offs)-1, func(j int) bool { return s.offs[j+1] > uint64(at) })
+		return fmt.Errorf("shard: %s: sample %d (of the dataset; token %d of it) has id %d, outside the target's vocabulary [0, %d)",
+			s.path, d.first[k]+int64(j), uint64(at)-s.offs[j], s.ids[at], vocab)
 	}
 	return nil
 }

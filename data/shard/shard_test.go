@@ -3,8 +3,11 @@ package shard
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
+	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -208,4 +211,93 @@ func TestEmptyDataset(t *testing.T) {
 		t.Fatalf("empty dataset: %v", err)
 	}
 	d.Close()
+}
+
+// TestCheckIDs writes ids in [0, 1000) with one id planted at a random
+// place, and checks that CheckIDs names the shard and the sample that holds
+// it, and that meta.json records every shard's largest id.
+func TestCheckIDs(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 12))
+	samples := make([]sample, 60)
+	for i := range samples {
+		l := 1 + rng.IntN(50)
+		samples[i] = sample{make([]int32, l), make([]uint8, l)}
+		for k := range samples[i].ids {
+			samples[i].ids[k] = rng.Int32N(1000)
+		}
+	}
+	for _, bad := range []int32{1000, 5000, -1} {
+		t.Run(fmt.Sprint(bad), func(t *testing.T) {
+			s := samples[rng.IntN(len(samples))]
+			at := rng.IntN(len(s.ids))
+			old := s.ids[at]
+			s.ids[at] = bad
+			defer func() { s.ids[at] = old }()
+			dir := filepath.Join(t.TempDir(), "prep")
+			meta := writeDataset(t, dir, samples, 400)
+			d, err := Open(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer d.Close()
+			if err := d.Verify(); err != nil {
+				t.Fatal(err)
+			}
+			if err := d.CheckIDs(int(max(bad, 1000)) + 1); bad >= 0 && err != nil {
+				t.Fatalf("ids below the vocabulary refused: %v", err)
+			}
+			err = d.CheckIDs(1000)
+			// Find the planted id in the dataset, as a brute-force reference.
+			where := -1
+			for i := range d.Len() {
+				if ids, _ := d.Sample(i); slices.Contains(ids, bad) && where < 0 {
+					where = i
+				}
+			}
+			want := fmt.Sprintf("sample %d (of the dataset; token", where)
+			if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), fmt.Sprintf("has id %d, outside the target's vocabulary [0, 1000)", bad)) {
+				t.Fatalf("CheckIDs: %v, want %q", err, want)
+			}
+			for _, si := range meta.Shards {
+				if si.MaxID == nil {
+					t.Fatalf("%s: no max_id in meta.json", si.File)
+				}
+			}
+		})
+	}
+}
+
+// TestStalePartialRemoved checks that Create removes the temporary
+// directory of a killed writer of the same output, and keeps those of live
+// writers and of other outputs.
+func TestStalePartialRemoved(t *testing.T) {
+	if runtime.GOOS == "windows" {
+		t.Skip("no process check on windows")
+	}
+	cmd := exec.Command("true")
+	if err := cmd.Run(); err != nil {
+		t.Skipf("no `true` to get a dead pid: %v", err)
+	}
+	parent := t.TempDir()
+	dead := fmt.Sprintf(".prep.partial-%d-123", cmd.Process.Pid)
+	live := fmt.Sprintf(".prep.partial-%d-456", os.Getpid())
+	other := fmt.Sprintf(".other.partial-%d-789", cmd.Process.Pid)
+	for _, n := range []string{dead, live, other} {
+		if err := os.MkdirAll(filepath.Join(parent, n, "x"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeDataset(t, filepath.Join(parent, "prep"), randomSamples(t, 3), 0)
+	entries, _ := os.ReadDir(parent)
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	want := []string{other, live, "prep"}
+	sort.Strings(want)
+	if !reflect.DeepEqual(names, want) {
+		t.Fatalf("directory holds %v, want %v", names, want)
+	}
 }

@@ -6,9 +6,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash/crc32"
+	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 
 	"dflash/internal/atomicfile"
 )
@@ -42,7 +46,8 @@ func Create(dir string, shardTokens int, force bool) (*Writer, error) {
 	if err := os.MkdirAll(parent, 0o755); err != nil {
 		return nil, fmt.Errorf("shard: %w", err)
 	}
-	tmp, err := os.MkdirTemp(parent, "."+filepath.Base(dir)+".partial-")
+	removeStale(parent, filepath.Base(dir))
+	tmp, err := os.MkdirTemp(parent, fmt.Sprintf("%s%d-", partialPrefix(filepath.Base(dir)), os.Getpid()))
 	if err != nil {
 		return nil, fmt.Errorf("shard: %w", err)
 	}
@@ -52,6 +57,35 @@ func Create(dir string, shardTokens int, force bool) (*Writer, error) {
 	}
 	return &Writer{out: dir, tmp: tmp, shardTokens: shardTokens,
 		meta: Meta{Format: FormatName, Version: version}}, nil
+}
+
+// partialPrefix starts the name of the temporary directories of a dataset
+// named base: "." + base + ".partial-" + the writer's pid + "-" + random.
+func partialPrefix(base string) string { return "." + base + ".partial-" }
+
+// removeStale removes the temporary directories that writers of base in
+// parent left when they were killed (their process is gone); those of live
+// writers stay.
+func removeStale(parent, base string) {
+	entries, err := os.ReadDir(parent)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		rest, ok := strings.CutPrefix(e.Name(), partialPrefix(base))
+		if !ok || !e.IsDir() {
+			continue
+		}
+		pidStr, _, _ := strings.Cut(rest, "-")
+		pid, err := strconv.Atoi(pidStr)
+		if err != nil || pid <= 0 || processAlive(pid) {
+			continue
+		}
+		path := filepath.Join(parent, e.Name())
+		if err := os.RemoveAll(path); err == nil {
+			slog.Info("shard: removed the partial output of a killed run", "dir", path, "pid", pid)
+		}
+	}
 }
 
 // Add appends one sample; ids and mask must have the same length (a
@@ -116,8 +150,10 @@ func (w *Writer) Flush() error {
 		}
 	}
 	buf := make([]byte, 0, 1<<16)
+	maxID := int32(math.MinInt32)
 	for _, k := range order {
 		for _, id := range w.ids[w.starts[k] : w.starts[k]+w.lens[k]] {
+			maxID = max(maxID, id)
 			buf = binary.LittleEndian.AppendUint32(buf, uint32(id))
 			if len(buf) == cap(buf) {
 				out(buf)
@@ -140,7 +176,7 @@ func (w *Writer) Flush() error {
 		return fmt.Errorf("shard: sync %s: %w", path, err)
 	}
 	w.meta.Shards = append(w.meta.Shards, ShardInfo{File: name, Samples: int64(n), Tokens: int64(t),
-		MinLen: w.lens[order[0]], MaxLen: w.lens[order[n-1]], CRC32C: h.crc})
+		MinLen: w.lens[order[0]], MaxLen: w.lens[order[n-1]], CRC32C: h.crc, MaxID: &maxID})
 	w.meta.Samples += int64(n)
 	w.meta.Tokens += int64(t)
 	w.ids, w.mask, w.starts, w.lens = w.ids[:0], w.mask[:0], w.starts[:0], w.lens[:0]

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync"
 
+	"dflash/data/order"
 	"dflash/model"
 	"dflash/tensor"
 	"dflash/train"
@@ -125,7 +126,7 @@ type Session struct {
 
 	mu    sync.Mutex
 	cache map[cacheKey][][]float32
-	order *Order
+	order *order.Order
 }
 
 // cacheKey names an example of the training (eval false) or evaluation set.
@@ -135,9 +136,9 @@ type cacheKey struct {
 }
 
 // trainOrder returns the order of the training examples, made on first use.
-func (s *Session) trainOrder() *Order {
+func (s *Session) trainOrder() *order.Order {
 	if s.order == nil {
-		s.order = NewOrder(len(s.Train), s.BatchSize, s.Seed)
+		s.order = order.New(len(s.Train), s.BatchSize, s.Seed, train.StreamData)
 	}
 	return s.order
 }

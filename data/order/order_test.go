@@ -1,4 +1,4 @@
-package dflash
+package order
 
 import (
 	"slices"
@@ -13,7 +13,7 @@ import (
 func TestOrder(t *testing.T) {
 	seed := testseed.Seed(t)
 	const n, batch = 11, 3 // 3 batches per epoch, 2 items left out each epoch
-	o := NewOrder(n, batch, seed)
+	o := New(n, batch, seed, 4)
 	var epochs [][]int
 	for e := 0; e < 4; e++ {
 		var seen []int
@@ -44,7 +44,7 @@ func TestOrder(t *testing.T) {
 	for range 5 {
 		want = append(want, slices.Clone(o.Next()))
 	}
-	r := NewOrder(n, batch, seed)
+	r := New(n, batch, seed, 4)
 	if err := r.Restore(st); err != nil {
 		t.Fatal(err)
 	}

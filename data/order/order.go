@@ -1,35 +1,40 @@
-package dflash
+// Package order is the epoch order of training samples in batches of a fixed
+// size: a pure function of (seed, stream, epoch), with a position that a
+// checkpoint saves and a resumed run restores. (Batches grouped by length,
+// for fixed-shape GPU steps, are data/bucket's Sampler.)
+package order
 
 import (
 	"encoding/json"
 	"math/rand/v2"
-
-	"dflash/train"
 )
 
 // Order hands out batches of indices 0..n−1 epoch after epoch: each epoch
-// is a permutation drawn from a PCG seeded with (seed,
-// train.StreamData<<32 | epoch), cut into consecutive batches; a batch that
-// would run past the end starts the next epoch instead. The position is a
-// small JSON state (State, Restore) saved with a checkpoint, so that a
-// resumed run sees the same batches.
+// is a permutation drawn from a PCG seeded with (seed, stream<<32 | epoch),
+// cut into consecutive batches; a batch that would run past the end starts
+// the next epoch instead. The position is a small JSON state (State,
+// Restore) saved with a checkpoint, so that a resumed run sees the same
+// batches.
 type Order struct {
-	n, batch int
-	seed     uint64
-	epoch    int
-	pos      int
-	perm     []int // nil until the first batch of an epoch
+	n, batch     int
+	seed, stream uint64
+	epoch        int
+	pos          int
+	perm         []int // nil until the first batch of an epoch
 }
 
-// NewOrder returns the order of n items in batches of batch (at most n).
-func NewOrder(n, batch int, seed uint64) *Order { return &Order{n: n, batch: batch, seed: seed} }
+// New returns the order of n items in batches of batch (at most n), drawn
+// from the random stream (seed, stream); trainers pass train.StreamData.
+func New(n, batch int, seed, stream uint64) *Order {
+	return &Order{n: n, batch: batch, seed: seed, stream: stream}
+}
 
 func (o *Order) shuffle() {
 	o.perm = make([]int, o.n) // a fresh slice: batches handed out earlier stay valid
 	for i := range o.perm {
 		o.perm[i] = i
 	}
-	rng := rand.New(rand.NewPCG(o.seed, train.StreamData<<32|uint64(o.epoch)))
+	rng := rand.New(rand.NewPCG(o.seed, o.stream<<32|uint64(o.epoch)))
 	rng.Shuffle(o.n, func(i, j int) { o.perm[i], o.perm[j] = o.perm[j], o.perm[i] })
 }
 
