@@ -217,9 +217,7 @@ func TestEmptyDataset(t *testing.T) {
 // place, and checks that CheckIDs names the shard and the sample that holds
 // it, and that meta.json records every shard's largest id.
 func TestCheckIDs(t *testing.T) {
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
-	rng := rand.New(rand.NewPCG(seed, 12))
+	rng := testseed.New(t)
 	samples := make([]sample, 60)
 	for i := range samples {
 		l := 1 + rng.IntN(50)
