@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"os"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
 )
@@ -43,7 +42,8 @@ type Config struct {
 const DefaultBudget = 8
 
 // Cache is the kernel cache. It is safe for concurrent use; one per process
-// is the intent (Default), several are fine (tests).
+// is the intent (the program that makes it hands it to every worker),
+// several are fine (tests).
 type Cache struct {
 	cfg      Config
 	compiler string // Compiler.Version(), fixed at New
@@ -242,64 +242,4 @@ func (c *Cache) checkMeta(key Key, meta Meta, src Source) error {
 	return &corruptError{path: filePath(c.cfg.Dir, key),
 		reason: fmt.Sprintf("records arch %q, compiler %q, options %q; expected %q, %q, %q",
 			meta.Arch, meta.Compiler, meta.Options, src.Arch, c.compiler, src.Options)}
-}
-
-var (
-	defaultMu    sync.Mutex
-	defaultCfg   *Config
-	defaultCache *Cache
-)
-
-// SetDefaultConfig sets the configuration Default uses; it must be called
-// before the first Default. Compiler nil means NVRTC; Dir "" means
-// DefaultDir (use Dir "off" for memory only).
-func SetDefaultConfig(cfg Config) error {
-	defaultMu.Lock()
-	defer defaultMu.Unlock()
-	if defaultCache != nil {
-		return errors.New("jit: SetDefaultConfig after the default cache was made")
-	}
-	defaultCfg = &cfg
-	return nil
-}
-
-// Default returns the process-wide cache: NVRTC and the default directory
-// unless SetDefaultConfig said otherwise; $DFLASH_KERNEL_BUDGET overrides
-// the budget. It fails when NVRTC cannot be loaded.
-func Default() (*Cache, error) {
-	defaultMu.Lock()
-	defer defaultMu.Unlock()
-	if defaultCache != nil {
-		return defaultCache, nil
-	}
-	var cfg Config
-	if defaultCfg != nil {
-		cfg = *defaultCfg
-	}
-	if cfg.Compiler == nil {
-		n, err := NewNVRTC()
-		if err != nil {
-			return nil, err
-		}
-		cfg.Compiler = n
-	}
-	switch cfg.Dir {
-	case "off":
-		cfg.Dir = ""
-	case "":
-		dir, _, err := DefaultDir()
-		if err != nil {
-			return nil, err
-		}
-		cfg.Dir = dir
-	}
-	if b, err := strconv.Atoi(os.Getenv("DFLASH_KERNEL_BUDGET")); err == nil && b > 0 && cfg.Budget == 0 {
-		cfg.Budget = b
-	}
-	c, err := New(cfg)
-	if err != nil {
-		return nil, err
-	}
-	defaultCache = c
-	return c, nil
 }

@@ -2,7 +2,9 @@
 // design): CUDA C++ generated at run time is compiled once per key, kept in
 // three tiers and never silently replaced.
 //
-//	cache, err := jit.Default()                  // NVRTC, default directory
+//	nv, err := jit.NewNVRTC()
+//	dir, _, err := jit.DefaultDir()
+//	cache, err := jit.New(jit.Config{Compiler: nv, Dir: dir})
 //	img, err := cache.Get(ctx, jit.Source{
 //		Family: "flex_fwd", Code: src, Arch: dev.Arch(),
 //		Options: []string{"-DFLEX_D=128"}, Params: map[string]string{"head_dim": "128"},
