@@ -1,26 +1,8 @@
 // Package dist holds what several dflash processes need to form one NCCL
 // communicator (contract 9 of the design): the rendezvous that hands rank
-// 0's NCCL unique id to every other rank over TCP, and the environment guard
-// that keeps NVLink multicast off in every process that loads NCCL.
-//
-// # Environment guard
-//
-// GuardMulticast must be the first thing a dflash process that uses NCCL
-// does, before any NCCL call. It sets
-//
-//	NCCL_NVLS_ENABLE=0                   NCCL's NVLink SHARP (NVLS) algorithms
-//	TORCH_SYMM_MEM_DISABLE_MULTICAST=1   PyTorch symmetric memory (child processes)
-//	NVSHMEM_DISABLE_NVLS=1               NVSHMEM's NVLS collectives
-//
-// where they are unset or empty, keeps them where they already hold exactly
-// these values, and refuses to run (an error naming each variable, its value
-// and the value it must have) where a user set one to anything else, or
-// named the NVLS algorithms in NCCL_ALGO. A program that creates NVLink
-// multicast objects can put a shared host's GPUs out of service for a day
-// or more, so the guard is strict: a value it does not know to be safe is
-// refused rather than interpreted. Variables are set with os.Setenv, which
-// also updates the C library's environment that NCCL reads with getenv;
-// CEnv reads that environment back so the check can prove it.
+// 0's NCCL unique id to every other rank over TCP. (The environment guard
+// that keeps NVLink multicast off lives with the NCCL binding, in package
+// cuda.)
 //
 // # Rendezvous
 //

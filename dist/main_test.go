@@ -11,7 +11,6 @@ import (
 )
 
 // helperEnv, when set, turns the test binary into a helper process:
-// "cenv" prints the multicast variables as the C library sees them;
 // "receive" runs ReceiveID with the configuration in the DIST_* variables
 // and prints the id in hex.
 const helperEnv = "DFLASH_DIST_HELPER"
@@ -20,16 +19,6 @@ func TestMain(m *testing.M) {
 	switch os.Getenv(helperEnv) {
 	case "":
 		os.Exit(m.Run())
-	case "cenv":
-		for _, s := range MulticastOff {
-			v, ok, err := CEnv(s.Name)
-			if err != nil {
-				fmt.Fprintln(os.Stderr, err)
-				os.Exit(1)
-			}
-			fmt.Printf("%s=%s (set %v)\n", s.Name, v, ok)
-		}
-		os.Exit(0)
 	case "receive":
 		atoi := func(k string) int {
 			n, err := strconv.Atoi(os.Getenv(k))

@@ -84,11 +84,11 @@ func ncclCheck(args []string) error {
 		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	// Before anything can load NCCL.
-	set, err := dist.GuardMulticast()
+	set, err := cuda.GuardMulticast()
 	if err != nil {
 		return err
 	}
-	if err := dist.CheckCEnv(); err != nil {
+	if err := cuda.CheckCEnv(); err != nil {
 		return err
 	}
 	sizes, err := ncclcheck.ParseSizes(*sizesArg)
@@ -120,8 +120,8 @@ func ncclCheck(args []string) error {
 
 	t0 := time.Now()
 	rep := &ncclReport{Env: map[string]string{}, EnvSet: set}
-	for _, s := range dist.MulticastOff {
-		v, _, _ := dist.CEnv(s.Name)
+	for _, s := range cuda.MulticastOff {
+		v, _, _ := cuda.CEnv(s.Name)
 		rep.Env[s.Name] = v
 	}
 	ctx := context.Background()
@@ -289,7 +289,7 @@ func ncclPrint(rep *ncclReport) {
 	}
 	fmt.Printf("dflash nccl check: %s, NCCL %s; %s\n", who, rep.NCCL, strings.Join(gpus, "; "))
 	var env []string
-	for _, s := range dist.MulticastOff {
+	for _, s := range cuda.MulticastOff {
 		env = append(env, s.Name+"="+rep.Env[s.Name])
 	}
 	fmt.Printf("NVLink multicast off: %s (set here: %s)\n", strings.Join(env, " "), cmp.Or(strings.Join(rep.EnvSet, ","), "none, already set"))
