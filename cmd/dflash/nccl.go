@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"dflash/cuda"
-	"dflash/dist"
-	"dflash/dist/ncclcheck"
 	"dflash/gpu"
+	"dflash/ncclcheck"
+	"dflash/rendezvous"
 )
 
 func init() {
@@ -126,7 +126,7 @@ func ncclCheck(args []string) error {
 	}
 	ctx := context.Background()
 	if multi {
-		err = ncclMulti(ctx, rep, plan, dist.Config{Addr: *coord, Rank: *rank, NRanks: *nranks, Token: *token, Timeout: *rdvTimeout}, *device, !*noCache)
+		err = ncclMulti(ctx, rep, plan, rendezvous.Config{Addr: *coord, Rank: *rank, NRanks: *nranks, Token: *token, Timeout: *rdvTimeout}, *device, !*noCache)
 	} else {
 		err = ncclSingle(ctx, rep, plan, *gpus, !*noCache)
 	}
@@ -229,7 +229,7 @@ func ncclSingle(ctx context.Context, rep *ncclReport, plan ncclcheck.Plan, want 
 }
 
 // ncclMulti runs this process's rank of a communicator spread over processes.
-func ncclMulti(ctx context.Context, rep *ncclReport, plan ncclcheck.Plan, cfg dist.Config, device int, cacheCheck bool) error {
+func ncclMulti(ctx context.Context, rep *ncclReport, plan ncclcheck.Plan, cfg rendezvous.Config, device int, cacheCheck bool) error {
 	n, err := gpu.Count()
 	if err != nil {
 		return fmt.Errorf("check rank %d: no GPU: %w", cfg.Rank, err)
@@ -251,7 +251,7 @@ func ncclMulti(ctx context.Context, rep *ncclReport, plan ncclcheck.Plan, cfg di
 		return err
 	}
 	slog.Info("nccl check: rendezvous", "rank", cfg.Rank, "nranks", cfg.NRanks, "coordinator", cfg.Addr, "gpu", device)
-	id, err := dist.Exchange(ctx, cfg, func() (dist.UniqueID, error) { return cuda.NCCLGetUniqueID() })
+	id, err := rendezvous.Exchange(ctx, cfg, func() (rendezvous.UniqueID, error) { return cuda.NCCLGetUniqueID() })
 	if err != nil {
 		return err
 	}

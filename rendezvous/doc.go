@@ -1,10 +1,9 @@
-// Package dist holds what several dflash processes need to form one NCCL
-// communicator (contract 9 of the design): the rendezvous that hands rank
-// 0's NCCL unique id to every other rank over TCP. (The environment guard
-// that keeps NVLink multicast off lives with the NCCL binding, in package
-// cuda.)
+// Package rendezvous lets several dflash processes form one NCCL
+// communicator (contract 9 of the design): rank 0 makes NCCL's unique id
+// and hands it to every other rank over TCP. (The environment guard that
+// keeps NVLink multicast off lives with the NCCL binding, in package cuda.)
 //
-// # Rendezvous
+// # Protocol
 //
 // Rank 0 listens on the coordinator address (host:port); every other rank
 // connects, retrying until its timeout, and sends a hello: protocol name,
@@ -24,4 +23,4 @@
 // Every error is a *Error naming the address, the rank and nranks; match
 // the cause with errors.Is against ErrTimeout, ErrMismatch, ErrRejected,
 // ErrDuplicateRank or ErrDropped.
-package dist
+package rendezvous
