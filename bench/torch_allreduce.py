@@ -7,7 +7,7 @@ result exactly, hash it the way dflash does, and time it the way dflash
 does: CUDA events around ITERS back-to-back all-reduces after WARMUP, the
 slowest rank counting, busBw = bytes/time * 2(n-1)/n (NCCL's definition).
 
-Inputs (see dist/ncclcheck/doc.go): rank r of n holds, at element i,
+Inputs (see ncclcheck/doc.go): rank r of n holds, at element i,
   v_r(i) = 1 + (i + 7r) mod p,  p = min(31, 256 // n)
 so every partial sum is an integer <= 256, exact in bf16 and f32. The
 SHA-256 of the result bytes (little-endian) equals dflash's row digest.

@@ -21,6 +21,30 @@
 // [ErrLibraryNotFound]) lists every place searched and why each failed.
 // [Probe] reports the outcome for all four libraries (dflash doctor prints it).
 //
+// The C library (libc.so.6, for [CEnv]) is opened by the same loader, with
+// no override variable.
+//
+// # NCCL environment
+//
+// NVLink multicast stays off in every process that loads NCCL: before
+// opening the library, the loader runs [GuardMulticast], which sets
+//
+//	NCCL_NVLS_ENABLE=0                   NCCL's NVLink SHARP (NVLS) algorithms
+//	TORCH_SYMM_MEM_DISABLE_MULTICAST=1   PyTorch symmetric memory (child processes)
+//	NVSHMEM_DISABLE_NVLS=1               NVSHMEM's NVLS collectives
+//
+// where they are unset or empty, keeps them where they already hold exactly
+// these values, and refuses (an error naming each variable, its value and
+// the value it must have) where a user set one to anything else, or named
+// the NVLS algorithms in NCCL_ALGO. A program that creates NVLink multicast
+// objects can put a shared host's GPUs out of service for a day or more, so
+// the guard is strict: a value it does not know to be safe is refused
+// rather than interpreted. Variables are set with os.Setenv, which also
+// updates the C library's environment that NCCL reads with getenv; [CEnv]
+// reads that environment back so that [CheckCEnv] can prove it. A program
+// that uses NCCL calls GuardMulticast itself first, to report a refusal
+// before any other work.
+//
 // # Errors
 //
 // Every binding returns an error naming the C call and, for the driver,

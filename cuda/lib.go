@@ -1,7 +1,6 @@
 package cuda
 
 import (
-	"dflash/dist"
 	"errors"
 	"fmt"
 	"os"
@@ -40,7 +39,7 @@ func (e *LibraryError) Unwrap() error { return ErrLibraryNotFound }
 // library describes one shared library and, once loaded, its handle.
 type library struct {
 	name    string   // short name
-	env     string   // override variable
+	env     string   // override variable; "" for none
 	sonames []string // preferred file names, best first
 	glob    string   // file-name pattern for any other version, e.g. libnvrtc.so.*
 	pyGlob  []string // folders under site-packages/nvidia holding it
@@ -64,6 +63,8 @@ var (
 	libNCCL = &library{name: "nccl", env: "DFLASH_LIBNCCL",
 		sonames: []string{"libnccl.so.2", "libnccl.so"}, glob: "libnccl.so*",
 		pyGlob: []string{"cu13", "nccl", "*"}}
+	// libC is the C library, for its environment (CEnv); no override.
+	libC = &library{name: "c", sonames: []string{"libc.so.6"}, glob: "libc.so.6"}
 )
 
 // opener opens a shared library by path or bare name; replaced in tests.
@@ -74,12 +75,12 @@ func dlopen(path string) (uintptr, error) {
 }
 
 // load opens the library once per process.
-// NCCL is opened only after dist.GuardMulticast has turned NVLink multicast
+// NCCL is opened only after GuardMulticast has turned NVLink multicast
 // off in this process's environment (NCCL reads it at initialisation).
 func (l *library) load() (uintptr, error) {
 	l.once.Do(func() {
 		if l == libNCCL {
-			if _, err := dist.GuardMulticast(); err != nil {
+			if _, err := GuardMulticast(); err != nil {
 				l.err = fmt.Errorf("load nccl: %w", err)
 				return
 			}
@@ -92,15 +93,17 @@ func (l *library) load() (uintptr, error) {
 // find runs the search described in the package documentation.
 func (l *library) find(open opener, getenv func(string) string, glob func(string) []string) (h uintptr, path, how string, err error) {
 	var searched []string
-	if p := getenv(l.env); p != "" {
-		h, err := open(p)
-		if err == nil {
-			return h, p, "env " + l.env, nil
+	if l.env != "" {
+		if p := getenv(l.env); p != "" {
+			h, err := open(p)
+			if err == nil {
+				return h, p, "env " + l.env, nil
+			}
+			return 0, "", "", &LibraryError{Library: l.name,
+				Searched: []string{fmt.Sprintf("$%s=%s: %v (the variable is set, so no other place is tried)", l.env, p, err)}}
 		}
-		return 0, "", "", &LibraryError{Library: l.name,
-			Searched: []string{fmt.Sprintf("$%s=%s: %v (the variable is set, so no other place is tried)", l.env, p, err)}}
+		searched = append(searched, fmt.Sprintf("$%s: not set", l.env))
 	}
-	searched = append(searched, fmt.Sprintf("$%s: not set", l.env))
 	for _, so := range l.sonames {
 		h, err := open(so)
 		if err == nil {

@@ -7,7 +7,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
-	"strconv"
+	"slices"
 	"sync"
 	"time"
 )
@@ -42,7 +42,8 @@ type Config struct {
 const DefaultBudget = 8
 
 // Cache is the kernel cache. It is safe for concurrent use; one per process
-// is the intent (Default), several are fine (tests).
+// is the intent (the program that makes it hands it to every worker),
+// several are fine (tests).
 type Cache struct {
 	cfg      Config
 	compiler string // Compiler.Version(), fixed at New
@@ -77,6 +78,16 @@ func New(cfg Config) (*Cache, error) {
 	}
 	c := &Cache{cfg: cfg, compiler: cfg.Compiler.Version(), byKey: map[Key]*entry{}, bySrc: map[srcKey]*entry{}}
 	c.budget.init(cfg.Budget)
+	if cfg.Dir != "" {
+		removed, err := removeStaleTemps(cfg.Dir, time.Now())
+		if len(removed) > 0 {
+			cfg.Logger.Info("jit: removed temporary kernel cache files left by killed writers",
+				"dir", cfg.Dir, "files", len(removed))
+		}
+		if err != nil {
+			cfg.Logger.Warn("jit: cannot remove stale temporary kernel cache files", "dir", cfg.Dir, "err", err)
+		}
+	}
 	return c, nil
 }
 
@@ -158,29 +169,8 @@ func (c *Cache) wait(ctx context.Context, e *entry, leader bool) (*Image, error)
 func (c *Cache) resolve(ctx context.Context, e *entry, src Source) {
 	defer close(e.done)
 	c.budget.note(c, e.key, src)
-	if c.cfg.Dir != "" {
-		t0 := time.Now()
-		meta, image, err := readFile(c.cfg.Dir, e.key)
-		switch {
-		case err == nil:
-			c.stats.diskHits.Add(1)
-			c.stats.diskLoadNS.Add(int64(time.Since(t0)))
-			e.img = newImage(c, e.key, src, image, meta.Log, 0, true)
-			return
-		case errors.Is(err, fs.ErrNotExist):
-		default:
-			var ce *corruptError
-			if errors.As(err, &ce) {
-				c.stats.diskDiscarded.Add(1)
-				c.cfg.Logger.Warn("jit: discarding kernel cache file and rebuilding it", "reason", ce.reason, "file", ce.path)
-				if rerr := os.Remove(ce.path); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
-					c.cfg.Logger.Warn("jit: cannot remove bad kernel cache file", "file", ce.path, "err", rerr)
-				}
-			} else {
-				c.stats.diskReadErrors.Add(1)
-				c.cfg.Logger.Warn("jit: cannot read kernel cache file; compiling", "err", err)
-			}
-		}
+	if c.cfg.Dir != "" && c.fromDisk(e, src) {
+		return
 	}
 	t0 := time.Now()
 	image, log, err := c.cfg.Compiler.Compile(ctx, src)
@@ -212,62 +202,44 @@ func (c *Cache) resolve(ctx context.Context, e *entry, src Source) {
 	c.stats.diskWrites.Add(1)
 }
 
-var (
-	defaultMu    sync.Mutex
-	defaultCfg   *Config
-	defaultCache *Cache
-)
-
-// SetDefaultConfig sets the configuration Default uses; it must be called
-// before the first Default. Compiler nil means NVRTC; Dir "" means
-// DefaultDir (use Dir "off" for memory only).
-func SetDefaultConfig(cfg Config) error {
-	defaultMu.Lock()
-	defer defaultMu.Unlock()
-	if defaultCache != nil {
-		return errors.New("jit: SetDefaultConfig after the default cache was made")
+// fromDisk fills e from its disk file and reports whether it did. A file
+// that is not trusted (corrupt, for another key, metadata that disagrees
+// with src, not a regular file) is logged and removed, so the caller
+// compiles and writes a good one.
+func (c *Cache) fromDisk(e *entry, src Source) bool {
+	t0 := time.Now()
+	meta, image, err := readFile(c.cfg.Dir, e.key)
+	if err == nil {
+		err = c.checkMeta(e.key, meta, src)
 	}
-	defaultCfg = &cfg
-	return nil
+	var ce *corruptError
+	switch {
+	case err == nil:
+		c.stats.diskHits.Add(1)
+		c.stats.diskLoadNS.Add(int64(time.Since(t0)))
+		e.img = newImage(c, e.key, src, image, meta.Log, 0, true)
+		return true
+	case errors.Is(err, fs.ErrNotExist):
+	case errors.As(err, &ce):
+		c.stats.diskDiscarded.Add(1)
+		c.cfg.Logger.Warn("jit: discarding kernel cache file and rebuilding it", "reason", ce.reason, "file", ce.path)
+		if rerr := os.Remove(ce.path); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+			c.cfg.Logger.Warn("jit: cannot remove bad kernel cache file", "file", ce.path, "err", rerr)
+		}
+	default:
+		c.stats.diskReadErrors.Add(1)
+		c.cfg.Logger.Warn("jit: cannot read kernel cache file; compiling", "err", err)
+	}
+	return false
 }
 
-// Default returns the process-wide cache: NVRTC and the default directory
-// unless SetDefaultConfig said otherwise; $DFLASH_KERNEL_BUDGET overrides
-// the budget. It fails when NVRTC cannot be loaded.
-func Default() (*Cache, error) {
-	defaultMu.Lock()
-	defer defaultMu.Unlock()
-	if defaultCache != nil {
-		return defaultCache, nil
+// checkMeta compares the key parts a disk file records (arch, compiler,
+// options) with src's, so a hit rests on more than the file's key alone.
+func (c *Cache) checkMeta(key Key, meta Meta, src Source) error {
+	if meta.Arch == src.Arch && meta.Compiler == c.compiler && slices.Equal(meta.Options, src.Options) {
+		return nil
 	}
-	var cfg Config
-	if defaultCfg != nil {
-		cfg = *defaultCfg
-	}
-	if cfg.Compiler == nil {
-		n, err := NewNVRTC()
-		if err != nil {
-			return nil, err
-		}
-		cfg.Compiler = n
-	}
-	switch cfg.Dir {
-	case "off":
-		cfg.Dir = ""
-	case "":
-		dir, _, err := DefaultDir()
-		if err != nil {
-			return nil, err
-		}
-		cfg.Dir = dir
-	}
-	if b, err := strconv.Atoi(os.Getenv("DFLASH_KERNEL_BUDGET")); err == nil && b > 0 && cfg.Budget == 0 {
-		cfg.Budget = b
-	}
-	c, err := New(cfg)
-	if err != nil {
-		return nil, err
-	}
-	defaultCache = c
-	return c, nil
+	return &corruptError{path: filePath(c.cfg.Dir, key),
+		reason: fmt.Sprintf("records arch %q, compiler %q, options %q; expected %q, %q, %q",
+			meta.Arch, meta.Compiler, meta.Options, src.Arch, c.compiler, src.Options)}
 }

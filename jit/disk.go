@@ -8,11 +8,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -95,13 +97,20 @@ func decodeFile(path string, data []byte, want Key) (Key, Meta, []byte, error) {
 	if v := binary.LittleEndian.Uint32(data[8:12]); v != FormatVersion {
 		return bad("format version %d, this build reads %d", v, FormatVersion)
 	}
+	// The lengths are checked against what the file holds without adding
+	// them: a sum could wrap around, and the checksum does not vouch for
+	// a file that someone resealed.
 	m := uint64(binary.LittleEndian.Uint32(data[12:16]))
 	n := binary.LittleEndian.Uint64(data[16:24])
-	if total := headerSize + m + n; total != uint64(len(data)) {
-		if total > uint64(len(data)) {
-			return bad("truncated: header promises %d bytes, file has %d", total, len(data))
+	body := uint64(len(data) - headerSize)
+	if m > body {
+		return bad("truncated: metadata of %d bytes, %d bytes after the header", m, body)
+	}
+	if n != body-m {
+		if n > body-m {
+			return bad("truncated: image of %d bytes, %d bytes after the metadata", n, body-m)
 		}
-		return bad("%d trailing bytes after the image", uint64(len(data))-total)
+		return bad("%d trailing bytes after the image", body-m-n)
 	}
 	var key Key
 	copy(key[:], data[24:56])
@@ -122,15 +131,66 @@ func decodeFile(path string, data []byte, want Key) (Key, Meta, []byte, error) {
 }
 
 // readFile loads and checks the file of key; fs.ErrNotExist when absent, a
-// *corruptError when present but not trusted.
+// *corruptError when present but not trusted (not a regular file included).
 func readFile(dir string, key Key) (Meta, []byte, error) {
 	path := filePath(dir, key)
-	data, err := os.ReadFile(path)
+	data, err := readRegular(path)
 	if err != nil {
 		return Meta{}, nil, err
 	}
 	_, meta, image, err := decodeFile(path, data, key)
 	return meta, image, err
+}
+
+// readRegular reads path when it is a regular file. Anything else (a FIFO,
+// whose open would block until a writer comes, a directory, a device, a
+// symbolic link) is a *corruptError, found by Lstat before opening; the
+// open itself does not block either (O_NONBLOCK) and the opened file is
+// checked again, in case it was swapped in between.
+func readRegular(path string) ([]byte, error) {
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, notRegular(path, fi.Mode())
+	}
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if fi, err = f.Stat(); err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, notRegular(path, fi.Mode())
+	}
+	return io.ReadAll(f)
+}
+
+func notRegular(path string, mode fs.FileMode) error {
+	return &corruptError{path: path, reason: fmt.Sprintf("not a regular file (%s)", fileKind(mode))}
+}
+
+// fileKind names the type of a file mode for messages.
+func fileKind(mode fs.FileMode) string {
+	switch t := mode.Type(); {
+	case t&fs.ModeDir != 0:
+		return "directory"
+	case t&fs.ModeSymlink != 0:
+		return "symbolic link"
+	case t&fs.ModeNamedPipe != 0:
+		return "named pipe"
+	case t&fs.ModeSocket != 0:
+		return "socket"
+	case t&fs.ModeDevice != 0:
+		return "device"
+	case t == 0:
+		return "regular file"
+	default:
+		return "mode " + t.String()
+	}
 }
 
 // writeFile stores an image atomically: temp file in dir, fsync, rename,
@@ -199,8 +259,9 @@ type DiskEntry struct {
 	Err     error // why the file is not a valid entry
 }
 
-// List reads every cache file in dir, checking each. A missing dir lists
-// nothing.
+// List reads every cache file in dir, checking each. Anything under a
+// cache file's name that is not a regular file is listed as invalid and
+// never opened. A missing dir lists nothing.
 func List(dir string) ([]DiskEntry, error) {
 	ents, err := os.ReadDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -212,30 +273,11 @@ func List(dir string) ([]DiskEntry, error) {
 	var out []DiskEntry
 	for _, de := range ents {
 		name := de.Name()
-		isTmp := strings.HasPrefix(name, ".") && strings.HasSuffix(name, tmpExt)
-		if de.IsDir() || (!strings.HasSuffix(name, fileExt) && !isTmp) {
+		isTmp := isTempName(name)
+		if !strings.HasSuffix(name, fileExt) && !isTmp {
 			continue
 		}
-		e := DiskEntry{Path: filepath.Join(dir, name), Temp: isTmp}
-		if fi, err := de.Info(); err == nil {
-			e.Size, e.ModTime = fi.Size(), fi.ModTime()
-		}
-		if !isTmp {
-			data, err := os.ReadFile(e.Path)
-			if err == nil {
-				var want Key
-				if kb, herr := hexKey(strings.TrimSuffix(name, fileExt)); herr == nil {
-					want = kb
-				} else {
-					err = &corruptError{path: e.Path, reason: "file name is not a key"}
-				}
-				if err == nil {
-					e.Key, e.Meta, _, err = decodeFile(e.Path, data, want)
-				}
-			}
-			e.Err = err
-		}
-		out = append(out, e)
+		out = append(out, listEntry(dir, de, isTmp))
 	}
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Meta.Family != out[j].Meta.Family {
@@ -244,6 +286,76 @@ func List(dir string) ([]DiskEntry, error) {
 		return out[i].Path < out[j].Path
 	})
 	return out, nil
+}
+
+// listEntry checks one cache file of a directory listing. Only regular
+// files are opened: anything else under a cache file's name is listed as
+// invalid without opening it (a FIFO would block).
+func listEntry(dir string, de fs.DirEntry, isTmp bool) DiskEntry {
+	name := de.Name()
+	e := DiskEntry{Path: filepath.Join(dir, name), Temp: isTmp}
+	if fi, err := de.Info(); err == nil {
+		e.Size, e.ModTime = fi.Size(), fi.ModTime()
+	}
+	switch {
+	case !de.Type().IsRegular():
+		e.Err = notRegular(e.Path, de.Type())
+	case isTmp:
+	default:
+		want, err := hexKey(strings.TrimSuffix(name, fileExt))
+		if err != nil {
+			e.Err = &corruptError{path: e.Path, reason: "file name is not a key"}
+			break
+		}
+		var data []byte
+		if data, e.Err = readRegular(e.Path); e.Err == nil {
+			e.Key, e.Meta, _, e.Err = decodeFile(e.Path, data, want)
+		}
+	}
+	return e
+}
+
+// isTempName reports whether a file name is one of writeFile's temporary
+// files.
+func isTempName(name string) bool {
+	return strings.HasPrefix(name, ".") && strings.HasSuffix(name, tmpExt)
+}
+
+// staleTempAge is the age past which a temporary file is taken for one left
+// by a writer that was killed before its rename: a live writer renames its
+// file within seconds of creating it. Age rather than the writer's process
+// id decides, because processes on other hosts or in other PID namespaces
+// may share the directory.
+const staleTempAge = 10 * time.Minute
+
+// removeStaleTemps removes the temporary files of dir last modified before
+// now-staleTempAge and returns their paths; a missing dir has none.
+func removeStaleTemps(dir string, now time.Time) ([]string, error) {
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var removed []string
+	var errs []error
+	for _, de := range ents {
+		if !isTempName(de.Name()) {
+			continue
+		}
+		fi, err := de.Info()
+		if err != nil || !fi.ModTime().Before(now.Add(-staleTempAge)) {
+			continue // gone meanwhile, or possibly a live writer's
+		}
+		path := filepath.Join(dir, de.Name())
+		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			errs = append(errs, err)
+			continue
+		}
+		removed = append(removed, path)
+	}
+	return removed, errors.Join(errs...)
 }
 
 func hexKey(s string) (Key, error) {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -81,7 +82,7 @@ func TestDiskCorruptionIsDiscardedAndRebuilt(t *testing.T) {
 	}{
 		{"empty file", func(p string, d []byte) (string, []byte) { return p, nil }, "truncated: 0 bytes"},
 		{"truncated header", func(p string, d []byte) (string, []byte) { return p, d[:40] }, "truncated: 40 bytes"},
-		{"truncated image", func(p string, d []byte) (string, []byte) { return p, d[:len(d)-100] }, "truncated: header promises"},
+		{"truncated image", func(p string, d []byte) (string, []byte) { return p, d[:len(d)-100] }, "truncated: image of 4096 bytes, 3996 bytes"},
 		{"trailing bytes", func(p string, d []byte) (string, []byte) { return p, append(d, 1, 2, 3) }, "3 trailing bytes"},
 		{"flipped image byte", func(p string, d []byte) (string, []byte) { d[len(d)-7] ^= 0x40; return p, d }, "checksum mismatch"},
 		{"flipped metadata byte", func(p string, d []byte) (string, []byte) { d[headerSize+3] ^= 0x01; return p, d }, "checksum mismatch"},
@@ -93,6 +94,35 @@ func TestDiskCorruptionIsDiscardedAndRebuilt(t *testing.T) {
 			binary.LittleEndian.PutUint32(d[8:12], FormatVersion+1)
 			return p, reseal(d)
 		}, "format version 2"},
+		// Resealed headers whose lengths disagree with the file: once a
+		// slice-bounds panic, when the sum of the lengths wrapped around.
+		{"metadata length past the end, resealed", func(p string, d []byte) (string, []byte) {
+			binary.LittleEndian.PutUint32(d[12:16], uint32(len(d)))
+			return p, reseal(d)
+		}, "truncated: metadata of"},
+		{"lengths whose sum wraps, resealed", func(p string, d []byte) (string, []byte) {
+			binary.LittleEndian.PutUint32(d[12:16], math.MaxUint32)
+			// headerSize+m+n == len(d) mod 2^64
+			binary.LittleEndian.PutUint64(d[16:24], uint64(len(d)-headerSize)-math.MaxUint32)
+			return p, reseal(d)
+		}, "truncated: metadata of"},
+		{"image length past the end, resealed", func(p string, d []byte) (string, []byte) {
+			binary.LittleEndian.PutUint64(d[16:24], binary.LittleEndian.Uint64(d[16:24])+50)
+			return p, reseal(d)
+		}, "truncated: image of 4146 bytes, 4096 bytes"},
+		{"image length short, resealed", func(p string, d []byte) (string, []byte) {
+			binary.LittleEndian.PutUint64(d[16:24], 1)
+			return p, reseal(d)
+		}, "4095 trailing bytes"},
+		{"metadata that disagrees with the key", func(p string, d []byte) (string, []byte) {
+			key, meta, image, err := decodeFile(p, d, Key{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			meta.Options = []string{"-DVARIANT=6"}
+			out, _ := encodeFile(key, meta, image)
+			return p, out
+		}, "records arch"},
 		{"file of another key", func(p string, d []byte) (string, []byte) {
 			dir := filepath.Dir(p)
 			c, _ := New(Config{Compiler: newFake(0), Dir: t.TempDir()})

@@ -2,7 +2,9 @@
 // design): CUDA C++ generated at run time is compiled once per key, kept in
 // three tiers and never silently replaced.
 //
-//	cache, err := jit.Default()                  // NVRTC, default directory
+//	nv, err := jit.NewNVRTC()
+//	dir, _, err := jit.DefaultDir()
+//	cache, err := jit.New(jit.Config{Compiler: nv, Dir: dir})
 //	img, err := cache.Get(ctx, jit.Source{
 //		Family: "flex_fwd", Code: src, Arch: dev.Arch(),
 //		Options: []string{"-DFLEX_D=128"}, Params: map[string]string{"head_dim": "128"},
@@ -25,8 +27,9 @@
 //
 // # Tiers
 //
-//  1. Memory: compiled images of this process. Get compiles a key at most
-//     once per process however many goroutines ask at once (singleflight);
+//  1. Memory: compiled images of this process, indexed by the key's inputs
+//     (compared whole on every hit). Get compiles a key at most once per
+//     process however many goroutines ask at once (singleflight);
 //     the others wait for that result. A failed compile is cached too: every
 //     later Get of the key returns the same *CompileError (NVRTC log and the
 //     numbered source lines around the first error) without recompiling.
@@ -34,8 +37,14 @@
 //     file, fsynced and renamed into place, so a reader in another process
 //     sees a whole file or none. Each file has a header (magic, format
 //     version, key, lengths) and a SHA-256 checksum; a file that is corrupt,
-//     truncated, from another format version or for another key is logged,
-//     deleted and rebuilt, never trusted.
+//     truncated, from another format version, for another key, with lengths
+//     that disagree with its size or with recorded arch, compiler or options
+//     that differ from the source's is logged, deleted and rebuilt, never
+//     trusted. Anything but a regular file at a key's path (a FIFO, a
+//     directory, a symbolic link) is found with Lstat before any open, so
+//     nothing blocks; it is removed when it can be, else the kernel stays in
+//     memory. New removes the temporary files that killed writers left in
+//     the directory (those older than ten minutes).
 //  3. Loaded modules and function handles per device context (a Loader,
 //     implemented by *gpu.Device): Image.Function loads the module once per
 //     loader and remembers each function.

@@ -52,7 +52,8 @@ func (f *fakeCompiler) Compile(ctx context.Context, src Source) ([]byte, string,
 // fakeImage is the image the fake compiler makes for src: the expected
 // value every test compares against.
 func fakeImage(src Source, size int) []byte {
-	seed := sha256.Sum256([]byte(src.Code + "\x00" + strings.Join(src.Options, "\x00") + "\x00" + src.Arch))
+	// %q of each part keeps different option lists apart whatever bytes they hold.
+	seed := sha256.Sum256(fmt.Appendf(nil, "%q %q %q", src.Code, src.Options, src.Arch))
 	out := make([]byte, 0, size)
 	out = append(out, "FAKECUBIN"...)
 	for len(out) < size {

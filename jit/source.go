@@ -73,7 +73,11 @@ func sum(h hash.Hash) Key {
 }
 
 // srcKey indexes the memory tier by the key's inputs, so a hit compares
-// strings instead of hashing the source again.
+// strings instead of hashing the source again. Map lookups compare every
+// field, so a hit is a comparison of the whole key; the encoding of the
+// options must therefore be injective: no option byte is reserved, so for
+// two or more options each is length-prefixed (uvarint, prefix-free), and
+// nopts tells zero, one and many apart.
 type srcKey struct {
 	code, opts, arch string
 	nopts            int
@@ -88,12 +92,12 @@ func makeSrcKey(src Source) srcKey {
 	default:
 		n := 0
 		for _, o := range src.Options {
-			n += len(o) + 1
+			n += len(o) + binary.MaxVarintLen64
 		}
 		b := make([]byte, 0, n)
 		for _, o := range src.Options {
+			b = binary.AppendUvarint(b, uint64(len(o)))
 			b = append(b, o...)
-			b = append(b, 0)
 		}
 		k.opts = string(b)
 	}

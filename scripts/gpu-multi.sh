@@ -33,7 +33,7 @@ if [[ ${1:-} == build ]]; then
 	mkdir -p "$B"
 	export CGO_ENABLED=0 GOOS=linux GOARCH=amd64
 	go build -trimpath -ldflags="-s -w" -o "$B/dflash" ./cmd/dflash
-	go test -c -trimpath -ldflags="-s -w" -o "$B/ncclcheck.test" ./dist/ncclcheck
+	go test -c -trimpath -ldflags="-s -w" -o "$B/ncclcheck.test" ./ncclcheck
 	ls -l "$B"
 	exit 0
 fi

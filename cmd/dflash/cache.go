@@ -18,11 +18,16 @@ import (
 func init() {
 	register(&command{name: "cache", summary: "kernel cache: ls, clear, stats", run: func(args []string) error {
 		return subcommands("cache", map[string]*command{
-			"ls":    {name: "ls", summary: "list the compiled kernels on disk", run: cacheLs},
-			"clear": {name: "clear", summary: "delete the compiled kernels on disk", run: cacheClear},
-			"stats": {name: "stats", summary: "summarise the kernel cache directory", run: cacheStats},
+			"ls":    {name: "ls", summary: "list the compiled kernels on disk", run: toStdout(cacheLs)},
+			"clear": {name: "clear", summary: "delete the compiled kernels on disk", run: toStdout(cacheClear)},
+			"stats": {name: "stats", summary: "summarise the kernel cache directory", run: toStdout(cacheStats)},
 		}, args)
 	}})
+}
+
+// toStdout makes a command that prints to w one that prints to stdout.
+func toStdout(run func(w io.Writer, args []string) error) func(args []string) error {
+	return func(args []string) error { return run(os.Stdout, args) }
 }
 
 const cacheDirUsage = "kernel cache directory (default: $DFLASH_KERNEL_CACHE, else $XDG_CACHE_HOME/dflash/kernels, else ~/.cache/dflash/kernels)"
@@ -70,7 +75,7 @@ type cacheEntryJSON struct {
 	Status    string            `json:"status"`
 }
 
-func cacheLs(args []string) error {
+func cacheLs(w io.Writer, args []string) error {
 	dir, asJSON, err := cacheFlags("ls", args)
 	if err != nil {
 		return err
@@ -95,13 +100,13 @@ func cacheLs(args []string) error {
 		rows = append(rows, r)
 	}
 	if asJSON {
-		return json.NewEncoder(os.Stdout).Encode(map[string]any{"dir": dir, "entries": rows})
+		return json.NewEncoder(w).Encode(map[string]any{"dir": dir, "entries": rows})
 	}
-	fmt.Printf("kernel cache %s: %d files\n", dir, len(rows))
+	fmt.Fprintf(w, "kernel cache %s: %d files\n", dir, len(rows))
 	if len(rows) == 0 {
 		return nil
 	}
-	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "KEY\tFAMILY\tARCH\tBYTES\tCOMPILE\tCREATED\tCOMPILER\tPARAMS\tSTATUS")
 	for _, r := range rows {
 		key := "-"
@@ -131,23 +136,23 @@ func paramsStr(p map[string]string) string {
 	return dash(strings.Join(kv, ","))
 }
 
-func cacheClear(args []string) error {
+func cacheClear(w io.Writer, args []string) error {
 	dir, asJSON, err := cacheFlags("clear", args)
 	if err != nil {
 		return err
 	}
 	files, bytes, err := jit.Clear(dir)
 	if asJSON {
-		if jerr := json.NewEncoder(os.Stdout).Encode(map[string]any{"dir": dir, "files": files, "bytes": bytes}); jerr != nil {
+		if jerr := json.NewEncoder(w).Encode(map[string]any{"dir": dir, "files": files, "bytes": bytes}); jerr != nil {
 			return jerr
 		}
 	} else {
-		fmt.Printf("removed %d files (%d bytes) from %s\n", files, bytes, dir)
+		fmt.Fprintf(w, "removed %d files (%d bytes) from %s\n", files, bytes, dir)
 	}
 	return err
 }
 
-func cacheStats(args []string) error {
+func cacheStats(w io.Writer, args []string) error {
 	dir, asJSON, err := cacheFlags("stats", args)
 	if err != nil {
 		return err
@@ -157,9 +162,9 @@ func cacheStats(args []string) error {
 		return err
 	}
 	if asJSON {
-		return json.NewEncoder(os.Stdout).Encode(st)
+		return json.NewEncoder(w).Encode(st)
 	}
-	return writeDirStats(os.Stdout, st)
+	return writeDirStats(w, st)
 }
 
 // writeDirStats prints a cache directory summary as a table.

@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"dflash/cuda"
-	"dflash/dist"
-	"dflash/dist/ncclcheck"
 	"dflash/gpu"
+	"dflash/ncclcheck"
+	"dflash/rendezvous"
 )
 
 func init() {
@@ -84,11 +84,11 @@ func ncclCheck(args []string) error {
 		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	// Before anything can load NCCL.
-	set, err := dist.GuardMulticast()
+	set, err := cuda.GuardMulticast()
 	if err != nil {
 		return err
 	}
-	if err := dist.CheckCEnv(); err != nil {
+	if err := cuda.CheckCEnv(); err != nil {
 		return err
 	}
 	sizes, err := ncclcheck.ParseSizes(*sizesArg)
@@ -120,13 +120,13 @@ func ncclCheck(args []string) error {
 
 	t0 := time.Now()
 	rep := &ncclReport{Env: map[string]string{}, EnvSet: set}
-	for _, s := range dist.MulticastOff {
-		v, _, _ := dist.CEnv(s.Name)
+	for _, s := range cuda.MulticastOff {
+		v, _, _ := cuda.CEnv(s.Name)
 		rep.Env[s.Name] = v
 	}
 	ctx := context.Background()
 	if multi {
-		err = ncclMulti(ctx, rep, plan, dist.Config{Addr: *coord, Rank: *rank, NRanks: *nranks, Token: *token, Timeout: *rdvTimeout}, *device, !*noCache)
+		err = ncclMulti(ctx, rep, plan, rendezvous.Config{Addr: *coord, Rank: *rank, NRanks: *nranks, Token: *token, Timeout: *rdvTimeout}, *device, !*noCache)
 	} else {
 		err = ncclSingle(ctx, rep, plan, *gpus, !*noCache)
 	}
@@ -229,7 +229,7 @@ func ncclSingle(ctx context.Context, rep *ncclReport, plan ncclcheck.Plan, want 
 }
 
 // ncclMulti runs this process's rank of a communicator spread over processes.
-func ncclMulti(ctx context.Context, rep *ncclReport, plan ncclcheck.Plan, cfg dist.Config, device int, cacheCheck bool) error {
+func ncclMulti(ctx context.Context, rep *ncclReport, plan ncclcheck.Plan, cfg rendezvous.Config, device int, cacheCheck bool) error {
 	n, err := gpu.Count()
 	if err != nil {
 		return fmt.Errorf("check rank %d: no GPU: %w", cfg.Rank, err)
@@ -251,7 +251,7 @@ func ncclMulti(ctx context.Context, rep *ncclReport, plan ncclcheck.Plan, cfg di
 		return err
 	}
 	slog.Info("nccl check: rendezvous", "rank", cfg.Rank, "nranks", cfg.NRanks, "coordinator", cfg.Addr, "gpu", device)
-	id, err := dist.Exchange(ctx, cfg, func() (dist.UniqueID, error) { return cuda.NCCLGetUniqueID() })
+	id, err := rendezvous.Exchange(ctx, cfg, func() (rendezvous.UniqueID, error) { return cuda.NCCLGetUniqueID() })
 	if err != nil {
 		return err
 	}
@@ -289,7 +289,7 @@ func ncclPrint(rep *ncclReport) {
 	}
 	fmt.Printf("dflash nccl check: %s, NCCL %s; %s\n", who, rep.NCCL, strings.Join(gpus, "; "))
 	var env []string
-	for _, s := range dist.MulticastOff {
+	for _, s := range cuda.MulticastOff {
 		env = append(env, s.Name+"="+rep.Env[s.Name])
 	}
 	fmt.Printf("NVLink multicast off: %s (set here: %s)\n", strings.Join(env, " "), cmp.Or(strings.Join(rep.EnvSet, ","), "none, already set"))

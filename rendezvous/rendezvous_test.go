@@ -1,4 +1,4 @@
-package dist
+package rendezvous
 
 import (
 	"context"
@@ -459,8 +459,8 @@ func TestDroppedConnections(t *testing.T) {
 func TestExchangeProcesses(t *testing.T) {
 	run := func(addr string, rank, nranks int, token string) *exec.Cmd {
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(), helperEnv+"=receive", "DIST_ADDR="+addr, fmt.Sprintf("DIST_RANK=%d", rank),
-			fmt.Sprintf("DIST_NRANKS=%d", nranks), "DIST_TOKEN="+token, "DIST_TIMEOUT_MS=20000")
+		cmd.Env = append(os.Environ(), helperEnv+"=receive", "RENDEZVOUS_ADDR="+addr, fmt.Sprintf("RENDEZVOUS_RANK=%d", rank),
+			fmt.Sprintf("RENDEZVOUS_NRANKS=%d", nranks), "RENDEZVOUS_TOKEN="+token, "RENDEZVOUS_TIMEOUT_MS=20000")
 		return cmd
 	}
 	t.Run("4 ranks", func(t *testing.T) {

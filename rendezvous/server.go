@@ -1,4 +1,4 @@
-package dist
+package rendezvous
 
 import (
 	"context"
@@ -26,7 +26,7 @@ func Listen(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	if cfg.Rank != 0 {
-		panic(fmt.Sprintf("dist: Listen called by rank %d; only rank 0 listens", cfg.Rank))
+		panic(fmt.Sprintf("rendezvous: Listen called by rank %d; only rank 0 listens", cfg.Rank))
 	}
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {

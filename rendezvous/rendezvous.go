@@ -1,4 +1,4 @@
-package dist
+package rendezvous
 
 import (
 	"context"
@@ -54,7 +54,7 @@ type Error struct {
 }
 
 func (e *Error) Error() string {
-	return fmt.Sprintf("dist: rank %d of %d, coordinator %s: %v", e.Rank, e.NRanks, e.Addr, e.Err)
+	return fmt.Sprintf("rendezvous: rank %d of %d, coordinator %s: %v", e.Rank, e.NRanks, e.Addr, e.Err)
 }
 
 func (e *Error) Unwrap() error { return e.Err }
@@ -71,13 +71,13 @@ type Config struct {
 
 func (c Config) check() error {
 	if c.NRanks < 1 {
-		return fmt.Errorf("dist: nranks %d: want at least 1", c.NRanks)
+		return fmt.Errorf("rendezvous: nranks %d: want at least 1", c.NRanks)
 	}
 	if c.Rank < 0 || c.Rank >= c.NRanks {
-		return fmt.Errorf("dist: rank %d out of range for %d ranks (want 0..%d)", c.Rank, c.NRanks, c.NRanks-1)
+		return fmt.Errorf("rendezvous: rank %d out of range for %d ranks (want 0..%d)", c.Rank, c.NRanks, c.NRanks-1)
 	}
 	if c.Addr == "" && c.NRanks > 1 {
-		return fmt.Errorf("dist: rank %d of %d: no coordinator address (host:port)", c.Rank, c.NRanks)
+		return fmt.Errorf("rendezvous: rank %d of %d: no coordinator address (host:port)", c.Rank, c.NRanks)
 	}
 	return nil
 }
@@ -162,7 +162,7 @@ var errNotPeer = errors.New("not a dflash rendezvous peer")
 func writeMsg(c net.Conn, m message) error {
 	body, err := json.Marshal(m)
 	if err != nil {
-		panic(fmt.Sprintf("dist: marshal %s message: %v", m.Type, err))
+		panic(fmt.Sprintf("rendezvous: marshal %s message: %v", m.Type, err))
 	}
 	buf := make([]byte, 4+len(body))
 	binary.BigEndian.PutUint32(buf, uint32(len(body)))

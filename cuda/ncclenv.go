@@ -1,10 +1,14 @@
-package dist
+package cuda
+
+// The NCCL environment guard: NVLink multicast stays off in every process
+// that loads NCCL (library.load runs GuardMulticast before opening it).
 
 import (
 	"errors"
 	"fmt"
 	"os"
 	"strings"
+	"unsafe"
 )
 
 // Setting is an environment variable and the one value that keeps NVLink
@@ -33,7 +37,7 @@ type EnvError struct {
 }
 
 func (e *EnvError) Error() string {
-	return fmt.Sprintf("dist: %v (it can put a shared host's GPUs out of service): %s",
+	return fmt.Sprintf("nccl environment: %v (it can put a shared host's GPUs out of service): %s",
 		ErrMulticastEnabled, strings.Join(e.Bad, "; "))
 }
 
@@ -73,7 +77,7 @@ func guard(lookup func(string) (string, bool), setenv func(k, v string) error) (
 	var set []string
 	for _, s := range missing {
 		if err := setenv(s.Name, s.Value); err != nil {
-			return nil, fmt.Errorf("dist: set %s=%s: %w", s.Name, s.Value, err)
+			return nil, fmt.Errorf("nccl environment: set %s=%s: %w", s.Name, s.Value, err)
 		}
 		set = append(set, s.Name)
 	}
@@ -128,7 +132,28 @@ func CheckCEnv() error {
 		}
 	}
 	if len(bad) > 0 {
-		return fmt.Errorf("dist: the C library does not see the multicast guard: %s", strings.Join(bad, "; "))
+		return fmt.Errorf("nccl environment: the C library does not see the multicast guard: %s", strings.Join(bad, "; "))
 	}
 	return nil
+}
+
+var pGetenv = newFreeProc(libC, "getenv")
+
+// CEnv returns the value of name in the C library's environment, read with
+// libc's getenv: what NCCL and the CUDA libraries see, as opposed to Go's
+// own copy of the environment. libc is opened by the same loader as the
+// CUDA libraries.
+func CEnv(name string) (value string, ok bool, err error) {
+	if strings.IndexByte(name, 0) >= 0 {
+		return "", false, fmt.Errorf("cuda: C environment variable name %q holds a NUL byte", name)
+	}
+	b := cStr(name)
+	p, err := pGetenv.invoke(uintptr(unsafe.Pointer(&b[0])))
+	if err != nil {
+		return "", false, fmt.Errorf("cuda: read the C environment: %w", err)
+	}
+	if p == 0 {
+		return "", false, nil
+	}
+	return cString(p), true, nil
 }

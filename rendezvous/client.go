@@ -1,4 +1,4 @@
-package dist
+package rendezvous
 
 import (
 	"context"
@@ -23,7 +23,7 @@ func ReceiveID(ctx context.Context, cfg Config) (UniqueID, error) {
 		return UniqueID{}, err
 	}
 	if cfg.Rank == 0 {
-		panic("dist: ReceiveID called by rank 0, which makes the id")
+		panic("rendezvous: ReceiveID called by rank 0, which makes the id")
 	}
 	timeout := cfg.timeout()
 	ctx, cancel := context.WithTimeout(ctx, timeout)

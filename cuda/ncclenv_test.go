@@ -1,7 +1,8 @@
-package dist
+package cuda
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -101,20 +102,20 @@ func TestGuardReachesC(t *testing.T) {
 	if err := CheckCEnv(); err != nil {
 		t.Fatal(err)
 	}
-	t.Setenv("DFLASH_DIST_CENV_PROBE", "x=1 y")
-	if v, ok, err := CEnv("DFLASH_DIST_CENV_PROBE"); err != nil || !ok || v != "x=1 y" {
+	t.Setenv("DFLASH_CUDA_CENV_PROBE", "x=1 y")
+	if v, ok, err := CEnv("DFLASH_CUDA_CENV_PROBE"); err != nil || !ok || v != "x=1 y" {
 		t.Errorf("CEnv(probe) = %q, %v, %v", v, ok, err)
 	}
-	if v, ok, err := CEnv("DFLASH_DIST_SURELY_UNSET_VARIABLE"); err != nil || ok {
+	if v, ok, err := CEnv("DFLASH_CUDA_SURELY_UNSET_VARIABLE"); err != nil || ok {
 		t.Errorf("CEnv(unset) = %q, %v, %v; want not found", v, ok, err)
 	}
-	if _, _, err := CEnv("DFLASH_DIST_CENV_PROBE\x00X"); err == nil {
+	if _, _, err := CEnv("DFLASH_CUDA_CENV_PROBE\x00X"); err == nil {
 		t.Error("CEnv accepted a name with a NUL byte (C would read a shorter name)")
 	}
 
 	// A child started with the inherited environment sees the guard too.
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), helperEnv+"=cenv")
+	cmd := exec.Command(os.Args[0], "-test.run=^TestCEnvChild$", "-test.v")
+	cmd.Env = append(os.Environ(), cenvChildEnv+"=1")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("child: %v\n%s", err, out)
@@ -135,6 +136,24 @@ func TestGuardReachesC(t *testing.T) {
 	}
 }
 
+// cenvChildEnv makes TestCEnvChild, run in a child process by
+// TestGuardReachesC, print the multicast variables as the C library sees
+// them.
+const cenvChildEnv = "DFLASH_CUDA_CENV_CHILD"
+
+func TestCEnvChild(t *testing.T) {
+	if os.Getenv(cenvChildEnv) == "" {
+		t.Skip("runs only as TestGuardReachesC's child process")
+	}
+	for _, s := range MulticastOff {
+		v, ok, err := CEnv(s.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Printf("%s=%s (set %v)\n", s.Name, v, ok)
+	}
+}
+
 func TestMulticastEnv(t *testing.T) {
 	got := MulticastEnv()
 	want := []string{"NCCL_NVLS_ENABLE=0", "TORCH_SYMM_MEM_DISABLE_MULTICAST=1", "NVSHMEM_DISABLE_NVLS=1"}
@@ -147,11 +166,14 @@ func TestMulticastEnv(t *testing.T) {
 // object API (cuMulticastCreate and friends), which must never be called on
 // the shared machines.
 func TestNoMulticastBindings(t *testing.T) {
-	files, err := filepath.Glob(filepath.Join("..", "cuda", "*.go"))
+	files, err := filepath.Glob("*.go")
 	if err != nil || len(files) == 0 {
-		t.Fatalf("no cuda sources found beside dist: %v", err)
+		t.Fatalf("no cuda sources found: %v", err)
 	}
 	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue // this file names the API it forbids
+		}
 		b, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)

@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"dflash/cuda"
-	"dflash/dist"
 	"dflash/dtype"
 	"dflash/gpu"
 	"dflash/jit"
@@ -15,7 +14,7 @@ import (
 
 func TestMain(m *testing.M) {
 	// This binary loads NCCL on the GPU machines: multicast stays off.
-	if _, err := dist.GuardMulticast(); err != nil {
+	if _, err := cuda.GuardMulticast(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
@@ -45,7 +44,7 @@ func workersOrSkip(t *testing.T) []*gpu.Worker {
 // GPU in this process, and compares each result with the host's digest.
 func TestGPUAllReduce(t *testing.T) {
 	ws := workersOrSkip(t)
-	if err := dist.CheckCEnv(); err != nil {
+	if err := cuda.CheckCEnv(); err != nil {
 		t.Fatal(err)
 	}
 	comms, err := gpu.NewComms(ws)

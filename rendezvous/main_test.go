@@ -1,4 +1,4 @@
-package dist
+package rendezvous
 
 import (
 	"context"
@@ -11,25 +11,14 @@ import (
 )
 
 // helperEnv, when set, turns the test binary into a helper process:
-// "cenv" prints the multicast variables as the C library sees them;
-// "receive" runs ReceiveID with the configuration in the DIST_* variables
+// "receive" runs ReceiveID with the configuration in the RENDEZVOUS_* variables
 // and prints the id in hex.
-const helperEnv = "DFLASH_DIST_HELPER"
+const helperEnv = "DFLASH_RENDEZVOUS_HELPER"
 
 func TestMain(m *testing.M) {
 	switch os.Getenv(helperEnv) {
 	case "":
 		os.Exit(m.Run())
-	case "cenv":
-		for _, s := range MulticastOff {
-			v, ok, err := CEnv(s.Name)
-			if err != nil {
-				fmt.Fprintln(os.Stderr, err)
-				os.Exit(1)
-			}
-			fmt.Printf("%s=%s (set %v)\n", s.Name, v, ok)
-		}
-		os.Exit(0)
 	case "receive":
 		atoi := func(k string) int {
 			n, err := strconv.Atoi(os.Getenv(k))
@@ -39,8 +28,8 @@ func TestMain(m *testing.M) {
 			}
 			return n
 		}
-		cfg := Config{Addr: os.Getenv("DIST_ADDR"), Rank: atoi("DIST_RANK"), NRanks: atoi("DIST_NRANKS"),
-			Token: os.Getenv("DIST_TOKEN"), Timeout: time.Duration(atoi("DIST_TIMEOUT_MS")) * time.Millisecond}
+		cfg := Config{Addr: os.Getenv("RENDEZVOUS_ADDR"), Rank: atoi("RENDEZVOUS_RANK"), NRanks: atoi("RENDEZVOUS_NRANKS"),
+			Token: os.Getenv("RENDEZVOUS_TOKEN"), Timeout: time.Duration(atoi("RENDEZVOUS_TIMEOUT_MS")) * time.Millisecond}
 		id, err := ReceiveID(context.Background(), cfg)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
