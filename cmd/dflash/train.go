@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -24,33 +25,35 @@ import (
 	"dflash/train"
 )
 
-// trainConfig is the YAML (and flag) configuration of `dflash train`.
+// trainConfig is the configuration of `dflash train`: every field is both a flag
+// (--drafter.block-size) and a YAML key (block-size under drafter:); docs/CONFIG.md
+// is its table, generated from these tags (go test ./cmd/dflash -run TestConfigDoc -update).
 type trainConfig struct {
+	Workers      int `yaml:"workers" range:">=0" help:"CPU goroutines (0: all cores)"`
 	train.Config `yaml:",inline"`
 	Drafter      drafterOptions `yaml:"drafter"`
 	Data         dataOptions    `yaml:"data"`
 }
 
 type drafterOptions struct {
-	Layers       int     `yaml:"layers" help:"drafter decoder layers"`
-	Taps         []int   `yaml:"taps" help:"target layers to tap, 0-based (empty: spread evenly from 1 to L-3, one per drafter layer)"`
-	BlockSize    int     `yaml:"block_size" help:"draft block size B"`
-	MaskTokenID  int     `yaml:"mask_token_id" help:"mask token id (-1: the tokenizer's <|MASK|>, else the first id past the tokenizer's vocabulary)"`
-	Gamma        float64 `yaml:"gamma" help:"loss decay gamma (0: the default for the block size)"`
-	Anchors      int     `yaml:"anchors" help:"anchors sampled per sequence and step"`
-	Intermediate int     `yaml:"intermediate_size" help:"drafter MLP width (0: the target's)"`
-	Export       string  `yaml:"export" help:"dtype of the exported drafter in OUT/drafter: F32 or BF16"`
+	Layers       int     `yaml:"layers" range:">=1" help:"drafter decoder layers"`
+	Taps         []int   `yaml:"taps" range:">=0" help:"target layers to tap, 0-based (empty: spread evenly from 1 to L-3, one per drafter layer)"`
+	BlockSize    int     `yaml:"block-size" range:">=2" help:"draft block size B"`
+	MaskTokenID  int     `yaml:"mask-token-id" range:">=-1" help:"mask token id (-1: the tokenizer's <|MASK|>, else the first id past the tokenizer's vocabulary)"`
+	Gamma        float64 `yaml:"gamma" range:">=0" help:"loss decay gamma (0: the default for the block size)"`
+	Anchors      int     `yaml:"anchors" range:">=1" help:"anchors sampled per sequence and step"`
+	Intermediate int     `yaml:"intermediate-size" range:">=0" help:"drafter MLP width (0: the target's)"`
+	Export       string  `yaml:"export" choice:"F32,BF16" help:"dtype of the exported drafter in OUT/drafter"`
 }
-
 type dataOptions struct {
-	Format       string  `yaml:"format" help:"JSONL format: auto, messages or sharegpt"`
-	SkipBadLines bool    `yaml:"skip_bad_lines" help:"count and skip malformed lines instead of failing"`
-	MaxLen       int     `yaml:"max_len" help:"truncate conversations to this many tokens"`
-	BatchSize    int     `yaml:"batch_size" help:"sequences per micro-batch"`
-	EvalFraction float64 `yaml:"eval_fraction" help:"fraction of conversations held out for evaluation"`
-	EvalMax      int     `yaml:"eval_max" help:"at most this many held-out conversations"`
-	Thinking     bool    `yaml:"enable_thinking" help:"render with enable_thinking (Qwen3)"`
-	CacheHidden  bool    `yaml:"cache_hidden" help:"keep target hidden states in memory after first use (small data sets)"`
+	Format       string  `yaml:"format" choice:"auto,messages,sharegpt" help:"JSONL format"`
+	SkipBadLines bool    `yaml:"skip-bad-lines" help:"count and skip malformed lines instead of failing"`
+	MaxLen       int     `yaml:"max-len" range:">=1" help:"truncate conversations to this many tokens"`
+	BatchSize    int     `yaml:"batch-size" range:">=1" help:"sequences per micro-batch"`
+	EvalFraction float64 `yaml:"eval-fraction" range:"[0,1)" help:"fraction of conversations held out for evaluation (at least one is)"`
+	EvalMax      int     `yaml:"eval-max" range:">=1" help:"at most this many held-out conversations"`
+	Thinking     bool    `yaml:"enable-thinking" help:"render with enable_thinking (Qwen3)"`
+	CacheHidden  bool    `yaml:"cache-hidden" help:"keep target hidden states in memory after first use (small data sets)"`
 }
 
 func defaultTrainConfig() trainConfig {
@@ -69,36 +72,65 @@ func init() {
 	})
 }
 
-func runTrain(args []string) error {
+// trainArgs is a parsed `dflash train` command line.
+type trainArgs struct {
+	target, data string
+	cfg          trainConfig
+	opts         *train.Options
+}
+
+// trainFlags returns the flag set of `dflash train`, bound to a.
+func trainFlags(a *trainArgs) (*flag.FlagSet, *string) {
 	fs := newFlagSet("train", "train --target DIR --data DIR|FILE --out DIR [--config FILE.yaml] [flags]")
-	targetDir := fs.String("target", "", "target model `DIR` (HF: config.json, safetensors, tokenizer.json, tokenizer_config.json)")
-	dataArg := fs.String("data", "", "conversations: a JSONL `FILE` (.jsonl, .gz, .zst) or a DIR of them")
-	configPath := fs.String("config", "", "YAML `FILE` with any of the flags below (flags override it; unknown keys are errors)")
-	workers := fs.Int("workers", 0, "CPU goroutines (0: all cores)")
-	cfg := defaultTrainConfig()
-	flags := train.BindFlags(fs, &cfg)
+	fs.StringVar(&a.target, "target", "", "target model `DIR` (HF: config.json, safetensors, tokenizer.json, tokenizer_config.json)")
+	fs.StringVar(&a.data, "data", "", "conversations: a JSONL `FILE` (.jsonl, .gz, .zst), a DIR of them, or a data prep DIR")
+	configPath := fs.String("config", "", "YAML `FILE` of options, keyed by the flag names (docs/CONFIG.md); flags override it")
+	a.cfg = defaultTrainConfig()
+	a.opts = train.BindOptions(fs, &a.cfg)
+	return fs, configPath
+}
+
+// parseTrain reads the flags and the config file and checks every option; nothing
+// is written.
+func parseTrain(args []string) (*trainArgs, error) {
+	a := &trainArgs{}
+	fs, configPath := trainFlags(a)
 	if err := fs.Parse(args); err != nil {
-		return err
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q (every option is a --flag)", fs.Arg(0))
 	}
 	if *configPath != "" {
-		if err := train.LoadYAML(*configPath, &cfg); err != nil {
-			return err
+		if err := a.opts.LoadYAML(*configPath); err != nil {
+			return nil, err
 		}
 	}
-	flags.Apply()
-	if *targetDir == "" || *dataArg == "" {
-		fs.Usage()
-		return fmt.Errorf("--target and --data are required")
+	a.opts.Apply()
+	if a.target == "" || a.data == "" {
+		return nil, fmt.Errorf("--target and --data are required (see dflash train --help)")
 	}
-	if err := cfg.Config.Validate(); err != nil {
+	if err := a.opts.Validate(); err != nil {
+		return nil, err
+	}
+	if a.cfg.Out == "" {
+		return nil, fmt.Errorf("--out is empty: an output directory is required")
+	}
+	return a, nil
+}
+
+func runTrain(args []string) error {
+	a, err := parseTrain(args)
+	if err != nil {
 		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	return trainDrafter(ctx, *targetDir, *dataArg, cfg, *workers)
+	return trainDrafter(ctx, a)
 }
 
-func trainDrafter(ctx context.Context, targetDir, dataArg string, cfg trainConfig, workers int) error {
+func trainDrafter(ctx context.Context, a *trainArgs) error {
+	cfg, targetDir, dataArg := a.cfg, a.target, a.data
 	target, err := model.Load(targetDir)
 	if err != nil {
 		return err
@@ -113,7 +145,13 @@ func trainDrafter(ctx context.Context, targetDir, dataArg string, cfg trainConfi
 	}
 	mask, err := maskToken(cfg.Drafter.MaskTokenID, tok, target.Config.VocabSize)
 	if err != nil {
-		return err
+		return fmt.Errorf("%s: %w", a.opts.Source("drafter.mask-token-id"), err)
+	}
+	for _, l := range cfg.Drafter.Taps {
+		if l >= target.Config.NumLayers {
+			return fmt.Errorf("%s %v: layer %d is past the target's %d layers (0..%d)", a.opts.Source("drafter.taps"),
+				cfg.Drafter.Taps, l, target.Config.NumLayers, target.Config.NumLayers-1)
+		}
 	}
 	examples, err := readConversations(dataArg, cfg.Data, tok, tmpl)
 	if err != nil {
@@ -137,7 +175,7 @@ func trainDrafter(ctx context.Context, targetDir, dataArg string, cfg trainConfi
 	if err := dc.Validate(); err != nil {
 		return fmt.Errorf("drafter config: %w", err)
 	}
-	backend := tensor.NewCPU[float32](workers)
+	backend := tensor.NewCPU[float32](cfg.Workers)
 	drafter := dflash.New[float32](dc, rand.New(rand.NewPCG(cfg.Seed, train.StreamInit)))
 	pad := int32(0)
 	if id, ok := tok.TokenID("<|endoftext|>"); ok {
@@ -170,7 +208,7 @@ func trainDrafter(ctx context.Context, targetDir, dataArg string, cfg trainConfi
 func maskToken(id int, tok *tokenizer.Tokenizer, vocab int) (int, error) {
 	if id >= 0 {
 		if id >= vocab {
-			return 0, fmt.Errorf("drafter.mask_token_id %d is outside the target's vocabulary %d", id, vocab)
+			return 0, fmt.Errorf("id %d is outside the target's vocabulary [0, %d)", id, vocab)
 		}
 		return id, nil
 	}
@@ -180,7 +218,7 @@ func maskToken(id int, tok *tokenizer.Tokenizer, vocab int) (int, error) {
 	if n := tok.VocabSize(); n < vocab {
 		return n, nil
 	}
-	return 0, fmt.Errorf("the tokenizer has no <|MASK|> token and the embedding no spare row: set drafter.mask_token_id")
+	return 0, fmt.Errorf("the tokenizer has no <|MASK|> token and the embedding no spare row: set --drafter.mask-token-id")
 }
 
 // readConversations reads a directory prepared by `dflash data prep`, or
@@ -212,7 +250,7 @@ func readConversations(arg string, o dataOptions, tok *tokenizer.Tokenizer, tmpl
 	}
 	f, err := jsonl.ParseFormat(o.Format)
 	if err != nil {
-		return nil, fmt.Errorf("data.format: %w", err)
+		return nil, fmt.Errorf("--data.format: %w", err)
 	}
 	r, err := jsonl.Open(paths, f, o.SkipBadLines)
 	if err != nil {
