@@ -175,6 +175,10 @@ func trainDrafter(ctx context.Context, a *trainArgs) error {
 	if err := dc.Validate(); err != nil {
 		return fmt.Errorf("drafter config: %w", err)
 	}
+	id, err := runIdentity(targetDir, dataArg, dc, tok, len(examples)-nEval, nEval)
+	if err != nil {
+		return err
+	}
 	backend := tensor.NewCPU[float32](cfg.Workers)
 	drafter := dflash.New[float32](dc, rand.New(rand.NewPCG(cfg.Seed, train.StreamInit)))
 	pad := int32(0)
@@ -187,7 +191,9 @@ func trainDrafter(ctx context.Context, a *trainArgs) error {
 		Seed: cfg.Seed, CacheHidden: cfg.Data.CacheHidden}
 	slog.Info("drafter", "layers", dc.NumLayers, "taps", dc.TargetLayerIDs, "block", dc.BlockSize,
 		"mask", dc.MaskTokenID, "gamma", dc.Gamma, "train", len(sess.Train), "eval", len(sess.Eval))
-	res, err := train.Run(ctx, cfg.Config, sess.Hooks())
+	hooks := sess.Hooks()
+	hooks.Identity = id
+	res, err := train.Run(ctx, cfg.Config, hooks)
 	if err != nil {
 		return err
 	}
@@ -226,27 +232,12 @@ func maskToken(id int, tok *tokenizer.Tokenizer, vocab int) (int, error) {
 // directory) rendered with the chat template into ids and assistant-only
 // masks.
 func readConversations(arg string, o dataOptions, tok *tokenizer.Tokenizer, tmpl *chat.Template) ([]dflash.Example, error) {
-	paths := []string{arg}
-	if st, err := os.Stat(arg); err != nil {
+	paths, prepared, err := conversationFiles(arg)
+	if err != nil {
 		return nil, err
-	} else if st.IsDir() {
-		if _, err := os.Stat(filepath.Join(arg, "meta.json")); err == nil {
-			return readPrepared(arg, o)
-		}
-		paths = nil
-		entries, err := os.ReadDir(arg)
-		if err != nil {
-			return nil, err
-		}
-		for _, e := range entries {
-			n := e.Name()
-			if !e.IsDir() && (strings.HasSuffix(n, ".jsonl") || strings.HasSuffix(n, ".jsonl.gz") || strings.HasSuffix(n, ".jsonl.zst")) {
-				paths = append(paths, filepath.Join(arg, n))
-			}
-		}
-		if len(paths) == 0 {
-			return nil, fmt.Errorf("%s: no .jsonl, .jsonl.gz or .jsonl.zst files", arg)
-		}
+	}
+	if prepared {
+		return readPrepared(arg, o)
 	}
 	f, err := jsonl.ParseFormat(o.Format)
 	if err != nil {
@@ -284,6 +275,36 @@ func readConversations(arg string, o dataOptions, tok *tokenizer.Tokenizer, tmpl
 	st := r.Stats()
 	slog.Info("data", "files", len(paths), "kept", len(out), "bad_lines", st.BadTotal(), "dropped", dropped)
 	return out, nil
+}
+
+// conversationFiles resolves --data: a `dflash data prep` directory (prepared), a
+// JSONL file, or a directory whose *.jsonl, *.jsonl.gz and *.jsonl.zst files are
+// returned in name order.
+func conversationFiles(arg string) (paths []string, prepared bool, err error) {
+	st, err := os.Stat(arg)
+	if err != nil {
+		return nil, false, err
+	}
+	if !st.IsDir() {
+		return []string{arg}, false, nil
+	}
+	if _, err := os.Stat(filepath.Join(arg, "meta.json")); err == nil {
+		return nil, true, nil
+	}
+	entries, err := os.ReadDir(arg)
+	if err != nil {
+		return nil, false, err
+	}
+	for _, e := range entries {
+		n := e.Name()
+		if !e.IsDir() && (strings.HasSuffix(n, ".jsonl") || strings.HasSuffix(n, ".jsonl.gz") || strings.HasSuffix(n, ".jsonl.zst")) {
+			paths = append(paths, filepath.Join(arg, n))
+		}
+	}
+	if len(paths) == 0 {
+		return nil, false, fmt.Errorf("%s: no .jsonl, .jsonl.gz or .jsonl.zst files", arg)
+	}
+	return paths, false, nil
 }
 
 // readPrepared reads every sample of a `dflash data prep` directory.

@@ -204,3 +204,38 @@ func TestTrainRejectsBadOptions(t *testing.T) {
 		})
 	}
 }
+
+// TestTrainResumeChecks: --resume refuses an output directory with nothing to resume
+// and a checkpoint of another run, naming the differing fields; --resume-anyway
+// continues.
+func TestTrainResumeChecks(t *testing.T) {
+	targetDir, dataPath := trainFixture(t)
+	out := filepath.Join(t.TempDir(), "run")
+	common := []string{"--target", targetDir, "--data", dataPath, "--out", out, "--progress", "off", "--plot=false",
+		"--drafter.block-size", "4", "--drafter.anchors", "4", "--data.batch-size", "2", "--data.max-len", "300", "--steps", "4"}
+	err := runTrain(append([]string{"--resume"}, common...))
+	if err == nil || !strings.Contains(err.Error(), "--resume: nothing to resume from") {
+		t.Fatalf("resume of nothing: %v", err)
+	}
+	if err := runTrain(append([]string{"--stop-at", "2"}, common...)); err != nil {
+		t.Fatal(err)
+	}
+	err = runTrain(append(common, "--resume", "--drafter.block-size", "8", "--data.max-len", "200"))
+	for _, want := range []string{"belongs to another run", "drafter.block-size: checkpoint 4, now 8", "--resume-anyway"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Fatalf("err %v lacks %q", err, want)
+		}
+	}
+	other := filepath.Join(t.TempDir(), "other.jsonl")
+	raw, _ := os.ReadFile(dataPath)
+	lines := strings.SplitAfter(string(raw), "\n")
+	os.WriteFile(other, []byte(strings.Join(lines[:len(lines)-3], "")), 0o644)
+	args := append(common, "--resume")
+	args[3] = other
+	if err := runTrain(args); err == nil || !strings.Contains(err.Error(), "data: checkpoint sha256:") {
+		t.Fatalf("other data: %v", err)
+	}
+	if err := runTrain(append(common, "--resume", "--drafter.block-size", "8", "--resume-anyway")); err != nil {
+		t.Fatalf("resume-anyway: %v", err)
+	}
+}
