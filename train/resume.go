@@ -79,4 +79,3 @@ func identityDiff(ckpt, now map[string]string) string {
 	}
 	return strings.TrimSuffix(b.String(), "\n")
 }
-
