@@ -10,7 +10,6 @@ import (
 	"maps"
 	"math/rand/v2"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -124,41 +123,59 @@ func runTrain(args []string) error {
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	ctx, caught, stop := signalContext()
 	defer stop()
-	return trainDrafter(ctx, a)
+	res, err := trainDrafter(ctx, a)
+	if sig := caught(); sig != nil {
+		return interrupted(sig, res, args)
+	}
+	return err
 }
 
-func trainDrafter(ctx context.Context, a *trainArgs) error {
+// interrupted is the error of a run stopped by signal sig: it names the checkpoint
+// and the command that resumes, and carries the exit status 128+sig.
+func interrupted(sig os.Signal, res *train.Result, args []string) error {
+	name := signalName(sig)
+	if res == nil || res.Checkpoint == "" {
+		return &exitError{code: signalStatus(sig), err: fmt.Errorf("interrupted by %s before a step was done; nothing to resume", name)}
+	}
+	if !slices.Contains(args, "--resume") && !slices.Contains(args, "-resume") {
+		args = append(slices.Clone(args), "--resume")
+	}
+	return &exitError{code: signalStatus(sig), err: fmt.Errorf("interrupted by %s after step %d: checkpoint %s\nresume with: dflash train %s",
+		name, res.Steps, res.Checkpoint, shellQuote(args))}
+}
+
+func trainDrafter(ctx context.Context, a *trainArgs) (*train.Result, error) {
 	cfg, targetDir, dataArg := a.cfg, a.target, a.data
 	target, err := model.Load(targetDir)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	tok, err := tokenizer.LoadDir(targetDir)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	tmpl, err := chat.Load(targetDir, tok)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	mask, err := maskToken(cfg.Drafter.MaskTokenID, tok, target.Config.VocabSize)
 	if err != nil {
-		return fmt.Errorf("%s: %w", a.opts.Source("drafter.mask-token-id"), err)
+		return nil, fmt.Errorf("%s: %w", a.opts.Source("drafter.mask-token-id"), err)
 	}
 	for _, l := range cfg.Drafter.Taps {
 		if l >= target.Config.NumLayers {
-			return fmt.Errorf("%s %v: layer %d is past the target's %d layers (0..%d)", a.opts.Source("drafter.taps"),
+			return nil, fmt.Errorf("%s %v: layer %d is past the target's %d layers (0..%d)", a.opts.Source("drafter.taps"),
 				cfg.Drafter.Taps, l, target.Config.NumLayers, target.Config.NumLayers-1)
 		}
 	}
 	examples, err := readConversations(dataArg, cfg.Data, tok, tmpl)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if len(examples) < 2 {
-		return fmt.Errorf("%s: %d usable conversations, need at least 2", dataArg, len(examples))
+		return nil, fmt.Errorf("%s: %d usable conversations, need at least 2", dataArg, len(examples))
 	}
 	rng := rand.New(rand.NewPCG(cfg.Seed, train.StreamData))
 	rng.Shuffle(len(examples), func(i, j int) { examples[i], examples[j] = examples[j], examples[i] })
@@ -173,11 +190,11 @@ func trainDrafter(ctx context.Context, a *trainArgs) error {
 	}
 	dc.NumAnchors = cfg.Drafter.Anchors
 	if err := dc.Validate(); err != nil {
-		return fmt.Errorf("drafter config: %w", err)
+		return nil, fmt.Errorf("drafter config: %w", err)
 	}
 	id, err := runIdentity(targetDir, dataArg, dc, tok, len(examples)-nEval, nEval)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	backend := tensor.NewCPU[float32](cfg.Workers)
 	drafter := dflash.New[float32](dc, rand.New(rand.NewPCG(cfg.Seed, train.StreamInit)))
@@ -195,17 +212,17 @@ func trainDrafter(ctx context.Context, a *trainArgs) error {
 	hooks.Identity = id
 	res, err := train.Run(ctx, cfg.Config, hooks)
 	if err != nil {
-		return err
+		return res, err
 	}
 	out := filepath.Join(cfg.Out, "drafter")
 	if err := drafter.WriteDir(out, cfg.Drafter.Export); err != nil {
-		return err
+		return nil, err
 	}
 	fmt.Printf("trained %d steps (%d tokens) in %s; drafter written to %s\n", res.Steps, res.Tokens, res.Elapsed.Round(1e9), out)
 	for _, k := range slices.Sorted(maps.Keys(res.LastEval)) {
 		fmt.Printf("  eval %-8s %.4f\n", k, res.LastEval[k])
 	}
-	return nil
+	return res, nil
 }
 
 // maskToken chooses the mask token: id when >= 0, else the tokenizer's
