@@ -18,6 +18,7 @@ import (
 	"dflash/data/bucket"
 	"dflash/data/jsonl"
 	"dflash/data/tokenizer"
+	"dflash/internal/dirlock"
 	"dflash/internal/termbar"
 )
 
@@ -77,6 +78,11 @@ func dataPrep(args []string) error {
 	if *dropLong {
 		overflow = data.Drop
 	}
+	lock, err := dirlock.Acquire(*out, "dflash data prep")
+	if err != nil {
+		return err
+	}
+	defer lock.Release()
 	bar := newDataBar(os.Stderr)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()

@@ -13,7 +13,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"dflash/train"
 )
@@ -74,7 +73,8 @@ func TestBadOptionExit(t *testing.T) {
 	}
 }
 
-// TestTrainSignals: SIGINT and SIGTERM during training stop it with a checkpoint of
+// TestTrainSignals: while one dflash train runs, a second one and a data prep on the
+// same output are refused naming it. SIGINT and SIGTERM stop it with a checkpoint of
 // the last finished step, a message naming the checkpoint and the resume command,
 // and the exit status 128+signal; the checkpoint resumes.
 func TestTrainSignals(t *testing.T) {
@@ -106,7 +106,15 @@ func TestTrainSignals(t *testing.T) {
 					break
 				}
 			}
-			time.Sleep(20 * time.Millisecond)
+			// One writer per output directory: a second run (or data prep) is refused, naming the first.
+			err = runTrain(args[1:])
+			if want := out + " is in use by dflash train (pid " + strconv.Itoa(cmd.Process.Pid) + " on "; err == nil || !strings.Contains(err.Error(), want) {
+				t.Fatalf("second writer: %v, want %q", err, want)
+			}
+			err = dataPrep([]string{"--tokenizer", targetDir, "--data", dataPath, "--out", out})
+			if err == nil || !strings.Contains(err.Error(), "is in use by dflash train") {
+				t.Fatalf("data prep on a training output: %v", err)
+			}
 			if err := cmd.Process.Signal(c.sig); err != nil {
 				t.Fatal(err)
 			}

@@ -18,6 +18,7 @@ import (
 	"dflash/data/chat"
 	"dflash/data/jsonl"
 	"dflash/data/tokenizer"
+	"dflash/internal/dirlock"
 	"dflash/model"
 	"dflash/model/dflash"
 	"dflash/tensor"
@@ -123,6 +124,11 @@ func runTrain(args []string) error {
 	if err != nil {
 		return err
 	}
+	lock, err := dirlock.Acquire(a.cfg.Out, "dflash train")
+	if err != nil {
+		return err
+	}
+	defer lock.Release()
 	ctx, caught, stop := signalContext()
 	defer stop()
 	res, err := trainDrafter(ctx, a)
