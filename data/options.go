@@ -23,11 +23,11 @@ import (
 // SkipBadLines is set: then bad lines are counted by file and reason and
 // skipped.
 type Options struct {
-	Format         string `yaml:"format" help:"JSONL line format: auto, messages or sharegpt"`
-	MaxLen         int    `yaml:"max_len" help:"maximum tokens per sample (0: no limit)"`
-	DropLong       bool   `yaml:"drop_long" help:"drop samples longer than max-len instead of truncating them"`
-	EnableThinking bool   `yaml:"enable_thinking" help:"Qwen3 thinking mode: the empty <think></think> block is generated (supervised); false: it is prompt"`
-	SkipBadLines   bool   `yaml:"skip_bad_lines" help:"count and skip malformed lines instead of failing on the first"`
+	Format         string `yaml:"format" choice:"auto,messages,sharegpt" help:"JSONL line format"`
+	MaxLen         int    `yaml:"max-len" range:">=0" help:"maximum tokens per sample (0: no limit)"`
+	DropLong       bool   `yaml:"drop-long" help:"drop samples longer than max-len instead of truncating them"`
+	EnableThinking bool   `yaml:"enable-thinking" help:"Qwen3 thinking mode: the empty <think></think> block is generated (supervised); false: it is prompt"`
+	SkipBadLines   bool   `yaml:"skip-bad-lines" help:"count and skip malformed lines instead of failing on the first"`
 	// BlockSize is the DFlash block size; it is the drafter's, so it has no
 	// key of its own here.
 	BlockSize int `yaml:"-"`

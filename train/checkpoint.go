@@ -42,6 +42,8 @@ type TrainerState struct {
 	Best         map[string]float64 `json:"best,omitempty"`
 	BestStep     map[string]int     `json:"best_step,omitempty"`
 	ElapsedSec   float64            `json:"elapsed_sec"`
+	// Identity is Hooks.Identity of the run that wrote the checkpoint.
+	Identity map[string]string `json:"identity,omitempty"`
 	// Files records the size and CRC-32C of every other file of the checkpoint; it is
 	// filled in by SaveCheckpoint and checked by LoadLatest.
 	Files map[string]FileSum `json:"files"`

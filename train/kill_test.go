@@ -56,7 +56,11 @@ func TestKillChild(t *testing.T) {
 	h := tk.hooks()
 	h.OnCheckpoint = func(dir string, step int) { fmt.Printf("ckpt %d\n", step) }
 	cfg := killConfig(out)
-	cfg.Resume = true
+	steps, err := listCheckpoints(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Resume = len(steps) > 0 // killed before its first checkpoint: nothing to resume
 	if _, err := Run(context.Background(), cfg, h); err != nil {
 		t.Fatal(err)
 	}

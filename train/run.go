@@ -47,6 +47,11 @@ type Hooks struct {
 	ModelConfig func() ([]byte, error)
 	// OnCheckpoint, optional, is called after each checkpoint is durable.
 	OnCheckpoint func(dir string, step int)
+	// Identity, optional, names what makes this run this run (shapes, taps, data and
+	// tokenizer hashes...). It is stored in every checkpoint, and a resume whose
+	// identity differs is refused, listing the differing entries, unless
+	// Config.ResumeAnyway.
+	Identity map[string]string
 }
 
 // Result summarises a Run.
@@ -75,6 +80,29 @@ func run(ctx context.Context, cfg Config, h Hooks, stderr io.Writer) (*Result, e
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	checkHooks(h)
+	r := newRunner(cfg, h)
+	if err := CheckOutDir(cfg.Out); err != nil {
+		return nil, err
+	}
+	if err := r.start(); err != nil {
+		return nil, err
+	}
+	mlog, err := openMetrics(r.metricsPath)
+	if err != nil {
+		return nil, err
+	}
+	defer mlog.close()
+	r.mlog = mlog
+	r.prog = newProgress(stderr, cfg.Progress, cfg.LogEvery, r.st.Step, cfg.Steps)
+	if err := r.loop(ctx); err != nil {
+		return nil, err
+	}
+	return r.finish(ctx)
+}
+
+// checkHooks panics on hooks that break Run's contract (programmer errors).
+func checkHooks(h Hooks) {
 	if h.Step == nil || len(h.Params) == 0 {
 		panic("train: Run needs Hooks.Step and Hooks.Params")
 	}
@@ -82,244 +110,266 @@ func run(ctx context.Context, cfg Config, h Hooks, stderr io.Writer) (*Result, e
 		panic("train: Hooks.DataState and Hooks.RestoreData go together")
 	}
 	checkParams(h.Params)
-	began := time.Now()
-	if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
-		return nil, err
-	}
-	opt := NewAdamW(h.Params, AdamWConfig{Beta1: cfg.Beta1, Beta2: cfg.Beta2, Eps: cfg.Eps, WeightDecay: cfg.WeightDecay})
-	sched := Schedule{BaseLR: cfg.LR, WarmupSteps: cfg.WarmupSteps, TotalSteps: cfg.Steps, MinLRRatio: cfg.MinLRRatio}
-	rng := NewRNG(cfg.Seed, StreamTrain)
-	st := TrainerState{Seed: cfg.Seed, Schedule: sched, Best: map[string]float64{}, BestStep: map[string]int{}}
-	res := &Result{}
-	metricsPath := filepath.Join(cfg.Out, MetricsFile)
+}
 
-	if cfg.Resume {
-		l, err := LoadLatest(cfg.Out)
-		switch {
-		case errors.Is(err, ErrNoCheckpoint):
-			slog.Info("no checkpoint to resume from; starting fresh", "out", cfg.Out, "detail", err)
-			if err := os.Remove(metricsPath); err != nil && !errors.Is(err, os.ErrNotExist) {
-				return nil, err
-			}
-		case err != nil:
-			return nil, err
-		default:
-			if err := resume(l, &st, cfg, h, opt, rng); err != nil {
-				return nil, err
-			}
-			for _, s := range l.Skipped {
-				slog.Warn("skipped invalid checkpoint", "why", s)
-			}
-			slog.Info("resumed", "checkpoint", l.Dir, "step", st.Step)
-			if err := truncateMetrics(metricsPath, st.Step); err != nil {
-				return nil, err
-			}
-		}
-	} else {
+// CheckOutDir creates dir when needed and checks that files can be written in it.
+func CheckOutDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("output directory: %w", err)
+	}
+	f, err := os.CreateTemp(dir, ".write-check-*")
+	if err != nil {
+		return fmt.Errorf("output directory %s is not writable: %w", dir, err)
+	}
+	name := f.Name()
+	f.Close()
+	return os.Remove(name)
+}
+
+// runner is the state of one Run, advanced phase by phase: start (fresh or resumed),
+// loop (steps, evaluations, checkpoints), finish.
+type runner struct {
+	cfg         Config
+	h           Hooks
+	opt         *AdamW
+	sched       Schedule
+	rng         *RNG
+	st          TrainerState
+	res         *Result
+	mlog        *metricsLog
+	prog        *progress
+	metricsPath string
+	began       time.Time
+	elapsed     float64 // seconds of the run before this call (resume)
+	lastSaved   int     // step of the last checkpoint written or resumed from
+	end         int     // step after which this call stops
+}
+
+// boundary is the RNG and data position at a step boundary, so that a checkpoint
+// taken after a cancelled step records the state before it.
+type boundary struct {
+	rng  []byte
+	data json.RawMessage
+}
+
+func newRunner(cfg Config, h Hooks) *runner {
+	sched := Schedule{BaseLR: cfg.LR, WarmupSteps: cfg.WarmupSteps, TotalSteps: cfg.Steps, MinLRRatio: cfg.MinLRRatio}
+	r := &runner{cfg: cfg, h: h, sched: sched, began: time.Now(), res: &Result{},
+		opt:         NewAdamW(h.Params, AdamWConfig{Beta1: cfg.Beta1, Beta2: cfg.Beta2, Eps: cfg.Eps, WeightDecay: cfg.WeightDecay}),
+		rng:         NewRNG(cfg.Seed, StreamTrain),
+		st:          TrainerState{Seed: cfg.Seed, Schedule: sched, Best: map[string]float64{}, BestStep: map[string]int{}, Identity: h.Identity},
+		metricsPath: filepath.Join(cfg.Out, MetricsFile),
+		end:         cfg.Steps,
+	}
+	if cfg.StopAt > 0 {
+		r.end = min(r.end, cfg.StopAt)
+	}
+	return r
+}
+
+// start resumes from the newest checkpoint (cfg.Resume) or checks that the output
+// directory holds none, and trims metrics.jsonl to match.
+func (r *runner) start() error {
+	cfg := r.cfg
+	if !cfg.Resume {
 		steps, err := listCheckpoints(cfg.Out)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if len(steps) > 0 {
-			return nil, fmt.Errorf("%s already holds checkpoints (newest %s): pass resume, or choose another out", cfg.Out, CheckpointName(steps[0]))
+			return fmt.Errorf("%s already holds checkpoints (newest %s): pass --resume to continue that run, or choose another --out", cfg.Out, CheckpointName(steps[0]))
 		}
-		if err := os.Remove(metricsPath); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return nil, err
-		}
-	}
-	res.StartStep = st.Step
-	mlog, err := openMetrics(metricsPath)
-	if err != nil {
-		return nil, err
-	}
-	defer mlog.close()
-
-	end := cfg.Steps
-	if cfg.StopAt > 0 {
-		end = min(end, cfg.StopAt)
-	}
-	prog := newProgress(stderr, cfg.Progress, cfg.LogEvery, st.Step, cfg.Steps)
-	elapsedBefore := st.ElapsedSec
-	lastSaved := st.Step // nothing new to save before a step is done
-
-	// boundary captures the RNG and data position at a step boundary, so that a
-	// checkpoint taken after a cancelled step records the state before it.
-	type boundary struct {
-		rng  []byte
-		data json.RawMessage
-	}
-	capture := func() (boundary, error) {
-		var b boundary
-		var err error
-		if b.rng, err = rng.MarshalBinary(); err != nil {
-			return b, err
-		}
-		if h.DataState != nil {
-			if b.data, err = h.DataState(); err != nil {
-				return b, fmt.Errorf("data state: %w", err)
-			}
-		}
-		return b, nil
-	}
-	save := func(b boundary) error {
-		if st.Step == lastSaved {
-			return nil
-		}
-		var modelCfg []byte
-		if h.ModelConfig != nil {
-			var err error
-			if modelCfg, err = h.ModelConfig(); err != nil {
-				return fmt.Errorf("model config: %w", err)
-			}
-		}
-		s := st
-		s.RNG, s.DataPosition = b.rng, b.data
-		s.ElapsedSec = elapsedBefore + time.Since(began).Seconds()
-		dir, err := SaveCheckpoint(cfg.Out, &Checkpoint{Config: modelCfg, Params: h.Params, Optimizer: opt, State: s}, cfg.KeepCheckpoints)
-		if err != nil {
-			return fmt.Errorf("checkpoint at step %d: %w", st.Step, err)
-		}
-		lastSaved = st.Step
-		res.Checkpoint = dir
-		if h.OnCheckpoint != nil {
-			h.OnCheckpoint(dir, st.Step)
+		if err := os.Remove(r.metricsPath); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
 		}
 		return nil
 	}
-
-	cur, err := capture()
+	l, err := LoadLatest(cfg.Out)
+	if errors.Is(err, ErrNoCheckpoint) {
+		return fmt.Errorf("--resume: nothing to resume from: %w; start without --resume for a fresh run", err)
+	}
 	if err != nil {
-		return nil, err
+		return err
 	}
-	for st.Step < end {
-		if ctx.Err() != nil {
-			break
-		}
-		step := st.Step
-		stepStart := time.Now()
-		lr := sched.LR(step)
-		ZeroGrads(h.Params)
-		var loss float64
-		var tokens int
-		sums := map[string]float64{}
-		var stepErr error
-		for micro := range cfg.GradAccum {
-			l, m, tok, err := h.Step(ctx, StepInfo{Step: step, Micro: micro, Micros: cfg.GradAccum, LR: lr, RNG: rng})
-			if err != nil {
-				stepErr = err
-				break
-			}
-			loss += l
-			tokens += tok
-			for k, v := range m {
-				sums[k] += v
-			}
-		}
-		if stepErr != nil {
-			if ctx.Err() != nil {
-				break // cancelled mid-step: the step is dropped, cur is its start
-			}
-			return nil, fmt.Errorf("step %d: %w", step+1, stepErr)
-		}
-		inv := 1 / float64(cfg.GradAccum)
-		loss *= inv
-		if cfg.GradAccum > 1 {
-			ScaleGrads(h.Params, float32(inv))
-		}
-		norm := ClipGradNorm(h.Params, cfg.GradClip)
-		if math.IsNaN(loss) || math.IsInf(loss, 0) || math.IsNaN(norm) || math.IsInf(norm, 0) {
-			return nil, fmt.Errorf("step %d: non-finite loss %g or gradient norm %g", step+1, loss, norm)
-		}
-		opt.Step(lr)
-		st.Step++
-		st.Tokens += int64(tokens)
-		st.LR = lr
-		res.LastLoss = loss
-		vals := map[string]float64{"loss": loss, "lr": lr, "grad_norm": norm, "tokens": float64(st.Tokens),
-			"tokens_per_s": float64(tokens) / max(time.Since(stepStart).Seconds(), 1e-9)}
-		for k, v := range sums {
-			if _, clash := vals[k]; !clash {
-				vals[k] = v * inv
-			}
-		}
-		if err := mlog.write(Record{Kind: "train", Step: st.Step, Time: time.Since(began).Seconds(), Values: vals}); err != nil {
-			return nil, err
-		}
-		acc, hasAcc := vals["acc"]
-		prog.update(st.Step, loss, acc, hasAcc, tokens)
+	if err := resume(l, &r.st, cfg, r.h, r.opt, r.rng); err != nil {
+		return err
+	}
+	for _, s := range l.Skipped {
+		slog.Warn("skipped invalid checkpoint", "why", s)
+	}
+	slog.Info("resumed", "checkpoint", l.Dir, "step", r.st.Step)
+	r.res.StartStep, r.res.Checkpoint = r.st.Step, l.Dir
+	r.elapsed, r.lastSaved = r.st.ElapsedSec, r.st.Step
+	return truncateMetrics(r.metricsPath, r.st.Step)
+}
 
-		if h.Eval != nil && (cfg.EvalEvery > 0 && st.Step%cfg.EvalEvery == 0 || st.Step == end) {
-			ev, err := h.Eval(ctx, EvalInfo{Step: st.Step, RNG: NewRNG(cfg.Seed, StreamEval<<32|uint64(st.Step))})
-			if err != nil {
-				if ctx.Err() == nil {
-					return nil, fmt.Errorf("eval at step %d: %w", st.Step, err)
-				}
-			} else {
-				res.LastEval = ev
-				updateBest(&st, ev)
-				if err := mlog.write(Record{Kind: "eval", Step: st.Step, Time: time.Since(began).Seconds(), Values: ev}); err != nil {
-					return nil, err
-				}
-				prog.note(formatEval(st.Step, ev))
-			}
+// loop runs steps until the end, the stop step or cancellation; it checkpoints
+// every cfg.SaveEvery steps, at the end, and after a cancellation.
+func (r *runner) loop(ctx context.Context) error {
+	cur, err := r.capture()
+	if err != nil {
+		return err
+	}
+	for r.st.Step < r.end && ctx.Err() == nil {
+		done, err := r.step(ctx)
+		if err != nil {
+			return err
 		}
-		if cur, err = capture(); err != nil {
-			return nil, err
+		if !done {
+			break // cancelled mid-step: the step is dropped, cur is its start
 		}
-		if cfg.SaveEvery > 0 && st.Step%cfg.SaveEvery == 0 || st.Step == end {
-			if err := save(cur); err != nil {
-				return nil, err
+		if err := r.evaluate(ctx); err != nil {
+			return err
+		}
+		if cur, err = r.capture(); err != nil {
+			return err
+		}
+		if r.cfg.SaveEvery > 0 && r.st.Step%r.cfg.SaveEvery == 0 || r.st.Step == r.end {
+			if err := r.save(cur); err != nil {
+				return err
 			}
 		}
 	}
-	prog.finish(st.Step)
+	r.prog.finish(r.st.Step)
 	if ctx.Err() != nil {
-		if err := save(cur); err != nil {
-			return nil, err
+		return r.save(cur)
+	}
+	return nil
+}
+
+// step runs one optimizer step: the micro-batches, clipping, the update, the
+// metrics record and the progress line. It returns false when ctx was cancelled
+// during the step, which is then dropped.
+func (r *runner) step(ctx context.Context) (bool, error) {
+	cfg, h := r.cfg, r.h
+	step := r.st.Step
+	stepStart := time.Now()
+	lr := r.sched.LR(step)
+	ZeroGrads(h.Params)
+	var loss float64
+	var tokens int
+	sums := map[string]float64{}
+	for micro := range cfg.GradAccum {
+		l, m, tok, err := h.Step(ctx, StepInfo{Step: step, Micro: micro, Micros: cfg.GradAccum, LR: lr, RNG: r.rng})
+		if err != nil {
+			if ctx.Err() != nil {
+				return false, nil
+			}
+			return false, fmt.Errorf("step %d: %w", step+1, err)
+		}
+		loss += l
+		tokens += tok
+		for k, v := range m {
+			sums[k] += v
 		}
 	}
-	res.Steps, res.Tokens, res.Best, res.Elapsed = st.Step, st.Tokens, st.Best, time.Since(began)
+	inv := 1 / float64(cfg.GradAccum)
+	loss *= inv
+	if cfg.GradAccum > 1 {
+		ScaleGrads(h.Params, float32(inv))
+	}
+	norm := ClipGradNorm(h.Params, cfg.GradClip)
+	if math.IsNaN(loss) || math.IsInf(loss, 0) || math.IsNaN(norm) || math.IsInf(norm, 0) {
+		return false, fmt.Errorf("step %d: non-finite loss %g or gradient norm %g", step+1, loss, norm)
+	}
+	r.opt.Step(lr)
+	r.st.Step++
+	r.st.Tokens += int64(tokens)
+	r.st.LR = lr
+	r.res.LastLoss = loss
+	vals := map[string]float64{"loss": loss, "lr": lr, "grad_norm": norm, "tokens": float64(r.st.Tokens),
+		"tokens_per_s": float64(tokens) / max(time.Since(stepStart).Seconds(), 1e-9)}
+	for k, v := range sums {
+		if _, clash := vals[k]; !clash {
+			vals[k] = v * inv
+		}
+	}
+	if err := r.mlog.write(Record{Kind: "train", Step: r.st.Step, Time: time.Since(r.began).Seconds(), Values: vals}); err != nil {
+		return false, err
+	}
+	acc, hasAcc := vals["acc"]
+	r.prog.update(r.st.Step, loss, acc, hasAcc, tokens)
+	return true, nil
+}
+
+// evaluate runs Hooks.Eval when it is due (every cfg.EvalEvery steps and at the
+// end); an evaluation cut short by cancellation is dropped.
+func (r *runner) evaluate(ctx context.Context) error {
+	st := &r.st
+	if r.h.Eval == nil || !(r.cfg.EvalEvery > 0 && st.Step%r.cfg.EvalEvery == 0 || st.Step == r.end) {
+		return nil
+	}
+	ev, err := r.h.Eval(ctx, EvalInfo{Step: st.Step, RNG: NewRNG(r.cfg.Seed, StreamEval<<32|uint64(st.Step))})
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("eval at step %d: %w", st.Step, err)
+	}
+	r.res.LastEval = ev
+	updateBest(st, ev)
+	if err := r.mlog.write(Record{Kind: "eval", Step: st.Step, Time: time.Since(r.began).Seconds(), Values: ev}); err != nil {
+		return err
+	}
+	r.prog.note(formatEval(st.Step, ev))
+	return nil
+}
+
+func (r *runner) capture() (boundary, error) {
+	var b boundary
+	var err error
+	if b.rng, err = r.rng.MarshalBinary(); err != nil {
+		return b, err
+	}
+	if r.h.DataState != nil {
+		if b.data, err = r.h.DataState(); err != nil {
+			return b, fmt.Errorf("data state: %w", err)
+		}
+	}
+	return b, nil
+}
+
+// save writes a checkpoint of the current step with the RNG and data position of
+// b, unless this step is already saved.
+func (r *runner) save(b boundary) error {
+	if r.st.Step == r.lastSaved {
+		return nil
+	}
+	var modelCfg []byte
+	if r.h.ModelConfig != nil {
+		var err error
+		if modelCfg, err = r.h.ModelConfig(); err != nil {
+			return fmt.Errorf("model config: %w", err)
+		}
+	}
+	s := r.st
+	s.RNG, s.DataPosition = b.rng, b.data
+	s.ElapsedSec = r.elapsed + time.Since(r.began).Seconds()
+	dir, err := SaveCheckpoint(r.cfg.Out, &Checkpoint{Config: modelCfg, Params: r.h.Params, Optimizer: r.opt, State: s}, r.cfg.KeepCheckpoints)
+	if err != nil {
+		return fmt.Errorf("checkpoint at step %d: %w", r.st.Step, err)
+	}
+	r.lastSaved = r.st.Step
+	r.res.Checkpoint = dir
+	if r.h.OnCheckpoint != nil {
+		r.h.OnCheckpoint(dir, r.st.Step)
+	}
+	return nil
+}
+
+// finish fills the result, and at the natural end of the run writes the plot.
+func (r *runner) finish(ctx context.Context) (*Result, error) {
+	res, st := r.res, r.st
+	res.Steps, res.Tokens, res.Best, res.Elapsed = st.Step, st.Tokens, st.Best, time.Since(r.began)
 	if ctx.Err() != nil {
 		return res, ctx.Err()
 	}
-	if cfg.Plot && st.Step == cfg.Steps {
-		if err := PlotMetrics(metricsPath, filepath.Join(cfg.Out, PlotFile)); err != nil {
+	if r.cfg.Plot && st.Step == r.cfg.Steps {
+		if err := PlotMetrics(r.metricsPath, filepath.Join(r.cfg.Out, PlotFile)); err != nil {
 			slog.Warn("plot not written", "err", err)
 		}
 	}
 	return res, nil
-}
-
-func resume(l *Loaded, st *TrainerState, cfg Config, h Hooks, opt *AdamW, rng *RNG) error {
-	ls := l.State
-	if ls.Seed != cfg.Seed {
-		return fmt.Errorf("%s: seed %d, config says %d", l.Dir, ls.Seed, cfg.Seed)
-	}
-	if ls.Schedule != st.Schedule {
-		slog.Warn("learning-rate schedule differs from the checkpoint's; using the config's", "checkpoint", ls.Schedule, "config", st.Schedule)
-	}
-	if ls.Step > cfg.Steps {
-		return fmt.Errorf("%s: checkpoint is at step %d, past steps = %d", l.Dir, ls.Step, cfg.Steps)
-	}
-	if err := l.Restore(h.Params, opt); err != nil {
-		return err
-	}
-	if err := rng.UnmarshalBinary(ls.RNG); err != nil {
-		return fmt.Errorf("%s: %w", l.Dir, err)
-	}
-	if h.RestoreData != nil {
-		if err := h.RestoreData(ls.DataPosition); err != nil {
-			return fmt.Errorf("%s: restore data position: %w", l.Dir, err)
-		}
-	}
-	st.Step, st.Tokens, st.LR, st.ElapsedSec = ls.Step, ls.Tokens, ls.LR, ls.ElapsedSec
-	if ls.Best != nil {
-		st.Best, st.BestStep = ls.Best, ls.BestStep
-	}
-	if st.BestStep == nil {
-		st.BestStep = map[string]int{}
-	}
-	return nil
 }
 
 // updateBest keeps, per eval metric, the best value: the lowest for names that are

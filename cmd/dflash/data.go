@@ -20,6 +20,7 @@ import (
 	"dflash/data"
 	"dflash/data/bucket"
 	"dflash/data/tokenizer"
+	"dflash/internal/dirlock"
 	"dflash/internal/termbar"
 )
 
@@ -72,6 +73,11 @@ func dataPrep(args []string) error {
 	case *truncate && *dropLong:
 		return errors.New("--truncate and --drop-long exclude each other")
 	}
+	lock, err := dirlock.Acquire(*out, "dflash data prep")
+	if err != nil {
+		return err
+	}
+	defer lock.Release()
 	bar := newDataBar(os.Stderr)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

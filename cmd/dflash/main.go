@@ -10,13 +10,17 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
 	"os"
+	"os/signal"
 	"sort"
 	"strings"
+	"sync"
+	"syscall"
 )
 
 // command is one subcommand of dflash.
@@ -66,35 +70,123 @@ func setupLogging() {
 
 func main() {
 	setupLogging()
-	if len(os.Args) < 2 {
+	os.Exit(runMain(os.Args[1:]))
+}
+
+// runMain runs the command line args (without the program name) and returns the
+// exit status: 0, 1 for an error, 2 for a usage error, 128+n after signal n.
+func runMain(args []string) int {
+	if len(args) < 1 {
 		usage()
-		os.Exit(2)
+		return 2
 	}
-	name := os.Args[1]
+	name := args[0]
 	switch name {
 	case "-h", "--help", "help":
-		if len(os.Args) > 2 {
-			if c, ok := commands[os.Args[2]]; ok {
+		if len(args) > 1 {
+			if c, ok := commands[args[1]]; ok {
 				_ = c.run([]string{"--help"})
-				return
+				return 0
 			}
 		}
 		usage()
-		return
+		return 0
 	}
 	c, ok := commands[name]
 	if !ok {
 		fmt.Fprintf(os.Stderr, "dflash: unknown command %q\n\n", name)
 		usage()
-		os.Exit(2)
+		return 2
 	}
-	if err := c.run(os.Args[2:]); err != nil {
+	if err := c.run(args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			return
+			return 0
 		}
 		fmt.Fprintf(os.Stderr, "dflash %s: %v\n", name, err)
-		os.Exit(1)
+		var ee *exitError
+		if errors.As(err, &ee) {
+			return ee.code
+		}
+		return 1
 	}
+	return 0
+}
+
+// exitError is an error with its own exit status.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+// signalContext returns a context that the first SIGINT or SIGTERM cancels, and
+// caught, which returns that signal (nil before one came). After the first signal
+// the default handling is back, so a second one ends the process at once. stop
+// releases the handler.
+func signalContext() (ctx context.Context, caught func() os.Signal, stop func()) {
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
+	ctx, cancel := context.WithCancel(context.Background())
+	var mu sync.Mutex
+	var got os.Signal
+	go func() {
+		select {
+		case s := <-ch:
+			mu.Lock()
+			got = s
+			mu.Unlock()
+			signal.Reset(os.Interrupt, syscall.SIGTERM)
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	caught = func() os.Signal {
+		mu.Lock()
+		defer mu.Unlock()
+		return got
+	}
+	return ctx, caught, func() { signal.Stop(ch); cancel() }
+}
+
+// signalStatus is the conventional exit status after signal s: 128 + its number
+// (130 for SIGINT, 143 for SIGTERM).
+func signalStatus(s os.Signal) int {
+	if n, ok := s.(syscall.Signal); ok {
+		return 128 + int(n)
+	}
+	return 1
+}
+
+func signalName(s os.Signal) string {
+	switch s {
+	case os.Interrupt:
+		return "SIGINT"
+	case syscall.SIGTERM:
+		return "SIGTERM"
+	}
+	return s.String()
+}
+
+// shellQuote quotes args for a POSIX shell, leaving plain words as they are.
+func shellQuote(args []string) string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		plain := a != ""
+		for _, r := range a {
+			if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_./=:,+@%", r)) {
+				plain = false
+				break
+			}
+		}
+		if plain {
+			out[i] = a
+		} else {
+			out[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+		}
+	}
+	return strings.Join(out, " ")
 }
 
 // newFlagSet returns a flag set for a command whose usage text names the

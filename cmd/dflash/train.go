@@ -2,50 +2,54 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"log/slog"
 	"maps"
 	"math/rand/v2"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"slices"
 
 	"dflash/data"
 	"dflash/data/chat"
 	"dflash/data/tokenizer"
+	"dflash/internal/dirlock"
 	"dflash/model"
 	"dflash/model/dflash"
 	"dflash/tensor"
 	"dflash/train"
 )
 
-// trainConfig is the YAML (and flag) configuration of `dflash train`.
+// trainConfig is the configuration of `dflash train`: every field is both a flag
+// (--drafter.block-size) and a YAML key (block-size under drafter:); docs/CONFIG.md
+// is its table, generated from these tags (go test ./cmd/dflash -run TestConfigDoc -update).
 type trainConfig struct {
+	Workers      int `yaml:"workers" range:">=0" help:"CPU goroutines (0: all cores)"`
 	train.Config `yaml:",inline"`
 	Drafter      drafterOptions `yaml:"drafter"`
 	Data         dataOptions    `yaml:"data"`
 }
 
 type drafterOptions struct {
-	Layers       int     `yaml:"layers" help:"drafter decoder layers"`
-	Taps         []int   `yaml:"taps" help:"target layers to tap, 0-based (empty: spread evenly from 1 to L-3, one per drafter layer)"`
-	BlockSize    int     `yaml:"block_size" help:"draft block size B"`
-	MaskTokenID  int     `yaml:"mask_token_id" help:"mask token id (-1: the tokenizer's <|MASK|>, else the first id past the tokenizer's vocabulary)"`
-	Gamma        float64 `yaml:"gamma" help:"loss decay gamma (0: the default for the block size)"`
-	Anchors      int     `yaml:"anchors" help:"anchors sampled per sequence and step"`
-	Intermediate int     `yaml:"intermediate_size" help:"drafter MLP width (0: the target's)"`
-	Export       string  `yaml:"export" help:"dtype of the exported drafter in OUT/drafter: F32 or BF16"`
+	Layers       int     `yaml:"layers" range:">=1" help:"drafter decoder layers"`
+	Taps         []int   `yaml:"taps" range:">=0" help:"target layers to tap, 0-based (empty: spread evenly from 1 to L-3, one per drafter layer)"`
+	BlockSize    int     `yaml:"block-size" range:">=2" help:"draft block size B"`
+	MaskTokenID  int     `yaml:"mask-token-id" range:">=-1" help:"mask token id (-1: the tokenizer's <|MASK|>, else the first id past the tokenizer's vocabulary)"`
+	Gamma        float64 `yaml:"gamma" range:">=0" help:"loss decay gamma (0: the default for the block size)"`
+	Anchors      int     `yaml:"anchors" range:">=1" help:"anchors sampled per sequence and step"`
+	Intermediate int     `yaml:"intermediate-size" range:">=0" help:"drafter MLP width (0: the target's)"`
+	Export       string  `yaml:"export" choice:"F32,BF16" help:"dtype of the exported drafter in OUT/drafter"`
 }
 
 // dataOptions holds data.Options, the sample rules `data prep` shares (its
 // BlockSize is the drafter's), and how training batches and holds out.
 type dataOptions struct {
 	data.Options `yaml:",inline"`
-	BatchSize    int     `yaml:"batch_size" help:"sequences per micro-batch"`
-	EvalFraction float64 `yaml:"eval_fraction" help:"fraction of conversations held out for evaluation"`
-	EvalMax      int     `yaml:"eval_max" help:"at most this many held-out conversations"`
-	CacheHidden  bool    `yaml:"cache_hidden" help:"keep target hidden states in memory after first use (small data sets)"`
+	BatchSize    int     `yaml:"batch-size" range:">=1" help:"sequences per micro-batch"`
+	EvalFraction float64 `yaml:"eval-fraction" range:"[0,1)" help:"fraction of conversations held out for evaluation (at least one is)"`
+	EvalMax      int     `yaml:"eval-max" range:">=1" help:"at most this many held-out conversations"`
+	CacheHidden  bool    `yaml:"cache-hidden" help:"keep target hidden states in memory after first use (small data sets)"`
 }
 
 func defaultTrainConfig() trainConfig {
@@ -64,58 +68,116 @@ func init() {
 	})
 }
 
-func runTrain(args []string) error {
-	fs := newFlagSet("train", "train --target DIR --data DIR|FILE --out DIR [--config FILE.yaml] [flags]")
-	targetDir := fs.String("target", "", "target model `DIR` (HF: config.json, safetensors, tokenizer.json, tokenizer_config.json)")
-	dataArg := fs.String("data", "", "conversations: a JSONL `FILE` (.jsonl, .gz, .zst) or a DIR of them")
-	configPath := fs.String("config", "", "YAML `FILE` with any of the flags below (flags override it; unknown keys are errors)")
-	workers := fs.Int("workers", 0, "CPU goroutines (0: all cores)")
-	cfg := defaultTrainConfig()
-	flags := train.BindFlags(fs, &cfg)
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if *configPath != "" {
-		if err := train.LoadYAML(*configPath, &cfg); err != nil {
-			return err
-		}
-	}
-	flags.Apply()
-	if *targetDir == "" || *dataArg == "" {
-		fs.Usage()
-		return fmt.Errorf("--target and --data are required")
-	}
-	if err := cfg.Config.Validate(); err != nil {
-		return err
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	return trainDrafter(ctx, *targetDir, *dataArg, cfg, *workers)
+// trainArgs is a parsed `dflash train` command line.
+type trainArgs struct {
+	target, data string
+	cfg          trainConfig
+	opts         *train.Options
 }
 
-func trainDrafter(ctx context.Context, targetDir, dataArg string, cfg trainConfig, workers int) error {
-	target, err := model.Load(targetDir)
+// trainFlags returns the flag set of `dflash train`, bound to a.
+func trainFlags(a *trainArgs) (*flag.FlagSet, *string) {
+	fs := newFlagSet("train", "train --target DIR --data DIR|FILE --out DIR [--config FILE.yaml] [flags]")
+	fs.StringVar(&a.target, "target", "", "target model `DIR` (HF: config.json, safetensors, tokenizer.json, tokenizer_config.json)")
+	fs.StringVar(&a.data, "data", "", "conversations: a JSONL `FILE` (.jsonl, .gz, .zst), a DIR of them, or a data prep DIR")
+	configPath := fs.String("config", "", "YAML `FILE` of options, keyed by the flag names (docs/CONFIG.md); flags override it")
+	a.cfg = defaultTrainConfig()
+	a.opts = train.BindOptions(fs, &a.cfg)
+	return fs, configPath
+}
+
+// parseTrain reads the flags and the config file and checks every option; nothing
+// is written.
+func parseTrain(args []string) (*trainArgs, error) {
+	a := &trainArgs{}
+	fs, configPath := trainFlags(a)
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q (every option is a --flag)", fs.Arg(0))
+	}
+	if *configPath != "" {
+		if err := a.opts.LoadYAML(*configPath); err != nil {
+			return nil, err
+		}
+	}
+	a.opts.Apply()
+	if a.target == "" || a.data == "" {
+		return nil, fmt.Errorf("--target and --data are required (see dflash train --help)")
+	}
+	if err := a.opts.Validate(); err != nil {
+		return nil, err
+	}
+	if a.cfg.Out == "" {
+		return nil, fmt.Errorf("--out is empty: an output directory is required")
+	}
+	return a, nil
+}
+
+func runTrain(args []string) error {
+	a, err := parseTrain(args)
 	if err != nil {
 		return err
+	}
+	lock, err := dirlock.Acquire(a.cfg.Out, "dflash train")
+	if err != nil {
+		return err
+	}
+	defer lock.Release()
+	ctx, caught, stop := signalContext()
+	defer stop()
+	res, err := trainDrafter(ctx, a)
+	if sig := caught(); sig != nil {
+		return interrupted(sig, res, args)
+	}
+	return err
+}
+
+// interrupted is the error of a run stopped by signal sig: it names the checkpoint
+// and the command that resumes, and carries the exit status 128+sig.
+func interrupted(sig os.Signal, res *train.Result, args []string) error {
+	name := signalName(sig)
+	if res == nil || res.Checkpoint == "" {
+		return &exitError{code: signalStatus(sig), err: fmt.Errorf("interrupted by %s before a step was done; nothing to resume", name)}
+	}
+	if !slices.Contains(args, "--resume") && !slices.Contains(args, "-resume") {
+		args = append(slices.Clone(args), "--resume")
+	}
+	return &exitError{code: signalStatus(sig), err: fmt.Errorf("interrupted by %s after step %d: checkpoint %s\nresume with: dflash train %s",
+		name, res.Steps, res.Checkpoint, shellQuote(args))}
+}
+
+func trainDrafter(ctx context.Context, a *trainArgs) (*train.Result, error) {
+	cfg, targetDir, dataArg := a.cfg, a.target, a.data
+	target, err := model.Load(targetDir)
+	if err != nil {
+		return nil, err
 	}
 	tok, err := tokenizer.LoadDir(targetDir)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	tmpl, err := chat.Load(targetDir, tok)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	mask, err := maskToken(cfg.Drafter.MaskTokenID, tok, target.Config.VocabSize)
 	if err != nil {
-		return err
+		return nil, fmt.Errorf("%s: %w", a.opts.Source("drafter.mask-token-id"), err)
 	}
-	examples, err := readConversations(ctx, dataArg, cfg, data.Target{Tokenizer: tok, Template: tmpl, Vocab: target.Config.VocabSize}, workers)
+	for _, l := range cfg.Drafter.Taps {
+		if l >= target.Config.NumLayers {
+			return nil, fmt.Errorf("%s %v: layer %d is past the target's %d layers (0..%d)", a.opts.Source("drafter.taps"),
+				cfg.Drafter.Taps, l, target.Config.NumLayers, target.Config.NumLayers-1)
+		}
+	}
+	examples, err := readConversations(ctx, dataArg, cfg, data.Target{Tokenizer: tok, Template: tmpl, Vocab: target.Config.VocabSize}, cfg.Workers)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if len(examples) < 2 {
-		return fmt.Errorf("%s: %d usable conversations, need at least 2", dataArg, len(examples))
+		return nil, fmt.Errorf("%s: %d usable conversations, need at least 2", dataArg, len(examples))
 	}
 	rng := rand.New(rand.NewPCG(cfg.Seed, train.StreamData))
 	rng.Shuffle(len(examples), func(i, j int) { examples[i], examples[j] = examples[j], examples[i] })
@@ -130,9 +192,13 @@ func trainDrafter(ctx context.Context, targetDir, dataArg string, cfg trainConfi
 	}
 	dc.NumAnchors = cfg.Drafter.Anchors
 	if err := dc.Validate(); err != nil {
-		return fmt.Errorf("drafter config: %w", err)
+		return nil, fmt.Errorf("drafter config: %w", err)
 	}
-	backend := tensor.NewCPU[float32](workers)
+	id, err := runIdentity(targetDir, dataArg, dc, tok, len(examples)-nEval, nEval)
+	if err != nil {
+		return nil, err
+	}
+	backend := tensor.NewCPU[float32](cfg.Workers)
 	drafter := dflash.New[float32](dc, rand.New(rand.NewPCG(cfg.Seed, train.StreamInit)))
 	pad := int32(0)
 	if id, ok := tok.TokenID("<|endoftext|>"); ok {
@@ -144,19 +210,21 @@ func trainDrafter(ctx context.Context, targetDir, dataArg string, cfg trainConfi
 		Seed: cfg.Seed, CacheHidden: cfg.Data.CacheHidden}
 	slog.Info("drafter", "layers", dc.NumLayers, "taps", dc.TargetLayerIDs, "block", dc.BlockSize,
 		"mask", dc.MaskTokenID, "gamma", dc.Gamma, "train", len(sess.Train), "eval", len(sess.Eval))
-	res, err := train.Run(ctx, cfg.Config, sess.Hooks())
+	hooks := sess.Hooks()
+	hooks.Identity = id
+	res, err := train.Run(ctx, cfg.Config, hooks)
 	if err != nil {
-		return err
+		return res, err
 	}
 	out := filepath.Join(cfg.Out, "drafter")
 	if err := drafter.WriteDir(out, cfg.Drafter.Export); err != nil {
-		return err
+		return nil, err
 	}
 	fmt.Printf("trained %d steps (%d tokens) in %s; drafter written to %s\n", res.Steps, res.Tokens, res.Elapsed.Round(1e9), out)
 	for _, k := range slices.Sorted(maps.Keys(res.LastEval)) {
 		fmt.Printf("  eval %-8s %.4f\n", k, res.LastEval[k])
 	}
-	return nil
+	return res, nil
 }
 
 // maskToken chooses the mask token: id when >= 0, else the tokenizer's
@@ -165,7 +233,7 @@ func trainDrafter(ctx context.Context, targetDir, dataArg string, cfg trainConfi
 func maskToken(id int, tok *tokenizer.Tokenizer, vocab int) (int, error) {
 	if id >= 0 {
 		if id >= vocab {
-			return 0, fmt.Errorf("drafter.mask_token_id %d is outside the target's vocabulary %d", id, vocab)
+			return 0, fmt.Errorf("id %d is outside the target's vocabulary [0, %d)", id, vocab)
 		}
 		return id, nil
 	}
@@ -175,7 +243,7 @@ func maskToken(id int, tok *tokenizer.Tokenizer, vocab int) (int, error) {
 	if n := tok.VocabSize(); n < vocab {
 		return n, nil
 	}
-	return 0, fmt.Errorf("the tokenizer has no <|MASK|> token and the embedding no spare row: set drafter.mask_token_id")
+	return 0, fmt.Errorf("the tokenizer has no <|MASK|> token and the embedding no spare row: set --drafter.mask-token-id")
 }
 
 // readConversations reads the training samples (data.Load: a prepared

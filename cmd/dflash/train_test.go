@@ -149,3 +149,93 @@ func TestTrainOnPreparedData(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestTrainRejectsBadOptions: every bad value, from a flag or the config file, is an
+// error naming the option as the user gave it and its range, before anything is
+// loaded or written (the target and data paths do not even exist).
+func TestTrainRejectsBadOptions(t *testing.T) {
+	cases := []struct {
+		name string
+		args []string
+		yaml string
+		want string
+	}{
+		{"batch-zero", []string{"--data.batch-size", "0"}, "", "--data.batch-size 0: must be an int >= 1"},
+		{"batch-negative", []string{"--data.batch-size=-2"}, "", "--data.batch-size -2: must be an int >= 1"},
+		{"layers-zero", []string{"--drafter.layers", "0"}, "", "--drafter.layers 0: must be an int >= 1"},
+		{"eval-fraction-one", []string{"--data.eval-fraction", "1"}, "", "--data.eval-fraction 1: must be a finite float in [0, 1)"},
+		{"eval-fraction-negative", []string{"--data.eval-fraction=-0.1"}, "", "in [0, 1)"},
+		{"workers-negative", []string{"--workers=-3"}, "", "--workers -3: must be an int >= 0"},
+		{"block-size-one", []string{"--drafter.block-size", "1"}, "", "--drafter.block-size 1: must be an int >= 2"},
+		{"anchors-zero", []string{"--drafter.anchors", "0"}, "", "--drafter.anchors 0: must be an int >= 1"},
+		{"lr-zero", []string{"--lr", "0"}, "", "--lr 0: must be a finite float > 0"},
+		{"steps-zero", []string{"--steps", "0"}, "", "--steps 0: must be an int >= 1"},
+		{"mask-id", []string{"--drafter.mask-token-id=-2"}, "", "--drafter.mask-token-id -2: must be an int >= -1"},
+		{"taps-negative", []string{"--drafter.taps", "1,-1"}, "", "--drafter.taps 1,-1: must be a comma-separated list of ints, each >= 0"},
+		{"export-dtype", []string{"--drafter.export", "F16"}, "", "--drafter.export F16: must be one of F32, BF16"},
+		{"format", []string{"--data.format", "csv"}, "", "--data.format csv: must be one of auto, messages, sharegpt"},
+		{"flag-fraction-int", []string{"--data.batch-size", "2.5"}, "", `invalid value "2.5" for flag -data.batch-size: "2.5" is not an integer`},
+		{"yaml-fraction-int", nil, "data:\n  batch-size: 2.5\n", `c.yaml line 2: data.batch-size: "2.5" is not an integer`},
+		{"yaml-range", nil, "drafter:\n  layers: 0\n", "c.yaml line 2: drafter.layers 0: must be an int >= 1"},
+		{"yaml-dotted-range", nil, "data.eval-fraction: 1.5\n", "c.yaml line 1: data.eval-fraction 1.5: must be a finite float in [0, 1)"},
+		{"yaml-old-spelling", nil, "drafter:\n  mask_token_id: 3\n", "c.yaml line 2: drafter.mask_token_id: unknown option (did you mean drafter.mask-token-id?"},
+		{"flag-beats-file", []string{"--data.batch-size", "0"}, "data:\n  batch-size: 3\n", "--data.batch-size 0: must be"},
+		{"missing-target", []string{"--target", ""}, "", "--target and --data are required"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			out := filepath.Join(dir, "out")
+			args := []string{"--target", filepath.Join(dir, "no-target"), "--data", filepath.Join(dir, "no-data"), "--out", out}
+			if c.yaml != "" {
+				p := filepath.Join(dir, "c.yaml")
+				if err := os.WriteFile(p, []byte(c.yaml), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				args = append(args, "--config", p)
+			}
+			err := runTrain(append(args, c.args...))
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("err %v, want %q", err, c.want)
+			}
+			if _, err := os.Stat(out); !os.IsNotExist(err) {
+				t.Fatalf("%s was created", out)
+			}
+		})
+	}
+}
+
+// TestTrainResumeChecks: --resume refuses an output directory with nothing to resume
+// and a checkpoint of another run, naming the differing fields; --resume-anyway
+// continues.
+func TestTrainResumeChecks(t *testing.T) {
+	targetDir, dataPath := trainFixture(t)
+	out := filepath.Join(t.TempDir(), "run")
+	common := []string{"--target", targetDir, "--data", dataPath, "--out", out, "--progress", "off", "--plot=false",
+		"--drafter.block-size", "4", "--drafter.anchors", "4", "--data.batch-size", "2", "--data.max-len", "300", "--steps", "4"}
+	err := runTrain(append([]string{"--resume"}, common...))
+	if err == nil || !strings.Contains(err.Error(), "--resume: nothing to resume from") {
+		t.Fatalf("resume of nothing: %v", err)
+	}
+	if err := runTrain(append([]string{"--stop-at", "2"}, common...)); err != nil {
+		t.Fatal(err)
+	}
+	err = runTrain(append(common, "--resume", "--drafter.block-size", "8", "--data.max-len", "200"))
+	for _, want := range []string{"belongs to another run", "drafter.block-size: checkpoint 4, now 8", "--resume-anyway"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Fatalf("err %v lacks %q", err, want)
+		}
+	}
+	other := filepath.Join(t.TempDir(), "other.jsonl")
+	raw, _ := os.ReadFile(dataPath)
+	lines := strings.SplitAfter(string(raw), "\n")
+	os.WriteFile(other, []byte(strings.Join(lines[:len(lines)-3], "")), 0o644)
+	args := append(common, "--resume")
+	args[3] = other
+	if err := runTrain(args); err == nil || !strings.Contains(err.Error(), "data: checkpoint sha256:") {
+		t.Fatalf("other data: %v", err)
+	}
+	if err := runTrain(append(common, "--resume", "--drafter.block-size", "8", "--resume-anyway")); err != nil {
+		t.Fatalf("resume-anyway: %v", err)
+	}
+}

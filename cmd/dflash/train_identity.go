@@ -1,0 +1,78 @@
+package main
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"dflash/data"
+	"dflash/data/tokenizer"
+	"dflash/model/dflash"
+)
+
+// runIdentity is what makes a training run the same run on resume (train.Hooks.Identity):
+// the drafter's shape and taps, the target, the tokenizer, the data and the split.
+func runIdentity(targetDir, dataArg string, dc *dflash.Config, tok *tokenizer.Tokenizer, nTrain, nEval int) (map[string]string, error) {
+	target, err := hashFiles([]string{filepath.Join(targetDir, "config.json")})
+	if err != nil {
+		return nil, err
+	}
+	data, err := dataIdentity(dataArg)
+	if err != nil {
+		return nil, err
+	}
+	taps := make([]string, len(dc.TargetLayerIDs))
+	for i, l := range dc.TargetLayerIDs {
+		taps[i] = strconv.Itoa(l)
+	}
+	return map[string]string{
+		"drafter.layers":            strconv.Itoa(dc.NumLayers),
+		"drafter.block-size":        strconv.Itoa(dc.BlockSize),
+		"drafter.taps":              strings.Join(taps, ","),
+		"drafter.mask-token-id":     strconv.Itoa(dc.MaskTokenID),
+		"drafter.intermediate-size": strconv.Itoa(dc.IntermediateSize),
+		"target config.json":        target,
+		"tokenizer":                 "sha256:" + tok.Hash(),
+		"data":                      data,
+		"conversations":             fmt.Sprintf("%d train, %d eval", nTrain, nEval),
+	}, nil
+}
+
+// dataIdentity names the data behind --data: a prepared directory by its meta.json
+// (which lists every shard with its size), JSONL input by the content of its files.
+func dataIdentity(arg string) (string, error) {
+	paths, prepared, err := data.InputFiles(arg)
+	if err != nil {
+		return "", err
+	}
+	if prepared {
+		paths = []string{filepath.Join(arg, "meta.json")}
+	}
+	return hashFiles(paths)
+}
+
+// hashFiles returns "sha256:<hex>" of the files' contents, each preceded by its length.
+func hashFiles(paths []string) (string, error) {
+	h := sha256.New()
+	for _, p := range paths {
+		f, err := os.Open(p)
+		if err != nil {
+			return "", err
+		}
+		st, err := f.Stat()
+		if err == nil {
+			fmt.Fprintf(h, "%d\n", st.Size())
+			_, err = io.Copy(h, f)
+		}
+		f.Close()
+		if err != nil {
+			return "", fmt.Errorf("%s: %w", p, err)
+		}
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
+}
