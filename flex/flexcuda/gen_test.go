@@ -11,7 +11,7 @@ __device__ __forceinline__ float flex_score(const FlexArgs &A, float s, int b, i
 func TestSourceSplicesProgramAndSpec(t *testing.T) {
 	for _, name := range []string{"flex_fwd.cu", "flex_bwd.cu"} {
 		t.Run(name, func(t *testing.T) {
-			s := Spec{HeadDim: 128, Group: 4, BlockQ: 128, BlockKV: 128, MaskHash: "abcdef0123456789"}
+			s := Spec{HeadDim: 128, Group: 4, BlockQ: 128, BlockKV: 128, MaskHash: "abcdef0123456789", Fwd: Portable, Bwd: Portable}
 			src, err := Source(name, s, Program{CUDA: causalCUDA})
 			if err != nil {
 				t.Fatal(err)
@@ -33,11 +33,16 @@ func TestSourceSplicesProgramAndSpec(t *testing.T) {
 }
 
 func TestSpecKeyAndValidate(t *testing.T) {
-	a := Spec{HeadDim: 128, Group: 4, BlockQ: 128, BlockKV: 128, MaskHash: "m1"}
+	a := Spec{HeadDim: 128, Group: 4, BlockQ: 128, BlockKV: 128, MaskHash: "m1", Fwd: Hopper, Bwd: Hopper}
 	b := a
 	b.Group = 2
 	if a.Key() == b.Key() {
 		t.Errorf("keys of different GQA groups collide: %s", a.Key())
+	}
+	c := a
+	c.Bwd = Portable
+	if a.Key() == c.Key() {
+		t.Errorf("keys of different backward kernels collide: %s", a.Key())
 	}
 	bad := a
 	bad.HeadDim = 96
@@ -47,20 +52,20 @@ func TestSpecKeyAndValidate(t *testing.T) {
 }
 
 func TestResourcesCheckNamesLimit(t *testing.T) {
-	s := Spec{HeadDim: 256, Group: 1, BlockQ: 128, BlockKV: 128}
+	s := Spec{HeadDim: 256, Group: 1, BlockQ: 128, BlockKV: 128, Fwd: Portable, Bwd: Portable}
 	r := BwdResources(s, 64)
 	r.SmemOptIn = 100 * 1024
 	err := r.Check()
 	if err == nil || !strings.Contains(err.Error(), "shared-memory limit") {
 		t.Fatalf("want a shared-memory limit error, got %v", err)
 	}
-	r = FwdResources(Spec{HeadDim: 128, Group: 1, BlockQ: 128, BlockKV: 128}, 32)
+	r = FwdResources(Spec{HeadDim: 128, Group: 1, BlockQ: 128, BlockKV: 128, Fwd: Hopper, Bwd: Hopper}, 32)
 	r.SmemOptIn = 227 * 1024
-	r.MaxRegs = 255
+	r.MaxRegs = 168 // 384 threads
 	if err := r.Check(); err != nil {
 		t.Fatalf("fwd D128 within limits: %v", err)
 	}
-	r.MaxRegs = 300
+	r.MaxRegs = 171
 	if err := r.Check(); err == nil || !strings.Contains(err.Error(), "register limit") {
 		t.Fatalf("want a register limit error, got %v", err)
 	}
