@@ -50,7 +50,14 @@ typedef unsigned short flex_t; // raw bf16 / fp16 bits
 // by the low bit of blockIdx.x; 0 otherwise.
 __device__ __forceinline__ int flex_bwd_half() { return FLEX_BWD_HALF ? blockIdx.x & 1 : 0; }
 
+// Both CTAs of a kv block compute every dS, so the score program's tensor
+// gradients (the atomicAdd calls of the printed backward, see
+// flex.ScoreProgram.CUDABackward) are added by half 0 only: inside the
+// programs, atomicAdd is gated on the half (a no-op gate without
+// FLEX_BWD_HALF).
+#define atomicAdd(p, v) (flex_bwd_half() == 0 ? atomicAdd(p, v) : 0.f)
 #include "flex_args.cuh"
+#undef atomicAdd
 
 // ---- conversions ----
 __device__ __forceinline__ unsigned flex_pack2(float lo, float hi) {

@@ -147,11 +147,11 @@ func New(cache *jit.Cache, mask *flex.MaskProgram, score *flex.ScoreProgram, cfg
 		"group": strconv.Itoa(spec.Group), "block_q": strconv.Itoa(spec.BlockQ), "block_kv": strconv.Itoa(spec.BlockKV),
 		"mask": short(spec.MaskHash), "score": short(spec.ScoreHash),
 		"fwd": fk.String(), "bwd": bk.String(), "deterministic": strconv.FormatBool(cfg.Deterministic)}
-	fsrc, err := Source(spec.fwdTemplate(), spec, l.program(mask, score, false))
+	fsrc, err := Source(spec, l.program(mask, score, false), false)
 	if err != nil {
 		return nil, err
 	}
-	bsrc, err := Source("flex_bwd.cu", spec, l.program(mask, score, true))
+	bsrc, err := Source(spec, l.program(mask, score, true), true)
 	if err != nil {
 		return nil, err
 	}

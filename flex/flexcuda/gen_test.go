@@ -9,10 +9,10 @@ const causalCUDA = `__device__ __forceinline__ bool flex_mask(const FlexArgs &A,
 __device__ __forceinline__ float flex_score(const FlexArgs &A, float s, int b, int h, int q, int kv) { return s; }`
 
 func TestSourceSplicesProgramAndSpec(t *testing.T) {
-	for _, name := range []string{"flex_fwd.cu", "flex_bwd.cu"} {
-		t.Run(name, func(t *testing.T) {
+	for _, bwd := range []bool{false, true} {
+		t.Run(map[bool]string{false: "fwd", true: "bwd"}[bwd], func(t *testing.T) {
 			s := Spec{HeadDim: 128, Group: 4, BlockQ: 128, BlockKV: 128, MaskHash: "abcdef0123456789", Fwd: Portable, Bwd: Portable}
-			src, err := Source(name, s, Program{CUDA: causalCUDA})
+			src, err := Source(s, Program{CUDA: causalCUDA}, bwd)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -24,7 +24,7 @@ func TestSourceSplicesProgramAndSpec(t *testing.T) {
 			if strings.Contains(src, `#include "flex_common.cuh"`) || strings.Contains(src, "@flex-program") {
 				t.Errorf("include or default program block left in the source")
 			}
-			again, _ := Source(name, s, Program{CUDA: causalCUDA})
+			again, _ := Source(s, Program{CUDA: causalCUDA}, bwd)
 			if again != src {
 				t.Errorf("source not deterministic")
 			}
