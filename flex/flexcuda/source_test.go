@@ -1,6 +1,7 @@
 package flexcuda
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -145,6 +146,35 @@ func TestHalfBackwardGatesTensorGrads(t *testing.T) {
 			}
 			if n, gated := strings.Count(out, "atomicAdd(&"), strings.Count(out, "(flex_bwd_half() == 0 ? atomicAdd(&"); n == 0 || n != gated {
 				t.Errorf("%s: %d of %d score-tensor atomics gated after preprocessing", name, gated, n)
+			}
+		}
+	}
+}
+
+// TestWriteSources writes the generated forward and backward sources of
+// the causal mask, both kernels and every head dimension into the folder
+// $DFLASH_FLEX_WRITE_SOURCES as KERNEL_DIR_dD.cu (hopper_bwd_d128.cu), for
+// nvcc's resource report (scripts/gpu-attn.sh); it skips when unset.
+func TestWriteSources(t *testing.T) {
+	dir := os.Getenv("DFLASH_FLEX_WRITE_SOURCES")
+	if dir == "" {
+		t.Skip("DFLASH_FLEX_WRITE_SOURCES not set")
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []Kernel{Hopper, Portable} {
+		for _, d := range []int{64, 128, 256} {
+			a, err := New(nil, flex.Causal(), nil, Config{HeadDim: d, Fwd: k, Bwd: k})
+			if err != nil {
+				t.Fatal(err)
+			}
+			fsrc, bsrc := a.Sources()
+			for which, src := range map[string]string{"fwd": fsrc, "bwd": bsrc} {
+				f := filepath.Join(dir, fmt.Sprintf("%s_%s_d%d.cu", k, which, d))
+				if err := os.WriteFile(f, []byte(src), 0o644); err != nil {
+					t.Fatal(err)
+				}
 			}
 		}
 	}
