@@ -18,7 +18,7 @@
 // context length and num_valid, and writes the lists in the same launch.
 //
 // Builds alone: nvcc -arch=sm_90 -cubin -DFLEX_DFLASH_BLOCK=16 kernels/flex_blockmask.cu
-#include "flex_common.cuh"
+#include "flex_args.cuh"
 
 #define FLEX_BM_FULLMASK 0xffffffffu
 

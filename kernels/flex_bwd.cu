@@ -7,50 +7,44 @@
 //   dK_j  = scale sum_i dS_ij Q_i                      (flex_bwd_dkdv)
 //   dQ_i  = scale sum_j dS_ij K_j                      (fp32 atomics in dkdv,
 //                             or FLEX_DQ_ATOMIC 0: flex_bwd_dq, no atomics)
-// flex_bwd_dkdv: one CTA per (kv block, kv head, batch); each warp owns 16 kv
-// rows. It loops over the query heads of its GQA group and, per head, over
-// the q blocks of the transposed (q-side) lists, accumulating dK and dV for
-// the whole group in registers: no K/V copies, no atomics for dK/dV.
+// flex_bwd_dkdv here is the portable kernel (mma.sync, sm_80 and later;
+// FLEX_BWD_WG 1 selects the Hopper one, flex_bwd_wg.cuh): one CTA per (kv
+// block, kv head, batch) on the grid (kv heads, kv blocks, batch), so that
+// the heaviest kv blocks (lowest index under causal-like masks) of every
+// head are dispatched first; each warp owns 16 kv rows. It loops over the
+// query heads of its GQA group and, per head, over the q blocks of the
+// transposed (q-side) lists, accumulating dK and dV for the whole group in
+// registers: no K/V copies. With GQA, FLEX_BWD_SPLIT gives each query head
+// its own CTA instead (see below).
 // A score program score'(s) enters as P = exp(score'(s) - lse) and
 // dS = P (dP - Dlt) score''(s); its tensors' gradients are added atomically.
 //
-// Builds alone: nvcc -arch=sm_90 -Xptxas -v -cubin kernels/flex_bwd.cu
+// Tiles (flex/flexcuda Spec.defines): FLEX_BWD_NT threads of flex_bwd_dkdv,
+// FLEX_BMQ q rows per stage, FLEX_BWD_PRE_ROWS rows per CTA of flex_bwd_pre;
+// FLEX_BWD_SPLIT:
+//   0: one CTA per kv head;
+//   1 (GQA): one CTA per (kv block, query head), so a heavy kv block's work
+//      is spread over FLEX_GROUP CTAs; dK and dV are then added with fp32
+//      atomics into zeroed workspaces (dK, dV arguments are float*) that
+//      flex_bwd_dq_convert turns into the storage type;
+//   2 (deterministic, GQA): the same grid, but each CTA stores its query
+//      head's fp32 dK, dV into its own slice of [FLEX_GROUP][batch][kv heads]
+//      [lenkv][D] workspaces (every element written once, no atomics), and
+//      flex_bwd_group_sum adds the slices in a fixed order.
 #include "flex_common.cuh"
 
-
-#ifndef FLEX_BMQ
-#define FLEX_BMQ (FLEX_D >= 256 ? 32 : 64) // q rows per stage in flex_bwd_dkdv
-#endif
-#ifndef FLEX_DQ_ATOMIC
-// 1: dkdv also adds dQ with fp32 atomics; 0 (the deterministic backward):
-// a separate q-parallel pass flex_bwd_dq (flex_bwd_dq.cuh) writes dQ.
-#define FLEX_DQ_ATOMIC 1
-#endif
-#ifndef FLEX_BWD_ORDER
-// 0: grid (kv blocks, kv heads, batch); 1 (v4): grid (kv heads, kv blocks,
-// batch), so that the heaviest kv blocks (lowest index under causal-like
-// masks) of every head of a sequence are dispatched first.
-#define FLEX_BWD_ORDER 0
-#endif
-#ifndef FLEX_BWD_SPLIT
-// 1 (v4, GQA only): one CTA per (kv block, query head) instead of per kv
-// head, so a heavy kv block's work is spread over FLEX_GROUP CTAs; dK and dV
-// are then added with fp32 atomics into zeroed workspaces (dK, dV arguments
-// are float*) that flex_bwd_dq_convert turns into the storage type.
-// 2 (deterministic, GQA only): the same grid, but each CTA stores its query
-// head's fp32 dK, dV into its own slice of [FLEX_GROUP][batch][kv heads]
-// [lenkv][D] workspaces (every element written once, no atomics), and
-// flex_bwd_group_sum adds the slices in a fixed order.
-#define FLEX_BWD_SPLIT 0
+#if !defined(FLEX_BWD_WG) || !defined(FLEX_BWD_NT) || !defined(FLEX_BMQ) || !defined(FLEX_BWD_PRE_ROWS) || \
+    !defined(FLEX_BWD_SPLIT) || !defined(FLEX_DQ_ATOMIC)
+#error "flex_bwd.cu: FLEX_BWD_WG, FLEX_BWD_NT, FLEX_BMQ, FLEX_BWD_PRE_ROWS, FLEX_BWD_SPLIT and FLEX_DQ_ATOMIC come from the generator (flex/flexcuda)"
 #endif
 #if FLEX_BWD_SPLIT
 typedef float flex_dkv_t;
 #else
 typedef flex_t flex_dkv_t;
 #endif
-#define FLEX_BWD_WARPS (FLEX_BKV / 16)
-#define FLEX_BWD_NT (FLEX_BWD_WARPS * 32)
+#define FLEX_BWD_WARPS (FLEX_BWD_NT / 32)
 static_assert(FLEX_BQ % FLEX_BMQ == 0, "q block must be a multiple of BMQ");
+static_assert(FLEX_BWD_PRE_ROWS * (FLEX_D / 8) == 256, "flex_bwd_pre: 256 threads, one per 8 elements of a row");
 
 // flex_bwd_pre computes Dlt = rowsum(dO * O) in fp32 for every row, and
 // zeroes the fp32 dQ accumulator when dqacc is not null.
@@ -59,7 +53,7 @@ extern "C" __global__ void __launch_bounds__(256)
                  float *__restrict__ Dlt, float *__restrict__ dqacc,
                  long long rows) {
   constexpr int CH = FLEX_D / 8;
-  constexpr int RPB = 256 / CH; // rows per CTA
+  constexpr int RPB = FLEX_BWD_PRE_ROWS; // rows per CTA
   const int tid = threadIdx.x;
   const long long row = (long long)blockIdx.x * RPB + tid / CH;
   const int c = tid % CH;
@@ -105,13 +99,43 @@ __device__ __forceinline__ void flex_load_vec(float *sm, const float *g,
   }
 }
 
-#ifndef FLEX_BWD_WG
-// 1 (v6, sm_90a): flex_bwd_dkdv on warpgroup MMA (flex_bwd_wg.cuh).
-#define FLEX_BWD_WG 0
-#endif
+// flex_bwd_recompute computes the backward's S and dP products for a warp's
+// 16 rows [wrow, +16) of A1 and A2 and the NTILE*8 rows of B1 and B2 (all
+// swizzled [rows][FLEX_D] tiles, k = the head dimension), fp32:
+//   s = A1 B1^T,  dp = A2 B2^T
+// flex_bwd_dkdv: S^T = K Q^T, dP^T = V dO^T; flex_bwd_dq: S = Q K^T, dP = dO V^T.
+template <int NTILE>
+__device__ __forceinline__ void flex_bwd_recompute(float (&s)[NTILE][4], float (&dp)[NTILE][4],
+                                                   const flex_t *a1, const flex_t *b1,
+                                                   const flex_t *a2, const flex_t *b2,
+                                                   int wrow, int lane) {
+#pragma unroll
+  for (int n = 0; n < NTILE; n++)
+#pragma unroll
+    for (int e = 0; e < 4; e++)
+      s[n][e] = dp[n][e] = 0.f;
+#pragma unroll
+  for (int kk = 0; kk < FLEX_D / 16; kk++) {
+    unsigned a[4], a2f[4];
+    flex_ldm_x4(a[0], a[1], a[2], a[3], flex_a_addr(a1, wrow, kk * 16, lane));
+    flex_ldm_x4(a2f[0], a2f[1], a2f[2], a2f[3], flex_a_addr(a2, wrow, kk * 16, lane));
+#pragma unroll
+    for (int n = 0; n < NTILE; n += 2) {
+      unsigned bb[4];
+      flex_ldm_x4(bb[0], bb[1], bb[2], bb[3], flex_bn_addr(b1, n * 8, kk * 16, lane));
+      flex_mma(s[n], a, bb);
+      flex_mma(s[n + 1], a, bb + 2);
+      flex_ldm_x4(bb[0], bb[1], bb[2], bb[3], flex_bn_addr(b2, n * 8, kk * 16, lane));
+      flex_mma(dp[n], a2f, bb);
+      flex_mma(dp[n + 1], a2f, bb + 2);
+    }
+  }
+}
+
 #if FLEX_BWD_WG
 #include "flex_bwd_wg.cuh"
 #else
+static_assert(FLEX_BWD_WARPS * 16 == FLEX_BKV, "a warp per 16 kv rows");
 extern "C" __global__ void __launch_bounds__(FLEX_BWD_NT)
     flex_bwd_dkdv(FLEX_DKDV_PARAMS FLEX_ARG_PARAMS) {
   const FlexArgs args = {{FLEX_ARG_VALUES}};
@@ -135,11 +159,8 @@ extern "C" __global__ void __launch_bounds__(FLEX_BWD_NT)
   const int kb = blockIdx.y, b = blockIdx.z;
   const int g0 = blockIdx.x % FLEX_GROUP, hk = blockIdx.x / FLEX_GROUP;
   const int g1 = g0 + 1;
-#elif FLEX_BWD_ORDER
-  const int kb = blockIdx.y, hk = blockIdx.x, b = blockIdx.z;
-  const int g0 = 0, g1 = FLEX_GROUP;
 #else
-  const int kb = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
+  const int kb = blockIdx.y, hk = blockIdx.x, b = blockIdx.z;
   const int g0 = 0, g1 = FLEX_GROUP;
 #endif
   const int kv0 = kb * BKV;
@@ -190,30 +211,7 @@ extern "C" __global__ void __launch_bounds__(FLEX_BWD_NT)
 
       // S^T = K Q^T and dP^T = V dO^T for this warp's 16 kv rows.
       float s[NTILE][4], dp[NTILE][4];
-#pragma unroll
-      for (int n = 0; n < NTILE; n++)
-#pragma unroll
-        for (int e = 0; e < 4; e++)
-          s[n][e] = dp[n][e] = 0.f;
-#pragma unroll
-      for (int kk = 0; kk < D / 16; kk++) {
-        unsigned a[4], av[4];
-        flex_ldm_x4(a[0], a[1], a[2], a[3], flex_a_addr(sK, wrow, kk * 16, lane));
-        flex_ldm_x4(av[0], av[1], av[2], av[3],
-                    flex_a_addr(sV, wrow, kk * 16, lane));
-#pragma unroll
-        for (int n = 0; n < NTILE; n += 2) {
-          unsigned bb[4];
-          flex_ldm_x4(bb[0], bb[1], bb[2], bb[3],
-                      flex_bn_addr(cQ, n * 8, kk * 16, lane));
-          flex_mma(s[n], a, bb);
-          flex_mma(s[n + 1], a, bb + 2);
-          flex_ldm_x4(bb[0], bb[1], bb[2], bb[3],
-                      flex_bn_addr(cdO, n * 8, kk * 16, lane));
-          flex_mma(dp[n], av, bb);
-          flex_mma(dp[n + 1], av, bb + 2);
-        }
-      }
+      flex_bwd_recompute<NTILE>(s, dp, sK, cQ, sV, cdO, wrow, lane);
       // P^T and dS^T, element (kv row c0/c1, q column).
 #pragma unroll
       for (int n = 0; n < NTILE; n++) {

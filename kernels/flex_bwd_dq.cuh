@@ -10,13 +10,16 @@
 // stage of FLEX_DQ_BN rows and accumulates dQ in registers; every dQ element
 // is written once by one thread in a fixed order: no atomics, so two runs
 // give the same bits. K and V are double-buffered with cp.async.
+//
+// Tiles (flex/flexcuda Spec.defines): FLEX_DQ_NT threads, FLEX_DQ_BN kv rows
+// per stage.
 #pragma once
 
-#ifndef FLEX_DQ_BN
-#define FLEX_DQ_BN (FLEX_D >= 256 ? 32 : 64) // kv rows per stage
+#if !defined(FLEX_DQ_NT) || !defined(FLEX_DQ_BN)
+#error "flex_bwd_dq.cuh: FLEX_DQ_NT and FLEX_DQ_BN come from the generator (flex/flexcuda)"
 #endif
-#define FLEX_DQ_NT (FLEX_BQ / 16 * 32)
 static_assert(FLEX_BKV % FLEX_DQ_BN == 0, "kv block must be a multiple of FLEX_DQ_BN");
+static_assert(FLEX_DQ_NT / 32 * 16 == FLEX_BQ, "a warp per 16 q rows");
 
 extern "C" __global__ void __launch_bounds__(FLEX_DQ_NT)
     flex_bwd_dq(const flex_t *__restrict__ Q, const flex_t *__restrict__ K,
@@ -96,30 +99,7 @@ extern "C" __global__ void __launch_bounds__(FLEX_DQ_NT)
 
     // S = Q K^T and dP = dO V^T for this warp's 16 rows x BN kv columns.
     float s[NTILE][4], dp[NTILE][4];
-#pragma unroll
-    for (int n = 0; n < NTILE; n++)
-#pragma unroll
-      for (int e = 0; e < 4; e++)
-        s[n][e] = dp[n][e] = 0.f;
-#pragma unroll
-    for (int kk = 0; kk < D / 16; kk++) {
-      unsigned a[4], ad[4];
-      flex_ldm_x4(a[0], a[1], a[2], a[3], flex_a_addr(sQ, wrow, kk * 16, lane));
-      flex_ldm_x4(ad[0], ad[1], ad[2], ad[3],
-                  flex_a_addr(sdO, wrow, kk * 16, lane));
-#pragma unroll
-      for (int n = 0; n < NTILE; n += 2) {
-        unsigned bb[4];
-        flex_ldm_x4(bb[0], bb[1], bb[2], bb[3],
-                    flex_bn_addr(cK, n * 8, kk * 16, lane));
-        flex_mma(s[n], a, bb);
-        flex_mma(s[n + 1], a, bb + 2);
-        flex_ldm_x4(bb[0], bb[1], bb[2], bb[3],
-                    flex_bn_addr(cV, n * 8, kk * 16, lane));
-        flex_mma(dp[n], ad, bb);
-        flex_mma(dp[n + 1], ad, bb + 2);
-      }
-    }
+    flex_bwd_recompute<NTILE>(s, dp, sQ, cK, sdO, cV, wrow, lane);
     // dS, element (q row r0/r1, kv column), packed as the A operand of dQ.
     unsigned pk[BN / 16][4];
 #pragma unroll

@@ -1,6 +1,7 @@
-// flex_bwd_wg.cuh: flex_bwd_dkdv on Hopper warpgroup MMA (v6; sm_90a),
-// included by flex_bwd.cu when FLEX_BWD_WG is 1. Same parameters, grid and
-// results as the mma.sync kernel there (atomic dQ; FLEX_BWD_SPLIT 0 or 1).
+// flex_bwd_wg.cuh: flex_bwd_dkdv on Hopper warpgroup MMA (sm_90a), the
+// Hopper backward, included by flex_bwd.cu when FLEX_BWD_WG is 1. Same
+// parameters, grid and results as the portable kernel there (atomic dQ;
+// FLEX_BWD_SPLIT 0 or 1).
 //
 // One CTA per kv block of 128 rows; warpgroup w owns kv rows [64w, 64w+64).
 // Per q tile of FLEX_BMQ rows (64; 32 at head dim 256), in cp.async stages:
@@ -14,21 +15,28 @@
 //                                         takes columns [64w,+64), D 64: kv
 //                                         rows [64w,+64); fp32 vector
 //                                         atomics into dQacc
-// Head dim 256: dK and dV of 64 kv rows x 256 would take 256 registers per
-// thread, so two CTAs share each kv block, CTA half hd computing dK, dV and
-// dQ for columns [128hd, 128hd+128); both compute the full S^T and dP^T.
+// FLEX_BWD_HALF (head dim 256): dK and dV of 64 kv rows x 256 would take 256
+// registers per thread, so two CTAs share each kv block, CTA half hd
+// (flex_bwd_half) computing dK, dV and dQ for columns [128hd, 128hd+128);
+// both compute the full S^T, dP^T and dS^T, and only half 0 adds the score
+// tensors' gradients (flex_common.cuh).
+//
+// Tiles (flex/flexcuda Spec.defines): FLEX_BMQ q rows per tile, FLEX_BWD_STAGES
+// Q/dO stages, FLEX_BWD_DS_BUFS dS^T buffers. Tuning switches:
+// FLEX_BWD_DQ_COLS (head dim 64: dQ split between the warpgroups by columns,
+// else by kv rows), FLEX_BWD_TWO_PATHS (P^T of full tiles without the mask
+// program).
 #pragma once
 #include "flex_wgmma.cuh"
 
-static_assert(FLEX_D == 64 || FLEX_D == 128 || FLEX_D == 256, "v6 backward: head dim 64, 128 or 256");
-static_assert(FLEX_BKV == 128 && FLEX_BMQ == (FLEX_D == 256 ? 32 : 64), "v6 backward: kv block 128, q tile 64 (32 at head dim 256)");
-static_assert(FLEX_DQ_ATOMIC && FLEX_BWD_SPLIT != 2, "v6 backward: atomic dQ only");
-#ifndef FLEX_BWD_DQ_COLS
-#define FLEX_BWD_DQ_COLS 1 // D 64: dQ split between the warpgroups by columns
+#if !defined(FLEX_BWD_STAGES) || !defined(FLEX_BWD_DS_BUFS) || !defined(FLEX_BWD_DQ_COLS) || !defined(FLEX_BWD_TWO_PATHS)
+#error "flex_bwd_wg.cuh: FLEX_BWD_STAGES, FLEX_BWD_DS_BUFS, FLEX_BWD_DQ_COLS and FLEX_BWD_TWO_PATHS come from the generator (flex/flexcuda)"
 #endif
-#ifndef FLEX_BWD_TWO_PATHS
-#define FLEX_BWD_TWO_PATHS 1 // P^T of full tiles without the mask program
-#endif
+static_assert(FLEX_D == 64 || FLEX_D == 128 || FLEX_D == 256, "Hopper backward: head dim 64, 128 or 256");
+static_assert(FLEX_BKV == 128 && FLEX_BWD_NT == 256 && (FLEX_BMQ == 32 || FLEX_BMQ == 64), "Hopper backward: kv block 128, two warpgroups, q tile 32 or 64");
+static_assert(FLEX_D >> FLEX_BWD_HALF <= 128, "Hopper backward: dK and dV of at most 128 columns per CTA fit the registers");
+static_assert(FLEX_DQ_ATOMIC && FLEX_BWD_SPLIT != 2, "Hopper backward: atomic dQ only");
+static_assert(FLEX_BWD_DS_BUFS == (FLEX_BWD_HALF ? 1 : 2), "Hopper backward: dQ of a tile at the top of the next one needs two dS^T buffers");
 
 // flex_red2 adds (x, y) to p[0], p[1] in one fp32 vector reduction.
 __device__ __forceinline__ void flex_red2(float *p, float x, float y) {
@@ -40,10 +48,10 @@ extern "C" __global__ void __launch_bounds__(256, 1)
   const FlexArgs args = {{FLEX_ARG_VALUES}};
   constexpr int D = FLEX_D, BKV = FLEX_BKV, BM = FLEX_BMQ, NT = 256;
   constexpr int NTILE = BM / 8, SUB = FLEX_BQ / BM;
-  constexpr bool HALF = D == 256;  // two CTAs per kv block, one per half of D
-  constexpr int DD = HALF ? D / 2 : D; // dK, dV, dQ columns of this CTA
-  constexpr int NSTG = HALF ? 2 : 3;   // Q/dO stages (shared memory)
-  constexpr int NSDS = HALF ? 1 : 2;   // dS^T buffers
+  constexpr bool HALF = FLEX_BWD_HALF;   // two CTAs per kv block, one per half of D
+  constexpr int DD = HALF ? D / 2 : D;   // dK, dV, dQ columns of this CTA
+  constexpr int NSTG = FLEX_BWD_STAGES;  // Q/dO stages (shared memory)
+  constexpr int NSDS = FLEX_BWD_DS_BUFS; // dS^T buffers
 
   extern __shared__ __align__(1024) unsigned char flex_smem_raw[];
   unsigned char *flex_smem = flex_smem_raw + ((1024 - (flex_smem_addr(flex_smem_raw) & 1023)) & 1023);
@@ -60,7 +68,7 @@ extern "C" __global__ void __launch_bounds__(256, 1)
   const int wq = (tid >> 5) & 3;
   const int heads_kv = heads_q / FLEX_GROUP;
 #if FLEX_BWD_SPLIT
-  // Grid (heads, kv blocks, batch) as v4: kv block 0 (heaviest under causal
+  // Grid (heads, kv blocks, batch) as the portable kernel: kv block 0 (heaviest under causal
   // masks) of every head first.
   // (head dim 256: x is twice as long, its low bit the half of D)
   const int hx = HALF ? blockIdx.x >> 1 : blockIdx.x;
@@ -71,7 +79,7 @@ extern "C" __global__ void __launch_bounds__(256, 1)
   const int kb = blockIdx.y, hk = HALF ? blockIdx.x >> 1 : blockIdx.x, b = blockIdx.z;
   const int g0 = 0, g1 = FLEX_GROUP;
 #endif
-  const int hd = HALF ? blockIdx.x & 1 : 0;
+  const int hd = flex_bwd_half();
   const int kv0 = kb * BKV;
   const int rl0 = wg * 64 + wq * 16 + (lane >> 2); // this thread's kv rows in the block
   const int c0 = kv0 + rl0, c1 = c0 + 8;

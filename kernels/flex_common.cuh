@@ -1,31 +1,23 @@
 // flex_common.cuh holds the pieces shared by the flex attention kernels:
-// specialisation constants, the argument block the mask and score programs
-// read, the default programs (replaced by generated code), and tensor-core
-// helpers (ldmatrix, mma.sync m16n8k16, cp.async, bf16/fp16 packing).
+// the specialisation constants, the parameter lists, the argument block and
+// programs (flex_args.cuh), and tensor-core helpers (ldmatrix, mma.sync
+// m16n8k16, cp.async, warpgroup MMA, TMA, bf16/fp16 packing).
 //
 // No CUDA headers are included so the same text compiles under nvcc and
-// NVRTC alike. The Go generator (package flex/flexcuda) prepends #defines for
-// the specialisation and a program block that defines FLEX_PROGRAM_DEFINED.
+// NVRTC alike. The Go generator (package flex/flexcuda) prepends a #define
+// for every specialisation and tile constant (Spec.defines, the one place
+// they are chosen) and replaces the program block of flex_args.cuh.
 #pragma once
 
 // ---- specialisation (structural only; lengths and batch are run-time) ----
-#ifndef FLEX_D
-#define FLEX_D 128 // head dimension: 64, 128 or 256
-#endif
-#ifndef FLEX_FP16
-#define FLEX_FP16 0 // 0: bf16 storage, 1: fp16 storage
-#endif
-#ifndef FLEX_GROUP
-#define FLEX_GROUP 1 // query heads per kv head (GQA)
-#endif
-#ifndef FLEX_BQ
-#define FLEX_BQ 128 // BlockMask q-block rows (forward CTA tile)
-#endif
-#ifndef FLEX_BKV
-#define FLEX_BKV 128 // BlockMask kv-block columns
-#endif
-#ifndef FLEX_HAS_SCORE
-#define FLEX_HAS_SCORE 0 // 1 when the score program is not the identity
+// FLEX_D head dimension (64, 128, 256); FLEX_FP16 1: fp16 storage, 0: bf16;
+// FLEX_GROUP query heads per kv head (GQA); FLEX_BQ, FLEX_BKV the
+// BlockMask's q and kv blocks; FLEX_HAS_SCORE 1 unless the score program is
+// the identity; FLEX_BWD_HALF 1 when the Hopper backward splits the head
+// dimension over two CTAs per kv block (head dim 256).
+#if !defined(FLEX_D) || !defined(FLEX_FP16) || !defined(FLEX_GROUP) || !defined(FLEX_BQ) || \
+    !defined(FLEX_BKV) || !defined(FLEX_HAS_SCORE) || !defined(FLEX_BWD_HALF)
+#error "flex_common.cuh: FLEX_D, FLEX_FP16, FLEX_GROUP, FLEX_BQ, FLEX_BKV, FLEX_HAS_SCORE and FLEX_BWD_HALF come from the generator (flex/flexcuda)"
 #endif
 
 #define FLEX_LOG2E 1.4426950408889634f
@@ -34,23 +26,6 @@
 
 typedef unsigned short flex_t; // raw bf16 / fp16 bits
 
-// FlexArgs is the run-time argument block of the mask and score programs:
-// FLEX_NARGS 8-byte slots that arrive as separate kernel parameters
-// (FLEX_ARG_PARAMS) so that any launcher passing 8-byte values can fill them.
-// The generator (package flex/flexcuda) lays them out: device pointers of the
-// tensors first, then int scalars, tensor dimensions and float scalars packed
-// two 32-bit words per slot (low word first), then, in the backward only, the
-// gradient pointers of float tensors read by the score program.
-#ifndef FLEX_NARGS
-#define FLEX_NARGS 0
-#endif
-#if FLEX_NARGS == 0
-#define FLEX_ARG_PARAMS
-#define FLEX_ARG_VALUES 0ull
-#endif
-struct FlexArgs {
-  unsigned long long s[FLEX_NARGS > 0 ? FLEX_NARGS : 1];
-};
 // The parameters of flex_fwd and flex_bwd_dkdv, shared by every version of
 // each kernel (the Go launcher fills them in this order, then the slots).
 #define FLEX_FWD_PARAMS                                                        \
@@ -70,31 +45,19 @@ struct FlexArgs {
       const int *__restrict__ fullq_idx, int heads_q, int lenq, int lenkv,     \
       int bm_batch, int bm_heads, int nqb, int nkvb, float scale
 
-// flex_lo and flex_hi read the low and high 32-bit words of slot i.
-#define flex_lo(A, i) ((int)(unsigned)((A).s[i]))
-#define flex_hi(A, i) ((int)(unsigned)((A).s[i] >> 32))
+// flex_bwd_half is the half of the head dimension whose dK, dV and dQ this
+// CTA computes: with FLEX_BWD_HALF two CTAs share each kv block, told apart
+// by the low bit of blockIdx.x; 0 otherwise.
+__device__ __forceinline__ int flex_bwd_half() { return FLEX_BWD_HALF ? blockIdx.x & 1 : 0; }
 
-// @flex-program-begin (the generator replaces this block with the programs)
-#ifndef FLEX_PROGRAM_DEFINED
-// Default programs: a causal mask with bottom-right alignment off (kv <= q)
-// and the identity score. Generated code replaces this block.
-__device__ __forceinline__ bool flex_mask(const FlexArgs &A, int b, int h,
-                                          int q, int kv) {
-  return kv <= q;
-}
-__device__ __forceinline__ float flex_score(const FlexArgs &A, float s, int b,
-                                            int h, int q, int kv) {
-  return s;
-}
-// flex_score_grad returns g * d score'/d s (and adds the gradients of the
-// score program's float tensors); the identity's derivative is 1.
-__device__ __forceinline__ float flex_score_grad(const FlexArgs &A, float s,
-                                                 float g, int b, int h, int q,
-                                                 int kv) {
-  return g;
-}
-#endif
-// @flex-program-end
+// Both CTAs of a kv block compute every dS, so the score program's tensor
+// gradients (the atomicAdd calls of the printed backward, see
+// flex.ScoreProgram.CUDABackward) are added by half 0 only: inside the
+// programs, atomicAdd is gated on the half (a no-op gate without
+// FLEX_BWD_HALF).
+#define atomicAdd(p, v) (flex_bwd_half() == 0 ? atomicAdd(p, v) : 0.f)
+#include "flex_args.cuh"
+#undef atomicAdd
 
 // ---- conversions ----
 __device__ __forceinline__ unsigned flex_pack2(float lo, float hi) {
@@ -170,7 +133,7 @@ __device__ __forceinline__ void flex_load_tile(flex_t *sm, const flex_t *g,
   }
 }
 
-// ---- wgmma tiles (v6 kernels) ----
+// ---- wgmma tiles (Hopper kernels) ----
 // A tile of 16-bit elements stored as [cols/64][ROWS][64] with the 128-byte
 // swizzle that the warpgroup MMA's shared-memory descriptors describe
 // (flex_wgmma.cuh): every row of a 64-column atom is 128 bytes, and its
@@ -198,7 +161,7 @@ __device__ __forceinline__ void flex_wg_load(flex_t *sm, const flex_t *g,
   }
 }
 
-// ---- warpgroup MMA (v6 kernels, sm_90a; flex_wgmma.cuh has the wrappers) ----
+// ---- warpgroup MMA (Hopper kernels, sm_90a; flex_wgmma.cuh has the wrappers) ----
 // Shared-memory operands are described by flex_wg_desc: 128-byte swizzle,
 // tiles stored as [cols/64][rows][64] 16-bit elements, 16-byte chunk c of
 // row r at chunk c ^ (r & 7), every 8-row group 1024 bytes, atoms aligned
@@ -233,7 +196,7 @@ __device__ __forceinline__ void flex_wg_keep(const unsigned (&a)[4]) {
   asm volatile("" ::"r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]));
 }
 
-// ---- tensor memory access and mbarriers (v7 kernels, sm_90a) ----
+// ---- tensor memory access and mbarriers (Hopper forward, sm_90a) ----
 // FlexTmap is a CUtensorMap (cuTensorMapEncodeTiled), passed by value as a
 // __grid_constant__ kernel parameter; the copy engine reads it there.
 struct __align__(64) FlexTmap {

@@ -1,68 +1,40 @@
-// flex_fwd.cu: block-sparse flex attention forward (FlashAttention-2 style).
+// flex_fwd.cu: block-sparse flex attention forward (FlashAttention-2 style)
+// on mma.sync: the portable kernel, sm_80 and later.
 //
 //   out[b,h,i,:] = sum_j softmax_j(score(q_i . k_j * scale) | mask) v_j
 //   lse[b,h,i]   = log sum_{j allowed} exp(score(q_i . k_j * scale))
 //
 // One CTA computes FLEX_BQ query rows of one (batch, query head); each warp
-// owns 16 (v3) or 32 (v4, FLEX_FWD_MT 2) rows. It visits only the non-empty kv blocks of its q block: the
-// partial list (mask evaluated per element) then the full list (no mask).
-// K and V tiles of FLEX_BN rows are double-buffered with cp.async; S = Q K^T
-// and O += P V run on mma.sync m16n8k16 with fp32 accumulation; softmax is
-// online in the log2 domain. Rows with no allowed key get out 0, lse -inf.
-// GQA: query head h reads kv head h / FLEX_GROUP (no copies).
+// owns FLEX_FWD_MT tiles of 16 rows (two reuse every K and V fragment read
+// from shared memory). The grid is (heads x batch, q blocks), the heaviest
+// q blocks of every head dispatched first. A CTA visits only the non-empty
+// kv blocks of its q block: the partial list (mask evaluated per element)
+// then the full list (no mask). K and V tiles of FLEX_FWD_BN rows are
+// double-buffered with cp.async; S = Q K^T and O += P V run on mma.sync
+// m16n8k16 with fp32 accumulation; softmax is online in the log2 domain.
+// Rows with no allowed key get out 0, lse -inf. GQA: query head h reads kv
+// head h / FLEX_GROUP (no copies).
 //
-// Builds alone: nvcc -arch=sm_90 -Xptxas -v -cubin kernels/flex_fwd.cu
+// Tiles (flex/flexcuda Spec.defines): FLEX_FWD_NT threads, FLEX_FWD_MT row
+// tiles per warp, FLEX_FWD_BN kv rows per stage, FLEX_FWD_QREGS 1 to keep
+// Q's fragments in registers.
 #include "flex_common.cuh"
 
-#ifndef FLEX_FWD_MT
-// m16 row tiles per warp: 2 (v4, FA2-style 32 rows per warp) reuses every K
-// and V fragment read from shared memory for two row tiles; 1 is v3.
-#define FLEX_FWD_MT 1
+#if !defined(FLEX_FWD_NT) || !defined(FLEX_FWD_MT) || !defined(FLEX_FWD_BN) || !defined(FLEX_FWD_QREGS)
+#error "flex_fwd.cu: FLEX_FWD_NT, FLEX_FWD_MT, FLEX_FWD_BN and FLEX_FWD_QREGS come from the generator (flex/flexcuda)"
 #endif
-#ifndef FLEX_FWD_ORDER
-// 0: grid (q blocks, heads, batch); 1: grid (heads x batch, q blocks) so that
-// the heaviest q blocks of every head are dispatched first.
-#define FLEX_FWD_ORDER 0
-#endif
-#ifndef FLEX_FWD_PACKP
-// 1 (v5): P is packed into bf16/fp16 pairs (the A fragments of the PV mma)
-// right after exp2, so the fp32 scores of a row tile die before the next row
-// tile's are computed: half the live registers of S.
-#define FLEX_FWD_PACKP 0
-#endif
-#ifndef FLEX_BN
-// kv rows per pipeline stage (v2: 128 at D=128 measured 1.29 vs 1.56 ms;
-// 64 with two row tiles per warp, whose S and O accumulators double)
-#define FLEX_BN                                                                \
-  (FLEX_D >= 256 ? 32 : (FLEX_D == 128 && FLEX_FWD_MT == 1 ? 128 : 64))
-#endif
-#ifndef FLEX_FWD_BNC
-// kv columns per softmax step inside a stage (v5: 32 of a 64-row stage, so
-// the S accumulators of two row tiles fit beside O without spilling while a
-// stage still costs one barrier per 64 kv rows)
-#define FLEX_FWD_BNC FLEX_BN
-#endif
-static_assert(FLEX_BN % FLEX_FWD_BNC == 0 && FLEX_FWD_BNC % 16 == 0, "BNC must divide BN");
 #define FLEX_FWD_ROWS (16 * FLEX_FWD_MT) // q rows per warp
-#define FLEX_FWD_WARPS (FLEX_BQ / FLEX_FWD_ROWS)
-#define FLEX_FWD_NT (FLEX_FWD_WARPS * 32)
 
-static_assert(FLEX_BKV % FLEX_BN == 0, "kv block must be a multiple of BN");
+static_assert(FLEX_BKV % FLEX_FWD_BN == 0 && FLEX_FWD_BN % 16 == 0, "kv block must be a multiple of BN");
 static_assert(FLEX_D % 64 == 0, "head dim must be a multiple of 64");
-static_assert(FLEX_BQ % FLEX_FWD_ROWS == 0, "q block must be a multiple of the warp rows");
-
-// Q held in registers only for D <= 64 (register pressure above).
-#ifndef FLEX_Q_REGS
-#define FLEX_Q_REGS (FLEX_D <= 64)
-#endif
+static_assert(FLEX_FWD_NT / 32 * FLEX_FWD_ROWS == FLEX_BQ, "the warps' rows must make the q block");
 
 extern "C" __global__ void __launch_bounds__(FLEX_FWD_NT)
     flex_fwd(FLEX_FWD_PARAMS FLEX_ARG_PARAMS) {
   const FlexArgs args = {{FLEX_ARG_VALUES}};
-  constexpr int D = FLEX_D, BQ = FLEX_BQ, BN = FLEX_BN, NT = FLEX_FWD_NT;
+  constexpr int D = FLEX_D, BQ = FLEX_BQ, BN = FLEX_FWD_BN, NT = FLEX_FWD_NT;
   constexpr int MT = FLEX_FWD_MT;
-  constexpr int BNC = FLEX_FWD_BNC;
-  constexpr int NTILE = BNC / 8; // n8 tiles of S per row tile and step
+  constexpr int NTILE = BN / 8; // n8 tiles of S per row tile
   constexpr int DT = D / 8;     // n8 tiles of O per row tile
   constexpr int SUB = FLEX_BKV / BN;
 
@@ -74,12 +46,8 @@ extern "C" __global__ void __launch_bounds__(FLEX_FWD_NT)
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   // Heaviest q blocks (largest index under causal-like masks) start first.
-#if FLEX_FWD_ORDER
   const int qb = gridDim.y - 1 - blockIdx.y;
   const int h = blockIdx.x % heads_q, b = blockIdx.x / heads_q;
-#else
-  const int qb = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, b = blockIdx.z;
-#endif
   const int hk = h / FLEX_GROUP;
   const int heads_kv = heads_q / FLEX_GROUP;
   const int q0 = qb * BQ;
@@ -119,14 +87,14 @@ extern "C" __global__ void __launch_bounds__(FLEX_FWD_NT)
   const int rbase = q0 + wrow + (lane >> 2);
   const float sl2 = scale * FLEX_LOG2E;
 
-#if FLEX_Q_REGS
+#if FLEX_FWD_QREGS
   unsigned qf[MT][D / 16][4];
 #endif
 
   for (int t = 0; t < ntiles; t++) {
     const int st = t & 1;
     bool full;
-    const int kvt = tile_start(t, full);
+    const int kv0 = tile_start(t, full);
     if (t + 1 < ntiles) {
       bool f2;
       int kvn = tile_start(t + 1, f2);
@@ -137,7 +105,7 @@ extern "C" __global__ void __launch_bounds__(FLEX_FWD_NT)
     flex_cp_wait<1>();
     __syncthreads();
 
-#if FLEX_Q_REGS
+#if FLEX_FWD_QREGS
     if (t == 0) {
 #pragma unroll
       for (int mt = 0; mt < MT; mt++)
@@ -148,18 +116,12 @@ extern "C" __global__ void __launch_bounds__(FLEX_FWD_NT)
                       flex_a_addr(sQ, wrow + mt * 16, kk * 16, lane));
     }
 #endif
-#pragma unroll 1
-    for (int ch = 0; ch < BN / BNC; ch++) {
-    const int kv0 = kvt + ch * BNC;
-    const flex_t *cK = sK + st * BN * D + ch * BNC * D;
-    const flex_t *cV = sV + st * BN * D + ch * BNC * D;
+    const flex_t *cK = sK + st * BN * D;
+    const flex_t *cV = sV + st * BN * D;
 
     // S = Q K^T for this warp's MT x 16 rows x BN columns; every K fragment
     // feeds MT row tiles.
     float s[MT][NTILE][4];
-#if FLEX_FWD_PACKP
-    unsigned pk[MT][BNC / 16][4];
-#endif
 #pragma unroll
     for (int mt = 0; mt < MT; mt++)
 #pragma unroll
@@ -170,7 +132,7 @@ extern "C" __global__ void __launch_bounds__(FLEX_FWD_NT)
       unsigned a[MT][4];
 #pragma unroll
       for (int mt = 0; mt < MT; mt++) {
-#if FLEX_Q_REGS
+#if FLEX_FWD_QREGS
         a[mt][0] = qf[mt][kk][0]; a[mt][1] = qf[mt][kk][1];
         a[mt][2] = qf[mt][kk][2]; a[mt][3] = qf[mt][kk][3];
 #else
@@ -235,12 +197,6 @@ extern "C" __global__ void __launch_bounds__(FLEX_FWD_NT)
         s[mt][n][3] = exp2f(s[mt][n][3] - ms1);
         ps0 += s[mt][n][0] + s[mt][n][1];
         ps1 += s[mt][n][2] + s[mt][n][3];
-#if FLEX_FWD_PACKP
-        // A fragment of the PV mma: k tile n/2, registers {0,1} from n even,
-        // {2,3} from n odd.
-        pk[mt][n >> 1][(n & 1) * 2] = flex_pack2(s[mt][n][0], s[mt][n][1]);
-        pk[mt][n >> 1][(n & 1) * 2 + 1] = flex_pack2(s[mt][n][2], s[mt][n][3]);
-#endif
       }
       l[mt][0] = l[mt][0] * c0 + ps0; // quad-partial sums; reduced at the end
       l[mt][1] = l[mt][1] * c1 + ps1;
@@ -254,19 +210,14 @@ extern "C" __global__ void __launch_bounds__(FLEX_FWD_NT)
     // O += P V: P from registers as the A operand, V via ldmatrix.trans;
     // every V fragment feeds MT row tiles.
 #pragma unroll
-    for (int kk = 0; kk < BNC / 16; kk++) {
+    for (int kk = 0; kk < BN / 16; kk++) {
       unsigned a[MT][4];
 #pragma unroll
       for (int mt = 0; mt < MT; mt++) {
-#if FLEX_FWD_PACKP
-        a[mt][0] = pk[mt][kk][0]; a[mt][1] = pk[mt][kk][1];
-        a[mt][2] = pk[mt][kk][2]; a[mt][3] = pk[mt][kk][3];
-#else
         a[mt][0] = flex_pack2(s[mt][2 * kk][0], s[mt][2 * kk][1]);
         a[mt][1] = flex_pack2(s[mt][2 * kk][2], s[mt][2 * kk][3]);
         a[mt][2] = flex_pack2(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
         a[mt][3] = flex_pack2(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
-#endif
       }
 #pragma unroll
       for (int n = 0; n < DT; n += 2) {
@@ -280,7 +231,6 @@ extern "C" __global__ void __launch_bounds__(FLEX_FWD_NT)
         }
       }
     }
-    } // chunk
     __syncthreads(); // stage st is refilled by the next iteration's prefetch
   }
   flex_cp_wait<0>();

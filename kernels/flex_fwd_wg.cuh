@@ -1,16 +1,15 @@
-// flex_fwd_wg.cuh: the pieces of the Hopper forward kernels (v6
-// flex_fwd_wg.cu, v7 flex_fwd_ws.cu) that work on one warpgroup's 64 query
-// rows: the S = Q K^T and O += P V products on warpgroup MMA, the online
-// softmax of one tile of scores, and the O / LSE store.
+// flex_fwd_wg.cuh: the pieces of the Hopper forward (flex_fwd_ws.cu) that
+// work on one warpgroup's 64 query rows: the S = Q K^T and O += P V products
+// on warpgroup MMA, the online softmax of one tile of scores, and the O / LSE
+// store.
 //
 // Accumulator layout (flex_wgmma.cuh): s[n*4 + e] is row r0 (e < 2) or
 // r1 = r0 + 8, column 8n + 2(lane%4) + e%2 of the tile.
 #pragma once
 
+// FLEX_WG_BN: kv rows per tile (N of the S product), from the generator.
 #ifndef FLEX_WG_BN
-// kv rows per tile (N of the S product): 64 at head dim 256, where O takes
-// 128 registers per thread
-#define FLEX_WG_BN (FLEX_D == 256 ? 64 : 128)
+#error "flex_fwd_wg.cuh: FLEX_WG_BN comes from the generator (flex/flexcuda)"
 #endif
 static_assert(FLEX_D == 64 || FLEX_D == 128 || FLEX_D == 256, "wgmma forward: head dim 64, 128 or 256");
 static_assert(FLEX_BQ % 64 == 0, "wgmma forward: q block is whole warpgroups of 64 rows");

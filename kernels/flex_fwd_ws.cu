@@ -1,11 +1,12 @@
 // flex_fwd_ws.cu: block-sparse flex attention forward on Hopper, warp
-// specialised (v7; sm_90a). Same contract and grid as flex_fwd_wg.cu (v6):
+// specialised (sm_90a): the Hopper kernel. Same contract as flex_fwd.cu:
 //
 //   out[b,h,i,:] = sum_j softmax_j(score(q_i . k_j * scale) | mask) v_j
 //   lse[b,h,i]   = log sum_{j allowed} exp(score(q_i . k_j * scale))
 //
 // One CTA computes FLEX_BQ query rows of one (batch, query head) with one
-// producer warpgroup and FLEX_BQ/64 consumer warpgroups of 64 rows each.
+// producer warpgroup and FLEX_BQ/64 consumer warpgroups of 64 rows each;
+// the grid is (heads x batch, q blocks), heaviest q blocks first.
 //
 // Producer: one thread issues tensor-memory-access copies (TMA) of Q and of
 // every K and V tile into FLEX_WS_ST stages; each stage has a "full"
@@ -13,7 +14,7 @@
 // done reading it). The producer gives its registers to the consumers
 // (setmaxnreg), so these hold S, P and O without spilling.
 //
-// Consumers, per kv tile t (the products on warpgroup MMA as in v6):
+// Consumers, per kv tile t (the products on warpgroup MMA, flex_fwd_wg.cuh):
 //   issue S(t+1) = Q K(t+1)^T and O += P(t) V(t); wait for S(t+1) and free
 //   K(t+1); online softmax of S(t+1) while P(t) V(t) runs; wait for it and
 //   free V(t); rescale O and pack P(t+1).
@@ -26,22 +27,21 @@
 // h / FLEX_GROUP (no copies). Rows past the lengths come in as zeros (the
 // tensor maps' extents are the lengths).
 //
-// Builds alone: nvcc -gencode=arch=compute_90a,code=sm_90a -Xptxas -v -cubin kernels/flex_fwd_ws.cu
+// Tiles (flex/flexcuda Spec.defines): FLEX_FWD_NT threads, FLEX_WG_BN kv rows
+// per tile, FLEX_WS_ST K and V stages; FLEX_WS_PP 0 stops the consumers
+// taking turns (a tuning switch).
 #include "flex_common.cuh"
 #include "flex_wgmma.cuh"
 #include "flex_fwd_wg.cuh" // the products, softmax and store of one warpgroup
 
-#ifndef FLEX_WS_ST
-#define FLEX_WS_ST 2 // K and V stages
+#if !defined(FLEX_FWD_NT) || !defined(FLEX_WS_ST) || !defined(FLEX_WS_PP)
+#error "flex_fwd_ws.cu: FLEX_FWD_NT, FLEX_WS_ST and FLEX_WS_PP come from the generator (flex/flexcuda)"
 #endif
-#ifndef FLEX_WS_PP
-#define FLEX_WS_PP 1 // ping-pong between two consumer warpgroups
-#endif
-#define FLEX_WG_NWG (FLEX_BQ / 64)         // consumer warpgroups
-#define FLEX_WS_NT ((FLEX_WG_NWG + 1) * 128) // and the producer
+#define FLEX_WG_NWG (FLEX_BQ / 64) // consumer warpgroups
+static_assert((FLEX_WG_NWG + 1) * 128 == FLEX_FWD_NT, "a producer and a consumer warpgroup per 64 q rows");
 #define FLEX_WS_TURNS (FLEX_WS_PP && FLEX_WG_NWG == 2)
 
-extern "C" __global__ void __launch_bounds__(FLEX_WS_NT, 1)
+extern "C" __global__ void __launch_bounds__(FLEX_FWD_NT, 1)
     flex_fwd(FLEX_FWD_PARAMS, FLEX_TMAP_PARAMS FLEX_ARG_PARAMS) {
   const FlexArgs args = {{FLEX_ARG_VALUES}};
   constexpr int D = FLEX_D, BQ = FLEX_BQ, BN = FLEX_WG_BN, ST = FLEX_WS_ST, NWG = FLEX_WG_NWG;
@@ -80,7 +80,7 @@ extern "C" __global__ void __launch_bounds__(FLEX_WS_NT, 1)
   // The block list moves to shared memory (its barrier also publishes the
   // mbarriers).
   const FlexBlocks blk = flex_blocks(sIdx, kv_num, kv_idx, full_num, full_idx, b, h, qb,
-                                     bm_batch, bm_heads, nqb, nkvb, tid, FLEX_WS_NT);
+                                     bm_batch, bm_heads, nqb, nkvb, tid, FLEX_FWD_NT);
   const int ntiles = (blk.npart + blk.nfull) * SUB;
 
   if (wg == 0) { // producer

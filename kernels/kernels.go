@@ -1,10 +1,17 @@
 // Package kernels holds the hand-written CUDA C sources of dflash, embedded
 // in the binary and compiled at run time by the kernel cache (package jit).
 //
-// Each .cu file builds on its own (headers it needs are .cuh files beside
-// it) with `nvcc -arch=sm_90 -Xptxas -v -c kernels/NAME.cu` so registers,
-// spills and SASS can be read. Kernels are extern "C" so their names need no
-// mangling. Names lists the .cu files; Source also serves the .cuh headers.
+// Kernels are extern "C" so their names need no mangling. Names lists the
+// .cu files; Source also serves the .cuh headers. A plain kernel (saxpy.cu,
+// the op_*.cu files) builds on its own with `nvcc -arch=sm_90 -Xptxas -v -c
+// kernels/NAME.cu`, so registers, spills and SASS can be read. The flex
+// attention templates (flex_*.cu, flex_*.cuh) are completed by package
+// flex/flexcuda, which prepends every specialisation and tile constant (the
+// templates #error without them), inlines the headers and splices in the
+// mask and score programs: the source to hand to nvcc is
+// flexcuda.Attention.Sources. The portable kernels (flex_fwd.cu, flex_bwd.cu)
+// run from sm_80, the Hopper ones (flex_fwd_ws.cu, flex_bwd_wg.cuh, with
+// flex_wgmma.cuh) need sm_90a.
 package kernels
 
 import (

@@ -9,11 +9,12 @@
 #   CGO_ENABLED=0 go test -c -o .devbuild/flexcuda.test ./flex/flexcuda
 #   CGO_ENABLED=0 go build -o .devbuild/dflash ./cmd/dflash
 # then on the device, carry [.devbuild/flexcuda.test, .devbuild/dflash]:
-#   [TEST_VARIANTS="default 7/6"] [TEST_TIMEOUT=90] [VARIANTS="6/6 7/6 7/6:FLEX_WS_PP=0"] [CASES_ONLY=a_causal_d128,b_dflash]
+#   [TEST_VARIANTS="default portable"] [TEST_TIMEOUT=150] [VARIANTS="hopper portable hopper/portable hopper:FLEX_WS_PP=0"] [CASES_ONLY=a_causal_d128,b_dflash]
 #   [PEER=a_causal_d256] [SAVE=b_dflash] [NCU=1] bash scripts/gpu-attn-quick.sh
 # TEST_VARIANTS runs the tests and VARIANTS times each case once per listed
-# kernel version, side by side in the same call. A version is "default"
-# (nothing set), "F" (DFLASH_FLEX_FWD and DFLASH_FLEX_BWD both F), "F/B", and
+# kernel choice, side by side in the same call. A choice is "default"
+# (nothing set), "K" (DFLASH_FLEX_FWD and DFLASH_FLEX_BWD both K, hopper or
+# portable), "F/B" (forward F, backward B), and
 # any of these followed by ":NAME=v,..." (DFLASH_FLEX_DEFINES). SAVE saves
 # one call of each listed case (default version) and compares it with
 # PyTorch's flex_attention on those inputs (bench/flex_peer.py --check).
@@ -21,7 +22,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 . scripts/flex_cases.sh
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv,noheader
-# venv sets env to the environment of version token $1.
+# venv sets env to the environment of kernel choice $1.
 venv() {
   env=()
   local v=${1%%:*} defs=
@@ -32,8 +33,8 @@ venv() {
 }
 for v in ${TEST_VARIANTS:-default}; do
   venv "$v"
-  T=${TEST_TIMEOUT:-90}
-  env "${env[@]}" timeout $T .devbuild/flexcuda.test -test.v -test.run 'TestGPUAttention$|TestGPUDeterministic|TestGPUSpecialisation' \
+  T=${TEST_TIMEOUT:-150}
+  env "${env[@]}" timeout $T .devbuild/flexcuda.test -test.v -test.run 'TestGPUAttention$|TestGPUDeterministic|TestGPUSpecialisation|TestGPUScoreTensorGrads' \
     -test.timeout $((T - 1))s > /tmp/gpu-quick-test.log 2>&1
   echo "tests ($v) exit $?"
   grep -E -- '^(--- |PASS|FAIL|ok)|panic' /tmp/gpu-quick-test.log | sort | uniq -c | head -12

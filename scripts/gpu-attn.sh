@@ -5,10 +5,11 @@
 #   CGO_ENABLED=0 go test -c -o .devbuild/flexcuda.test ./flex/flexcuda
 #   CGO_ENABLED=0 go build -o .devbuild/dflash ./cmd/dflash
 # then run on the device with carry [.devbuild/flexcuda.test, .devbuild/dflash]:
-#   bash scripts/gpu-attn.sh          (BUDGET=seconds bounds the whole run, default 375)
+#   bash scripts/gpu-attn.sh          (BUDGET=seconds bounds the whole run, default 465)
 #
 # It runs, in order: the Go GPU tests (correctness vs the CPU float64
-# reference, GPU block-mask builders, 100 calls with one compile per
+# reference, score-tensor gradients of both backward kernels at every head
+# dimension, GPU block-mask builders, 100 calls with one compile per
 # specialisation); `dflash bench attention --device cuda` on the issue's cases
 # in a fresh kernel cache (cold compile + timing), then each case again with
 # --compile-only in a new process (warm from disk); bench/flex_peer.py
@@ -16,7 +17,7 @@
 # call dflash saved (--save: inputs, mask tensors, outputs, gradients) through
 # flex_attention and reports the relative errors; and prints the ratio
 # table (scripts/flex_ratio.py). nvcc's resource report and SASS facts of the
-# templates are gathered meanwhile on the CPU. Results: $OUT/results.tgz,
+# generated sources (TestWriteSources) are gathered meanwhile on the CPU. Results: $OUT/results.tgz,
 # $OUT/go-test.log, $OUT/table.txt.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -28,25 +29,25 @@ T0=$(date +%s)
 stamp() { echo "[$(( $(date +%s) - T0 ))s] $*"; }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader | tee "$RES/gpu.txt"
 
-# nvcc resources and SASS of the templates (CPU only, in the background).
+# nvcc resources and SASS of the generated sources (causal mask, both
+# kernels, every head dimension; CPU only, in the background).
+SRC=$(mktemp -d)
+DFLASH_FLEX_WRITE_SOURCES=$SRC .devbuild/flexcuda.test -test.run '^TestWriteSources$' > /dev/null 2>&1
 (
-  WG="-gencode=arch=compute_90a,code=sm_90a"
-  for spec in "flex_fwd_ws 128 $WG" "flex_fwd_ws 64 $WG" "flex_fwd_ws 256 $WG" "flex_fwd_wg 128 $WG" "flex_bwd 128 $WG -DFLEX_BWD_WG=1" "flex_bwd 64 $WG -DFLEX_BWD_WG=1" \
-    "flex_fwd 128 -arch=sm_90 -DFLEX_FWD_MT=2" "flex_bwd 128 -arch=sm_90" "flex_fwd 256 -arch=sm_90" "flex_bwd 256 -arch=sm_90"; do
-    set -- $spec
-    f=$1 d=$2
-    shift 2
-    echo "== $f D=$d $*"
-    nvcc "$@" -std=c++17 -Xptxas -v -cubin -DFLEX_D=$d -o "$RES/$f.$d.cubin" kernels/$f.cu 2>&1 | grep -E "error|Function properties|registers|spill|C75"
-    cuobjdump -sass "$RES/$f.$d.cubin" | grep -oE "HGMMA|HMMA\.[0-9A-Z.]+|LDSM|LDGSTS|LDL|STL" | sort | uniq -c | tr '\n' ' '; echo
-    rm -f "$RES/$f.$d.cubin"
+  for f in "$SRC"/*.cu; do
+    arch="-arch=sm_90"
+    case $(basename "$f") in hopper_*) arch="-gencode=arch=compute_90a,code=sm_90a" ;; esac
+    echo "== $(basename "$f" .cu)"
+    nvcc $arch -std=c++17 -Xptxas -v -cubin -o "$f.cubin" "$f" 2>&1 | grep -E "error|Function properties|registers|spill|C75"
+    cuobjdump -sass "$f.cubin" | grep -oE "HGMMA|HMMA\.[0-9A-Z.]+|LDSM|LDGSTS|LDL|STL" | sort | uniq -c | tr '\n' ' '; echo
+    rm -f "$f.cubin"
   done
 ) > "$RES/resources.txt" 2>&1 &
 NVCC_PID=$!
 
 stamp "Go GPU tests"
 if [ -x .devbuild/flexcuda.test ]; then
-  timeout 170 .devbuild/flexcuda.test -test.v -test.run 'GPU' -test.timeout 165s > "$OUT/go-test.log" 2>&1
+  timeout 260 .devbuild/flexcuda.test -test.v -test.run 'GPU' -test.timeout 255s > "$OUT/go-test.log" 2>&1
   echo "go test exit $?"
   grep -E "^(--- |PASS|FAIL|ok)|empty_rows=|relative error|differs|NaN|fully masked|compiles|compiled|block mask 512|panic|seed" "$OUT/go-test.log" | head -80
 else
@@ -75,7 +76,7 @@ else
   echo "missing .devbuild/dflash"
 fi
 
-LEFT=$(( ${BUDGET:-375} - ($(date +%s) - T0) ))
+LEFT=$(( ${BUDGET:-465} - ($(date +%s) - T0) ))
 stamp "PyTorch peer (${LEFT}s left)"
 timeout $(( LEFT > 30 ? LEFT : 30 )) python3 bench/flex_peer.py --json "$RES/peer.json" --check "$SAVE" > "$RES/peer.log" 2>&1
 echo "peer exit $?"; grep -vE "Warning|warn\(" "$RES/peer.log" | cut -c1-400 | tail -n 8

@@ -23,46 +23,40 @@ type Config struct {
 	DType   dtype.DType // storage: dtype.BF16 (also when zero) or dtype.F16
 	BlockQ  int         // BlockMask q block; 0 means 128
 	BlockKV int         // BlockMask kv block; 0 means 128
-	// FwdVariant and BwdVariant pick the kernel versions of docs/PERF.md:
-	// forward 3, 4, 5, 6 or 7 (6 and 7: wgmma, Hopper only), backward 3, 4
-	// or 6 (wgmma, Hopper only, not Deterministic); 0 means the environment's
-	// DFLASH_FLEX_FWD / DFLASH_FLEX_BWD when set, else the default of
-	// DefaultFwdVariant and DefaultBwdVariant.
-	FwdVariant, BwdVariant int
+	// Fwd and Bwd choose the kernels (KernelAuto: see there).
+	Fwd, Bwd Kernel
+	// Arch is the target GPU's architecture ("sm_90", gpu.Info.Arch) when
+	// known: KernelAuto then picks Hopper on sm_90 and Portable elsewhere.
+	// Left empty, KernelAuto picks Hopper, and a GPU other than sm_90
+	// refuses to load it with an error naming Portable.
+	Arch string
 	// Deterministic selects a backward without atomics, so that two calls on
 	// the same inputs give bit-identical DQ, DK and DV: DQ comes from a
 	// separate q-parallel pass over the kv-side block lists; with GQA, DK and
-	// DV are summed over the group inside one CTA (backward variant 3) or
-	// stored per query head in fp32 slices that a second pass adds in a
-	// fixed order (variant 4). Score programs whose float tensors have
-	// gradients are refused (those gradients are summed atomically).
+	// DV are stored per query head in fp32 slices that a second pass adds in
+	// a fixed order. It needs the portable backward. Score programs whose
+	// float tensors have gradients are refused (those gradients are summed
+	// atomically).
 	Deterministic bool
 }
 
-// DefaultFwdVariant and DefaultBwdVariant are the kernel versions used when
-// Config leaves them 0, chosen from the ratio tables in docs/PERF.md: the
-// warp-specialised wgmma forward (v7) and the wgmma backward (v6), which need
-// a Hopper GPU (sm_90; elsewhere choose 4 and 4), at every head dimension.
-// The deterministic backward uses v4.
-const DefaultFwdVariant, DefaultBwdVariant = 7, 6
-
-// variant resolves one of Config's variant fields: v, else the
-// environment's env, else def; the result must lie in [3, max].
-func variant(v int, env string, def, max int) (int, error) {
-	if v == 0 {
-		v = def
-		if e := os.Getenv(env); e != "" {
-			n, err := strconv.Atoi(e)
-			if err != nil || n < 3 || n > max {
-				return 0, fmt.Errorf("flexcuda: %s=%q: want 3..%d", env, e, max)
-			}
-			v = n
+// resolveKernel returns k, or for KernelAuto the environment's choice in
+// env, else Hopper unless arch names an architecture other than sm_90.
+func resolveKernel(k Kernel, env, arch string) (Kernel, error) {
+	if k != KernelAuto {
+		return k, nil
+	}
+	if e := os.Getenv(env); e != "" {
+		k, err := ParseKernel(e)
+		if err != nil {
+			return 0, fmt.Errorf("flexcuda: %s=%q: want hopper or portable", env, e)
 		}
+		return k, nil
 	}
-	if v < 3 || v > max {
-		return 0, fmt.Errorf("flexcuda: kernel variant %d: want 3..%d", v, max)
+	if arch == "" || arch == "sm_90" || arch == "sm_90a" {
+		return Hopper, nil
 	}
-	return v, nil
+	return Portable, nil
 }
 
 // Kernel parameters before the FlexArgs slots, and the most a launch takes.
@@ -99,9 +93,9 @@ type attnDev struct {
 	dq, gsum             *fn // deterministic backward's dQ pass and group sum
 	args                 *cuda.Args
 	slots                []uint64
-	tmaps                [3]*cuda.TensorMap // v7 forward: Q, K, V
+	tmaps                [3]*cuda.TensorMap // Hopper forward: Q, K, V
 	dlt, dqacc           gpu.Buffer
-	dkacc, dvacc         gpu.Buffer // fp32 dK, dV of the split backward (v4, GQA)
+	dkacc, dvacc         gpu.Buffer // fp32 dK, dV of the split backward (GQA)
 }
 
 // New generates the kernels of mask and score (nil: the identity) for cfg.
@@ -116,22 +110,19 @@ func New(cache *jit.Cache, mask *flex.MaskProgram, score *flex.ScoreProgram, cfg
 	if cfg.BlockKV == 0 {
 		cfg.BlockKV = flex.DefaultBlock
 	}
-	fv, err := variant(cfg.FwdVariant, "DFLASH_FLEX_FWD", DefaultFwdVariant, 7)
+	fk, err := resolveKernel(cfg.Fwd, "DFLASH_FLEX_FWD", cfg.Arch)
 	if err != nil {
 		return nil, err
 	}
-	bv, err := variant(cfg.BwdVariant, "DFLASH_FLEX_BWD", DefaultBwdVariant, 6)
+	bk, err := resolveKernel(cfg.Bwd, "DFLASH_FLEX_BWD", cfg.Arch)
 	if err != nil {
 		return nil, err
 	}
-	if bv == 5 {
-		return nil, fmt.Errorf("flexcuda: backward variant 5 does not exist (3, 4 or 6)")
-	}
-	if bv == 6 && cfg.BwdVariant == 0 && cfg.Deterministic {
-		bv = 4 // v6 has atomic dQ only
+	if cfg.Bwd == KernelAuto && cfg.Deterministic {
+		bk = Portable // the Hopper backward has atomic dQ only
 	}
 	spec := Spec{HeadDim: cfg.HeadDim, DType: cfg.DType, Group: cfg.Group, BlockQ: cfg.BlockQ, BlockKV: cfg.BlockKV, MaskHash: mask.Hash(),
-		FwdV4: fv == 4 || fv == 5, FwdV5: fv == 5, FwdV6: fv == 6, FwdV7: fv == 7, BwdV4: bv == 4, BwdV6: bv == 6, Deterministic: cfg.Deterministic}
+		Fwd: fk, Bwd: bk, Deterministic: cfg.Deterministic}
 	var sp []flex.Param
 	if score != nil {
 		spec.ScoreHash = score.Hash()
@@ -156,18 +147,18 @@ func New(cache *jit.Cache, mask *flex.MaskProgram, score *flex.ScoreProgram, cfg
 	params := map[string]string{"head_dim": strconv.Itoa(spec.HeadDim), "dtype": spec.storage().String(),
 		"group": strconv.Itoa(spec.Group), "block_q": strconv.Itoa(spec.BlockQ), "block_kv": strconv.Itoa(spec.BlockKV),
 		"mask": short(spec.MaskHash), "score": short(spec.ScoreHash),
-		"fwd_variant": strconv.Itoa(fv), "bwd_variant": strconv.Itoa(bv), "deterministic": strconv.FormatBool(cfg.Deterministic)}
-	fsrc, err := Source(spec.fwdTemplate(), spec, l.program(mask, score, false))
+		"fwd": fk.String(), "bwd": bk.String(), "deterministic": strconv.FormatBool(cfg.Deterministic)}
+	fsrc, err := Source(spec, l.program(mask, score, false), false)
 	if err != nil {
 		return nil, err
 	}
-	bsrc, err := Source("flex_bwd.cu", spec, l.program(mask, score, true))
+	bsrc, err := Source(spec, l.program(mask, score, true), true)
 	if err != nil {
 		return nil, err
 	}
 	a.fwd = newModule(cache, "flex_fwd", fsrc, params)
 	a.bwd = newModule(cache, "flex_bwd", bsrc, params)
-	a.fwd.wgmma, a.bwd.wgmma = spec.fwdWgmma(), spec.BwdV6
+	a.fwd.wgmma, a.bwd.wgmma = spec.Fwd == Hopper, spec.Bwd == Hopper
 	return a, nil
 }
 
@@ -235,11 +226,11 @@ func (a *Attention) device(ctx context.Context, d *gpu.Device, backward bool) (*
 		if st.pre, err = a.bwd.load(ctx, d, "flex_bwd_pre", 256); err != nil {
 			return nil, err
 		}
-		if st.dkdv, err = a.bwd.load(ctx, d, "flex_bwd_dkdv", a.spec.BlockKV/16*32); err != nil {
+		if st.dkdv, err = a.bwd.load(ctx, d, "flex_bwd_dkdv", a.spec.bwdThreads()); err != nil {
 			return nil, err
 		}
 		if a.spec.Deterministic {
-			if st.dq, err = a.bwd.load(ctx, d, "flex_bwd_dq", a.spec.BlockQ/16*32); err != nil {
+			if st.dq, err = a.bwd.load(ctx, d, "flex_bwd_dq", a.spec.dqThreads()); err != nil {
 				return nil, err
 			}
 			if st.gsum, err = a.bwd.load(ctx, d, "flex_bwd_group_sum", 256); err != nil {
@@ -356,7 +347,7 @@ func (a *Attention) forward(d *gpu.Device, st *attnDev, c *Call) error {
 		Ptr(m.KVNum.Ptr).Ptr(m.KVIdx.Ptr).Ptr(m.FullKVNum.Ptr).Ptr(m.FullKVIdx.Ptr).
 		I32(int32(dm.HeadsQ)).I32(int32(dm.LenQ)).I32(int32(dm.LenKV)).I32(int32(m.MaskBatch)).I32(int32(m.MaskHeads)).
 		I32(int32(m.NumQBlocks)).I32(int32(m.NumKVBlocks)).F32(a.scale(c))
-	if a.spec.FwdV7 {
+	if a.spec.Fwd == Hopper {
 		if err := a.tensorMaps(st, c); err != nil {
 			return err
 		}
@@ -365,20 +356,18 @@ func (a *Attention) forward(d *gpu.Device, st *attnDev, c *Call) error {
 	for _, s := range st.slots[:n] {
 		args.I64(int64(s))
 	}
-	grid := cuda.Dim(uint32(m.NumQBlocks), uint32(dm.HeadsQ), uint32(dm.Batch))
-	if a.spec.fwdHeavyFirst() {
-		grid = cuda.Dim(uint32(dm.HeadsQ*dm.Batch), uint32(m.NumQBlocks), 1)
-	}
+	// heaviest q blocks (the last, under causal-like masks) of every head first
+	grid := cuda.Dim(uint32(dm.HeadsQ*dm.Batch), uint32(m.NumQBlocks), 1)
 	return st.fwd.launch(d, c.Stream, grid, smem, args)
 }
 
-// tensorMaps describes c's Q, K and V to the v7 forward's copy engine: each
+// tensorMaps describes c's Q, K and V to the Hopper forward's copy engine: each
 // a [batch*heads][len][head dim] tensor copied in boxes of 64 columns (128
 // bytes, swizzled as warpgroup MMA reads them) by a tile of rows; rows past
 // the length arrive as zeros.
 func (a *Attention) tensorMaps(st *attnDev, c *Call) error {
 	dm, D := c.Dims, uint64(a.spec.HeadDim)
-	bn, _ := a.spec.fwdTiles()
+	bn := a.spec.fwdBN()
 	dt := cuda.TensorMapType(a.spec.storage())
 	for i, t := range []struct {
 		name      string
@@ -392,7 +381,7 @@ func (a *Attention) tensorMaps(st *attnDev, c *Call) error {
 		err := cuda.EncodeTiled(st.tmaps[i], dt, t.p, []uint64{D, uint64(t.len), uint64(dm.Batch * t.heads)},
 			[]uint64{D * 2, uint64(t.len) * D * 2}, []uint32{64, uint32(t.rows), 1}, cuda.Swizzle128B)
 		if err != nil {
-			return fmt.Errorf("flexcuda: forward v7: Call.%s: %w", t.name, err)
+			return fmt.Errorf("flexcuda: Hopper forward: Call.%s: %w", t.name, err)
 		}
 	}
 	return nil
@@ -407,8 +396,7 @@ func (a *Attention) tensorMaps(st *attnDev, c *Call) error {
 //
 // summing DK and DV over each kv head's query heads without copying K or V.
 // DQ is accumulated in float32 with atomics (not bitwise deterministic);
-// so are DK and DV in the v4 and v6 backward with GQA (one CTA per query
-// head).
+// so are DK and DV with GQA (one CTA per query head).
 // With Config.Deterministic no atomics are used for DQ, DK and DV: two
 // calls on equal inputs give equal bits.
 func (a *Attention) Backward(d *gpu.Device, c *Call) error {
@@ -461,7 +449,7 @@ func (a *Attention) Backward(d *gpu.Device, c *Call) error {
 			return fmt.Errorf("flexcuda: zero gradient of %q: %w", name, err)
 		}
 	}
-	rpb := 256 / (D / 8)
+	rpb := a.spec.preRows()
 	var dqacc cuda.DevicePtr // the pre pass zeroes the atomic path's accumulator
 	if !det {
 		dqacc = st.dqacc.Ptr
@@ -478,14 +466,12 @@ func (a *Attention) Backward(d *gpu.Device, c *Call) error {
 	for _, s := range st.slots[:n] {
 		args.I64(int64(s))
 	}
-	grid := cuda.Dim(uint32(m.NumKVBlocks), uint32(dm.HeadsKV), uint32(dm.Batch))
-	switch {
-	case split:
-		grid = cuda.Dim(uint32(dm.HeadsQ), uint32(m.NumKVBlocks), uint32(dm.Batch))
-	case a.spec.bwdHeavyFirst():
-		grid = cuda.Dim(uint32(dm.HeadsKV), uint32(m.NumKVBlocks), uint32(dm.Batch))
+	// kv block 0 (the heaviest under causal-like masks) of every head first
+	grid := cuda.Dim(uint32(dm.HeadsKV), uint32(m.NumKVBlocks), uint32(dm.Batch))
+	if split {
+		grid.X = uint32(dm.HeadsQ)
 	}
-	if a.spec.BwdV6 && D == 256 {
+	if a.spec.bwdHalf() {
 		grid.X *= 2 // two CTAs per kv block, one per half of the head dim
 	}
 	if err := st.dkdv.launch(d, c.Stream, grid, smem, args); err != nil {

@@ -50,19 +50,19 @@ func TestGeneratedSourcesCompile(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	// NVRTC before 12 cannot build sm_90a: the default (wgmma) variants are
-	// then replaced by the mma.sync ones, and the v6 cases below skipped.
+	// NVRTC before 12 cannot build sm_90a: the default (Hopper) kernels are
+	// then replaced by the portable ones, and the Hopper cases below skipped.
 	ma, _, err := cuda.NVRTCVersion()
 	if err != nil {
 		t.Fatal(err)
 	}
 	wgmma := ma >= 12
 	cfgFor := func(c Config) Config {
-		if !wgmma && c.FwdVariant == 0 {
-			c.FwdVariant = 4
+		if !wgmma && c.Fwd == KernelAuto {
+			c.Fwd = Portable
 		}
-		if !wgmma && c.BwdVariant == 0 {
-			c.BwdVariant = 4
+		if !wgmma && c.Bwd == KernelAuto {
+			c.Bwd = Portable
 		}
 		return c
 	}
@@ -86,18 +86,19 @@ func TestGeneratedSourcesCompile(t *testing.T) {
 			}
 		})
 	}
-	// The deterministic backward (dQ pass, group-summed dK/dV) and forward
-	// v5 at every head dimension, with a mask, a score program and q block 64.
+	// The deterministic backward (dQ pass, per-head dK/dV slices) and the
+	// portable forward at every head dimension, with a mask, a score program
+	// and q block 64.
 	for _, c := range []struct {
 		name  string
 		mask  *flex.MaskProgram
 		score *flex.ScoreProgram
 		cfg   Config
 	}{
-		{"det/dflash16/d128/g4/fwd5", flex.DFlashMask(16), nil, Config{HeadDim: 128, Group: 4, Deterministic: true, FwdVariant: 5}},
-		{"det/causal/d64/fp16/fwd5", flex.Causal(), nil, Config{HeadDim: 64, DType: dtype.F16, Deterministic: true, FwdVariant: 5}},
-		{"det/window/d256/g2/bq64", flex.SlidingWindow(77), nil, Config{HeadDim: 256, Group: 2, BlockQ: 64, Deterministic: true}},
-		{"det/causal+softcap/d128", flex.Causal(), flex.SoftcapScalar(), Config{HeadDim: 128, Deterministic: true, FwdVariant: 5}},
+		{"det/dflash16/d128/g4/portable", flex.DFlashMask(16), nil, Config{HeadDim: 128, Group: 4, Deterministic: true, Fwd: Portable}},
+		{"det/causal/d64/fp16/portable", flex.Causal(), nil, Config{HeadDim: 64, DType: dtype.F16, Deterministic: true, Fwd: Portable}},
+		{"det/window/d256/g2/bq64/portable", flex.SlidingWindow(77), nil, Config{HeadDim: 256, Group: 2, BlockQ: 64, Deterministic: true, Fwd: Portable}},
+		{"det/causal+softcap/d128", flex.Causal(), flex.SoftcapScalar(), Config{HeadDim: 128, Deterministic: true}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			a, err := New(cache, c.mask, c.score, cfgFor(c.cfg))
@@ -115,7 +116,7 @@ func TestGeneratedSourcesCompile(t *testing.T) {
 			}
 		})
 	}
-	// The wgmma kernels (v6) need NVRTC 12 or later for sm_90a.
+	// The Hopper kernels need NVRTC 12 or later for sm_90a.
 	if wgmma {
 		for _, c := range []struct {
 			name  string
@@ -123,11 +124,11 @@ func TestGeneratedSourcesCompile(t *testing.T) {
 			score *flex.ScoreProgram
 			cfg   Config
 		}{
-			{"v6/dflash16/d128/g4", flex.DFlashMask(16), nil, Config{HeadDim: 128, Group: 4, FwdVariant: 6, BwdVariant: 6}},
-			{"v6/causal+softcap/d64/fp16", flex.Causal(), flex.SoftcapScalar(), Config{HeadDim: 64, DType: dtype.F16, FwdVariant: 6, BwdVariant: 6}},
-			{"v6/document+relbias/d128/bq64", flex.Document(true), flex.RelativeBias(8), Config{HeadDim: 128, BlockQ: 64, FwdVariant: 6, BwdVariant: 6}},
-			{"v6/window/d256/g2", flex.SlidingWindow(77), nil, Config{HeadDim: 256, Group: 2, FwdVariant: 6, BwdVariant: 6}},
-			{"v6/causal+softcap/d256", flex.Causal(), flex.SoftcapScalar(), Config{HeadDim: 256, FwdVariant: 6, BwdVariant: 6}},
+			{"hopper/dflash16/d128/g4", flex.DFlashMask(16), nil, Config{HeadDim: 128, Group: 4, Fwd: Hopper, Bwd: Hopper}},
+			{"hopper/causal+softcap/d64/fp16", flex.Causal(), flex.SoftcapScalar(), Config{HeadDim: 64, DType: dtype.F16, Fwd: Hopper, Bwd: Hopper}},
+			{"hopper/document+relbias/d128/bq64", flex.Document(true), flex.RelativeBias(8), Config{HeadDim: 128, BlockQ: 64, Fwd: Hopper, Bwd: Hopper}},
+			{"hopper/window/d256/g2", flex.SlidingWindow(77), nil, Config{HeadDim: 256, Group: 2, Fwd: Hopper, Bwd: Hopper}},
+			{"hopper/causal+alibi/d256", flex.Causal(), flex.ALiBi(), Config{HeadDim: 256, Fwd: Hopper, Bwd: Hopper}},
 		} {
 			t.Run(c.name, func(t *testing.T) {
 				a, err := New(cache, c.mask, c.score, c.cfg)
@@ -139,16 +140,16 @@ func TestGeneratedSourcesCompile(t *testing.T) {
 				}
 				for _, m := range []*module{a.fwd, a.bwd} {
 					if _, err := m.target("sm_80"); m.wgmma && err == nil {
-						t.Fatalf("wgmma module %s accepted an sm_80 device", m.family)
+						t.Fatalf("Hopper module %s accepted an sm_80 device", m.family)
 					}
 				}
-				if !a.fwd.wgmma {
-					t.Fatal("forward v6 module not marked wgmma")
+				if !a.fwd.wgmma || !a.bwd.wgmma {
+					t.Fatal("Hopper modules not marked wgmma")
 				}
 			})
 		}
 	} else {
-		t.Log("wgmma (v6) sources not compiled: NVRTC 12 or later needed for sm_90a")
+		t.Log("Hopper sources not compiled: NVRTC 12 or later needed for sm_90a")
 	}
 	b, err := NewDFlashBuilder(cache, 16, 0, 0)
 	if err != nil {

@@ -34,29 +34,37 @@
 // values on the device by name; a missing, mistyped or out-of-range value is
 // an error that names it, before any launch.
 //
-// # Kernel versions
+// # Kernels
 //
-// Config.FwdVariant and BwdVariant (or DFLASH_FLEX_FWD / DFLASH_FLEX_BWD)
-// choose among the kernel versions docs/PERF.md measures. The default
-// forward is v7 (kernels/flex_fwd_ws.cu): warp specialised, one producer
-// warpgroup copying Q, K and V tiles with the tensor memory accelerator
-// (TMA; the tensor maps are encoded per call, see cuda.EncodeTiled) into
-// stages guarded by mbarriers, and two consumer warpgroups that take turns
-// on the tensor cores. The default backward is v6 (kernels/flex_bwd_wg.cuh).
-// Both use Hopper warpgroup MMA (wgmma) on 128-byte-swizzled shared-memory
-// tiles, compiled for sm_90a; forward v6 (kernels/flex_fwd_wg.cu) is v7's
-// predecessor without the producer. The v6 backward adds dQ with atomics
-// (at head dim 256 two CTAs share each kv block, one per half of the head
-// dimension); Config.Deterministic uses the mma.sync backward v4. Versions
-// 3-5 are the mma.sync kernels (kernels/flex_fwd.cu, kernels/flex_bwd.cu)
-// and run on any GPU from sm_80; on a GPU other than sm_90 the wgmma kernels
-// refuse to load with an error naming variant 4.
+// Each direction has two kernels, chosen by Config.Fwd and Config.Bwd (or
+// DFLASH_FLEX_FWD / DFLASH_FLEX_BWD = hopper or portable; by default Hopper,
+// or Portable where Config.Arch names a GPU other than sm_90).
+//
+// Hopper (sm_90a; docs/PERF.md measures it): the forward
+// kernels/flex_fwd_ws.cu is warp specialised, one producer warpgroup
+// copying Q, K and V tiles with the tensor memory accelerator (TMA; the
+// tensor maps are encoded per call, see cuda.EncodeTiled) into stages
+// guarded by mbarriers, and two consumer warpgroups that take turns on the
+// tensor cores; the backward kernels/flex_bwd_wg.cuh adds dQ with atomics,
+// and at head dim 256 runs two CTAs per kv block, one per half of the head
+// dimension (only one of them adds the score tensors' gradients). Both use
+// warpgroup MMA (wgmma) on 128-byte-swizzled shared-memory tiles; on a GPU
+// other than sm_90 they refuse to load with an error naming Portable.
+//
+// Portable (mma.sync, any GPU from sm_80): kernels/flex_fwd.cu and
+// kernels/flex_bwd.cu. Config.Deterministic always uses the portable
+// backward, with dQ from a separate q-parallel pass.
+//
+// Spec holds the choice; limits.go chooses every tile size and thread
+// count from it, Spec.defines emits them as #defines in front of the
+// templates (which #error without them), and the Resources functions size
+// shared memory from the same values.
 //
 // DFLASH_FLEX_DEFINES=NAME=v,... sets template switches for experiments:
-// FLEX_WS_PP=0 (v7's consumers do not take turns), FLEX_BWD_TWO_PATHS=0 (the
-// v6 backward evaluates the mask on full tiles too), FLEX_BWD_DQ_COLS=0
-// (head dim 64: dQ split by kv rows). The source changes, so the kernel
-// cache keeps the variants apart.
+// FLEX_WS_PP=0 (the Hopper forward's consumers do not take turns),
+// FLEX_BWD_TWO_PATHS=0 (the Hopper backward evaluates the mask on full tiles
+// too), FLEX_BWD_DQ_COLS=0 (head dim 64: dQ split by kv rows). The source
+// changes, so the kernel cache keeps the variants apart.
 //
 // # Limits
 //

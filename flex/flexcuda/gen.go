@@ -11,6 +11,48 @@ import (
 	"dflash/kernels"
 )
 
+// Kernel chooses the kernel of one direction (forward or backward) of an
+// attention.
+type Kernel uint8
+
+const (
+	// KernelAuto, the zero value, lets New choose: DFLASH_FLEX_FWD or
+	// DFLASH_FLEX_BWD when set ("hopper" or "portable"), else Hopper unless
+	// Config.Arch names an architecture other than sm_90, where Portable.
+	// The deterministic backward is Portable.
+	KernelAuto Kernel = iota
+	// Portable is the mma.sync kernel, for any GPU from sm_80:
+	// kernels/flex_fwd.cu forward, kernels/flex_bwd.cu backward (with
+	// Deterministic, plus the dQ pass of flex_bwd_dq.cuh).
+	Portable
+	// Hopper is the warpgroup-MMA kernel (wgmma, sm_90a only): the
+	// warp-specialised forward kernels/flex_fwd_ws.cu (a TMA producer
+	// warpgroup, two consumers taking turns on the tensor cores) and the
+	// backward kernels/flex_bwd_wg.cuh (at head dim 256 two CTAs per kv
+	// block, one per half of the head dimension).
+	Hopper
+)
+
+var kernelNames = [...]string{KernelAuto: "auto", Portable: "portable", Hopper: "hopper"}
+
+func (k Kernel) String() string {
+	if int(k) < len(kernelNames) {
+		return kernelNames[k]
+	}
+	return fmt.Sprintf("Kernel(%d)", k)
+}
+
+// ParseKernel returns the Kernel named s: "hopper" or "portable".
+func ParseKernel(s string) (Kernel, error) {
+	switch s {
+	case "hopper":
+		return Hopper, nil
+	case "portable":
+		return Portable, nil
+	}
+	return KernelAuto, fmt.Errorf("flexcuda: kernel %q: want hopper or portable", s)
+}
+
 // Spec is the static part of a flex attention kernel.
 type Spec struct {
 	HeadDim   int    // 64, 128 or 256
@@ -19,20 +61,14 @@ type Spec struct {
 	BlockKV   int    // BlockMask kv block, 128
 	MaskHash  string // structural hash of the mask program
 	ScoreHash string // structural hash of the score program; "" for identity
-	FwdV4     bool   // forward v4: 32 q rows per warp (D <= 128, q block 128), heavy q blocks first
-	FwdV5     bool   // forward v5 (with FwdV4): P packed right after exp2, softmax steps of 32 kv columns
-	FwdV6     bool   // forward v6: Hopper warpgroup MMA (wgmma, sm_90a), 64 q rows per warpgroup
-	FwdV7     bool   // forward v7: v6's products, warp specialised: a TMA producer warpgroup, consumers taking turns
-	BwdV4     bool   // backward v4: heavy kv blocks first; GQA: one CTA per query head, dK/dV by fp32 atomics
-	BwdV6     bool   // backward v6: v4's grid with dK, dV and dQ on wgmma (sm_90a; head dim 256: two CTAs per kv block); atomic dQ only
+	Fwd, Bwd  Kernel // Portable or Hopper
+	// Deterministic selects the backward without atomics (Bwd Portable):
+	// dQ by the q-parallel pass flex_bwd_dq; with GQA, dK/dV per query head
+	// into fp32 slices added in a fixed order.
+	Deterministic bool
 	// DType is the storage type of Q, K, V, Out and the gradients:
 	// dtype.BF16 (also when zero) or dtype.F16.
 	DType dtype.DType
-	// Deterministic selects the backward without atomics: dQ by the
-	// q-parallel pass flex_bwd_dq; with GQA, dK/dV summed over the group
-	// inside one CTA (BwdV4 false) or per query head into fp32 slices added
-	// in a fixed order (BwdV4).
-	Deterministic bool
 }
 
 // storage returns s.DType, BF16 when zero.
@@ -43,110 +79,16 @@ func (s Spec) storage() dtype.DType {
 	return s.DType
 }
 
-// fwdMT is the number of 16-row tiles each forward warp owns.
-func (s Spec) fwdMT() int {
-	if s.FwdV4 && s.HeadDim <= 128 && s.BlockQ == 128 {
-		return 2
-	}
-	return 1
-}
-
-// fwdThreads is the forward kernel's block size.
-func (s Spec) fwdThreads() int {
-	switch {
-	case s.FwdV6:
-		return s.BlockQ / 64 * 128 // one warpgroup per 64 q rows
-	case s.FwdV7:
-		return s.BlockQ/64*128 + 128 // and the producer
-	}
-	return s.BlockQ / (16 * s.fwdMT()) * 32
-}
-
-// fwdTemplate is the forward kernel's template file.
-func (s Spec) fwdTemplate() string {
-	switch {
-	case s.FwdV6:
-		return "flex_fwd_wg.cu"
-	case s.FwdV7:
-		return "flex_fwd_ws.cu"
-	}
-	return "flex_fwd.cu"
-}
-
-// fwdHeavyFirst reports whether the forward grid is (heads x batch, q
-// blocks), heaviest q blocks first (v4 and later).
-func (s Spec) fwdHeavyFirst() bool { return s.FwdV4 || s.FwdV6 || s.FwdV7 }
-
-// bwdSplit reports whether the backward runs one CTA per query head.
-func (s Spec) bwdSplit() bool { return (s.BwdV4 || s.BwdV6) && s.Group > 1 }
-
-// bwdHeavyFirst reports whether the backward grid puts the kv blocks of all
-// heads in the fastest dimension (v4 and later).
-func (s Spec) bwdHeavyFirst() bool { return s.BwdV4 || s.BwdV6 }
-
-// bwdVariant is the backward kernel version: 3, 4 or 6.
-func (s Spec) bwdVariant() int {
-	switch {
-	case s.BwdV6:
-		return 6
-	case s.BwdV4:
-		return 4
-	}
-	return 3
-}
-
-// splitMode is FLEX_BWD_SPLIT: 0 no split, 1 atomics, 2 per-head slices.
-func (s Spec) splitMode() int {
-	switch {
-	case !s.bwdSplit():
-		return 0
-	case s.Deterministic:
-		return 2
-	}
-	return 1
-}
-
-// fwdWgmma reports whether the forward uses Hopper warpgroup MMA (sm_90a).
-func (s Spec) fwdWgmma() bool { return s.FwdV6 || s.FwdV7 }
-
-// fwdTiles returns the v6/v7 forward's kv rows per tile (FLEX_WG_BN) and
-// v7's K and V stages (FLEX_WS_ST): head dim 64 has room for four.
-func (s Spec) fwdTiles() (bn, stages int) {
-	bn, stages = 128, 2
-	switch s.HeadDim {
-	case 64:
-		stages = 4
-	case 256:
-		bn = 64
-	}
-	return bn, stages
-}
-
-// fwdVariant is the forward kernel version: 3 to 7.
-func (s Spec) fwdVariant() int {
-	switch {
-	case s.FwdV7:
-		return 7
-	case s.FwdV6:
-		return 6
-	case s.FwdV5:
-		return 5
-	case s.FwdV4:
-		return 4
-	}
-	return 3
-}
-
 // Key returns a short name of s for logs and the kernel cache's family
 // budget; two specs with equal keys generate equal sources.
 func (s Spec) Key() string {
 	dt := s.storage().String()
 	det := ""
 	if s.Deterministic {
-		det = "det"
+		det = "-det"
 	}
-	return fmt.Sprintf("flex/d%d/%s/g%d/q%dkv%d/m%s/s%s/f%db%d%s", s.HeadDim, dt, s.Group, s.BlockQ, s.BlockKV, short(s.MaskHash), short(s.ScoreHash),
-		s.fwdVariant(), s.bwdVariant(), det)
+	return fmt.Sprintf("flex/d%d/%s/g%d/q%dkv%d/m%s/s%s/%s-%s%s", s.HeadDim, dt, s.Group, s.BlockQ, s.BlockKV, short(s.MaskHash), short(s.ScoreHash),
+		s.Fwd, s.Bwd, det)
 }
 
 func short(h string) string {
@@ -175,91 +117,129 @@ func (s Spec) Validate() error {
 	if s.BlockQ != 64 && s.BlockQ != 128 {
 		return fmt.Errorf("flexcuda: q block %d not supported (64, 128)", s.BlockQ)
 	}
-	if s.FwdV5 && !s.FwdV4 {
-		return fmt.Errorf("flexcuda: forward v5 builds on v4 (FwdV4 must be set)")
-	}
-	if (s.FwdV6 || s.FwdV7) && s.FwdV4 || s.FwdV6 && s.FwdV7 {
-		return fmt.Errorf("flexcuda: forward v6 and v7 (wgmma) exclude each other and v4/v5")
-	}
-	if s.BwdV6 && (s.BwdV4 || s.Deterministic) {
-		return fmt.Errorf("flexcuda: backward v6 (wgmma) has atomic dQ only: not with v4 or Deterministic")
-	}
 	if s.BlockKV != 128 {
 		return fmt.Errorf("flexcuda: kv block %d not supported (128)", s.BlockKV)
+	}
+	for _, k := range []struct {
+		dir string
+		k   Kernel
+	}{{"forward", s.Fwd}, {"backward", s.Bwd}} {
+		if k.k != Portable && k.k != Hopper {
+			return fmt.Errorf("flexcuda: %s kernel %v: a Spec takes Portable or Hopper", k.dir, k.k)
+		}
+	}
+	if s.Bwd == Hopper && s.Deterministic {
+		return fmt.Errorf("flexcuda: the Hopper backward has atomic dQ only: Deterministic needs the portable backward")
 	}
 	return nil
 }
 
+// fwdTemplate is the forward kernel's template file.
+func (s Spec) fwdTemplate() string {
+	if s.Fwd == Hopper {
+		return "flex_fwd_ws.cu"
+	}
+	return "flex_fwd.cu"
+}
+
+// define is one #define of a generated source.
+type define struct {
+	name  string
+	value int
+}
+
+// defines returns the #defines of s's forward (bwd false) or backward
+// kernels: the specialisation and every tile constant of their templates
+// (limits.go chooses them, the one place), then the tuning switches with
+// their values from DFLASH_FLEX_DEFINES or their defaults. The templates
+// #error when one is missing rather than choose one themselves.
+func (s Spec) defines(hasScore, bwd bool) []define {
+	ds := []define{{"FLEX_D", s.HeadDim}, {"FLEX_FP16", b2i(s.storage() == dtype.F16)}, {"FLEX_GROUP", s.Group},
+		{"FLEX_BQ", s.BlockQ}, {"FLEX_BKV", s.BlockKV}, {"FLEX_HAS_SCORE", b2i(hasScore)}, {"FLEX_BWD_HALF", b2i(s.bwdHalf())}}
+	switch {
+	case !bwd && s.Fwd == Hopper:
+		ds = append(ds, define{"FLEX_FWD_NT", s.fwdThreads()}, define{"FLEX_WG_BN", s.fwdBN()}, define{"FLEX_WS_ST", s.fwdStages()})
+	case !bwd:
+		ds = append(ds, define{"FLEX_FWD_NT", s.fwdThreads()}, define{"FLEX_FWD_MT", s.fwdMT()}, define{"FLEX_FWD_BN", s.fwdBN()},
+			define{"FLEX_FWD_QREGS", b2i(s.fwdQRegs())})
+	default:
+		ds = append(ds, define{"FLEX_BWD_WG", b2i(s.Bwd == Hopper)}, define{"FLEX_BWD_NT", s.bwdThreads()}, define{"FLEX_BMQ", s.bwdBM()},
+			define{"FLEX_BWD_PRE_ROWS", s.preRows()}, define{"FLEX_BWD_SPLIT", s.splitMode()}, define{"FLEX_DQ_ATOMIC", b2i(!s.Deterministic)})
+		if s.Bwd == Hopper {
+			ds = append(ds, define{"FLEX_BWD_STAGES", s.bwdStages()}, define{"FLEX_BWD_DS_BUFS", s.bwdDSBufs()})
+		}
+		if s.Deterministic {
+			ds = append(ds, define{"FLEX_DQ_NT", s.dqThreads()}, define{"FLEX_DQ_BN", s.dqBN()})
+		}
+	}
+	set := tuning()
+	for _, k := range tuningKnobs {
+		if k.fwd == bwd || k.fwd && s.Fwd != Hopper || !k.fwd && s.Bwd != Hopper {
+			continue
+		}
+		v, ok := set[k.name]
+		if !ok {
+			v = k.def
+		}
+		ds = append(ds, define{k.name, v})
+	}
+	return ds
+}
+
 var programBlock = regexp.MustCompile(`(?s)// @flex-program-begin.*?// @flex-program-end`)
 
-// Source returns the complete NVRTC source of template file name
-// ("flex_fwd.cu", "flex_fwd_wg.cu" or "flex_bwd.cu") for s and p, with the common header
-// inlined.
-func Source(name string, s Spec, p Program) (string, error) {
+// Source returns the complete NVRTC source of s's forward (bwd false) or
+// backward kernels for the programs p, with the headers inlined.
+func Source(s Spec, p Program, bwd bool) (string, error) {
 	if err := s.Validate(); err != nil {
 		return "", err
 	}
+	name := "flex_bwd.cu"
+	if !bwd {
+		name = s.fwdTemplate()
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "// generated by dflash/flex/flexcuda for %s\n", s.Key())
-	fmt.Fprintf(&b, "#define FLEX_D %d\n#define FLEX_FP16 %d\n#define FLEX_GROUP %d\n", s.HeadDim, b2i(s.storage() == dtype.F16), s.Group)
-	fmt.Fprintf(&b, "#define FLEX_BQ %d\n#define FLEX_BKV %d\n#define FLEX_HAS_SCORE %d\n", s.BlockQ, s.BlockKV, b2i(p.HasScore))
-	fmt.Fprintf(&b, "#define FLEX_FWD_MT %d\n#define FLEX_FWD_ORDER %d\n", s.fwdMT(), b2i(s.FwdV4))
-	if s.FwdV5 {
-		b.WriteString("#define FLEX_FWD_PACKP 1\n#define FLEX_FWD_BNC 32\n")
+	for _, d := range s.defines(p.HasScore, bwd) {
+		fmt.Fprintf(&b, "#define %s %d\n", d.name, d.value)
 	}
-	fmt.Fprintf(&b, "#define FLEX_BWD_ORDER %d\n#define FLEX_BWD_SPLIT %d\n", b2i(s.bwdHeavyFirst()), s.splitMode())
-	if s.BwdV6 {
-		b.WriteString("#define FLEX_BWD_WG 1\n")
-	}
-	if s.FwdV7 {
-		_, st := s.fwdTiles()
-		fmt.Fprintf(&b, "#define FLEX_WS_ST %d\n", st)
-	}
-	b.WriteString(extraDefines())
-	fmt.Fprintf(&b, "#define FLEX_DQ_ATOMIC %d\n", b2i(!s.Deterministic))
 	return splice(name, b.String(), p)
 }
 
-// splice returns template name with defines in front, flex_common.cuh inlined
-// and its default program block replaced by p.
+// splice returns template name with defines and p's slot parameters in
+// front and its headers inlined (NVRTC gets one self-contained source), the
+// default program block of flex_args.cuh replaced by p.
 func splice(name, defines string, p Program) (string, error) {
-	common, err := kernels.Flex.ReadFile("flex_common.cuh")
-	if err != nil {
-		return "", fmt.Errorf("flexcuda: %w", err)
-	}
-	body, err := kernels.Flex.ReadFile(name)
-	if err != nil {
-		return "", fmt.Errorf("flexcuda: %w", err)
-	}
-	if !programBlock.Match(common) {
-		return "", fmt.Errorf("flexcuda: flex_common.cuh lacks the program markers")
+	args := kernels.Source("flex_args.cuh")
+	if !programBlock.MatchString(args) {
+		return "", fmt.Errorf("flexcuda: flex_args.cuh lacks the program markers")
 	}
 	prog := "#define FLEX_PROGRAM_DEFINED\n" + p.CUDA + "\n"
-	c := programBlock.ReplaceAllLiteralString(string(common), prog)
-	inc := `#include "flex_common.cuh"`
-	if !strings.Contains(string(body), inc) {
-		return "", fmt.Errorf("flexcuda: %s does not include flex_common.cuh", name)
+	args = programBlock.ReplaceAllLiteralString(args, prog)
+	seen := map[string]bool{}
+	var inline func(text string) string
+	inline = func(text string) string {
+		return include.ReplaceAllStringFunc(text, func(line string) string {
+			h := include.FindStringSubmatch(line)[1]
+			if seen[h] {
+				return ""
+			}
+			seen[h] = true
+			if h == "flex_args.cuh" {
+				return args
+			}
+			return inline(kernels.Source(h))
+		})
 	}
-	text := strings.Replace(string(body), inc, c, 1)
-	// Headers of one template (flex_bwd_dq.cuh, flex_bwd_wg.cuh, flex_wgmma.cuh, flex_fwd_wg.cuh) are inlined too:
-	// NVRTC gets one self-contained source.
-	for _, h := range []string{"flex_bwd_dq.cuh", "flex_bwd_wg.cuh", "flex_wgmma.cuh", "flex_fwd_wg.cuh"} {
-		hinc := `#include "` + h + `"`
-		if !strings.Contains(text, hinc) {
-			continue
-		}
-		hb, err := kernels.Flex.ReadFile(h)
-		if err != nil {
-			return "", fmt.Errorf("flexcuda: %w", err)
-		}
-		text = strings.Replace(text, hinc, string(hb), 1)
+	text := inline(kernels.Source(name))
+	if !seen["flex_args.cuh"] {
+		return "", fmt.Errorf("flexcuda: %s does not include flex_args.cuh (directly or through flex_common.cuh)", name)
 	}
-	var b strings.Builder
-	b.WriteString(defines)
-	b.WriteString(slotDefines(p.Slots))
-	b.WriteString(text)
-	return b.String(), nil
+	return defines + slotDefines(p.Slots) + text, nil
 }
+
+// include matches an #include of one of the kernels' headers.
+var include = regexp.MustCompile(`(?m)^#include "([a-z0-9_]+\.cuh)"[^\n]*\n`)
 
 func b2i(v bool) int {
 	if v {
@@ -269,26 +249,44 @@ func b2i(v bool) int {
 }
 
 // tuningKnobs are the template switches that DFLASH_FLEX_DEFINES may set
-// for kernel experiments (none changes a kernel's resources).
-var tuningKnobs = map[string]bool{"FLEX_WS_PP": true, "FLEX_BWD_TWO_PATHS": true, "FLEX_BWD_DQ_COLS": true}
+// for kernel experiments (none changes a kernel's resources), each of the
+// Hopper forward (fwd) or backward, with its default.
+var tuningKnobs = []struct {
+	name string
+	fwd  bool
+	def  int
+}{
+	{"FLEX_WS_PP", true, 1},          // the two consumer warpgroups take turns
+	{"FLEX_BWD_TWO_PATHS", false, 1}, // P^T of full tiles without the mask program
+	{"FLEX_BWD_DQ_COLS", false, 1},   // head dim 64: dQ split between the warpgroups by columns
+}
 
-// extraDefines returns the #defines of DFLASH_FLEX_DEFINES ("NAME=value,
+// tuning returns the switches set by DFLASH_FLEX_DEFINES ("NAME=value,
 // ..."), for measuring a template switch side by side without a rebuild. The
 // source changes, so the kernel cache keeps the variants apart. Names
 // outside tuningKnobs are ignored with a warning on stderr.
-func extraDefines() string {
+func tuning() map[string]int {
+	set := map[string]int{}
 	env := os.Getenv("DFLASH_FLEX_DEFINES")
 	if env == "" {
-		return ""
+		return set
 	}
-	var b strings.Builder
+	var names []string
+	for _, k := range tuningKnobs {
+		names = append(names, k.name)
+	}
 	for _, kv := range strings.Split(env, ",") {
 		name, val, _ := strings.Cut(strings.TrimSpace(kv), "=")
-		if _, err := strconv.Atoi(val); !tuningKnobs[name] || err != nil {
-			fmt.Fprintf(os.Stderr, "flexcuda: DFLASH_FLEX_DEFINES: %q is not NAME=integer with NAME a tuning switch of the kernels (%v); ignored\n", kv, tuningKnobs)
+		v, err := strconv.Atoi(val)
+		known := false
+		for _, k := range tuningKnobs {
+			known = known || k.name == name
+		}
+		if !known || err != nil {
+			fmt.Fprintf(os.Stderr, "flexcuda: DFLASH_FLEX_DEFINES: %q is not NAME=integer with NAME a tuning switch of the kernels (%v); ignored\n", kv, names)
 			continue
 		}
-		fmt.Fprintf(&b, "#define %s %s\n", name, val)
+		set[name] = v
 	}
-	return b.String()
+	return set
 }

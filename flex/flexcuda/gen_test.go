@@ -9,10 +9,10 @@ const causalCUDA = `__device__ __forceinline__ bool flex_mask(const FlexArgs &A,
 __device__ __forceinline__ float flex_score(const FlexArgs &A, float s, int b, int h, int q, int kv) { return s; }`
 
 func TestSourceSplicesProgramAndSpec(t *testing.T) {
-	for _, name := range []string{"flex_fwd.cu", "flex_bwd.cu"} {
-		t.Run(name, func(t *testing.T) {
-			s := Spec{HeadDim: 128, Group: 4, BlockQ: 128, BlockKV: 128, MaskHash: "abcdef0123456789"}
-			src, err := Source(name, s, Program{CUDA: causalCUDA})
+	for _, bwd := range []bool{false, true} {
+		t.Run(map[bool]string{false: "fwd", true: "bwd"}[bwd], func(t *testing.T) {
+			s := Spec{HeadDim: 128, Group: 4, BlockQ: 128, BlockKV: 128, MaskHash: "abcdef0123456789", Fwd: Portable, Bwd: Portable}
+			src, err := Source(s, Program{CUDA: causalCUDA}, bwd)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -24,7 +24,7 @@ func TestSourceSplicesProgramAndSpec(t *testing.T) {
 			if strings.Contains(src, `#include "flex_common.cuh"`) || strings.Contains(src, "@flex-program") {
 				t.Errorf("include or default program block left in the source")
 			}
-			again, _ := Source(name, s, Program{CUDA: causalCUDA})
+			again, _ := Source(s, Program{CUDA: causalCUDA}, bwd)
 			if again != src {
 				t.Errorf("source not deterministic")
 			}
@@ -33,11 +33,16 @@ func TestSourceSplicesProgramAndSpec(t *testing.T) {
 }
 
 func TestSpecKeyAndValidate(t *testing.T) {
-	a := Spec{HeadDim: 128, Group: 4, BlockQ: 128, BlockKV: 128, MaskHash: "m1"}
+	a := Spec{HeadDim: 128, Group: 4, BlockQ: 128, BlockKV: 128, MaskHash: "m1", Fwd: Hopper, Bwd: Hopper}
 	b := a
 	b.Group = 2
 	if a.Key() == b.Key() {
 		t.Errorf("keys of different GQA groups collide: %s", a.Key())
+	}
+	c := a
+	c.Bwd = Portable
+	if a.Key() == c.Key() {
+		t.Errorf("keys of different backward kernels collide: %s", a.Key())
 	}
 	bad := a
 	bad.HeadDim = 96
@@ -47,20 +52,20 @@ func TestSpecKeyAndValidate(t *testing.T) {
 }
 
 func TestResourcesCheckNamesLimit(t *testing.T) {
-	s := Spec{HeadDim: 256, Group: 1, BlockQ: 128, BlockKV: 128}
+	s := Spec{HeadDim: 256, Group: 1, BlockQ: 128, BlockKV: 128, Fwd: Portable, Bwd: Portable}
 	r := BwdResources(s, 64)
 	r.SmemOptIn = 100 * 1024
 	err := r.Check()
 	if err == nil || !strings.Contains(err.Error(), "shared-memory limit") {
 		t.Fatalf("want a shared-memory limit error, got %v", err)
 	}
-	r = FwdResources(Spec{HeadDim: 128, Group: 1, BlockQ: 128, BlockKV: 128}, 32)
+	r = FwdResources(Spec{HeadDim: 128, Group: 1, BlockQ: 128, BlockKV: 128, Fwd: Hopper, Bwd: Hopper}, 32)
 	r.SmemOptIn = 227 * 1024
-	r.MaxRegs = 255
+	r.MaxRegs = 168 // 384 threads
 	if err := r.Check(); err != nil {
 		t.Fatalf("fwd D128 within limits: %v", err)
 	}
-	r.MaxRegs = 300
+	r.MaxRegs = 171
 	if err := r.Check(); err == nil || !strings.Contains(err.Error(), "register limit") {
 		t.Fatalf("want a register limit error, got %v", err)
 	}

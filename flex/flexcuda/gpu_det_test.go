@@ -10,8 +10,8 @@ import (
 )
 
 // detCases are the deterministic backward's GPU cases: GQA on the DFlash
-// mask (with padding rows; per-head slices and, backward variant 3, the group
-// summed in one CTA) and the causal mask, G1 with q block 64 (the
+// mask (with padding rows, per-head slices; unsorted anchors with the
+// portable forward) and the causal mask, G1 with q block 64 (the
 // 4-warp dQ pass), Lq != Lkv in fp16, head dim 256 and a score program
 // without tensors.
 func detCases() []attnCase {
@@ -22,7 +22,7 @@ func detCases() []attnCase {
 			func(r *rand.Rand, d flex.Dims) *flex.Args {
 				return dflashHostArgs(r, d.Batch, d.LenQ/16, d.LenKV-d.LenQ, true)
 			}},
-		{"det/dflash16/g4/bwd3/d128/bf16", flex.DFlashMask(16), nil, det(Config{HeadDim: 128, Group: 4, BwdVariant: 3}),
+		{"det/dflash16/g4/unsorted/portable-fwd/d128/bf16", flex.DFlashMask(16), nil, det(Config{HeadDim: 128, Group: 4, Fwd: Portable}),
 			func(r *rand.Rand) flex.Dims { return flex.DFlashDims(1, 8, 2, 10+r.IntN(10), 16, 150+r.IntN(200), 128) },
 			func(r *rand.Rand, d flex.Dims) *flex.Args {
 				return dflashHostArgs(r, d.Batch, d.LenQ/16, d.LenKV-d.LenQ, false)

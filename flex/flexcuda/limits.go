@@ -2,6 +2,130 @@ package flexcuda
 
 import "fmt"
 
+// The tile sizes and thread counts of the kernels of a Spec, chosen here
+// and nowhere else: Spec.defines emits them into the generated sources (the
+// templates #error without them) and the Resources functions below size
+// shared memory and launches from them.
+
+// fwdMT is the number of 16-row tiles each warp of the portable forward
+// owns: two (every K and V fragment feeds both) where the registers allow.
+func (s Spec) fwdMT() int {
+	if s.HeadDim <= 128 && s.BlockQ == 128 {
+		return 2
+	}
+	return 1
+}
+
+// fwdBN is the forward's kv rows per tile. Portable: 128 at head dim 128
+// with one row tile per warp, 32 at head dim 256, else 64. Hopper (the N of
+// the S product): 64 at head dim 256, where O takes 128 registers per
+// thread, else 128.
+func (s Spec) fwdBN() int {
+	if s.Fwd == Hopper {
+		if s.HeadDim == 256 {
+			return 64
+		}
+		return 128
+	}
+	switch {
+	case s.HeadDim >= 256:
+		return 32
+	case s.HeadDim == 128 && s.fwdMT() == 1:
+		return 128
+	}
+	return 64
+}
+
+// fwdStages is the Hopper forward's K and V stages: head dim 64 has room
+// for four.
+func (s Spec) fwdStages() int {
+	if s.HeadDim == 64 {
+		return 4
+	}
+	return 2
+}
+
+// fwdQRegs reports whether the portable forward keeps Q's fragments in
+// registers (register pressure above head dim 64).
+func (s Spec) fwdQRegs() bool { return s.HeadDim <= 64 }
+
+// fwdThreads is the forward kernel's block size: portable, a warp per
+// 16*fwdMT q rows; Hopper, a consumer warpgroup per 64 q rows and the
+// producer.
+func (s Spec) fwdThreads() int {
+	if s.Fwd == Hopper {
+		return s.BlockQ/64*128 + 128
+	}
+	return s.BlockQ / (16 * s.fwdMT()) * 32
+}
+
+// bwdBM is the backward's q rows per tile (both kernels).
+func (s Spec) bwdBM() int {
+	if s.HeadDim >= 256 {
+		return 32
+	}
+	return 64
+}
+
+// bwdThreads is flex_bwd_dkdv's block size: a warp per 16 kv rows
+// (portable), two warpgroups (Hopper).
+func (s Spec) bwdThreads() int {
+	if s.Bwd == Hopper {
+		return 256
+	}
+	return s.BlockKV / 16 * 32
+}
+
+// bwdHalf reports whether the Hopper backward splits the head dimension
+// over two CTAs per kv block (head dim 256: dK and dV of 64 kv rows x 256
+// would take 256 registers per thread).
+func (s Spec) bwdHalf() bool { return s.Bwd == Hopper && s.HeadDim == 256 }
+
+// bwdStages and bwdDSBufs are the Hopper backward's Q/dO stages and dS^T
+// buffers (one at head dim 256, where dQ runs right after its tile).
+func (s Spec) bwdStages() int {
+	if s.bwdHalf() {
+		return 2
+	}
+	return 3
+}
+
+func (s Spec) bwdDSBufs() int {
+	if s.bwdHalf() {
+		return 1
+	}
+	return 2
+}
+
+// preRows is the rows per CTA of flex_bwd_pre (256 threads, one per 8
+// elements of a row).
+func (s Spec) preRows() int { return 256 / (s.HeadDim / 8) }
+
+// dqBN and dqThreads are the kv rows per stage and the block size (a warp
+// per 16 q rows) of the deterministic backward's dQ pass.
+func (s Spec) dqBN() int {
+	if s.HeadDim >= 256 {
+		return 32
+	}
+	return 64
+}
+
+func (s Spec) dqThreads() int { return s.BlockQ / 16 * 32 }
+
+// bwdSplit reports whether the backward runs one CTA per query head.
+func (s Spec) bwdSplit() bool { return s.Group > 1 }
+
+// splitMode is FLEX_BWD_SPLIT: 0 no split, 1 atomics, 2 per-head slices.
+func (s Spec) splitMode() int {
+	switch {
+	case !s.bwdSplit():
+		return 0
+	case s.Deterministic:
+		return 2
+	}
+	return 1
+}
+
 // Resources is what a kernel launch needs from one multiprocessor.
 type Resources struct {
 	Kernel     string
@@ -15,55 +139,38 @@ type Resources struct {
 
 // FwdResources is the launch shape of flex_fwd for s with nkvb kv blocks.
 func FwdResources(s Spec, nkvb int) Resources {
-	switch bn, st := s.fwdTiles(); {
-	case s.FwdV6: // flex_fwd_wg.cu's tiles: Q, two K and two V tiles; 1024 bytes of alignment slack
-		return Resources{Kernel: "flex_fwd", SharedMem: (s.BlockQ+4*bn)*s.HeadDim*2 + 1024 + 8*nkvb, Threads: s.fwdThreads()}
-	case s.FwdV7: // flex_fwd_ws.cu's: Q, st K and V stages, 1+4st mbarriers; alignment slack
+	bn := s.fwdBN()
+	if s.Fwd == Hopper { // flex_fwd_ws.cu's tiles: Q, st K and V stages, 1+4st mbarriers; alignment slack
+		st := s.fwdStages()
 		return Resources{Kernel: "flex_fwd", SharedMem: (s.BlockQ+2*st*bn)*s.HeadDim*2 + 8*(1+4*st) + 1024 + 8*nkvb, Threads: s.fwdThreads()}
 	}
-	bn := 64 // FLEX_BN of flex_fwd.cu
-	switch {
-	case s.HeadDim >= 256:
-		bn = 32
-	case s.HeadDim == 128 && s.fwdMT() == 1:
-		bn = 128
-	}
+	// flex_fwd.cu's: Q, two K and two V tiles
 	return Resources{Kernel: "flex_fwd", SharedMem: (s.BlockQ+4*bn)*s.HeadDim*2 + 8*nkvb, Threads: s.fwdThreads()}
 }
 
 // BwdResources is the launch shape of flex_bwd_dkdv for s with nqb q blocks.
 func BwdResources(s Spec, nqb int) Resources {
-	if s.BwdV6 { // flex_bwd_wg.cuh's tiles: K, V, nst stages of Q and dO, nds dS^T buffers, LSE/Dlt; alignment slack
-		bm, nst, nds := 64, 3, 2 // q rows per tile, Q/dO stages, dS^T buffers
-		if s.HeadDim == 256 {
-			bm, nst, nds = 32, 2, 1
-		}
+	bm := s.bwdBM()
+	if s.Bwd == Hopper { // flex_bwd_wg.cuh's tiles: K, V, nst stages of Q and dO, nds dS^T buffers, LSE/Dlt; alignment slack
+		nst, nds := s.bwdStages(), s.bwdDSBufs()
 		return Resources{Kernel: "flex_bwd_dkdv",
 			SharedMem: (2*s.BlockKV*s.HeadDim+2*nst*bm*s.HeadDim+nds*s.BlockKV*64)*2 + 2*nst*bm*4 + 1024 + 8*nqb,
-			Threads:   256}
+			Threads:   s.bwdThreads()}
 	}
-	bmq := 64
-	if s.HeadDim >= 256 {
-		bmq = 32
-	}
-	dsTile := bmq * s.BlockKV // the dS tile of the atomic dQ product
+	dsTile := bm * s.BlockKV // the dS tile of the atomic dQ product
 	if s.Deterministic {
 		dsTile = 0
 	}
 	return Resources{Kernel: "flex_bwd_dkdv",
-		SharedMem: (2*s.BlockKV*s.HeadDim+4*bmq*s.HeadDim+dsTile)*2 + 16*bmq + 8*nqb,
-		Threads:   s.BlockKV / 16 * 32}
+		SharedMem: (2*s.BlockKV*s.HeadDim+4*bm*s.HeadDim+dsTile)*2 + 16*bm + 8*nqb,
+		Threads:   s.bwdThreads()}
 }
 
 // DQResources is the launch shape of flex_bwd_dq (the deterministic
 // backward's dQ pass) for s with nkvb kv blocks.
 func DQResources(s Spec, nkvb int) Resources {
-	bn := 64 // FLEX_DQ_BN of flex_bwd_dq.cuh
-	if s.HeadDim >= 256 {
-		bn = 32
-	}
-	return Resources{Kernel: "flex_bwd_dq", SharedMem: (2*s.BlockQ+4*bn)*s.HeadDim*2 + 8*s.BlockQ + 8*nkvb,
-		Threads: s.BlockQ / 16 * 32}
+	return Resources{Kernel: "flex_bwd_dq", SharedMem: (2*s.BlockQ+4*s.dqBN())*s.HeadDim*2 + 8*s.BlockQ + 8*nkvb,
+		Threads: s.dqThreads()}
 }
 
 // Check returns an error naming the limit a launch would break (contract 4:

@@ -38,7 +38,7 @@ func (m *module) target(arch string) (string, error) {
 		return arch, nil
 	}
 	if arch != "sm_90" {
-		return "", fmt.Errorf("flexcuda: %s uses Hopper warpgroup MMA (wgmma, sm_90a); this device is %s: choose kernel variant 4 (Config.FwdVariant, DFLASH_FLEX_FWD)", m.family, arch)
+		return "", fmt.Errorf("flexcuda: %s is the Hopper kernel (warpgroup MMA, sm_90a); this device is %s: choose the portable kernels (Config.Arch, or Config.Fwd/Bwd = flexcuda.Portable, or DFLASH_FLEX_FWD/DFLASH_FLEX_BWD=portable)", m.family, arch)
 	}
 	return "sm_90a", nil
 }

@@ -14,16 +14,16 @@ func TestSpecStorage(t *testing.T) {
 		dt       dtype.DType
 		key, def string
 	}{{dtype.Invalid, "/bf16/", "#define FLEX_FP16 0"}, {dtype.BF16, "/bf16/", "#define FLEX_FP16 0"}, {dtype.F16, "/f16/", "#define FLEX_FP16 1"}} {
-		s := Spec{HeadDim: 64, DType: c.dt, Group: 1, BlockQ: 128, BlockKV: 128}
+		s := Spec{HeadDim: 64, DType: c.dt, Group: 1, BlockQ: 128, BlockKV: 128, Fwd: Portable, Bwd: Portable}
 		if !strings.Contains(s.Key(), c.key) {
 			t.Errorf("%v: key %s lacks %s", c.dt, s.Key(), c.key)
 		}
-		src, err := Source("flex_fwd.cu", s, Program{CUDA: causalCUDA})
+		src, err := Source(s, Program{CUDA: causalCUDA}, false)
 		if err != nil || !strings.Contains(src, c.def) {
 			t.Errorf("%v: source lacks %q (err %v)", c.dt, c.def, err)
 		}
 	}
-	err := Spec{HeadDim: 64, DType: dtype.F32, Group: 1, BlockQ: 128, BlockKV: 128}.Validate()
+	err := Spec{HeadDim: 64, DType: dtype.F32, Group: 1, BlockQ: 128, BlockKV: 128, Fwd: Portable, Bwd: Portable}.Validate()
 	if err == nil || !strings.Contains(err.Error(), "storage type f32 not supported") {
 		t.Errorf("f32 storage: %v", err)
 	}
