@@ -41,21 +41,6 @@ const (
 )
 
 var (
-	pInit               = newFreeProc(libCUDA, "cuInit")
-	pDriverGetVersion   = newFreeProc(libCUDA, "cuDriverGetVersion")
-	pDeviceGetCount     = newFreeProc(libCUDA, "cuDeviceGetCount")
-	pDeviceGet          = newFreeProc(libCUDA, "cuDeviceGet")
-	pDeviceGetName      = newFreeProc(libCUDA, "cuDeviceGetName")
-	pDeviceGetAttribute = newFreeProc(libCUDA, "cuDeviceGetAttribute")
-	pDeviceTotalMem     = newFreeProc(libCUDA, "cuDeviceTotalMem_v2")
-	pPrimaryCtxRetain   = newFreeProc(libCUDA, "cuDevicePrimaryCtxRetain")
-	pPrimaryCtxRelease  = newFreeProc(libCUDA, "cuDevicePrimaryCtxRelease_v2")
-	pCtxSetCurrent      = newProc(libCUDA, "cuCtxSetCurrent")
-	pCtxSynchronize     = newProc(libCUDA, "cuCtxSynchronize")
-	pMemGetInfo         = newProc(libCUDA, "cuMemGetInfo_v2")
-)
-
-var (
 	initOnce sync.Once
 	initErr  error
 )

@@ -13,15 +13,6 @@ const (
 	CaptureModeRelaxed     CaptureMode = 2
 )
 
-var (
-	pStreamBeginCapture = newProc(libCUDA, "cuStreamBeginCapture_v2")
-	pStreamEndCapture   = newProc(libCUDA, "cuStreamEndCapture")
-	pGraphInstantiate   = newProc(libCUDA, "cuGraphInstantiateWithFlags")
-	pGraphLaunch        = newProc(libCUDA, "cuGraphLaunch")
-	pGraphExecDestroy   = newProc(libCUDA, "cuGraphExecDestroy")
-	pGraphDestroy       = newProc(libCUDA, "cuGraphDestroy")
-)
-
 // StreamBeginCapture starts capturing the work queued on s into a graph.
 func StreamBeginCapture(s Stream, mode CaptureMode) error {
 	return drv(pStreamBeginCapture, uintptr(s), uintptr(mode))

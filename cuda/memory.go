@@ -2,19 +2,6 @@ package cuda
 
 import "unsafe"
 
-var (
-	pMemAlloc        = newProc(libCUDA, "cuMemAlloc_v2")
-	pMemFree         = newProc(libCUDA, "cuMemFree_v2")
-	pMemAllocHost    = newProc(libCUDA, "cuMemAllocHost_v2")
-	pMemFreeHost     = newProc(libCUDA, "cuMemFreeHost")
-	pMemcpyHtoD      = newProc(libCUDA, "cuMemcpyHtoD_v2")
-	pMemcpyDtoH      = newProc(libCUDA, "cuMemcpyDtoH_v2")
-	pMemcpyHtoDAsync = newProc(libCUDA, "cuMemcpyHtoDAsync_v2")
-	pMemcpyDtoHAsync = newProc(libCUDA, "cuMemcpyDtoHAsync_v2")
-	pMemcpyDtoDAsync = newProc(libCUDA, "cuMemcpyDtoDAsync_v2")
-	pMemsetD8Async   = newProc(libCUDA, "cuMemsetD8Async")
-)
-
 // MemAlloc allocates n bytes of device memory in the current context.
 func MemAlloc(n int64) (DevicePtr, error) {
 	var p uint64

@@ -13,18 +13,6 @@ const (
 	EventDisableTiming = 0x2
 )
 
-var (
-	pStreamCreate      = newProc(libCUDA, "cuStreamCreate")
-	pStreamDestroy     = newProc(libCUDA, "cuStreamDestroy_v2")
-	pStreamSynchronize = newProc(libCUDA, "cuStreamSynchronize")
-	pStreamWaitEvent   = newProc(libCUDA, "cuStreamWaitEvent")
-	pEventCreate       = newProc(libCUDA, "cuEventCreate")
-	pEventDestroy      = newProc(libCUDA, "cuEventDestroy_v2")
-	pEventRecord       = newProc(libCUDA, "cuEventRecord")
-	pEventSynchronize  = newProc(libCUDA, "cuEventSynchronize")
-	pEventElapsedTime  = newProc(libCUDA, "cuEventElapsedTime")
-)
-
 // StreamCreate creates a stream in the current context.
 func StreamCreate(flags uint32) (Stream, error) {
 	var s uintptr
