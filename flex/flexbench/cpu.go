@@ -22,9 +22,8 @@ func runCPU(o Options) (*Report, error) {
 		return nil, err
 	}
 	d := pc.dims
-	rep := &Report{Device: "cpu", Threads: runtime.GOMAXPROCS(0), Mask: o.Mask, DType: o.DType.String(), Dims: d,
-		Reps: [2]int{o.Reps, o.RepsFB}, AllowedPairs: pc.pairs * float64(d.HeadsQ)}
-	rep.Density = pc.pairs / (float64(d.Batch) * float64(d.LenQ) * float64(d.LenKV))
+	rep := pc.newReport(o)
+	rep.Threads = runtime.GOMAXPROCS(0)
 	slog.Info("bench attention", "mask", o.Mask, "dims", fmt.Sprintf("%+v", d), "dtype", o.DType, "threads", rep.Threads)
 
 	bm, err := measureBlockMask(pc.mask, pc.args, d, o.Block, &rep.BlockMask)

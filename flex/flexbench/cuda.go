@@ -51,10 +51,8 @@ func runCUDA(o Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	rep := &Report{Device: "cuda", GPU: w.Info().Name, Mask: o.Mask, DType: o.DType.String(), Dims: d, Spec: att.Spec().Key(),
-		Reps: [2]int{o.Reps, o.RepsFB}, AllowedPairs: pc.pairs * float64(d.HeadsQ)}
-	rep.Density = pc.pairs / (float64(d.Batch) * float64(d.LenQ) * float64(d.LenKV))
-	rep.Compile = &Compile{CacheDir: o.CacheDir}
+	rep := pc.newReport(o)
+	rep.GPU, rep.Spec, rep.Compile = w.Info().Name, att.Spec().Key(), &Compile{CacheDir: o.CacheDir}
 
 	// Compile (or load from disk) the three modules at once, then load them.
 	start := time.Now()

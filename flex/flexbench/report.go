@@ -74,6 +74,14 @@ type Compile struct {
 	Kernels   []flexcuda.KernelInfo `json:"kernels"`
 }
 
+// newReport starts the report of c under o: what was run, the allowed
+// pairs and the density.
+func (c *attnCase) newReport(o Options) *Report {
+	d := c.dims
+	return &Report{Device: o.Device, Mask: o.Mask, DType: o.DType.String(), Dims: d, Reps: [2]int{o.Reps, o.RepsFB},
+		AllowedPairs: c.pairs * float64(d.HeadsQ), Density: c.pairs / (float64(d.Batch) * float64(d.LenQ) * float64(d.LenKV))}
+}
+
 // finish fills the useful TFLOP/s from the times and the allowed pairs.
 func (r *Report) finish() {
 	if r.ForwardMS > 0 {
