@@ -58,25 +58,6 @@ type HeuristicResult struct {
 	_             [4]int32
 }
 
-var (
-	pLtCreate           = newProc(libCublasLt, "cublasLtCreate")
-	pLtDestroy          = newProc(libCublasLt, "cublasLtDestroy")
-	pLtGetVersion       = newFreeProc(libCublasLt, "cublasLtGetVersion")
-	pLtStatusName       = newFreeProc(libCublasLt, "cublasLtGetStatusName")
-	pLtStatusString     = newFreeProc(libCublasLt, "cublasLtGetStatusString")
-	pLtDescCreate       = newFreeProc(libCublasLt, "cublasLtMatmulDescCreate")
-	pLtDescDestroy      = newFreeProc(libCublasLt, "cublasLtMatmulDescDestroy")
-	pLtDescSetAttr      = newFreeProc(libCublasLt, "cublasLtMatmulDescSetAttribute")
-	pLtLayoutCreate     = newFreeProc(libCublasLt, "cublasLtMatrixLayoutCreate")
-	pLtLayoutDestroy    = newFreeProc(libCublasLt, "cublasLtMatrixLayoutDestroy")
-	pLtLayoutSetAttr    = newFreeProc(libCublasLt, "cublasLtMatrixLayoutSetAttribute")
-	pLtPrefCreate       = newFreeProc(libCublasLt, "cublasLtMatmulPreferenceCreate")
-	pLtPrefDestroy      = newFreeProc(libCublasLt, "cublasLtMatmulPreferenceDestroy")
-	pLtPrefSetAttr      = newFreeProc(libCublasLt, "cublasLtMatmulPreferenceSetAttribute")
-	pLtAlgoGetHeuristic = newProc(libCublasLt, "cublasLtMatmulAlgoGetHeuristic")
-	pLtMatmul           = newProc(libCublasLt, "cublasLtMatmul")
-)
-
 var cublasStatusNames = map[int32]string{
 	1: "CUBLAS_STATUS_NOT_INITIALIZED", 3: "CUBLAS_STATUS_ALLOC_FAILED", 7: "CUBLAS_STATUS_INVALID_VALUE",
 	8: "CUBLAS_STATUS_ARCH_MISMATCH", 11: "CUBLAS_STATUS_MAPPING_ERROR", 13: "CUBLAS_STATUS_EXECUTION_FAILED",

@@ -41,22 +41,6 @@ const (
 )
 
 var (
-	pInit               = newFreeProc(libCUDA, "cuInit")
-	pDriverGetVersion   = newFreeProc(libCUDA, "cuDriverGetVersion")
-	pDeviceGetCount     = newFreeProc(libCUDA, "cuDeviceGetCount")
-	pDeviceGet          = newFreeProc(libCUDA, "cuDeviceGet")
-	pDeviceGetName      = newFreeProc(libCUDA, "cuDeviceGetName")
-	pDeviceGetAttribute = newFreeProc(libCUDA, "cuDeviceGetAttribute")
-	pDeviceTotalMem     = newFreeProc(libCUDA, "cuDeviceTotalMem_v2")
-	pPrimaryCtxRetain   = newFreeProc(libCUDA, "cuDevicePrimaryCtxRetain")
-	pPrimaryCtxRelease  = newFreeProc(libCUDA, "cuDevicePrimaryCtxRelease_v2")
-	pCtxSetCurrent      = newProc(libCUDA, "cuCtxSetCurrent")
-	pCtxGetCurrent      = newFreeProc(libCUDA, "cuCtxGetCurrent")
-	pCtxSynchronize     = newProc(libCUDA, "cuCtxSynchronize")
-	pMemGetInfo         = newProc(libCUDA, "cuMemGetInfo_v2")
-)
-
-var (
 	initOnce sync.Once
 	initErr  error
 )
@@ -144,13 +128,6 @@ func PrimaryCtxRelease(d Device) error { return drv(pPrimaryCtxRelease, uintptr(
 
 // CtxSetCurrent binds c to the calling OS thread.
 func CtxSetCurrent(c Context) error { return drv(pCtxSetCurrent, uintptr(c)) }
-
-// CtxGetCurrent returns the context bound to the calling OS thread (0 if none).
-func CtxGetCurrent() (Context, error) {
-	var c uintptr
-	err := drv(pCtxGetCurrent, uintptr(unsafe.Pointer(&c)))
-	return Context(c), err
-}
 
 // CtxSynchronize waits for all work in the current context.
 func CtxSynchronize() error { return drv(pCtxSynchronize) }

@@ -45,11 +45,6 @@ var (
 	ErrCublasNotSupp  = &Error{Lib: "cublasLt", Code: 15, Name: "CUBLAS_STATUS_NOT_SUPPORTED"}
 )
 
-var (
-	pGetErrorName   = newFreeProc(libCUDA, "cuGetErrorName")
-	pGetErrorString = newFreeProc(libCUDA, "cuGetErrorString")
-)
-
 // driverError turns a CUresult into an *Error naming call, or nil.
 func driverError(call string, r uintptr) error {
 	code := int32(r)

@@ -13,26 +13,6 @@ const (
 	CaptureModeRelaxed     CaptureMode = 2
 )
 
-// CaptureStatus is a CUstreamCaptureStatus.
-type CaptureStatus int32
-
-// Capture states of a stream.
-const (
-	CaptureNone        CaptureStatus = 0
-	CaptureActive      CaptureStatus = 1
-	CaptureInvalidated CaptureStatus = 2
-)
-
-var (
-	pStreamBeginCapture = newProc(libCUDA, "cuStreamBeginCapture_v2")
-	pStreamEndCapture   = newProc(libCUDA, "cuStreamEndCapture")
-	pStreamIsCapturing  = newProc(libCUDA, "cuStreamIsCapturing")
-	pGraphInstantiate   = newProc(libCUDA, "cuGraphInstantiateWithFlags")
-	pGraphLaunch        = newProc(libCUDA, "cuGraphLaunch")
-	pGraphExecDestroy   = newProc(libCUDA, "cuGraphExecDestroy")
-	pGraphDestroy       = newProc(libCUDA, "cuGraphDestroy")
-)
-
 // StreamBeginCapture starts capturing the work queued on s into a graph.
 func StreamBeginCapture(s Stream, mode CaptureMode) error {
 	return drv(pStreamBeginCapture, uintptr(s), uintptr(mode))
@@ -43,13 +23,6 @@ func StreamEndCapture(s Stream) (Graph, error) {
 	var g uintptr
 	err := drv(pStreamEndCapture, uintptr(s), uintptr(unsafe.Pointer(&g)))
 	return Graph(g), err
-}
-
-// StreamIsCapturing returns the capture state of s.
-func StreamIsCapturing(s Stream) (CaptureStatus, error) {
-	var st int32
-	err := drv(pStreamIsCapturing, uintptr(s), uintptr(unsafe.Pointer(&st)))
-	return CaptureStatus(st), err
 }
 
 // GraphInstantiate makes an executable graph from g.

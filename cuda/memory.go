@@ -2,23 +2,6 @@ package cuda
 
 import "unsafe"
 
-var (
-	pMemAlloc        = newProc(libCUDA, "cuMemAlloc_v2")
-	pMemFree         = newProc(libCUDA, "cuMemFree_v2")
-	pMemAllocHost    = newProc(libCUDA, "cuMemAllocHost_v2")
-	pMemFreeHost     = newProc(libCUDA, "cuMemFreeHost")
-	pMemcpyHtoD      = newProc(libCUDA, "cuMemcpyHtoD_v2")
-	pMemcpyDtoH      = newProc(libCUDA, "cuMemcpyDtoH_v2")
-	pMemcpyDtoD      = newProc(libCUDA, "cuMemcpyDtoD_v2")
-	pMemcpyHtoDAsync = newProc(libCUDA, "cuMemcpyHtoDAsync_v2")
-	pMemcpyDtoHAsync = newProc(libCUDA, "cuMemcpyDtoHAsync_v2")
-	pMemcpyDtoDAsync = newProc(libCUDA, "cuMemcpyDtoDAsync_v2")
-	pMemsetD8        = newProc(libCUDA, "cuMemsetD8_v2")
-	pMemsetD32       = newProc(libCUDA, "cuMemsetD32_v2")
-	pMemsetD8Async   = newProc(libCUDA, "cuMemsetD8Async")
-	pMemsetD32Async  = newProc(libCUDA, "cuMemsetD32Async")
-)
-
 // MemAlloc allocates n bytes of device memory in the current context.
 func MemAlloc(n int64) (DevicePtr, error) {
 	var p uint64
@@ -58,11 +41,6 @@ func MemcpyDtoH(dst unsafe.Pointer, src DevicePtr, n int64) error {
 	return drv(pMemcpyDtoH, uintptr(dst), uintptr(src), uintptr(n))
 }
 
-// MemcpyDtoD copies n bytes between device buffers.
-func MemcpyDtoD(dst, src DevicePtr, n int64) error {
-	return drv(pMemcpyDtoD, uintptr(dst), uintptr(src), uintptr(n))
-}
-
 // MemcpyHtoDAsync queues a copy of n bytes from host memory to dst on s.
 // src must stay valid until the copy has run: use pinned memory
 // (MemAllocHost) for a truly asynchronous copy.
@@ -81,22 +59,7 @@ func MemcpyDtoDAsync(dst, src DevicePtr, n int64, s Stream) error {
 	return drv(pMemcpyDtoDAsync, uintptr(dst), uintptr(src), uintptr(n), uintptr(s))
 }
 
-// MemsetD8 sets n bytes at dst to v.
-func MemsetD8(dst DevicePtr, v byte, n int64) error {
-	return drv(pMemsetD8, uintptr(dst), uintptr(v), uintptr(n))
-}
-
-// MemsetD32 sets n 32-bit words at dst to v.
-func MemsetD32(dst DevicePtr, v uint32, n int64) error {
-	return drv(pMemsetD32, uintptr(dst), uintptr(v), uintptr(n))
-}
-
 // MemsetD8Async queues setting n bytes at dst to v on s.
 func MemsetD8Async(dst DevicePtr, v byte, n int64, s Stream) error {
 	return drv(pMemsetD8Async, uintptr(dst), uintptr(v), uintptr(n), uintptr(s))
-}
-
-// MemsetD32Async queues setting n 32-bit words at dst to v on s.
-func MemsetD32Async(dst DevicePtr, v uint32, n int64, s Stream) error {
-	return drv(pMemsetD32Async, uintptr(dst), uintptr(v), uintptr(n), uintptr(s))
 }

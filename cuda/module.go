@@ -22,15 +22,6 @@ const (
 	FuncPreferredSharedCarveout FunctionAttribute = 9
 )
 
-var (
-	pModuleLoadData    = newProc(libCUDA, "cuModuleLoadData")
-	pModuleUnload      = newProc(libCUDA, "cuModuleUnload")
-	pModuleGetFunction = newProc(libCUDA, "cuModuleGetFunction")
-	pFuncGetAttribute  = newProc(libCUDA, "cuFuncGetAttribute")
-	pFuncSetAttribute  = newProc(libCUDA, "cuFuncSetAttribute")
-	pLaunchKernel      = newProc(libCUDA, "cuLaunchKernel")
-)
-
 // ModuleLoadData loads a CUBIN, fatbin or PTX image into the current context.
 // A PTX image without a trailing NUL is copied and terminated.
 func ModuleLoadData(image []byte) (Module, error) {

@@ -38,22 +38,6 @@ const (
 	NCCLAvg  NCCLRedOp = 4
 )
 
-var (
-	pNcclGetVersion     = newFreeProc(libNCCL, "ncclGetVersion")
-	pNcclGetErrorString = newFreeProc(libNCCL, "ncclGetErrorString")
-	pNcclGetLastError   = newFreeProc(libNCCL, "ncclGetLastError")
-	pNcclGetUniqueID    = newFreeProc(libNCCL, "ncclGetUniqueId")
-	pNcclCommInitRank   = newProc(libNCCL, "ncclCommInitRank")
-	pNcclCommInitAll    = newProc(libNCCL, "ncclCommInitAll")
-	pNcclCommDestroy    = newProc(libNCCL, "ncclCommDestroy")
-	pNcclCommCount      = newFreeProc(libNCCL, "ncclCommCount")
-	pNcclCommUserRank   = newFreeProc(libNCCL, "ncclCommUserRank")
-	pNcclAllReduce      = newProc(libNCCL, "ncclAllReduce")
-	pNcclBroadcast      = newProc(libNCCL, "ncclBroadcast")
-	pNcclGroupStart     = newProc(libNCCL, "ncclGroupStart")
-	pNcclGroupEnd       = newProc(libNCCL, "ncclGroupEnd")
-)
-
 var ncclResultNames = map[int32]string{
 	1: "ncclUnhandledCudaError", 2: "ncclSystemError", 3: "ncclInternalError", 4: "ncclInvalidArgument",
 	5: "ncclInvalidUsage", 6: "ncclRemoteError", 7: "ncclInProgress",

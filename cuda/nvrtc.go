@@ -7,20 +7,6 @@ import (
 	"unsafe"
 )
 
-var (
-	pNvrtcVersion         = newFreeProc(libNVRTC, "nvrtcVersion")
-	pNvrtcGetErrorString  = newFreeProc(libNVRTC, "nvrtcGetErrorString")
-	pNvrtcCreateProgram   = newFreeProc(libNVRTC, "nvrtcCreateProgram")
-	pNvrtcDestroyProgram  = newFreeProc(libNVRTC, "nvrtcDestroyProgram")
-	pNvrtcCompileProgram  = newFreeProc(libNVRTC, "nvrtcCompileProgram")
-	pNvrtcGetProgramLogSz = newFreeProc(libNVRTC, "nvrtcGetProgramLogSize")
-	pNvrtcGetProgramLog   = newFreeProc(libNVRTC, "nvrtcGetProgramLog")
-	pNvrtcGetCUBINSize    = newFreeProc(libNVRTC, "nvrtcGetCUBINSize")
-	pNvrtcGetCUBIN        = newFreeProc(libNVRTC, "nvrtcGetCUBIN")
-	pNvrtcGetPTXSize      = newFreeProc(libNVRTC, "nvrtcGetPTXSize")
-	pNvrtcGetPTX          = newFreeProc(libNVRTC, "nvrtcGetPTX")
-)
-
 // nvrtc calls an NVRTC function and converts its nvrtcResult.
 //
 //go:uintptrescapes

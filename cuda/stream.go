@@ -1,7 +1,6 @@
 package cuda
 
 import (
-	"errors"
 	"unsafe"
 )
 
@@ -12,20 +11,6 @@ const (
 	EventDefault       = 0x0
 	EventBlockingSync  = 0x1
 	EventDisableTiming = 0x2
-)
-
-var (
-	pStreamCreate      = newProc(libCUDA, "cuStreamCreate")
-	pStreamDestroy     = newProc(libCUDA, "cuStreamDestroy_v2")
-	pStreamSynchronize = newProc(libCUDA, "cuStreamSynchronize")
-	pStreamQuery       = newProc(libCUDA, "cuStreamQuery")
-	pStreamWaitEvent   = newProc(libCUDA, "cuStreamWaitEvent")
-	pEventCreate       = newProc(libCUDA, "cuEventCreate")
-	pEventDestroy      = newProc(libCUDA, "cuEventDestroy_v2")
-	pEventRecord       = newProc(libCUDA, "cuEventRecord")
-	pEventSynchronize  = newProc(libCUDA, "cuEventSynchronize")
-	pEventQuery        = newProc(libCUDA, "cuEventQuery")
-	pEventElapsedTime  = newProc(libCUDA, "cuEventElapsedTime")
 )
 
 // StreamCreate creates a stream in the current context.
@@ -40,9 +25,6 @@ func StreamDestroy(s Stream) error { return drv(pStreamDestroy, uintptr(s)) }
 
 // StreamSynchronize waits for all work queued on s.
 func StreamSynchronize(s Stream) error { return drv(pStreamSynchronize, uintptr(s)) }
-
-// StreamQuery reports whether all work queued on s has completed.
-func StreamQuery(s Stream) (bool, error) { return ready(drv(pStreamQuery, uintptr(s))) }
 
 // StreamWaitEvent makes future work on s wait for e.
 func StreamWaitEvent(s Stream, e Event) error {
@@ -65,23 +47,9 @@ func EventRecord(e Event, s Stream) error { return drv(pEventRecord, uintptr(e),
 // EventSynchronize waits until e has been reached.
 func EventSynchronize(e Event) error { return drv(pEventSynchronize, uintptr(e)) }
 
-// EventQuery reports whether e has been reached.
-func EventQuery(e Event) (bool, error) { return ready(drv(pEventQuery, uintptr(e))) }
-
 // EventElapsedTime returns the milliseconds between two recorded events.
 func EventElapsedTime(start, end Event) (float32, error) {
 	var ms float32
 	err := drv(pEventElapsedTime, uintptr(unsafe.Pointer(&ms)), uintptr(start), uintptr(end))
 	return ms, err
-}
-
-// ready maps CUDA_ERROR_NOT_READY to (false, nil).
-func ready(err error) (bool, error) {
-	if err == nil {
-		return true, nil
-	}
-	if errors.Is(err, ErrNotReady) {
-		return false, nil
-	}
-	return false, err
 }

@@ -40,8 +40,6 @@ type TensorMapSwizzle uint32
 // 1024-byte groups of 8 rows of 128 bytes, as warpgroup MMA reads.
 const Swizzle128B TensorMapSwizzle = 3
 
-var pTensorMapEncodeTiled = newFreeProc(libCUDA, "cuTensorMapEncodeTiled")
-
 // EncodeTiled describes in m a tensor at addr of element type dt with
 // extents dims (innermost first), byte strides of dimensions 1 and up
 // (len(dims)-1 values, multiples of 16), copied in boxes of box elements

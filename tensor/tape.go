@@ -20,9 +20,6 @@ func NewTape[T Float](b Backend[T]) *TapeOf[T] { return &TapeOf[T]{b: b, record:
 // gradients flow, whatever RequiresGrad says.
 func NewInference[T Float](b Backend[T]) *TapeOf[T] { return &TapeOf[T]{b: b} }
 
-// Backend returns the backend the tape's ops run on.
-func (tp *TapeOf[T]) Backend() Backend[T] { return tp.b }
-
 // Len returns the number of recorded backward steps.
 func (tp *TapeOf[T]) Len() int { return len(tp.steps) }
 

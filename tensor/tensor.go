@@ -98,16 +98,6 @@ func (t *Of[T]) Fill(v float64) {
 	}
 }
 
-// Convert returns a copy of t with element type U (Grad not copied).
-func Convert[U, T Float](t *Of[T]) *Of[U] {
-	out := New[U](t.Name, t.Shape...)
-	for i, v := range t.Data {
-		out.Data[i] = U(v)
-	}
-	out.RequiresGrad = t.RequiresGrad
-	return out
-}
-
 func numel(shape []int) int {
 	n := 1
 	for _, d := range shape {

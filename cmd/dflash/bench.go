@@ -3,316 +3,154 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"log/slog"
-	"math"
-	"math/rand/v2"
 	"os"
-	"runtime"
-	"slices"
 	"text/tabwriter"
-	"time"
 
 	"dflash/flex"
+	"dflash/flex/flexbench"
 )
 
 func init() {
 	register(&command{name: "bench", summary: "benchmarks: attention", run: func(args []string) error {
 		return subcommands("bench", map[string]*command{
-			"attention": {name: "attention", summary: "block-sparse flex attention versus the dense masked reference", run: benchAttention},
+			"attention": {name: "attention", summary: "flex attention on the CPU (against the dense masked reference) or the GPU", run: benchAttention},
 		}, args)
 	}})
 }
 
-// attnResult is one timed pass (forward or forward+backward).
-type attnResult struct {
-	SparseMS     float64 `json:"sparse_ms"`
-	DenseMS      float64 `json:"dense_ms"`
-	Speedup      float64 `json:"speedup"`
-	Density      float64 `json:"density"`
-	BlockDensity float64 `json:"block_density"`
-	SparseGFLOPS float64 `json:"sparse_gflops"`
-	DenseGFLOPS  float64 `json:"dense_gflops"`
-	MaxAbsDiff   float64 `json:"max_abs_diff"`
-}
-
-// blockMaskReport describes a block mask build.
-type blockMaskReport struct {
-	Dims                    flex.Dims `json:"dims"`
-	Block                   [2]int    `json:"block"`
-	BuildMS                 float64   `json:"build_ms"`
-	IndexBytes              int       `json:"index_bytes"`
-	AllocBytes              uint64    `json:"alloc_bytes"`
-	Blocks                  int       `json:"blocks"`
-	Empty                   int       `json:"empty"`
-	Partial                 int       `json:"partial"`
-	Full                    int       `json:"full"`
-	PartialFraction         float64   `json:"partial_fraction"`
-	IntervalPartialFraction float64   `json:"interval_partial_fraction"`
-	ExactPartialFraction    float64   `json:"exact_partial_fraction"`
-	ExactBuildMS            float64   `json:"exact_build_ms"`
-}
-
-type attnReport struct {
-	Device          string           `json:"device"`
-	Mask            string           `json:"mask"`
-	DType           string           `json:"dtype"`
-	Dims            flex.Dims        `json:"dims"`
-	Threads         int              `json:"threads"`
-	Reps            int              `json:"reps"`
-	Forward         attnResult       `json:"forward"`
-	ForwardBackward attnResult       `json:"forward_backward"`
-	BlockMask       blockMaskReport  `json:"block_mask"`
-	DFlashFullSize  *blockMaskReport `json:"block_mask_dflash_full_size,omitempty"`
-	DenseMaskMS     float64          `json:"dense_mask_ms"`
-}
-
+// benchAttention runs `dflash bench attention`: one flag set for both
+// devices, parsed into flexbench.Options.
 func benchAttention(args []string) error {
-	if isCUDABench(args) {
-		return benchAttentionCUDA(args) // its own flags: see bench_cuda.go
-	}
-	fs := newFlagSet("bench attention", "bench attention --device cpu --mask causal|dflash|document|window [--json] [flags]")
-	device := fs.String("device", "cpu", "device: cpu or cuda (cuda takes the flags listed by --device cuda --help)")
-	mask := fs.String("mask", "dflash", "mask: causal, dflash, document or window")
+	fs := newFlagSet("bench attention", "bench attention --device cpu|cuda --mask causal|dflash|document|window [--json] [flags]")
+	var o flexbench.Options
+	fs.StringVar(&o.Device, "device", "cpu", "device: cpu or cuda (GPU 0)")
+	fs.StringVar(&o.Mask, "mask", "dflash", "mask: causal, dflash, document or window")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of a table")
-	dtype := fs.String("dtype", "float32", "element type: float32 or float64")
-	batch := fs.Int("batch", 1, "batch size")
-	heads := fs.Int("heads", 4, "query heads")
-	kvHeads := fs.Int("kv-heads", 1, "key/value heads (divides --heads)")
-	headDim := fs.Int("head-dim", 128, "head dimension")
-	anchors := fs.Int("anchors", 128, "dflash: draft blocks (anchors) per sequence")
-	blockSize := fs.Int("block-size", 16, "dflash: draft block size")
-	context := fs.Int("context", 768, "dflash: context length")
-	seq := fs.Int("seq", 2048, "causal, document, window: sequence length (queries = keys)")
-	window := fs.Int("window", 256, "window: sliding window size")
-	docLen := fs.Int("doc-len", 256, "document: mean document length")
-	block := fs.Int("block", flex.DefaultBlock, "block-mask block edge (queries and keys)")
-	reps := fs.Int("reps", 3, "timed repetitions of each pass (the fastest is reported)")
-	seed := fs.Uint64("seed", 1, "random seed for inputs, anchors and documents")
-	fullSize := fs.Bool("full-size-mask", true, "dflash: also report the block mask at 512 anchors x 16, context 3072")
-	dense := fs.Bool("dense", true, "also time the dense masked reference (slow at full sizes)")
+	fs.Var(&o.DType, "dtype", "element type: f32 or f64 on cpu (default f32), bf16 or f16 on cuda (default bf16)")
+	fs.IntVar(&o.Batch, "batch", 1, "batch size")
+	fs.IntVar(&o.Heads, "heads", 4, "query heads")
+	fs.IntVar(&o.KVHeads, "kv-heads", 1, "key/value heads (divides --heads)")
+	fs.IntVar(&o.HeadDim, "head-dim", 128, "head dimension (cuda: 64, 128 or 256)")
+	fs.IntVar(&o.Anchors, "anchors", 128, "dflash: draft blocks (anchors) per sequence, distinct, the same in every sequence")
+	fs.IntVar(&o.BlockSize, "block-size", 16, "dflash: draft block size")
+	fs.IntVar(&o.Context, "context", 768, "dflash: context length")
+	fs.IntVar(&o.Seq, "seq", 2048, "causal, document, window: sequence length (queries = keys)")
+	fs.IntVar(&o.Window, "window", 256, "window: sliding window size")
+	fs.IntVar(&o.DocLen, "doc-len", 256, "document: document length (documents of equal length, packed)")
+	fs.IntVar(&o.Block, "block", flex.DefaultBlock, "block-mask q block (the kv block is 128)")
+	fs.IntVar(&o.Reps, "reps", 0, "timed forward passes, the median is reported (0: 3 on cpu, 30 on cuda)")
+	fs.IntVar(&o.RepsFB, "reps-fb", 0, "timed forward+backward passes (0: 3 on cpu, 20 on cuda)")
+	fs.IntVar(&o.Warmup, "warmup", -1, "untimed passes before each timing (-1: 1 on cpu, 5 on cuda)")
+	fs.Uint64Var(&o.Seed, "seed", 1, "random seed for inputs and anchors")
+	fs.BoolVar(&o.ForwardOnly, "forward-only", false, "time the forward pass only")
+	fs.BoolVar(&o.Dense, "dense", true, "cpu: also time the dense masked reference (slow at full sizes)")
+	fs.BoolVar(&o.FullSizeMask, "full-size-mask", true, "cpu, dflash: also report the block mask at 512 anchors x 16, context 3072")
+	fs.IntVar(&o.BuildReps, "build-reps", 50, "cuda: timed GPU block-mask builds")
+	cacheDir := fs.String("cache-dir", "", "cuda: "+cacheDirUsage)
+	fs.BoolVar(&o.CompileOnly, "compile-only", false, "cuda: only compile or load the kernels and report the time (cold or warm from disk)")
+	fs.BoolVar(&o.CPUBlockMask, "cpu-block-mask", false, "cuda: attend with the CPU-built block mask instead of the GPU-built one")
+	fs.BoolVar(&o.Deterministic, "deterministic", false, "cuda: time the deterministic backward (no atomics: bit-identical dQ, dK, dV)")
+	fs.StringVar(&o.Save, "save", "", "cuda: after timing, write one call's inputs and outputs to this safetensors `file` (bench/flex_peer.py --check compares them with PyTorch)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *device != "cpu" {
-		return fmt.Errorf("--device %q: unknown device (cpu or cuda)", *device)
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
-	if *reps < 1 {
-		return fmt.Errorf("--reps %d: must be >= 1", *reps)
-	}
-	for name, v := range map[string]int{"batch": *batch, "heads": *heads, "kv-heads": *kvHeads, "head-dim": *headDim,
-		"anchors": *anchors, "block-size": *blockSize, "context": *context, "seq": *seq, "window": *window, "doc-len": *docLen, "block": *block} {
-		if v < 1 {
-			return fmt.Errorf("--%s %d: must be >= 1", name, v)
-		}
-	}
-	if *heads%*kvHeads != 0 {
-		return fmt.Errorf("--heads %d is not a multiple of --kv-heads %d", *heads, *kvHeads)
-	}
-	r := rand.New(rand.NewPCG(*seed, *seed+1))
-	var prog *flex.MaskProgram
-	var margs *flex.Args
-	d := flex.Dims{Batch: *batch, HeadsQ: *heads, HeadsKV: *kvHeads, LenQ: *seq, LenKV: *seq, HeadDim: *headDim} // causal, window, document
-	switch *mask {
-	case "dflash":
-		d = flex.DFlashDims(*batch, *heads, *kvHeads, *anchors, *blockSize, *context, *headDim)
-		prog, margs = flex.DFlashMask(*blockSize), dflashArgs(r, *batch, *anchors, *context)
-	case "causal":
-		prog, margs = flex.Causal(), flex.NewArgs()
-	case "window":
-		prog, margs = flex.SlidingWindow(*window), flex.NewArgs()
-	case "document":
-		ids := make([]int32, *batch**seq)
-		for b := 0; b < *batch; b++ {
-			id := int32(0)
-			for i := 0; i < *seq; i++ {
-				if r.IntN(*docLen) == 0 {
-					id++
-				}
-				ids[b**seq+i] = id
-			}
-		}
-		prog, margs = flex.Document(true), flex.NewArgs().SetIntTensor(flex.DocIDs, ids, *batch, *seq)
-	default:
-		return fmt.Errorf("--mask %q: unknown mask (causal, dflash, document or window)", *mask)
-	}
-	rep := &attnReport{Device: *device, Mask: *mask, DType: *dtype, Dims: d, Threads: runtime.GOMAXPROCS(0), Reps: *reps}
-	slog.Info("bench attention", "mask", *mask, "dims", fmt.Sprintf("%+v", d), "dtype", *dtype, "threads", rep.Threads)
-
-	bmr, bm, err := measureBlockMask(prog, margs, d, *block)
-	if err != nil {
-		return err
-	}
-	rep.BlockMask = bmr
-	if *mask == "dflash" && *fullSize {
-		fd := flex.DFlashDims(1, 32, 8, 512, 16, 3072, 128)
-		full, _, err := measureBlockMask(flex.DFlashMask(16), dflashArgs(r, 1, 512, 3072), fd, flex.DefaultBlock)
+	if o.Device == "cuda" {
+		dir, _, err := kernelCacheDir(*cacheDir)
 		if err != nil {
 			return err
 		}
-		rep.DFlashFullSize = &full
+		o.CacheDir = dir
 	}
-	start := time.Now()
-	dm, err := flex.NewDenseMask(prog, margs, d, 4<<30)
+	rep, err := flexbench.Run(o)
 	if err != nil {
 		return err
-	}
-	rep.DenseMaskMS = ms(time.Since(start))
-	density := dm.Density()
-	if !*dense {
-		dm = nil
-	}
-
-	switch *dtype {
-	case "float32":
-		runPasses[float32](rep, d, bm, dm, r, *reps)
-	case "float64":
-		runPasses[float64](rep, d, bm, dm, r, *reps)
-	default:
-		return fmt.Errorf("--dtype %q: float32 or float64", *dtype)
-	}
-	pairs := density * float64(d.Batch*d.HeadsQ) * float64(d.LenQ) * float64(d.LenKV)
-	for _, x := range []struct {
-		res   *attnResult
-		flops float64
-	}{{&rep.Forward, 4 * float64(d.HeadDim) * pairs}, {&rep.ForwardBackward, 14 * float64(d.HeadDim) * pairs}} {
-		x.res.Density, x.res.BlockDensity = density, bm.Density()
-		x.res.SparseGFLOPS = x.flops / x.res.SparseMS / 1e6
-		if dm != nil {
-			x.res.Speedup = x.res.DenseMS / x.res.SparseMS
-			x.res.DenseGFLOPS = x.flops / x.res.DenseMS / 1e6
-		}
 	}
 	if *asJSON {
 		enc := json.NewEncoder(os.Stdout)
 		enc.SetIndent("", "  ")
 		return enc.Encode(rep)
 	}
-	printAttnTable(rep)
+	printAttnReport(rep, o.CompileOnly)
 	return nil
 }
 
-// dflashArgs draws sorted anchors uniformly in [0, ctx) for each sequence.
-func dflashArgs(r *rand.Rand, batch, anchors, ctx int) *flex.Args {
-	a := make([]int32, batch*anchors)
-	for b := 0; b < batch; b++ {
-		row := a[b*anchors : (b+1)*anchors]
-		for i := range row {
-			row[i] = int32(r.IntN(ctx))
-		}
-		slices.Sort(row)
+// printAttnReport prints rep as tables, the same on both devices.
+func printAttnReport(rep *flexbench.Report, compileOnly bool) {
+	where := rep.Device
+	if rep.GPU != "" {
+		where = rep.GPU + " (" + rep.Device + ")"
+	} else if rep.Threads > 0 {
+		where = fmt.Sprintf("%s, %d threads", rep.Device, rep.Threads)
 	}
-	return flex.DFlashArgs(ctx, a, anchors, nil)
+	fmt.Printf("flex attention on %s, mask %s, %s, dims %+v\n", where, rep.Mask, rep.DType, rep.Dims)
+	if rep.Spec != "" {
+		fmt.Printf("kernels %s\n", rep.Spec)
+	}
+	if !compileOnly {
+		printPasses(rep)
+	}
+	if c := rep.Compile; c != nil {
+		how := "compiled"
+		if c.FromDisk {
+			how = "loaded from disk"
+		}
+		fmt.Printf("\nkernels %s in %.1f ms (%d compiles, cache %s)\n", how, c.PrepareMS, c.Compiles, c.CacheDir)
+		w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(w, "kernel\tregisters\tlocal bytes\tthreads\tcompile ms\t")
+		for _, k := range c.Kernels {
+			fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%.0f\t\n", k.Name, k.Registers, k.LocalBytes, k.Threads, k.CompileMS)
+		}
+		w.Flush()
+	}
 }
 
-func measureBlockMask(prog *flex.MaskProgram, args *flex.Args, d flex.Dims, block int) (blockMaskReport, *flex.BlockMask, error) {
-	var m0, m1 runtime.MemStats
-	runtime.ReadMemStats(&m0)
-	bm, err := flex.NewBlockMask(prog, args, d, block, block)
-	if err != nil {
-		return blockMaskReport{}, nil, err
-	}
-	runtime.ReadMemStats(&m1)
-	st := bm.Stats
-	total := float64(st.Empty + st.Partial + st.Full)
-	rep := blockMaskReport{Dims: d, Block: [2]int{block, block}, BuildMS: ms(st.Build), IndexBytes: st.Bytes,
-		AllocBytes: m1.TotalAlloc - m0.TotalAlloc, Blocks: int(total), Empty: st.Empty, Partial: st.Partial, Full: st.Full,
-		PartialFraction: float64(st.Partial) / total, IntervalPartialFraction: float64(st.IntervalPartial) / total}
-	ex, err := flex.NewBlockMask(prog, args, d, block, block, flex.Exact())
-	if err != nil {
-		return blockMaskReport{}, nil, err
-	}
-	rep.ExactPartialFraction = float64(ex.Stats.Partial) / total
-	rep.ExactBuildMS = ms(ex.Stats.Build)
-	slog.Info("block mask", "dims", fmt.Sprintf("%+v", d), "build_ms", rep.BuildMS, "partial", rep.PartialFraction,
-		"interval_partial", rep.IntervalPartialFraction, "exact_partial", rep.ExactPartialFraction)
-	return rep, bm, nil
-}
-
-func runPasses[T float32 | float64](rep *attnReport, d flex.Dims, bm *flex.BlockMask, dm *flex.DenseMask, r *rand.Rand, reps int) {
-	gen := func(n int) []T {
-		x := make([]T, n)
-		for i := range x {
-			x[i] = T(r.NormFloat64())
-		}
-		return x
-	}
-	q := gen(d.Batch * d.HeadsQ * d.LenQ * d.HeadDim)
-	k := gen(d.Batch * d.HeadsKV * d.LenKV * d.HeadDim)
-	v := gen(len(k))
-	dout := gen(len(q))
-	scale := 1 / math.Sqrt(float64(d.HeadDim))
-	timeIt := func(f func()) float64 {
-		s := time.Now()
-		f()
-		return ms(time.Since(s))
-	}
-	var so, sl, do, dl []T
-	var sg, dg flex.Grads[T]
-	rep.Forward = attnResult{SparseMS: math.Inf(1), DenseMS: math.Inf(1)}
-	rep.ForwardBackward = rep.Forward
-	// The passes are interleaved and the fastest of each kept, so that load
-	// from other processes affects sparse and dense alike.
-	for i := 0; i < reps; i++ {
-		t := timeIt(func() { so, sl = flex.Forward(d, q, k, v, bm, nil, nil, scale) })
-		rep.Forward.SparseMS = min(rep.Forward.SparseMS, t)
-		if dm != nil {
-			t = timeIt(func() { do, dl = flex.DenseForward(d, q, k, v, dm, nil, nil, scale) })
-			rep.Forward.DenseMS = min(rep.Forward.DenseMS, t)
-		}
-		t = timeIt(func() {
-			so, sl = flex.Forward(d, q, k, v, bm, nil, nil, scale)
-			sg = flex.Backward(d, q, k, v, so, sl, dout, bm, nil, nil, scale)
-		})
-		rep.ForwardBackward.SparseMS = min(rep.ForwardBackward.SparseMS, t)
-		if dm != nil {
-			t = timeIt(func() {
-				do, dl = flex.DenseForward(d, q, k, v, dm, nil, nil, scale)
-				dg = flex.DenseBackward(d, q, k, v, do, dl, dout, dm, nil, nil, scale)
-			})
-			rep.ForwardBackward.DenseMS = min(rep.ForwardBackward.DenseMS, t)
-		}
-		slog.Info("timed", "rep", i+1, "forward_sparse_ms", rep.Forward.SparseMS, "forward_dense_ms", rep.Forward.DenseMS,
-			"fb_sparse_ms", rep.ForwardBackward.SparseMS, "fb_dense_ms", rep.ForwardBackward.DenseMS)
-	}
-	if dm == nil {
-		rep.Forward.DenseMS, rep.ForwardBackward.DenseMS = 0, 0
-		return
-	}
-	rep.Forward.MaxAbsDiff = maxAbsDiff(so, do)
-	rep.ForwardBackward.MaxAbsDiff = max(maxAbsDiff(sg.DQ, dg.DQ), maxAbsDiff(sg.DK, dg.DK), maxAbsDiff(sg.DV, dg.DV))
-}
-
-func maxAbsDiff[T float32 | float64](a, b []T) float64 {
-	m := 0.0
-	for i := range a {
-		m = math.Max(m, math.Abs(float64(a[i])-float64(b[i])))
-	}
-	return m
-}
-
-func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-
-func printAttnTable(rep *attnReport) {
-	fmt.Printf("flex attention, %s, mask %s, %s, dims %+v, %d threads, best of %d\n\n", rep.Device, rep.Mask, rep.DType, rep.Dims, rep.Threads, rep.Reps)
+// printPasses prints the timed passes, the dense reference when timed, and
+// the block masks.
+func printPasses(rep *flexbench.Report) {
+	fmt.Println()
 	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(w, "pass\tsparse ms\tGFLOP/s\tdense ms\tGFLOP/s\tspeedup\tdensity\tblock density\tmax |diff|\t")
-	for _, x := range []struct {
-		name string
-		r    attnResult
-	}{{"forward", rep.Forward}, {"forward+backward", rep.ForwardBackward}} {
-		fmt.Fprintf(w, "%s\t%.1f\t%.2f\t%.1f\t%.2f\t%.2fx\t%.1f%%\t%.1f%%\t%.2g\t\n", x.name, x.r.SparseMS, x.r.SparseGFLOPS,
-			x.r.DenseMS, x.r.DenseGFLOPS, x.r.Speedup, 100*x.r.Density, 100*x.r.BlockDensity, x.r.MaxAbsDiff)
+	dn := rep.Dense
+	if dn != nil {
+		fmt.Fprintln(w, "pass\tmedian ms\tuseful TFLOP/s\truns\tdense ms\tspeedup\tmax |diff|\t")
+	} else {
+		fmt.Fprintln(w, "pass\tmedian ms\tuseful TFLOP/s\truns\t")
+	}
+	row := func(name string, ms, tflops float64, runs int, dms, speedup, diff float64) {
+		fmt.Fprintf(w, "%s\t%.3f\t%.4g\t%d\t", name, ms, tflops, runs)
+		if dn != nil {
+			fmt.Fprintf(w, "%.3f\t%.2fx\t%.2g\t", dms, speedup, diff)
+		}
+		fmt.Fprintln(w)
+	}
+	if dn == nil {
+		dn = &flexbench.Dense{}
+	}
+	row("forward", rep.ForwardMS, rep.ForwardTFLOPS, rep.Reps[0], dn.ForwardMS, dn.ForwardSpeedup, dn.ForwardMaxDiff)
+	if rep.FwdBwdMS > 0 {
+		row("forward+backward", rep.FwdBwdMS, rep.FwdBwdTFLOPS, rep.Reps[1], dn.FwdBwdMS, dn.FwdBwdSpeedup, dn.FwdBwdMaxDiff)
 	}
 	w.Flush()
-	fmt.Println("\nGFLOP/s count allowed pairs only (4·D flops per pair forward, 14·D forward+backward).")
-	for _, b := range []*blockMaskReport{&rep.BlockMask, rep.DFlashFullSize} {
-		if b == nil {
-			continue
-		}
-		fmt.Printf("\nblock mask %dx%d for %+v: built in %.2f ms, %d index bytes (%d allocated); %d blocks: %d empty, %d partial, %d full\n",
-			b.Block[0], b.Block[1], b.Dims, b.BuildMS, b.IndexBytes, b.AllocBytes, b.Blocks, b.Empty, b.Partial, b.Full)
-		fmt.Printf("  partial fraction %.4f (interval evaluation alone %.4f, exact classification %.4f, built in %.1f ms)\n",
-			b.PartialFraction, b.IntervalPartialFraction, b.ExactPartialFraction, b.ExactBuildMS)
+	fmt.Println("Useful TFLOP/s count allowed pairs only (4·D flops per pair forward, 14·D forward+backward).")
+	bm := rep.BlockMask
+	fmt.Printf("\ndensity %.4f (allowed pairs), block density %.4f; block mask (%s): CPU build %.3f ms", rep.Density, rep.BlockDensity, bm.Source, bm.CPUBuildMS)
+	if bm.GPUBuildMS > 0 {
+		fmt.Printf(", GPU build %.4f ms, lists match: %v", bm.GPUBuildMS, bm.ListsMatch)
 	}
-	fmt.Printf("\ndense mask built in %.1f ms (not timed in the dense passes)\n", rep.DenseMaskMS)
+	fmt.Printf("; %d blocks: %d partial, %d full, %d empty; %d index bytes\n", bm.Blocks, bm.Partial, bm.Full, bm.Empty, bm.IndexBytes)
+	if bm.Source == "cpu" {
+		fmt.Printf("  partial fraction with interval evaluation alone %.4f, with exact classification %.4f (built in %.1f ms); %d bytes allocated\n",
+			bm.IntervalPartialFraction, bm.ExactPartialFraction, bm.ExactBuildMS, bm.AllocBytes)
+	}
+	if f := rep.DFlashFullSize; f != nil {
+		fmt.Printf("block mask at dflash 512 anchors x 16, context 3072: built in %.2f ms, %d index bytes; %d blocks: %d partial, %d full, %d empty\n",
+			f.CPUBuildMS, f.IndexBytes, f.Blocks, f.Partial, f.Full, f.Empty)
+		fmt.Printf("  partial fraction with interval evaluation alone %.4f, with exact classification %.4f (built in %.1f ms)\n",
+			f.IntervalPartialFraction, f.ExactPartialFraction, f.ExactBuildMS)
+	}
+	if rep.Dense != nil {
+		fmt.Printf("dense mask built in %.1f ms (not timed in the dense passes)\n", rep.Dense.MaskMS)
+	}
 }

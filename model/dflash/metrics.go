@@ -2,7 +2,6 @@ package dflash
 
 import (
 	"fmt"
-	"strings"
 )
 
 // Metrics accumulates the evaluation numbers of docs/DRAFTER.md §5 over
@@ -104,14 +103,4 @@ func (m *Metrics) Acceptance() float64 {
 		return 0
 	}
 	return m.TauSum / float64(m.Blocks)
-}
-
-// String formats the metrics on one line.
-func (m *Metrics) String() string {
-	var sb strings.Builder
-	fmt.Fprintf(&sb, "loss %.4f acc %.3f tau %.3f slots", m.Loss(), m.Accuracy(), m.Acceptance())
-	for s, a := range m.SlotAccuracy()[1:] {
-		fmt.Fprintf(&sb, " %d:%.2f", s+1, a)
-	}
-	return sb.String()
 }

@@ -1,4 +1,4 @@
-package main
+package flexbench
 
 import (
 	"math"
@@ -8,10 +8,10 @@ import (
 	"dflash/flex"
 )
 
-// TestCUDABenchAllowedPairs checks the closed-form allowed-pair counts the
-// CUDA benchmark's TFLOP/s use against a dense evaluation of each mask.
-func TestCUDABenchAllowedPairs(t *testing.T) {
-	base := cudaBenchOptions{Batch: 2, Heads: 2, KVHeads: 1, HeadDim: 64, Anchors: 9, BlockSize: 16, Context: 100,
+// TestAllowedPairs checks the closed-form allowed-pair counts the useful
+// TFLOP/s use against a dense evaluation of each mask.
+func TestAllowedPairs(t *testing.T) {
+	base := Options{Device: "cpu", Batch: 2, Heads: 2, KVHeads: 1, HeadDim: 64, Anchors: 9, BlockSize: 16, Context: 100,
 		Seq: 300, Window: 37, DocLen: 70, Block: 128, Reps: 1, RepsFB: 1, BuildReps: 1}
 	for _, mask := range []string{"causal", "window", "document", "dflash"} {
 		t.Run(mask, func(t *testing.T) {
@@ -36,17 +36,5 @@ func TestCUDABenchAllowedPairs(t *testing.T) {
 	o.Mask, o.Anchors = "dflash", 200
 	if _, err := o.problem(rand.New(rand.NewPCG(1, 2))); err == nil {
 		t.Error("200 distinct anchors in a context of 100 accepted")
-	}
-}
-
-func TestIsCUDABench(t *testing.T) {
-	for _, c := range []struct {
-		args []string
-		want bool
-	}{{[]string{"--device", "cuda"}, true}, {[]string{"--mask", "causal", "--device=cuda"}, true},
-		{[]string{"--device", "cpu"}, false}, {[]string{"--mask", "cuda"}, false}} {
-		if got := isCUDABench(c.args); got != c.want {
-			t.Errorf("isCUDABench(%v) = %v", c.args, got)
-		}
 	}
 }

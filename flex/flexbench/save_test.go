@@ -1,4 +1,4 @@
-package main
+package flexbench
 
 import (
 	"encoding/binary"
@@ -18,7 +18,7 @@ import (
 func TestAttnDumpRoundTrip(t *testing.T) {
 	r := rand.New(rand.NewPCG(7, 8))
 	for dt, name := range map[dtype.DType]string{dtype.BF16: "bf16", dtype.F16: "f16"} {
-		o := cudaBenchOptions{Mask: "dflash", Batch: 2, Heads: 4, KVHeads: 2, HeadDim: 64, Anchors: 3, BlockSize: 4, Context: 20,
+		o := Options{Device: "cuda", Mask: "dflash", Batch: 2, Heads: 4, KVHeads: 2, HeadDim: 64, Anchors: 3, BlockSize: 4, Context: 20,
 			Seq: 1, Window: 1, DocLen: 1, Block: 128, Reps: 1, RepsFB: 1, BuildReps: 1, DType: dt}
 		pc, err := o.problem(r)
 		if err != nil {
@@ -99,7 +99,7 @@ func TestAttnDumpRoundTrip(t *testing.T) {
 
 // TestDumpMetaDocument checks the document mask's ids.
 func TestDumpMetaDocument(t *testing.T) {
-	o := cudaBenchOptions{Mask: "document", Batch: 2, Heads: 1, KVHeads: 1, HeadDim: 64, Seq: 10, DocLen: 4, Window: 1,
+	o := Options{Device: "cuda", Mask: "document", Batch: 2, Heads: 1, KVHeads: 1, HeadDim: 64, Seq: 10, DocLen: 4, Window: 1,
 		Anchors: 1, BlockSize: 1, Context: 1, Block: 128, Reps: 1, RepsFB: 1, BuildReps: 1}
 	pc, err := o.problem(rand.New(rand.NewPCG(1, 2)))
 	if err != nil {

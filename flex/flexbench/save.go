@@ -1,4 +1,4 @@
-package main
+package flexbench
 
 import (
 	"encoding/binary"
@@ -60,7 +60,7 @@ func (d *attnDump) write(path string) error {
 
 // dumpMeta returns the mask description bench/flex_peer.py rebuilds the
 // mask from, and the mask's tensors.
-func (o cudaBenchOptions) dumpMeta(pc *cudaBenchCase) (map[string]string, map[string][]float32, map[string][]int) {
+func (o Options) dumpMeta(pc *attnCase) (map[string]string, map[string][]float32, map[string][]int) {
 	meta := map[string]string{"mask": o.Mask}
 	floats, shapes := map[string][]float32{}, map[string][]int{}
 	d := pc.dims
