@@ -266,4 +266,3 @@ func compare[T int64 | float64](o op, x, y T) bool {
 	}
 	return x != y
 }
-

@@ -160,4 +160,3 @@ func (ge *gradEval) scalarGrad(nodes []int) {
 		}
 	}
 }
-

@@ -187,4 +187,3 @@ func cmpInterval[T int64 | float64](o op, xl, xh, yl, yh T) (t, f bool) {
 	}
 	return !(xl == xh && yl == yh && xl == yl), xl <= yh && yl <= xh
 }
-

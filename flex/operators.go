@@ -3,9 +3,9 @@ package flex
 // The operators of Int, Float and Bool expressions. Their semantics on
 // every evaluator (CPU, interval, CUDA C, derivatives) are in opTable.
 
-func (x Int) bin(o op, y Int) Int     { return Int{mk(o, kInt, x.node(), y.node())} }
-func (x Int) un(o op) Int             { return Int{mk(o, kInt, x.node())} }
-func (x Int) cmp(o op, y Int) Bool    { return Bool{mk(o, kBool, x.node(), y.node())} }
+func (x Int) bin(o op, y Int) Int  { return Int{mk(o, kInt, x.node(), y.node())} }
+func (x Int) un(o op) Int          { return Int{mk(o, kInt, x.node())} }
+func (x Int) cmp(o op, y Int) Bool { return Bool{mk(o, kBool, x.node(), y.node())} }
 func (x Float) bin(o op, y Float) Float {
 	return Float{mk(o, kFloat, x.node(), y.node())}
 }
