@@ -102,6 +102,7 @@ func TestCUDACompilesAndAgrees(t *testing.T) {
 		scores = scores[:len(scores)-2]
 		scores = append(scores, Softcap(2))
 	}
+	scores = append(scores, cudaOpPrograms()...)
 
 	// Points to evaluate: (b, h, q, kv, score).
 	type point struct {

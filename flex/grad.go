@@ -43,6 +43,10 @@ func (ge *gradEval) scoreGrad(kv0 int, s, g, ds []float64) {
 		ge.sa[i] = 0
 	}
 	r := p.root
+	if !p.nodes[r].grad { // the result depends on neither score nor a float tensor
+		clear(ds)
+		return
+	}
 	if p.nodes[r].level == 2 {
 		copy(ge.va[r][:n], g)
 	} else {
