@@ -249,6 +249,7 @@ func backward[T elem](d Dims, q, k, v, out, lse, dout []T, src *blockSource, sco
 			gr.Tensors[prm.Name] = g
 		}
 	}
+	mustCheck(sf)
 	return gr
 }
 

@@ -191,6 +191,9 @@ func (e *rowEval) scalar(i int) {
 	case opITensor, opFTensor:
 		t := e.f.tensors[pn.param]
 		off := t.offset(e.si, a)
+		if e.f.check != nil {
+			e.f.check.scalar(t, e.si, a)
+		}
 		if pn.op == opITensor {
 			e.si[i] = int64(t.idata[off])
 		} else {

@@ -106,6 +106,11 @@ func tensorFn(pn *pnode, i int) func(e *rowEval, n int) {
 	if len(a) == 1 {
 		return func(e *rowEval, n int) {
 			t := e.f.tensors[pn.param]
+			if e.f.check != nil {
+				for k := 0; k < n; k++ {
+					e.f.check.at(t, e.vi, a, k)
+				}
+			}
 			x := e.vi[a[0]][:n]
 			d0 := t.shape[0]
 			if isInt {
@@ -124,6 +129,9 @@ func tensorFn(pn *pnode, i int) func(e *rowEval, n int) {
 	return func(e *rowEval, n int) {
 		t := e.f.tensors[pn.param]
 		for k := 0; k < n; k++ {
+			if e.f.check != nil {
+				e.f.check.at(t, e.vi, a, k)
+			}
 			off := t.offsetAt(e.vi, a, k)
 			if isInt {
 				e.vi[i][k] = int64(t.idata[off])

@@ -38,15 +38,16 @@ __device__ __forceinline__ float flex_sigmoid(float x) { return 1.0f / (1.0f + e
 
 // cudaHelperNames are the helpers' names, reserved for parameters.
 var cudaHelperNames = map[string]bool{"flex_clamp": true, "flex_tdiv": true, "flex_tmod": true, "flex_fdiv": true,
-	"flex_fmod": true, "flex_abs": true, "flex_shl": true, "flex_shr": true, "flex_f2i": true, "flex_sigmoid": true}
+	"flex_fmod": true, "flex_abs": true, "flex_shl": true, "flex_shr": true, "flex_f2i": true, "flex_sigmoid": true,
+	"flex_checked": true, "flex_check_word": true}
 
 // CUDA returns m as CUDA C: a helper block and
 //
 //	__device__ __forceinline__ bool fn(int b, int h, int q, int kv, <params>)
 //
 // returning whether the pair is allowed.
-func (m *MaskProgram) CUDA(fn string) string {
-	return cudaForward("mask", m.name, m.Hash(), m.root, m.plan, "bool", "int b, int h, int q, int kv", fn)
+func (m *MaskProgram) CUDA(fn string, opts ...CUDAOption) string {
+	return cudaForward("mask", m.name, m.Hash(), m.root, m.plan, "bool", "int b, int h, int q, int kv", fn, cudaConf(false, opts))
 }
 
 // CUDA returns s as CUDA C:
@@ -54,20 +55,36 @@ func (m *MaskProgram) CUDA(fn string) string {
 //	__device__ __forceinline__ float fn(float score, int b, int h, int q, int kv, <params>)
 //
 // returning the modified score.
-func (s *ScoreProgram) CUDA(fn string) string {
-	return cudaForward("score", s.name, s.Hash(), s.root, s.plan, "float", "float score, int b, int h, int q, int kv", fn)
+func (s *ScoreProgram) CUDA(fn string, opts ...CUDAOption) string {
+	return cudaForward("score", s.name, s.Hash(), s.root, s.plan, "float", "float score, int b, int h, int q, int kv", fn, cudaConf(true, opts))
+}
+
+func cudaConf(score bool, opts []CUDAOption) *cudaConfig {
+	c := &cudaConfig{score: score}
+	for _, o := range opts {
+		o(c)
+	}
+	return c
+}
+
+// cudaPrelude writes the helper blocks.
+func cudaPrelude(sb *strings.Builder, c *cudaConfig) {
+	sb.WriteString(cudaHelpers)
+	if c.checked {
+		sb.WriteString(cudaCheckHelpers)
+	}
 }
 
 // cudaForward prints a program (what: mask or score) as a __device__
 // function fn returning ret, with the index parameters idx followed by the
 // program's params.
-func cudaForward(what, name, hash string, root *node, p *plan, ret, idx, fn string) string {
+func cudaForward(what, name, hash string, root *node, p *plan, ret, idx, fn string, c *cudaConfig) string {
 	checkName(fn)
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "// flex %s program %q, structural hash %s\n// %s\n", what, name, hash, oneLine(infix(root)))
-	sb.WriteString(cudaHelpers)
+	cudaPrelude(&sb, c)
 	fmt.Fprintf(&sb, "__device__ __forceinline__ %s %s(%s%s) {\n", ret, fn, idx, cudaParams(p, false))
-	cudaBody(&sb, p)
+	cudaBody(&sb, p, c)
 	fmt.Fprintf(&sb, "  return t%d;\n}\n", p.root)
 	return sb.String()
 }
@@ -80,14 +97,15 @@ func cudaForward(what, name, hash string, root *node, p *plan, ret, idx, fn stri
 // modified score; for each float tensor NAME the grads add a parameter
 // float* __restrict__ NAME_grad (same layout as NAME) into which it
 // atomically adds g · ∂score'/∂NAME.
-func (s *ScoreProgram) CUDABackward(fn string) string {
+func (s *ScoreProgram) CUDABackward(fn string, opts ...CUDAOption) string {
 	checkName(fn)
+	c := cudaConf(true, opts)
 	p := s.plan
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "// flex score program %q (backward), structural hash %s\n// %s\n", s.name, s.Hash(), oneLine(infix(s.root)))
-	sb.WriteString(cudaHelpers)
+	cudaPrelude(&sb, c)
 	fmt.Fprintf(&sb, "__device__ __forceinline__ float %s(float score, float g, int b, int h, int q, int kv%s) {\n", fn, cudaParams(p, true))
-	cudaBody(&sb, p)
+	cudaBody(&sb, p, c)
 	for i := range p.nodes {
 		if p.nodes[i].grad && p.nodes[i].kind == kFloat {
 			fmt.Fprintf(&sb, "  float a%d = 0.0f;\n", i)
@@ -112,7 +130,7 @@ func (s *ScoreProgram) CUDABackward(fn string) string {
 		case opScore:
 			dScore = fmt.Sprintf("a%d", i)
 		case opFTensor:
-			fmt.Fprintf(&sb, "  if (a%d != 0.0f) atomicAdd(&%s_grad[%s], a%d);\n", i, pn.name, cudaOffset(pn), i)
+			fmt.Fprintf(&sb, "  if (a%d != 0.0f) atomicAdd(&%s_grad[%s], a%d);\n", i, pn.name, cudaOffset(pn, nil), i)
 		case opSelect:
 			add(a[1], fmt.Sprintf("t%d ? a%d : 0.0f", a[0], i))
 			add(a[2], fmt.Sprintf("t%d ? 0.0f : a%d", a[0], i))
@@ -166,10 +184,14 @@ func cudaParams(p *plan, grads bool) string {
 }
 
 // cudaOffset returns the row-major offset expression of a tensor read.
-func cudaOffset(pn *pnode) string {
+// In the checked mode (c non-nil and checked) each index is tested first.
+func cudaOffset(pn *pnode, c *cudaConfig) string {
 	off := ""
 	for d, x := range pn.args {
 		idx := fmt.Sprintf("flex_clamp(t%d, %s_d%d)", x, pn.name, d)
+		if c != nil && c.checked {
+			idx = fmt.Sprintf("flex_clamp(flex_checked(t%d, %s_d%d, %#xull), %s_d%d)", x, pn.name, d, cudaCheckTag(pn.param, d, c.score), pn.name, d)
+		}
 		if d == 0 {
 			off = idx
 		} else {
@@ -194,7 +216,7 @@ func cudaFloat(v float64) string {
 }
 
 // cudaBody writes one const temporary per plan node, t<index>.
-func cudaBody(sb *strings.Builder, p *plan) {
+func cudaBody(sb *strings.Builder, p *plan, c *cudaConfig) {
 	ty := [...]string{kInt: "int", kFloat: "float", kBool: "bool"}
 	for i := range p.nodes {
 		pn := &p.nodes[i]
@@ -211,7 +233,7 @@ func cudaBody(sb *strings.Builder, p *plan) {
 		case opIScalar, opFScalar:
 			e = pn.name
 		case opITensor, opFTensor:
-			e = fmt.Sprintf("%s[%s]", pn.name, cudaOffset(pn))
+			e = fmt.Sprintf("%s[%s]", pn.name, cudaOffset(pn, c))
 		case opToFloat:
 			e = fmt.Sprintf("(float)%s", t(0))
 		case opSelect:

@@ -44,8 +44,8 @@
 // mode in which an out-of-range read is reported with the tensor's name and
 // the index: NewBlockMask returns it as an error (checking every pair of
 // the mask), Forward and Backward panic with it (they have no error
-// result), and the generated CUDA C, printed with CUDAChecked, records the
-// first one in a device word (see CUDAChecked).
+// result), and CUDA C printed with the Checked option records the first
+// one in a device word that CheckWordError decodes.
 //
 // # From PyTorch
 //

@@ -149,7 +149,10 @@ type FloatTensorRef struct {
 }
 
 // IntTensorParam declares an int tensor parameter; its data comes from
-// Args.IntTensors at run time.
+// Args.IntTensors at run time. Reads clamp each index into its dimension
+// ([0, dim-1]), on the CPU and in CUDA alike, so an out-of-range index reads
+// the first or last entry; the checked mode (Args.Check, DFLASH_FLEX_CHECK=1)
+// reports such reads with the tensor's name and the index instead.
 func IntTensorParam(name string, rank int) IntTensorRef {
 	checkName(name)
 	if rank < 1 {
@@ -159,7 +162,9 @@ func IntTensorParam(name string, rank int) IntTensorRef {
 }
 
 // FloatTensorParam declares a float tensor parameter; its data comes from
-// Args.FloatTensors at run time. Score programs get its gradient in Backward.
+// Args.FloatTensors at run time. Score programs get its gradient in Backward
+// (a clamped read adds its gradient to the entry it read). Indices clamp as
+// IntTensorParam's do, and the checked mode reports out-of-range reads.
 func FloatTensorParam(name string, rank int) FloatTensorRef {
 	checkName(name)
 	if rank < 1 {
@@ -169,7 +174,8 @@ func FloatTensorParam(name string, rank int) FloatTensorRef {
 }
 
 // At reads t[idx...]. Each index is clamped into [0, dim-1] of its dimension,
-// so reads never fail; programs guard with Select where clamping is not wanted.
+// so reads never fail; programs guard with Select where clamping is not
+// wanted, and the checked mode reports reads that would be clamped.
 func (t IntTensorRef) At(idx ...Int) Int {
 	if len(idx) != t.Rank {
 		panic(fmt.Sprintf("flex: int tensor %q has rank %d, indexed with %d indices", t.Name, t.Rank, len(idx)))
