@@ -13,6 +13,11 @@ type Args struct {
 	Floats       map[string]float64
 	IntTensors   map[string]IntTensor
 	FloatTensors map[string]FloatTensor
+	// Check turns on the checked mode for calls with these Args (as
+	// DFLASH_FLEX_CHECK=1 does for every call): an out-of-range tensor
+	// index is reported as an *IndexError instead of being clamped
+	// silently; see the package doc.
+	Check bool
 }
 
 // IntTensor is a row-major int32 tensor.
@@ -87,6 +92,7 @@ func checkShape(name string, n int, shape []int) {
 
 // boundTensor is a tensor resolved for evaluation.
 type boundTensor struct {
+	name    string
 	shape   []int
 	strides []int
 	idata   []int32
@@ -118,6 +124,7 @@ type frame struct {
 	ints    []int64
 	floats  []float64
 	tensors []*boundTensor
+	check   *indexCheck // nil unless in the checked mode
 }
 
 // bind resolves the parameters of p from a. It returns an error naming any
@@ -127,6 +134,9 @@ func bind(p *plan, what string, a *Args) (*frame, error) {
 		tensors: make([]*boundTensor, len(p.params))}
 	if a == nil {
 		a = &Args{}
+	}
+	if checkedMode(a) {
+		f.check = &indexCheck{what: what}
 	}
 	for i, prm := range p.params {
 		switch prm.Kind {
@@ -150,7 +160,7 @@ func bind(p *plan, what string, a *Args) (*frame, error) {
 			if err := checkBound(what, prm, t.Shape, len(t.Data)); err != nil {
 				return nil, err
 			}
-			f.tensors[i] = &boundTensor{shape: t.Shape, strides: strides(t.Shape), idata: t.Data}
+			f.tensors[i] = &boundTensor{name: prm.Name, shape: t.Shape, strides: strides(t.Shape), idata: t.Data}
 		case ParamFloatTensor:
 			t, ok := a.FloatTensors[prm.Name]
 			if !ok {
@@ -159,7 +169,7 @@ func bind(p *plan, what string, a *Args) (*frame, error) {
 			if err := checkBound(what, prm, t.Shape, len(t.Data)); err != nil {
 				return nil, err
 			}
-			f.tensors[i] = &boundTensor{shape: t.Shape, strides: strides(t.Shape), fdata: t.Data}
+			f.tensors[i] = &boundTensor{name: prm.Name, shape: t.Shape, strides: strides(t.Shape), fdata: t.Data}
 		}
 	}
 	return f, nil

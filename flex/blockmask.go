@@ -95,7 +95,9 @@ func Exact() BlockMaskOption { return func(c *buildConfig) { c.exact = true } }
 // default the undecided ones are then evaluated per element with an early
 // exit as soon as both an allowed and a masked pair are seen. blockQ and
 // blockKV default to DefaultBlock when 0. It returns an error when args lack
-// a parameter m reads or d is invalid.
+// a parameter m reads or d is invalid, and in the checked mode (see
+// Args.Check) an *IndexError when m reads a tensor out of range at some
+// pair (every pair is then evaluated).
 func NewBlockMask(m *MaskProgram, args *Args, d Dims, blockQ, blockKV int, opts ...BlockMaskOption) (*BlockMask, error) {
 	start := time.Now()
 	if err := d.Check(); err != nil {
@@ -203,6 +205,11 @@ func NewBlockMask(m *MaskProgram, args *Args, d Dims, blockQ, blockKV int, opts 
 	}
 	bm.Stats.Bytes = 4 * (len(bm.KVNum) + len(bm.KVIdx) + len(bm.FullKVNum) + len(bm.FullKVIdx) +
 		len(bm.QNum) + len(bm.QIdx) + len(bm.FullQNum) + len(bm.FullQIdx))
+	if f.check != nil {
+		if err := checkAllPairs(bm); err != nil {
+			return nil, err
+		}
+	}
 	bm.Stats.Build = time.Since(start)
 	return bm, nil
 }

@@ -1,9 +1,6 @@
 package flex
 
-import (
-	"fmt"
-	"math"
-)
+import "fmt"
 
 // rowProg is a plan compiled for row evaluation: the program is evaluated for
 // one (b, h, q) and a run of consecutive kv positions at once. Nodes that do
@@ -194,6 +191,9 @@ func (e *rowEval) scalar(i int) {
 	case opITensor, opFTensor:
 		t := e.f.tensors[pn.param]
 		off := t.offset(e.si, a)
+		if e.f.check != nil {
+			e.f.check.scalar(t, e.si, a)
+		}
 		if pn.op == opITensor {
 			e.si[i] = int64(t.idata[off])
 		} else {
@@ -226,19 +226,22 @@ func (e *rowEval) scalar(i int) {
 		} else {
 			e.si[i] = b2i(compare(pn.op, e.si[a[0]], e.si[a[1]]))
 		}
+	case opToInt:
+		e.si[i] = toInt(e.sf[a[0]])
 	default:
+		info := &opTable[pn.op]
 		if pn.kind == kFloat {
 			y := 0.0
 			if len(a) > 1 {
 				y = e.sf[a[1]]
 			}
-			e.sf[i] = arithF(pn.op, e.sf[a[0]], y)
+			e.sf[i] = info.f(e.sf[a[0]], y)
 		} else {
 			var y int64
 			if len(a) > 1 {
 				y = e.si[a[1]]
 			}
-			e.si[i] = arithI(pn.op, e.si[a[0]], y)
+			e.si[i] = info.i(e.si[a[0]], y)
 		}
 	}
 }
@@ -265,89 +268,4 @@ func compare[T int64 | float64](o op, x, y T) bool {
 		return x == y
 	}
 	return x != y
-}
-
-func idiv(x, y int64) int64 {
-	if y == 0 {
-		return 0
-	}
-	if y == -1 {
-		return -x // avoids the MinInt64 / -1 trap
-	}
-	return x / y
-}
-
-func imod(x, y int64) int64 {
-	if y == 0 || y == -1 {
-		return 0
-	}
-	return x % y
-}
-
-func arithI(o op, x, y int64) int64 {
-	switch o {
-	case opAdd:
-		return x + y
-	case opSub:
-		return x - y
-	case opMul:
-		return x * y
-	case opDiv:
-		return idiv(x, y)
-	case opMod:
-		return imod(x, y)
-	case opNeg:
-		return -x
-	case opAbs:
-		if x < 0 {
-			return -x
-		}
-		return x
-	case opMin:
-		return min(x, y)
-	case opMax:
-		return max(x, y)
-	}
-	panic("flex: bad int op " + o.String())
-}
-
-func arithF(o op, x, y float64) float64 {
-	switch o {
-	case opAdd:
-		return x + y
-	case opSub:
-		return x - y
-	case opMul:
-		return x * y
-	case opDiv:
-		return x / y
-	case opNeg:
-		return -x
-	case opAbs:
-		return math.Abs(x)
-	case opMin:
-		return fmin(x, y)
-	case opMax:
-		return fmax(x, y)
-	case opExp:
-		return math.Exp(x)
-	case opTanh:
-		return math.Tanh(x)
-	}
-	panic("flex: bad float op " + o.String())
-}
-
-// fmin and fmax follow C's fminf/fmaxf (and CUDA): a NaN operand is ignored.
-func fmin(x, y float64) float64 {
-	if x < y || y != y {
-		return x
-	}
-	return y
-}
-
-func fmax(x, y float64) float64 {
-	if x > y || y != y {
-		return x
-	}
-	return y
 }

@@ -1,7 +1,5 @@
 package flex
 
-import "math"
-
 // vecFn returns the closure computing vector node i of p over n positions.
 // Scalar operands are read from their broadcast buffers, so every closure is
 // a plain loop over equal-length vectors.
@@ -25,6 +23,13 @@ func vecFn(p *plan, i int) func(e *rowEval, n int) {
 			x, o := e.vi[a[0]][:n], e.vf[i][:n]
 			for k := range o {
 				o[k] = float64(x[k])
+			}
+		}
+	case opToInt:
+		return func(e *rowEval, n int) {
+			x, o := e.vf[a[0]][:n], e.vi[i][:n]
+			for k := range o {
+				o[k] = toInt(x[k])
 			}
 		}
 	case opSelect:
@@ -101,6 +106,11 @@ func tensorFn(pn *pnode, i int) func(e *rowEval, n int) {
 	if len(a) == 1 {
 		return func(e *rowEval, n int) {
 			t := e.f.tensors[pn.param]
+			if e.f.check != nil {
+				for k := 0; k < n; k++ {
+					e.f.check.at(t, e.vi, a, k)
+				}
+			}
 			x := e.vi[a[0]][:n]
 			d0 := t.shape[0]
 			if isInt {
@@ -119,6 +129,9 @@ func tensorFn(pn *pnode, i int) func(e *rowEval, n int) {
 	return func(e *rowEval, n int) {
 		t := e.f.tensors[pn.param]
 		for k := 0; k < n; k++ {
+			if e.f.check != nil {
+				e.f.check.at(t, e.vi, a, k)
+			}
 			off := t.offsetAt(e.vi, a, k)
 			if isInt {
 				e.vi[i][k] = int64(t.idata[off])
@@ -170,12 +183,15 @@ func cmpFFn(o op, i, xa, ya int) func(e *rowEval, n int) {
 	}
 }
 
+// arithIFn returns the loop of an int arithmetic op: inline for the
+// common ones, through the op table's function otherwise.
 func arithIFn(o op, i int, a []int) func(e *rowEval, n int) {
+	f := opTable[o].i
 	if len(a) == 1 {
 		return func(e *rowEval, n int) {
 			x, r := e.vi[a[0]][:n], e.vi[i][:n]
 			for k := range r {
-				r[k] = arithI(o, x[k], 0)
+				r[k] = f(x[k], 0)
 			}
 		}
 	}
@@ -195,51 +211,23 @@ func arithIFn(o op, i int, a []int) func(e *rowEval, n int) {
 				r[k] = x[k] - y[k]
 			}
 		}
-	case opMul:
-		return func(e *rowEval, n int) {
-			x, y, r := e.vi[xa][:n], e.vi[ya][:n], e.vi[i][:n]
-			for k := range r {
-				r[k] = x[k] * y[k]
-			}
-		}
-	case opDiv:
-		return func(e *rowEval, n int) {
-			x, y, r := e.vi[xa][:n], e.vi[ya][:n], e.vi[i][:n]
-			for k := range r {
-				r[k] = idiv(x[k], y[k])
-			}
-		}
 	}
 	return func(e *rowEval, n int) {
 		x, y, r := e.vi[xa][:n], e.vi[ya][:n], e.vi[i][:n]
 		for k := range r {
-			r[k] = arithI(o, x[k], y[k])
+			r[k] = f(x[k], y[k])
 		}
 	}
 }
 
+// arithFFn is arithIFn for float ops.
 func arithFFn(o op, i int, a []int) func(e *rowEval, n int) {
+	f := opTable[o].f
 	if len(a) == 1 {
-		switch o {
-		case opTanh:
-			return func(e *rowEval, n int) {
-				x, r := e.vf[a[0]][:n], e.vf[i][:n]
-				for k := range r {
-					r[k] = math.Tanh(x[k])
-				}
-			}
-		case opExp:
-			return func(e *rowEval, n int) {
-				x, r := e.vf[a[0]][:n], e.vf[i][:n]
-				for k := range r {
-					r[k] = math.Exp(x[k])
-				}
-			}
-		}
 		return func(e *rowEval, n int) {
 			x, r := e.vf[a[0]][:n], e.vf[i][:n]
 			for k := range r {
-				r[k] = arithF(o, x[k], 0)
+				r[k] = f(x[k], 0)
 			}
 		}
 	}
@@ -263,7 +251,7 @@ func arithFFn(o op, i int, a []int) func(e *rowEval, n int) {
 	return func(e *rowEval, n int) {
 		x, y, r := e.vf[xa][:n], e.vf[ya][:n], e.vf[i][:n]
 		for k := range r {
-			r[k] = arithF(o, x[k], y[k])
+			r[k] = f(x[k], y[k])
 		}
 	}
 }
@@ -288,9 +276,10 @@ func vecScalarFn(p *plan, i int) func(e *rowEval, n int) {
 			o = opLt
 		case opGe:
 			o = opLe
-		case opEq, opNe, opAdd, opMul, opMin, opMax:
 		default:
-			return nil
+			if !opTable[o].comm {
+				return nil
+			}
 		}
 		x, y = y, x
 	}
@@ -364,14 +353,18 @@ func vecScalarFn(p *plan, i int) func(e *rowEval, n int) {
 	case opDiv:
 		return func(e *rowEval, n int) {
 			v, s, r := e.vi[x][:n], e.si[y], e.vi[i][:n]
-			if s == 0 || s == -1 {
+			if s <= 0 {
 				for k := range r {
-					r[k] = idiv(v[k], s)
+					r[k] = floorDiv(v[k], s)
 				}
 				return
 			}
 			for k := range r {
-				r[k] = v[k] / s
+				q := v[k] / s
+				if v[k] < 0 && q*s != v[k] {
+					q--
+				}
+				r[k] = q
 			}
 		}
 	}

@@ -24,19 +24,30 @@ import (
 const cudaHelpers = `#ifndef FLEX_HELPERS
 #define FLEX_HELPERS
 __device__ __forceinline__ int flex_clamp(int i, int n) { return i < 0 ? 0 : (i >= n ? n - 1 : i); }
-__device__ __forceinline__ int flex_div(int a, int b) { return b == 0 ? 0 : (b == -1 ? -a : a / b); }
-__device__ __forceinline__ int flex_mod(int a, int b) { return (b == 0 || b == -1) ? 0 : a % b; }
+__device__ __forceinline__ int flex_tdiv(int a, int b) { return b == 0 ? 0 : (b == -1 ? (int)(0u - (unsigned)a) : a / b); }
+__device__ __forceinline__ int flex_tmod(int a, int b) { return (b == 0 || b == -1) ? 0 : a % b; }
+__device__ __forceinline__ int flex_fdiv(int a, int b) { return flex_tdiv(a, b) - ((b != 0 && b != -1 && a % b != 0 && (a < 0) != (b < 0)) ? 1 : 0); }
+__device__ __forceinline__ int flex_fmod(int a, int b) { int r = flex_tmod(a, b); return (r != 0 && (r < 0) != (b < 0)) ? r + b : r; }
 __device__ __forceinline__ int flex_abs(int a) { return a < 0 ? -a : a; }
+__device__ __forceinline__ int flex_shl(int a, int s) { return (int)((unsigned)a << (s < 0 ? 0 : (s > 31 ? 31 : s))); }
+__device__ __forceinline__ int flex_shr(int a, int s) { return a >> (s < 0 ? 0 : (s > 31 ? 31 : s)); }
+__device__ __forceinline__ int flex_f2i(float x) { return x != x ? 0 : (x >= 2147483648.0f ? 2147483647 : (x <= -2147483648.0f ? (-2147483647 - 1) : (int)x)); }
+__device__ __forceinline__ float flex_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 #endif
 `
+
+// cudaHelperNames are the helpers' names, reserved for parameters.
+var cudaHelperNames = map[string]bool{"flex_clamp": true, "flex_tdiv": true, "flex_tmod": true, "flex_fdiv": true,
+	"flex_fmod": true, "flex_abs": true, "flex_shl": true, "flex_shr": true, "flex_f2i": true, "flex_sigmoid": true,
+	"flex_checked": true, "flex_check_word": true}
 
 // CUDA returns m as CUDA C: a helper block and
 //
 //	__device__ __forceinline__ bool fn(int b, int h, int q, int kv, <params>)
 //
 // returning whether the pair is allowed.
-func (m *MaskProgram) CUDA(fn string) string {
-	return cudaForward("mask", m.name, m.Hash(), m.root, m.plan, "bool", "int b, int h, int q, int kv", fn)
+func (m *MaskProgram) CUDA(fn string, opts ...CUDAOption) string {
+	return cudaForward("mask", m.name, m.Hash(), m.root, m.plan, "bool", "int b, int h, int q, int kv", fn, cudaConf(false, opts))
 }
 
 // CUDA returns s as CUDA C:
@@ -44,20 +55,36 @@ func (m *MaskProgram) CUDA(fn string) string {
 //	__device__ __forceinline__ float fn(float score, int b, int h, int q, int kv, <params>)
 //
 // returning the modified score.
-func (s *ScoreProgram) CUDA(fn string) string {
-	return cudaForward("score", s.name, s.Hash(), s.root, s.plan, "float", "float score, int b, int h, int q, int kv", fn)
+func (s *ScoreProgram) CUDA(fn string, opts ...CUDAOption) string {
+	return cudaForward("score", s.name, s.Hash(), s.root, s.plan, "float", "float score, int b, int h, int q, int kv", fn, cudaConf(true, opts))
+}
+
+func cudaConf(score bool, opts []CUDAOption) *cudaConfig {
+	c := &cudaConfig{score: score}
+	for _, o := range opts {
+		o(c)
+	}
+	return c
+}
+
+// cudaPrelude writes the helper blocks.
+func cudaPrelude(sb *strings.Builder, c *cudaConfig) {
+	sb.WriteString(cudaHelpers)
+	if c.checked {
+		sb.WriteString(cudaCheckHelpers)
+	}
 }
 
 // cudaForward prints a program (what: mask or score) as a __device__
 // function fn returning ret, with the index parameters idx followed by the
 // program's params.
-func cudaForward(what, name, hash string, root *node, p *plan, ret, idx, fn string) string {
+func cudaForward(what, name, hash string, root *node, p *plan, ret, idx, fn string, c *cudaConfig) string {
 	checkName(fn)
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "// flex %s program %q, structural hash %s\n// %s\n", what, name, hash, oneLine(infix(root)))
-	sb.WriteString(cudaHelpers)
+	cudaPrelude(&sb, c)
 	fmt.Fprintf(&sb, "__device__ __forceinline__ %s %s(%s%s) {\n", ret, fn, idx, cudaParams(p, false))
-	cudaBody(&sb, p)
+	cudaBody(&sb, p, c)
 	fmt.Fprintf(&sb, "  return t%d;\n}\n", p.root)
 	return sb.String()
 }
@@ -70,14 +97,15 @@ func cudaForward(what, name, hash string, root *node, p *plan, ret, idx, fn stri
 // modified score; for each float tensor NAME the grads add a parameter
 // float* __restrict__ NAME_grad (same layout as NAME) into which it
 // atomically adds g · ∂score'/∂NAME.
-func (s *ScoreProgram) CUDABackward(fn string) string {
+func (s *ScoreProgram) CUDABackward(fn string, opts ...CUDAOption) string {
 	checkName(fn)
+	c := cudaConf(true, opts)
 	p := s.plan
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "// flex score program %q (backward), structural hash %s\n// %s\n", s.name, s.Hash(), oneLine(infix(s.root)))
-	sb.WriteString(cudaHelpers)
+	cudaPrelude(&sb, c)
 	fmt.Fprintf(&sb, "__device__ __forceinline__ float %s(float score, float g, int b, int h, int q, int kv%s) {\n", fn, cudaParams(p, true))
-	cudaBody(&sb, p)
+	cudaBody(&sb, p, c)
 	for i := range p.nodes {
 		if p.nodes[i].grad && p.nodes[i].kind == kFloat {
 			fmt.Fprintf(&sb, "  float a%d = 0.0f;\n", i)
@@ -102,38 +130,22 @@ func (s *ScoreProgram) CUDABackward(fn string) string {
 		case opScore:
 			dScore = fmt.Sprintf("a%d", i)
 		case opFTensor:
-			fmt.Fprintf(&sb, "  if (a%d != 0.0f) atomicAdd(&%s_grad[%s], a%d);\n", i, pn.name, cudaOffset(pn), i)
+			fmt.Fprintf(&sb, "  if (a%d != 0.0f) atomicAdd(&%s_grad[%s], a%d);\n", i, pn.name, cudaOffset(pn, nil), i)
 		case opSelect:
 			add(a[1], fmt.Sprintf("t%d ? a%d : 0.0f", a[0], i))
 			add(a[2], fmt.Sprintf("t%d ? 0.0f : a%d", a[0], i))
-		case opAdd:
-			add(a[0], fmt.Sprintf("a%d", i))
-			add(a[1], fmt.Sprintf("a%d", i))
-		case opSub:
-			add(a[0], fmt.Sprintf("a%d", i))
-			add(a[1], fmt.Sprintf("-a%d", i))
-		case opMul:
-			add(a[0], fmt.Sprintf("a%d * t%d", i, a[1]))
-			add(a[1], fmt.Sprintf("a%d * t%d", i, a[0]))
-		case opDiv:
-			add(a[0], fmt.Sprintf("a%d / t%d", i, a[1]))
-			add(a[1], fmt.Sprintf("-a%d * t%d / (t%d * t%d)", i, a[0], a[1], a[1]))
-		case opNeg:
-			add(a[0], fmt.Sprintf("-a%d", i))
-		case opAbs:
-			add(a[0], fmt.Sprintf("t%d > 0.0f ? a%d : (t%d < 0.0f ? -a%d : 0.0f)", a[0], i, a[0], i))
-		case opMin:
-			c := fmt.Sprintf("(t%d < t%d || t%d != t%d)", a[0], a[1], a[1], a[1])
-			add(a[0], fmt.Sprintf("%s ? a%d : 0.0f", c, i))
-			add(a[1], fmt.Sprintf("%s ? 0.0f : a%d", c, i))
-		case opMax:
-			c := fmt.Sprintf("(t%d > t%d || t%d != t%d)", a[0], a[1], a[1], a[1])
-			add(a[0], fmt.Sprintf("%s ? a%d : 0.0f", c, i))
-			add(a[1], fmt.Sprintf("%s ? 0.0f : a%d", c, i))
-		case opExp:
-			add(a[0], fmt.Sprintf("a%d * t%d", i, i))
-		case opTanh:
-			add(a[0], fmt.Sprintf("a%d * (1.0f - t%d * t%d)", i, i, i))
+		default:
+			y := ""
+			if len(a) > 1 {
+				y = fmt.Sprintf("t%d", a[1])
+			}
+			dx, dy := opTable[pn.op].cdf(fmt.Sprintf("a%d", i), fmt.Sprintf("t%d", a[0]), y, fmt.Sprintf("t%d", i))
+			if dx != "" {
+				add(a[0], dx)
+			}
+			if dy != "" {
+				add(a[1], dy)
+			}
 		}
 	}
 	fmt.Fprintf(&sb, "  return %s;\n}\n", dScore)
@@ -172,10 +184,14 @@ func cudaParams(p *plan, grads bool) string {
 }
 
 // cudaOffset returns the row-major offset expression of a tensor read.
-func cudaOffset(pn *pnode) string {
+// In the checked mode (c non-nil and checked) each index is tested first.
+func cudaOffset(pn *pnode, c *cudaConfig) string {
 	off := ""
 	for d, x := range pn.args {
 		idx := fmt.Sprintf("flex_clamp(t%d, %s_d%d)", x, pn.name, d)
+		if c != nil && c.checked {
+			idx = fmt.Sprintf("flex_clamp(flex_checked(t%d, %s_d%d, %#xull), %s_d%d)", x, pn.name, d, cudaCheckTag(pn.param, d, c.score), pn.name, d)
+		}
 		if d == 0 {
 			off = idx
 		} else {
@@ -200,7 +216,7 @@ func cudaFloat(v float64) string {
 }
 
 // cudaBody writes one const temporary per plan node, t<index>.
-func cudaBody(sb *strings.Builder, p *plan) {
+func cudaBody(sb *strings.Builder, p *plan, c *cudaConfig) {
 	ty := [...]string{kInt: "int", kFloat: "float", kBool: "bool"}
 	for i := range p.nodes {
 		pn := &p.nodes[i]
@@ -211,50 +227,48 @@ func cudaBody(sb *strings.Builder, p *plan) {
 		case opB, opH, opQ, opKV, opScore:
 			e = pn.op.String()
 		case opConst:
-			e = strconv.FormatInt(pn.ival, 10)
-			if pn.ival < 0 {
-				e = "(" + e + ")"
-			}
+			e = itoa(pn.ival)
 		case opFConst:
 			e = cudaFloat(pn.fval)
 		case opIScalar, opFScalar:
 			e = pn.name
 		case opITensor, opFTensor:
-			e = fmt.Sprintf("%s[%s]", pn.name, cudaOffset(pn))
+			e = fmt.Sprintf("%s[%s]", pn.name, cudaOffset(pn, c))
 		case opToFloat:
 			e = fmt.Sprintf("(float)%s", t(0))
 		case opSelect:
 			e = fmt.Sprintf("%s ? %s : %s", t(0), t(1), t(2))
+		case opToInt:
+			e = fmt.Sprintf("flex_f2i(%s)", t(0))
 		case opNot:
 			e = "!" + t(0)
-		case opNeg:
-			e = "-" + t(0)
-		case opDiv, opMod:
-			c := p.nodes[a[1]]
-			if pn.kind == kInt && !(c.op == opConst && c.ival != 0 && c.ival != -1) {
-				e = fmt.Sprintf("flex_%s(%s, %s)", pn.op, t(0), t(1))
-			} else {
-				e = fmt.Sprintf("%s %s %s", t(0), infixOps[pn.op], t(1))
-			}
-		case opAbs:
-			if pn.kind == kInt {
-				e = fmt.Sprintf("flex_abs(%s)", t(0))
-			} else {
-				e = fmt.Sprintf("fabsf(%s)", t(0))
-			}
-		case opMin, opMax:
-			if pn.kind == kInt {
-				e = fmt.Sprintf("%s(%s, %s)", pn.op, t(0), t(1))
-			} else {
-				e = fmt.Sprintf("f%sf(%s, %s)", pn.op, t(0), t(1))
-			}
-		case opExp:
-			e = fmt.Sprintf("expf(%s)", t(0))
-		case opTanh:
-			e = fmt.Sprintf("tanhf(%s)", t(0))
 		default:
-			e = fmt.Sprintf("%s %s %s", t(0), infixOps[pn.op], t(1))
+			e = cudaOp(p, pn, t)
 		}
 		fmt.Fprintf(sb, "  const %s t%d = %s;\n", ty[pn.kind], i, e)
 	}
+}
+
+// cudaOp prints an arithmetic, comparison or logic node from its op's
+// table entry; t(j) names operand j.
+func cudaOp(p *plan, pn *pnode, t func(j int) string) string {
+	info := &opTable[pn.op]
+	if info.class == clsCmp || info.class == clsLogic {
+		return fmt.Sprintf("%s %s %s", t(0), info.infix, t(1))
+	}
+	if pn.kind == kFloat {
+		if len(pn.args) == 1 {
+			return fmt.Sprintf(info.cf, t(0))
+		}
+		return fmt.Sprintf(info.cf, t(0), t(1))
+	}
+	if len(pn.args) == 1 {
+		return fmt.Sprintf(info.ci, t(0))
+	}
+	if c := &p.nodes[pn.args[1]]; info.ciK != nil && c.op == opConst {
+		if s, ok := info.ciK(t(0), c.ival); ok {
+			return s
+		}
+	}
+	return fmt.Sprintf(info.ci, t(0), t(1))
 }

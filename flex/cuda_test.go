@@ -102,6 +102,7 @@ func TestCUDACompilesAndAgrees(t *testing.T) {
 		scores = scores[:len(scores)-2]
 		scores = append(scores, Softcap(2))
 	}
+	scores = append(scores, cudaOpPrograms()...)
 
 	// Points to evaluate: (b, h, q, kv, score).
 	type point struct {
@@ -114,9 +115,7 @@ func TestCUDACompilesAndAgrees(t *testing.T) {
 	}
 
 	var src bytes.Buffer
-	src.WriteString("#include <cmath>\n#include <cstdio>\n#include <algorithm>\nusing std::min; using std::max;\n" +
-		"#define __device__\n#define __forceinline__ inline\n#define __restrict__\n" +
-		"static float atomicAdd(float* p, float v) { float o = *p; *p += v; return o; }\n")
+	src.WriteString(gxxPrelude)
 	// Parameters as globals, named as the programs name them.
 	for _, n := range keys(a.Ints) {
 		fmt.Fprintf(&src, "static int P_%s = %d;\n", n, a.Ints[n])
@@ -181,19 +180,7 @@ func TestCUDACompilesAndAgrees(t *testing.T) {
 	main.WriteString("  return 0;\n}\n")
 	src.WriteString(main.String())
 
-	dir := t.TempDir()
-	cpp := filepath.Join(dir, "gen.cpp")
-	if err := os.WriteFile(cpp, src.Bytes(), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(dir, "gen")
-	if outp, err := exec.Command(gxx, "-O1", "-std=c++17", "-Wall", "-Werror", "-Wno-unused-variable", "-Wno-tautological-compare", "-o", bin, cpp).CombinedOutput(); err != nil {
-		t.Fatalf("generated code does not compile: %v\n%s", err, outp)
-	}
-	outp, err := exec.Command(bin).Output()
-	if err != nil {
-		t.Fatal(err)
-	}
+	outp := gxxRun(t, gxx, src.String())
 	lines := strings.Fields(string(outp))
 	next := func() string {
 		v := lines[0]
@@ -261,4 +248,31 @@ func joinFloats(x []float64) string {
 		s[i] = cudaFloat(v)
 	}
 	return strings.Join(s, ", ")
+}
+
+// gxxPrelude makes generated CUDA C compile as C++: qualifiers defined
+// away, single-threaded atomics.
+const gxxPrelude = "#include <cmath>\n#include <cstdio>\n#include <algorithm>\nusing std::min; using std::max;\n" +
+	"#define __device__\n#define __forceinline__ inline\n#define __restrict__\n" +
+	"static inline float atomicAdd(float* p, float v) { float o = *p; *p += v; return o; }\n" +
+	"static inline unsigned long long atomicCAS(unsigned long long* p, unsigned long long c, unsigned long long v) { unsigned long long o = *p; if (o == c) *p = v; return o; }\n"
+
+// gxxRun compiles src with g++ (warnings are errors) and returns what the
+// program prints.
+func gxxRun(t *testing.T, gxx, src string) []byte {
+	t.Helper()
+	dir := t.TempDir()
+	cpp := filepath.Join(dir, "gen.cpp")
+	if err := os.WriteFile(cpp, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "gen")
+	if outp, err := exec.Command(gxx, "-O1", "-std=c++17", "-Wall", "-Werror", "-Wno-unused-variable", "-Wno-tautological-compare", "-o", bin, cpp).CombinedOutput(); err != nil {
+		t.Fatalf("generated code does not compile: %v\n%s", err, outp)
+	}
+	outp, err := exec.Command(bin).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return outp
 }

@@ -6,57 +6,6 @@ import (
 	"strings"
 )
 
-// op is one operation of the expression language.
-type op uint8
-
-const (
-	opB op = iota
-	opH
-	opQ
-	opKV
-	opScore
-	opConst   // integer constant (structural)
-	opFConst  // float constant (structural)
-	opIScalar // named run-time int scalar
-	opFScalar // named run-time float scalar
-	opITensor // read of a named int tensor
-	opFTensor // read of a named float tensor
-	opAdd     // int or float
-	opSub     // int or float
-	opMul     // int or float
-	opDiv     // int (truncating, x/0 = 0) or float
-	opMod     // int only (sign of the dividend, x%0 = 0)
-	opNeg     // int or float
-	opMin     // int or float
-	opMax     // int or float
-	opAbs     // int or float
-	opExp     // float
-	opTanh    // float
-	opToFloat // int -> float
-	opLt      // -> bool
-	opLe      // -> bool
-	opGt      // -> bool
-	opGe      // -> bool
-	opEq      // -> bool
-	opNe      // -> bool
-	opAnd     // bool
-	opOr      // bool
-	opNot     // bool
-	opSelect  // select(cond, a, b)
-	numOps
-)
-
-var opNames = [numOps]string{
-	opB: "b", opH: "h", opQ: "q", opKV: "kv", opScore: "score", opConst: "const", opFConst: "fconst",
-	opIScalar: "iscalar", opFScalar: "fscalar", opITensor: "itensor", opFTensor: "ftensor",
-	opAdd: "add", opSub: "sub", opMul: "mul", opDiv: "div", opMod: "mod", opNeg: "neg",
-	opMin: "min", opMax: "max", opAbs: "abs", opExp: "exp", opTanh: "tanh", opToFloat: "float",
-	opLt: "lt", opLe: "le", opGt: "gt", opGe: "ge", opEq: "eq", opNe: "ne",
-	opAnd: "and", opOr: "or", opNot: "not", opSelect: "select",
-}
-
-func (o op) String() string { return opNames[o] }
-
 // kind is the type of an expression.
 type kind uint8
 
@@ -169,16 +118,15 @@ var reservedNames = map[string]bool{"b": true, "h": true, "q": true, "kv": true,
 	"char": true, "void": true, "double": true, "long": true, "short": true, "unsigned": true, "signed": true,
 	"auto": true, "static": true, "struct": true, "union": true, "switch": true, "case": true, "break": true,
 	"continue": true, "default": true, "goto": true, "sizeof": true, "volatile": true, "register": true,
-	"extern": true, "inline": true, "restrict": true, "enum": true, "typedef": true, "INFINITY": true, "NAN": true,
-	"flex_clamp": true, "flex_div": true, "flex_mod": true, "flex_abs": true}
+	"extern": true, "inline": true, "restrict": true, "enum": true, "typedef": true, "INFINITY": true, "NAN": true}
 
 func checkName(name string) {
 	if name == "" {
 		panic("flex: empty parameter name")
 	}
-	if reservedNames[name] || strings.HasPrefix(name, "__") ||
+	if reservedNames[name] || cudaHelperNames[name] || strings.HasPrefix(name, "__") ||
 		(len(name) > 1 && (name[0] == 't' || name[0] == 'a') && strings.Trim(name[1:], "0123456789") == "") {
-		panic(fmt.Sprintf("flex: name %q is reserved (index variables, generated locals t<N>/a<N>, CUDA helpers flex_clamp/div/mod/abs, C keywords)", name))
+		panic(fmt.Sprintf("flex: name %q is reserved (index variables, generated locals t<N>/a<N>, the CUDA helpers flex_*, C keywords)", name))
 	}
 	for i, r := range name {
 		ok := r == '_' || (r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z') || (i > 0 && r >= '0' && r <= '9')
@@ -201,7 +149,10 @@ type FloatTensorRef struct {
 }
 
 // IntTensorParam declares an int tensor parameter; its data comes from
-// Args.IntTensors at run time.
+// Args.IntTensors at run time. Reads clamp each index into its dimension
+// ([0, dim-1]), on the CPU and in CUDA alike, so an out-of-range index reads
+// the first or last entry; the checked mode (Args.Check, DFLASH_FLEX_CHECK=1)
+// reports such reads with the tensor's name and the index instead.
 func IntTensorParam(name string, rank int) IntTensorRef {
 	checkName(name)
 	if rank < 1 {
@@ -211,7 +162,9 @@ func IntTensorParam(name string, rank int) IntTensorRef {
 }
 
 // FloatTensorParam declares a float tensor parameter; its data comes from
-// Args.FloatTensors at run time. Score programs get its gradient in Backward.
+// Args.FloatTensors at run time. Score programs get its gradient in Backward
+// (a clamped read adds its gradient to the entry it read). Indices clamp as
+// IntTensorParam's do, and the checked mode reports out-of-range reads.
 func FloatTensorParam(name string, rank int) FloatTensorRef {
 	checkName(name)
 	if rank < 1 {
@@ -221,7 +174,8 @@ func FloatTensorParam(name string, rank int) FloatTensorRef {
 }
 
 // At reads t[idx...]. Each index is clamped into [0, dim-1] of its dimension,
-// so reads never fail; programs guard with Select where clamping is not wanted.
+// so reads never fail; programs guard with Select where clamping is not
+// wanted, and the checked mode reports reads that would be clamped.
 func (t IntTensorRef) At(idx ...Int) Int {
 	if len(idx) != t.Rank {
 		panic(fmt.Sprintf("flex: int tensor %q has rank %d, indexed with %d indices", t.Name, t.Rank, len(idx)))
@@ -244,114 +198,6 @@ func (t FloatTensorRef) At(idx ...Int) Float {
 	}
 	return Float{&node{op: opFTensor, kind: kFloat, name: t.Name, args: args}}
 }
-
-// Add returns x + y.
-func (x Int) Add(y Int) Int { return Int{mk(opAdd, kInt, x.node(), y.node())} }
-
-// Sub returns x - y.
-func (x Int) Sub(y Int) Int { return Int{mk(opSub, kInt, x.node(), y.node())} }
-
-// Mul returns x * y.
-func (x Int) Mul(y Int) Int { return Int{mk(opMul, kInt, x.node(), y.node())} }
-
-// Div returns x / y truncated toward zero (as in Go and C); x / 0 is 0.
-func (x Int) Div(y Int) Int { return Int{mk(opDiv, kInt, x.node(), y.node())} }
-
-// Mod returns x % y with the sign of x (as in Go and C); x % 0 is 0.
-func (x Int) Mod(y Int) Int { return Int{mk(opMod, kInt, x.node(), y.node())} }
-
-// Neg returns -x.
-func (x Int) Neg() Int { return Int{mk(opNeg, kInt, x.node())} }
-
-// Abs returns |x|.
-func (x Int) Abs() Int { return Int{mk(opAbs, kInt, x.node())} }
-
-// Min returns min(x, y).
-func (x Int) Min(y Int) Int { return Int{mk(opMin, kInt, x.node(), y.node())} }
-
-// Max returns max(x, y).
-func (x Int) Max(y Int) Int { return Int{mk(opMax, kInt, x.node(), y.node())} }
-
-// Clamp returns min(max(x, lo), hi).
-func (x Int) Clamp(lo, hi Int) Int { return x.Max(lo).Min(hi) }
-
-// Float converts x to a float expression.
-func (x Int) Float() Float { return Float{mk(opToFloat, kFloat, x.node())} }
-
-// Lt returns x < y.
-func (x Int) Lt(y Int) Bool { return Bool{mk(opLt, kBool, x.node(), y.node())} }
-
-// Le returns x <= y.
-func (x Int) Le(y Int) Bool { return Bool{mk(opLe, kBool, x.node(), y.node())} }
-
-// Gt returns x > y.
-func (x Int) Gt(y Int) Bool { return Bool{mk(opGt, kBool, x.node(), y.node())} }
-
-// Ge returns x >= y.
-func (x Int) Ge(y Int) Bool { return Bool{mk(opGe, kBool, x.node(), y.node())} }
-
-// Eq returns x == y.
-func (x Int) Eq(y Int) Bool { return Bool{mk(opEq, kBool, x.node(), y.node())} }
-
-// Ne returns x != y.
-func (x Int) Ne(y Int) Bool { return Bool{mk(opNe, kBool, x.node(), y.node())} }
-
-// Add returns x + y.
-func (x Float) Add(y Float) Float { return Float{mk(opAdd, kFloat, x.node(), y.node())} }
-
-// Sub returns x - y.
-func (x Float) Sub(y Float) Float { return Float{mk(opSub, kFloat, x.node(), y.node())} }
-
-// Mul returns x * y.
-func (x Float) Mul(y Float) Float { return Float{mk(opMul, kFloat, x.node(), y.node())} }
-
-// Div returns x / y.
-func (x Float) Div(y Float) Float { return Float{mk(opDiv, kFloat, x.node(), y.node())} }
-
-// Neg returns -x.
-func (x Float) Neg() Float { return Float{mk(opNeg, kFloat, x.node())} }
-
-// Abs returns |x|.
-func (x Float) Abs() Float { return Float{mk(opAbs, kFloat, x.node())} }
-
-// Min returns min(x, y).
-func (x Float) Min(y Float) Float { return Float{mk(opMin, kFloat, x.node(), y.node())} }
-
-// Max returns max(x, y).
-func (x Float) Max(y Float) Float { return Float{mk(opMax, kFloat, x.node(), y.node())} }
-
-// Exp returns e^x.
-func (x Float) Exp() Float { return Float{mk(opExp, kFloat, x.node())} }
-
-// Tanh returns tanh(x).
-func (x Float) Tanh() Float { return Float{mk(opTanh, kFloat, x.node())} }
-
-// Lt returns x < y.
-func (x Float) Lt(y Float) Bool { return Bool{mk(opLt, kBool, x.node(), y.node())} }
-
-// Le returns x <= y.
-func (x Float) Le(y Float) Bool { return Bool{mk(opLe, kBool, x.node(), y.node())} }
-
-// Gt returns x > y.
-func (x Float) Gt(y Float) Bool { return Bool{mk(opGt, kBool, x.node(), y.node())} }
-
-// Ge returns x >= y.
-func (x Float) Ge(y Float) Bool { return Bool{mk(opGe, kBool, x.node(), y.node())} }
-
-// Eq returns x == y.
-func (x Float) Eq(y Float) Bool { return Bool{mk(opEq, kBool, x.node(), y.node())} }
-
-// Ne returns x != y.
-func (x Float) Ne(y Float) Bool { return Bool{mk(opNe, kBool, x.node(), y.node())} }
-
-// And returns x && y.
-func (x Bool) And(y Bool) Bool { return Bool{mk(opAnd, kBool, x.node(), y.node())} }
-
-// Or returns x || y.
-func (x Bool) Or(y Bool) Bool { return Bool{mk(opOr, kBool, x.node(), y.node())} }
-
-// Not returns !x.
-func (x Bool) Not() Bool { return Bool{mk(opNot, kBool, x.node())} }
 
 // All returns the conjunction of xs (true when xs is empty).
 func All(xs ...Bool) Bool {

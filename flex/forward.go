@@ -229,6 +229,7 @@ func forward[T elem](d Dims, q, k, v []T, src *blockSource, score *ScoreProgram,
 			}
 		}
 	})
+	mustCheck(sf)
 	return out, lse
 }
 
@@ -309,6 +310,15 @@ func bindScore(score *ScoreProgram, args *Args, width int) (*rowProg, *frame) {
 		panic(err.Error())
 	}
 	return compileRows(score.plan, width), f
+}
+
+// mustCheck panics with the first out-of-range tensor read of a score
+// program in the checked mode (Forward and Backward have no error result;
+// the mask's reads were checked by NewBlockMask).
+func mustCheck(f *frame) {
+	if err := checkErr(f); err != nil {
+		panic(err)
+	}
 }
 
 // taskOrder returns the task indices [0, n) ordered by decreasing cost, so

@@ -87,7 +87,7 @@ func randInt(r *rand.Rand, depth int) Int {
 		}
 	}
 	x := randInt(r, depth-1)
-	switch r.IntN(14) {
+	switch r.IntN(22) {
 	case 0, 1:
 		return x.Add(randInt(r, depth-1))
 	case 2, 3:
@@ -110,6 +110,22 @@ func randInt(r *rand.Rand, depth int) Int {
 		return pT1.At(x)
 	case 12:
 		return pT2.At(B(), x)
+	case 13:
+		return x.TruncDiv(randInt(r, depth-1))
+	case 14:
+		return x.TruncMod(Const(r.IntN(9) - 4))
+	case 15:
+		return x.BitAnd(randInt(r, depth-1))
+	case 16:
+		return x.BitOr(Const(r.IntN(16) - 3)).BitXor(randInt(r, depth-1))
+	case 17:
+		return x.Shl(Const(r.IntN(6) - 1))
+	case 18:
+		return x.Shr(randInt(r, depth-1))
+	case 19:
+		return pF1.At(x).Mul(F(4)).Int()
+	case 20:
+		return pF2.At(H(), x).Sigmoid().Mul(F(7)).Floor().Int()
 	default:
 		return Select(randBool(r, depth-1), x, randInt(r, depth-1).Neg())
 	}
@@ -118,7 +134,7 @@ func randInt(r *rand.Rand, depth int) Int {
 func randBool(r *rand.Rand, depth int) Bool {
 	if depth <= 0 || r.IntN(2) == 0 {
 		x, y := randInt(r, depth-1), randInt(r, depth-1)
-		switch r.IntN(7) {
+		switch r.IntN(8) {
 		case 0:
 			return x.Lt(y)
 		case 1:
@@ -131,8 +147,11 @@ func randBool(r *rand.Rand, depth int) Bool {
 			return x.Eq(y)
 		case 5:
 			return x.Ne(y)
-		default:
+		case 6:
 			return pF1.At(x).Mul(F(2)).Lt(pF2.At(H(), y).Add(F(0.1)))
+		default:
+			return pF1.At(x).Abs().Sqrt().Add(pF2.At(H(), y).Exp().Log()).
+				Gt(pF1.At(y).Abs().Pow(pF2.At(H(), x)).Ceil().Sub(F(1)))
 		}
 	}
 	switch r.IntN(4) {
@@ -202,6 +221,13 @@ func randScore(r *rand.Rand, d Dims, a *Args) *ScoreProgram {
 	case 5:
 		return NewScore("rand", Score().Mul(pF1.At(H()).Abs().Add(F(0.5))).
 			Add(pF2.At(H(), Q().Sub(KV()).Abs()).Tanh()).Add(SelectF(Q().Lt(KV()), F(-0.7), pF1.At(KV()))))
+	}
+	if r.IntN(2) == 0 {
+		return NewScore("randfn", Score().Mul(pF1.At(H()).Sigmoid()).
+			Add(pF2.At(H(), Q().Sub(KV()).Abs()).Abs().Add(F(0.5)).Log()).
+			Add(pF1.At(KV()).Mul(pF1.At(KV())).Add(Score().Mul(Score())).Add(F(1)).Sqrt()).
+			Add(pF1.At(Q()).Abs().Add(F(0.2)).Pow(pF2.At(H(), KV()).Add(F(1.5)))).
+			Add(Q().Sub(KV()).Float().Div(F(3)).Floor().Mul(F(0.25))))
 	}
 	return NewScore("randexp", FloatScalar("fs").Mul(Score().Div(FloatScalar("fs")).Tanh()).
 		Sub(pF1.At(Q()).Mul(pF1.At(Q())).Exp().Mul(F(0.1))))

@@ -1,7 +1,5 @@
 package flex
 
-import "math"
-
 // gradEval differentiates a score program over a row in reverse mode: given
 // the raw scores s and the upstream gradient g of the program's result, it
 // gives ds = g · ∂score/∂s and adds g · ∂score/∂t to the gradient of every
@@ -45,6 +43,10 @@ func (ge *gradEval) scoreGrad(kv0 int, s, g, ds []float64) {
 		ge.sa[i] = 0
 	}
 	r := p.root
+	if !p.nodes[r].grad { // the result depends on neither score nor a float tensor
+		clear(ds)
+		return
+	}
 	if p.nodes[r].level == 2 {
 		copy(ge.va[r][:n], g)
 	} else {
@@ -96,7 +98,7 @@ func (ge *gradEval) scoreGrad(kv0 int, s, g, ds []float64) {
 				if ys != nil {
 					y = ys[k]
 				}
-				dx, dy := dfloat(pn.op, xs[k], y, out[k])
+				dx, dy := opTable[pn.op].df(xs[k], y, out[k])
 				if ge.va[a[0]] != nil {
 					ge.va[a[0]][k] += x * dx
 				}
@@ -154,50 +156,11 @@ func (ge *gradEval) scalarGrad(nodes []int) {
 			if len(a) > 1 {
 				y = ge.sf[a[1]]
 			}
-			dx, dy := dfloat(pn.op, ge.sf[a[0]], y, ge.sf[i])
+			dx, dy := opTable[pn.op].df(ge.sf[a[0]], y, ge.sf[i])
 			ge.sa[a[0]] += x * dx
 			if len(a) > 1 {
 				ge.sa[a[1]] += x * dy
 			}
 		}
 	}
-}
-
-// dfloat returns the partial derivatives of out = op(x, y).
-func dfloat(o op, x, y, out float64) (dx, dy float64) {
-	switch o {
-	case opAdd:
-		return 1, 1
-	case opSub:
-		return 1, -1
-	case opMul:
-		return y, x
-	case opDiv:
-		return 1 / y, -x / (y * y)
-	case opNeg:
-		return -1, 0
-	case opAbs:
-		switch {
-		case x > 0:
-			return 1, 0
-		case x < 0:
-			return -1, 0
-		}
-		return 0, 0
-	case opMin:
-		if x < y || y != y {
-			return 1, 0
-		}
-		return 0, 1
-	case opMax:
-		if x > y || y != y {
-			return 1, 0
-		}
-		return 0, 1
-	case opExp:
-		return out, 0
-	case opTanh:
-		return 1 - out*out, 0
-	}
-	return math.NaN(), math.NaN()
 }

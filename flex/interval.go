@@ -1,9 +1,6 @@
 package flex
 
-import (
-	"math"
-	"math/bits"
-)
+import "math"
 
 // ivalEval evaluates a plan over a block: b and h fixed, q in [q0, q1),
 // kv in [k0, k1). Every node gets a sound enclosure of all the values it can
@@ -67,11 +64,6 @@ func (e *ivalEval) setF(i int, lo, hi float64, nan bool) {
 	}
 	e.flo[i], e.fhi[i], e.nan[i] = lo, hi, nan
 }
-
-const (
-	minI = math.MinInt64
-	maxI = math.MaxInt64
-)
 
 func (e *ivalEval) eval(i, b, h, q0, q1, k0, k1 int) {
 	pn := &e.p.nodes[i]
@@ -152,11 +144,28 @@ func (e *ivalEval) eval(i, b, h, q0, q1, k0, k1 int) {
 			t, f := cmpInterval(pn.op, e.lo[a[0]], e.hi[a[0]], e.lo[a[1]], e.hi[a[1]])
 			e.setB(i, t, f)
 		}
+	case opToInt:
+		lo, hi := toInt(e.flo[a[0]]), toInt(e.fhi[a[0]])
+		if e.nan[a[0]] { // NaN converts to 0
+			lo, hi = min(lo, 0), max(hi, 0)
+		}
+		e.setI(i, lo, hi)
 	default:
+		info := &opTable[pn.op]
 		if pn.kind == kFloat {
-			e.floatArith(i, pn.op, a)
+			var y fival
+			if len(a) > 1 {
+				y = fival{e.flo[a[1]], e.fhi[a[1]], e.nan[a[1]]}
+			}
+			r := info.fi(fival{e.flo[a[0]], e.fhi[a[0]], e.nan[a[0]]}, y)
+			e.setF(i, r.lo, r.hi, r.nan)
 		} else {
-			e.intArith(i, pn.op, a)
+			var y ival
+			if len(a) > 1 {
+				y = ival{e.lo[a[1]], e.hi[a[1]]}
+			}
+			r := info.ii(ival{e.lo[a[0]], e.hi[a[0]]}, y)
+			e.setI(i, r.lo, r.hi)
 		}
 	}
 }
@@ -177,230 +186,4 @@ func cmpInterval[T int64 | float64](o op, xl, xh, yl, yh T) (t, f bool) {
 		return xl <= yh && yl <= xh, !(xl == xh && yl == yh && xl == yl)
 	}
 	return !(xl == xh && yl == yh && xl == yl), xl <= yh && yl <= xh
-}
-
-func (e *ivalEval) intArith(i int, o op, a []int) {
-	xl, xh := e.lo[a[0]], e.hi[a[0]]
-	var yl, yh int64
-	if len(a) > 1 {
-		yl, yh = e.lo[a[1]], e.hi[a[1]]
-	}
-	full := func() { e.setI(i, minI, maxI) }
-	switch o {
-	case opAdd:
-		lo, ok1 := addOK(xl, yl)
-		hi, ok2 := addOK(xh, yh)
-		if !ok1 || !ok2 {
-			full()
-			return
-		}
-		e.setI(i, lo, hi)
-	case opSub:
-		lo, ok1 := addOK(xl, negSat(yh))
-		hi, ok2 := addOK(xh, negSat(yl))
-		if !ok1 || !ok2 || yh == minI || yl == minI {
-			full()
-			return
-		}
-		e.setI(i, lo, hi)
-	case opNeg:
-		if xl == minI {
-			full()
-			return
-		}
-		e.setI(i, -xh, -xl)
-	case opAbs:
-		if xl == minI {
-			full()
-			return
-		}
-		switch {
-		case xl >= 0:
-			e.setI(i, xl, xh)
-		case xh <= 0:
-			e.setI(i, -xh, -xl)
-		default:
-			e.setI(i, 0, max(-xl, xh))
-		}
-	case opMin:
-		e.setI(i, min(xl, yl), min(xh, yh))
-	case opMax:
-		e.setI(i, max(xl, yl), max(xh, yh))
-	case opMul:
-		lo, hi := int64(maxI), int64(minI)
-		for _, x := range [2]int64{xl, xh} {
-			for _, y := range [2]int64{yl, yh} {
-				p, ok := mulOK(x, y)
-				if !ok {
-					full()
-					return
-				}
-				lo, hi = min(lo, p), max(hi, p)
-			}
-		}
-		e.setI(i, lo, hi)
-	case opDiv:
-		// Truncated division is monotone in x for fixed y != 0 and, on each
-		// side of 0, in y for fixed x, so with 0 outside [yl, yh] the extremes
-		// are at corners. With 0 inside, |x / y| <= |x| and x / 0 = 0.
-		if yl <= 0 && yh >= 0 {
-			if xl == minI {
-				full()
-				return
-			}
-			m := max(abs64(xl), abs64(xh))
-			e.setI(i, -m, m)
-			return
-		}
-		lo, hi := int64(maxI), int64(minI)
-		for _, x := range [2]int64{xl, xh} {
-			for _, y := range [2]int64{yl, yh} {
-				v := idiv(x, y)
-				lo, hi = min(lo, v), max(hi, v)
-			}
-		}
-		e.setI(i, lo, hi)
-	case opMod:
-		if yl == minI {
-			full()
-			return
-		}
-		m := max(abs64(yl), abs64(yh)) // |x % y| < |y| <= m
-		if yl == yh && yl > 0 && xl >= 0 && xl/yl == xh/yl {
-			e.setI(i, xl%yl, xh%yl) // one period: exact
-			return
-		}
-		switch {
-		case m == 0:
-			e.setI(i, 0, 0)
-		case xl >= 0:
-			e.setI(i, 0, min(xh, m-1))
-		case xh <= 0:
-			e.setI(i, max(xl, -(m-1)), 0)
-		default:
-			e.setI(i, max(xl, -(m-1)), min(xh, m-1))
-		}
-	default:
-		panic("flex: interval of int op " + o.String())
-	}
-}
-
-func (e *ivalEval) floatArith(i int, o op, a []int) {
-	xl, xh, xn := e.flo[a[0]], e.fhi[a[0]], e.nan[a[0]]
-	var yl, yh float64
-	yn := false
-	if len(a) > 1 {
-		yl, yh, yn = e.flo[a[1]], e.fhi[a[1]], e.nan[a[1]]
-	}
-	nan := xn || yn
-	corners := func(f func(x, y float64) float64) {
-		lo, hi := math.Inf(1), math.Inf(-1)
-		for _, x := range [2]float64{xl, xh} {
-			for _, y := range [2]float64{yl, yh} {
-				v := f(x, y)
-				if v != v {
-					nan = true
-					continue
-				}
-				lo, hi = math.Min(lo, v), math.Max(hi, v)
-			}
-		}
-		if nan && lo > hi {
-			lo, hi = math.Inf(-1), math.Inf(1)
-		}
-		e.setF(i, lo, hi, nan)
-	}
-	switch o {
-	case opAdd:
-		corners(func(x, y float64) float64 { return x + y })
-		if math.IsInf(xl, -1) && math.IsInf(yh, 1) || math.IsInf(xh, 1) && math.IsInf(yl, -1) {
-			e.setF(i, math.Inf(-1), math.Inf(1), true)
-		}
-	case opSub:
-		corners(func(x, y float64) float64 { return x - y })
-		if math.IsInf(xl, -1) && math.IsInf(yl, -1) || math.IsInf(xh, 1) && math.IsInf(yh, 1) {
-			e.setF(i, math.Inf(-1), math.Inf(1), true)
-		}
-	case opMul:
-		corners(func(x, y float64) float64 { return x * y })
-		if (math.IsInf(xl, 0) || math.IsInf(xh, 0)) && yl <= 0 && yh >= 0 ||
-			(math.IsInf(yl, 0) || math.IsInf(yh, 0)) && xl <= 0 && xh >= 0 {
-			e.setF(i, math.Inf(-1), math.Inf(1), true) // inf * 0
-		}
-	case opDiv:
-		if yl <= 0 && yh >= 0 {
-			e.setF(i, math.Inf(-1), math.Inf(1), true)
-			return
-		}
-		corners(func(x, y float64) float64 { return x / y })
-		if (math.IsInf(xl, 0) || math.IsInf(xh, 0)) && (math.IsInf(yl, 0) || math.IsInf(yh, 0)) {
-			e.setF(i, math.Inf(-1), math.Inf(1), true)
-		}
-	case opNeg:
-		e.setF(i, -xh, -xl, nan)
-	case opAbs:
-		switch {
-		case xl >= 0:
-			e.setF(i, xl, xh, nan)
-		case xh <= 0:
-			e.setF(i, -xh, -xl, nan)
-		default:
-			e.setF(i, 0, math.Max(-xl, xh), nan)
-		}
-	case opMin:
-		// fmin ignores a NaN operand, so the result is NaN only when both are.
-		lo, hi := math.Min(xl, yl), math.Min(xh, yh)
-		if xn {
-			lo, hi = math.Min(lo, yl), math.Max(hi, yh)
-		}
-		if yn {
-			lo, hi = math.Min(lo, xl), math.Max(hi, xh)
-		}
-		e.setF(i, lo, hi, xn && yn)
-	case opMax:
-		lo, hi := math.Max(xl, yl), math.Max(xh, yh)
-		if xn {
-			lo, hi = math.Min(lo, yl), math.Max(hi, yh)
-		}
-		if yn {
-			lo, hi = math.Min(lo, xl), math.Max(hi, xh)
-		}
-		e.setF(i, lo, hi, xn && yn)
-	case opExp:
-		e.setF(i, math.Exp(xl), math.Exp(xh), nan)
-	case opTanh:
-		e.setF(i, math.Tanh(xl), math.Tanh(xh), nan)
-	default:
-		panic("flex: interval of float op " + o.String())
-	}
-}
-
-func addOK(x, y int64) (int64, bool) {
-	s := x + y
-	return s, !((x >= 0) == (y >= 0) && (s >= 0) != (x >= 0))
-}
-
-func mulOK(x, y int64) (int64, bool) {
-	if x == 0 || y == 0 {
-		return 0, true
-	}
-	hi, lo := bits.Mul64(uint64(abs64(x)), uint64(abs64(y)))
-	if hi != 0 || lo > math.MaxInt64 || x == minI || y == minI {
-		return 0, false
-	}
-	return x * y, true
-}
-
-func negSat(x int64) int64 {
-	if x == minI {
-		return maxI
-	}
-	return -x
-}
-
-func abs64(x int64) int64 {
-	if x < 0 {
-		return -x
-	}
-	return x
 }

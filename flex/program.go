@@ -169,14 +169,6 @@ type plan struct {
 	readsScore bool
 }
 
-func commutative(o op) bool {
-	switch o {
-	case opAdd, opMul, opMin, opMax, opEq, opNe, opAnd, opOr:
-		return true
-	}
-	return false
-}
-
 func buildPlan(root *node) *plan {
 	p := &plan{}
 	byDigest := map[[32]byte]int{}
@@ -225,6 +217,9 @@ func buildPlan(root *node) *plan {
 				pn.grad = true
 			}
 		}
+		if opTable[n.op].zeroGrad {
+			pn.grad = false // piecewise constant: no gradient flows through
+		}
 		if n.op == opSelect && n.kind == kFloat {
 			pn.grad = p.nodes[args[1]].grad || p.nodes[args[2]].grad
 		}
@@ -266,7 +261,8 @@ func paramKindOf(o op) ParamKind {
 // digestOf is the canonical digest of a node given its children's digests.
 func digestOf(pn *pnode, nodes []pnode) [32]byte {
 	var buf bytes.Buffer
-	buf.WriteByte(byte(pn.op))
+	buf.WriteString(pn.op.String()) // the name, so that hashes do not depend on the enum's order
+	buf.WriteByte(0)
 	buf.WriteByte(byte(pn.kind))
 	var w [8]byte
 	switch pn.op {
@@ -287,7 +283,7 @@ func digestOf(pn *pnode, nodes []pnode) [32]byte {
 	for i, a := range pn.args {
 		ds[i] = nodes[a].digest
 	}
-	if commutative(pn.op) {
+	if opTable[pn.op].comm {
 		sort.Slice(ds, func(i, j int) bool { return bytes.Compare(ds[i][:], ds[j][:]) < 0 })
 	}
 	binary.LittleEndian.PutUint64(w[:], uint64(len(ds)))
@@ -304,11 +300,6 @@ func (p *plan) hash(domain string) string {
 	d := p.nodes[p.root].digest
 	h.Write(d[:])
 	return hex.EncodeToString(h.Sum(nil))
-}
-
-var infixOps = map[op]string{
-	opAdd: "+", opSub: "-", opMul: "*", opDiv: "/", opMod: "%",
-	opLt: "<", opLe: "<=", opGt: ">", opGe: ">=", opEq: "==", opNe: "!=", opAnd: "&&", opOr: "||",
 }
 
 func infix(n *node) string {
@@ -334,7 +325,7 @@ func infix(n *node) string {
 	case opNeg:
 		return "-" + infix(n.args[0])
 	}
-	if s, ok := infixOps[n.op]; ok {
+	if s := opTable[n.op].infix; s != "" && len(n.args) == 2 {
 		return "(" + infix(n.args[0]) + " " + s + " " + infix(n.args[1]) + ")"
 	}
 	args := make([]string, len(n.args))

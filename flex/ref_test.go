@@ -2,6 +2,7 @@ package flex
 
 import (
 	"math"
+	"math/big"
 	"math/rand/v2"
 	"testing"
 
@@ -65,6 +66,17 @@ func refEval(n *node, a *Args, b, h, q, kv int, s float64) refVal {
 		return refVal{f: a.FloatTensors[n.name].Data[off]}
 	case opToFloat:
 		return refVal{f: float64(arg(0).i)}
+	case opToInt:
+		x := arg(0).f
+		switch {
+		case math.IsNaN(x):
+			return refVal{}
+		case x > math.MaxInt32:
+			return refVal{i: math.MaxInt32}
+		case x < math.MinInt32:
+			return refVal{i: math.MinInt32}
+		}
+		return refVal{i: int64(math.Trunc(x))}
 	case opSelect:
 		if arg(0).b {
 			return arg(1)
@@ -125,6 +137,18 @@ func refEval(n *node, a *Args, b, h, q, kv int, s float64) refVal {
 			return refVal{f: math.Exp(x.f)}
 		case opTanh:
 			return refVal{f: math.Tanh(x.f)}
+		case opLog:
+			return refVal{f: math.Log(x.f)}
+		case opSqrt:
+			return refVal{f: math.Sqrt(x.f)}
+		case opPow:
+			return refVal{f: math.Pow(x.f, y.f)}
+		case opSigmoid:
+			return refVal{f: 1 / (1 + math.Exp(-x.f))}
+		case opFloor:
+			return refVal{f: math.Floor(x.f)}
+		case opCeil:
+			return refVal{f: math.Ceil(x.f)}
 		}
 	}
 	switch n.op {
@@ -134,16 +158,35 @@ func refEval(n *node, a *Args, b, h, q, kv int, s float64) refVal {
 		return refVal{i: x.i - y.i}
 	case opMul:
 		return refVal{i: x.i * y.i}
-	case opDiv:
+	case opDiv, opMod:
+		q, r := refFloorDivMod(x.i, y.i)
+		if n.op == opDiv {
+			return refVal{i: q}
+		}
+		return refVal{i: r}
+	case opTruncDiv:
 		if y.i == 0 {
 			return refVal{}
 		}
 		return refVal{i: x.i / y.i}
-	case opMod:
+	case opTruncMod:
 		if y.i == 0 {
 			return refVal{}
 		}
 		return refVal{i: x.i % y.i}
+	case opBitAnd:
+		return refVal{i: x.i & y.i}
+	case opBitOr:
+		return refVal{i: x.i | y.i}
+	case opBitXor:
+		return refVal{i: x.i ^ y.i}
+	case opShl, opShr:
+		s := min(max(y.i, 0), 63)
+		if n.op == opShl {
+			return refVal{i: int64(uint64(x.i) * (uint64(1) << s))}
+		}
+		v := new(big.Int).Rsh(big.NewInt(x.i), uint(s)) // arithmetic: rounds toward -Inf
+		return refVal{i: v.Int64()}
 	case opNeg:
 		return refVal{i: -x.i}
 	case opAbs:
@@ -157,6 +200,23 @@ func refEval(n *node, a *Args, b, h, q, kv int, s float64) refVal {
 		return refVal{i: max(x.i, y.i)}
 	}
 	panic("refEval: op " + n.op.String())
+}
+
+// refFloorDivMod is Python's divmod(x, y) (with x // 0 = x % 0 = 0),
+// computed with math/big: Euclidean division, which is floor division for
+// a positive divisor, applied to (-x, -y) when y is negative.
+func refFloorDivMod(x, y int64) (q, r int64) {
+	if y == 0 {
+		return 0, 0
+	}
+	bx, by := big.NewInt(x), big.NewInt(y)
+	if y < 0 {
+		bx.Neg(bx)
+		by.Neg(by)
+	}
+	bq := new(big.Int).Div(bx, by)
+	br := new(big.Int).Sub(big.NewInt(x), new(big.Int).Mul(bq, big.NewInt(y)))
+	return bq.Int64(), br.Int64()
 }
 
 // refMask evaluates m at one pair with the reference interpreter.
