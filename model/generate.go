@@ -67,35 +67,36 @@ func (c *Cache) Truncate(n int) {
 // model with the cache, appends their keys and values to it and returns the
 // logits of the last token [Vocab]. Nothing is recorded for gradients.
 func (m *Model) Step(b tensor.Backend[float32], cache *Cache, tokens []int32) []float32 {
-	x := m.decode(b, cache, tokens, nil, nil)
-	tp := tensor.NewInference(b)
-	last := tp.Slice(x, 0, len(tokens)-1, len(tokens))
-	return m.Logits(tp, tp.RMSNorm(last, m.Norm, m.Config.RMSNormEps)).Data
+	logits, _ := m.Prefill(b, cache, tokens, nil)
+	return logits
 }
 
-// Decode is Step for a block of tokens that all need their logits, as
-// speculative decoding's verification does: it returns the logits of every
-// token [n, Vocab] and, for each HF hidden-state index in states (see
-// Input.States; NumLayers is the final-normed state), that state of every
-// token [n, Hidden]. The cache grows by n; Cache.Truncate takes rejected
-// tokens back out.
-func (m *Model) Decode(b tensor.Backend[float32], cache *Cache, tokens []int32, states []int) (logits *tensor.Tensor, hidden map[int]*tensor.Tensor) {
-	hidden = map[int]*tensor.Tensor{}
-	x := m.decode(b, cache, tokens, states, hidden)
+// Prefill is Step that also returns, for each HF hidden-state index in
+// states (see Input.States; NumLayers is the final-normed state), that
+// state of every token [n, Hidden]: speculative decoding starts the
+// drafter's context with them.
+func (m *Model) Prefill(b tensor.Backend[float32], cache *Cache, tokens []int32, states []int) ([]float32, map[int]*tensor.Tensor) {
+	x, hidden := m.decode(b, cache, tokens, states)
 	tp := tensor.NewInference(b)
-	final := tp.RMSNorm(x, m.Norm, m.Config.RMSNormEps)
-	for _, s := range states {
-		if s == m.Config.NumLayers {
-			hidden[s] = final
-		}
-	}
-	return m.Logits(tp, final), hidden
+	last := tp.Slice(x, 0, len(tokens)-1, len(tokens))
+	return m.Logits(tp, tp.RMSNorm(last, m.Norm, m.Config.RMSNormEps)).Data, hidden
+}
+
+// Decode is Prefill for a block of tokens that all need their logits, as
+// speculative decoding's verification does: it returns the logits of every
+// token [n, Vocab] and the hidden states in states of every token. The
+// cache grows by n; Cache.Truncate takes rejected tokens back out.
+func (m *Model) Decode(b tensor.Backend[float32], cache *Cache, tokens []int32, states []int) (logits *tensor.Tensor, hidden map[int]*tensor.Tensor) {
+	x, hidden := m.decode(b, cache, tokens, states)
+	tp := tensor.NewInference(b)
+	return m.Logits(tp, tp.RMSNorm(x, m.Norm, m.Config.RMSNormEps)), hidden
 }
 
 // decode runs the decoder layers over tokens with the cache and returns the
-// last layer's output [n, Hidden] before the final norm; hidden states with
-// an index in states (below NumLayers) are stored in hidden.
-func (m *Model) decode(b tensor.Backend[float32], cache *Cache, tokens []int32, states []int, hidden map[int]*tensor.Tensor) *tensor.Tensor {
+// last layer's output [n, Hidden] before the final norm and the hidden
+// states with an index in states.
+func (m *Model) decode(b tensor.Backend[float32], cache *Cache, tokens []int32, states []int) (*tensor.Tensor, map[int]*tensor.Tensor) {
+	hidden := map[int]*tensor.Tensor{}
 	c := &m.Config
 	n, past := len(tokens), cache.Len
 	if n == 0 {
@@ -141,7 +142,10 @@ func (m *Model) decode(b tensor.Backend[float32], cache *Cache, tokens []int32, 
 		x = m.finishLayer(tp, i, x, tp.Transpose12(a))
 	}
 	cache.Len = total
-	return x
+	if slices.Contains(states, c.NumLayers) {
+		hidden[c.NumLayers] = tp.RMSNorm(x, m.Norm, c.RMSNormEps)
+	}
+	return x, hidden
 }
 
 // ContextLimit is the longest sequence (prompt and generated tokens) that
