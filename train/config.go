@@ -34,6 +34,7 @@ type Config struct {
 	LogEvery        int     `yaml:"log_every" help:"progress line every N steps when stderr is not a terminal (0: every 5 s)"`
 	Progress        string  `yaml:"progress" help:"progress display: auto, bar, lines or off"`
 	Plot            bool    `yaml:"plot" help:"write plot.png at the end"`
+	SpecEval        `yaml:",inline"`
 }
 
 // DefaultConfig returns the defaults.
@@ -42,6 +43,7 @@ func DefaultConfig() Config {
 		Out: "out", Steps: 1000, LR: 6e-4, MinLRRatio: 0.1, WarmupSteps: 50,
 		WeightDecay: 0.01, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, GradClip: 1.0, GradAccum: 1,
 		Seed: 0, EvalEvery: 0, SaveEvery: 200, KeepCheckpoints: 3, Progress: "auto", Plot: true,
+		SpecEval: DefaultSpecEval(),
 	}
 }
 
@@ -83,6 +85,9 @@ func (c *Config) Validate() error {
 		return bad("stop_at", c.StopAt, "must not be negative")
 	case c.LogEvery < 0:
 		return bad("log_every", c.LogEvery, "must not be negative")
+	}
+	if err := c.SpecEval.validate(); err != nil {
+		return err
 	}
 	switch c.Progress {
 	case "auto", "bar", "lines", "off":

@@ -27,6 +27,7 @@ type StepInfo struct {
 type EvalInfo struct {
 	Step int  // optimizer steps completed
 	RNG  *RNG // a stream that depends only on the seed and Step
+	Spec bool // include the real acceptance length (Config.SpecEvalEvery)
 }
 
 // Hooks connect a model to Run.
@@ -248,8 +249,9 @@ func run(ctx context.Context, cfg Config, h Hooks, stderr io.Writer) (*Result, e
 		acc, hasAcc := vals["acc"]
 		prog.update(st.Step, loss, acc, hasAcc, tokens)
 
-		if h.Eval != nil && (cfg.EvalEvery > 0 && st.Step%cfg.EvalEvery == 0 || st.Step == end) {
-			ev, err := h.Eval(ctx, EvalInfo{Step: st.Step, RNG: NewRNG(cfg.Seed, StreamEval<<32|uint64(st.Step))})
+		spec := cfg.SpecEval.due(st.Step, end)
+		if h.Eval != nil && (cfg.EvalEvery > 0 && st.Step%cfg.EvalEvery == 0 || st.Step == end || spec) {
+			ev, err := h.Eval(ctx, EvalInfo{Step: st.Step, RNG: NewRNG(cfg.Seed, StreamEval<<32|uint64(st.Step)), Spec: spec})
 			if err != nil {
 				if ctx.Err() == nil {
 					return nil, fmt.Errorf("eval at step %d: %w", st.Step, err)
@@ -340,7 +342,7 @@ func updateBest(st *TrainerState, ev map[string]float64) {
 
 func formatEval(step int, ev map[string]float64) string {
 	var parts []string
-	for _, k := range []string{"loss", "acc", "tau"} {
+	for _, k := range []string{"loss", "acc", "tau", "spec_tau"} {
 		if v, ok := ev[k]; ok {
 			parts = append(parts, fmt.Sprintf("%s %.4f", k, v))
 		}

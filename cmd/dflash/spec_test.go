@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -14,6 +15,7 @@ import (
 	"dflash/data/tokenizer"
 	"dflash/model"
 	"dflash/model/dflash"
+	"dflash/train"
 )
 
 // specFixture returns trainFixture's target and conversations and a random
@@ -100,4 +102,37 @@ func readFile(t *testing.T, path string) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// TestTrainSpecEval checks --spec-eval-every: the eval records of the steps
+// it names (and the last) carry the real acceptance length spec_tau beside
+// the simulated tau; the others do not.
+func TestTrainSpecEval(t *testing.T) {
+	targetDir, dataPath := trainFixture(t)
+	out := filepath.Join(t.TempDir(), "run")
+	err := runTrain([]string{"--target", targetDir, "--data", dataPath, "--out", out, "--progress", "off", "--plot=false",
+		"--steps", "5", "--eval-every", "1", "--spec-eval-every", "2", "--spec-prompts", "2", "--spec-max-new-tokens", "6",
+		"--drafter.block-size", "4", "--drafter.anchors", "6", "--data.batch-size", "2", "--data.max-len", "400", "--warmup-steps", "1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, err := train.ReadMetrics(filepath.Join(out, "metrics.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var specSteps []int
+	for _, r := range recs {
+		if r.Kind != "eval" {
+			continue
+		}
+		if tau, ok := r.Values["spec_tau"]; ok {
+			if tau < 1 || tau > 4 || r.Values["tau"] < 1 {
+				t.Fatalf("step %d: spec_tau %v, tau %v", r.Step, tau, r.Values["tau"])
+			}
+			specSteps = append(specSteps, r.Step)
+		}
+	}
+	if !slices.Equal(specSteps, []int{2, 4, 5}) {
+		t.Fatalf("spec_tau at steps %v, want [2 4 5]", specSteps)
+	}
 }

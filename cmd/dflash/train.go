@@ -20,6 +20,7 @@ import (
 	"dflash/data/tokenizer"
 	"dflash/model"
 	"dflash/model/dflash"
+	"dflash/spec"
 	"dflash/tensor"
 	"dflash/train"
 )
@@ -147,6 +148,11 @@ func trainDrafter(ctx context.Context, targetDir, dataArg string, cfg trainConfi
 		Hidden: dflash.TargetHidden(target, dc.TargetLayerIDs, backend), Backend: backend,
 		Train: examples[nEval:], Eval: examples[:nEval], BatchSize: cfg.Data.BatchSize, Pad: pad,
 		Seed: cfg.Seed, CacheHidden: cfg.Data.CacheHidden}
+	if cfg.SpecEvalEvery > 0 {
+		if sess.SpecEval, err = spec.EvalFunc(backend, target, drafter, sess.Eval, cfg.SpecPrompts, cfg.SpecMaxNewTokens); err != nil {
+			return err
+		}
+	}
 	slog.Info("drafter", "layers", dc.NumLayers, "taps", dc.TargetLayerIDs, "block", dc.BlockSize,
 		"mask", dc.MaskTokenID, "gamma", dc.Gamma, "train", len(sess.Train), "eval", len(sess.Eval))
 	res, err := train.Run(ctx, cfg.Config, sess.Hooks())
