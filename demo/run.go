@@ -124,10 +124,16 @@ type Result struct {
 	EvalBlocks         int64     `json:"eval_blocks"`
 	// Spec is real speculative decoding (greedy) of held-out prompts with
 	// the trained drafter, beside the simulated AcceptanceAfter.
-	Spec    *spec.Report `json:"spec"`
-	Stages  []Stage      `json:"stages"`
-	Seconds float64      `json:"seconds"`
-	Dir     string       `json:"dir,omitempty"`
+	Spec *spec.Report `json:"spec"`
+	// AcceptanceAllAnchors is the simulated acceptance length on the
+	// prompts of Spec with every response position as an anchor, and
+	// AcceptanceWalk what real decoding's anchors (a → a + τ(a)) give
+	// from those per-anchor values (docs/DRAFTER.md §7.1).
+	AcceptanceAllAnchors float64 `json:"acceptance_all_anchors"`
+	AcceptanceWalk       float64 `json:"acceptance_walk"`
+	Stages               []Stage `json:"stages"`
+	Seconds              float64 `json:"seconds"`
+	Dir                  string  `json:"dir,omitempty"`
 }
 
 type stageTimer struct {
@@ -312,6 +318,9 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	// 5. Real speculative decoding of held-out prompts.
 	done = st.begin("spec")
 	if res.Spec, err = decodeHeldOut(ctx, target, drafter, sess.Eval, o, int32(imEnd), backend); err != nil {
+		return nil, err
+	}
+	if res.AcceptanceAllAnchors, res.AcceptanceWalk, err = anchorAcceptance(sess, sess.Eval[:min(len(sess.Eval), o.SpecPrompts)]); err != nil {
 		return nil, err
 	}
 	done()

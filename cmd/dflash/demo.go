@@ -68,7 +68,8 @@ func printDemo(r *demo.Result) {
 	fmt.Printf("%-28s %10.3f %10.3f\n", "simulated acceptance length", r.AcceptanceBefore, r.AcceptanceAfter)
 	if sp := r.Spec; sp != nil {
 		fmt.Printf("\nreal speculative decoding (greedy) of %d held-out prompts, block %d:\n", sp.Prompts, sp.BlockSize)
-		fmt.Printf("%-28s %10.3f   (simulated %.3f)\n", "acceptance length", sp.AcceptanceLength, r.AcceptanceAfter)
+		fmt.Printf("%-28s %10.3f   (simulated %.3f; every anchor %.3f, real decoding's anchors %.3f)\n",
+			"acceptance length", sp.AcceptanceLength, r.AcceptanceAfter, r.AcceptanceAllAnchors, r.AcceptanceWalk)
 		var pos []string
 		for s, a := range sp.PositionAcceptance {
 			pos = append(pos, fmt.Sprintf("%d:%.2f", s+1, a))
