@@ -60,10 +60,10 @@ type Stats struct {
 	SlotAccepted []int `json:"slot_accepted"`
 	SlotTried    []int `json:"slot_tried"`
 	// Tokens are the generated tokens, the prefill's first one included.
-	Tokens        int     `json:"tokens"`
-	PrefillSecond float64 `json:"prefill_seconds"`
-	DraftSeconds  float64 `json:"draft_seconds"`
-	VerifySeconds float64 `json:"verify_seconds"`
+	Tokens         int     `json:"tokens"`
+	PrefillSeconds float64 `json:"prefill_seconds"`
+	DraftSeconds   float64 `json:"draft_seconds"`
+	VerifySeconds  float64 `json:"verify_seconds"`
 }
 
 // NewStats returns empty statistics for block size b.
@@ -78,7 +78,7 @@ func (s *Stats) Add(o *Stats) {
 	}
 	s.Rounds += o.Rounds
 	s.Tokens += o.Tokens
-	s.PrefillSecond += o.PrefillSecond
+	s.PrefillSeconds += o.PrefillSeconds
 	s.DraftSeconds += o.DraftSeconds
 	s.VerifySeconds += o.VerifySeconds
 	for i := range s.Histogram {
@@ -143,7 +143,7 @@ func Generate(ctx context.Context, b tensor.Backend[float32], target *model.Mode
 	seq := d.Start()
 	seq.Extend(taps(hidden, states, 0, len(prompt)))
 	out := []int32{pick(logits)}
-	st.PrefillSecond = time.Since(t0).Seconds()
+	st.PrefillSeconds = time.Since(t0).Seconds()
 	for !done(out, maxNew, o.Stop) {
 		if err := ctx.Err(); err != nil {
 			return nil, nil, err
