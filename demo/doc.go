@@ -3,5 +3,6 @@
 // BPE tokenizer trained on it (written as HF tokenizer.json and
 // tokenizer_config.json), a tiny Qwen3 target trained on the corpus,
 // conversations whose responses the target generates greedily, and a DFlash
-// drafter trained on them, with its evaluation before and after training.
+// drafter trained on them, with its evaluation before and after training,
+// and real speculative decoding of held-out prompts with it (package spec).
 package demo

@@ -17,6 +17,7 @@ import (
 	"dflash/data/tokenizer"
 	"dflash/model"
 	"dflash/model/dflash"
+	"dflash/spec"
 	"dflash/tensor"
 	"dflash/train"
 )
@@ -43,6 +44,7 @@ type Options struct {
 	DraftSteps   int
 	DraftBatch   int
 	DraftLR      float64
+	SpecPrompts  int    // held-out prompts decoded speculatively at the end (at most)
 	Progress     string // train progress mode: auto, bar, lines, off
 	Stderr       io.Writer
 }
@@ -52,7 +54,7 @@ func Defaults() Options {
 	return Options{Seed: 1, CorpusBytes: 1 << 20, Vocab: 1024, TargetHidden: 128, TargetLayers: 4,
 		TargetSteps: 200, TargetBatch: 12, PromptLines: 5, ReplyLines: 6, MaxSeq: 128,
 		Prompts: 224, GenTokens: 96, DraftLayers: 1, BlockSize: 8, Anchors: 24, DraftSteps: 400,
-		DraftBatch: 8, DraftLR: 3e-3, Progress: "auto"}
+		DraftBatch: 8, DraftLR: 3e-3, SpecPrompts: 16, Progress: "auto"}
 }
 
 func (o *Options) fill() {
@@ -78,6 +80,7 @@ func (o *Options) fill() {
 	set(&o.Anchors, d.Anchors)
 	set(&o.DraftSteps, d.DraftSteps)
 	set(&o.DraftBatch, d.DraftBatch)
+	set(&o.SpecPrompts, d.SpecPrompts)
 	if o.DraftLR == 0 {
 		o.DraftLR = d.DraftLR
 	}
@@ -119,9 +122,18 @@ type Result struct {
 	TrainLossLast      float64   `json:"train_loss_last"`  // mean over the last tenth
 	DrafterTokensPerS  float64   `json:"drafter_tokens_per_s"`
 	EvalBlocks         int64     `json:"eval_blocks"`
-	Stages             []Stage   `json:"stages"`
-	Seconds            float64   `json:"seconds"`
-	Dir                string    `json:"dir,omitempty"`
+	// Spec is real speculative decoding (greedy) of held-out prompts with
+	// the trained drafter, beside the simulated AcceptanceAfter.
+	Spec *spec.Report `json:"spec"`
+	// AcceptanceAllAnchors is the simulated acceptance length on the
+	// prompts of Spec with every response position as an anchor, and
+	// AcceptanceWalk what real decoding's anchors (a → a + τ(a)) give
+	// from those per-anchor values (docs/DRAFTER.md §7.1).
+	AcceptanceAllAnchors float64 `json:"acceptance_all_anchors"`
+	AcceptanceWalk       float64 `json:"acceptance_walk"`
+	Stages               []Stage `json:"stages"`
+	Seconds              float64 `json:"seconds"`
+	Dir                  string  `json:"dir,omitempty"`
 }
 
 type stageTimer struct {
@@ -303,6 +315,16 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	done()
 
+	// 5. Real speculative decoding of held-out prompts.
+	done = st.begin("spec")
+	if res.Spec, err = decodeHeldOut(ctx, target, drafter, sess.Eval, o, int32(imEnd), backend); err != nil {
+		return nil, err
+	}
+	if res.AcceptanceAllAnchors, res.AcceptanceWalk, err = anchorAcceptance(sess, sess.Eval[:min(len(sess.Eval), o.SpecPrompts)]); err != nil {
+		return nil, err
+	}
+	done()
+
 	res.LossBefore, res.LossAfter = before.Loss(), after.Loss()
 	res.AccuracyBefore, res.AccuracyAfter = before.Accuracy(), after.Accuracy()
 	res.SlotAccuracyBefore, res.SlotAccuracyAfter = before.SlotAccuracy()[1:], after.SlotAccuracy()[1:]
@@ -426,6 +448,19 @@ func generate(ctx context.Context, m *model.Model, tok *tokenizer.Tokenizer, tmp
 		return nil, 0, fmt.Errorf("demo: only %d usable conversations", len(out))
 	}
 	return out, int(genTok.Load()), nil
+}
+
+// decodeHeldOut decodes the prompts of up to o.SpecPrompts held-out
+// conversations (the tokens before the response) greedily with the drafter
+// and with the target alone, up to o.GenTokens tokens each, as the
+// conversations were generated.
+func decodeHeldOut(ctx context.Context, target *model.Model, d *dflash.Drafter[float32], eval []dflash.Example, o Options, stop int32, b tensor.Backend[float32]) (*spec.Report, error) {
+	prompts := spec.Prompts(eval[:min(len(eval), o.SpecPrompts)])
+	sd, err := spec.NewDFlash(target, d, b)
+	if err != nil {
+		return nil, err
+	}
+	return spec.Run(ctx, b, target, sd, prompts, spec.Options{MaxNewTokens: o.GenTokens, Stop: []int32{stop}}, true, nil)
 }
 
 func mean(v []float64) float64 {

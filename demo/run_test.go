@@ -2,6 +2,7 @@ package demo
 
 import (
 	"context"
+	"math"
 	"os"
 	"path/filepath"
 	"testing"
@@ -33,6 +34,16 @@ func TestRunTiny(t *testing.T) {
 	}
 	if !(res.LossAfter < res.LossBefore) || !(res.AcceptanceAfter > res.AcceptanceBefore) {
 		t.Fatalf("the drafter learned nothing: loss %v → %v, acceptance %v → %v", res.LossBefore, res.LossAfter, res.AcceptanceBefore, res.AcceptanceAfter)
+	}
+	// Real decoding of the held-out prompts: lossless, and an acceptance
+	// length in [1, B].
+	if sp := res.Spec; sp == nil || sp.Prompts == 0 || sp.GreedyMatches != sp.Prompts || sp.AcceptanceLength < 1 || sp.AcceptanceLength > float64(res.BlockSize) || sp.Speedup <= 0 {
+		t.Fatalf("speculative decoding %+v", res.Spec)
+	}
+	// Real decoding visits the anchors of the walk a → a + τ(a): its
+	// acceptance length is the walk's (up to the responses' ends).
+	if real, walk := res.Spec.AcceptanceLength, res.AcceptanceWalk; math.Abs(real-walk) > 0.1*walk {
+		t.Fatalf("real acceptance length %v, walk over simulated per-anchor values %v", real, walk)
 	}
 	for _, f := range []string{"target/tokenizer.json", "target/tokenizer_config.json", "target/config.json", "target/model.safetensors", "drafter/config.json", "drafter/model.safetensors", "drafter-train/metrics.jsonl"} {
 		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {

@@ -1,9 +1,11 @@
 package model
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sort"
 
 	"dflash/flex"
@@ -43,12 +45,68 @@ func (m *Model) NewCache() *Cache {
 	return c
 }
 
+// Truncate drops every position from n on (n ≤ Len), as if only the first
+// n tokens had been processed: speculative decoding rolls rejected draft
+// tokens back with it. It panics when n is out of range.
+func (c *Cache) Truncate(n int) {
+	if n < 0 || n > c.Len {
+		panic(fmt.Sprintf("model.Cache.Truncate(%d) with %d positions cached", n, c.Len))
+	}
+	for i := range c.k {
+		for h := range c.k[i] {
+			if len(c.k[i][h]) > 0 {
+				d := len(c.k[i][h]) / c.Len
+				c.k[i][h], c.v[i][h] = c.k[i][h][:n*d], c.v[i][h][:n*d]
+			}
+		}
+	}
+	c.Len = n
+}
+
 // Step runs tokens (at positions cache.Len, cache.Len+1, ...) through the
 // model with the cache, appends their keys and values to it and returns the
 // logits of the last token [Vocab]. Nothing is recorded for gradients.
 func (m *Model) Step(b tensor.Backend[float32], cache *Cache, tokens []int32) []float32 {
+	logits, _ := m.Prefill(b, cache, tokens, nil)
+	return logits
+}
+
+// Prefill is Step that also returns, for each HF hidden-state index in
+// states (see Input.States; NumLayers is the final-normed state), that
+// state of every token [n, Hidden]: speculative decoding starts the
+// drafter's context with them.
+func (m *Model) Prefill(b tensor.Backend[float32], cache *Cache, tokens []int32, states []int) ([]float32, map[int]*tensor.Tensor) {
+	x, hidden := m.decode(b, cache, tokens, states)
+	tp := tensor.NewInference(b)
+	last := tp.Slice(x, 0, len(tokens)-1, len(tokens))
+	return m.Logits(tp, tp.RMSNorm(last, m.Norm, m.Config.RMSNormEps)).Data, hidden
+}
+
+// Decode is Prefill for a block of tokens that all need their logits, as
+// speculative decoding's verification does: it returns the logits of every
+// token [n, Vocab] and the hidden states in states of every token. The
+// cache grows by n; Cache.Truncate takes rejected tokens back out.
+func (m *Model) Decode(b tensor.Backend[float32], cache *Cache, tokens []int32, states []int) (logits *tensor.Tensor, hidden map[int]*tensor.Tensor) {
+	x, hidden := m.decode(b, cache, tokens, states)
+	tp := tensor.NewInference(b)
+	return m.Logits(tp, tp.RMSNorm(x, m.Norm, m.Config.RMSNormEps)), hidden
+}
+
+// decode runs the decoder layers over tokens with the cache and returns the
+// last layer's output [n, Hidden] before the final norm and the hidden
+// states with an index in states.
+func (m *Model) decode(b tensor.Backend[float32], cache *Cache, tokens []int32, states []int) (*tensor.Tensor, map[int]*tensor.Tensor) {
+	hidden := map[int]*tensor.Tensor{}
 	c := &m.Config
 	n, past := len(tokens), cache.Len
+	if n == 0 {
+		panic("model: decode of no tokens")
+	}
+	for _, s := range states {
+		if s < 0 || s > c.NumLayers {
+			panic(fmt.Sprintf("model.Decode: hidden state %d out of range [0, %d]", s, c.NumLayers))
+		}
+	}
 	tp := tensor.NewInference(b)
 	pos := make([]int32, n)
 	for i := range pos {
@@ -66,6 +124,9 @@ func (m *Model) Step(b tensor.Backend[float32], cache *Cache, tokens []int32) []
 	D := c.HeadDim
 	x := tp.Embedding(m.Embed, tokens)
 	for i := range m.Layers {
+		if slices.Contains(states, i) {
+			hidden[i] = x
+		}
 		q, k, v := m.qkv(tp, i, x, 1, n, table) // [1, n, H, D]
 		K := tensor.New[float32]("k", 1, c.NumKVHeads, total, D)
 		V := tensor.New[float32]("v", 1, c.NumKVHeads, total, D)
@@ -81,53 +142,95 @@ func (m *Model) Step(b tensor.Backend[float32], cache *Cache, tokens []int32) []
 		x = m.finishLayer(tp, i, x, tp.Transpose12(a))
 	}
 	cache.Len = total
-	last := tp.Slice(x, 0, n-1, n)
-	return m.Logits(tp, tp.RMSNorm(last, m.Norm, c.RMSNormEps)).Data
+	if slices.Contains(states, c.NumLayers) {
+		hidden[c.NumLayers] = tp.RMSNorm(x, m.Norm, c.RMSNormEps)
+	}
+	return x, hidden
+}
+
+// ContextLimit is the longest sequence (prompt and generated tokens) that
+// Generate and speculative decoding produce: max_position_embeddings, or
+// unlimited (math.MaxInt) when the config leaves it 0.
+func (m *Model) ContextLimit() int {
+	if m.Config.MaxPositionEmbeddings <= 0 {
+		return math.MaxInt
+	}
+	return m.Config.MaxPositionEmbeddings
+}
+
+// ErrPromptTooLong is returned for a prompt longer than the context limit.
+var ErrPromptTooLong = errors.New("prompt longer than the context limit")
+
+// CheckPrompt returns an error when prompt is empty, holds a token outside
+// the vocabulary, or is longer than ContextLimit (wrapping ErrPromptTooLong).
+func (m *Model) CheckPrompt(prompt []int32) error {
+	if len(prompt) == 0 {
+		return fmt.Errorf("empty prompt")
+	}
+	for i, id := range prompt {
+		if id < 0 || int(id) >= m.Config.VocabSize {
+			return fmt.Errorf("prompt token %d at %d out of range [0, %d)", id, i, m.Config.VocabSize)
+		}
+	}
+	if len(prompt) > m.ContextLimit() {
+		return fmt.Errorf("%w: %d tokens, max_position_embeddings %d", ErrPromptTooLong, len(prompt), m.ContextLimit())
+	}
+	return nil
 }
 
 // Generate continues prompt with up to opts.MaxNewTokens tokens using a KV
 // cache and returns the new tokens (ending with a stop token if one was
-// produced). It is safe to call from several goroutines at once.
+// produced). The sequence never grows past ContextLimit tokens: a prompt
+// of exactly that length gets no new token. It is safe to call from several
+// goroutines at once.
 func (m *Model) Generate(b tensor.Backend[float32], prompt []int32, opts GenerateOptions) ([]int32, error) {
-	if len(prompt) == 0 {
-		return nil, fmt.Errorf("model.Generate: empty prompt")
+	if err := m.CheckPrompt(prompt); err != nil {
+		return nil, fmt.Errorf("model.Generate: %w", err)
 	}
-	for i, id := range prompt {
-		if id < 0 || int(id) >= m.Config.VocabSize {
-			return nil, fmt.Errorf("model.Generate: prompt token %d at %d out of range [0, %d)", id, i, m.Config.VocabSize)
-		}
+	maxNew := min(opts.MaxNewTokens, m.ContextLimit()-len(prompt))
+	if maxNew <= 0 {
+		return nil, nil
 	}
 	rng := rand.New(rand.NewPCG(opts.Seed, 0x6e6))
 	cache := m.NewCache()
 	logits := m.Step(b, cache, prompt)
 	var out []int32
-	for len(out) < opts.MaxNewTokens {
+	for {
 		next := Sample(logits, opts.Temperature, opts.TopK, rng)
 		out = append(out, next)
-		stop := false
-		for _, s := range opts.Stop {
-			stop = stop || s == next
-		}
-		if stop || len(out) == opts.MaxNewTokens {
-			break
+		if slices.Contains(opts.Stop, next) || len(out) == maxNew {
+			return out, nil
 		}
 		logits = m.Step(b, cache, []int32{next})
 	}
-	return out, nil
 }
 
 // Sample picks a token from logits: the argmax (lowest id on ties) when
-// temperature ≤ 0, else a draw from softmax(logits/temperature) over the topK
-// largest logits (all when topK ≤ 0).
+// temperature ≤ 0, else a draw from Probs(logits, temperature, topK).
 func Sample(logits []float32, temperature float64, topK int, rng *rand.Rand) int32 {
 	if temperature <= 0 {
-		best := 0
-		for i, v := range logits {
-			if v > logits[best] {
-				best = i
-			}
+		return Argmax(logits)
+	}
+	return SampleProbs(Probs(logits, temperature, topK), rng)
+}
+
+// Argmax returns the index of the largest logit, the lowest on ties.
+func Argmax(logits []float32) int32 {
+	best := 0
+	for i, v := range logits {
+		if v > logits[best] {
+			best = i
 		}
-		return int32(best)
+	}
+	return int32(best)
+}
+
+// Probs returns the sampling distribution of logits (temperature > 0):
+// p_i ∝ exp(logits_i/temperature) over the topK largest logits (all when
+// topK ≤ 0; ties at the cut keep the lower ids), 0 elsewhere.
+func Probs(logits []float32, temperature float64, topK int) []float64 {
+	if !(temperature > 0) {
+		panic(fmt.Sprintf("model.Probs: temperature %v", temperature))
 	}
 	idx := make([]int, len(logits))
 	for i := range idx {
@@ -141,18 +244,34 @@ func Sample(logits []float32, temperature float64, topK int, rng *rand.Rand) int
 	for _, i := range idx {
 		mx = math.Max(mx, float64(logits[i]))
 	}
-	p := make([]float64, len(idx))
+	p := make([]float64, len(logits))
 	var z float64
-	for j, i := range idx {
-		p[j] = math.Exp((float64(logits[i]) - mx) / temperature)
-		z += p[j]
+	for _, i := range idx {
+		p[i] = math.Exp((float64(logits[i]) - mx) / temperature)
+		z += p[i]
 	}
-	u := rng.Float64() * z
-	for j, i := range idx {
-		u -= p[j]
-		if u <= 0 {
+	for _, i := range idx {
+		p[i] /= z
+	}
+	return p
+}
+
+// SampleProbs draws an index from the distribution p (non-negative, summing
+// to about 1) with one uniform draw of rng.
+func SampleProbs(p []float64, rng *rand.Rand) int32 {
+	u := rng.Float64()
+	last := -1
+	for i, v := range p {
+		if v <= 0 {
+			continue
+		}
+		last = i
+		if u -= v; u < 0 {
 			return int32(i)
 		}
 	}
-	return int32(idx[len(idx)-1])
+	if last < 0 {
+		panic("model.SampleProbs: no positive probability")
+	}
+	return int32(last) // u ran past the total by rounding
 }

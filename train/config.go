@@ -27,6 +27,7 @@ type Config struct {
 	LogEvery        int     `yaml:"log-every" range:">=0" help:"progress line every N steps when stderr is not a terminal (0: every 5 s)"`
 	Progress        string  `yaml:"progress" choice:"auto,bar,lines,off" help:"progress display"`
 	Plot            bool    `yaml:"plot" help:"write plot.png at the end"`
+	SpecEval        `yaml:",inline"`
 }
 
 // DefaultConfig returns the defaults.
@@ -35,6 +36,7 @@ func DefaultConfig() Config {
 		Out: "out", Steps: 1000, LR: 6e-4, MinLRRatio: 0.1, WarmupSteps: 50,
 		WeightDecay: 0.01, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, GradClip: 1.0, GradAccum: 1,
 		Seed: 0, EvalEvery: 0, SaveEvery: 200, KeepCheckpoints: 3, Progress: "auto", Plot: true,
+		SpecEval: DefaultSpecEval(),
 	}
 }
 

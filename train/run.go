@@ -27,6 +27,7 @@ type StepInfo struct {
 type EvalInfo struct {
 	Step int  // optimizer steps completed
 	RNG  *RNG // a stream that depends only on the seed and Step
+	Spec bool // include the real acceptance length (Config.SpecEvalEvery)
 }
 
 // Hooks connect a model to Run.
@@ -296,10 +297,11 @@ func (r *runner) step(ctx context.Context) (bool, error) {
 // end); an evaluation cut short by cancellation is dropped.
 func (r *runner) evaluate(ctx context.Context) error {
 	st := &r.st
-	if r.h.Eval == nil || !(r.cfg.EvalEvery > 0 && st.Step%r.cfg.EvalEvery == 0 || st.Step == r.end) {
+	spec := r.cfg.SpecEval.due(st.Step, r.end)
+	if r.h.Eval == nil || !(r.cfg.EvalEvery > 0 && st.Step%r.cfg.EvalEvery == 0 || st.Step == r.end || spec) {
 		return nil
 	}
-	ev, err := r.h.Eval(ctx, EvalInfo{Step: st.Step, RNG: NewRNG(r.cfg.Seed, StreamEval<<32|uint64(st.Step))})
+	ev, err := r.h.Eval(ctx, EvalInfo{Step: st.Step, RNG: NewRNG(r.cfg.Seed, StreamEval<<32|uint64(st.Step)), Spec: spec})
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -390,7 +392,7 @@ func updateBest(st *TrainerState, ev map[string]float64) {
 
 func formatEval(step int, ev map[string]float64) string {
 	var parts []string
-	for _, k := range []string{"loss", "acc", "tau"} {
+	for _, k := range []string{"loss", "acc", "tau", "spec_tau"} {
 		if v, ok := ev[k]; ok {
 			parts = append(parts, fmt.Sprintf("%s %.4f", k, v))
 		}

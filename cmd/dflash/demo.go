@@ -66,6 +66,20 @@ func printDemo(r *demo.Result) {
 		fmt.Printf("%-28s %10.4f %10.4f\n", fmt.Sprintf("  accuracy slot %d", i+1), r.SlotAccuracyBefore[i], r.SlotAccuracyAfter[i])
 	}
 	fmt.Printf("%-28s %10.3f %10.3f\n", "simulated acceptance length", r.AcceptanceBefore, r.AcceptanceAfter)
+	if sp := r.Spec; sp != nil {
+		fmt.Printf("\nreal speculative decoding (greedy) of %d held-out prompts, block %d:\n", sp.Prompts, sp.BlockSize)
+		fmt.Printf("%-28s %10.3f   (simulated %.3f; every anchor %.3f, real decoding's anchors %.3f)\n",
+			"acceptance length", sp.AcceptanceLength, r.AcceptanceAfter, r.AcceptanceAllAnchors, r.AcceptanceWalk)
+		var pos []string
+		for s, a := range sp.PositionAcceptance {
+			pos = append(pos, fmt.Sprintf("%d:%.2f", s+1, a))
+		}
+		fmt.Printf("%-28s %s\n", "acceptance per position", strings.Join(pos, " "))
+		if b := sp.Baseline; b != nil {
+			fmt.Printf("%-28s %10.1f tokens/s with the drafter, %.1f without: speedup %.2fx; %d of %d outputs equal the target's\n",
+				"CPU decoding", sp.Speculative.TokensPerS, b.TokensPerS, sp.Speedup, sp.GreedyMatches, sp.Prompts)
+		}
+	}
 	var st []string
 	for _, s := range r.Stages {
 		st = append(st, fmt.Sprintf("%s %.0fs", s.Name, s.Seconds))

@@ -17,6 +17,7 @@ import (
 	"dflash/internal/dirlock"
 	"dflash/model"
 	"dflash/model/dflash"
+	"dflash/spec"
 	"dflash/tensor"
 	"dflash/train"
 )
@@ -208,6 +209,11 @@ func trainDrafter(ctx context.Context, a *trainArgs) (*train.Result, error) {
 		Hidden: dflash.TargetHidden(target, dc.TargetLayerIDs, backend), Backend: backend,
 		Train: examples[nEval:], Eval: examples[:nEval], BatchSize: cfg.Data.BatchSize, Pad: pad,
 		Seed: cfg.Seed, CacheHidden: cfg.Data.CacheHidden}
+	if cfg.SpecEvalEvery > 0 {
+		if sess.SpecEval, err = spec.EvalFunc(backend, target, drafter, sess.Eval, cfg.SpecPrompts, cfg.SpecMaxNewTokens); err != nil {
+			return nil, err
+		}
+	}
 	slog.Info("drafter", "layers", dc.NumLayers, "taps", dc.TargetLayerIDs, "block", dc.BlockSize,
 		"mask", dc.MaskTokenID, "gamma", dc.Gamma, "train", len(sess.Train), "eval", len(sess.Eval))
 	hooks := sess.Hooks()

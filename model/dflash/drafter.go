@@ -129,51 +129,31 @@ func (d *Drafter[T]) Forward(tp *tensor.TapeOf[T], train bool, head Head[T], b *
 	}
 	u := tp.RMSNorm(tp.Linear(ctx, d.FC, nil), d.HiddenNorm, c.RMSNormEps)
 
-	// Rotary tables: block rows at a+s, context rows at 0..S-1 followed by the blocks.
+	// Rotary tables: block rows at a+s, context rows at 0..S-1.
 	rope, err := c.Rope()
 	if err != nil {
 		return nil, fmt.Errorf("dflash: config: %w", err)
 	}
 	qRope := tensor.Table[T](rope, bl.Pos)
-	kvPos := make([]int32, 0, R*(S+nB))
+	ctxPos := make([]int32, 0, R*S)
 	for r := 0; r < R; r++ {
 		for i := 0; i < S; i++ {
-			kvPos = append(kvPos, int32(i))
+			ctxPos = append(ctxPos, int32(i))
 		}
-		kvPos = append(kvPos, bl.Pos[r*nB:(r+1)*nB]...)
 	}
-	kRope := tensor.Table[T](rope, kvPos)
+	ctxRope := tensor.Table[T](rope, ctxPos)
 
 	dims := flex.DFlashDims(R, nh, nkv, bl.N, bl.B, S, D)
 	bm, err := flex.NewBlockMask(flex.DFlashMask(bl.B), flex.DFlashArgs(S, bl.Anchors, bl.N, bl.NumValid), dims, 0, 0)
 	if err != nil {
 		return nil, fmt.Errorf("dflash: block mask: %w", err)
 	}
-	scale := 1 / math.Sqrt(float64(D))
 
 	out := &Output[T]{Context: u}
 	z := tp.Embedding(head.Embed, bl.IDs) // [R*nB, H]
-	for _, L := range d.Layers {
-		g := tp.RMSNorm(z, L.InputNorm, c.RMSNormEps)
-		q := tp.Reshape(tp.Linear(g, L.Q, nil), R*nB, nh, D)
-		q = tp.RoPE(tp.RMSNorm(q, L.QNorm, c.RMSNormEps), qRope)
-		q = tp.Transpose12(tp.Reshape(q, R, nB, nh, D)) // [R, nh, nB, D]
-
-		kv := func(w *tensor.Of[T]) *tensor.Of[T] { // [R, S+nB, nkv*D]: context rows then block rows
-			kc := tp.Reshape(tp.Linear(u, w, nil), R, S, nkv*D)
-			kb := tp.Reshape(tp.Linear(g, w, nil), R, nB, nkv*D)
-			return tp.Concat(1, kc, kb)
-		}
-		kk := tp.Reshape(kv(L.K), R*(S+nB), nkv, D)
-		kk = tp.RoPE(tp.RMSNorm(kk, L.KNorm, c.RMSNormEps), kRope)
-		kk = tp.Transpose12(tp.Reshape(kk, R, S+nB, nkv, D))
-		vv := tp.Transpose12(tp.Reshape(kv(L.V), R, S+nB, nkv, D))
-
-		a := tp.Attention(q, kk, vv, bm, nil, bm.Args(), scale)
-		a = tp.Reshape(tp.Transpose12(a), R*nB, nh*D)
-		z = tp.Add(z, tp.Linear(a, L.O, nil))
-		g2 := tp.RMSNorm(z, L.PostNorm, c.RMSNormEps)
-		z = tp.Add(z, tp.Linear(tp.SwiGLU(tp.Linear(g2, L.Gate, nil), tp.Linear(g2, L.Up, nil)), L.Down, nil))
+	for l := range d.Layers {
+		kc, vc := d.contextKV(tp, l, u, R, S, ctxRope)
+		z = d.layer(tp, l, z, kc, vc, R, nB, qRope, bm)
 		out.Hidden = append(out.Hidden, z)
 	}
 	o := tp.RMSNorm(z, d.Norm, c.RMSNormEps)
@@ -184,4 +164,42 @@ func (d *Drafter[T]) Forward(tp *tensor.TapeOf[T], train bool, head Head[T], b *
 	}
 	out.WeightSum = bl.WeightSum
 	return out, nil
+}
+
+// contextKV returns layer l's keys and values of the context rows u
+// [R*S, H] (§2.3: k_norm and RoPE at the context positions applied to the
+// keys), each [R, S, n_kv*D]. Every row is computed on its own, so keys of
+// a prefix of u are a prefix of the keys: inference caches them.
+func (d *Drafter[T]) contextKV(tp *tensor.TapeOf[T], l int, u *tensor.Of[T], R, S int, ctxRope *tensor.RopeTable[T]) (k, v *tensor.Of[T]) {
+	c, L := d.Cfg, &d.Layers[l]
+	k = tp.Reshape(tp.Linear(u, L.K, nil), R*S, c.NumKVHeads, c.HeadDim)
+	k = tp.RoPE(tp.RMSNorm(k, L.KNorm, c.RMSNormEps), ctxRope)
+	return tp.Reshape(k, R, S, c.NumKVHeads*c.HeadDim), tp.Reshape(tp.Linear(u, L.V, nil), R, S, c.NumKVHeads*c.HeadDim)
+}
+
+// layer applies drafter layer l (§2.3) to the block hidden states z
+// [R*nB, H] at the positions of qRope, with the context keys kc and values
+// vc [R, S, n_kv*D] of contextKV and the attention mask bm over
+// [context ; block] keys.
+func (d *Drafter[T]) layer(tp *tensor.TapeOf[T], l int, z, kc, vc *tensor.Of[T], R, nB int, qRope *tensor.RopeTable[T], bm *flex.BlockMask) *tensor.Of[T] {
+	c, L := d.Cfg, &d.Layers[l]
+	D, nh, nkv := c.HeadDim, c.NumHeads, c.NumKVHeads
+	S := kc.Shape[1]
+	g := tp.RMSNorm(z, L.InputNorm, c.RMSNormEps)
+	q := tp.Reshape(tp.Linear(g, L.Q, nil), R*nB, nh, D)
+	q = tp.RoPE(tp.RMSNorm(q, L.QNorm, c.RMSNormEps), qRope)
+	q = tp.Transpose12(tp.Reshape(q, R, nB, nh, D)) // [R, nh, nB, D]
+
+	kb := tp.Reshape(tp.Linear(g, L.K, nil), R*nB, nkv, D)
+	kb = tp.RoPE(tp.RMSNorm(kb, L.KNorm, c.RMSNormEps), qRope)
+	// [R, nkv, S+nB, D]: context rows then block rows.
+	kk := tp.Transpose12(tp.Reshape(tp.Concat(1, kc, tp.Reshape(kb, R, nB, nkv*D)), R, S+nB, nkv, D))
+	vb := tp.Reshape(tp.Linear(g, L.V, nil), R, nB, nkv*D)
+	vv := tp.Transpose12(tp.Reshape(tp.Concat(1, vc, vb), R, S+nB, nkv, D))
+
+	a := tp.Attention(q, kk, vv, bm, nil, bm.Args(), 1/math.Sqrt(float64(D)))
+	a = tp.Reshape(tp.Transpose12(a), R*nB, nh*D)
+	z = tp.Add(z, tp.Linear(a, L.O, nil))
+	g2 := tp.RMSNorm(z, L.PostNorm, c.RMSNormEps)
+	return tp.Add(z, tp.Linear(tp.SwiGLU(tp.Linear(g2, L.Gate, nil), tp.Linear(g2, L.Up, nil)), L.Down, nil))
 }

@@ -32,36 +32,47 @@ func (m *Metrics) Add(bl *Blocks, pred []int32, ce []float64) {
 	if bl.B != m.B {
 		panic(fmt.Sprintf("dflash: Metrics.Add: block size %d, metrics for %d", bl.B, m.B))
 	}
+	tau := BlockAcceptance(bl, pred)
 	for r := 0; r < bl.Rows; r++ {
 		for j := 0; j < int(bl.NumValid[r]); j++ {
 			base := (r*bl.N + j) * bl.B
-			run, broken := 0, false
 			for s := 1; s < bl.B; s++ {
 				i := base + s
 				lab := bl.Labels[i]
 				if lab < 0 {
-					broken = true
 					continue
 				}
-				ok := pred[i] == lab
 				m.SlotTotal[s]++
-				if ok {
+				if pred[i] == lab {
 					m.SlotCorrect[s]++
 				}
 				if ce != nil {
 					m.LossSum += bl.Weights[i] * ce[i]
 					m.WeightSum += bl.Weights[i]
 				}
-				if !broken && ok {
-					run++
-				} else {
-					broken = true
-				}
 			}
-			m.TauSum += float64(1 + run)
+			m.TauSum += float64(tau[r*bl.N+j])
 			m.Blocks++
 		}
 	}
+}
+
+// BlockAcceptance returns the simulated acceptance length of every block
+// (§5), [Rows*N]: 1 + the number of leading slots s ≥ 1 with a valid label
+// predicted right; 0 for dead blocks.
+func BlockAcceptance(bl *Blocks, pred []int32) []int {
+	tau := make([]int, bl.Rows*bl.N)
+	for r := 0; r < bl.Rows; r++ {
+		for j := 0; j < int(bl.NumValid[r]); j++ {
+			base := (r*bl.N + j) * bl.B
+			run := 0
+			for s := 1; s < bl.B && bl.Labels[base+s] >= 0 && pred[base+s] == bl.Labels[base+s]; s++ {
+				run++
+			}
+			tau[r*bl.N+j] = 1 + run
+		}
+	}
+	return tau
 }
 
 // Loss returns the weighted mean cross-entropy (§4.4); 0 with no label.

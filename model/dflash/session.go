@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -123,6 +124,9 @@ type Session struct {
 	// CacheHidden keeps every batch's hidden states in memory after the
 	// first use (small data sets: the target runs once per sequence).
 	CacheHidden bool
+	// SpecEval, optional, measures real speculative decoding (package spec
+	// provides it); evaluations that train.Run marks Spec merge its metrics.
+	SpecEval func(ctx context.Context) (map[string]float64, error)
 
 	mu    sync.Mutex
 	cache map[cacheKey][][]float32
@@ -269,7 +273,15 @@ func (s *Session) Hooks() train.Hooks {
 			if err != nil {
 				return nil, err
 			}
-			return MetricsMap(m), nil
+			out := MetricsMap(m)
+			if e.Spec && s.SpecEval != nil {
+				sm, err := s.SpecEval(ctx)
+				if err != nil {
+					return nil, fmt.Errorf("spec evaluation: %w", err)
+				}
+				maps.Copy(out, sm)
+			}
+			return out, nil
 		},
 		DataState:   func() (json.RawMessage, error) { return s.trainOrder().State() },
 		RestoreData: func(raw json.RawMessage) error { return s.trainOrder().Restore(raw) },

@@ -1,0 +1,273 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+
+	"dflash/data/chat"
+	"dflash/data/jsonl"
+	"dflash/data/tokenizer"
+	"dflash/model"
+	"dflash/model/dflash"
+	"dflash/spec"
+	"dflash/tensor"
+)
+
+func init() {
+	register(&command{
+		name:    "spec",
+		summary: "speculative decoding with a drafter: real acceptance length and speedup on prompts, lossless",
+		run:     runSpec,
+	})
+}
+
+const specHelp = `Decodes every prompt with the target and the drafter (speculative decoding:
+the drafter proposes a block, the target verifies it in one pass) and again
+with the target alone, on the same backend, and reports:
+
+  acceptance length       tokens per target verification (accepted drafts + 1), mean and histogram
+  acceptance per position fraction of rounds reaching draft s that accepted it, s = 1..B-1
+  tokens/s                with and without the drafter, and the speedup
+
+Prompts are the conversations of a messages / ShareGPT JSONL file (as for
+train) without their final assistant message, rendered with the target's chat
+template and the generation prompt. Greedy decoding (temperature 0) is
+lossless: greedy_matches counts prompts whose output equals the target's own.
+--json prints one object: prompts, block_size, max_new_tokens, temperature,
+top_k, acceptance_length, acceptance_histogram (index n-1: rounds of length n),
+acceptance_per_position (index s-1), rounds, speculative and baseline
+({tokens, seconds, tokens_per_s}), speedup, greedy_matches, draft_seconds,
+verify_seconds, target, drafter, prompts_file, device. --out writes one JSON
+line per prompt: file, line, prompt, completion, tokens, baseline_tokens,
+rounds, acceptance_length.
+`
+
+// specOptions are the flags of `dflash spec`.
+type specOptions struct {
+	target, drafter, prompts, format, device, out string
+	maxNew, topK, workers, maxPrompts             int
+	temperature                                   float64
+	seed                                          uint64
+	json, baseline, thinking                      bool
+}
+
+func runSpec(args []string) error {
+	fs := newFlagSet("spec", "spec --target DIR --drafter DIR --prompts FILE.jsonl [flags]")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: dflash spec --target DIR --drafter DIR --prompts FILE.jsonl [flags]\n\n%s\nFlags:\n", specHelp)
+		fs.PrintDefaults()
+	}
+	var o specOptions
+	fs.StringVar(&o.target, "target", "", "target model `DIR` (HF: config.json, safetensors, tokenizer.json, tokenizer_config.json)")
+	fs.StringVar(&o.drafter, "drafter", "", "drafter `DIR` (config.json and model.safetensors, as train writes)")
+	fs.StringVar(&o.prompts, "prompts", "", "conversations `FILE` (.jsonl, .gz, .zst)")
+	fs.StringVar(&o.format, "format", "auto", "JSONL format: auto, messages or sharegpt")
+	fs.IntVar(&o.maxPrompts, "max-prompts", 0, "decode at most `N` prompts (0: all)")
+	fs.IntVar(&o.maxNew, "max-new-tokens", 256, "tokens generated per prompt at most")
+	fs.Float64Var(&o.temperature, "temperature", 0, "sampling temperature (0: greedy)")
+	fs.IntVar(&o.topK, "top-k", 0, "sample among the K most likely tokens (0: all)")
+	fs.Uint64Var(&o.seed, "seed", 0, "sampling seed (prompt i uses seed+i)")
+	fs.StringVar(&o.device, "device", "cpu", "backend: cpu (cuda: not yet)")
+	fs.IntVar(&o.workers, "workers", 0, "CPU goroutines (0: all cores)")
+	fs.BoolVar(&o.baseline, "baseline", true, "also decode without the drafter, for tokens/s and the speedup")
+	fs.BoolVar(&o.thinking, "enable-thinking", false, "render with enable_thinking (Qwen3)")
+	fs.BoolVar(&o.json, "json", false, "print the report as one JSON object")
+	fs.StringVar(&o.out, "out", "", "write the generations to `FILE` (JSONL)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if o.target == "" || o.drafter == "" || o.prompts == "" {
+		fs.Usage()
+		return fmt.Errorf("--target, --drafter and --prompts are required")
+	}
+	switch {
+	case o.device == "cuda":
+		return fmt.Errorf("--device cuda: not yet: speculative decoding runs on the CPU backend until the target and drafter run on GPU tensors; use --device cpu")
+	case o.device != "cpu":
+		return fmt.Errorf("--device %q: want cpu (or, later, cuda)", o.device)
+	case o.maxNew < 1:
+		return fmt.Errorf("--max-new-tokens %d: must be at least 1", o.maxNew)
+	case o.temperature < 0:
+		return fmt.Errorf("--temperature %v: must not be negative", o.temperature)
+	case o.topK < 0:
+		return fmt.Errorf("--top-k %d: must not be negative", o.topK)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	return specDecode(ctx, o, os.Stdout)
+}
+
+// specPrompt is one rendered prompt and where it came from.
+type specPrompt struct {
+	file string
+	line int
+	text string
+	ids  []int32
+}
+
+func specDecode(ctx context.Context, o specOptions, stdout io.Writer) error {
+	target, err := model.Load(o.target)
+	if err != nil {
+		return err
+	}
+	d, err := dflash.LoadDir[float32](o.drafter)
+	if err != nil {
+		return err
+	}
+	if err := spec.Check(target, d.Cfg); err != nil {
+		return fmt.Errorf("--drafter %s, --target %s: %w", o.drafter, o.target, err)
+	}
+	tok, err := tokenizer.LoadDir(o.target)
+	if err != nil {
+		return err
+	}
+	tmpl, err := chat.Load(o.target, tok)
+	if err != nil {
+		return err
+	}
+	prompts, err := readSpecPrompts(o, target.ContextLimit(), tok, tmpl)
+	if err != nil {
+		return err
+	}
+	backend := tensor.NewCPU[float32](o.workers)
+	drafter, err := spec.NewDFlash(target, d, backend)
+	if err != nil {
+		return err
+	}
+	ids := make([][]int32, len(prompts))
+	for i, p := range prompts {
+		ids[i] = p.ids
+	}
+	var stopIDs []int32
+	for _, e := range target.Config.EOSTokenIDs {
+		stopIDs = append(stopIDs, int32(e))
+	}
+	var out *os.File
+	var enc *json.Encoder
+	if o.out != "" {
+		if out, err = os.Create(o.out); err != nil {
+			return err
+		}
+		defer out.Close()
+		enc = json.NewEncoder(out)
+	}
+	slog.Info("spec", "prompts", len(prompts), "block", d.Cfg.BlockSize, "max_new_tokens", o.maxNew, "temperature", o.temperature)
+	each := func(g spec.Generation) error {
+		if !o.json && len(prompts) > 1 {
+			fmt.Fprintf(os.Stderr, "\rspec %d/%d prompts", g.Index+1, len(prompts))
+		}
+		if enc == nil {
+			return nil
+		}
+		p := prompts[g.Index]
+		return enc.Encode(map[string]any{"file": p.file, "line": p.line, "prompt": p.text,
+			"completion": tok.Decode(g.Tokens, false), "tokens": g.Tokens, "baseline_tokens": g.Baseline,
+			"rounds": g.Rounds, "acceptance_length": g.AcceptanceLength})
+	}
+	r, err := spec.Run(ctx, backend, target, drafter, ids,
+		spec.Options{MaxNewTokens: o.maxNew, Temperature: o.temperature, TopK: o.topK, Seed: o.seed, Stop: stopIDs}, o.baseline, each)
+	if !o.json && len(prompts) > 1 {
+		fmt.Fprintln(os.Stderr)
+	}
+	if err != nil {
+		return err
+	}
+	if out != nil {
+		if err := out.Close(); err != nil {
+			return err
+		}
+	}
+	if o.json {
+		e := json.NewEncoder(stdout)
+		e.SetIndent("", "  ")
+		return e.Encode(struct {
+			*spec.Report
+			Target      string `json:"target"`
+			Drafter     string `json:"drafter"`
+			PromptsFile string `json:"prompts_file"`
+			Device      string `json:"device"`
+		}{r, o.target, o.drafter, o.prompts, o.device})
+	}
+	printSpec(stdout, r)
+	return nil
+}
+
+// readSpecPrompts reads and renders the prompts; every prompt longer than
+// the context limit is reported with its file and line.
+func readSpecPrompts(o specOptions, limit int, tok *tokenizer.Tokenizer, tmpl *chat.Template) ([]specPrompt, error) {
+	f, err := jsonl.ParseFormat(o.format)
+	if err != nil {
+		return nil, fmt.Errorf("--format: %w", err)
+	}
+	r, err := jsonl.Open([]string{o.prompts}, f, false)
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	var out []specPrompt
+	var long []string
+	for o.maxPrompts == 0 || len(out) < o.maxPrompts {
+		rec, err := r.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		msgs := rec.Messages
+		if n := len(msgs); n > 1 && msgs[n-1].Role == "assistant" {
+			msgs = msgs[:n-1]
+		}
+		text, _, err := tmpl.Render(msgs, chat.Options{AddGenerationPrompt: true, EnableThinking: o.thinking})
+		if err != nil {
+			return nil, fmt.Errorf("%s:%d: %w", rec.File, rec.Line, err)
+		}
+		ids := tok.Encode(text)
+		if len(ids) > limit {
+			long = append(long, fmt.Sprintf("%s:%d: prompt of %d tokens", rec.File, rec.Line, len(ids)))
+			continue
+		}
+		out = append(out, specPrompt{file: rec.File, line: rec.Line, text: text, ids: ids})
+	}
+	if len(long) > 0 {
+		return nil, fmt.Errorf("%d prompts are longer than the target's context limit of %d tokens (max_position_embeddings):\n  %s",
+			len(long), limit, strings.Join(long, "\n  "))
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%s: no prompts", o.prompts)
+	}
+	return out, nil
+}
+
+func printSpec(w io.Writer, r *spec.Report) {
+	fmt.Fprintf(w, "speculative decoding: %d prompts, block %d, max %d new tokens, temperature %g, top-k %d\n\n",
+		r.Prompts, r.BlockSize, r.MaxNewTokens, r.Temperature, r.TopK)
+	fmt.Fprintf(w, "acceptance length   %.3f tokens per verification (%d verifications)\n", r.AcceptanceLength, r.Rounds)
+	fmt.Fprintf(w, "histogram           ")
+	for n, c := range r.Histogram {
+		fmt.Fprintf(w, " %d:%d", n+1, c)
+	}
+	fmt.Fprintf(w, "\nper block position  ")
+	for s, a := range r.PositionAcceptance {
+		fmt.Fprintf(w, " %d:%.2f", s+1, a)
+	}
+	fmt.Fprintf(w, "\n\n%-20s %8s %9s %10s\n", "", "tokens", "seconds", "tokens/s")
+	fmt.Fprintf(w, "%-20s %8d %9.2f %10.1f\n", "with the drafter", r.Speculative.Tokens, r.Speculative.Seconds, r.Speculative.TokensPerS)
+	if b := r.Baseline; b != nil {
+		fmt.Fprintf(w, "%-20s %8d %9.2f %10.1f\n", "target alone", b.Tokens, b.Seconds, b.TokensPerS)
+		fmt.Fprintf(w, "\nspeedup %.2fx", r.Speedup)
+		if r.Temperature <= 0 {
+			fmt.Fprintf(w, "; %d of %d greedy outputs equal the target's own", r.GreedyMatches, r.Prompts)
+		}
+		fmt.Fprintln(w)
+	}
+	fmt.Fprintf(w, "time with the drafter: drafting %.2fs, verification %.2fs, prefill and the rest %.2fs\n",
+		r.DraftSeconds, r.VerifySeconds, r.Speculative.Seconds-r.DraftSeconds-r.VerifySeconds)
+}

@@ -1,0 +1,138 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"dflash/data/chat"
+	"dflash/data/tokenizer"
+	"dflash/model"
+	"dflash/model/dflash"
+	"dflash/train"
+)
+
+// specFixture returns trainFixture's target and conversations and a random
+// drafter for the target written to a directory.
+func specFixture(t *testing.T, hidden int) (targetDir, drafterDir, dataPath string) {
+	t.Helper()
+	targetDir, dataPath = trainFixture(t)
+	m, err := model.Load(targetDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := dflash.DrafterConfigFor(m, 1, nil, 4, 299)
+	c.HiddenSize, c.Target.HiddenSize = hidden, hidden
+	d := dflash.New[float32](c, rand.New(rand.NewPCG(1, 2)))
+	drafterDir = filepath.Join(t.TempDir(), "drafter")
+	if err := d.WriteDir(drafterDir, "F32"); err != nil {
+		t.Fatal(err)
+	}
+	return targetDir, drafterDir, dataPath
+}
+
+func TestSpecCommand(t *testing.T) {
+	targetDir, drafterDir, dataPath := specFixture(t, 32)
+	out := filepath.Join(t.TempDir(), "gen.jsonl")
+	var stdout bytes.Buffer
+	o := specOptions{target: targetDir, drafter: drafterDir, prompts: dataPath, format: "auto", device: "cpu",
+		out: out, maxNew: 8, maxPrompts: 3, json: true, baseline: true, workers: 1}
+	if err := specDecode(context.Background(), o, &stdout); err != nil {
+		t.Fatal(err)
+	}
+	var r map[string]any
+	if err := json.Unmarshal(stdout.Bytes(), &r); err != nil {
+		t.Fatalf("%v: %s", err, stdout.String())
+	}
+	t.Logf("%s", stdout.String())
+	if r["prompts"] != 3.0 || r["greedy_matches"] != 3.0 || r["acceptance_length"].(float64) < 1 || r["speedup"].(float64) <= 0 ||
+		len(r["acceptance_histogram"].([]any)) != 4 || len(r["acceptance_per_position"].([]any)) != 3 {
+		t.Fatalf("report %v", r)
+	}
+	lines := strings.Split(strings.TrimSpace(readFile(t, out)), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("%d generation lines", len(lines))
+	}
+	var g map[string]any
+	if err := json.Unmarshal([]byte(lines[0]), &g); err != nil || g["line"] != 1.0 || !strings.HasSuffix(g["prompt"].(string), "<|im_start|>assistant\n") {
+		t.Fatalf("generation %v (%v)", g, err)
+	}
+	// The table form.
+	o.json, o.out = false, ""
+	stdout.Reset()
+	if err := specDecode(context.Background(), o, &stdout); err != nil || !strings.Contains(stdout.String(), "speedup") {
+		t.Fatalf("table: %v\n%s", err, stdout.String())
+	}
+}
+
+func TestSpecBadInput(t *testing.T) {
+	targetDir, drafterDir, dataPath := specFixture(t, 48)
+	o := specOptions{target: targetDir, drafter: drafterDir, prompts: dataPath, format: "auto", device: "cpu", maxNew: 4}
+	err := specDecode(context.Background(), o, &bytes.Buffer{})
+	if err == nil || !strings.Contains(err.Error(), "hidden_size 48, the target's is 32") {
+		t.Fatalf("a drafter of another hidden size: %v", err)
+	}
+	if err := runSpec([]string{"--target", targetDir, "--drafter", drafterDir, "--prompts", dataPath, "--device", "cuda"}); err == nil || !strings.Contains(err.Error(), "not yet") {
+		t.Fatalf("--device cuda: %v", err)
+	}
+	tok, err := tokenizer.LoadDir(targetDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl, err := chat.Load(targetDir, tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = readSpecPrompts(o, 30, tok, tmpl)
+	if err == nil || !strings.Contains(err.Error(), "conv.jsonl:1: prompt of") || !strings.Contains(err.Error(), "conv.jsonl:2: prompt of") {
+		t.Fatalf("prompts past a context limit of 30: %v", err)
+	}
+}
+
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// TestTrainSpecEval checks --spec-eval-every: the eval records of the steps
+// it names (and the last) carry the real acceptance length spec_tau beside
+// the simulated tau; the others do not.
+func TestTrainSpecEval(t *testing.T) {
+	targetDir, dataPath := trainFixture(t)
+	out := filepath.Join(t.TempDir(), "run")
+	err := runTrain([]string{"--target", targetDir, "--data", dataPath, "--out", out, "--progress", "off", "--plot=false",
+		"--steps", "5", "--eval-every", "1", "--spec-eval-every", "2", "--spec-prompts", "2", "--spec-max-new-tokens", "6",
+		"--drafter.block-size", "4", "--drafter.anchors", "6", "--data.batch-size", "2", "--data.max-len", "400", "--warmup-steps", "1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, err := train.ReadMetrics(filepath.Join(out, "metrics.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var specSteps []int
+	for _, r := range recs {
+		if r.Kind != "eval" {
+			continue
+		}
+		if tau, ok := r.Values["spec_tau"]; ok {
+			if tau < 1 || tau > 4 || r.Values["tau"] < 1 {
+				t.Fatalf("step %d: spec_tau %v, tau %v", r.Step, tau, r.Values["tau"])
+			}
+			specSteps = append(specSteps, r.Step)
+		}
+	}
+	if !slices.Equal(specSteps, []int{2, 4, 5}) {
+		t.Fatalf("spec_tau at steps %v, want [2 4 5]", specSteps)
+	}
+}

@@ -1,0 +1,80 @@
+package spec
+
+import (
+	"fmt"
+	"strings"
+
+	"dflash/model"
+	"dflash/model/dflash"
+	"dflash/tensor"
+)
+
+// DFlash is a Drafter backed by a DFlash drafter and its target's
+// embedding and LM head.
+type DFlash struct {
+	D       *dflash.Drafter[float32]
+	Head    dflash.Head[float32]
+	Backend tensor.Backend[float32]
+}
+
+// NewDFlash returns the drafter d for target, after Check.
+func NewDFlash(target *model.Model, d *dflash.Drafter[float32], b tensor.Backend[float32]) (*DFlash, error) {
+	if err := Check(target, d.Cfg); err != nil {
+		return nil, err
+	}
+	return &DFlash{D: d, Head: dflash.HeadOf(target), Backend: b}, nil
+}
+
+// Check returns an error naming every field of the drafter config c that
+// does not fit target: hidden size and vocabulary (shared embedding and
+// head), target layer count, taps, mask token and the recorded target
+// architecture.
+func Check(target *model.Model, c *dflash.Config) error {
+	t := target.Config
+	var bad []string
+	add := func(format string, a ...any) { bad = append(bad, fmt.Sprintf(format, a...)) }
+	if c.HiddenSize != t.HiddenSize {
+		add("hidden_size %d, the target's is %d", c.HiddenSize, t.HiddenSize)
+	}
+	if c.VocabSize != t.VocabSize {
+		add("vocab_size %d, the target's is %d", c.VocabSize, t.VocabSize)
+	}
+	if c.NumTargetLayers != t.NumLayers {
+		add("num_target_layers %d, the target has %d layers", c.NumTargetLayers, t.NumLayers)
+	}
+	for i, l := range c.TargetLayerIDs {
+		if l < 0 || l >= t.NumLayers {
+			add("dflash_config.target_layer_ids[%d] = %d is outside the target's %d layers", i, l, t.NumLayers)
+		}
+	}
+	if c.MaskTokenID < 0 || c.MaskTokenID >= t.VocabSize {
+		add("dflash_config.mask_token_id %d is outside the target's vocabulary %d", c.MaskTokenID, t.VocabSize)
+	}
+	if a := c.Target.ModelType; a != "" && a != string(t.Arch) {
+		add("dflash_config.target.model_type %q, the target is %q", a, t.Arch)
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("the drafter does not fit the target: %s", strings.Join(bad, "; "))
+	}
+	return nil
+}
+
+// BlockSize returns the drafter's block size.
+func (f *DFlash) BlockSize() int { return f.D.Cfg.BlockSize }
+
+// Taps returns the drafter's tapped target layers.
+func (f *DFlash) Taps() []int { return f.D.Cfg.TargetLayerIDs }
+
+// Start returns a sequence with an empty drafter context.
+func (f *DFlash) Start() Sequence { return &dflashSeq{f: f, ctx: f.D.NewContext()} }
+
+type dflashSeq struct {
+	f   *DFlash
+	ctx *dflash.Context[float32]
+}
+
+func (s *dflashSeq) Extend(hidden [][]float32) { s.f.D.Extend(s.f.Backend, s.ctx, hidden) }
+
+func (s *dflashSeq) Propose(last int32) []float32 {
+	return s.f.D.Propose(s.f.Backend, s.f.Head, s.ctx, last).Data
+}

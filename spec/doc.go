@@ -1,0 +1,21 @@
+// Package spec is speculative decoding with a DFlash drafter
+// (docs/DRAFTER.md §7): the target prefills the prompt with a KV cache and
+// hands the drafter the hidden states of its tapped layers; each round the
+// drafter proposes a block [last token, MASK × (B−1)] in one forward pass,
+// the target verifies the block in one forward pass (model.Decode), the
+// longest agreeing prefix plus the target's own next token is accepted, the
+// target's cache is truncated past the accepted tokens and the drafter's
+// context takes their hidden states.
+//
+// Greedy decoding is lossless: the output is the target's own greedy output
+// (up to argmax ties that the block-wide arithmetic of verification may
+// break differently than one-token steps, see the tests). With a
+// temperature, drafts are accepted by the speculative sampling rule (accept
+// x with probability min(1, p(x)/q(x)), else sample from norm(max(0, p−q)),
+// a bonus token from p when all are accepted), so the output has the
+// target's own sampling distribution.
+//
+// Run measures a drafter on a set of prompts: acceptance length (tokens per
+// target verification), acceptance per block position, and tokens/s with
+// and without the drafter on the same prompts and backend.
+package spec

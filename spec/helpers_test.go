@@ -1,0 +1,109 @@
+package spec
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"dflash/model"
+	"dflash/model/dflash"
+	"dflash/tensor"
+)
+
+// loadTarget loads one of model/testdata's HF test targets.
+func loadTarget(t *testing.T, name string) *model.Model {
+	t.Helper()
+	m, err := model.Load("../model/testdata/" + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// randomDFlash returns a DFlash drafter for target with random weights large
+// enough that its proposals vary (a fresh 0.02 init proposes nearly the
+// same token everywhere).
+func randomDFlash(t *testing.T, target *model.Model, layers, block int, rng *rand.Rand, b tensor.Backend[float32]) *DFlash {
+	t.Helper()
+	c := dflash.DrafterConfigFor(target, layers, nil, block, target.Config.VocabSize-1)
+	d := dflash.New[float32](c, rng)
+	for _, p := range d.Params() {
+		if len(p.Shape) == 2 {
+			p.FillNormal(rng, 0, 1/math.Sqrt(float64(p.Shape[1])))
+		}
+	}
+	f, err := NewDFlash(target, d, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// oracle is a test drafter that knows the target's greedy continuation ref
+// of the prompt: slot s proposes the true token with probability hit, a
+// different one otherwise, so blocks are accepted to every length. Extend
+// checks that the hidden states it receives are the target's (full
+// forward) states of exactly the next positions, which tests the rollback.
+type oracle struct {
+	t     *testing.T
+	seq   []int32     // prompt + reference continuation
+	want  [][]float32 // per tap, the full-forward hidden states of seq [len(seq), H]
+	taps  []int
+	B, V  int
+	hit   float64
+	rng   *rand.Rand
+	pos   int // context length
+	calls int
+}
+
+func newOracle(t *testing.T, m *model.Model, prompt, ref []int32, taps []int, B int, hit float64, rng *rand.Rand) *oracle {
+	seq := append(append([]int32(nil), prompt...), ref...)
+	states := make([]int, len(taps))
+	for i, tp := range taps {
+		states[i] = tp + 1
+	}
+	out := m.Forward(tensor.NewInference(tensor.NewCPU[float32](1)), model.Input{IDs: seq, Batch: 1, Len: len(seq), States: states, StatesOnly: true})
+	o := &oracle{t: t, seq: seq, taps: taps, B: B, V: m.Config.VocabSize, hit: hit, rng: rng}
+	for _, s := range states {
+		o.want = append(o.want, out.States[s].Data)
+	}
+	return o
+}
+
+func (o *oracle) BlockSize() int  { return o.B }
+func (o *oracle) Taps() []int     { return o.taps }
+func (o *oracle) Start() Sequence { o.pos = 0; return o }
+
+func (o *oracle) Extend(hidden [][]float32) {
+	H := len(o.want[0]) / len(o.seq)
+	n := len(hidden[0]) / H
+	for i, h := range hidden {
+		w := o.want[i][o.pos*H : (o.pos+n)*H]
+		for j := range h {
+			if math.Abs(float64(h[j]-w[j])) > 1e-4*(1+math.Abs(float64(w[j]))) {
+				o.t.Fatalf("Extend of positions %d..%d, tap %d: value %d is %v, the target's state is %v", o.pos, o.pos+n-1, o.taps[i], j, h[j], w[j])
+			}
+		}
+	}
+	o.pos += n
+}
+
+func (o *oracle) Propose(last int32) []float32 {
+	o.calls++
+	if o.pos >= len(o.seq) || last != o.seq[o.pos] {
+		o.t.Fatalf("Propose(%d) at position %d: the sequence there is %v", last, o.pos, o.seq[min(o.pos, len(o.seq)-1):])
+	}
+	l := make([]float32, o.B*o.V)
+	for s := 1; s < o.B; s++ {
+		x := int32(o.rng.IntN(o.V))
+		if p := o.pos + s; p < len(o.seq) {
+			if o.rng.Float64() < o.hit {
+				x = o.seq[p]
+			} else if x == o.seq[p] {
+				x = (x + 1) % int32(o.V)
+			}
+		}
+		l[s*o.V+int(x)] = 10
+	}
+	return l
+}

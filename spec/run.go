@@ -1,0 +1,120 @@
+package spec
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"dflash/model"
+	"dflash/tensor"
+)
+
+// Speed is the decoding speed over a set of prompts.
+type Speed struct {
+	Tokens     int     `json:"tokens"`
+	Seconds    float64 `json:"seconds"`
+	TokensPerS float64 `json:"tokens_per_s"`
+}
+
+func speed(tokens int, seconds float64) Speed {
+	s := Speed{Tokens: tokens, Seconds: seconds}
+	if seconds > 0 {
+		s.TokensPerS = float64(tokens) / seconds
+	}
+	return s
+}
+
+// Report is the result of Run (the JSON of `dflash spec --json`).
+type Report struct {
+	Prompts      int     `json:"prompts"`
+	BlockSize    int     `json:"block_size"`
+	MaxNewTokens int     `json:"max_new_tokens"`
+	Temperature  float64 `json:"temperature"`
+	TopK         int     `json:"top_k"`
+	// AcceptanceLength is the mean number of tokens per target
+	// verification (accepted drafts + 1), over every round of every prompt.
+	AcceptanceLength float64 `json:"acceptance_length"`
+	// Histogram[n−1] is the number of rounds of acceptance length n.
+	Histogram []int `json:"acceptance_histogram"`
+	// PositionAcceptance[s−1] is the fraction of rounds reaching draft s
+	// that accepted it, s = 1..B−1.
+	PositionAcceptance []float64 `json:"acceptance_per_position"`
+	Rounds             int       `json:"rounds"`
+	// Speculative and Baseline time the same prompts on the same backend,
+	// with and without the drafter; Speedup is the ratio of their tokens/s.
+	Speculative Speed   `json:"speculative"`
+	Baseline    *Speed  `json:"baseline,omitempty"`
+	Speedup     float64 `json:"speedup,omitempty"`
+	// GreedyMatches counts, when decoding greedily with a baseline, the
+	// prompts whose output equals the target's own greedy output.
+	GreedyMatches int `json:"greedy_matches,omitempty"`
+	// DraftSeconds and VerifySeconds split the speculative time (the rest
+	// is the prefill).
+	DraftSeconds  float64 `json:"draft_seconds"`
+	VerifySeconds float64 `json:"verify_seconds"`
+}
+
+// Generation is one prompt's output.
+type Generation struct {
+	Index            int     `json:"index"`
+	Tokens           []int32 `json:"tokens"`
+	Baseline         []int32 `json:"baseline_tokens,omitempty"`
+	Rounds           int     `json:"rounds"`
+	AcceptanceLength float64 `json:"acceptance_length"`
+}
+
+// Run decodes every prompt with d (seed o.Seed+i for prompt i) and, with
+// baseline, again with the target alone (model.Generate, same options), one
+// prompt at a time on b, and reports acceptance and speed. each, when not
+// nil, receives every generation in order.
+func Run(ctx context.Context, b tensor.Backend[float32], target *model.Model, d Drafter, prompts [][]int32, o Options, baseline bool, each func(Generation) error) (*Report, error) {
+	st := NewStats(d.BlockSize())
+	r := &Report{Prompts: len(prompts), BlockSize: d.BlockSize(), MaxNewTokens: o.MaxNewTokens, Temperature: o.Temperature, TopK: o.TopK}
+	var specSec, baseSec float64
+	baseTok := 0
+	for i, p := range prompts {
+		po := o
+		po.Seed = o.Seed + uint64(i)
+		t0 := time.Now()
+		out, s, err := Generate(ctx, b, target, d, p, po)
+		if err != nil {
+			return nil, fmt.Errorf("prompt %d: %w", i, err)
+		}
+		specSec += time.Since(t0).Seconds()
+		st.Add(s)
+		g := Generation{Index: i, Tokens: out, Rounds: s.Rounds, AcceptanceLength: s.AcceptanceLength()}
+		if baseline {
+			t1 := time.Now()
+			ref, err := target.Generate(b, p, model.GenerateOptions{MaxNewTokens: o.MaxNewTokens, Temperature: o.Temperature, TopK: o.TopK, Seed: po.Seed, Stop: o.Stop})
+			if err != nil {
+				return nil, fmt.Errorf("prompt %d: %w", i, err)
+			}
+			baseSec += time.Since(t1).Seconds()
+			baseTok += len(ref)
+			g.Baseline = ref
+			if o.Temperature <= 0 && slices.Equal(ref, out) {
+				r.GreedyMatches++
+			}
+		}
+		if each != nil {
+			if err := each(g); err != nil {
+				return nil, err
+			}
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+	}
+	r.AcceptanceLength, r.Histogram, r.PositionAcceptance, r.Rounds = st.AcceptanceLength(), st.Histogram, st.SlotAcceptance(), st.Rounds
+	r.DraftSeconds, r.VerifySeconds = st.DraftSeconds, st.VerifySeconds
+	r.Speculative = speed(st.Tokens, specSec)
+	if baseline {
+		bs := speed(baseTok, baseSec)
+		r.Baseline = &bs
+		if bs.TokensPerS > 0 {
+			r.Speedup = r.Speculative.TokensPerS / bs.TokensPerS
+		}
+	}
+	return r, nil
+}

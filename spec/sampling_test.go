@@ -1,0 +1,164 @@
+package spec
+
+import (
+	"context"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"dflash/internal/testseed"
+	"dflash/model"
+	"dflash/tensor"
+)
+
+// fixedQ is a test drafter whose block logits are the same random rows
+// wherever it is asked: a proposal distribution unrelated to the target.
+type fixedQ struct {
+	B, taps int
+	logits  []float32
+}
+
+func (f *fixedQ) BlockSize() int               { return f.B }
+func (f *fixedQ) Taps() []int                  { return []int{f.taps} }
+func (f *fixedQ) Start() Sequence              { return f }
+func (f *fixedQ) Extend([][]float32)           {}
+func (f *fixedQ) Propose(last int32) []float32 { return f.logits }
+
+// TestSamplingDistribution checks the speculative sampling rule: over many
+// runs, the joint distribution of the first four generated tokens equals the
+// target's own sampling distribution, computed exactly from full forward
+// passes over every prefix (a chi-square test, cells with an expected count
+// under 5 pooled, failing above the 1 − 3·10⁻⁶ quantile). The tiny target
+// has 6 tokens and peaked distributions; blocks hold 3 tokens, so the first
+// round verifies 2 drafts and a bonus token; drafters are a random DFlash
+// drafter and fixed random proposals, with and without top-k, so drafts
+// are accepted and rejected at every block position.
+func TestSamplingDistribution(t *testing.T) {
+	seed := testseed.Seed(t)
+	rng := rand.New(rand.NewPCG(seed, 9))
+	cpu := tensor.NewCPU[float32](1)
+	cfg := model.Config{Arch: model.Qwen3, VocabSize: 6, HiddenSize: 16, IntermediateSize: 24, NumLayers: 2,
+		NumHeads: 2, NumKVHeads: 1, HeadDim: 8, RMSNormEps: 1e-6, RopeTheta: 10000, MaxPositionEmbeddings: 64,
+		InitializerRange: 0.4}
+	m, err := model.New(cfg, rng.Uint64())
+	if err != nil {
+		t.Fatal(err)
+	}
+	prompt := []int32{int32(rng.IntN(6)), int32(rng.IntN(6)), int32(rng.IntN(6))}
+	q := &fixedQ{B: 3, taps: 0, logits: make([]float32, 3*6)}
+	for i := range q.logits {
+		q.logits[i] = float32(1.5 * rng.NormFloat64())
+	}
+	runs := 5000
+	if raceEnabled || testing.Short() {
+		runs = 1500
+	}
+	const gen = 4
+	for _, tc := range []struct {
+		name string
+		d    Drafter
+		o    Options
+	}{
+		{"dflash T=1", randomDFlash(t, m, 1, 3, rng, cpu), Options{Temperature: 1}},
+		{"fixed T=0.8 top-3", q, Options{Temperature: 0.8, TopK: 3}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			want := jointProbs(m, cpu, prompt, gen, tc.o)
+			counts := make([]float64, len(want))
+			st := NewStats(tc.d.BlockSize())
+			for i := range runs {
+				o := tc.o
+				o.MaxNewTokens, o.Seed = gen, seed+uint64(i)
+				out, s, err := Generate(context.Background(), cpu, m, tc.d, prompt, o)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(out) != gen {
+					t.Fatalf("run %d: %d tokens", i, len(out))
+				}
+				counts[cell(out, 6)]++
+				st.Add(s)
+			}
+			chi2, dof := chiSquare(counts, want, float64(runs))
+			z := wilsonHilferty(chi2, dof)
+			t.Logf("%d runs: chi-square %.1f with %d degrees of freedom (z %.2f); acceptance length %.3f, per position %.3f",
+				runs, chi2, dof, z, st.AcceptanceLength(), st.SlotAcceptance())
+			if z > 4.5 {
+				t.Fatalf("the generated tokens do not follow the target's distribution: chi-square %.1f, %d degrees of freedom (z %.2f)", chi2, dof, z)
+			}
+			for s, tried := range st.SlotTried {
+				if st.SlotAccepted[s] == 0 || st.SlotAccepted[s] == tried {
+					t.Errorf("block position %d: %d of %d drafts accepted; both outcomes must occur", s+1, st.SlotAccepted[s], tried)
+				}
+			}
+		})
+	}
+}
+
+// cell indexes a token sequence in base v.
+func cell(seq []int32, v int) int {
+	c := 0
+	for _, x := range seq {
+		c = c*v + int(x)
+	}
+	return c
+}
+
+// jointProbs returns the target's own probability of every sequence of n
+// generated tokens after prompt under o's temperature and top-k, indexed by
+// cell, from a full forward pass per prefix.
+func jointProbs(m *model.Model, b tensor.Backend[float32], prompt []int32, n int, o Options) []float64 {
+	V := m.Config.VocabSize
+	out := make([]float64, int(math.Pow(float64(V), float64(n))))
+	var walk func(seq []int32, p float64)
+	walk = func(seq []int32, p float64) {
+		if len(seq) == len(prompt)+n {
+			out[cell(seq[len(prompt):], V)] = p
+			return
+		}
+		tp := tensor.NewInference(b)
+		l := m.Logits(tp, m.Forward(tp, model.Input{IDs: seq, Batch: 1, Len: len(seq)}).Final).Data
+		probs := model.Probs(l[len(l)-V:], o.Temperature, o.TopK)
+		for x, px := range probs {
+			if px > 0 {
+				walk(append(seq[:len(seq):len(seq)], int32(x)), p*px)
+			}
+		}
+	}
+	walk(append([]int32(nil), prompt...), 1)
+	return out
+}
+
+// chiSquare returns Pearson's statistic of counts against probabilities
+// want over n draws, pooling the cells whose expected count is under 5 into
+// one, and its degrees of freedom. A count in a cell of probability 0 makes
+// the statistic infinite.
+func chiSquare(counts, want []float64, n float64) (float64, int) {
+	var chi2, poolE, poolO float64
+	cells := 0
+	for i, p := range want {
+		e := p * n
+		switch {
+		case p == 0 && counts[i] > 0:
+			return math.Inf(1), 1
+		case e < 5:
+			poolE += e
+			poolO += counts[i]
+		default:
+			chi2 += (counts[i] - e) * (counts[i] - e) / e
+			cells++
+		}
+	}
+	if poolE > 0 {
+		chi2 += (poolO - poolE) * (poolO - poolE) / poolE
+		cells++
+	}
+	return chi2, cells - 1
+}
+
+// wilsonHilferty returns the standard normal deviate of a chi-square value
+// with k degrees of freedom ((χ²/k)^(1/3) is nearly normal).
+func wilsonHilferty(chi2 float64, k int) float64 {
+	kf := float64(k)
+	return (math.Cbrt(chi2/kf) - (1 - 2/(9*kf))) / math.Sqrt(2/(9*kf))
+}
