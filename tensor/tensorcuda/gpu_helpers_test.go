@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"sync"
 	"testing"
 
 	"dflash/gpu"
@@ -66,20 +67,26 @@ type env struct {
 	bufs []gpu.Buffer
 }
 
-// forDTypes runs f for bf16 and fp32 storage on GPU 0 with a fresh
+// sharedCache is one memory-only NVRTC cache for all tests, so each kernel
+// file compiles once per dtype in the run.
+var sharedCache = sync.OnceValues(func() (*jit.Cache, error) {
+	n, err := jit.NewNVRTC()
+	if err != nil {
+		return nil, err
+	}
+	return jit.New(jit.Config{Compiler: n, Budget: 64})
+})
+
+// forDTypes runs f for bf16 and fp32 storage on GPU 0 with the shared
 // memory-only NVRTC cache, or skips when there is no GPU or NVRTC.
 func forDTypes(t *testing.T, f func(e *env)) {
 	w, err := gpu.Open(0)
 	if err != nil {
 		t.Skipf("no GPU: %v", err)
 	}
-	n, err := jit.NewNVRTC()
+	cache, err := sharedCache()
 	if err != nil {
 		t.Skipf("no NVRTC: %v", err)
-	}
-	cache, err := jit.New(jit.Config{Compiler: n, Dir: "off", Budget: 64})
-	if err != nil {
-		t.Fatal(err)
 	}
 	for _, dt := range []gpu.DType{gpu.BF16, gpu.F32} {
 		t.Run(dt.String(), func(t *testing.T) {

@@ -41,7 +41,7 @@ func (o *Ops) RMSNorm(x, w gpu.Buffer, rows, dim int, eps float64, y, rstd gpu.B
 	need("RMSNorm", "w", w, int64(dim), o.es())
 	need("RMSNorm", "y", y, int64(rows)*int64(dim), o.es())
 	need("RMSNorm", "rstd", rstd, int64(rows), 4)
-	if rows == 0 {
+	if rows == 0 || dim == 0 {
 		return nil
 	}
 	c := o.begin(kRMSNorm).ptr("x", x).ptr("w", w).ptr("y", y).ptr("rstd", rstd).i32("rows", rows).i32("dim", dim).f32("eps", float32(eps))
