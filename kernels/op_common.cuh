@@ -1,0 +1,79 @@
+// op_common.cuh holds what the tensor-op kernels (op_*.cu) share: the
+// storage element type, its conversions to and from fp32, and block
+// reductions. Storage is bf16 (OP_BF16 1, the default) or fp32 (OP_BF16 0);
+// arithmetic, accumulation and statistics are fp32 whatever the storage.
+//
+// No CUDA headers are included so the same text compiles under nvcc and
+// NVRTC alike; package tensor/tensorcuda splices this file in place of the
+// #include line and prepends -DOP_BF16 through the compile options.
+#pragma once
+
+#ifndef OP_BF16
+#define OP_BF16 1
+#endif
+
+#if OP_BF16
+typedef unsigned short op_t; // raw bf16 bits
+#else
+typedef float op_t;
+#endif
+
+// OP_VEC is the number of storage elements in one 16-byte vector load.
+#define OP_VEC (16 / (int)sizeof(op_t))
+
+#define OP_NEG_INF (-__int_as_float(0x7f800000))
+
+__device__ __forceinline__ float op_f32(float x) { return x; }
+__device__ __forceinline__ float op_f32(unsigned short x) {
+  return __uint_as_float(((unsigned)x) << 16);
+}
+
+// op_bf16 rounds f to bf16 to nearest even; a NaN stays a (quiet) NaN.
+// It is safetensors.Float32ToBF16 in CUDA.
+__device__ __forceinline__ unsigned short op_bf16(float f) {
+  unsigned u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (unsigned short)(u >> 16);
+}
+
+__device__ __forceinline__ void op_put(float *p, float v) { *p = v; }
+__device__ __forceinline__ void op_put(unsigned short *p, float v) { *p = op_bf16(v); }
+
+// op_aligned16 reports whether p is 16-byte aligned (vector loads allowed).
+__device__ __forceinline__ bool op_aligned16(const void *p) {
+  return (((unsigned long long)p) & 15ull) == 0;
+}
+
+// op_vec16 is 16 bytes of storage elements, loaded and stored at once.
+union op_vec16 {
+  uint4 u;
+  op_t e[OP_VEC];
+};
+
+// op_global_id and op_global_stride index a one-dimensional grid-stride
+// loop in 64 bits.
+__device__ __forceinline__ long long op_global_id() {
+  return (long long)blockIdx.x * blockDim.x + threadIdx.x;
+}
+__device__ __forceinline__ long long op_global_stride() {
+  return (long long)gridDim.x * blockDim.x;
+}
+
+__device__ __forceinline__ float op_warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// op_block_sum returns the sum of v over the block to every thread. The block
+// size must be a multiple of 32 (at most 1024); sh holds 32 floats. It may be
+// called repeatedly with the same sh.
+__device__ __forceinline__ float op_block_sum(float v, float *sh) {
+  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  v = op_warp_sum(v);
+  __syncthreads(); // sh may still be read by a previous call
+  if (lane == 0) sh[warp] = v;
+  __syncthreads();
+  v = lane < nw ? sh[lane] : 0.0f;
+  return op_warp_sum(v);
+}

@@ -1,0 +1,110 @@
+package tensorcuda
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"dflash/gpu"
+	"dflash/internal/checkreport"
+)
+
+// peakGBs is the H200's HBM3e bandwidth, the yardstick of the table.
+const peakGBs = 4000
+
+// TestGPUOpsBandwidth times every kernel at a training-sized shape (Qwen3-8B
+// widths, 16384 tokens) and reports GB/s against the bytes the op must move
+// at least (each input read once, each output written once; read-modify-write
+// outputs twice). It checks nothing but that the launches succeed.
+func TestGPUOpsBandwidth(t *testing.T) {
+	forDTypes(t, func(e *env) {
+		es := e.dt.Size()
+		const (
+			tokens, hidden, inter = 16384, 4096, 12288
+			heads, headDim        = 32, 128
+			vocab, xentRows       = 151936, 512
+			tableRows             = 32768
+			params                = 1 << 28
+		)
+		ids := make([]int32, tokens)
+		for i := range ids {
+			ids[i] = int32(e.r.IntN(tableRows))
+		}
+		idb := e.ints(ids)
+		nh := int64(tokens) * hidden
+		ni := int64(tokens) * inter
+		a := func(elems, size int64) gpu.Buffer { return e.alloc(elems*size, 0) }
+		table, x, y, dy := a(tableRows*hidden, es), a(nh, es), a(nh, es), a(nh, es)
+		dtable, w, dw := a(tableRows*hidden, 4), a(hidden, es), a(hidden, 4)
+		rstd, scratch := a(tokens, 4), a(ColumnScratch(tokens, hidden)/4, 4)
+		g, u, o, dg, du := a(ni, es), a(ni, es), a(ni, es), a(ni, es), a(ni, es)
+		cs, sn := a(tokens*headDim/2, 4), a(tokens*headDim/2, 4)
+		logits, tg, sc := a(xentRows*vocab, es), e.ints(ids[:xentRows]), a(xentRows, 4)
+		loss, am := a(xentRows, 4), a(xentRows, 4)
+		pp, pg, pm, pv, p16, table3 := a(params, 4), a(params, 4), a(params, 4), a(params, 4), a(params, 2), a(3, 8)
+		l, err := NewAdamWLayout([]AdamWSegment{{0, params, true}}, params)
+		e.check(err)
+		e.check(gpu.Upload(e.d, table3, l.Table))
+		step := AdamWStep{LR: 1e-4, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.01, Step: 1}
+
+		for _, c := range []struct {
+			name  string
+			bytes int64
+			f     func() error
+		}{
+			{"Gather 16384x4096", 2*nh*es + 4*tokens, func() error { return e.o.Gather(table, tableRows, hidden, idb, tokens, y) }},
+			{"ScatterAdd 16384x4096", nh*es + 2*nh*4, func() error { return e.o.ScatterAdd(dy, tokens, hidden, idb, dtable, tableRows) }},
+			{"RMSNorm 16384x4096", 2 * nh * es, func() error { return e.o.RMSNorm(x, w, tokens, hidden, 1e-6, y, rstd) }},
+			{"RMSNormBackward dx+dw 16384x4096", 4 * nh * es, func() error {
+				return e.o.RMSNormBackward(x, w, rstd, dy, tokens, hidden, y, dw, scratch)
+			}},
+			{"RoPE 16384x32x128", 2*nh*es + 2*tokens*headDim/2*4, func() error {
+				return e.o.RoPE(x, tokens, heads, headDim, cs, sn, y, false)
+			}},
+			{"SwiGLU 16384x12288", 3 * ni * es, func() error { return e.o.SwiGLU(g, u, o, ni) }},
+			{"SwiGLUBackward 16384x12288", 7 * ni * es, func() error { return e.o.SwiGLUBackward(g, u, o, dg, du, ni) }},
+			{"Axpy 16384x12288", 3 * ni * es, func() error { return e.o.Axpy(0.5, g, u, ni) }},
+			{"Scale 16384x12288", 2 * ni * es, func() error { return e.o.Scale(1, g, ni) }},
+			{"AddRows 16384x4096", 2 * nh * es, func() error { return e.o.AddRows(y, tokens, hidden, w) }},
+			{"SumRows 16384x4096", nh * es, func() error { return e.o.SumRows(y, tokens, hidden, dw, scratch) }},
+			{"Copy2D 16384x4096 of 12288", 2 * nh * es, func() error {
+				return e.o.Copy2D(tokens, hidden, g, inter, 4096, y, hidden, 0, false)
+			}},
+			{"Transpose12 4x4096x32x128", 2 * nh * es, func() error { return e.o.Transpose12(4, 4096, heads, headDim, x, y, false) }},
+			{"SoftmaxXent 512x151936", 2 * xentRows * vocab * es, func() error {
+				return e.o.SoftmaxXent(logits, xentRows, vocab, tg, sc, loss, am)
+			}},
+			{"AdamW 2^28 params (+bf16 copy)", params * 30, func() error { return e.o.AdamW(l, table3, pp, pg, pm, pv, p16, step) }},
+		} {
+			dt := e.time(c.f)
+			gbs := float64(c.bytes) / dt.Seconds() / 1e9
+			detail := fmt.Sprintf("%9.1f us %7.0f GB/s %5.1f%% of %d GB/s (%d MB)", float64(dt.Nanoseconds())/1e3, gbs, 100*gbs/peakGBs, peakGBs, c.bytes>>20)
+			checkreport.Write(e.t, "tensorcuda-bw", e.dt.String()+" "+c.name, true, detail,
+				map[string]float64{"us": float64(dt.Nanoseconds()) / 1e3, "gbps": gbs, "pct_peak": 100 * gbs / peakGBs})
+		}
+	})
+}
+
+// time returns the mean duration of f over repetitions, timed by events
+// after warm-up launches.
+func (e *env) time(f func() error) time.Duration {
+	const warm, reps = 3, 20
+	for range warm {
+		e.check(f())
+	}
+	e0, err := e.d.NewEvent()
+	e.check(err)
+	e1, err := e.d.NewEvent()
+	e.check(err)
+	defer e0.Destroy()
+	defer e1.Destroy()
+	e.check(e0.Record(nil))
+	for range reps {
+		e.check(f())
+	}
+	e.check(e1.Record(nil))
+	e.check(e1.Synchronize())
+	dt, err := e1.Since(e0)
+	e.check(err)
+	return dt / reps
+}

@@ -1,0 +1,34 @@
+// Package tensorcuda launches the CUDA kernels of the tensor ops
+// (tensor.Backend's op set: embedding gather and scatter-add, RMSNorm, RoPE,
+// SwiGLU, axpy and scale, row broadcasts and sums, strided copies and
+// transposes, softmax cross-entropy) and the fused AdamW step, on one
+// gpu.Device. It is the kernel layer of the CUDA tensor backend; GEMMs are
+// cuBLASLt's (package gpu) and attention is flexcuda's.
+//
+//	ops, err := tensorcuda.New(cache, d, gpu.BF16) // on the worker thread
+//	err = ops.RMSNorm(x, w, rows, dim, 1e-6, y, rstd)
+//
+// # Contract
+//
+// Launchers take device buffers (gpu.Buffer) and sizes. Every launch is
+// queued on the device's default stream: no launcher copies between host and
+// device or synchronises, so a step made of them runs without the host
+// waiting (and can be captured in a CUDA graph). Buffer sizes are checked
+// against the sizes given and a mismatch panics (a programmer error, like a
+// shape mismatch in package tensor).
+//
+// Storage is bf16 or fp32 (the Ops' DType), chosen by a define in the
+// kernel sources; arithmetic, accumulation and statistics are fp32. Buffers
+// the docs call fp32 (RMSNorm's rstd, RoPE's tables, parameter gradients,
+// the cross-entropy's scale and loss, the optimizer's state) are fp32 with
+// either storage. Ids, targets and argmax are int32.
+//
+// Kernels are specialised on the storage dtype only (contract 3): every size
+// is a run-time argument, so each kernel file compiles once per dtype and GPU
+// architecture through the kernel cache (package jit). The sources are
+// kernels/op_*.cu; each kernel's parameter list is declared once in
+// kernels.go, and a launch whose arguments differ from it in name, kind or
+// count panics, which the package's CPU tests check for every launcher.
+//
+// An Ops belongs to its device's worker thread, like the device itself.
+package tensorcuda

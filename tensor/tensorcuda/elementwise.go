@@ -1,0 +1,89 @@
+package tensorcuda
+
+import (
+	"fmt"
+
+	"dflash/cuda"
+	"dflash/gpu"
+)
+
+// Axpy computes y += alpha·x over n storage elements.
+func (o *Ops) Axpy(alpha float32, x, y gpu.Buffer, n int64) error {
+	need("Axpy", "x", x, n, o.es())
+	need("Axpy", "y", y, n, o.es())
+	if n == 0 {
+		return nil
+	}
+	return o.launch(o.begin(kAxpy).f32("alpha", alpha).ptr("x", x).ptr("y", y).i64("n", n), o.strided(n), threads)
+}
+
+// Scale computes x *= alpha over n storage elements.
+func (o *Ops) Scale(alpha float32, x gpu.Buffer, n int64) error {
+	need("Scale", "x", x, n, o.es())
+	if n == 0 {
+		return nil
+	}
+	return o.launch(o.begin(kScale).f32("alpha", alpha).ptr("x", x).i64("n", n), o.strided(n), threads)
+}
+
+// AddRows computes y[r,:] += v for every row of y [rows, n] (storage dtype,
+// v [n] too).
+func (o *Ops) AddRows(y gpu.Buffer, rows, n int, v gpu.Buffer) error {
+	total := int64(rows) * int64(n)
+	need("AddRows", "y", y, total, o.es())
+	need("AddRows", "v", v, int64(n), o.es())
+	if total == 0 {
+		return nil
+	}
+	c := o.begin(kAddRows).ptr("y", y).ptr("v", v).i64("total", total).i32("n", n)
+	return o.launch(c, o.strided(total), threads)
+}
+
+// SumRows computes v += Σ_r y[r,:] (AddRows' gradient) for y [rows, n] in
+// storage dtype and v [n] fp32, deterministically through scratch of
+// ColumnScratch(rows, n) bytes.
+func (o *Ops) SumRows(y gpu.Buffer, rows, n int, v, scratch gpu.Buffer) error {
+	need("SumRows", "y", y, int64(rows)*int64(n), o.es())
+	need("SumRows", "v", v, int64(n), 4)
+	if rows == 0 || n == 0 {
+		return nil
+	}
+	need("SumRows", "scratch", scratch, ColumnScratch(rows, n)/4, 4)
+	per, nc := chunks(rows)
+	c := o.begin(kSumRows).ptr("y", y).ptr("partial", scratch).i32("rows", rows).i32("n", n).i32("rows_per_chunk", per)
+	if err := o.launch(c, cuda.Dim(uint32(ceilDiv(n, threads)), uint32(nc), 1), threads); err != nil {
+		return err
+	}
+	return o.colSum(scratch, nc, n, v)
+}
+
+// Copy2D copies a rows×cols block of storage elements:
+// dst[r·dstStride+dstOff+c] (+)= src[r·srcStride+srcOff+c], adding with
+// accumulate.
+func (o *Ops) Copy2D(rows, cols int, src gpu.Buffer, srcStride, srcOff int, dst gpu.Buffer, dstStride, dstOff int, accumulate bool) error {
+	if rows == 0 || cols == 0 {
+		return nil
+	}
+	if rows > 1 && (srcOff+cols > srcStride || dstOff+cols > dstStride) {
+		panic(fmt.Sprintf("tensorcuda: Copy2D: block of %d cols at offsets %d/%d exceeds strides %d/%d", cols, srcOff, dstOff, srcStride, dstStride))
+	}
+	need("Copy2D", "src", src, int64(rows-1)*int64(srcStride)+int64(srcOff+cols), o.es())
+	need("Copy2D", "dst", dst, int64(rows-1)*int64(dstStride)+int64(dstOff+cols), o.es())
+	c := o.begin(kCopy2D).ptr("src", src).i64("src_stride", int64(srcStride)).i64("src_off", int64(srcOff)).
+		ptr("dst", dst).i64("dst_stride", int64(dstStride)).i64("dst_off", int64(dstOff)).
+		i32("rows", rows).i32("cols", cols).flag("accumulate", accumulate)
+	return o.launch(c, o.strided(int64(rows)*int64(cols)), threads)
+}
+
+// Transpose12 permutes src [a, b, c, d] to dst [a, c, b, d]:
+// dst[a,c,b,d] (+)= src[a,b,c,d], adding with accumulate.
+func (o *Ops) Transpose12(a, b, c, d int, src, dst gpu.Buffer, accumulate bool) error {
+	n := int64(a) * int64(b) * int64(c) * int64(d)
+	need("Transpose12", "src", src, n, o.es())
+	need("Transpose12", "dst", dst, n, o.es())
+	if n == 0 {
+		return nil
+	}
+	cl := o.begin(kTranspose12).ptr("src", src).ptr("dst", dst).i32("na", a).i32("nb", b).i32("nc", c).i32("nd", d).flag("accumulate", accumulate)
+	return o.launch(cl, o.strided(n), threads)
+}

@@ -1,0 +1,263 @@
+package tensorcuda
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"sync"
+	"testing"
+
+	"dflash/gpu"
+	"dflash/internal/checkreport"
+	"dflash/jit"
+	"dflash/safetensors"
+	"dflash/tensor"
+)
+
+// GPU tests (names with GPU) run on the GPU machine as a compiled test binary
+// (scripts/gpu-ops.sh); here they skip with a message naming what is missing.
+// Each compares a kernel with the float64 CPU backend on inputs rounded to
+// the storage dtype first, so that the tolerance covers only the kernel's
+// fp32 arithmetic and the rounding of its outputs.
+
+func TestMain(m *testing.M) {
+	gpu.SetDebug(true) // every CUDA call must come from the worker thread
+	code := m.Run()
+	if err := gpu.CloseAll(); err != nil {
+		fmt.Fprintln(os.Stderr, "CloseAll:", err)
+		code = 1
+	}
+	os.Exit(code)
+}
+
+// ref is the reference: the CPU backend in float64.
+var ref = tensor.NewCPU[float64](0)
+
+// Tolerances, relative to max(|want|, rms(want)) per element.
+const (
+	tolF32       = 1e-5 // fp32 storage, elementwise ops
+	tolF32Reduce = 3e-5 // fp32 results of sums over a row or a column (dx, dw, SumRows, loss)
+	tolBF16      = 1e-2 // bf16 storage: one rounding of the output (2⁻⁹) plus fp32 arithmetic
+)
+
+// tol returns the tolerance of outputs in storage dtype dt.
+func tol(dt gpu.DType, reduce bool) float64 {
+	switch {
+	case dt == gpu.BF16:
+		return tolBF16
+	case reduce:
+		return tolF32Reduce
+	}
+	return tolF32
+}
+
+// fatal carries an error out of a function run on the worker thread, where
+// t.Fatal must not be called.
+type fatal struct{ err error }
+
+// env is one test's device, ops and inputs; its methods run on the worker.
+type env struct {
+	t    *testing.T
+	d    *gpu.Device
+	o    *Ops
+	dt   gpu.DType
+	r    *rand.Rand
+	bufs []gpu.Buffer
+}
+
+// sharedCache is one memory-only NVRTC cache for all tests, so each kernel
+// file compiles once per dtype in the run.
+var sharedCache = sync.OnceValues(func() (*jit.Cache, error) {
+	n, err := jit.NewNVRTC()
+	if err != nil {
+		return nil, err
+	}
+	return jit.New(jit.Config{Compiler: n, Budget: 64})
+})
+
+// forDTypes runs f for bf16 and fp32 storage on GPU 0 with the shared
+// memory-only NVRTC cache, or skips when there is no GPU or NVRTC.
+func forDTypes(t *testing.T, f func(e *env)) {
+	w, err := gpu.Open(0)
+	if err != nil {
+		t.Skipf("no GPU: %v", err)
+	}
+	cache, err := sharedCache()
+	if err != nil {
+		t.Skipf("no NVRTC: %v", err)
+	}
+	for _, dt := range []gpu.DType{gpu.BF16, gpu.F32} {
+		t.Run(dt.String(), func(t *testing.T) {
+			seed := rand.Uint64()
+			t.Logf("seed %d (dtype %s)", seed, dt)
+			err := w.Run(func(d *gpu.Device) (err error) {
+				o, err := New(cache, d, dt)
+				if err != nil {
+					return err
+				}
+				if err := o.Warm(context.Background()); err != nil {
+					return err
+				}
+				e := &env{t: t, d: d, o: o, dt: dt, r: rand.New(rand.NewPCG(seed, seed^0x5eed))}
+				defer e.free()
+				defer func() {
+					if r := recover(); r != nil {
+						f, ok := r.(fatal)
+						if !ok {
+							panic(r)
+						}
+						err = f.err
+					}
+				}()
+				f(e)
+				return e.check(d.Synchronize())
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// check turns a CUDA error into a test failure (on the worker thread).
+func (e *env) check(err error) error {
+	if err != nil {
+		panic(fatal{err})
+	}
+	return nil
+}
+
+func (e *env) free() {
+	for _, b := range e.bufs {
+		e.d.Free(b)
+	}
+	e.bufs = nil
+}
+
+// alloc returns n bytes filled with byte v (0xff: NaN in bf16 and fp32).
+func (e *env) alloc(n int64, v byte) gpu.Buffer {
+	b, err := e.d.Alloc(max(n, 1))
+	e.check(err)
+	e.bufs = append(e.bufs, b)
+	e.check(e.d.Memset(b, v, nil))
+	return b
+}
+
+// roundTo returns x rounded to storage dtype dt.
+func roundTo(dt gpu.DType, x float64) float64 {
+	if dt == gpu.BF16 {
+		return float64(safetensors.BF16ToFloat32(safetensors.Float32ToBF16(float32(x))))
+	}
+	return float64(float32(x))
+}
+
+// normal returns n values N(0, s²).
+func (e *env) normal(n int, s float64) []float64 {
+	x := make([]float64, n)
+	for i := range x {
+		x[i] = e.r.NormFloat64() * s
+	}
+	return x
+}
+
+// store uploads x in storage dtype and returns the buffer and the values the
+// device holds.
+func (e *env) store(x []float64) (gpu.Buffer, []float64) { return e.upload(e.dt, x) }
+
+// f32 uploads x as fp32.
+func (e *env) f32(x []float64) (gpu.Buffer, []float64) { return e.upload(gpu.F32, x) }
+
+func (e *env) upload(dt gpu.DType, x []float64) (gpu.Buffer, []float64) {
+	r := make([]float64, len(x))
+	b := e.alloc(int64(len(x))*dt.Size(), 0xff)
+	if dt == gpu.BF16 {
+		h := make([]uint16, len(x))
+		for i, v := range x {
+			h[i] = safetensors.Float32ToBF16(float32(v))
+			r[i] = float64(safetensors.BF16ToFloat32(h[i]))
+		}
+		e.check(gpu.Upload(e.d, b, h))
+		return b, r
+	}
+	f := make([]float32, len(x))
+	for i, v := range x {
+		f[i] = float32(v)
+		r[i] = float64(f[i])
+	}
+	e.check(gpu.Upload(e.d, b, f))
+	return b, r
+}
+
+func (e *env) ints(x []int32) gpu.Buffer {
+	b := e.alloc(int64(4*len(x)), 0)
+	e.check(gpu.Upload(e.d, b, x))
+	return b
+}
+
+// out returns a NaN-poisoned buffer of n storage elements; outF32 of n fp32.
+func (e *env) out(n int) gpu.Buffer    { return e.alloc(int64(n)*e.dt.Size(), 0xff) }
+func (e *env) outF32(n int) gpu.Buffer { return e.alloc(int64(n)*4, 0xff) }
+
+// load downloads n storage elements; loadF32 n fp32 values.
+func (e *env) load(b gpu.Buffer, n int) []float64 { return e.download(e.dt, b, n) }
+func (e *env) loadF32(b gpu.Buffer, n int) []float64 {
+	return e.download(gpu.F32, b, n)
+}
+
+func (e *env) download(dt gpu.DType, b gpu.Buffer, n int) []float64 {
+	x := make([]float64, n)
+	if dt == gpu.BF16 {
+		h := make([]uint16, n)
+		e.check(gpu.Download(e.d, h, b))
+		for i, v := range h {
+			x[i] = float64(safetensors.BF16ToFloat32(v))
+		}
+		return x
+	}
+	f := make([]float32, n)
+	e.check(gpu.Download(e.d, f, b))
+	for i, v := range f {
+		x[i] = float64(v)
+	}
+	return x
+}
+
+func (e *env) loadI32(b gpu.Buffer, n int) []int32 {
+	x := make([]int32, n)
+	e.check(gpu.Download(e.d, x, b))
+	return x
+}
+
+// compare fails the test when an element of got is NaN where want is not
+// (not written) or differs from want by more than tol relative to
+// max(|want|, rms(want)); it logs and reports the largest error.
+func (e *env) compare(what string, got, want []float64, tol float64) {
+	e.t.Helper()
+	var ss float64
+	for _, w := range want {
+		ss += w * w
+	}
+	floor := math.Sqrt(ss / float64(max(len(want), 1)))
+	if floor == 0 {
+		floor = 1
+	}
+	worst, at := 0.0, -1
+	for i, w := range want {
+		g := got[i]
+		if math.IsNaN(g) && !math.IsNaN(w) {
+			e.t.Errorf("%s: element %d of %d not written (NaN), want %g", what, i, len(want), w)
+			return
+		}
+		if err := math.Abs(g-w) / max(math.Abs(w), floor); err > worst {
+			worst, at = err, i
+		}
+	}
+	pass := worst <= tol
+	detail := fmt.Sprintf("%d elements, max rel err %.3g (tol %.0e)", len(want), worst, tol)
+	if !pass {
+		e.t.Errorf("%s: element %d: got %g, want %g: %s", what, at, got[at], want[at], detail)
+	}
+	checkreport.Write(e.t, "tensorcuda", e.dt.String()+" "+what, pass, detail, map[string]float64{"max_rel_err": worst})
+}

@@ -1,0 +1,231 @@
+package tensorcuda
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"testing"
+
+	"dflash/gpu"
+)
+
+func TestGPUEmbedding(t *testing.T) {
+	forDTypes(t, func(e *env) {
+		for _, c := range []struct{ rows, dim, n int }{{1, 1, 1}, {5, 7, 7}, {100, 33, 33}, {37, 64, 100}, {1000, 1024, 65}} {
+			name := fmt.Sprintf("rows%d_dim%d_n%d", c.rows, c.dim, c.n)
+			table, tv := e.store(e.normal(c.rows*c.dim, 1))
+			ids := make([]int32, c.n)
+			for i := range ids {
+				ids[i] = int32(e.r.IntN(c.rows)) // repeats when n > rows
+			}
+			idb := e.ints(ids)
+			out := e.out(c.n * c.dim)
+			e.check(e.o.Gather(table, c.rows, c.dim, idb, c.n, out))
+			want := make([]float64, c.n*c.dim)
+			ref.Gather(tv, c.dim, ids, want)
+			e.compare("Gather "+name, e.load(out, c.n*c.dim), want, 0)
+
+			dout, dv := e.store(e.normal(c.n*c.dim, 1))
+			dtable, dt := e.f32(e.normal(c.rows*c.dim, 1))
+			e.check(e.o.ScatterAdd(dout, c.n, c.dim, idb, dtable, c.rows))
+			ref.ScatterAdd(dv, c.dim, ids, dt)
+			e.compare("ScatterAdd "+name, e.loadF32(dtable, c.rows*c.dim), dt, tolF32Reduce)
+		}
+		// An id out of range writes a NaN row and leaves the others alone.
+		table, _ := e.store(e.normal(4*8, 1))
+		out := e.out(3 * 8)
+		e.check(e.o.Gather(table, 4, 8, e.ints([]int32{0, 4, 3}), 3, out))
+		got := e.load(out, 3*8)
+		for i, v := range got {
+			if bad := i >= 8 && i < 16; bad != math.IsNaN(v) {
+				e.t.Errorf("Gather with id 4 of 4 rows: element %d = %g", i, v)
+			}
+		}
+	})
+}
+
+func TestGPURMSNorm(t *testing.T) {
+	forDTypes(t, func(e *env) {
+		for _, c := range []struct{ rows, dim int }{{1, 1}, {7, 7}, {33, 64}, {5, 100}, {300, 1000}, {64, 4096}, {3, 5000}} {
+			name := fmt.Sprintf("rows%d_dim%d", c.rows, c.dim)
+			n := c.rows * c.dim
+			const eps = 1e-6
+			x, xv := e.store(e.normal(n, 2))
+			w, wv := e.store(e.normal(c.dim, 1))
+			y, rstd := e.out(n), e.outF32(c.rows)
+			e.check(e.o.RMSNorm(x, w, c.rows, c.dim, eps, y, rstd))
+			wy, wr := make([]float64, n), make([]float64, c.rows)
+			ref.RMSNorm(xv, wv, c.dim, eps, wy, wr)
+			e.compare("RMSNorm y "+name, e.load(y, n), wy, tol(e.dt, true))
+			gr := e.loadF32(rstd, c.rows)
+			e.compare("RMSNorm rstd "+name, gr, wr, tolF32Reduce)
+
+			// The backward reads the device's rstd; the reference gets the same values.
+			dy, dyv := e.store(e.normal(n, 1))
+			dx, dxv := e.store(e.normal(n, 1))
+			dw, dwv := e.f32(e.normal(c.dim, 1))
+			scratch := e.alloc(ColumnScratch(c.rows, c.dim), 0xff)
+			e.check(e.o.RMSNormBackward(x, w, rstd, dy, c.rows, c.dim, dx, dw, scratch))
+			ref.RMSNormBackward(xv, wv, gr, dyv, c.dim, dxv, dwv)
+			e.compare("RMSNormBackward dx "+name, e.load(dx, n), dxv, tol(e.dt, true))
+			e.compare("RMSNormBackward dw "+name, e.loadF32(dw, c.dim), dwv, tolF32Reduce)
+		}
+	})
+}
+
+func TestGPURoPE(t *testing.T) {
+	forDTypes(t, func(e *env) {
+		for _, c := range []struct{ rows, heads, hd int }{{1, 1, 2}, {7, 3, 6}, {33, 8, 64}, {17, 5, 128}} {
+			name := fmt.Sprintf("rows%d_heads%d_hd%d", c.rows, c.heads, c.hd)
+			n, h := c.rows*c.heads*c.hd, c.hd/2
+			ang := e.normal(c.rows*h, 3)
+			cs, sn := make([]float64, len(ang)), make([]float64, len(ang))
+			for i, a := range ang {
+				cs[i], sn[i] = math.Cos(a), math.Sin(a)
+			}
+			cb, cv := e.f32(cs)
+			sb, sv := e.f32(sn)
+			x, xv := e.store(e.normal(n, 1))
+			y := e.out(n)
+			e.check(e.o.RoPE(x, c.rows, c.heads, c.hd, cb, sb, y, false))
+			want := make([]float64, n)
+			ref.RoPE(xv, c.heads, c.hd, cv, sv, want, false)
+			e.compare("RoPE "+name, e.load(y, n), want, tol(e.dt, false))
+
+			acc, av := e.store(e.normal(n, 1))
+			e.check(e.o.RoPE(x, c.rows, c.heads, c.hd, cb, sb, acc, true))
+			ref.RoPE(xv, c.heads, c.hd, cv, sv, av, true)
+			e.compare("RoPE inverse "+name, e.load(acc, n), av, tol(e.dt, false))
+		}
+	})
+}
+
+func TestGPUSwiGLU(t *testing.T) {
+	forDTypes(t, func(e *env) {
+		for _, n := range []int{1, 7, 1000, 100003} {
+			name := fmt.Sprintf("n%d", n)
+			g, gv := e.store(e.normal(n, 3))
+			u, uv := e.store(e.normal(n, 1))
+			out := e.out(n)
+			e.check(e.o.SwiGLU(g, u, out, int64(n)))
+			want := make([]float64, n)
+			ref.SwiGLU(gv, uv, want)
+			e.compare("SwiGLU "+name, e.load(out, n), want, tol(e.dt, false))
+
+			dout, dov := e.store(e.normal(n, 1))
+			dg, dgv := e.store(e.normal(n, 1))
+			du, duv := e.store(e.normal(n, 1))
+			e.check(e.o.SwiGLUBackward(g, u, dout, dg, du, int64(n)))
+			ref.SwiGLUBackward(gv, uv, dov, dgv, duv)
+			e.compare("SwiGLUBackward dgate "+name, e.load(dg, n), dgv, tol(e.dt, false))
+			e.compare("SwiGLUBackward dup "+name, e.load(du, n), duv, tol(e.dt, false))
+
+			// dup null: dgate only.
+			dg2, dg2v := e.store(e.normal(n, 1))
+			e.check(e.o.SwiGLUBackward(g, u, dout, dg2, gpu.Buffer{}, int64(n)))
+			ref.SwiGLUBackward(gv, uv, dov, dg2v, nil)
+			e.compare("SwiGLUBackward dgate only "+name, e.load(dg2, n), dg2v, tol(e.dt, false))
+		}
+	})
+}
+
+func TestGPUElementwise(t *testing.T) {
+	forDTypes(t, func(e *env) {
+		for _, n := range []int{1, 7, 1000, 100003} {
+			name := fmt.Sprintf("n%d", n)
+			x, xv := e.store(e.normal(n, 1))
+			y, yv := e.store(e.normal(n, 1))
+			e.check(e.o.Axpy(-1.75, x, y, int64(n)))
+			ref.Axpy(-1.75, xv, yv)
+			e.compare("Axpy "+name, e.load(y, n), yv, tol(e.dt, false))
+			e.check(e.o.Scale(0.375, x, int64(n)))
+			ref.Scale(0.375, xv)
+			e.compare("Scale "+name, e.load(x, n), xv, tol(e.dt, false))
+		}
+		for _, c := range []struct{ rows, n int }{{1, 1}, {7, 33}, {33, 7}, {1000, 100}, {5000, 3}} {
+			name := fmt.Sprintf("rows%d_n%d", c.rows, c.n)
+			y, yv := e.store(e.normal(c.rows*c.n, 1))
+			v, vv := e.store(e.normal(c.n, 1))
+			e.check(e.o.AddRows(y, c.rows, c.n, v))
+			ref.AddRows(yv, vv)
+			e.compare("AddRows "+name, e.load(y, c.rows*c.n), yv, tol(e.dt, false))
+			yv = e.load(y, c.rows*c.n) // SumRows reads the rounded sums
+			s, sv := e.f32(e.normal(c.n, 1))
+			scratch := e.alloc(ColumnScratch(c.rows, c.n), 0xff)
+			e.check(e.o.SumRows(y, c.rows, c.n, s, scratch))
+			ref.SumRows(yv, sv)
+			e.compare("SumRows "+name, e.loadF32(s, c.n), sv, tolF32Reduce)
+		}
+	})
+}
+
+func TestGPUCopy(t *testing.T) {
+	forDTypes(t, func(e *env) {
+		for _, c := range []struct{ rows, cols, srcStride, srcOff, dstStride, dstOff int }{
+			{1, 1, 1, 0, 1, 0}, {7, 3, 5, 2, 9, 6}, {33, 64, 64, 0, 192, 128}, {1000, 7, 20, 13, 7, 0},
+		} {
+			name := fmt.Sprintf("%dx%d_src%d+%d_dst%d+%d", c.rows, c.cols, c.srcStride, c.srcOff, c.dstStride, c.dstOff)
+			sn, dn := (c.rows-1)*c.srcStride+c.srcOff+c.cols, (c.rows-1)*c.dstStride+c.dstOff+c.cols
+			src, sv := e.store(e.normal(sn, 1))
+			for _, acc := range []bool{false, true} {
+				dst, dv := e.store(e.normal(dn, 1))
+				e.check(e.o.Copy2D(c.rows, c.cols, src, c.srcStride, c.srcOff, dst, c.dstStride, c.dstOff, acc))
+				ref.Copy2D(c.rows, c.cols, sv, c.srcStride, c.srcOff, dv, c.dstStride, c.dstOff, acc)
+				tl := 0.0 // a copy is exact
+				if acc {
+					tl = tol(e.dt, false)
+				}
+				e.compare(fmt.Sprintf("Copy2D %s accumulate=%v", name, acc), e.load(dst, dn), dv, tl)
+			}
+		}
+		for _, s := range [][4]int{{1, 1, 1, 1}, {2, 3, 5, 7}, {1, 33, 8, 64}, {4, 17, 3, 128}} {
+			n := s[0] * s[1] * s[2] * s[3]
+			src, sv := e.store(e.normal(n, 1))
+			for _, acc := range []bool{false, true} {
+				var dst gpu.Buffer
+				var dv []float64
+				if acc {
+					dst, dv = e.store(e.normal(n, 1))
+				} else {
+					dst, dv = e.out(n), make([]float64, n)
+				}
+				e.check(e.o.Transpose12(s[0], s[1], s[2], s[3], src, dst, acc))
+				ref.Transpose12(s[0], s[1], s[2], s[3], sv, dv, acc)
+				tl := 0.0
+				if acc {
+					tl = tol(e.dt, false)
+				}
+				e.compare(fmt.Sprintf("Transpose12 %v accumulate=%v", s, acc), e.load(dst, n), dv, tl)
+			}
+		}
+	})
+}
+
+func TestGPUSoftmaxXent(t *testing.T) {
+	forDTypes(t, func(e *env) {
+		for _, c := range []struct{ rows, vocab int }{{1, 1}, {7, 7}, {33, 1000}, {5, 1003}, {3, 32000}, {4, 151936}} {
+			name := fmt.Sprintf("rows%d_vocab%d", c.rows, c.vocab)
+			n := c.rows * c.vocab
+			logits, lv := e.store(e.normal(n, 3))
+			targets := make([]int32, c.rows)
+			scale := make([]float64, c.rows)
+			for r := range targets {
+				targets[r] = int32(e.r.IntN(c.vocab))
+				if c.rows > 1 && r%3 == 1 {
+					targets[r] = -1 // an ignored row
+				}
+				scale[r] = e.r.Float64() + 0.1
+			}
+			sb, sv := e.f32(scale)
+			loss, amax := e.outF32(c.rows), e.alloc(int64(4*c.rows), 0x7f)
+			e.check(e.o.SoftmaxXent(logits, c.rows, c.vocab, e.ints(targets), sb, loss, amax))
+			wl, wa := make([]float64, c.rows), make([]int32, c.rows)
+			ref.SoftmaxXent(lv, c.rows, c.vocab, targets, sv, wl, wa)
+			e.compare("SoftmaxXent loss "+name, e.loadF32(loss, c.rows), wl, tolF32Reduce)
+			e.compare("SoftmaxXent gradient "+name, e.load(logits, n), lv, tol(e.dt, true))
+			if ga := e.loadI32(amax, c.rows); !slices.Equal(ga, wa) {
+				e.t.Errorf("SoftmaxXent argmax %s: got %v, want %v", name, ga, wa)
+			}
+		}
+	})
+}

@@ -1,0 +1,88 @@
+package tensorcuda
+
+import (
+	"fmt"
+	"strings"
+)
+
+// kind is the C type of a kernel parameter as the launch passes it.
+type kind uint8
+
+const (
+	kPtr kind = iota + 1 // any device pointer
+	kI32                 // int
+	kI64                 // long long
+	kF32                 // float
+	kF64                 // double
+)
+
+var kindNames = map[string]kind{"p": kPtr, "i32": kI32, "i64": kI64, "f32": kF32, "f64": kF64}
+
+func (k kind) String() string {
+	for s, v := range kindNames {
+		if v == k {
+			return s
+		}
+	}
+	return fmt.Sprintf("kind(%d)", uint8(k))
+}
+
+type param struct {
+	name string
+	kind kind
+}
+
+// kernel is one extern "C" kernel of a kernels/op_*.cu file and its
+// parameter list, in order.
+type kernel struct {
+	file, name string
+	params     []param
+}
+
+// def declares kernel name of file with parameters "name:kind ..." (kinds
+// p, i32, i64, f32, f64).
+func def(file, name, sig string) *kernel {
+	k := &kernel{file: file, name: name}
+	for _, f := range strings.Fields(sig) {
+		n, ks, ok := strings.Cut(f, ":")
+		kd, known := kindNames[ks]
+		if !ok || !known {
+			panic(fmt.Sprintf("tensorcuda: kernel %s: bad parameter %q", name, f))
+		}
+		k.params = append(k.params, param{n, kd})
+	}
+	allKernels = append(allKernels, k)
+	return k
+}
+
+// allKernels lists every declared kernel (filled by def).
+var allKernels []*kernel
+
+// The kernels, with their parameter lists as the .cu files declare them.
+var (
+	kGather     = def("op_embed.cu", "op_gather", "table:p ids:p out:p n:i32 dim:i32 rows:i32")
+	kScatterAdd = def("op_embed.cu", "op_scatter_add", "dout:p ids:p dtable:p n:i32 dim:i32 rows:i32")
+
+	kRMSNorm   = def("op_rmsnorm.cu", "op_rmsnorm_fwd", "x:p w:p y:p rstd:p rows:i32 dim:i32 eps:f32")
+	kRMSNormDX = def("op_rmsnorm.cu", "op_rmsnorm_bwd_dx", "x:p w:p rstd:p dy:p dx:p rows:i32 dim:i32")
+	kRMSNormDW = def("op_rmsnorm.cu", "op_rmsnorm_bwd_dw", "x:p rstd:p dy:p partial:p rows:i32 dim:i32 rows_per_chunk:i32")
+
+	kAddRows = def("op_rows.cu", "op_add_rows", "y:p v:p total:i64 n:i32")
+	kSumRows = def("op_rows.cu", "op_sum_rows", "y:p partial:p rows:i32 n:i32 rows_per_chunk:i32")
+	kColSum  = def("op_rows.cu", "op_colsum", "partial:p v:p chunks:i32 n:i32")
+
+	kRoPE = def("op_rope.cu", "op_rope", "x:p cos:p sin:p y:p rows:i32 heads:i32 half:i32 inverse:i32")
+
+	kSwiGLU    = def("op_swiglu.cu", "op_swiglu_fwd", "gate:p up:p out:p n:i64")
+	kSwiGLUBwd = def("op_swiglu.cu", "op_swiglu_bwd", "gate:p up:p dout:p dgate:p dup:p n:i64")
+
+	kAxpy  = def("op_ew.cu", "op_axpy", "alpha:f32 x:p y:p n:i64")
+	kScale = def("op_ew.cu", "op_scale", "alpha:f32 x:p n:i64")
+
+	kCopy2D      = def("op_copy.cu", "op_copy2d", "src:p src_stride:i64 src_off:i64 dst:p dst_stride:i64 dst_off:i64 rows:i32 cols:i32 accumulate:i32")
+	kTranspose12 = def("op_copy.cu", "op_transpose12", "src:p dst:p na:i32 nb:i32 nc:i32 nd:i32 accumulate:i32")
+
+	kXent = def("op_xent.cu", "op_softmax_xent", "logits:p rows:i32 vocab:i32 targets:p scale:p loss:p argmax:p")
+
+	kAdamW = def("op_adamw.cu", "op_adamw", "p:p g:p m:p v:p p16:p seg:p b1:f64 b2:f64 eps:f64 step_size:f64 bc2_sqrt:f64 shrink:f64")
+)

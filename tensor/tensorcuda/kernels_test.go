@@ -1,0 +1,240 @@
+package tensorcuda
+
+import (
+	"regexp"
+	"strings"
+	"testing"
+
+	"dflash/cuda"
+	"dflash/gpu"
+	"dflash/kernels"
+)
+
+// These tests need no GPU and compile nothing: they check that the kernel
+// sources declare exactly the kernels and parameter lists the launchers pass.
+
+var kernelDecl = regexp.MustCompile(`extern "C" __global__ void (\w+)\(([^)]*)\)`)
+
+// parseKernels returns the extern "C" kernels of a source and their
+// parameters, with kinds read from the C types.
+func parseKernels(t *testing.T, file, src string) map[string][]param {
+	t.Helper()
+	out := map[string][]param{}
+	for _, m := range kernelDecl.FindAllStringSubmatch(src, -1) {
+		var ps []param
+		for _, a := range strings.Split(m[2], ",") {
+			f := strings.Fields(strings.NewReplacer("*", " * ").Replace(a))
+			var typ []string
+			ptr := false
+			for _, w := range f[:len(f)-1] {
+				switch w {
+				case "const", "__restrict__":
+				case "*":
+					ptr = true
+				default:
+					typ = append(typ, w)
+				}
+			}
+			var k kind
+			switch ty := strings.Join(typ, " "); {
+			case ptr:
+				k = kPtr
+			case ty == "int":
+				k = kI32
+			case ty == "long long":
+				k = kI64
+			case ty == "float":
+				k = kF32
+			case ty == "double":
+				k = kF64
+			default:
+				t.Errorf("%s: %s: parameter %q has type %q that launches cannot pass", file, m[1], a, ty)
+			}
+			ps = append(ps, param{f[len(f)-1], k})
+		}
+		out[m[1]] = ps
+	}
+	return out
+}
+
+func TestKernelSignatures(t *testing.T) {
+	declared := map[string]*kernel{}
+	for _, k := range allKernels {
+		if declared[k.name] != nil {
+			t.Errorf("kernel %s declared twice", k.name)
+		}
+		declared[k.name] = k
+	}
+	seen := map[string]bool{}
+	for _, file := range kernels.Names() {
+		if !strings.HasPrefix(file, "op_") {
+			continue
+		}
+		src := Source(file)
+		if regexp.MustCompile(`(?m)^\s*#include`).MatchString(src) {
+			t.Errorf("%s still includes a header after splicing op_common.cuh", file)
+		}
+		for name, ps := range parseKernels(t, file, src) {
+			seen[name] = true
+			k := declared[name]
+			if k == nil {
+				t.Errorf("%s: kernel %s has no launcher declaration in kernels.go", file, name)
+				continue
+			}
+			if k.file != file {
+				t.Errorf("kernel %s is declared in %s but defined in %s", name, k.file, file)
+			}
+			if len(ps) != len(k.params) {
+				t.Errorf("%s: %s has %d parameters %v, kernels.go declares %d %v", file, name, len(ps), ps, len(k.params), k.params)
+				continue
+			}
+			for i := range ps {
+				if ps[i] != k.params[i] {
+					t.Errorf("%s: %s parameter %d is %s %s, kernels.go declares %s %s", file, name, i, ps[i].name, ps[i].kind, k.params[i].name, k.params[i].kind)
+				}
+			}
+		}
+	}
+	for name, k := range declared {
+		if !seen[name] {
+			t.Errorf("kernel %s declared for %s is not defined there", name, k.file)
+		}
+	}
+}
+
+// fakeRun records launches instead of making them.
+type fakeRun struct {
+	launched map[string]int
+	last     struct {
+		grid, block cuda.Dim3
+		args        int
+	}
+}
+
+func (f *fakeRun) launch(k *kernel, grid, block cuda.Dim3, args *cuda.Args) error {
+	f.launched[k.name]++
+	f.last.grid, f.last.block, f.last.args = grid, block, args.Len()
+	return nil
+}
+
+func fakeOps(dt gpu.DType) (*Ops, *fakeRun) {
+	f := &fakeRun{launched: map[string]int{}}
+	return &Ops{dt: dt, sms: 132, run: f}, f
+}
+
+// TestLaunchersMatchKernels calls every launcher (the argument checks panic
+// on a mismatch with the declared parameter list) and checks that every
+// declared kernel is launched by some launcher.
+func TestLaunchersMatchKernels(t *testing.T) {
+	big := gpu.Buffer{Ptr: 0x10000, Size: 1 << 40}
+	for _, dt := range []gpu.DType{gpu.BF16, gpu.F32} {
+		t.Run(dt.String(), func(t *testing.T) {
+			o, f := fakeOps(dt)
+			must := func(err error) {
+				t.Helper()
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			must(o.Gather(big, 100, 33, big, 7, big))
+			if f.last.grid.X != 7 {
+				t.Errorf("Gather grid %v, want one block per id", f.last.grid)
+			}
+			must(o.ScatterAdd(big, 7, 33, big, big, 100))
+			must(o.RMSNorm(big, big, 9, 65, 1e-6, big, big))
+			if f.last.grid.X != 9 {
+				t.Errorf("RMSNorm grid %v, want one block per row", f.last.grid)
+			}
+			must(o.RMSNormBackward(big, big, big, big, 1000, 65, big, big, big))
+			per, nc := chunks(1000)
+			if f.last.grid.X != 1 || per*nc < 1000 {
+				t.Errorf("colsum grid %v, chunks %d×%d", f.last.grid, nc, per)
+			}
+			must(o.RoPE(big, 5, 3, 8, big, big, big, true))
+			must(o.SwiGLU(big, big, big, 1001))
+			must(o.SwiGLUBackward(big, big, big, big, gpu.Buffer{}, 1001))
+			must(o.Axpy(2, big, big, 77))
+			must(o.Scale(2, big, 77))
+			must(o.AddRows(big, 3, 7, big))
+			must(o.SumRows(big, 3, 7, big, big))
+			must(o.Copy2D(4, 3, big, 5, 1, big, 9, 6, true))
+			must(o.Transpose12(2, 3, 4, 5, big, big, false))
+			must(o.SoftmaxXent(big, 3, 151936, big, big, big, big))
+			if f.last.grid.X != 3 || f.last.block.X != xentThreads {
+				t.Errorf("SoftmaxXent grid %v block %v", f.last.grid, f.last.block)
+			}
+			l, err := NewAdamWLayout([]AdamWSegment{{0, 10, true}, {10, 5000, false}}, 5000)
+			must(err)
+			must(o.AdamW(l, big, big, big, big, big, gpu.Buffer{}, AdamWStep{LR: 1e-3, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, Step: 1}))
+			if f.last.grid.Y != 2 || f.last.grid.X != uint32(ceilDiv(4990, threads)) {
+				t.Errorf("AdamW grid %v, want %d×2", f.last.grid, ceilDiv(4990, threads))
+			}
+			for _, k := range allKernels {
+				if f.launched[k.name] == 0 {
+					t.Errorf("no launcher launched %s", k.name)
+				}
+			}
+		})
+	}
+}
+
+func TestLauncherChecksBufferSizes(t *testing.T) {
+	o, _ := fakeOps(gpu.BF16)
+	big := gpu.Buffer{Ptr: 0x10000, Size: 1 << 40}
+	for _, c := range []struct {
+		name, want string
+		f          func()
+	}{
+		{"gather out", "Gather: out holds 100 bytes, needs 462", func() { _ = o.Gather(big, 10, 33, big, 7, gpu.Buffer{Ptr: 1, Size: 100}) }},
+		{"scatter fp32 table", "ScatterAdd: dtable", func() { _ = o.ScatterAdd(big, 7, 33, big, gpu.Buffer{Ptr: 1, Size: 2 * 33 * 10}, 10) }},
+		{"rmsnorm scratch", "RMSNormBackward: scratch", func() {
+			_ = o.RMSNormBackward(big, big, big, big, 100, 8, gpu.Buffer{}, big, gpu.Buffer{Ptr: 1, Size: 4})
+		}},
+		{"null input", "SwiGLU: gate is a null buffer", func() { _ = o.SwiGLU(gpu.Buffer{}, big, big, 3) }},
+		{"copy strides", "Copy2D: block of 3 cols", func() { _ = o.Copy2D(2, 3, big, 2, 0, big, 3, 0, false) }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			defer func() {
+				r := recover()
+				if r == nil || !strings.Contains(r.(string), c.want) {
+					t.Fatalf("panic %v, want one containing %q", r, c.want)
+				}
+			}()
+			c.f()
+		})
+	}
+}
+
+func TestChunks(t *testing.T) {
+	for _, rows := range []int{1, 7, 16, 17, 33, 1000, 2048, 2049, 16384, 1 << 20} {
+		per, n := chunks(rows)
+		if per*n < rows || per*(n-1) >= rows || n > maxChunks || per < minChunkRows {
+			t.Errorf("rows %d: %d chunks of %d", rows, n, per)
+		}
+		if got := ColumnScratch(rows, 10); got != int64(n*10*4) {
+			t.Errorf("rows %d: scratch %d", rows, got)
+		}
+	}
+}
+
+func TestAdamWLayoutErrors(t *testing.T) {
+	for _, c := range []struct {
+		segs  []AdamWSegment
+		total int64
+	}{
+		{nil, 10},
+		{[]AdamWSegment{{0, 5, true}, {4, 8, false}}, 10},
+		{[]AdamWSegment{{0, 0, true}}, 10},
+		{[]AdamWSegment{{0, 11, true}}, 10},
+	} {
+		if _, err := NewAdamWLayout(c.segs, c.total); err == nil {
+			t.Errorf("segments %v over %d accepted", c.segs, c.total)
+		}
+	}
+}
+
+func TestNewRejectsDType(t *testing.T) {
+	if _, err := New(nil, nil, gpu.F16); err == nil || !strings.Contains(err.Error(), "f16") {
+		t.Fatalf("New with f16 storage: %v", err)
+	}
+}

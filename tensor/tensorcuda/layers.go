@@ -1,0 +1,138 @@
+package tensorcuda
+
+import (
+	"dflash/cuda"
+	"dflash/gpu"
+)
+
+// Gather copies table rows: out[i,:] = table[ids[i],:] for i < n, with table
+// [tableRows, dim] and out [n, dim] in storage dtype, ids int32. An id
+// outside [0, tableRows) writes a NaN row.
+func (o *Ops) Gather(table gpu.Buffer, tableRows, dim int, ids gpu.Buffer, n int, out gpu.Buffer) error {
+	need("Gather", "table", table, int64(tableRows)*int64(dim), o.es())
+	need("Gather", "ids", ids, int64(n), 4)
+	need("Gather", "out", out, int64(n)*int64(dim), o.es())
+	if n == 0 || dim == 0 {
+		return nil
+	}
+	c := o.begin(kGather).ptr("table", table).ptr("ids", ids).ptr("out", out).i32("n", n).i32("dim", dim).i32("rows", tableRows)
+	return o.launch(c, cuda.Dim(uint32(n), 1, 1), threads)
+}
+
+// ScatterAdd is Gather's gradient: dtable[ids[i],:] += dout[i,:], with dout
+// [n, dim] in storage dtype and dtable [tableRows, dim] fp32 (atomic adds:
+// the order of additions to a repeated id varies). Ids outside
+// [0, tableRows) are skipped.
+func (o *Ops) ScatterAdd(dout gpu.Buffer, n, dim int, ids gpu.Buffer, dtable gpu.Buffer, tableRows int) error {
+	need("ScatterAdd", "dout", dout, int64(n)*int64(dim), o.es())
+	need("ScatterAdd", "ids", ids, int64(n), 4)
+	need("ScatterAdd", "dtable", dtable, int64(tableRows)*int64(dim), 4)
+	if n == 0 || dim == 0 {
+		return nil
+	}
+	c := o.begin(kScatterAdd).ptr("dout", dout).ptr("ids", ids).ptr("dtable", dtable).i32("n", n).i32("dim", dim).i32("rows", tableRows)
+	return o.launch(c, cuda.Dim(uint32(n), 1, 1), threads)
+}
+
+// RMSNorm computes, per row of x [rows, dim], rstd = 1/sqrt(mean(x²)+eps)
+// and y = x·rstd·w. x, w, y are storage dtype; rstd [rows] is fp32.
+func (o *Ops) RMSNorm(x, w gpu.Buffer, rows, dim int, eps float64, y, rstd gpu.Buffer) error {
+	need("RMSNorm", "x", x, int64(rows)*int64(dim), o.es())
+	need("RMSNorm", "w", w, int64(dim), o.es())
+	need("RMSNorm", "y", y, int64(rows)*int64(dim), o.es())
+	need("RMSNorm", "rstd", rstd, int64(rows), 4)
+	if rows == 0 || dim == 0 {
+		return nil
+	}
+	c := o.begin(kRMSNorm).ptr("x", x).ptr("w", w).ptr("y", y).ptr("rstd", rstd).i32("rows", rows).i32("dim", dim).f32("eps", float32(eps))
+	return o.launch(c, cuda.Dim(uint32(rows), 1, 1), threads)
+}
+
+// RMSNormBackward accumulates, with x̂ = x·rstd and g = dy·w:
+// dx += rstd·(g − x̂·mean(g·x̂)) (storage dtype) and dw += Σ_rows dy·x̂ (fp32,
+// deterministic: summed by chunks of rows into scratch, of ColumnScratch(rows,
+// dim) bytes, then over the chunks in order). dx or dw may be null (zero
+// Buffer); scratch is needed only with dw.
+func (o *Ops) RMSNormBackward(x, w, rstd, dy gpu.Buffer, rows, dim int, dx, dw, scratch gpu.Buffer) error {
+	n := int64(rows) * int64(dim)
+	need("RMSNormBackward", "x", x, n, o.es())
+	need("RMSNormBackward", "w", w, int64(dim), o.es())
+	need("RMSNormBackward", "rstd", rstd, int64(rows), 4)
+	need("RMSNormBackward", "dy", dy, n, o.es())
+	optional("RMSNormBackward", "dx", dx, n, o.es())
+	optional("RMSNormBackward", "dw", dw, int64(dim), 4)
+	if rows == 0 || dim == 0 {
+		return nil
+	}
+	if dx.Ptr != 0 {
+		c := o.begin(kRMSNormDX).ptr("x", x).ptr("w", w).ptr("rstd", rstd).ptr("dy", dy).ptr("dx", dx).i32("rows", rows).i32("dim", dim)
+		if err := o.launch(c, cuda.Dim(uint32(rows), 1, 1), threads); err != nil {
+			return err
+		}
+	}
+	if dw.Ptr == 0 {
+		return nil
+	}
+	need("RMSNormBackward", "scratch", scratch, ColumnScratch(rows, dim)/4, 4)
+	per, nc := chunks(rows)
+	c := o.begin(kRMSNormDW).ptr("x", x).ptr("rstd", rstd).ptr("dy", dy).ptr("partial", scratch).i32("rows", rows).i32("dim", dim).i32("rows_per_chunk", per)
+	if err := o.launch(c, cuda.Dim(uint32(ceilDiv(dim, threads)), uint32(nc), 1), threads); err != nil {
+		return err
+	}
+	return o.colSum(scratch, nc, dim, dw)
+}
+
+// colSum adds the chunks partial rows of n columns, in order, into v (fp32).
+func (o *Ops) colSum(partial gpu.Buffer, chunks, n int, v gpu.Buffer) error {
+	c := o.begin(kColSum).ptr("partial", partial).ptr("v", v).i32("chunks", chunks).i32("n", n)
+	return o.launch(c, cuda.Dim(uint32(ceilDiv(n, threads)), 1, 1), threads)
+}
+
+// RoPE rotates each head of x ([rows, heads, headDim], storage dtype) by the
+// angles of its row in HF's rotate_half convention: with h = headDim/2,
+// c = cos[r,i], s = sin[r,i] (fp32 tables [rows, h]), y[i] = x[i]·c − x[i+h]·s
+// and y[i+h] = x[i+h]·c + x[i]·s. With inverse the rotation is by −angle and
+// the result is added to y (RoPE's gradient).
+func (o *Ops) RoPE(x gpu.Buffer, rows, heads, headDim int, cos, sin gpu.Buffer, y gpu.Buffer, inverse bool) error {
+	if headDim%2 != 0 {
+		panic("tensorcuda: RoPE: odd head dimension")
+	}
+	n := int64(rows) * int64(heads) * int64(headDim)
+	half := headDim / 2
+	need("RoPE", "x", x, n, o.es())
+	need("RoPE", "y", y, n, o.es())
+	need("RoPE", "cos", cos, int64(rows)*int64(half), 4)
+	need("RoPE", "sin", sin, int64(rows)*int64(half), 4)
+	if n == 0 {
+		return nil
+	}
+	c := o.begin(kRoPE).ptr("x", x).ptr("cos", cos).ptr("sin", sin).ptr("y", y).i32("rows", rows).i32("heads", heads).i32("half", half).flag("inverse", inverse)
+	return o.launch(c, o.strided(n/2), threads)
+}
+
+// SwiGLU computes out = silu(gate)·up over n elements, silu(g) = g·σ(g).
+func (o *Ops) SwiGLU(gate, up, out gpu.Buffer, n int64) error {
+	need("SwiGLU", "gate", gate, n, o.es())
+	need("SwiGLU", "up", up, n, o.es())
+	need("SwiGLU", "out", out, n, o.es())
+	if n == 0 {
+		return nil
+	}
+	c := o.begin(kSwiGLU).ptr("gate", gate).ptr("up", up).ptr("out", out).i64("n", n)
+	return o.launch(c, o.strided(n), threads)
+}
+
+// SwiGLUBackward accumulates dgate += dout·up·σ(g)·(1 + g·(1−σ(g))) and
+// dup += dout·silu(g); either may be null.
+func (o *Ops) SwiGLUBackward(gate, up, dout, dgate, dup gpu.Buffer, n int64) error {
+	need("SwiGLUBackward", "gate", gate, n, o.es())
+	need("SwiGLUBackward", "up", up, n, o.es())
+	need("SwiGLUBackward", "dout", dout, n, o.es())
+	optional("SwiGLUBackward", "dgate", dgate, n, o.es())
+	optional("SwiGLUBackward", "dup", dup, n, o.es())
+	if n == 0 || dgate.Ptr == 0 && dup.Ptr == 0 {
+		return nil
+	}
+	c := o.begin(kSwiGLUBwd).ptr("gate", gate).ptr("up", up).ptr("dout", dout).ptr("dgate", dgate).ptr("dup", dup).i64("n", n)
+	return o.launch(c, o.strided(n), threads)
+}

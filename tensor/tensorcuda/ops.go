@@ -1,0 +1,233 @@
+package tensorcuda
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strings"
+
+	"dflash/cuda"
+	"dflash/gpu"
+	"dflash/jit"
+	"dflash/kernels"
+)
+
+// Ops launches the op kernels of one storage dtype on one device.
+type Ops struct {
+	dt   gpu.DType
+	sms  int // multiprocessors: grids of grid-stride kernels are sized from it
+	run  runner
+	call call // reused by every launch (Ops is single-threaded)
+}
+
+// runner queues one kernel; the device's runner compiles and loads on first
+// use, the CPU tests' fake records the launch.
+type runner interface {
+	launch(k *kernel, grid, block cuda.Dim3, args *cuda.Args) error
+}
+
+// New returns the ops of storage dtype dt (gpu.BF16 or gpu.F32) on d,
+// compiling through cache on first use of each kernel file (Warm compiles
+// all of them at once).
+func New(cache *jit.Cache, d *gpu.Device, dt gpu.DType) (*Ops, error) {
+	if dt != gpu.BF16 && dt != gpu.F32 {
+		return nil, fmt.Errorf("tensorcuda: storage dtype %v is not supported (bf16 or f32)", dt)
+	}
+	r := &devRunner{cache: cache, d: d, dt: dt, mods: map[string]*jit.Kernel{}, fns: map[*kernel]cuda.Function{}}
+	return &Ops{dt: dt, sms: d.Info().SMs, run: r}, nil
+}
+
+// DType returns the storage dtype.
+func (o *Ops) DType() gpu.DType { return o.dt }
+
+// Warm compiles (or fetches from the cache) and loads every kernel.
+func (o *Ops) Warm(ctx context.Context) error {
+	r, ok := o.run.(*devRunner)
+	if !ok {
+		return nil
+	}
+	for _, k := range allKernels {
+		if _, err := r.function(ctx, k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Source returns the CUDA source of kernel file (e.g. "op_xent.cu") as it is
+// compiled: kernels/op_common.cuh spliced in place of its #include line.
+// The storage dtype comes from the -DOP_BF16 option (compileOptions).
+func Source(file string) string {
+	src := kernels.Source(file)
+	const inc = `#include "op_common.cuh"`
+	if !strings.Contains(src, inc) {
+		panic(fmt.Sprintf("tensorcuda: kernels/%s does not include op_common.cuh", file))
+	}
+	return strings.Replace(src, inc, kernels.Source("op_common.cuh"), 1)
+}
+
+// compileOptions are the NVRTC options of the kernels of storage dtype dt.
+func compileOptions(dt gpu.DType) []string {
+	bf16 := "0"
+	if dt == gpu.BF16 {
+		bf16 = "1"
+	}
+	return []string{"-std=c++17", "-DOP_BF16=" + bf16}
+}
+
+// devRunner compiles each kernel file once per device architecture through
+// the kernel cache and launches on the device's default stream.
+type devRunner struct {
+	cache *jit.Cache
+	d     *gpu.Device
+	dt    gpu.DType
+	mods  map[string]*jit.Kernel // by file
+	fns   map[*kernel]cuda.Function
+}
+
+func (r *devRunner) function(ctx context.Context, k *kernel) (cuda.Function, error) {
+	if f, ok := r.fns[k]; ok {
+		return f, nil
+	}
+	m := r.mods[k.file]
+	if m == nil {
+		fam := strings.TrimSuffix(k.file, ".cu")
+		m = r.cache.Kernel(jit.Source{Family: fam, Code: Source(k.file), Options: compileOptions(r.dt),
+			Arch: r.d.Arch(), Params: map[string]string{"dtype": r.dt.String()}})
+		r.mods[k.file] = m
+	}
+	f, err := m.Function(ctx, r.d, k.name)
+	if err != nil {
+		return 0, fmt.Errorf("tensorcuda: %s (%s): %w", k.name, r.dt, err)
+	}
+	r.fns[k] = f
+	return f, nil
+}
+
+func (r *devRunner) launch(k *kernel, grid, block cuda.Dim3, args *cuda.Args) error {
+	f, err := r.function(context.Background(), k)
+	if err != nil {
+		return err
+	}
+	if err := r.d.Launch(f, grid, block, 0, nil, args); err != nil {
+		return fmt.Errorf("tensorcuda: launch %s (%s): %w", k.name, r.dt, err)
+	}
+	return nil
+}
+
+// call builds one launch's arguments, checking each against the kernel's
+// declared parameter list: a launcher that passes them in another order,
+// of another kind or in another number panics.
+type call struct {
+	k    *kernel
+	n    int
+	args cuda.Args
+}
+
+func (o *Ops) begin(k *kernel) *call {
+	o.call.k, o.call.n = k, 0
+	o.call.args.Reset()
+	return &o.call
+}
+
+func (c *call) next(name string, kd kind) {
+	if c.n >= len(c.k.params) {
+		panic(fmt.Sprintf("tensorcuda: %s: argument %q beyond its %d parameters", c.k.name, name, len(c.k.params)))
+	}
+	if p := c.k.params[c.n]; p.name != name || p.kind != kd {
+		panic(fmt.Sprintf("tensorcuda: %s: argument %d is %s %s, the kernel declares %s %s", c.k.name, c.n, name, kd, p.name, p.kind))
+	}
+	c.n++
+}
+
+func (c *call) ptr(name string, b gpu.Buffer) *call { c.next(name, kPtr); c.args.Ptr(b.Ptr); return c }
+
+func (c *call) i32(name string, v int) *call {
+	c.next(name, kI32)
+	if v < math.MinInt32 || v > math.MaxInt32 {
+		panic(fmt.Sprintf("tensorcuda: %s: %s = %d does not fit an int", c.k.name, name, v))
+	}
+	c.args.I32(int32(v))
+	return c
+}
+
+func (c *call) flag(name string, b bool) *call {
+	if b {
+		return c.i32(name, 1)
+	}
+	return c.i32(name, 0)
+}
+
+func (c *call) i64(name string, v int64) *call   { c.next(name, kI64); c.args.I64(v); return c }
+func (c *call) f32(name string, v float32) *call { c.next(name, kF32); c.args.F32(v); return c }
+func (c *call) f64(name string, v float64) *call { c.next(name, kF64); c.args.F64(v); return c }
+
+// launch queues the call with the given grid and threads per block.
+func (o *Ops) launch(c *call, grid cuda.Dim3, threads int) error {
+	if c.n != len(c.k.params) {
+		panic(fmt.Sprintf("tensorcuda: %s: %d arguments, the kernel declares %d", c.k.name, c.n, len(c.k.params)))
+	}
+	if grid.X == 0 || grid.Y == 0 || grid.Z == 0 || grid.Y > 65535 || grid.Z > 65535 {
+		panic(fmt.Sprintf("tensorcuda: %s: grid %v out of range", c.k.name, grid))
+	}
+	return o.run.launch(c.k, grid, cuda.Dim(uint32(threads), 1, 1), &c.args)
+}
+
+// Threads per block. Block reductions need a multiple of 32, at most 1024.
+const (
+	threads     = 256
+	xentThreads = 512
+	// wavesPerSM bounds the grid of grid-stride kernels: enough blocks to
+	// fill the device a few times over, no more.
+	wavesPerSM = 8
+)
+
+// strided returns the grid of a grid-stride kernel over n items.
+func (o *Ops) strided(n int64) cuda.Dim3 {
+	b := (n + threads - 1) / threads
+	b = min(b, int64(max(o.sms, 1)*wavesPerSM))
+	return cuda.Dim(uint32(max(b, 1)), 1, 1)
+}
+
+// Column sums (SumRows, RMSNorm's dw) run in two stages: blocks of
+// rows_per_chunk rows write one partial row each, then op_colsum adds the
+// partial rows in order. maxChunks bounds the scratch to maxChunks rows.
+const (
+	minChunkRows = 16
+	maxChunks    = 128
+)
+
+// chunks returns the rows per chunk and the number of chunks for rows rows.
+func chunks(rows int) (perChunk, n int) {
+	perChunk = max(minChunkRows, (rows+maxChunks-1)/maxChunks)
+	return perChunk, max(1, (rows+perChunk-1)/perChunk)
+}
+
+// ColumnScratch returns the bytes of fp32 scratch that SumRows and
+// RMSNormBackward (with dw) need for rows × cols.
+func ColumnScratch(rows, cols int) int64 {
+	_, n := chunks(rows)
+	return int64(n) * int64(cols) * 4
+}
+
+// need panics unless b holds elems elements of size bytes.
+func need(op, arg string, b gpu.Buffer, elems, size int64) {
+	if b.Ptr == 0 && elems > 0 {
+		panic(fmt.Sprintf("tensorcuda: %s: %s is a null buffer", op, arg))
+	}
+	if elems*size > b.Size {
+		panic(fmt.Sprintf("tensorcuda: %s: %s holds %d bytes, needs %d (%d elements of %d bytes)", op, arg, b.Size, elems*size, elems, size))
+	}
+}
+
+// optional is need for a buffer that may be null (Ptr 0: not computed).
+func optional(op, arg string, b gpu.Buffer, elems, size int64) {
+	if b.Ptr != 0 {
+		need(op, arg, b, elems, size)
+	}
+}
+
+// es returns the storage element size.
+func (o *Ops) es() int64 { return o.dt.Size() }
+
+func ceilDiv(a, b int) int { return (a + b - 1) / b }
