@@ -5,9 +5,9 @@ import (
 	"math"
 	"testing"
 
+	"dflash/dtype"
 	"dflash/gpu"
 	"dflash/internal/checkreport"
-	"dflash/safetensors"
 	"dflash/train"
 )
 
@@ -58,7 +58,7 @@ func TestGPUAdamW(t *testing.T) {
 		e.check(gpu.Upload(e.d, pb, flat(func(p *train.Param) []float32 { return p.Data })))
 		gb, mb, vb := e.alloc(4*total, 0), e.alloc(4*total, 0), e.alloc(4*total, 0)
 		var p16 gpu.Buffer // bf16 copy written only in the bf16 run
-		if e.dt == gpu.BF16 {
+		if e.dt == dtype.BF16 {
 			p16 = e.alloc(2*total, 0xff)
 		}
 		const steps = 6
@@ -101,8 +101,8 @@ func TestGPUAdamW(t *testing.T) {
 			h := make([]uint16, total)
 			e.check(gpu.Download(e.d, h, p16))
 			for i, v := range got {
-				if h[i] != safetensors.Float32ToBF16(v) {
-					e.t.Errorf("bf16 copy %d: %#04x, want %#04x (bf16 of %g)", i, h[i], safetensors.Float32ToBF16(v), v)
+				if h[i] != dtype.Float32ToBF16(v) {
+					e.t.Errorf("bf16 copy %d: %#04x, want %#04x (bf16 of %g)", i, h[i], dtype.Float32ToBF16(v), v)
 					break
 				}
 			}

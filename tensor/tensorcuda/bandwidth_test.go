@@ -18,7 +18,7 @@ const peakGBs = 4000
 // outputs twice). It checks nothing but that the launches succeed.
 func TestGPUOpsBandwidth(t *testing.T) {
 	forDTypes(t, func(e *env) {
-		es := e.dt.Size()
+		es := int64(e.dt.Size())
 		const (
 			tokens, hidden, inter = 16384, 4096, 12288
 			heads, headDim        = 32, 128
@@ -85,26 +85,10 @@ func TestGPUOpsBandwidth(t *testing.T) {
 	})
 }
 
-// time returns the mean duration of f over repetitions, timed by events
-// after warm-up launches.
+// time returns the median duration of f (gpu.Device.Time: events around
+// each repetition after warm-up launches).
 func (e *env) time(f func() error) time.Duration {
-	const warm, reps = 3, 20
-	for range warm {
-		e.check(f())
-	}
-	e0, err := e.d.NewEvent()
+	tm, err := e.d.Time(3, 20, f)
 	e.check(err)
-	e1, err := e.d.NewEvent()
-	e.check(err)
-	defer e0.Destroy()
-	defer e1.Destroy()
-	e.check(e0.Record(nil))
-	for range reps {
-		e.check(f())
-	}
-	e.check(e1.Record(nil))
-	e.check(e1.Synchronize())
-	dt, err := e1.Since(e0)
-	e.check(err)
-	return dt / reps
+	return tm.Median()
 }

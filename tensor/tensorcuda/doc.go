@@ -5,7 +5,7 @@
 // gpu.Device. It is the kernel layer of the CUDA tensor backend; GEMMs are
 // cuBLASLt's (package gpu) and attention is flexcuda's.
 //
-//	ops, err := tensorcuda.New(cache, d, gpu.BF16) // on the worker thread
+//	ops, err := tensorcuda.New(cache, d, dtype.BF16) // on the worker thread
 //	err = ops.RMSNorm(x, w, rows, dim, 1e-6, y, rstd)
 //
 // # Contract

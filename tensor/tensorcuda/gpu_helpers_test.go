@@ -9,10 +9,10 @@ import (
 	"sync"
 	"testing"
 
+	"dflash/dtype"
 	"dflash/gpu"
 	"dflash/internal/checkreport"
 	"dflash/jit"
-	"dflash/safetensors"
 	"dflash/tensor"
 )
 
@@ -43,9 +43,9 @@ const (
 )
 
 // tol returns the tolerance of outputs in storage dtype dt.
-func tol(dt gpu.DType, reduce bool) float64 {
+func tol(dt dtype.DType, reduce bool) float64 {
 	switch {
-	case dt == gpu.BF16:
+	case dt == dtype.BF16:
 		return tolBF16
 	case reduce:
 		return tolF32Reduce
@@ -62,7 +62,7 @@ type env struct {
 	t    *testing.T
 	d    *gpu.Device
 	o    *Ops
-	dt   gpu.DType
+	dt   dtype.DType
 	r    *rand.Rand
 	bufs []gpu.Buffer
 }
@@ -88,7 +88,7 @@ func forDTypes(t *testing.T, f func(e *env)) {
 	if err != nil {
 		t.Skipf("no NVRTC: %v", err)
 	}
-	for _, dt := range []gpu.DType{gpu.BF16, gpu.F32} {
+	for _, dt := range []dtype.DType{dtype.BF16, dtype.F32} {
 		t.Run(dt.String(), func(t *testing.T) {
 			seed := rand.Uint64()
 			t.Logf("seed %d (dtype %s)", seed, dt)
@@ -146,9 +146,9 @@ func (e *env) alloc(n int64, v byte) gpu.Buffer {
 }
 
 // roundTo returns x rounded to storage dtype dt.
-func roundTo(dt gpu.DType, x float64) float64 {
-	if dt == gpu.BF16 {
-		return float64(safetensors.BF16ToFloat32(safetensors.Float32ToBF16(float32(x))))
+func roundTo(dt dtype.DType, x float64) float64 {
+	if dt == dtype.BF16 {
+		return float64(dtype.BF16ToFloat32(dtype.Float32ToBF16(float32(x))))
 	}
 	return float64(float32(x))
 }
@@ -167,16 +167,16 @@ func (e *env) normal(n int, s float64) []float64 {
 func (e *env) store(x []float64) (gpu.Buffer, []float64) { return e.upload(e.dt, x) }
 
 // f32 uploads x as fp32.
-func (e *env) f32(x []float64) (gpu.Buffer, []float64) { return e.upload(gpu.F32, x) }
+func (e *env) f32(x []float64) (gpu.Buffer, []float64) { return e.upload(dtype.F32, x) }
 
-func (e *env) upload(dt gpu.DType, x []float64) (gpu.Buffer, []float64) {
+func (e *env) upload(dt dtype.DType, x []float64) (gpu.Buffer, []float64) {
 	r := make([]float64, len(x))
-	b := e.alloc(int64(len(x))*dt.Size(), 0xff)
-	if dt == gpu.BF16 {
+	b := e.alloc(int64(len(x))*int64(dt.Size()), 0xff)
+	if dt == dtype.BF16 {
 		h := make([]uint16, len(x))
 		for i, v := range x {
-			h[i] = safetensors.Float32ToBF16(float32(v))
-			r[i] = float64(safetensors.BF16ToFloat32(h[i]))
+			h[i] = dtype.Float32ToBF16(float32(v))
+			r[i] = float64(dtype.BF16ToFloat32(h[i]))
 		}
 		e.check(gpu.Upload(e.d, b, h))
 		return b, r
@@ -197,22 +197,22 @@ func (e *env) ints(x []int32) gpu.Buffer {
 }
 
 // out returns a NaN-poisoned buffer of n storage elements; outF32 of n fp32.
-func (e *env) out(n int) gpu.Buffer    { return e.alloc(int64(n)*e.dt.Size(), 0xff) }
+func (e *env) out(n int) gpu.Buffer    { return e.alloc(int64(n)*int64(e.dt.Size()), 0xff) }
 func (e *env) outF32(n int) gpu.Buffer { return e.alloc(int64(n)*4, 0xff) }
 
 // load downloads n storage elements; loadF32 n fp32 values.
 func (e *env) load(b gpu.Buffer, n int) []float64 { return e.download(e.dt, b, n) }
 func (e *env) loadF32(b gpu.Buffer, n int) []float64 {
-	return e.download(gpu.F32, b, n)
+	return e.download(dtype.F32, b, n)
 }
 
-func (e *env) download(dt gpu.DType, b gpu.Buffer, n int) []float64 {
+func (e *env) download(dt dtype.DType, b gpu.Buffer, n int) []float64 {
 	x := make([]float64, n)
-	if dt == gpu.BF16 {
+	if dt == dtype.BF16 {
 		h := make([]uint16, n)
 		e.check(gpu.Download(e.d, h, b))
 		for i, v := range h {
-			x[i] = float64(safetensors.BF16ToFloat32(v))
+			x[i] = float64(dtype.BF16ToFloat32(v))
 		}
 		return x
 	}

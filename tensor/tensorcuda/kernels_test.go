@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"dflash/cuda"
+	"dflash/dtype"
 	"dflash/gpu"
 	"dflash/kernels"
 )
@@ -117,7 +118,7 @@ func (f *fakeRun) launch(k *kernel, grid, block cuda.Dim3, args *cuda.Args) erro
 	return nil
 }
 
-func fakeOps(dt gpu.DType) (*Ops, *fakeRun) {
+func fakeOps(dt dtype.DType) (*Ops, *fakeRun) {
 	f := &fakeRun{launched: map[string]int{}}
 	return &Ops{dt: dt, sms: 132, run: f}, f
 }
@@ -127,7 +128,7 @@ func fakeOps(dt gpu.DType) (*Ops, *fakeRun) {
 // declared kernel is launched by some launcher.
 func TestLaunchersMatchKernels(t *testing.T) {
 	big := gpu.Buffer{Ptr: 0x10000, Size: 1 << 40}
-	for _, dt := range []gpu.DType{gpu.BF16, gpu.F32} {
+	for _, dt := range []dtype.DType{dtype.BF16, dtype.F32} {
 		t.Run(dt.String(), func(t *testing.T) {
 			o, f := fakeOps(dt)
 			must := func(err error) {
@@ -179,7 +180,7 @@ func TestLaunchersMatchKernels(t *testing.T) {
 }
 
 func TestLauncherChecksBufferSizes(t *testing.T) {
-	o, _ := fakeOps(gpu.BF16)
+	o, _ := fakeOps(dtype.BF16)
 	big := gpu.Buffer{Ptr: 0x10000, Size: 1 << 40}
 	for _, c := range []struct {
 		name, want string
@@ -234,7 +235,7 @@ func TestAdamWLayoutErrors(t *testing.T) {
 }
 
 func TestNewRejectsDType(t *testing.T) {
-	if _, err := New(nil, nil, gpu.F16); err == nil || !strings.Contains(err.Error(), "f16") {
+	if _, err := New(nil, nil, dtype.F16); err == nil || !strings.Contains(err.Error(), "f16") {
 		t.Fatalf("New with f16 storage: %v", err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"dflash/cuda"
+	"dflash/dtype"
 	"dflash/gpu"
 	"dflash/jit"
 	"dflash/kernels"
@@ -14,7 +15,7 @@ import (
 
 // Ops launches the op kernels of one storage dtype on one device.
 type Ops struct {
-	dt   gpu.DType
+	dt   dtype.DType
 	sms  int // multiprocessors: grids of grid-stride kernels are sized from it
 	run  runner
 	call call // reused by every launch (Ops is single-threaded)
@@ -26,11 +27,11 @@ type runner interface {
 	launch(k *kernel, grid, block cuda.Dim3, args *cuda.Args) error
 }
 
-// New returns the ops of storage dtype dt (gpu.BF16 or gpu.F32) on d,
+// New returns the ops of storage dtype dt (dtype.BF16 or dtype.F32) on d,
 // compiling through cache on first use of each kernel file (Warm compiles
 // all of them at once).
-func New(cache *jit.Cache, d *gpu.Device, dt gpu.DType) (*Ops, error) {
-	if dt != gpu.BF16 && dt != gpu.F32 {
+func New(cache *jit.Cache, d *gpu.Device, dt dtype.DType) (*Ops, error) {
+	if dt != dtype.BF16 && dt != dtype.F32 {
 		return nil, fmt.Errorf("tensorcuda: storage dtype %v is not supported (bf16 or f32)", dt)
 	}
 	r := &devRunner{cache: cache, d: d, dt: dt, mods: map[string]*jit.Kernel{}, fns: map[*kernel]cuda.Function{}}
@@ -38,7 +39,7 @@ func New(cache *jit.Cache, d *gpu.Device, dt gpu.DType) (*Ops, error) {
 }
 
 // DType returns the storage dtype.
-func (o *Ops) DType() gpu.DType { return o.dt }
+func (o *Ops) DType() dtype.DType { return o.dt }
 
 // Warm compiles (or fetches from the cache) and loads every kernel.
 func (o *Ops) Warm(ctx context.Context) error {
@@ -67,9 +68,9 @@ func Source(file string) string {
 }
 
 // compileOptions are the NVRTC options of the kernels of storage dtype dt.
-func compileOptions(dt gpu.DType) []string {
+func compileOptions(dt dtype.DType) []string {
 	bf16 := "0"
-	if dt == gpu.BF16 {
+	if dt == dtype.BF16 {
 		bf16 = "1"
 	}
 	return []string{"-std=c++17", "-DOP_BF16=" + bf16}
@@ -80,7 +81,7 @@ func compileOptions(dt gpu.DType) []string {
 type devRunner struct {
 	cache *jit.Cache
 	d     *gpu.Device
-	dt    gpu.DType
+	dt    dtype.DType
 	mods  map[string]*jit.Kernel // by file
 	fns   map[*kernel]cuda.Function
 }
@@ -228,6 +229,6 @@ func optional(op, arg string, b gpu.Buffer, elems, size int64) {
 }
 
 // es returns the storage element size.
-func (o *Ops) es() int64 { return o.dt.Size() }
+func (o *Ops) es() int64 { return int64(o.dt.Size()) }
 
 func ceilDiv(a, b int) int { return (a + b - 1) / b }
