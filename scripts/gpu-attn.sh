@@ -18,7 +18,9 @@
 # flex_attention and reports the relative errors; and prints the ratio
 # table (scripts/flex_ratio.py). nvcc's resource report and SASS facts of the
 # generated sources (TestWriteSources) are gathered meanwhile on the CPU. Results: $OUT/results.tgz,
-# $OUT/go-test.log, $OUT/table.txt.
+# $OUT/go-test.log, $OUT/table.txt. With an older build in .devbuild/old
+# (dflash and its flex_cases.sh), the cases also run on it in the same call
+# and $OUT/table-old.txt is its ratio table.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu-attn}
@@ -72,6 +74,18 @@ if [ -x .devbuild/dflash ]; then
     timeout 30 .devbuild/dflash bench attention --device cuda --cache-dir "$CACHE" --json --compile-only "$@" > "$RES/ours_${name}_warm.json" 2>> "$RES/ours.log"
   done
   tail -n 5 "$RES/ours.log"
+  # A same-call baseline: an older build in .devbuild/old (dflash and the
+  # flex_cases.sh it was built with), timed on its own cold cache.
+  if [ -x .devbuild/old/dflash ]; then
+    stamp "baseline .devbuild/old/dflash"
+    OLDCACHE=$(mktemp -d)/kernels
+    ( . .devbuild/old/flex_cases.sh
+      for c in "${CASES[@]}"; do
+        set -- $c; name=$1; shift
+        timeout 40 .devbuild/old/dflash bench attention --device cuda --cache-dir "$OLDCACHE" --json "$@" > "$RES/ours_${name}_old.json" 2>> "$RES/old.log"
+        echo "$name (old) exit $?"
+      done )
+  fi
 else
   echo "missing .devbuild/dflash"
 fi
@@ -87,5 +101,9 @@ stamp "done"
 echo; echo "== nvcc resources (CUDA on the device)"; cat "$RES/resources.txt"
 echo; echo "== ratio table"
 python3 scripts/flex_ratio.py "$RES" | tee "$OUT/table.txt"
+if ls "$RES"/ours_*_old.json > /dev/null 2>&1; then
+  echo; echo "== ratio table of the baseline build (.devbuild/old), same call"
+  python3 scripts/flex_ratio.py "$RES" _old | tee "$OUT/table-old.txt"
+fi
 cp "$OUT/go-test.log" "$RES/" 2>/dev/null
 tar czf "$OUT/results.tgz" -C "$(dirname "$RES")" gpu-attn

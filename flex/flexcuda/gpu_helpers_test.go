@@ -175,7 +175,7 @@ func (r *attnResult) String() string {
 // Backward.
 func runAttention(t testing.TB, d *gpu.Device, a *Attention, bld *Builder, dims flex.Dims, hargs *flex.Args, r *rand.Rand) *attnResult {
 	t.Helper()
-	dt := a.spec.DType
+	dt := a.spec.storage()
 	nq := dims.Batch * dims.HeadsQ * dims.LenQ * dims.HeadDim
 	nk := dims.Batch * dims.HeadsKV * dims.LenKV * dims.HeadDim
 	rows := dims.Batch * dims.HeadsQ * dims.LenQ
