@@ -35,7 +35,7 @@
 // are IEEE's and C's on every evaluator: log 0 = -Inf, log and sqrt of a
 // negative are NaN, pow of a negative base and a non-integer exponent is
 // NaN, min and max ignore a NaN operand. Comparisons give Bools (And, Or,
-// Not, All, Any); Select, SelectF and SelectB choose. Each operator's
+// Not); Select, SelectF and SelectB choose. Each operator's
 // derivative is in its doc comment; Floor, Ceil and Int pass no gradient.
 //
 // Tensor indices are clamped into range: a read of t[i] with i < 0 reads
