@@ -118,44 +118,39 @@ func BenchmarkRowEval(b *testing.B) {
 		SetFloatTensor("slopes", []float64{0.5, 0.25}, 2).
 		SetFloatTensor(RelBiasName, make([]float64, 2*17), 2, 17)
 	for name, m := range masks {
+		out := make([]bool, width)
 		b.Run("mask/"+name, func(b *testing.B) {
-			f, err := bind(m.plan, "mask", args)
-			if err != nil {
-				b.Fatal(err)
-			}
-			ev := compileRows(m.plan, width).newEval(f)
-			out := make([]bool, width)
-			for b.Loop() {
-				ev.setBH(0, 1)
-				for q := range lenQ {
-					ev.setRow(q)
-					for kv0 := 0; kv0 < lenKV; kv0 += width {
-						ev.mask(kv0, width, out)
-					}
-				}
-			}
+			benchRows(b, m.plan, "mask", args, lenQ, lenKV, width, func(ev *rowEval, kv0, q int) { ev.mask(kv0, width, out) })
 		})
 	}
 	for name, s := range scores {
+		sc := make([]float64, width)
 		b.Run("score/"+name, func(b *testing.B) {
-			f, err := bind(s.plan, "score", args)
-			if err != nil {
-				b.Fatal(err)
-			}
-			ev := compileRows(s.plan, width).newEval(f)
-			sc := make([]float64, width)
-			for b.Loop() {
-				ev.setBH(0, 1)
-				for q := range lenQ {
-					ev.setRow(q)
-					for kv0 := 0; kv0 < lenKV; kv0 += width {
-						for k := range sc {
-							sc[k] = float64(k - q)
-						}
-						ev.scoreRow(kv0, sc)
-					}
+			benchRows(b, s.plan, "score", args, lenQ, lenKV, width, func(ev *rowEval, kv0, q int) {
+				for k := range sc {
+					sc[k] = float64(k - q)
 				}
-			}
+				ev.scoreRow(kv0, sc)
+			})
 		})
+	}
+}
+
+// benchRows times row evaluation of p: run(ev, kv0, q) for every row q <
+// lenQ of head 1 and every run of width kv positions below lenKV.
+func benchRows(b *testing.B, p *plan, what string, args *Args, lenQ, lenKV, width int, run func(ev *rowEval, kv0, q int)) {
+	f, err := bind(p, what, args)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ev := compileRows(p, width).newEval(f)
+	for b.Loop() {
+		ev.setBH(0, 1)
+		for q := range lenQ {
+			ev.setRow(q)
+			for kv0 := 0; kv0 < lenKV; kv0 += width {
+				run(ev, kv0, q)
+			}
+		}
 	}
 }
