@@ -294,6 +294,21 @@ func refLoss(d Dims, q, k, v, dout []float64, m *MaskProgram, s *ScoreProgram, a
 	return l
 }
 
+// trials returns full, or short under the race detector and -short.
+func trials(full, short int) int {
+	if raceEnabled || testing.Short() {
+		return short
+	}
+	return full
+}
+
+// randQKVO returns random q, k, v and dout of d's shapes (float64, normal).
+func randQKVO(r *rand.Rand, d Dims) (q, k, v, dout []float64) {
+	q = randSlice(r, d.Batch*d.HeadsQ*d.LenQ*d.HeadDim)
+	k = randSlice(r, d.Batch*d.HeadsKV*d.LenKV*d.HeadDim)
+	return q, k, randSlice(r, len(k)), randSlice(r, len(q))
+}
+
 func randSlice(r *rand.Rand, n int) []float64 {
 	x := make([]float64, n)
 	for i := range x {
