@@ -2,6 +2,7 @@ package flex
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 )
 
@@ -40,19 +41,13 @@ func NewArgs() *Args {
 
 // SetInt sets the int scalar name and returns a.
 func (a *Args) SetInt(name string, v int) *Args {
-	if a.Ints == nil {
-		a.Ints = map[string]int{}
-	}
-	a.Ints[name] = v
+	put(&a.Ints, name, v)
 	return a
 }
 
 // SetFloat sets the float scalar name and returns a.
 func (a *Args) SetFloat(name string, v float64) *Args {
-	if a.Floats == nil {
-		a.Floats = map[string]float64{}
-	}
-	a.Floats[name] = v
+	put(&a.Floats, name, v)
 	return a
 }
 
@@ -60,21 +55,23 @@ func (a *Args) SetFloat(name string, v float64) *Args {
 // and returns a. It panics when len(data) does not match the shape.
 func (a *Args) SetIntTensor(name string, data []int32, shape ...int) *Args {
 	checkShape(name, len(data), shape)
-	if a.IntTensors == nil {
-		a.IntTensors = map[string]IntTensor{}
-	}
-	a.IntTensors[name] = IntTensor{Shape: append([]int(nil), shape...), Data: data}
+	put(&a.IntTensors, name, IntTensor{Shape: slices.Clone(shape), Data: data})
 	return a
 }
 
 // SetFloatTensor sets the float tensor name and returns a.
 func (a *Args) SetFloatTensor(name string, data []float64, shape ...int) *Args {
 	checkShape(name, len(data), shape)
-	if a.FloatTensors == nil {
-		a.FloatTensors = map[string]FloatTensor{}
-	}
-	a.FloatTensors[name] = FloatTensor{Shape: append([]int(nil), shape...), Data: data}
+	put(&a.FloatTensors, name, FloatTensor{Shape: slices.Clone(shape), Data: data})
 	return a
+}
+
+// put sets (*m)[name] = v, making the map when it is nil.
+func put[V any](m *map[string]V, name string, v V) {
+	if *m == nil {
+		*m = map[string]V{}
+	}
+	(*m)[name] = v
 }
 
 func checkShape(name string, n int, shape []int) {

@@ -30,7 +30,7 @@ type bwdScratch[T elem] struct {
 // heads' gradients sum over their query heads without copying. The result
 // is deterministic: the sums across tasks (dq and the tensor gradients)
 // are taken in a fixed order, so repeated calls give bit-identical
-// gradients whatever GOMAXPROCS and the scheduling.
+// gradients whatever GOMAXPROCS and the scheduling. It panics like Forward.
 func Backward[T float32 | float64](d Dims, q, k, v, out, lse, dout []T, bm *BlockMask, score *ScoreProgram, args *Args, scale float64) Grads[T] {
 	checkDims(d, bm)
 	return backward(d, q, k, v, out, lse, dout, sparseSource(d, bm), score, args, scale)

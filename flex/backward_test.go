@@ -1,6 +1,7 @@
 package flex
 
 import (
+	"fmt"
 	"math"
 	"testing"
 )
@@ -56,62 +57,47 @@ func refBackward(d Dims, q, k, v, dout []float64, c testCase, scale float64) (dq
 // with brute-force dense backward on random problems.
 func TestBackwardMatchesReference(t *testing.T) {
 	r := newRand(t)
-	n := 50
-	if raceEnabled || testing.Short() {
-		n = 20
-	}
+	n := trials(50, 20)
 	for i := 0; i < n; i++ {
 		c := randCase(r, 60)
 		t.Run(c.name, func(t *testing.T) {
 			d := c.d
-			q := randSlice(r, d.Batch*d.HeadsQ*d.LenQ*d.HeadDim)
-			k := randSlice(r, d.Batch*d.HeadsKV*d.LenKV*d.HeadDim)
-			v := randSlice(r, d.Batch*d.HeadsKV*d.LenKV*d.HeadDim)
-			dout := randSlice(r, len(q))
+			q, k, v, dout := randQKVO(r, d)
 			scale := 1 / math.Sqrt(float64(d.HeadDim))
 			bm, err := NewBlockMask(c.mask, c.args, d, c.bq, c.bkv)
 			if err != nil {
 				t.Fatal(err)
 			}
 			wq, wk, wv := refBackward(d, q, k, v, dout, c, scale)
+			want := [3][]float64{wq, wk, wv}
 			out, lse := Forward(d, q, k, v, bm, c.score, c.args, scale)
 			g := Backward(d, q, k, v, out, lse, dout, bm, c.score, c.args, scale)
-			for _, x := range []struct {
-				name      string
-				got, want []float64
-			}{{"dq", g.DQ, wq}, {"dk", g.DK, wk}, {"dv", g.DV, wv}} {
-				if e, at := maxErr(x.got, x.want, 1e-6, 1e-6); e > 1 {
-					t.Fatalf("%v\nfloat64 %s[%d] = %v, want %v", c, x.name, at, x.got[at], x.want[at])
-				}
-			}
+			checkGrads(t, c, "float64", g, want, 1e-6)
 			q32, k32, v32 := to32(q), to32(k), to32(v)
 			for _, simd := range simdModes() {
 				hasAVX2FMA = simd
 				o32, l32 := Forward(d, q32, k32, v32, bm, c.score, c.args, scale)
 				g32 := Backward(d, q32, k32, v32, o32, l32, to32(dout), bm, c.score, c.args, scale)
-				for _, x := range []struct {
-					name string
-					got  []float32
-					want []float64
-				}{{"dq", g32.DQ, wq}, {"dk", g32.DK, wk}, {"dv", g32.DV, wv}} {
-					if e, at := maxErr(to64(x.got), x.want, 1e-3, 1e-3); e > 1 {
-						t.Fatalf("%v\nfloat32 (simd %v) %s[%d] = %v, want %v", c, simd, x.name, at, x.got[at], x.want[at])
-					}
-				}
+				checkGrads(t, c, fmt.Sprintf("float32 (simd %v)", simd), g32, want, 1e-3)
 			}
 			dm, err := NewDenseMask(c.mask, c.args, d, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
 			gd := DenseBackward(d, q, k, v, out, lse, dout, dm, c.score, c.args, scale)
-			for _, x := range []struct {
-				name      string
-				got, want []float64
-			}{{"dq", gd.DQ, wq}, {"dk", gd.DK, wk}, {"dv", gd.DV, wv}} {
-				if e, at := maxErr(x.got, x.want, 1e-6, 1e-6); e > 1 {
-					t.Fatalf("%v\ndense %s[%d] = %v, want %v", c, x.name, at, x.got[at], x.want[at])
-				}
-			}
+			checkGrads(t, c, "dense", gd, want, 1e-6)
 		})
+	}
+}
+
+// checkGrads fails t when g's dq, dk or dv differs from want (in that
+// order) by more than atol = rtol = tol.
+func checkGrads[T elem](t *testing.T, c testCase, label string, g Grads[T], want [3][]float64, tol float64) {
+	t.Helper()
+	for i, x := range [3][]T{g.DQ, g.DK, g.DV} {
+		got := to64(x)
+		if e, at := maxErr(got, want[i], tol, tol); e > 1 {
+			t.Fatalf("%v\n%s %s[%d] = %v, want %v", c, label, [3]string{"dq", "dk", "dv"}[i], at, got[at], want[i][at])
+		}
 	}
 }

@@ -86,10 +86,7 @@ func blockMaskCase(t *testing.T, r *rand.Rand) {
 // programs, shapes, block sizes and tensors against dense evaluation.
 func TestBlockMaskSound(t *testing.T) {
 	r := newRand(t)
-	n := 300
-	if raceEnabled || testing.Short() {
-		n = 60
-	}
+	n := trials(300, 60)
 	for i := 0; i < n; i++ {
 		blockMaskCase(t, r)
 	}

@@ -48,26 +48,33 @@ func TestCheckedMode(t *testing.T) {
 	}
 	t.Setenv(CheckEnv, "0")
 
-	// A score program reading ft1[kv] (3 entries) panics in Forward.
+	// A score program reading ft1[kv] (3 entries) panics in Forward and
+	// in Backward, with a message naming the program, tensor and index.
 	a := mk(true)
 	bm, err := NewBlockMask(Causal(), a, d, 8, 8)
 	if err != nil {
 		t.Fatal(err)
 	}
 	q, k := randSlice(r, d.Batch*d.HeadsQ*d.LenQ*2), randSlice(r, d.Batch*d.LenKV*2)
-	s := NewScore("bias", Score().Add(pF1.At(KV())))
-	func() {
-		defer func() {
-			e, _ := recover().(*IndexError)
-			if e == nil || e.Tensor != "ft1" || e.Index[0] < 3 || !strings.HasPrefix(e.Program, "score bias") {
-				t.Fatalf("Forward with an out-of-range score read: recovered %v, want an *IndexError for ft1", e)
-			}
-		}()
-		Forward(d, q, k, k, bm, s, a, 0.5)
-	}()
-	// In range: same numbers with and without the check.
-	s = NewScore("bias", Score().Add(pF1.At(KV().Min(Const(2)))))
+	bad := NewScore("bias", Score().Add(pF1.At(KV())))
+	s := NewScore("bias", Score().Add(pF1.At(KV().Min(Const(2)))))
 	o1, l1 := Forward(d, q, k, k, bm, s, a, 0.5)
+	for name, run := range map[string]func(){
+		"Forward":  func() { Forward(d, q, k, k, bm, bad, a, 0.5) },
+		"Backward": func() { Backward(d, q, k, k, o1, l1, q, bm, bad, a, 0.5) },
+	} {
+		func() {
+			defer func() {
+				e, _ := recover().(*IndexError)
+				if e == nil || e.Tensor != "ft1" || e.Index[0] < 3 || !strings.HasPrefix(e.Program, "score bias") ||
+					!strings.Contains(e.Error(), `score bias reads tensor "ft1" at index [`) {
+					t.Fatalf("%s with an out-of-range score read: recovered %v, want an *IndexError for ft1", name, e)
+				}
+			}()
+			run()
+		}()
+	}
+	// In range: same numbers with and without the check.
 	o2, l2 := Forward(d, q, k, k, bm, s, mk(false).SetFloatTensor("ft1", a.FloatTensors["ft1"].Data, 3), 0.5)
 	if w, at := maxErr(append(o1, l1...), append(o2, l2...), 0, 0); w != 0 {
 		t.Fatalf("checked and unchecked results differ at %d", at)

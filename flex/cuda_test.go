@@ -73,26 +73,8 @@ func TestCUDACompilesAndAgrees(t *testing.T) {
 	}
 	r := newRand(t)
 	d := Dims{Batch: 2, HeadsQ: 4, HeadsKV: 2, LenQ: 40, LenKV: 70, HeadDim: 4}
-	a := randArgs(r, d)
+	a := gxxArgs(r, d)
 	masks, scores := libraryPrograms()
-	pl := []int32{5, 33}
-	a.SetIntTensor(PrefixLen, pl, 2)
-	ids := make([]int32, 2*70)
-	for i := range ids {
-		ids[i] = int32(i % 70 / 9)
-	}
-	a.SetIntTensor(DocIDs, ids, 2, 70)
-	anchors := make([]int32, 2*3)
-	for i := range anchors {
-		anchors[i] = int32(r.IntN(22))
-	}
-	a.SetInt(DFlashCtxLen, 22).SetIntTensor(DFlashAnchors, anchors, 2, 3).SetIntTensor(DFlashNumValid, []int32{3, 2}, 2)
-	a.SetFloat(SoftcapName, 4.5).SetFloatTensor(ALiBiSlopesName, ALiBiSlopes(4), 4)
-	rb := make([]float64, 4*17)
-	for i := range rb {
-		rb[i] = r.NormFloat64()
-	}
-	a.SetFloatTensor(RelBiasName, rb, 4, 17)
 	for i := 0; i < 12; i++ {
 		masks = append(masks, NewMask(fmt.Sprintf("rand%d", i), randIntOnlyBool(r, 4)))
 	}
@@ -116,46 +98,7 @@ func TestCUDACompilesAndAgrees(t *testing.T) {
 
 	var src bytes.Buffer
 	src.WriteString(gxxPrelude)
-	// Parameters as globals, named as the programs name them.
-	for _, n := range keys(a.Ints) {
-		fmt.Fprintf(&src, "static int P_%s = %d;\n", n, a.Ints[n])
-	}
-	for _, n := range keys(a.Floats) {
-		fmt.Fprintf(&src, "static float P_%s = %s;\n", n, cudaFloat(a.Floats[n]))
-	}
-	for _, n := range keys(a.IntTensors) {
-		tn := a.IntTensors[n]
-		fmt.Fprintf(&src, "static int P_%s[] = {%s};\n", n, joinInts(tn.Data))
-	}
-	for _, n := range keys(a.FloatTensors) {
-		tn := a.FloatTensors[n]
-		fmt.Fprintf(&src, "static float P_%s[] = {%s};\nstatic float G_%s[%d];\n", n, joinFloats(tn.Data), n, len(tn.Data))
-	}
-	call := func(p *plan, grads bool) string {
-		var sb strings.Builder
-		for _, prm := range p.params {
-			sb.WriteString(", P_" + prm.Name)
-			if prm.Kind == ParamIntTensor || prm.Kind == ParamFloatTensor {
-				var shape []int
-				if prm.Kind == ParamIntTensor {
-					shape = a.IntTensors[prm.Name].Shape
-				} else {
-					shape = a.FloatTensors[prm.Name].Shape
-				}
-				for _, s := range shape {
-					fmt.Fprintf(&sb, ", %d", s)
-				}
-			}
-		}
-		if grads {
-			for _, prm := range p.params {
-				if prm.Kind == ParamFloatTensor {
-					sb.WriteString(", G_" + prm.Name)
-				}
-			}
-		}
-		return sb.String()
-	}
+	writeGxxParams(&src, a)
 	var pb, ph, pq, pkv []int32
 	var ps []float64
 	for _, p := range pts {
@@ -169,13 +112,13 @@ func TestCUDACompilesAndAgrees(t *testing.T) {
 	loop := fmt.Sprintf("  for (int i = 0; i < %d; i++) ", len(pts))
 	for i, m := range masks {
 		src.WriteString(m.CUDA(fmt.Sprintf("mask%d", i)))
-		fmt.Fprintf(&main, "%sprintf(\"%%d\\n\", (int)mask%d(PB[i], PH[i], PQ[i], PKV[i]%s));\n", loop, i, call(m.plan, false))
+		fmt.Fprintf(&main, "%sprintf(\"%%d\\n\", (int)mask%d(PB[i], PH[i], PQ[i], PKV[i]%s));\n", loop, i, gxxCallArgs(a, m.plan, false))
 	}
 	for i, s := range scores {
 		src.WriteString(s.CUDA(fmt.Sprintf("score%d", i)))
 		src.WriteString(s.CUDABackward(fmt.Sprintf("score%d_bwd", i)))
 		fmt.Fprintf(&main, "%sprintf(\"%%.9g %%.9g\\n\", score%d(PS[i], PB[i], PH[i], PQ[i], PKV[i]%s), score%d_bwd(PS[i], 1.0f, PB[i], PH[i], PQ[i], PKV[i]%s));\n",
-			loop, i, call(s.plan, false), i, call(s.plan, true))
+			loop, i, gxxCallArgs(a, s.plan, false), i, gxxCallArgs(a, s.plan, true))
 	}
 	main.WriteString("  return 0;\n}\n")
 	src.WriteString(main.String())
@@ -211,6 +154,79 @@ func TestCUDACompilesAndAgrees(t *testing.T) {
 			}
 		}
 	}
+}
+
+// gxxArgs returns the Args of TestCUDACompilesAndAgrees: random ones and
+// those of every library program.
+func gxxArgs(r *rand.Rand, d Dims) *Args {
+	a := randArgs(r, d)
+	pl := []int32{5, 33}
+	a.SetIntTensor(PrefixLen, pl, 2)
+	ids := make([]int32, 2*70)
+	for i := range ids {
+		ids[i] = int32(i % 70 / 9)
+	}
+	a.SetIntTensor(DocIDs, ids, 2, 70)
+	anchors := make([]int32, 2*3)
+	for i := range anchors {
+		anchors[i] = int32(r.IntN(22))
+	}
+	a.SetInt(DFlashCtxLen, 22).SetIntTensor(DFlashAnchors, anchors, 2, 3).SetIntTensor(DFlashNumValid, []int32{3, 2}, 2)
+	a.SetFloat(SoftcapName, 4.5).SetFloatTensor(ALiBiSlopesName, ALiBiSlopes(4), 4)
+	rb := make([]float64, 4*17)
+	for i := range rb {
+		rb[i] = r.NormFloat64()
+	}
+	a.SetFloatTensor(RelBiasName, rb, 4, 17)
+	return a
+}
+
+// writeGxxParams writes a's parameters as C globals P_<name> (and G_<name>,
+// the gradient of each float tensor).
+func writeGxxParams(src *bytes.Buffer, a *Args) {
+	// Parameters as globals, named as the programs name them.
+	for _, n := range keys(a.Ints) {
+		fmt.Fprintf(src, "static int P_%s = %d;\n", n, a.Ints[n])
+	}
+	for _, n := range keys(a.Floats) {
+		fmt.Fprintf(src, "static float P_%s = %s;\n", n, cudaFloat(a.Floats[n]))
+	}
+	for _, n := range keys(a.IntTensors) {
+		tn := a.IntTensors[n]
+		fmt.Fprintf(src, "static int P_%s[] = {%s};\n", n, joinInts(tn.Data))
+	}
+	for _, n := range keys(a.FloatTensors) {
+		tn := a.FloatTensors[n]
+		fmt.Fprintf(src, "static float P_%s[] = {%s};\nstatic float G_%s[%d];\n", n, joinFloats(tn.Data), n, len(tn.Data))
+	}
+}
+
+// gxxCallArgs returns the parameter arguments of a call of p's printed
+// function (", P_x, dims..." and, with grads, ", G_t" per float tensor).
+func gxxCallArgs(a *Args, p *plan, grads bool) string {
+	var sb strings.Builder
+	for _, prm := range p.params {
+		sb.WriteString(", P_" + prm.Name)
+		if prm.Kind == ParamIntTensor || prm.Kind == ParamFloatTensor {
+			var shape []int
+			if prm.Kind == ParamIntTensor {
+				shape = a.IntTensors[prm.Name].Shape
+			} else {
+				shape = a.FloatTensors[prm.Name].Shape
+			}
+			for _, s := range shape {
+				fmt.Fprintf(&sb, ", %d", s)
+			}
+		}
+	}
+	if grads {
+		for _, prm := range p.params {
+			if prm.Kind == ParamFloatTensor {
+				sb.WriteString(", G_" + prm.Name)
+			}
+		}
+	}
+	return sb.String()
 }
 
 // randIntOnlyBool is randBool without float comparisons (exact on both sides).

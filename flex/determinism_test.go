@@ -44,14 +44,7 @@ func TestBackwardDeterministic(t *testing.T) {
 	// headMask depends on the head, so each query head has its own block
 	// lists (no sharing of mask work across a kv head's group).
 	headMask := NewMask("head_causal", Q().Add(H().Mul(Const(7))).Ge(KV()))
-	cases := []struct {
-		name    string
-		d       Dims
-		mask    *MaskProgram
-		score   *ScoreProgram
-		args    *Args
-		bq, bkv int
-	}{
+	cases := []testCase{
 		{"causal_gqa", Dims{Batch: 1, HeadsQ: 4, HeadsKV: 2, LenQ: seq, LenKV: seq, HeadDim: 32}, Causal(), nil, NewArgs(), 16, 16},
 		{"causal_alibi", Dims{Batch: 2, HeadsQ: 2, HeadsKV: 1, LenQ: seq, LenKV: seq, HeadDim: 16}, Causal(), ALiBi(), slopes(2), 16, 8},
 		{"head_mask_relbias", Dims{Batch: 1, HeadsQ: 4, HeadsKV: 2, LenQ: seq, LenKV: seq, HeadDim: 24}, headMask, RelativeBias(5), relBias(4, 5), 8, 16},
@@ -71,10 +64,7 @@ func TestBackwardDeterministic(t *testing.T) {
 					t.Fatal(err)
 				}
 				d := c.d
-				q := randSlice(r, d.Batch*d.HeadsQ*d.LenQ*d.HeadDim)
-				k := randSlice(r, d.Batch*d.HeadsKV*d.LenKV*d.HeadDim)
-				v := randSlice(r, len(k))
-				dout := randSlice(r, len(q))
+				q, k, v, dout := randQKVO(r, d)
 				run := func() map[string][]uint64 {
 					if f64 {
 						return fwdBwdBits(d, q, k, v, dout, bm, c.score, c.args)

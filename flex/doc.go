@@ -35,17 +35,31 @@
 // are IEEE's and C's on every evaluator: log 0 = -Inf, log and sqrt of a
 // negative are NaN, pow of a negative base and a non-integer exponent is
 // NaN, min and max ignore a NaN operand. Comparisons give Bools (And, Or,
-// Not, All, Any); Select, SelectF and SelectB choose. Each operator's
+// Not); Select, SelectF and SelectB choose. Each operator's
 // derivative is in its doc comment; Floor, Ceil and Int pass no gradient.
 //
 // Tensor indices are clamped into range: a read of t[i] with i < 0 reads
 // t[0], with i >= dim reads t[dim-1], so reads never fail and cost no
 // check. Setting DFLASH_FLEX_CHECK=1 (or Args.Check) turns on a checked
-// mode in which an out-of-range read is reported with the tensor's name and
-// the index: NewBlockMask returns it as an error (checking every pair of
-// the mask), Forward and Backward panic with it (they have no error
-// result), and CUDA C printed with the Checked option records the first
-// one in a device word that CheckWordError decodes.
+// mode in which an out-of-range read is reported as an *IndexError naming
+// the program, the tensor, the index and the shape. CUDA C printed with the
+// Checked option records the first one in a device word that
+// CheckWordError decodes. On the CPU:
+//
+//   - A mask program's reads are checked where the mask is bound: in the
+//     checked mode NewBlockMask evaluates the mask at every pair and returns
+//     the *IndexError as its error, before any attention runs. Callers
+//     already handle that error (model/dflash returns it), so a bad index
+//     in mask data reaches the user as an error value.
+//   - A score program's reads happen inside Forward and Backward, which
+//     panic with the *IndexError. This is deliberate: out-of-range score
+//     data is a programmer error of the same class as a shape mismatch or a
+//     missing parameter, which Forward and Backward also panic on. Their
+//     callers, tensor.AttentionBackend and the tape's Attention op (whose
+//     backward runs inside a recorded closure), have no error results, and
+//     threading one through tensor and model for a debugging mode would
+//     change every op's signature. Nothing recovers the panic; the checked
+//     mode is for finding such a bug in tests and debug runs.
 //
 // # From PyTorch
 //

@@ -154,10 +154,7 @@ type FloatTensorRef struct {
 // the first or last entry; the checked mode (Args.Check, DFLASH_FLEX_CHECK=1)
 // reports such reads with the tensor's name and the index instead.
 func IntTensorParam(name string, rank int) IntTensorRef {
-	checkName(name)
-	if rank < 1 {
-		panic(fmt.Sprintf("flex: tensor %q: rank %d < 1", name, rank))
-	}
+	checkTensor(name, rank)
 	return IntTensorRef{name, rank}
 }
 
@@ -166,61 +163,42 @@ func IntTensorParam(name string, rank int) IntTensorRef {
 // (a clamped read adds its gradient to the entry it read). Indices clamp as
 // IntTensorParam's do, and the checked mode reports out-of-range reads.
 func FloatTensorParam(name string, rank int) FloatTensorRef {
+	checkTensor(name, rank)
+	return FloatTensorRef{name, rank}
+}
+
+func checkTensor(name string, rank int) {
 	checkName(name)
 	if rank < 1 {
 		panic(fmt.Sprintf("flex: tensor %q: rank %d < 1", name, rank))
 	}
-	return FloatTensorRef{name, rank}
 }
 
 // At reads t[idx...]. Each index is clamped into [0, dim-1] of its dimension,
 // so reads never fail; programs guard with Select where clamping is not
 // wanted, and the checked mode reports reads that would be clamped.
-func (t IntTensorRef) At(idx ...Int) Int {
-	if len(idx) != t.Rank {
-		panic(fmt.Sprintf("flex: int tensor %q has rank %d, indexed with %d indices", t.Name, t.Rank, len(idx)))
-	}
-	args := make([]*node, len(idx))
-	for i, x := range idx {
-		args[i] = x.node()
-	}
-	return Int{&node{op: opITensor, kind: kInt, name: t.Name, args: args}}
-}
+func (t IntTensorRef) At(idx ...Int) Int { return Int{tensorRead(opITensor, t.Name, t.Rank, idx)} }
 
 // At reads t[idx...] with the same clamping as IntTensorRef.At.
 func (t FloatTensorRef) At(idx ...Int) Float {
-	if len(idx) != t.Rank {
-		panic(fmt.Sprintf("flex: float tensor %q has rank %d, indexed with %d indices", t.Name, t.Rank, len(idx)))
+	return Float{tensorRead(opFTensor, t.Name, t.Rank, idx)}
+}
+
+// tensorRead returns the node of a read (opITensor or opFTensor) of the
+// tensor name of rank rank at idx.
+func tensorRead(o op, name string, rank int, idx []Int) *node {
+	k := kInt
+	if o == opFTensor {
+		k = kFloat
+	}
+	if len(idx) != rank {
+		panic(fmt.Sprintf("flex: %s tensor %q has rank %d, indexed with %d indices", k, name, rank, len(idx)))
 	}
 	args := make([]*node, len(idx))
 	for i, x := range idx {
 		args[i] = x.node()
 	}
-	return Float{&node{op: opFTensor, kind: kFloat, name: t.Name, args: args}}
-}
-
-// All returns the conjunction of xs (true when xs is empty).
-func All(xs ...Bool) Bool {
-	if len(xs) == 0 {
-		return Const(0).Eq(Const(0))
-	}
-	r := xs[0]
-	for _, x := range xs[1:] {
-		r = r.And(x)
-	}
-	return r
-}
-
-// Any returns the disjunction of xs (false when xs is empty).
-func Any(xs ...Bool) Bool {
-	if len(xs) == 0 {
-		return Const(0).Ne(Const(0))
-	}
-	r := xs[0]
-	for _, x := range xs[1:] {
-		r = r.Or(x)
-	}
-	return r
+	return &node{op: o, kind: k, name: name, args: args}
 }
 
 // Select returns a where c holds and b elsewhere (for Int expressions).

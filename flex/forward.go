@@ -113,7 +113,9 @@ func (s *blockSource) sharedHeads() bool {
 // evaluate it per element. score nil is the identity; args supplies the
 // score program's parameters (the mask's are in bm). Query head h reads kv
 // head h / (HeadsQ/HeadsKV) without copying. It runs on up to GOMAXPROCS
-// goroutines and panics on inconsistent shapes or missing score parameters.
+// goroutines. It panics on inconsistent shapes or missing score parameters,
+// and in the checked mode with the *IndexError of an out-of-range read of
+// the score program: programmer errors (see the package doc, Tensor indices).
 func Forward[T float32 | float64](d Dims, q, k, v []T, bm *BlockMask, score *ScoreProgram, args *Args, scale float64) (out, lse []T) {
 	checkDims(d, bm)
 	return forward(d, q, k, v, sparseSource(d, bm), score, args, scale)
@@ -313,8 +315,8 @@ func bindScore(score *ScoreProgram, args *Args, width int) (*rowProg, *frame) {
 }
 
 // mustCheck panics with the first out-of-range tensor read of a score
-// program in the checked mode (Forward and Backward have no error result;
-// the mask's reads were checked by NewBlockMask).
+// program in the checked mode (a programmer error, like a shape mismatch;
+// the mask's reads were checked by NewBlockMask, which returns an error).
 func mustCheck(f *frame) {
 	if err := checkErr(f); err != nil {
 		panic(err)

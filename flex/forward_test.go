@@ -19,17 +19,12 @@ func simdModes() []bool {
 // sizes and GQA groups.
 func TestForwardMatchesReference(t *testing.T) {
 	r := newRand(t)
-	n := 60
-	if raceEnabled || testing.Short() {
-		n = 25
-	}
+	n := trials(60, 25)
 	for i := 0; i < n; i++ {
 		c := randCase(r, 70)
 		t.Run(c.name, func(t *testing.T) {
 			d := c.d
-			q := randSlice(r, d.Batch*d.HeadsQ*d.LenQ*d.HeadDim)
-			k := randSlice(r, d.Batch*d.HeadsKV*d.LenKV*d.HeadDim)
-			v := randSlice(r, d.Batch*d.HeadsKV*d.LenKV*d.HeadDim)
+			q, k, v, _ := randQKVO(r, d)
 			scale := 1 / math.Sqrt(float64(d.HeadDim))
 			bm, err := NewBlockMask(c.mask, c.args, d, c.bq, c.bkv)
 			if err != nil {

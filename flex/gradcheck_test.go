@@ -10,10 +10,7 @@ import (
 // program reads, on small random problems.
 func TestGradientFiniteDifferences(t *testing.T) {
 	r := newRand(t)
-	n := 16
-	if raceEnabled || testing.Short() {
-		n = 6
-	}
+	n := trials(16, 6)
 	for i := 0; i < n; i++ {
 		c := randCase(r, 9)
 		if i%2 == 0 { // make sure score tensors get checked often
@@ -33,10 +30,7 @@ func TestGradientFiniteDifferences(t *testing.T) {
 		}
 		t.Run(c.name, func(t *testing.T) {
 			d := c.d
-			q := randSlice(r, d.Batch*d.HeadsQ*d.LenQ*d.HeadDim)
-			k := randSlice(r, d.Batch*d.HeadsKV*d.LenKV*d.HeadDim)
-			v := randSlice(r, d.Batch*d.HeadsKV*d.LenKV*d.HeadDim)
-			dout := randSlice(r, len(q))
+			q, k, v, dout := randQKVO(r, d)
 			scale := 0.7
 			bm, err := NewBlockMask(c.mask, c.args, d, c.bq, c.bkv)
 			if err != nil {
@@ -97,10 +91,7 @@ func TestFullyMaskedRows(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		q := randSlice(r, d.Batch*d.HeadsQ*d.LenQ*d.HeadDim)
-		k := randSlice(r, d.Batch*d.HeadsKV*d.LenKV*d.HeadDim)
-		v := randSlice(r, len(k))
-		dout := randSlice(r, len(q))
+		q, k, v, dout := randQKVO(r, d)
 		check := func(name string, xs []float64) {
 			for i, x := range xs {
 				if math.IsNaN(x) || (math.IsInf(x, 0) && name != "lse") {

@@ -99,11 +99,10 @@ type opInfo struct {
 	comm  bool   // commutative: operands hash in either order
 
 	// Int arithmetic: value, interval rule, CUDA C (operands %[1]s, %[2]s).
-	i    func(x, y int64) int64
-	ii   func(x, y ival) ival
-	ci   string
-	ciK  func(x string, c int64) (string, bool) // CUDA C when operand 2 is the constant c
-	noVS bool                                   // no vector-op-scalar fast loop
+	i   func(x, y int64) int64
+	ii  func(x, y ival) ival
+	ci  string
+	ciK func(x string, c int64) (string, bool) // CUDA C when operand 2 is the constant c
 
 	// Float arithmetic: value, interval rule, CUDA C, partial derivatives
 	// and their CUDA C (given the adjoint a, operands x, y and result out:
@@ -193,14 +192,14 @@ var opTable = [numOps]opInfo{
 		cdf: func(a, x, y, out string) (string, string) {
 			return x + " > 0.0f ? " + a + " : (" + x + " < 0.0f ? -" + a + " : 0.0f)", ""
 		}},
-	opBitAnd: {name: "bitand", class: clsArith, sigs: sigIII, infix: "&", comm: true, noVS: true,
+	opBitAnd: {name: "bitand", class: clsArith, sigs: sigIII, infix: "&", comm: true,
 		i: func(x, y int64) int64 { return x & y }, ii: ivalBitAnd, ci: "%s & %s"},
-	opBitOr: {name: "bitor", class: clsArith, sigs: sigIII, infix: "|", comm: true, noVS: true,
+	opBitOr: {name: "bitor", class: clsArith, sigs: sigIII, infix: "|", comm: true,
 		i: func(x, y int64) int64 { return x | y }, ii: ivalBitOr, ci: "%s | %s"},
-	opBitXor: {name: "bitxor", class: clsArith, sigs: sigIII, infix: "^", comm: true, noVS: true,
+	opBitXor: {name: "bitxor", class: clsArith, sigs: sigIII, infix: "^", comm: true,
 		i: func(x, y int64) int64 { return x ^ y }, ii: ivalBitXor, ci: "%s ^ %s"},
-	opShl: {name: "shl", class: clsArith, sigs: sigIII, infix: "<<", noVS: true, i: shl, ii: ivalShl, ci: "flex_shl(%s, %s)"},
-	opShr: {name: "shr", class: clsArith, sigs: sigIII, infix: ">>", noVS: true, i: shr, ii: ivalShr, ci: "flex_shr(%s, %s)"},
+	opShl: {name: "shl", class: clsArith, sigs: sigIII, infix: "<<", i: shl, ii: ivalShl, ci: "flex_shl(%s, %s)"},
+	opShr: {name: "shr", class: clsArith, sigs: sigIII, infix: ">>", i: shr, ii: ivalShr, ci: "flex_shr(%s, %s)"},
 	opExp: {name: "exp", class: clsArith, sigs: sigFF, f: unary(math.Exp), fi: monotone(math.Exp), cf: "expf(%s)",
 		df:  func(x, y, out float64) (float64, float64) { return out, 0 },
 		cdf: func(a, x, y, out string) (string, string) { return a + " * " + out, "" }},

@@ -207,10 +207,7 @@ func TestIntOpsPythonSemantics(t *testing.T) {
 // op's value at the points must lie in the rule's interval.
 func TestIntervalRulesSound(t *testing.T) {
 	r := newRand(t)
-	n := 20000
-	if raceEnabled || testing.Short() {
-		n = 3000
-	}
+	n := trials(20000, 3000)
 	for o := op(0); o < numOps; o++ {
 		info := &opTable[o]
 		if info.class != clsArith {

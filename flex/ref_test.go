@@ -94,8 +94,13 @@ func refEval(n *node, a *Args, b, h, q, kv int, s float64) refVal {
 	if len(n.args) > 1 {
 		y = arg(1)
 	}
-	isF := n.args[0].kind == kFloat
-	switch n.op {
+	return refOp(n.op, n.args[0].kind == kFloat, x, y)
+}
+
+// refOp applies a comparison or arithmetic op to the operand values x and
+// y (isF: float operands).
+func refOp(o op, isF bool, x, y refVal) refVal {
+	switch o {
 	case opLt:
 		return refVal{b: (isF && x.f < y.f) || (!isF && x.i < y.i)}
 	case opLe:
@@ -110,48 +115,59 @@ func refEval(n *node, a *Args, b, h, q, kv int, s float64) refVal {
 		return refVal{b: (isF && x.f != y.f) || (!isF && x.i != y.i)}
 	}
 	if isF {
-		switch n.op {
-		case opAdd:
-			return refVal{f: x.f + y.f}
-		case opSub:
-			return refVal{f: x.f - y.f}
-		case opMul:
-			return refVal{f: x.f * y.f}
-		case opDiv:
-			return refVal{f: x.f / y.f}
-		case opNeg:
-			return refVal{f: -x.f}
-		case opAbs:
-			return refVal{f: math.Abs(x.f)}
-		case opMin:
-			if math.IsNaN(y.f) || x.f < y.f {
-				return x
-			}
-			return y
-		case opMax:
-			if math.IsNaN(y.f) || x.f > y.f {
-				return x
-			}
-			return y
-		case opExp:
-			return refVal{f: math.Exp(x.f)}
-		case opTanh:
-			return refVal{f: math.Tanh(x.f)}
-		case opLog:
-			return refVal{f: math.Log(x.f)}
-		case opSqrt:
-			return refVal{f: math.Sqrt(x.f)}
-		case opPow:
-			return refVal{f: math.Pow(x.f, y.f)}
-		case opSigmoid:
-			return refVal{f: 1 / (1 + math.Exp(-x.f))}
-		case opFloor:
-			return refVal{f: math.Floor(x.f)}
-		case opCeil:
-			return refVal{f: math.Ceil(x.f)}
-		}
+		return refFloatOp(o, x, y)
 	}
-	switch n.op {
+	return refIntOp(o, x, y)
+}
+
+// refFloatOp applies a float arithmetic op.
+func refFloatOp(o op, x, y refVal) refVal {
+	switch o {
+	case opAdd:
+		return refVal{f: x.f + y.f}
+	case opSub:
+		return refVal{f: x.f - y.f}
+	case opMul:
+		return refVal{f: x.f * y.f}
+	case opDiv:
+		return refVal{f: x.f / y.f}
+	case opNeg:
+		return refVal{f: -x.f}
+	case opAbs:
+		return refVal{f: math.Abs(x.f)}
+	case opMin:
+		if math.IsNaN(y.f) || x.f < y.f {
+			return x
+		}
+		return y
+	case opMax:
+		if math.IsNaN(y.f) || x.f > y.f {
+			return x
+		}
+		return y
+	case opExp:
+		return refVal{f: math.Exp(x.f)}
+	case opTanh:
+		return refVal{f: math.Tanh(x.f)}
+	case opLog:
+		return refVal{f: math.Log(x.f)}
+	case opSqrt:
+		return refVal{f: math.Sqrt(x.f)}
+	case opPow:
+		return refVal{f: math.Pow(x.f, y.f)}
+	case opSigmoid:
+		return refVal{f: 1 / (1 + math.Exp(-x.f))}
+	case opFloor:
+		return refVal{f: math.Floor(x.f)}
+	case opCeil:
+		return refVal{f: math.Ceil(x.f)}
+	}
+	panic("refEval: float op " + o.String())
+}
+
+// refIntOp applies an int arithmetic op.
+func refIntOp(o op, x, y refVal) refVal {
+	switch o {
 	case opAdd:
 		return refVal{i: x.i + y.i}
 	case opSub:
@@ -160,7 +176,7 @@ func refEval(n *node, a *Args, b, h, q, kv int, s float64) refVal {
 		return refVal{i: x.i * y.i}
 	case opDiv, opMod:
 		q, r := refFloorDivMod(x.i, y.i)
-		if n.op == opDiv {
+		if o == opDiv {
 			return refVal{i: q}
 		}
 		return refVal{i: r}
@@ -182,7 +198,7 @@ func refEval(n *node, a *Args, b, h, q, kv int, s float64) refVal {
 		return refVal{i: x.i ^ y.i}
 	case opShl, opShr:
 		s := min(max(y.i, 0), 63)
-		if n.op == opShl {
+		if o == opShl {
 			return refVal{i: int64(uint64(x.i) * (uint64(1) << s))}
 		}
 		v := new(big.Int).Rsh(big.NewInt(x.i), uint(s)) // arithmetic: rounds toward -Inf
@@ -199,7 +215,7 @@ func refEval(n *node, a *Args, b, h, q, kv int, s float64) refVal {
 	case opMax:
 		return refVal{i: max(x.i, y.i)}
 	}
-	panic("refEval: op " + n.op.String())
+	panic("refEval: op " + o.String())
 }
 
 // refFloorDivMod is Python's divmod(x, y) (with x // 0 = x % 0 = 0),
@@ -292,6 +308,21 @@ func refLoss(d Dims, q, k, v, dout []float64, m *MaskProgram, s *ScoreProgram, a
 		l += out[i] * dout[i]
 	}
 	return l
+}
+
+// trials returns full, or short under the race detector and -short.
+func trials(full, short int) int {
+	if raceEnabled || testing.Short() {
+		return short
+	}
+	return full
+}
+
+// randQKVO returns random q, k, v and dout of d's shapes (float64, normal).
+func randQKVO(r *rand.Rand, d Dims) (q, k, v, dout []float64) {
+	q = randSlice(r, d.Batch*d.HeadsQ*d.LenQ*d.HeadDim)
+	k = randSlice(r, d.Batch*d.HeadsKV*d.LenKV*d.HeadDim)
+	return q, k, randSlice(r, len(k)), randSlice(r, len(q))
 }
 
 func randSlice(r *rand.Rand, n int) []float64 {
