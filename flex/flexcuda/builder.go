@@ -84,9 +84,6 @@ func newBuilder(cache *jit.Cache, mask *flex.MaskProgram, dflash, blockQ, blockK
 		mod: newModule(cache, "flex_blockmask", src, params), devs: map[string]*builderDev{}}, nil
 }
 
-// Source returns the builder's generated source.
-func (b *Builder) Source() string { return b.mod.code }
-
 // Compile compiles (or loads from disk) the builder's kernels for arch
 // without a device.
 func (b *Builder) Compile(ctx context.Context, arch string) error {
