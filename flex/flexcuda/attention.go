@@ -38,6 +38,23 @@ type Config struct {
 	// float tensors have gradients are refused (those gradients are summed
 	// atomically).
 	Deterministic bool
+	// Check turns on the checked mode (so does flex.CheckEnv,
+	// DFLASH_FLEX_CHECK=1, as on the CPU): the programs are printed with
+	// flex.Checked, so that the first tensor read outside its tensor's shape
+	// in a launch is recorded on the device, and Forward and Backward return
+	// it as a *flex.IndexError naming the tensor and the index. Without it
+	// such reads are clamped into range silently. Checking reads the record
+	// back after every call, which waits for the call to finish: checked
+	// mode is for debugging, not for training speed. It covers the attention
+	// kernels; a Builder's mask reads stay clamped (flex.NewBlockMask checks
+	// them on the CPU).
+	Check bool
+}
+
+// checkMode reports whether the checked mode is on for cfg.
+func checkMode(cfg Config) bool {
+	v := os.Getenv(flex.CheckEnv)
+	return cfg.Check || (v != "" && v != "0")
 }
 
 // resolveKernel returns k, or for KernelAuto the environment's choice in
@@ -90,7 +107,8 @@ type Attention struct {
 // attnDev is an Attention's state on one device.
 type attnDev struct {
 	fwd, pre, dkdv, conv *fn
-	dq, gsum             *fn // deterministic backward's dQ pass and group sum
+	dq, gsum             *fn        // deterministic backward's dQ pass and group sum
+	fwdWord, bwdWord     gpu.Buffer // checked mode: each module's flex_check_word
 	args                 *cuda.Args
 	slots                []uint64
 	tmaps                [3]*cuda.TensorMap // Hopper forward: Q, K, V
@@ -122,7 +140,7 @@ func New(cache *jit.Cache, mask *flex.MaskProgram, score *flex.ScoreProgram, cfg
 		bk = Portable // the Hopper backward has atomic dQ only
 	}
 	spec := Spec{HeadDim: cfg.HeadDim, DType: cfg.DType, Group: cfg.Group, BlockQ: cfg.BlockQ, BlockKV: cfg.BlockKV, MaskHash: mask.Hash(),
-		Fwd: fk, Bwd: bk, Deterministic: cfg.Deterministic}
+		Fwd: fk, Bwd: bk, Deterministic: cfg.Deterministic, Check: checkMode(cfg)}
 	var sp []flex.Param
 	if score != nil {
 		spec.ScoreHash = score.Hash()
@@ -147,12 +165,17 @@ func New(cache *jit.Cache, mask *flex.MaskProgram, score *flex.ScoreProgram, cfg
 	params := map[string]string{"head_dim": strconv.Itoa(spec.HeadDim), "dtype": spec.storage().String(),
 		"group": strconv.Itoa(spec.Group), "block_q": strconv.Itoa(spec.BlockQ), "block_kv": strconv.Itoa(spec.BlockKV),
 		"mask": short(spec.MaskHash), "score": short(spec.ScoreHash),
-		"fwd": fk.String(), "bwd": bk.String(), "deterministic": strconv.FormatBool(cfg.Deterministic)}
-	fsrc, err := Source(spec, l.program(mask, score, false), false)
+		"fwd": fk.String(), "bwd": bk.String(), "deterministic": strconv.FormatBool(cfg.Deterministic),
+		"check": strconv.FormatBool(spec.Check)}
+	var opts []flex.CUDAOption
+	if spec.Check {
+		opts = append(opts, flex.Checked())
+	}
+	fsrc, err := Source(spec, l.program(mask, score, false, opts...), false)
 	if err != nil {
 		return nil, err
 	}
-	bsrc, err := Source(spec, l.program(mask, score, true), true)
+	bsrc, err := Source(spec, l.program(mask, score, true, opts...), true)
 	if err != nil {
 		return nil, err
 	}
@@ -221,6 +244,11 @@ func (a *Attention) device(ctx context.Context, d *gpu.Device, backward bool) (*
 		if st.fwd, err = a.fwd.load(ctx, d, "flex_fwd", a.spec.fwdThreads()); err != nil {
 			return nil, err
 		}
+		if a.spec.Check {
+			if st.fwdWord, err = a.fwd.global(ctx, d, checkWord); err != nil {
+				return nil, err
+			}
+		}
 	}
 	if backward && st.conv == nil {
 		if st.pre, err = a.bwd.load(ctx, d, "flex_bwd_pre", 256); err != nil {
@@ -239,6 +267,11 @@ func (a *Attention) device(ctx context.Context, d *gpu.Device, backward bool) (*
 		}
 		if st.conv, err = a.bwd.load(ctx, d, "flex_bwd_dq_convert", 256); err != nil {
 			return nil, err
+		}
+		if a.spec.Check {
+			if st.bwdWord, err = a.bwd.global(ctx, d, checkWord); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return st, nil
@@ -358,7 +391,39 @@ func (a *Attention) forward(d *gpu.Device, st *attnDev, c *Call) error {
 	}
 	// heaviest q blocks (the last, under causal-like masks) of every head first
 	grid := cuda.Dim(uint32(dm.HeadsQ*dm.Batch), uint32(m.NumQBlocks), 1)
-	return st.fwd.launch(d, c.Stream, grid, smem, args)
+	if err := st.fwd.launch(d, c.Stream, grid, smem, args); err != nil {
+		return err
+	}
+	return a.checked(d, st.fwdWord, c.Stream)
+}
+
+// checkWord is the device variable of flex's checked mode (flex.Checked).
+const checkWord = "flex_check_word"
+
+// checked, in checked mode, waits for s, reads the check word w of the
+// module just launched and, when a read was out of range, zeroes it and
+// returns the read as flex.CheckWordError decodes it.
+func (a *Attention) checked(d *gpu.Device, w gpu.Buffer, s *gpu.Stream) error {
+	if !a.spec.Check {
+		return nil
+	}
+	if s == nil {
+		s = d.Stream()
+	}
+	if err := s.Synchronize(); err != nil {
+		return fmt.Errorf("flexcuda: checked mode: %w", err)
+	}
+	v := make([]uint64, 1)
+	if err := gpu.Download(d, v, w); err != nil {
+		return fmt.Errorf("flexcuda: checked mode: read %s: %w", checkWord, err)
+	}
+	if v[0] == 0 {
+		return nil
+	}
+	if err := d.Memset(w, 0, s); err != nil {
+		return fmt.Errorf("flexcuda: checked mode: zero %s: %w", checkWord, err)
+	}
+	return flex.CheckWordError(v[0], a.mask, a.score)
 }
 
 // tensorMaps describes c's Q, K and V to the Hopper forward's copy engine: each
@@ -490,11 +555,17 @@ func (a *Attention) Backward(d *gpu.Device, c *Call) error {
 		}
 	}
 	if det {
-		return a.backwardDQ(d, st, c)
+		if err := a.backwardDQ(d, st, c); err != nil {
+			return err
+		}
+		return a.checked(d, st.bwdWord, c.Stream)
 	}
 	total := rows * D
 	args = st.args.Reset().Ptr(st.dqacc.Ptr).Ptr(c.DQ.Ptr).I64(int64(total))
-	return st.conv.launch(d, c.Stream, cuda.Dim(uint32(ceilDiv(total, 512)), 1, 1), 0, args)
+	if err := st.conv.launch(d, c.Stream, cuda.Dim(uint32(ceilDiv(total, 512)), 1, 1), 0, args); err != nil {
+		return err
+	}
+	return a.checked(d, st.bwdWord, c.Stream)
 }
 
 // backwardDQ queues the deterministic backward's dQ pass: one CTA per (q
