@@ -368,30 +368,22 @@ func (a *Attention) Forward(d *gpu.Device, c *Call) error {
 
 func (a *Attention) forward(d *gpu.Device, st *attnDev, c *Call) error {
 	m, dm := c.Mask, c.Dims
-	smem := FwdResources(a.spec, m.NumKVBlocks).SharedMem
-	if err := st.fwd.ensureSmem(smem); err != nil {
-		return err
-	}
 	n := a.layout.slots(false)
 	if err := a.layout.pack(st.slots[:n], c.Args, false, nil); err != nil {
 		return err
 	}
-	args := st.args.Reset().Ptr(c.Q.Ptr).Ptr(c.K.Ptr).Ptr(c.V.Ptr).Ptr(c.Out.Ptr).Ptr(c.LSE.Ptr).
-		Ptr(m.KVNum.Ptr).Ptr(m.KVIdx.Ptr).Ptr(m.FullKVNum.Ptr).Ptr(m.FullKVIdx.Ptr).
-		I32(int32(dm.HeadsQ)).I32(int32(dm.LenQ)).I32(int32(dm.LenKV)).I32(int32(m.MaskBatch)).I32(int32(m.MaskHeads)).
-		I32(int32(m.NumQBlocks)).I32(int32(m.NumKVBlocks)).F32(a.scale(c))
+	args := a.shape(st.args.Reset().Ptr(c.Q.Ptr).Ptr(c.K.Ptr).Ptr(c.V.Ptr).Ptr(c.Out.Ptr).Ptr(c.LSE.Ptr).
+		Ptr(m.KVNum.Ptr).Ptr(m.KVIdx.Ptr).Ptr(m.FullKVNum.Ptr).Ptr(m.FullKVIdx.Ptr), c)
 	if a.spec.Fwd == Hopper {
 		if err := a.tensorMaps(st, c); err != nil {
 			return err
 		}
 		args.TensorMap(st.tmaps[0]).TensorMap(st.tmaps[1]).TensorMap(st.tmaps[2])
 	}
-	for _, s := range st.slots[:n] {
-		args.I64(int64(s))
-	}
+	slotArgs(args, st.slots[:n])
 	// heaviest q blocks (the last, under causal-like masks) of every head first
 	grid := cuda.Dim(uint32(dm.HeadsQ*dm.Batch), uint32(m.NumQBlocks), 1)
-	if err := st.fwd.launch(d, c.Stream, grid, smem, args); err != nil {
+	if err := st.fwd.launchSmem(d, c.Stream, grid, FwdResources(a.spec, m.NumKVBlocks).SharedMem, args); err != nil {
 		return err
 	}
 	return a.checked(d, st.fwdWord, c.Stream)
@@ -501,10 +493,6 @@ func (a *Attention) Backward(d *gpu.Device, c *Call) error {
 		}
 		dkPtr, dvPtr = st.dkacc.Ptr, st.dvacc.Ptr
 	}
-	smem := BwdResources(a.spec, m.NumQBlocks).SharedMem
-	if err := st.dkdv.ensureSmem(smem); err != nil {
-		return err
-	}
 	n := a.layout.slots(true)
 	if err := a.layout.pack(st.slots[:n], c.Args, true, c.TensorGrads); err != nil {
 		return err
@@ -525,12 +513,8 @@ func (a *Attention) Backward(d *gpu.Device, c *Call) error {
 	}
 	args = st.args.Reset().Ptr(c.Q.Ptr).Ptr(c.K.Ptr).Ptr(c.V.Ptr).Ptr(c.DOut.Ptr).Ptr(c.LSE.Ptr).Ptr(st.dlt.Ptr).
 		Ptr(dkPtr).Ptr(dvPtr).Ptr(dqacc).
-		Ptr(m.QNum.Ptr).Ptr(m.QIdx.Ptr).Ptr(m.FullQNum.Ptr).Ptr(m.FullQIdx.Ptr).
-		I32(int32(dm.HeadsQ)).I32(int32(dm.LenQ)).I32(int32(dm.LenKV)).I32(int32(m.MaskBatch)).I32(int32(m.MaskHeads)).
-		I32(int32(m.NumQBlocks)).I32(int32(m.NumKVBlocks)).F32(a.scale(c))
-	for _, s := range st.slots[:n] {
-		args.I64(int64(s))
-	}
+		Ptr(m.QNum.Ptr).Ptr(m.QIdx.Ptr).Ptr(m.FullQNum.Ptr).Ptr(m.FullQIdx.Ptr)
+	slotArgs(a.shape(args, c), st.slots[:n])
 	// kv block 0 (the heaviest under causal-like masks) of every head first
 	grid := cuda.Dim(uint32(dm.HeadsKV), uint32(m.NumKVBlocks), uint32(dm.Batch))
 	if split {
@@ -539,7 +523,7 @@ func (a *Attention) Backward(d *gpu.Device, c *Call) error {
 	if a.spec.bwdHalf() {
 		grid.X *= 2 // two CTAs per kv block, one per half of the head dim
 	}
-	if err := st.dkdv.launch(d, c.Stream, grid, smem, args); err != nil {
+	if err := st.dkdv.launchSmem(d, c.Stream, grid, BwdResources(a.spec, m.NumQBlocks).SharedMem, args); err != nil {
 		return err
 	}
 	if split {
@@ -572,20 +556,28 @@ func (a *Attention) Backward(d *gpu.Device, c *Call) error {
 // block, query head, batch) over the kv-side lists, heaviest q blocks first.
 func (a *Attention) backwardDQ(d *gpu.Device, st *attnDev, c *Call) error {
 	m, dm := c.Mask, c.Dims
-	smem := DQResources(a.spec, m.NumKVBlocks).SharedMem
-	if err := st.dq.ensureSmem(smem); err != nil {
-		return err
-	}
 	n := a.layout.slots(true)
 	args := st.args.Reset().Ptr(c.Q.Ptr).Ptr(c.K.Ptr).Ptr(c.V.Ptr).Ptr(c.DOut.Ptr).Ptr(c.LSE.Ptr).Ptr(st.dlt.Ptr).
-		Ptr(c.DQ.Ptr).Ptr(m.KVNum.Ptr).Ptr(m.KVIdx.Ptr).Ptr(m.FullKVNum.Ptr).Ptr(m.FullKVIdx.Ptr).
-		I32(int32(dm.HeadsQ)).I32(int32(dm.LenQ)).I32(int32(dm.LenKV)).I32(int32(m.MaskBatch)).I32(int32(m.MaskHeads)).
+		Ptr(c.DQ.Ptr).Ptr(m.KVNum.Ptr).Ptr(m.KVIdx.Ptr).Ptr(m.FullKVNum.Ptr).Ptr(m.FullKVIdx.Ptr)
+	slotArgs(a.shape(args, c), st.slots[:n])
+	grid := cuda.Dim(uint32(dm.HeadsQ*dm.Batch), uint32(m.NumQBlocks), 1)
+	return st.dq.launchSmem(d, c.Stream, grid, DQResources(a.spec, m.NumKVBlocks).SharedMem, args)
+}
+
+// shape appends the shape arguments that the forward, dK/dV and dQ
+// kernels take after their pointers: heads_q, lenq, lenkv, bm_batch,
+// bm_heads, nqb, nkvb, scale.
+func (a *Attention) shape(args *cuda.Args, c *Call) *cuda.Args {
+	m, dm := c.Mask, c.Dims
+	return args.I32(int32(dm.HeadsQ)).I32(int32(dm.LenQ)).I32(int32(dm.LenKV)).I32(int32(m.MaskBatch)).I32(int32(m.MaskHeads)).
 		I32(int32(m.NumQBlocks)).I32(int32(m.NumKVBlocks)).F32(a.scale(c))
-	for _, s := range st.slots[:n] {
+}
+
+// slotArgs appends the FlexArgs slots.
+func slotArgs(args *cuda.Args, slots []uint64) {
+	for _, s := range slots {
 		args.I64(int64(s))
 	}
-	grid := cuda.Dim(uint32(dm.HeadsQ*dm.Batch), uint32(m.NumQBlocks), 1)
-	return st.dq.launch(d, c.Stream, grid, smem, args)
 }
 
 // grow makes b at least n bytes, replacing it when smaller.

@@ -132,9 +132,6 @@ func checkedCall(t *testing.T, d *gpu.Device, a *Attention, bld *Builder, dims f
 	if _, err := a.Prepare(context.Background(), d, true); err != nil {
 		t.Fatal(err)
 	}
-	dt := a.spec.storage()
-	nq := dims.Batch * dims.HeadsQ * dims.LenQ * dims.HeadDim
-	nk := dims.Batch * dims.HeadsKV * dims.LenKV * dims.HeadDim
 	var bufs []gpu.Buffer
 	keep := func(b gpu.Buffer) gpu.Buffer { bufs = append(bufs, b); return b }
 	defer func() {
@@ -142,12 +139,8 @@ func checkedCall(t *testing.T, d *gpu.Device, a *Attention, bld *Builder, dims f
 			d.Free(b)
 		}
 	}()
-	c := &Call{Dims: dims,
-		Q: keep(devHalf(t, d, gridValues(r, nq), dt)), K: keep(devHalf(t, d, gridValues(r, nk), dt)),
-		V: keep(devHalf(t, d, gridValues(r, nk), dt)), DOut: keep(devHalf(t, d, gridValues(r, nq), dt)),
-		Out: keep(devAlloc(t, d, int64(2*nq))), LSE: keep(devAlloc(t, d, int64(4*dims.Batch*dims.HeadsQ*dims.LenQ))),
-		DQ: keep(devAlloc(t, d, int64(2*nq))), DK: keep(devAlloc(t, d, int64(2*nk))), DV: keep(devAlloc(t, d, int64(2*nk))),
-		TensorGrads: map[string]gpu.Buffer{"bias": keep(devAlloc(t, d, int64(4*n)))}}
+	c, _, _, _, _ := testCall(t, d, a.spec.storage(), dims, r, keep)
+	c.TensorGrads["bias"] = keep(devAlloc(t, d, int64(4*n)))
 	args, err := UploadArgs(d, flex.NewArgs().SetFloatTensor("bias", gridValues(r, n), n))
 	if err != nil {
 		t.Fatal(err)

@@ -159,4 +159,13 @@ func (f *fn) launch(d *gpu.Device, s *gpu.Stream, grid cuda.Dim3, smem int, args
 	return nil
 }
 
+// launchSmem queues f with smem bytes of dynamic shared memory, checked
+// and opted in to by ensureSmem.
+func (f *fn) launchSmem(d *gpu.Device, s *gpu.Stream, grid cuda.Dim3, smem int, args *cuda.Args) error {
+	if err := f.ensureSmem(smem); err != nil {
+		return err
+	}
+	return f.launch(d, s, grid, smem, args)
+}
+
 func ceilDiv(a, b int) int { return (a + b - 1) / b }
