@@ -36,7 +36,7 @@
   template <int TA, int TB> \
   __device__ __forceinline__ void flex_wgmma_ss##N(float (&d)[R], unsigned long long da, unsigned long long db, int acc) { \
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #R2 ", 0;\n" \
-                 "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." FLEX_WG_AB "." FLEX_WG_AB " " \
+                 "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." FLEX_PTX_AB "." FLEX_PTX_AB " " \
                  "{" FLEX_WG_ACC##R "}, %" #R ", %" #R1 ", p, 1, 1, %" #R3 ", %" #R4 ";\n}\n" \
                  : FLEX_WG_D##R \
                  : "l"(da), "l"(db), "r"(acc), "n"(TA), "n"(TB)); \
@@ -44,7 +44,7 @@
   template <int TB> \
   __device__ __forceinline__ void flex_wgmma_rs##N(float (&d)[R], const unsigned (&a)[4], unsigned long long db, int acc) { \
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #R5 ", 0;\n" \
-                 "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." FLEX_WG_AB "." FLEX_WG_AB " " \
+                 "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." FLEX_PTX_AB "." FLEX_PTX_AB " " \
                  "{" FLEX_WG_ACC##R "}, {%" #R ", %" #R1 ", %" #R2 ", %" #R3 "}, %" #R4 ", p, 1, 1, %" #R6 ";\n}\n" \
                  : FLEX_WG_D##R \
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(acc), "n"(TB)); \

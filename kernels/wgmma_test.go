@@ -26,7 +26,7 @@ func TestWgmmaOperands(t *testing.T) {
 		t.Skip("no g++ to expand flex_wgmma.cuh's macros")
 	}
 	cmd := exec.Command("g++", "-E", "-P", "-x", "c++", "-")
-	cmd.Stdin = strings.NewReader("#define FLEX_WG_AB \"bf16\"\n" + Source("flex_wgmma.cuh"))
+	cmd.Stdin = strings.NewReader("#define FLEX_PTX_AB \"bf16\"\n" + Source("flex_wgmma.cuh"))
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("g++ -E: %v\n%s", err, out)
