@@ -93,6 +93,10 @@ func TestNVRTCCompileLoadLaunch(t *testing.T) {
 		!strings.Contains(err.Error(), "cuModuleGetFunction: CUDA_ERROR_NOT_FOUND") {
 		t.Errorf("missing kernel error = %v", err)
 	}
+	if _, _, err := cuda.ModuleGetGlobal(mod, "no_such_global"); !errors.Is(err, cuda.ErrNotFound) ||
+		!strings.Contains(err.Error(), "cuModuleGetGlobal_v2: CUDA_ERROR_NOT_FOUND") {
+		t.Errorf("missing global error = %v", err)
+	}
 	regs, err := cuda.FuncGetAttribute(fn, cuda.FuncNumRegs)
 	if err != nil || regs <= 0 {
 		t.Errorf("FuncNumRegs = %d, %v", regs, err)

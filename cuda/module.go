@@ -51,6 +51,18 @@ func ModuleGetFunction(m Module, name string) (Function, error) {
 	return Function(f), nil
 }
 
+// ModuleGetGlobal returns the address and size in bytes of the __device__
+// variable named name (an extern "C" or unmangled name) in m.
+func ModuleGetGlobal(m Module, name string) (DevicePtr, int64, error) {
+	var p uintptr
+	var size uint64
+	n := cStr(name)
+	if err := drv(pModuleGetGlobal, uintptr(unsafe.Pointer(&p)), uintptr(unsafe.Pointer(&size)), uintptr(m), uintptr(unsafe.Pointer(&n[0]))); err != nil {
+		return 0, 0, fmt.Errorf("global %q: %w", name, err)
+	}
+	return DevicePtr(p), int64(size), nil
+}
+
 // FuncGetAttribute returns an attribute of f.
 func FuncGetAttribute(f Function, a FunctionAttribute) (int, error) {
 	var v int32

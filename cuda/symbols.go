@@ -41,6 +41,7 @@ var (
 	pModuleLoadData       = newProc(libCUDA, "cuModuleLoadData")
 	pModuleUnload         = newProc(libCUDA, "cuModuleUnload")
 	pModuleGetFunction    = newProc(libCUDA, "cuModuleGetFunction")
+	pModuleGetGlobal      = newProc(libCUDA, "cuModuleGetGlobal_v2")
 	pFuncGetAttribute     = newProc(libCUDA, "cuFuncGetAttribute")
 	pFuncSetAttribute     = newProc(libCUDA, "cuFuncSetAttribute")
 	pLaunchKernel         = newProc(libCUDA, "cuLaunchKernel")

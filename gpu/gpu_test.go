@@ -2,6 +2,7 @@ package gpu_test
 
 import (
 	"context"
+	_ "embed"
 	"errors"
 	"fmt"
 	"math"
@@ -105,13 +106,19 @@ func TestEightGoroutinesOneCompile(t *testing.T) {
 		map[string]float64{"compiles": float64(st.Compiles), "compile_ms": float64(st.CompileTime.Microseconds()) / 1000})
 }
 
+// elementwiseSource holds the graph test's three small in-place kernels;
+// it builds alone with nvcc (scripts/gpu-check.sh).
+//
+//go:embed testdata/elementwise.cu
+var elementwiseSource string
+
 // TestGraphReplayMatchesLaunches captures three dependent kernels into a
 // graph and checks that replaying it gives bit-identical results to plain
 // launches, and both match a float64 CPU reference.
 func TestGraphReplayMatchesLaunches(t *testing.T) {
 	w := worker0(t)
 	c := nvrtcCache(t, "")
-	img, err := c.Get(context.Background(), jit.Source{Family: "elementwise", Code: kernels.Source("elementwise.cu"), Arch: w.Info().Arch()})
+	img, err := c.Get(context.Background(), jit.Source{Family: "elementwise", Code: elementwiseSource, Arch: w.Info().Arch()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,15 +3,13 @@ package jit
 import (
 	"context"
 	"testing"
-
-	"dflash/kernels"
 )
 
 // BenchmarkHit measures what a launch site pays to find its kernel when it
 // is already loaded: Get (memory tier) + Function (per-device tier).
 func BenchmarkHit(b *testing.B) {
 	c, _ := New(Config{Compiler: newFake(0)})
-	s := Source{Family: "attn_ref", Code: kernels.Source("attn_fwd_f32.cu"), Arch: "sm_90", Options: []string{"-DA=1", "-DB=2"}}
+	s := Source{Family: "attn_ref", Code: attnFwdF32, Arch: "sm_90", Options: []string{"-DA=1", "-DB=2"}}
 	l := &fakeLoader{id: "cuda:0#1"}
 	ctx := context.Background()
 	img, _ := c.Get(ctx, s)
@@ -31,7 +29,7 @@ func BenchmarkHit(b *testing.B) {
 // BenchmarkKernelHandleHit is BenchmarkHit through a Kernel handle.
 func BenchmarkKernelHandleHit(b *testing.B) {
 	c, _ := New(Config{Compiler: newFake(0)})
-	k := c.Kernel(Source{Family: "attn_ref", Code: kernels.Source("attn_fwd_f32.cu"), Arch: "sm_90"})
+	k := c.Kernel(Source{Family: "attn_ref", Code: attnFwdF32, Arch: "sm_90"})
 	l := &fakeLoader{id: "cuda:0#1"}
 	ctx := context.Background()
 	if _, err := k.Function(ctx, l, "attn_fwd_f32_d64"); err != nil {

@@ -15,13 +15,12 @@ import (
 	"dflash/cuda"
 	"dflash/gpu"
 	"dflash/internal/checkreport"
-	"dflash/kernels"
 )
 
 // GPU tests of the cache: they skip without a GPU or NVRTC.
 
 func attnSource(arch string) Source {
-	return Source{Family: "attn_ref", Code: kernels.Source("attn_fwd_f32.cu"), Arch: arch,
+	return Source{Family: "attn_ref", Code: attnFwdF32, Arch: arch,
 		Params: map[string]string{"dtype": "f32", "block_m": "64", "tile_n": "32"}}
 }
 

@@ -3,12 +3,19 @@ package jit
 import (
 	"bytes"
 	"context"
+	_ "embed"
 	"errors"
 	"strings"
 	"testing"
-
-	"dflash/kernels"
 )
+
+// attnFwdF32 is the test kernel of the cache's tests: a float32 attention
+// forward templated on the head dimension (D=64 and D=128 instantiated),
+// big enough for a representative compile time. It builds alone with nvcc
+// (scripts/gpu-check.sh).
+//
+//go:embed testdata/attn_fwd_f32.cu
+var attnFwdF32 string
 
 // These tests need NVRTC only (no GPU): they run wherever libnvrtc loads.
 func newNVRTC(t *testing.T) *NVRTC {
@@ -24,7 +31,7 @@ func TestNVRTCThroughTheCache(t *testing.T) {
 	n := newNVRTC(t)
 	dir := t.TempDir()
 	c, _ := newCache(t, n, dir)
-	s := Source{Family: "attn_ref", Code: kernels.Source("attn_fwd_f32.cu"), Arch: "sm_80"}
+	s := Source{Family: "attn_ref", Code: attnFwdF32, Arch: "sm_80"}
 	img, err := c.Get(context.Background(), s)
 	if err != nil {
 		t.Fatal(err)

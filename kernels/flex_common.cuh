@@ -168,12 +168,6 @@ __device__ __forceinline__ void flex_wg_load(flex_t *sm, const flex_t *g,
 // to 1024 bytes. K-major operands (the reduction dimension contiguous) use
 // sbo = 1024; MN-major ones (transposed, trans flag 1) also give lbo, the
 // byte stride between 64-column atoms along M or N.
-#if FLEX_FP16
-#define FLEX_WG_AB "f16"
-#else
-#define FLEX_WG_AB "bf16"
-#endif
-
 __device__ __forceinline__ unsigned long long flex_wg_desc(const void *p, int lbo, int sbo) {
   unsigned long long a = (unsigned long long)(unsigned)__cvta_generic_to_shared(p);
   return ((a & 0x3FFFF) >> 4) | ((unsigned long long)((lbo >> 4) & 0x3FFF) << 16) |
@@ -257,39 +251,35 @@ template <int N> __device__ __forceinline__ void flex_regs_inc() {
 }
 
 // ---- tensor cores ----
-__device__ __forceinline__ void flex_ldm_x4(unsigned &r0, unsigned &r1,
-                                            unsigned &r2, unsigned &r3,
-                                            const flex_t *p) {
-  asm volatile(
-      "ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-      : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-      : "r"(flex_smem_addr(p)));
-}
-__device__ __forceinline__ void flex_ldm_x4_t(unsigned &r0, unsigned &r1,
-                                              unsigned &r2, unsigned &r3,
-                                              const flex_t *p) {
-  asm volatile(
-      "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-      : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)
-      : "r"(flex_smem_addr(p)));
-}
+// flex_ldm_x4 loads four 8x8 b16 matrices from shared memory at p (lane
+// 8i+j gives row j of matrix i) into r0..r3; flex_ldm_x4_t transposes each.
+#define FLEX_LDM_X4(NAME, TRANS)                                                          \
+  __device__ __forceinline__ void NAME(unsigned &r0, unsigned &r1, unsigned &r2,          \
+                                       unsigned &r3, const flex_t *p) {                   \
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4" TRANS ".shared.b16 {%0,%1,%2,%3}, [%4];\n" \
+                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)                                 \
+                 : "r"(flex_smem_addr(p)));                                               \
+  }
+FLEX_LDM_X4(flex_ldm_x4, "")
+FLEX_LDM_X4(flex_ldm_x4_t, ".trans")
+#undef FLEX_LDM_X4
+
+// FLEX_PTX_AB is the PTX name of the storage type, the A and B operands of
+// the tensor-core instructions (mma.sync here, wgmma in flex_wgmma.cuh).
+#if FLEX_FP16
+#define FLEX_PTX_AB "f16"
+#else
+#define FLEX_PTX_AB "bf16"
+#endif
 
 // flex_mma computes d += a * b for one m16n8k16 tile, fp32 accumulate.
 __device__ __forceinline__ void flex_mma(float *d, const unsigned *a,
                                          const unsigned *b) {
-#if FLEX_FP16
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." FLEX_PTX_AB "." FLEX_PTX_AB ".f32 "
                "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
                : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]),
                  "r"(b[1]));
-#else
-  asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-               "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-               : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]),
-                 "r"(b[1]));
-#endif
 }
 
 // Fragment address helpers for a swizzled [rows][FLEX_D] tile. lane is the

@@ -34,7 +34,7 @@ venv() {
 for v in ${TEST_VARIANTS:-default}; do
   venv "$v"
   T=${TEST_TIMEOUT:-150}
-  env "${env[@]}" timeout $T .devbuild/flexcuda.test -test.v -test.run 'TestGPUAttention$|TestGPUDeterministic|TestGPUSpecialisation|TestGPUScoreTensorGrads' \
+  env "${env[@]}" timeout $T .devbuild/flexcuda.test -test.v -test.run 'TestGPUAttention$|TestGPUDeterministic|TestGPUSpecialisation|TestGPUScoreTensorGrads|TestGPUChecked' \
     -test.timeout $((T - 1))s > /tmp/gpu-quick-test.log 2>&1
   echo "tests ($v) exit $?"
   grep -E -- '^(--- |PASS|FAIL|ok)|panic' /tmp/gpu-quick-test.log | sort | uniq -c | head -12

@@ -4,9 +4,10 @@
 # nothing: run scripts/build-device.sh here first, then through the device
 # tool run `bash scripts/gpu-check.sh` with carry [".devbuild/runtime"].
 #
-# Checks: dflash doctor (cold, then warm from disk); each kernels/*.cu of the
-# runtime builds alone with nvcc; the test binaries of cuda, jit and gpu
-# (NVRTC compile+load+launch, 8 goroutines -> 1 compile, second process -> 0
+# Checks: dflash doctor (cold, then warm from disk); the runtime's plain
+# kernels (kernels/saxpy.cu and the test kernels gpu/testdata/elementwise.cu,
+# jit/testdata/attn_fwd_f32.cu) build alone with nvcc; the test binaries of
+# cuda, jit and gpu (NVRTC compile+load+launch, 8 goroutines -> 1 compile, second process -> 0
 # compiles, graph replay, allocator reuse, cuBLASLt vs float64, NCCL,
 # foreign-thread check, cache timings); cuBLASLt bf16 8192^3 against
 # torch.matmul (bench/torch_matmul.py), twice, alternating; dflash cache
@@ -48,8 +49,8 @@ step "dflash doctor (cold cache)" $B/dflash doctor
 step "dflash doctor (warm: kernel from disk)" $B/dflash doctor
 $B/dflash doctor --json >"$OUT/doctor.json" 2>>"$LOG"
 
-for f in saxpy elementwise attn_fwd_f32; do
-	step "nvcc builds kernels/$f.cu alone" nvcc -arch=sm_90 -Xptxas -v -cubin -o "/tmp/$f.cubin" "kernels/$f.cu"
+for f in kernels/saxpy.cu gpu/testdata/elementwise.cu jit/testdata/attn_fwd_f32.cu; do
+	step "nvcc builds $f alone" nvcc -arch=sm_90 -Xptxas -v -cubin -o "/tmp/$(basename "$f" .cu).cubin" "$f"
 done
 
 step "cuda.test" $B/cuda.test -test.v -test.count=1 -test.timeout=60s

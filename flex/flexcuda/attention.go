@@ -38,6 +38,23 @@ type Config struct {
 	// float tensors have gradients are refused (those gradients are summed
 	// atomically).
 	Deterministic bool
+	// Check turns on the checked mode (so does flex.CheckEnv,
+	// DFLASH_FLEX_CHECK=1, as on the CPU): the programs are printed with
+	// flex.Checked, so that the first tensor read outside its tensor's shape
+	// in a launch is recorded on the device, and Forward and Backward return
+	// it as a *flex.IndexError naming the tensor and the index. Without it
+	// such reads are clamped into range silently. Checking reads the record
+	// back after every call, which waits for the call to finish: checked
+	// mode is for debugging, not for training speed. It covers the attention
+	// kernels; a Builder's mask reads stay clamped (flex.NewBlockMask checks
+	// them on the CPU).
+	Check bool
+}
+
+// checkMode reports whether the checked mode is on for cfg.
+func checkMode(cfg Config) bool {
+	v := os.Getenv(flex.CheckEnv)
+	return cfg.Check || (v != "" && v != "0")
 }
 
 // resolveKernel returns k, or for KernelAuto the environment's choice in
@@ -90,7 +107,8 @@ type Attention struct {
 // attnDev is an Attention's state on one device.
 type attnDev struct {
 	fwd, pre, dkdv, conv *fn
-	dq, gsum             *fn // deterministic backward's dQ pass and group sum
+	dq, gsum             *fn        // deterministic backward's dQ pass and group sum
+	fwdWord, bwdWord     gpu.Buffer // checked mode: each module's flex_check_word
 	args                 *cuda.Args
 	slots                []uint64
 	tmaps                [3]*cuda.TensorMap // Hopper forward: Q, K, V
@@ -122,7 +140,7 @@ func New(cache *jit.Cache, mask *flex.MaskProgram, score *flex.ScoreProgram, cfg
 		bk = Portable // the Hopper backward has atomic dQ only
 	}
 	spec := Spec{HeadDim: cfg.HeadDim, DType: cfg.DType, Group: cfg.Group, BlockQ: cfg.BlockQ, BlockKV: cfg.BlockKV, MaskHash: mask.Hash(),
-		Fwd: fk, Bwd: bk, Deterministic: cfg.Deterministic}
+		Fwd: fk, Bwd: bk, Deterministic: cfg.Deterministic, Check: checkMode(cfg)}
 	var sp []flex.Param
 	if score != nil {
 		spec.ScoreHash = score.Hash()
@@ -147,12 +165,17 @@ func New(cache *jit.Cache, mask *flex.MaskProgram, score *flex.ScoreProgram, cfg
 	params := map[string]string{"head_dim": strconv.Itoa(spec.HeadDim), "dtype": spec.storage().String(),
 		"group": strconv.Itoa(spec.Group), "block_q": strconv.Itoa(spec.BlockQ), "block_kv": strconv.Itoa(spec.BlockKV),
 		"mask": short(spec.MaskHash), "score": short(spec.ScoreHash),
-		"fwd": fk.String(), "bwd": bk.String(), "deterministic": strconv.FormatBool(cfg.Deterministic)}
-	fsrc, err := Source(spec, l.program(mask, score, false), false)
+		"fwd": fk.String(), "bwd": bk.String(), "deterministic": strconv.FormatBool(cfg.Deterministic),
+		"check": strconv.FormatBool(spec.Check)}
+	var opts []flex.CUDAOption
+	if spec.Check {
+		opts = append(opts, flex.Checked())
+	}
+	fsrc, err := Source(spec, l.program(mask, score, false, opts...), false)
 	if err != nil {
 		return nil, err
 	}
-	bsrc, err := Source(spec, l.program(mask, score, true), true)
+	bsrc, err := Source(spec, l.program(mask, score, true, opts...), true)
 	if err != nil {
 		return nil, err
 	}
@@ -221,6 +244,11 @@ func (a *Attention) device(ctx context.Context, d *gpu.Device, backward bool) (*
 		if st.fwd, err = a.fwd.load(ctx, d, "flex_fwd", a.spec.fwdThreads()); err != nil {
 			return nil, err
 		}
+		if a.spec.Check {
+			if st.fwdWord, err = a.fwd.global(ctx, d, checkWord); err != nil {
+				return nil, err
+			}
+		}
 	}
 	if backward && st.conv == nil {
 		if st.pre, err = a.bwd.load(ctx, d, "flex_bwd_pre", 256); err != nil {
@@ -239,6 +267,11 @@ func (a *Attention) device(ctx context.Context, d *gpu.Device, backward bool) (*
 		}
 		if st.conv, err = a.bwd.load(ctx, d, "flex_bwd_dq_convert", 256); err != nil {
 			return nil, err
+		}
+		if a.spec.Check {
+			if st.bwdWord, err = a.bwd.global(ctx, d, checkWord); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return st, nil
@@ -335,30 +368,54 @@ func (a *Attention) Forward(d *gpu.Device, c *Call) error {
 
 func (a *Attention) forward(d *gpu.Device, st *attnDev, c *Call) error {
 	m, dm := c.Mask, c.Dims
-	smem := FwdResources(a.spec, m.NumKVBlocks).SharedMem
-	if err := st.fwd.ensureSmem(smem); err != nil {
-		return err
-	}
 	n := a.layout.slots(false)
 	if err := a.layout.pack(st.slots[:n], c.Args, false, nil); err != nil {
 		return err
 	}
-	args := st.args.Reset().Ptr(c.Q.Ptr).Ptr(c.K.Ptr).Ptr(c.V.Ptr).Ptr(c.Out.Ptr).Ptr(c.LSE.Ptr).
-		Ptr(m.KVNum.Ptr).Ptr(m.KVIdx.Ptr).Ptr(m.FullKVNum.Ptr).Ptr(m.FullKVIdx.Ptr).
-		I32(int32(dm.HeadsQ)).I32(int32(dm.LenQ)).I32(int32(dm.LenKV)).I32(int32(m.MaskBatch)).I32(int32(m.MaskHeads)).
-		I32(int32(m.NumQBlocks)).I32(int32(m.NumKVBlocks)).F32(a.scale(c))
+	args := a.shape(st.args.Reset().Ptr(c.Q.Ptr).Ptr(c.K.Ptr).Ptr(c.V.Ptr).Ptr(c.Out.Ptr).Ptr(c.LSE.Ptr).
+		Ptr(m.KVNum.Ptr).Ptr(m.KVIdx.Ptr).Ptr(m.FullKVNum.Ptr).Ptr(m.FullKVIdx.Ptr), c)
 	if a.spec.Fwd == Hopper {
 		if err := a.tensorMaps(st, c); err != nil {
 			return err
 		}
 		args.TensorMap(st.tmaps[0]).TensorMap(st.tmaps[1]).TensorMap(st.tmaps[2])
 	}
-	for _, s := range st.slots[:n] {
-		args.I64(int64(s))
-	}
+	slotArgs(args, st.slots[:n])
 	// heaviest q blocks (the last, under causal-like masks) of every head first
 	grid := cuda.Dim(uint32(dm.HeadsQ*dm.Batch), uint32(m.NumQBlocks), 1)
-	return st.fwd.launch(d, c.Stream, grid, smem, args)
+	if err := st.fwd.launchSmem(d, c.Stream, grid, FwdResources(a.spec, m.NumKVBlocks).SharedMem, args); err != nil {
+		return err
+	}
+	return a.checked(d, st.fwdWord, c.Stream)
+}
+
+// checkWord is the device variable of flex's checked mode (flex.Checked).
+const checkWord = "flex_check_word"
+
+// checked, in checked mode, waits for s, reads the check word w of the
+// module just launched and, when a read was out of range, zeroes it and
+// returns the read as flex.CheckWordError decodes it.
+func (a *Attention) checked(d *gpu.Device, w gpu.Buffer, s *gpu.Stream) error {
+	if !a.spec.Check {
+		return nil
+	}
+	if s == nil {
+		s = d.Stream()
+	}
+	if err := s.Synchronize(); err != nil {
+		return fmt.Errorf("flexcuda: checked mode: %w", err)
+	}
+	v := make([]uint64, 1)
+	if err := gpu.Download(d, v, w); err != nil {
+		return fmt.Errorf("flexcuda: checked mode: read %s: %w", checkWord, err)
+	}
+	if v[0] == 0 {
+		return nil
+	}
+	if err := d.Memset(w, 0, s); err != nil {
+		return fmt.Errorf("flexcuda: checked mode: zero %s: %w", checkWord, err)
+	}
+	return flex.CheckWordError(v[0], a.mask, a.score)
 }
 
 // tensorMaps describes c's Q, K and V to the Hopper forward's copy engine: each
@@ -436,10 +493,6 @@ func (a *Attention) Backward(d *gpu.Device, c *Call) error {
 		}
 		dkPtr, dvPtr = st.dkacc.Ptr, st.dvacc.Ptr
 	}
-	smem := BwdResources(a.spec, m.NumQBlocks).SharedMem
-	if err := st.dkdv.ensureSmem(smem); err != nil {
-		return err
-	}
 	n := a.layout.slots(true)
 	if err := a.layout.pack(st.slots[:n], c.Args, true, c.TensorGrads); err != nil {
 		return err
@@ -460,12 +513,8 @@ func (a *Attention) Backward(d *gpu.Device, c *Call) error {
 	}
 	args = st.args.Reset().Ptr(c.Q.Ptr).Ptr(c.K.Ptr).Ptr(c.V.Ptr).Ptr(c.DOut.Ptr).Ptr(c.LSE.Ptr).Ptr(st.dlt.Ptr).
 		Ptr(dkPtr).Ptr(dvPtr).Ptr(dqacc).
-		Ptr(m.QNum.Ptr).Ptr(m.QIdx.Ptr).Ptr(m.FullQNum.Ptr).Ptr(m.FullQIdx.Ptr).
-		I32(int32(dm.HeadsQ)).I32(int32(dm.LenQ)).I32(int32(dm.LenKV)).I32(int32(m.MaskBatch)).I32(int32(m.MaskHeads)).
-		I32(int32(m.NumQBlocks)).I32(int32(m.NumKVBlocks)).F32(a.scale(c))
-	for _, s := range st.slots[:n] {
-		args.I64(int64(s))
-	}
+		Ptr(m.QNum.Ptr).Ptr(m.QIdx.Ptr).Ptr(m.FullQNum.Ptr).Ptr(m.FullQIdx.Ptr)
+	slotArgs(a.shape(args, c), st.slots[:n])
 	// kv block 0 (the heaviest under causal-like masks) of every head first
 	grid := cuda.Dim(uint32(dm.HeadsKV), uint32(m.NumKVBlocks), uint32(dm.Batch))
 	if split {
@@ -474,7 +523,7 @@ func (a *Attention) Backward(d *gpu.Device, c *Call) error {
 	if a.spec.bwdHalf() {
 		grid.X *= 2 // two CTAs per kv block, one per half of the head dim
 	}
-	if err := st.dkdv.launch(d, c.Stream, grid, smem, args); err != nil {
+	if err := st.dkdv.launchSmem(d, c.Stream, grid, BwdResources(a.spec, m.NumQBlocks).SharedMem, args); err != nil {
 		return err
 	}
 	if split {
@@ -490,31 +539,45 @@ func (a *Attention) Backward(d *gpu.Device, c *Call) error {
 		}
 	}
 	if det {
-		return a.backwardDQ(d, st, c)
+		if err := a.backwardDQ(d, st, c); err != nil {
+			return err
+		}
+		return a.checked(d, st.bwdWord, c.Stream)
 	}
 	total := rows * D
 	args = st.args.Reset().Ptr(st.dqacc.Ptr).Ptr(c.DQ.Ptr).I64(int64(total))
-	return st.conv.launch(d, c.Stream, cuda.Dim(uint32(ceilDiv(total, 512)), 1, 1), 0, args)
+	if err := st.conv.launch(d, c.Stream, cuda.Dim(uint32(ceilDiv(total, 512)), 1, 1), 0, args); err != nil {
+		return err
+	}
+	return a.checked(d, st.bwdWord, c.Stream)
 }
 
 // backwardDQ queues the deterministic backward's dQ pass: one CTA per (q
 // block, query head, batch) over the kv-side lists, heaviest q blocks first.
 func (a *Attention) backwardDQ(d *gpu.Device, st *attnDev, c *Call) error {
 	m, dm := c.Mask, c.Dims
-	smem := DQResources(a.spec, m.NumKVBlocks).SharedMem
-	if err := st.dq.ensureSmem(smem); err != nil {
-		return err
-	}
 	n := a.layout.slots(true)
 	args := st.args.Reset().Ptr(c.Q.Ptr).Ptr(c.K.Ptr).Ptr(c.V.Ptr).Ptr(c.DOut.Ptr).Ptr(c.LSE.Ptr).Ptr(st.dlt.Ptr).
-		Ptr(c.DQ.Ptr).Ptr(m.KVNum.Ptr).Ptr(m.KVIdx.Ptr).Ptr(m.FullKVNum.Ptr).Ptr(m.FullKVIdx.Ptr).
-		I32(int32(dm.HeadsQ)).I32(int32(dm.LenQ)).I32(int32(dm.LenKV)).I32(int32(m.MaskBatch)).I32(int32(m.MaskHeads)).
+		Ptr(c.DQ.Ptr).Ptr(m.KVNum.Ptr).Ptr(m.KVIdx.Ptr).Ptr(m.FullKVNum.Ptr).Ptr(m.FullKVIdx.Ptr)
+	slotArgs(a.shape(args, c), st.slots[:n])
+	grid := cuda.Dim(uint32(dm.HeadsQ*dm.Batch), uint32(m.NumQBlocks), 1)
+	return st.dq.launchSmem(d, c.Stream, grid, DQResources(a.spec, m.NumKVBlocks).SharedMem, args)
+}
+
+// shape appends the shape arguments that the forward, dK/dV and dQ
+// kernels take after their pointers: heads_q, lenq, lenkv, bm_batch,
+// bm_heads, nqb, nkvb, scale.
+func (a *Attention) shape(args *cuda.Args, c *Call) *cuda.Args {
+	m, dm := c.Mask, c.Dims
+	return args.I32(int32(dm.HeadsQ)).I32(int32(dm.LenQ)).I32(int32(dm.LenKV)).I32(int32(m.MaskBatch)).I32(int32(m.MaskHeads)).
 		I32(int32(m.NumQBlocks)).I32(int32(m.NumKVBlocks)).F32(a.scale(c))
-	for _, s := range st.slots[:n] {
+}
+
+// slotArgs appends the FlexArgs slots.
+func slotArgs(args *cuda.Args, slots []uint64) {
+	for _, s := range slots {
 		args.I64(int64(s))
 	}
-	grid := cuda.Dim(uint32(dm.HeadsQ*dm.Batch), uint32(m.NumQBlocks), 1)
-	return st.dq.launch(d, c.Stream, grid, smem, args)
 }
 
 // grow makes b at least n bytes, replacing it when smaller.

@@ -84,9 +84,6 @@ func newBuilder(cache *jit.Cache, mask *flex.MaskProgram, dflash, blockQ, blockK
 		mod: newModule(cache, "flex_blockmask", src, params), devs: map[string]*builderDev{}}, nil
 }
 
-// Source returns the builder's generated source.
-func (b *Builder) Source() string { return b.mod.code }
-
 // Compile compiles (or loads from disk) the builder's kernels for arch
 // without a device.
 func (b *Builder) Compile(ctx context.Context, arch string) error {
@@ -180,11 +177,7 @@ func (b *Builder) Build(d *gpu.Device, s *gpu.Stream, dims flex.Dims, args *Args
 		a := st.args.Reset().Ptr(an.Buf.Ptr).I32(int32(an.Shape[0])).I32(int32(an.Shape[1])).
 			Ptr(nv.Buf.Ptr).I32(int32(nv.Shape[0])).I32(int32(ctx)).I32(int32(dims.LenQ)).I32(int32(dims.LenKV)).
 			I32(int32(mb)).I32(int32(m.NumQBlocks)).I32(int32(m.NumKVBlocks)).I32(int32(b.blockQ)).I32(int32(b.blockKV))
-		for _, l := range m.lists() {
-			a.Ptr(l.Ptr)
-		}
-		warps := nbh * (m.NumQBlocks + m.NumKVBlocks)
-		if err := st.dflash.launch(d, s, cuda.Dim(uint32(ceilDiv(warps, 8)), 1, 1), 0, a); err != nil {
+		if err := listsLaunch(d, s, st.dflash, a, m, nbh); err != nil {
 			return nil, err
 		}
 		return m, nil
@@ -195,21 +188,26 @@ func (b *Builder) Build(d *gpu.Device, s *gpu.Stream, dims flex.Dims, args *Args
 	}
 	a := st.args.Reset().Ptr(st.cls.Ptr).I32(int32(dims.LenQ)).I32(int32(dims.LenKV)).I32(int32(mh)).I32(int32(nbh)).
 		I32(int32(m.NumQBlocks)).I32(int32(m.NumKVBlocks)).I32(int32(b.blockQ)).I32(int32(b.blockKV))
-	for _, v := range st.slots {
-		a.I64(int64(v))
-	}
+	slotArgs(a, st.slots)
 	if err := st.classify.launch(d, s, cuda.Dim(uint32(ceilDiv(blocks, 8)), 1, 1), 0, a); err != nil {
 		return nil, err
 	}
 	a = st.args.Reset().Ptr(st.cls.Ptr).I32(int32(nbh)).I32(int32(m.NumQBlocks)).I32(int32(m.NumKVBlocks))
+	if err := listsLaunch(d, s, st.compact, a, m, nbh); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// listsLaunch appends m's list pointers to a and queues f, a kernel that
+// writes the lists with one warp per q or kv block row of each of the nbh
+// (batch, head) entries, 8 warps per CTA.
+func listsLaunch(d *gpu.Device, s *gpu.Stream, f *fn, a *cuda.Args, m *BlockMask, nbh int) error {
 	for _, l := range m.lists() {
 		a.Ptr(l.Ptr)
 	}
 	warps := nbh * (m.NumQBlocks + m.NumKVBlocks)
-	if err := st.compact.launch(d, s, cuda.Dim(uint32(ceilDiv(warps, 8)), 1, 1), 0, a); err != nil {
-		return nil, err
-	}
-	return m, nil
+	return f.launch(d, s, cuda.Dim(uint32(ceilDiv(warps, 8)), 1, 1), 0, a)
 }
 
 // checkDFlash returns an error naming a missing or malformed DFlash argument.

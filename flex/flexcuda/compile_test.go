@@ -34,6 +34,14 @@ func programCases() []struct {
 	}
 }
 
+// compileCase is a configuration TestGeneratedSourcesCompile compiles.
+type compileCase struct {
+	name  string
+	mask  *flex.MaskProgram
+	score *flex.ScoreProgram
+	cfg   Config
+}
+
 // TestGeneratedSourcesCompile compiles the forward, backward and block-mask
 // builder sources of every library program with NVRTC for sm_90 (no GPU
 // needed); it skips where NVRTC is missing.
@@ -89,12 +97,7 @@ func TestGeneratedSourcesCompile(t *testing.T) {
 	// The deterministic backward (dQ pass, per-head dK/dV slices) and the
 	// portable forward at every head dimension, with a mask, a score program
 	// and q block 64.
-	for _, c := range []struct {
-		name  string
-		mask  *flex.MaskProgram
-		score *flex.ScoreProgram
-		cfg   Config
-	}{
+	for _, c := range []compileCase{
 		{"det/dflash16/d128/g4/portable", flex.DFlashMask(16), nil, Config{HeadDim: 128, Group: 4, Deterministic: true, Fwd: Portable}},
 		{"det/causal/d64/fp16/portable", flex.Causal(), nil, Config{HeadDim: 64, DType: dtype.F16, Deterministic: true, Fwd: Portable}},
 		{"det/window/d256/g2/bq64/portable", flex.SlidingWindow(77), nil, Config{HeadDim: 256, Group: 2, BlockQ: 64, Deterministic: true, Fwd: Portable}},
@@ -118,12 +121,7 @@ func TestGeneratedSourcesCompile(t *testing.T) {
 	}
 	// The Hopper kernels need NVRTC 12 or later for sm_90a.
 	if wgmma {
-		for _, c := range []struct {
-			name  string
-			mask  *flex.MaskProgram
-			score *flex.ScoreProgram
-			cfg   Config
-		}{
+		for _, c := range []compileCase{
 			{"hopper/dflash16/d128/g4", flex.DFlashMask(16), nil, Config{HeadDim: 128, Group: 4, Fwd: Hopper, Bwd: Hopper}},
 			{"hopper/causal+softcap/d64/fp16", flex.Causal(), flex.SoftcapScalar(), Config{HeadDim: 64, DType: dtype.F16, Fwd: Hopper, Bwd: Hopper}},
 			{"hopper/document+relbias/d128/bq64", flex.Document(true), flex.RelativeBias(8), Config{HeadDim: 128, BlockQ: 64, Fwd: Hopper, Bwd: Hopper}},

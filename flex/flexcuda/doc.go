@@ -66,6 +66,16 @@
 // too), FLEX_BWD_DQ_COLS=0 (head dim 64: dQ split by kv rows). The source
 // changes, so the kernel cache keeps the variants apart.
 //
+// # Checked mode
+//
+// Tensor indices of the programs are clamped into range. Config.Check (or
+// DFLASH_FLEX_CHECK=1, flex.CheckEnv, which the CPU side reads too) prints
+// the programs with flex.Checked instead: the first out-of-range read of a
+// launch is recorded in the module's flex_check_word, and Forward and
+// Backward read it back after the call and return it as a *flex.IndexError
+// naming the tensor and the index. Reading it waits for the call: checked
+// mode is for debugging.
+//
 // # Limits
 //
 // Before a launch the kernel's threads are checked against the register file

@@ -69,6 +69,8 @@ type Spec struct {
 	// DType is the storage type of Q, K, V, Out and the gradients:
 	// dtype.BF16 (also when zero) or dtype.F16.
 	DType dtype.DType
+	// Check prints the programs in flex's checked mode (Config.Check).
+	Check bool
 }
 
 // storage returns s.DType, BF16 when zero.
@@ -86,6 +88,9 @@ func (s Spec) Key() string {
 	det := ""
 	if s.Deterministic {
 		det = "-det"
+	}
+	if s.Check {
+		det += "-check"
 	}
 	return fmt.Sprintf("flex/d%d/%s/g%d/q%dkv%d/m%s/s%s/%s-%s%s", s.HeadDim, dt, s.Group, s.BlockQ, s.BlockKV, short(s.MaskHash), short(s.ScoreHash),
 		s.Fwd, s.Bwd, det)

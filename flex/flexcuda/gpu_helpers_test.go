@@ -179,7 +179,6 @@ func runAttention(t testing.TB, d *gpu.Device, a *Attention, bld *Builder, dims 
 	nq := dims.Batch * dims.HeadsQ * dims.LenQ * dims.HeadDim
 	nk := dims.Batch * dims.HeadsKV * dims.LenKV * dims.HeadDim
 	rows := dims.Batch * dims.HeadsQ * dims.LenQ
-	q, k, v, dout := gridValues(r, nq), gridValues(r, nk), gridValues(r, nk), gridValues(r, nq)
 	var bufs []gpu.Buffer
 	keep := func(b gpu.Buffer) gpu.Buffer { bufs = append(bufs, b); return b }
 	defer func() {
@@ -187,12 +186,7 @@ func runAttention(t testing.TB, d *gpu.Device, a *Attention, bld *Builder, dims 
 			d.Free(b)
 		}
 	}()
-	c := &Call{Dims: dims,
-		Q: keep(devHalf(t, d, q, dt)), K: keep(devHalf(t, d, k, dt)), V: keep(devHalf(t, d, v, dt)),
-		DOut: keep(devHalf(t, d, dout, dt)),
-		Out:  keep(devAlloc(t, d, int64(2*nq))), LSE: keep(devAlloc(t, d, int64(4*rows))),
-		DQ: keep(devAlloc(t, d, int64(2*nq))), DK: keep(devAlloc(t, d, int64(2*nk))), DV: keep(devAlloc(t, d, int64(2*nk))),
-		TensorGrads: map[string]gpu.Buffer{}}
+	c, q, k, v, dout := testCall(t, d, dt, dims, r, keep)
 	dargs, err := UploadArgs(d, hargs)
 	if err != nil {
 		t.Fatal(err)
@@ -291,6 +285,23 @@ func runAttention(t testing.TB, d *gpu.Device, a *Attention, bld *Builder, dims 
 		}
 	}
 	return res
+}
+
+// testCall returns a Call of dims with random grid Q, K, V and DOut in dt
+// (also returned as host values), poisoned Out, LSE, DQ, DK, DV and no
+// tensor gradients; keep collects every buffer, for the caller to free.
+func testCall(t testing.TB, d *gpu.Device, dt dtype.DType, dims flex.Dims, r *rand.Rand, keep func(gpu.Buffer) gpu.Buffer) (c *Call, q, k, v, dout []float64) {
+	t.Helper()
+	nq := dims.Batch * dims.HeadsQ * dims.LenQ * dims.HeadDim
+	nk := dims.Batch * dims.HeadsKV * dims.LenKV * dims.HeadDim
+	q, k, v, dout = gridValues(r, nq), gridValues(r, nk), gridValues(r, nk), gridValues(r, nq)
+	c = &Call{Dims: dims,
+		Q: keep(devHalf(t, d, q, dt)), K: keep(devHalf(t, d, k, dt)), V: keep(devHalf(t, d, v, dt)),
+		DOut: keep(devHalf(t, d, dout, dt)),
+		Out:  keep(devAlloc(t, d, int64(2*nq))), LSE: keep(devAlloc(t, d, int64(4*dims.Batch*dims.HeadsQ*dims.LenQ))),
+		DQ: keep(devAlloc(t, d, int64(2*nq))), DK: keep(devAlloc(t, d, int64(2*nk))), DV: keep(devAlloc(t, d, int64(2*nk))),
+		TensorGrads: map[string]gpu.Buffer{}}
+	return c, q, k, v, dout
 }
 
 // bitDiffs counts the 16-bit elements that differ between x and y.

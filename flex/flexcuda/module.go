@@ -64,6 +64,23 @@ func (m *module) image(ctx context.Context, arch string) (*jit.Image, error) {
 	return m.kernel(t).Image(ctx)
 }
 
+// global returns the __device__ variable name of m on d as a buffer.
+func (m *module) global(ctx context.Context, d *gpu.Device, name string) (gpu.Buffer, error) {
+	img, err := m.image(ctx, d.Arch())
+	if err != nil {
+		return gpu.Buffer{}, err
+	}
+	mod, err := img.Module(d)
+	if err != nil {
+		return gpu.Buffer{}, fmt.Errorf("flexcuda: %s: %w", m.family, err)
+	}
+	p, size, err := cuda.ModuleGetGlobal(mod, name)
+	if err != nil {
+		return gpu.Buffer{}, fmt.Errorf("flexcuda: %s: %w", m.family, err)
+	}
+	return gpu.Buffer{Ptr: p, Size: size}, nil
+}
+
 // KernelInfo describes one loaded kernel: what the compiler made of it and
 // where its image came from.
 type KernelInfo struct {
@@ -140,6 +157,15 @@ func (f *fn) launch(d *gpu.Device, s *gpu.Stream, grid cuda.Dim3, smem int, args
 		return fmt.Errorf("flexcuda: launch %s: %w", f.info.Name, err)
 	}
 	return nil
+}
+
+// launchSmem queues f with smem bytes of dynamic shared memory, checked
+// and opted in to by ensureSmem.
+func (f *fn) launchSmem(d *gpu.Device, s *gpu.Stream, grid cuda.Dim3, smem int, args *cuda.Args) error {
+	if err := f.ensureSmem(smem); err != nil {
+		return err
+	}
+	return f.launch(d, s, grid, smem, args)
 }
 
 func ceilDiv(a, b int) int { return (a + b - 1) / b }

@@ -148,10 +148,11 @@ type Program struct {
 }
 
 // program generates the Program of mask and score (nil: identity) for the
-// forward (bwd false) or the backward kernels.
-func (l *argLayout) program(mask *flex.MaskProgram, score *flex.ScoreProgram, bwd bool) Program {
+// forward (bwd false) or the backward kernels; opts are flex's printing
+// options (flex.Checked).
+func (l *argLayout) program(mask *flex.MaskProgram, score *flex.ScoreProgram, bwd bool, opts ...flex.CUDAOption) Program {
 	var b strings.Builder
-	b.WriteString(mask.CUDA("flex_user_mask"))
+	b.WriteString(mask.CUDA("flex_user_mask", opts...))
 	fmt.Fprintf(&b, "__device__ __forceinline__ bool flex_mask(const FlexArgs &A, int b, int h, int q, int kv) {\n  return flex_user_mask(b, h, q, kv%s);\n}\n",
 		l.callArgs(mask.Params()))
 	if score == nil {
@@ -160,11 +161,11 @@ func (l *argLayout) program(mask *flex.MaskProgram, score *flex.ScoreProgram, bw
 		return Program{CUDA: b.String(), Slots: l.slots(bwd)}
 	}
 	ps := score.Params()
-	b.WriteString(score.CUDA("flex_user_score"))
+	b.WriteString(score.CUDA("flex_user_score", opts...))
 	fmt.Fprintf(&b, "__device__ __forceinline__ float flex_score(const FlexArgs &A, float s, int b, int h, int q, int kv) {\n  return flex_user_score(s, b, h, q, kv%s);\n}\n",
 		l.callArgs(ps))
 	if bwd {
-		b.WriteString(score.CUDABackward("flex_user_score_grad"))
+		b.WriteString(score.CUDABackward("flex_user_score_grad", opts...))
 		var g strings.Builder
 		for _, p := range ps {
 			if p.Kind == flex.ParamFloatTensor {

@@ -94,3 +94,31 @@ func TestLayoutRejectsConflicts(t *testing.T) {
 		t.Errorf("12 tensors: got %v", err)
 	}
 }
+
+// TestLayoutPacksFloatScalar checks that a float scalar set with SetFloat
+// lands as its float32 bits in its word (parameters in name order:
+// softcap word 0, the low half of slot 0, the mask's negative int scalar "w"
+// word 1), read back with __int_as_float, and that a missing one is named.
+func TestLayoutPacksFloatScalar(t *testing.T) {
+	mask, score := flex.NewMask("w", flex.KV().Lt(flex.IntScalar("w"))), flex.SoftcapScalar()
+	l, err := newLayout(mask.Params(), score.Params())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newRand(t)
+	v, w := 0.1+50*r.Float64(), int32(-1-r.IntN(1000))
+	slots := make([]uint64, l.slots(false))
+	if err := l.pack(slots, NewArgs().SetInt("w", int(w)).SetFloat(flex.SoftcapName, v), false, nil); err != nil {
+		t.Fatal(err)
+	}
+	want := uint64(math.Float32bits(float32(v))) | uint64(uint32(w))<<32
+	if len(slots) != 1 || slots[0] != want {
+		t.Fatalf("slots %#x, want [%#x] (softcap %v)", slots, want, v)
+	}
+	if p := l.program(mask, score, false); !strings.Contains(p.CUDA, "__int_as_float(flex_lo(A, 0))") {
+		t.Errorf("the score does not read softcap as the float bits of word 0:\n%s", p.CUDA)
+	}
+	if err := l.pack(slots, NewArgs().SetInt("w", 1), false, nil); err == nil || !strings.Contains(err.Error(), `float scalar "softcap"`) {
+		t.Errorf("missing float scalar: got %v", err)
+	}
+}
