@@ -8,12 +8,10 @@ import (
 	"io"
 	"maps"
 	"os"
-	"os/signal"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -79,13 +77,15 @@ func dataPrep(args []string) error {
 	}
 	defer lock.Release()
 	bar := newDataBar(os.Stderr)
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	sum, err := data.Prep(ctx, data.PrepConfig{
-		Options: data.Options{Format: *format, MaxLen: *maxLen, DropLong: *dropLong, BlockSize: *block,
-			EnableThinking: *thinking, SkipBadLines: *skip},
-		TokenizerDir: *tokDir, Files: files, Out: *out, Workers: *workers,
-		ShardTokens: *shardTokens, Force: *force, Progress: bar.update,
+	var sum data.Summary
+	err = withSignals(func(ctx context.Context) error {
+		sum, err = data.Prep(ctx, data.PrepConfig{
+			Options: data.Options{Format: *format, MaxLen: *maxLen, DropLong: *dropLong, BlockSize: *block,
+				EnableThinking: *thinking, SkipBadLines: *skip},
+			TokenizerDir: *tokDir, Files: files, Out: *out, Workers: *workers,
+			ShardTokens: *shardTokens, Force: *force, Progress: bar.update,
+		})
+		return err
 	})
 	bar.finish()
 	if err != nil {

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/signal"
 	"strings"
 
 	"dflash/demo"
@@ -38,19 +37,19 @@ func runDemo(args []string) error {
 		d.CorpusBytes, d.Vocab, d.TargetHidden, d.TargetLayers = 200<<10, 512, 64, 3
 		d.TargetSteps, d.Prompts, d.GenTokens, d.DraftSteps = 30, 24, 32, 30
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	res, err := demo.Run(ctx, d)
-	if err != nil {
-		return err
-	}
-	if *asJSON {
-		enc := json.NewEncoder(os.Stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(res)
-	}
-	printDemo(res)
-	return nil
+	return withSignals(func(ctx context.Context) error {
+		res, err := demo.Run(ctx, d)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			enc := json.NewEncoder(os.Stdout)
+			enc.SetIndent("", "  ")
+			return enc.Encode(res)
+		}
+		printDemo(res)
+		return nil
+	})
 }
 
 func printDemo(r *demo.Result) {

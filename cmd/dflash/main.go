@@ -150,6 +150,20 @@ func signalContext() (ctx context.Context, caught func() os.Signal, stop func())
 	return ctx, caught, func() { signal.Stop(ch); cancel() }
 }
 
+// withSignals runs fn with a context that the first SIGINT or SIGTERM cancels.
+// After a signal the error is "interrupted by SIG..." with the exit status
+// 128+signal, whatever fn returned (commands that leave something to resume,
+// like train, say more themselves).
+func withSignals(fn func(ctx context.Context) error) error {
+	ctx, caught, stop := signalContext()
+	defer stop()
+	err := fn(ctx)
+	if sig := caught(); sig != nil {
+		return &exitError{code: signalStatus(sig), err: fmt.Errorf("interrupted by %s", signalName(sig))}
+	}
+	return err
+}
+
 // signalStatus is the conventional exit status after signal s: 128 + its number
 // (130 for SIGINT, 143 for SIGTERM).
 func signalStatus(s os.Signal) int {

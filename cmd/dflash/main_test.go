@@ -146,3 +146,47 @@ func TestTrainSignals(t *testing.T) {
 		})
 	}
 }
+
+// TestDemoSignals: dflash demo stops on SIGTERM and on SIGINT during its first
+// training stage, says which signal stopped it, and exits 128+signal without a
+// stack trace.
+func TestDemoSignals(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts the demo in a child process")
+	}
+	for _, c := range []struct {
+		sig  syscall.Signal
+		name string
+		code int
+	}{{syscall.SIGTERM, "SIGTERM", 143}, {syscall.SIGINT, "SIGINT", 130}} {
+		t.Run(c.name, func(t *testing.T) {
+			cmd := dflashCommand(t, "demo", "--quick", "--progress", "off", "--dir", t.TempDir())
+			stderr, err := cmd.StderrPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			var lines []string
+			sc := bufio.NewScanner(stderr)
+			for sc.Scan() {
+				lines = append(lines, sc.Text())
+				if strings.Contains(sc.Text(), "demo stage") && strings.Contains(sc.Text(), "stage=target") {
+					break
+				}
+			}
+			if err := cmd.Process.Signal(c.sig); err != nil {
+				t.Fatal(err)
+			}
+			rest, _ := io.ReadAll(stderr)
+			all := strings.Join(append(lines, string(rest)), "\n")
+			if code := exitCode(t, cmd); code != c.code {
+				t.Fatalf("exit %d, want %d; stderr:\n%s", code, c.code, all)
+			}
+			if want := "dflash demo: interrupted by " + c.name + "\n"; !strings.HasSuffix(all, want) || strings.Contains(all, "goroutine ") {
+				t.Fatalf("stderr does not end in %q:\n%s", want, all)
+			}
+		})
+	}
+}

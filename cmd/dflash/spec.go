@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/signal"
 	"strings"
 
 	"dflash/data/chat"
@@ -99,9 +98,7 @@ func runSpec(args []string) error {
 	case o.topK < 0:
 		return fmt.Errorf("--top-k %d: must not be negative", o.topK)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	return specDecode(ctx, o, os.Stdout)
+	return withSignals(func(ctx context.Context) error { return specDecode(ctx, o, os.Stdout) })
 }
 
 // specPrompt is one rendered prompt and where it came from.
