@@ -203,35 +203,38 @@ func readSpecPrompts(o specOptions, limit int, tok *tokenizer.Tokenizer, tmpl *c
 	if err != nil {
 		return nil, fmt.Errorf("--format: %w", err)
 	}
-	r, err := jsonl.Open([]string{o.prompts}, f, false)
+	lines, err := jsonl.OpenLines([]string{o.prompts})
 	if err != nil {
 		return nil, err
 	}
-	defer r.Close()
+	defer lines.Close()
 	var out []specPrompt
 	var long []string
 	for o.maxPrompts == 0 || len(out) < o.maxPrompts {
-		rec, err := r.Next()
+		ln, err := lines.Next()
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
 			return nil, err
 		}
-		msgs := rec.Messages
+		msgs, err := jsonl.Parse(ln, f)
+		if err != nil {
+			return nil, err
+		}
 		if n := len(msgs); n > 1 && msgs[n-1].Role == "assistant" {
 			msgs = msgs[:n-1]
 		}
 		text, _, err := tmpl.Render(msgs, chat.Options{AddGenerationPrompt: true, EnableThinking: o.thinking})
 		if err != nil {
-			return nil, fmt.Errorf("%s:%d: %w", rec.File, rec.Line, err)
+			return nil, fmt.Errorf("%s:%d: %w", ln.File, ln.N, err)
 		}
 		ids := tok.Encode(text)
 		if len(ids) > limit {
-			long = append(long, fmt.Sprintf("%s:%d: prompt of %d tokens", rec.File, rec.Line, len(ids)))
+			long = append(long, fmt.Sprintf("%s:%d: prompt of %d tokens", ln.File, ln.N, len(ids)))
 			continue
 		}
-		out = append(out, specPrompt{file: rec.File, line: rec.Line, text: text, ids: ids})
+		out = append(out, specPrompt{file: ln.File, line: ln.N, text: text, ids: ids})
 	}
 	if len(long) > 0 {
 		return nil, fmt.Errorf("%d prompts are longer than the target's context limit of %d tokens (max_position_embeddings):\n  %s",
