@@ -46,7 +46,7 @@ func cacheFlags(name string, args []string) (dir string, asJSON bool, err error)
 	fs := newFlagSet("cache "+name, "cache "+name+" [--cache-dir DIR] [--json]")
 	flagDir := fs.String("cache-dir", "", cacheDirUsage)
 	j := fs.Bool("json", false, "print one JSON object instead of a table")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return "", false, err
 	}
 	if fs.NArg() > 0 {

@@ -70,7 +70,7 @@ func runDoctor(args []string) error {
 	asJSON := fs.Bool("json", false, "print one JSON object instead of tables")
 	flagDir := fs.String("cache-dir", "", cacheDirUsage)
 	smoke := fs.Bool("smoke", true, "with a GPU and NVRTC present, compile (or load) and launch a test kernel through the kernel cache")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	r := doctorReport{Go: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH, CPUs: runtime.NumCPU()}

@@ -10,6 +10,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -102,6 +103,10 @@ func runMain(args []string) int {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
+		var ce *commandError
+		if errors.As(err, &ce) {
+			name = ce.cmd
+		}
 		fmt.Fprintf(os.Stderr, "dflash %s: %v\n", name, err)
 		var ee *exitError
 		if errors.As(err, &ee) {
@@ -120,6 +125,16 @@ type exitError struct {
 
 func (e *exitError) Error() string { return e.err.Error() }
 func (e *exitError) Unwrap() error { return e.err }
+
+// commandError is an error of the subcommand cmd (say "data prep"): runMain
+// names cmd in front of the message instead of the top-level command.
+type commandError struct {
+	cmd string
+	err error
+}
+
+func (e *commandError) Error() string { return e.err.Error() }
+func (e *commandError) Unwrap() error { return e.err }
 
 // signalContext returns a context that the first SIGINT or SIGTERM cancels, and
 // caught, which returns that signal (nil before one came). After the first signal
@@ -214,6 +229,24 @@ func newFlagSet(name, synopsis string) *flag.FlagSet {
 	return fs
 }
 
+// parseFlags parses args into fs. Help asked for (-h, --help) is printed and
+// is flag.ErrHelp; a bad flag is a usage error (exit status 2) that says what
+// is wrong and where help is, printed once by runMain, without the listing.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	var out bytes.Buffer
+	fs.SetOutput(&out)
+	err := fs.Parse(args)
+	fs.SetOutput(nil) // later fs.Usage calls print to stderr
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		os.Stderr.Write(out.Bytes())
+		return err
+	case err != nil:
+		return &exitError{code: 2, err: fmt.Errorf("%v (see dflash %s --help)", err, fs.Name())}
+	}
+	return nil
+}
+
 // subcommands dispatches args to one of subs, printing a listing when no
 // known subcommand is given.
 func subcommands(parent string, subs map[string]*command, args []string) error {
@@ -240,5 +273,8 @@ func subcommands(parent string, subs map[string]*command, args []string) error {
 		list()
 		return fmt.Errorf("unknown subcommand %q", args[0])
 	}
-	return s.run(args[1:])
+	if err := s.run(args[1:]); err != nil {
+		return &commandError{cmd: parent + " " + s.name, err: err}
+	}
+	return nil
 }

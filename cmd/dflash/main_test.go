@@ -190,3 +190,44 @@ func TestDemoSignals(t *testing.T) {
 		})
 	}
 }
+
+// TestErrorMessages: each error is printed once, as "dflash COMMAND: message",
+// with the subcommand named and no layer repeating a prefix; a bad flag is a
+// usage error (exit 2) without the flag listing.
+func TestErrorMessages(t *testing.T) {
+	targetDir, _ := trainFixture(t)
+	dir := t.TempDir()
+	empty := filepath.Join(dir, "empty.jsonl")
+	if err := os.WriteFile(empty, []byte("\n\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(dir, "missing")
+	for _, c := range []struct {
+		args   []string
+		code   int
+		stderr string
+	}{
+		{[]string{"data", "prep", "--tokenizer", targetDir, "--data", empty, "--out", filepath.Join(dir, "p1")}, 1,
+			"dflash data prep: no usable conversation in " + empty + ": 0 lines read (and 2 blank)\n"},
+		{[]string{"data", "prep", "--tokenizer", targetDir, "--data", empty, "--out", filepath.Join(dir, "p2"), "--max-len", "-1"}, 1,
+			"dflash data prep: max-len -1: must not be negative\n"},
+		{[]string{"data", "prep", "--tokenizer", targetDir, "--data", empty, "--block", "4"}, 2,
+			"dflash data prep: flag provided but not defined: -block (see dflash data prep --help)\n"},
+		{[]string{"train", "--target", targetDir, "--data", missing, "--out", filepath.Join(dir, "t1")}, 1,
+			"dflash train: stat " + missing + ": no such file or directory\n"},
+		{[]string{"cache", "ls", "--dir", dir}, 2,
+			"dflash cache ls: flag provided but not defined: -dir (see dflash cache ls --help)\n"},
+	} {
+		t.Run(strings.Join(c.args[:2], " "), func(t *testing.T) {
+			cmd := dflashCommand(t, c.args...)
+			var stderr strings.Builder
+			cmd.Stderr = &stderr
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			if code := exitCode(t, cmd); code != c.code || stderr.String() != c.stderr {
+				t.Fatalf("exit %d, stderr %q\nwant exit %d, stderr %q", code, stderr.String(), c.code, c.stderr)
+			}
+		})
+	}
+}

@@ -79,7 +79,7 @@ func runSpec(args []string) error {
 	fs.BoolVar(&o.thinking, "enable-thinking", false, "render with enable_thinking (Qwen3)")
 	fs.BoolVar(&o.json, "json", false, "print the report as one JSON object")
 	fs.StringVar(&o.out, "out", "", "write the generations to `FILE` (JSONL)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if o.target == "" || o.drafter == "" || o.prompts == "" {

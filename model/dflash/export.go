@@ -20,7 +20,7 @@ func (d *Drafter[T]) WriteDir(dir, dtype string) error {
 	switch dtype {
 	case "F32", "BF16":
 	default:
-		return fmt.Errorf("dflash: export dtype %q (F32 or BF16)", dtype)
+		return fmt.Errorf("export dtype %q: want F32 or BF16", dtype)
 	}
 	cfg := *d.Cfg
 	cfg.DType = map[string]string{"F32": "float32", "BF16": "bfloat16"}[dtype]
