@@ -15,10 +15,12 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"os/signal"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -45,15 +47,15 @@ func register(c *command) {
 
 func usage() {
 	fmt.Fprintf(os.Stderr, "dflash trains speculative-decoding (DFlash) drafters.\n\nUsage:\n  dflash <command> [flags]\n\nCommands:\n")
-	names := make([]string, 0, len(commands))
-	for n := range commands {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		fmt.Fprintf(os.Stderr, "  %-10s %s\n", n, commands[n].summary)
-	}
+	listCommands(os.Stderr, commands)
 	fmt.Fprintf(os.Stderr, "\nRun 'dflash <command> --help' for a command's flags.\nLogs go to stderr; set DFLASH_LOG=debug|info|warn|error to choose the level.\n")
+}
+
+// listCommands prints one line per command, name and summary, in name order.
+func listCommands(w io.Writer, cmds map[string]*command) {
+	for _, n := range slices.Sorted(maps.Keys(cmds)) {
+		fmt.Fprintf(w, "  %-10s %s\n", n, cmds[n].summary)
+	}
 }
 
 func setupLogging() {
@@ -252,14 +254,7 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 func subcommands(parent string, subs map[string]*command, args []string) error {
 	list := func() {
 		fmt.Fprintf(os.Stderr, "Usage: dflash %s <subcommand> [flags]\n\nSubcommands:\n", parent)
-		names := make([]string, 0, len(subs))
-		for n := range subs {
-			names = append(names, n)
-		}
-		sort.Strings(names)
-		for _, n := range names {
-			fmt.Fprintf(os.Stderr, "  %-10s %s\n", n, subs[n].summary)
-		}
+		listCommands(os.Stderr, subs)
 	}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		list()
