@@ -56,6 +56,35 @@ func exitCode(t *testing.T, cmd *exec.Cmd) int {
 	return 0
 }
 
+// stopSignals are the signals that stop a command, with the exit status each gives.
+var stopSignals = []struct {
+	sig  syscall.Signal
+	name string
+	code int
+}{{syscall.SIGTERM, "SIGTERM", 143}, {syscall.SIGINT, "SIGINT", 130}}
+
+// startUntil starts cmd and reads its stderr up to the first line for which
+// until is true; it returns the lines read and the rest of stderr.
+func startUntil(t *testing.T, cmd *exec.Cmd, until func(line string) bool) ([]string, io.Reader) {
+	t.Helper()
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	sc := bufio.NewScanner(stderr)
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+		if until(sc.Text()) {
+			break
+		}
+	}
+	return lines, stderr
+}
+
 // TestBadOptionExit: a bad option exits 1 with a one-line message, no stack trace.
 func TestBadOptionExit(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "out")
@@ -79,35 +108,19 @@ func TestBadOptionExit(t *testing.T) {
 // and the exit status 128+signal; the checkpoint resumes.
 func TestTrainSignals(t *testing.T) {
 	targetDir, dataPath := trainFixture(t)
-	for _, c := range []struct {
-		sig  syscall.Signal
-		name string
-		code int
-	}{{syscall.SIGTERM, "SIGTERM", 143}, {syscall.SIGINT, "SIGINT", 130}} {
+	for _, c := range stopSignals {
 		t.Run(c.name, func(t *testing.T) {
 			out := filepath.Join(t.TempDir(), "run")
 			args := []string{"train", "--target", targetDir, "--data", dataPath, "--out", out, "--progress", "lines", "--log-every", "1",
 				"--plot=false", "--steps", "100000", "--save-every", "0", "--drafter.block-size", "4", "--drafter.anchors", "4",
 				"--data.batch-size", "2", "--data.max-len", "300"}
 			cmd := dflashCommand(t, args...)
-			stderr, err := cmd.StderrPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
 			// Signal once the third step is done; keep every line for the checks.
-			var lines []string
-			sc := bufio.NewScanner(stderr)
-			for sc.Scan() {
-				lines = append(lines, sc.Text())
-				if strings.HasPrefix(sc.Text(), "step ") && strings.Contains(sc.Text(), " 3/100000") {
-					break
-				}
-			}
+			lines, stderr := startUntil(t, cmd, func(l string) bool {
+				return strings.HasPrefix(l, "step ") && strings.Contains(l, " 3/100000")
+			})
 			// One writer per output directory: a second run (or data prep) is refused, naming the first.
-			err = runTrain(args[1:])
+			err := runTrain(args[1:])
 			if want := out + " is in use by dflash train (pid " + strconv.Itoa(cmd.Process.Pid) + " on "; err == nil || !strings.Contains(err.Error(), want) {
 				t.Fatalf("second writer: %v, want %q", err, want)
 			}
@@ -154,28 +167,12 @@ func TestDemoSignals(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts the demo in a child process")
 	}
-	for _, c := range []struct {
-		sig  syscall.Signal
-		name string
-		code int
-	}{{syscall.SIGTERM, "SIGTERM", 143}, {syscall.SIGINT, "SIGINT", 130}} {
+	for _, c := range stopSignals {
 		t.Run(c.name, func(t *testing.T) {
 			cmd := dflashCommand(t, "demo", "--quick", "--progress", "off", "--dir", t.TempDir())
-			stderr, err := cmd.StderrPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			var lines []string
-			sc := bufio.NewScanner(stderr)
-			for sc.Scan() {
-				lines = append(lines, sc.Text())
-				if strings.Contains(sc.Text(), "demo stage") && strings.Contains(sc.Text(), "stage=target") {
-					break
-				}
-			}
+			lines, stderr := startUntil(t, cmd, func(l string) bool {
+				return strings.Contains(l, "demo stage") && strings.Contains(l, "stage=target")
+			})
 			if err := cmd.Process.Signal(c.sig); err != nil {
 				t.Fatal(err)
 			}
