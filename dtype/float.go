@@ -209,14 +209,7 @@ func EncodeHalves(t DType, dst []uint16, src []float32) {
 	if len(dst) != len(src) {
 		panic(fmt.Sprintf("dtype: EncodeHalves: %d halves for %d values", len(dst), len(src)))
 	}
-	enc := Float32ToBF16
-	switch t {
-	case BF16:
-	case F16:
-		enc = Float32ToF16
-	default:
-		panic(fmt.Sprintf("dtype: EncodeHalves: %v is not bf16 or f16", t))
-	}
+	enc, _ := halfCodec(t, "EncodeHalves")
 	for i, v := range src {
 		dst[i] = enc(v)
 	}
@@ -228,15 +221,20 @@ func DecodeHalves(t DType, dst []float32, src []uint16) {
 	if len(dst) != len(src) {
 		panic(fmt.Sprintf("dtype: DecodeHalves: %d values for %d halves", len(dst), len(src)))
 	}
-	dec := BF16ToFloat32
-	switch t {
-	case BF16:
-	case F16:
-		dec = F16ToFloat32
-	default:
-		panic(fmt.Sprintf("dtype: DecodeHalves: %v is not bf16 or f16", t))
-	}
+	_, dec := halfCodec(t, "DecodeHalves")
 	for i, h := range src {
 		dst[i] = dec(h)
 	}
+}
+
+// halfCodec returns the conversions of t, BF16 or F16; for another t it
+// panics naming caller.
+func halfCodec(t DType, caller string) (enc func(float32) uint16, dec func(uint16) float32) {
+	switch t {
+	case BF16:
+		return Float32ToBF16, BF16ToFloat32
+	case F16:
+		return Float32ToF16, F16ToFloat32
+	}
+	panic(fmt.Sprintf("dtype: %s: %v is not bf16 or f16", caller, t))
 }
