@@ -1,8 +1,8 @@
 """flex_peer: the PyTorch side of the GPU flex-attention benchmark.
 
 Builds the issue's cases (inputs, masks as PyTorch mask_mods and as dense
-float64 references) and times torch.compile(flex_attention) on them. Imported
-by scripts/flex_gpu_check.py; run alone (scripts/gpu-attn.sh does) it prints
+float64 references) and times torch.compile(flex_attention) on them. Run
+alone (scripts/gpu-attn.sh and gpu-attn-quick.sh do) it prints
 one JSON object per case and, with --json FILE, writes them all to FILE;
 --cases a,b selects cases by name. With --check DIR, a case whose call
 dflash saved as DIR/ours_<case>.safetensors (`dflash bench attention --save`)

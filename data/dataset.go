@@ -24,7 +24,7 @@ func infoOf(d *Dataset) (Info, error) {
 		err = json.Unmarshal(raw, &info)
 	}
 	if err != nil {
-		return info, fmt.Errorf("data: %s: meta.json info: %w", d.Dir(), err)
+		return info, fmt.Errorf("%s: meta.json info: %w", d.Dir(), err)
 	}
 	return info, nil
 }

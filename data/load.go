@@ -72,7 +72,7 @@ func Load(ctx context.Context, arg string, opts Options, t Target, workers int) 
 func InputFiles(arg string) (files []string, prepared bool, err error) {
 	st, err := os.Stat(arg)
 	if err != nil {
-		return nil, false, fmt.Errorf("data: %w", err)
+		return nil, false, err // names the path
 	}
 	if !st.IsDir() {
 		return []string{arg}, false, nil
@@ -82,7 +82,7 @@ func InputFiles(arg string) (files []string, prepared bool, err error) {
 	}
 	entries, err := os.ReadDir(arg)
 	if err != nil {
-		return nil, false, fmt.Errorf("data: %w", err)
+		return nil, false, err
 	}
 	for _, e := range entries {
 		n := e.Name()
@@ -91,7 +91,7 @@ func InputFiles(arg string) (files []string, prepared bool, err error) {
 		}
 	}
 	if len(files) == 0 {
-		return nil, false, fmt.Errorf("data: %s: no .jsonl, .jsonl.gz or .jsonl.zst files (and no %s)", arg, shard.MetaFile)
+		return nil, false, fmt.Errorf("%s: no .jsonl, .jsonl.gz or .jsonl.zst files (and no %s)", arg, shard.MetaFile)
 	}
 	return files, false, nil
 }
@@ -100,7 +100,7 @@ func InputFiles(arg string) (files []string, prepared bool, err error) {
 // embedding rows.
 func CheckVocab(tok *tokenizer.Tokenizer, vocab int) error {
 	if n := tok.VocabSize(); n > vocab {
-		return fmt.Errorf("data: the tokenizer has %d tokens but the target's vocab_size is %d: ids from %d up have no embedding row (is it the target's tokenizer?)", n, vocab, vocab)
+		return fmt.Errorf("the tokenizer has %d tokens but the target's vocab_size is %d: ids from %d up have no embedding row (is it the target's tokenizer?)", n, vocab, vocab)
 	}
 	return nil
 }
@@ -116,7 +116,7 @@ func OpenFor(dir string, tok *tokenizer.Tokenizer, vocab int) (*Dataset, error) 
 	}
 	info, err := infoOf(d)
 	if err == nil && info.TokenizerHash != "" && info.TokenizerHash != tok.Hash() {
-		err = fmt.Errorf("data: %s was prepared with another tokenizer (%s, sha256 %.12s…), not the target's (sha256 %.12s…): re-run data prep with the target's tokenizer",
+		err = fmt.Errorf("%s was prepared with another tokenizer (%s, sha256 %.12s…), not the target's (sha256 %.12s…): re-run data prep with the target's tokenizer",
 			dir, info.Tokenizer, info.TokenizerHash, tok.Hash())
 	}
 	if err == nil {

@@ -43,13 +43,13 @@ func (o Options) Validate() (jsonl.Format, error) {
 	f, err := jsonl.ParseFormat(o.Format)
 	switch {
 	case err != nil:
-		return f, fmt.Errorf("data: format: %w", err)
+		return f, fmt.Errorf("format: %w", err)
 	case o.BlockSize <= 0:
-		return f, fmt.Errorf("data: block size must be positive, got %d", o.BlockSize)
+		return f, fmt.Errorf("block size %d: must be at least 1", o.BlockSize)
 	case o.MaxLen < 0:
-		return f, fmt.Errorf("data: max length must not be negative, got %d", o.MaxLen)
+		return f, fmt.Errorf("max-len %d: must not be negative", o.MaxLen)
 	case o.MaxLen > 0 && o.MaxLen < 2*o.BlockSize:
-		return f, fmt.Errorf("data: max length %d leaves no room for 2 x block size %d supervised tokens", o.MaxLen, o.BlockSize)
+		return f, fmt.Errorf("max-len %d leaves no room for 2 x block size %d supervised tokens", o.MaxLen, o.BlockSize)
 	}
 	return f, nil
 }

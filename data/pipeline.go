@@ -232,7 +232,7 @@ func (p *pipeline) emptyError(sum Summary) error {
 	if len(why) > 0 {
 		detail = ": " + strings.Join(why, ", ")
 	}
-	return fmt.Errorf("data: no usable conversation in %s: %d lines read (and %d blank)%s",
+	return fmt.Errorf("no usable conversation in %s: %d lines read (and %d blank)%s",
 		strings.Join(p.files, ", "), sum.Lines, sum.Blank, detail)
 }
 

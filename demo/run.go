@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,7 +18,6 @@ import (
 	"dflash/model/dflash"
 	"dflash/spec"
 	"dflash/tensor"
-	"dflash/train"
 )
 
 // Options sizes the demo. Zero fields take Defaults' values.
@@ -155,183 +153,28 @@ func (t *stageTimer) begin(name string) func() {
 // doc); it returns the before/after evaluation.
 func Run(ctx context.Context, o Options) (*Result, error) {
 	o.fill()
-	res := &Result{}
 	t0 := time.Now()
-	st := &stageTimer{res: res, start: t0}
-	dir := o.Dir
-	if dir == "" {
-		tmp, err := os.MkdirTemp("", "dflash-demo-")
-		if err != nil {
+	r := &runner{o: o, res: &Result{}}
+	r.st = &stageTimer{res: r.res, start: t0}
+	cleanup, err := r.workDir()
+	if err != nil {
+		return nil, err
+	}
+	defer cleanup()
+	r.backend = tensor.NewCPU[float32](o.Workers)
+	for _, stage := range []func(context.Context) error{
+		r.tokenizer,     // 1. corpus and tokenizer
+		r.target,        // 2. a tiny Qwen3 target trained on chat-formatted code continuations
+		r.conversations, // 3. prompts from the corpus, greedy responses of the target
+		r.drafter,       // 4. the drafter, evaluated before and after training
+		r.decode,        // 5. real speculative decoding of held-out prompts
+	} {
+		if err := stage(ctx); err != nil {
 			return nil, err
 		}
-		defer os.RemoveAll(tmp)
-		dir = tmp
-	} else {
-		res.Dir = dir
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return nil, err
-		}
-		for _, sub := range []string{"target-train", "drafter-train"} { // a fresh run each time
-			if err := os.RemoveAll(filepath.Join(dir, sub)); err != nil {
-				return nil, err
-			}
-		}
 	}
-	backend := tensor.NewCPU[float32](o.Workers)
-
-	// 1. Corpus and tokenizer.
-	done := st.begin("corpus")
-	docs, err := GoCorpus(CorpusOptions{MaxBytes: o.CorpusBytes})
-	if err != nil {
-		return nil, err
-	}
-	res.CorpusFiles, res.CorpusBytes = len(docs), TotalBytes(docs)
-	done()
-	done = st.begin("tokenizer")
-	texts := make([]string, len(docs))
-	for i, d := range docs {
-		texts[i] = d.Text
-	}
-	bpe, err := TrainBPE(texts, BPEOptions{VocabSize: o.Vocab, Specials: DemoSpecials})
-	if err != nil {
-		return nil, err
-	}
-	tokDir := filepath.Join(dir, "target")
-	if err := bpe.WriteTokenizerDir(tokDir); err != nil {
-		return nil, err
-	}
-	tok, err := tokenizer.LoadDir(tokDir)
-	if err != nil {
-		return nil, fmt.Errorf("demo tokenizer: %w", err)
-	}
-	tmpl, err := chat.Load(tokDir, tok)
-	if err != nil {
-		return nil, fmt.Errorf("demo chat template: %w", err)
-	}
-	res.Vocab = tok.VocabSize()
-	imEnd, _ := bpe.SpecialID(TokImEnd)
-	pad, _ := bpe.SpecialID(TokEndOfText)
-	mask, _ := bpe.SpecialID(TokMask)
-	done()
-
-	// 2. Target: a tiny Qwen3 trained on chat-formatted code continuations.
-	done = st.begin("target")
-	rng := rand.New(rand.NewPCG(o.Seed, 11))
-	pairs := codePairs(docs, o.PromptLines, o.ReplyLines, rng)
-	var seqs [][]int32
-	for _, p := range pairs {
-		ids, _, err := tmpl.Encode(tok, []chat.Message{{Role: "user", Content: p[0]}, {Role: "assistant", Content: p[1]}}, chat.Options{})
-		if err != nil {
-			continue // a token crossing a turn boundary: skip the pair
-		}
-		if len(ids) > o.MaxSeq {
-			ids = ids[:o.MaxSeq]
-		}
-		seqs = append(seqs, ids)
-	}
-	heads := max(1, o.TargetHidden/32)
-	tcfg := model.Config{Arch: model.Qwen3, VocabSize: res.Vocab, HiddenSize: o.TargetHidden,
-		IntermediateSize: 3 * o.TargetHidden, NumLayers: o.TargetLayers, NumHeads: heads,
-		NumKVHeads: max(1, heads/2), HeadDim: o.TargetHidden / heads, RMSNormEps: 1e-6, RopeTheta: 10000,
-		MaxPositionEmbeddings: 4096, EOSTokenIDs: []int{imEnd}, InitializerRange: 0.02}
-	target, err := model.New(tcfg, o.Seed)
-	if err != nil {
-		return nil, err
-	}
-	res.TargetParams = target.NumParams()
-	tc := train.DefaultConfig()
-	tc.Out, tc.Steps, tc.LR, tc.WarmupSteps, tc.Seed = filepath.Join(dir, "target-train"), o.TargetSteps, 3e-3, 20, o.Seed
-	tc.SaveEvery, tc.KeepCheckpoints, tc.Plot, tc.Progress, tc.WeightDecay = 0, 1, false, o.Progress, 0.0
-	tr, err := TrainTarget(ctx, target, seqs, o.TargetBatch, int32(pad), tc, backend)
-	if err != nil {
-		return nil, fmt.Errorf("train target: %w", err)
-	}
-	res.TargetLoss = tr.LastLoss
-	if err := target.Save(tokDir, "F32"); err != nil {
-		return nil, err
-	}
-	done()
-
-	// 3. Conversations: prompts from the corpus, greedy responses of the target.
-	done = st.begin("generate")
-	prng := rand.New(rand.NewPCG(o.Seed, 12))
-	convs, genTok, err := generate(ctx, target, tok, tmpl, docs, o, int32(imEnd), prng, o.Stderr)
-	if err != nil {
-		return nil, err
-	}
-	res.Conversations, res.GeneratedTokens = len(convs), genTok
-	done()
-
-	// 4. Drafter.
-	done = st.begin("drafter")
-	// Taps: the DraftLayers+1 deepest layers but the last, ascending.
-	taps := make([]int, min(o.DraftLayers+1, tcfg.NumLayers-1))
-	for i := range taps {
-		taps[i] = tcfg.NumLayers - 1 - len(taps) + i
-	}
-	dc := dflash.DrafterConfigFor(target, o.DraftLayers, taps, o.BlockSize, mask)
-	dc.NumAnchors = o.Anchors
-	drafter := dflash.New[float32](dc, rand.New(rand.NewPCG(o.Seed, train.StreamInit)))
-	res.Taps, res.BlockSize = taps, o.BlockSize
-	for _, p := range drafter.Params() {
-		res.DrafterParams += p.Numel()
-	}
-	nEval := max(1, len(convs)/8)
-	sess := &dflash.Session{Drafter: drafter, Head: dflash.HeadOf(target),
-		Hidden: dflash.TargetHidden(target, taps, backend), Backend: backend,
-		Train: convs[nEval:], Eval: convs[:nEval], BatchSize: o.DraftBatch, Pad: int32(pad), Seed: o.Seed, CacheHidden: true}
-	before, err := sess.Evaluate()
-	if err != nil {
-		return nil, err
-	}
-	dcfg := train.DefaultConfig()
-	dcfg.Out, dcfg.Steps, dcfg.LR, dcfg.WarmupSteps, dcfg.Seed = filepath.Join(dir, "drafter-train"), o.DraftSteps, o.DraftLR, 20, o.Seed
-	dcfg.SaveEvery, dcfg.KeepCheckpoints, dcfg.Plot, dcfg.Progress, dcfg.EvalEvery = 0, 1, o.Dir != "", o.Progress, 0
-	var losses []float64
-	hooks := sess.Hooks()
-	step := hooks.Step
-	hooks.Step = func(ctx context.Context, s train.StepInfo) (float64, map[string]float64, int, error) {
-		l, m, n, err := step(ctx, s)
-		losses = append(losses, l)
-		return l, m, n, err
-	}
-	dr, err := train.Run(ctx, dcfg, hooks)
-	if err != nil {
-		return nil, fmt.Errorf("train drafter: %w", err)
-	}
-	// Training loss at the start and the end: means over the first and last
-	// tenth of the steps (single batches are noisy).
-	k := max(1, len(losses)/10)
-	res.TrainLossFirst, res.TrainLossLast = mean(losses[:k]), mean(losses[len(losses)-k:])
-	if s := dr.Elapsed.Seconds(); s > 0 {
-		res.DrafterTokensPerS = float64(dr.Tokens) / s
-	}
-	after, err := sess.Evaluate()
-	if err != nil {
-		return nil, err
-	}
-	if err := drafter.WriteDir(filepath.Join(dir, "drafter"), "F32"); err != nil {
-		return nil, err
-	}
-	done()
-
-	// 5. Real speculative decoding of held-out prompts.
-	done = st.begin("spec")
-	if res.Spec, err = decodeHeldOut(ctx, target, drafter, sess.Eval, o, int32(imEnd), backend); err != nil {
-		return nil, err
-	}
-	if res.AcceptanceAllAnchors, res.AcceptanceWalk, err = anchorAcceptance(sess, sess.Eval[:min(len(sess.Eval), o.SpecPrompts)]); err != nil {
-		return nil, err
-	}
-	done()
-
-	res.LossBefore, res.LossAfter = before.Loss(), after.Loss()
-	res.AccuracyBefore, res.AccuracyAfter = before.Accuracy(), after.Accuracy()
-	res.SlotAccuracyBefore, res.SlotAccuracyAfter = before.SlotAccuracy()[1:], after.SlotAccuracy()[1:]
-	res.AcceptanceBefore, res.AcceptanceAfter = before.Acceptance(), after.Acceptance()
-	res.EvalBlocks = after.Blocks
-	res.Seconds = time.Since(t0).Seconds()
-	return res, nil
+	r.res.Seconds = time.Since(t0).Seconds()
+	return r.res, nil
 }
 
 // codePairs cuts every document into consecutive (prompt, reply) line

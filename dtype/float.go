@@ -128,67 +128,44 @@ func DecodeFloat32(t DType, dst []float32, src []byte) {
 	le := binary.LittleEndian
 	switch t {
 	case F32:
-		for i := range dst {
-			dst[i] = math.Float32frombits(le.Uint32(src[4*i:]))
-		}
+		decodeEach(dst, src, 4, func(b []byte) float32 { return math.Float32frombits(le.Uint32(b)) })
 	case BF16:
-		for i := range dst {
-			dst[i] = BF16ToFloat32(le.Uint16(src[2*i:]))
-		}
+		decodeEach(dst, src, 2, func(b []byte) float32 { return BF16ToFloat32(le.Uint16(b)) })
 	case F16:
-		for i := range dst {
-			dst[i] = F16ToFloat32(le.Uint16(src[2*i:]))
-		}
+		decodeEach(dst, src, 2, func(b []byte) float32 { return F16ToFloat32(le.Uint16(b)) })
 	case F64:
-		for i := range dst {
-			dst[i] = float32(math.Float64frombits(le.Uint64(src[8*i:])))
-		}
+		decodeEach(dst, src, 8, func(b []byte) float32 { return float32(math.Float64frombits(le.Uint64(b))) })
 	case F8E4M3:
-		for i := range dst {
-			dst[i] = F8E4M3ToFloat32(src[i])
-		}
+		decodeEach(dst, src, 1, func(b []byte) float32 { return F8E4M3ToFloat32(b[0]) })
 	case F8E5M2:
-		for i := range dst {
-			dst[i] = F8E5M2ToFloat32(src[i])
-		}
+		decodeEach(dst, src, 1, func(b []byte) float32 { return F8E5M2ToFloat32(b[0]) })
 	case F8E8M0:
-		for i := range dst {
-			dst[i] = F8E8M0ToFloat32(src[i])
-		}
+		decodeEach(dst, src, 1, func(b []byte) float32 { return F8E8M0ToFloat32(b[0]) })
 	case Bool, U8:
-		for i := range dst {
-			dst[i] = float32(src[i])
-		}
+		decodeEach(dst, src, 1, func(b []byte) float32 { return float32(b[0]) })
 	case I8:
-		for i := range dst {
-			dst[i] = float32(int8(src[i]))
-		}
+		decodeEach(dst, src, 1, func(b []byte) float32 { return float32(int8(b[0])) })
 	case U16:
-		for i := range dst {
-			dst[i] = float32(le.Uint16(src[2*i:]))
-		}
+		decodeEach(dst, src, 2, func(b []byte) float32 { return float32(le.Uint16(b)) })
 	case I16:
-		for i := range dst {
-			dst[i] = float32(int16(le.Uint16(src[2*i:])))
-		}
+		decodeEach(dst, src, 2, func(b []byte) float32 { return float32(int16(le.Uint16(b))) })
 	case U32:
-		for i := range dst {
-			dst[i] = float32(le.Uint32(src[4*i:]))
-		}
+		decodeEach(dst, src, 4, func(b []byte) float32 { return float32(le.Uint32(b)) })
 	case I32:
-		for i := range dst {
-			dst[i] = float32(int32(le.Uint32(src[4*i:])))
-		}
+		decodeEach(dst, src, 4, func(b []byte) float32 { return float32(int32(le.Uint32(b))) })
 	case U64:
-		for i := range dst {
-			dst[i] = float32(le.Uint64(src[8*i:]))
-		}
+		decodeEach(dst, src, 8, func(b []byte) float32 { return float32(le.Uint64(b)) })
 	case I64:
-		for i := range dst {
-			dst[i] = float32(int64(le.Uint64(src[8*i:])))
-		}
+		decodeEach(dst, src, 8, func(b []byte) float32 { return float32(int64(le.Uint64(b))) })
 	default:
 		panic(fmt.Sprintf("dtype: DecodeFloat32: unhandled %v", t))
+	}
+}
+
+// decodeEach sets dst[i] to get of the i-th size-byte element of src.
+func decodeEach(dst []float32, src []byte, size int, get func(b []byte) float32) {
+	for i := range dst {
+		dst[i] = get(src[size*i:])
 	}
 }
 
@@ -232,14 +209,7 @@ func EncodeHalves(t DType, dst []uint16, src []float32) {
 	if len(dst) != len(src) {
 		panic(fmt.Sprintf("dtype: EncodeHalves: %d halves for %d values", len(dst), len(src)))
 	}
-	enc := Float32ToBF16
-	switch t {
-	case BF16:
-	case F16:
-		enc = Float32ToF16
-	default:
-		panic(fmt.Sprintf("dtype: EncodeHalves: %v is not bf16 or f16", t))
-	}
+	enc, _ := halfCodec(t, "EncodeHalves")
 	for i, v := range src {
 		dst[i] = enc(v)
 	}
@@ -251,15 +221,20 @@ func DecodeHalves(t DType, dst []float32, src []uint16) {
 	if len(dst) != len(src) {
 		panic(fmt.Sprintf("dtype: DecodeHalves: %d values for %d halves", len(dst), len(src)))
 	}
-	dec := BF16ToFloat32
-	switch t {
-	case BF16:
-	case F16:
-		dec = F16ToFloat32
-	default:
-		panic(fmt.Sprintf("dtype: DecodeHalves: %v is not bf16 or f16", t))
-	}
+	_, dec := halfCodec(t, "DecodeHalves")
 	for i, h := range src {
 		dst[i] = dec(h)
 	}
+}
+
+// halfCodec returns the conversions of t, BF16 or F16; for another t it
+// panics naming caller.
+func halfCodec(t DType, caller string) (enc func(float32) uint16, dec func(uint16) float32) {
+	switch t {
+	case BF16:
+		return Float32ToBF16, BF16ToFloat32
+	case F16:
+		return Float32ToF16, F16ToFloat32
+	}
+	panic(fmt.Sprintf("dtype: %s: %v is not bf16 or f16", caller, t))
 }

@@ -102,71 +102,56 @@ func testInputs(t *testing.T, r *refEncoder, manBits, expBits int, n int) []floa
 	return append(xs, specials...)
 }
 
-func TestBF16(t *testing.T) {
-	t.Run("decode-all", func(t *testing.T) {
-		for c := range uint32(1 << 16) {
-			got := float64(BF16ToFloat32(uint16(c)))
-			want := refDecode(c, 8, 7)
-			if !(got == want || math.IsNaN(got) && math.IsNaN(want)) || math.Signbit(got) != math.Signbit(want) && !math.IsNaN(want) {
-				t.Fatalf("BF16ToFloat32(%#04x) = %g, want %g", c, got, want)
-			}
-		}
-	})
-	t.Run("encode", func(t *testing.T) {
-		ref := newRefEncoder(8, 7)
-		for _, x := range testInputs(t, ref, 7, 8, 20000) {
-			got := Float32ToBF16(x)
-			want, nan := ref.encode(float64(x))
-			if nan {
-				if !math.IsNaN(float64(BF16ToFloat32(got))) {
-					t.Fatalf("Float32ToBF16(NaN %#08x) = %#04x, not NaN", math.Float32bits(x), got)
+// TestFloat16Formats checks bf16 and f16 against the float64 reference:
+// every code decodes exactly, encoding rounds to nearest even on ordinary,
+// tie and special inputs, and every non-NaN code survives a round trip.
+func TestFloat16Formats(t *testing.T) {
+	for _, f := range []struct {
+		name      string
+		exp, mant int
+		decode    func(uint16) float32
+		encode    func(float32) uint16
+	}{
+		{"BF16", 8, 7, BF16ToFloat32, Float32ToBF16},
+		{"F16", 5, 10, F16ToFloat32, Float32ToF16},
+	} {
+		t.Run(f.name+"/decode-all", func(t *testing.T) {
+			for c := range uint32(1 << 16) {
+				got := float64(f.decode(uint16(c)))
+				want := refDecode(c, f.exp, f.mant)
+				if !(got == want || math.IsNaN(got) && math.IsNaN(want)) || math.Signbit(got) != math.Signbit(want) && !math.IsNaN(want) {
+					t.Fatalf("%s decode %#04x = %g, want %g", f.name, c, got, want)
 				}
-				continue
 			}
-			if uint32(got) != want {
-				t.Fatalf("Float32ToBF16(%g = %#08x) = %#04x, want %#04x", x, math.Float32bits(x), got, want)
-			}
-		}
-	})
-}
-
-func TestF16(t *testing.T) {
-	t.Run("decode-all", func(t *testing.T) {
-		for c := range uint32(1 << 16) {
-			got := float64(F16ToFloat32(uint16(c)))
-			want := refDecode(c, 5, 10)
-			if !(got == want || math.IsNaN(got) && math.IsNaN(want)) || math.Signbit(got) != math.Signbit(want) && !math.IsNaN(want) {
-				t.Fatalf("F16ToFloat32(%#04x) = %g, want %g", c, got, want)
-			}
-		}
-	})
-	t.Run("encode", func(t *testing.T) {
-		ref := newRefEncoder(5, 10)
-		for _, x := range testInputs(t, ref, 10, 5, 20000) {
-			got := Float32ToF16(x)
-			want, nan := ref.encode(float64(x))
-			if nan {
-				if !math.IsNaN(float64(F16ToFloat32(got))) {
-					t.Fatalf("Float32ToF16(NaN %#08x) = %#04x, not NaN", math.Float32bits(x), got)
+		})
+		t.Run(f.name+"/encode", func(t *testing.T) {
+			ref := newRefEncoder(f.exp, f.mant)
+			for _, x := range testInputs(t, ref, f.mant, f.exp, 20000) {
+				got := f.encode(x)
+				want, nan := ref.encode(float64(x))
+				if nan {
+					if !math.IsNaN(float64(f.decode(got))) {
+						t.Fatalf("%s encode NaN %#08x = %#04x, not NaN", f.name, math.Float32bits(x), got)
+					}
+					continue
 				}
-				continue
+				if uint32(got) != want {
+					t.Fatalf("%s encode %g = %#08x: %#04x, want %#04x", f.name, x, math.Float32bits(x), got, want)
+				}
 			}
-			if uint32(got) != want {
-				t.Fatalf("Float32ToF16(%g = %#08x) = %#04x, want %#04x", x, math.Float32bits(x), got, want)
+		})
+		t.Run(f.name+"/round-trip-all", func(t *testing.T) {
+			for c := range uint32(1 << 16) {
+				x := f.decode(uint16(c))
+				if math.IsNaN(float64(x)) {
+					continue
+				}
+				if back := f.encode(x); uint32(back) != c {
+					t.Fatalf("%s %#04x -> %g -> %#04x", f.name, c, x, back)
+				}
 			}
-		}
-	})
-	t.Run("round-trip-all", func(t *testing.T) {
-		for c := range uint32(1 << 16) {
-			f := F16ToFloat32(uint16(c))
-			if math.IsNaN(float64(f)) {
-				continue
-			}
-			if back := Float32ToF16(f); uint32(back) != c {
-				t.Fatalf("F16 %#04x -> %g -> %#04x", c, f, back)
-			}
-		}
-	})
+		})
+	}
 }
 
 func TestF8(t *testing.T) {

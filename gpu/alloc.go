@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"dflash/cuda"
+	"dflash/internal/meminfo"
 )
 
 // Buffer is device memory from a Device's allocator.
@@ -187,33 +188,17 @@ type OutOfMemoryError struct {
 }
 
 func (e *OutOfMemoryError) Error() string {
-	dev := fmt.Sprintf("%s free of %s on the device", bytesStr(e.Free), bytesStr(e.Total))
+	memStr := func(n int64) string { return meminfo.Format(float64(n)) }
+	dev := fmt.Sprintf("%s free of %s on the device", memStr(e.Free), memStr(e.Total))
 	if e.InfoErr != nil {
 		dev = "device free memory unknown: " + e.InfoErr.Error()
 	}
 	return fmt.Sprintf("gpu %d: out of memory allocating %s (block %s): %s in use by dflash, %s cached, %s: %v",
-		e.GPU, bytesStr(e.Requested), bytesStr(e.Block), bytesStr(e.InUse), bytesStr(e.Cached), dev, e.Err)
+		e.GPU, memStr(e.Requested), memStr(e.Block), memStr(e.InUse), memStr(e.Cached), dev, e.Err)
 }
 
 // Unwrap returns the driver's error (errors.Is(err, cuda.ErrOutOfMemory)).
 func (e *OutOfMemoryError) Unwrap() error { return e.Err }
-
-// bytesStr formats n bytes with a binary unit.
-func bytesStr(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	v, suffix := float64(n), ""
-	for _, s := range []string{"KiB", "MiB", "GiB", "TiB"} {
-		v /= unit
-		suffix = s
-		if v < unit {
-			break
-		}
-	}
-	return fmt.Sprintf("%.1f %s", v, suffix)
-}
 
 // Alloc returns a device buffer of at least n bytes from the caching allocator.
 func (d *Device) Alloc(n int64) (Buffer, error) {

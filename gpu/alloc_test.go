@@ -180,14 +180,3 @@ func TestAllocatorMisuse(t *testing.T) {
 		})
 	}
 }
-
-func TestBytesStr(t *testing.T) {
-	for _, c := range []struct {
-		n    int64
-		want string
-	}{{0, "0 B"}, {1023, "1023 B"}, {1536, "1.5 KiB"}, {3 << 30, "3.0 GiB"}, {141 << 30, "141.0 GiB"}} {
-		if got := bytesStr(c.n); got != c.want {
-			t.Errorf("bytesStr(%d) = %q, want %q", c.n, got, c.want)
-		}
-	}
-}

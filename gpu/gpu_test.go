@@ -52,33 +52,13 @@ func TestEightGoroutinesOneCompile(t *testing.T) {
 				x[i], y[i] = float32(rng.NormFloat64()), float32(rng.NormFloat64())
 			}
 			a := float32(g) + 0.5
-			got := make([]float32, n)
+			var got []float32
 			errs[g] = w.Submit(func(d *gpu.Device) error {
 				fn, err := img.Function(d, "saxpy")
-				if err != nil {
-					return err
+				if err == nil {
+					got, err = gpu.Saxpy(d, fn, a, x, y)
 				}
-				dx, err := d.Alloc(4 * n)
-				if err != nil {
-					return err
-				}
-				defer d.Free(dx)
-				dy, err := d.Alloc(4 * n)
-				if err != nil {
-					return err
-				}
-				defer d.Free(dy)
-				if err := gpu.Upload(d, dx, x); err != nil {
-					return err
-				}
-				if err := gpu.Upload(d, dy, y); err != nil {
-					return err
-				}
-				gr, bl := grid1(n, 256)
-				if err := d.Launch(fn, gr, bl, 0, nil, cuda.NewArgs().F32(a).Ptr(dx.Ptr).Ptr(dy.Ptr).I32(n)); err != nil {
-					return err
-				}
-				return gpu.Download(d, got, dy)
+				return err
 			}).Wait()
 			for i := 0; i < n && errs[g] == nil; i++ {
 				want := float64(a)*float64(x[i]) + float64(y[i])

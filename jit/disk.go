@@ -3,6 +3,7 @@ package jit
 import (
 	"bytes"
 	"crypto/sha256"
+	"dflash/internal/atomicfile"
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
@@ -203,30 +204,10 @@ func writeFile(dir string, key Key, meta Meta, image []byte) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(dir, "."+key.Short()+"-*"+tmpExt)
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	_, werr := f.Write(data)
-	if werr == nil {
-		werr = f.Sync()
-	}
-	if cerr := f.Close(); werr == nil {
-		werr = cerr
-	}
-	if werr == nil {
-		werr = os.Rename(tmp, filePath(dir, key))
-	}
-	if werr != nil {
-		os.Remove(tmp)
-		return werr
-	}
-	if d, err := os.Open(dir); err == nil {
-		d.Sync() // best effort: not every file system syncs directories
-		d.Close()
-	}
-	return nil
+	// The directory sync is best effort: not every file system syncs
+	// directories, and an entry lost in a crash is rebuilt.
+	o := atomicfile.Options{TempPattern: "." + key.Short() + "-*" + tmpExt, BestEffortDirSync: true}
+	return o.WriteFile(filePath(dir, key), data)
 }
 
 // DefaultDir returns the kernel cache directory chosen by the environment

@@ -143,28 +143,8 @@ func runSaxpy(d *gpu.Device, f cuda.Function) error {
 	for i := range x {
 		x[i], y[i] = float32(1+i%7), float32(1+i%5)
 	}
-	dx, err := d.Alloc(4 * n)
+	got, err := gpu.Saxpy(d, f, 3, x, y)
 	if err != nil {
-		return err
-	}
-	defer d.Free(dx)
-	dy, err := d.Alloc(4 * n)
-	if err != nil {
-		return err
-	}
-	defer d.Free(dy)
-	if err := gpu.Upload(d, dx, x); err != nil {
-		return err
-	}
-	if err := gpu.Upload(d, dy, y); err != nil {
-		return err
-	}
-	if err := d.Launch(f, cuda.Dim(n/256, 1, 1), cuda.Dim(256, 1, 1), 0, nil,
-		cuda.NewArgs().F32(3).Ptr(dx.Ptr).Ptr(dy.Ptr).I32(n)); err != nil {
-		return err
-	}
-	got := make([]float32, n)
-	if err := gpu.Download(d, got, dy); err != nil {
 		return err
 	}
 	for i := range got {

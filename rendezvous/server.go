@@ -67,131 +67,175 @@ type peer struct {
 // for every acknowledgement and returns; it closes the listener and every
 // connection before returning. On failure it tells the joined ranks why.
 func (s *Server) Serve(ctx context.Context, id UniqueID) error {
-	// Deferred calls run bottom-up: close the connections and the listener,
-	// cancel (unblocking readers that are reporting), then wait for them.
-	var wg sync.WaitGroup
-	defer wg.Wait()
 	timeout := s.cfg.timeout()
 	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
 	deadline, _ := ctx.Deadline()
+	r := &serveRun{s: s, ctx: ctx, timeout: timeout, deadline: deadline,
+		events: make(chan event), conns: make(chan net.Conn),
+		open: map[net.Conn]bool{}, retired: map[net.Conn]bool{}, peers: map[int]*peer{}}
+	// Deferred calls run bottom-up: close the connections and the listener,
+	// cancel (unblocking readers that are reporting), then wait for them.
+	defer r.wg.Wait()
+	defer cancel()
 	defer s.Close()
+	defer r.closeOpen()
 
-	events := make(chan event)
-	conns := make(chan net.Conn)
-
-	wg.Add(1)
-	go func() { // accept loop; ends when the listener closes
-		defer wg.Done()
-		for {
-			c, err := s.ln.Accept()
-			if err != nil {
-				return
-			}
-			select {
-			case conns <- c:
-			case <-ctx.Done():
-				c.Close()
-				return
-			}
-		}
-	}()
-
-	open := map[net.Conn]bool{}
-	retired := map[net.Conn]bool{} // closed on purpose: their end is no news
-	defer func() {
-		for c := range open {
-			c.Close()
-		}
-	}()
-	read := func(c net.Conn) { // one reader per connection, for its lifetime
-		defer wg.Done()
-		for {
-			m, err := readMsg(c)
-			select {
-			case events <- event{conn: c, msg: m, err: err}:
-			case <-ctx.Done():
-				return
-			}
-			if err != nil {
-				return
-			}
-		}
-	}
-
-	peers := map[int]*peer{} // by rank
-	handed := false
-	abort := func(code, reason string) {
-		for _, p := range peers {
-			_ = writeMsg(p.conn, message{Type: msgReject, Code: code, Reason: reason})
-		}
-	}
+	r.wg.Add(1)
+	go r.accept()
 	for {
-		if !handed && len(peers) == s.cfg.NRanks-1 {
-			for r, p := range peers {
-				if err := writeMsg(p.conn, message{Type: msgWelcome, NRanks: s.cfg.NRanks, Rank: r, ID: id[:]}); err != nil {
-					return s.cfg.fail(fmt.Errorf("%w: hand the id to rank %d: %v", ErrDropped, r, err))
-				}
-			}
-			handed = true
-			s.log.Debug("rendezvous: id handed out", "ranks", s.cfg.NRanks)
-		}
-		if handed && allAcked(peers) {
-			s.log.Info("rendezvous complete", "ranks", s.cfg.NRanks)
-			return nil
+		if done, err := r.progress(id); done || err != nil {
+			return err
 		}
 		select {
 		case <-ctx.Done():
-			err := deadlineErr(ctx, timeout)
-			if handed {
-				return s.cfg.fail(fmt.Errorf("%w waiting for ranks %v to acknowledge the id", err, missing(peers, s.cfg.NRanks, true)))
-			}
-			err = fmt.Errorf("%w waiting for ranks %v to join (joined: %v)", err, missing(peers, s.cfg.NRanks, false), joined(peers))
-			abort(codeAborted, "rank 0 gave up: "+err.Error())
-			return s.cfg.fail(err)
-		case c := <-conns:
-			open[c] = true
+			return r.expired()
+		case c := <-r.conns:
+			r.open[c] = true
 			_ = c.SetReadDeadline(time.Now().Add(min(helloTimeout, time.Until(deadline))))
-			wg.Add(1)
-			go read(c)
-		case ev := <-events:
-			rank, p := findPeer(peers, ev.conn)
-			switch {
-			case p != nil && ev.err != nil: // a joined rank's connection ended
-				delete(open, ev.conn)
-				ev.conn.Close()
-				if handed && !p.acked {
-					return s.cfg.fail(fmt.Errorf("%w: rank %d (%s) closed its connection before acknowledging the id: %v",
-						ErrDropped, rank, ev.conn.RemoteAddr(), ev.err))
-				}
-				if !handed {
-					delete(peers, rank)
-					s.log.Warn("rendezvous: rank dropped before the id was handed out; waiting for it to connect again",
-						"peer_rank", rank, "remote", ev.conn.RemoteAddr(), "err", ev.err)
-				}
-			case p != nil: // a frame from a joined rank: only an ack after the id is valid
-				if !handed || ev.msg.Type != msgAck {
-					abort(codeAborted, fmt.Sprintf("rank 0 gave up: unexpected %q message from rank %d", ev.msg.Type, rank))
-					return s.cfg.fail(fmt.Errorf("%w: unexpected %q message from rank %d", ErrMismatch, ev.msg.Type, rank))
-				}
-				p.acked = true
-			case ev.err != nil: // a connection that never joined ended
-				delete(open, ev.conn)
-				ev.conn.Close()
-				if retired[ev.conn] {
-					delete(retired, ev.conn)
-					continue
-				}
-				s.log.Warn("rendezvous: dropped a connection that never said hello", "remote", ev.conn.RemoteAddr(), "err", ev.err)
-			case retired[ev.conn]:
-			default:
-				if err := s.hello(ev.conn, ev.msg, peers, handed, retired); err != nil {
-					abort(codeAborted, "rank 0 gave up: "+err.Error())
-					return s.cfg.fail(err)
-				}
+			r.wg.Add(1)
+			go r.read(c)
+		case ev := <-r.events:
+			if err := r.handle(ev); err != nil {
+				return err
 			}
 		}
 	}
+}
+
+// serveRun is the state of one Serve call; only Serve's goroutine touches
+// it, except the channels and wg.
+type serveRun struct {
+	s        *Server
+	ctx      context.Context
+	timeout  time.Duration
+	deadline time.Time
+	wg       sync.WaitGroup // the accept loop and the readers
+	events   chan event
+	conns    chan net.Conn
+	open     map[net.Conn]bool
+	retired  map[net.Conn]bool // closed on purpose: their end is no news
+	peers    map[int]*peer     // by rank
+	handed   bool              // the id went out to every rank
+}
+
+// accept hands new connections to Serve; it ends when the listener closes.
+func (r *serveRun) accept() {
+	defer r.wg.Done()
+	for {
+		c, err := r.s.ln.Accept()
+		if err != nil {
+			return
+		}
+		select {
+		case r.conns <- c:
+		case <-r.ctx.Done():
+			c.Close()
+			return
+		}
+	}
+}
+
+// read reports c's messages to Serve, one reader per connection for its
+// lifetime; it ends with the connection's first error.
+func (r *serveRun) read(c net.Conn) {
+	defer r.wg.Done()
+	for {
+		m, err := readMsg(c)
+		select {
+		case r.events <- event{conn: c, msg: m, err: err}:
+		case <-r.ctx.Done():
+			return
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (r *serveRun) closeOpen() {
+	for c := range r.open {
+		c.Close()
+	}
+}
+
+// abort tells every joined rank why the rendezvous ends.
+func (r *serveRun) abort(code, reason string) {
+	for _, p := range r.peers {
+		_ = writeMsg(p.conn, message{Type: msgReject, Code: code, Reason: reason})
+	}
+}
+
+// progress hands the id out once every other rank has joined, and reports
+// done once every rank has acknowledged it.
+func (r *serveRun) progress(id UniqueID) (done bool, err error) {
+	cfg := r.s.cfg
+	if !r.handed && len(r.peers) == cfg.NRanks-1 {
+		for rank, p := range r.peers {
+			if err := writeMsg(p.conn, message{Type: msgWelcome, NRanks: cfg.NRanks, Rank: rank, ID: id[:]}); err != nil {
+				return false, cfg.fail(fmt.Errorf("%w: hand the id to rank %d: %v", ErrDropped, rank, err))
+			}
+		}
+		r.handed = true
+		r.s.log.Debug("rendezvous: id handed out", "ranks", cfg.NRanks)
+	}
+	if r.handed && allAcked(r.peers) {
+		r.s.log.Info("rendezvous complete", "ranks", cfg.NRanks)
+		return true, nil
+	}
+	return false, nil
+}
+
+// expired is Serve's error when the timeout or the caller's context ends it.
+func (r *serveRun) expired() error {
+	cfg := r.s.cfg
+	err := deadlineErr(r.ctx, r.timeout)
+	if r.handed {
+		return cfg.fail(fmt.Errorf("%w waiting for ranks %v to acknowledge the id", err, missing(r.peers, cfg.NRanks, true)))
+	}
+	err = fmt.Errorf("%w waiting for ranks %v to join (joined: %v)", err, missing(r.peers, cfg.NRanks, false), joined(r.peers))
+	r.abort(codeAborted, "rank 0 gave up: "+err.Error())
+	return cfg.fail(err)
+}
+
+// handle acts on one connection event; an error ends the rendezvous.
+func (r *serveRun) handle(ev event) error {
+	cfg, log := r.s.cfg, r.s.log
+	rank, p := findPeer(r.peers, ev.conn)
+	switch {
+	case p != nil && ev.err != nil: // a joined rank's connection ended
+		delete(r.open, ev.conn)
+		ev.conn.Close()
+		if r.handed && !p.acked {
+			return cfg.fail(fmt.Errorf("%w: rank %d (%s) closed its connection before acknowledging the id: %v",
+				ErrDropped, rank, ev.conn.RemoteAddr(), ev.err))
+		}
+		if !r.handed {
+			delete(r.peers, rank)
+			log.Warn("rendezvous: rank dropped before the id was handed out; waiting for it to connect again",
+				"peer_rank", rank, "remote", ev.conn.RemoteAddr(), "err", ev.err)
+		}
+	case p != nil: // a frame from a joined rank: only an ack after the id is valid
+		if !r.handed || ev.msg.Type != msgAck {
+			r.abort(codeAborted, fmt.Sprintf("rank 0 gave up: unexpected %q message from rank %d", ev.msg.Type, rank))
+			return cfg.fail(fmt.Errorf("%w: unexpected %q message from rank %d", ErrMismatch, ev.msg.Type, rank))
+		}
+		p.acked = true
+	case ev.err != nil: // a connection that never joined ended
+		delete(r.open, ev.conn)
+		ev.conn.Close()
+		if r.retired[ev.conn] {
+			delete(r.retired, ev.conn)
+			return nil
+		}
+		log.Warn("rendezvous: dropped a connection that never said hello", "remote", ev.conn.RemoteAddr(), "err", ev.err)
+	case r.retired[ev.conn]:
+	default:
+		if err := r.s.hello(ev.conn, ev.msg, r.peers, r.handed, r.retired); err != nil {
+			r.abort(codeAborted, "rank 0 gave up: "+err.Error())
+			return cfg.fail(err)
+		}
+	}
+	return nil
 }
 
 // hello handles a hello from a connection that has not joined; it returns

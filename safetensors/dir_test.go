@@ -133,3 +133,40 @@ func TestOpenDir(t *testing.T) {
 		})
 	}
 }
+
+// TestWeight: Dir.Weight reads a float weight of the expected shape exactly
+// as Float32 does, and refuses a missing tensor, another shape and an
+// integer tensor, naming the tensor (and the file for the dtype).
+func TestWeight(t *testing.T) {
+	rng := newRNG(t)
+	w := Tensor{Name: "w", Shape: []int{3, 5}, DType: "BF16", Data: randData(rng, 15)}
+	raw := make([]byte, 4*6)
+	n := Tensor{Name: "ids", Shape: []int{6}, DType: "I32", Raw: raw}
+	dir := t.TempDir()
+	if err := Write(filepath.Join(dir, SingleFile), []Tensor{w, n}, nil); err != nil {
+		t.Fatal(err)
+	}
+	d, err := OpenDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	got := make([]float32, 15)
+	if err := d.Weight("w", []int{3, 5}, got); err != nil || sameBits(got, expected(w)) >= 0 {
+		t.Fatalf("Weight: %v, values %v want %v", err, got, expected(w))
+	}
+	for _, c := range []struct {
+		name  string
+		shape []int
+		want  string
+	}{
+		{"absent", []int{1}, dir + `: tensor "absent" is missing`},
+		{"w", []int{5, 3}, dir + `: tensor "w" has shape [3 5], config.json implies [5 3]`},
+		{"ids", []int{6}, filepath.Join(dir, SingleFile) + `: tensor "ids" has dtype I32; a float weight is expected`},
+	} {
+		err := d.Weight(c.name, c.shape, make([]float32, 15))
+		if err == nil || !strings.HasPrefix(err.Error(), c.want) {
+			t.Errorf("Weight(%q, %v): %v, want %q...", c.name, c.shape, err, c.want)
+		}
+	}
+}

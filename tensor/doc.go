@@ -6,11 +6,11 @@
 // Ops run on a Backend chosen once, when a Tape is made. Today the only
 // backend is the CPU one (pure Go, parallel over goroutines, float32 for
 // training and float64 as the conformance reference); tensors live in host
-// memory. A CUDA backend (device storage, bf16/f16) is planned and does not
-// exist yet; GPU work today goes through packages gpu and flex/flexcuda
-// directly. Tensor is Of[float32], the
-// training type; Of[float64] runs the same op code on the float64 CPU
-// backend.
+// memory. The CUDA backend is not a Backend yet: its kernel layer is
+// package tensor/tensorcuda (the ops on device buffers), with GEMMs from
+// package gpu (cuBLASLt) and attention from flex/flexcuda. Tensor is
+// Of[float32], the training type; Of[float64] runs the same op code on the
+// float64 CPU backend.
 //
 // The tape records one backward closure per op whose inputs need gradients;
 // Tape.Backward(loss) runs them in reverse and accumulates into each input's

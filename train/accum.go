@@ -31,9 +31,6 @@ func (a *Accumulator) Add() {
 	a.n++
 }
 
-// Count returns how many gradients were added since the last Finish.
-func (a *Accumulator) Count() int { return a.n }
-
 // Finish sets each Grad to the mean of the added gradients and resets the sums.
 // With nothing added it leaves the gradients untouched.
 func (a *Accumulator) Finish() {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -77,137 +78,29 @@ func TestKillDuringCheckpoint(t *testing.T) {
 	if os.Getenv(envKillChild) != "" {
 		t.Skip("inside the child")
 	}
-	// Reference: parameters after every step of an uninterrupted run.
-	ref := map[int][][]float32{}
-	rt := newTask(killSeed, killHid)
-	h := rt.hooks()
-	h.OnCheckpoint = func(dir string, step int) { ref[step] = snapshot(rt.m.params()) }
-	cfg := killConfig(t.TempDir())
-	cfg.SaveEvery = 1
-	mustRun(t, context.Background(), cfg, h)
-
+	ref := killReference(t)
 	r := testseed.New(t)
 	out := t.TempDir()
-	stages := []string{"config", "model", "optimizer", "synced", "renamed"}
 	var kills, midWrite int
 	finished := false
 	const maxKills = 16
 	for iter := 0; iter <= maxKills && !finished; iter++ {
-		final := iter == maxKills // the last start runs to the end unkilled
-		cmd := exec.Command(os.Args[0], "-test.run=^TestKillChild$", "-test.count=1")
-		cmd.Env = append(os.Environ(), envKillChild+"="+out)
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		cmd.Stderr = os.Stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		lines := make(chan string, 1024)
-		go func() {
-			sc := bufio.NewScanner(stdout)
-			for sc.Scan() {
-				lines <- sc.Text()
-			}
-			close(lines)
-		}()
-		// Even iterations kill at a random time after the first step began; odd ones
-		// right after a chosen stage of a save (after skipping a random number of saves).
-		var deadline <-chan time.Time
-		delay := time.Duration(r.IntN(150)) * time.Millisecond
-		target, skip := stages[r.IntN(len(stages))], r.IntN(4)
-		var got []string
-		killed := false
-	read:
-		for {
-			select {
-			case l, ok := <-lines:
-				if !ok {
-					break read
-				}
-				got = append(got, l)
-				if iter%2 == 0 && !final && deadline == nil && !killed && strings.HasPrefix(l, "begin ") {
-					deadline = time.After(delay)
-				}
-				if iter%2 == 1 && !final && !killed && l == "stage "+target {
-					if skip == 0 {
-						cmd.Process.Kill()
-						killed = true
-					}
-					skip--
-				}
-			case <-deadline:
-				cmd.Process.Kill()
-				killed = true
-				deadline = nil
-			}
-		}
-		werr := cmd.Wait()
-		var maxCkpt, begun = 0, -1
-		last, done := "", false
-		for _, l := range got {
-			if l == "done" {
-				done = true
-			}
-			if l == "PASS" || strings.HasPrefix(l, "ok ") || l == "done" {
-				continue
-			}
-			f := strings.Fields(l)
-			if len(f) == 2 {
-				n, _ := strconv.Atoi(f[1])
-				switch f[0] {
-				case "ckpt":
-					maxCkpt = max(maxCkpt, n)
-				case "begin":
-					begun = max(begun, n)
-				}
-			}
-			last = l
-		}
-		if done {
-			if werr != nil {
-				t.Fatalf("child finished but exited with %v", werr)
+		k := runKilled(t, out, iter, iter == maxKills, r) // the last start runs to the end unkilled
+		if k.done {
+			if k.werr != nil {
+				t.Fatalf("child finished but exited with %v", k.werr)
 			}
 			finished = true
 		} else {
-			if !killed {
-				t.Fatalf("child exited by itself (%v) after %q", werr, last)
+			if !k.killed {
+				t.Fatalf("child exited by itself (%v) after %q", k.werr, k.last)
 			}
 			kills++
-			if strings.HasPrefix(last, "stage ") {
+			if strings.HasPrefix(k.last, "stage ") {
 				midWrite++
 			}
 		}
-		l, err := LoadLatest(out)
-		if errors.Is(err, ErrNoCheckpoint) && maxCkpt == 0 {
-			continue
-		}
-		if err != nil {
-			t.Fatalf("iteration %d (last line %q): %v", iter, last, err)
-		}
-		if len(l.Skipped) > 0 {
-			t.Fatalf("iteration %d: half-written checkpoints: %v", iter, l.Skipped)
-		}
-		if s := l.State.Step; s < maxCkpt || begun >= 0 && s < begun-killSave {
-			t.Fatalf("iteration %d: loaded step %d, but checkpoint %d was durable and step %d had begun", iter, s, maxCkpt, begun)
-		}
-		ents, _ := os.ReadDir(out)
-		for _, e := range ents {
-			if strings.HasPrefix(e.Name(), tmpPrefix) {
-				t.Fatalf("LoadLatest left %s", e.Name())
-			}
-		}
-		m := newMLP(0, 4, killHid)
-		if err := l.Restore(m.params(), nil); err != nil {
-			t.Fatal(err)
-		}
-		want, ok := ref[l.State.Step]
-		if !ok {
-			t.Fatalf("no reference for step %d", l.State.Step)
-		}
-		assertSameBits(t, fmt.Sprintf("iteration %d, %s", iter, filepath.Base(l.Dir)), want, snapshot(m.params()))
-		t.Logf("iteration %d: killed after %q; resumable at step %d (durable %d, begun %d)", iter, last, l.State.Step, maxCkpt, begun)
+		checkResumable(t, out, iter, k, ref)
 	}
 	if !finished {
 		t.Fatal("training did not finish")
@@ -225,4 +118,146 @@ func TestKillDuringCheckpoint(t *testing.T) {
 		t.Fatal(err)
 	}
 	assertSameBits(t, "final", ref[killSteps], snapshot(m.params()))
+}
+
+// killReference returns the parameters after every step of an uninterrupted run.
+func killReference(t *testing.T) map[int][][]float32 {
+	ref := map[int][][]float32{}
+	rt := newTask(killSeed, killHid)
+	h := rt.hooks()
+	h.OnCheckpoint = func(dir string, step int) { ref[step] = snapshot(rt.m.params()) }
+	cfg := killConfig(t.TempDir())
+	cfg.SaveEvery = 1
+	mustRun(t, context.Background(), cfg, h)
+	return ref
+}
+
+// killedRun is what one start of the child printed and how it ended.
+type killedRun struct {
+	got     []string // its stdout lines
+	killed  bool
+	werr    error // from Wait
+	maxCkpt int   // newest checkpoint it reported durable
+	begun   int   // newest step it began (-1: none)
+	last    string
+	done    bool // it printed "done"
+}
+
+// killStages are the stages of a checkpoint save that TestKillChild prints.
+var killStages = []string{"config", "model", "optimizer", "synced", "renamed"}
+
+// runKilled starts the child on out and, unless final, kills it: even
+// iterations at a random time after the first step began, odd ones right after
+// a chosen stage of a save (after skipping a random number of saves).
+func runKilled(t *testing.T, out string, iter int, final bool, r *rand.Rand) killedRun {
+	cmd := exec.Command(os.Args[0], "-test.run=^TestKillChild$", "-test.count=1")
+	cmd.Env = append(os.Environ(), envKillChild+"="+out)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := make(chan string, 1024)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	var deadline <-chan time.Time
+	delay := time.Duration(r.IntN(150)) * time.Millisecond
+	target, skip := killStages[r.IntN(len(killStages))], r.IntN(4)
+	var k killedRun
+read:
+	for {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				break read
+			}
+			k.got = append(k.got, l)
+			if iter%2 == 0 && !final && deadline == nil && !k.killed && strings.HasPrefix(l, "begin ") {
+				deadline = time.After(delay)
+			}
+			if iter%2 == 1 && !final && !k.killed && l == "stage "+target {
+				if skip == 0 {
+					cmd.Process.Kill()
+					k.killed = true
+				}
+				skip--
+			}
+		case <-deadline:
+			cmd.Process.Kill()
+			k.killed = true
+			deadline = nil
+		}
+	}
+	k.werr = cmd.Wait()
+	k.parse()
+	return k
+}
+
+// parse reads the child's progress lines into maxCkpt, begun, last and done.
+func (k *killedRun) parse() {
+	k.begun = -1
+	for _, l := range k.got {
+		if l == "done" {
+			k.done = true
+		}
+		if l == "PASS" || strings.HasPrefix(l, "ok ") || l == "done" {
+			continue
+		}
+		f := strings.Fields(l)
+		if len(f) == 2 {
+			n, _ := strconv.Atoi(f[1])
+			switch f[0] {
+			case "ckpt":
+				k.maxCkpt = max(k.maxCkpt, n)
+			case "begin":
+				k.begun = max(k.begun, n)
+			}
+		}
+		k.last = l
+	}
+}
+
+// checkResumable checks the newest checkpoint in out after run k: it loads
+// with nothing half written, is no older than what k reported durable (nor
+// than killSave steps before the newest step k began), and holds exactly the
+// reference parameters of its step.
+func checkResumable(t *testing.T, out string, iter int, k killedRun, ref map[int][][]float32) {
+	t.Helper()
+	l, err := LoadLatest(out)
+	if errors.Is(err, ErrNoCheckpoint) && k.maxCkpt == 0 {
+		return
+	}
+	if err != nil {
+		t.Fatalf("iteration %d (last line %q): %v", iter, k.last, err)
+	}
+	if len(l.Skipped) > 0 {
+		t.Fatalf("iteration %d: half-written checkpoints: %v", iter, l.Skipped)
+	}
+	if s := l.State.Step; s < k.maxCkpt || k.begun >= 0 && s < k.begun-killSave {
+		t.Fatalf("iteration %d: loaded step %d, but checkpoint %d was durable and step %d had begun", iter, s, k.maxCkpt, k.begun)
+	}
+	ents, _ := os.ReadDir(out)
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), tmpPrefix) {
+			t.Fatalf("LoadLatest left %s", e.Name())
+		}
+	}
+	m := newMLP(0, 4, killHid)
+	if err := l.Restore(m.params(), nil); err != nil {
+		t.Fatal(err)
+	}
+	want, ok := ref[l.State.Step]
+	if !ok {
+		t.Fatalf("no reference for step %d", l.State.Step)
+	}
+	assertSameBits(t, fmt.Sprintf("iteration %d, %s", iter, filepath.Base(l.Dir)), want, snapshot(m.params()))
+	t.Logf("iteration %d: killed after %q; resumable at step %d (durable %d, begun %d)", iter, k.last, l.State.Step, k.maxCkpt, k.begun)
 }

@@ -51,7 +51,7 @@ func benchAttention(args []string) error {
 	fs.BoolVar(&o.CPUBlockMask, "cpu-block-mask", false, "cuda: attend with the CPU-built block mask instead of the GPU-built one")
 	fs.BoolVar(&o.Deterministic, "deterministic", false, "cuda: time the deterministic backward (no atomics: bit-identical dQ, dK, dV)")
 	fs.StringVar(&o.Save, "save", "", "cuda: after timing, write one call's inputs and outputs to this safetensors `file` (bench/flex_peer.py --check compares them with PyTorch)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {

@@ -10,7 +10,6 @@ import (
 	"slices"
 	"strings"
 	"text/tabwriter"
-	"time"
 
 	"dflash/jit"
 )
@@ -46,7 +45,7 @@ func cacheFlags(name string, args []string) (dir string, asJSON bool, err error)
 	fs := newFlagSet("cache "+name, "cache "+name+" [--cache-dir DIR] [--json]")
 	flagDir := fs.String("cache-dir", "", cacheDirUsage)
 	j := fs.Bool("json", false, "print one JSON object instead of a table")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return "", false, err
 	}
 	if fs.NArg() > 0 {
@@ -60,19 +59,14 @@ func cacheFlags(name string, args []string) (dir string, asJSON bool, err error)
 	return dir, *j, err
 }
 
+// cacheEntryJSON is one file of `dflash cache ls`: the entry's metadata
+// fields appear only for a valid entry.
 type cacheEntryJSON struct {
-	Key       string            `json:"key,omitempty"`
-	Path      string            `json:"path"`
-	Bytes     int64             `json:"bytes"`
-	Family    string            `json:"family,omitempty"`
-	Program   string            `json:"program,omitempty"`
-	Arch      string            `json:"arch,omitempty"`
-	Compiler  string            `json:"compiler,omitempty"`
-	Options   []string          `json:"options,omitempty"`
-	Params    map[string]string `json:"params,omitempty"`
-	Created   time.Time         `json:"created,omitzero"`
-	CompileMS float64           `json:"compile_ms,omitempty"`
-	Status    string            `json:"status"`
+	Key       string `json:"key,omitempty"`
+	Path      string `json:"path"`
+	Bytes     int64  `json:"bytes"`
+	*jit.Meta        // nil for an unfinished write or an invalid file
+	Status    string `json:"status"`
 }
 
 func cacheLs(w io.Writer, args []string) error {
@@ -93,9 +87,7 @@ func cacheLs(w io.Writer, args []string) error {
 		case e.Err != nil:
 			r.Status = "invalid: " + e.Err.Error()
 		default:
-			m := e.Meta
-			r.Key, r.Family, r.Program, r.Arch, r.Compiler = e.Key.String(), m.Family, m.Program, m.Arch, m.Compiler
-			r.Options, r.Params, r.Created, r.CompileMS = m.Options, m.Params, m.Created, m.CompileMS
+			r.Key, r.Meta = e.Key.String(), &e.Meta
 		}
 		rows = append(rows, r)
 	}
@@ -109,16 +101,18 @@ func cacheLs(w io.Writer, args []string) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "KEY\tFAMILY\tARCH\tBYTES\tCOMPILE\tCREATED\tCOMPILER\tPARAMS\tSTATUS")
 	for _, r := range rows {
-		key := "-"
+		key, created, m := "-", "-", jit.Meta{}
+		if r.Meta != nil {
+			m = *r.Meta
+		}
 		if len(r.Key) >= 12 {
 			key = r.Key[:12]
 		}
-		created := "-"
-		if !r.Created.IsZero() {
-			created = r.Created.Local().Format("2006-01-02 15:04")
+		if !m.Created.IsZero() {
+			created = m.Created.Local().Format("2006-01-02 15:04")
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%.0f ms\t%s\t%s\t%s\t%s\n", key, dash(r.Family), dash(r.Arch), r.Bytes,
-			r.CompileMS, created, dash(r.Compiler), paramsStr(r.Params), r.Status)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%.0f ms\t%s\t%s\t%s\t%s\n", key, dash(m.Family), dash(m.Arch), r.Bytes,
+			m.CompileMS, created, dash(m.Compiler), paramsStr(m.Params), r.Status)
 	}
 	return tw.Flush()
 }

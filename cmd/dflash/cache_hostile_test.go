@@ -101,6 +101,9 @@ func TestCacheCommandsOnHostileFiles(t *testing.T) {
 		if w := want[filepath.Base(e.Path)]; !strings.HasPrefix(e.Status, w) || w == "" {
 			t.Errorf("%s: status %q, want %q...", filepath.Base(e.Path), e.Status, w)
 		}
+		if good := e.Status == "ok"; good != (e.Meta != nil) || good && (e.Family != "good" || e.Arch != "sm_90" || e.Compiler != "test") {
+			t.Errorf("%s: status %q with metadata %+v", filepath.Base(e.Path), e.Status, e.Meta)
+		}
 	}
 	if out, err := run(func(b *bytes.Buffer) error { return cacheLs(b, []string{"--cache-dir", dir}) }); err != nil ||
 		!strings.Contains(out, "6 files") || !strings.Contains(out, "good") {

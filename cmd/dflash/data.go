@@ -8,12 +8,10 @@ import (
 	"io"
 	"maps"
 	"os"
-	"os/signal"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -59,7 +57,7 @@ func dataPrep(args []string) error {
 	shardTokens := fs.Int("shard-tokens", 0, "tokens per shard file (0: 64Mi)")
 	force := fs.Bool("force", false, "replace --out if it exists")
 	asJSON := fs.Bool("json", false, "print the summary as one JSON object")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	files = append(files, fs.Args()...)
@@ -79,13 +77,15 @@ func dataPrep(args []string) error {
 	}
 	defer lock.Release()
 	bar := newDataBar(os.Stderr)
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	sum, err := data.Prep(ctx, data.PrepConfig{
-		Options: data.Options{Format: *format, MaxLen: *maxLen, DropLong: *dropLong, BlockSize: *block,
-			EnableThinking: *thinking, SkipBadLines: *skip},
-		TokenizerDir: *tokDir, Files: files, Out: *out, Workers: *workers,
-		ShardTokens: *shardTokens, Force: *force, Progress: bar.update,
+	var sum data.Summary
+	err = withSignals(func(ctx context.Context) error {
+		sum, err = data.Prep(ctx, data.PrepConfig{
+			Options: data.Options{Format: *format, MaxLen: *maxLen, DropLong: *dropLong, BlockSize: *block,
+				EnableThinking: *thinking, SkipBadLines: *skip},
+			TokenizerDir: *tokDir, Files: files, Out: *out, Workers: *workers,
+			ShardTokens: *shardTokens, Force: *force, Progress: bar.update,
+		})
+		return err
 	})
 	bar.finish()
 	if err != nil {
@@ -182,7 +182,7 @@ func dataStats(args []string) error {
 	budget := fs.Int("budget", 16384, "padded tokens per batch")
 	verify := fs.Bool("verify", false, "recompute every shard's checksum")
 	asJSON := fs.Bool("json", false, "print one JSON object")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() != 1 {
@@ -250,7 +250,7 @@ func dataShow(args []string) error {
 	tokDir := fs.String("tokenizer", "", "model directory of the tokenizer the data was prepared with (required)")
 	first := fs.Int("i", 0, "first sample index")
 	count := fs.Int("n", 1, "number of samples")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() != 1 || *tokDir == "" {
@@ -292,7 +292,7 @@ func dataTokenize(args []string) error {
 	fs := newFlagSet("data tokenize", "data tokenize --tokenizer DIR [--decode] [TEXT...]  (stdin when no TEXT)")
 	tokDir := fs.String("tokenizer", "", "model directory with tokenizer.json (required)")
 	decode := fs.Bool("decode", false, "read ids (space separated) and print their text")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if *tokDir == "" {

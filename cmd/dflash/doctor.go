@@ -70,7 +70,7 @@ func runDoctor(args []string) error {
 	asJSON := fs.Bool("json", false, "print one JSON object instead of tables")
 	flagDir := fs.String("cache-dir", "", cacheDirUsage)
 	smoke := fs.Bool("smoke", true, "with a GPU and NVRTC present, compile (or load) and launch a test kernel through the kernel cache")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	r := doctorReport{Go: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH, CPUs: runtime.NumCPU()}
@@ -149,33 +149,13 @@ func doctorSmokeTest(dir string) doctorSmoke {
 	for i := range x {
 		x[i], y[i] = float32(i%97)-48, float32(i%13)
 	}
-	got := make([]float32, size)
+	var got []float32
 	err = w.Run(func(d *gpu.Device) error {
 		fn, err := img.Function(d, "saxpy")
-		if err != nil {
-			return err
+		if err == nil {
+			got, err = gpu.Saxpy(d, fn, 2, x, y)
 		}
-		bx, err := d.Alloc(4 * size)
-		if err != nil {
-			return err
-		}
-		defer d.Free(bx)
-		by, err := d.Alloc(4 * size)
-		if err != nil {
-			return err
-		}
-		defer d.Free(by)
-		if err := gpu.Upload(d, bx, x); err != nil {
-			return err
-		}
-		if err := gpu.Upload(d, by, y); err != nil {
-			return err
-		}
-		if err := d.Launch(fn, cuda.Dim(size/256, 1, 1), cuda.Dim(256, 1, 1), 0, nil,
-			cuda.NewArgs().F32(2).Ptr(bx.Ptr).Ptr(by.Ptr).I32(size)); err != nil {
-			return err
-		}
-		return gpu.Download(d, got, by)
+		return err
 	})
 	s.Stats = c.Stats()
 	if err != nil {

@@ -10,14 +10,17 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"os/signal"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -44,15 +47,15 @@ func register(c *command) {
 
 func usage() {
 	fmt.Fprintf(os.Stderr, "dflash trains speculative-decoding (DFlash) drafters.\n\nUsage:\n  dflash <command> [flags]\n\nCommands:\n")
-	names := make([]string, 0, len(commands))
-	for n := range commands {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		fmt.Fprintf(os.Stderr, "  %-10s %s\n", n, commands[n].summary)
-	}
+	listCommands(os.Stderr, commands)
 	fmt.Fprintf(os.Stderr, "\nRun 'dflash <command> --help' for a command's flags.\nLogs go to stderr; set DFLASH_LOG=debug|info|warn|error to choose the level.\n")
+}
+
+// listCommands prints one line per command, name and summary, in name order.
+func listCommands(w io.Writer, cmds map[string]*command) {
+	for _, n := range slices.Sorted(maps.Keys(cmds)) {
+		fmt.Fprintf(w, "  %-10s %s\n", n, cmds[n].summary)
+	}
 }
 
 func setupLogging() {
@@ -102,6 +105,10 @@ func runMain(args []string) int {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
+		var ce *commandError
+		if errors.As(err, &ce) {
+			name = ce.cmd
+		}
 		fmt.Fprintf(os.Stderr, "dflash %s: %v\n", name, err)
 		var ee *exitError
 		if errors.As(err, &ee) {
@@ -120,6 +127,16 @@ type exitError struct {
 
 func (e *exitError) Error() string { return e.err.Error() }
 func (e *exitError) Unwrap() error { return e.err }
+
+// commandError is an error of the subcommand cmd (say "data prep"): runMain
+// names cmd in front of the message instead of the top-level command.
+type commandError struct {
+	cmd string
+	err error
+}
+
+func (e *commandError) Error() string { return e.err.Error() }
+func (e *commandError) Unwrap() error { return e.err }
 
 // signalContext returns a context that the first SIGINT or SIGTERM cancels, and
 // caught, which returns that signal (nil before one came). After the first signal
@@ -148,6 +165,20 @@ func signalContext() (ctx context.Context, caught func() os.Signal, stop func())
 		return got
 	}
 	return ctx, caught, func() { signal.Stop(ch); cancel() }
+}
+
+// withSignals runs fn with a context that the first SIGINT or SIGTERM cancels.
+// After a signal the error is "interrupted by SIG..." with the exit status
+// 128+signal, whatever fn returned (commands that leave something to resume,
+// like train, say more themselves).
+func withSignals(fn func(ctx context.Context) error) error {
+	ctx, caught, stop := signalContext()
+	defer stop()
+	err := fn(ctx)
+	if sig := caught(); sig != nil {
+		return &exitError{code: signalStatus(sig), err: fmt.Errorf("interrupted by %s", signalName(sig))}
+	}
+	return err
 }
 
 // signalStatus is the conventional exit status after signal s: 128 + its number
@@ -200,19 +231,30 @@ func newFlagSet(name, synopsis string) *flag.FlagSet {
 	return fs
 }
 
+// parseFlags parses args into fs. Help asked for (-h, --help) is printed and
+// is flag.ErrHelp; a bad flag is a usage error (exit status 2) that says what
+// is wrong and where help is, printed once by runMain, without the listing.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	var out bytes.Buffer
+	fs.SetOutput(&out)
+	err := fs.Parse(args)
+	fs.SetOutput(nil) // later fs.Usage calls print to stderr
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		os.Stderr.Write(out.Bytes())
+		return err
+	case err != nil:
+		return &exitError{code: 2, err: fmt.Errorf("%v (see dflash %s --help)", err, fs.Name())}
+	}
+	return nil
+}
+
 // subcommands dispatches args to one of subs, printing a listing when no
 // known subcommand is given.
 func subcommands(parent string, subs map[string]*command, args []string) error {
 	list := func() {
 		fmt.Fprintf(os.Stderr, "Usage: dflash %s <subcommand> [flags]\n\nSubcommands:\n", parent)
-		names := make([]string, 0, len(subs))
-		for n := range subs {
-			names = append(names, n)
-		}
-		sort.Strings(names)
-		for _, n := range names {
-			fmt.Fprintf(os.Stderr, "  %-10s %s\n", n, subs[n].summary)
-		}
+		listCommands(os.Stderr, subs)
 	}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		list()
@@ -226,5 +268,8 @@ func subcommands(parent string, subs map[string]*command, args []string) error {
 		list()
 		return fmt.Errorf("unknown subcommand %q", args[0])
 	}
-	return s.run(args[1:])
+	if err := s.run(args[1:]); err != nil {
+		return &commandError{cmd: parent + " " + s.name, err: err}
+	}
+	return nil
 }

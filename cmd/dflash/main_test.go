@@ -56,6 +56,35 @@ func exitCode(t *testing.T, cmd *exec.Cmd) int {
 	return 0
 }
 
+// stopSignals are the signals that stop a command, with the exit status each gives.
+var stopSignals = []struct {
+	sig  syscall.Signal
+	name string
+	code int
+}{{syscall.SIGTERM, "SIGTERM", 143}, {syscall.SIGINT, "SIGINT", 130}}
+
+// startUntil starts cmd and reads its stderr up to the first line for which
+// until is true; it returns the lines read and the rest of stderr.
+func startUntil(t *testing.T, cmd *exec.Cmd, until func(line string) bool) ([]string, io.Reader) {
+	t.Helper()
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	sc := bufio.NewScanner(stderr)
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+		if until(sc.Text()) {
+			break
+		}
+	}
+	return lines, stderr
+}
+
 // TestBadOptionExit: a bad option exits 1 with a one-line message, no stack trace.
 func TestBadOptionExit(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "out")
@@ -79,35 +108,19 @@ func TestBadOptionExit(t *testing.T) {
 // and the exit status 128+signal; the checkpoint resumes.
 func TestTrainSignals(t *testing.T) {
 	targetDir, dataPath := trainFixture(t)
-	for _, c := range []struct {
-		sig  syscall.Signal
-		name string
-		code int
-	}{{syscall.SIGTERM, "SIGTERM", 143}, {syscall.SIGINT, "SIGINT", 130}} {
+	for _, c := range stopSignals {
 		t.Run(c.name, func(t *testing.T) {
 			out := filepath.Join(t.TempDir(), "run")
 			args := []string{"train", "--target", targetDir, "--data", dataPath, "--out", out, "--progress", "lines", "--log-every", "1",
 				"--plot=false", "--steps", "100000", "--save-every", "0", "--drafter.block-size", "4", "--drafter.anchors", "4",
 				"--data.batch-size", "2", "--data.max-len", "300"}
 			cmd := dflashCommand(t, args...)
-			stderr, err := cmd.StderrPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
 			// Signal once the third step is done; keep every line for the checks.
-			var lines []string
-			sc := bufio.NewScanner(stderr)
-			for sc.Scan() {
-				lines = append(lines, sc.Text())
-				if strings.HasPrefix(sc.Text(), "step ") && strings.Contains(sc.Text(), " 3/100000") {
-					break
-				}
-			}
+			lines, stderr := startUntil(t, cmd, func(l string) bool {
+				return strings.HasPrefix(l, "step ") && strings.Contains(l, " 3/100000")
+			})
 			// One writer per output directory: a second run (or data prep) is refused, naming the first.
-			err = runTrain(args[1:])
+			err := runTrain(args[1:])
 			if want := out + " is in use by dflash train (pid " + strconv.Itoa(cmd.Process.Pid) + " on "; err == nil || !strings.Contains(err.Error(), want) {
 				t.Fatalf("second writer: %v, want %q", err, want)
 			}
@@ -142,6 +155,75 @@ func TestTrainSignals(t *testing.T) {
 			resume := append(slices.Clone(args[1:]), "--resume", "--progress", "off", "--stop-at", strconv.Itoa(l.State.Step+1))
 			if err := runTrain(resume); err != nil {
 				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestDemoSignals: dflash demo stops on SIGTERM and on SIGINT during its first
+// training stage, says which signal stopped it, and exits 128+signal without a
+// stack trace.
+func TestDemoSignals(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts the demo in a child process")
+	}
+	for _, c := range stopSignals {
+		t.Run(c.name, func(t *testing.T) {
+			cmd := dflashCommand(t, "demo", "--quick", "--progress", "off", "--dir", t.TempDir())
+			lines, stderr := startUntil(t, cmd, func(l string) bool {
+				return strings.Contains(l, "demo stage") && strings.Contains(l, "stage=target")
+			})
+			if err := cmd.Process.Signal(c.sig); err != nil {
+				t.Fatal(err)
+			}
+			rest, _ := io.ReadAll(stderr)
+			all := strings.Join(append(lines, string(rest)), "\n")
+			if code := exitCode(t, cmd); code != c.code {
+				t.Fatalf("exit %d, want %d; stderr:\n%s", code, c.code, all)
+			}
+			if want := "dflash demo: interrupted by " + c.name + "\n"; !strings.HasSuffix(all, want) || strings.Contains(all, "goroutine ") {
+				t.Fatalf("stderr does not end in %q:\n%s", want, all)
+			}
+		})
+	}
+}
+
+// TestErrorMessages: each error is printed once, as "dflash COMMAND: message",
+// with the subcommand named and no layer repeating a prefix; a bad flag is a
+// usage error (exit 2) without the flag listing.
+func TestErrorMessages(t *testing.T) {
+	targetDir, _ := trainFixture(t)
+	dir := t.TempDir()
+	empty := filepath.Join(dir, "empty.jsonl")
+	if err := os.WriteFile(empty, []byte("\n\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(dir, "missing")
+	for _, c := range []struct {
+		args   []string
+		code   int
+		stderr string
+	}{
+		{[]string{"data", "prep", "--tokenizer", targetDir, "--data", empty, "--out", filepath.Join(dir, "p1")}, 1,
+			"dflash data prep: no usable conversation in " + empty + ": 0 lines read (and 2 blank)\n"},
+		{[]string{"data", "prep", "--tokenizer", targetDir, "--data", empty, "--out", filepath.Join(dir, "p2"), "--max-len", "-1"}, 1,
+			"dflash data prep: max-len -1: must not be negative\n"},
+		{[]string{"data", "prep", "--tokenizer", targetDir, "--data", empty, "--block", "4"}, 2,
+			"dflash data prep: flag provided but not defined: -block (see dflash data prep --help)\n"},
+		{[]string{"train", "--target", targetDir, "--data", missing, "--out", filepath.Join(dir, "t1")}, 1,
+			"dflash train: stat " + missing + ": no such file or directory\n"},
+		{[]string{"cache", "ls", "--dir", dir}, 2,
+			"dflash cache ls: flag provided but not defined: -dir (see dflash cache ls --help)\n"},
+	} {
+		t.Run(strings.Join(c.args[:2], " "), func(t *testing.T) {
+			cmd := dflashCommand(t, c.args...)
+			var stderr strings.Builder
+			cmd.Stderr = &stderr
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			if code := exitCode(t, cmd); code != c.code || stderr.String() != c.stderr {
+				t.Fatalf("exit %d, stderr %q\nwant exit %d, stderr %q", code, stderr.String(), c.code, c.stderr)
 			}
 		})
 	}

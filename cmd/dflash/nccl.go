@@ -76,7 +76,7 @@ func ncclCheck(args []string) error {
 	device := fs.Int("device", -1, "multi-process mode: local GPU ordinal (default: rank modulo the GPUs present)")
 	rdvTimeout := fs.Duration("rendezvous-timeout", 2*time.Minute, "multi-process mode: how long ranks wait for each other")
 	deadline := fs.Duration("timeout", 15*time.Minute, "end the process with an error if the whole check takes longer (a hung collective)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {

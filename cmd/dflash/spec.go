@@ -8,7 +8,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/signal"
 	"strings"
 
 	"dflash/data/chat"
@@ -80,7 +79,7 @@ func runSpec(args []string) error {
 	fs.BoolVar(&o.thinking, "enable-thinking", false, "render with enable_thinking (Qwen3)")
 	fs.BoolVar(&o.json, "json", false, "print the report as one JSON object")
 	fs.StringVar(&o.out, "out", "", "write the generations to `FILE` (JSONL)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if o.target == "" || o.drafter == "" || o.prompts == "" {
@@ -99,9 +98,7 @@ func runSpec(args []string) error {
 	case o.topK < 0:
 		return fmt.Errorf("--top-k %d: must not be negative", o.topK)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	return specDecode(ctx, o, os.Stdout)
+	return withSignals(func(ctx context.Context) error { return specDecode(ctx, o, os.Stdout) })
 }
 
 // specPrompt is one rendered prompt and where it came from.
@@ -206,35 +203,38 @@ func readSpecPrompts(o specOptions, limit int, tok *tokenizer.Tokenizer, tmpl *c
 	if err != nil {
 		return nil, fmt.Errorf("--format: %w", err)
 	}
-	r, err := jsonl.Open([]string{o.prompts}, f, false)
+	lines, err := jsonl.OpenLines([]string{o.prompts})
 	if err != nil {
 		return nil, err
 	}
-	defer r.Close()
+	defer lines.Close()
 	var out []specPrompt
 	var long []string
 	for o.maxPrompts == 0 || len(out) < o.maxPrompts {
-		rec, err := r.Next()
+		ln, err := lines.Next()
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
 			return nil, err
 		}
-		msgs := rec.Messages
+		msgs, err := jsonl.Parse(ln, f)
+		if err != nil {
+			return nil, err
+		}
 		if n := len(msgs); n > 1 && msgs[n-1].Role == "assistant" {
 			msgs = msgs[:n-1]
 		}
 		text, _, err := tmpl.Render(msgs, chat.Options{AddGenerationPrompt: true, EnableThinking: o.thinking})
 		if err != nil {
-			return nil, fmt.Errorf("%s:%d: %w", rec.File, rec.Line, err)
+			return nil, fmt.Errorf("%s:%d: %w", ln.File, ln.N, err)
 		}
 		ids := tok.Encode(text)
 		if len(ids) > limit {
-			long = append(long, fmt.Sprintf("%s:%d: prompt of %d tokens", rec.File, rec.Line, len(ids)))
+			long = append(long, fmt.Sprintf("%s:%d: prompt of %d tokens", ln.File, ln.N, len(ids)))
 			continue
 		}
-		out = append(out, specPrompt{file: rec.File, line: rec.Line, text: text, ids: ids})
+		out = append(out, specPrompt{file: ln.File, line: ln.N, text: text, ids: ids})
 	}
 	if len(long) > 0 {
 		return nil, fmt.Errorf("%d prompts are longer than the target's context limit of %d tokens (max_position_embeddings):\n  %s",

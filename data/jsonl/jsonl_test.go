@@ -17,23 +17,60 @@ import (
 	"dflash/data/chat"
 )
 
-func readAll(t *testing.T, paths []string, f Format, skip bool) ([]Record, Stats, error) {
+// record is one parsed line and where it came from.
+type record struct {
+	File     string
+	Line     int
+	Messages []chat.Message
+}
+
+// stats counts what readAll read.
+type stats struct {
+	Files, Lines, Blank, Kept int
+	Bad                       map[string]int // skipped bad lines by reason
+}
+
+func (s stats) badTotal() int {
+	n := 0
+	for _, v := range s.Bad {
+		n += v
+	}
+	return n
+}
+
+// readAll reads paths the way the data pipeline does: Lines, then Parse on
+// each line. With skip, bad lines are counted and skipped; otherwise the
+// first one ends reading with its error.
+func readAll(t *testing.T, paths []string, f Format, skip bool) ([]record, stats, error) {
 	t.Helper()
-	r, err := Open(paths, f, skip)
+	l, err := OpenLines(paths)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer r.Close()
-	var out []Record
+	defer l.Close()
+	var out []record
+	st := stats{Bad: map[string]int{}}
 	for {
-		rec, err := r.Next()
+		ln, err := l.Next()
+		st.Files, st.Blank = l.Files(), l.Blank()
 		if err == io.EOF {
-			return out, r.Stats(), nil
+			return out, st, nil
 		}
 		if err != nil {
-			return out, r.Stats(), err
+			return out, st, err
 		}
-		out = append(out, rec)
+		st.Lines++
+		msgs, err := Parse(ln, f)
+		var le *LineError
+		if errors.As(err, &le) && skip {
+			st.Bad[le.Reason]++
+			continue
+		}
+		if err != nil {
+			return out, st, err
+		}
+		st.Kept++
+		out = append(out, record{File: ln.File, Line: ln.N, Messages: msgs})
 	}
 }
 
@@ -145,7 +182,7 @@ func TestBrokenLine(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(recs) != 3 || st.Kept != 3 || st.Lines != 5 || st.Blank != 1 || st.BadTotal() != 2 ||
+		if len(recs) != 3 || st.Kept != 3 || st.Lines != 5 || st.Blank != 1 || st.badTotal() != 2 ||
 			st.Bad[ReasonJSON] != 1 || st.Bad[ReasonRole] != 1 {
 			t.Fatalf("records %d, stats %+v", len(recs), st)
 		}
@@ -257,7 +294,7 @@ func TestLongLine(t *testing.T) {
 }
 
 func TestMissingFile(t *testing.T) {
-	if _, err := Open([]string{"testdata/nope.jsonl"}, Auto, false); err == nil || !strings.Contains(err.Error(), "nope.jsonl") {
+	if _, err := OpenLines([]string{"testdata/nope.jsonl"}); err == nil || !strings.Contains(err.Error(), "nope.jsonl") {
 		t.Fatalf("got %v", err)
 	}
 }

@@ -38,15 +38,15 @@ type Lines struct {
 // stream of their lines.
 func OpenLines(paths []string) (*Lines, error) {
 	if len(paths) == 0 {
-		return nil, errors.New("jsonl: no input files")
+		return nil, errors.New("no input files")
 	}
 	for _, p := range paths {
 		st, err := os.Stat(p)
 		if err != nil {
-			return nil, fmt.Errorf("jsonl: %w", err)
+			return nil, err // names the path
 		}
 		if !st.Mode().IsRegular() {
-			return nil, fmt.Errorf("jsonl: %s is not a regular file", p)
+			return nil, fmt.Errorf("%s is not a regular file", p)
 		}
 	}
 	return &Lines{paths: paths}, nil
@@ -92,7 +92,7 @@ var (
 func (l *Lines) open(path string) error {
 	f, err := os.Open(path)
 	if err != nil {
-		return fmt.Errorf("jsonl: %w", err)
+		return err
 	}
 	raw := bufio.NewReaderSize(countingReader{f, &l.read}, 1<<20)
 	head, _ := raw.Peek(4)
@@ -103,14 +103,14 @@ func (l *Lines) open(path string) error {
 		gz, err := gzip.NewReader(raw)
 		if err != nil {
 			f.Close()
-			return fmt.Errorf("jsonl: %s: gzip: %w", path, err)
+			return fmt.Errorf("%s: gzip: %w", path, err)
 		}
 		r, l.dec = gz, gz
 	case bytes.HasPrefix(head, zstdMagic):
 		zr, err := zstd.NewReader(raw, zstd.WithDecoderConcurrency(1))
 		if err != nil {
 			f.Close()
-			return fmt.Errorf("jsonl: %s: zstd: %w", path, err)
+			return fmt.Errorf("%s: zstd: %w", path, err)
 		}
 		r, l.dec = zr, zstdCloser{zr}
 	}
@@ -161,7 +161,7 @@ func (l *Lines) Next() (Line, error) {
 			b = long
 		}
 		if err != nil && !errors.Is(err, io.EOF) {
-			return Line{}, fmt.Errorf("jsonl: %s: after line %d: %w", l.name, l.n, err)
+			return Line{}, fmt.Errorf("%s: after line %d: %w", l.name, l.n, err)
 		}
 		if len(b) > 0 {
 			l.n++

@@ -3,7 +3,6 @@ package jsonl
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 
@@ -32,7 +31,7 @@ func ParseFormat(s string) (Format, error) {
 	return Auto, fmt.Errorf("unknown format %q (want auto, messages or sharegpt)", s)
 }
 
-// Reasons a line is bad; they key Stats.Bad.
+// Reasons a line is bad (LineError.Reason).
 const (
 	ReasonJSON        = "invalid JSON"
 	ReasonNoMessages  = "no messages or conversations list"
@@ -166,76 +165,3 @@ func contentText(v any) (string, error) {
 	}
 	return "", fmt.Errorf("want a string, null or a list of text parts")
 }
-
-// Stats counts what a Reader read.
-type Stats struct {
-	Files int            // files opened
-	Lines int            // non-blank lines read
-	Blank int            // blank lines skipped
-	Kept  int            // lines returned as records
-	Bad   map[string]int // skipped bad lines by reason
-}
-
-// BadTotal is the number of skipped bad lines.
-func (s Stats) BadTotal() int {
-	n := 0
-	for _, v := range s.Bad {
-		n += v
-	}
-	return n
-}
-
-// Record is one parsed conversation and where it came from.
-type Record struct {
-	File     string
-	Line     int
-	Messages []chat.Message
-}
-
-// Reader reads conversations from files, one after another.
-type Reader struct {
-	lines *Lines
-	fmt   Format
-	skip  bool
-	stats Stats
-}
-
-// Open returns a Reader of paths. With skipBad, bad lines are counted in
-// Stats and skipped; otherwise the first one ends reading with its
-// *LineError.
-func Open(paths []string, f Format, skipBad bool) (*Reader, error) {
-	l, err := OpenLines(paths)
-	if err != nil {
-		return nil, err
-	}
-	return &Reader{lines: l, fmt: f, skip: skipBad, stats: Stats{Bad: map[string]int{}}}, nil
-}
-
-// Next returns the next record, or io.EOF.
-func (r *Reader) Next() (Record, error) {
-	for {
-		ln, err := r.lines.Next()
-		r.stats.Files, r.stats.Blank = r.lines.Files(), r.lines.Blank()
-		if err != nil {
-			return Record{}, err
-		}
-		r.stats.Lines++
-		msgs, err := Parse(ln, r.fmt)
-		var le *LineError
-		if errors.As(err, &le) && r.skip {
-			r.stats.Bad[le.Reason]++
-			continue
-		}
-		if err != nil {
-			return Record{}, err
-		}
-		r.stats.Kept++
-		return Record{File: ln.File, Line: ln.N, Messages: msgs}, nil
-	}
-}
-
-// Stats returns the counts so far.
-func (r *Reader) Stats() Stats { return r.stats }
-
-// Close releases the open file.
-func (r *Reader) Close() error { return r.lines.Close() }

@@ -18,11 +18,33 @@ import (
 // replacing a file named name (a base name, no directory).
 func TempPrefix(name string) string { return "." + name + ".tmp-" }
 
+// Options change how a file is replaced; the zero value is what Write and
+// WriteFile do.
+type Options struct {
+	// TempPattern is the os.CreateTemp pattern of the temporary file, in the
+	// path's directory; "" means TempPrefix(base)+"*".
+	TempPattern string
+	// BestEffortDirSync ignores a failed sync of the directory after the
+	// rename, for files that may be lost in a crash (a cache entry that is
+	// rebuilt) on file systems that cannot sync directories.
+	BestEffortDirSync bool
+}
+
 // Write replaces path with what fill writes to the temporary file. Errors,
 // fill's included, are returned prefixed with path.
-func Write(path string, fill func(w io.Writer) error) error {
+func Write(path string, fill func(w io.Writer) error) error { return Options{}.Write(path, fill) }
+
+// WriteFile replaces path with data (see Write).
+func WriteFile(path string, data []byte) error { return Options{}.WriteFile(path, data) }
+
+// Write replaces path with what fill writes, under o (see the package doc).
+func (o Options) Write(path string, fill func(w io.Writer) error) error {
 	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, TempPrefix(filepath.Base(path))+"*")
+	pattern := o.TempPattern
+	if pattern == "" {
+		pattern = TempPrefix(filepath.Base(path)) + "*"
+	}
+	f, err := os.CreateTemp(dir, pattern)
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
@@ -43,12 +65,15 @@ func Write(path string, fill func(w io.Writer) error) error {
 		os.Remove(f.Name())
 		return fmt.Errorf("%s: %w", path, err)
 	}
-	return SyncDir(dir)
+	if err := SyncDir(dir); err != nil && !o.BestEffortDirSync {
+		return err
+	}
+	return nil
 }
 
-// WriteFile replaces path with data (see Write).
-func WriteFile(path string, data []byte) error {
-	return Write(path, func(w io.Writer) error {
+// WriteFile replaces path with data, under o.
+func (o Options) WriteFile(path string, data []byte) error {
+	return o.Write(path, func(w io.Writer) error {
 		_, err := w.Write(data)
 		return err
 	})

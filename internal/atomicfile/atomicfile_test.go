@@ -98,3 +98,34 @@ func assertOnly(t *testing.T, dir, name string) {
 		t.Errorf("directory holds %v, want only %s (no temporary files left)", names, name)
 	}
 }
+
+// TestOptionsTempPattern: Options.TempPattern names the temporary file (the
+// kernel cache recognises its own leftovers by it), and the result is the
+// same replacement as WriteFile's.
+func TestOptionsTempPattern(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "entry.bin")
+	o := Options{TempPattern: ".entry-*.tmp", BestEffortDirSync: true}
+	var seen []string
+	err := o.Write(path, func(w io.Writer) error {
+		ents, err := os.ReadDir(dir)
+		for _, e := range ents {
+			seen = append(seen, e.Name())
+		}
+		if err != nil {
+			return err
+		}
+		_, err = io.WriteString(w, "image")
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) != 1 || !strings.HasPrefix(seen[0], ".entry-") || !strings.HasSuffix(seen[0], ".tmp") {
+		t.Errorf("during the write the directory held %v, want one .entry-*.tmp file", seen)
+	}
+	if got, err := os.ReadFile(path); err != nil || string(got) != "image" {
+		t.Errorf("content %q, %v", got, err)
+	}
+	assertOnly(t, dir, "entry.bin")
+}

@@ -41,7 +41,7 @@ func TestAvailableOnLinux(t *testing.T) {
 }
 
 func TestFormat(t *testing.T) {
-	for in, want := range map[float64]string{0: "0 B", 1000: "1000 B", 1536: "1.5 KiB", 3 << 30: "3.0 GiB", 4e12 * 1024: "3.6 PiB"} {
+	for in, want := range map[float64]string{0: "0 B", 1000: "1000 B", 1023: "1023 B", 1536: "1.5 KiB", 3 << 30: "3.0 GiB", 141 << 30: "141.0 GiB", 4e12 * 1024: "3.6 PiB"} {
 		if got := Format(in); got != want {
 			t.Errorf("Format(%g) = %q, want %q", in, got, want)
 		}

@@ -20,7 +20,7 @@ func (d *Drafter[T]) WriteDir(dir, dtype string) error {
 	switch dtype {
 	case "F32", "BF16":
 	default:
-		return fmt.Errorf("dflash: export dtype %q (F32 or BF16)", dtype)
+		return fmt.Errorf("export dtype %q: want F32 or BF16", dtype)
 	}
 	cfg := *d.Cfg
 	cfg.DType = map[string]string{"F32": "float32", "BF16": "bfloat16"}[dtype]
@@ -72,7 +72,8 @@ func (d *Drafter[T]) WriteDir(dir, dtype string) error {
 
 // LoadDir reads a drafter directory written by WriteDir (or any directory
 // with the same config.json fields and parameter names, sharded or not).
-// Missing tensors and shape mismatches are errors naming the tensor.
+// A missing tensor, a shape mismatch or a tensor that is not a float weight
+// is an error naming it.
 func LoadDir[T tensor.Float](dir string) (*Drafter[T], error) {
 	cfg, err := ReadConfig(dir)
 	if err != nil {
@@ -85,15 +86,8 @@ func LoadDir[T tensor.Float](dir string) (*Drafter[T], error) {
 	defer st.Close()
 	d := &Drafter[T]{Cfg: cfg}
 	for _, p := range d.alloc() {
-		info, ok := st.Info(p.Name)
-		if !ok {
-			return nil, fmt.Errorf("%s: tensor %q missing", dir, p.Name)
-		}
-		if !slices.Equal(info.Shape, p.Shape) {
-			return nil, fmt.Errorf("%s: tensor %q has shape %v, config.json implies %v", dir, p.Name, info.Shape, p.Shape)
-		}
-		v, err := st.Float32(p.Name)
-		if err != nil {
+		v := make([]float32, len(p.Data))
+		if err := st.Weight(p.Name, p.Shape, v); err != nil {
 			return nil, err
 		}
 		for i, x := range v {

@@ -58,17 +58,35 @@ func xentOp[T tensor.Float](targets []int32, weights []float64, chunk int) opFn[
 	}
 }
 
-func opCases(rng *rand.Rand) []opCase {
-	var cs []opCase
-	add := func(name string, inputs []input, f32 opFn[float32], f64 opFn[float64], naive func([][]float64) []float64) *opCase {
-		cs = append(cs, opCase{name: name, inputs: inputs, f32: f32, f64: f64, naive: naive})
-		return &cs[len(cs)-1]
-	}
-	near1 := func() float64 { return 1 + 0.3*rng.NormFloat64() }
+// caseList collects op cases; rng draws the cases' fixed indices (and, through
+// their generators, their inputs) in the order the cases are added.
+type caseList struct {
+	cs  []opCase
+	rng *rand.Rand
+}
 
+func (l *caseList) add(name string, inputs []input, f32 opFn[float32], f64 opFn[float64], naive func([][]float64) []float64) *opCase {
+	l.cs = append(l.cs, opCase{name: name, inputs: inputs, f32: f32, f64: f64, naive: naive})
+	return &l.cs[len(l.cs)-1]
+}
+
+// near1 draws a norm weight near 1.
+func (l *caseList) near1() float64 { return 1 + 0.3*l.rng.NormFloat64() }
+
+func opCases(rng *rand.Rand) []opCase {
+	l := &caseList{rng: rng}
+	l.dataCases()
+	l.layerCases()
+	l.lossCases()
+	return append(l.cs, attentionCases(rng)...)
+}
+
+// dataCases: the ops that move or combine values (embedding, linear,
+// elementwise, concatenation, slicing, transposition).
+func (l *caseList) dataCases() {
 	vocab, dim := 11, 6
-	ids := randIDs(rng, 9, vocab)
-	add("Embedding", []input{{name: "w", shape: []int{vocab, dim}, grad: true}},
+	ids := randIDs(l.rng, 9, vocab)
+	l.add("Embedding", []input{{name: "w", shape: []int{vocab, dim}, grad: true}},
 		embeddingOp[float32](ids), embeddingOp[float64](ids),
 		func(in [][]float64) []float64 {
 			var out []float64
@@ -78,21 +96,21 @@ func opCases(rng *rand.Rand) []opCase {
 			return out
 		})
 
-	add("LinearBias", []input{
+	l.add("LinearBias", []input{
 		{name: "x", shape: []int{2, 3, 7}, grad: true},
 		{name: "w", shape: []int{5, 7}, grad: true},
 		{name: "b", shape: []int{5}, grad: true}},
 		linearOp[float32], linearOp[float64], naiveLinear(6, 7, 5))
-	add("Linear", []input{
+	l.add("Linear", []input{
 		{name: "x", shape: []int{9, 13}, grad: true},
 		{name: "w", shape: []int{6, 13}, grad: true}},
 		linearOp[float32], linearOp[float64], naiveLinear(9, 13, 6))
-	add("LinearFrozenWeight", []input{
+	l.add("LinearFrozenWeight", []input{
 		{name: "x", shape: []int{4, 5}, grad: true},
 		{name: "w", shape: []int{3, 5}}},
 		linearOp[float32], linearOp[float64], naiveLinear(4, 5, 3))
 
-	add("AddScaleReshape", []input{
+	l.add("AddScaleReshape", []input{
 		{name: "a", shape: []int{3, 4}, grad: true},
 		{name: "b", shape: []int{12}, grad: true}},
 		addScaleOp[float32], addScaleOp[float64],
@@ -104,7 +122,7 @@ func opCases(rng *rand.Rand) []opCase {
 			return out
 		})
 
-	add("ConcatMiddle", []input{
+	l.add("ConcatMiddle", []input{
 		{name: "a", shape: []int{2, 3, 4}, grad: true},
 		{name: "b", shape: []int{2, 5, 4}, grad: true}},
 		concatOp[float32](1), concatOp[float64](1),
@@ -116,7 +134,7 @@ func opCases(rng *rand.Rand) []opCase {
 			}
 			return out
 		})
-	add("ConcatLast", []input{
+	l.add("ConcatLast", []input{
 		{name: "a", shape: []int{3, 2}, grad: true},
 		{name: "b", shape: []int{3, 5}, grad: true},
 		{name: "c", shape: []int{3, 1}, grad: true}},
@@ -130,7 +148,7 @@ func opCases(rng *rand.Rand) []opCase {
 			}
 			return out
 		})
-	add("Slice", []input{{name: "x", shape: []int{2, 6, 3}, grad: true}},
+	l.add("Slice", []input{{name: "x", shape: []int{2, 6, 3}, grad: true}},
 		sliceOp[float32](1, 2, 5), sliceOp[float64](1, 2, 5),
 		func(in [][]float64) []float64 {
 			var out []float64
@@ -139,7 +157,7 @@ func opCases(rng *rand.Rand) []opCase {
 			}
 			return out
 		})
-	add("Transpose12", []input{{name: "x", shape: []int{2, 3, 4, 5}, grad: true}},
+	l.add("Transpose12", []input{{name: "x", shape: []int{2, 3, 4, 5}, grad: true}},
 		transposeOp[float32], transposeOp[float64],
 		func(in [][]float64) []float64 {
 			out := make([]float64, 120)
@@ -154,14 +172,17 @@ func opCases(rng *rand.Rand) []opCase {
 			}
 			return out
 		})
+}
 
-	add("RMSNorm", []input{
+// layerCases: the transformer layer's ops (norms, RoPE, SwiGLU, an MLP).
+func (l *caseList) layerCases() {
+	l.add("RMSNorm", []input{
 		{name: "x", shape: []int{5, 16}, grad: true},
-		{name: "w", shape: []int{16}, grad: true, gen: near1}},
+		{name: "w", shape: []int{16}, grad: true, gen: l.near1}},
 		rmsnormOp[float32](1e-6), rmsnormOp[float64](1e-6), naiveRMSNorm(16, 1e-6))
-	add("QKNorm", []input{
+	l.add("QKNorm", []input{
 		{name: "x", shape: []int{3, 4, 8}, grad: true},
-		{name: "w", shape: []int{8}, grad: true, gen: near1}},
+		{name: "w", shape: []int{8}, grad: true, gen: l.near1}},
 		rmsnormOp[float32](1e-5), rmsnormOp[float64](1e-5), naiveRMSNorm(8, 1e-5))
 
 	for _, rc := range []struct {
@@ -177,9 +198,9 @@ func opCases(rng *rand.Rand) []opCase {
 		if err != nil {
 			panic(err)
 		}
-		pos := randIDs(rng, rows, 300)
+		pos := randIDs(l.rng, rows, 300)
 		inv := naiveInvFreq(hd, rc.theta, rc.sc)
-		add(rc.name, []input{{name: "x", shape: []int{rows, heads * hd}, grad: true}},
+		l.add(rc.name, []input{{name: "x", shape: []int{rows, heads * hd}, grad: true}},
 			ropeOp[float32](r, pos), ropeOp[float64](r, pos),
 			func(in [][]float64) []float64 {
 				out := make([]float64, rows*heads*hd)
@@ -202,8 +223,8 @@ func opCases(rng *rand.Rand) []opCase {
 			})
 	}
 
-	add("SwiGLU", []input{
-		{name: "gate", shape: []int{4, 10}, grad: true, gen: func() float64 { return 3 * rng.NormFloat64() }},
+	l.add("SwiGLU", []input{
+		{name: "gate", shape: []int{4, 10}, grad: true, gen: func() float64 { return 3 * l.rng.NormFloat64() }},
 		{name: "up", shape: []int{4, 10}, grad: true}},
 		swigluOp[float32], swigluOp[float64],
 		func(in [][]float64) []float64 {
@@ -214,9 +235,9 @@ func opCases(rng *rand.Rand) []opCase {
 			return out
 		})
 
-	add("MLP", []input{
+	l.add("MLP", []input{
 		{name: "x", shape: []int{3, 8}, grad: true},
-		{name: "norm", shape: []int{8}, grad: true, gen: near1},
+		{name: "norm", shape: []int{8}, grad: true, gen: l.near1},
 		{name: "gate", shape: []int{12, 8}, grad: true},
 		{name: "up", shape: []int{12, 8}, grad: true},
 		{name: "down", shape: []int{8, 12}, grad: true}},
@@ -230,17 +251,21 @@ func opCases(rng *rand.Rand) []opCase {
 			}
 			return naiveLinear(3, 12, 8)([][]float64{g, in[4]})
 		})
+}
 
+// lossCases: the chunked LM-head cross-entropy, with an ignored target and a
+// zero weight, for several chunk sizes.
+func (l *caseList) lossCases() {
 	const n, hid, v = 7, 8, 13
-	targets := randIDs(rng, n, v)
+	targets := randIDs(l.rng, n, v)
 	targets[2] = -1
 	weights := make([]float64, n)
 	for i := range weights {
-		weights[i] = 0.2 + rng.Float64()
+		weights[i] = 0.2 + l.rng.Float64()
 	}
 	weights[4] = 0
 	for _, chunk := range []int{1, 3, 0} {
-		c := add("LMHeadXentChunk"+string(rune('0'+chunk)), []input{
+		c := l.add("LMHeadXentChunk"+string(rune('0'+chunk)), []input{
 			{name: "h", shape: []int{n, hid}, grad: true},
 			{name: "w", shape: []int{v, hid}, grad: true}},
 			xentOp[float32](targets, weights, chunk), xentOp[float64](targets, weights, chunk),
@@ -267,8 +292,6 @@ func opCases(rng *rand.Rand) []opCase {
 			})
 		c.fwd32 = 1e-5
 	}
-	cs = append(cs, attentionCases(rng)...)
-	return cs
 }
 
 func randIDs(rng *rand.Rand, n, hi int) []int32 {

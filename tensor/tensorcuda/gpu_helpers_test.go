@@ -145,14 +145,6 @@ func (e *env) alloc(n int64, v byte) gpu.Buffer {
 	return b
 }
 
-// roundTo returns x rounded to storage dtype dt.
-func roundTo(dt dtype.DType, x float64) float64 {
-	if dt == dtype.BF16 {
-		return float64(dtype.BF16ToFloat32(dtype.Float32ToBF16(float32(x))))
-	}
-	return float64(float32(x))
-}
-
 // normal returns n values N(0, s²).
 func (e *env) normal(n int, s float64) []float64 {
 	x := make([]float64, n)

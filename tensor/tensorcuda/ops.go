@@ -38,9 +38,6 @@ func New(cache *jit.Cache, d *gpu.Device, dt dtype.DType) (*Ops, error) {
 	return &Ops{dt: dt, sms: d.Info().SMs, run: r}, nil
 }
 
-// DType returns the storage dtype.
-func (o *Ops) DType() dtype.DType { return o.dt }
-
 // Warm compiles (or fetches from the cache) and loads every kernel.
 func (o *Ops) Warm(ctx context.Context) error {
 	r, ok := o.run.(*devRunner)
