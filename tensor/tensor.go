@@ -18,6 +18,8 @@ type Of[T Float] struct {
 	Data         []T
 	Grad         []T
 	RequiresGrad bool
+
+	arena *Arena[T] // the arena that holds Data and Grad, for a parameter declared in one
 }
 
 // Tensor is the float32 tensor that training uses.
@@ -77,8 +79,14 @@ func (t *Of[T]) String() string { return fmt.Sprintf("%s%v", t.Name, t.Shape) }
 func (t *Of[T]) ZeroGrad() { clear(t.Grad) }
 
 // EnsureGrad allocates a zero gradient if there is none and returns it.
+// For a parameter of an Arena it allocates the arena's flat gradient, so
+// that the gradient is a view of it.
 func (t *Of[T]) EnsureGrad() []T {
 	if t.Grad == nil {
+		if t.arena != nil {
+			t.arena.EnsureGrad()
+			return t.Grad
+		}
 		t.Grad = make([]T, len(t.Data))
 	}
 	return t.Grad

@@ -16,7 +16,8 @@ type Layer[T tensor.Float] struct {
 
 // Drafter is a DFlash drafter (docs/DRAFTER.md §2): fc + hidden_norm over
 // the tapped target hidden states, N Qwen3-style layers with KV injection,
-// and a final norm. Embedding and LM head are the target's (Head).
+// and a final norm. Embedding and LM head are the target's (Head). The
+// parameters are views of one flat buffer (Arena).
 type Drafter[T tensor.Float] struct {
 	Cfg        *Config
 	FC         *tensor.Of[T]
@@ -27,6 +28,8 @@ type Drafter[T tensor.Float] struct {
 	// LossChunk is the number of block slots whose logits exist at once
 	// (≤ 0: tensor.LMHeadXent's default).
 	LossChunk int
+
+	arena *tensor.Arena[T]
 }
 
 // Head is the target's frozen embedding E [V, H] and LM head W_lm [V, H]
@@ -52,42 +55,45 @@ func New[T tensor.Float](c *Config, rng *rand.Rand) *Drafter[T] {
 	return d
 }
 
-// alloc creates the parameter tensors (zero) and returns them in the order
-// of Params.
+// alloc creates the parameter tensors (zero) as views of one arena and
+// returns them in the order of Params.
 func (d *Drafter[T]) alloc() []*tensor.Of[T] {
 	c := d.Cfg
 	H, I, D := c.HiddenSize, c.IntermediateSize, c.HeadDim
-	d.FC = tensor.Param[T]("fc.weight", H, len(c.TargetLayerIDs)*H)
-	d.HiddenNorm = tensor.Param[T]("hidden_norm.weight", H)
+	a := &tensor.Arena[T]{}
+	p := a.Param
+	d.arena = a
+	d.FC = p("fc.weight", H, len(c.TargetLayerIDs)*H)
+	d.HiddenNorm = p("hidden_norm.weight", H)
 	d.Layers = make([]Layer[T], c.NumLayers)
 	for l := range d.Layers {
-		p := fmt.Sprintf("layers.%d.", l)
+		n := func(s string) string { return fmt.Sprintf("layers.%d.%s", l, s) }
 		d.Layers[l] = Layer[T]{
-			InputNorm: tensor.Param[T](p+"input_layernorm.weight", H),
-			Q:         tensor.Param[T](p+"self_attn.q_proj.weight", c.NumHeads*D, H),
-			K:         tensor.Param[T](p+"self_attn.k_proj.weight", c.NumKVHeads*D, H),
-			V:         tensor.Param[T](p+"self_attn.v_proj.weight", c.NumKVHeads*D, H),
-			O:         tensor.Param[T](p+"self_attn.o_proj.weight", H, c.NumHeads*D),
-			QNorm:     tensor.Param[T](p+"self_attn.q_norm.weight", D),
-			KNorm:     tensor.Param[T](p+"self_attn.k_norm.weight", D),
-			PostNorm:  tensor.Param[T](p+"post_attention_layernorm.weight", H),
-			Gate:      tensor.Param[T](p+"mlp.gate_proj.weight", I, H),
-			Up:        tensor.Param[T](p+"mlp.up_proj.weight", I, H),
-			Down:      tensor.Param[T](p+"mlp.down_proj.weight", H, I),
+			InputNorm: p(n("input_layernorm.weight"), H),
+			Q:         p(n("self_attn.q_proj.weight"), c.NumHeads*D, H),
+			K:         p(n("self_attn.k_proj.weight"), c.NumKVHeads*D, H),
+			V:         p(n("self_attn.v_proj.weight"), c.NumKVHeads*D, H),
+			O:         p(n("self_attn.o_proj.weight"), H, c.NumHeads*D),
+			QNorm:     p(n("self_attn.q_norm.weight"), D),
+			KNorm:     p(n("self_attn.k_norm.weight"), D),
+			PostNorm:  p(n("post_attention_layernorm.weight"), H),
+			Gate:      p(n("mlp.gate_proj.weight"), I, H),
+			Up:        p(n("mlp.up_proj.weight"), I, H),
+			Down:      p(n("mlp.down_proj.weight"), H, I),
 		}
 	}
-	d.Norm = tensor.Param[T]("norm.weight", H)
+	d.Norm = p("norm.weight", H)
+	a.Alloc()
 	return d.Params()
 }
 
-// Params returns every trainable parameter, named as in docs/DRAFTER.md §6.1.
-func (d *Drafter[T]) Params() []*tensor.Of[T] {
-	ps := []*tensor.Of[T]{d.FC, d.HiddenNorm}
-	for _, l := range d.Layers {
-		ps = append(ps, l.InputNorm, l.Q, l.K, l.V, l.O, l.QNorm, l.KNorm, l.PostNorm, l.Gate, l.Up, l.Down)
-	}
-	return append(ps, d.Norm)
-}
+// Params returns every trainable parameter, named as in docs/DRAFTER.md
+// §6.1, in the order of the arena.
+func (d *Drafter[T]) Params() []*tensor.Of[T] { return d.arena.Params() }
+
+// Arena returns the flat buffer that holds every parameter (and, once
+// allocated, every gradient) in the order of Params.
+func (d *Drafter[T]) Arena() *tensor.Arena[T] { return d.arena }
 
 // Output is the result of a drafter forward pass over a batch.
 type Output[T tensor.Float] struct {
