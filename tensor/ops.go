@@ -70,7 +70,8 @@ func (tp *TapeOf[T]) Add(a, b *Of[T]) *Of[T] {
 		panic(fmt.Sprintf("tensor.Add: shapes differ: %v and %v", a, b))
 	}
 	y := New[T](a.Name+"+", a.Shape...)
-	copy(y.Data, a.Data)
+	n := y.Numel()
+	tp.b.Copy2D(1, n, a.Data, n, 0, y.Data, n, 0, false)
 	tp.b.Axpy(1, b.Data, y.Data)
 	if tp.needs(a, b) {
 		tp.Record(y, func() {

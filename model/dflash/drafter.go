@@ -106,70 +106,49 @@ type Output[T tensor.Float] struct {
 }
 
 // Forward runs the drafter on batch b with blocks bl and returns the loss
-// and predictions. With train, tp must be a recording tape (tensor.NewTape)
-// and the backward pass is recorded (call tp.Backward(out.Loss)); without,
-// pass an inference tape (tensor.NewInference): recording is the tape's
-// choice, so a recording tape records whatever train says.
+// and predictions: Inputs, then ForwardInputs. With train, tp must be a
+// recording tape (tensor.NewTape) and the backward pass is recorded (call
+// tp.Backward(out.Loss)); without, pass an inference tape
+// (tensor.NewInference): recording is the tape's choice, so a recording
+// tape records whatever train says.
 func (d *Drafter[T]) Forward(tp *tensor.TapeOf[T], train bool, head Head[T], b *Batch, bl *Blocks) (*Output[T], error) {
-	c := d.Cfg
-	H, D, nh, nkv := c.HiddenSize, c.HeadDim, c.NumHeads, c.NumKVHeads
-	k := len(c.TargetLayerIDs)
-	b.Check(H, k)
-	if bl.Rows != b.Rows || bl.B != c.BlockSize {
-		panic(fmt.Sprintf("dflash: Forward: blocks %dx%dx%d for a batch of %d rows, block size %d", bl.Rows, bl.N, bl.B, b.Rows, c.BlockSize))
+	in, err := d.Inputs(b, bl)
+	if err != nil {
+		return nil, err
 	}
+	return d.ForwardInputs(tp, train, head, in), nil
+}
+
+// ForwardInputs runs the drafter on inputs assembled by Inputs. Every step
+// is an op on tp's backend: the taps are concatenated by an op, the rotary
+// tables, block mask and loss rows come ready from in.
+func (d *Drafter[T]) ForwardInputs(tp *tensor.TapeOf[T], train bool, head Head[T], in *StepInputs[T]) *Output[T] {
+	c := d.Cfg
+	H := c.HiddenSize
 	if head.Embed.Shape[0] != c.VocabSize || head.Embed.Shape[1] != H || head.LMHead.Shape[0] != c.VocabSize || head.LMHead.Shape[1] != H {
 		panic(fmt.Sprintf("dflash: Forward: head %v / %v for vocab %d, hidden %d", head.Embed, head.LMHead, c.VocabSize, H))
 	}
-	R, S, nB := b.Rows, b.Len, bl.N*bl.B
+	bl := in.Blocks
+	R, S, nB := in.Batch.Rows, in.Batch.Len, bl.N*bl.B
 
 	// Context features u = RMSNorm(fc(concat taps)), [R*S, H].
-	ctx := tensor.New[T]("context", R*S, k*H)
-	for t, h := range b.Hidden {
-		for r := 0; r < R*S; r++ {
-			dst := ctx.Data[r*k*H+t*H : r*k*H+(t+1)*H]
-			for i, v := range h[r*H : (r+1)*H] {
-				dst[i] = T(v)
-			}
-		}
-	}
-	u := tp.RMSNorm(tp.Linear(ctx, d.FC, nil), d.HiddenNorm, c.RMSNormEps)
-
-	// Rotary tables: block rows at a+s, context rows at 0..S-1.
-	rope, err := c.Rope()
-	if err != nil {
-		return nil, fmt.Errorf("dflash: config: %w", err)
-	}
-	qRope := tensor.Table[T](rope, bl.Pos)
-	ctxPos := make([]int32, 0, R*S)
-	for r := 0; r < R; r++ {
-		for i := 0; i < S; i++ {
-			ctxPos = append(ctxPos, int32(i))
-		}
-	}
-	ctxRope := tensor.Table[T](rope, ctxPos)
-
-	dims := flex.DFlashDims(R, nh, nkv, bl.N, bl.B, S, D)
-	bm, err := flex.NewBlockMask(flex.DFlashMask(bl.B), flex.DFlashArgs(S, bl.Anchors, bl.N, bl.NumValid), dims, 0, 0)
-	if err != nil {
-		return nil, fmt.Errorf("dflash: block mask: %w", err)
-	}
+	u := tp.RMSNorm(tp.Linear(tp.Concat(1, in.Taps...), d.FC, nil), d.HiddenNorm, c.RMSNormEps)
 
 	out := &Output[T]{Context: u}
 	z := tp.Embedding(head.Embed, bl.IDs) // [R*nB, H]
 	for l := range d.Layers {
-		kc, vc := d.contextKV(tp, l, u, R, S, ctxRope)
-		z = d.layer(tp, l, z, kc, vc, R, nB, qRope, bm)
+		kc, vc := d.contextKV(tp, l, u, R, S, in.CtxRope)
+		z = d.layer(tp, l, z, kc, vc, R, nB, in.QRope, in.Mask)
 		out.Hidden = append(out.Hidden, z)
 	}
 	o := tp.RMSNorm(z, d.Norm, c.RMSNormEps)
-	x := tp.LMHeadXent(o, head.LMHead, bl.Labels, bl.Weights, d.LossChunk)
+	x := tp.LMHeadXentRows(o, head.LMHead, in.Loss, d.LossChunk)
 	out.Loss, out.Pred, out.CE = x.Loss, x.Argmax, make([]float64, len(x.RowLoss))
 	for i, l := range x.RowLoss {
 		out.CE[i] = float64(l)
 	}
 	out.WeightSum = bl.WeightSum
-	return out, nil
+	return out
 }
 
 // contextKV returns layer l's keys and values of the context rows u
