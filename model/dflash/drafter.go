@@ -131,9 +131,7 @@ func (d *Drafter[T]) ForwardInputs(tp *tensor.TapeOf[T], train bool, head Head[T
 	bl := in.Blocks
 	R, S, nB := in.Batch.Rows, in.Batch.Len, bl.N*bl.B
 
-	// Context features u = RMSNorm(fc(concat taps)), [R*S, H].
-	u := tp.RMSNorm(tp.Linear(tp.Concat(1, in.Taps...), d.FC, nil), d.HiddenNorm, c.RMSNormEps)
-
+	u := d.contextFeatures(tp, in.Taps)
 	out := &Output[T]{Context: u}
 	z := tp.Embedding(head.Embed, bl.IDs) // [R*nB, H]
 	for l := range d.Layers {
@@ -149,6 +147,13 @@ func (d *Drafter[T]) ForwardInputs(tp *tensor.TapeOf[T], train bool, head Head[T
 	}
 	out.WeightSum = bl.WeightSum
 	return out
+}
+
+// contextFeatures returns the context features u = RMSNorm(fc(concat
+// taps)) [rows, H] (§2.1) of the target's hidden states at the taps, each
+// [rows, H]; the concatenation is an op on tp's backend.
+func (d *Drafter[T]) contextFeatures(tp *tensor.TapeOf[T], taps []*tensor.Of[T]) *tensor.Of[T] {
+	return tp.RMSNorm(tp.Linear(tp.Concat(1, taps...), d.FC, nil), d.HiddenNorm, d.Cfg.RMSNormEps)
 }
 
 // contextKV returns layer l's keys and values of the context rows u

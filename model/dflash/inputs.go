@@ -41,9 +41,7 @@ func (d *Drafter[T]) Inputs(b *Batch, bl *Blocks) (*StepInputs[T], error) {
 	}
 	R, S := b.Rows, b.Len
 	in := &StepInputs[T]{Batch: b, Blocks: bl, Loss: tensor.NewXentRows[T](bl.Labels, bl.Weights)}
-	for t, h := range b.Hidden {
-		in.Taps = append(in.Taps, tensor.FromData(fmt.Sprintf("tap%d", t), asT[T](h), R*S, c.HiddenSize))
-	}
+	in.Taps = tapTensors[T](b.Hidden, R*S, c.HiddenSize)
 	rope, err := c.Rope()
 	if err != nil {
 		return nil, fmt.Errorf("dflash: config: %w", err)
@@ -64,14 +62,19 @@ func (d *Drafter[T]) Inputs(b *Batch, bl *Blocks) (*StepInputs[T], error) {
 	return in, nil
 }
 
-// asT returns h as a []T: h itself when T is float32, else a converted copy.
-func asT[T tensor.Float](h []float32) []T {
-	if v, ok := any(h).([]T); ok {
-		return v
+// tapTensors wraps the hidden states of the taps (one [rows*h] slice each)
+// as [rows, h] tensors of T, sharing float32 data, converting otherwise.
+func tapTensors[T tensor.Float](hidden [][]float32, rows, h int) []*tensor.Of[T] {
+	out := make([]*tensor.Of[T], len(hidden))
+	for t, x := range hidden {
+		v, ok := any(x).([]T)
+		if !ok {
+			v = make([]T, len(x))
+			for i, f := range x {
+				v[i] = T(f)
+			}
+		}
+		out[t] = tensor.FromData(fmt.Sprintf("tap%d", t), v, rows, h)
 	}
-	v := make([]T, len(h))
-	for i, x := range h {
-		v[i] = T(x)
-	}
-	return v
+	return out
 }
