@@ -9,7 +9,7 @@ import (
 
 // StepInputs is everything a drafter forward pass reads besides the
 // parameters and the head, assembled in one place before the step
-// (docs/DRAFTER.md §8): on a device backend, what is uploaded once. The
+// (docs/DRAFTER.md §9): on a device backend, what is uploaded once. The
 // forward pass itself does no host-side assembly.
 type StepInputs[T tensor.Float] struct {
 	// Batch holds the token ids, loss mask and lengths; Blocks the anchors,
