@@ -38,13 +38,6 @@ func FromData[T Float](name string, data []T, shape ...int) *Of[T] {
 	return &Of[T]{Name: name, Shape: append([]int(nil), shape...), Data: data}
 }
 
-// Param returns a tensor that requires gradients (a trainable leaf).
-func Param[T Float](name string, shape ...int) *Of[T] {
-	t := New[T](name, shape...)
-	t.RequiresGrad = true
-	return t
-}
-
 // Numel returns the number of elements.
 func (t *Of[T]) Numel() int { return len(t.Data) }
 
