@@ -9,10 +9,7 @@ import (
 // recorded steps in reverse and resets the tape: the gradient of Σ grad⊙out.
 func (tp *TapeOf[T]) BackwardFrom(out *Of[T], grad []T) {
 	checkLen("BackwardFrom grad", len(grad), len(out.Data))
-	g := out.EnsureGrad()
-	for i, v := range grad {
-		g[i] += v
-	}
+	tp.b.Axpy(1, grad, out.EnsureGrad())
 	tp.runBackward()
 }
 
