@@ -11,6 +11,7 @@ import (
 	"dflash/internal/atomicfile"
 	"dflash/safetensors"
 	"dflash/tensor"
+	"dflash/train"
 )
 
 // Layer holds one decoder layer's parameters (HF names in comments, under
@@ -29,7 +30,8 @@ type Layer struct {
 	DownB        *tensor.Tensor // mlp.down_proj.bias
 }
 
-// Model is a Qwen3 or Llama decoder with its LM head.
+// Model is a Qwen3 or Llama decoder with its LM head. Its parameters are
+// views of one flat buffer (Arena).
 type Model struct {
 	Config Config
 	Embed  *tensor.Tensor // model.embed_tokens.weight [V, H]
@@ -39,10 +41,11 @@ type Model struct {
 	// config ties word embeddings.
 	LMHead *tensor.Tensor
 	rope   *tensor.Rope
+	arena  *tensor.Arena[float32]
 }
 
 // build allocates every parameter (zero, requiring gradients) with its HF
-// name and shape.
+// name and shape, in HF order (see Params), as views of one arena.
 func build(c *Config) (*Model, error) {
 	if err := c.Validate(); err != nil {
 		return nil, err
@@ -55,67 +58,69 @@ func build(c *Config) (*Model, error) {
 		return nil, err
 	}
 	H, I, D := c.HiddenSize, c.IntermediateSize, c.HeadDim
-	p := tensor.Param[float32]
-	m := &Model{Config: *c, rope: rope}
+	a := &tensor.Arena[float32]{}
+	p := a.Param
+	m := &Model{Config: *c, rope: rope, arena: a}
 	m.Embed = p("model.embed_tokens.weight", c.VocabSize, H)
+	for i := range c.NumLayers {
+		n := func(s string) string { return fmt.Sprintf("model.layers.%d.%s", i, s) }
+		var l Layer
+		l.InputNorm = p(n("input_layernorm.weight"), H)
+		l.Q = p(n("self_attn.q_proj.weight"), c.NumHeads*D, H)
+		if c.AttentionBias {
+			l.QB = p(n("self_attn.q_proj.bias"), c.NumHeads*D)
+		}
+		l.K = p(n("self_attn.k_proj.weight"), c.NumKVHeads*D, H)
+		if c.AttentionBias {
+			l.KB = p(n("self_attn.k_proj.bias"), c.NumKVHeads*D)
+		}
+		l.V = p(n("self_attn.v_proj.weight"), c.NumKVHeads*D, H)
+		if c.AttentionBias {
+			l.VB = p(n("self_attn.v_proj.bias"), c.NumKVHeads*D)
+		}
+		if c.Arch == Qwen3 {
+			l.QNorm = p(n("self_attn.q_norm.weight"), D)
+			l.KNorm = p(n("self_attn.k_norm.weight"), D)
+		}
+		l.O = p(n("self_attn.o_proj.weight"), H, c.NumHeads*D)
+		if c.AttentionBias {
+			l.OB = p(n("self_attn.o_proj.bias"), H)
+		}
+		l.PostNorm = p(n("post_attention_layernorm.weight"), H)
+		mlpBias := c.MLPBias && c.Arch == Llama
+		l.Gate = p(n("mlp.gate_proj.weight"), I, H)
+		if mlpBias {
+			l.GateB = p(n("mlp.gate_proj.bias"), I)
+		}
+		l.Up = p(n("mlp.up_proj.weight"), I, H)
+		if mlpBias {
+			l.UpB = p(n("mlp.up_proj.bias"), I)
+		}
+		l.Down = p(n("mlp.down_proj.weight"), H, I)
+		if mlpBias {
+			l.DownB = p(n("mlp.down_proj.bias"), H)
+		}
+		m.Layers = append(m.Layers, l)
+	}
 	m.Norm = p("model.norm.weight", H)
 	if c.TieWordEmbeddings {
 		m.LMHead = m.Embed
 	} else {
 		m.LMHead = p("lm_head.weight", c.VocabSize, H)
 	}
-	for i := range c.NumLayers {
-		n := func(s string) string { return fmt.Sprintf("model.layers.%d.%s", i, s) }
-		l := Layer{
-			InputNorm: p(n("input_layernorm.weight"), H),
-			Q:         p(n("self_attn.q_proj.weight"), c.NumHeads*D, H),
-			K:         p(n("self_attn.k_proj.weight"), c.NumKVHeads*D, H),
-			V:         p(n("self_attn.v_proj.weight"), c.NumKVHeads*D, H),
-			O:         p(n("self_attn.o_proj.weight"), H, c.NumHeads*D),
-			PostNorm:  p(n("post_attention_layernorm.weight"), H),
-			Gate:      p(n("mlp.gate_proj.weight"), I, H),
-			Up:        p(n("mlp.up_proj.weight"), I, H),
-			Down:      p(n("mlp.down_proj.weight"), H, I),
-		}
-		if c.AttentionBias {
-			l.QB = p(n("self_attn.q_proj.bias"), c.NumHeads*D)
-			l.KB = p(n("self_attn.k_proj.bias"), c.NumKVHeads*D)
-			l.VB = p(n("self_attn.v_proj.bias"), c.NumKVHeads*D)
-			l.OB = p(n("self_attn.o_proj.bias"), H)
-		}
-		if c.Arch == Qwen3 {
-			l.QNorm = p(n("self_attn.q_norm.weight"), D)
-			l.KNorm = p(n("self_attn.k_norm.weight"), D)
-		}
-		if c.MLPBias && c.Arch == Llama {
-			l.GateB = p(n("mlp.gate_proj.bias"), I)
-			l.UpB = p(n("mlp.up_proj.bias"), I)
-			l.DownB = p(n("mlp.down_proj.bias"), H)
-		}
-		m.Layers = append(m.Layers, l)
-	}
+	a.Alloc()
 	return m, nil
 }
 
 // Params returns every parameter once (a tied LM head is not repeated), in
-// HF order: embeddings, layers, final norm, LM head.
-func (m *Model) Params() []*tensor.Tensor {
-	ps := []*tensor.Tensor{m.Embed}
-	for i := range m.Layers {
-		l := &m.Layers[i]
-		for _, t := range []*tensor.Tensor{l.InputNorm, l.Q, l.QB, l.K, l.KB, l.V, l.VB, l.QNorm, l.KNorm, l.O, l.OB,
-			l.PostNorm, l.Gate, l.GateB, l.Up, l.UpB, l.Down, l.DownB} {
-			if t != nil {
-				ps = append(ps, t)
-			}
-		}
-	}
-	ps = append(ps, m.Norm)
-	if m.LMHead != m.Embed {
-		ps = append(ps, m.LMHead)
-	}
-	return ps
-}
+// HF order: embeddings; per layer input norm, q (bias), k (bias), v (bias),
+// q/k norms, o (bias), post-attention norm, gate (bias), up (bias), down
+// (bias); final norm; LM head. It is the order of the arena.
+func (m *Model) Params() []*tensor.Tensor { return m.arena.Params() }
+
+// Arena returns the flat buffer that holds every parameter (and, once
+// allocated, every gradient) in the order of Params.
+func (m *Model) Arena() *tensor.Arena[float32] { return m.arena }
 
 // NumParams returns the number of scalar parameters.
 func (m *Model) NumParams() int {
@@ -127,11 +132,7 @@ func (m *Model) NumParams() int {
 }
 
 // ZeroGrad clears every parameter's gradient.
-func (m *Model) ZeroGrad() {
-	for _, p := range m.Params() {
-		p.ZeroGrad()
-	}
-}
+func (m *Model) ZeroGrad() { m.arena.ZeroGrad() }
 
 // New returns a model with HF's initialisation: weights and embeddings drawn
 // from N(0, InitializerRange²) (0.02 when unset), biases 0, norm weights 1;
@@ -220,4 +221,20 @@ func (m *Model) Save(dir, dtype string) error {
 		return err
 	}
 	return atomicfile.WriteFile(filepath.Join(dir, "config.json"), cfg)
+}
+
+// TrainParams returns m's parameters as train.Params that share their values
+// and gradients, allocating the arena's flat gradient: the optimizer and the
+// checkpoints then work on the arena.
+func (m *Model) TrainParams() []*train.Param { return TrainParams(m.Params()) }
+
+// TrainParams returns ps as train.Params that share their values and
+// gradients (allocated if missing; for parameters of an arena, as views of
+// its flat gradient).
+func TrainParams(ps []*tensor.Tensor) []*train.Param {
+	out := make([]*train.Param, len(ps))
+	for i, p := range ps {
+		out[i] = &train.Param{Name: p.Name, Shape: slices.Clone(p.Shape), Data: p.Data, Grad: p.EnsureGrad()}
+	}
+	return out
 }

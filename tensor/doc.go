@@ -12,6 +12,11 @@
 // Of[float32], the training type; Of[float64] runs the same op code on the
 // float64 CPU backend.
 //
+// A model's parameters are declared into an Arena: each is a view of one
+// flat value buffer, and its gradient a view of one flat gradient buffer,
+// so optimizers, all-reduces and checkpoints can treat the model as one
+// buffer.
+//
 // The tape records one backward closure per op whose inputs need gradients;
 // Tape.Backward(loss) runs them in reverse and accumulates into each input's
 // Grad. Ops called on a tape made with NewInference record nothing.

@@ -9,10 +9,7 @@ import (
 // recorded steps in reverse and resets the tape: the gradient of Σ grad⊙out.
 func (tp *TapeOf[T]) BackwardFrom(out *Of[T], grad []T) {
 	checkLen("BackwardFrom grad", len(grad), len(out.Data))
-	g := out.EnsureGrad()
-	for i, v := range grad {
-		g[i] += v
-	}
+	tp.b.Axpy(1, grad, out.EnsureGrad())
 	tp.runBackward()
 }
 
@@ -70,7 +67,8 @@ func (tp *TapeOf[T]) Add(a, b *Of[T]) *Of[T] {
 		panic(fmt.Sprintf("tensor.Add: shapes differ: %v and %v", a, b))
 	}
 	y := New[T](a.Name+"+", a.Shape...)
-	copy(y.Data, a.Data)
+	n := y.Numel()
+	tp.b.Copy2D(1, n, a.Data, n, 0, y.Data, n, 0, false)
 	tp.b.Axpy(1, b.Data, y.Data)
 	if tp.needs(a, b) {
 		tp.Record(y, func() {

@@ -18,6 +18,8 @@ type Of[T Float] struct {
 	Data         []T
 	Grad         []T
 	RequiresGrad bool
+
+	arena *Arena[T] // the arena that holds Data and Grad, for a parameter declared in one
 }
 
 // Tensor is the float32 tensor that training uses.
@@ -34,13 +36,6 @@ func FromData[T Float](name string, data []T, shape ...int) *Of[T] {
 		panic(fmt.Sprintf("tensor.FromData %q: shape %v needs %d elements, data has %d", name, shape, n, len(data)))
 	}
 	return &Of[T]{Name: name, Shape: append([]int(nil), shape...), Data: data}
-}
-
-// Param returns a tensor that requires gradients (a trainable leaf).
-func Param[T Float](name string, shape ...int) *Of[T] {
-	t := New[T](name, shape...)
-	t.RequiresGrad = true
-	return t
 }
 
 // Numel returns the number of elements.
@@ -77,8 +72,14 @@ func (t *Of[T]) String() string { return fmt.Sprintf("%s%v", t.Name, t.Shape) }
 func (t *Of[T]) ZeroGrad() { clear(t.Grad) }
 
 // EnsureGrad allocates a zero gradient if there is none and returns it.
+// For a parameter of an Arena it allocates the arena's flat gradient, so
+// that the gradient is a view of it.
 func (t *Of[T]) EnsureGrad() []T {
 	if t.Grad == nil {
+		if t.arena != nil {
+			t.arena.EnsureGrad()
+			return t.Grad
+		}
 		t.Grad = make([]T, len(t.Data))
 	}
 	return t.Grad

@@ -33,10 +33,20 @@ type AdamWConfig struct {
 //	p <- p - (lr/(1-b1^t)) * m / (sqrt(v)/sqrt(1-b2^t) + eps)
 //
 // m, v and p are stored in float32; the update is computed in float64.
+//
+// The moments live in two flat buffers laid out like the parameters, one range per
+// parameter in the order given (the layout of a model's parameter arena, see
+// tensor.Arena), and Step is one pass over that flat index space with a table of
+// ranges saying where each parameter starts, whether it decays (norms and biases do
+// not) and its step count: the shape of a fused device kernel. When the parameters are
+// views of one arena, values and gradients are read from that one buffer too.
 type AdamW struct {
 	cfg    AdamWConfig
 	params []*Param
-	m, v   [][]float32
+	offs   []int // offs[i]: start of parameter i in the flat index space
+	mFlat  []float32
+	vFlat  []float32
+	m, v   [][]float32 // parameter i's range of mFlat and vFlat
 	steps  []int64
 	decay  []bool
 }
@@ -48,11 +58,18 @@ func NewAdamW(params []*Param, cfg AdamWConfig) *AdamW {
 		cfg.NoDecay = DefaultNoDecay
 	}
 	o := &AdamW{cfg: cfg, params: params}
+	total := 0
 	for _, p := range params {
-		o.m = append(o.m, make([]float32, len(p.Data)))
-		o.v = append(o.v, make([]float32, len(p.Data)))
+		o.offs = append(o.offs, total)
+		total += len(p.Data)
 		o.steps = append(o.steps, 0)
 		o.decay = append(o.decay, cfg.WeightDecay != 0 && !cfg.NoDecay(p))
+	}
+	o.mFlat, o.vFlat = make([]float32, total), make([]float32, total)
+	for i, p := range params {
+		lo, hi := o.offs[i], o.offs[i]+len(p.Data)
+		o.m = append(o.m, o.mFlat[lo:hi:hi])
+		o.v = append(o.v, o.vFlat[lo:hi:hi])
 	}
 	return o
 }
@@ -77,45 +94,51 @@ func (o *AdamW) Steps(name string) int64 {
 	return 0
 }
 
-// parallelMin is the element count below which Step stays on one goroutine.
+// parallelMin is the element count below which Step stays on one goroutine, and the
+// size of the chunks of the flat index space that goroutines take.
 const parallelMin = 1 << 16
 
 // Step applies one update with learning rate lr to every parameter, using its Grad.
 func (o *AdamW) Step(lr float64) {
-	type job struct{ i, lo, hi int }
-	var jobs []job
-	total := 0
-	for i, p := range o.params {
+	for i := range o.steps {
 		o.steps[i]++
-		n := len(p.Data)
-		total += n
-		for lo := 0; lo < n; lo += parallelMin {
-			jobs = append(jobs, job{i, lo, min(n, lo+parallelMin)})
-		}
 	}
+	total := len(o.mFlat)
 	if total < parallelMin {
-		for _, j := range jobs {
-			o.update(j.i, j.lo, j.hi, lr)
-		}
+		o.update(0, total, lr)
 		return
 	}
 	var wg sync.WaitGroup
-	ch := make(chan job)
+	ch := make(chan int)
 	for range runtime.GOMAXPROCS(0) {
 		wg.Go(func() {
-			for j := range ch {
-				o.update(j.i, j.lo, j.hi, lr)
+			for lo := range ch {
+				o.update(lo, min(total, lo+parallelMin), lr)
 			}
 		})
 	}
-	for _, j := range jobs {
-		ch <- j
+	for lo := 0; lo < total; lo += parallelMin {
+		ch <- lo
 	}
 	close(ch)
 	wg.Wait()
 }
 
-func (o *AdamW) update(i, lo, hi int, lr float64) {
+// update applies the step to the flat range [lo, hi), parameter range by parameter
+// range.
+func (o *AdamW) update(lo, hi int, lr float64) {
+	first, _ := slices.BinarySearch(o.offs, lo+1) // parameters starting at or before lo
+	for i := max(first-1, 0); i < len(o.params) && o.offs[i] < hi; i++ {
+		off := o.offs[i]
+		a, b := max(lo, off), min(hi, off+len(o.params[i].Data))
+		if a < b {
+			o.updateRange(i, a-off, b-off, lr)
+		}
+	}
+}
+
+// updateRange applies the step to elements [lo, hi) of parameter i.
+func (o *AdamW) updateRange(i, lo, hi int, lr float64) {
 	p, m, v := o.params[i], o.m[i], o.v[i]
 	b1, b2, eps := o.cfg.Beta1, o.cfg.Beta2, o.cfg.Eps
 	t := float64(o.steps[i])

@@ -16,7 +16,8 @@ type Layer[T tensor.Float] struct {
 
 // Drafter is a DFlash drafter (docs/DRAFTER.md §2): fc + hidden_norm over
 // the tapped target hidden states, N Qwen3-style layers with KV injection,
-// and a final norm. Embedding and LM head are the target's (Head).
+// and a final norm. Embedding and LM head are the target's (Head). The
+// parameters are views of one flat buffer (Arena).
 type Drafter[T tensor.Float] struct {
 	Cfg        *Config
 	FC         *tensor.Of[T]
@@ -27,6 +28,8 @@ type Drafter[T tensor.Float] struct {
 	// LossChunk is the number of block slots whose logits exist at once
 	// (≤ 0: tensor.LMHeadXent's default).
 	LossChunk int
+
+	arena *tensor.Arena[T]
 }
 
 // Head is the target's frozen embedding E [V, H] and LM head W_lm [V, H]
@@ -52,42 +55,45 @@ func New[T tensor.Float](c *Config, rng *rand.Rand) *Drafter[T] {
 	return d
 }
 
-// alloc creates the parameter tensors (zero) and returns them in the order
-// of Params.
+// alloc creates the parameter tensors (zero) as views of one arena and
+// returns them in the order of Params.
 func (d *Drafter[T]) alloc() []*tensor.Of[T] {
 	c := d.Cfg
 	H, I, D := c.HiddenSize, c.IntermediateSize, c.HeadDim
-	d.FC = tensor.Param[T]("fc.weight", H, len(c.TargetLayerIDs)*H)
-	d.HiddenNorm = tensor.Param[T]("hidden_norm.weight", H)
+	a := &tensor.Arena[T]{}
+	p := a.Param
+	d.arena = a
+	d.FC = p("fc.weight", H, len(c.TargetLayerIDs)*H)
+	d.HiddenNorm = p("hidden_norm.weight", H)
 	d.Layers = make([]Layer[T], c.NumLayers)
 	for l := range d.Layers {
-		p := fmt.Sprintf("layers.%d.", l)
+		n := func(s string) string { return fmt.Sprintf("layers.%d.%s", l, s) }
 		d.Layers[l] = Layer[T]{
-			InputNorm: tensor.Param[T](p+"input_layernorm.weight", H),
-			Q:         tensor.Param[T](p+"self_attn.q_proj.weight", c.NumHeads*D, H),
-			K:         tensor.Param[T](p+"self_attn.k_proj.weight", c.NumKVHeads*D, H),
-			V:         tensor.Param[T](p+"self_attn.v_proj.weight", c.NumKVHeads*D, H),
-			O:         tensor.Param[T](p+"self_attn.o_proj.weight", H, c.NumHeads*D),
-			QNorm:     tensor.Param[T](p+"self_attn.q_norm.weight", D),
-			KNorm:     tensor.Param[T](p+"self_attn.k_norm.weight", D),
-			PostNorm:  tensor.Param[T](p+"post_attention_layernorm.weight", H),
-			Gate:      tensor.Param[T](p+"mlp.gate_proj.weight", I, H),
-			Up:        tensor.Param[T](p+"mlp.up_proj.weight", I, H),
-			Down:      tensor.Param[T](p+"mlp.down_proj.weight", H, I),
+			InputNorm: p(n("input_layernorm.weight"), H),
+			Q:         p(n("self_attn.q_proj.weight"), c.NumHeads*D, H),
+			K:         p(n("self_attn.k_proj.weight"), c.NumKVHeads*D, H),
+			V:         p(n("self_attn.v_proj.weight"), c.NumKVHeads*D, H),
+			O:         p(n("self_attn.o_proj.weight"), H, c.NumHeads*D),
+			QNorm:     p(n("self_attn.q_norm.weight"), D),
+			KNorm:     p(n("self_attn.k_norm.weight"), D),
+			PostNorm:  p(n("post_attention_layernorm.weight"), H),
+			Gate:      p(n("mlp.gate_proj.weight"), I, H),
+			Up:        p(n("mlp.up_proj.weight"), I, H),
+			Down:      p(n("mlp.down_proj.weight"), H, I),
 		}
 	}
-	d.Norm = tensor.Param[T]("norm.weight", H)
+	d.Norm = p("norm.weight", H)
+	a.Alloc()
 	return d.Params()
 }
 
-// Params returns every trainable parameter, named as in docs/DRAFTER.md §6.1.
-func (d *Drafter[T]) Params() []*tensor.Of[T] {
-	ps := []*tensor.Of[T]{d.FC, d.HiddenNorm}
-	for _, l := range d.Layers {
-		ps = append(ps, l.InputNorm, l.Q, l.K, l.V, l.O, l.QNorm, l.KNorm, l.PostNorm, l.Gate, l.Up, l.Down)
-	}
-	return append(ps, d.Norm)
-}
+// Params returns every trainable parameter, named as in docs/DRAFTER.md
+// §6.1, in the order of the arena.
+func (d *Drafter[T]) Params() []*tensor.Of[T] { return d.arena.Params() }
+
+// Arena returns the flat buffer that holds every parameter (and, once
+// allocated, every gradient) in the order of Params.
+func (d *Drafter[T]) Arena() *tensor.Arena[T] { return d.arena }
 
 // Output is the result of a drafter forward pass over a batch.
 type Output[T tensor.Float] struct {
@@ -100,70 +106,54 @@ type Output[T tensor.Float] struct {
 }
 
 // Forward runs the drafter on batch b with blocks bl and returns the loss
-// and predictions. With train, tp must be a recording tape (tensor.NewTape)
-// and the backward pass is recorded (call tp.Backward(out.Loss)); without,
-// pass an inference tape (tensor.NewInference): recording is the tape's
-// choice, so a recording tape records whatever train says.
+// and predictions: Inputs, then ForwardInputs. With train, tp must be a
+// recording tape (tensor.NewTape) and the backward pass is recorded (call
+// tp.Backward(out.Loss)); without, pass an inference tape
+// (tensor.NewInference): recording is the tape's choice, so a recording
+// tape records whatever train says.
 func (d *Drafter[T]) Forward(tp *tensor.TapeOf[T], train bool, head Head[T], b *Batch, bl *Blocks) (*Output[T], error) {
-	c := d.Cfg
-	H, D, nh, nkv := c.HiddenSize, c.HeadDim, c.NumHeads, c.NumKVHeads
-	k := len(c.TargetLayerIDs)
-	b.Check(H, k)
-	if bl.Rows != b.Rows || bl.B != c.BlockSize {
-		panic(fmt.Sprintf("dflash: Forward: blocks %dx%dx%d for a batch of %d rows, block size %d", bl.Rows, bl.N, bl.B, b.Rows, c.BlockSize))
+	in, err := d.Inputs(b, bl)
+	if err != nil {
+		return nil, err
 	}
+	return d.ForwardInputs(tp, train, head, in), nil
+}
+
+// ForwardInputs runs the drafter on inputs assembled by Inputs. Every step
+// is an op on tp's backend: the taps are concatenated by an op, the rotary
+// tables, block mask and loss rows come ready from in.
+func (d *Drafter[T]) ForwardInputs(tp *tensor.TapeOf[T], train bool, head Head[T], in *StepInputs[T]) *Output[T] {
+	c := d.Cfg
+	H := c.HiddenSize
 	if head.Embed.Shape[0] != c.VocabSize || head.Embed.Shape[1] != H || head.LMHead.Shape[0] != c.VocabSize || head.LMHead.Shape[1] != H {
 		panic(fmt.Sprintf("dflash: Forward: head %v / %v for vocab %d, hidden %d", head.Embed, head.LMHead, c.VocabSize, H))
 	}
-	R, S, nB := b.Rows, b.Len, bl.N*bl.B
+	bl := in.Blocks
+	R, S, nB := in.Batch.Rows, in.Batch.Len, bl.N*bl.B
 
-	// Context features u = RMSNorm(fc(concat taps)), [R*S, H].
-	ctx := tensor.New[T]("context", R*S, k*H)
-	for t, h := range b.Hidden {
-		for r := 0; r < R*S; r++ {
-			dst := ctx.Data[r*k*H+t*H : r*k*H+(t+1)*H]
-			for i, v := range h[r*H : (r+1)*H] {
-				dst[i] = T(v)
-			}
-		}
-	}
-	u := tp.RMSNorm(tp.Linear(ctx, d.FC, nil), d.HiddenNorm, c.RMSNormEps)
-
-	// Rotary tables: block rows at a+s, context rows at 0..S-1.
-	rope, err := c.Rope()
-	if err != nil {
-		return nil, fmt.Errorf("dflash: config: %w", err)
-	}
-	qRope := tensor.Table[T](rope, bl.Pos)
-	ctxPos := make([]int32, 0, R*S)
-	for r := 0; r < R; r++ {
-		for i := 0; i < S; i++ {
-			ctxPos = append(ctxPos, int32(i))
-		}
-	}
-	ctxRope := tensor.Table[T](rope, ctxPos)
-
-	dims := flex.DFlashDims(R, nh, nkv, bl.N, bl.B, S, D)
-	bm, err := flex.NewBlockMask(flex.DFlashMask(bl.B), flex.DFlashArgs(S, bl.Anchors, bl.N, bl.NumValid), dims, 0, 0)
-	if err != nil {
-		return nil, fmt.Errorf("dflash: block mask: %w", err)
-	}
-
+	u := d.contextFeatures(tp, in.Taps)
 	out := &Output[T]{Context: u}
 	z := tp.Embedding(head.Embed, bl.IDs) // [R*nB, H]
 	for l := range d.Layers {
-		kc, vc := d.contextKV(tp, l, u, R, S, ctxRope)
-		z = d.layer(tp, l, z, kc, vc, R, nB, qRope, bm)
+		kc, vc := d.contextKV(tp, l, u, R, S, in.CtxRope)
+		z = d.layer(tp, l, z, kc, vc, R, nB, in.QRope, in.Mask)
 		out.Hidden = append(out.Hidden, z)
 	}
 	o := tp.RMSNorm(z, d.Norm, c.RMSNormEps)
-	x := tp.LMHeadXent(o, head.LMHead, bl.Labels, bl.Weights, d.LossChunk)
+	x := tp.LMHeadXentRows(o, head.LMHead, in.Loss, d.LossChunk)
 	out.Loss, out.Pred, out.CE = x.Loss, x.Argmax, make([]float64, len(x.RowLoss))
 	for i, l := range x.RowLoss {
 		out.CE[i] = float64(l)
 	}
 	out.WeightSum = bl.WeightSum
-	return out, nil
+	return out
+}
+
+// contextFeatures returns the context features u = RMSNorm(fc(concat
+// taps)) [rows, H] (§2.1) of the target's hidden states at the taps, each
+// [rows, H]; the concatenation is an op on tp's backend.
+func (d *Drafter[T]) contextFeatures(tp *tensor.TapeOf[T], taps []*tensor.Of[T]) *tensor.Of[T] {
+	return tp.RMSNorm(tp.Linear(tp.Concat(1, taps...), d.FC, nil), d.HiddenNorm, d.Cfg.RMSNormEps)
 }
 
 // contextKV returns layer l's keys and values of the context rows u

@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"dflash/internal/atomicfile"
+	"dflash/model"
 	"dflash/safetensors"
 	"dflash/tensor"
 	"dflash/train"
@@ -98,16 +99,11 @@ func LoadDir[T tensor.Float](dir string) (*Drafter[T], error) {
 }
 
 // TrainParams returns the float32 parameters as train.Params sharing their
-// values and gradients, for the optimizer and checkpoints.
+// values and gradients (views of the arena), for the optimizer and checkpoints.
 func (d *Drafter[T]) TrainParams() []*train.Param {
-	var out []*train.Param
-	for _, p := range d.Params() {
-		data, ok := any(p.Data).([]float32)
-		if !ok {
-			panic("dflash: TrainParams needs a float32 drafter")
-		}
-		grad := any(p.EnsureGrad()).([]float32)
-		out = append(out, &train.Param{Name: p.Name, Shape: slices.Clone(p.Shape), Data: data, Grad: grad})
+	a, ok := any(d.arena).(*tensor.Arena[float32])
+	if !ok {
+		panic("dflash: TrainParams needs a float32 drafter")
 	}
-	return out
+	return model.TrainParams(a.Params())
 }

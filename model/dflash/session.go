@@ -197,28 +197,37 @@ func (s *Session) batch(set []Example, idx []int, eval bool) (*Batch, error) {
 	return b, nil
 }
 
+// inputs assembles everything one forward pass over set[idx] reads: the
+// padded batch with the target's hidden states, anchors drawn from rng, the
+// block layout and the drafter's StepInputs (rotary tables, block mask,
+// loss rows). It is the one place a step's inputs are built.
+func (s *Session) inputs(set []Example, idx []int, eval bool, rng *rand.Rand) (*StepInputs[float32], error) {
+	b, err := s.batch(set, idx, eval)
+	if err != nil {
+		return nil, err
+	}
+	bl := BuildBlocks(s.Drafter.Cfg, b, SampleBatchAnchors(rng, b, s.Drafter.Cfg.NumAnchors))
+	return s.Drafter.Inputs(b, bl)
+}
+
 // Step runs one training micro-batch: anchors drawn from rng, loss and
 // gradients accumulated into the drafter's parameters.
 func (s *Session) Step(rng *rand.Rand) (loss float64, m *Metrics, tokens int, err error) {
-	b, err := s.batch(s.Train, s.trainOrder().Next(), false)
+	in, err := s.inputs(s.Train, s.trainOrder().Next(), false, rng)
 	if err != nil {
 		return 0, nil, 0, err
 	}
-	bl := BuildBlocks(s.Drafter.Cfg, b, SampleBatchAnchors(rng, b, s.Drafter.Cfg.NumAnchors))
-	for _, n := range b.SeqLen {
+	for _, n := range in.Batch.SeqLen {
 		tokens += n
 	}
-	m = NewMetrics(bl.B)
-	if bl.WeightSum == 0 {
+	m = NewMetrics(in.Blocks.B)
+	if in.Blocks.WeightSum == 0 {
 		return 0, m, tokens, nil // no label in this batch: nothing to learn
 	}
 	tp := tensor.NewTape(s.Backend)
-	out, err := s.Drafter.Forward(tp, true, s.Head, b, bl)
-	if err != nil {
-		return 0, nil, 0, err
-	}
+	out := s.Drafter.ForwardInputs(tp, true, s.Head, in)
 	tp.Backward(out.Loss)
-	m.Add(bl, out.Pred, out.CE)
+	m.Add(in.Blocks, out.Pred, out.CE)
 	return float64(out.Loss.Data[0]), m, tokens, nil
 }
 
@@ -232,16 +241,12 @@ func (s *Session) Evaluate() (*Metrics, error) {
 		for j := i; j < min(i+s.BatchSize, len(s.Eval)); j++ {
 			idx = append(idx, j)
 		}
-		b, err := s.batch(s.Eval, idx, true)
+		in, err := s.inputs(s.Eval, idx, true, rng)
 		if err != nil {
 			return nil, err
 		}
-		bl := BuildBlocks(s.Drafter.Cfg, b, SampleBatchAnchors(rng, b, s.Drafter.Cfg.NumAnchors))
-		out, err := s.Drafter.Forward(tensor.NewInference(s.Backend), false, s.Head, b, bl)
-		if err != nil {
-			return nil, err
-		}
-		m.Add(bl, out.Pred, out.CE)
+		out := s.Drafter.ForwardInputs(tensor.NewInference(s.Backend), false, s.Head, in)
+		m.Add(in.Blocks, out.Pred, out.CE)
 	}
 	return m, nil
 }

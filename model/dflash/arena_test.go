@@ -1,0 +1,44 @@
+package dflash
+
+import (
+	"testing"
+
+	"dflash/internal/testseed"
+	"dflash/tensor"
+)
+
+// TestDrafterArena checks that the drafter's parameters, their gradients
+// after a training step and the train.Params handed to the optimizer are
+// all views of the drafter's one arena, at running offsets in Params order.
+func TestDrafterArena(t *testing.T) {
+	rng := testseed.New(t)
+	d, head, b, bl := randomDrafter[float32](rng, 40, []int{40, 31}, 6)
+	tp := tensor.NewTape(tensor.NewCPU[float32](1))
+	out, err := d.Forward(tp, true, head, b, bl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tp.Backward(out.Loss)
+	a := d.Arena()
+	tps := d.TrainParams()
+	off := 0
+	for i, p := range d.Params() {
+		if &p.Data[0] != &a.Data[off] || &p.Grad[0] != &a.Grad[off] {
+			t.Fatalf("%s is not the arena's range at offset %d", p.Name, off)
+		}
+		if tps[i].Name != p.Name || &tps[i].Data[0] != &a.Data[off] || &tps[i].Grad[0] != &a.Grad[off] {
+			t.Fatalf("train parameter %s is not the arena's range at offset %d", tps[i].Name, off)
+		}
+		off += p.Numel()
+	}
+	if off != len(a.Data) || off != len(a.Grad) {
+		t.Fatalf("parameters cover %d elements, arena %d (gradient %d)", off, len(a.Data), len(a.Grad))
+	}
+	var nonzero bool
+	for _, g := range a.Grad {
+		nonzero = nonzero || g != 0
+	}
+	if !nonzero {
+		t.Fatal("the backward pass left the arena's gradient zero")
+	}
+}

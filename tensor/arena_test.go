@@ -1,0 +1,144 @@
+package tensor_test
+
+import (
+	"testing"
+
+	"dflash/internal/testseed"
+	"dflash/tensor"
+)
+
+func TestArenaViews(t *testing.T) {
+	t.Run("float32", func(t *testing.T) { testArenaViews[float32](t) })
+	t.Run("float64", func(t *testing.T) { testArenaViews[float64](t) })
+}
+
+// testArenaViews declares parameters of random shapes (some empty), then
+// checks that every parameter is the range of the flat buffers at its
+// offset both ways: a write into the flat buffer shows in the tensor, a
+// write into the tensor shows in the buffer; for values and for gradients,
+// whichever parameter's EnsureGrad allocates the flat gradient.
+func testArenaViews[T tensor.Float](t *testing.T) {
+	rng := testseed.New(t)
+	var a tensor.Arena[T]
+	var ps []*tensor.Of[T]
+	var sizes []int
+	for i := range 2 + rng.IntN(8) {
+		shape := []int{rng.IntN(5), 1 + rng.IntN(7)}[:1+rng.IntN(2)] // empty ones too
+		ps = append(ps, a.Param(string(rune('a'+i))+".weight", shape...))
+		n := 1
+		for _, d := range shape {
+			n *= d
+		}
+		sizes = append(sizes, n)
+	}
+	a.Alloc()
+	total := 0
+	for i, p := range ps {
+		if a.Offset(i) != total || p.Numel() != sizes[i] || !p.RequiresGrad {
+			t.Fatalf("%v: offset %d numel %d (want %d, %d), requires grad %v", p, a.Offset(i), p.Numel(), total, sizes[i], p.RequiresGrad)
+		}
+		total += sizes[i]
+	}
+	if a.Len() != total || len(a.Data) != total || a.Grad != nil {
+		t.Fatalf("arena of %d elements has Len %d, Data %d, Grad %v", total, a.Len(), len(a.Data), a.Grad)
+	}
+	// The gradient appears flat whichever parameter asks first.
+	ps[rng.IntN(len(ps))].EnsureGrad()
+	if len(a.Grad) != total {
+		t.Fatalf("flat gradient has %d elements, want %d", len(a.Grad), total)
+	}
+	for _, buf := range []struct {
+		name string
+		flat []T
+		of   func(*tensor.Of[T]) []T
+	}{{"Data", a.Data, func(p *tensor.Of[T]) []T { return p.Data }}, {"Grad", a.Grad, func(p *tensor.Of[T]) []T { return p.Grad }}} {
+		for i, p := range ps {
+			view := buf.of(p)
+			if len(view) != sizes[i] || cap(view) != sizes[i] {
+				t.Fatalf("%s of %v: len %d cap %d, want %d", buf.name, p, len(view), cap(view), sizes[i])
+			}
+			for j := range view {
+				v := T(rng.NormFloat64())
+				buf.flat[a.Offset(i)+j] = v
+				if view[j] != v {
+					t.Fatalf("%s[%d] = %v written into the flat buffer; %v[%d] reads %v", buf.name, a.Offset(i)+j, v, p, j, view[j])
+				}
+				view[j] = v + 1
+				if buf.flat[a.Offset(i)+j] != v+1 {
+					t.Fatalf("%v[%d] = %v written; flat %s[%d] reads %v", p, j, v+1, buf.name, a.Offset(i)+j, buf.flat[a.Offset(i)+j])
+				}
+			}
+		}
+	}
+	names := a.Params()
+	for i := range names {
+		if names[i] != ps[i] {
+			t.Fatalf("Params()[%d] = %v, declared %v", i, names[i], ps[i])
+		}
+	}
+	a.ZeroGrad()
+	for _, g := range a.Grad {
+		if g != 0 {
+			t.Fatal("ZeroGrad left a non-zero gradient")
+		}
+	}
+}
+
+// TestArenaGradientFlows checks that an op's backward pass accumulates into
+// the arena's flat gradient: y = x·Wᵀ + b with W and b in one arena, loss
+// Σ y, so dW[o,i] = Σ_r x[r,i] and db[o] = rows, compared with those sums.
+func TestArenaGradientFlows(t *testing.T) {
+	rng := testseed.New(t)
+	var a tensor.Arena[float64]
+	w, b := a.Param("w", 3, 4), a.Param("b", 3)
+	a.Alloc()
+	w.FillNormal(rng, 0, 1)
+	x := tensor.New[float64]("x", 5, 4)
+	x.FillNormal(rng, 0, 1)
+	tp := tensor.NewTape[float64](tensor.NewCPU[float64](1))
+	y := tp.Linear(x, w, b)
+	ones := make([]float64, y.Numel())
+	for i := range ones {
+		ones[i] = 1
+	}
+	tp.BackwardFrom(y, ones)
+	for o := range 3 {
+		for i := range 4 {
+			var want float64
+			for r := range 5 {
+				want += x.Data[r*4+i]
+			}
+			if got := a.Grad[o*4+i]; abs(got-want) > 1e-12 {
+				t.Fatalf("flat dW[%d,%d] = %g, want %g", o, i, got, want)
+			}
+		}
+		if got := a.Grad[12+o]; got != 5 {
+			t.Fatalf("flat db[%d] = %g, want 5", o, got)
+		}
+	}
+}
+
+func TestArenaMisuse(t *testing.T) {
+	mustPanic := func(name string, f func()) {
+		t.Helper()
+		defer func() {
+			if recover() == nil {
+				t.Errorf("%s did not panic", name)
+			}
+		}()
+		f()
+	}
+	var a tensor.Arena[float32]
+	a.Param("w", 2)
+	mustPanic("EnsureGrad before Alloc", func() { a.EnsureGrad() })
+	a.Alloc()
+	mustPanic("Param after Alloc", func() { a.Param("late", 1) })
+	mustPanic("second Alloc", a.Alloc)
+}
+
+func abs(x float64) float64 {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
