@@ -10,16 +10,6 @@ import (
 	"dflash/train"
 )
 
-// TrainParamsOf returns m's parameters as train.Params sharing values and
-// gradients.
-func TrainParamsOf(m *model.Model) []*train.Param {
-	var ps []*train.Param
-	for _, p := range m.Params() {
-		ps = append(ps, &train.Param{Name: p.Name, Shape: p.Shape, Data: p.Data, Grad: p.EnsureGrad()})
-	}
-	return ps
-}
-
 // lmData serves fixed-length next-token-prediction batches from sequences in
 // a seeded, epoch-shuffled order (order.Order).
 type lmData struct {
@@ -66,7 +56,7 @@ func TrainTarget(ctx context.Context, m *model.Model, seqs [][]int32, batch int,
 		return nil, err
 	}
 	h := train.Hooks{
-		Params: TrainParamsOf(m),
+		Params: m.TrainParams(),
 		Step: func(ctx context.Context, s train.StepInfo) (float64, map[string]float64, int, error) {
 			ids, targets, L := d.next()
 			tp := tensor.NewTape(backend)
