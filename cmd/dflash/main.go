@@ -14,6 +14,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -21,6 +22,8 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+
+	"dflash/train"
 )
 
 // command is one subcommand of dflash.
@@ -227,4 +230,37 @@ func subcommands(parent string, subs map[string]*command, args []string) error {
 		return fmt.Errorf("unknown subcommand %q", args[0])
 	}
 	return s.run(args[1:])
+}
+
+// parseOptions parses args into fs, whose options o binds (train.BindOptions), and
+// checks every option against its range: an error names the flag as typed.
+// Arguments after the flags are an error.
+func parseOptions(fs *flag.FlagSet, o *train.Options, args []string) error {
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q (every option is a --flag)", fs.Arg(0))
+	}
+	o.Apply()
+	return o.Validate()
+}
+
+// parseFlags parses args into fs. The usage text is printed for -h and --help only:
+// a bad flag or value is the one-line error, not the error and every flag.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	out, usage := fs.Output(), fs.Usage
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	err := fs.Parse(args)
+	fs.SetOutput(out)
+	fs.Usage = usage
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		usage()
+		return err
+	case err != nil:
+		return fmt.Errorf("%w (see --help)", err)
+	}
+	return nil
 }

@@ -92,7 +92,7 @@ func trainFlags(a *trainArgs) (*flag.FlagSet, *string) {
 func parseTrain(args []string) (*trainArgs, error) {
 	a := &trainArgs{}
 	fs, configPath := trainFlags(a)
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return nil, err
 	}
 	if fs.NArg() > 0 {
