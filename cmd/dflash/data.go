@@ -1,19 +1,16 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"maps"
 	"os"
-	"os/signal"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -106,19 +103,22 @@ func dataPrep(args []string) error {
 	if err != nil {
 		return err
 	}
+	ctx, caught, stop := signalContext()
+	defer stop()
 	lock, err := dirlock.Acquire(o.Out, "dflash data prep")
 	if err != nil {
 		return err
 	}
 	defer lock.Release()
 	bar := newDataBar(os.Stderr)
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	sum, err := data.Prep(ctx, data.PrepConfig{
 		Options: o.Options, TokenizerDir: o.Tokenizer, Files: files, Out: o.Out, Workers: o.Workers,
 		ShardTokens: o.ShardTokens, Force: o.Force, Progress: bar.update,
 	})
 	bar.finish()
+	if sig := caught(); err != nil && sig != nil {
+		return &exitError{code: signalStatus(sig), err: fmt.Errorf("interrupted by %s: nothing written (%s is as it was before)", signalName(sig), o.Out)}
+	}
 	if err != nil {
 		return err
 	}

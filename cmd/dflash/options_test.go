@@ -4,7 +4,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"dflash/demo"
 )
@@ -144,3 +146,59 @@ func TestBadValueExits(t *testing.T) {
 	}
 }
 
+// TestDataPrepSignals: data prep stopped by SIGINT or SIGTERM exits 128+signal with
+// a message naming the signal, and leaves neither the output nor a partial directory.
+func TestDataPrepSignals(t *testing.T) {
+	targetDir, dataPath := trainFixture(t)
+	// An input large enough that prep is still reading when the signal comes.
+	one := readFile(t, dataPath)
+	big := filepath.Join(t.TempDir(), "big.jsonl")
+	if err := os.WriteFile(big, []byte(strings.Repeat(one, max(1, (20<<20)/len(one)))), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		sig  syscall.Signal
+		name string
+		code int
+	}{{syscall.SIGTERM, "SIGTERM", 143}, {syscall.SIGINT, "SIGINT", 130}} {
+		t.Run(c.name, func(t *testing.T) {
+			parent := t.TempDir()
+			out := filepath.Join(parent, "data")
+			cmd := dflashCommand(t, "data", "prep", "--tokenizer", targetDir, "--data", big, "--out", out, "--workers", "1")
+			var stderr strings.Builder
+			cmd.Stderr = &stderr
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			// The partial directory appears once Prep runs, after the handler is installed.
+			deadline := time.Now().Add(time.Minute)
+			for !hasPartial(parent) {
+				if time.Now().After(deadline) {
+					t.Fatal("no partial directory after a minute")
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			if err := cmd.Process.Signal(c.sig); err != nil {
+				t.Fatal(err)
+			}
+			code := exitCode(t, cmd)
+			want := "dflash data: interrupted by " + c.name + ": nothing written (" + out + " is as it was before)\n"
+			if code != c.code || !strings.HasSuffix(stderr.String(), want) {
+				t.Fatalf("exit %d, stderr %q; want %d, %q", code, stderr.String(), c.code, want)
+			}
+			if _, err := os.Stat(out); !os.IsNotExist(err) || hasPartial(parent) {
+				t.Fatalf("output or partial directory left behind (%v)", err)
+			}
+		})
+	}
+}
+
+func hasPartial(dir string) bool {
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		if strings.Contains(e.Name(), ".partial-") {
+			return true
+		}
+	}
+	return false
+}
