@@ -157,9 +157,6 @@ func New(c Config, seed uint64) (*Model, error) {
 	return m, nil
 }
 
-// floatDTypes are the safetensors dtypes Load converts to float32 weights.
-var floatDTypes = map[string]bool{"F32": true, "BF16": true, "F16": true, "F64": true}
-
 func isNorm(name string) bool { return strings.HasSuffix(name, "norm.weight") }
 
 // Load reads an HF model directory: config.json and its safetensors
@@ -191,12 +188,8 @@ func Load(dir string) (*Model, error) {
 		if !slices.Equal(info.Shape, p.Shape) {
 			return nil, fmt.Errorf("%s: tensor %q has shape %v, config.json implies %v", dir, p.Name, info.Shape, p.Shape)
 		}
-		if !floatDTypes[info.DType] {
-			f, _ := w.File(p.Name)
-			return nil, fmt.Errorf("%s: tensor %q has dtype %s; a float weight is expected (F32, BF16, F16 or F64)", f.Path(), p.Name, info.DType)
-		}
-		if err := w.Float32Into(p.Name, p.Data); err != nil {
-			return nil, fmt.Errorf("%s: tensor %q: %w", dir, p.Name, err)
+		if err := w.WeightInto(p.Name, p.Data); err != nil {
+			return nil, err
 		}
 		used[p.Name] = true
 	}

@@ -150,6 +150,15 @@ func (d *Dir) Float32Into(name string, dst []float32) error {
 	return f.Float32Into(name, dst)
 }
 
+// WeightInto reads the named float weight into dst (see File.WeightInto).
+func (d *Dir) WeightInto(name string, dst []float32) error {
+	f, ok := d.byName[name]
+	if !ok {
+		return fmt.Errorf("%s: tensor %q: %w", d.path, name, ErrNotFound)
+	}
+	return f.WeightInto(name, dst)
+}
+
 // Bytes returns the raw little-endian bytes of the named tensor.
 func (d *Dir) Bytes(name string) ([]byte, error) {
 	f, ok := d.byName[name]

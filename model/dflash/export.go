@@ -72,7 +72,8 @@ func (d *Drafter[T]) WriteDir(dir, dtype string) error {
 
 // LoadDir reads a drafter directory written by WriteDir (or any directory
 // with the same config.json fields and parameter names, sharded or not).
-// Missing tensors and shape mismatches are errors naming the tensor.
+// Missing tensors, shape mismatches and tensors that are not float weights
+// (safetensors.Dir.WeightInto) are errors naming the tensor.
 func LoadDir[T tensor.Float](dir string) (*Drafter[T], error) {
 	cfg, err := ReadConfig(dir)
 	if err != nil {
@@ -92,8 +93,8 @@ func LoadDir[T tensor.Float](dir string) (*Drafter[T], error) {
 		if !slices.Equal(info.Shape, p.Shape) {
 			return nil, fmt.Errorf("%s: tensor %q has shape %v, config.json implies %v", dir, p.Name, info.Shape, p.Shape)
 		}
-		v, err := st.Float32(p.Name)
-		if err != nil {
+		v := make([]float32, len(p.Data))
+		if err := st.WeightInto(p.Name, v); err != nil {
 			return nil, err
 		}
 		for i, x := range v {
