@@ -238,8 +238,12 @@ func readSpecPrompts(o specOptions, limit int, tok *tokenizer.Tokenizer, tmpl *c
 		out = append(out, specPrompt{file: rec.File, line: rec.Line, text: text, ids: ids})
 	}
 	if len(long) > 0 {
-		return nil, fmt.Errorf("%d prompts are longer than the target's context limit of %d tokens (max_position_embeddings):\n  %s",
-			len(long), limit, strings.Join(long, "\n  "))
+		are := "prompts are"
+		if len(long) == 1 {
+			are = "prompt is"
+		}
+		return nil, fmt.Errorf("%d %s longer than the target's context limit of %d tokens (max_position_embeddings):\n  %s",
+			len(long), are, limit, strings.Join(long, "\n  "))
 	}
 	if len(out) == 0 {
 		return nil, fmt.Errorf("%s: no prompts", o.Prompts)

@@ -93,6 +93,16 @@ func TestSpecBadInput(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "conv.jsonl:1: prompt of") || !strings.Contains(err.Error(), "conv.jsonl:2: prompt of") {
 		t.Fatalf("prompts past a context limit of 30: %v", err)
 	}
+	o.Prompts = filepath.Join(t.TempDir(), "two.jsonl")
+	two := `{"messages": [{"role": "user", "content": "hi"}]}` + "\n" +
+		`{"messages": [{"role": "user", "content": "` + strings.Repeat("func main() { return } ", 20) + `"}]}` + "\n"
+	if err := os.WriteFile(o.Prompts, []byte(two), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err = readSpecPrompts(o, 30, tok, tmpl); err == nil || !strings.HasPrefix(err.Error(), "1 prompt is longer than the target's context limit of 30 tokens") ||
+		!strings.Contains(err.Error(), "two.jsonl:2: prompt of ") {
+		t.Fatalf("one prompt past the limit: %v", err)
+	}
 }
 
 func readFile(t *testing.T, path string) string {
