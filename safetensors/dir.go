@@ -151,26 +151,18 @@ func (d *Dir) Float32Into(name string, dst []float32) error {
 	return f.Float32Into(name, dst)
 }
 
-// weightDTypes are the dtypes Weight reads as float32.
-var weightDTypes = map[string]bool{"F32": true, "BF16": true, "F16": true, "F64": true}
-
 // Weight reads the model weight name into dst as float32. The tensor must
-// exist, have shape (what the model's config implies) and a float dtype: F32,
-// BF16, F16 or F64 (an integer or 8-bit tensor is refused). Errors name the
-// directory or the file, and the tensor.
+// exist, have shape (what the model's config implies) and a float dtype
+// (File.WeightInto). Errors name the directory or the file, and the tensor.
 func (d *Dir) Weight(name string, shape []int, dst []float32) error {
 	f, ok := d.byName[name]
 	if !ok {
 		return fmt.Errorf("%s: tensor %q is missing", d.path, name)
 	}
-	info, _ := f.Info(name)
-	switch {
-	case !slices.Equal(info.Shape, shape):
+	if info, _ := f.Info(name); !slices.Equal(info.Shape, shape) {
 		return fmt.Errorf("%s: tensor %q has shape %v, config.json implies %v", d.path, name, info.Shape, shape)
-	case !weightDTypes[info.DType]:
-		return fmt.Errorf("%s: tensor %q has dtype %s; a float weight is expected (F32, BF16, F16 or F64)", f.Path(), name, info.DType)
 	}
-	return f.Float32Into(name, dst)
+	return f.WeightInto(name, dst)
 }
 
 // Bytes returns the raw little-endian bytes of the named tensor.

@@ -283,6 +283,25 @@ func (sf *File) Float32Into(name string, dst []float32) error {
 	return err
 }
 
+// weightDTypes are the dtypes WeightInto reads as weights.
+var weightDTypes = []dtype.DType{dtype.F32, dtype.BF16, dtype.F16, dtype.F64}
+
+// WeightInto reads the named tensor, a floating-point weight (F32, BF16, F16 or F64),
+// into dst as Float32Into does. A tensor of another dtype is an error naming the
+// tensor and the file: integers and booleans are not weights, and FP8 values need
+// scales kept elsewhere, so converting them by value would load wrong weights
+// silently.
+func (sf *File) WeightInto(name string, dst []float32) error {
+	e, ok := sf.entries[name]
+	if !ok {
+		return fmt.Errorf("%s: tensor %q: %w", sf.path, name, ErrNotFound)
+	}
+	if !slices.Contains(weightDTypes, e.dt) {
+		return fmt.Errorf("%s: tensor %q has dtype %s; a float weight is expected (F32, BF16, F16 or F64)", sf.path, name, e.DType)
+	}
+	return sf.Float32Into(name, dst)
+}
+
 func (sf *File) readFloat32(name string, e entry, dst []float32) ([]float32, error) {
 	esize := int64(e.dt.Size())
 	perChunk := readChunk / esize

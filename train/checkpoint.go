@@ -258,9 +258,40 @@ func LoadLatest(outDir string) (*Loaded, error) {
 		return l, nil
 	}
 	if len(skipped) > 0 {
-		return nil, fmt.Errorf("%s: %w valid (%s)", outDir, ErrNoCheckpoint, strings.Join(skipped, "; "))
+		ce := &CorruptError{Out: outDir, Why: skipped}
+		for _, s := range steps {
+			ce.Dirs = append(ce.Dirs, filepath.Join(outDir, CheckpointName(s)))
+		}
+		return nil, ce
 	}
 	return nil, fmt.Errorf("%s: %w", outDir, ErrNoCheckpoint)
+}
+
+// CorruptError is LoadLatest's error when the output directory holds checkpoints
+// but none is valid. It wraps ErrNoCheckpoint.
+type CorruptError struct {
+	Out  string
+	Dirs []string // the checkpoint directories, newest first
+	Why  []string // why each failed validation, in the same order
+}
+
+func (e *CorruptError) Error() string {
+	is, it := "is", "it"
+	if len(e.Dirs) > 1 {
+		is, it = "are", "them"
+	}
+	return fmt.Sprintf("%s holds no valid checkpoint: %s %s corrupt (%s); nothing can resume from %s: remove %s (rm -r %s) to start a fresh run in %s, or choose another --out",
+		e.Out, strings.Join(e.names(), ", "), is, strings.Join(e.Why, "; "), it, it, strings.Join(e.Dirs, " "), e.Out)
+}
+
+func (e *CorruptError) Unwrap() error { return ErrNoCheckpoint }
+
+func (e *CorruptError) names() []string {
+	n := make([]string, len(e.Dirs))
+	for i, d := range e.Dirs {
+		n[i] = filepath.Base(d)
+	}
+	return n
 }
 
 func cleanTemps(outDir string) error {

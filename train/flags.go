@@ -289,7 +289,7 @@ func (f *fieldFlag) String() string {
 func (f *fieldFlag) Set(s string) error {
 	v, err := parseValue(f.field.Type(), s)
 	if err != nil {
-		return err
+		return fmt.Errorf("%w: must be %s", err, (*option)(f).describe())
 	}
 	f.flagged, f.flagRaw = &v, s
 	return nil

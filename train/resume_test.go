@@ -98,3 +98,60 @@ func TestOutDirChecked(t *testing.T) {
 		t.Fatalf("err %v after %d steps", err, steps)
 	}
 }
+
+// TestOnlyCorruptCheckpoints: when every checkpoint of the output directory is
+// corrupt, a run with and without --resume gives the same advice (which checkpoint,
+// which file and why, remove it or choose another --out) instead of sending the user
+// from one to the other; removing it as told lets a fresh run start. With one valid
+// checkpoint left, the refusal without --resume names that one.
+func TestOnlyCorruptCheckpoints(t *testing.T) {
+	out := t.TempDir()
+	cfg := testConfig(out, 8)
+	cfg.SaveEvery, cfg.StopAt = 2, 4
+	mustRun(t, context.Background(), cfg, newTask(3, 8).hooks())
+	cfg.StopAt = 0
+	// Flip a byte of the newest checkpoint's weights: checkpoint-2 is still valid.
+	model := filepath.Join(out, CheckpointName(4), ModelFile)
+	flipByte(t, model)
+	_, err := run(context.Background(), cfg, newTask(3, 8).hooks(), &bytes.Buffer{})
+	if err == nil || !strings.Contains(err.Error(), "newest valid: checkpoint-2): pass --resume") {
+		t.Fatalf("one valid checkpoint left, without --resume: %v", err)
+	}
+	flipByte(t, filepath.Join(out, CheckpointName(2), ModelFile))
+	want := []string{out + " holds no valid checkpoint: checkpoint-4, checkpoint-2 are corrupt (", model + ": size ",
+		"nothing can resume from them: remove them (rm -r " + filepath.Join(out, CheckpointName(4)) + " " + filepath.Join(out, CheckpointName(2)) + ")",
+		"or choose another --out"}
+	for _, resume := range []bool{false, true} {
+		cfg.Resume = resume
+		_, err := run(context.Background(), cfg, newTask(3, 8).hooks(), &bytes.Buffer{})
+		for _, w := range want {
+			if err == nil || !strings.Contains(err.Error(), w) {
+				t.Fatalf("resume %v: err %v lacks %q", resume, err, w)
+			}
+		}
+		t.Logf("resume %v: %v", resume, err)
+		if strings.Contains(err.Error(), "pass --resume") || strings.Contains(err.Error(), "without --resume") {
+			t.Fatalf("resume %v: the advice sends the user to the other command: %v", resume, err)
+		}
+	}
+	for _, s := range []int{2, 4} {
+		if err := os.RemoveAll(filepath.Join(out, CheckpointName(s))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg.Resume = false
+	mustRun(t, context.Background(), cfg, newTask(3, 8).hooks())
+}
+
+// flipByte inverts the last byte of path.
+func flipByte(t *testing.T, path string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)-1] ^= 0xff
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}

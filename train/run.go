@@ -178,7 +178,12 @@ func (r *runner) start() error {
 			return err
 		}
 		if len(steps) > 0 {
-			return fmt.Errorf("%s already holds checkpoints (newest %s): pass --resume to continue that run, or choose another --out", cfg.Out, CheckpointName(steps[0]))
+			// Send the user to --resume only when it has something to resume from.
+			l, err := LoadLatest(cfg.Out)
+			if err != nil {
+				return err
+			}
+			return fmt.Errorf("%s already holds checkpoints (newest valid: %s): pass --resume to continue that run, or choose another --out", cfg.Out, filepath.Base(l.Dir))
 		}
 		if err := os.Remove(r.metricsPath); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
@@ -186,7 +191,11 @@ func (r *runner) start() error {
 		return nil
 	}
 	l, err := LoadLatest(cfg.Out)
-	if errors.Is(err, ErrNoCheckpoint) {
+	var corrupt *CorruptError
+	switch {
+	case errors.As(err, &corrupt):
+		return fmt.Errorf("--resume: %w", err)
+	case errors.Is(err, ErrNoCheckpoint):
 		return fmt.Errorf("--resume: nothing to resume from: %w; start without --resume for a fresh run", err)
 	}
 	if err != nil {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,6 +19,7 @@ import (
 	"dflash/data/tokenizer"
 	"dflash/internal/dirlock"
 	"dflash/internal/termbar"
+	"dflash/train"
 )
 
 func init() {
@@ -39,59 +39,90 @@ type dataFileList []string
 func (l *dataFileList) String() string     { return strings.Join(*l, ",") }
 func (l *dataFileList) Set(s string) error { *l = append(*l, s); return nil }
 
-func dataPrep(args []string) error {
+// prepOptions are the flags of `dflash data prep`, bound with train.BindOptions:
+// every number is checked against its range when the flags are parsed, and --help
+// shows it. The sample rules are data.Options, as train's --data.* options.
+type prepOptions struct {
+	Tokenizer    string `yaml:"tokenizer" help:"model directory with tokenizer.json and tokenizer_config.json (required)"`
+	Out          string `yaml:"out" help:"output directory, written atomically (required)"`
+	data.Options `yaml:",inline"`
+	Truncate     bool `yaml:"truncate" help:"truncate samples longer than --max-len (the default)"`
+	Block        int  `yaml:"block-size" range:">=1" help:"DFlash block size; samples need 2 x block-size supervised tokens"`
+	Workers      int  `yaml:"workers" range:">=0" help:"tokenizing goroutines (0: all cores)"`
+	ShardTokens  int  `yaml:"shard-tokens" range:">=0" help:"tokens per shard file (0: 64Mi)"`
+	Force        bool `yaml:"force" help:"replace --out if it exists"`
+	JSON         bool `yaml:"json" help:"print the summary as one JSON object"`
+}
+
+// parsePrep reads and checks the flags of `dflash data prep`; nothing is written.
+func parsePrep(args []string) (prepOptions, []string, error) {
 	fs := newFlagSet("data prep", "data prep --tokenizer DIR --data FILE [--data FILE...] --out DIR [flags]")
-	var files dataFileList
-	tokDir := fs.String("tokenizer", "", "model directory with tokenizer.json and tokenizer_config.json (required)")
-	fs.Var(&files, "data", "JSONL input, plain, gzip or zstd (repeat for several; extra arguments are inputs too)")
-	out := fs.String("out", "", "output directory, written atomically (required)")
 	def := data.DefaultOptions()
-	format := fs.String("format", def.Format, "line format: auto, messages or sharegpt")
-	maxLen := fs.Int("max-len", def.MaxLen, "maximum tokens per sample (0: no limit)")
-	truncate := fs.Bool("truncate", false, "truncate samples longer than --max-len (the default)")
-	dropLong := fs.Bool("drop-long", def.DropLong, "drop samples longer than --max-len instead of truncating")
-	block := fs.Int("block-size", def.BlockSize, "DFlash block size; samples need 2 x block-size supervised tokens")
-	thinking := fs.Bool("thinking", def.EnableThinking, "Qwen3 thinking mode: the empty <think></think> block is generated (supervised); false: it is prompt")
-	skip := fs.Bool("skip-bad-lines", def.SkipBadLines, "count and skip malformed lines (bad JSON, invalid UTF-8, ...) instead of failing on the first")
-	workers := fs.Int("workers", 0, "tokenizing goroutines (0: all cores)")
-	shardTokens := fs.Int("shard-tokens", 0, "tokens per shard file (0: 64Mi)")
-	force := fs.Bool("force", false, "replace --out if it exists")
-	asJSON := fs.Bool("json", false, "print the summary as one JSON object")
-	if err := parseFlags(fs, args); err != nil {
+	o := prepOptions{Options: def, Block: def.BlockSize}
+	var files dataFileList
+	fs.Var(&files, "data", "JSONL input, plain, gzip or zstd (repeat for several; extra arguments are inputs too)")
+	var thinking *bool
+	fs.BoolFunc("thinking", "older spelling of --enable-thinking", func(s string) error {
+		v, err := strconv.ParseBool(s)
+		thinking = &v
 		return err
+	})
+	opts := train.BindOptions(fs, &o)
+	if err := parseFlags(fs, args); err != nil {
+		return o, nil, err
+	}
+	opts.Apply()
+	if err := opts.Validate(); err != nil {
+		return o, nil, err
 	}
 	files = append(files, fs.Args()...)
 	switch {
-	case *tokDir == "":
-		return errors.New("--tokenizer is required")
-	case *out == "":
-		return errors.New("--out is required")
+	case thinking != nil && opts.Given("enable-thinking") && *thinking != o.EnableThinking:
+		return o, nil, errors.New("--thinking and --enable-thinking disagree (--thinking is the older spelling: give one)")
+	case o.Tokenizer == "":
+		return o, nil, errors.New("--tokenizer is required")
+	case o.Out == "":
+		return o, nil, errors.New("--out is required")
 	case len(files) == 0:
-		return errors.New("no input: give --data FILE")
-	case *truncate && *dropLong:
-		return errors.New("--truncate and --drop-long exclude each other")
+		return o, nil, errors.New("no input: give --data FILE")
+	case o.Truncate && o.DropLong:
+		return o, nil, errors.New("--truncate and --drop-long exclude each other")
 	}
-	lock, err := dirlock.Acquire(*out, "dflash data prep")
+	if thinking != nil {
+		o.EnableThinking = *thinking
+	}
+	o.Options.BlockSize = o.Block
+	if _, err := o.Options.Validate(); err != nil {
+		return o, nil, fmt.Errorf("--max-len %d, --block-size %d: %w", o.MaxLen, o.Block, err)
+	}
+	return o, files, nil
+}
+
+func dataPrep(args []string) error {
+	o, files, err := parsePrep(args)
+	if err != nil {
+		return err
+	}
+	ctx, caught, stop := signalContext()
+	defer stop()
+	lock, err := dirlock.Acquire(o.Out, "dflash data prep")
 	if err != nil {
 		return err
 	}
 	defer lock.Release()
 	bar := newDataBar(os.Stderr)
-	var sum data.Summary
-	err = withSignals(func(ctx context.Context) error {
-		sum, err = data.Prep(ctx, data.PrepConfig{
-			Options: data.Options{Format: *format, MaxLen: *maxLen, DropLong: *dropLong, BlockSize: *block,
-				EnableThinking: *thinking, SkipBadLines: *skip},
-			TokenizerDir: *tokDir, Files: files, Out: *out, Workers: *workers,
-			ShardTokens: *shardTokens, Force: *force, Progress: bar.update,
-		})
-		return err
+	sum, err := data.Prep(ctx, data.PrepConfig{
+		Options: o.Options, TokenizerDir: o.Tokenizer, Files: files, Out: o.Out, Workers: o.Workers,
+		ShardTokens: o.ShardTokens, Force: o.Force, Progress: bar.update,
 	})
 	bar.finish()
+	if sig := caught(); err != nil && sig != nil {
+		return &exitError{code: signalStatus(sig), err: fmt.Errorf("interrupted by %s: nothing written (%s is as it was before)", signalName(sig), o.Out)}
+	}
 	if err != nil {
 		return err
 	}
-	if *asJSON {
+	if o.JSON {
 		return json.NewEncoder(os.Stdout).Encode(sum)
 	}
 	printPrepSummary(os.Stdout, sum)

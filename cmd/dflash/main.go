@@ -24,6 +24,8 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+
+	"dflash/train"
 )
 
 // command is one subcommand of dflash.
@@ -232,8 +234,9 @@ func newFlagSet(name, synopsis string) *flag.FlagSet {
 }
 
 // parseFlags parses args into fs. Help asked for (-h, --help) is printed and
-// is flag.ErrHelp; a bad flag is a usage error (exit status 2) that says what
-// is wrong and where help is, printed once by runMain, without the listing.
+// is flag.ErrHelp; a bad flag or value is an error (exit status 1, like every
+// bad input) that says what is wrong and where help is, printed once by
+// runMain, without the listing.
 func parseFlags(fs *flag.FlagSet, args []string) error {
 	var out bytes.Buffer
 	fs.SetOutput(&out)
@@ -244,7 +247,7 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 		os.Stderr.Write(out.Bytes())
 		return err
 	case err != nil:
-		return &exitError{code: 2, err: fmt.Errorf("%v (see dflash %s --help)", err, fs.Name())}
+		return fmt.Errorf("%v (see dflash %s --help)", err, fs.Name())
 	}
 	return nil
 }
@@ -272,4 +275,18 @@ func subcommands(parent string, subs map[string]*command, args []string) error {
 		return &commandError{cmd: parent + " " + s.name, err: err}
 	}
 	return nil
+}
+
+// parseOptions parses args into fs, whose options o binds (train.BindOptions), and
+// checks every option against its range: an error names the flag as typed.
+// Arguments after the flags are an error.
+func parseOptions(fs *flag.FlagSet, o *train.Options, args []string) error {
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q (every option is a --flag)", fs.Arg(0))
+	}
+	o.Apply()
+	return o.Validate()
 }

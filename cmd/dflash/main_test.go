@@ -207,12 +207,12 @@ func TestErrorMessages(t *testing.T) {
 		{[]string{"data", "prep", "--tokenizer", targetDir, "--data", empty, "--out", filepath.Join(dir, "p1")}, 1,
 			"dflash data prep: no usable conversation in " + empty + ": 0 lines read (and 2 blank)\n"},
 		{[]string{"data", "prep", "--tokenizer", targetDir, "--data", empty, "--out", filepath.Join(dir, "p2"), "--max-len", "-1"}, 1,
-			"dflash data prep: max-len -1: must not be negative\n"},
-		{[]string{"data", "prep", "--tokenizer", targetDir, "--data", empty, "--block", "4"}, 2,
+			"dflash data prep: --max-len -1: must be an int >= 0\n"},
+		{[]string{"data", "prep", "--tokenizer", targetDir, "--data", empty, "--block", "4"}, 1,
 			"dflash data prep: flag provided but not defined: -block (see dflash data prep --help)\n"},
 		{[]string{"train", "--target", targetDir, "--data", missing, "--out", filepath.Join(dir, "t1")}, 1,
 			"dflash train: stat " + missing + ": no such file or directory\n"},
-		{[]string{"cache", "ls", "--dir", dir}, 2,
+		{[]string{"cache", "ls", "--dir", dir}, 1,
 			"dflash cache ls: flag provided but not defined: -dir (see dflash cache ls --help)\n"},
 	} {
 		t.Run(strings.Join(c.args[:2], " "), func(t *testing.T) {

@@ -17,6 +17,7 @@ import (
 	"dflash/model/dflash"
 	"dflash/spec"
 	"dflash/tensor"
+	"dflash/train"
 )
 
 func init() {
@@ -48,55 +49,55 @@ line per prompt: file, line, prompt, completion, tokens, baseline_tokens,
 rounds, acceptance_length.
 `
 
-// specOptions are the flags of `dflash spec`.
+// specOptions are the flags of `dflash spec`, bound with train.BindOptions: every
+// number is checked against its range when the flags are parsed, and --help shows it.
 type specOptions struct {
-	target, drafter, prompts, format, device, out string
-	maxNew, topK, workers, maxPrompts             int
-	temperature                                   float64
-	seed                                          uint64
-	json, baseline, thinking                      bool
+	Target      string  `yaml:"target" help:"target model DIR (HF: config.json, safetensors, tokenizer.json, tokenizer_config.json)"`
+	Drafter     string  `yaml:"drafter" help:"drafter DIR (config.json and model.safetensors, as train writes)"`
+	Prompts     string  `yaml:"prompts" help:"conversations FILE (.jsonl, .gz, .zst)"`
+	Format      string  `yaml:"format" choice:"auto,messages,sharegpt" help:"JSONL format"`
+	MaxPrompts  int     `yaml:"max-prompts" range:">=0" help:"decode at most N prompts (0: all)"`
+	MaxNew      int     `yaml:"max-new-tokens" range:">=1" help:"tokens generated per prompt at most"`
+	Temperature float64 `yaml:"temperature" range:">=0" help:"sampling temperature (0: greedy)"`
+	TopK        int     `yaml:"top-k" range:">=0" help:"sample among the K most likely tokens (0: all)"`
+	Seed        uint64  `yaml:"seed" range:">=0" help:"sampling seed (prompt i uses seed+i)"`
+	Device      string  `yaml:"device" choice:"cpu,cuda" help:"backend (cuda: not yet)"`
+	Workers     int     `yaml:"workers" range:">=0" help:"CPU goroutines (0: all cores)"`
+	Baseline    bool    `yaml:"baseline" help:"also decode without the drafter, for tokens/s and the speedup"`
+	Thinking    bool    `yaml:"enable-thinking" help:"render with enable_thinking (Qwen3)"`
+	JSON        bool    `yaml:"json" help:"print the report as one JSON object"`
+	Out         string  `yaml:"out" help:"write the generations to FILE (JSONL)"`
 }
 
-func runSpec(args []string) error {
+func defaultSpecOptions() specOptions {
+	return specOptions{Format: "auto", MaxNew: 256, Device: "cpu", Baseline: true}
+}
+
+// parseSpec reads and checks the flags of `dflash spec`.
+func parseSpec(args []string) (specOptions, error) {
 	fs := newFlagSet("spec", "spec --target DIR --drafter DIR --prompts FILE.jsonl [flags]")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: dflash spec --target DIR --drafter DIR --prompts FILE.jsonl [flags]\n\n%s\nFlags:\n", specHelp)
 		fs.PrintDefaults()
 	}
-	var o specOptions
-	fs.StringVar(&o.target, "target", "", "target model `DIR` (HF: config.json, safetensors, tokenizer.json, tokenizer_config.json)")
-	fs.StringVar(&o.drafter, "drafter", "", "drafter `DIR` (config.json and model.safetensors, as train writes)")
-	fs.StringVar(&o.prompts, "prompts", "", "conversations `FILE` (.jsonl, .gz, .zst)")
-	fs.StringVar(&o.format, "format", "auto", "JSONL format: auto, messages or sharegpt")
-	fs.IntVar(&o.maxPrompts, "max-prompts", 0, "decode at most `N` prompts (0: all)")
-	fs.IntVar(&o.maxNew, "max-new-tokens", 256, "tokens generated per prompt at most")
-	fs.Float64Var(&o.temperature, "temperature", 0, "sampling temperature (0: greedy)")
-	fs.IntVar(&o.topK, "top-k", 0, "sample among the K most likely tokens (0: all)")
-	fs.Uint64Var(&o.seed, "seed", 0, "sampling seed (prompt i uses seed+i)")
-	fs.StringVar(&o.device, "device", "cpu", "backend: cpu (cuda: not yet)")
-	fs.IntVar(&o.workers, "workers", 0, "CPU goroutines (0: all cores)")
-	fs.BoolVar(&o.baseline, "baseline", true, "also decode without the drafter, for tokens/s and the speedup")
-	fs.BoolVar(&o.thinking, "enable-thinking", false, "render with enable_thinking (Qwen3)")
-	fs.BoolVar(&o.json, "json", false, "print the report as one JSON object")
-	fs.StringVar(&o.out, "out", "", "write the generations to `FILE` (JSONL)")
-	if err := parseFlags(fs, args); err != nil {
-		return err
+	o := defaultSpecOptions()
+	if err := parseOptions(fs, train.BindOptions(fs, &o), args); err != nil {
+		return o, err
 	}
-	if o.target == "" || o.drafter == "" || o.prompts == "" {
+	if o.Target == "" || o.Drafter == "" || o.Prompts == "" {
 		fs.Usage()
-		return fmt.Errorf("--target, --drafter and --prompts are required")
+		return o, fmt.Errorf("--target, --drafter and --prompts are required")
 	}
-	switch {
-	case o.device == "cuda":
-		return fmt.Errorf("--device cuda: not yet: speculative decoding runs on the CPU backend until the target and drafter run on GPU tensors; use --device cpu")
-	case o.device != "cpu":
-		return fmt.Errorf("--device %q: want cpu (or, later, cuda)", o.device)
-	case o.maxNew < 1:
-		return fmt.Errorf("--max-new-tokens %d: must be at least 1", o.maxNew)
-	case o.temperature < 0:
-		return fmt.Errorf("--temperature %v: must not be negative", o.temperature)
-	case o.topK < 0:
-		return fmt.Errorf("--top-k %d: must not be negative", o.topK)
+	if o.Device == "cuda" {
+		return o, fmt.Errorf("--device cuda: not yet: speculative decoding runs on the CPU backend until the target and drafter run on GPU tensors; use --device cpu")
+	}
+	return o, nil
+}
+
+func runSpec(args []string) error {
+	o, err := parseSpec(args)
+	if err != nil {
+		return err
 	}
 	return withSignals(func(ctx context.Context) error { return specDecode(ctx, o, os.Stdout) })
 }
@@ -110,22 +111,22 @@ type specPrompt struct {
 }
 
 func specDecode(ctx context.Context, o specOptions, stdout io.Writer) error {
-	target, err := model.Load(o.target)
+	target, err := model.Load(o.Target)
 	if err != nil {
 		return err
 	}
-	d, err := dflash.LoadDir[float32](o.drafter)
+	d, err := dflash.LoadDir[float32](o.Drafter)
 	if err != nil {
 		return err
 	}
 	if err := spec.Check(target, d.Cfg); err != nil {
-		return fmt.Errorf("--drafter %s, --target %s: %w", o.drafter, o.target, err)
+		return fmt.Errorf("--drafter %s, --target %s: %w", o.Drafter, o.Target, err)
 	}
-	tok, err := tokenizer.LoadDir(o.target)
+	tok, err := tokenizer.LoadDir(o.Target)
 	if err != nil {
 		return err
 	}
-	tmpl, err := chat.Load(o.target, tok)
+	tmpl, err := chat.Load(o.Target, tok)
 	if err != nil {
 		return err
 	}
@@ -133,7 +134,7 @@ func specDecode(ctx context.Context, o specOptions, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	backend := tensor.NewCPU[float32](o.workers)
+	backend := tensor.NewCPU[float32](o.Workers)
 	drafter, err := spec.NewDFlash(target, d, backend)
 	if err != nil {
 		return err
@@ -148,16 +149,16 @@ func specDecode(ctx context.Context, o specOptions, stdout io.Writer) error {
 	}
 	var out *os.File
 	var enc *json.Encoder
-	if o.out != "" {
-		if out, err = os.Create(o.out); err != nil {
+	if o.Out != "" {
+		if out, err = os.Create(o.Out); err != nil {
 			return err
 		}
 		defer out.Close()
 		enc = json.NewEncoder(out)
 	}
-	slog.Info("spec", "prompts", len(prompts), "block", d.Cfg.BlockSize, "max_new_tokens", o.maxNew, "temperature", o.temperature)
+	slog.Info("spec", "prompts", len(prompts), "block", d.Cfg.BlockSize, "max_new_tokens", o.MaxNew, "temperature", o.Temperature)
 	each := func(g spec.Generation) error {
-		if !o.json && len(prompts) > 1 {
+		if !o.JSON && len(prompts) > 1 {
 			fmt.Fprintf(os.Stderr, "\rspec %d/%d prompts", g.Index+1, len(prompts))
 		}
 		if enc == nil {
@@ -169,8 +170,8 @@ func specDecode(ctx context.Context, o specOptions, stdout io.Writer) error {
 			"rounds": g.Rounds, "acceptance_length": g.AcceptanceLength})
 	}
 	r, err := spec.Run(ctx, backend, target, drafter, ids,
-		spec.Options{MaxNewTokens: o.maxNew, Temperature: o.temperature, TopK: o.topK, Seed: o.seed, Stop: stopIDs}, o.baseline, each)
-	if !o.json && len(prompts) > 1 {
+		spec.Options{MaxNewTokens: o.MaxNew, Temperature: o.Temperature, TopK: o.TopK, Seed: o.Seed, Stop: stopIDs}, o.Baseline, each)
+	if !o.JSON && len(prompts) > 1 {
 		fmt.Fprintln(os.Stderr)
 	}
 	if err != nil {
@@ -181,7 +182,7 @@ func specDecode(ctx context.Context, o specOptions, stdout io.Writer) error {
 			return err
 		}
 	}
-	if o.json {
+	if o.JSON {
 		e := json.NewEncoder(stdout)
 		e.SetIndent("", "  ")
 		return e.Encode(struct {
@@ -190,7 +191,7 @@ func specDecode(ctx context.Context, o specOptions, stdout io.Writer) error {
 			Drafter     string `json:"drafter"`
 			PromptsFile string `json:"prompts_file"`
 			Device      string `json:"device"`
-		}{r, o.target, o.drafter, o.prompts, o.device})
+		}{r, o.Target, o.Drafter, o.Prompts, o.Device})
 	}
 	printSpec(stdout, r)
 	return nil
@@ -199,18 +200,18 @@ func specDecode(ctx context.Context, o specOptions, stdout io.Writer) error {
 // readSpecPrompts reads and renders the prompts; every prompt longer than
 // the context limit is reported with its file and line.
 func readSpecPrompts(o specOptions, limit int, tok *tokenizer.Tokenizer, tmpl *chat.Template) ([]specPrompt, error) {
-	f, err := jsonl.ParseFormat(o.format)
+	f, err := jsonl.ParseFormat(o.Format)
 	if err != nil {
 		return nil, fmt.Errorf("--format: %w", err)
 	}
-	lines, err := jsonl.OpenLines([]string{o.prompts})
+	lines, err := jsonl.OpenLines([]string{o.Prompts})
 	if err != nil {
 		return nil, err
 	}
 	defer lines.Close()
 	var out []specPrompt
 	var long []string
-	for o.maxPrompts == 0 || len(out) < o.maxPrompts {
+	for o.MaxPrompts == 0 || len(out) < o.MaxPrompts {
 		ln, err := lines.Next()
 		if errors.Is(err, io.EOF) {
 			break
@@ -225,7 +226,7 @@ func readSpecPrompts(o specOptions, limit int, tok *tokenizer.Tokenizer, tmpl *c
 		if n := len(msgs); n > 1 && msgs[n-1].Role == "assistant" {
 			msgs = msgs[:n-1]
 		}
-		text, _, err := tmpl.Render(msgs, chat.Options{AddGenerationPrompt: true, EnableThinking: o.thinking})
+		text, _, err := tmpl.Render(msgs, chat.Options{AddGenerationPrompt: true, EnableThinking: o.Thinking})
 		if err != nil {
 			return nil, fmt.Errorf("%s:%d: %w", ln.File, ln.N, err)
 		}
@@ -237,11 +238,15 @@ func readSpecPrompts(o specOptions, limit int, tok *tokenizer.Tokenizer, tmpl *c
 		out = append(out, specPrompt{file: ln.File, line: ln.N, text: text, ids: ids})
 	}
 	if len(long) > 0 {
-		return nil, fmt.Errorf("%d prompts are longer than the target's context limit of %d tokens (max_position_embeddings):\n  %s",
-			len(long), limit, strings.Join(long, "\n  "))
+		are := "prompts are"
+		if len(long) == 1 {
+			are = "prompt is"
+		}
+		return nil, fmt.Errorf("%d %s longer than the target's context limit of %d tokens (max_position_embeddings):\n  %s",
+			len(long), are, limit, strings.Join(long, "\n  "))
 	}
 	if len(out) == 0 {
-		return nil, fmt.Errorf("%s: no prompts", o.prompts)
+		return nil, fmt.Errorf("%s: no prompts", o.Prompts)
 	}
 	return out, nil
 }

@@ -41,8 +41,8 @@ func TestSpecCommand(t *testing.T) {
 	targetDir, drafterDir, dataPath := specFixture(t, 32)
 	out := filepath.Join(t.TempDir(), "gen.jsonl")
 	var stdout bytes.Buffer
-	o := specOptions{target: targetDir, drafter: drafterDir, prompts: dataPath, format: "auto", device: "cpu",
-		out: out, maxNew: 8, maxPrompts: 3, json: true, baseline: true, workers: 1}
+	o := specOptions{Target: targetDir, Drafter: drafterDir, Prompts: dataPath, Format: "auto", Device: "cpu",
+		Out: out, MaxNew: 8, MaxPrompts: 3, JSON: true, Baseline: true, Workers: 1}
 	if err := specDecode(context.Background(), o, &stdout); err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +64,7 @@ func TestSpecCommand(t *testing.T) {
 		t.Fatalf("generation %v (%v)", g, err)
 	}
 	// The table form.
-	o.json, o.out = false, ""
+	o.JSON, o.Out = false, ""
 	stdout.Reset()
 	if err := specDecode(context.Background(), o, &stdout); err != nil || !strings.Contains(stdout.String(), "speedup") {
 		t.Fatalf("table: %v\n%s", err, stdout.String())
@@ -73,7 +73,7 @@ func TestSpecCommand(t *testing.T) {
 
 func TestSpecBadInput(t *testing.T) {
 	targetDir, drafterDir, dataPath := specFixture(t, 48)
-	o := specOptions{target: targetDir, drafter: drafterDir, prompts: dataPath, format: "auto", device: "cpu", maxNew: 4}
+	o := specOptions{Target: targetDir, Drafter: drafterDir, Prompts: dataPath, Format: "auto", Device: "cpu", MaxNew: 4}
 	err := specDecode(context.Background(), o, &bytes.Buffer{})
 	if err == nil || !strings.Contains(err.Error(), "hidden_size 48, the target's is 32") {
 		t.Fatalf("a drafter of another hidden size: %v", err)
@@ -92,6 +92,16 @@ func TestSpecBadInput(t *testing.T) {
 	_, err = readSpecPrompts(o, 30, tok, tmpl)
 	if err == nil || !strings.Contains(err.Error(), "conv.jsonl:1: prompt of") || !strings.Contains(err.Error(), "conv.jsonl:2: prompt of") {
 		t.Fatalf("prompts past a context limit of 30: %v", err)
+	}
+	o.Prompts = filepath.Join(t.TempDir(), "two.jsonl")
+	two := `{"messages": [{"role": "user", "content": "hi"}]}` + "\n" +
+		`{"messages": [{"role": "user", "content": "` + strings.Repeat("func main() { return } ", 20) + `"}]}` + "\n"
+	if err := os.WriteFile(o.Prompts, []byte(two), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err = readSpecPrompts(o, 30, tok, tmpl); err == nil || !strings.HasPrefix(err.Error(), "1 prompt is longer than the target's context limit of 30 tokens") ||
+		!strings.Contains(err.Error(), "two.jsonl:2: prompt of ") {
+		t.Fatalf("one prompt past the limit: %v", err)
 	}
 }
 

@@ -114,14 +114,14 @@ func (c *Config) Validate() error {
 	}
 	for i, t := range c.TargetLayerIDs {
 		if t < 0 || t >= c.NumTargetLayers {
-			return fmt.Errorf("field dflash_config.target_layer_ids[%d]: layer %d is outside the target's %d layers", i, t, c.NumTargetLayers)
+			return fmt.Errorf("field dflash_config.target_layer_ids[%d]: layer %d is outside the %d layers of num_target_layers", i, t, c.NumTargetLayers)
 		}
 	}
 	if c.Target.HiddenSize != 0 && c.Target.HiddenSize != c.HiddenSize {
-		return fmt.Errorf("field hidden_size: %d differs from the target's %d (the drafter shares its embedding and head)", c.HiddenSize, c.Target.HiddenSize)
+		return fmt.Errorf("field hidden_size: %d differs from dflash_config.target.hidden_size %d, the drafter's recorded target (the drafter shares its embedding and head)", c.HiddenSize, c.Target.HiddenSize)
 	}
 	if c.Target.VocabSize != 0 && c.Target.VocabSize != c.VocabSize {
-		return fmt.Errorf("field vocab_size: %d differs from the target's %d", c.VocabSize, c.Target.VocabSize)
+		return fmt.Errorf("field vocab_size: %d differs from dflash_config.target.vocab_size %d, the drafter's recorded target", c.VocabSize, c.Target.VocabSize)
 	}
 	if c.Target.NumLayers != 0 && c.Target.NumLayers != c.NumTargetLayers {
 		return fmt.Errorf("field num_target_layers: %d differs from dflash_config.target.num_hidden_layers %d", c.NumTargetLayers, c.Target.NumLayers)

@@ -89,7 +89,7 @@ func TestConfigErrorsNameTheField(t *testing.T) {
       9,`, "target_layer_ids[0]"},
 		{"hidden mismatch", `"hidden_size": 32,
   "intermediate_size"`, `"hidden_size": 16,
-  "intermediate_size"`, "hidden_size"},
+  "intermediate_size"`, "field hidden_size: 16 differs from dflash_config.target.hidden_size 32, the drafter's recorded target"},
 		{"heads", `"num_key_value_heads": 2`, `"num_key_value_heads": 3`, "num_attention_heads"},
 		{"rope", `"rope_scaling": null`, `"rope_scaling": {"rope_type": "yarn", "factor": 4}`, "rope_scaling"},
 	} {
