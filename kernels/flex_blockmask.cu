@@ -48,14 +48,27 @@ __device__ __forceinline__ void flex_bm_emit(int n, F get, int *num, int *idx,
   }
 }
 
-// FlexBMStrided reads class bytes c[i * stride].
-struct FlexBMStrided {
-  const unsigned char *c;
-  int stride;
-  __device__ __forceinline__ int operator()(int i) const {
-    return c[(long long)i * stride];
+// flex_bm_lists is the part of warp w (lane lane) in a launch that writes
+// every list of nbh (batch x mask heads) masks of nqb x nkvb blocks: warps
+// [0, nbh*nqb) write the kv lists of one q-block row, the next nbh*nkvb
+// warps the q lists of one kv-block column; cls(bh, qb, kvb) is the class of
+// a block.
+template <class F>
+__device__ __forceinline__ void flex_bm_lists(long long w, int lane, int nbh, int nqb, int nkvb, F cls,
+                                              int *kv_num, int *kv_idx, int *full_num, int *full_idx,
+                                              int *q_num, int *q_idx, int *fullq_num, int *fullq_idx) {
+  const long long rows = (long long)nbh * nqb;
+  if (w < rows) {
+    const int bh = (int)(w / nqb), qb = (int)(w % nqb);
+    flex_bm_emit(nkvb, [&](int kvb) { return cls(bh, qb, kvb); }, kv_num + w, kv_idx + w * nkvb,
+                 full_num + w, full_idx + w * nkvb, lane);
+  } else if (w < rows + (long long)nbh * nkvb) {
+    const long long col = w - rows;
+    const int bh = (int)(col / nkvb), kvb = (int)(col % nkvb);
+    flex_bm_emit(nqb, [&](int qb) { return cls(bh, qb, kvb); }, q_num + col, q_idx + col * nqb,
+                 fullq_num + col, fullq_idx + col * nqb, lane);
   }
-};
+}
 
 // flex_bm_classify: warp w classifies block (bh, qb, kvb) with w = (bh * nqb +
 // qb) * nkvb + kvb.
@@ -90,8 +103,8 @@ extern "C" __global__ void __launch_bounds__(256)
     cls[w] = anyT ? (anyF ? 1 : 2) : 0;
 }
 
-// flex_bm_compact: warps [0, nbh*nqb) write the kv lists of one q-block row,
-// the next nbh*nkvb warps the q lists of one kv-block column.
+// flex_bm_compact turns flex_bm_classify's class bytes ([nbh][nqb][nkvb])
+// into the lists (flex_bm_lists).
 extern "C" __global__ void __launch_bounds__(256)
     flex_bm_compact(const unsigned char *__restrict__ cls, int nbh, int nqb,
                     int nkvb, int *__restrict__ kv_num, int *__restrict__ kv_idx,
@@ -99,19 +112,10 @@ extern "C" __global__ void __launch_bounds__(256)
                     int *__restrict__ q_num, int *__restrict__ q_idx,
                     int *__restrict__ fullq_num, int *__restrict__ fullq_idx) {
   const long long w = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-  const int lane = threadIdx.x & 31;
-  const long long rows = (long long)nbh * nqb;
-  if (w < rows) {
-    const unsigned char *c = cls + w * nkvb;
-    flex_bm_emit(nkvb, FlexBMStrided{c, 1}, kv_num + w, kv_idx + w * nkvb,
-                 full_num + w, full_idx + w * nkvb, lane);
-  } else if (w < rows + (long long)nbh * nkvb) {
-    const long long col = w - rows;
-    const int bh = (int)(col / nkvb), kvb = (int)(col % nkvb);
-    const unsigned char *c = cls + (long long)bh * nqb * nkvb + kvb;
-    flex_bm_emit(nqb, FlexBMStrided{c, nkvb}, q_num + col, q_idx + col * nqb,
-                 fullq_num + col, fullq_idx + col * nqb, lane);
-  }
+  flex_bm_lists(
+      w, threadIdx.x & 31, nbh, nqb, nkvb,
+      [&](int bh, int qb, int kvb) { return cls[((long long)bh * nqb + qb) * nkvb + kvb]; },
+      kv_num, kv_idx, full_num, full_idx, q_num, q_idx, fullq_num, fullq_idx);
 }
 
 #ifdef FLEX_DFLASH_BLOCK
@@ -164,8 +168,7 @@ flex_dflash_class(const int *__restrict__ anchors, int ad0, int ad1,
 }
 
 // flex_bm_dflash builds the whole DFlash BlockMask (mask_heads 1, one entry
-// per batch element) in one launch: warps [0, batch*nqb) write the kv lists
-// of one q block, the next batch*nkvb warps the q lists of one kv block.
+// per batch element) in one launch (flex_bm_lists over batch masks).
 extern "C" __global__ void __launch_bounds__(256)
     flex_bm_dflash(const int *__restrict__ anchors, int ad0, int ad1,
                    const int *__restrict__ valid, int vd0, int ctx, int lenq,
@@ -175,29 +178,11 @@ extern "C" __global__ void __launch_bounds__(256)
                    int *__restrict__ q_num, int *__restrict__ q_idx,
                    int *__restrict__ fullq_num, int *__restrict__ fullq_idx) {
   const long long w = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-  const int lane = threadIdx.x & 31;
-  const long long rows = (long long)batch * nqb;
-  if (w < rows) {
-    const int b = (int)(w / nqb), qb = (int)(w % nqb);
-    flex_bm_emit(
-        nkvb,
-        [&](int kvb) {
-          return flex_dflash_class(anchors, ad0, ad1, valid, vd0, ctx, lenq,
-                                   lenkv, bq, bkv, b, qb, kvb);
-        },
-        kv_num + w, kv_idx + w * nkvb, full_num + w, full_idx + w * nkvb,
-        lane);
-  } else if (w < rows + (long long)batch * nkvb) {
-    const long long col = w - rows;
-    const int b = (int)(col / nkvb), kvb = (int)(col % nkvb);
-    flex_bm_emit(
-        nqb,
-        [&](int qb) {
-          return flex_dflash_class(anchors, ad0, ad1, valid, vd0, ctx, lenq,
-                                   lenkv, bq, bkv, b, qb, kvb);
-        },
-        q_num + col, q_idx + col * nqb, fullq_num + col, fullq_idx + col * nqb,
-        lane);
-  }
+  flex_bm_lists(
+      w, threadIdx.x & 31, batch, nqb, nkvb,
+      [&](int b, int qb, int kvb) {
+        return flex_dflash_class(anchors, ad0, ad1, valid, vd0, ctx, lenq, lenkv, bq, bkv, b, qb, kvb);
+      },
+      kv_num, kv_idx, full_num, full_idx, q_num, q_idx, fullq_num, fullq_idx);
 }
 #endif

@@ -81,6 +81,13 @@ extern "C" __global__ void __launch_bounds__(256)
     Dlt[row] = acc;
 }
 
+#if FLEX_BWD_WG
+// flex_red2 adds (x, y) to p[0], p[1] in one fp32 vector reduction (sm_90).
+__device__ __forceinline__ void flex_red2(float *p, float x, float y) {
+  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(p), "f"(x), "f"(y) : "memory");
+}
+#endif
+
 // flex_load_vec copies n floats (n a multiple of 4) from g[row0..] into sm,
 // zero-filling rows at or past len.
 __device__ __forceinline__ void flex_load_vec(float *sm, const float *g,
@@ -96,6 +103,24 @@ __device__ __forceinline__ void flex_load_vec(float *sm, const float *g,
       for (int e = 0; e < 4; e++)
         sm[tid * 4 + e] = r + e < len ? g[r + e] : 0.f;
     }
+  }
+}
+
+// flex_mma_pair adds a1 B1 to d1 and a2 B2 to d2 for one row tile and NT
+// n8 tiles, k = 16: B1 and B2 are read from t1 and t2 at k0 as flex_ldm_b
+// reads them, the two products interleaved fragment pair by fragment pair.
+template <int NT, bool KN>
+__device__ __forceinline__ void flex_mma_pair(float (&d1)[NT][4], const unsigned (&a1)[4],
+                                              const flex_t *t1, float (&d2)[NT][4],
+                                              const unsigned (&a2)[4], const flex_t *t2, int k0,
+                                              int lane) {
+#pragma unroll
+  for (int n = 0; n < NT; n += 2) {
+    unsigned bb[4];
+    flex_ldm_b<KN>(bb, t1, k0, n * 8, lane);
+    flex_mma2(d1 + n, a1, bb);
+    flex_ldm_b<KN>(bb, t2, k0, n * 8, lane);
+    flex_mma2(d2 + n, a2, bb);
   }
 }
 
@@ -117,19 +142,66 @@ __device__ __forceinline__ void flex_bwd_recompute(float (&s)[NTILE][4], float (
 #pragma unroll
   for (int kk = 0; kk < FLEX_D / 16; kk++) {
     unsigned a[4], a2f[4];
-    flex_ldm_x4(a[0], a[1], a[2], a[3], flex_a_addr(a1, wrow, kk * 16, lane));
-    flex_ldm_x4(a2f[0], a2f[1], a2f[2], a2f[3], flex_a_addr(a2, wrow, kk * 16, lane));
-#pragma unroll
-    for (int n = 0; n < NTILE; n += 2) {
-      unsigned bb[4];
-      flex_ldm_x4(bb[0], bb[1], bb[2], bb[3], flex_bn_addr(b1, n * 8, kk * 16, lane));
-      flex_mma(s[n], a, bb);
-      flex_mma(s[n + 1], a, bb + 2);
-      flex_ldm_x4(bb[0], bb[1], bb[2], bb[3], flex_bn_addr(b2, n * 8, kk * 16, lane));
-      flex_mma(dp[n], a2f, bb);
-      flex_mma(dp[n + 1], a2f, bb + 2);
-    }
+    flex_ldm_x4(a, flex_a_addr(a1, wrow, kk * 16, lane));
+    flex_ldm_x4(a2f, flex_a_addr(a2, wrow, kk * 16, lane));
+    flex_mma_pair<NTILE, false>(s, a, b1, dp, a2f, b2, kk * 16, lane);
   }
+}
+
+// FlexKVBlock is the work of a flex_bwd_dkdv CTA: kv block kb of kv head hk
+// in batch b, for the query heads hk * FLEX_GROUP + [g0, g1) of its group.
+// The grid is (kv heads, kv blocks, batch), so that the heaviest kv blocks
+// (lowest index under causal-like masks) of every head go first; with
+// FLEX_BWD_SPLIT x runs over the query heads and the CTA does its own only;
+// with FLEX_BWD_HALF x is twice as long, its low bit the half of D.
+struct FlexKVBlock {
+  int kb, hk, b, g0, g1;
+};
+__device__ __forceinline__ FlexKVBlock flex_kv_block() {
+  const int hx = FLEX_BWD_HALF ? blockIdx.x >> 1 : blockIdx.x;
+#if FLEX_BWD_SPLIT
+  return FlexKVBlock{(int)blockIdx.y, hx / FLEX_GROUP, (int)blockIdx.z, hx % FLEX_GROUP, hx % FLEX_GROUP + 1};
+#else
+  return FlexKVBlock{(int)blockIdx.y, hx, (int)blockIdx.z, 0, FLEX_GROUP};
+#endif
+}
+
+// flex_bwd_load_q starts the copies of q tile t (BM rows, from the q-side
+// list blk) of Q, dO, LSE and Dlt of the query head at row offset qoff into
+// stage st of sQ, sdO ([stages][BM][FLEX_D], laid out for wgmma when WG, else
+// for mma.sync) and sL, sDl ([stages][BM]).
+template <int BM, int NT, bool WG>
+__device__ __forceinline__ void flex_bwd_load_q(flex_t *sQ, flex_t *sdO, float *sL, float *sDl,
+                                                int st, const flex_t *Q, const flex_t *dO,
+                                                const float *LSE, const float *Dlt, long long qoff,
+                                                const FlexBlocks &blk, int t, int lenq, int tid) {
+  bool f;
+  const int q0 = blk.start<FLEX_BQ, BM>(t, f);
+  if constexpr (WG) {
+    flex_wg_load<BM, NT>(sQ + st * BM * FLEX_D, Q + qoff * FLEX_D, q0, lenq, tid);
+    flex_wg_load<BM, NT>(sdO + st * BM * FLEX_D, dO + qoff * FLEX_D, q0, lenq, tid);
+  } else {
+    flex_load_tile<BM, NT>(sQ + st * BM * FLEX_D, Q + qoff * FLEX_D, q0, lenq, tid);
+    flex_load_tile<BM, NT>(sdO + st * BM * FLEX_D, dO + qoff * FLEX_D, q0, lenq, tid);
+  }
+  flex_load_vec(sL + st * BM, LSE + qoff, q0, BM, lenq, tid);
+  flex_load_vec(sDl + st * BM, Dlt + qoff, q0, BM, lenq, tid);
+}
+
+// flex_bwd_put writes (x, y) to p[0], p[1] of dK or dV: in the storage type
+// (FLEX_BWD_SPLIT 0), added atomically into the fp32 workspace (1), or
+// stored into the query head's fp32 slice (2).
+__device__ __forceinline__ void flex_bwd_put(flex_dkv_t *p, float x, float y) {
+#if FLEX_BWD_SPLIT == 2
+  *(float2 *)p = make_float2(x, y);
+#elif FLEX_BWD_SPLIT && FLEX_BWD_WG
+  flex_red2(p, x, y);
+#elif FLEX_BWD_SPLIT
+  atomicAdd(p, x);
+  atomicAdd(p + 1, y);
+#else
+  *(unsigned *)p = flex_pack2(x, y);
+#endif
 }
 
 #if FLEX_BWD_WG
@@ -140,29 +212,20 @@ extern "C" __global__ void __launch_bounds__(FLEX_BWD_NT)
     flex_bwd_dkdv(FLEX_DKDV_PARAMS FLEX_ARG_PARAMS) {
   const FlexArgs args = {{FLEX_ARG_VALUES}};
   constexpr int D = FLEX_D, BKV = FLEX_BKV, BM = FLEX_BMQ, NT = FLEX_BWD_NT;
-  constexpr int NTILE = BM / 8, DT = D / 8, SUB = FLEX_BQ / BM;
+  constexpr int NTILE = BM / 8, DT = D / 8;
 
   extern __shared__ __align__(128) unsigned char flex_smem[];
-  flex_t *sK = (flex_t *)flex_smem;       // [BKV][D]
-  flex_t *sV = sK + BKV * D;              // [BKV][D]
-  flex_t *sQ = sV + BKV * D;              // [2][BM][D]
-  flex_t *sdO = sQ + 2 * BM * D;          // [2][BM][D]
-  float *sL = (float *)(sdO + 2 * BM * D); // [2][BM]
-  float *sDl = sL + 2 * BM;               // [2][BM]
-  flex_t *sdS = (flex_t *)(sDl + 2 * BM); // [BM][BKV]
-  int *sIdx = (int *)(sdS + (FLEX_DQ_ATOMIC ? BM * BKV : 0)); // q block ids
+  FlexSmem sm{flex_smem};
+  flex_t *sK = sm.take<flex_t>(BKV * D), *sV = sm.take<flex_t>(BKV * D); // [BKV][D] each
+  flex_t *sQ = sm.take<flex_t>(2 * BM * D), *sdO = sm.take<flex_t>(2 * BM * D); // [2][BM][D] each
+  float *sL = sm.take<float>(2 * BM), *sDl = sm.take<float>(2 * BM); // [2][BM] each
+  flex_t *sdS = sm.take<flex_t>(FLEX_DQ_ATOMIC ? BM * BKV : 0); // [BM][BKV]
+  int *sIdx = sm.rest<int>(); // q block ids
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int heads_kv = heads_q / FLEX_GROUP;
-#if FLEX_BWD_SPLIT
-  // grid (query heads, kv blocks, batch); the CTA does its query head only.
-  const int kb = blockIdx.y, b = blockIdx.z;
-  const int g0 = blockIdx.x % FLEX_GROUP, hk = blockIdx.x / FLEX_GROUP;
-  const int g1 = g0 + 1;
-#else
-  const int kb = blockIdx.y, hk = blockIdx.x, b = blockIdx.z;
-  const int g0 = 0, g1 = FLEX_GROUP;
-#endif
+  const FlexKVBlock cta = flex_kv_block();
+  const int kb = cta.kb, hk = cta.hk, b = cta.b;
   const int kv0 = kb * BKV;
   const int wrow = warp * 16;
   const int c0 = kv0 + wrow + (lane >> 2), c1 = c0 + 8; // this thread's kv
@@ -179,31 +242,23 @@ extern "C" __global__ void __launch_bounds__(FLEX_BWD_NT)
     for (int e = 0; e < 4; e++)
       dk[i][e] = dv[i][e] = 0.f;
 
-  for (int g = g0; g < g1; g++) {
+  for (int g = cta.g0; g < cta.g1; g++) {
     const int h = hk * FLEX_GROUP + g;
+    const long long qoff = (long long)(b * heads_q + h) * lenq;
     const FlexBlocks blk = flex_blocks(sIdx, q_num, q_idx, fullq_num, fullq_idx, b, h, kb,
                                        bm_batch, bm_heads, nkvb, nqb, tid, NT);
-    const int ntiles = (blk.npart + blk.nfull) * SUB;
-    const long long qoff = (long long)(b * heads_q + h) * lenq;
-    auto tile_start = [&](int t, bool &full) { return blk.start<FLEX_BQ, BM>(t, full); };
+    const int ntiles = blk.tiles<FLEX_BQ, BM>();
     auto load = [&](int t, int st) {
-      bool f;
-      int q0 = tile_start(t, f);
-      flex_load_tile<BM, NT>(sQ + st * BM * D, Q + qoff * D, q0, lenq, tid);
-      flex_load_tile<BM, NT>(sdO + st * BM * D, dO + qoff * D, q0, lenq, tid);
-      flex_load_vec(sL + st * BM, LSE + qoff, q0, BM, lenq, tid);
-      flex_load_vec(sDl + st * BM, Dlt + qoff, q0, BM, lenq, tid);
+      if (t < ntiles)
+        flex_bwd_load_q<BM, NT, false>(sQ, sdO, sL, sDl, st, Q, dO, LSE, Dlt, qoff, blk, t, lenq, tid);
+      flex_cp_commit();
     };
-    if (ntiles > 0)
-      load(0, 0);
-    flex_cp_commit();
+    load(0, 0);
     for (int t = 0; t < ntiles; t++) {
       const int st = t & 1;
       bool full;
-      const int q0 = tile_start(t, full);
-      if (t + 1 < ntiles)
-        load(t + 1, st ^ 1);
-      flex_cp_commit();
+      const int q0 = blk.start<FLEX_BQ, BM>(t, full);
+      load(t + 1, st ^ 1);
       flex_cp_wait<1>();
       __syncthreads();
       const flex_t *cQ = sQ + st * BM * D, *cdO = sdO + st * BM * D;
@@ -243,26 +298,9 @@ extern "C" __global__ void __launch_bounds__(FLEX_BWD_NT)
 #pragma unroll
       for (int kk = 0; kk < BM / 16; kk++) {
         unsigned a[4], ad[4];
-        a[0] = flex_pack2(s[2 * kk][0], s[2 * kk][1]);
-        a[1] = flex_pack2(s[2 * kk][2], s[2 * kk][3]);
-        a[2] = flex_pack2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-        a[3] = flex_pack2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-        ad[0] = flex_pack2(dp[2 * kk][0], dp[2 * kk][1]);
-        ad[1] = flex_pack2(dp[2 * kk][2], dp[2 * kk][3]);
-        ad[2] = flex_pack2(dp[2 * kk + 1][0], dp[2 * kk + 1][1]);
-        ad[3] = flex_pack2(dp[2 * kk + 1][2], dp[2 * kk + 1][3]);
-#pragma unroll
-        for (int n = 0; n < DT; n += 2) {
-          unsigned bb[4];
-          flex_ldm_x4_t(bb[0], bb[1], bb[2], bb[3],
-                        flex_bk_addr(cdO, kk * 16, n * 8, lane));
-          flex_mma(dv[n], a, bb);
-          flex_mma(dv[n + 1], a, bb + 2);
-          flex_ldm_x4_t(bb[0], bb[1], bb[2], bb[3],
-                        flex_bk_addr(cQ, kk * 16, n * 8, lane));
-          flex_mma(dk[n], ad, bb);
-          flex_mma(dk[n + 1], ad, bb + 2);
-        }
+        flex_frag_a(a, s[2 * kk], s[2 * kk + 1]);
+        flex_frag_a(ad, dp[2 * kk], dp[2 * kk + 1]);
+        flex_mma_pair<DT, true>(dv, a, cdO, dk, ad, cQ, kk * 16, lane);
 #if FLEX_DQ_ATOMIC
         // dS stored as [q][kv] for the dQ product below.
         const int kvl0 = wrow + (lane >> 2), kvl1 = kvl0 + 8;
@@ -293,16 +331,8 @@ extern "C" __global__ void __launch_bounds__(FLEX_BWD_NT)
 #pragma unroll
         for (int kk = 0; kk < BKV / 16; kk++) {
           unsigned a[4];
-          flex_ldm_x4(a[0], a[1], a[2], a[3],
-                      flex_a_addr<BKV>(sdS, mt * 16, kk * 16, lane));
-#pragma unroll
-          for (int n = 0; n < DC / 8; n += 2) {
-            unsigned bb[4];
-            flex_ldm_x4_t(bb[0], bb[1], bb[2], bb[3],
-                          flex_bk_addr(sK, kk * 16, np * DC + n * 8, lane));
-            flex_mma(dq[n], a, bb);
-            flex_mma(dq[n + 1], a, bb + 2);
-          }
+          flex_ldm_x4(a, flex_a_addr<BKV>(sdS, mt * 16, kk * 16, lane));
+          flex_mma_rows<1, DC / 8, true>(&dq, &a, sK, kk * 16, np * DC, lane);
         }
         const int qr0 = q0 + mt * 16 + (lane >> 2), qr1 = qr0 + 8;
         float *g = dQacc + qoff * D;
@@ -330,55 +360,20 @@ extern "C" __global__ void __launch_bounds__(FLEX_BWD_NT)
 #if FLEX_BWD_SPLIT == 2
   {
     const long long slice = (long long)gridDim.z * heads_kv * lenkv * D;
-    gK += g0 * slice;
-    gV += g0 * slice;
+    gK += cta.g0 * slice;
+    gV += cta.g0 * slice;
   }
-#pragma unroll
-  for (int n = 0; n < DT; n++) {
-    const int col = n * 8 + (lane & 3) * 2;
-    if (c0 < lenkv) {
-      *(float2 *)(gK + (long long)c0 * D + col) =
-          make_float2(dk[n][0] * scale, dk[n][1] * scale);
-      *(float2 *)(gV + (long long)c0 * D + col) = make_float2(dv[n][0], dv[n][1]);
-    }
-    if (c1 < lenkv) {
-      *(float2 *)(gK + (long long)c1 * D + col) =
-          make_float2(dk[n][2] * scale, dk[n][3] * scale);
-      *(float2 *)(gV + (long long)c1 * D + col) = make_float2(dv[n][2], dv[n][3]);
-    }
-  }
-  return;
-#elif FLEX_BWD_SPLIT
-#pragma unroll
-  for (int n = 0; n < DT; n++) {
-    const int col = n * 8 + (lane & 3) * 2;
-    if (c0 < lenkv) {
-      atomicAdd(gK + (long long)c0 * D + col, dk[n][0] * scale);
-      atomicAdd(gK + (long long)c0 * D + col + 1, dk[n][1] * scale);
-      atomicAdd(gV + (long long)c0 * D + col, dv[n][0]);
-      atomicAdd(gV + (long long)c0 * D + col + 1, dv[n][1]);
-    }
-    if (c1 < lenkv) {
-      atomicAdd(gK + (long long)c1 * D + col, dk[n][2] * scale);
-      atomicAdd(gK + (long long)c1 * D + col + 1, dk[n][3] * scale);
-      atomicAdd(gV + (long long)c1 * D + col, dv[n][2]);
-      atomicAdd(gV + (long long)c1 * D + col + 1, dv[n][3]);
-    }
-  }
-  return;
 #endif
 #pragma unroll
   for (int n = 0; n < DT; n++) {
     const int col = n * 8 + (lane & 3) * 2;
     if (c0 < lenkv) {
-      *(unsigned *)(gK + (long long)c0 * D + col) =
-          flex_pack2(dk[n][0] * scale, dk[n][1] * scale);
-      *(unsigned *)(gV + (long long)c0 * D + col) = flex_pack2(dv[n][0], dv[n][1]);
+      flex_bwd_put(gK + (long long)c0 * D + col, dk[n][0] * scale, dk[n][1] * scale);
+      flex_bwd_put(gV + (long long)c0 * D + col, dv[n][0], dv[n][1]);
     }
     if (c1 < lenkv) {
-      *(unsigned *)(gK + (long long)c1 * D + col) =
-          flex_pack2(dk[n][2] * scale, dk[n][3] * scale);
-      *(unsigned *)(gV + (long long)c1 * D + col) = flex_pack2(dv[n][2], dv[n][3]);
+      flex_bwd_put(gK + (long long)c1 * D + col, dk[n][2] * scale, dk[n][3] * scale);
+      flex_bwd_put(gV + (long long)c1 * D + col, dv[n][2], dv[n][3]);
     }
   }
 }

@@ -32,44 +32,32 @@ extern "C" __global__ void __launch_bounds__(FLEX_DQ_NT)
                 float scale FLEX_ARG_PARAMS) {
   const FlexArgs args = {{FLEX_ARG_VALUES}};
   constexpr int D = FLEX_D, BQ = FLEX_BQ, BN = FLEX_DQ_BN, NT = FLEX_DQ_NT;
-  constexpr int NTILE = BN / 8, DT = D / 8, SUB = FLEX_BKV / BN;
+  constexpr int NTILE = BN / 8, DT = D / 8;
 
   extern __shared__ __align__(128) unsigned char flex_smem[];
-  flex_t *sQ = (flex_t *)flex_smem;      // [BQ][D]
-  flex_t *sdO = sQ + BQ * D;             // [BQ][D]
-  flex_t *sK = sdO + BQ * D;             // [2][BN][D]
-  flex_t *sV = sK + 2 * BN * D;          // [2][BN][D]
-  float *sL = (float *)(sV + 2 * BN * D); // [BQ]
-  float *sDl = sL + BQ;                  // [BQ]
-  int *sIdx = (int *)(sDl + BQ);         // [npart + nfull] kv block ids
+  FlexSmem sm{flex_smem};
+  flex_t *sQ = sm.take<flex_t>(BQ * D), *sdO = sm.take<flex_t>(BQ * D); // [BQ][D] each
+  flex_t *sK = sm.take<flex_t>(2 * BN * D), *sV = sm.take<flex_t>(2 * BN * D); // [2][BN][D] each
+  float *sL = sm.take<float>(BQ), *sDl = sm.take<float>(BQ);
+  int *sIdx = sm.rest<int>(); // [npart + nfull] kv block ids
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  // grid (heads x batch, q blocks), heaviest (last) q blocks first.
-  const int qb = gridDim.y - 1 - blockIdx.y;
-  const int h = blockIdx.x % heads_q, b = blockIdx.x / heads_q;
-  const int hk = h / FLEX_GROUP, heads_kv = heads_q / FLEX_GROUP;
-  const int q0 = qb * BQ;
+  const FlexQBlock cta = flex_q_block(heads_q);
+  const int qb = cta.qb, h = cta.h, b = cta.b, q0 = cta.q0;
   const long long qoff = (long long)(b * heads_q + h) * lenq;
-  const flex_t *gK = K + ((long long)(b * heads_kv + hk) * lenkv) * D;
-  const flex_t *gV = V + ((long long)(b * heads_kv + hk) * lenkv) * D;
+  const long long kvoff = ((long long)(b * cta.heads_kv + cta.hk) * lenkv) * D;
+  const flex_t *gK = K + kvoff, *gV = V + kvoff;
 
   // The block list moves to shared memory once, off the loop's critical path.
   const FlexBlocks blk = flex_blocks(sIdx, kv_num, kv_idx, full_num, full_idx, b, h, qb,
                                      bm_batch, bm_heads, nqb, nkvb, tid, NT);
-  const int ntiles = (blk.npart + blk.nfull) * SUB;
-  auto tile_start = [&](int t, bool &full) { return blk.start<FLEX_BKV, BN>(t, full); };
+  const int ntiles = blk.tiles<FLEX_BKV, BN>();
 
   flex_load_tile<BQ, NT>(sQ, Q + qoff * D, q0, lenq, tid);
   flex_load_tile<BQ, NT>(sdO, dO + qoff * D, q0, lenq, tid);
   flex_load_vec(sL, LSE + qoff, q0, BQ, lenq, tid);
   flex_load_vec(sDl, Dlt + qoff, q0, BQ, lenq, tid);
-  if (ntiles > 0) {
-    bool f;
-    const int kv0 = tile_start(0, f);
-    flex_load_tile<BN, NT>(sK, gK, kv0, lenkv, tid);
-    flex_load_tile<BN, NT>(sV, gV, kv0, lenkv, tid);
-  }
-  flex_cp_commit();
+  flex_kv_prefetch<BN, NT>(sK, sV, gK, gV, blk, 0, ntiles, 0, lenkv, tid);
 
   float dq[DT][4];
 #pragma unroll
@@ -83,14 +71,8 @@ extern "C" __global__ void __launch_bounds__(FLEX_DQ_NT)
   for (int t = 0; t < ntiles; t++) {
     const int st = t & 1;
     bool full;
-    const int kv0 = tile_start(t, full);
-    if (t + 1 < ntiles) {
-      bool f2;
-      const int kvn = tile_start(t + 1, f2);
-      flex_load_tile<BN, NT>(sK + (st ^ 1) * BN * D, gK, kvn, lenkv, tid);
-      flex_load_tile<BN, NT>(sV + (st ^ 1) * BN * D, gV, kvn, lenkv, tid);
-    }
-    flex_cp_commit();
+    const int kv0 = blk.start<FLEX_BKV, BN>(t, full);
+    flex_kv_prefetch<BN, NT>(sK, sV, gK, gV, blk, t + 1, ntiles, st ^ 1, lenkv, tid);
     flex_cp_wait<1>();
     __syncthreads();
     const flex_t *cK = sK + st * BN * D, *cV = sV + st * BN * D;
@@ -130,16 +112,8 @@ extern "C" __global__ void __launch_bounds__(FLEX_DQ_NT)
     }
     // dQ += dS K (k = kv rows), K via ldmatrix.trans.
 #pragma unroll
-    for (int kk = 0; kk < BN / 16; kk++) {
-#pragma unroll
-      for (int n = 0; n < DT; n += 2) {
-        unsigned bb[4];
-        flex_ldm_x4_t(bb[0], bb[1], bb[2], bb[3],
-                      flex_bk_addr(cK, kk * 16, n * 8, lane));
-        flex_mma(dq[n], pk[kk], bb);
-        flex_mma(dq[n + 1], pk[kk], bb + 2);
-      }
-    }
+    for (int kk = 0; kk < BN / 16; kk++)
+      flex_mma_rows<1, DT, true>(&dq, &pk[kk], cK, kk * 16, 0, lane);
     __syncthreads(); // stage st is refilled by the next iteration's prefetch
   }
   flex_cp_wait<0>();

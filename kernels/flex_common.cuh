@@ -100,6 +100,26 @@ __device__ __forceinline__ unsigned flex_smem_addr(const void *p) {
   return (unsigned)__cvta_generic_to_shared(p);
 }
 
+// FlexSmem hands out consecutive regions of a kernel's dynamic shared
+// memory, in the order of its layout (the launcher's Resources size it).
+struct FlexSmem {
+  unsigned char *p;
+  template <class T> __device__ __forceinline__ T *take(int n) {
+    T *r = (T *)p;
+    p += n * sizeof(T);
+    return r;
+  }
+  // rest is the open-ended region after the others (sized at launch).
+  template <class T> __device__ __forceinline__ T *rest() const { return (T *)p; }
+};
+
+// flex_smem_1024 returns the first 1024-byte aligned address at or after raw
+// in shared memory: the 128-byte swizzle of TMA and wgmma needs 1024-byte
+// aligned tiles (the Hopper kernels' Resources add the slack).
+__device__ __forceinline__ unsigned char *flex_smem_1024(unsigned char *raw) {
+  return raw + ((1024 - (flex_smem_addr(raw) & 1023)) & 1023);
+}
+
 // flex_cp16 copies 16 bytes global -> shared asynchronously; when valid is
 // false the destination is zero-filled and src is not read.
 __device__ __forceinline__ void flex_cp16(void *dst, const void *src,
@@ -252,12 +272,11 @@ template <int N> __device__ __forceinline__ void flex_regs_inc() {
 
 // ---- tensor cores ----
 // flex_ldm_x4 loads four 8x8 b16 matrices from shared memory at p (lane
-// 8i+j gives row j of matrix i) into r0..r3; flex_ldm_x4_t transposes each.
+// 8i+j gives row j of matrix i) into r[0..3]; flex_ldm_x4_t transposes each.
 #define FLEX_LDM_X4(NAME, TRANS)                                                          \
-  __device__ __forceinline__ void NAME(unsigned &r0, unsigned &r1, unsigned &r2,          \
-                                       unsigned &r3, const flex_t *p) {                   \
+  __device__ __forceinline__ void NAME(unsigned (&r)[4], const flex_t *p) {               \
     asm volatile("ldmatrix.sync.aligned.m8n8.x4" TRANS ".shared.b16 {%0,%1,%2,%3}, [%4];\n" \
-                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)                                 \
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])                         \
                  : "r"(flex_smem_addr(p)));                                               \
   }
 FLEX_LDM_X4(flex_ldm_x4, "")
@@ -314,6 +333,54 @@ __device__ __forceinline__ const flex_t *flex_bk_addr(const flex_t *t, int k0,
   return t + flex_swz<W>(r, c);
 }
 
+// flex_ldm_b loads the B fragments of n-tiles n0..n0+7 and n0+8..n0+15
+// for k rows k0..k0+15 from the swizzled tile t, which holds B transposed
+// ([n][k], like K for S = Q K^T) when KN is false and B itself ([k][n], like
+// V for O = P V) when true.
+template <bool KN, int W = FLEX_D>
+__device__ __forceinline__ void flex_ldm_b(unsigned (&b)[4], const flex_t *t, int k0, int n0,
+                                           int lane) {
+  if constexpr (KN)
+    flex_ldm_x4_t(b, flex_bk_addr<W>(t, k0, n0, lane));
+  else
+    flex_ldm_x4(b, flex_bn_addr<W>(t, n0, k0, lane));
+}
+
+// flex_mma2 adds a times the two n8 tiles of a flex_ldm_b fragment pair b
+// to d[0] and d[1].
+__device__ __forceinline__ void flex_mma2(float (*d)[4], const unsigned *a, const unsigned (&b)[4]) {
+  flex_mma(d[0], a, b);
+  flex_mma(d[1], a, b + 2);
+}
+
+// flex_mma_rows adds A B to d[0..MT) for MT row tiles of 16 rows and NT n8
+// tiles, k = 16: a[0..MT) holds the row tiles' A fragments, B (columns from
+// n0) is read from t as flex_ldm_b reads it, and every B fragment feeds all
+// MT row tiles.
+template <int MT, int NT, bool KN, int W = FLEX_D>
+__device__ __forceinline__ void flex_mma_rows(float (*d)[NT][4], const unsigned (*a)[4],
+                                              const flex_t *t, int k0, int n0, int lane) {
+#pragma unroll
+  for (int n = 0; n < NT; n += 2) {
+    unsigned bb[4];
+    flex_ldm_b<KN, W>(bb, t, k0, n0 + n * 8, lane);
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+      flex_mma2(d[mt] + n, a[mt], bb);
+  }
+}
+
+// flex_frag_a packs the fp32 accumulators of two n8 tiles of a 16-row tile
+// (columns 0-7 in c0, 8-15 in c1) into the A fragment of a product whose k
+// is those 16 columns (P of S = Q K^T becomes the A operand of O = P V).
+__device__ __forceinline__ void flex_frag_a(unsigned (&a)[4], const float (&c0)[4],
+                                            const float (&c1)[4]) {
+  a[0] = flex_pack2(c0[0], c0[1]);
+  a[1] = flex_pack2(c0[2], c0[3]);
+  a[2] = flex_pack2(c1[0], c1[1]);
+  a[3] = flex_pack2(c1[2], c1[3]);
+}
+
 __device__ __forceinline__ float flex_quad_max(float x) {
   x = fmaxf(x, __shfl_xor_sync(0xffffffff, x, 1));
   x = fmaxf(x, __shfl_xor_sync(0xffffffff, x, 2));
@@ -339,6 +406,10 @@ struct FlexBlocks {
     full = j >= npart;
     return idx[j] * BLOCK + (t % SUB) * ROWS;
   }
+  // tiles is the number of tiles of ROWS rows in the list.
+  template <int BLOCK, int ROWS> __device__ __forceinline__ int tiles() const {
+    return (npart + nfull) * (BLOCK / ROWS);
+  }
 };
 
 // flex_blocks copies row i (of nrows) of batch b, head h of a block mask
@@ -356,6 +427,36 @@ __device__ __forceinline__ FlexBlocks flex_blocks(int *sIdx, const int *num, con
     sIdx[k] = k < np ? p[k] : f[k - np];
   __syncthreads();
   return FlexBlocks{sIdx, np, nf};
+}
+
+// FlexQBlock is the work of a CTA of a q-parallel kernel (flex_fwd,
+// flex_bwd_dq) on the grid (heads_q x batch, q blocks): q block qb, first row
+// q0, of query head h (kv head hk of heads_kv) in batch b. The heaviest q
+// blocks (largest index under causal-like masks) of every head go first.
+struct FlexQBlock {
+  int qb, h, b, hk, heads_kv, q0;
+};
+__device__ __forceinline__ FlexQBlock flex_q_block(int heads_q) {
+  const int qb = gridDim.y - 1 - blockIdx.y;
+  const int h = blockIdx.x % heads_q, b = blockIdx.x / heads_q;
+  return FlexQBlock{qb, h, b, h / FLEX_GROUP, heads_q / FLEX_GROUP, qb * FLEX_BQ};
+}
+
+// flex_kv_prefetch starts the copies of kv tile t (of ntiles, BN rows each,
+// from the list blk) of K and V into stage st of the double-buffered tiles
+// sK and sV ([2][BN][FLEX_D] each) and commits them with the copies issued
+// before (an empty group when t is past the list).
+template <int BN, int NT>
+__device__ __forceinline__ void flex_kv_prefetch(flex_t *sK, flex_t *sV, const flex_t *gK,
+                                                 const flex_t *gV, const FlexBlocks &blk, int t,
+                                                 int ntiles, int st, int lenkv, int tid) {
+  if (t < ntiles) {
+    bool f;
+    const int kv0 = blk.start<FLEX_BKV, BN>(t, f);
+    flex_load_tile<BN, NT>(sK + st * BN * FLEX_D, gK, kv0, lenkv, tid);
+    flex_load_tile<BN, NT>(sV + st * BN * FLEX_D, gV, kv0, lenkv, tid);
+  }
+  flex_cp_commit();
 }
 
 // flex_allowed evaluates the mask for one element with bounds: pairs outside
