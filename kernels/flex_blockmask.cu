@@ -48,15 +48,23 @@ __device__ __forceinline__ void flex_bm_emit(int n, F get, int *num, int *idx,
   }
 }
 
-// flex_bm_lists is the part of warp w (lane lane) in a launch that writes
-// every list of nbh (batch x mask heads) masks of nqb x nkvb blocks: warps
-// [0, nbh*nqb) write the kv lists of one q-block row, the next nbh*nkvb
-// warps the q lists of one kv-block column; cls(bh, qb, kvb) is the class of
-// a block.
+// FLEX_BM_LIST_PARAMS are the eight lists a builder writes, in
+// flex.BlockMask's order; FLEX_BM_LISTS passes them on.
+#define FLEX_BM_LIST_PARAMS                                                    \
+  int *__restrict__ kv_num, int *__restrict__ kv_idx,                          \
+      int *__restrict__ full_num, int *__restrict__ full_idx,                  \
+      int *__restrict__ q_num, int *__restrict__ q_idx,                        \
+      int *__restrict__ fullq_num, int *__restrict__ fullq_idx
+#define FLEX_BM_LISTS kv_num, kv_idx, full_num, full_idx, q_num, q_idx, fullq_num, fullq_idx
+
+// flex_bm_lists is the body of a launch that writes every list of nbh (batch
+// x mask heads) masks of nqb x nkvb blocks, a warp a list: warps [0,
+// nbh*nqb) write the kv lists of one q-block row, the next nbh*nkvb warps
+// the q lists of one kv-block column; cls(bh, qb, kvb) is a block's class.
 template <class F>
-__device__ __forceinline__ void flex_bm_lists(long long w, int lane, int nbh, int nqb, int nkvb, F cls,
-                                              int *kv_num, int *kv_idx, int *full_num, int *full_idx,
-                                              int *q_num, int *q_idx, int *fullq_num, int *fullq_idx) {
+__device__ __forceinline__ void flex_bm_lists(int nbh, int nqb, int nkvb, F cls, FLEX_BM_LIST_PARAMS) {
+  const long long w = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+  const int lane = threadIdx.x & 31;
   const long long rows = (long long)nbh * nqb;
   if (w < rows) {
     const int bh = (int)(w / nqb), qb = (int)(w % nqb);
@@ -106,16 +114,12 @@ extern "C" __global__ void __launch_bounds__(256)
 // flex_bm_compact turns flex_bm_classify's class bytes ([nbh][nqb][nkvb])
 // into the lists (flex_bm_lists).
 extern "C" __global__ void __launch_bounds__(256)
-    flex_bm_compact(const unsigned char *__restrict__ cls, int nbh, int nqb,
-                    int nkvb, int *__restrict__ kv_num, int *__restrict__ kv_idx,
-                    int *__restrict__ full_num, int *__restrict__ full_idx,
-                    int *__restrict__ q_num, int *__restrict__ q_idx,
-                    int *__restrict__ fullq_num, int *__restrict__ fullq_idx) {
-  const long long w = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    flex_bm_compact(const unsigned char *__restrict__ cls, int nbh, int nqb, int nkvb,
+                    FLEX_BM_LIST_PARAMS) {
   flex_bm_lists(
-      w, threadIdx.x & 31, nbh, nqb, nkvb,
+      nbh, nqb, nkvb,
       [&](int bh, int qb, int kvb) { return cls[((long long)bh * nqb + qb) * nkvb + kvb]; },
-      kv_num, kv_idx, full_num, full_idx, q_num, q_idx, fullq_num, fullq_idx);
+      FLEX_BM_LISTS);
 }
 
 #ifdef FLEX_DFLASH_BLOCK
@@ -173,16 +177,12 @@ extern "C" __global__ void __launch_bounds__(256)
     flex_bm_dflash(const int *__restrict__ anchors, int ad0, int ad1,
                    const int *__restrict__ valid, int vd0, int ctx, int lenq,
                    int lenkv, int batch, int nqb, int nkvb, int bq, int bkv,
-                   int *__restrict__ kv_num, int *__restrict__ kv_idx,
-                   int *__restrict__ full_num, int *__restrict__ full_idx,
-                   int *__restrict__ q_num, int *__restrict__ q_idx,
-                   int *__restrict__ fullq_num, int *__restrict__ fullq_idx) {
-  const long long w = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+                   FLEX_BM_LIST_PARAMS) {
   flex_bm_lists(
-      w, threadIdx.x & 31, batch, nqb, nkvb,
+      batch, nqb, nkvb,
       [&](int b, int qb, int kvb) {
         return flex_dflash_class(anchors, ad0, ad1, valid, vd0, ctx, lenq, lenkv, bq, bkv, b, qb, kvb);
       },
-      kv_num, kv_idx, full_num, full_idx, q_num, q_idx, fullq_num, fullq_idx);
+      FLEX_BM_LISTS);
 }
 #endif

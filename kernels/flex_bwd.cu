@@ -134,11 +134,8 @@ __device__ __forceinline__ void flex_bwd_recompute(float (&s)[NTILE][4], float (
                                                    const flex_t *a1, const flex_t *b1,
                                                    const flex_t *a2, const flex_t *b2,
                                                    int wrow, int lane) {
-#pragma unroll
-  for (int n = 0; n < NTILE; n++)
-#pragma unroll
-    for (int e = 0; e < 4; e++)
-      s[n][e] = dp[n][e] = 0.f;
+  flex_zero(s);
+  flex_zero(dp);
 #pragma unroll
   for (int kk = 0; kk < FLEX_D / 16; kk++) {
     unsigned a[4], a2f[4];
@@ -166,27 +163,65 @@ __device__ __forceinline__ FlexKVBlock flex_kv_block() {
 #endif
 }
 
-// flex_bwd_load_q starts the copies of q tile t (BM rows, from the q-side
-// list blk) of Q, dO, LSE and Dlt of the query head at row offset qoff into
-// stage st of sQ, sdO ([stages][BM][FLEX_D], laid out for wgmma when WG, else
-// for mma.sync) and sL, sDl ([stages][BM]).
-template <int BM, int NT, bool WG>
-__device__ __forceinline__ void flex_bwd_load_q(flex_t *sQ, flex_t *sdO, float *sL, float *sDl,
-                                                int st, const flex_t *Q, const flex_t *dO,
-                                                const float *LSE, const float *Dlt, long long qoff,
-                                                const FlexBlocks &blk, int t, int lenq, int tid) {
-  bool f;
-  const int q0 = blk.start<FLEX_BQ, BM>(t, f);
-  if constexpr (WG) {
-    flex_wg_load<BM, NT>(sQ + st * BM * FLEX_D, Q + qoff * FLEX_D, q0, lenq, tid);
-    flex_wg_load<BM, NT>(sdO + st * BM * FLEX_D, dO + qoff * FLEX_D, q0, lenq, tid);
-  } else {
-    flex_load_tile<BM, NT>(sQ + st * BM * FLEX_D, Q + qoff * FLEX_D, q0, lenq, tid);
-    flex_load_tile<BM, NT>(sdO + st * BM * FLEX_D, dO + qoff * FLEX_D, q0, lenq, tid);
+// FlexQStream streams to flex_bwd_dkdv the q tiles (BM rows, NT threads)
+// of one query head at a time: Q and dO into sQ and sdO ([stages][BM][FLEX_D],
+// laid out for wgmma when WG, else for mma.sync), LSE and Dlt into sL and
+// sDl ([stages][BM]), with cp.async.
+template <int BM, int NT, bool WG> struct FlexQStream {
+  flex_t *sQ, *sdO;
+  float *sL, *sDl;
+  const flex_t *Q, *dO;
+  const float *LSE, *Dlt;
+  int lenq, tid;
+  long long qoff; // the head's first row
+  FlexBlocks blk; // the head's q-side list of the CTA's kv block
+  int ntiles;     // tiles in blk
+  // head selects query head hk * FLEX_GROUP + g of the CTA's group and
+  // returns it; every thread calls it (flex_blocks copies the list to sIdx).
+  __device__ __forceinline__ int head(const FlexKVBlock &cta, int g, int *sIdx, const int *num,
+                                      const int *idx, const int *fnum, const int *fidx, int bm_batch,
+                                      int bm_heads, int nkvb, int nqb, int heads_q) {
+    const int h = cta.hk * FLEX_GROUP + g;
+    qoff = (long long)(cta.b * heads_q + h) * lenq;
+    blk = flex_blocks(sIdx, num, idx, fnum, fidx, cta.b, h, cta.kb, bm_batch, bm_heads, nkvb, nqb, tid, NT);
+    ntiles = blk.tiles<FLEX_BQ, BM>();
+    return h;
   }
-  flex_load_vec(sL + st * BM, LSE + qoff, q0, BM, lenq, tid);
-  flex_load_vec(sDl + st * BM, Dlt + qoff, q0, BM, lenq, tid);
+  // start returns the first q row of tile t and whether its block is full.
+  __device__ __forceinline__ int start(int t, bool &full) const { return blk.start<FLEX_BQ, BM>(t, full); }
+  // load starts the copies of tile t into stage st and commits them with
+  // the copies issued before (an empty group when t is past the list).
+  __device__ __forceinline__ void load(int t, int st) const {
+    if (t < ntiles) {
+      bool f;
+      const int q0 = start(t, f);
+      if constexpr (WG) {
+        flex_wg_load<BM, NT>(sQ + st * BM * FLEX_D, Q + qoff * FLEX_D, q0, lenq, tid);
+        flex_wg_load<BM, NT>(sdO + st * BM * FLEX_D, dO + qoff * FLEX_D, q0, lenq, tid);
+      } else {
+        flex_load_tile<BM, NT>(sQ + st * BM * FLEX_D, Q + qoff * FLEX_D, q0, lenq, tid);
+        flex_load_tile<BM, NT>(sdO + st * BM * FLEX_D, dO + qoff * FLEX_D, q0, lenq, tid);
+      }
+      flex_load_vec(sL + st * BM, LSE + qoff, q0, BM, lenq, tid);
+      flex_load_vec(sDl + st * BM, Dlt + qoff, q0, BM, lenq, tid);
+    }
+    flex_cp_commit();
+  }
+};
+
+#if FLEX_HAS_SCORE
+// flex_bwd_score_p returns P = exp(score(s * scale) - lse) of the pair
+// (row, col) of a flex_bwd_dkdv tile (0 unless ok) and turns dp, its dP,
+// into dS = P (dP - dlt) score'(s * scale) in place (0 unless ok).
+__device__ __forceinline__ float flex_bwd_score_p(const FlexArgs &A, bool ok, float s, float &dp,
+                                                  float scale, float lse, float dlt, int b, int h,
+                                                  int row, int col) {
+  const float raw = s * scale;
+  const float p = ok ? exp2f((flex_score(A, raw, b, h, row, col) - lse) * FLEX_LOG2E) : 0.f;
+  dp = ok ? flex_score_grad(A, raw, p * (dp - dlt), b, h, row, col) : 0.f;
+  return p;
 }
+#endif
 
 // flex_bwd_put writes (x, y) to p[0], p[1] of dK or dV: in the storage type
 // (FLEX_BWD_SPLIT 0), added atomically into the fp32 workspace (1), or
@@ -215,14 +250,14 @@ extern "C" __global__ void __launch_bounds__(FLEX_BWD_NT)
   constexpr int NTILE = BM / 8, DT = D / 8;
 
   extern __shared__ __align__(128) unsigned char flex_smem[];
-  FlexSmem sm{flex_smem};
-  flex_t *sK = sm.take<flex_t>(BKV * D), *sV = sm.take<flex_t>(BKV * D); // [BKV][D] each
-  flex_t *sQ = sm.take<flex_t>(2 * BM * D), *sdO = sm.take<flex_t>(2 * BM * D); // [2][BM][D] each
-  float *sL = sm.take<float>(2 * BM), *sDl = sm.take<float>(2 * BM); // [2][BM] each
-  flex_t *sdS = sm.take<flex_t>(FLEX_DQ_ATOMIC ? BM * BKV : 0); // [BM][BKV]
-  int *sIdx = sm.rest<int>(); // q block ids
+  flex_t *sK, *sV, *sQ, *sdO, *sdS; // [BKV][D] each, [2][BM][D] each, [BM][BKV]
+  float *sL, *sDl;                  // [2][BM] each
+  int *sIdx;                        // q block ids
+  flex_carve(flex_smem, sK, BKV * D, sV, BKV * D, sQ, 2 * BM * D, sdO, 2 * BM * D, sL, 2 * BM,
+             sDl, 2 * BM, sdS, FLEX_DQ_ATOMIC ? BM * BKV : 0, sIdx);
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  FlexQStream<BM, NT, false> qs{sQ, sdO, sL, sDl, Q, dO, LSE, Dlt, lenq, tid};
   const int heads_kv = heads_q / FLEX_GROUP;
   const FlexKVBlock cta = flex_kv_block();
   const int kb = cta.kb, hk = cta.hk, b = cta.b;
@@ -236,29 +271,17 @@ extern "C" __global__ void __launch_bounds__(FLEX_BWD_NT)
   flex_load_tile<BKV, NT>(sV, V + kvoff, kv0, lenkv, tid);
 
   float dk[DT][4], dv[DT][4];
-#pragma unroll
-  for (int i = 0; i < DT; i++)
-#pragma unroll
-    for (int e = 0; e < 4; e++)
-      dk[i][e] = dv[i][e] = 0.f;
+  flex_zero(dk);
+  flex_zero(dv);
 
   for (int g = cta.g0; g < cta.g1; g++) {
-    const int h = hk * FLEX_GROUP + g;
-    const long long qoff = (long long)(b * heads_q + h) * lenq;
-    const FlexBlocks blk = flex_blocks(sIdx, q_num, q_idx, fullq_num, fullq_idx, b, h, kb,
-                                       bm_batch, bm_heads, nkvb, nqb, tid, NT);
-    const int ntiles = blk.tiles<FLEX_BQ, BM>();
-    auto load = [&](int t, int st) {
-      if (t < ntiles)
-        flex_bwd_load_q<BM, NT, false>(sQ, sdO, sL, sDl, st, Q, dO, LSE, Dlt, qoff, blk, t, lenq, tid);
-      flex_cp_commit();
-    };
-    load(0, 0);
-    for (int t = 0; t < ntiles; t++) {
+    const int h = qs.head(cta, g, sIdx, q_num, q_idx, fullq_num, fullq_idx, bm_batch, bm_heads, nkvb, nqb, heads_q);
+    qs.load(0, 0);
+    for (int t = 0; t < qs.ntiles; t++) {
       const int st = t & 1;
       bool full;
-      const int q0 = blk.start<FLEX_BQ, BM>(t, full);
-      load(t + 1, st ^ 1);
+      const int q0 = qs.start(t, full);
+      qs.load(t + 1, st ^ 1);
       flex_cp_wait<1>();
       __syncthreads();
       const flex_t *cQ = sQ + st * BM * D, *cdO = sdO + st * BM * D;
@@ -272,21 +295,10 @@ extern "C" __global__ void __launch_bounds__(FLEX_BWD_NT)
       for (int n = 0; n < NTILE; n++) {
 #pragma unroll
         for (int e = 0; e < 4; e++) {
-          const int qc = n * 8 + (lane & 3) * 2 + (e & 1);
-          const int row = q0 + qc, col = e < 2 ? c0 : c1;
-          const bool ok = full ? (row < lenq && col < lenkv)
-                               : flex_allowed(args, b, h, row, col, lenq, lenkv);
+          const int qc = flex_acc_col(n, e, lane), row = q0 + qc, col = e < 2 ? c0 : c1;
+          const bool ok = flex_ok(args, full, b, h, row, col, lenq, lenkv);
 #if FLEX_HAS_SCORE
-          // P from the modified score; dS through the score's derivative.
-          const float raw = s[n][e] * scale;
-          const float p =
-              ok ? exp2f((flex_score(args, raw, b, h, row, col) - cL[qc]) *
-                         FLEX_LOG2E)
-                 : 0.f;
-          s[n][e] = p;
-          dp[n][e] = ok ? flex_score_grad(args, raw, p * (dp[n][e] - cDl[qc]),
-                                          b, h, row, col)
-                        : 0.f;
+          s[n][e] = flex_bwd_score_p(args, ok, s[n][e], dp[n][e], scale, cL[qc], cDl[qc], b, h, row, col);
 #else
           const float p = ok ? exp2f(s[n][e] * sl2 - cL[qc] * FLEX_LOG2E) : 0.f;
           s[n][e] = p;
@@ -309,7 +321,7 @@ extern "C" __global__ void __launch_bounds__(FLEX_BWD_NT)
           const int n = 2 * kk + hh;
 #pragma unroll
           for (int e = 0; e < 4; e++) {
-            const int qc = n * 8 + (lane & 3) * 2 + (e & 1);
+            const int qc = flex_acc_col(n, e, lane);
             const int kvl = e < 2 ? kvl0 : kvl1;
             unsigned pk = flex_pack2(dp[n][e], 0.f);
             sdS[flex_swz<BKV>(qc, kvl >> 3) + (kvl & 7)] = (flex_t)(pk & 0xffff);
@@ -325,9 +337,7 @@ extern "C" __global__ void __launch_bounds__(FLEX_BWD_NT)
         constexpr int MT = BM / 16, NP = FLEX_BWD_WARPS / MT, DC = D / NP;
         const int mt = warp % MT, np = warp / MT;
         float dq[DC / 8][4];
-#pragma unroll
-        for (int i = 0; i < DC / 8; i++)
-          dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.f;
+        flex_zero(dq);
 #pragma unroll
         for (int kk = 0; kk < BKV / 16; kk++) {
           unsigned a[4];
@@ -335,7 +345,7 @@ extern "C" __global__ void __launch_bounds__(FLEX_BWD_NT)
           flex_mma_rows<1, DC / 8, true>(&dq, &a, sK, kk * 16, np * DC, lane);
         }
         const int qr0 = q0 + mt * 16 + (lane >> 2), qr1 = qr0 + 8;
-        float *g = dQacc + qoff * D;
+        float *g = dQacc + qs.qoff * D;
 #pragma unroll
         for (int n = 0; n < DC / 8; n++) {
           const int col = np * DC + n * 8 + (lane & 3) * 2;

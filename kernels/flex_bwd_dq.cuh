@@ -35,34 +35,31 @@ extern "C" __global__ void __launch_bounds__(FLEX_DQ_NT)
   constexpr int NTILE = BN / 8, DT = D / 8;
 
   extern __shared__ __align__(128) unsigned char flex_smem[];
-  FlexSmem sm{flex_smem};
-  flex_t *sQ = sm.take<flex_t>(BQ * D), *sdO = sm.take<flex_t>(BQ * D); // [BQ][D] each
-  flex_t *sK = sm.take<flex_t>(2 * BN * D), *sV = sm.take<flex_t>(2 * BN * D); // [2][BN][D] each
-  float *sL = sm.take<float>(BQ), *sDl = sm.take<float>(BQ);
-  int *sIdx = sm.rest<int>(); // [npart + nfull] kv block ids
+  flex_t *sQ, *sdO, *sK, *sV; // [BQ][D] each, [2][BN][D] each
+  float *sL, *sDl;            // [BQ] each
+  int *sIdx;                  // [npart + nfull] kv block ids
+  flex_carve(flex_smem, sQ, BQ * D, sdO, BQ * D, sK, 2 * BN * D, sV, 2 * BN * D, sL, BQ, sDl, BQ, sIdx);
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const FlexQBlock cta = flex_q_block(heads_q);
   const int qb = cta.qb, h = cta.h, b = cta.b, q0 = cta.q0;
   const long long qoff = (long long)(b * heads_q + h) * lenq;
   const long long kvoff = ((long long)(b * cta.heads_kv + cta.hk) * lenkv) * D;
-  const flex_t *gK = K + kvoff, *gV = V + kvoff;
 
   // The block list moves to shared memory once, off the loop's critical path.
   const FlexBlocks blk = flex_blocks(sIdx, kv_num, kv_idx, full_num, full_idx, b, h, qb,
                                      bm_batch, bm_heads, nqb, nkvb, tid, NT);
   const int ntiles = blk.tiles<FLEX_BKV, BN>();
+  const FlexKVStream<BN, NT> kv{sK, sV, K + kvoff, V + kvoff, blk, ntiles, lenkv, tid};
 
   flex_load_tile<BQ, NT>(sQ, Q + qoff * D, q0, lenq, tid);
   flex_load_tile<BQ, NT>(sdO, dO + qoff * D, q0, lenq, tid);
   flex_load_vec(sL, LSE + qoff, q0, BQ, lenq, tid);
   flex_load_vec(sDl, Dlt + qoff, q0, BQ, lenq, tid);
-  flex_kv_prefetch<BN, NT>(sK, sV, gK, gV, blk, 0, ntiles, 0, lenkv, tid);
+  kv.prefetch(0, 0);
 
   float dq[DT][4];
-#pragma unroll
-  for (int i = 0; i < DT; i++)
-    dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.f;
+  flex_zero(dq);
   const int wrow = warp * 16;
   const int lr0 = wrow + (lane >> 2), lr1 = lr0 + 8; // local rows
   const int r0 = q0 + lr0, r1 = q0 + lr1;
@@ -71,10 +68,7 @@ extern "C" __global__ void __launch_bounds__(FLEX_DQ_NT)
   for (int t = 0; t < ntiles; t++) {
     const int st = t & 1;
     bool full;
-    const int kv0 = blk.start<FLEX_BKV, BN>(t, full);
-    flex_kv_prefetch<BN, NT>(sK, sV, gK, gV, blk, t + 1, ntiles, st ^ 1, lenkv, tid);
-    flex_cp_wait<1>();
-    __syncthreads();
+    const int kv0 = kv.begin(t, full);
     const flex_t *cK = sK + st * BN * D, *cV = sV + st * BN * D;
     const float L0 = sL[lr0] * FLEX_LOG2E, L1 = sL[lr1] * FLEX_LOG2E;
     const float Dl0 = sDl[lr0], Dl1 = sDl[lr1];
@@ -90,9 +84,8 @@ extern "C" __global__ void __launch_bounds__(FLEX_DQ_NT)
 #pragma unroll
       for (int e = 0; e < 4; e++) {
         const int row = e < 2 ? r0 : r1;
-        const int col = kv0 + n * 8 + (lane & 3) * 2 + (e & 1);
-        const bool ok = full ? (row < lenq && col < lenkv)
-                             : flex_allowed(args, b, h, row, col, lenq, lenkv);
+        const int col = kv0 + flex_acc_col(n, e, lane);
+        const bool ok = flex_ok(args, full, b, h, row, col, lenq, lenkv);
         const float Lr = e < 2 ? L0 : L1, Dr = e < 2 ? Dl0 : Dl1;
 #if FLEX_HAS_SCORE
         const float raw = s[n][e] * scale;

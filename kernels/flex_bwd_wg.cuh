@@ -63,14 +63,16 @@ extern "C" __global__ void __launch_bounds__(256, 1)
   constexpr int NSDS = FLEX_BWD_DS_BUFS; // dS^T buffers
 
   extern __shared__ __align__(1024) unsigned char flex_smem_raw[];
-  FlexSmem sm{flex_smem_1024(flex_smem_raw)};
-  flex_t *sK = sm.take<flex_t>(BKV * D), *sV = sm.take<flex_t>(BKV * D); // [D/64][BKV][64] each
-  flex_t *sQ = sm.take<flex_t>(NSTG * BM * D), *sdO = sm.take<flex_t>(NSTG * BM * D); // [NSTG][D/64][BM][64] each
-  flex_t *sdS = sm.take<flex_t>(NSDS * BKV * 64); // dS^T: [NSDS][BKV][64] (one atom; q < BM used)
-  float *sL = sm.take<float>(NSTG * BM), *sDl = sm.take<float>(NSTG * BM); // [NSTG][BM] each
-  int *sIdx = sm.rest<int>(); // q block ids
+  flex_t *sK, *sV;   // [D/64][BKV][64] each
+  flex_t *sQ, *sdO;  // [NSTG][D/64][BM][64] each
+  flex_t *sdS;       // dS^T: [NSDS][BKV][64] (one atom; q < BM used)
+  float *sL, *sDl;   // [NSTG][BM] each
+  int *sIdx;         // q block ids
+  flex_carve(flex_smem_1024(flex_smem_raw), sK, BKV * D, sV, BKV * D, sQ, NSTG * BM * D, sdO, NSTG * BM * D,
+             sdS, NSDS * BKV * 64, sL, NSTG * BM, sDl, NSTG * BM, sIdx);
 
   const int tid = threadIdx.x, lane = tid & 31, wg = tid >> 7;
+  FlexQStream<BM, NT, true> qs{sQ, sdO, sL, sDl, Q, dO, LSE, Dlt, lenq, tid};
   const int wq = (tid >> 5) & 3;
   const int heads_kv = heads_q / FLEX_GROUP;
   const FlexKVBlock cta = flex_kv_block();
@@ -86,21 +88,11 @@ extern "C" __global__ void __launch_bounds__(256, 1)
   flex_wg_load<BKV, NT>(sV, V + kvoff, kv0, lenkv, tid);
 
   float dk[DD / 2], dv[DD / 2];
-#pragma unroll
-  for (int i = 0; i < DD / 2; i++)
-    dk[i] = dv[i] = 0.f;
+  flex_zero(dk);
+  flex_zero(dv);
 
   for (int g = cta.g0; g < cta.g1; g++) {
-    const int h = hk * FLEX_GROUP + g;
-    const long long qoff = (long long)(b * heads_q + h) * lenq;
-    const FlexBlocks blk = flex_blocks(sIdx, q_num, q_idx, fullq_num, fullq_idx, b, h, kb,
-                                       bm_batch, bm_heads, nkvb, nqb, tid, NT);
-    const int ntiles = blk.tiles<FLEX_BQ, BM>();
-    auto load = [&](int t, int st) {
-      if (t < ntiles)
-        flex_bwd_load_q<BM, NT, true>(sQ, sdO, sL, sDl, st, Q, dO, LSE, Dlt, qoff, blk, t, lenq, tid);
-      flex_cp_commit();
-    };
+    const int h = qs.head(cta, g, sIdx, q_num, q_idx, fullq_num, fullq_idx, bm_batch, bm_heads, nkvb, nqb, heads_q);
     // dQ[BM x D] += dS K for the tile at q row q0d whose dS^T is in dS
     // ([kv][q], 64 rows of which BM hold data): A = dS read transposed, B = K
     // read transposed (k = kv rows). It waits for every wgmma of the
@@ -127,7 +119,7 @@ extern "C" __global__ void __launch_bounds__(256, 1)
       flex_wg_wait<0>();
       if (wq * 16 < BM) { // rows past BM are padding
         const int qr0 = q0d + wq * 16 + (lane >> 2), qr1 = qr0 + 8;
-        float *gq = dQacc + qoff * D;
+        float *gq = dQacc + qs.qoff * D;
 #pragma unroll
         for (int n = 0; n < N / 8; n++) {
           const int col = colb + n * 8 + (lane & 3) * 2;
@@ -142,15 +134,15 @@ extern "C" __global__ void __launch_bounds__(256, 1)
     // NSTG stages: tile t+NSTG-1 loads while tile t is processed.
 #pragma unroll
     for (int t = 0; t < NSTG - 1; t++)
-      load(t, t);
-    for (int t = 0; t < ntiles; t++) {
+      qs.load(t, t);
+    for (int t = 0; t < qs.ntiles; t++) {
       const int st = t % NSTG;
       bool full;
-      const int q0 = blk.start<FLEX_BQ, BM>(t, full);
+      const int q0 = qs.start(t, full);
       flex_cp_wait<NSTG - 2>(); // tile t has landed (later ones may be in flight)
       flex_fence_async();
       __syncthreads();   // and every warp is done with tile t-1 (its stage, sdS)
-      load(t + NSTG - 1, (t + NSTG - 1) % NSTG);
+      qs.load(t + NSTG - 1, (t + NSTG - 1) % NSTG);
       if constexpr (!HALF) {
         if (t > 0)
           dq_product(sdS + ((t - 1) & 1) * BKV * 64, qprev);
@@ -183,16 +175,10 @@ extern "C" __global__ void __launch_bounds__(256, 1)
         float pv[4];
 #pragma unroll
         for (int e = 0; e < 4; e++) {
-          const int qc = n * 8 + (lane & 3) * 2 + (e & 1);
-          const int row = q0 + qc, col = e < 2 ? c0 : c1;
-          const bool ok = full_tile ? (row < lenq && col < lenkv)
-                                    : flex_allowed(args, b, h, row, col, lenq, lenkv);
+          const int qc = flex_acc_col(n, e, lane), row = q0 + qc, col = e < 2 ? c0 : c1;
+          const bool ok = flex_ok(args, full_tile, b, h, row, col, lenq, lenkv);
 #if FLEX_HAS_SCORE
-          // P from the modified score; dS through the score's derivative
-          // (dp becomes dS in place).
-          const float raw = s[n * 4 + e] * scale;
-          const float p = ok ? exp2f((flex_score(args, raw, b, h, row, col) - cL[qc]) * FLEX_LOG2E) : 0.f;
-          dp[n * 4 + e] = ok ? flex_score_grad(args, raw, p * (dp[n * 4 + e] - cDl[qc]), b, h, row, col) : 0.f;
+          const float p = flex_bwd_score_p(args, ok, s[n * 4 + e], dp[n * 4 + e], scale, cL[qc], cDl[qc], b, h, row, col);
 #else
           const float p = ok ? flex_ex2(fmaf(s[n * 4 + e], sl2, -cL[qc] * FLEX_LOG2E)) : 0.f;
 #endif
@@ -231,7 +217,7 @@ extern "C" __global__ void __launch_bounds__(256, 1)
 #if FLEX_HAS_SCORE
           d4[e] = dp[n * 4 + e];
 #else
-          const int qc = n * 8 + (lane & 3) * 2 + (e & 1);
+          const int qc = flex_acc_col(n, e, lane);
           d4[e] = s[n * 4 + e] * (dp[n * 4 + e] - cDl[qc]);
 #endif
         }
@@ -269,9 +255,9 @@ extern "C" __global__ void __launch_bounds__(256, 1)
       qprev = q0;
     }
     if constexpr (!HALF) {
-      if (ntiles > 0) { // the last tile's dQ
+      if (qs.ntiles > 0) { // the last tile's dQ
         __syncthreads();
-        dq_product(sdS + ((ntiles - 1) & 1) * BKV * 64, qprev);
+        dq_product(sdS + ((qs.ntiles - 1) & 1) * BKV * 64, qprev);
       }
     }
     flex_cp_wait<0>();

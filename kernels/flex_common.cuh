@@ -80,6 +80,19 @@ __device__ __forceinline__ float flex_to_f32(flex_t x) {
 #endif
 }
 
+// flex_zero sets every element of the fp32 register array x (of any rank)
+// to 0.
+template <int N> __device__ __forceinline__ void flex_zero(float (&x)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; i++)
+    x[i] = 0.f;
+}
+template <class T, int N> __device__ __forceinline__ void flex_zero(T (&x)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; i++)
+    flex_zero(x[i]);
+}
+
 // flex_ex2 is 2^x on the special-function unit (flush to zero; 2^-inf = 0).
 __device__ __forceinline__ float flex_ex2(float x) {
   float y;
@@ -100,18 +113,18 @@ __device__ __forceinline__ unsigned flex_smem_addr(const void *p) {
   return (unsigned)__cvta_generic_to_shared(p);
 }
 
-// FlexSmem hands out consecutive regions of a kernel's dynamic shared
-// memory, in the order of its layout (the launcher's Resources size it).
-struct FlexSmem {
-  unsigned char *p;
-  template <class T> __device__ __forceinline__ T *take(int n) {
-    T *r = (T *)p;
-    p += n * sizeof(T);
-    return r;
-  }
-  // rest is the open-ended region after the others (sized at launch).
-  template <class T> __device__ __forceinline__ T *rest() const { return (T *)p; }
-};
+// flex_carve lays a kernel's regions out in its dynamic shared memory from
+// p, in order (the launcher's Resources size the whole):
+// flex_carve(p, a, na, b, nb, ..., last) points a at na elements, b at the
+// nb after them, ..., and last at the open-ended rest (sized at launch).
+template <class T> __device__ __forceinline__ void flex_carve(unsigned char *p, T *&last) {
+  last = (T *)p;
+}
+template <class T, class... R>
+__device__ __forceinline__ void flex_carve(unsigned char *p, T *&r, int n, R &&...rest) {
+  r = (T *)p;
+  flex_carve(p + n * sizeof(T), rest...);
+}
 
 // flex_smem_1024 returns the first 1024-byte aligned address at or after raw
 // in shared memory: the 128-byte swizzle of TMA and wgmma needs 1024-byte
@@ -442,21 +455,43 @@ __device__ __forceinline__ FlexQBlock flex_q_block(int heads_q) {
   return FlexQBlock{qb, h, b, h / FLEX_GROUP, heads_q / FLEX_GROUP, qb * FLEX_BQ};
 }
 
-// flex_kv_prefetch starts the copies of kv tile t (of ntiles, BN rows each,
-// from the list blk) of K and V into stage st of the double-buffered tiles
-// sK and sV ([2][BN][FLEX_D] each) and commits them with the copies issued
-// before (an empty group when t is past the list).
-template <int BN, int NT>
-__device__ __forceinline__ void flex_kv_prefetch(flex_t *sK, flex_t *sV, const flex_t *gK,
-                                                 const flex_t *gV, const FlexBlocks &blk, int t,
-                                                 int ntiles, int st, int lenkv, int tid) {
-  if (t < ntiles) {
-    bool f;
-    const int kv0 = blk.start<FLEX_BKV, BN>(t, f);
-    flex_load_tile<BN, NT>(sK + st * BN * FLEX_D, gK, kv0, lenkv, tid);
-    flex_load_tile<BN, NT>(sV + st * BN * FLEX_D, gV, kv0, lenkv, tid);
+// FlexKVStream streams the ntiles kv tiles (BN rows each) of the list blk
+// of a q-parallel kernel from K and V (gK, gV: the kv head's rows) through
+// the double-buffered shared tiles sK and sV ([2][BN][FLEX_D] each) with
+// cp.async, NT threads.
+template <int BN, int NT> struct FlexKVStream {
+  flex_t *sK, *sV;
+  const flex_t *gK, *gV;
+  FlexBlocks blk;
+  int ntiles, lenkv, tid;
+  // prefetch starts the copies of tile t into stage st and commits them with
+  // the copies issued before (an empty group when t is past the list).
+  __device__ __forceinline__ void prefetch(int t, int st) const {
+    if (t < ntiles) {
+      bool f;
+      const int kv0 = blk.start<FLEX_BKV, BN>(t, f);
+      flex_load_tile<BN, NT>(sK + st * BN * FLEX_D, gK, kv0, lenkv, tid);
+      flex_load_tile<BN, NT>(sV + st * BN * FLEX_D, gV, kv0, lenkv, tid);
+    }
+    flex_cp_commit();
   }
-  flex_cp_commit();
+  // begin prefetches tile t + 1 and waits, with every thread, until tile t
+  // is in stage t & 1; it returns the tile's first kv row and whether its
+  // block is full.
+  __device__ __forceinline__ int begin(int t, bool &full) const {
+    const int kv0 = blk.start<FLEX_BKV, BN>(t, full);
+    prefetch(t + 1, (t & 1) ^ 1);
+    flex_cp_wait<1>();
+    __syncthreads();
+    return kv0;
+  }
+};
+
+// flex_acc_col is the column of element e of n8 tile n in a thread's
+// mma.sync m16n8 accumulator (and wgmma's, which repeats it along N): rows
+// lane/4 (e < 2) and lane/4 + 8, columns 8n + 2 (lane % 4) + e % 2.
+__device__ __forceinline__ int flex_acc_col(int n, int e, int lane) {
+  return n * 8 + (lane & 3) * 2 + (e & 1);
 }
 
 // flex_allowed evaluates the mask for one element with bounds: pairs outside
@@ -469,4 +504,11 @@ __device__ __forceinline__ bool flex_allowed(const FlexArgs &A, int b, int h,
                                              int q, int kv, int lenq,
                                              int lenkv) {
   return (q < lenq) & (kv < lenkv) & flex_mask(A, b, h, q, kv);
+}
+
+// flex_ok is whether the pair (q, kv) takes part in a tile: its bounds in a
+// full block, flex_allowed in a partial one.
+__device__ __forceinline__ bool flex_ok(const FlexArgs &A, bool full, int b, int h, int q, int kv,
+                                        int lenq, int lenkv) {
+  return full ? (q < lenq && kv < lenkv) : flex_allowed(A, b, h, q, kv, lenq, lenkv);
 }

@@ -38,32 +38,27 @@ extern "C" __global__ void __launch_bounds__(FLEX_FWD_NT)
   constexpr int DT = D / 8;     // n8 tiles of O per row tile
 
   extern __shared__ __align__(128) unsigned char flex_smem[];
-  FlexSmem sm{flex_smem};
-  flex_t *sQ = sm.take<flex_t>(BQ * D);
-  flex_t *sK = sm.take<flex_t>(2 * BN * D), *sV = sm.take<flex_t>(2 * BN * D); // [2][BN][D] each
-  int *sIdx = sm.rest<int>(); // [npart + nfull] kv block ids
+  flex_t *sQ, *sK, *sV; // [BQ][D], [2][BN][D] each
+  int *sIdx;            // [npart + nfull] kv block ids
+  flex_carve(flex_smem, sQ, BQ * D, sK, 2 * BN * D, sV, 2 * BN * D, sIdx);
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const FlexQBlock cta = flex_q_block(heads_q);
   const int qb = cta.qb, h = cta.h, b = cta.b, q0 = cta.q0;
   const long long kvoff = ((long long)(b * cta.heads_kv + cta.hk) * lenkv) * D;
   const flex_t *gQ = Q + ((long long)(b * heads_q + h) * lenq) * D;
-  const flex_t *gK = K + kvoff, *gV = V + kvoff;
 
   // The block list moves to shared memory once, off the loop's critical path.
   const FlexBlocks blk = flex_blocks(sIdx, kv_num, kv_idx, full_num, full_idx, b, h, qb,
                                      bm_batch, bm_heads, nqb, nkvb, tid, NT);
   const int ntiles = blk.tiles<FLEX_BKV, BN>();
+  const FlexKVStream<BN, NT> kv{sK, sV, K + kvoff, V + kvoff, blk, ntiles, lenkv, tid};
 
   flex_load_tile<BQ, NT>(sQ, gQ, q0, lenq, tid);
-  flex_kv_prefetch<BN, NT>(sK, sV, gK, gV, blk, 0, ntiles, 0, lenkv, tid);
+  kv.prefetch(0, 0);
 
   float acc[MT][DT][4];
-#pragma unroll
-  for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-    for (int i = 0; i < DT; i++)
-      acc[mt][i][0] = acc[mt][i][1] = acc[mt][i][2] = acc[mt][i][3] = 0.f;
+  flex_zero(acc);
   // Row state per row tile: [mt][0] row lane/4, [mt][1] row lane/4 + 8.
   float m[MT][2], l[MT][2];
 #pragma unroll
@@ -80,10 +75,7 @@ extern "C" __global__ void __launch_bounds__(FLEX_FWD_NT)
   for (int t = 0; t < ntiles; t++) {
     const int st = t & 1;
     bool full;
-    const int kv0 = blk.start<FLEX_BKV, BN>(t, full);
-    flex_kv_prefetch<BN, NT>(sK, sV, gK, gV, blk, t + 1, ntiles, st ^ 1, lenkv, tid);
-    flex_cp_wait<1>();
-    __syncthreads();
+    const int kv0 = kv.begin(t, full);
 
 #if FLEX_FWD_QREGS
     if (t == 0) {
@@ -100,11 +92,7 @@ extern "C" __global__ void __launch_bounds__(FLEX_FWD_NT)
     // S = Q K^T for this warp's MT x 16 rows x BN columns; every K fragment
     // feeds MT row tiles.
     float s[MT][NTILE][4];
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-      for (int n = 0; n < NTILE; n++)
-        s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.f;
+    flex_zero(s);
 #pragma unroll
     for (int kk = 0; kk < D / 16; kk++) {
       unsigned a[MT][4];
@@ -130,9 +118,8 @@ extern "C" __global__ void __launch_bounds__(FLEX_FWD_NT)
 #pragma unroll
         for (int e = 0; e < 4; e++) {
           const int row = e < 2 ? r0 : r1;
-          const int col = kv0 + n * 8 + (lane & 3) * 2 + (e & 1);
-          const bool ok = full ? (col < lenkv && row < lenq)
-                               : flex_allowed(args, b, h, row, col, lenq, lenkv);
+          const int col = kv0 + flex_acc_col(n, e, lane);
+          const bool ok = flex_ok(args, full, b, h, row, col, lenq, lenkv);
           float x = FLEX_NEG_INF;
           if (ok) {
 #if FLEX_HAS_SCORE

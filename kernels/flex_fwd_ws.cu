@@ -49,13 +49,11 @@ extern "C" __global__ void __launch_bounds__(FLEX_FWD_NT, 1)
   constexpr unsigned TILE_BYTES = BN * D * 2;
 
   extern __shared__ __align__(1024) unsigned char flex_smem_raw[];
-  FlexSmem sm{flex_smem_1024(flex_smem_raw)};
-  flex_t *sQ = sm.take<flex_t>(BQ * D);
-  flex_t *sK = sm.take<flex_t>(ST * BN * D), *sV = sm.take<flex_t>(ST * BN * D); // [ST][BN*D] each
-  using Bar = unsigned long long; // an mbarrier
-  Bar *fullQ = sm.take<Bar>(1), *fullK = sm.take<Bar>(ST), *fullV = sm.take<Bar>(ST);
-  Bar *emptyK = sm.take<Bar>(ST), *emptyV = sm.take<Bar>(ST);
-  int *sIdx = sm.rest<int>(); // [npart + nfull] kv block ids
+  flex_t *sQ, *sK, *sV; // [BQ*D], [ST][BN*D] each
+  unsigned long long *fullQ, *fullK, *fullV, *emptyK, *emptyV; // mbarriers: 1, ST each
+  int *sIdx; // [npart + nfull] kv block ids
+  flex_carve(flex_smem_1024(flex_smem_raw), sQ, BQ * D, sK, ST * BN * D, sV, ST * BN * D, fullQ, 1,
+             fullK, ST, fullV, ST, emptyK, ST, emptyV, ST, sIdx);
 
   const int tid = threadIdx.x, lane = tid & 31, wg = tid >> 7;
   const FlexQBlock cta = flex_q_block(heads_q);
@@ -130,9 +128,7 @@ extern "C" __global__ void __launch_bounds__(FLEX_FWD_NT, 1)
     flex_bar_arrive(1, 256);
 
   float o[D / 2];
-#pragma unroll
-  for (int i = 0; i < D / 2; i++)
-    o[i] = 0.f;
+  flex_zero(o);
   float s[BN / 2];
   unsigned p[BN / 16][4];
   if (ntiles > 0) {
