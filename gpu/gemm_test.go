@@ -10,6 +10,7 @@ import (
 
 	"dflash/dtype"
 	"dflash/gpu"
+	"dflash/internal/gputest"
 	"dflash/internal/testseed"
 )
 
@@ -46,7 +47,7 @@ func decode(b []byte, t dtype.DType) []float64 {
 // each element with a float64 CPU product of the same inputs, within the
 // rounding of the output type plus fp32 accumulation error.
 func TestGemmMatchesFloat64(t *testing.T) {
-	w := worker0(t)
+	w := gputest.Worker0(t)
 	rng := testseed.New(t)
 	cases := []gpu.GemmSpec{
 		{M: 256, N: 192, K: 320, In: dtype.BF16},
@@ -152,7 +153,7 @@ func TestGemmThroughput(t *testing.T) {
 	if os.Getenv("DFLASH_GEMM_BENCH") == "" {
 		t.Skip("set DFLASH_GEMM_BENCH=1 to time the 8192^3 bf16 product")
 	}
-	w := worker0(t)
+	w := gputest.Worker0(t)
 	const n = 8192
 	spec := gpu.GemmSpec{M: n, N: n, K: n, In: dtype.BF16}
 	rng := testseed.New(t)

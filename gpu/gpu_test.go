@@ -15,6 +15,7 @@ import (
 	"dflash/cuda"
 	"dflash/dtype"
 	"dflash/gpu"
+	"dflash/internal/gputest"
 	"dflash/internal/testseed"
 	"dflash/jit"
 	"dflash/kernels"
@@ -28,8 +29,8 @@ func grid1(n, block int) (cuda.Dim3, cuda.Dim3) {
 // kernel at once and launch it through the worker; NVRTC runs once and the
 // module loads once.
 func TestEightGoroutinesOneCompile(t *testing.T) {
-	w := worker0(t)
-	c := nvrtcCache(t, t.TempDir())
+	w := gputest.Worker0(t)
+	c := gputest.NVRTCCache(t, t.TempDir())
 	src := jit.Source{Family: "saxpy", Code: kernels.Source("saxpy.cu"), Arch: w.Info().Arch()}
 	seed := testseed.Seed(t)
 	const n = 1 << 16
@@ -96,8 +97,8 @@ var elementwiseSource string
 // graph and checks that replaying it gives bit-identical results to plain
 // launches, and both match a float64 CPU reference.
 func TestGraphReplayMatchesLaunches(t *testing.T) {
-	w := worker0(t)
-	c := nvrtcCache(t, "")
+	w := gputest.Worker0(t)
+	c := gputest.NVRTCCache(t, "")
 	img, err := c.Get(context.Background(), jit.Source{Family: "elementwise", Code: elementwiseSource, Arch: w.Info().Arch()})
 	if err != nil {
 		t.Fatal(err)
@@ -195,7 +196,7 @@ func TestGraphReplayMatchesLaunches(t *testing.T) {
 // checks that only the first step reaches the driver, then provokes an
 // out-of-memory error and checks its numbers.
 func TestAllocatorReuseOnGPU(t *testing.T) {
-	w := worker0(t)
+	w := gputest.Worker0(t)
 	sizes := []int64{1 << 20, 3<<20 + 5, 100_000, 64 << 20, 512}
 	var before, after gpu.AllocStats
 	var oomErr error
@@ -246,7 +247,7 @@ func TestAllocatorReuseOnGPU(t *testing.T) {
 // TestForeignThreadCaughtOnGPU: in debug mode, a CUDA call from a goroutine
 // a job started, or from the test goroutine, fails before reaching the driver.
 func TestForeignThreadCaughtOnGPU(t *testing.T) {
-	w := worker0(t)
+	w := gputest.Worker0(t)
 	var inJob, direct error
 	var before, after gpu.AllocStats
 	err := w.Run(func(d *gpu.Device) error {
@@ -276,7 +277,7 @@ func TestForeignThreadCaughtOnGPU(t *testing.T) {
 // TestNCCLSingleRank runs NCCL collectives on a one-rank communicator made
 // both ways: ncclCommInitRank (unique id passed by value) and ncclCommInitAll.
 func TestNCCLSingleRank(t *testing.T) {
-	w := worker0(t)
+	w := gputest.Worker0(t)
 	ver, err := cuda.NCCLVersion()
 	if err != nil {
 		t.Skipf("no NCCL: %v", err)

@@ -4,13 +4,14 @@ import (
 	"testing"
 
 	"dflash/gpu"
+	"dflash/internal/gputest"
 )
 
 // TestDeviceTime times memsets of 64 MiB and 256 MiB on the default stream:
 // every repetition is timed, warm-ups are not, and the larger fill takes
 // longer at the median.
 func TestDeviceTime(t *testing.T) {
-	w := worker0(t)
+	w := gputest.Worker0(t)
 	err := w.Run(func(d *gpu.Device) error {
 		big, err := d.Alloc(256 << 20)
 		if err != nil {

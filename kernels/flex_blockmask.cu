@@ -48,14 +48,35 @@ __device__ __forceinline__ void flex_bm_emit(int n, F get, int *num, int *idx,
   }
 }
 
-// FlexBMStrided reads class bytes c[i * stride].
-struct FlexBMStrided {
-  const unsigned char *c;
-  int stride;
-  __device__ __forceinline__ int operator()(int i) const {
-    return c[(long long)i * stride];
+// FLEX_BM_LIST_PARAMS are the eight lists a builder writes, in
+// flex.BlockMask's order; FLEX_BM_LISTS passes them on.
+#define FLEX_BM_LIST_PARAMS                                                    \
+  int *__restrict__ kv_num, int *__restrict__ kv_idx,                          \
+      int *__restrict__ full_num, int *__restrict__ full_idx,                  \
+      int *__restrict__ q_num, int *__restrict__ q_idx,                        \
+      int *__restrict__ fullq_num, int *__restrict__ fullq_idx
+#define FLEX_BM_LISTS kv_num, kv_idx, full_num, full_idx, q_num, q_idx, fullq_num, fullq_idx
+
+// flex_bm_lists is the body of a launch that writes every list of nbh (batch
+// x mask heads) masks of nqb x nkvb blocks, a warp a list: warps [0,
+// nbh*nqb) write the kv lists of one q-block row, the next nbh*nkvb warps
+// the q lists of one kv-block column; cls(bh, qb, kvb) is a block's class.
+template <class F>
+__device__ __forceinline__ void flex_bm_lists(int nbh, int nqb, int nkvb, F cls, FLEX_BM_LIST_PARAMS) {
+  const long long w = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+  const int lane = threadIdx.x & 31;
+  const long long rows = (long long)nbh * nqb;
+  if (w < rows) {
+    const int bh = (int)(w / nqb), qb = (int)(w % nqb);
+    flex_bm_emit(nkvb, [&](int kvb) { return cls(bh, qb, kvb); }, kv_num + w, kv_idx + w * nkvb,
+                 full_num + w, full_idx + w * nkvb, lane);
+  } else if (w < rows + (long long)nbh * nkvb) {
+    const long long col = w - rows;
+    const int bh = (int)(col / nkvb), kvb = (int)(col % nkvb);
+    flex_bm_emit(nqb, [&](int qb) { return cls(bh, qb, kvb); }, q_num + col, q_idx + col * nqb,
+                 fullq_num + col, fullq_idx + col * nqb, lane);
   }
-};
+}
 
 // flex_bm_classify: warp w classifies block (bh, qb, kvb) with w = (bh * nqb +
 // qb) * nkvb + kvb.
@@ -90,28 +111,15 @@ extern "C" __global__ void __launch_bounds__(256)
     cls[w] = anyT ? (anyF ? 1 : 2) : 0;
 }
 
-// flex_bm_compact: warps [0, nbh*nqb) write the kv lists of one q-block row,
-// the next nbh*nkvb warps the q lists of one kv-block column.
+// flex_bm_compact turns flex_bm_classify's class bytes ([nbh][nqb][nkvb])
+// into the lists (flex_bm_lists).
 extern "C" __global__ void __launch_bounds__(256)
-    flex_bm_compact(const unsigned char *__restrict__ cls, int nbh, int nqb,
-                    int nkvb, int *__restrict__ kv_num, int *__restrict__ kv_idx,
-                    int *__restrict__ full_num, int *__restrict__ full_idx,
-                    int *__restrict__ q_num, int *__restrict__ q_idx,
-                    int *__restrict__ fullq_num, int *__restrict__ fullq_idx) {
-  const long long w = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-  const int lane = threadIdx.x & 31;
-  const long long rows = (long long)nbh * nqb;
-  if (w < rows) {
-    const unsigned char *c = cls + w * nkvb;
-    flex_bm_emit(nkvb, FlexBMStrided{c, 1}, kv_num + w, kv_idx + w * nkvb,
-                 full_num + w, full_idx + w * nkvb, lane);
-  } else if (w < rows + (long long)nbh * nkvb) {
-    const long long col = w - rows;
-    const int bh = (int)(col / nkvb), kvb = (int)(col % nkvb);
-    const unsigned char *c = cls + (long long)bh * nqb * nkvb + kvb;
-    flex_bm_emit(nqb, FlexBMStrided{c, nkvb}, q_num + col, q_idx + col * nqb,
-                 fullq_num + col, fullq_idx + col * nqb, lane);
-  }
+    flex_bm_compact(const unsigned char *__restrict__ cls, int nbh, int nqb, int nkvb,
+                    FLEX_BM_LIST_PARAMS) {
+  flex_bm_lists(
+      nbh, nqb, nkvb,
+      [&](int bh, int qb, int kvb) { return cls[((long long)bh * nqb + qb) * nkvb + kvb]; },
+      FLEX_BM_LISTS);
 }
 
 #ifdef FLEX_DFLASH_BLOCK
@@ -164,40 +172,17 @@ flex_dflash_class(const int *__restrict__ anchors, int ad0, int ad1,
 }
 
 // flex_bm_dflash builds the whole DFlash BlockMask (mask_heads 1, one entry
-// per batch element) in one launch: warps [0, batch*nqb) write the kv lists
-// of one q block, the next batch*nkvb warps the q lists of one kv block.
+// per batch element) in one launch (flex_bm_lists over batch masks).
 extern "C" __global__ void __launch_bounds__(256)
     flex_bm_dflash(const int *__restrict__ anchors, int ad0, int ad1,
                    const int *__restrict__ valid, int vd0, int ctx, int lenq,
                    int lenkv, int batch, int nqb, int nkvb, int bq, int bkv,
-                   int *__restrict__ kv_num, int *__restrict__ kv_idx,
-                   int *__restrict__ full_num, int *__restrict__ full_idx,
-                   int *__restrict__ q_num, int *__restrict__ q_idx,
-                   int *__restrict__ fullq_num, int *__restrict__ fullq_idx) {
-  const long long w = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-  const int lane = threadIdx.x & 31;
-  const long long rows = (long long)batch * nqb;
-  if (w < rows) {
-    const int b = (int)(w / nqb), qb = (int)(w % nqb);
-    flex_bm_emit(
-        nkvb,
-        [&](int kvb) {
-          return flex_dflash_class(anchors, ad0, ad1, valid, vd0, ctx, lenq,
-                                   lenkv, bq, bkv, b, qb, kvb);
-        },
-        kv_num + w, kv_idx + w * nkvb, full_num + w, full_idx + w * nkvb,
-        lane);
-  } else if (w < rows + (long long)batch * nkvb) {
-    const long long col = w - rows;
-    const int b = (int)(col / nkvb), kvb = (int)(col % nkvb);
-    flex_bm_emit(
-        nqb,
-        [&](int qb) {
-          return flex_dflash_class(anchors, ad0, ad1, valid, vd0, ctx, lenq,
-                                   lenkv, bq, bkv, b, qb, kvb);
-        },
-        q_num + col, q_idx + col * nqb, fullq_num + col, fullq_idx + col * nqb,
-        lane);
-  }
+                   FLEX_BM_LIST_PARAMS) {
+  flex_bm_lists(
+      batch, nqb, nkvb,
+      [&](int b, int qb, int kvb) {
+        return flex_dflash_class(anchors, ad0, ad1, valid, vd0, ctx, lenq, lenkv, bq, bkv, b, qb, kvb);
+      },
+      FLEX_BM_LISTS);
 }
 #endif

@@ -81,6 +81,13 @@ extern "C" __global__ void __launch_bounds__(256)
     Dlt[row] = acc;
 }
 
+#if FLEX_BWD_WG
+// flex_red2 adds (x, y) to p[0], p[1] in one fp32 vector reduction (sm_90).
+__device__ __forceinline__ void flex_red2(float *p, float x, float y) {
+  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(p), "f"(x), "f"(y) : "memory");
+}
+#endif
+
 // flex_load_vec copies n floats (n a multiple of 4) from g[row0..] into sm,
 // zero-filling rows at or past len.
 __device__ __forceinline__ void flex_load_vec(float *sm, const float *g,
@@ -99,6 +106,24 @@ __device__ __forceinline__ void flex_load_vec(float *sm, const float *g,
   }
 }
 
+// flex_mma_pair adds a1 B1 to d1 and a2 B2 to d2 for one row tile and NT
+// n8 tiles, k = 16: B1 and B2 are read from t1 and t2 at k0 as flex_ldm_b
+// reads them, the two products interleaved fragment pair by fragment pair.
+template <int NT, bool KN>
+__device__ __forceinline__ void flex_mma_pair(float (&d1)[NT][4], const unsigned (&a1)[4],
+                                              const flex_t *t1, float (&d2)[NT][4],
+                                              const unsigned (&a2)[4], const flex_t *t2, int k0,
+                                              int lane) {
+#pragma unroll
+  for (int n = 0; n < NT; n += 2) {
+    unsigned bb[4];
+    flex_ldm_b<KN>(bb, t1, k0, n * 8, lane);
+    flex_mma2(d1 + n, a1, bb);
+    flex_ldm_b<KN>(bb, t2, k0, n * 8, lane);
+    flex_mma2(d2 + n, a2, bb);
+  }
+}
+
 // flex_bwd_recompute computes the backward's S and dP products for a warp's
 // 16 rows [wrow, +16) of A1 and A2 and the NTILE*8 rows of B1 and B2 (all
 // swizzled [rows][FLEX_D] tiles, k = the head dimension), fp32:
@@ -109,27 +134,109 @@ __device__ __forceinline__ void flex_bwd_recompute(float (&s)[NTILE][4], float (
                                                    const flex_t *a1, const flex_t *b1,
                                                    const flex_t *a2, const flex_t *b2,
                                                    int wrow, int lane) {
-#pragma unroll
-  for (int n = 0; n < NTILE; n++)
-#pragma unroll
-    for (int e = 0; e < 4; e++)
-      s[n][e] = dp[n][e] = 0.f;
+  flex_zero(s);
+  flex_zero(dp);
 #pragma unroll
   for (int kk = 0; kk < FLEX_D / 16; kk++) {
     unsigned a[4], a2f[4];
-    flex_ldm_x4(a[0], a[1], a[2], a[3], flex_a_addr(a1, wrow, kk * 16, lane));
-    flex_ldm_x4(a2f[0], a2f[1], a2f[2], a2f[3], flex_a_addr(a2, wrow, kk * 16, lane));
-#pragma unroll
-    for (int n = 0; n < NTILE; n += 2) {
-      unsigned bb[4];
-      flex_ldm_x4(bb[0], bb[1], bb[2], bb[3], flex_bn_addr(b1, n * 8, kk * 16, lane));
-      flex_mma(s[n], a, bb);
-      flex_mma(s[n + 1], a, bb + 2);
-      flex_ldm_x4(bb[0], bb[1], bb[2], bb[3], flex_bn_addr(b2, n * 8, kk * 16, lane));
-      flex_mma(dp[n], a2f, bb);
-      flex_mma(dp[n + 1], a2f, bb + 2);
-    }
+    flex_ldm_x4(a, flex_a_addr(a1, wrow, kk * 16, lane));
+    flex_ldm_x4(a2f, flex_a_addr(a2, wrow, kk * 16, lane));
+    flex_mma_pair<NTILE, false>(s, a, b1, dp, a2f, b2, kk * 16, lane);
   }
+}
+
+// FlexKVBlock is the work of a flex_bwd_dkdv CTA: kv block kb of kv head hk
+// in batch b, for the query heads hk * FLEX_GROUP + [g0, g1) of its group.
+// The grid is (kv heads, kv blocks, batch), so that the heaviest kv blocks
+// (lowest index under causal-like masks) of every head go first; with
+// FLEX_BWD_SPLIT x runs over the query heads and the CTA does its own only;
+// with FLEX_BWD_HALF x is twice as long, its low bit the half of D.
+struct FlexKVBlock {
+  int kb, hk, b, g0, g1;
+};
+__device__ __forceinline__ FlexKVBlock flex_kv_block() {
+  const int hx = FLEX_BWD_HALF ? blockIdx.x >> 1 : blockIdx.x;
+#if FLEX_BWD_SPLIT
+  return FlexKVBlock{(int)blockIdx.y, hx / FLEX_GROUP, (int)blockIdx.z, hx % FLEX_GROUP, hx % FLEX_GROUP + 1};
+#else
+  return FlexKVBlock{(int)blockIdx.y, hx, (int)blockIdx.z, 0, FLEX_GROUP};
+#endif
+}
+
+// FlexQStream streams to flex_bwd_dkdv the q tiles (BM rows, NT threads)
+// of one query head at a time: Q and dO into sQ and sdO ([stages][BM][FLEX_D],
+// laid out for wgmma when WG, else for mma.sync), LSE and Dlt into sL and
+// sDl ([stages][BM]), with cp.async.
+template <int BM, int NT, bool WG> struct FlexQStream {
+  flex_t *sQ, *sdO;
+  float *sL, *sDl;
+  const flex_t *Q, *dO;
+  const float *LSE, *Dlt;
+  int lenq, tid;
+  long long qoff; // the head's first row
+  FlexBlocks blk; // the head's q-side list of the CTA's kv block
+  int ntiles;     // tiles in blk
+  // head selects query head hk * FLEX_GROUP + g of the CTA's group and
+  // returns it; every thread calls it (flex_blocks copies the list to sIdx).
+  __device__ __forceinline__ int head(const FlexKVBlock &cta, int g, int *sIdx, const int *num,
+                                      const int *idx, const int *fnum, const int *fidx, int bm_batch,
+                                      int bm_heads, int nkvb, int nqb, int heads_q) {
+    const int h = cta.hk * FLEX_GROUP + g;
+    qoff = (long long)(cta.b * heads_q + h) * lenq;
+    blk = flex_blocks(sIdx, num, idx, fnum, fidx, cta.b, h, cta.kb, bm_batch, bm_heads, nkvb, nqb, tid, NT);
+    ntiles = blk.tiles<FLEX_BQ, BM>();
+    return h;
+  }
+  // start returns the first q row of tile t and whether its block is full.
+  __device__ __forceinline__ int start(int t, bool &full) const { return blk.start<FLEX_BQ, BM>(t, full); }
+  // load starts the copies of tile t into stage st and commits them with
+  // the copies issued before (an empty group when t is past the list).
+  __device__ __forceinline__ void load(int t, int st) const {
+    if (t < ntiles) {
+      bool f;
+      const int q0 = start(t, f);
+      if constexpr (WG) {
+        flex_wg_load<BM, NT>(sQ + st * BM * FLEX_D, Q + qoff * FLEX_D, q0, lenq, tid);
+        flex_wg_load<BM, NT>(sdO + st * BM * FLEX_D, dO + qoff * FLEX_D, q0, lenq, tid);
+      } else {
+        flex_load_tile<BM, NT>(sQ + st * BM * FLEX_D, Q + qoff * FLEX_D, q0, lenq, tid);
+        flex_load_tile<BM, NT>(sdO + st * BM * FLEX_D, dO + qoff * FLEX_D, q0, lenq, tid);
+      }
+      flex_load_vec(sL + st * BM, LSE + qoff, q0, BM, lenq, tid);
+      flex_load_vec(sDl + st * BM, Dlt + qoff, q0, BM, lenq, tid);
+    }
+    flex_cp_commit();
+  }
+};
+
+#if FLEX_HAS_SCORE
+// flex_bwd_score_p returns P = exp(score(s * scale) - lse) of the pair
+// (row, col) of a flex_bwd_dkdv tile (0 unless ok) and turns dp, its dP,
+// into dS = P (dP - dlt) score'(s * scale) in place (0 unless ok).
+__device__ __forceinline__ float flex_bwd_score_p(const FlexArgs &A, bool ok, float s, float &dp,
+                                                  float scale, float lse, float dlt, int b, int h,
+                                                  int row, int col) {
+  const float raw = s * scale;
+  const float p = ok ? exp2f((flex_score(A, raw, b, h, row, col) - lse) * FLEX_LOG2E) : 0.f;
+  dp = ok ? flex_score_grad(A, raw, p * (dp - dlt), b, h, row, col) : 0.f;
+  return p;
+}
+#endif
+
+// flex_bwd_put writes (x, y) to p[0], p[1] of dK or dV: in the storage type
+// (FLEX_BWD_SPLIT 0), added atomically into the fp32 workspace (1), or
+// stored into the query head's fp32 slice (2).
+__device__ __forceinline__ void flex_bwd_put(flex_dkv_t *p, float x, float y) {
+#if FLEX_BWD_SPLIT == 2
+  *(float2 *)p = make_float2(x, y);
+#elif FLEX_BWD_SPLIT && FLEX_BWD_WG
+  flex_red2(p, x, y);
+#elif FLEX_BWD_SPLIT
+  atomicAdd(p, x);
+  atomicAdd(p + 1, y);
+#else
+  *(unsigned *)p = flex_pack2(x, y);
+#endif
 }
 
 #if FLEX_BWD_WG
@@ -140,29 +247,20 @@ extern "C" __global__ void __launch_bounds__(FLEX_BWD_NT)
     flex_bwd_dkdv(FLEX_DKDV_PARAMS FLEX_ARG_PARAMS) {
   const FlexArgs args = {{FLEX_ARG_VALUES}};
   constexpr int D = FLEX_D, BKV = FLEX_BKV, BM = FLEX_BMQ, NT = FLEX_BWD_NT;
-  constexpr int NTILE = BM / 8, DT = D / 8, SUB = FLEX_BQ / BM;
+  constexpr int NTILE = BM / 8, DT = D / 8;
 
   extern __shared__ __align__(128) unsigned char flex_smem[];
-  flex_t *sK = (flex_t *)flex_smem;       // [BKV][D]
-  flex_t *sV = sK + BKV * D;              // [BKV][D]
-  flex_t *sQ = sV + BKV * D;              // [2][BM][D]
-  flex_t *sdO = sQ + 2 * BM * D;          // [2][BM][D]
-  float *sL = (float *)(sdO + 2 * BM * D); // [2][BM]
-  float *sDl = sL + 2 * BM;               // [2][BM]
-  flex_t *sdS = (flex_t *)(sDl + 2 * BM); // [BM][BKV]
-  int *sIdx = (int *)(sdS + (FLEX_DQ_ATOMIC ? BM * BKV : 0)); // q block ids
+  flex_t *sK, *sV, *sQ, *sdO, *sdS; // [BKV][D] each, [2][BM][D] each, [BM][BKV]
+  float *sL, *sDl;                  // [2][BM] each
+  int *sIdx;                        // q block ids
+  flex_carve(flex_smem, sK, BKV * D, sV, BKV * D, sQ, 2 * BM * D, sdO, 2 * BM * D, sL, 2 * BM,
+             sDl, 2 * BM, sdS, FLEX_DQ_ATOMIC ? BM * BKV : 0, sIdx);
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  FlexQStream<BM, NT, false> qs{sQ, sdO, sL, sDl, Q, dO, LSE, Dlt, lenq, tid};
   const int heads_kv = heads_q / FLEX_GROUP;
-#if FLEX_BWD_SPLIT
-  // grid (query heads, kv blocks, batch); the CTA does its query head only.
-  const int kb = blockIdx.y, b = blockIdx.z;
-  const int g0 = blockIdx.x % FLEX_GROUP, hk = blockIdx.x / FLEX_GROUP;
-  const int g1 = g0 + 1;
-#else
-  const int kb = blockIdx.y, hk = blockIdx.x, b = blockIdx.z;
-  const int g0 = 0, g1 = FLEX_GROUP;
-#endif
+  const FlexKVBlock cta = flex_kv_block();
+  const int kb = cta.kb, hk = cta.hk, b = cta.b;
   const int kv0 = kb * BKV;
   const int wrow = warp * 16;
   const int c0 = kv0 + wrow + (lane >> 2), c1 = c0 + 8; // this thread's kv
@@ -173,37 +271,17 @@ extern "C" __global__ void __launch_bounds__(FLEX_BWD_NT)
   flex_load_tile<BKV, NT>(sV, V + kvoff, kv0, lenkv, tid);
 
   float dk[DT][4], dv[DT][4];
-#pragma unroll
-  for (int i = 0; i < DT; i++)
-#pragma unroll
-    for (int e = 0; e < 4; e++)
-      dk[i][e] = dv[i][e] = 0.f;
+  flex_zero(dk);
+  flex_zero(dv);
 
-  for (int g = g0; g < g1; g++) {
-    const int h = hk * FLEX_GROUP + g;
-    const FlexBlocks blk = flex_blocks(sIdx, q_num, q_idx, fullq_num, fullq_idx, b, h, kb,
-                                       bm_batch, bm_heads, nkvb, nqb, tid, NT);
-    const int ntiles = (blk.npart + blk.nfull) * SUB;
-    const long long qoff = (long long)(b * heads_q + h) * lenq;
-    auto tile_start = [&](int t, bool &full) { return blk.start<FLEX_BQ, BM>(t, full); };
-    auto load = [&](int t, int st) {
-      bool f;
-      int q0 = tile_start(t, f);
-      flex_load_tile<BM, NT>(sQ + st * BM * D, Q + qoff * D, q0, lenq, tid);
-      flex_load_tile<BM, NT>(sdO + st * BM * D, dO + qoff * D, q0, lenq, tid);
-      flex_load_vec(sL + st * BM, LSE + qoff, q0, BM, lenq, tid);
-      flex_load_vec(sDl + st * BM, Dlt + qoff, q0, BM, lenq, tid);
-    };
-    if (ntiles > 0)
-      load(0, 0);
-    flex_cp_commit();
-    for (int t = 0; t < ntiles; t++) {
+  for (int g = cta.g0; g < cta.g1; g++) {
+    const int h = qs.head(cta, g, sIdx, q_num, q_idx, fullq_num, fullq_idx, bm_batch, bm_heads, nkvb, nqb, heads_q);
+    qs.load(0, 0);
+    for (int t = 0; t < qs.ntiles; t++) {
       const int st = t & 1;
       bool full;
-      const int q0 = tile_start(t, full);
-      if (t + 1 < ntiles)
-        load(t + 1, st ^ 1);
-      flex_cp_commit();
+      const int q0 = qs.start(t, full);
+      qs.load(t + 1, st ^ 1);
       flex_cp_wait<1>();
       __syncthreads();
       const flex_t *cQ = sQ + st * BM * D, *cdO = sdO + st * BM * D;
@@ -217,21 +295,10 @@ extern "C" __global__ void __launch_bounds__(FLEX_BWD_NT)
       for (int n = 0; n < NTILE; n++) {
 #pragma unroll
         for (int e = 0; e < 4; e++) {
-          const int qc = n * 8 + (lane & 3) * 2 + (e & 1);
-          const int row = q0 + qc, col = e < 2 ? c0 : c1;
-          const bool ok = full ? (row < lenq && col < lenkv)
-                               : flex_allowed(args, b, h, row, col, lenq, lenkv);
+          const int qc = flex_acc_col(n, e, lane), row = q0 + qc, col = e < 2 ? c0 : c1;
+          const bool ok = flex_ok(args, full, b, h, row, col, lenq, lenkv);
 #if FLEX_HAS_SCORE
-          // P from the modified score; dS through the score's derivative.
-          const float raw = s[n][e] * scale;
-          const float p =
-              ok ? exp2f((flex_score(args, raw, b, h, row, col) - cL[qc]) *
-                         FLEX_LOG2E)
-                 : 0.f;
-          s[n][e] = p;
-          dp[n][e] = ok ? flex_score_grad(args, raw, p * (dp[n][e] - cDl[qc]),
-                                          b, h, row, col)
-                        : 0.f;
+          s[n][e] = flex_bwd_score_p(args, ok, s[n][e], dp[n][e], scale, cL[qc], cDl[qc], b, h, row, col);
 #else
           const float p = ok ? exp2f(s[n][e] * sl2 - cL[qc] * FLEX_LOG2E) : 0.f;
           s[n][e] = p;
@@ -243,26 +310,9 @@ extern "C" __global__ void __launch_bounds__(FLEX_BWD_NT)
 #pragma unroll
       for (int kk = 0; kk < BM / 16; kk++) {
         unsigned a[4], ad[4];
-        a[0] = flex_pack2(s[2 * kk][0], s[2 * kk][1]);
-        a[1] = flex_pack2(s[2 * kk][2], s[2 * kk][3]);
-        a[2] = flex_pack2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-        a[3] = flex_pack2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-        ad[0] = flex_pack2(dp[2 * kk][0], dp[2 * kk][1]);
-        ad[1] = flex_pack2(dp[2 * kk][2], dp[2 * kk][3]);
-        ad[2] = flex_pack2(dp[2 * kk + 1][0], dp[2 * kk + 1][1]);
-        ad[3] = flex_pack2(dp[2 * kk + 1][2], dp[2 * kk + 1][3]);
-#pragma unroll
-        for (int n = 0; n < DT; n += 2) {
-          unsigned bb[4];
-          flex_ldm_x4_t(bb[0], bb[1], bb[2], bb[3],
-                        flex_bk_addr(cdO, kk * 16, n * 8, lane));
-          flex_mma(dv[n], a, bb);
-          flex_mma(dv[n + 1], a, bb + 2);
-          flex_ldm_x4_t(bb[0], bb[1], bb[2], bb[3],
-                        flex_bk_addr(cQ, kk * 16, n * 8, lane));
-          flex_mma(dk[n], ad, bb);
-          flex_mma(dk[n + 1], ad, bb + 2);
-        }
+        flex_frag_a(a, s[2 * kk], s[2 * kk + 1]);
+        flex_frag_a(ad, dp[2 * kk], dp[2 * kk + 1]);
+        flex_mma_pair<DT, true>(dv, a, cdO, dk, ad, cQ, kk * 16, lane);
 #if FLEX_DQ_ATOMIC
         // dS stored as [q][kv] for the dQ product below.
         const int kvl0 = wrow + (lane >> 2), kvl1 = kvl0 + 8;
@@ -271,7 +321,7 @@ extern "C" __global__ void __launch_bounds__(FLEX_BWD_NT)
           const int n = 2 * kk + hh;
 #pragma unroll
           for (int e = 0; e < 4; e++) {
-            const int qc = n * 8 + (lane & 3) * 2 + (e & 1);
+            const int qc = flex_acc_col(n, e, lane);
             const int kvl = e < 2 ? kvl0 : kvl1;
             unsigned pk = flex_pack2(dp[n][e], 0.f);
             sdS[flex_swz<BKV>(qc, kvl >> 3) + (kvl & 7)] = (flex_t)(pk & 0xffff);
@@ -287,25 +337,15 @@ extern "C" __global__ void __launch_bounds__(FLEX_BWD_NT)
         constexpr int MT = BM / 16, NP = FLEX_BWD_WARPS / MT, DC = D / NP;
         const int mt = warp % MT, np = warp / MT;
         float dq[DC / 8][4];
-#pragma unroll
-        for (int i = 0; i < DC / 8; i++)
-          dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.f;
+        flex_zero(dq);
 #pragma unroll
         for (int kk = 0; kk < BKV / 16; kk++) {
           unsigned a[4];
-          flex_ldm_x4(a[0], a[1], a[2], a[3],
-                      flex_a_addr<BKV>(sdS, mt * 16, kk * 16, lane));
-#pragma unroll
-          for (int n = 0; n < DC / 8; n += 2) {
-            unsigned bb[4];
-            flex_ldm_x4_t(bb[0], bb[1], bb[2], bb[3],
-                          flex_bk_addr(sK, kk * 16, np * DC + n * 8, lane));
-            flex_mma(dq[n], a, bb);
-            flex_mma(dq[n + 1], a, bb + 2);
-          }
+          flex_ldm_x4(a, flex_a_addr<BKV>(sdS, mt * 16, kk * 16, lane));
+          flex_mma_rows<1, DC / 8, true>(&dq, &a, sK, kk * 16, np * DC, lane);
         }
         const int qr0 = q0 + mt * 16 + (lane >> 2), qr1 = qr0 + 8;
-        float *g = dQacc + qoff * D;
+        float *g = dQacc + qs.qoff * D;
 #pragma unroll
         for (int n = 0; n < DC / 8; n++) {
           const int col = np * DC + n * 8 + (lane & 3) * 2;
@@ -330,55 +370,20 @@ extern "C" __global__ void __launch_bounds__(FLEX_BWD_NT)
 #if FLEX_BWD_SPLIT == 2
   {
     const long long slice = (long long)gridDim.z * heads_kv * lenkv * D;
-    gK += g0 * slice;
-    gV += g0 * slice;
+    gK += cta.g0 * slice;
+    gV += cta.g0 * slice;
   }
-#pragma unroll
-  for (int n = 0; n < DT; n++) {
-    const int col = n * 8 + (lane & 3) * 2;
-    if (c0 < lenkv) {
-      *(float2 *)(gK + (long long)c0 * D + col) =
-          make_float2(dk[n][0] * scale, dk[n][1] * scale);
-      *(float2 *)(gV + (long long)c0 * D + col) = make_float2(dv[n][0], dv[n][1]);
-    }
-    if (c1 < lenkv) {
-      *(float2 *)(gK + (long long)c1 * D + col) =
-          make_float2(dk[n][2] * scale, dk[n][3] * scale);
-      *(float2 *)(gV + (long long)c1 * D + col) = make_float2(dv[n][2], dv[n][3]);
-    }
-  }
-  return;
-#elif FLEX_BWD_SPLIT
-#pragma unroll
-  for (int n = 0; n < DT; n++) {
-    const int col = n * 8 + (lane & 3) * 2;
-    if (c0 < lenkv) {
-      atomicAdd(gK + (long long)c0 * D + col, dk[n][0] * scale);
-      atomicAdd(gK + (long long)c0 * D + col + 1, dk[n][1] * scale);
-      atomicAdd(gV + (long long)c0 * D + col, dv[n][0]);
-      atomicAdd(gV + (long long)c0 * D + col + 1, dv[n][1]);
-    }
-    if (c1 < lenkv) {
-      atomicAdd(gK + (long long)c1 * D + col, dk[n][2] * scale);
-      atomicAdd(gK + (long long)c1 * D + col + 1, dk[n][3] * scale);
-      atomicAdd(gV + (long long)c1 * D + col, dv[n][2]);
-      atomicAdd(gV + (long long)c1 * D + col + 1, dv[n][3]);
-    }
-  }
-  return;
 #endif
 #pragma unroll
   for (int n = 0; n < DT; n++) {
     const int col = n * 8 + (lane & 3) * 2;
     if (c0 < lenkv) {
-      *(unsigned *)(gK + (long long)c0 * D + col) =
-          flex_pack2(dk[n][0] * scale, dk[n][1] * scale);
-      *(unsigned *)(gV + (long long)c0 * D + col) = flex_pack2(dv[n][0], dv[n][1]);
+      flex_bwd_put(gK + (long long)c0 * D + col, dk[n][0] * scale, dk[n][1] * scale);
+      flex_bwd_put(gV + (long long)c0 * D + col, dv[n][0], dv[n][1]);
     }
     if (c1 < lenkv) {
-      *(unsigned *)(gK + (long long)c1 * D + col) =
-          flex_pack2(dk[n][2] * scale, dk[n][3] * scale);
-      *(unsigned *)(gV + (long long)c1 * D + col) = flex_pack2(dv[n][2], dv[n][3]);
+      flex_bwd_put(gK + (long long)c1 * D + col, dk[n][2] * scale, dk[n][3] * scale);
+      flex_bwd_put(gV + (long long)c1 * D + col, dv[n][2], dv[n][3]);
     }
   }
 }

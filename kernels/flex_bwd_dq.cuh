@@ -32,49 +32,34 @@ extern "C" __global__ void __launch_bounds__(FLEX_DQ_NT)
                 float scale FLEX_ARG_PARAMS) {
   const FlexArgs args = {{FLEX_ARG_VALUES}};
   constexpr int D = FLEX_D, BQ = FLEX_BQ, BN = FLEX_DQ_BN, NT = FLEX_DQ_NT;
-  constexpr int NTILE = BN / 8, DT = D / 8, SUB = FLEX_BKV / BN;
+  constexpr int NTILE = BN / 8, DT = D / 8;
 
   extern __shared__ __align__(128) unsigned char flex_smem[];
-  flex_t *sQ = (flex_t *)flex_smem;      // [BQ][D]
-  flex_t *sdO = sQ + BQ * D;             // [BQ][D]
-  flex_t *sK = sdO + BQ * D;             // [2][BN][D]
-  flex_t *sV = sK + 2 * BN * D;          // [2][BN][D]
-  float *sL = (float *)(sV + 2 * BN * D); // [BQ]
-  float *sDl = sL + BQ;                  // [BQ]
-  int *sIdx = (int *)(sDl + BQ);         // [npart + nfull] kv block ids
+  flex_t *sQ, *sdO, *sK, *sV; // [BQ][D] each, [2][BN][D] each
+  float *sL, *sDl;            // [BQ] each
+  int *sIdx;                  // [npart + nfull] kv block ids
+  flex_carve(flex_smem, sQ, BQ * D, sdO, BQ * D, sK, 2 * BN * D, sV, 2 * BN * D, sL, BQ, sDl, BQ, sIdx);
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  // grid (heads x batch, q blocks), heaviest (last) q blocks first.
-  const int qb = gridDim.y - 1 - blockIdx.y;
-  const int h = blockIdx.x % heads_q, b = blockIdx.x / heads_q;
-  const int hk = h / FLEX_GROUP, heads_kv = heads_q / FLEX_GROUP;
-  const int q0 = qb * BQ;
+  const FlexQBlock cta = flex_q_block(heads_q);
+  const int qb = cta.qb, h = cta.h, b = cta.b, q0 = cta.q0;
   const long long qoff = (long long)(b * heads_q + h) * lenq;
-  const flex_t *gK = K + ((long long)(b * heads_kv + hk) * lenkv) * D;
-  const flex_t *gV = V + ((long long)(b * heads_kv + hk) * lenkv) * D;
+  const long long kvoff = ((long long)(b * cta.heads_kv + cta.hk) * lenkv) * D;
 
   // The block list moves to shared memory once, off the loop's critical path.
   const FlexBlocks blk = flex_blocks(sIdx, kv_num, kv_idx, full_num, full_idx, b, h, qb,
                                      bm_batch, bm_heads, nqb, nkvb, tid, NT);
-  const int ntiles = (blk.npart + blk.nfull) * SUB;
-  auto tile_start = [&](int t, bool &full) { return blk.start<FLEX_BKV, BN>(t, full); };
+  const int ntiles = blk.tiles<FLEX_BKV, BN>();
+  const FlexKVStream<BN, NT> kv{sK, sV, K + kvoff, V + kvoff, blk, ntiles, lenkv, tid};
 
   flex_load_tile<BQ, NT>(sQ, Q + qoff * D, q0, lenq, tid);
   flex_load_tile<BQ, NT>(sdO, dO + qoff * D, q0, lenq, tid);
   flex_load_vec(sL, LSE + qoff, q0, BQ, lenq, tid);
   flex_load_vec(sDl, Dlt + qoff, q0, BQ, lenq, tid);
-  if (ntiles > 0) {
-    bool f;
-    const int kv0 = tile_start(0, f);
-    flex_load_tile<BN, NT>(sK, gK, kv0, lenkv, tid);
-    flex_load_tile<BN, NT>(sV, gV, kv0, lenkv, tid);
-  }
-  flex_cp_commit();
+  kv.prefetch(0, 0);
 
   float dq[DT][4];
-#pragma unroll
-  for (int i = 0; i < DT; i++)
-    dq[i][0] = dq[i][1] = dq[i][2] = dq[i][3] = 0.f;
+  flex_zero(dq);
   const int wrow = warp * 16;
   const int lr0 = wrow + (lane >> 2), lr1 = lr0 + 8; // local rows
   const int r0 = q0 + lr0, r1 = q0 + lr1;
@@ -83,16 +68,7 @@ extern "C" __global__ void __launch_bounds__(FLEX_DQ_NT)
   for (int t = 0; t < ntiles; t++) {
     const int st = t & 1;
     bool full;
-    const int kv0 = tile_start(t, full);
-    if (t + 1 < ntiles) {
-      bool f2;
-      const int kvn = tile_start(t + 1, f2);
-      flex_load_tile<BN, NT>(sK + (st ^ 1) * BN * D, gK, kvn, lenkv, tid);
-      flex_load_tile<BN, NT>(sV + (st ^ 1) * BN * D, gV, kvn, lenkv, tid);
-    }
-    flex_cp_commit();
-    flex_cp_wait<1>();
-    __syncthreads();
+    const int kv0 = kv.begin(t, full);
     const flex_t *cK = sK + st * BN * D, *cV = sV + st * BN * D;
     const float L0 = sL[lr0] * FLEX_LOG2E, L1 = sL[lr1] * FLEX_LOG2E;
     const float Dl0 = sDl[lr0], Dl1 = sDl[lr1];
@@ -108,9 +84,8 @@ extern "C" __global__ void __launch_bounds__(FLEX_DQ_NT)
 #pragma unroll
       for (int e = 0; e < 4; e++) {
         const int row = e < 2 ? r0 : r1;
-        const int col = kv0 + n * 8 + (lane & 3) * 2 + (e & 1);
-        const bool ok = full ? (row < lenq && col < lenkv)
-                             : flex_allowed(args, b, h, row, col, lenq, lenkv);
+        const int col = kv0 + flex_acc_col(n, e, lane);
+        const bool ok = flex_ok(args, full, b, h, row, col, lenq, lenkv);
         const float Lr = e < 2 ? L0 : L1, Dr = e < 2 ? Dl0 : Dl1;
 #if FLEX_HAS_SCORE
         const float raw = s[n][e] * scale;
@@ -130,16 +105,8 @@ extern "C" __global__ void __launch_bounds__(FLEX_DQ_NT)
     }
     // dQ += dS K (k = kv rows), K via ldmatrix.trans.
 #pragma unroll
-    for (int kk = 0; kk < BN / 16; kk++) {
-#pragma unroll
-      for (int n = 0; n < DT; n += 2) {
-        unsigned bb[4];
-        flex_ldm_x4_t(bb[0], bb[1], bb[2], bb[3],
-                      flex_bk_addr(cK, kk * 16, n * 8, lane));
-        flex_mma(dq[n], pk[kk], bb);
-        flex_mma(dq[n + 1], pk[kk], bb + 2);
-      }
-    }
+    for (int kk = 0; kk < BN / 16; kk++)
+      flex_mma_rows<1, DT, true>(&dq, &pk[kk], cK, kk * 16, 0, lane);
     __syncthreads(); // stage st is refilled by the next iteration's prefetch
   }
   flex_cp_wait<0>();

@@ -38,47 +38,45 @@ static_assert(FLEX_D >> FLEX_BWD_HALF <= 128, "Hopper backward: dK and dV of at 
 static_assert(FLEX_DQ_ATOMIC && FLEX_BWD_SPLIT != 2, "Hopper backward: atomic dQ only");
 static_assert(FLEX_BWD_DS_BUFS == (FLEX_BWD_HALF ? 1 : 2), "Hopper backward: dQ of a tile at the top of the next one needs two dS^T buffers");
 
-// flex_red2 adds (x, y) to p[0], p[1] in one fp32 vector reduction.
-__device__ __forceinline__ void flex_red2(float *p, float x, float y) {
-  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(p), "f"(x), "f"(y) : "memory");
+// flex_bwd_wg_abt issues d = A B^T, k = the head dimension, as one commit
+// group: A the warpgroup wg's 64 rows of the kv tile a ([D/64][BKV][64]), B
+// the BM rows of the q tile b ([D/64][BM][64]); both K-major.
+template <int BM>
+__device__ __forceinline__ void flex_bwd_wg_abt(float (&d)[BM / 2], const flex_t *a, const flex_t *b, int wg) {
+#pragma unroll
+  for (int kk = 0; kk < FLEX_D / 16; kk++) {
+    const int ao = (kk >> 2) * FLEX_BKV * 64 + wg * 64 * 64 + (kk & 3) * 16;
+    const int bo = (kk >> 2) * BM * 64 + (kk & 3) * 16;
+    flex_wgmma_ss<BM, 0, 0>(d, flex_wg_desc(a + ao, 16, 1024), flex_wg_desc(b + bo, 16, 1024), kk > 0);
+  }
+  flex_wg_commit();
 }
 
 extern "C" __global__ void __launch_bounds__(256, 1)
     flex_bwd_dkdv(FLEX_DKDV_PARAMS FLEX_ARG_PARAMS) {
   const FlexArgs args = {{FLEX_ARG_VALUES}};
   constexpr int D = FLEX_D, BKV = FLEX_BKV, BM = FLEX_BMQ, NT = 256;
-  constexpr int NTILE = BM / 8, SUB = FLEX_BQ / BM;
+  constexpr int NTILE = BM / 8;
   constexpr bool HALF = FLEX_BWD_HALF;   // two CTAs per kv block, one per half of D
   constexpr int DD = HALF ? D / 2 : D;   // dK, dV, dQ columns of this CTA
   constexpr int NSTG = FLEX_BWD_STAGES;  // Q/dO stages (shared memory)
   constexpr int NSDS = FLEX_BWD_DS_BUFS; // dS^T buffers
 
   extern __shared__ __align__(1024) unsigned char flex_smem_raw[];
-  unsigned char *flex_smem = flex_smem_raw + ((1024 - (flex_smem_addr(flex_smem_raw) & 1023)) & 1023);
-  flex_t *sK = (flex_t *)flex_smem;         // [D/64][BKV][64]
-  flex_t *sV = sK + BKV * D;                // [D/64][BKV][64]
-  flex_t *sQ = sV + BKV * D;                // [NSTG][D/64][BM][64]
-  flex_t *sdO = sQ + NSTG * BM * D;         // [NSTG][D/64][BM][64]
-  flex_t *sdS = sdO + NSTG * BM * D;        // dS^T: [NSDS][BKV][64] (one atom; q < BM used)
-  float *sL = (float *)(sdS + NSDS * BKV * 64); // [NSTG][BM]
-  float *sDl = sL + NSTG * BM;              // [NSTG][BM]
-  int *sIdx = (int *)(sDl + NSTG * BM);     // q block ids
+  flex_t *sK, *sV;   // [D/64][BKV][64] each
+  flex_t *sQ, *sdO;  // [NSTG][D/64][BM][64] each
+  flex_t *sdS;       // dS^T: [NSDS][BKV][64] (one atom; q < BM used)
+  float *sL, *sDl;   // [NSTG][BM] each
+  int *sIdx;         // q block ids
+  flex_carve(flex_smem_1024(flex_smem_raw), sK, BKV * D, sV, BKV * D, sQ, NSTG * BM * D, sdO, NSTG * BM * D,
+             sdS, NSDS * BKV * 64, sL, NSTG * BM, sDl, NSTG * BM, sIdx);
 
   const int tid = threadIdx.x, lane = tid & 31, wg = tid >> 7;
+  FlexQStream<BM, NT, true> qs{sQ, sdO, sL, sDl, Q, dO, LSE, Dlt, lenq, tid};
   const int wq = (tid >> 5) & 3;
   const int heads_kv = heads_q / FLEX_GROUP;
-#if FLEX_BWD_SPLIT
-  // Grid (heads, kv blocks, batch) as the portable kernel: kv block 0 (heaviest under causal
-  // masks) of every head first.
-  // (head dim 256: x is twice as long, its low bit the half of D)
-  const int hx = HALF ? blockIdx.x >> 1 : blockIdx.x;
-  const int kb = blockIdx.y, b = blockIdx.z;
-  const int g0 = hx % FLEX_GROUP, hk = hx / FLEX_GROUP;
-  const int g1 = g0 + 1;
-#else
-  const int kb = blockIdx.y, hk = HALF ? blockIdx.x >> 1 : blockIdx.x, b = blockIdx.z;
-  const int g0 = 0, g1 = FLEX_GROUP;
-#endif
+  const FlexKVBlock cta = flex_kv_block();
+  const int kb = cta.kb, hk = cta.hk, b = cta.b;
   const int hd = flex_bwd_half();
   const int kv0 = kb * BKV;
   const int rl0 = wg * 64 + wq * 16 + (lane >> 2); // this thread's kv rows in the block
@@ -90,25 +88,11 @@ extern "C" __global__ void __launch_bounds__(256, 1)
   flex_wg_load<BKV, NT>(sV, V + kvoff, kv0, lenkv, tid);
 
   float dk[DD / 2], dv[DD / 2];
-#pragma unroll
-  for (int i = 0; i < DD / 2; i++)
-    dk[i] = dv[i] = 0.f;
+  flex_zero(dk);
+  flex_zero(dv);
 
-  for (int g = g0; g < g1; g++) {
-    const int h = hk * FLEX_GROUP + g;
-    const FlexBlocks blk = flex_blocks(sIdx, q_num, q_idx, fullq_num, fullq_idx, b, h, kb,
-                                       bm_batch, bm_heads, nkvb, nqb, tid, NT);
-    const int ntiles = (blk.npart + blk.nfull) * SUB;
-    const long long qoff = (long long)(b * heads_q + h) * lenq;
-    auto tile_start = [&](int t, bool &full) { return blk.start<FLEX_BQ, BM>(t, full); };
-    auto load = [&](int t, int st) {
-      bool f;
-      const int q0 = tile_start(t, f);
-      flex_wg_load<BM, NT>(sQ + st * BM * D, Q + qoff * D, q0, lenq, tid);
-      flex_wg_load<BM, NT>(sdO + st * BM * D, dO + qoff * D, q0, lenq, tid);
-      flex_load_vec(sL + st * BM, LSE + qoff, q0, BM, lenq, tid);
-      flex_load_vec(sDl + st * BM, Dlt + qoff, q0, BM, lenq, tid);
-    };
+  for (int g = cta.g0; g < cta.g1; g++) {
+    const int h = qs.head(cta, g, sIdx, q_num, q_idx, fullq_num, fullq_idx, bm_batch, bm_heads, nkvb, nqb, heads_q);
     // dQ[BM x D] += dS K for the tile at q row q0d whose dS^T is in dS
     // ([kv][q], 64 rows of which BM hold data): A = dS read transposed, B = K
     // read transposed (k = kv rows). It waits for every wgmma of the
@@ -135,7 +119,7 @@ extern "C" __global__ void __launch_bounds__(256, 1)
       flex_wg_wait<0>();
       if (wq * 16 < BM) { // rows past BM are padding
         const int qr0 = q0d + wq * 16 + (lane >> 2), qr1 = qr0 + 8;
-        float *gq = dQacc + qoff * D;
+        float *gq = dQacc + qs.qoff * D;
 #pragma unroll
         for (int n = 0; n < N / 8; n++) {
           const int col = colb + n * 8 + (lane & 3) * 2;
@@ -149,21 +133,16 @@ extern "C" __global__ void __launch_bounds__(256, 1)
     int qprev = 0; // q row of the previous tile (its dQ is still to come)
     // NSTG stages: tile t+NSTG-1 loads while tile t is processed.
 #pragma unroll
-    for (int t = 0; t < NSTG - 1; t++) {
-      if (t < ntiles)
-        load(t, t);
-      flex_cp_commit();
-    }
-    for (int t = 0; t < ntiles; t++) {
+    for (int t = 0; t < NSTG - 1; t++)
+      qs.load(t, t);
+    for (int t = 0; t < qs.ntiles; t++) {
       const int st = t % NSTG;
       bool full;
-      const int q0 = tile_start(t, full);
+      const int q0 = qs.start(t, full);
       flex_cp_wait<NSTG - 2>(); // tile t has landed (later ones may be in flight)
       flex_fence_async();
       __syncthreads();   // and every warp is done with tile t-1 (its stage, sdS)
-      if (t + NSTG - 1 < ntiles)
-        load(t + NSTG - 1, (t + NSTG - 1) % NSTG);
-      flex_cp_commit();
+      qs.load(t + NSTG - 1, (t + NSTG - 1) % NSTG);
       if constexpr (!HALF) {
         if (t > 0)
           dq_product(sdS + ((t - 1) & 1) * BKV * 64, qprev);
@@ -175,20 +154,8 @@ extern "C" __global__ void __launch_bounds__(256, 1)
       // S^T = K_w Q^T and dP^T = V_w dO^T (k = head dim), two commit groups.
       float s[BM / 2], dp[BM / 2];
       flex_wg_fence();
-#pragma unroll
-      for (int kk = 0; kk < D / 16; kk++) {
-        const int ao = (kk >> 2) * BKV * 64 + wg * 64 * 64 + (kk & 3) * 16;
-        const int bo = (kk >> 2) * BM * 64 + (kk & 3) * 16;
-        flex_wgmma_ss<BM, 0, 0>(s, flex_wg_desc(sK + ao, 16, 1024), flex_wg_desc(cQ + bo, 16, 1024), kk > 0);
-      }
-      flex_wg_commit();
-#pragma unroll
-      for (int kk = 0; kk < D / 16; kk++) {
-        const int ao = (kk >> 2) * BKV * 64 + wg * 64 * 64 + (kk & 3) * 16;
-        const int bo = (kk >> 2) * BM * 64 + (kk & 3) * 16;
-        flex_wgmma_ss<BM, 0, 0>(dp, flex_wg_desc(sV + ao, 16, 1024), flex_wg_desc(cdO + bo, 16, 1024), kk > 0);
-      }
-      flex_wg_commit();
+      flex_bwd_wg_abt<BM>(s, sK, cQ, wg);
+      flex_bwd_wg_abt<BM>(dp, sV, cdO, wg);
 
       // P^T and dS^T: element n*4+e is kv row c0 (e < 2) or c1, q column
       // 8n + 2(lane%4) + e%2; packed as the A fragments of the next products,
@@ -208,16 +175,10 @@ extern "C" __global__ void __launch_bounds__(256, 1)
         float pv[4];
 #pragma unroll
         for (int e = 0; e < 4; e++) {
-          const int qc = n * 8 + (lane & 3) * 2 + (e & 1);
-          const int row = q0 + qc, col = e < 2 ? c0 : c1;
-          const bool ok = full_tile ? (row < lenq && col < lenkv)
-                                    : flex_allowed(args, b, h, row, col, lenq, lenkv);
+          const int qc = flex_acc_col(n, e, lane), row = q0 + qc, col = e < 2 ? c0 : c1;
+          const bool ok = flex_ok(args, full_tile, b, h, row, col, lenq, lenkv);
 #if FLEX_HAS_SCORE
-          // P from the modified score; dS through the score's derivative
-          // (dp becomes dS in place).
-          const float raw = s[n * 4 + e] * scale;
-          const float p = ok ? exp2f((flex_score(args, raw, b, h, row, col) - cL[qc]) * FLEX_LOG2E) : 0.f;
-          dp[n * 4 + e] = ok ? flex_score_grad(args, raw, p * (dp[n * 4 + e] - cDl[qc]), b, h, row, col) : 0.f;
+          const float p = flex_bwd_score_p(args, ok, s[n * 4 + e], dp[n * 4 + e], scale, cL[qc], cDl[qc], b, h, row, col);
 #else
           const float p = ok ? flex_ex2(fmaf(s[n * 4 + e], sl2, -cL[qc] * FLEX_LOG2E)) : 0.f;
 #endif
@@ -256,7 +217,7 @@ extern "C" __global__ void __launch_bounds__(256, 1)
 #if FLEX_HAS_SCORE
           d4[e] = dp[n * 4 + e];
 #else
-          const int qc = n * 8 + (lane & 3) * 2 + (e & 1);
+          const int qc = flex_acc_col(n, e, lane);
           d4[e] = s[n * 4 + e] * (dp[n * 4 + e] - cDl[qc]);
 #endif
         }
@@ -294,9 +255,9 @@ extern "C" __global__ void __launch_bounds__(256, 1)
       qprev = q0;
     }
     if constexpr (!HALF) {
-      if (ntiles > 0) { // the last tile's dQ
+      if (qs.ntiles > 0) { // the last tile's dQ
         __syncthreads();
-        dq_product(sdS + ((ntiles - 1) & 1) * BKV * 64, qprev);
+        dq_product(sdS + ((qs.ntiles - 1) & 1) * BKV * 64, qprev);
       }
     }
     flex_cp_wait<0>();
@@ -307,24 +268,13 @@ extern "C" __global__ void __launch_bounds__(256, 1)
 #pragma unroll
   for (int n = 0; n < DD / 8; n++) {
     const int col = hd * DD + n * 8 + (lane & 3) * 2;
-#if FLEX_BWD_SPLIT
     if (c0 < lenkv) {
-      flex_red2(gK + (long long)c0 * D + col, dk[n * 4] * scale, dk[n * 4 + 1] * scale);
-      flex_red2(gV + (long long)c0 * D + col, dv[n * 4], dv[n * 4 + 1]);
+      flex_bwd_put(gK + (long long)c0 * D + col, dk[n * 4] * scale, dk[n * 4 + 1] * scale);
+      flex_bwd_put(gV + (long long)c0 * D + col, dv[n * 4], dv[n * 4 + 1]);
     }
     if (c1 < lenkv) {
-      flex_red2(gK + (long long)c1 * D + col, dk[n * 4 + 2] * scale, dk[n * 4 + 3] * scale);
-      flex_red2(gV + (long long)c1 * D + col, dv[n * 4 + 2], dv[n * 4 + 3]);
+      flex_bwd_put(gK + (long long)c1 * D + col, dk[n * 4 + 2] * scale, dk[n * 4 + 3] * scale);
+      flex_bwd_put(gV + (long long)c1 * D + col, dv[n * 4 + 2], dv[n * 4 + 3]);
     }
-#else
-    if (c0 < lenkv) {
-      *(unsigned *)(gK + (long long)c0 * D + col) = flex_pack2(dk[n * 4] * scale, dk[n * 4 + 1] * scale);
-      *(unsigned *)(gV + (long long)c0 * D + col) = flex_pack2(dv[n * 4], dv[n * 4 + 1]);
-    }
-    if (c1 < lenkv) {
-      *(unsigned *)(gK + (long long)c1 * D + col) = flex_pack2(dk[n * 4 + 2] * scale, dk[n * 4 + 3] * scale);
-      *(unsigned *)(gV + (long long)c1 * D + col) = flex_pack2(dv[n * 4 + 2], dv[n * 4 + 3]);
-    }
-#endif
   }
 }

@@ -80,6 +80,19 @@ __device__ __forceinline__ float flex_to_f32(flex_t x) {
 #endif
 }
 
+// flex_zero sets every element of the fp32 register array x (of any rank)
+// to 0.
+template <int N> __device__ __forceinline__ void flex_zero(float (&x)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; i++)
+    x[i] = 0.f;
+}
+template <class T, int N> __device__ __forceinline__ void flex_zero(T (&x)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; i++)
+    flex_zero(x[i]);
+}
+
 // flex_ex2 is 2^x on the special-function unit (flush to zero; 2^-inf = 0).
 __device__ __forceinline__ float flex_ex2(float x) {
   float y;
@@ -98,6 +111,26 @@ __device__ __forceinline__ int flex_swz(int row, int chunk) {
 
 __device__ __forceinline__ unsigned flex_smem_addr(const void *p) {
   return (unsigned)__cvta_generic_to_shared(p);
+}
+
+// flex_carve lays a kernel's regions out in its dynamic shared memory from
+// p, in order (the launcher's Resources size the whole):
+// flex_carve(p, a, na, b, nb, ..., last) points a at na elements, b at the
+// nb after them, ..., and last at the open-ended rest (sized at launch).
+template <class T> __device__ __forceinline__ void flex_carve(unsigned char *p, T *&last) {
+  last = (T *)p;
+}
+template <class T, class... R>
+__device__ __forceinline__ void flex_carve(unsigned char *p, T *&r, int n, R &&...rest) {
+  r = (T *)p;
+  flex_carve(p + n * sizeof(T), rest...);
+}
+
+// flex_smem_1024 returns the first 1024-byte aligned address at or after raw
+// in shared memory: the 128-byte swizzle of TMA and wgmma needs 1024-byte
+// aligned tiles (the Hopper kernels' Resources add the slack).
+__device__ __forceinline__ unsigned char *flex_smem_1024(unsigned char *raw) {
+  return raw + ((1024 - (flex_smem_addr(raw) & 1023)) & 1023);
 }
 
 // flex_cp16 copies 16 bytes global -> shared asynchronously; when valid is
@@ -252,12 +285,11 @@ template <int N> __device__ __forceinline__ void flex_regs_inc() {
 
 // ---- tensor cores ----
 // flex_ldm_x4 loads four 8x8 b16 matrices from shared memory at p (lane
-// 8i+j gives row j of matrix i) into r0..r3; flex_ldm_x4_t transposes each.
+// 8i+j gives row j of matrix i) into r[0..3]; flex_ldm_x4_t transposes each.
 #define FLEX_LDM_X4(NAME, TRANS)                                                          \
-  __device__ __forceinline__ void NAME(unsigned &r0, unsigned &r1, unsigned &r2,          \
-                                       unsigned &r3, const flex_t *p) {                   \
+  __device__ __forceinline__ void NAME(unsigned (&r)[4], const flex_t *p) {               \
     asm volatile("ldmatrix.sync.aligned.m8n8.x4" TRANS ".shared.b16 {%0,%1,%2,%3}, [%4];\n" \
-                 : "=r"(r0), "=r"(r1), "=r"(r2), "=r"(r3)                                 \
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])                         \
                  : "r"(flex_smem_addr(p)));                                               \
   }
 FLEX_LDM_X4(flex_ldm_x4, "")
@@ -314,6 +346,54 @@ __device__ __forceinline__ const flex_t *flex_bk_addr(const flex_t *t, int k0,
   return t + flex_swz<W>(r, c);
 }
 
+// flex_ldm_b loads the B fragments of n-tiles n0..n0+7 and n0+8..n0+15
+// for k rows k0..k0+15 from the swizzled tile t, which holds B transposed
+// ([n][k], like K for S = Q K^T) when KN is false and B itself ([k][n], like
+// V for O = P V) when true.
+template <bool KN, int W = FLEX_D>
+__device__ __forceinline__ void flex_ldm_b(unsigned (&b)[4], const flex_t *t, int k0, int n0,
+                                           int lane) {
+  if constexpr (KN)
+    flex_ldm_x4_t(b, flex_bk_addr<W>(t, k0, n0, lane));
+  else
+    flex_ldm_x4(b, flex_bn_addr<W>(t, n0, k0, lane));
+}
+
+// flex_mma2 adds a times the two n8 tiles of a flex_ldm_b fragment pair b
+// to d[0] and d[1].
+__device__ __forceinline__ void flex_mma2(float (*d)[4], const unsigned *a, const unsigned (&b)[4]) {
+  flex_mma(d[0], a, b);
+  flex_mma(d[1], a, b + 2);
+}
+
+// flex_mma_rows adds A B to d[0..MT) for MT row tiles of 16 rows and NT n8
+// tiles, k = 16: a[0..MT) holds the row tiles' A fragments, B (columns from
+// n0) is read from t as flex_ldm_b reads it, and every B fragment feeds all
+// MT row tiles.
+template <int MT, int NT, bool KN, int W = FLEX_D>
+__device__ __forceinline__ void flex_mma_rows(float (*d)[NT][4], const unsigned (*a)[4],
+                                              const flex_t *t, int k0, int n0, int lane) {
+#pragma unroll
+  for (int n = 0; n < NT; n += 2) {
+    unsigned bb[4];
+    flex_ldm_b<KN, W>(bb, t, k0, n0 + n * 8, lane);
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++)
+      flex_mma2(d[mt] + n, a[mt], bb);
+  }
+}
+
+// flex_frag_a packs the fp32 accumulators of two n8 tiles of a 16-row tile
+// (columns 0-7 in c0, 8-15 in c1) into the A fragment of a product whose k
+// is those 16 columns (P of S = Q K^T becomes the A operand of O = P V).
+__device__ __forceinline__ void flex_frag_a(unsigned (&a)[4], const float (&c0)[4],
+                                            const float (&c1)[4]) {
+  a[0] = flex_pack2(c0[0], c0[1]);
+  a[1] = flex_pack2(c0[2], c0[3]);
+  a[2] = flex_pack2(c1[0], c1[1]);
+  a[3] = flex_pack2(c1[2], c1[3]);
+}
+
 __device__ __forceinline__ float flex_quad_max(float x) {
   x = fmaxf(x, __shfl_xor_sync(0xffffffff, x, 1));
   x = fmaxf(x, __shfl_xor_sync(0xffffffff, x, 2));
@@ -339,6 +419,10 @@ struct FlexBlocks {
     full = j >= npart;
     return idx[j] * BLOCK + (t % SUB) * ROWS;
   }
+  // tiles is the number of tiles of ROWS rows in the list.
+  template <int BLOCK, int ROWS> __device__ __forceinline__ int tiles() const {
+    return (npart + nfull) * (BLOCK / ROWS);
+  }
 };
 
 // flex_blocks copies row i (of nrows) of batch b, head h of a block mask
@@ -358,6 +442,58 @@ __device__ __forceinline__ FlexBlocks flex_blocks(int *sIdx, const int *num, con
   return FlexBlocks{sIdx, np, nf};
 }
 
+// FlexQBlock is the work of a CTA of a q-parallel kernel (flex_fwd,
+// flex_bwd_dq) on the grid (heads_q x batch, q blocks): q block qb, first row
+// q0, of query head h (kv head hk of heads_kv) in batch b. The heaviest q
+// blocks (largest index under causal-like masks) of every head go first.
+struct FlexQBlock {
+  int qb, h, b, hk, heads_kv, q0;
+};
+__device__ __forceinline__ FlexQBlock flex_q_block(int heads_q) {
+  const int qb = gridDim.y - 1 - blockIdx.y;
+  const int h = blockIdx.x % heads_q, b = blockIdx.x / heads_q;
+  return FlexQBlock{qb, h, b, h / FLEX_GROUP, heads_q / FLEX_GROUP, qb * FLEX_BQ};
+}
+
+// FlexKVStream streams the ntiles kv tiles (BN rows each) of the list blk
+// of a q-parallel kernel from K and V (gK, gV: the kv head's rows) through
+// the double-buffered shared tiles sK and sV ([2][BN][FLEX_D] each) with
+// cp.async, NT threads.
+template <int BN, int NT> struct FlexKVStream {
+  flex_t *sK, *sV;
+  const flex_t *gK, *gV;
+  FlexBlocks blk;
+  int ntiles, lenkv, tid;
+  // prefetch starts the copies of tile t into stage st and commits them with
+  // the copies issued before (an empty group when t is past the list).
+  __device__ __forceinline__ void prefetch(int t, int st) const {
+    if (t < ntiles) {
+      bool f;
+      const int kv0 = blk.start<FLEX_BKV, BN>(t, f);
+      flex_load_tile<BN, NT>(sK + st * BN * FLEX_D, gK, kv0, lenkv, tid);
+      flex_load_tile<BN, NT>(sV + st * BN * FLEX_D, gV, kv0, lenkv, tid);
+    }
+    flex_cp_commit();
+  }
+  // begin prefetches tile t + 1 and waits, with every thread, until tile t
+  // is in stage t & 1; it returns the tile's first kv row and whether its
+  // block is full.
+  __device__ __forceinline__ int begin(int t, bool &full) const {
+    const int kv0 = blk.start<FLEX_BKV, BN>(t, full);
+    prefetch(t + 1, (t & 1) ^ 1);
+    flex_cp_wait<1>();
+    __syncthreads();
+    return kv0;
+  }
+};
+
+// flex_acc_col is the column of element e of n8 tile n in a thread's
+// mma.sync m16n8 accumulator (and wgmma's, which repeats it along N): rows
+// lane/4 (e < 2) and lane/4 + 8, columns 8n + 2 (lane % 4) + e % 2.
+__device__ __forceinline__ int flex_acc_col(int n, int e, int lane) {
+  return n * 8 + (lane & 3) * 2 + (e & 1);
+}
+
 // flex_allowed evaluates the mask for one element with bounds: pairs outside
 // [0,lenq) x [0,lenkv) are never allowed. The program runs for them too
 // (generated programs clamp every tensor index and guard every division, so
@@ -368,4 +504,11 @@ __device__ __forceinline__ bool flex_allowed(const FlexArgs &A, int b, int h,
                                              int q, int kv, int lenq,
                                              int lenkv) {
   return (q < lenq) & (kv < lenkv) & flex_mask(A, b, h, q, kv);
+}
+
+// flex_ok is whether the pair (q, kv) takes part in a tile: its bounds in a
+// full block, flex_allowed in a partial one.
+__device__ __forceinline__ bool flex_ok(const FlexArgs &A, bool full, int b, int h, int q, int kv,
+                                        int lenq, int lenkv) {
+  return full ? (q < lenq && kv < lenkv) : flex_allowed(A, b, h, q, kv, lenq, lenkv);
 }

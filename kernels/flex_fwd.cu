@@ -36,48 +36,29 @@ extern "C" __global__ void __launch_bounds__(FLEX_FWD_NT)
   constexpr int MT = FLEX_FWD_MT;
   constexpr int NTILE = BN / 8; // n8 tiles of S per row tile
   constexpr int DT = D / 8;     // n8 tiles of O per row tile
-  constexpr int SUB = FLEX_BKV / BN;
 
   extern __shared__ __align__(128) unsigned char flex_smem[];
-  flex_t *sQ = (flex_t *)flex_smem;
-  flex_t *sK = sQ + BQ * D;     // [2][BN][D]
-  flex_t *sV = sK + 2 * BN * D; // [2][BN][D]
-  int *sIdx = (int *)(sV + 2 * BN * D); // [npart + nfull] kv block ids
+  flex_t *sQ, *sK, *sV; // [BQ][D], [2][BN][D] each
+  int *sIdx;            // [npart + nfull] kv block ids
+  flex_carve(flex_smem, sQ, BQ * D, sK, 2 * BN * D, sV, 2 * BN * D, sIdx);
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  // Heaviest q blocks (largest index under causal-like masks) start first.
-  const int qb = gridDim.y - 1 - blockIdx.y;
-  const int h = blockIdx.x % heads_q, b = blockIdx.x / heads_q;
-  const int hk = h / FLEX_GROUP;
-  const int heads_kv = heads_q / FLEX_GROUP;
-  const int q0 = qb * BQ;
-
+  const FlexQBlock cta = flex_q_block(heads_q);
+  const int qb = cta.qb, h = cta.h, b = cta.b, q0 = cta.q0;
+  const long long kvoff = ((long long)(b * cta.heads_kv + cta.hk) * lenkv) * D;
   const flex_t *gQ = Q + ((long long)(b * heads_q + h) * lenq) * D;
-  const flex_t *gK = K + ((long long)(b * heads_kv + hk) * lenkv) * D;
-  const flex_t *gV = V + ((long long)(b * heads_kv + hk) * lenkv) * D;
 
   // The block list moves to shared memory once, off the loop's critical path.
   const FlexBlocks blk = flex_blocks(sIdx, kv_num, kv_idx, full_num, full_idx, b, h, qb,
                                      bm_batch, bm_heads, nqb, nkvb, tid, NT);
-  const int ntiles = (blk.npart + blk.nfull) * SUB;
-
-  auto tile_start = [&](int t, bool &full) { return blk.start<FLEX_BKV, BN>(t, full); };
+  const int ntiles = blk.tiles<FLEX_BKV, BN>();
+  const FlexKVStream<BN, NT> kv{sK, sV, K + kvoff, V + kvoff, blk, ntiles, lenkv, tid};
 
   flex_load_tile<BQ, NT>(sQ, gQ, q0, lenq, tid);
-  if (ntiles > 0) {
-    bool f;
-    int kv0 = tile_start(0, f);
-    flex_load_tile<BN, NT>(sK, gK, kv0, lenkv, tid);
-    flex_load_tile<BN, NT>(sV, gV, kv0, lenkv, tid);
-  }
-  flex_cp_commit();
+  kv.prefetch(0, 0);
 
   float acc[MT][DT][4];
-#pragma unroll
-  for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-    for (int i = 0; i < DT; i++)
-      acc[mt][i][0] = acc[mt][i][1] = acc[mt][i][2] = acc[mt][i][3] = 0.f;
+  flex_zero(acc);
   // Row state per row tile: [mt][0] row lane/4, [mt][1] row lane/4 + 8.
   float m[MT][2], l[MT][2];
 #pragma unroll
@@ -94,16 +75,7 @@ extern "C" __global__ void __launch_bounds__(FLEX_FWD_NT)
   for (int t = 0; t < ntiles; t++) {
     const int st = t & 1;
     bool full;
-    const int kv0 = tile_start(t, full);
-    if (t + 1 < ntiles) {
-      bool f2;
-      int kvn = tile_start(t + 1, f2);
-      flex_load_tile<BN, NT>(sK + (st ^ 1) * BN * D, gK, kvn, lenkv, tid);
-      flex_load_tile<BN, NT>(sV + (st ^ 1) * BN * D, gV, kvn, lenkv, tid);
-    }
-    flex_cp_commit();
-    flex_cp_wait<1>();
-    __syncthreads();
+    const int kv0 = kv.begin(t, full);
 
 #if FLEX_FWD_QREGS
     if (t == 0) {
@@ -111,9 +83,7 @@ extern "C" __global__ void __launch_bounds__(FLEX_FWD_NT)
       for (int mt = 0; mt < MT; mt++)
 #pragma unroll
         for (int kk = 0; kk < D / 16; kk++)
-          flex_ldm_x4(qf[mt][kk][0], qf[mt][kk][1], qf[mt][kk][2],
-                      qf[mt][kk][3],
-                      flex_a_addr(sQ, wrow + mt * 16, kk * 16, lane));
+          flex_ldm_x4(qf[mt][kk], flex_a_addr(sQ, wrow + mt * 16, kk * 16, lane));
     }
 #endif
     const flex_t *cK = sK + st * BN * D;
@@ -122,11 +92,7 @@ extern "C" __global__ void __launch_bounds__(FLEX_FWD_NT)
     // S = Q K^T for this warp's MT x 16 rows x BN columns; every K fragment
     // feeds MT row tiles.
     float s[MT][NTILE][4];
-#pragma unroll
-    for (int mt = 0; mt < MT; mt++)
-#pragma unroll
-      for (int n = 0; n < NTILE; n++)
-        s[mt][n][0] = s[mt][n][1] = s[mt][n][2] = s[mt][n][3] = 0.f;
+    flex_zero(s);
 #pragma unroll
     for (int kk = 0; kk < D / 16; kk++) {
       unsigned a[MT][4];
@@ -136,21 +102,10 @@ extern "C" __global__ void __launch_bounds__(FLEX_FWD_NT)
         a[mt][0] = qf[mt][kk][0]; a[mt][1] = qf[mt][kk][1];
         a[mt][2] = qf[mt][kk][2]; a[mt][3] = qf[mt][kk][3];
 #else
-        flex_ldm_x4(a[mt][0], a[mt][1], a[mt][2], a[mt][3],
-                    flex_a_addr(sQ, wrow + mt * 16, kk * 16, lane));
+        flex_ldm_x4(a[mt], flex_a_addr(sQ, wrow + mt * 16, kk * 16, lane));
 #endif
       }
-#pragma unroll
-      for (int n = 0; n < NTILE; n += 2) {
-        unsigned bb[4];
-        flex_ldm_x4(bb[0], bb[1], bb[2], bb[3],
-                    flex_bn_addr(cK, n * 8, kk * 16, lane));
-#pragma unroll
-        for (int mt = 0; mt < MT; mt++) {
-          flex_mma(s[mt][n], a[mt], bb);
-          flex_mma(s[mt][n + 1], a[mt], bb + 2);
-        }
-      }
+      flex_mma_rows<MT, NTILE, false>(s, a, cK, kk * 16, 0, lane);
     }
 
 #pragma unroll
@@ -163,9 +118,8 @@ extern "C" __global__ void __launch_bounds__(FLEX_FWD_NT)
 #pragma unroll
         for (int e = 0; e < 4; e++) {
           const int row = e < 2 ? r0 : r1;
-          const int col = kv0 + n * 8 + (lane & 3) * 2 + (e & 1);
-          const bool ok = full ? (col < lenkv && row < lenq)
-                               : flex_allowed(args, b, h, row, col, lenq, lenkv);
+          const int col = kv0 + flex_acc_col(n, e, lane);
+          const bool ok = flex_ok(args, full, b, h, row, col, lenq, lenkv);
           float x = FLEX_NEG_INF;
           if (ok) {
 #if FLEX_HAS_SCORE
@@ -213,23 +167,9 @@ extern "C" __global__ void __launch_bounds__(FLEX_FWD_NT)
     for (int kk = 0; kk < BN / 16; kk++) {
       unsigned a[MT][4];
 #pragma unroll
-      for (int mt = 0; mt < MT; mt++) {
-        a[mt][0] = flex_pack2(s[mt][2 * kk][0], s[mt][2 * kk][1]);
-        a[mt][1] = flex_pack2(s[mt][2 * kk][2], s[mt][2 * kk][3]);
-        a[mt][2] = flex_pack2(s[mt][2 * kk + 1][0], s[mt][2 * kk + 1][1]);
-        a[mt][3] = flex_pack2(s[mt][2 * kk + 1][2], s[mt][2 * kk + 1][3]);
-      }
-#pragma unroll
-      for (int n = 0; n < DT; n += 2) {
-        unsigned bb[4];
-        flex_ldm_x4_t(bb[0], bb[1], bb[2], bb[3],
-                      flex_bk_addr(cV, kk * 16, n * 8, lane));
-#pragma unroll
-        for (int mt = 0; mt < MT; mt++) {
-          flex_mma(acc[mt][n], a[mt], bb);
-          flex_mma(acc[mt][n + 1], a[mt], bb + 2);
-        }
-      }
+      for (int mt = 0; mt < MT; mt++)
+        flex_frag_a(a[mt], s[mt][2 * kk], s[mt][2 * kk + 1]);
+      flex_mma_rows<MT, DT, true>(acc, a, cV, kk * 16, 0, lane);
     }
     __syncthreads(); // stage st is refilled by the next iteration's prefetch
   }

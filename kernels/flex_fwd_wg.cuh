@@ -77,9 +77,8 @@ __device__ __forceinline__ void flex_wg_softmax(float (&sc)[FLEX_WG_BN / 2], con
 #pragma unroll
     for (int e = 0; e < 4; e++) {
       const int row = e < 2 ? rs.r0 : rs.r1;
-      const int col = kv0 + n * 8 + (lane & 3) * 2 + (e & 1);
-      const bool ok = full ? (col < lenkv && row < lenq)
-                           : flex_allowed(args, b, h, row, col, lenq, lenkv);
+      const int col = kv0 + flex_acc_col(n, e, lane);
+      const bool ok = flex_ok(args, full, b, h, row, col, lenq, lenkv);
 #if FLEX_HAS_SCORE
       sc[n * 4 + e] = ok ? flex_score(args, sc[n * 4 + e] * scale, b, h, row, col) * FLEX_LOG2E : FLEX_NEG_INF;
 #else

@@ -49,23 +49,15 @@ extern "C" __global__ void __launch_bounds__(FLEX_FWD_NT, 1)
   constexpr unsigned TILE_BYTES = BN * D * 2;
 
   extern __shared__ __align__(1024) unsigned char flex_smem_raw[];
-  // The 128-byte swizzle of TMA and wgmma needs 1024-byte aligned tiles
-  // (FwdResources adds the slack).
-  unsigned char *flex_smem = flex_smem_raw + ((1024 - (flex_smem_addr(flex_smem_raw) & 1023)) & 1023);
-  flex_t *sQ = (flex_t *)flex_smem;
-  flex_t *sK = sQ + BQ * D;      // [ST][BN*D]
-  flex_t *sV = sK + ST * BN * D; // [ST][BN*D]
-  unsigned long long *fullQ = (unsigned long long *)(sV + ST * BN * D);
-  unsigned long long *fullK = fullQ + 1, *fullV = fullK + ST, *emptyK = fullV + ST, *emptyV = emptyK + ST;
-  int *sIdx = (int *)(emptyV + ST);
+  flex_t *sQ, *sK, *sV; // [BQ*D], [ST][BN*D] each
+  unsigned long long *fullQ, *fullK, *fullV, *emptyK, *emptyV; // mbarriers: 1, ST each
+  int *sIdx; // [npart + nfull] kv block ids
+  flex_carve(flex_smem_1024(flex_smem_raw), sQ, BQ * D, sK, ST * BN * D, sV, ST * BN * D, fullQ, 1,
+             fullK, ST, fullV, ST, emptyK, ST, emptyV, ST, sIdx);
 
   const int tid = threadIdx.x, lane = tid & 31, wg = tid >> 7;
-  // Grid (heads x batch, q blocks), heaviest q blocks of every head first.
-  const int qb = gridDim.y - 1 - blockIdx.y;
-  const int h = blockIdx.x % heads_q, b = blockIdx.x / heads_q;
-  const int hk = h / FLEX_GROUP;
-  const int heads_kv = heads_q / FLEX_GROUP;
-  const int q0 = qb * BQ;
+  const FlexQBlock cta = flex_q_block(heads_q);
+  const int qb = cta.qb, h = cta.h, b = cta.b, hk = cta.hk, heads_kv = cta.heads_kv, q0 = cta.q0;
 
   if (tid == 0) {
     flex_mbar_init(fullQ, 1);
@@ -81,7 +73,7 @@ extern "C" __global__ void __launch_bounds__(FLEX_FWD_NT, 1)
   // mbarriers).
   const FlexBlocks blk = flex_blocks(sIdx, kv_num, kv_idx, full_num, full_idx, b, h, qb,
                                      bm_batch, bm_heads, nqb, nkvb, tid, FLEX_FWD_NT);
-  const int ntiles = (blk.npart + blk.nfull) * SUB;
+  const int ntiles = blk.tiles<FLEX_BKV, BN>();
 
   if (wg == 0) { // producer
 #if FLEX_WG_NWG == 2
@@ -136,9 +128,7 @@ extern "C" __global__ void __launch_bounds__(FLEX_FWD_NT, 1)
     flex_bar_arrive(1, 256);
 
   float o[D / 2];
-#pragma unroll
-  for (int i = 0; i < D / 2; i++)
-    o[i] = 0.f;
+  flex_zero(o);
   float s[BN / 2];
   unsigned p[BN / 16][4];
   if (ntiles > 0) {

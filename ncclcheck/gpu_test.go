@@ -9,6 +9,7 @@ import (
 	"dflash/cuda"
 	"dflash/dtype"
 	"dflash/gpu"
+	"dflash/internal/gputest"
 	"dflash/jit"
 )
 
@@ -18,13 +19,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
 	}
-	gpu.SetDebug(true)
-	code := m.Run()
-	if err := gpu.CloseAll(); err != nil {
-		fmt.Fprintln(os.Stderr, "CloseAll:", err)
-		code = 1
-	}
-	os.Exit(code)
+	gputest.Main(m)
 }
 
 // workersOrSkip opens every GPU, or skips naming what is missing.

@@ -10,6 +10,7 @@ import (
 
 	"dflash/flex"
 	"dflash/gpu"
+	"dflash/internal/gputest"
 )
 
 // shiftedBias is score + bias[kv + shift]: with bias of LenKV entries, the
@@ -77,8 +78,8 @@ func TestCheckedSource(t *testing.T) {
 // enough return no error (the word was zeroed), and unchecked kernels clamp
 // silently.
 func TestGPUCheckedMode(t *testing.T) {
-	w := worker0(t)
-	cache := nvrtcCache(t)
+	w := gputest.Worker0(t)
+	cache := gputest.NVRTCCache(t, "")
 	r := newRand(t)
 	const shift = 5
 	for _, k := range []Kernel{Hopper, Portable} {

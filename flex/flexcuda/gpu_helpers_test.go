@@ -4,53 +4,20 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"os"
 	"sort"
 	"testing"
 
 	"dflash/dtype"
 	"dflash/flex"
 	"dflash/gpu"
+	"dflash/internal/gputest"
 	"dflash/internal/testseed"
-	"dflash/jit"
 )
 
 // GPU tests run on the GPU machine as a compiled test binary; here they skip
 // with a message naming what is missing (the GPU or NVRTC).
 
-func TestMain(m *testing.M) {
-	gpu.SetDebug(true) // every CUDA call must come from the worker thread
-	code := m.Run()
-	if err := gpu.CloseAll(); err != nil {
-		fmt.Fprintln(os.Stderr, "CloseAll:", err)
-		code = 1
-	}
-	os.Exit(code)
-}
-
-// worker0 opens GPU 0 or skips.
-func worker0(t testing.TB) *gpu.Worker {
-	t.Helper()
-	w, err := gpu.Open(0)
-	if err != nil {
-		t.Skipf("no GPU: %v", err)
-	}
-	return w
-}
-
-// nvrtcCache returns a fresh memory-only NVRTC cache or skips.
-func nvrtcCache(t testing.TB) *jit.Cache {
-	t.Helper()
-	n, err := jit.NewNVRTC()
-	if err != nil {
-		t.Skipf("no NVRTC: %v", err)
-	}
-	c, err := jit.New(jit.Config{Compiler: n, Budget: 64})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c
-}
+func TestMain(m *testing.M) { gputest.Main(m) }
 
 func newRand(t testing.TB) *rand.Rand {
 	return testseed.New(t)
@@ -69,57 +36,29 @@ func gridValues(r *rand.Rand, n int) []float64 {
 // devHalf uploads x as dt (bf16 or f16).
 func devHalf(t testing.TB, d *gpu.Device, x []float64, dt dtype.DType) gpu.Buffer {
 	t.Helper()
-	f := make([]float32, len(x))
-	for i, v := range x {
-		f[i] = float32(v)
-	}
-	h := make([]uint16, len(x))
-	dtype.EncodeHalves(dt, h, f)
-	b := devAlloc(t, d, int64(2*len(x)))
-	if err := gpu.Upload(d, b, h); err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
-// devAlloc allocates n bytes poisoned with 0xff (NaN in bf16, fp16 and
-// float32), so an element a kernel fails to write shows as NaN.
-func devAlloc(t testing.TB, d *gpu.Device, n int64) gpu.Buffer {
-	t.Helper()
-	b, err := d.Alloc(n)
+	b, _, err := gputest.Upload(d, dt, x)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := d.Memset(b, 0xff, nil); err != nil {
+	return b
+}
+
+// devAlloc allocates n bytes poisoned with NaNs (gputest.Alloc).
+func devAlloc(t testing.TB, d *gpu.Device, n int64) gpu.Buffer {
+	t.Helper()
+	b, err := gputest.Alloc(d, n)
+	if err != nil {
 		t.Fatal(err)
 	}
 	return b
 }
 
-func downHalf(t testing.TB, d *gpu.Device, b gpu.Buffer, n int, dt dtype.DType) []float64 {
+// download reads n elements of dt (bf16, f16 or f32) from b.
+func download(t testing.TB, d *gpu.Device, b gpu.Buffer, n int, dt dtype.DType) []float64 {
 	t.Helper()
-	h := make([]uint16, n)
-	if err := gpu.Download(d, h, b); err != nil {
+	x, err := gputest.Download(d, dt, b, n)
+	if err != nil {
 		t.Fatal(err)
-	}
-	f := make([]float32, n)
-	dtype.DecodeHalves(dt, f, h)
-	x := make([]float64, n)
-	for i, v := range f {
-		x[i] = float64(v)
-	}
-	return x
-}
-
-func downF32(t testing.TB, d *gpu.Device, b gpu.Buffer, n int) []float64 {
-	t.Helper()
-	f := make([]float32, n)
-	if err := gpu.Download(d, f, b); err != nil {
-		t.Fatal(err)
-	}
-	x := make([]float64, n)
-	for i, v := range f {
-		x[i] = float64(v)
 	}
 	return x
 }
@@ -248,8 +187,8 @@ func runAttention(t testing.TB, d *gpu.Device, a *Attention, bld *Builder, dims 
 	rout, rlse := flex.Forward(dims, q, k, v, cbm, a.score, hargs, scale)
 	rg := flex.Backward(dims, q, k, v, rout, rlse, dout, cbm, a.score, hargs, scale)
 
-	out, lse := downHalf(t, d, c.Out, nq, dt), downF32(t, d, c.LSE, rows)
-	dq, dk, dv := downHalf(t, d, c.DQ, nq, dt), downHalf(t, d, c.DK, nk, dt), downHalf(t, d, c.DV, nk, dt)
+	out, lse := download(t, d, c.Out, nq, dt), download(t, d, c.LSE, rows, dtype.F32)
+	dq, dk, dv := download(t, d, c.DQ, nq, dt), download(t, d, c.DK, nk, dt), download(t, d, c.DV, nk, dt)
 	finite := func(i int) bool { return !math.IsInf(rlse[i], -1) }
 	res.errs["out"] = relErr(out, rout, nil)
 	res.errs["lse"] = relErr(lse, rlse, finite)
@@ -257,7 +196,7 @@ func runAttention(t testing.TB, d *gpu.Device, a *Attention, bld *Builder, dims 
 	res.errs["dk"] = relErr(dk, rg.DK, nil)
 	res.errs["dv"] = relErr(dv, rg.DV, nil)
 	for name, b := range c.TensorGrads {
-		res.errs["grad:"+name] = relErr(downF32(t, d, b, len(rg.Tensors[name])), rg.Tensors[name], nil)
+		res.errs["grad:"+name] = relErr(download(t, d, b, len(rg.Tensors[name]), dtype.F32), rg.Tensors[name], nil)
 	}
 	for name, x := range map[string][]float64{"out": out, "lse": lse, "dq": dq, "dk": dk, "dv": dv} {
 		for i, v := range x {

@@ -12,6 +12,7 @@ import (
 	"dflash/dtype"
 	"dflash/flex"
 	"dflash/gpu"
+	"dflash/internal/gputest"
 )
 
 // attnCase is one GPU correctness case: programs, static config, and random
@@ -113,8 +114,8 @@ func TestGPUAttention(t *testing.T) {
 // twice on random shapes against the CPU float64 reference (errors <= 1e-2,
 // no problems); extra, when not nil, checks more of each result.
 func runGPUCases(t *testing.T, cases []attnCase, extra func(t *testing.T, res *attnResult)) {
-	w := worker0(t)
-	cache := nvrtcCache(t)
+	w := gputest.Worker0(t)
+	cache := gputest.NVRTCCache(t, "")
 	r := newRand(t)
 	type built struct {
 		a *Attention
@@ -190,8 +191,8 @@ func runGPUCases(t *testing.T, cases []attnCase, extra func(t *testing.T, res *a
 // also times the DFlash builder at 512 anchors x 16, context 3072 (PyTorch's
 // compiled create_block_mask: 0.27 ms).
 func TestGPUBlockMaskBuilders(t *testing.T) {
-	w := worker0(t)
-	cache := nvrtcCache(t)
+	w := gputest.Worker0(t)
+	cache := gputest.NVRTCCache(t, "")
 	r := newRand(t)
 	dfl := map[[2]int]*Builder{}
 	for _, bq := range []int{64, 128} {
@@ -312,8 +313,8 @@ func timeBuild(d *gpu.Device, bld *Builder, dims flex.Dims, hargs *flex.Args, re
 // lengths and anchors, and checks that the kernel cache compiled exactly the
 // static specialisations: one forward, one backward and one builder.
 func TestGPUSpecialisationStable(t *testing.T) {
-	w := worker0(t)
-	cache := nvrtcCache(t)
+	w := gputest.Worker0(t)
+	cache := gputest.NVRTCCache(t, "")
 	r := newRand(t)
 	a, err := New(cache, flex.DFlashMask(16), nil, Config{HeadDim: 64, Group: 2})
 	if err != nil {
@@ -410,8 +411,8 @@ func quickCall(d *gpu.Device, a *Attention, bld *Builder, dims flex.Dims, hargs 
 // shared-memory need over the device's limit names the limit, and a
 // missing program argument is named.
 func TestGPULimitsAndArgErrors(t *testing.T) {
-	w := worker0(t)
-	cache := nvrtcCache(t)
+	w := gputest.Worker0(t)
+	cache := gputest.NVRTCCache(t, "")
 	a, err := New(cache, flex.Document(true), nil, Config{HeadDim: 64})
 	if err != nil {
 		t.Fatal(err)

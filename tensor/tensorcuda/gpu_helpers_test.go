@@ -5,13 +5,14 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"os"
 	"sync"
 	"testing"
 
 	"dflash/dtype"
 	"dflash/gpu"
 	"dflash/internal/checkreport"
+	"dflash/internal/gputest"
+	"dflash/internal/testseed"
 	"dflash/jit"
 	"dflash/tensor"
 )
@@ -22,15 +23,7 @@ import (
 // the storage dtype first, so that the tolerance covers only the kernel's
 // fp32 arithmetic and the rounding of its outputs.
 
-func TestMain(m *testing.M) {
-	gpu.SetDebug(true) // every CUDA call must come from the worker thread
-	code := m.Run()
-	if err := gpu.CloseAll(); err != nil {
-		fmt.Fprintln(os.Stderr, "CloseAll:", err)
-		code = 1
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { gputest.Main(m) }
 
 // ref is the reference: the CPU backend in float64.
 var ref = tensor.NewCPU[float64](0)
@@ -69,29 +62,19 @@ type env struct {
 
 // sharedCache is one memory-only NVRTC cache for all tests, so each kernel
 // file compiles once per dtype in the run.
-var sharedCache = sync.OnceValues(func() (*jit.Cache, error) {
-	n, err := jit.NewNVRTC()
-	if err != nil {
-		return nil, err
-	}
-	return jit.New(jit.Config{Compiler: n, Budget: 64})
-})
+var sharedCache = sync.OnceValues(func() (*jit.Cache, error) { return gputest.NewNVRTCCache("") })
 
 // forDTypes runs f for bf16 and fp32 storage on GPU 0 with the shared
 // memory-only NVRTC cache, or skips when there is no GPU or NVRTC.
 func forDTypes(t *testing.T, f func(e *env)) {
-	w, err := gpu.Open(0)
-	if err != nil {
-		t.Skipf("no GPU: %v", err)
-	}
+	w := gputest.Worker0(t)
 	cache, err := sharedCache()
 	if err != nil {
-		t.Skipf("no NVRTC: %v", err)
+		t.Skip(err)
 	}
 	for _, dt := range []dtype.DType{dtype.BF16, dtype.F32} {
 		t.Run(dt.String(), func(t *testing.T) {
-			seed := rand.Uint64()
-			t.Logf("seed %d (dtype %s)", seed, dt)
+			seed := testseed.Seed(t)
 			err := w.Run(func(d *gpu.Device) (err error) {
 				o, err := New(cache, d, dt)
 				if err != nil {
@@ -136,12 +119,20 @@ func (e *env) free() {
 	e.bufs = nil
 }
 
-// alloc returns n bytes filled with byte v (0xff: NaN in bf16 and fp32).
-func (e *env) alloc(n int64, v byte) gpu.Buffer {
-	b, err := e.d.Alloc(max(n, 1))
+// keep records b for free and returns it.
+func (e *env) keep(b gpu.Buffer, err error) gpu.Buffer {
 	e.check(err)
 	e.bufs = append(e.bufs, b)
-	e.check(e.d.Memset(b, v, nil))
+	return b
+}
+
+// alloc returns n bytes filled with byte v (gputest.Poison: NaN in bf16 and
+// fp32).
+func (e *env) alloc(n int64, v byte) gpu.Buffer {
+	b := e.keep(gputest.Alloc(e.d, n))
+	if v != gputest.Poison {
+		e.check(e.d.Memset(b, v, nil))
+	}
 	return b
 }
 
@@ -162,24 +153,8 @@ func (e *env) store(x []float64) (gpu.Buffer, []float64) { return e.upload(e.dt,
 func (e *env) f32(x []float64) (gpu.Buffer, []float64) { return e.upload(dtype.F32, x) }
 
 func (e *env) upload(dt dtype.DType, x []float64) (gpu.Buffer, []float64) {
-	r := make([]float64, len(x))
-	b := e.alloc(int64(len(x))*int64(dt.Size()), 0xff)
-	if dt == dtype.BF16 {
-		h := make([]uint16, len(x))
-		for i, v := range x {
-			h[i] = dtype.Float32ToBF16(float32(v))
-			r[i] = float64(dtype.BF16ToFloat32(h[i]))
-		}
-		e.check(gpu.Upload(e.d, b, h))
-		return b, r
-	}
-	f := make([]float32, len(x))
-	for i, v := range x {
-		f[i] = float32(v)
-		r[i] = float64(f[i])
-	}
-	e.check(gpu.Upload(e.d, b, f))
-	return b, r
+	b, held, err := gputest.Upload(e.d, dt, x)
+	return e.keep(b, err), held
 }
 
 func (e *env) ints(x []int32) gpu.Buffer {
@@ -189,8 +164,8 @@ func (e *env) ints(x []int32) gpu.Buffer {
 }
 
 // out returns a NaN-poisoned buffer of n storage elements; outF32 of n fp32.
-func (e *env) out(n int) gpu.Buffer    { return e.alloc(int64(n)*int64(e.dt.Size()), 0xff) }
-func (e *env) outF32(n int) gpu.Buffer { return e.alloc(int64(n)*4, 0xff) }
+func (e *env) out(n int) gpu.Buffer    { return e.alloc(int64(n)*int64(e.dt.Size()), gputest.Poison) }
+func (e *env) outF32(n int) gpu.Buffer { return e.alloc(int64(n)*4, gputest.Poison) }
 
 // load downloads n storage elements; loadF32 n fp32 values.
 func (e *env) load(b gpu.Buffer, n int) []float64 { return e.download(e.dt, b, n) }
@@ -199,20 +174,8 @@ func (e *env) loadF32(b gpu.Buffer, n int) []float64 {
 }
 
 func (e *env) download(dt dtype.DType, b gpu.Buffer, n int) []float64 {
-	x := make([]float64, n)
-	if dt == dtype.BF16 {
-		h := make([]uint16, n)
-		e.check(gpu.Download(e.d, h, b))
-		for i, v := range h {
-			x[i] = float64(dtype.BF16ToFloat32(v))
-		}
-		return x
-	}
-	f := make([]float32, n)
-	e.check(gpu.Download(e.d, f, b))
-	for i, v := range f {
-		x[i] = float64(v)
-	}
+	x, err := gputest.Download(e.d, dt, b, n)
+	e.check(err)
 	return x
 }
 
