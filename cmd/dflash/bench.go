@@ -186,6 +186,7 @@ func benchStep(args []string) error {
 	fs.IntVar(&o.Warmup, "warmup", 1, "untimed steps first")
 	fs.Uint64Var(&o.Seed, "seed", 1, "random seed for weights, tokens and anchors")
 	fs.Float64Var(&o.PeakTFLOPS, "peak-tflops", 0, "peak TFLOP/s for the MFU (0: the device's, see docs/PERF.md)")
+	fs.BoolVar(&o.DryRun, "dry-run", false, "allocate and time nothing: print the FLOP count and the memory estimate of the shape")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -209,14 +210,25 @@ func benchStep(args []string) error {
 	return nil
 }
 
-// printStepReport prints rep as a table of phases and a summary.
+// printStepReport prints rep as a table of phases and a summary (a dry
+// run: the FLOPs and the memory estimate).
 func printStepReport(r *stepbench.Report) {
 	where := r.Device
 	if r.Threads > 0 {
 		where = fmt.Sprintf("%s, %d threads", r.Device, r.Threads)
 	}
-	fmt.Printf("drafter training step on %s: target %s (%.3gB params, layers 0..%d run), taps %v, %d drafter layers (%.3gM params)\n",
+	fmt.Printf("drafter training step on %s: target %s (%.3gB params, layers 0..%d run), taps %v, %d drafter layers (%.1fM params)\n",
 		where, r.Target, r.TargetParams/1e9, r.TargetLayers-1, r.Taps, r.DrafterLayers, r.DrafterParams/1e6)
+	m := r.Memory
+	if r.Steps == 0 {
+		f := r.FLOPs
+		fmt.Printf("seq len %d, batch %d, %d anchors x block %d; dry run\n", r.SeqLen, r.Batch, r.Anchors, r.BlockSize)
+		fmt.Printf("GFLOP per step: target forward %.1f, drafter forward %.1f, drafter backward %.1f, total %.1f\n",
+			f.TargetForward/1e9, f.DrafterForward/1e9, f.DrafterBackward/1e9, f.Total()/1e9)
+		fmt.Printf("CPU memory estimate (float32): %s = target weights %s + drafter state %s + activations %s\n", meminfo.Format(m.Total()),
+			meminfo.Format(m.TargetWeights), meminfo.Format(m.DrafterState), meminfo.Format(m.Activations))
+		return
+	}
 	fmt.Printf("seq len %d, batch %d, %d anchors x block %d; %d timed steps after %d warm-up\n\n", r.SeqLen, r.Batch, r.Anchors, r.BlockSize, r.Steps, r.Warmup)
 	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(w, "phase\tmean ms\tshare\tGFLOP\tMFU\t")
@@ -240,5 +252,5 @@ func printStepReport(r *stepbench.Report) {
 		100*r.MFU.DrafterTrain, r.BlockMaskMS, r.MinMS, r.MaxMS)
 	fmt.Printf("%.1f tokens/s, %.3f samples/s; MFU against %.4g TFLOP/s (%s)\n", r.TokensPerS, r.SamplesPerS, r.PeakTFLOPS, r.PeakSource)
 	fmt.Printf("peak Go heap %s, peak RSS %s; estimated before allocating %s\n",
-		meminfo.Format(float64(r.PeakHeapBytes)), meminfo.Format(float64(r.PeakRSSBytes)), meminfo.Format(r.Memory.Total()))
+		meminfo.Format(float64(r.PeakHeapBytes)), meminfo.Format(float64(r.PeakRSSBytes)), meminfo.Format(m.Total()))
 }

@@ -1,9 +1,11 @@
 package stepbench
 
 import (
-	"fmt"
 	"log/slog"
+	"math"
+	"math/rand/v2"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"time"
 
@@ -18,12 +20,14 @@ const heapPeriod = 5 * time.Millisecond
 // (float32, all cores) and reports their means.
 func runCPU(o Options) (*Report, error) {
 	dc := drafterConfig(o)
-	if err := dc.Validate(); err != nil {
-		return nil, fmt.Errorf("drafter: %w", err)
-	}
 	mem := estimateMemory(&o.Target, dc, o.Batch, o.SeqLen, o.Anchors)
 	if err := checkMemory(o, &o.Target, mem); err != nil {
 		return nil, err
+	}
+	if avail, ok := availableMemory(); ok && debug.SetMemoryLimit(-1) == math.MaxInt64 {
+		// Let the GC collect before the host runs out rather than at twice
+		// the live heap (GOGC), unless GOMEMLIMIT chose a limit.
+		defer debug.SetMemoryLimit(debug.SetMemoryLimit(int64(avail)))
 	}
 	rep := newReport(o, dc, mem)
 	rep.Threads = runtime.GOMAXPROCS(0)
@@ -58,6 +62,19 @@ func runCPU(o Options) (*Report, error) {
 	rep.PeakRSSBytes = peakRSS()
 	rep.finish(steps, walls)
 	return rep, nil
+}
+
+// plan returns the report of o without running it: the shapes, the memory
+// estimate and the FLOPs of one step with anchors drawn from o.Seed.
+func plan(o Options) *Report {
+	dc := drafterConfig(o)
+	rep := newReport(o, dc, estimateMemory(&o.Target, dc, o.Batch, o.SeqLen, o.Anchors))
+	rep.Steps, rep.Warmup = 0, 0
+	rng := rand.New(rand.NewPCG(o.Seed, 0x57e9))
+	ex, rows := examples(o, dc, rng)
+	b := dflash.MakeBatch(ex, rows, 0)
+	rep.FLOPs = StepFLOPs(&o.Target, dc, b.Rows, b.Len, dflash.BuildBlocks(dc, b, dflash.SampleBatchAnchors(rng, b, o.Anchors)))
+	return rep
 }
 
 // newReport starts the report of o: the shapes, parameter counts, the

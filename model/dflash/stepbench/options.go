@@ -38,6 +38,9 @@ type Options struct {
 	// PeakTFLOPS is the peak FLOP rate the MFU divides by; 0 means the
 	// device's (CPUPeak or H200BF16Peak).
 	PeakTFLOPS float64
+	// DryRun allocates no model and times nothing: the report holds the
+	// shapes, the memory estimate and the FLOPs of one step's anchors.
+	DryRun bool
 }
 
 // Peak FLOP rates the MFU divides by, each with its source.
@@ -97,9 +100,18 @@ func Run(o Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := drafterConfig(o).Validate(); err != nil {
+		return nil, fmt.Errorf("drafter: %w", err)
+	}
 	if o.Device == "cuda" {
+		if o.DryRun {
+			return plan(o), nil
+		}
 		return nil, fmt.Errorf("--device cuda: not yet: the CUDA tensor backend (issue 13) does not exist, so the drafter step " +
 			"runs on the CPU only (--device cpu)")
+	}
+	if o.DryRun {
+		return plan(o), nil
 	}
 	return runCPU(o)
 }

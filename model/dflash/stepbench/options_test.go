@@ -2,8 +2,11 @@ package stepbench
 
 import (
 	"math"
+	"slices"
 	"strings"
 	"testing"
+
+	"dflash/internal/testseed"
 )
 
 // TestRefusesShapeThatDoesNotFit: the issue's case (qwen3-8b, 3072 tokens,
@@ -114,4 +117,26 @@ func TestTargetsMatchModelCards(t *testing.T) {
 			t.Errorf("%s: %.4gB parameters, the model card says %.2gB", name, total/1e9, card.total)
 		}
 	}
+}
+
+// TestDryRunIssueCase: a dry run of the issue's case allocates nothing and
+// times nothing, and its FLOP count is within 10% of the count implied by
+// the PyTorch trainer's stated MFU for the same step on our H200 (40% of
+// 989 TFLOP/s over 1.24 s: 490 TFLOP; docs/PERF.md compares the two).
+func TestDryRunIssueCase(t *testing.T) {
+	tc, _ := Target("qwen3-8b")
+	o := Options{Device: "cuda", TargetName: "qwen3-8b", Target: tc, SeqLen: 3072, Batch: 4, Anchors: 512, BlockSize: 16,
+		DrafterLayers: 5, Steps: 1, Seed: testseed.Seed(t), DryRun: true}
+	r, err := Run(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.StepMS != 0 || r.Steps != 0 || !slices.Equal(r.Taps, []int{1, 9, 17, 25, 33}) || r.PeakTFLOPS != H200BF16PeakTFLOPS {
+		t.Errorf("dry run report %+v", r)
+	}
+	implied := 0.40 * 989e12 * 1.24
+	if ratio := r.FLOPs.Total() / implied; ratio < 0.9 || ratio > 1.1 {
+		t.Errorf("%.4g FLOPs per step, %.2fx the %.4g the PyTorch trainer's MFU implies", r.FLOPs.Total(), ratio, implied)
+	}
+	t.Logf("%+v, %.3fx of the PyTorch-implied count", r.FLOPs, r.FLOPs.Total()/implied)
 }

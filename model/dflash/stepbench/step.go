@@ -60,19 +60,28 @@ func newStepper(o Options, dc *dflash.Config, backend tensor.Backend[float32]) (
 		hidden: dflash.TargetHidden(target, dc.TargetLayerIDs, backend), backend: backend, rng: rng, cfg: train.DefaultConfig()}
 	s.params = s.drafter.TrainParams()
 	s.opt = train.NewAdamW(s.params, train.AdamWConfig{Beta1: s.cfg.Beta1, Beta2: s.cfg.Beta2, Eps: s.cfg.Eps, WeightDecay: s.cfg.WeightDecay})
+	s.examples, s.rows = examples(o, dc, rng)
+	return s, nil
+}
+
+// examples returns o.Batch random sequences of o.SeqLen tokens (any id but
+// the mask token), the last 7/8 of each the assistant's (loss mask 1), and
+// their indices.
+func examples(o Options, dc *dflash.Config, rng *rand.Rand) ([]dflash.Example, []int) {
+	var ex []dflash.Example
+	var rows []int
 	p := promptLen(o.SeqLen)
 	for r := range o.Batch {
 		e := dflash.Example{IDs: make([]int32, o.SeqLen), Mask: make([]uint8, o.SeqLen)}
 		for i := range e.IDs {
-			e.IDs[i] = int32(rng.IntN(dc.MaskTokenID)) // any id but the mask token
+			e.IDs[i] = int32(rng.IntN(dc.MaskTokenID))
 			if i >= p {
 				e.Mask[i] = 1
 			}
 		}
-		s.examples = append(s.examples, e)
-		s.rows = append(s.rows, r)
+		ex, rows = append(ex, e), append(rows, r)
 	}
-	return s, nil
+	return ex, rows
 }
 
 // stepResult is one step: its phases (in Phases order), FLOPs, loss and a
