@@ -20,7 +20,7 @@ const heapPeriod = 5 * time.Millisecond
 // (float32, all cores) and reports their means.
 func runCPU(o Options) (*Report, error) {
 	dc := drafterConfig(o)
-	mem := estimateMemory(&o.Target, dc, o.Batch, o.SeqLen, o.Anchors)
+	mem := estimateMemory(o, dc)
 	if err := checkMemory(o, &o.Target, mem); err != nil {
 		return nil, err
 	}
@@ -68,7 +68,7 @@ func runCPU(o Options) (*Report, error) {
 // estimate and the FLOPs of one step with anchors drawn from o.Seed.
 func plan(o Options) *Report {
 	dc := drafterConfig(o)
-	rep := newReport(o, dc, estimateMemory(&o.Target, dc, o.Batch, o.SeqLen, o.Anchors))
+	rep := newReport(o, dc, estimateMemory(o, dc))
 	rep.Steps, rep.Warmup = 0, 0
 	rng := rand.New(rand.NewPCG(o.Seed, 0x57e9))
 	ex, rows := examples(o, dc, rng)
@@ -85,7 +85,7 @@ func newReport(o Options, dc *dflash.Config, mem Memory) *Report {
 		TargetShape: Shape{Hidden: t.HiddenSize, Intermediate: t.IntermediateSize, Layers: t.NumLayers, Heads: t.NumHeads,
 			KVHeads: t.NumKVHeads, HeadDim: t.HeadDim, Vocab: t.VocabSize, Tied: t.TieWordEmbeddings},
 		TargetLayers: slices.Max(dc.TargetLayerIDs) + 1, Taps: dc.TargetLayerIDs, DrafterLayers: dc.NumLayers,
-		DrafterParams: DrafterParams(dc), SeqLen: o.SeqLen, Batch: o.Batch, Anchors: o.Anchors, BlockSize: o.BlockSize,
+		DrafterParams: DrafterParams(dc), SeqLen: o.SeqLen, Batch: o.Batch, Anchors: o.Anchors, BlockSize: o.BlockSize, LossChunk: o.LossChunk,
 		Steps: o.Steps, Warmup: o.Warmup, Memory: mem, PeakTFLOPS: o.PeakTFLOPS, PeakSource: "--peak-tflops"}
 	if o.PeakTFLOPS == 0 {
 		if o.Device == "cpu" {

@@ -35,17 +35,22 @@ func DrafterParams(c *dflash.Config) float64 {
 	return float64(len(c.TargetLayerIDs))*H*H + H + float64(c.NumLayers)*layer + H
 }
 
-// estimateMemory estimates the bytes of a step of drafter dc over target tc
-// with rows sequences of seqLen tokens and anchors blocks per sequence.
-func estimateMemory(tc *model.Config, dc *dflash.Config, rows, seqLen, anchors int) Memory {
+// estimateMemory estimates the bytes of a step of drafter dc over o's
+// target, sequences and anchors.
+func estimateMemory(o Options, dc *dflash.Config) Memory {
 	const f32 = 4
+	tc, rows, seqLen, anchors := &o.Target, o.Batch, o.SeqLen, o.Anchors
+	chunk := float64(tensor.DefaultXentChunk)
+	if o.LossChunk > 0 {
+		chunk = float64(o.LossChunk) * float64(tc.VocabSize)
+	}
 	H, I, D := float64(tc.HiddenSize), float64(tc.IntermediateSize), float64(tc.HeadDim)
 	q, kv := float64(tc.NumHeads)*D, float64(tc.NumKVHeads)*D
 	T, nb, k := float64(rows*seqLen), float64(rows*anchors*dc.BlockSize), float64(len(dc.TargetLayerIDs))
 	taps := k * T * H
 	target := taps + T*(4*H+3*q+4*kv+3*I)
 	perLayer := 4*T*kv + 4*(T+nb)*kv + nb*(6*H+5*q+3*I)
-	drafter := 2*taps + 3*T*H + 2*float64(dc.NumLayers)*perLayer + nb*H + 2*tensor.DefaultXentChunk
+	drafter := 2*taps + 3*T*H + 2*float64(dc.NumLayers)*perLayer + nb*H + 2*chunk
 	return Memory{
 		TargetWeights: f32 * tc.ParamCount(),
 		DrafterState:  4 * f32 * DrafterParams(dc),

@@ -38,6 +38,9 @@ type Options struct {
 	// PeakTFLOPS is the peak FLOP rate the MFU divides by; 0 means the
 	// device's (CPUPeak or H200BF16Peak).
 	PeakTFLOPS float64
+	// LossChunk is the number of block slots whose logits exist at once
+	// (Drafter.LossChunk; 0: the cross-entropy's default).
+	LossChunk int
 	// DryRun allocates no model and times nothing: the report holds the
 	// shapes, the memory estimate and the FLOPs of one step's anchors.
 	DryRun bool
@@ -45,10 +48,11 @@ type Options struct {
 
 // Peak FLOP rates the MFU divides by, each with its source.
 const (
-	// CPUPeakGFLOPS is the float32 GEMM rate of the 2-core development VM,
-	// the best shape of `go test -run '^$' -bench 'Gemm/dflash/'
-	// -benchtime 10x ./tensor/` (docs/PERF.md, "Drafter training step").
-	CPUPeakGFLOPS = 18.6
+	// CPUPeakGFLOPS is the float32 GEMM rate of the 2-core development VM
+	// (AMD EPYC, AVX2/FMA kernel, both cores): the best shape of
+	// `go test -run '^$' -bench 'Gemm/^dflash$/' -benchtime 10x ./tensor/`
+	// (docs/PERF.md, "Drafter training step").
+	CPUPeakGFLOPS = 90.7
 	// H200BF16PeakTFLOPS is the H200's dense bf16 tensor-core rate from
 	// NVIDIA's datasheet; cuBLASLt measured 731-798 TFLOP/s at 8192³ on our
 	// H200 (docs/PERF.md, issue 3).
@@ -72,7 +76,7 @@ func (o Options) normalized() (Options, error) {
 		v    int
 		min  int
 	}{{"seq-len", o.SeqLen, 2}, {"batch", o.Batch, 1}, {"anchors", o.Anchors, 1}, {"block-size", o.BlockSize, 2},
-		{"drafter-layers", o.DrafterLayers, 1}, {"steps", o.Steps, 1}, {"warmup", o.Warmup, 0}} {
+		{"drafter-layers", o.DrafterLayers, 1}, {"steps", o.Steps, 1}, {"warmup", o.Warmup, 0}, {"loss-chunk", o.LossChunk, 0}} {
 		if f.v < f.min {
 			return o, fmt.Errorf("--%s %d: must be >= %d", f.flag, f.v, f.min)
 		}

@@ -34,13 +34,13 @@ func TestRefusesShapeThatDoesNotFit(t *testing.T) {
 	// The estimate's parts: the weights are 4 bytes a parameter, the drafter
 	// state 16, and a shape that fits passes.
 	dc := drafterConfig(o)
-	m := estimateMemory(&tc, dc, o.Batch, o.SeqLen, o.Anchors)
+	m := estimateMemory(o, dc)
 	if m.TargetWeights != 4*tc.ParamCount() || m.DrafterState != 16*DrafterParams(dc) || !(m.Activations > 0) {
 		t.Errorf("estimate %+v", m)
 	}
 	small, _ := Target("qwen3-0.6b")
 	o = Options{TargetName: "qwen3-0.6b", Target: small, SeqLen: 512, Batch: 1, Anchors: 64, BlockSize: 16, DrafterLayers: 1}
-	if err := checkMemory(o, &small, estimateMemory(&small, drafterConfig(o), 1, 512, 64)); err != nil {
+	if err := checkMemory(o, &small, estimateMemory(o, drafterConfig(o))); err != nil {
 		t.Errorf("qwen3-0.6b at 512 tokens refused on 24 GiB: %v", err)
 	}
 }

@@ -17,6 +17,7 @@ type Report struct {
 	Batch         int     `json:"batch"`
 	Anchors       int     `json:"anchors"`
 	BlockSize     int     `json:"block_size"`
+	LossChunk     int     `json:"loss_chunk"` // block slots per cross-entropy chunk; 0: the default
 	Steps         int     `json:"steps"`
 	Warmup        int     `json:"warmup"`
 

@@ -58,6 +58,7 @@ func newStepper(o Options, dc *dflash.Config, backend tensor.Backend[float32]) (
 	rng := rand.New(rand.NewPCG(o.Seed, 0x57e9))
 	s := &stepper{o: o, dc: dc, drafter: dflash.New[float32](dc, rng), head: dflash.HeadOf(target),
 		hidden: dflash.TargetHidden(target, dc.TargetLayerIDs, backend), backend: backend, rng: rng, cfg: train.DefaultConfig()}
+	s.drafter.LossChunk = o.LossChunk
 	s.params = s.drafter.TrainParams()
 	s.opt = train.NewAdamW(s.params, train.AdamWConfig{Beta1: s.cfg.Beta1, Beta2: s.cfg.Beta2, Eps: s.cfg.Eps, WeightDecay: s.cfg.WeightDecay})
 	s.examples, s.rows = examples(o, dc, rng)
