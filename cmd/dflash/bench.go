@@ -234,24 +234,29 @@ func printStepReport(r *stepbench.Report) {
 	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(w, "phase\tmean ms\tshare\tGFLOP\tMFU\t")
 	p, f := r.Phases, r.FLOPs
-	row := func(name string, ms, gflop, mfu float64) {
+	row := func(name string, ms, gflop, mfu float64) { // gflop, mfu < 0: not counted
 		fmt.Fprintf(w, "%s\t%.1f\t%.1f%%\t", name, ms, 100*ms/r.StepMS)
-		if gflop > 0 {
-			fmt.Fprintf(w, "%.1f\t%.1f%%\t\n", gflop, 100*mfu)
+		if gflop >= 0 {
+			fmt.Fprintf(w, "%.1f\t", gflop)
 		} else {
-			fmt.Fprintln(w, "\t\t")
+			fmt.Fprint(w, "\t")
+		}
+		if mfu >= 0 {
+			fmt.Fprintf(w, "%.1f%%\t\n", 100*mfu)
+		} else {
+			fmt.Fprintln(w, "\t")
 		}
 	}
-	row("input assembly", p.InputAssembly, 0, 0)
+	row("input assembly", p.InputAssembly, -1, -1)
 	row("target forward", p.TargetForward, f.TargetForward/1e9, r.MFU.TargetForward)
-	row("drafter forward", p.DrafterForward, f.DrafterForward/1e9, 0)
-	row("backward", p.Backward, f.DrafterBackward/1e9, 0)
-	row("optimizer", p.Optimizer, 0, 0)
+	row("drafter forward", p.DrafterForward, f.DrafterForward/1e9, -1)
+	row("backward", p.Backward, f.DrafterBackward/1e9, -1)
+	row("optimizer", p.Optimizer, -1, -1)
 	row("step", r.StepMS, f.Total()/1e9, r.MFU.Step)
 	w.Flush()
 	fmt.Printf("drafter forward+backward MFU %.1f%%; block mask (inside the drafter forward, built apart) %.2f ms; step min %.1f ms, max %.1f ms\n",
 		100*r.MFU.DrafterTrain, r.BlockMaskMS, r.MinMS, r.MaxMS)
 	fmt.Printf("%.1f tokens/s, %.3f samples/s; MFU against %.4g TFLOP/s (%s)\n", r.TokensPerS, r.SamplesPerS, r.PeakTFLOPS, r.PeakSource)
-	fmt.Printf("peak Go heap %s, peak RSS %s; estimated before allocating %s\n",
-		meminfo.Format(float64(r.PeakHeapBytes)), meminfo.Format(float64(r.PeakRSSBytes)), meminfo.Format(m.Total()))
+	fmt.Printf("peak Go heap %s (marked live by a GC: %s), peak RSS %s; estimated before allocating %s\n", meminfo.Format(float64(r.PeakHeapBytes)),
+		meminfo.Format(float64(r.PeakLiveBytes)), meminfo.Format(float64(r.PeakRSSBytes)), meminfo.Format(m.Total()))
 }

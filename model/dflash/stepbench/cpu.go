@@ -58,7 +58,7 @@ func runCPU(o Options) (*Report, error) {
 		steps, walls = append(steps, r), append(walls, r.end.Sub(start))
 		slog.Info("timed step", "i", i+1, "of", o.Steps, "ms", msf(walls[i]), "loss", r.loss)
 	}
-	rep.PeakHeapBytes = s.heap.finish()
+	rep.PeakHeapBytes, rep.PeakLiveBytes = s.heap.finish()
 	rep.PeakRSSBytes = peakRSS()
 	rep.finish(steps, walls)
 	return rep, nil

@@ -10,23 +10,26 @@ import (
 	"time"
 )
 
-// heapObjects is the runtime/metrics name of the bytes of heap objects
-// (live and not yet swept).
-const heapObjects = "/memory/classes/heap/objects:bytes"
+// The runtime/metrics names of the bytes of heap objects (live and not yet
+// swept) and of the heap marked live by the last GC.
+const (
+	heapObjects = "/memory/classes/heap/objects:bytes"
+	heapLive    = "/gc/heap/live:bytes"
+)
 
-// heapPeak tracks the Go heap's high-water mark: a goroutine samples it
-// every period, and mark samples it at once (phase boundaries).
+// heapPeak tracks the Go heap's high-water marks: a goroutine samples them
+// every period, and mark samples them at once (phase boundaries).
 type heapPeak struct {
-	mu     sync.Mutex
-	peak   uint64
-	sample []metrics.Sample
-	stop   chan struct{}
-	done   chan struct{}
+	mu         sync.Mutex
+	peak, live uint64
+	sample     []metrics.Sample
+	stop       chan struct{}
+	done       chan struct{}
 }
 
 // startHeapPeak starts sampling every period until stop.
 func startHeapPeak(period time.Duration) *heapPeak {
-	h := &heapPeak{sample: []metrics.Sample{{Name: heapObjects}}, stop: make(chan struct{}), done: make(chan struct{})}
+	h := &heapPeak{sample: []metrics.Sample{{Name: heapObjects}, {Name: heapLive}}, stop: make(chan struct{}), done: make(chan struct{})}
 	h.mark()
 	go func() {
 		defer close(h.done)
@@ -50,14 +53,16 @@ func (h *heapPeak) mark() {
 	defer h.mu.Unlock()
 	metrics.Read(h.sample)
 	h.peak = max(h.peak, h.sample[0].Value.Uint64())
+	h.live = max(h.live, h.sample[1].Value.Uint64())
 }
 
-// finish stops sampling and returns the peak in bytes.
-func (h *heapPeak) finish() uint64 {
+// finish stops sampling and returns the peaks in bytes: of the heap, and of
+// the heap marked live.
+func (h *heapPeak) finish() (peak, live uint64) {
 	close(h.stop)
 	<-h.done
 	h.mark()
-	return h.peak
+	return h.peak, h.live
 }
 
 // peakRSS returns the process's resident high-water mark (VmHWM in

@@ -35,9 +35,13 @@ type Report struct {
 
 	// PeakHeapBytes is the Go heap's high-water mark during the timed steps
 	// (runtime/metrics /memory/classes/heap/objects:bytes, sampled every
-	// few milliseconds and at every phase boundary); PeakRSSBytes is the
-	// process's resident high-water mark (VmHWM, Linux; 0 elsewhere).
+	// few milliseconds and at every phase boundary): live data plus the
+	// garbage the GC lets accumulate (GOGC). PeakLiveBytes is the largest
+	// heap a GC marked live (/gc/heap/live:bytes), the number to compare
+	// with the estimate. PeakRSSBytes is the process's resident
+	// high-water mark (VmHWM, Linux; 0 elsewhere).
 	PeakHeapBytes uint64 `json:"peak_heap_bytes"`
+	PeakLiveBytes uint64 `json:"peak_live_bytes"`
 	PeakRSSBytes  uint64 `json:"peak_rss_bytes"`
 	Memory        Memory `json:"memory_estimate"` // the estimate checked before allocating
 

@@ -69,7 +69,7 @@ func TestTinyRunOnCPU(t *testing.T) {
 	if lnV := math.Log(float64(o.Target.VocabSize)); math.Abs(r.Loss-lnV) > 0.5 {
 		t.Errorf("loss %v of random weights, want near ln(vocab) = %v", r.Loss, lnV)
 	}
-	if r.PeakHeapBytes == 0 || !(r.FLOPs.Total() > 0) || r.TargetLayers != 4 || !slices.Equal(r.Taps, []int{1, 3}) {
+	if r.PeakHeapBytes == 0 || r.PeakLiveBytes == 0 || r.PeakLiveBytes > r.PeakHeapBytes || !(r.FLOPs.Total() > 0) || r.TargetLayers != 4 || !slices.Equal(r.Taps, []int{1, 3}) {
 		t.Errorf("report %+v", r)
 	}
 }
