@@ -52,7 +52,7 @@ const (
 	// (AMD EPYC, AVX2/FMA kernel, both cores): the best shape of
 	// `go test -run '^$' -bench 'Gemm/^dflash$/' -benchtime 10x ./tensor/`
 	// (docs/PERF.md, "Drafter training step").
-	CPUPeakGFLOPS = 90.7
+	CPUPeakGFLOPS = 93.1
 	// H200BF16PeakTFLOPS is the H200's dense bf16 tensor-core rate from
 	// NVIDIA's datasheet; cuBLASLt measured 731-798 TFLOP/s at 8192³ on our
 	// H200 (docs/PERF.md, issue 3).
