@@ -73,6 +73,8 @@ type Device struct {
 	events  []*Event
 	graphs  map[*Graph]struct{}
 	comms   []*Comm
+
+	count counters // copies and synchronisations (Counters)
 }
 
 // openCUDADevice is the worker setup for a real GPU.
@@ -172,6 +174,7 @@ func (d *Device) Synchronize() error {
 	if err := d.check("Synchronize"); err != nil {
 		return err
 	}
+	d.count.sync()
 	return cuda.CtxSynchronize()
 }
 
@@ -235,7 +238,8 @@ type Element interface {
 }
 
 // Upload copies src into the start of b, in order with the work queued on
-// the default stream, and returns when the copy is done.
+// the default stream, and returns when the copy is done: it counts as one
+// host->device copy and one synchronisation (Counters).
 func Upload[T Element](d *Device, b Buffer, src []T) error {
 	n := int64(len(src)) * int64(unsafe.Sizeof(*new(T)))
 	if n > b.Size {
@@ -247,6 +251,8 @@ func Upload[T Element](d *Device, b Buffer, src []T) error {
 	if err := d.check("Upload"); err != nil {
 		return err
 	}
+	d.count.htod(n)
+	d.count.sync()
 	err := cuda.MemcpyHtoDAsync(b.Ptr, unsafe.Pointer(&src[0]), n, d.main.h)
 	if err == nil {
 		err = cuda.StreamSynchronize(d.main.h)
@@ -256,7 +262,8 @@ func Upload[T Element](d *Device, b Buffer, src []T) error {
 }
 
 // Download copies the start of b into dst, in order with the work queued on
-// the default stream, and returns when the copy is done.
+// the default stream, and returns when the copy is done: it counts as one
+// device->host copy and one synchronisation (Counters).
 func Download[T Element](d *Device, dst []T, b Buffer) error {
 	n := int64(len(dst)) * int64(unsafe.Sizeof(*new(T)))
 	if n > b.Size {
@@ -268,6 +275,8 @@ func Download[T Element](d *Device, dst []T, b Buffer) error {
 	if err := d.check("Download"); err != nil {
 		return err
 	}
+	d.count.dtoh(n)
+	d.count.sync()
 	err := cuda.MemcpyDtoHAsync(unsafe.Pointer(&dst[0]), b.Ptr, n, d.main.h)
 	if err == nil {
 		err = cuda.StreamSynchronize(d.main.h)

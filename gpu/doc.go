@@ -29,6 +29,20 @@
 // replayable only by the worker that captured them, cuBLASLt matrix
 // products (Gemm) and NCCL communicators (NewComms, Device.JoinComm).
 //
+// Each device counts the host<->device copies (Upload, Download: calls and
+// bytes) and the host waits (Device.Synchronize, Stream.Synchronize,
+// Event.Synchronize, and the wait inside each Upload and Download, so also
+// Device.Time's one per repetition) it issues, in atomic counters.
+// Device.Counters returns a snapshot, from any goroutine; Since gives the
+// counts of a region, so a test can assert that a training step made none:
+//
+//	before := d.Counters()
+//	step()
+//	if c := d.Counters().Since(before); !c.IsZero() { t.Errorf("step made %v", c) }
+//
+// Only calls through this package are counted: a caller that reaches package
+// cuda directly bypasses them.
+//
 // *Device implements jit.Loader, so kernels from the kernel cache load per
 // device with img.Function(d, name).
 package gpu

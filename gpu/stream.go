@@ -35,6 +35,7 @@ func (s *Stream) Synchronize() error {
 	if err := s.d.check("Stream.Synchronize"); err != nil {
 		return err
 	}
+	s.d.count.sync()
 	return cuda.StreamSynchronize(s.h)
 }
 
@@ -93,6 +94,7 @@ func (e *Event) Synchronize() error {
 	if err := e.d.check("Event.Synchronize"); err != nil {
 		return err
 	}
+	e.d.count.sync()
 	return cuda.EventSynchronize(e.h)
 }
 

@@ -4,16 +4,21 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"strconv"
+	"strings"
 	"text/tabwriter"
 
 	"dflash/flex"
 	"dflash/flex/flexbench"
+	"dflash/internal/meminfo"
+	"dflash/model/dflash/stepbench"
 )
 
 func init() {
-	register(&command{name: "bench", summary: "benchmarks: attention", run: func(args []string) error {
+	register(&command{name: "bench", summary: "benchmarks: attention, the drafter training step", run: func(args []string) error {
 		return subcommands("bench", map[string]*command{
 			"attention": {name: "attention", summary: "flex attention on the CPU (against the dense masked reference) or the GPU", run: benchAttention},
+			"step":      {name: "step", summary: "one drafter training step, phase by phase, for a named target shape with random weights", run: benchStep},
 		}, args)
 	}})
 }
@@ -153,4 +158,105 @@ func printPasses(rep *flexbench.Report) {
 	if rep.Dense != nil {
 		fmt.Printf("dense mask built in %.1f ms (not timed in the dense passes)\n", rep.Dense.MaskMS)
 	}
+}
+
+// benchStep runs `dflash bench step`: flags parsed into stepbench.Options.
+func benchStep(args []string) error {
+	fs := newFlagSet("bench step", "bench step --device cpu|cuda --target-config NAME [--json] [flags]")
+	var o stepbench.Options
+	fs.StringVar(&o.Device, "device", "cpu", "device: cpu or cuda (cuda: not yet, issue 13)")
+	fs.StringVar(&o.TargetName, "target-config", "qwen3-0.6b", "target shape, random weights: "+strings.Join(stepbench.TargetNames(), ", "))
+	asJSON := fs.Bool("json", false, "print one JSON object instead of a table")
+	fs.IntVar(&o.SeqLen, "seq-len", 512, "tokens per sequence (the last 7/8 are the assistant's)")
+	fs.IntVar(&o.Batch, "batch", 1, "sequences per step")
+	fs.IntVar(&o.Anchors, "anchors", 64, "draft blocks (anchors) per sequence")
+	fs.IntVar(&o.BlockSize, "block-size", 16, "draft block size")
+	fs.IntVar(&o.DrafterLayers, "drafter-layers", 1, "drafter decoder layers")
+	fs.Func("taps", "comma-separated 0-based target layers to tap (default: one per drafter layer, spread from 1 to L-3)", func(v string) error {
+		for _, f := range strings.Split(v, ",") {
+			t, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil {
+				return fmt.Errorf("%q is not a comma-separated list of layer numbers", v)
+			}
+			o.Taps = append(o.Taps, t)
+		}
+		return nil
+	})
+	fs.IntVar(&o.Steps, "steps", 3, "timed steps (their means are reported)")
+	fs.IntVar(&o.Warmup, "warmup", 1, "untimed steps first")
+	fs.Uint64Var(&o.Seed, "seed", 1, "random seed for weights, tokens and anchors")
+	fs.Float64Var(&o.PeakTFLOPS, "peak-tflops", 0, "peak TFLOP/s for the MFU (0: the device's, see docs/PERF.md)")
+	fs.IntVar(&o.LossChunk, "loss-chunk", 0, "block slots whose logits exist at once in the cross-entropy (0: as many as fit 4M logits, the trainer's default)")
+	fs.BoolVar(&o.DryRun, "dry-run", false, "allocate and time nothing: print the FLOP count and the memory estimate of the shape")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	var err error
+	if o.Target, err = stepbench.Target(o.TargetName); err != nil {
+		return err
+	}
+	rep, err := stepbench.Run(o)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	printStepReport(rep)
+	return nil
+}
+
+// printStepReport prints rep as a table of phases and a summary (a dry
+// run: the FLOPs and the memory estimate).
+func printStepReport(r *stepbench.Report) {
+	where := r.Device
+	if r.Threads > 0 {
+		where = fmt.Sprintf("%s, %d threads", r.Device, r.Threads)
+	}
+	fmt.Printf("drafter training step on %s: target %s (%.3gB params, layers 0..%d run), taps %v, %d drafter layers (%.1fM params)\n",
+		where, r.Target, r.TargetParams/1e9, r.TargetLayers-1, r.Taps, r.DrafterLayers, r.DrafterParams/1e6)
+	m := r.Memory
+	if r.Steps == 0 {
+		f := r.FLOPs
+		fmt.Printf("seq len %d, batch %d, %d anchors x block %d; dry run\n", r.SeqLen, r.Batch, r.Anchors, r.BlockSize)
+		fmt.Printf("GFLOP per step: target forward %.1f, drafter forward %.1f, drafter backward %.1f, total %.1f\n",
+			f.TargetForward/1e9, f.DrafterForward/1e9, f.DrafterBackward/1e9, f.Total()/1e9)
+		fmt.Printf("CPU memory estimate (float32): %s = target weights %s + drafter state %s + activations %s\n", meminfo.Format(m.Total()),
+			meminfo.Format(m.TargetWeights), meminfo.Format(m.DrafterState), meminfo.Format(m.Activations))
+		return
+	}
+	fmt.Printf("seq len %d, batch %d, %d anchors x block %d; %d timed steps after %d warm-up\n\n", r.SeqLen, r.Batch, r.Anchors, r.BlockSize, r.Steps, r.Warmup)
+	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(w, "phase\tmean ms\tshare\tGFLOP\tMFU\t")
+	p, f := r.Phases, r.FLOPs
+	row := func(name string, ms, gflop, mfu float64) { // gflop, mfu < 0: not counted
+		fmt.Fprintf(w, "%s\t%.1f\t%.1f%%\t", name, ms, 100*ms/r.StepMS)
+		if gflop >= 0 {
+			fmt.Fprintf(w, "%.1f\t", gflop)
+		} else {
+			fmt.Fprint(w, "\t")
+		}
+		if mfu >= 0 {
+			fmt.Fprintf(w, "%.1f%%\t\n", 100*mfu)
+		} else {
+			fmt.Fprintln(w, "\t")
+		}
+	}
+	row("input assembly", p.InputAssembly, -1, -1)
+	row("target forward", p.TargetForward, f.TargetForward/1e9, r.MFU.TargetForward)
+	row("drafter forward", p.DrafterForward, f.DrafterForward/1e9, -1)
+	row("backward", p.Backward, f.DrafterBackward/1e9, -1)
+	row("optimizer", p.Optimizer, -1, -1)
+	row("step", r.StepMS, f.Total()/1e9, r.MFU.Step)
+	w.Flush()
+	fmt.Printf("drafter forward+backward MFU %.1f%%; block mask (inside the drafter forward, built apart) %.2f ms; step min %.1f ms, max %.1f ms\n",
+		100*r.MFU.DrafterTrain, r.BlockMaskMS, r.MinMS, r.MaxMS)
+	fmt.Printf("%.1f tokens/s, %.3f samples/s; MFU against %.4g TFLOP/s (%s)\n", r.TokensPerS, r.SamplesPerS, r.PeakTFLOPS, r.PeakSource)
+	fmt.Printf("peak Go heap %s (marked live by a GC: %s), peak RSS %s; estimated before allocating %s\n", meminfo.Format(float64(r.PeakHeapBytes)),
+		meminfo.Format(float64(r.PeakLiveBytes)), meminfo.Format(float64(r.PeakRSSBytes)), meminfo.Format(m.Total()))
 }

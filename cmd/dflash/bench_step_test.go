@@ -1,0 +1,38 @@
+package main
+
+import (
+	"strings"
+	"testing"
+
+	"dflash/internal/meminfo"
+)
+
+// TestBenchStepErrors: `dflash bench step` refuses bad input with the flag
+// named, says that CUDA is not there yet, and refuses the qwen3-8b case of
+// issue 13 on a host without the memory for it before allocating.
+func TestBenchStepErrors(t *testing.T) {
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--device", "cuda"}, "--device cuda: not yet: the CUDA tensor backend (issue 13)"},
+		{[]string{"--target-config", "qwen2-7b"}, `--target-config "qwen2-7b": unknown`},
+		{[]string{"--taps", "1,x"}, `"1,x" is not a comma-separated list of layer numbers`},
+		{[]string{"--taps", "3,30"}, "--taps [3 30]: layer 30 is outside the target's 28 layers"},
+		{[]string{"extra"}, `unexpected argument "extra"`},
+	}
+	const need8b = 160 << 30 // about what the estimate gives for this case
+	if avail, ok := meminfo.Available(); ok && avail < need8b {
+		cases = append(cases, struct {
+			args []string
+			want string
+		}{[]string{"--target-config", "qwen3-8b", "--seq-len", "3072", "--batch", "4", "--anchors", "512", "--drafter-layers", "5"},
+			"target weights 30.5 GiB as float32"})
+	}
+	for _, c := range cases {
+		err := benchStep(c.args)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("bench step %v: %v, want an error with %q", c.args, err, c.want)
+		}
+	}
+}

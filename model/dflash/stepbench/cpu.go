@@ -1,0 +1,135 @@
+package stepbench
+
+import (
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"runtime"
+	"runtime/debug"
+	"slices"
+	"time"
+
+	"dflash/model/dflash"
+	"dflash/tensor"
+)
+
+// heapPeriod is how often the heap's high-water mark is sampled.
+const heapPeriod = 5 * time.Millisecond
+
+// runCPU runs o.Warmup and then o.Steps timed steps on the CPU backend
+// (float32, all cores) and reports their means.
+func runCPU(o Options) (*Report, error) {
+	dc := drafterConfig(o)
+	mem := estimateMemory(o, dc)
+	if err := checkMemory(o, &o.Target, mem); err != nil {
+		return nil, err
+	}
+	if avail, ok := availableMemory(); ok && debug.SetMemoryLimit(-1) == math.MaxInt64 {
+		// Let the GC collect before the host runs out rather than at twice
+		// the live heap (GOGC), unless GOMEMLIMIT chose a limit.
+		defer debug.SetMemoryLimit(debug.SetMemoryLimit(int64(avail)))
+	}
+	rep := newReport(o, dc, mem)
+	rep.Threads = runtime.GOMAXPROCS(0)
+	slog.Info("bench step", "device", "cpu", "target", o.TargetName, "taps", dc.TargetLayerIDs, "drafter_layers", o.DrafterLayers,
+		"seq_len", o.SeqLen, "batch", o.Batch, "anchors", o.Anchors, "memory_estimate_GiB", mem.Total()/(1<<30))
+	s, err := newStepper(o, dc, tensor.NewCPU[float32](0))
+	if err != nil {
+		return nil, err
+	}
+	for i := range o.Warmup {
+		start := time.Now()
+		if _, err := s.step(); err != nil {
+			return nil, err
+		}
+		slog.Info("warm-up step", "i", i+1, "of", o.Warmup, "ms", msf(time.Since(start)))
+	}
+	runtime.GC()
+	s.heap = startHeapPeak(heapPeriod)
+	var steps []stepResult
+	var walls []time.Duration
+	for i := range o.Steps {
+		start := time.Now()
+		r, err := s.step()
+		if err != nil {
+			s.heap.finish()
+			return nil, err
+		}
+		steps, walls = append(steps, r), append(walls, r.end.Sub(start))
+		slog.Info("timed step", "i", i+1, "of", o.Steps, "ms", msf(walls[i]), "loss", r.loss)
+	}
+	rep.PeakHeapBytes, rep.PeakLiveBytes = s.heap.finish()
+	rep.PeakRSSBytes = peakRSS()
+	rep.finish(steps, walls)
+	return rep, nil
+}
+
+// plan returns the report of o without running it: the shapes, the memory
+// estimate and the FLOPs of one step with anchors drawn from o.Seed.
+func plan(o Options) *Report {
+	dc := drafterConfig(o)
+	rep := newReport(o, dc, estimateMemory(o, dc))
+	rep.Steps, rep.Warmup = 0, 0
+	rng := rand.New(rand.NewPCG(o.Seed, 0x57e9))
+	ex, rows := examples(o, dc, rng)
+	b := dflash.MakeBatch(ex, rows, 0)
+	rep.FLOPs = StepFLOPs(&o.Target, dc, b.Rows, b.Len, dflash.BuildBlocks(dc, b, dflash.SampleBatchAnchors(rng, b, o.Anchors)))
+	return rep
+}
+
+// newReport starts the report of o: the shapes, parameter counts, the
+// memory estimate and the peak FLOP rate.
+func newReport(o Options, dc *dflash.Config, mem Memory) *Report {
+	t := &o.Target
+	r := &Report{Device: o.Device, Target: o.TargetName, TargetParams: t.ParamCount(),
+		TargetShape: Shape{Hidden: t.HiddenSize, Intermediate: t.IntermediateSize, Layers: t.NumLayers, Heads: t.NumHeads,
+			KVHeads: t.NumKVHeads, HeadDim: t.HeadDim, Vocab: t.VocabSize, Tied: t.TieWordEmbeddings},
+		TargetLayers: slices.Max(dc.TargetLayerIDs) + 1, Taps: dc.TargetLayerIDs, DrafterLayers: dc.NumLayers,
+		DrafterParams: DrafterParams(dc), SeqLen: o.SeqLen, Batch: o.Batch, Anchors: o.Anchors, BlockSize: o.BlockSize, LossChunk: o.LossChunk,
+		Steps: o.Steps, Warmup: o.Warmup, Memory: mem, PeakTFLOPS: o.PeakTFLOPS, PeakSource: "--peak-tflops"}
+	if o.PeakTFLOPS == 0 {
+		if o.Device == "cpu" {
+			r.PeakTFLOPS = CPUPeakGFLOPS / 1000
+			r.PeakSource = "float32 GEMM of the 2-core development VM (CPUPeakGFLOPS, docs/PERF.md)"
+		} else {
+			r.PeakTFLOPS = H200BF16PeakTFLOPS
+			r.PeakSource = "H200 dense bf16, NVIDIA datasheet (cuBLASLt measured 731-798 at 8192³)"
+		}
+	}
+	return r
+}
+
+// finish fills the means, rates and MFU from the timed steps and their
+// wall times.
+func (r *Report) finish(steps []stepResult, walls []time.Duration) {
+	n := float64(len(steps))
+	var ph [5]float64
+	var mask float64
+	for i, s := range steps {
+		for j, d := range s.phases {
+			ph[j] += msf(d) / n
+		}
+		mask += msf(s.blockMask) / n
+		r.FLOPs.TargetForward += s.flops.TargetForward / n
+		r.FLOPs.DrafterForward += s.flops.DrafterForward / n
+		r.FLOPs.DrafterBackward += s.flops.DrafterBackward / n
+		r.StepMS += msf(walls[i]) / n
+		r.Loss = s.loss
+	}
+	r.Phases = Phases{InputAssembly: ph[0], TargetForward: ph[1], DrafterForward: ph[2], Backward: ph[3], Optimizer: ph[4]}
+	r.BlockMaskMS = mask
+	r.MinMS, r.MaxMS = msf(slices.Min(walls)), msf(slices.Max(walls))
+	sec := r.StepMS / 1e3
+	r.TokensPerS = float64(r.Batch*r.SeqLen) / sec
+	r.SamplesPerS = float64(r.Batch) / sec
+	mfu := func(flops, ms float64) float64 {
+		if ms <= 0 {
+			return 0
+		}
+		return flops / (ms / 1e3) / (r.PeakTFLOPS * 1e12)
+	}
+	r.MFU = MFU{Step: mfu(r.FLOPs.Total(), r.StepMS), TargetForward: mfu(r.FLOPs.TargetForward, r.Phases.TargetForward),
+		DrafterTrain: mfu(r.FLOPs.DrafterForward+r.FLOPs.DrafterBackward, r.Phases.DrafterForward+r.Phases.Backward)}
+}
+
+func msf(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

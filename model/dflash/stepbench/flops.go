@@ -1,0 +1,87 @@
+package stepbench
+
+import (
+	"slices"
+
+	"dflash/model"
+	"dflash/model/dflash"
+)
+
+// FLOPs is the work of one training step in floating-point operations (a
+// multiply-add is 2), counted as docs/PERF.md ("Drafter training step")
+// writes it out:
+//
+//   - target forward, layers 0..deepest tap only: 2·(GEMM weights of a
+//     layer)·tokens per layer, plus causal attention, 4·D per (query head,
+//     allowed pair) (q·k and p·v);
+//   - drafter forward: fc over the context tokens, per layer the k and v
+//     projections of the context and every projection of the block rows
+//     (dead blocks included: they are computed), DFlash attention at 4·D per
+//     (query head, allowed pair) of the mask, and the LM head over the block
+//     slots that carry a label (the cross-entropy skips the others);
+//   - drafter backward: twice the forward for every GEMM and the attention,
+//     except fc (its input, the target's hidden states, needs no gradient:
+//     dW only) and the LM head (frozen: dX only), once each.
+//
+// Element-wise work (norms, RoPE, SwiGLU, softmax) is not counted.
+type FLOPs struct {
+	TargetForward   float64 `json:"target_forward"`
+	DrafterForward  float64 `json:"drafter_forward"`
+	DrafterBackward float64 `json:"drafter_backward"`
+}
+
+// Total returns the step's FLOPs.
+func (f FLOPs) Total() float64 { return f.TargetForward + f.DrafterForward + f.DrafterBackward }
+
+// StepFLOPs counts the FLOPs of one step of drafter dc over target tc for
+// rows sequences of seqLen tokens with the blocks bl (their anchors, valid
+// counts and labels decide the attention pairs and the LM-head rows).
+func StepFLOPs(tc *model.Config, dc *dflash.Config, rows, seqLen int, bl *dflash.Blocks) FLOPs {
+	H, I, D := float64(tc.HiddenSize), float64(tc.IntermediateSize), float64(tc.HeadDim)
+	q, kv := float64(tc.NumHeads)*D, float64(tc.NumKVHeads)*D
+	T, S := float64(rows*seqLen), float64(seqLen)
+	depth := float64(slices.Max(dc.TargetLayerIDs) + 1)
+	layerW := 2*q*H + 2*kv*H + 3*H*I // q and o, k and v, gate up down
+	causalPairs := float64(rows) * S * (S + 1) / 2
+
+	var f FLOPs
+	f.TargetForward = depth * (2*layerW*T + 4*D*float64(tc.NumHeads)*causalPairs)
+
+	fc := 2 * T * float64(len(dc.TargetLayerIDs)) * H * H
+	ctxKV := 2 * T * 2 * kv * H
+	blockRows := float64(bl.Rows * bl.N * bl.B)
+	block := 2 * blockRows * layerW
+	attn := 4 * D * float64(tc.NumHeads) * DFlashPairs(bl, seqLen)
+	head := 2 * float64(LabelRows(bl)) * H * float64(tc.VocabSize)
+	layers := float64(dc.NumLayers) * (ctxKV + block + attn)
+	f.DrafterForward = fc + layers + head
+	f.DrafterBackward = fc + 2*layers + head
+	return f
+}
+
+// DFlashPairs returns the allowed (query, key) pairs of the DFlash mask of
+// bl over a context of seqLen tokens, per head: each slot of a live block
+// with anchor a sees the a context positions before it (a < seqLen) and the
+// B slots of its own block; dead blocks see nothing.
+func DFlashPairs(bl *dflash.Blocks, seqLen int) float64 {
+	var pairs float64
+	for r := range bl.Rows {
+		for j := range int(bl.NumValid[r]) {
+			a := min(int(bl.Anchors[r*bl.N+j]), seqLen)
+			pairs += float64(bl.B) * float64(a+bl.B)
+		}
+	}
+	return pairs
+}
+
+// LabelRows returns the number of block slots that carry a label with a
+// positive weight: the rows the LM head and cross-entropy compute.
+func LabelRows(bl *dflash.Blocks) int {
+	n := 0
+	for i, l := range bl.Labels {
+		if l >= 0 && bl.Weights[i] > 0 {
+			n++
+		}
+	}
+	return n
+}

@@ -1,0 +1,121 @@
+// Package stepbench times one DFlash drafter training step, phase by phase,
+// for a named target shape with random weights: the input assembly (batch,
+// anchors, blocks), the target's forward pass up to the deepest tap (no
+// gradients), the drafter's forward pass, its backward pass and the
+// optimizer (gradient clipping, AdamW, zeroing the gradients).
+// `dflash bench step` parses its flags into Options, calls Run and prints
+// the Report.
+//
+// Phase times are means over the timed steps and add up to the mean step
+// time. The report adds tokens/s, samples/s, the peak memory, the step's
+// FLOPs (StepFLOPs, written out in docs/PERF.md) and the MFU against the
+// device's peak FLOP rate. Before allocating, Run refuses a shape whose
+// estimated memory exceeds what the host has, giving both numbers.
+//
+// Only the CPU runs the step today; the CUDA tensor backend (issue 13) does
+// not exist yet and Run says so for Device "cuda".
+package stepbench
+
+import (
+	"fmt"
+	"slices"
+
+	"dflash/model"
+)
+
+// Options describes one benchmark.
+type Options struct {
+	Device     string       // cpu or cuda
+	TargetName string       // the name of Target in the report (a --target-config name)
+	Target     model.Config // the target's shape; its weights are random
+
+	SeqLen, Batch, Anchors, BlockSize int
+	DrafterLayers                     int
+	Taps                              []int // 0-based target layers; empty: dflash.DefaultTaps(L, DrafterLayers)
+
+	Steps, Warmup int    // timed steps, untimed steps before them
+	Seed          uint64 // weights, token ids and anchors
+	// PeakTFLOPS is the peak FLOP rate the MFU divides by; 0 means the
+	// device's (CPUPeak or H200BF16Peak).
+	PeakTFLOPS float64
+	// LossChunk is the number of block slots whose logits exist at once
+	// (Drafter.LossChunk; 0: the cross-entropy's default).
+	LossChunk int
+	// DryRun allocates no model and times nothing: the report holds the
+	// shapes, the memory estimate and the FLOPs of one step's anchors.
+	DryRun bool
+}
+
+// Peak FLOP rates the MFU divides by, each with its source.
+const (
+	// CPUPeakGFLOPS is the float32 GEMM rate of the 2-core development VM
+	// (AMD EPYC, AVX2/FMA kernel, both cores): the best shape of
+	// `go test -run '^$' -bench 'Gemm/^dflash$/' -benchtime 10x ./tensor/`
+	// (docs/PERF.md, "Drafter training step").
+	CPUPeakGFLOPS = 93.1
+	// H200BF16PeakTFLOPS is the H200's dense bf16 tensor-core rate from
+	// NVIDIA's datasheet; cuBLASLt measured 731-798 TFLOP/s at 8192³ on our
+	// H200 (docs/PERF.md, issue 3).
+	H200BF16PeakTFLOPS = 989
+)
+
+// normalized checks every field, naming the flag of a bad one, and fills
+// the defaults.
+func (o Options) normalized() (Options, error) {
+	if o.Device != "cpu" && o.Device != "cuda" {
+		return o, fmt.Errorf("--device %q: unknown device (cpu or cuda)", o.Device)
+	}
+	if o.TargetName == "" {
+		o.TargetName = "custom"
+	}
+	if err := o.Target.Validate(); err != nil {
+		return o, fmt.Errorf("--target-config %s: %w", o.TargetName, err)
+	}
+	for _, f := range []struct {
+		flag string
+		v    int
+		min  int
+	}{{"seq-len", o.SeqLen, 2}, {"batch", o.Batch, 1}, {"anchors", o.Anchors, 1}, {"block-size", o.BlockSize, 2},
+		{"drafter-layers", o.DrafterLayers, 1}, {"steps", o.Steps, 1}, {"warmup", o.Warmup, 0}, {"loss-chunk", o.LossChunk, 0}} {
+		if f.v < f.min {
+			return o, fmt.Errorf("--%s %d: must be >= %d", f.flag, f.v, f.min)
+		}
+	}
+	if cands := candidates(o.SeqLen); o.Anchors > cands {
+		return o, fmt.Errorf("--anchors %d: a --seq-len %d sequence has only %d anchor candidates (its last %d tokens are the assistant's)",
+			o.Anchors, o.SeqLen, cands, o.SeqLen-promptLen(o.SeqLen))
+	}
+	L := o.Target.NumLayers
+	for _, t := range o.Taps {
+		if t < 0 || t >= L {
+			return o, fmt.Errorf("--taps %v: layer %d is outside the target's %d layers (0..%d)", o.Taps, t, L, L-1)
+		}
+	}
+	o.Taps = slices.Clone(o.Taps)
+	if !(o.PeakTFLOPS >= 0) {
+		return o, fmt.Errorf("--peak-tflops %v: must be >= 0 (0: the device's)", o.PeakTFLOPS)
+	}
+	return o, nil
+}
+
+// Run runs the benchmark o describes.
+func Run(o Options) (*Report, error) {
+	o, err := o.normalized()
+	if err != nil {
+		return nil, err
+	}
+	if err := drafterConfig(o).Validate(); err != nil {
+		return nil, fmt.Errorf("drafter: %w", err)
+	}
+	if o.Device == "cuda" {
+		if o.DryRun {
+			return plan(o), nil
+		}
+		return nil, fmt.Errorf("--device cuda: not yet: the CUDA tensor backend (issue 13) does not exist, so the drafter step " +
+			"runs on the CPU only (--device cpu)")
+	}
+	if o.DryRun {
+		return plan(o), nil
+	}
+	return runCPU(o)
+}

@@ -1,0 +1,90 @@
+package stepbench
+
+// Report is the result of one benchmark (the JSON of `dflash bench step
+// --json`). Times are means over the timed steps, in milliseconds.
+type Report struct {
+	Device  string `json:"device"`
+	Threads int    `json:"threads"` // cpu: GOMAXPROCS
+
+	Target        string  `json:"target"` // the --target-config name, or "custom"
+	TargetShape   Shape   `json:"target_shape"`
+	TargetParams  float64 `json:"target_params"`
+	TargetLayers  int     `json:"target_layers_run"` // layers 0..deepest tap
+	Taps          []int   `json:"taps"`
+	DrafterLayers int     `json:"drafter_layers"`
+	DrafterParams float64 `json:"drafter_params"`
+	SeqLen        int     `json:"seq_len"`
+	Batch         int     `json:"batch"`
+	Anchors       int     `json:"anchors"`
+	BlockSize     int     `json:"block_size"`
+	LossChunk     int     `json:"loss_chunk"` // block slots per cross-entropy chunk; 0: the default
+	Steps         int     `json:"steps"`
+	Warmup        int     `json:"warmup"`
+
+	Phases Phases  `json:"phases_ms"`
+	StepMS float64 `json:"step_ms"`     // mean; the phases add up to it
+	MinMS  float64 `json:"step_min_ms"` // fastest timed step
+	MaxMS  float64 `json:"step_max_ms"` // slowest timed step
+	// BlockMaskMS is building the DFlash block mask once, timed apart
+	// after each step: the drafter's forward pass builds it, so it is part
+	// of Phases.DrafterForward.
+	BlockMaskMS float64 `json:"block_mask_ms"`
+
+	TokensPerS  float64 `json:"tokens_per_s"`  // context tokens (batch × seq len) per second
+	SamplesPerS float64 `json:"samples_per_s"` // sequences per second
+
+	// PeakHeapBytes is the Go heap's high-water mark during the timed steps
+	// (runtime/metrics /memory/classes/heap/objects:bytes, sampled every
+	// few milliseconds and at every phase boundary): live data plus the
+	// garbage the GC lets accumulate (GOGC). PeakLiveBytes is the largest
+	// heap a GC marked live (/gc/heap/live:bytes), the number to compare
+	// with the estimate. PeakRSSBytes is the process's resident
+	// high-water mark (VmHWM, Linux; 0 elsewhere).
+	PeakHeapBytes uint64 `json:"peak_heap_bytes"`
+	PeakLiveBytes uint64 `json:"peak_live_bytes"`
+	PeakRSSBytes  uint64 `json:"peak_rss_bytes"`
+	Memory        Memory `json:"memory_estimate"` // the estimate checked before allocating
+
+	FLOPs      FLOPs   `json:"flops"` // per step, mean over the timed steps
+	PeakTFLOPS float64 `json:"peak_tflops"`
+	PeakSource string  `json:"peak_source"`
+	MFU        MFU     `json:"mfu"`
+
+	Loss float64 `json:"loss"` // the last step's loss (random weights: about ln(vocab))
+}
+
+// Shape is the part of the target's config that sets the step's size.
+type Shape struct {
+	Hidden       int  `json:"hidden_size"`
+	Intermediate int  `json:"intermediate_size"`
+	Layers       int  `json:"num_hidden_layers"`
+	Heads        int  `json:"num_attention_heads"`
+	KVHeads      int  `json:"num_key_value_heads"`
+	HeadDim      int  `json:"head_dim"`
+	Vocab        int  `json:"vocab_size"`
+	Tied         bool `json:"tie_word_embeddings"`
+}
+
+// Phases are the mean times of a step's phases, in milliseconds.
+type Phases struct {
+	InputAssembly  float64 `json:"input_assembly"` // batch, anchors, blocks (labels, weights, positions)
+	TargetForward  float64 `json:"target_forward"` // no gradients, stops after the deepest tap
+	DrafterForward float64 `json:"drafter_forward"`
+	Backward       float64 `json:"backward"`
+	Optimizer      float64 `json:"optimizer"` // gradient clipping, AdamW, zeroing the gradients
+}
+
+// Sum returns the phases' total.
+func (p Phases) Sum() float64 {
+	return p.InputAssembly + p.TargetForward + p.DrafterForward + p.Backward + p.Optimizer
+}
+
+// MFU is achieved FLOP/s over the peak: the whole step, the target forward,
+// and the drafter's forward and backward together (the chunked
+// cross-entropy computes the LM head's input gradient during the forward
+// pass, so the two are only meaningful together).
+type MFU struct {
+	Step          float64 `json:"step"`
+	TargetForward float64 `json:"target_forward"`
+	DrafterTrain  float64 `json:"drafter_forward_backward"`
+}

@@ -1,0 +1,124 @@
+package stepbench
+
+import (
+	"encoding/json"
+	"flag"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"dflash/internal/testseed"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/report_keys.golden")
+
+// tinyRun runs tinyOptions once (with a logged seed) for every test that
+// reads its report.
+var tinyRun = sync.OnceValues(func() (*Report, error) {
+	o := tinyOptions()
+	o.Seed = seedForRun
+	return Run(o)
+})
+
+var seedForRun uint64
+
+func runTiny(t *testing.T) *Report {
+	t.Helper()
+	if seedForRun == 0 {
+		seedForRun = testseed.Seed(t)
+	}
+	rep, err := tinyRun()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep
+}
+
+// TestTinyRunOnCPU runs two timed steps of a tiny target and drafter on the
+// CPU and checks the report: the phases add up to the step, the rates and
+// MFU follow from the times, the loss of random weights is near ln(vocab).
+func TestTinyRunOnCPU(t *testing.T) {
+	r := runTiny(t)
+	o := tinyOptions()
+	p := r.Phases
+	for name, ms := range map[string]float64{"input assembly": p.InputAssembly, "target forward": p.TargetForward,
+		"drafter forward": p.DrafterForward, "backward": p.Backward, "optimizer": p.Optimizer, "block mask": r.BlockMaskMS} {
+		if !(ms > 0) {
+			t.Errorf("phase %s: %v ms, want > 0", name, ms)
+		}
+	}
+	if d := math.Abs(p.Sum() - r.StepMS); d > 0.01*r.StepMS {
+		t.Errorf("phases add up to %.4f ms, the step took %.4f ms (timed apart)", p.Sum(), r.StepMS)
+	}
+	if !(r.MinMS <= r.StepMS && r.StepMS <= r.MaxMS) {
+		t.Errorf("step mean %.3f ms outside [min %.3f, max %.3f]", r.StepMS, r.MinMS, r.MaxMS)
+	}
+	near := func(what string, got, want float64) {
+		if math.Abs(got-want) > 1e-9*math.Abs(want) {
+			t.Errorf("%s = %g, want %g", what, got, want)
+		}
+	}
+	near("tokens/s", r.TokensPerS, float64(o.Batch*o.SeqLen)/(r.StepMS/1e3))
+	near("samples/s", r.SamplesPerS, float64(o.Batch)/(r.StepMS/1e3))
+	near("step MFU", r.MFU.Step, r.FLOPs.Total()/(r.StepMS/1e3)/(CPUPeakGFLOPS*1e9))
+	near("target MFU", r.MFU.TargetForward, r.FLOPs.TargetForward/(p.TargetForward/1e3)/(CPUPeakGFLOPS*1e9))
+	if lnV := math.Log(float64(o.Target.VocabSize)); math.Abs(r.Loss-lnV) > 0.5 {
+		t.Errorf("loss %v of random weights, want near ln(vocab) = %v", r.Loss, lnV)
+	}
+	if r.PeakHeapBytes == 0 || r.PeakLiveBytes == 0 || r.PeakLiveBytes > r.PeakHeapBytes || !(r.FLOPs.Total() > 0) || r.TargetLayers != 4 || !slices.Equal(r.Taps, []int{1, 3}) {
+		t.Errorf("report %+v", r)
+	}
+}
+
+// TestReportJSONSchema compares the report's JSON keys (nested ones as
+// a.b) with testdata/report_keys.golden; `go test -update` rewrites it
+// after a deliberate change of the schema.
+func TestReportJSONSchema(t *testing.T) {
+	raw, err := json.Marshal(runTiny(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(raw, &m); err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	var walk func(prefix string, v any)
+	walk = func(prefix string, v any) {
+		kind := "number"
+		switch x := v.(type) {
+		case map[string]any:
+			for k, y := range x {
+				walk(strings.TrimPrefix(prefix+"."+k, "."), y)
+			}
+			return
+		case []any:
+			kind = "array"
+		case string:
+			kind = "string"
+		case bool:
+			kind = "bool"
+		}
+		keys = append(keys, prefix+" "+kind)
+	}
+	walk("", m)
+	slices.Sort(keys)
+	got := strings.Join(keys, "\n") + "\n"
+	path := filepath.Join("testdata", "report_keys.golden")
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test -update to create it)", err)
+	}
+	if got != string(want) {
+		t.Errorf("JSON keys differ from %s (go test -update after a deliberate change):\ngot\n%s\nwant\n%s", path, got, want)
+	}
+}
