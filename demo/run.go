@@ -255,7 +255,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	// 3. Conversations: prompts from the corpus, greedy responses of the target.
 	done = st.begin("generate")
 	prng := rand.New(rand.NewPCG(o.Seed, 12))
-	convs, genTok, err := generate(ctx, target, tok, tmpl, docs, o, int32(imEnd), prng, o.Stderr)
+	convs, userPrompts, genTok, err := generate(ctx, target, tok, tmpl, docs, o, int32(imEnd), prng, o.Stderr)
 	if err != nil {
 		return nil, err
 	}
@@ -317,6 +317,11 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 
 	// 5. Real speculative decoding of held-out prompts.
 	done = st.begin("spec")
+	if o.Dir != "" {
+		if err := writeHeldOut(filepath.Join(dir, HeldOutFile), userPrompts[:min(nEval, o.SpecPrompts)]); err != nil {
+			return nil, err
+		}
+	}
 	if res.Spec, err = decodeHeldOut(ctx, target, drafter, sess.Eval, o, int32(imEnd), backend); err != nil {
 		return nil, err
 	}
@@ -356,8 +361,9 @@ func codePairs(docs []Document, promptLines, replyLines int, rng *rand.Rand) [][
 // generate makes o.Prompts conversations: a prompt of PromptLines lines from
 // the corpus rendered with the chat template (with the generation prompt),
 // followed by the target's greedy response tokens and <|im_end|>; the mask
-// marks the response tokens.
-func generate(ctx context.Context, m *model.Model, tok *tokenizer.Tokenizer, tmpl *chat.Template, docs []Document, o Options, stop int32, rng *rand.Rand, w io.Writer) ([]dflash.Example, int, error) {
+// marks the response tokens. It also returns each conversation's user
+// message.
+func generate(ctx context.Context, m *model.Model, tok *tokenizer.Tokenizer, tmpl *chat.Template, docs []Document, o Options, stop int32, rng *rand.Rand, w io.Writer) ([]dflash.Example, []string, int, error) {
 	pairs := codePairs(docs, o.PromptLines, 0, rng)
 	if len(pairs) > o.Prompts {
 		pairs = pairs[:o.Prompts]
@@ -421,11 +427,11 @@ func generate(ctx context.Context, m *model.Model, tok *tokenizer.Tokenizer, tmp
 		case err := <-errs:
 			close(jobs)
 			wg.Wait()
-			return nil, 0, err
+			return nil, nil, 0, err
 		case <-ctx.Done():
 			close(jobs)
 			wg.Wait()
-			return nil, 0, ctx.Err()
+			return nil, nil, 0, ctx.Err()
 		}
 	}
 	close(jobs)
@@ -435,19 +441,21 @@ func generate(ctx context.Context, m *model.Model, tok *tokenizer.Tokenizer, tmp
 	}
 	select {
 	case err := <-errs:
-		return nil, 0, err
+		return nil, nil, 0, err
 	default:
 	}
 	var out []dflash.Example
+	var users []string
 	for i, c := range convs {
 		if okv[i] {
 			out = append(out, c)
+			users = append(users, pairs[i][0])
 		}
 	}
 	if len(out) < 8 {
-		return nil, 0, fmt.Errorf("demo: only %d usable conversations", len(out))
+		return nil, nil, 0, fmt.Errorf("demo: only %d usable conversations", len(out))
 	}
-	return out, int(genTok.Load()), nil
+	return out, users, int(genTok.Load()), nil
 }
 
 // decodeHeldOut decodes the prompts of up to o.SpecPrompts held-out
