@@ -26,7 +26,7 @@ const (
 func (c *CPU[T]) Gemm(transA, transB bool, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, beta T, cc []T, ldc int) {
 	fast, hasFast := fastKernel[T]()
 	path := c.gemm
-	if path == GemmAuto && m <= gemvMaxRows {
+	if path == GemmAuto && useGemv(transB, m) {
 		gemvSmall(c, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, cc, ldc)
 		return
 	}

@@ -3,9 +3,26 @@ package tensor
 // gemvMaxRows is the largest m for which Gemm multiplies row by row
 // (gemvSmall) instead of packing: with a few rows of A the packed GEMM
 // spends most of its time copying op(B) into strips it then reads once.
-const gemvMaxRows = 4
+// With op(B) = Bᵀ (a linear layer's x·Wᵀ) the limit is gemvMaxRowsNT: each
+// row of B is read once from memory for all m dot products, which beats
+// packing up to about 16 rows (docs/PERF.md, speculative decoding).
+const (
+	gemvMaxRows   = 4
+	gemvMaxRowsNT = 16
+)
 
-// gemvSmall computes C = alpha·op(A)·op(B) + beta·C for m ≤ gemvMaxRows
+// gemvGrain is the fewest multiply-adds gemvSmall hands to one goroutine:
+// about 5 µs of work. A decode step's products (one row against a weight of
+// 128×384) are shorter than starting and joining a goroutine, and on a
+// loaded machine a join waits for the OS to schedule the other thread.
+const gemvGrain = 1 << 17
+
+// useGemv reports whether Gemm takes gemvSmall for these operands.
+func useGemv(transB bool, m int) bool {
+	return m <= gemvMaxRows || transB && m <= gemvMaxRowsNT
+}
+
+// gemvSmall computes C = alpha·op(A)·op(B) + beta·C for few rows (useGemv)
 // without packing, splitting the n columns of C across workers. With op(B)
 // = Bᵀ every C[i,j] is a dot product of contiguous rows of A and B; with
 // op(B) = B every row of C accumulates alpha·A[i,p]·B[p,:] over p. op(A)
@@ -34,8 +51,9 @@ func gemvSmall[T Float](cpu *CPU[T], transA, transB bool, m, n, k int, alpha T, 
 	if f, ok := fastDot[T](); ok {
 		dotf = f
 	}
-	// Work per column is m·k multiply-adds; give each worker at least ~32K.
-	grain := max(1, (1<<15)/max(1, m*k))
+	// Work per column is m·k multiply-adds; give each worker at least
+	// gemvGrain of them.
+	grain := max(1, gemvGrain/max(1, m*k))
 	cpu.parallel(n, grain, func(lo, hi int) {
 		for i := range m {
 			row := c[i*ldc+lo : i*ldc+hi]
@@ -46,16 +64,17 @@ func gemvSmall[T Float](cpu *CPU[T], transA, transB bool, m, n, k int, alpha T, 
 					row[j] *= beta
 				}
 			}
-			if alpha == 0 || k == 0 {
-				continue
-			}
+		}
+		if alpha == 0 || k == 0 {
+			return
+		}
+		if transB {
+			gemvNT(m, lo, hi, k, alpha, a, lda, b, ldb, c, ldc, dotf)
+			return
+		}
+		for i := range m {
+			row := c[i*ldc+lo : i*ldc+hi]
 			ai := a[i*lda : i*lda+k]
-			if transB {
-				for j := lo; j < hi; j++ {
-					row[j-lo] += alpha * dotf(ai, b[j*ldb:j*ldb+k])
-				}
-				continue
-			}
 			for p, av := range ai {
 				if av != 0 {
 					axpy(alpha*av, b[p*ldb+lo:p*ldb+hi], row)
@@ -63,6 +82,45 @@ func gemvSmall[T Float](cpu *CPU[T], transA, transB bool, m, n, k int, alpha T, 
 			}
 		}
 	})
+}
+
+// gemvNT computes columns [lo, hi) of C += alpha·A·Bᵀ for m rows of A with
+// four dot products per call of dot4 sharing one operand: for one row of A,
+// four rows of B; for several rows of A, groups of four rows against each
+// row of B, which then stays in cache for all of its m products.
+func gemvNT[T Float](m, lo, hi, k int, alpha T, a []T, lda int, b []T, ldb int, c []T, ldc int, dotf func(x, y []T) T) {
+	d4 := dot4[T]
+	if f, ok := fastDot4[T](); ok {
+		d4 = f
+	}
+	var out [4]T
+	if m == 1 {
+		a0 := a[:k]
+		j := lo
+		for ; j+4 <= hi; j += 4 {
+			d4(b[j*ldb:], ldb, a0, &out)
+			for r, v := range out {
+				c[j+r] += alpha * v
+			}
+		}
+		for ; j < hi; j++ {
+			c[j] += alpha * dotf(a0, b[j*ldb:j*ldb+k])
+		}
+		return
+	}
+	for j := lo; j < hi; j++ {
+		bj := b[j*ldb : j*ldb+k]
+		i := 0
+		for ; i+4 <= m; i += 4 {
+			d4(a[i*lda:], lda, bj, &out)
+			for r, v := range out {
+				c[(i+r)*ldc+j] += alpha * v
+			}
+		}
+		for ; i < m; i++ {
+			c[i*ldc+j] += alpha * dotf(a[i*lda:i*lda+k], bj)
+		}
+	}
 }
 
 // dot returns Σ x[i]·y[i] (len(y) ≥ len(x)) with four partial sums.
@@ -94,5 +152,13 @@ func axpy[T Float](alpha T, x, y []T) {
 	}
 	for ; i < len(x); i++ {
 		y[i] += alpha * x[i]
+	}
+}
+
+// dot4 sets out[r] = Σ_i p[r·stride+i]·q[i] for r = 0..3 (i < len(q)): four
+// dot products that share q, so that a SIMD kernel loads q once for all four.
+func dot4[T Float](p []T, stride int, q []T, out *[4]T) {
+	for r := range out {
+		out[r] = dot(q, p[r*stride:])
 	}
 }

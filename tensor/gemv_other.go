@@ -3,3 +3,5 @@
 package tensor
 
 func fastDot[T Float]() (func(x, y []T) T, bool) { return nil, false }
+
+func fastDot4[T Float]() (func(p []T, stride int, q []T, out *[4]T), bool) { return nil, false }
