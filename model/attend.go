@@ -1,0 +1,73 @@
+package model
+
+import (
+	"fmt"
+	"math"
+
+	"dflash/tensor"
+)
+
+// AttendRows is attention for a few query rows against a key/value cache,
+// without a block mask: for query head h (kv head g = h/(hq/len(k))) and
+// row i < n, with m = keys(i) visible keys (rows 0..m−1 of k[g] and v[g],
+// D values each),
+//
+//	out[h,i] = Σ_{j<m} softmax_j(scale·q[h,i]·k[g,j]) · v[g,j]
+//
+// and out[h,i] = 0 when m = 0. q and out are [hq, n, D] row-major (flex's
+// layout for one batch). It is the decode path's replacement for
+// flex.Forward when the mask is "the first keys(i) keys" (causal with an
+// offset, or everything): no mask program and no block mask; the products
+// run on b's GEMM, one pair per kv head (the query rows of its group
+// stacked), so small ones stay on the calling goroutine.
+func AttendRows[T tensor.Float](b tensor.Backend[T], q []T, k, v [][]T, hq, n, D int, keys func(i int) int, scale float64, out []T) {
+	hkv := len(k)
+	if hkv == 0 || hq%hkv != 0 || len(v) != hkv || len(q) != hq*n*D || len(out) != len(q) {
+		panic(fmt.Sprintf("model.AttendRows: q %d values for %d heads × %d rows × %d, %d/%d kv heads, out %d", len(q), hq, n, D, len(k), len(v), len(out)))
+	}
+	total := 0 // keys any row sees
+	for i := range n {
+		m := keys(i)
+		if m < 0 || m*D > len(k[0]) {
+			panic(fmt.Sprintf("model.AttendRows: row %d sees %d keys of %d", i, m, len(k[0])/D))
+		}
+		total = max(total, m)
+	}
+	rows := hq / hkv * n // query rows per kv head
+	s := make([]T, rows*total)
+	for g := range hkv {
+		qg, og := q[g*rows*D:(g+1)*rows*D], out[g*rows*D:(g+1)*rows*D]
+		if total == 0 {
+			clear(og)
+			continue
+		}
+		b.Gemm(false, true, rows, total, D, T(scale), qg, D, k[g], D, 0, s, total)
+		for r := range rows {
+			softmaxPrefix(s[r*total:(r+1)*total], keys(r%n))
+		}
+		b.Gemm(false, false, rows, D, total, 1, s, total, v[g], D, 0, og, D)
+	}
+}
+
+// softmaxPrefix replaces the first m values of s by their softmax (sums in
+// float64) and the rest by 0.
+func softmaxPrefix[T tensor.Float](s []T, m int) {
+	clear(s[m:])
+	if m == 0 {
+		return
+	}
+	p := s[:m]
+	mx := math.Inf(-1)
+	for _, x := range p {
+		mx = max(mx, float64(x))
+	}
+	var z float64
+	for j, x := range p {
+		e := math.Exp(float64(x) - mx)
+		p[j] = T(e)
+		z += e
+	}
+	for j := range p {
+		p[j] = T(float64(p[j]) / z)
+	}
+}
