@@ -84,41 +84,56 @@ func gemvSmall[T Float](cpu *CPU[T], transA, transB bool, m, n, k int, alpha T, 
 	})
 }
 
-// gemvNT computes columns [lo, hi) of C += alpha·A·Bᵀ for m rows of A with
-// four dot products per call of dot4 sharing one operand: for one row of A,
-// four rows of B; for several rows of A, groups of four rows against each
-// row of B, which then stays in cache for all of its m products.
+// gemvNT computes columns [lo, hi) of C += alpha·A·Bᵀ for m rows of A:
+// groups of four rows of A through gemv4 (every row of B read once for the
+// four), the other rows one at a time through dot4 (four rows of B per call).
 func gemvNT[T Float](m, lo, hi, k int, alpha T, a []T, lda int, b []T, ldb int, c []T, ldc int, dotf func(x, y []T) T) {
-	d4 := dot4[T]
+	d4, g4 := dot4[T], gemv4[T]
 	if f, ok := fastDot4[T](); ok {
 		d4 = f
 	}
+	if f, ok := fastGemv4[T](); ok {
+		g4 = f
+	}
+	i, w := 0, hi-lo
+	if m >= 4 {
+		buf := getBuf[T](4 * w)
+		defer putBuf(buf)
+		tmp := *buf
+		for ; i+4 <= m; i += 4 {
+			g4(k, a[i*lda:], lda, b[lo*ldb:], ldb, w, tmp, w)
+			for r := range 4 {
+				row := c[(i+r)*ldc+lo : (i+r)*ldc+hi]
+				for j, v := range tmp[r*w : (r+1)*w] {
+					row[j] += alpha * v
+				}
+			}
+		}
+	}
 	var out [4]T
-	if m == 1 {
-		a0 := a[:k]
+	for ; i < m; i++ {
+		ai, ci := a[i*lda:i*lda+k], c[i*ldc:]
 		j := lo
 		for ; j+4 <= hi; j += 4 {
-			d4(b[j*ldb:], ldb, a0, &out)
+			d4(b[j*ldb:], ldb, ai, &out)
 			for r, v := range out {
-				c[j+r] += alpha * v
+				ci[j+r] += alpha * v
 			}
 		}
 		for ; j < hi; j++ {
-			c[j] += alpha * dotf(a0, b[j*ldb:j*ldb+k])
+			ci[j] += alpha * dotf(ai, b[j*ldb:j*ldb+k])
 		}
-		return
 	}
-	for j := lo; j < hi; j++ {
-		bj := b[j*ldb : j*ldb+k]
-		i := 0
-		for ; i+4 <= m; i += 4 {
-			d4(a[i*lda:], lda, bj, &out)
-			for r, v := range out {
-				c[(i+r)*ldc+j] += alpha * v
-			}
-		}
-		for ; i < m; i++ {
-			c[i*ldc+j] += alpha * dotf(a[i*lda:i*lda+k], bj)
+}
+
+// gemv4 sets c[r·ldc+j] = Σ_i a[r·lda+i]·b[j·ldb+i] for r = 0..3 and j < n
+// (i < k): four rows of A against n rows of B.
+func gemv4[T Float](k int, a []T, lda int, b []T, ldb, n int, c []T, ldc int) {
+	var out [4]T
+	for j := range n {
+		dot4(a, lda, b[j*ldb:j*ldb+k], &out)
+		for r, v := range out {
+			c[r*ldc+j] = v
 		}
 	}
 }
