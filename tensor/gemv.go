@@ -12,10 +12,11 @@ const (
 )
 
 // gemvGrain is the fewest multiply-adds gemvSmall hands to one goroutine:
-// about 5 µs of work. A decode step's products (one row against a weight of
-// 128×384) are shorter than starting and joining a goroutine, and on a
-// loaded machine a join waits for the OS to schedule the other thread.
-const gemvGrain = 1 << 17
+// about 20 µs of work. A decode step's or a verification's products (1 to
+// 8 rows against a weight of 128×384) take less than starting and joining
+// a goroutine costs, and on a loaded machine a join waits for the OS to
+// schedule the other thread (docs/PERF.md, speculative decoding).
+const gemvGrain = 1 << 19
 
 // useGemv reports whether Gemm takes gemvSmall for these operands.
 func useGemv(transB bool, m int) bool {
