@@ -34,20 +34,29 @@ func AttendRows[T tensor.Float](b tensor.Backend[T], q []T, k, v [][]T, hq, n, D
 		total = max(total, m)
 	}
 	rows := hq / hkv * n // query rows per kv head
-	s := make([]T, rows*total)
+	if total == 0 {
+		clear(out)
+		return
+	}
+	chunk := min(rows, max(1, attendScores/total)) // query rows per pair of products
+	s := make([]T, chunk*total)
 	for g := range hkv {
-		qg, og := q[g*rows*D:(g+1)*rows*D], out[g*rows*D:(g+1)*rows*D]
-		if total == 0 {
-			clear(og)
-			continue
+		for r0 := 0; r0 < rows; r0 += chunk {
+			r1 := min(rows, r0+chunk)
+			qc, oc := q[(g*rows+r0)*D:(g*rows+r1)*D], out[(g*rows+r0)*D:(g*rows+r1)*D]
+			b.Gemm(false, true, r1-r0, total, D, T(scale), qc, D, k[g], D, 0, s, total)
+			for r := r0; r < r1; r++ {
+				softmaxPrefix(s[(r-r0)*total:(r-r0+1)*total], keys(r%n))
+			}
+			b.Gemm(false, false, r1-r0, D, total, 1, s, total, v[g], D, 0, oc, D)
 		}
-		b.Gemm(false, true, rows, total, D, T(scale), qg, D, k[g], D, 0, s, total)
-		for r := range rows {
-			softmaxPrefix(s[r*total:(r+1)*total], keys(r%n))
-		}
-		b.Gemm(false, false, rows, D, total, 1, s, total, v[g], D, 0, og, D)
 	}
 }
+
+// attendScores bounds AttendRows' score buffer (query rows × keys), so
+// that a long prompt is attended in chunks of rows rather than with its
+// whole score matrix at once.
+const attendScores = 1 << 18
 
 // softmaxPrefix replaces the first m values of s by their softmax (sums in
 // float64) and the rest by 0.

@@ -14,12 +14,13 @@ import (
 
 // TestAttendRows compares AttendRows with a brute-force float64 softmax
 // attention on random shapes: GQA groups 1, 2 and 4, rows that see no key,
-// one key or every key.
+// one key or every key, and more rows than one chunk of scores.
 func TestAttendRows(t *testing.T) {
 	rng := rand.New(rand.NewPCG(testseed.Seed(t), 11))
 	cpu := tensor.NewCPU[float32](2)
 	for _, c := range []struct{ hq, hkv, n, D, keys, first int }{
 		{4, 2, 1, 32, 70, 70}, {4, 2, 8, 32, 90, 83}, {2, 2, 3, 16, 5, 0}, {8, 2, 16, 64, 300, 285}, {4, 1, 4, 8, 1, 1},
+		{2, 1, 2000, 8, 2000, 1}, // causal over 2000 rows: 4000 query rows × 2000 keys, attended in chunks
 	} {
 		q := randVec(rng, c.hq*c.n*c.D)
 		k, v := make([][]float32, c.hkv), make([][]float32, c.hkv)
