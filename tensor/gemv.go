@@ -18,6 +18,11 @@ const (
 // schedule the other thread (docs/PERF.md, speculative decoding).
 const gemvGrain = 1 << 19
 
+// gemvBlock is the number of values of B (128 KB of float32) that gemvNT
+// multiplies by every group of rows of A before moving on: they stay in
+// the core's L2 cache between groups.
+const gemvBlock = 1 << 15
+
 // useGemv reports whether Gemm takes gemvSmall for these operands.
 func useGemv(transB bool, m int) bool {
 	return m <= gemvMaxRows || transB && m <= gemvMaxRowsNT
@@ -96,17 +101,23 @@ func gemvNT[T Float](m, lo, hi, k int, alpha T, a []T, lda int, b []T, ldb int, 
 	if f, ok := fastGemv4[T](); ok {
 		g4 = f
 	}
-	i, w := 0, hi-lo
+	i := 0
 	if m >= 4 {
-		buf := getBuf[T](4 * w)
+		// Columns in blocks of about gemvBlock values of B, so that a large
+		// B is read from memory once for all groups of rows, not per group.
+		cb := max(2, gemvBlock/max(1, k)) &^ 1
+		buf := getBuf[T](4 * min(cb, hi-lo))
 		defer putBuf(buf)
 		tmp := *buf
-		for ; i+4 <= m; i += 4 {
-			g4(k, a[i*lda:], lda, b[lo*ldb:], ldb, w, tmp, w)
-			for r := range 4 {
-				row := c[(i+r)*ldc+lo : (i+r)*ldc+hi]
-				for j, v := range tmp[r*w : (r+1)*w] {
-					row[j] += alpha * v
+		for j0 := lo; j0 < hi; j0 += cb {
+			w := min(cb, hi-j0)
+			for i = 0; i+4 <= m; i += 4 {
+				g4(k, a[i*lda:], lda, b[j0*ldb:], ldb, w, tmp, w)
+				for r := range 4 {
+					row := c[(i+r)*ldc+j0 : (i+r)*ldc+j0+w]
+					for j, v := range tmp[r*w : (r+1)*w] {
+						row[j] += alpha * v
+					}
 				}
 			}
 		}
