@@ -11,20 +11,29 @@ import (
 	"dflash/tensor"
 )
 
-// demoShape returns a target and a DFlash drafter of the demo's default
-// shapes (demo.Defaults: Qwen3, vocab 1024, hidden 128, 4 layers, 4 query
-// and 2 KV heads; a 1-layer drafter with block 8 reading layers 1 and 2),
+// demoConfig is the demo's default target (demo.Defaults: Qwen3, vocab
+// 1024, hidden 128, 4 layers, 4 query and 2 KV heads of 32; 1.05M
+// parameters, 4.2 MB: it stays in the CPU caches).
+var demoConfig = model.Config{Arch: model.Qwen3, VocabSize: 1024, HiddenSize: 128, IntermediateSize: 384, NumLayers: 4,
+	NumHeads: 4, NumKVHeads: 2, HeadDim: 32, RMSNormEps: 1e-6, RopeTheta: 10000, MaxPositionEmbeddings: 4096, InitializerRange: 0.02}
+
+// largeConfig is a target whose weights (hidden 1024, 8 layers, vocab
+// 8192; 117M parameters, 470 MB) are far beyond the CPU caches, so that a
+// one-token step is bound by reading them.
+var largeConfig = model.Config{Arch: model.Qwen3, VocabSize: 8192, HiddenSize: 1024, IntermediateSize: 3072, NumLayers: 8,
+	NumHeads: 16, NumKVHeads: 8, HeadDim: 64, RMSNormEps: 1e-6, RopeTheta: 10000, MaxPositionEmbeddings: 4096, InitializerRange: 0.02}
+
+// shapeModels returns a target of config cfg and a 1-layer DFlash drafter
+// for it (block 8, reading the two layers before the last, as the demo's),
 // with random weights: the per-call costs of decoding do not depend on
 // what the weights learned.
-func demoShape(tb testing.TB, b tensor.Backend[float32]) (*model.Model, *DFlash) {
+func shapeModels(tb testing.TB, cfg model.Config, b tensor.Backend[float32]) (*model.Model, *DFlash) {
 	tb.Helper()
-	cfg := model.Config{Arch: model.Qwen3, VocabSize: 1024, HiddenSize: 128, IntermediateSize: 384, NumLayers: 4,
-		NumHeads: 4, NumKVHeads: 2, HeadDim: 32, RMSNormEps: 1e-6, RopeTheta: 10000, MaxPositionEmbeddings: 4096, InitializerRange: 0.02}
 	m, err := model.New(cfg, 1)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	c := dflash.DrafterConfigFor(m, 1, []int{1, 2}, 8, cfg.VocabSize-1)
+	c := dflash.DrafterConfigFor(m, 1, []int{cfg.NumLayers - 3, cfg.NumLayers - 2}, 8, cfg.VocabSize-1)
 	d, err := NewDFlash(m, dflash.New[float32](c, rand.New(rand.NewPCG(1, 2))), b)
 	if err != nil {
 		tb.Fatal(err)
@@ -33,20 +42,28 @@ func demoShape(tb testing.TB, b tensor.Backend[float32]) (*model.Model, *DFlash)
 }
 
 // BenchmarkDemoShape times the parts of a speculative decoding round on
-// the demo's shapes after a 64-token prompt: one plain decode step (what
-// the baseline pays per token), one verification of a block of 8, one
-// drafter proposal and one drafter Extend of 3 positions (an average
-// acceptance). Besides ns/op (wall time, which other processes on a
-// shared machine inflate) it reports cpu-us/op, the process CPU time per
-// operation. Run: go test -run '^$' -bench DemoShape ./spec/
-func BenchmarkDemoShape(b *testing.B) {
+// the demo's shapes (demoConfig) after a 64-token prompt: one plain decode
+// step (what the baseline pays per token), one verification of a block of
+// 8, one drafter proposal and one drafter Extend of 3 positions (an
+// average acceptance), and 96-token generations with and without the
+// drafter. Besides ns/op (wall time, which other processes on a shared
+// machine inflate) it reports cpu-us/op, the process CPU time per
+// operation. Run: go test -run '^$' -bench DemoShape -cpu 1 ./spec/
+func BenchmarkDemoShape(b *testing.B) { benchRound(b, demoConfig, true) }
+
+// BenchmarkLargeShape is BenchmarkDemoShape's per-call part on a target
+// whose weights do not fit the caches (largeConfig). Run:
+// go test -run '^$' -bench LargeShape -benchtime 10x -cpu 1 ./spec/
+func BenchmarkLargeShape(b *testing.B) { benchRound(b, largeConfig, false) }
+
+func benchRound(b *testing.B, cfg model.Config, generate bool) {
 	cpu := tensor.NewCPU[float32](0)
-	m, d := demoShape(b, cpu)
+	m, d := shapeModels(b, cfg, cpu)
 	prompt := make([]int32, 64)
 	for i := range prompt {
 		prompt[i] = int32(i * 37 % m.Config.VocabSize)
 	}
-	states := []int{2, 3}
+	states := []int{cfg.NumLayers - 2, cfg.NumLayers - 1}
 	prefill := func() (*model.Cache, Sequence) {
 		cache := m.NewCache()
 		_, hidden := m.Prefill(cpu, cache, prompt, states)
@@ -90,6 +107,9 @@ func BenchmarkDemoShape(b *testing.B) {
 			seq.Extend(h)
 		}
 	})
+	if !generate {
+		return
+	}
 	run("generate96", func(b *testing.B) {
 		for b.Loop() {
 			if _, err := m.Generate(cpu, prompt, model.GenerateOptions{MaxNewTokens: 96}); err != nil {
