@@ -9,8 +9,9 @@ import (
 type GemmPath int
 
 const (
-	// GemmAuto multiplies products of at most 4 rows without packing
-	// (matrix–vector style) and picks, once, for the rest the fastest path
+	// GemmAuto multiplies products of at most 4 rows, and x·Wᵀ products of
+	// at most 16, without packing (matrix–vector style, several dot
+	// products per SIMD call) and picks, once, for the rest the fastest path
 	// this machine has: the packed
 	// GEMM with the AVX2/FMA micro-kernel for float32 on amd64 CPUs that have
 	// it; else gonum's Sgemm for float32 (faster than the portable kernel
