@@ -199,8 +199,9 @@ func codePairs(docs []Document, promptLines, replyLines int, rng *rand.Rand) [][
 // generate makes o.Prompts conversations: a prompt of PromptLines lines from
 // the corpus rendered with the chat template (with the generation prompt),
 // followed by the target's greedy response tokens and <|im_end|>; the mask
-// marks the response tokens.
-func generate(ctx context.Context, m *model.Model, tok *tokenizer.Tokenizer, tmpl *chat.Template, docs []Document, o Options, stop int32, rng *rand.Rand, w io.Writer) ([]dflash.Example, int, error) {
+// marks the response tokens. It also returns each conversation's user
+// message.
+func generate(ctx context.Context, m *model.Model, tok *tokenizer.Tokenizer, tmpl *chat.Template, docs []Document, o Options, stop int32, rng *rand.Rand, w io.Writer) ([]dflash.Example, []string, int, error) {
 	pairs := codePairs(docs, o.PromptLines, 0, rng)
 	if len(pairs) > o.Prompts {
 		pairs = pairs[:o.Prompts]
@@ -264,11 +265,11 @@ func generate(ctx context.Context, m *model.Model, tok *tokenizer.Tokenizer, tmp
 		case err := <-errs:
 			close(jobs)
 			wg.Wait()
-			return nil, 0, err
+			return nil, nil, 0, err
 		case <-ctx.Done():
 			close(jobs)
 			wg.Wait()
-			return nil, 0, ctx.Err()
+			return nil, nil, 0, ctx.Err()
 		}
 	}
 	close(jobs)
@@ -278,19 +279,21 @@ func generate(ctx context.Context, m *model.Model, tok *tokenizer.Tokenizer, tmp
 	}
 	select {
 	case err := <-errs:
-		return nil, 0, err
+		return nil, nil, 0, err
 	default:
 	}
 	var out []dflash.Example
+	var users []string
 	for i, c := range convs {
 		if okv[i] {
 			out = append(out, c)
+			users = append(users, pairs[i][0])
 		}
 	}
 	if len(out) < 8 {
-		return nil, 0, fmt.Errorf("demo: only %d usable conversations", len(out))
+		return nil, nil, 0, fmt.Errorf("demo: only %d usable conversations", len(out))
 	}
-	return out, int(genTok.Load()), nil
+	return out, users, int(genTok.Load()), nil
 }
 
 // decodeHeldOut decodes the prompts of up to o.SpecPrompts held-out

@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"dflash/model/dflash"
@@ -49,6 +50,14 @@ func TestRunTiny(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
 			t.Errorf("missing %s: %v", f, err)
 		}
+	}
+	// heldout.jsonl holds the user message of every prompt the spec stage decoded.
+	held, err := os.ReadFile(filepath.Join(dir, HeldOutFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(held), "\n"); n != res.Spec.Prompts || !strings.HasPrefix(string(held), `{"messages":[{"role":"user","content":`) {
+		t.Fatalf("%s: %d lines for %d decoded prompts, starting %.60q", HeldOutFile, n, res.Spec.Prompts, held)
 	}
 	d, err := dflash.LoadDir[float32](filepath.Join(dir, "drafter"))
 	if err != nil {

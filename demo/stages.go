@@ -35,6 +35,7 @@ type runner struct {
 	targetModel *model.Model
 	tcfg        model.Config
 	convs       []dflash.Example
+	users       []string // each conversation's user message
 	draft       *dflash.Drafter[float32]
 	sess        *dflash.Session
 }
@@ -149,11 +150,11 @@ func (r *runner) target(ctx context.Context) error {
 func (r *runner) conversations(ctx context.Context) error {
 	done := r.st.begin("generate")
 	prng := rand.New(rand.NewPCG(r.o.Seed, 12))
-	convs, genTok, err := generate(ctx, r.targetModel, r.tok, r.tmpl, r.docs, r.o, int32(r.imEnd), prng, r.o.Stderr)
+	convs, users, genTok, err := generate(ctx, r.targetModel, r.tok, r.tmpl, r.docs, r.o, int32(r.imEnd), prng, r.o.Stderr)
 	if err != nil {
 		return err
 	}
-	r.convs = convs
+	r.convs, r.users = convs, users
 	r.res.Conversations, r.res.GeneratedTokens = len(convs), genTok
 	done()
 	return nil
@@ -230,6 +231,12 @@ func (r *runner) drafter(ctx context.Context) error {
 func (r *runner) decode(ctx context.Context) error {
 	o, res, sess := r.o, r.res, r.sess
 	done := r.st.begin("spec")
+	if o.Dir != "" {
+		nEval := len(sess.Eval)
+		if err := writeHeldOut(filepath.Join(r.dir, HeldOutFile), r.users[:min(nEval, o.SpecPrompts)]); err != nil {
+			return err
+		}
+	}
 	var err error
 	if res.Spec, err = decodeHeldOut(ctx, r.targetModel, r.draft, sess.Eval, o, int32(r.imEnd), r.backend); err != nil {
 		return err

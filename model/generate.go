@@ -8,7 +8,6 @@ import (
 	"slices"
 	"sort"
 
-	"dflash/flex"
 	"dflash/tensor"
 )
 
@@ -25,14 +24,13 @@ type GenerateOptions struct {
 	Stop []int32
 }
 
-// causalOffset allows query q (at absolute position past+q) to see keys kv ≤ past+q.
-var causalOffset = flex.NewMask("causal_offset", flex.Q().Add(flex.IntScalar("past")).Ge(flex.KV()))
-
 // Cache is a KV cache for one sequence: per layer and kv head, the rotated
-// keys and the values of every position processed so far.
+// keys and the values of every position processed so far, and the RoPE
+// table of those positions.
 type Cache struct {
 	k, v [][][]float32 // [layer][kvHead] → len·HeadDim
 	Len  int
+	rope tensor.RopeTable[float32] // rows 0..(len(rope.Cos)/(HeadDim/2))−1: positions 0, 1, ...
 }
 
 // NewCache returns an empty cache for m.
@@ -42,7 +40,24 @@ func (m *Model) NewCache() *Cache {
 		c.k[i] = make([][]float32, m.Config.NumKVHeads)
 		c.v[i] = make([][]float32, m.Config.NumKVHeads)
 	}
+	c.rope.HeadDim = m.Config.HeadDim
 	return c
+}
+
+// ropeRows returns the RoPE table of positions past..past+n−1, a view of
+// the cache's table, which grows (doubling) to cover them: a position's
+// angles are computed once per sequence, not once per step.
+func (c *Cache) ropeRows(r *tensor.Rope, past, n int) *tensor.RopeTable[float32] {
+	h := c.rope.HeadDim / 2
+	if have := len(c.rope.Cos) / h; past+n > have {
+		pos := make([]int32, max(past+n, 2*have)-have)
+		for i := range pos {
+			pos[i] = int32(have + i)
+		}
+		t := tensor.Table[float32](r, pos)
+		c.rope.Cos, c.rope.Sin = append(c.rope.Cos, t.Cos...), append(c.rope.Sin, t.Sin...)
+	}
+	return &tensor.RopeTable[float32]{HeadDim: c.rope.HeadDim, Cos: c.rope.Cos[past*h : (past+n)*h], Sin: c.rope.Sin[past*h : (past+n)*h]}
 }
 
 // Truncate drops every position from n on (n ≤ Len), as if only the first
@@ -108,37 +123,26 @@ func (m *Model) decode(b tensor.Backend[float32], cache *Cache, tokens []int32, 
 		}
 	}
 	tp := tensor.NewInference(b)
-	pos := make([]int32, n)
-	for i := range pos {
-		pos[i] = int32(past + i)
-	}
-	table := tensor.Table[float32](m.rope, pos)
+	table := cache.ropeRows(m.rope, past, n)
 	total := past + n
-	d := flex.Dims{Batch: 1, HeadsQ: c.NumHeads, HeadsKV: c.NumKVHeads, LenQ: n, LenKV: total, HeadDim: c.HeadDim}
-	args := flex.NewArgs().SetInt("past", past)
-	bm, err := flex.NewBlockMask(causalOffset, args, d, 0, 0)
-	if err != nil {
-		panic("model.Step: block mask: " + err.Error())
-	}
 	scale := 1 / math.Sqrt(float64(c.HeadDim))
 	D := c.HeadDim
+	keys := func(i int) int { return past + i + 1 } // causal: token i sees the cache and tokens 0..i
 	x := tp.Embedding(m.Embed, tokens)
 	for i := range m.Layers {
 		if slices.Contains(states, i) {
 			hidden[i] = x
 		}
 		q, k, v := m.qkv(tp, i, x, 1, n, table) // [1, n, H, D]
-		K := tensor.New[float32]("k", 1, c.NumKVHeads, total, D)
-		V := tensor.New[float32]("v", 1, c.NumKVHeads, total, D)
 		for h := range c.NumKVHeads {
 			for t := range n {
 				cache.k[i][h] = append(cache.k[i][h], k.Data[(t*c.NumKVHeads+h)*D:][:D]...)
 				cache.v[i][h] = append(cache.v[i][h], v.Data[(t*c.NumKVHeads+h)*D:][:D]...)
 			}
-			copy(K.Data[h*total*D:], cache.k[i][h])
-			copy(V.Data[h*total*D:], cache.v[i][h])
 		}
-		a := tp.Attention(tp.Transpose12(q), K, V, bm, nil, args, scale)
+		qt := tp.Transpose12(q) // [1, Hq, n, D]
+		a := tensor.New[float32]("attn", qt.Shape...)
+		AttendRows(b, qt.Data, cache.k[i], cache.v[i], c.NumHeads, n, D, keys, scale, a.Data)
 		x = m.finishLayer(tp, i, x, tp.Transpose12(a))
 	}
 	cache.Len = total

@@ -9,8 +9,9 @@ import (
 type GemmPath int
 
 const (
-	// GemmAuto multiplies products of at most 4 rows without packing
-	// (matrix–vector style) and picks, once, for the rest the fastest path
+	// GemmAuto multiplies products of at most 4 rows, and x·Wᵀ products of
+	// at most 16, without packing (matrix–vector style, several dot
+	// products per SIMD call) and picks, once, for the rest the fastest path
 	// this machine has: the packed
 	// GEMM with the AVX2/FMA micro-kernel for float32 on amd64 CPUs that have
 	// it; else gonum's Sgemm for float32 (faster than the portable kernel
@@ -26,7 +27,7 @@ const (
 func (c *CPU[T]) Gemm(transA, transB bool, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, beta T, cc []T, ldc int) {
 	fast, hasFast := fastKernel[T]()
 	path := c.gemm
-	if path == GemmAuto && m <= gemvMaxRows {
+	if path == GemmAuto && useGemv(transB, m) {
 		gemvSmall(c, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, cc, ldc)
 		return
 	}

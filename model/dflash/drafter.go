@@ -5,7 +5,6 @@ import (
 	"math"
 	"math/rand/v2"
 
-	"dflash/flex"
 	"dflash/tensor"
 )
 
@@ -133,10 +132,13 @@ func (d *Drafter[T]) ForwardInputs(tp *tensor.TapeOf[T], train bool, head Head[T
 
 	u := d.contextFeatures(tp, in.Taps)
 	out := &Output[T]{Context: u}
+	att := func(q, k, v *tensor.Of[T]) *tensor.Of[T] {
+		return tp.Attention(q, k, v, in.Mask, nil, in.Mask.Args(), 1/math.Sqrt(float64(c.HeadDim)))
+	}
 	z := tp.Embedding(head.Embed, bl.IDs) // [R*nB, H]
 	for l := range d.Layers {
 		kc, vc := d.contextKV(tp, l, u, R, S, in.CtxRope)
-		z = d.layer(tp, l, z, kc, vc, R, nB, in.QRope, in.Mask)
+		z = d.layer(tp, l, z, kc, vc, R, nB, in.QRope, att)
 		out.Hidden = append(out.Hidden, z)
 	}
 	o := tp.RMSNorm(z, d.Norm, c.RMSNormEps)
@@ -169,9 +171,11 @@ func (d *Drafter[T]) contextKV(tp *tensor.TapeOf[T], l int, u *tensor.Of[T], R, 
 
 // layer applies drafter layer l (§2.3) to the block hidden states z
 // [R*nB, H] at the positions of qRope, with the context keys kc and values
-// vc [R, S, n_kv*D] of contextKV and the attention mask bm over
-// [context ; block] keys.
-func (d *Drafter[T]) layer(tp *tensor.TapeOf[T], l int, z, kc, vc *tensor.Of[T], R, nB int, qRope *tensor.RopeTable[T], bm *flex.BlockMask) *tensor.Of[T] {
+// vc [R, S, n_kv*D] of contextKV and att, the attention of queries
+// [R, nh, nB, D] over [context ; block] keys and values [R, n_kv, S+nB, D]
+// (scale 1/√D; the mask is att's: flex with the DFlash block mask in
+// training, all keys in inference).
+func (d *Drafter[T]) layer(tp *tensor.TapeOf[T], l int, z, kc, vc *tensor.Of[T], R, nB int, qRope *tensor.RopeTable[T], att func(q, k, v *tensor.Of[T]) *tensor.Of[T]) *tensor.Of[T] {
 	c, L := d.Cfg, &d.Layers[l]
 	D, nh, nkv := c.HeadDim, c.NumHeads, c.NumKVHeads
 	S := kc.Shape[1]
@@ -187,7 +191,7 @@ func (d *Drafter[T]) layer(tp *tensor.TapeOf[T], l int, z, kc, vc *tensor.Of[T],
 	vb := tp.Reshape(tp.Linear(g, L.V, nil), R, nB, nkv*D)
 	vv := tp.Transpose12(tp.Reshape(tp.Concat(1, vc, vb), R, S+nB, nkv, D))
 
-	a := tp.Attention(q, kk, vv, bm, nil, bm.Args(), 1/math.Sqrt(float64(D)))
+	a := att(q, kk, vv)
 	a = tp.Reshape(tp.Transpose12(a), R*nB, nh*D)
 	z = tp.Add(z, tp.Linear(a, L.O, nil))
 	g2 := tp.RMSNorm(z, L.PostNorm, c.RMSNormEps)

@@ -2,8 +2,9 @@ package dflash
 
 import (
 	"fmt"
+	"math"
 
-	"dflash/flex"
+	"dflash/model"
 	"dflash/tensor"
 )
 
@@ -82,18 +83,26 @@ func (d *Drafter[T]) Propose(b tensor.Backend[T], head Head[T], ctx *Context[T],
 		ids[s], pos[s] = int32(c.MaskTokenID), int32(S+s)
 	}
 	ids[0] = last
-	dims := flex.DFlashDims(1, c.NumHeads, c.NumKVHeads, 1, B, S, c.HeadDim)
-	bm, err := flex.NewBlockMask(flex.DFlashMask(B), flex.DFlashArgs(S, []int32{int32(S)}, 1, nil), dims, 0, 0)
-	if err != nil {
-		panic("dflash: Propose: block mask: " + err.Error())
-	}
 	tp := tensor.NewInference(b)
 	table := tensor.Table[T](d.rope(), pos)
+	// One block anchored at the end of the context sees every key (the
+	// DFlash mask: the context before the anchor and its own block), so
+	// attention needs no mask.
+	att := func(q, k, v *tensor.Of[T]) *tensor.Of[T] {
+		n := S + B
+		ks, vs := make([][]T, c.NumKVHeads), make([][]T, c.NumKVHeads)
+		for g := range ks {
+			ks[g], vs[g] = k.Data[g*n*c.HeadDim:(g+1)*n*c.HeadDim], v.Data[g*n*c.HeadDim:(g+1)*n*c.HeadDim]
+		}
+		out := tensor.New[T]("attn", q.Shape...)
+		model.AttendRows(b, q.Data, ks, vs, c.NumHeads, B, c.HeadDim, func(int) int { return n }, 1/math.Sqrt(float64(c.HeadDim)), out.Data)
+		return out
+	}
 	z := tp.Embedding(head.Embed, ids)
 	for l := range d.Layers {
 		kc := tensor.FromData(fmt.Sprintf("ctx_k%d", l), ctx.k[l], 1, S, KV)
 		vc := tensor.FromData(fmt.Sprintf("ctx_v%d", l), ctx.v[l], 1, S, KV)
-		z = d.layer(tp, l, z, kc, vc, 1, B, table, bm)
+		z = d.layer(tp, l, z, kc, vc, 1, B, table, att)
 	}
 	return tp.Linear(tp.RMSNorm(z, d.Norm, c.RMSNormEps), head.LMHead, nil)
 }

@@ -10,9 +10,13 @@ import (
 
 // GemmShapes are the (m, n, k) the Gemm case checks: odd sizes that exercise
 // every edge of the blocking, sizes past one block in each dimension, and
-// products of at most 4 rows (which the CPU backend computes without packing).
+// products of at most 4 rows, and of at most 16 with op(B) = Bᵀ (which the
+// CPU backend computes without packing, four dot products at a time; depths
+// that are and are not multiples of its 8- and 16-wide steps; more columns
+// than one of its blocks of B).
 var GemmShapes = [][3]int{{1, 1, 1}, {3, 4, 5}, {7, 13, 2}, {17, 5, 33}, {100, 37, 300}, {5, 300, 70}, {130, 70, 260},
-	{1, 300, 70}, {2, 37, 300}, {4, 130, 2}, {1, 9, 1000}}
+	{1, 300, 70}, {2, 37, 300}, {4, 130, 2}, {1, 9, 1000}, {1, 11, 24}, {8, 37, 64}, {16, 21, 129}, {13, 70, 40},
+	{5, 1101, 64}}
 
 func runGemm(t *testing.T, b tensor.Backend[float32], rng *rand.Rand) {
 	for _, s := range GemmShapes {
