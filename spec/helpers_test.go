@@ -40,8 +40,9 @@ func randomDFlash(t *testing.T, target *model.Model, layers, block int, rng *ran
 }
 
 // oracle is a test drafter that knows the target's greedy continuation ref
-// of the prompt: slot s proposes the true token with probability hit, a
-// different one otherwise, so blocks are accepted to every length. Extend
+// of the prompt: its n-th proposal has the true tokens in slots 1..r, with r
+// cycling through 0..B-1 (r = (n-1) mod B), and a wrong token after them, so
+// rounds are accepted to every length 1..B however the seed falls. Extend
 // checks that the hidden states it receives are the target's (full
 // forward) states of exactly the next positions, which tests the rollback.
 type oracle struct {
@@ -50,20 +51,19 @@ type oracle struct {
 	want  [][]float32 // per tap, the full-forward hidden states of seq [len(seq), H]
 	taps  []int
 	B, V  int
-	hit   float64
 	rng   *rand.Rand
 	pos   int // context length
 	calls int
 }
 
-func newOracle(t *testing.T, m *model.Model, prompt, ref []int32, taps []int, B int, hit float64, rng *rand.Rand) *oracle {
+func newOracle(t *testing.T, m *model.Model, prompt, ref []int32, taps []int, B int, rng *rand.Rand) *oracle {
 	seq := append(append([]int32(nil), prompt...), ref...)
 	states := make([]int, len(taps))
 	for i, tp := range taps {
 		states[i] = tp + 1
 	}
 	out := m.Forward(tensor.NewInference(tensor.NewCPU[float32](1)), model.Input{IDs: seq, Batch: 1, Len: len(seq), States: states, StatesOnly: true})
-	o := &oracle{t: t, seq: seq, taps: taps, B: B, V: m.Config.VocabSize, hit: hit, rng: rng}
+	o := &oracle{t: t, seq: seq, taps: taps, B: B, V: m.Config.VocabSize, rng: rng}
 	for _, s := range states {
 		o.want = append(o.want, out.States[s].Data)
 	}
@@ -94,10 +94,11 @@ func (o *oracle) Propose(last int32) []float32 {
 		o.t.Fatalf("Propose(%d) at position %d: the sequence there is %v", last, o.pos, o.seq[min(o.pos, len(o.seq)-1):])
 	}
 	l := make([]float32, o.B*o.V)
+	run := (o.calls - 1) % o.B // slots 1..run hold the true tokens
 	for s := 1; s < o.B; s++ {
 		x := int32(o.rng.IntN(o.V))
 		if p := o.pos + s; p < len(o.seq) {
-			if o.rng.Float64() < o.hit {
+			if s <= run {
 				x = o.seq[p]
 			} else if x == o.seq[p] {
 				x = (x + 1) % int32(o.V)
