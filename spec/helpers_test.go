@@ -41,8 +41,9 @@ func randomDFlash(t *testing.T, target *model.Model, layers, block int, rng *ran
 
 // oracle is a test drafter that knows the target's greedy continuation ref
 // of the prompt: its n-th proposal has the true tokens in slots 1..r, with r
-// cycling through 0..B-1 (r = (n-1) mod B), and a wrong token after them, so
-// rounds are accepted to every length 1..B however the seed falls. Extend
+// cycling through 0..B-1 from a starting phase (r = (phase+n-1) mod B), and
+// a wrong token after them, so rounds are accepted to every length 1..B
+// however the seed falls (give successive prompts successive phases). Extend
 // checks that the hidden states it receives are the target's (full
 // forward) states of exactly the next positions, which tests the rollback.
 type oracle struct {
@@ -52,18 +53,19 @@ type oracle struct {
 	taps  []int
 	B, V  int
 	rng   *rand.Rand
+	phase int // correct-prefix length of the first proposal
 	pos   int // context length
 	calls int
 }
 
-func newOracle(t *testing.T, m *model.Model, prompt, ref []int32, taps []int, B int, rng *rand.Rand) *oracle {
+func newOracle(t *testing.T, m *model.Model, prompt, ref []int32, taps []int, B, phase int, rng *rand.Rand) *oracle {
 	seq := append(append([]int32(nil), prompt...), ref...)
 	states := make([]int, len(taps))
 	for i, tp := range taps {
 		states[i] = tp + 1
 	}
 	out := m.Forward(tensor.NewInference(tensor.NewCPU[float32](1)), model.Input{IDs: seq, Batch: 1, Len: len(seq), States: states, StatesOnly: true})
-	o := &oracle{t: t, seq: seq, taps: taps, B: B, V: m.Config.VocabSize, rng: rng}
+	o := &oracle{t: t, seq: seq, taps: taps, B: B, V: m.Config.VocabSize, rng: rng, phase: phase}
 	for _, s := range states {
 		o.want = append(o.want, out.States[s].Data)
 	}
@@ -94,7 +96,7 @@ func (o *oracle) Propose(last int32) []float32 {
 		o.t.Fatalf("Propose(%d) at position %d: the sequence there is %v", last, o.pos, o.seq[min(o.pos, len(o.seq)-1):])
 	}
 	l := make([]float32, o.B*o.V)
-	run := (o.calls - 1) % o.B // slots 1..run hold the true tokens
+	run := (o.phase + o.calls - 1) % o.B // slots 1..run hold the true tokens
 	for s := 1; s < o.B; s++ {
 		x := int32(o.rng.IntN(o.V))
 		if p := o.pos + s; p < len(o.seq) {

@@ -65,7 +65,7 @@ func TestGreedyLossless(t *testing.T) {
 					ref = ref[:slices.Index(ref, stop[0])+1]
 				}
 				o := Options{MaxNewTokens: maxNew, Stop: stop}
-				orc := newOracle(t, m, prompt, ref, []int{0, 2}, 8, rng)
+				orc := newOracle(t, m, prompt, ref, []int{0, 2}, 8, i, rng)
 				for _, d := range []Drafter{random, orc} {
 					got, st, err := Generate(context.Background(), cpu, m, d, prompt, o)
 					if err != nil {
