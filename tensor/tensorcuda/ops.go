@@ -21,10 +21,11 @@ type Ops struct {
 	call call // reused by every launch (Ops is single-threaded)
 }
 
-// runner queues one kernel; the device's runner compiles and loads on first
-// use, the CPU tests' fake records the launch.
+// runner queues one kernel or one cuBLASLt product; the device's runner
+// compiles and loads on first use, the CPU tests' fake records the launch.
 type runner interface {
 	launch(k *kernel, grid, block cuda.Dim3, args *cuda.Args) error
+	gemm(spec gpu.GemmSpec, alpha float32, a, b gpu.Buffer, beta float32, c gpu.Buffer) error
 }
 
 // New returns the ops of storage dtype dt (dtype.BF16 or dtype.F32) on d,
@@ -109,6 +110,13 @@ func (r *devRunner) launch(k *kernel, grid, block cuda.Dim3, args *cuda.Args) er
 	}
 	if err := r.d.Launch(f, grid, block, 0, nil, args); err != nil {
 		return fmt.Errorf("tensorcuda: launch %s (%s): %w", k.name, r.dt, err)
+	}
+	return nil
+}
+
+func (r *devRunner) gemm(spec gpu.GemmSpec, alpha float32, a, b gpu.Buffer, beta float32, c gpu.Buffer) error {
+	if err := r.d.Gemm(nil, spec, alpha, a.Ptr, b.Ptr, beta, c.Ptr); err != nil {
+		return fmt.Errorf("tensorcuda: gemm %dx%dx%d (%s): %w", spec.M, spec.N, spec.K, r.dt, err)
 	}
 	return nil
 }
