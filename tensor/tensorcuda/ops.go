@@ -195,6 +195,14 @@ func (o *Ops) strided(n int64) cuda.Dim3 {
 	return cuda.Dim(uint32(max(b, 1)), 1, 1)
 }
 
+// vecStrided returns the grid of a grid-stride kernel over n items that
+// takes 16 bytes of storage elements per access where aligned (the kernels'
+// vectorised loops; their scalar fallback loops over the same grid).
+func (o *Ops) vecStrided(n int64) cuda.Dim3 {
+	v := 16 / o.es()
+	return o.strided((n + v - 1) / v)
+}
+
 // Column sums (SumRows, RMSNorm's dw) run in two stages: blocks of
 // rows_per_chunk rows write one partial row each, then op_colsum adds the
 // partial rows in order. maxChunks bounds the scratch to maxChunks rows.
