@@ -51,6 +51,39 @@ union op_vec16 {
   op_t e[OP_VEC];
 };
 
+// op_load_vec reads the OP_VEC storage elements at p (16-byte aligned) in
+// one access, as fp32.
+__device__ __forceinline__ void op_load_vec(const op_t *p, float *f) {
+  op_vec16 v;
+  v.u = *(const uint4 *)p;
+#pragma unroll
+  for (int k = 0; k < OP_VEC; k++) f[k] = op_f32(v.e[k]);
+}
+
+// op_store_vec rounds f[0..OP_VEC) to storage and writes them at p
+// (16-byte aligned) in one access.
+__device__ __forceinline__ void op_store_vec(op_t *p, const float *f) {
+  op_vec16 v;
+#pragma unroll
+  for (int k = 0; k < OP_VEC; k++) op_put(&v.e[k], f[k]);
+  *(uint4 *)p = v.u;
+}
+
+// op_load_f32_vec reads OP_VEC fp32 values at p (16-byte aligned), as many
+// as one storage vector holds elements, in 16-byte accesses.
+__device__ __forceinline__ void op_load_f32_vec(const float *p, float *f) {
+#pragma unroll
+  for (int k = 0; k < OP_VEC; k += 4) {
+    float4 q = *(const float4 *)(p + k);
+    f[k] = q.x, f[k + 1] = q.y, f[k + 2] = q.z, f[k + 3] = q.w;
+  }
+}
+
+// Vectorised loops: a kernel whose pointers are all 16-byte aligned (and,
+// for row-wise kernels, whose rows are whole vectors) runs its vector loop
+// over n / OP_VEC vectors and a scalar loop over the n % OP_VEC tail;
+// otherwise the vector loop is empty and the scalar loop covers all n.
+
 // op_global_id and op_global_stride index a one-dimensional grid-stride
 // loop in 64 bits.
 __device__ __forceinline__ long long op_global_id() {

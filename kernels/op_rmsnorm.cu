@@ -6,6 +6,12 @@
 // into dw.
 #include "op_common.cuh"
 
+// op_row_vecs returns the 16-byte vectors per row of dim columns when every
+// row of the given pointers starts aligned, else 0 (scalar loops only).
+__device__ __forceinline__ int op_row_vecs(int dim, bool aligned) {
+  return aligned && dim % OP_VEC == 0 ? dim / OP_VEC : 0;
+}
+
 // op_rmsnorm_fwd: one block per row r < rows of dim columns:
 // rstd[r] = 1/sqrt(mean(x²) + eps), y = x·rstd·w.
 extern "C" __global__ void op_rmsnorm_fwd(const op_t *__restrict__ x,
@@ -18,15 +24,30 @@ extern "C" __global__ void op_rmsnorm_fwd(const op_t *__restrict__ x,
   if (r >= rows) return;
   const op_t *xr = x + (long long)r * dim;
   op_t *yr = y + (long long)r * dim;
+  int nv = op_row_vecs(dim, op_aligned16(x) && op_aligned16(w) && op_aligned16(y));
   float ss = 0.0f;
-  for (int c = threadIdx.x; c < dim; c += blockDim.x) {
+  for (int k = threadIdx.x; k < nv; k += blockDim.x) {
+    float xs[OP_VEC];
+    op_load_vec(xr + k * OP_VEC, xs);
+#pragma unroll
+    for (int e = 0; e < OP_VEC; e++) ss += xs[e] * xs[e];
+  }
+  for (int c = nv * OP_VEC + threadIdx.x; c < dim; c += blockDim.x) {
     float v = op_f32(xr[c]);
     ss += v * v;
   }
   ss = op_block_sum(ss, sh);
   float rs = 1.0f / sqrtf(ss / (float)dim + eps);
   if (threadIdx.x == 0) rstd[r] = rs;
-  for (int c = threadIdx.x; c < dim; c += blockDim.x)
+  for (int k = threadIdx.x; k < nv; k += blockDim.x) {
+    float xs[OP_VEC], ws[OP_VEC];
+    op_load_vec(xr + k * OP_VEC, xs);
+    op_load_vec(w + k * OP_VEC, ws);
+#pragma unroll
+    for (int e = 0; e < OP_VEC; e++) xs[e] = xs[e] * rs * ws[e];
+    op_store_vec(yr + k * OP_VEC, xs);
+  }
+  for (int c = nv * OP_VEC + threadIdx.x; c < dim; c += blockDim.x)
     op_put(yr + c, op_f32(xr[c]) * rs * op_f32(w[c]));
 }
 
@@ -42,16 +63,37 @@ extern "C" __global__ void op_rmsnorm_bwd_dx(const op_t *__restrict__ x,
   int r = blockIdx.x;
   if (r >= rows) return;
   long long base = (long long)r * dim;
+  const op_t *xr = x + base, *dyr = dy + base;
+  op_t *dxr = dx + base;
+  int nv = op_row_vecs(dim, op_aligned16(x) && op_aligned16(w) && op_aligned16(dy) && op_aligned16(dx));
   float rs = rstd[r];
   float dot = 0.0f; // Σ g·x, times rs below
-  for (int c = threadIdx.x; c < dim; c += blockDim.x)
-    dot += op_f32(dy[base + c]) * op_f32(w[c]) * op_f32(x[base + c]);
+  for (int k = threadIdx.x; k < nv; k += blockDim.x) {
+    float xs[OP_VEC], ws[OP_VEC], ds[OP_VEC];
+    op_load_vec(xr + k * OP_VEC, xs);
+    op_load_vec(w + k * OP_VEC, ws);
+    op_load_vec(dyr + k * OP_VEC, ds);
+#pragma unroll
+    for (int e = 0; e < OP_VEC; e++) dot += ds[e] * ws[e] * xs[e];
+  }
+  for (int c = nv * OP_VEC + threadIdx.x; c < dim; c += blockDim.x)
+    dot += op_f32(dyr[c]) * op_f32(w[c]) * op_f32(xr[c]);
   dot = op_block_sum(dot, sh);
   float m = dot * rs / (float)dim;
-  for (int c = threadIdx.x; c < dim; c += blockDim.x) {
-    float g = op_f32(dy[base + c]) * op_f32(w[c]);
-    float v = op_f32(x[base + c]);
-    op_put(dx + base + c, op_f32(dx[base + c]) + rs * (g - v * rs * m));
+  for (int k = threadIdx.x; k < nv; k += blockDim.x) {
+    float xs[OP_VEC], ws[OP_VEC], ds[OP_VEC], os[OP_VEC];
+    op_load_vec(xr + k * OP_VEC, xs);
+    op_load_vec(w + k * OP_VEC, ws);
+    op_load_vec(dyr + k * OP_VEC, ds);
+    op_load_vec(dxr + k * OP_VEC, os);
+#pragma unroll
+    for (int e = 0; e < OP_VEC; e++) os[e] += rs * (ds[e] * ws[e] - xs[e] * rs * m);
+    op_store_vec(dxr + k * OP_VEC, os);
+  }
+  for (int c = nv * OP_VEC + threadIdx.x; c < dim; c += blockDim.x) {
+    float g = op_f32(dyr[c]) * op_f32(w[c]);
+    float v = op_f32(xr[c]);
+    op_put(dxr + c, op_f32(dxr[c]) + rs * (g - v * rs * m));
   }
 }
 

@@ -3,11 +3,23 @@
 // column sum (SumRows here, RMSNorm's weight gradient in op_rmsnorm.cu).
 #include "op_common.cuh"
 
-// op_add_rows: y[r,:] += v for the total/n rows of y (n columns).
+// op_add_rows: y[r,:] += v for the total/n rows of y (n columns); 16 bytes
+// per access when y and v are aligned and n is a whole number of vectors.
 extern "C" __global__ void op_add_rows(op_t *__restrict__ y,
                                        const op_t *__restrict__ v,
                                        long long total, int n) {
-  for (long long i = op_global_id(); i < total; i += op_global_stride())
+  bool vec = op_aligned16(y) && op_aligned16(v) && n % OP_VEC == 0;
+  long long nv = vec ? total / OP_VEC : 0;
+  for (long long k = op_global_id(); k < nv; k += op_global_stride()) {
+    long long i = k * OP_VEC;
+    float ys[OP_VEC], vs[OP_VEC];
+    op_load_vec(y + i, ys);
+    op_load_vec(v + i % n, vs);
+#pragma unroll
+    for (int e = 0; e < OP_VEC; e++) ys[e] += vs[e];
+    op_store_vec(y + i, ys);
+  }
+  for (long long i = nv * OP_VEC + op_global_id(); i < total; i += op_global_stride())
     op_put(y + i, op_f32(y[i]) + op_f32(v[i % n]));
 }
 

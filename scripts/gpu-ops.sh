@@ -2,7 +2,8 @@
 # gpu-ops.sh runs the GPU tests of the tensor-op kernels (package
 # tensor/tensorcuda) on the GPU machine and prints a summary table: every op
 # forward and backward in bf16 and fp32 storage against the float64 CPU
-# backend, AdamW against train.AdamW, and each kernel's bandwidth.
+# backend, Gemm/GemmF32Out (cuBLASLt) against the CPU Gemm, AdamW against
+# train.AdamW, and each kernel's bandwidth.
 #
 # Build here first (the GPU machine has no Go):
 #   CGO_ENABLED=0 go test -c -o .devbuild/tensorcuda.test ./tensor/tensorcuda

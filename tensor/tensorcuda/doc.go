@@ -1,9 +1,10 @@
 // Package tensorcuda launches the CUDA kernels of the tensor ops
 // (tensor.Backend's op set: embedding gather and scatter-add, RMSNorm, RoPE,
 // SwiGLU, axpy and scale, row broadcasts and sums, strided copies and
-// transposes, softmax cross-entropy) and the fused AdamW step, on one
-// gpu.Device. It is the kernel layer of the CUDA tensor backend; GEMMs are
-// cuBLASLt's (package gpu) and attention is flexcuda's.
+// transposes, softmax cross-entropy), the GEMMs (Gemm and GemmF32Out,
+// through package gpu's cuBLASLt plans) and the fused AdamW step, on one
+// gpu.Device. It is the kernel layer of the CUDA tensor backend; attention
+// is flexcuda's.
 //
 //	ops, err := tensorcuda.New(cache, d, dtype.BF16) // on the worker thread
 //	err = ops.RMSNorm(x, w, rows, dim, 1e-6, y, rstd)

@@ -14,7 +14,7 @@ func (o *Ops) Axpy(alpha float32, x, y gpu.Buffer, n int64) error {
 	if n == 0 {
 		return nil
 	}
-	return o.launch(o.begin(kAxpy).f32("alpha", alpha).ptr("x", x).ptr("y", y).i64("n", n), o.strided(n), threads)
+	return o.launch(o.begin(kAxpy).f32("alpha", alpha).ptr("x", x).ptr("y", y).i64("n", n), o.vecStrided(n), threads)
 }
 
 // Scale computes x *= alpha over n storage elements.
@@ -23,7 +23,7 @@ func (o *Ops) Scale(alpha float32, x gpu.Buffer, n int64) error {
 	if n == 0 {
 		return nil
 	}
-	return o.launch(o.begin(kScale).f32("alpha", alpha).ptr("x", x).i64("n", n), o.strided(n), threads)
+	return o.launch(o.begin(kScale).f32("alpha", alpha).ptr("x", x).i64("n", n), o.vecStrided(n), threads)
 }
 
 // AddRows computes y[r,:] += v for every row of y [rows, n] (storage dtype,
@@ -36,7 +36,7 @@ func (o *Ops) AddRows(y gpu.Buffer, rows, n int, v gpu.Buffer) error {
 		return nil
 	}
 	c := o.begin(kAddRows).ptr("y", y).ptr("v", v).i64("total", total).i32("n", n)
-	return o.launch(c, o.strided(total), threads)
+	return o.launch(c, o.vecStrided(total), threads)
 }
 
 // SumRows computes v += Σ_r y[r,:] (AddRows' gradient) for y [rows, n] in

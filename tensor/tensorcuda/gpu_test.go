@@ -142,7 +142,7 @@ func TestGPUElementwise(t *testing.T) {
 			ref.Scale(0.375, xv)
 			e.compare("Scale "+name, e.load(x, n), xv, tol(e.dt, false))
 		}
-		for _, c := range []struct{ rows, n int }{{1, 1}, {7, 33}, {33, 7}, {1000, 100}, {5000, 3}} {
+		for _, c := range []struct{ rows, n int }{{1, 1}, {7, 33}, {33, 7}, {1000, 100}, {5000, 3}, {9, 64}, {5, 40}} {
 			name := fmt.Sprintf("rows%d_n%d", c.rows, c.n)
 			y, yv := e.store(e.normal(c.rows*c.n, 1))
 			v, vv := e.store(e.normal(c.n, 1))

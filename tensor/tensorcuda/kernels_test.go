@@ -106,6 +106,7 @@ func TestKernelSignatures(t *testing.T) {
 // fakeRun records launches instead of making them.
 type fakeRun struct {
 	launched map[string]int
+	gemms    []gpu.GemmSpec
 	last     struct {
 		grid, block cuda.Dim3
 		args        int
@@ -115,6 +116,12 @@ type fakeRun struct {
 func (f *fakeRun) launch(k *kernel, grid, block cuda.Dim3, args *cuda.Args) error {
 	f.launched[k.name]++
 	f.last.grid, f.last.block, f.last.args = grid, block, args.Len()
+	return nil
+}
+
+func (f *fakeRun) gemm(spec gpu.GemmSpec, alpha float32, a, b gpu.Buffer, beta float32, c gpu.Buffer) error {
+	f.launched["gemm"]++
+	f.gemms = append(f.gemms, spec)
 	return nil
 }
 

@@ -107,7 +107,7 @@ func (o *Ops) RoPE(x gpu.Buffer, rows, heads, headDim int, cos, sin gpu.Buffer, 
 		return nil
 	}
 	c := o.begin(kRoPE).ptr("x", x).ptr("cos", cos).ptr("sin", sin).ptr("y", y).i32("rows", rows).i32("heads", heads).i32("half", half).flag("inverse", inverse)
-	return o.launch(c, o.strided(n/2), threads)
+	return o.launch(c, o.vecStrided(n/2), threads)
 }
 
 // SwiGLU computes out = silu(gate)·up over n elements, silu(g) = g·σ(g).
@@ -119,7 +119,7 @@ func (o *Ops) SwiGLU(gate, up, out gpu.Buffer, n int64) error {
 		return nil
 	}
 	c := o.begin(kSwiGLU).ptr("gate", gate).ptr("up", up).ptr("out", out).i64("n", n)
-	return o.launch(c, o.strided(n), threads)
+	return o.launch(c, o.vecStrided(n), threads)
 }
 
 // SwiGLUBackward accumulates dgate += dout·up·σ(g)·(1 + g·(1−σ(g))) and
@@ -134,5 +134,5 @@ func (o *Ops) SwiGLUBackward(gate, up, dout, dgate, dup gpu.Buffer, n int64) err
 		return nil
 	}
 	c := o.begin(kSwiGLUBwd).ptr("gate", gate).ptr("up", up).ptr("dout", dout).ptr("dgate", dgate).ptr("dup", dup).i64("n", n)
-	return o.launch(c, o.strided(n), threads)
+	return o.launch(c, o.vecStrided(n), threads)
 }

@@ -21,10 +21,11 @@ type Ops struct {
 	call call // reused by every launch (Ops is single-threaded)
 }
 
-// runner queues one kernel; the device's runner compiles and loads on first
-// use, the CPU tests' fake records the launch.
+// runner queues one kernel or one cuBLASLt product; the device's runner
+// compiles and loads on first use, the CPU tests' fake records the launch.
 type runner interface {
 	launch(k *kernel, grid, block cuda.Dim3, args *cuda.Args) error
+	gemm(spec gpu.GemmSpec, alpha float32, a, b gpu.Buffer, beta float32, c gpu.Buffer) error
 }
 
 // New returns the ops of storage dtype dt (dtype.BF16 or dtype.F32) on d,
@@ -113,6 +114,13 @@ func (r *devRunner) launch(k *kernel, grid, block cuda.Dim3, args *cuda.Args) er
 	return nil
 }
 
+func (r *devRunner) gemm(spec gpu.GemmSpec, alpha float32, a, b gpu.Buffer, beta float32, c gpu.Buffer) error {
+	if err := r.d.Gemm(nil, spec, alpha, a.Ptr, b.Ptr, beta, c.Ptr); err != nil {
+		return fmt.Errorf("tensorcuda: gemm %dx%dx%d (%s): %w", spec.M, spec.N, spec.K, r.dt, err)
+	}
+	return nil
+}
+
 // call builds one launch's arguments, checking each against the kernel's
 // declared parameter list: a launcher that passes them in another order,
 // of another kind or in another number panics.
@@ -185,6 +193,14 @@ func (o *Ops) strided(n int64) cuda.Dim3 {
 	b := (n + threads - 1) / threads
 	b = min(b, int64(max(o.sms, 1)*wavesPerSM))
 	return cuda.Dim(uint32(max(b, 1)), 1, 1)
+}
+
+// vecStrided returns the grid of a grid-stride kernel over n items that
+// takes 16 bytes of storage elements per access where aligned (the kernels'
+// vectorised loops; their scalar fallback loops over the same grid).
+func (o *Ops) vecStrided(n int64) cuda.Dim3 {
+	v := 16 / o.es()
+	return o.strided((n + v - 1) / v)
 }
 
 // Column sums (SumRows, RMSNorm's dw) run in two stages: blocks of
