@@ -170,8 +170,10 @@ def assemble(ids, loss_mask, anchors, B, M, gamma):
 
 def dflash_mask_mod(anchors_buf, S, B):
     """docs/DRAFTER.md 3 as a flex mask_mod over a persistent anchors buffer [R, n]."""
+    last = anchors_buf.shape[1] - 1
+
     def mask_mod(b, h, q, kv):
-        j = q // B
+        j = torch.clamp(q // B, max=last)  # the kernel may evaluate padded rows q >= n*B: never index past n
         ctx = (kv < S) & (kv < anchors_buf[b, j])
         own = (kv >= S) & ((kv - S) // B == j)
         return ctx | own
