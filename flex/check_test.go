@@ -104,8 +104,8 @@ func TestCUDACheckedMode(t *testing.T) {
 	}{
 		{false, 1, 0, 3, 7 + r.IntN(20), "it2", 1, 0}, // it2 is [2, 7]
 		{false, 0, 0, 3, -1 - r.IntN(5), "it2", 1, 0},
-		{true, 0, 5, 3, 0, "ft2", 0, 5}, // ft2 is [3, 4]
-		{true, 0, 1, 3 + r.IntN(9), 0, "ft2", 1, 0},
+		{true, 0, 5, 3, 0, "ft2", 0, 5},             // ft2 is [3, 4]
+		{true, 0, 1, 4 + r.IntN(9), 0, "ft2", 1, 0}, // q - kv >= 4: past dim 1
 	}
 	src := gxxPrelude + "static int P_it2[14];\nstatic float P_ft2[12];\n" +
 		m.CUDA("mask_fn", Checked()) + s.CUDA("score_fn", Checked()) + "int main() {\n"
