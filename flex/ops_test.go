@@ -329,8 +329,8 @@ func TestDerivativesFiniteDifferences(t *testing.T) {
 			if o == opLog || o == opSqrt || o == opPow {
 				x = math.Abs(x) + 0.1
 			}
-			if math.Abs(x-y) < 1e-3 || math.Abs(x) < 1e-3 || math.Abs(x-math.Round(x)) < 1e-3 {
-				continue // kinks of min, max, abs, floor and ceil
+			if math.Abs(x-y) < 1e-3 || math.Abs(x) < 1e-3 || math.Abs(x-math.Round(x)) < 1e-3 || math.Abs(y) < 0.05 {
+				continue // kinks of min, max, abs, floor and ceil; the pole of x/y (central differences lose accuracy near it)
 			}
 			out := info.f(x, y)
 			dx, dy := info.df(x, y, out)
