@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"strconv"
@@ -74,9 +73,7 @@ func benchAttention(args []string) error {
 		return err
 	}
 	if *asJSON {
-		enc := json.NewEncoder(os.Stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(rep)
+		return writeJSON(os.Stdout, rep)
 	}
 	printAttnReport(rep, o.CompileOnly)
 	return nil
@@ -203,9 +200,7 @@ func benchStep(args []string) error {
 		return err
 	}
 	if *asJSON {
-		enc := json.NewEncoder(os.Stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(rep)
+		return writeJSON(os.Stdout, rep)
 	}
 	printStepReport(rep)
 	return nil

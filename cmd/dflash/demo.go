@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"strings"
@@ -68,9 +67,7 @@ func runDemo(args []string) error {
 			return err
 		}
 		if asJSON {
-			enc := json.NewEncoder(os.Stdout)
-			enc.SetIndent("", "  ")
-			return enc.Encode(res)
+			return writeJSON(os.Stdout, res)
 		}
 		printDemo(res)
 		return nil

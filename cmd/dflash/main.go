@@ -12,6 +12,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -289,4 +290,12 @@ func parseOptions(fs *flag.FlagSet, o *train.Options, args []string) error {
 	}
 	o.Apply()
 	return o.Validate()
+}
+
+// writeJSON prints v to w as one indented JSON object (the --json output of
+// every command).
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }

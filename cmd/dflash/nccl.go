@@ -3,7 +3,6 @@ package main
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -143,9 +142,7 @@ func ncclCheck(args []string) error {
 	}
 	rep.Seconds = time.Since(t0).Seconds()
 	if *asJSON {
-		enc := json.NewEncoder(os.Stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(rep); err != nil {
+		if err := writeJSON(os.Stdout, rep); err != nil {
 			return err
 		}
 	} else {

@@ -183,9 +183,7 @@ func specDecode(ctx context.Context, o specOptions, stdout io.Writer) error {
 		}
 	}
 	if o.JSON {
-		e := json.NewEncoder(stdout)
-		e.SetIndent("", "  ")
-		return e.Encode(struct {
+		return writeJSON(stdout, struct {
 			*spec.Report
 			Target      string `json:"target"`
 			Drafter     string `json:"drafter"`
