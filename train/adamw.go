@@ -137,16 +137,23 @@ func (o *AdamW) update(lo, hi int, lr float64) {
 	}
 }
 
+// AdamWScalars returns the per-step scalars of the update at step t (counted
+// from 1) with learning rate lr: the step size lr/(1−β1^t), sqrt(1−β2^t), and
+// the decoupled weight-decay factor 1−lr·λ for parameters that decay. Every
+// implementation of the update (this one, the device kernel) takes them from
+// here, so that their results stay equal.
+func AdamWScalars(c AdamWConfig, lr float64, t int64) (stepSize, bc2Sqrt, shrink float64) {
+	tf := float64(t)
+	return lr / (1 - math.Pow(c.Beta1, tf)), math.Sqrt(1 - math.Pow(c.Beta2, tf)), 1 - lr*c.WeightDecay
+}
+
 // updateRange applies the step to elements [lo, hi) of parameter i.
 func (o *AdamW) updateRange(i, lo, hi int, lr float64) {
 	p, m, v := o.params[i], o.m[i], o.v[i]
 	b1, b2, eps := o.cfg.Beta1, o.cfg.Beta2, o.cfg.Eps
-	t := float64(o.steps[i])
-	stepSize := lr / (1 - math.Pow(b1, t))
-	bc2Sqrt := math.Sqrt(1 - math.Pow(b2, t))
-	shrink := 1.0
-	if o.decay[i] {
-		shrink = 1 - lr*o.cfg.WeightDecay
+	stepSize, bc2Sqrt, shrink := AdamWScalars(o.cfg, lr, o.steps[i])
+	if !o.decay[i] {
+		shrink = 1
 	}
 	for j := lo; j < hi; j++ {
 		g := float64(p.Grad[j])

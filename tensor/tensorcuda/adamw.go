@@ -2,10 +2,10 @@ package tensorcuda
 
 import (
 	"fmt"
-	"math"
 
 	"dflash/cuda"
 	"dflash/gpu"
+	"dflash/train"
 )
 
 // AdamWSegment is one parameter's range [Start, End) of the flat buffer and
@@ -75,11 +75,7 @@ func (o *Ops) AdamW(l *AdamWLayout, table gpu.Buffer, p, g, m, v, p16 gpu.Buffer
 	if h.Step < 1 {
 		panic(fmt.Sprintf("tensorcuda: AdamW: step %d (counts from 1)", h.Step))
 	}
-	// As train.AdamW.update computes them.
-	t := float64(h.Step)
-	stepSize := h.LR / (1 - math.Pow(h.Beta1, t))
-	bc2Sqrt := math.Sqrt(1 - math.Pow(h.Beta2, t))
-	shrink := 1 - h.LR*h.WeightDecay
+	stepSize, bc2Sqrt, shrink := train.AdamWScalars(train.AdamWConfig{Beta1: h.Beta1, Beta2: h.Beta2, Eps: h.Eps, WeightDecay: h.WeightDecay}, h.LR, h.Step)
 	c := o.begin(kAdamW).ptr("p", p).ptr("g", g).ptr("m", m).ptr("v", v).ptr("p16", p16).ptr("seg", table).
 		f64("b1", h.Beta1).f64("b2", h.Beta2).f64("eps", h.Eps).f64("step_size", stepSize).f64("bc2_sqrt", bc2Sqrt).f64("shrink", shrink)
 	gx := o.strided(l.MaxLen).X
