@@ -90,15 +90,22 @@ func putBuf[T Float](b *[]T) {
 	p.(*sync.Pool).Put(b)
 }
 
-func checkGemm[T Float](transA, transB bool, m, n, k int, a []T, lda int, b []T, ldb int, c []T, ldc int) {
-	ar, ac := m, k
+// GemmOperands returns the stored shapes of A (ar×ac) and B (br×bc) of the
+// product op(A)·op(B) with op(A) m×k and op(B) k×n: A is k×m when transA, B
+// is n×k when transB.
+func GemmOperands(transA, transB bool, m, n, k int) (ar, ac, br, bc int) {
+	ar, ac, br, bc = m, k, k, n
 	if transA {
 		ar, ac = k, m
 	}
-	br, bc := k, n
 	if transB {
 		br, bc = n, k
 	}
+	return ar, ac, br, bc
+}
+
+func checkGemm[T Float](transA, transB bool, m, n, k int, a []T, lda int, b []T, ldb int, c []T, ldc int) {
+	ar, ac, br, bc := GemmOperands(transA, transB, m, n, k)
 	bad := func(what string, rows, cols, ld, length int) {
 		if rows == 0 || cols == 0 {
 			return

@@ -5,6 +5,7 @@ import (
 
 	"dflash/dtype"
 	"dflash/gpu"
+	"dflash/tensor"
 )
 
 // Gemm computes C = alpha·op(A)·op(B) + beta·C with tensor.Backend.Gemm's
@@ -34,14 +35,7 @@ func (o *Ops) gemm(op string, out dtype.DType, transA, transB bool, m, n, k int,
 	if k == 0 {
 		panic(fmt.Sprintf("tensorcuda: %s: k = 0 (m=%d n=%d)", op, m, n))
 	}
-	ar, ac := m, k
-	if transA {
-		ar, ac = k, m
-	}
-	br, bc := k, n
-	if transB {
-		br, bc = n, k
-	}
+	ar, ac, br, bc := tensor.GemmOperands(transA, transB, m, n, k)
 	matrix(op, "A", a, ar, ac, lda, o.es())
 	matrix(op, "B", b, br, bc, ldb, o.es())
 	matrix(op, "C", c, m, n, ldc, int64(out.Size()))

@@ -7,6 +7,7 @@ import (
 
 	"dflash/dtype"
 	"dflash/gpu"
+	"dflash/tensor"
 )
 
 // tolGemmF32 is the tolerance of fp32 results of a GEMM (fp32 storage, or
@@ -27,14 +28,7 @@ func TestGPUGemm(t *testing.T) {
 			m, n, k := s[0], s[1], s[2]
 			for tr := range 4 {
 				transA, transB := tr&1 != 0, tr&2 != 0
-				ar, ac := m, k
-				if transA {
-					ar, ac = k, m
-				}
-				br, bc := k, n
-				if transB {
-					br, bc = n, k
-				}
+				ar, ac, br, bc := tensor.GemmOperands(transA, transB, m, n, k)
 				lda, ldb, ldc := ac+e.r.IntN(4), bc+e.r.IntN(4), n+e.r.IntN(4)
 				a, av := e.store(e.normal((ar-1)*lda+ac, 1))
 				b, bv := e.store(e.normal((br-1)*ldb+bc, 1))
