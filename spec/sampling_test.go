@@ -31,8 +31,8 @@ func (f *fixedQ) Propose(last int32) []float32 { return f.logits }
 // under 5 pooled, failing above the 1 − 3·10⁻⁶ quantile). The tiny target
 // has 6 tokens and peaked distributions; blocks hold 3 tokens, so the first
 // round verifies 2 drafts and a bonus token; drafters are a random DFlash
-// drafter and fixed random proposals, with and without top-k, so drafts
-// are accepted and rejected at every block position.
+// drafter and fixed proposals near the target's marginals, with and without
+// top-k, so drafts are accepted and rejected at every block position.
 func TestSamplingDistribution(t *testing.T) {
 	seed := testseed.Seed(t)
 	rng := rand.New(rand.NewPCG(seed, 9))
@@ -45,9 +45,18 @@ func TestSamplingDistribution(t *testing.T) {
 		t.Fatal(err)
 	}
 	prompt := []int32{int32(rng.IntN(6)), int32(rng.IntN(6)), int32(rng.IntN(6))}
+	// The fixed proposals are the log marginals of the target's 2nd and 3rd
+	// generated tokens plus noise: near enough to the target that drafts at
+	// both block positions are accepted often, far enough that they are
+	// also rejected, whatever the seed.
+	marg := jointProbs(m, cpu, prompt, 3, Options{Temperature: 0.8, TopK: 3})
 	q := &fixedQ{B: 3, taps: 0, logits: make([]float32, 3*6)}
-	for i := range q.logits {
-		q.logits[i] = float32(1.5 * rng.NormFloat64())
+	for c, p := range marg {
+		q.logits[6+c/6%6] += float32(p) // token 2 of the cell
+		q.logits[12+c%6] += float32(p)  // token 3
+	}
+	for i := 6; i < len(q.logits); i++ {
+		q.logits[i] = float32(math.Log(float64(q.logits[i])+0.02) + 0.7*rng.NormFloat64())
 	}
 	runs := 5000
 	if raceEnabled || testing.Short() {
