@@ -72,7 +72,7 @@ func TrainTarget(ctx context.Context, m *model.Model, seqs [][]int32, batch int,
 					}
 				}
 			}
-			return float64(x.Loss.Data[0]), map[string]float64{"acc": float64(ok) / float64(max(n, 1))}, n, nil
+			return float64(x.Loss.Data()[0]), map[string]float64{"acc": float64(ok) / float64(max(n, 1))}, n, nil
 		},
 		DataState:   d.order.State,
 		RestoreData: d.order.Restore,

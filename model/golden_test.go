@@ -108,7 +108,7 @@ func TestGoldenHF(t *testing.T) {
 			// HF's last hidden state is the final norm of the last layer's output.
 			last := tensor.FromData("last", g["layer_out_last"], batch*length, m.Config.HiddenSize)
 			normed := tp.RMSNorm(last, m.Norm, m.Config.RMSNormEps)
-			if e := relErr(normed.Data, g["hidden_states."+strconv.Itoa(L)]); e > goldenTol {
+			if e := relErr(normed.Data(), g["hidden_states."+strconv.Itoa(L)]); e > goldenTol {
 				t.Errorf("hidden_states[L] is not norm(last layer output): relative error %.3g", e)
 			}
 			// Explicit position ids.

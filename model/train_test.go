@@ -120,7 +120,7 @@ func TestTrainFromScratch(t *testing.T) {
 		out := m.Forward(tp, Input{IDs: ids, Batch: batch, Len: length})
 		x := m.Loss(tp, out.Final, targets, nil, 0)
 		tp.Backward(x.Loss)
-		l := float64(x.Loss.Data[0])
+		l := float64(x.Loss.Data()[0])
 		if step == 0 {
 			first = l
 		}

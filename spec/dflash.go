@@ -76,5 +76,5 @@ type dflashSeq struct {
 func (s *dflashSeq) Extend(hidden [][]float32) { s.f.D.Extend(s.f.Backend, s.ctx, hidden) }
 
 func (s *dflashSeq) Propose(last int32) []float32 {
-	return s.f.D.Propose(s.f.Backend, s.f.Head, s.ctx, last).Data
+	return s.f.D.Propose(s.f.Backend, s.f.Head, s.ctx, last).Data()
 }

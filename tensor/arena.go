@@ -3,25 +3,39 @@ package tensor
 import "fmt"
 
 // Arena holds the parameters of one model in one flat buffer (llm.c's
-// malloc_and_point_parameters): parameter i's Data is the view
-// Data[Offset(i) : Offset(i)+Numel], and once gradients exist its Grad is
-// the same range of Grad. An optimizer, an all-reduce and a checkpoint can
-// then treat the model as one buffer while the model code keeps its named
-// tensors.
+// malloc_and_point_parameters): parameter i's values are the view
+// [Offset(i), Offset(i)+Numel) of Compute, and once gradients exist its
+// gradient is the same range of Grad. An optimizer, an all-reduce and a
+// checkpoint can then treat the model as one buffer while the model code
+// keeps its named tensors.
 //
 // Declare every parameter with Param, in the order Params should list them,
-// then call Alloc once. The zero Arena is ready for declarations.
+// then call Alloc once: the arena is then in host memory, where models are
+// initialised and loaded. Place moves it to a backend.
 type Arena[T Float] struct {
-	// Data holds every parameter's values, in declaration order.
-	Data []T
-	// Grad holds every gradient in the same layout; nil until EnsureGrad
-	// (or the EnsureGrad of any of its parameters) allocates it.
-	Grad []T
+	// Values holds every parameter's master values, in declaration order
+	// (nil for a frozen arena placed on a device: it keeps Compute only).
+	Values Storage[T]
+	// Compute is what ops read: Values itself on the CPU, a bf16 copy on
+	// CUDA that the optimizer refreshes.
+	Compute Storage[T]
+	// Grad holds every gradient in the same layout, as Values' dtype; nil
+	// until EnsureGrad (or the EnsureGrad of any of its parameters)
+	// allocates it.
+	Grad Storage[T]
 
 	params []*Of[T]
 	offs   []int
 	size   int
 	alloc  bool
+}
+
+// ParamPlacer is implemented by backends whose parameters live apart from
+// host memory (the CUDA backend).
+type ParamPlacer[T Float] interface {
+	// PlaceParams uploads values and returns the master copy (nil without
+	// master: a frozen model) and the compute copy the ops read.
+	PlaceParams(host []T, master bool) (values, compute Storage[T])
 }
 
 // Param declares a parameter of the given shape that requires gradients;
@@ -37,55 +51,85 @@ func (a *Arena[T]) Param(name string, shape ...int) *Of[T] {
 	return t
 }
 
-// Alloc allocates Data for every declared parameter and points each
-// parameter's Data at its range. It panics when called twice.
+// Alloc allocates the values of every declared parameter in host memory and
+// points each parameter at its range. It panics when called twice.
 func (a *Arena[T]) Alloc() {
 	if a.alloc {
 		panic("tensor.Arena: Alloc called twice")
 	}
 	a.alloc = true
-	a.Data = make([]T, a.size)
+	a.Values = make(Host[T], a.size)
+	a.Compute = a.Values
+	a.point()
+}
+
+// Place moves the arena to backend b, keeping master values when master is
+// set (a model that trains) and only the compute copy otherwise (a frozen
+// model). The arena must be in host memory without gradients. On a backend
+// that is not a ParamPlacer (the CPU) nothing moves.
+func (a *Arena[T]) Place(b Backend[T], master bool) {
+	pp, ok := b.(ParamPlacer[T])
+	if !ok {
+		return
+	}
+	if a.Grad != nil {
+		panic("tensor.Arena: Place with gradients")
+	}
+	a.Values, a.Compute = pp.PlaceParams(HostData(a.Values, "tensor.Arena values"), master)
+	a.point()
+}
+
+// point points every parameter's values at its range of Compute.
+func (a *Arena[T]) point() {
 	for i, t := range a.params {
-		t.Data = a.view(a.Data, i)
+		t.Store = a.view(a.Compute, i)
 	}
 }
 
-// EnsureGrad allocates the flat gradient (zero) if there is none, points
-// every parameter's Grad at its range and returns it. A gradient that a
-// parameter held before the flat one existed is copied into its range; a
-// parameter whose Grad was set to nil gets its view back.
-func (a *Arena[T]) EnsureGrad() []T {
+// EnsureGrad allocates the flat gradient (zero, alike Values) if there is
+// none, points every parameter's gradient at its range and returns it. A
+// parameter whose gradient was dropped gets its view back; a host gradient
+// that a parameter held before the flat one existed is copied into its range.
+func (a *Arena[T]) EnsureGrad() Storage[T] {
 	if !a.alloc {
 		panic("tensor.Arena: EnsureGrad before Alloc")
 	}
+	if a.Values == nil {
+		panic("tensor.Arena: EnsureGrad on a frozen arena")
+	}
 	fresh := a.Grad == nil
 	if fresh {
-		a.Grad = make([]T, a.size)
+		a.Grad = a.Values.Like(a.size)
 	}
 	for i, t := range a.params {
-		if fresh || t.Grad == nil {
+		if fresh || t.GradStore == nil {
 			g := a.view(a.Grad, i)
-			copy(g, t.Grad)
-			t.Grad = g
+			if t.GradStore != nil {
+				copy(HostData(g, t.Name+".grad"), HostData(t.GradStore, t.Name+".grad"))
+			}
+			t.GradStore = g
 		}
 	}
 	return a.Grad
 }
 
-// ZeroGrad clears the flat gradient (keeping its storage).
-func (a *Arena[T]) ZeroGrad() { clear(a.Grad) }
+// ZeroGrad clears a host flat gradient (keeping its storage); on a device
+// use the backend's Fill.
+func (a *Arena[T]) ZeroGrad() {
+	if a.Grad != nil {
+		clear(HostData(a.Grad, "tensor.Arena gradient"))
+	}
+}
 
-// view returns parameter i's range of buf, capped so that an append cannot
-// spill into the next parameter.
-func (a *Arena[T]) view(buf []T, i int) []T {
-	lo, hi := a.offs[i], a.offs[i]+numel(a.params[i].Shape)
-	return buf[lo:hi:hi]
+// view returns parameter i's range of buf.
+func (a *Arena[T]) view(buf Storage[T], i int) Storage[T] {
+	return buf.Slice(a.offs[i], a.offs[i]+numel(a.params[i].Shape))
 }
 
 // Params returns the declared parameters in declaration order.
 func (a *Arena[T]) Params() []*Of[T] { return append([]*Of[T](nil), a.params...) }
 
-// Offset returns the offset of the i-th declared parameter in Data and Grad.
+// Offset returns the offset of the i-th declared parameter in Values and Grad.
 func (a *Arena[T]) Offset(i int) int { return a.offs[i] }
 
 // Len returns the total number of parameter elements.

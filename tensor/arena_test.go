@@ -39,19 +39,19 @@ func testArenaViews[T tensor.Float](t *testing.T) {
 		}
 		total += sizes[i]
 	}
-	if a.Len() != total || len(a.Data) != total || a.Grad != nil {
-		t.Fatalf("arena of %d elements has Len %d, Data %d, Grad %v", total, a.Len(), len(a.Data), a.Grad)
+	if a.Len() != total || a.Values.Len() != total || a.Grad != nil {
+		t.Fatalf("arena of %d elements has Len %d, Data %d, Grad %v", total, a.Len(), a.Values.Len(), a.Grad)
 	}
 	// The gradient appears flat whichever parameter asks first.
 	ps[rng.IntN(len(ps))].EnsureGrad()
-	if len(a.Grad) != total {
-		t.Fatalf("flat gradient has %d elements, want %d", len(a.Grad), total)
+	if a.Grad.Len() != total {
+		t.Fatalf("flat gradient has %d elements, want %d", a.Grad.Len(), total)
 	}
 	for _, buf := range []struct {
 		name string
 		flat []T
 		of   func(*tensor.Of[T]) []T
-	}{{"Data", a.Data, func(p *tensor.Of[T]) []T { return p.Data }}, {"Grad", a.Grad, func(p *tensor.Of[T]) []T { return p.Grad }}} {
+	}{{"Data", tensor.HostData(a.Values, "values"), func(p *tensor.Of[T]) []T { return p.Data() }}, {"Grad", tensor.HostData(a.Grad, "grad"), func(p *tensor.Of[T]) []T { return p.Grad() }}} {
 		for i, p := range ps {
 			view := buf.of(p)
 			if len(view) != sizes[i] || cap(view) != sizes[i] {
@@ -77,7 +77,7 @@ func testArenaViews[T tensor.Float](t *testing.T) {
 		}
 	}
 	a.ZeroGrad()
-	for _, g := range a.Grad {
+	for _, g := range tensor.HostData(a.Grad, "grad") {
 		if g != 0 {
 			t.Fatal("ZeroGrad left a non-zero gradient")
 		}
@@ -101,18 +101,18 @@ func TestArenaGradientFlows(t *testing.T) {
 	for i := range ones {
 		ones[i] = 1
 	}
-	tp.BackwardFrom(y, ones)
+	tp.BackwardFrom(y, tensor.Host[float64](ones))
 	for o := range 3 {
 		for i := range 4 {
 			var want float64
 			for r := range 5 {
-				want += x.Data[r*4+i]
+				want += x.Data()[r*4+i]
 			}
-			if got := a.Grad[o*4+i]; abs(got-want) > 1e-12 {
+			if got := tensor.HostData(a.Grad, "grad")[o*4+i]; abs(got-want) > 1e-12 {
 				t.Fatalf("flat dW[%d,%d] = %g, want %g", o, i, got, want)
 			}
 		}
-		if got := a.Grad[12+o]; got != 5 {
+		if got := tensor.HostData(a.Grad, "grad")[12+o]; got != 5 {
 			t.Fatalf("flat db[%d] = %g, want 5", o, got)
 		}
 	}

@@ -7,24 +7,43 @@ import (
 	"dflash/flex"
 )
 
-// AttentionBackend holds the attention kernels of a Backend, with package
-// flex's layouts and semantics (flex.Forward and flex.Backward).
-type AttentionBackend[T Float] interface {
-	// Attention computes out = softmax(score(q·kᵀ·scale) masked)·v and the
-	// per-row log-sum-exp lse.
-	Attention(d flex.Dims, q, k, v []T, bm *flex.BlockMask, score *flex.ScoreProgram, args *flex.Args, scale float64) (out, lse []T)
-	// AttentionBackward returns the gradients of Attention for dout.
-	AttentionBackward(d flex.Dims, q, k, v, out, lse, dout []T, bm *flex.BlockMask, score *flex.ScoreProgram, args *flex.Args, scale float64) flex.Grads[T]
+// NewMask builds the block mask of mask program p with args for d on the CPU.
+func (c *CPU[T]) NewMask(p *flex.MaskProgram, args *flex.Args, d flex.Dims) (Mask, error) {
+	bm, err := flex.NewBlockMask(p, args, d, 0, 0)
+	if err != nil {
+		return nil, err
+	}
+	return HostMask{bm}, nil
+}
+
+// hostMask returns the flex block mask of a CPU mask.
+func hostMask(m Mask) *flex.BlockMask {
+	hm, ok := m.(HostMask)
+	if !ok {
+		panic(fmt.Sprintf("tensor: CPU attention given a %T, not a mask built by the CPU backend", m))
+	}
+	return hm.BlockMask
 }
 
 // Attention runs flex's CPU attention.
-func (c *CPU[T]) Attention(d flex.Dims, q, k, v []T, bm *flex.BlockMask, score *flex.ScoreProgram, args *flex.Args, scale float64) (out, lse []T) {
-	return flex.Forward(d, q, k, v, bm, score, args, scale)
+func (c *CPU[T]) Attention(d flex.Dims, q, k, v Storage[T], m Mask, score *flex.ScoreProgram, scale float64) (out, lse Storage[T]) {
+	o, l := flex.Forward(d, HostData(q, "q"), HostData(k, "k"), HostData(v, "v"), hostMask(m), score, m.MaskArgs(), scale)
+	return Host[T](o), Host[T](l)
 }
 
-// AttentionBackward runs flex's CPU attention backward pass.
-func (c *CPU[T]) AttentionBackward(d flex.Dims, q, k, v, out, lse, dout []T, bm *flex.BlockMask, score *flex.ScoreProgram, args *flex.Args, scale float64) flex.Grads[T] {
-	return flex.Backward(d, q, k, v, out, lse, dout, bm, score, args, scale)
+// AttentionBackward runs flex's CPU attention backward pass and accumulates
+// its gradients.
+func (c *CPU[T]) AttentionBackward(d flex.Dims, q, k, v, out, lse, dout Storage[T], m Mask, score *flex.ScoreProgram, scale float64, dq, dk, dv Storage[T]) {
+	g := flex.Backward(d, HostData(q, "q"), HostData(k, "k"), HostData(v, "v"), HostData(out, "out"), HostData(lse, "lse"),
+		HostData(dout, "dout"), hostMask(m), score, m.MaskArgs(), scale)
+	for _, p := range []struct {
+		dst Storage[T]
+		g   []T
+	}{{dq, g.DQ}, {dk, g.DK}, {dv, g.DV}} {
+		if p.dst != nil {
+			c.Axpy(1, Host[T](p.g), p.dst)
+		}
+	}
 }
 
 // AttentionDims returns the flex dimensions of q [B, Hq, Lq, D] and k [B, Hkv, Lkv, D].
@@ -38,11 +57,12 @@ func AttentionDims[T Float](q, k *Of[T]) flex.Dims {
 // Attention computes flex attention: for query i of head h (kv head
 // g = h/(Hq/Hkv)), with s_j = score(scale·q_i·k_j) over the keys j the mask
 // allows, out_i = Σ_j softmax(s)_j·v_j (0 when no key is allowed).
-// q is [B, Hq, Lq, D]; k and v are [B, Hkv, Lkv, D]; bm is built for
-// AttentionDims(q, k). Gradients (P the softmax, dS = P⊙(dP − rowsum(dO⊙O))):
-// dv = Pᵀ·dO, dq = scale·dS·k, dk = scale·dSᵀ·q. Gradients of tensors read by
-// the score program are not propagated.
-func (tp *TapeOf[T]) Attention(q, k, v *Of[T], bm *flex.BlockMask, score *flex.ScoreProgram, args *flex.Args, scale float64) *Of[T] {
+// q is [B, Hq, Lq, D]; k and v are [B, Hkv, Lkv, D]; m is built by the
+// tape's backend for AttentionDims(q, k), and the score program reads the
+// mask's arguments. Gradients (P the softmax, dS = P⊙(dP − rowsum(dO⊙O))):
+// dv = Pᵀ·dO, dq = scale·dS·k, dk = scale·dSᵀ·q. Gradients of tensors read
+// by the score program are not propagated.
+func (tp *TapeOf[T]) Attention(q, k, v *Of[T], m Mask, score *flex.ScoreProgram, scale float64) *Of[T] {
 	d := AttentionDims(q, k)
 	if !slices.Equal(k.Shape, v.Shape) {
 		panic(fmt.Sprintf("tensor.Attention: k %v and v %v differ", k, v))
@@ -50,22 +70,20 @@ func (tp *TapeOf[T]) Attention(q, k, v *Of[T], bm *flex.BlockMask, score *flex.S
 	if err := d.Check(); err != nil {
 		panic("tensor.Attention: " + err.Error())
 	}
-	if bm.Dims != d {
-		panic(fmt.Sprintf("tensor.Attention: block mask built for %+v, tensors are %+v", bm.Dims, d))
+	if md := m.MaskDims(); md != d {
+		panic(fmt.Sprintf("tensor.Attention: block mask built for %+v, tensors are %+v", md, d))
 	}
-	outData, lse := tp.b.Attention(d, q.Data, k.Data, v.Data, bm, score, args, scale)
-	out := FromData("attn", outData, q.Shape...)
+	o, lse := tp.b.Attention(d, q.Store, k.Store, v.Store, m, score, scale)
+	out := FromStorage("attn", o, q.Shape...)
 	if tp.needs(q, k, v) {
 		tp.Record(out, func() {
-			g := tp.b.AttentionBackward(d, q.Data, k.Data, v.Data, out.Data, lse, out.Grad, bm, score, args, scale)
-			for _, p := range []struct {
-				t *Of[T]
-				g []T
-			}{{q, g.DQ}, {k, g.DK}, {v, g.DV}} {
-				if p.t.RequiresGrad {
-					tp.b.Axpy(1, p.g, p.t.EnsureGrad())
+			grad := func(t *Of[T]) Storage[T] {
+				if t.RequiresGrad {
+					return t.EnsureGrad()
 				}
+				return nil
 			}
+			tp.b.AttentionBackward(d, q.Store, k.Store, v.Store, out.Store, lse, out.GradStore, m, score, scale, grad(q), grad(k), grad(v))
 		})
 	}
 	return out

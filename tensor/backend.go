@@ -1,67 +1,112 @@
 package tensor
 
-// Backend is the kernel set that ops run on, for element type T. All slices
-// are row-major and contiguous unless a leading dimension is given. Kernels
-// that produce a gradient accumulate into it (+=) unless said otherwise, so
-// that a tensor used twice receives the sum of both contributions.
+import "dflash/flex"
+
+// Backend is the memory and kernel set that ops run on, for element type T
+// (the host type of the values: float32 in training, float64 for the
+// conformance reference). Tensors' elements are Storage the backend
+// allocates; its kernels take Storage and Ints, row-major and contiguous
+// unless a leading dimension is given. Kernels that produce a gradient
+// accumulate into it (+=) unless said otherwise, so that a tensor used twice
+// receives the sum of both contributions.
 //
-// The CPU backend implements Backend[float32] and Backend[float64], checked
-// by the conformance suite (package tensor/backendtest) that any later
-// backend must also pass within its tolerances. There is no GPU backend yet.
+// Two storage classes exist: activations (Alloc; bf16 on CUDA) and
+// statistics (AllocStat: RMSNorm's rstd, RoPE tables, losses, loss weights;
+// f32 on CUDA). On the CPU both are T. Parameters and their gradients are
+// placed by Arena.Place.
+//
+// A backend that holds device memory queues its kernels: only Download,
+// DownloadInts and Sync wait for them. Everything else, uploads included,
+// is asynchronous, so a step made of ops makes no synchronisation and no
+// host copy it does not ask for.
+//
+// The CPU backend implements Backend[float32] and Backend[float64]; the CUDA
+// backend (package tensor/tensorcuda) implements Backend[float32]. Both are
+// checked by the conformance suite, package tensor/backendtest.
 type Backend[T Float] interface {
 	// Name identifies the backend in logs and test names.
 	Name() string
 
+	// Alloc returns n zero elements of activation storage.
+	Alloc(n int) Storage[T]
+	// AllocStat returns n zero elements of statistic storage.
+	AllocStat(n int) Storage[T]
+	// Upload returns new storage holding x (statistic storage with stat).
+	Upload(x []T, stat bool) Storage[T]
+	// Download copies s into dst (len(dst) = s.Len()), waiting for the
+	// queued work on a device.
+	Download(s Storage[T], dst []T)
+	// AllocInts returns n zero int32 elements.
+	AllocInts(n int) Ints
+	// UploadInts returns new int32 storage holding x.
+	UploadInts(x []int32) Ints
+	// DownloadInts copies s into dst, waiting for the queued work on a device.
+	DownloadInts(s Ints, dst []int32)
+	// Fill sets every element of s to v.
+	Fill(s Storage[T], v float64)
+	// NewMask builds the block mask of mask program p with args for d.
+	NewMask(p *flex.MaskProgram, args *flex.Args, d flex.Dims) (Mask, error)
+
 	// Gemm computes C = alpha·op(A)·op(B) + beta·C where op(X) is X or Xᵀ,
 	// op(A) is m×k, op(B) is k×n and C is m×n, with leading dimensions lda,
 	// ldb, ldc. With beta = 0, C is overwritten (NaNs in C are ignored).
-	Gemm(transA, transB bool, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, beta T, c []T, ldc int)
+	Gemm(transA, transB bool, m, n, k int, alpha T, a Storage[T], lda int, b Storage[T], ldb int, beta T, c Storage[T], ldc int)
 
 	// Axpy computes y += alpha·x.
-	Axpy(alpha T, x, y []T)
+	Axpy(alpha T, x, y Storage[T])
+	// AxpyBy computes y += alpha·s[0]·x, with the scalar s on the backend (a
+	// loss's gradient, which the host never reads).
+	AxpyBy(alpha T, s, x, y Storage[T])
 	// Scale computes x *= alpha.
-	Scale(alpha T, x []T)
-	// AddRows computes y[r,:] += v for every row r of y (len(v) columns).
-	AddRows(y, v []T)
+	Scale(alpha T, x Storage[T])
+	// AddRows computes y[r,:] += v for every row r of y (v.Len() columns).
+	AddRows(y, v Storage[T])
 	// SumRows computes v += Σ_r y[r,:] (the gradient of AddRows for v).
-	SumRows(y, v []T)
+	SumRows(y, v Storage[T])
 	// Copy2D copies a rows×cols block: dst[r·dstStride+dstOff+c] (+)= src[r·srcStride+srcOff+c].
 	// With accumulate it adds instead of overwriting.
-	Copy2D(rows, cols int, src []T, srcStride, srcOff int, dst []T, dstStride, dstOff int, accumulate bool)
+	Copy2D(rows, cols int, src Storage[T], srcStride, srcOff int, dst Storage[T], dstStride, dstOff int, accumulate bool)
 	// Transpose12 permutes [A, B, C, D] to [A, C, B, D]: dst[a,c,b,d] (+)= src[a,b,c,d].
-	Transpose12(a, b, c, d int, src, dst []T, accumulate bool)
+	Transpose12(a, b, c, d int, src, dst Storage[T], accumulate bool)
 
 	// Gather copies rows of table: out[i,:] = table[ids[i],:] (dim columns).
-	Gather(table []T, dim int, ids []int32, out []T)
+	Gather(table Storage[T], dim int, ids Ints, out Storage[T])
 	// ScatterAdd is Gather's gradient: dtable[ids[i],:] += dout[i,:].
-	ScatterAdd(dout []T, dim int, ids []int32, dtable []T)
+	ScatterAdd(dout Storage[T], dim int, ids Ints, dtable Storage[T])
 
 	// RMSNorm computes, per row of x (dim columns), rstd = 1/sqrt(mean(x²)+eps)
 	// and y = x·rstd·w.
-	RMSNorm(x, w []T, dim int, eps float64, y, rstd []T)
+	RMSNorm(x, w Storage[T], dim int, eps float64, y, rstd Storage[T])
 	// RMSNormBackward accumulates, with x̂ = x·rstd and g = dy·w:
 	// dx += rstd·(g − x̂·mean(g·x̂)) and dw += Σ_rows dy·x̂ (dx or dw may be nil).
-	RMSNormBackward(x, w, rstd, dy []T, dim int, dx, dw []T)
+	RMSNormBackward(x, w, rstd, dy Storage[T], dim int, dx, dw Storage[T])
 
 	// RoPE rotates each head of x ([rows, heads, headDim]) by the angles of its
 	// row in HF's rotate_half convention, with c = cos[r,i], s = sin[r,i] for
 	// i < headDim/2: y[i] = x[i]·c − x[i+h]·s, y[i+h] = x[i+h]·c + x[i]·s
-	// (h = headDim/2). cos and sin are [rows, headDim/2]. With inverse the
-	// rotation is by −angle and the result is accumulated into y (RoPE's gradient).
-	RoPE(x []T, heads, headDim int, cos, sin []T, y []T, inverse bool)
+	// (h = headDim/2). cos and sin are [rows, headDim/2] statistics. With
+	// inverse the rotation is by −angle and the result is accumulated into y
+	// (RoPE's gradient).
+	RoPE(x Storage[T], heads, headDim int, cos, sin Storage[T], y Storage[T], inverse bool)
 
 	// SwiGLU computes out = silu(gate)·up with silu(g) = g·σ(g).
-	SwiGLU(gate, up, out []T)
+	SwiGLU(gate, up, out Storage[T])
 	// SwiGLUBackward accumulates dgate += dout·up·σ(g)·(1 + g·(1−σ(g))) and dup += dout·silu(g)
 	// (either may be nil).
-	SwiGLUBackward(gate, up, dout, dgate, dup []T)
+	SwiGLUBackward(gate, up, dout, dgate, dup Storage[T])
 
 	// SoftmaxXent treats logits as rows×vocab. For each row r with
 	// targets[r] ≥ 0 it writes loss[r] = logsumexp(logits[r]) − logits[r][t],
 	// argmax[r], and overwrites logits[r] with scale[r]·(softmax(logits[r]) − onehot(t))
 	// (the gradient of scale[r]·loss[r]). Rows with targets[r] < 0 get loss 0,
-	// argmax −1 and a zero gradient.
-	SoftmaxXent(logits []T, rows, vocab int, targets []int32, scale []T, loss []T, argmax []int32)
+	// argmax −1 and a zero gradient. scale and loss are statistics.
+	SoftmaxXent(logits Storage[T], rows, vocab int, targets Ints, scale, loss Storage[T], argmax Ints)
 
-	AttentionBackend[T]
+	// Attention computes out = softmax(score(q·kᵀ·scale) masked)·v and the
+	// per-row log-sum-exp lse (a statistic), with package flex's layouts and
+	// semantics (flex.Forward).
+	Attention(d flex.Dims, q, k, v Storage[T], m Mask, score *flex.ScoreProgram, scale float64) (out, lse Storage[T])
+	// AttentionBackward accumulates the gradients of Attention for dout into
+	// dq, dk and dv (any may be nil), as flex.Backward computes them.
+	AttentionBackward(d flex.Dims, q, k, v, out, lse, dout Storage[T], m Mask, score *flex.ScoreProgram, scale float64, dq, dk, dv Storage[T])
 }

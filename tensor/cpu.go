@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"slices"
 	"sync"
 )
 
@@ -69,7 +70,9 @@ func (c *CPU[T]) parallel(n, grain int, f func(lo, hi int)) {
 }
 
 // Axpy computes y += alpha·x.
-func (c *CPU[T]) Axpy(alpha T, x, y []T) {
+func (c *CPU[T]) Axpy(alpha T, xS Storage[T], yS Storage[T]) {
+	x := HostData(xS, "Axpy x")
+	y := HostData(yS, "Axpy y")
 	checkLen("Axpy", len(x), len(y))
 	c.parallel(len(x), 1<<15, func(lo, hi int) {
 		ys := y[lo:hi]
@@ -80,7 +83,8 @@ func (c *CPU[T]) Axpy(alpha T, x, y []T) {
 }
 
 // Scale computes x *= alpha.
-func (c *CPU[T]) Scale(alpha T, x []T) {
+func (c *CPU[T]) Scale(alpha T, xS Storage[T]) {
+	x := HostData(xS, "Scale x")
 	c.parallel(len(x), 1<<15, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			x[i] *= alpha
@@ -89,7 +93,9 @@ func (c *CPU[T]) Scale(alpha T, x []T) {
 }
 
 // AddRows computes y[r,:] += v.
-func (c *CPU[T]) AddRows(y, v []T) {
+func (c *CPU[T]) AddRows(yS Storage[T], vS Storage[T]) {
+	y := HostData(yS, "AddRows y")
+	v := HostData(vS, "AddRows v")
 	n := len(v)
 	if n == 0 || len(y)%n != 0 {
 		panic(fmt.Sprintf("tensor: AddRows: %d elements are not rows of %d", len(y), n))
@@ -105,7 +111,9 @@ func (c *CPU[T]) AddRows(y, v []T) {
 }
 
 // SumRows computes v += Σ_r y[r,:].
-func (c *CPU[T]) SumRows(y, v []T) {
+func (c *CPU[T]) SumRows(yS Storage[T], vS Storage[T]) {
+	y := HostData(yS, "SumRows y")
+	v := HostData(vS, "SumRows v")
 	n := len(v)
 	if n == 0 || len(y)%n != 0 {
 		panic(fmt.Sprintf("tensor: SumRows: %d elements are not rows of %d", len(y), n))
@@ -125,7 +133,9 @@ func (c *CPU[T]) SumRows(y, v []T) {
 }
 
 // Copy2D copies (or adds) a rows×cols block between strided buffers.
-func (c *CPU[T]) Copy2D(rows, cols int, src []T, srcStride, srcOff int, dst []T, dstStride, dstOff int, accumulate bool) {
+func (c *CPU[T]) Copy2D(rows int, cols int, srcS Storage[T], srcStride int, srcOff int, dstS Storage[T], dstStride int, dstOff int, accumulate bool) {
+	src := HostData(srcS, "Copy2D src")
+	dst := HostData(dstS, "Copy2D dst")
 	if rows == 0 || cols == 0 {
 		return
 	}
@@ -150,7 +160,9 @@ func (c *CPU[T]) Copy2D(rows, cols int, src []T, srcStride, srcOff int, dst []T,
 }
 
 // Transpose12 permutes [A, B, C, D] to [A, C, B, D].
-func (c *CPU[T]) Transpose12(a, b, cc, d int, src, dst []T, accumulate bool) {
+func (c *CPU[T]) Transpose12(a int, b int, cc int, d int, srcS Storage[T], dstS Storage[T], accumulate bool) {
+	src := HostData(srcS, "Transpose12 src")
+	dst := HostData(dstS, "Transpose12 dst")
 	n := a * b * cc * d
 	checkLen("Transpose12 src", len(src), n)
 	checkLen("Transpose12 dst", len(dst), n)
@@ -173,7 +185,10 @@ func (c *CPU[T]) Transpose12(a, b, cc, d int, src, dst []T, accumulate bool) {
 }
 
 // Gather copies table rows: out[i,:] = table[ids[i],:].
-func (c *CPU[T]) Gather(table []T, dim int, ids []int32, out []T) {
+func (c *CPU[T]) Gather(tableS Storage[T], dim int, idsS Ints, outS Storage[T]) {
+	table := HostData(tableS, "Gather table")
+	ids := HostIntData(idsS, "Gather ids")
+	out := HostData(outS, "Gather out")
 	checkLen("Gather out", len(out), len(ids)*dim)
 	rows := len(table) / dim
 	c.parallel(len(ids), 1<<14/dim+1, func(lo, hi int) {
@@ -189,7 +204,10 @@ func (c *CPU[T]) Gather(table []T, dim int, ids []int32, out []T) {
 
 // ScatterAdd accumulates dtable[ids[i],:] += dout[i,:]. Work is split by
 // column range so that repeated ids never race.
-func (c *CPU[T]) ScatterAdd(dout []T, dim int, ids []int32, dtable []T) {
+func (c *CPU[T]) ScatterAdd(doutS Storage[T], dim int, idsS Ints, dtableS Storage[T]) {
+	dout := HostData(doutS, "ScatterAdd dout")
+	ids := HostIntData(idsS, "ScatterAdd ids")
+	dtable := HostData(dtableS, "ScatterAdd dtable")
 	checkLen("ScatterAdd dout", len(dout), len(ids)*dim)
 	c.parallel(dim, 32, func(lo, hi int) {
 		for i, id := range ids {
@@ -202,7 +220,11 @@ func (c *CPU[T]) ScatterAdd(dout []T, dim int, ids []int32, dtable []T) {
 }
 
 // RMSNorm computes y = x·rstd·w per row, rstd = 1/sqrt(mean(x²)+eps).
-func (c *CPU[T]) RMSNorm(x, w []T, dim int, eps float64, y, rstd []T) {
+func (c *CPU[T]) RMSNorm(xS Storage[T], wS Storage[T], dim int, eps float64, yS Storage[T], rstdS Storage[T]) {
+	x := HostData(xS, "RMSNorm x")
+	w := HostData(wS, "RMSNorm w")
+	y := HostData(yS, "RMSNorm y")
+	rstd := HostData(rstdS, "RMSNorm rstd")
 	rows := len(x) / dim
 	checkLen("RMSNorm w", len(w), dim)
 	checkLen("RMSNorm y", len(y), len(x))
@@ -225,7 +247,13 @@ func (c *CPU[T]) RMSNorm(x, w []T, dim int, eps float64, y, rstd []T) {
 }
 
 // RMSNormBackward accumulates the gradients of RMSNorm.
-func (c *CPU[T]) RMSNormBackward(x, w, rstd, dy []T, dim int, dx, dw []T) {
+func (c *CPU[T]) RMSNormBackward(xS Storage[T], wS Storage[T], rstdS Storage[T], dyS Storage[T], dim int, dxS Storage[T], dwS Storage[T]) {
+	x := HostData(xS, "RMSNormBackward x")
+	w := HostData(wS, "RMSNormBackward w")
+	rstd := HostData(rstdS, "RMSNormBackward rstd")
+	dy := HostData(dyS, "RMSNormBackward dy")
+	dx := HostData(dxS, "RMSNormBackward dx")
+	dw := HostData(dwS, "RMSNormBackward dw")
 	rows := len(x) / dim
 	if dx != nil {
 		c.parallel(rows, 1<<13/dim+1, func(lo, hi int) {
@@ -262,7 +290,11 @@ func (c *CPU[T]) RMSNormBackward(x, w, rstd, dy []T, dim int, dx, dw []T) {
 }
 
 // RoPE rotates heads by per-row angles (HF rotate_half convention).
-func (c *CPU[T]) RoPE(x []T, heads, headDim int, cos, sin []T, y []T, inverse bool) {
+func (c *CPU[T]) RoPE(xS Storage[T], heads int, headDim int, cosS Storage[T], sinS Storage[T], yS Storage[T], inverse bool) {
+	x := HostData(xS, "RoPE x")
+	cos := HostData(cosS, "RoPE cos")
+	sin := HostData(sinS, "RoPE sin")
+	y := HostData(yS, "RoPE y")
 	h := headDim / 2
 	rows := len(x) / (heads * headDim)
 	checkLen("RoPE cos", len(cos), rows*h)
@@ -294,7 +326,10 @@ func (c *CPU[T]) RoPE(x []T, heads, headDim int, cos, sin []T, y []T, inverse bo
 func sigmoid(x float64) float64 { return 1 / (1 + math.Exp(-x)) }
 
 // SwiGLU computes out = silu(gate)·up.
-func (c *CPU[T]) SwiGLU(gate, up, out []T) {
+func (c *CPU[T]) SwiGLU(gateS Storage[T], upS Storage[T], outS Storage[T]) {
+	gate := HostData(gateS, "SwiGLU gate")
+	up := HostData(upS, "SwiGLU up")
+	out := HostData(outS, "SwiGLU out")
 	checkLen("SwiGLU up", len(up), len(gate))
 	checkLen("SwiGLU out", len(out), len(gate))
 	c.parallel(len(gate), 1<<13, func(lo, hi int) {
@@ -306,7 +341,12 @@ func (c *CPU[T]) SwiGLU(gate, up, out []T) {
 }
 
 // SwiGLUBackward accumulates the gradients of SwiGLU.
-func (c *CPU[T]) SwiGLUBackward(gate, up, dout, dgate, dup []T) {
+func (c *CPU[T]) SwiGLUBackward(gateS Storage[T], upS Storage[T], doutS Storage[T], dgateS Storage[T], dupS Storage[T]) {
+	gate := HostData(gateS, "SwiGLUBackward gate")
+	up := HostData(upS, "SwiGLUBackward up")
+	dout := HostData(doutS, "SwiGLUBackward dout")
+	dgate := HostData(dgateS, "SwiGLUBackward dgate")
+	dup := HostData(dupS, "SwiGLUBackward dup")
 	c.parallel(len(gate), 1<<13, func(lo, hi int) {
 		for i := lo; i < hi; i++ {
 			g := float64(gate[i])
@@ -322,7 +362,12 @@ func (c *CPU[T]) SwiGLUBackward(gate, up, dout, dgate, dup []T) {
 }
 
 // SoftmaxXent computes per-row cross-entropy and overwrites logits with its scaled gradient.
-func (c *CPU[T]) SoftmaxXent(logits []T, rows, vocab int, targets []int32, scale []T, loss []T, argmax []int32) {
+func (c *CPU[T]) SoftmaxXent(logitsS Storage[T], rows int, vocab int, targetsS Ints, scaleS Storage[T], lossS Storage[T], argmaxS Ints) {
+	logits := HostData(logitsS, "SoftmaxXent logits")
+	targets := HostIntData(targetsS, "SoftmaxXent targets")
+	scale := HostData(scaleS, "SoftmaxXent scale")
+	loss := HostData(lossS, "SoftmaxXent loss")
+	argmax := HostIntData(argmaxS, "SoftmaxXent argmax")
 	checkLen("SoftmaxXent logits", len(logits), rows*vocab)
 	c.parallel(rows, 1, func(lo, hi int) {
 		for r := lo; r < hi; r++ {
@@ -364,4 +409,46 @@ func checkLen(what string, got, want int) {
 	if got != want {
 		panic(fmt.Sprintf("tensor: %s: length %d, want %d", what, got, want))
 	}
+}
+
+// Alloc returns n zero elements of host memory.
+func (c *CPU[T]) Alloc(n int) Storage[T] { return make(Host[T], n) }
+
+// AllocStat returns n zero elements of host memory (statistics are T too).
+func (c *CPU[T]) AllocStat(n int) Storage[T] { return make(Host[T], n) }
+
+// Upload returns a copy of x.
+func (c *CPU[T]) Upload(x []T, stat bool) Storage[T] { return Host[T](slices.Clone(x)) }
+
+// Download copies s into dst.
+func (c *CPU[T]) Download(s Storage[T], dst []T) {
+	src := HostData(s, "Download")
+	checkLen("Download", len(dst), len(src))
+	copy(dst, src)
+}
+
+// AllocInts returns n zero int32 elements of host memory.
+func (c *CPU[T]) AllocInts(n int) Ints { return make(HostInts, n) }
+
+// UploadInts returns a copy of x.
+func (c *CPU[T]) UploadInts(x []int32) Ints { return HostInts(slices.Clone(x)) }
+
+// DownloadInts copies s into dst.
+func (c *CPU[T]) DownloadInts(s Ints, dst []int32) {
+	src := HostIntData(s, "DownloadInts")
+	checkLen("DownloadInts", len(dst), len(src))
+	copy(dst, src)
+}
+
+// Fill sets every element of s to v.
+func (c *CPU[T]) Fill(s Storage[T], v float64) {
+	x := HostData(s, "Fill")
+	for i := range x {
+		x[i] = T(v)
+	}
+}
+
+// AxpyBy computes y += alpha·s[0]·x.
+func (c *CPU[T]) AxpyBy(alpha T, s, x, y Storage[T]) {
+	c.Axpy(alpha*HostData(s, "AxpyBy scalar")[0], x, y)
 }

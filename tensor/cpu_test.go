@@ -17,6 +17,6 @@ func TestCPUConformance(t *testing.T) {
 		{"portable-gemm", tensor.NewCPU[float32](2).WithGemm(tensor.GemmPortable)},
 		{"gonum-gemm", tensor.NewCPU[float32](2).WithGemm(tensor.GemmGonum)},
 	} {
-		t.Run(c.name, func(t *testing.T) { backendtest.Run(t, c.b) })
+		t.Run(c.name, func(t *testing.T) { backendtest.Run(t, c.b, backendtest.F32) })
 	}
 }

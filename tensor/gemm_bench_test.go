@@ -43,7 +43,7 @@ func BenchmarkGemm(b *testing.B) {
 		if s.tb {
 			br, bc = s.n, s.k
 		}
-		a, bb, c := randF32(rng, ar*ac), randF32(rng, br*bc), make([]float32, s.m*s.n)
+		a, bb, c := randF32(rng, ar*ac), randF32(rng, br*bc), make(tensor.Host[float32], s.m*s.n)
 		name := fmt.Sprintf("%dx%dx%d_%s", s.m, s.n, s.k, transName(s.ta, s.tb))
 		flops := 2 * float64(s.m) * float64(s.n) * float64(s.k)
 		b.Run("dflash/"+name, func(b *testing.B) {
@@ -89,8 +89,8 @@ func transName(ta, tb bool) string {
 	return string(s)
 }
 
-func randF32(rng *rand.Rand, n int) []float32 {
-	v := make([]float32, n)
+func randF32(rng *rand.Rand, n int) tensor.Host[float32] {
+	v := make(tensor.Host[float32], n)
 	for i := range v {
 		v[i] = float32(rng.NormFloat64())
 	}
@@ -109,7 +109,7 @@ func BenchmarkGemmFewRows(b *testing.B) {
 		w := randF32(rng, s.n*s.k)
 		for _, m := range []int{1, 2, 4, 8, 16} {
 			x := randF32(rng, m*s.k)
-			c := make([]float32, m*s.n)
+			c := make(tensor.Host[float32], m*s.n)
 			b.Run(fmt.Sprintf("m%d_n%d_k%d", m, s.n, s.k), func(b *testing.B) {
 				c0 := cputime.Seconds()
 				for b.Loop() {

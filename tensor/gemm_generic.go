@@ -24,7 +24,10 @@ const (
 )
 
 // Gemm computes C = alpha·op(A)·op(B) + beta·C.
-func (c *CPU[T]) Gemm(transA, transB bool, m, n, k int, alpha T, a []T, lda int, b []T, ldb int, beta T, cc []T, ldc int) {
+func (c *CPU[T]) Gemm(transA bool, transB bool, m int, n int, k int, alpha T, aS Storage[T], lda int, bS Storage[T], ldb int, beta T, ccS Storage[T], ldc int) {
+	a := HostData(aS, "Gemm a")
+	b := HostData(bS, "Gemm b")
+	cc := HostData(ccS, "Gemm cc")
 	fast, hasFast := fastKernel[T]()
 	path := c.gemm
 	if path == GemmAuto && useGemv(transB, m) {

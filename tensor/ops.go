@@ -7,23 +7,23 @@ import (
 
 // BackwardFrom seeds out's gradient with grad (out.Grad += grad), runs the
 // recorded steps in reverse and resets the tape: the gradient of Σ grad⊙out.
-func (tp *TapeOf[T]) BackwardFrom(out *Of[T], grad []T) {
-	checkLen("BackwardFrom grad", len(grad), len(out.Data))
+func (tp *TapeOf[T]) BackwardFrom(out *Of[T], grad Storage[T]) {
+	checkLen("BackwardFrom grad", grad.Len(), out.Store.Len())
 	tp.b.Axpy(1, grad, out.EnsureGrad())
 	tp.runBackward()
 }
 
-// Embedding returns out[i,:] = w[ids[i],:], shape [len(ids), dim] for w of
+// Embedding returns out[i,:] = w[ids[i],:], shape [ids.Len(), dim] for w of
 // shape [vocab, dim]. Gradient: dw[ids[i],:] += dout[i,:].
-func (tp *TapeOf[T]) Embedding(w *Of[T], ids []int32) *Of[T] {
+func (tp *TapeOf[T]) Embedding(w *Of[T], ids Ints) *Of[T] {
 	if len(w.Shape) != 2 {
 		panic(fmt.Sprintf("tensor.Embedding: table %v is not 2-D", w))
 	}
 	dim := w.Shape[1]
-	out := New[T](w.Name+".lookup", len(ids), dim)
-	tp.b.Gather(w.Data, dim, ids, out.Data)
+	out := tp.alloc(w.Name+".lookup", ids.Len(), dim)
+	tp.b.Gather(w.Store, dim, ids, out.Store)
 	if tp.needs(w) {
-		tp.Record(out, func() { tp.b.ScatterAdd(out.Grad, dim, ids, w.EnsureGrad()) })
+		tp.Record(out, func() { tp.b.ScatterAdd(out.GradStore, dim, ids, w.EnsureGrad()) })
 	}
 	return out
 }
@@ -40,21 +40,21 @@ func (tp *TapeOf[T]) Linear(x, w, b *Of[T]) *Of[T] {
 	}
 	rows, in, outDim := x.Rows(), w.Shape[1], w.Shape[0]
 	shape := append(slices.Clone(x.Shape[:len(x.Shape)-1]), outDim)
-	y := New[T](w.Name+".out", shape...)
-	tp.b.Gemm(false, true, rows, outDim, in, 1, x.Data, in, w.Data, in, 0, y.Data, outDim)
+	y := tp.alloc(w.Name+".out", shape...)
+	tp.b.Gemm(false, true, rows, outDim, in, 1, x.Store, in, w.Store, in, 0, y.Store, outDim)
 	if b != nil {
-		tp.b.AddRows(y.Data, b.Data)
+		tp.b.AddRows(y.Store, b.Store)
 	}
 	if tp.needs(x, w, b) {
 		tp.Record(y, func() {
 			if x.RequiresGrad {
-				tp.b.Gemm(false, false, rows, in, outDim, 1, y.Grad, outDim, w.Data, in, 1, x.EnsureGrad(), in)
+				tp.b.Gemm(false, false, rows, in, outDim, 1, y.GradStore, outDim, w.Store, in, 1, x.EnsureGrad(), in)
 			}
 			if w.RequiresGrad {
-				tp.b.Gemm(true, false, outDim, in, rows, 1, y.Grad, outDim, x.Data, in, 1, w.EnsureGrad(), in)
+				tp.b.Gemm(true, false, outDim, in, rows, 1, y.GradStore, outDim, x.Store, in, 1, w.EnsureGrad(), in)
 			}
 			if b != nil && b.RequiresGrad {
-				tp.b.SumRows(y.Grad, b.EnsureGrad())
+				tp.b.SumRows(y.GradStore, b.EnsureGrad())
 			}
 		})
 	}
@@ -66,15 +66,15 @@ func (tp *TapeOf[T]) Add(a, b *Of[T]) *Of[T] {
 	if !slices.Equal(a.Shape, b.Shape) {
 		panic(fmt.Sprintf("tensor.Add: shapes differ: %v and %v", a, b))
 	}
-	y := New[T](a.Name+"+", a.Shape...)
+	y := tp.alloc(a.Name+"+", a.Shape...)
 	n := y.Numel()
-	tp.b.Copy2D(1, n, a.Data, n, 0, y.Data, n, 0, false)
-	tp.b.Axpy(1, b.Data, y.Data)
+	tp.b.Copy2D(1, n, a.Store, n, 0, y.Store, n, 0, false)
+	tp.b.Axpy(1, b.Store, y.Store)
 	if tp.needs(a, b) {
 		tp.Record(y, func() {
 			for _, t := range []*Of[T]{a, b} {
 				if t.RequiresGrad {
-					tp.b.Axpy(1, y.Grad, t.EnsureGrad())
+					tp.b.Axpy(1, y.GradStore, t.EnsureGrad())
 				}
 			}
 		})
@@ -84,10 +84,10 @@ func (tp *TapeOf[T]) Add(a, b *Of[T]) *Of[T] {
 
 // Scale returns s·x. Gradient: dx += s·dy.
 func (tp *TapeOf[T]) Scale(x *Of[T], s float64) *Of[T] {
-	y := New[T](x.Name+"*", x.Shape...)
-	tp.b.Axpy(T(s), x.Data, y.Data)
+	y := tp.alloc(x.Name+"*", x.Shape...)
+	tp.b.Axpy(T(s), x.Store, y.Store)
 	if tp.needs(x) {
-		tp.Record(y, func() { tp.b.Axpy(T(s), y.Grad, x.EnsureGrad()) })
+		tp.Record(y, func() { tp.b.Axpy(T(s), y.GradStore, x.EnsureGrad()) })
 	}
 	return y
 }
@@ -98,9 +98,9 @@ func (tp *TapeOf[T]) Reshape(x *Of[T], shape ...int) *Of[T] {
 	if numel(shape) != x.Numel() {
 		panic(fmt.Sprintf("tensor.Reshape: %v cannot become %v", x, shape))
 	}
-	y := &Of[T]{Name: x.Name, Shape: slices.Clone(shape), Data: x.Data}
+	y := &Of[T]{Name: x.Name, Shape: slices.Clone(shape), Store: x.Store}
 	if tp.needs(x) {
-		tp.Record(y, func() { tp.b.Axpy(1, y.Grad, x.EnsureGrad()) })
+		tp.Record(y, func() { tp.b.Axpy(1, y.GradStore, x.EnsureGrad()) })
 	}
 	return y
 }
@@ -127,10 +127,10 @@ func (tp *TapeOf[T]) Concat(axis int, xs ...*Of[T]) *Of[T] {
 		inner[i] = numel(x.Shape[axis:])
 	}
 	total := numel(shape[axis:])
-	y := New[T]("concat", shape...)
+	y := tp.alloc("concat", shape...)
 	off := 0
 	for i, x := range xs {
-		tp.b.Copy2D(outer, inner[i], x.Data, inner[i], 0, y.Data, total, off, false)
+		tp.b.Copy2D(outer, inner[i], x.Store, inner[i], 0, y.Store, total, off, false)
 		off += inner[i]
 	}
 	if tp.needs(xs...) {
@@ -138,7 +138,7 @@ func (tp *TapeOf[T]) Concat(axis int, xs ...*Of[T]) *Of[T] {
 			off := 0
 			for i, x := range xs {
 				if x.RequiresGrad {
-					tp.b.Copy2D(outer, inner[i], y.Grad, total, off, x.EnsureGrad(), inner[i], 0, true)
+					tp.b.Copy2D(outer, inner[i], y.GradStore, total, off, x.EnsureGrad(), inner[i], 0, true)
 				}
 				off += inner[i]
 			}
@@ -160,11 +160,11 @@ func (tp *TapeOf[T]) Slice(x *Of[T], axis, lo, hi int) *Of[T] {
 	per := numel(x.Shape[axis+1:])
 	shape := slices.Clone(x.Shape)
 	shape[axis] = hi - lo
-	y := New[T](x.Name+".slice", shape...)
+	y := tp.alloc(x.Name+".slice", shape...)
 	srcStride, cols := x.Shape[axis]*per, (hi-lo)*per
-	tp.b.Copy2D(outer, cols, x.Data, srcStride, lo*per, y.Data, cols, 0, false)
+	tp.b.Copy2D(outer, cols, x.Store, srcStride, lo*per, y.Store, cols, 0, false)
 	if tp.needs(x) {
-		tp.Record(y, func() { tp.b.Copy2D(outer, cols, y.Grad, cols, 0, x.EnsureGrad(), srcStride, lo*per, true) })
+		tp.Record(y, func() { tp.b.Copy2D(outer, cols, y.GradStore, cols, 0, x.EnsureGrad(), srcStride, lo*per, true) })
 	}
 	return y
 }
@@ -177,10 +177,10 @@ func (tp *TapeOf[T]) Transpose12(x *Of[T]) *Of[T] {
 		panic(fmt.Sprintf("tensor.Transpose12: %v is not 4-D", x))
 	}
 	a, b, c, d := x.Shape[0], x.Shape[1], x.Shape[2], x.Shape[3]
-	y := New[T](x.Name+".T", a, c, b, d)
-	tp.b.Transpose12(a, b, c, d, x.Data, y.Data, false)
+	y := tp.alloc(x.Name+".T", a, c, b, d)
+	tp.b.Transpose12(a, b, c, d, x.Store, y.Store, false)
 	if tp.needs(x) {
-		tp.Record(y, func() { tp.b.Transpose12(a, c, b, d, y.Grad, x.EnsureGrad(), true) })
+		tp.Record(y, func() { tp.b.Transpose12(a, c, b, d, y.GradStore, x.EnsureGrad(), true) })
 	}
 	return y
 }
@@ -194,19 +194,19 @@ func (tp *TapeOf[T]) RMSNorm(x, w *Of[T], eps float64) *Of[T] {
 	if w.Numel() != dim {
 		panic(fmt.Sprintf("tensor.RMSNorm: weight %v does not match last dimension of %v", w, x))
 	}
-	y := New[T](w.Name+".out", x.Shape...)
-	rstd := make([]T, x.Rows())
-	tp.b.RMSNorm(x.Data, w.Data, dim, eps, y.Data, rstd)
+	y := tp.alloc(w.Name+".out", x.Shape...)
+	rstd := tp.b.AllocStat(x.Rows())
+	tp.b.RMSNorm(x.Store, w.Store, dim, eps, y.Store, rstd)
 	if tp.needs(x, w) {
 		tp.Record(y, func() {
-			var dx, dw []T
+			var dx, dw Storage[T]
 			if x.RequiresGrad {
 				dx = x.EnsureGrad()
 			}
 			if w.RequiresGrad {
 				dw = w.EnsureGrad()
 			}
-			tp.b.RMSNormBackward(x.Data, w.Data, rstd, y.Grad, dim, dx, dw)
+			tp.b.RMSNormBackward(x.Store, w.Store, rstd, y.GradStore, dim, dx, dw)
 		})
 	}
 	return y
@@ -218,18 +218,18 @@ func (tp *TapeOf[T]) SwiGLU(gate, up *Of[T]) *Of[T] {
 	if !slices.Equal(gate.Shape, up.Shape) {
 		panic(fmt.Sprintf("tensor.SwiGLU: shapes differ: %v and %v", gate, up))
 	}
-	y := New[T]("swiglu", gate.Shape...)
-	tp.b.SwiGLU(gate.Data, up.Data, y.Data)
+	y := tp.alloc("swiglu", gate.Shape...)
+	tp.b.SwiGLU(gate.Store, up.Store, y.Store)
 	if tp.needs(gate, up) {
 		tp.Record(y, func() {
-			var dg, du []T
+			var dg, du Storage[T]
 			if gate.RequiresGrad {
 				dg = gate.EnsureGrad()
 			}
 			if up.RequiresGrad {
 				du = up.EnsureGrad()
 			}
-			tp.b.SwiGLUBackward(gate.Data, up.Data, y.Grad, dg, du)
+			tp.b.SwiGLUBackward(gate.Store, up.Store, y.GradStore, dg, du)
 		})
 	}
 	return y

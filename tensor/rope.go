@@ -82,28 +82,30 @@ func NewRope(headDim int, theta float64, s *RopeScaling) (*Rope, error) {
 	return r, nil
 }
 
-// RopeTable holds cos and sin of every (row, pair) for a list of positions.
+// RopeTable holds cos and sin of every (row, pair) for a list of positions,
+// as statistics on a backend.
 type RopeTable[T Float] struct {
 	HeadDim  int
-	Cos, Sin []T // [len(pos), HeadDim/2]
+	Cos, Sin Storage[T] // [len(pos), HeadDim/2]
 }
 
-// Table computes angle = pos[r]·InvFreq[i] (in float64) for each row r.
-func Table[T Float](r *Rope, pos []int32) *RopeTable[T] {
+// Table computes angle = pos[r]·InvFreq[i] (in float64) for each row r and
+// uploads cos and sin to b.
+func Table[T Float](b Backend[T], r *Rope, pos []int32) *RopeTable[T] {
 	h := r.HeadDim / 2
-	t := &RopeTable[T]{HeadDim: r.HeadDim, Cos: make([]T, len(pos)*h), Sin: make([]T, len(pos)*h)}
+	cos, sin := make([]T, len(pos)*h), make([]T, len(pos)*h)
 	for j, p := range pos {
 		for i, f := range r.InvFreq {
 			s, c := math.Sincos(float64(p) * f)
-			t.Cos[j*h+i] = T(c * r.AttentionScale)
-			t.Sin[j*h+i] = T(s * r.AttentionScale)
+			cos[j*h+i] = T(c * r.AttentionScale)
+			sin[j*h+i] = T(s * r.AttentionScale)
 		}
 	}
-	return t
+	return &RopeTable[T]{HeadDim: r.HeadDim, Cos: b.Upload(cos, true), Sin: b.Upload(sin, true)}
 }
 
 // Rows returns the number of positions in the table.
-func (t *RopeTable[T]) Rows() int { return len(t.Cos) / (t.HeadDim / 2) }
+func (t *RopeTable[T]) Rows() int { return t.Cos.Len() / (t.HeadDim / 2) }
 
 // RoPE rotates every head of x by its row's angles (HF's rotate_half
 // convention): with h = headDim/2, c = cos(pos·f_i), s = sin(pos·f_i),
@@ -116,10 +118,10 @@ func (tp *TapeOf[T]) RoPE(x *Of[T], table *RopeTable[T]) *Of[T] {
 		panic(fmt.Sprintf("tensor.RoPE: %v is not %d rows of heads×%d", x, rows, hd))
 	}
 	heads := x.Numel() / (rows * hd)
-	y := New[T](x.Name+".rope", x.Shape...)
-	tp.b.RoPE(x.Data, heads, hd, table.Cos, table.Sin, y.Data, false)
+	y := tp.alloc(x.Name+".rope", x.Shape...)
+	tp.b.RoPE(x.Store, heads, hd, table.Cos, table.Sin, y.Store, false)
 	if tp.needs(x) {
-		tp.Record(y, func() { tp.b.RoPE(y.Grad, heads, hd, table.Cos, table.Sin, x.EnsureGrad(), true) })
+		tp.Record(y, func() { tp.b.RoPE(y.GradStore, heads, hd, table.Cos, table.Sin, x.EnsureGrad(), true) })
 	}
 	return y
 }

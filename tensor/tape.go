@@ -20,6 +20,14 @@ func NewTape[T Float](b Backend[T]) *TapeOf[T] { return &TapeOf[T]{b: b, record:
 // gradients flow, whatever RequiresGrad says.
 func NewInference[T Float](b Backend[T]) *TapeOf[T] { return &TapeOf[T]{b: b} }
 
+// Backend returns the backend the tape's ops run on.
+func (tp *TapeOf[T]) Backend() Backend[T] { return tp.b }
+
+// alloc returns a zero activation tensor of the given shape on the tape's backend.
+func (tp *TapeOf[T]) alloc(name string, shape ...int) *Of[T] {
+	return &Of[T]{Name: name, Shape: append([]int(nil), shape...), Store: tp.b.Alloc(numel(shape))}
+}
+
 // Len returns the number of recorded backward steps.
 func (tp *TapeOf[T]) Len() int { return len(tp.steps) }
 
@@ -46,21 +54,21 @@ func (tp *TapeOf[T]) needs(in ...*Of[T]) bool {
 func (tp *TapeOf[T]) Record(out *Of[T], back func()) {
 	out.RequiresGrad = true
 	tp.steps = append(tp.steps, func() {
-		if out.Grad != nil {
+		if out.GradStore != nil {
 			back()
 		}
 	})
 }
 
-// Backward seeds loss's gradient with 1 (loss must have one element), runs
+// Backward sets loss's gradient to 1 (loss must have one element), runs
 // the recorded steps in reverse and resets the tape. Gradients accumulate
 // into Grad of every tensor that requires them; parameters keep theirs until
 // ZeroGrad.
 func (tp *TapeOf[T]) Backward(loss *Of[T]) {
-	if len(loss.Data) != 1 {
-		panic(fmt.Sprintf("tensor.Backward: loss %v has %d elements, want 1", loss, len(loss.Data)))
+	if loss.Numel() != 1 {
+		panic(fmt.Sprintf("tensor.Backward: loss %v has %d elements, want 1", loss, loss.Numel()))
 	}
-	loss.EnsureGrad()[0] += 1
+	tp.b.Fill(loss.EnsureGrad(), 1)
 	tp.runBackward()
 }
 

@@ -8,38 +8,61 @@ import (
 // Float is the set of element types a tensor holds.
 type Float interface{ float32 | float64 }
 
-// Of is a dense row-major tensor of element type T. Data holds the values;
-// Grad, when not nil, the gradient of the loss with respect to them (same
-// length). RequiresGrad marks a leaf (a parameter) whose gradient the tape
+// Of is a dense row-major tensor with host element type T. Store holds the
+// values on a backend (host memory on the CPU); GradStore, when not nil,
+// the gradient of the loss with respect to them (same length).
+// RequiresGrad marks a leaf (a parameter) whose gradient the tape
 // accumulates; results of ops on such tensors need gradients too.
 type Of[T Float] struct {
 	Name         string
 	Shape        []int
-	Data         []T
-	Grad         []T
+	Store        Storage[T]
+	GradStore    Storage[T]
 	RequiresGrad bool
 
-	arena *Arena[T] // the arena that holds Data and Grad, for a parameter declared in one
+	arena *Arena[T] // the arena that holds Store and GradStore, for a parameter declared in one
 }
 
 // Tensor is the float32 tensor that training uses.
 type Tensor = Of[float32]
 
-// New returns a zero tensor of the given shape.
+// New returns a zero tensor of the given shape in host memory.
 func New[T Float](name string, shape ...int) *Of[T] {
-	return &Of[T]{Name: name, Shape: append([]int(nil), shape...), Data: make([]T, numel(shape))}
+	return &Of[T]{Name: name, Shape: append([]int(nil), shape...), Store: make(Host[T], numel(shape))}
 }
 
-// FromData wraps data as a tensor of the given shape; it panics if the sizes differ.
+// FromData wraps host data as a tensor of the given shape; it panics if the
+// sizes differ.
 func FromData[T Float](name string, data []T, shape ...int) *Of[T] {
-	if n := numel(shape); n != len(data) {
-		panic(fmt.Sprintf("tensor.FromData %q: shape %v needs %d elements, data has %d", name, shape, n, len(data)))
-	}
-	return &Of[T]{Name: name, Shape: append([]int(nil), shape...), Data: data}
+	return FromStorage(name, Host[T](data), shape...)
 }
+
+// FromStorage wraps s as a tensor of the given shape; it panics if the
+// sizes differ.
+func FromStorage[T Float](name string, s Storage[T], shape ...int) *Of[T] {
+	if n := numel(shape); n != s.Len() {
+		panic(fmt.Sprintf("tensor: %q: shape %v needs %d elements, storage has %d", name, shape, n, s.Len()))
+	}
+	return &Of[T]{Name: name, Shape: append([]int(nil), shape...), Store: s}
+}
+
+// Data returns the values of a tensor in host memory; it panics for a
+// tensor on a device (read those with Backend.Download).
+func (t *Of[T]) Data() []T { return HostData(t.Store, t.Name) }
+
+// Grad returns the gradient of a tensor in host memory, nil when there is
+// none; it panics for a tensor on a device.
+func (t *Of[T]) Grad() []T { return HostData(t.GradStore, t.Name+".grad") }
+
+// HasGrad reports whether the tensor has a gradient.
+func (t *Of[T]) HasGrad() bool { return t.GradStore != nil }
+
+// DropGrad forgets the gradient (a parameter of an Arena gets its view back
+// at its next EnsureGrad).
+func (t *Of[T]) DropGrad() { t.GradStore = nil }
 
 // Numel returns the number of elements.
-func (t *Of[T]) Numel() int { return len(t.Data) }
+func (t *Of[T]) Numel() int { return numel(t.Shape) }
 
 // Dim returns the size of dimension i; negative i counts from the end.
 func (t *Of[T]) Dim(i int) int {
@@ -54,7 +77,7 @@ func (t *Of[T]) Rows() int {
 	if len(t.Shape) == 0 {
 		return 1
 	}
-	return len(t.Data) / t.Shape[len(t.Shape)-1]
+	return t.Numel() / t.Shape[len(t.Shape)-1]
 }
 
 // Cols returns the last dimension.
@@ -68,34 +91,37 @@ func (t *Of[T]) Cols() int {
 // String returns the name and shape.
 func (t *Of[T]) String() string { return fmt.Sprintf("%s%v", t.Name, t.Shape) }
 
-// ZeroGrad clears the gradient (keeping its storage).
-func (t *Of[T]) ZeroGrad() { clear(t.Grad) }
+// ZeroGrad clears a host gradient (keeping its storage); a device gradient
+// is cleared with Backend.Fill or the arena's ZeroGrad.
+func (t *Of[T]) ZeroGrad() { clear(t.Grad()) }
 
-// EnsureGrad allocates a zero gradient if there is none and returns it.
-// For a parameter of an Arena it allocates the arena's flat gradient, so
-// that the gradient is a view of it.
-func (t *Of[T]) EnsureGrad() []T {
-	if t.Grad == nil {
+// EnsureGrad allocates a zero gradient alike the values (same backend and
+// dtype) if there is none and returns it. For a parameter of an Arena it
+// allocates the arena's flat gradient, so that the gradient is a view of it.
+func (t *Of[T]) EnsureGrad() Storage[T] {
+	if t.GradStore == nil {
 		if t.arena != nil {
 			t.arena.EnsureGrad()
-			return t.Grad
+			return t.GradStore
 		}
-		t.Grad = make([]T, len(t.Data))
+		t.GradStore = t.Store.Like(t.Store.Len())
 	}
-	return t.Grad
+	return t.GradStore
 }
 
-// FillNormal sets every element to a draw from N(mean, std²).
+// FillNormal sets every element of a host tensor to a draw from N(mean, std²).
 func (t *Of[T]) FillNormal(rng *rand.Rand, mean, std float64) {
-	for i := range t.Data {
-		t.Data[i] = T(mean + std*rng.NormFloat64())
+	d := t.Data()
+	for i := range d {
+		d[i] = T(mean + std*rng.NormFloat64())
 	}
 }
 
-// Fill sets every element to v.
+// Fill sets every element of a host tensor to v.
 func (t *Of[T]) Fill(v float64) {
-	for i := range t.Data {
-		t.Data[i] = T(v)
+	d := t.Data()
+	for i := range d {
+		d[i] = T(v)
 	}
 }
 

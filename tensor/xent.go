@@ -2,16 +2,41 @@ package tensor
 
 import "fmt"
 
-// Xent is the result of LMHeadXent.
+// Xent is the result of LMHeadXent. The loss and the per-row results stay
+// on the tape's backend; Read brings the per-row results to the host.
 type Xent[T Float] struct {
 	// Loss is the scalar Σ_i w_i·CE_i / Σ_i w_i over the active rows.
 	Loss *Of[T]
-	// RowLoss[i] is CE_i (0 for inactive rows).
-	RowLoss []T
-	// Argmax[i] is the predicted token of row i (−1 for inactive rows).
-	Argmax []int32
+	// Rows are the rows the cross-entropy was computed over.
+	Rows *XentRows[T]
+	// ActiveLoss[j] is CE of row Rows.Active[j] (a statistic).
+	ActiveLoss Storage[T]
+	// ActiveArgmax[j] is the predicted token of row Rows.Active[j].
+	ActiveArgmax Ints
 	// WeightSum is Σ_i w_i over the active rows.
 	WeightSum float64
+}
+
+// Read downloads the per-row results through b: rowLoss[i] is CE_i (0 for
+// inactive rows) and argmax[i] the predicted token of row i (−1 for inactive
+// rows), for every row of the hidden state. On a device it waits for the
+// queued work.
+func (x *Xent[T]) Read(b Backend[T]) (rowLoss []T, argmax []int32) {
+	n, na := x.Rows.N, len(x.Rows.Active)
+	rowLoss, argmax = make([]T, n), make([]int32, n)
+	for i := range argmax {
+		argmax[i] = -1
+	}
+	if na == 0 {
+		return rowLoss, argmax
+	}
+	al, am := make([]T, na), make([]int32, na)
+	b.Download(x.ActiveLoss, al)
+	b.DownloadInts(x.ActiveArgmax, am)
+	for j, id := range x.Rows.Active {
+		rowLoss[id], argmax[id] = al[j], am[j]
+	}
+	return rowLoss, argmax
 }
 
 // DefaultXentChunk is the number of logit elements one chunk may hold when
@@ -19,22 +44,26 @@ type Xent[T Float] struct {
 const DefaultXentChunk = 1 << 22
 
 // XentRows says which rows of a cross-entropy carry loss and with what
-// target and weight, compacted: the host-side preparation of LMHeadXent,
-// done once when a step's inputs are assembled so that the op itself only
-// gathers rows and runs kernels through the backend. Row i is active when
+// target and weight, compacted: the preparation of LMHeadXent, done once
+// when a step's inputs are assembled (and uploaded to the backend) so that
+// the op itself only gathers rows and runs kernels. Row i is active when
 // its target is ≥ 0 and its weight > 0.
 type XentRows[T Float] struct {
 	N         int       // rows of the hidden state
 	Active    []int32   // active rows, ascending
 	Targets   []int32   // Targets[j]: the target of row Active[j]
 	Weights   []float64 // Weights[j]: the weight of row Active[j]
-	Scale     []T       // Scale[j] = Weights[j] / WeightSum, the row's share of the loss
 	WeightSum float64   // Σ of the active rows' weights, in row order
+
+	// On the backend: Active, Targets and Scale[j] = Weights[j]/WeightSum
+	// (the row's share of the loss, a statistic).
+	DevActive, DevTargets Ints
+	Scale                 Storage[T]
 }
 
 // NewXentRows compacts targets [N] (−1 = ignored) and weights [N] (nil:
-// all 1) into the active rows.
-func NewXentRows[T Float](targets []int32, weights []float64) *XentRows[T] {
+// all 1) into the active rows and uploads them to b.
+func NewXentRows[T Float](b Backend[T], targets []int32, weights []float64) *XentRows[T] {
 	if weights != nil {
 		checkLen("XentRows weights", len(weights), len(targets))
 	}
@@ -51,10 +80,11 @@ func NewXentRows[T Float](targets []int32, weights []float64) *XentRows[T] {
 			r.WeightSum += wi
 		}
 	}
-	r.Scale = make([]T, len(r.Active))
+	scale := make([]T, len(r.Active))
 	for j, wi := range r.Weights {
-		r.Scale[j] = T(wi / r.WeightSum)
+		scale[j] = T(wi / r.WeightSum)
 	}
+	r.DevActive, r.DevTargets, r.Scale = b.UploadInts(r.Active), b.UploadInts(r.Targets), b.Upload(scale, true)
 	return r
 }
 
@@ -62,7 +92,7 @@ func NewXentRows[T Float](targets []int32, weights []float64) *XentRows[T] {
 // against targets without materialising the N×V logits: it is LMHeadXentRows
 // with the rows of NewXentRows(targets, weights).
 func (tp *TapeOf[T]) LMHeadXent(h, w *Of[T], targets []int32, weights []float64, chunkRows int) *Xent[T] {
-	return tp.LMHeadXentRows(h, w, NewXentRows[T](targets, weights), chunkRows)
+	return tp.LMHeadXentRows(h, w, NewXentRows(tp.b, targets, weights), chunkRows)
 }
 
 // LMHeadXentRows computes the cross-entropy of logits = h·Wᵀ (h [N, H],
@@ -77,9 +107,8 @@ func (tp *TapeOf[T]) LMHeadXent(h, w *Of[T], targets []int32, weights []float64,
 // dh_i += dloss·G_i·W and dW += dloss·Gᵀ·h. When the tape records and h or W
 // needs a gradient, G·W and Gᵀ·h are computed in the same pass as the loss
 // (so the logits are computed once) and kept, [N, H] and [V, H], until the
-// backward step scales them by dloss. Every step on h, W and the logits
-// goes through the backend; the per-row losses are read back once, after
-// the last chunk, to form the loss (summed in float64) and RowLoss/Argmax.
+// backward step scales them by dloss. Every step goes through the backend,
+// the loss too (Σ_j Scale_j·CE_j as a product): nothing is read back.
 func (tp *TapeOf[T]) LMHeadXentRows(h, w *Of[T], rows *XentRows[T], chunkRows int) *Xent[T] {
 	if len(h.Shape) != 2 || len(w.Shape) != 2 || h.Shape[1] != w.Shape[1] {
 		panic(fmt.Sprintf("tensor.LMHeadXent: hidden %v does not match head %v ([vocab, hidden])", h, w))
@@ -89,56 +118,48 @@ func (tp *TapeOf[T]) LMHeadXentRows(h, w *Of[T], rows *XentRows[T], chunkRows in
 	if chunkRows <= 0 {
 		chunkRows = max(1, DefaultXentChunk/vocab)
 	}
-	res := &Xent[T]{Loss: New[T]("xent", 1), RowLoss: make([]T, n), Argmax: make([]int32, n), WeightSum: rows.WeightSum}
-	for i := range res.Argmax {
-		res.Argmax[i] = -1
-	}
 	na := len(rows.Active)
+	res := &Xent[T]{Loss: &Of[T]{Name: "xent", Shape: []int{1}, Store: tp.b.AllocStat(1)}, Rows: rows, WeightSum: rows.WeightSum,
+		ActiveLoss: tp.b.AllocStat(na), ActiveArgmax: tp.b.AllocInts(na)}
 	if na == 0 {
 		return res
 	}
 	m := min(chunkRows, na)
-	hc := make([]T, m*hid)
-	logits := make([]T, m*vocab)
-	rowLoss := make([]T, na)
-	amax := make([]int32, na)
-	var dh, dhc, dw []T // G·W of every row, of one chunk, and Gᵀ·h
+	hc := tp.b.Alloc(m * hid)
+	logits := tp.b.Alloc(m * vocab)
+	var dh, dhc, dw Storage[T] // G·W of every row, of one chunk, and Gᵀ·h
 	if tp.needs(h, w) {
 		if h.RequiresGrad {
-			dh, dhc = make([]T, n*hid), make([]T, m*hid)
+			dh, dhc = tp.b.Alloc(n*hid), tp.b.Alloc(m*hid)
 		}
 		if w.RequiresGrad {
-			dw = make([]T, vocab*hid)
+			dw = tp.b.Alloc(vocab * hid)
 		}
 	}
 	for lo := 0; lo < na; lo += chunkRows {
 		hi := min(lo+chunkRows, na)
-		ids, k := rows.Active[lo:hi], hi-lo
-		tp.b.Gather(h.Data, hid, ids, hc[:k*hid])
-		tp.b.Gemm(false, true, k, vocab, hid, 1, hc, hid, w.Data, hid, 0, logits, vocab)
-		tp.b.SoftmaxXent(logits[:k*vocab], k, vocab, rows.Targets[lo:hi], rows.Scale[lo:hi], rowLoss[lo:hi], amax[lo:hi])
+		ids, k := rows.DevActive.Slice(lo, hi), hi-lo
+		tp.b.Gather(h.Store, hid, ids, hc.Slice(0, k*hid))
+		tp.b.Gemm(false, true, k, vocab, hid, 1, hc, hid, w.Store, hid, 0, logits, vocab)
+		tp.b.SoftmaxXent(logits.Slice(0, k*vocab), k, vocab, rows.DevTargets.Slice(lo, hi), rows.Scale.Slice(lo, hi),
+			res.ActiveLoss.Slice(lo, hi), res.ActiveArgmax.Slice(lo, hi))
 		if dh != nil {
-			tp.b.Gemm(false, false, k, hid, vocab, 1, logits, vocab, w.Data, hid, 0, dhc, hid)
-			tp.b.ScatterAdd(dhc[:k*hid], hid, ids, dh)
+			tp.b.Gemm(false, false, k, hid, vocab, 1, logits, vocab, w.Store, hid, 0, dhc, hid)
+			tp.b.ScatterAdd(dhc.Slice(0, k*hid), hid, ids, dh)
 		}
 		if dw != nil {
 			tp.b.Gemm(true, false, vocab, hid, k, 1, logits, vocab, hc, hid, 1, dw, hid)
 		}
 	}
-	var total float64
-	for j, id := range rows.Active {
-		res.RowLoss[id], res.Argmax[id] = rowLoss[j], amax[j]
-		total += rows.Weights[j] * float64(rowLoss[j])
-	}
-	res.Loss.Data[0] = T(total / rows.WeightSum)
+	// loss = Σ_j Scale_j·CE_j, a 1×na by na×1 product.
+	tp.b.Gemm(false, false, 1, 1, na, 1, rows.Scale, na, res.ActiveLoss, 1, 0, res.Loss.Store, 1)
 	if dh != nil || dw != nil {
 		tp.Record(res.Loss, func() {
-			g := res.Loss.Grad[0]
 			if dh != nil {
-				tp.b.Axpy(g, dh, h.EnsureGrad())
+				tp.b.AxpyBy(1, res.Loss.GradStore, dh, h.EnsureGrad())
 			}
 			if dw != nil {
-				tp.b.Axpy(g, dw, w.EnsureGrad())
+				tp.b.AxpyBy(1, res.Loss.GradStore, dw, w.EnsureGrad())
 			}
 		})
 	}

@@ -34,12 +34,12 @@ func TestAdamWArenaMatchesPerTensor(t *testing.T) {
 	arena.EnsureGrad()
 	var flat, sep []*Param
 	for _, p := range arena.Params() {
-		flat = append(flat, &Param{Name: p.Name, Shape: p.Shape, Data: p.Data, Grad: p.Grad})
+		flat = append(flat, &Param{Name: p.Name, Shape: p.Shape, Data: p.Data(), Grad: p.Grad()})
 		q := NewParam(p.Name, p.Shape...)
-		for j := range p.Data {
-			p.Data[j] = float32(rng.NormFloat64())
+		for j := range p.Data() {
+			p.Data()[j] = float32(rng.NormFloat64())
 		}
-		copy(q.Data, p.Data)
+		copy(q.Data, p.Data())
 		sep = append(sep, q)
 	}
 	if arena.Len() < 2*parallelMin {
@@ -74,7 +74,7 @@ func TestAdamWArenaMatchesPerTensor(t *testing.T) {
 	}
 	// The arena's flat buffer is what the optimizer wrote.
 	for i, p := range arena.Params() {
-		if len(p.Data) > 0 && math.Float32bits(arena.Data[arena.Offset(i)]) != math.Float32bits(ref.p[i][0]) {
+		if len(p.Data()) > 0 && math.Float32bits(arena.Data[arena.Offset(i)]) != math.Float32bits(ref.p[i][0]) {
 			t.Fatalf("%s: flat buffer holds %v, reference %v", p.Name, arena.Data[arena.Offset(i)], ref.p[i][0])
 		}
 	}

@@ -101,8 +101,8 @@ func TestTrainCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, p := range d.Params() {
-		for j, v := range p.Data {
-			if w := d2.Params()[i].Data[j]; math.Float32bits(v) != math.Float32bits(w) {
+		for j, v := range p.Data() {
+			if w := d2.Params()[i].Data()[j]; math.Float32bits(v) != math.Float32bits(w) {
 				t.Fatalf("%s[%d]: %v after resume, %v straight (bit-identical required)", p.Name, j, v, w)
 			}
 		}

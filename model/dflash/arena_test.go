@@ -23,7 +23,7 @@ func TestDrafterArena(t *testing.T) {
 	tps := d.TrainParams()
 	off := 0
 	for i, p := range d.Params() {
-		if &p.Data[0] != &a.Data[off] || &p.Grad[0] != &a.Grad[off] {
+		if &p.Data()[0] != &a.Data[off] || &p.Grad()[0] != &a.Grad[off] {
 			t.Fatalf("%s is not the arena's range at offset %d", p.Name, off)
 		}
 		if tps[i].Name != p.Name || &tps[i].Data[0] != &a.Data[off] || &tps[i].Grad[0] != &a.Grad[off] {

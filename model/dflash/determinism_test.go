@@ -33,9 +33,9 @@ func TestStepDeterministic(t *testing.T) {
 		tp.Backward(out.Loss)
 		var gs [][]float32
 		for _, p := range d.Params() {
-			gs = append(gs, append([]float32(nil), p.Grad...))
+			gs = append(gs, append([]float32(nil), p.Grad()...))
 		}
-		return out.Loss.Data[0], gs
+		return out.Loss.Data()[0], gs
 	}
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
 	runtime.GOMAXPROCS(1)

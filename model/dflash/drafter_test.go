@@ -68,9 +68,9 @@ func lossAndGrads(t *testing.T, d *Drafter[float64], head Head[float64], b *Batc
 	tp.Backward(out.Loss)
 	var gs [][]float64
 	for _, p := range d.Params() {
-		gs = append(gs, append([]float64(nil), p.Grad...))
+		gs = append(gs, append([]float64(nil), p.Grad()...))
 	}
-	return out.Loss.Data[0], gs
+	return out.Loss.Data()[0], gs
 }
 
 // TestLossChunkIndependent checks that the chunked head loss gives the same
@@ -107,17 +107,17 @@ func TestFiniteDifferences(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return out.Loss.Data[0]
+		return out.Loss.Data()[0]
 	}
 	for pi, p := range d.Params() {
 		i := rng.IntN(p.Numel())
-		old := p.Data[i]
+		old := p.Data()[i]
 		const h = 1e-5
-		p.Data[i] = old + h
+		p.Data()[i] = old + h
 		lp := loss()
-		p.Data[i] = old - h
+		p.Data()[i] = old - h
 		lm := loss()
-		p.Data[i] = old
+		p.Data()[i] = old
 		fd := (lp - lm) / (2 * h)
 		if math.Abs(fd-g[pi][i]) > 1e-6+1e-5*math.Abs(fd) {
 			t.Errorf("%s[%d]: gradient %.9g, finite difference %.9g", p.Name, i, g[pi][i], fd)
@@ -141,9 +141,9 @@ func TestWriteLoadDir(t *testing.T) {
 		if q.Name != p.Name {
 			t.Fatalf("param %d: %s vs %s", i, q.Name, p.Name)
 		}
-		for j := range p.Data {
-			if p.Data[j] != q.Data[j] {
-				t.Fatalf("%s[%d]: %v after the round trip, %v before", p.Name, j, q.Data[j], p.Data[j])
+		for j := range p.Data() {
+			if p.Data()[j] != q.Data()[j] {
+				t.Fatalf("%s[%d]: %v after the round trip, %v before", p.Name, j, q.Data()[j], p.Data()[j])
 			}
 		}
 	}
@@ -161,7 +161,7 @@ func TestWriteLoadDir(t *testing.T) {
 	if info.DType != "BF16" {
 		t.Fatalf("dtype %s", info.DType)
 	}
-	for j, x := range d.FC.Data {
+	for j, x := range d.FC.Data() {
 		if want := dtype.BF16ToFloat32(dtype.Float32ToBF16(x)); v[j] != want {
 			t.Fatalf("fc.weight[%d]: %v, want bf16(%v) = %v", j, v[j], x, want)
 		}
@@ -175,7 +175,7 @@ func TestWriteLoadDir(t *testing.T) {
 		t.Fatalf("leftovers beside the export: %v", entries)
 	}
 	// A missing tensor is an error naming it.
-	ts := []safetensors.Tensor{{Name: "fc.weight", Shape: d.FC.Shape, DType: "F32", Data: d.FC.Data}}
+	ts := []safetensors.Tensor{{Name: "fc.weight", Shape: d.FC.Shape, DType: "F32", Data: d.FC.Data()}}
 	if err := safetensors.Write(filepath.Join(dir, "model.safetensors"), ts, nil); err != nil {
 		t.Fatal(err)
 	}

@@ -43,8 +43,8 @@ func (d *Drafter[T]) WriteDir(dir, dtype string) error {
 	}
 	var ts []safetensors.Tensor
 	for _, p := range d.Params() {
-		data := make([]float32, len(p.Data))
-		for i, v := range p.Data {
+		data := make([]float32, len(p.Data()))
+		for i, v := range p.Data() {
 			data[i] = float32(v)
 		}
 		ts = append(ts, safetensors.Tensor{Name: p.Name, Shape: slices.Clone(p.Shape), DType: dtype, Data: data})
@@ -87,12 +87,12 @@ func LoadDir[T tensor.Float](dir string) (*Drafter[T], error) {
 	defer st.Close()
 	d := &Drafter[T]{Cfg: cfg}
 	for _, p := range d.alloc() {
-		v := make([]float32, len(p.Data))
+		v := make([]float32, len(p.Data()))
 		if err := st.Weight(p.Name, p.Shape, v); err != nil {
 			return nil, err
 		}
 		for i, x := range v {
-			p.Data[i] = T(x)
+			p.Data()[i] = T(x)
 		}
 	}
 	return d, nil

@@ -29,8 +29,8 @@ func TestWriteExportCheck(t *testing.T) {
 	}
 	_, head, b, bl := randomSetup[float64](t, 77)
 	for _, w := range []*tensor.Of[float64]{head.Embed, head.LMHead} { // the batch file stores them as float32
-		for i, v := range w.Data {
-			w.Data[i] = float64(float32(v))
+		for i, v := range w.Data() {
+			w.Data()[i] = float64(float32(v))
 		}
 	}
 	out, err := d.Forward(tensor.NewInference[float64](newDenseCPU[float64]()), false, head, b, bl)
@@ -66,8 +66,8 @@ func TestWriteExportCheck(t *testing.T) {
 		}
 	}
 	ts := []safetensors.Tensor{
-		{Name: "target.embed", Shape: head.Embed.Shape, DType: "F32", Data: f32(head.Embed.Data)},
-		{Name: "target.lm_head", Shape: head.LMHead.Shape, DType: "F32", Data: f32(head.LMHead.Data)},
+		{Name: "target.embed", Shape: head.Embed.Shape, DType: "F32", Data: f32(head.Embed.Data())},
+		{Name: "target.lm_head", Shape: head.LMHead.Shape, DType: "F32", Data: f32(head.LMHead.Data())},
 		{Name: "input.hidden", Shape: []int{k, b.Rows, b.Len, H}, DType: "F32", Data: hid},
 		{Name: "input.ids", Shape: []int{b.Rows, b.Len}, DType: "F32", Data: ids},
 		{Name: "input.loss_mask", Shape: []int{b.Rows, b.Len}, DType: "F32", Data: mask},
@@ -76,11 +76,11 @@ func TestWriteExportCheck(t *testing.T) {
 		{Name: "input.live", Shape: []int{bl.Rows, bl.N}, DType: "F32", Data: live},
 	}
 	// The loss goes as two float32 halves: hi + lo reproduces the float64 value to ~1e-14.
-	hi := float32(out.Loss.Data[0])
-	lo := float32(out.Loss.Data[0] - float64(hi))
+	hi := float32(out.Loss.Data()[0])
+	lo := float32(out.Loss.Data()[0] - float64(hi))
 	ts = append(ts, safetensors.Tensor{Name: "go.loss", Shape: []int{2}, DType: "F32", Data: []float32{hi, lo}})
 	if err := safetensors.Write(filepath.Join(dir, "batch.safetensors"), ts, nil); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("wrote %s: loss %.12f", dir, out.Loss.Data[0])
+	t.Logf("wrote %s: loss %.12f", dir, out.Loss.Data()[0])
 }

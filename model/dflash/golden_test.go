@@ -97,14 +97,14 @@ func goldenSetup[T tensor.Float](t *testing.T, g *golden) (*Drafter[T], Head[T],
 			t.Fatalf("%s: golden has %d values, drafter %v", p.Name, len(v), p)
 		}
 		for i, x := range v {
-			p.Data[i] = T(x)
+			p.Data()[i] = T(x)
 		}
 	}
 	toT := func(name string) *tensor.Of[T] {
 		v := g.f64(t, name)
 		o := tensor.New[T](name, g.shape(t, name)...)
 		for i, x := range v {
-			o.Data[i] = T(x)
+			o.Data()[i] = T(x)
 		}
 		return o
 	}
@@ -290,14 +290,14 @@ func runGolden[T tensor.Float](t *testing.T, g *golden, backend tensor.Backend[T
 		t.Fatal(err)
 	}
 	wantLoss := g.f64(t, "out.loss")[0]
-	if e := math.Abs(float64(out.Loss.Data[0])-wantLoss) / wantLoss; e > tol {
-		t.Errorf("loss %.10f, reference %.10f (rel %.2e)", out.Loss.Data[0], wantLoss, e)
+	if e := math.Abs(float64(out.Loss.Data()[0])-wantLoss) / wantLoss; e > tol {
+		t.Errorf("loss %.10f, reference %.10f (rel %.2e)", out.Loss.Data()[0], wantLoss, e)
 	}
 	if e := math.Abs(out.WeightSum - g.f64(t, "out.weight_sum")[0]); e > 1e-9 {
 		t.Errorf("weight sum %v, reference %v", out.WeightSum, g.f64(t, "out.weight_sum")[0])
 	}
 	ctx := make([]float64, out.Context.Numel())
-	for i, v := range out.Context.Data {
+	for i, v := range out.Context.Data() {
 		ctx[i] = float64(v)
 	}
 	if e := relErr(ctx, g.f64(t, "out.context")); e > tol {
@@ -313,7 +313,7 @@ func runGolden[T tensor.Float](t *testing.T, g *golden, backend tensor.Backend[T
 				for s := 0; s < bl.B; s++ {
 					row := (r*bl.N+j)*bl.B + s
 					for x := 0; x < H; x++ {
-						gl = append(gl, float64(z.Data[row*H+x]))
+						gl = append(gl, float64(z.Data()[row*H+x]))
 						wl = append(wl, want[row*H+x])
 					}
 				}
@@ -338,12 +338,12 @@ func runGolden[T tensor.Float](t *testing.T, g *golden, backend tensor.Backend[T
 	worst := 0.0
 	for _, p := range d.Params() {
 		want := g.f64(t, "grad."+p.Name)
-		if p.Grad == nil {
+		if p.Grad() == nil {
 			t.Errorf("%s: no gradient", p.Name)
 			continue
 		}
-		got := make([]float64, len(p.Grad))
-		for i, v := range p.Grad {
+		got := make([]float64, len(p.Grad()))
+		for i, v := range p.Grad() {
 			got[i] = float64(v)
 		}
 		e := relErr(got, want)
@@ -352,7 +352,7 @@ func runGolden[T tensor.Float](t *testing.T, g *golden, backend tensor.Backend[T
 			t.Errorf("grad %s: rel err %.2e (tolerance %.0e)", p.Name, e, tol)
 		}
 	}
-	t.Logf("loss %.10f (reference %.10f), worst gradient rel err %.2e", out.Loss.Data[0], wantLoss, worst)
+	t.Logf("loss %.10f (reference %.10f), worst gradient rel err %.2e", out.Loss.Data()[0], wantLoss, worst)
 
 	// Evaluation quantities: τ per live block.
 	m := NewMetrics(bl.B)

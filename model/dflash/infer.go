@@ -47,7 +47,7 @@ func (d *Drafter[T]) Extend(b tensor.Backend[T], ctx *Context[T], hidden [][]flo
 	cat := tensor.New[T]("context", n, k*H)
 	for t, h := range hidden {
 		for r := range n {
-			dst := cat.Data[r*k*H+t*H : r*k*H+(t+1)*H]
+			dst := cat.Data()[r*k*H+t*H : r*k*H+(t+1)*H]
 			for i, v := range h[r*H : (r+1)*H] {
 				dst[i] = T(v)
 			}
@@ -62,8 +62,8 @@ func (d *Drafter[T]) Extend(b tensor.Backend[T], ctx *Context[T], hidden [][]flo
 	table := tensor.Table[T](d.rope(), pos)
 	for l := range d.Layers {
 		kc, vc := d.contextKV(tp, l, u, 1, n, table)
-		ctx.k[l] = append(ctx.k[l], kc.Data...)
-		ctx.v[l] = append(ctx.v[l], vc.Data...)
+		ctx.k[l] = append(ctx.k[l], kc.Data()...)
+		ctx.v[l] = append(ctx.v[l], vc.Data()...)
 	}
 	ctx.Len += n
 }
@@ -92,10 +92,10 @@ func (d *Drafter[T]) Propose(b tensor.Backend[T], head Head[T], ctx *Context[T],
 		n := S + B
 		ks, vs := make([][]T, c.NumKVHeads), make([][]T, c.NumKVHeads)
 		for g := range ks {
-			ks[g], vs[g] = k.Data[g*n*c.HeadDim:(g+1)*n*c.HeadDim], v.Data[g*n*c.HeadDim:(g+1)*n*c.HeadDim]
+			ks[g], vs[g] = k.Data()[g*n*c.HeadDim:(g+1)*n*c.HeadDim], v.Data()[g*n*c.HeadDim:(g+1)*n*c.HeadDim]
 		}
 		out := tensor.New[T]("attn", q.Shape...)
-		model.AttendRows(b, q.Data, ks, vs, c.NumHeads, B, c.HeadDim, func(int) int { return n }, 1/math.Sqrt(float64(c.HeadDim)), out.Data)
+		model.AttendRows(b, q.Data(), ks, vs, c.NumHeads, B, c.HeadDim, func(int) int { return n }, 1/math.Sqrt(float64(c.HeadDim)), out.Data())
 		return out
 	}
 	z := tp.Embedding(head.Embed, ids)

@@ -43,6 +43,6 @@ func TestProposeMatchesForward(t *testing.T) {
 			t.Fatalf("context length %d, want %d", ctx.Len, a)
 		}
 		got := d.Propose(cpu, head, ctx, b.IDs[a])
-		backendtest.Close(t, fmt.Sprintf("block at anchor %d", a), got.Data, want.Data[j*B*V:(j+1)*B*V], 1e-10)
+		backendtest.Close(t, fmt.Sprintf("block at anchor %d", a), got.Data(), want.Data()[j*B*V:(j+1)*B*V], 1e-10)
 	}
 }

@@ -39,7 +39,7 @@ func TestInputsAssembledOnce(t *testing.T) {
 		tp := tensor.NewTape(tensor.NewCPU[float32](2))
 		out := forward(tp)
 		tp.Backward(out.Loss)
-		return result{out.Loss.Data[0], out.Pred, slices.Clone(d.Arena().Grad)}
+		return result{out.Loss.Data()[0], out.Pred, slices.Clone(d.Arena().Grad)}
 	}
 	viaInputs := func(tp *tensor.Tape) *Output[float32] { return d.ForwardInputs(tp, true, head, in) }
 	results := []result{run(viaInputs), run(viaInputs), run(func(tp *tensor.Tape) *Output[float32] {
@@ -60,7 +60,7 @@ func TestInputsAssembledOnce(t *testing.T) {
 		}
 	}
 	for i := range hidden {
-		if !slices.Equal(hidden[i], b.Hidden[i]) || !slices.Equal(hidden[i], in.Taps[i].Data) {
+		if !slices.Equal(hidden[i], b.Hidden[i]) || !slices.Equal(hidden[i], in.Taps[i].Data()) {
 			t.Fatalf("tap %d changed during the forward passes", i)
 		}
 	}

@@ -22,9 +22,9 @@ func TestLoadDirRefusesIntegerTensors(t *testing.T) {
 		path := filepath.Join(dir, safetensors.SingleFile)
 		var ts []safetensors.Tensor
 		for _, p := range d.Params() {
-			tn := safetensors.Tensor{Name: p.Name, Shape: p.Shape, Data: p.Data}
+			tn := safetensors.Tensor{Name: p.Name, Shape: p.Shape, Data: p.Data()}
 			if p.Name == name { // the same number of bytes, labelled I32
-				tn = safetensors.Tensor{Name: p.Name, Shape: p.Shape, DType: "I32", Raw: make([]byte, 4*len(p.Data))}
+				tn = safetensors.Tensor{Name: p.Name, Shape: p.Shape, DType: "I32", Raw: make([]byte, 4*len(p.Data()))}
 			}
 			ts = append(ts, tn)
 		}

@@ -228,7 +228,7 @@ func (s *Session) Step(rng *rand.Rand) (loss float64, m *Metrics, tokens int, er
 	out := s.Drafter.ForwardInputs(tp, true, s.Head, in)
 	tp.Backward(out.Loss)
 	m.Add(in.Blocks, out.Pred, out.CE)
-	return float64(out.Loss.Data[0]), m, tokens, nil
+	return float64(out.Loss.Data()[0]), m, tokens, nil
 }
 
 // Evaluate computes the metrics of docs/DRAFTER.md §5 on the evaluation

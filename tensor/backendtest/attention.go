@@ -10,12 +10,21 @@ import (
 
 func attnOp[T tensor.Float](mask *flex.MaskProgram, args *flex.Args, d flex.Dims, scale float64) opFn[T] {
 	return func(tp *tp[T], in []*ten[T]) *ten[T] {
-		// Small blocks so that empty, partial and full blocks all occur.
-		bm, err := flex.NewBlockMask(mask, args, d, 2, 3)
-		if err != nil {
-			panic(err)
+		var m tensor.Mask
+		if _, cpu := tp.Backend().(*tensor.CPU[T]); cpu {
+			// Small blocks so that empty, partial and full blocks all occur.
+			bm, err := flex.NewBlockMask(mask, args, d, 2, 3)
+			if err != nil {
+				panic(err)
+			}
+			m = tensor.HostMask{BlockMask: bm}
+		} else {
+			var err error
+			if m, err = tp.Backend().NewMask(mask, args, d); err != nil {
+				panic(err)
+			}
 		}
-		return tp.Attention(in[0], in[1], in[2], bm, nil, args, scale)
+		return tp.Attention(in[0], in[1], in[2], m, nil, scale)
 	}
 }
 

@@ -17,15 +17,21 @@ import (
 	"dflash/tensor"
 )
 
-// Tolerances of the suite, relative to the largest magnitude of the reference.
-const (
-	// Tol64 bounds the float64 CPU backend's error (forward and backward).
-	Tol64 = 1e-7
-	// TolFwd32 bounds a float32 backend's forward error.
-	TolFwd32 = 2e-5
-	// TolBwd32 bounds a float32 backend's gradient error.
-	TolBwd32 = 2e-4
-)
+// Tol64 bounds the float64 CPU backend's error (forward and backward),
+// relative to the largest magnitude of the reference.
+const Tol64 = 1e-7
+
+// Tolerances bound a backend's errors, relative to the largest magnitude of
+// the reference (Gemm's per unit of depth k+1).
+type Tolerances struct {
+	Fwd, Bwd, Gemm float64
+	// Scale multiplies the per-case overrides (cases whose float32 error is
+	// larger by nature, such as long reductions).
+	Scale float64
+}
+
+// F32 are the tolerances of a float32 backend.
+var F32 = Tolerances{Fwd: 2e-5, Bwd: 2e-4, Gemm: 1e-5, Scale: 1}
 
 // input describes one tensor input of an op case.
 type input struct {
@@ -54,17 +60,17 @@ type opCase struct {
 // and llama3 scaling), SwiGLU, an MLP block, chunked LM-head cross-entropy
 // (three chunk sizes, masked and weighted rows) and flex attention (causal
 // GQA, and a decode-style offset mask).
-func Run(t *testing.T, b tensor.Backend[float32]) {
+func Run(t *testing.T, b tensor.Backend[float32], tol Tolerances) {
 	seed := testseed.Seed(t)
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
 	ref := tensor.NewCPU[float64](0)
-	t.Run("Gemm", func(t *testing.T) { runGemm(t, b, rng) })
+	t.Run("Gemm", func(t *testing.T) { runGemm(t, b, tol, rng) })
 	for _, c := range opCases(rng) {
-		t.Run(c.name, func(t *testing.T) { runOp(t, c, b, ref, rng) })
+		t.Run(c.name, func(t *testing.T) { runOp(t, c, b, tol, ref, rng) })
 	}
 }
 
-func runOp(t *testing.T, c opCase, b tensor.Backend[float32], ref tensor.Backend[float64], rng *rand.Rand) {
+func runOp(t *testing.T, c opCase, b tensor.Backend[float32], tol Tolerances, ref tensor.Backend[float64], rng *rand.Rand) {
 	vals := make([][]float64, len(c.inputs))
 	for i, in := range c.inputs {
 		n := 1
@@ -94,14 +100,14 @@ func runOp(t *testing.T, c opCase, b tensor.Backend[float32], ref tensor.Backend
 	}
 	tp64 := tensor.NewTape(ref)
 	got64 := c.f64(tp64, in64)
-	Close(t, "forward cpu-f64", got64.Data, want, Tol64)
+	Close(t, "forward cpu-f64", got64.Data(), want, Tol64)
 	fd := finiteDiff(c, vals, g)
 	if tp64.Len() > 0 {
-		tp64.BackwardFrom(got64, g)
+		tp64.BackwardFrom(got64, tensor.Host[float64](g))
 	}
 	for i, in := range c.inputs {
 		if in.grad {
-			Close(t, "grad "+in.name+" cpu-f64 vs finite differences", in64[i].Grad, fd[i], Tol64*100)
+			Close(t, "grad "+in.name+" cpu-f64 vs finite differences", in64[i].Grad(), fd[i], Tol64*100)
 		}
 	}
 
@@ -112,29 +118,29 @@ func runOp(t *testing.T, c opCase, b tensor.Backend[float32], ref tensor.Backend
 		for j, v := range vals[i] {
 			d[j] = float32(v)
 		}
-		in32[i] = tensor.FromData(in.name, d, in.shape...)
+		in32[i] = tensor.FromStorage(in.name, b.Upload(d, false), in.shape...)
 		in32[i].RequiresGrad = in.grad
 	}
 	tp := tensor.NewTape(b)
 	got := c.f32(tp, in32)
-	fwd, bwd := TolFwd32, TolBwd32
+	fwd, bwd := tol.Fwd, tol.Bwd
 	if c.fwd32 != 0 {
-		fwd = c.fwd32
+		fwd = max(fwd, c.fwd32*tol.Scale)
 	}
 	if c.bwd32 != 0 {
-		bwd = c.bwd32
+		bwd = max(bwd, c.bwd32*tol.Scale)
 	}
-	Close(t, "forward "+b.Name(), got.Data, want, fwd)
+	Close(t, "forward "+b.Name(), download(b, got.Store), want, fwd)
 	g32 := make([]float32, len(g))
 	for i, v := range g {
 		g32[i] = float32(v)
 	}
 	if tp.Len() > 0 {
-		tp.BackwardFrom(got, g32)
+		tp.BackwardFrom(got, b.Upload(g32, false))
 	}
 	for i, in := range c.inputs {
 		if in.grad {
-			Close(t, "grad "+in.name+" "+b.Name()+" vs finite differences", in32[i].Grad, fd[i], bwd)
+			Close(t, "grad "+in.name+" "+b.Name()+" vs finite differences", download(b, in32[i].GradStore), fd[i], bwd)
 		}
 	}
 }
@@ -198,4 +204,11 @@ func CloseErr[T tensor.Float](got []T, want []float64, tol float64) error {
 		return fmt.Errorf("max error %.3g at %d (got %g, want %g) exceeds %.1g × max|want| %.3g", worst, at, float64(got[at]), want[at], tol, scale)
 	}
 	return nil
+}
+
+// download returns the values of s, read through b.
+func download(b tensor.Backend[float32], s tensor.Storage[float32]) []float32 {
+	out := make([]float32, s.Len())
+	b.Download(s, out)
+	return out
 }

@@ -12,7 +12,7 @@ type ten[T tensor.Float] = tensor.Of[T]
 type opFn[T tensor.Float] = func(tp *tp[T], in []*ten[T]) *ten[T]
 
 func embeddingOp[T tensor.Float](ids []int32) opFn[T] {
-	return func(tp *tp[T], in []*ten[T]) *ten[T] { return tp.Embedding(in[0], ids) }
+	return func(tp *tp[T], in []*ten[T]) *ten[T] { return tp.Embedding(in[0], tp.Backend().UploadInts(ids)) }
 }
 
 func linearOp[T tensor.Float](tp *tp[T], in []*ten[T]) *ten[T] {
@@ -42,7 +42,7 @@ func rmsnormOp[T tensor.Float](eps float64) opFn[T] {
 }
 
 func ropeOp[T tensor.Float](r *tensor.Rope, pos []int32) opFn[T] {
-	return func(tp *tp[T], in []*ten[T]) *ten[T] { return tp.RoPE(in[0], tensor.Table[T](r, pos)) }
+	return func(tp *tp[T], in []*ten[T]) *ten[T] { return tp.RoPE(in[0], tensor.Table(tp.Backend(), r, pos)) }
 }
 
 func swigluOp[T tensor.Float](tp *tp[T], in []*ten[T]) *ten[T] { return tp.SwiGLU(in[0], in[1]) }

@@ -128,7 +128,7 @@ func (s *stepper) step() (stepResult, error) {
 	lap(4)
 	res.end = t
 
-	res.loss = float64(out.Loss.Data[0])
+	res.loss = float64(out.Loss.Data()[0])
 	res.flops = StepFLOPs(&s.o.Target, s.dc, b.Rows, b.Len, bl)
 	// The forward pass built this mask; build it once more, apart, to time it.
 	start := time.Now()
