@@ -63,11 +63,12 @@ func TrainTarget(ctx context.Context, m *model.Model, seqs [][]int32, batch int,
 			out := m.Forward(tp, model.Input{IDs: ids, Batch: len(ids) / L, Len: L})
 			x := m.Loss(tp, out.Final, targets, nil, 0)
 			tp.Backward(x.Loss)
+			_, argmax := x.Read(backend)
 			var ok, n int
 			for i, t := range targets {
 				if t >= 0 {
 					n++
-					if x.Argmax[i] == t {
+					if argmax[i] == t {
 						ok++
 					}
 				}

@@ -1,6 +1,7 @@
 package model
 
 import (
+	"dflash/tensor"
 	"fmt"
 	"slices"
 	"testing"
@@ -64,13 +65,13 @@ func TestParamsArena(t *testing.T) {
 			m.TrainParams() // allocates the flat gradient
 			off := 0
 			for _, p := range m.Params() {
-				if &p.Data[0] != &a.Data[off] || &p.Grad[0] != &a.Grad[off] {
+				if &p.Data()[0] != &tensor.HostData(a.Values, "values")[off] || &p.Grad()[0] != &tensor.HostData(a.Grad, "grad")[off] {
 					t.Fatalf("%s is not the arena's range at offset %d", p.Name, off)
 				}
 				off += p.Numel()
 			}
-			if off != len(a.Data) || off != m.NumParams() {
-				t.Fatalf("parameters cover %d elements, arena %d, NumParams %d", off, len(a.Data), m.NumParams())
+			if off != a.Values.Len() || off != m.NumParams() {
+				t.Fatalf("parameters cover %d elements, arena %d, NumParams %d", off, a.Values.Len(), m.NumParams())
 			}
 		})
 	}

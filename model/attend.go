@@ -19,7 +19,8 @@ import (
 // flex.Forward when the mask is "the first keys(i) keys" (causal with an
 // offset, or everything): no mask program and no block mask; the products
 // run on b's GEMM, one pair per kv head (the query rows of its group
-// stacked), so small ones stay on the calling goroutine.
+// stacked), so small ones stay on the calling goroutine. Every slice is in
+// host memory: b is a CPU backend.
 func AttendRows[T tensor.Float](b tensor.Backend[T], q []T, k, v [][]T, hq, n, D int, keys func(i int) int, scale float64, out []T) {
 	hkv := len(k)
 	if hkv == 0 || hq%hkv != 0 || len(v) != hkv || len(q) != hq*n*D || len(out) != len(q) {
@@ -39,16 +40,16 @@ func AttendRows[T tensor.Float](b tensor.Backend[T], q []T, k, v [][]T, hq, n, D
 		return
 	}
 	chunk := min(rows, max(1, attendScores/total)) // query rows per pair of products
-	s := make([]T, chunk*total)
+	s := make(tensor.Host[T], chunk*total)
 	for g := range hkv {
 		for r0 := 0; r0 < rows; r0 += chunk {
 			r1 := min(rows, r0+chunk)
 			qc, oc := q[(g*rows+r0)*D:(g*rows+r1)*D], out[(g*rows+r0)*D:(g*rows+r1)*D]
-			b.Gemm(false, true, r1-r0, total, D, T(scale), qc, D, k[g], D, 0, s, total)
+			b.Gemm(false, true, r1-r0, total, D, T(scale), tensor.Host[T](qc), D, tensor.Host[T](k[g]), D, 0, s, total)
 			for r := r0; r < r1; r++ {
 				softmaxPrefix(s[(r-r0)*total:(r-r0+1)*total], keys(r%n))
 			}
-			b.Gemm(false, false, r1-r0, D, total, 1, s, total, v[g], D, 0, oc, D)
+			b.Gemm(false, false, r1-r0, D, total, 1, s, total, tensor.Host[T](v[g]), D, 0, tensor.Host[T](oc), D)
 		}
 	}
 }

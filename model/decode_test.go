@@ -39,9 +39,9 @@ func TestDecodeTruncate(t *testing.T) {
 				t.Helper()
 				w := make([]float64, rows*cols)
 				for i := range w {
-					w[i] = float64(want.Data[from*cols+i])
+					w[i] = float64(want.Data()[from*cols+i])
 				}
-				backendtest.Close(t, what, got.Data, w, 1e-5)
+				backendtest.Close(t, what, got.Data(), w, 1e-5)
 			}
 			cache := m.NewCache()
 			m.Step(cpu, cache, ids[:5])

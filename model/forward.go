@@ -44,10 +44,19 @@ func Positions(batch, length int) []int32 {
 	return pos
 }
 
-// Forward runs the decoder on tp (record gradients with a training tape,
-// none with an inference tape). Attention is causal within each sequence.
-// It panics on inconsistent input sizes (a programmer error).
-func (m *Model) Forward(tp *tensor.Tape, in Input) *Output {
+// Prepared is an Input on a backend: the token ids, the rotary table of the
+// positions and the causal block mask, built once before a step (Prepare)
+// so that the forward pass itself only runs ops.
+type Prepared struct {
+	Input
+	ids  tensor.Ints
+	rope *tensor.RopeTable[float32]
+	mask tensor.Mask
+}
+
+// Prepare checks in and builds its Prepared on b. It panics on inconsistent
+// input sizes (a programmer error).
+func (m *Model) Prepare(b tensor.Backend[float32], in Input) *Prepared {
 	c := &m.Config
 	n := in.Batch * in.Len
 	if n == 0 || len(in.IDs) != n {
@@ -59,37 +68,51 @@ func (m *Model) Forward(tp *tensor.Tape, in Input) *Output {
 	} else if len(pos) != n {
 		panic(fmt.Sprintf("model.Forward: %d positions for %d tokens", len(pos), n))
 	}
-	want := map[int]bool{}
 	for _, s := range in.States {
 		if s < 0 || s > c.NumLayers {
 			panic(fmt.Sprintf("model.Forward: hidden state %d out of range [0, %d]", s, c.NumLayers))
 		}
+	}
+	if in.StatesOnly && len(in.States) == 0 {
+		panic("model.Forward: StatesOnly without States")
+	}
+	d := flex.Dims{Batch: in.Batch, HeadsQ: c.NumHeads, HeadsKV: c.NumKVHeads, LenQ: in.Len, LenKV: in.Len, HeadDim: c.HeadDim}
+	mask, err := b.NewMask(flex.Causal(), flex.NewArgs(), d)
+	if err != nil {
+		panic("model.Forward: causal block mask: " + err.Error())
+	}
+	return &Prepared{Input: in, ids: b.UploadInts(in.IDs), rope: tensor.Table(b, m.rope, pos), mask: mask}
+}
+
+// Forward runs the decoder on tp (record gradients with a training tape,
+// none with an inference tape): Prepare on tp's backend, then
+// ForwardPrepared. Attention is causal within each sequence. It panics on
+// inconsistent input sizes (a programmer error).
+func (m *Model) Forward(tp *tensor.Tape, in Input) *Output {
+	return m.ForwardPrepared(tp, m.Prepare(tp.Backend(), in))
+}
+
+// ForwardPrepared runs the decoder on inputs prepared on tp's backend.
+func (m *Model) ForwardPrepared(tp *tensor.Tape, in *Prepared) *Output {
+	c := &m.Config
+	want := map[int]bool{}
+	for _, s := range in.States {
 		want[s] = true
 	}
 	stop := c.NumLayers // layers to run
 	if in.StatesOnly {
-		if len(in.States) == 0 {
-			panic("model.Forward: StatesOnly without States")
-		}
 		stop = slices.Max(in.States)
 	}
 	out := &Output{States: map[int]*tensor.Tensor{}}
-	table := tensor.Table[float32](m.rope, pos)
-	d := flex.Dims{Batch: in.Batch, HeadsQ: c.NumHeads, HeadsKV: c.NumKVHeads, LenQ: in.Len, LenKV: in.Len, HeadDim: c.HeadDim}
-	args := flex.NewArgs()
-	bm, err := flex.NewBlockMask(flex.Causal(), args, d, 0, 0)
-	if err != nil {
-		panic("model.Forward: causal block mask: " + err.Error())
-	}
 	att := func(q, k, v *tensor.Tensor) *tensor.Tensor {
-		return tp.Attention(q, k, v, bm, nil, args, 1/math.Sqrt(float64(c.HeadDim)))
+		return tp.Attention(q, k, v, in.mask, nil, 1/math.Sqrt(float64(c.HeadDim)))
 	}
-	x := tp.Embedding(m.Embed, in.IDs)
+	x := tp.Embedding(m.Embed, in.ids)
 	for i := range stop {
 		if want[i] {
 			out.States[i] = x
 		}
-		x = m.layer(tp, i, x, in.Batch, in.Len, table, att)
+		x = m.layer(tp, i, x, in.Batch, in.Len, in.rope, att)
 	}
 	if stop < c.NumLayers {
 		out.States[stop] = x

@@ -28,9 +28,9 @@ type GenerateOptions struct {
 // keys and the values of every position processed so far, and the RoPE
 // table of those positions.
 type Cache struct {
-	k, v [][][]float32 // [layer][kvHead] → len·HeadDim
-	Len  int
-	rope tensor.RopeTable[float32] // rows 0..(len(rope.Cos)/(HeadDim/2))−1: positions 0, 1, ...
+	k, v     [][][]float32 // [layer][kvHead] → len·HeadDim
+	Len      int
+	cos, sin []float32 // RoPE angles of positions 0, 1, ..., [positions, HeadDim/2], in host memory
 }
 
 // NewCache returns an empty cache for m.
@@ -40,7 +40,6 @@ func (m *Model) NewCache() *Cache {
 		c.k[i] = make([][]float32, m.Config.NumKVHeads)
 		c.v[i] = make([][]float32, m.Config.NumKVHeads)
 	}
-	c.rope.HeadDim = m.Config.HeadDim
 	return c
 }
 
@@ -48,16 +47,16 @@ func (m *Model) NewCache() *Cache {
 // the cache's table, which grows (doubling) to cover them: a position's
 // angles are computed once per sequence, not once per step.
 func (c *Cache) ropeRows(r *tensor.Rope, past, n int) *tensor.RopeTable[float32] {
-	h := c.rope.HeadDim / 2
-	if have := len(c.rope.Cos) / h; past+n > have {
+	h := r.HeadDim / 2
+	if have := len(c.cos) / h; past+n > have {
 		pos := make([]int32, max(past+n, 2*have)-have)
 		for i := range pos {
 			pos[i] = int32(have + i)
 		}
-		t := tensor.Table[float32](r, pos)
-		c.rope.Cos, c.rope.Sin = append(c.rope.Cos, t.Cos...), append(c.rope.Sin, t.Sin...)
+		cos, sin := tensor.Angles[float32](r, pos)
+		c.cos, c.sin = append(c.cos, cos...), append(c.sin, sin...)
 	}
-	return &tensor.RopeTable[float32]{HeadDim: c.rope.HeadDim, Cos: c.rope.Cos[past*h : (past+n)*h], Sin: c.rope.Sin[past*h : (past+n)*h]}
+	return &tensor.RopeTable[float32]{HeadDim: r.HeadDim, Cos: tensor.Host[float32](c.cos[past*h : (past+n)*h]), Sin: tensor.Host[float32](c.sin[past*h : (past+n)*h])}
 }
 
 // Truncate drops every position from n on (n ≤ Len), as if only the first
@@ -94,7 +93,7 @@ func (m *Model) Prefill(b tensor.Backend[float32], cache *Cache, tokens []int32,
 	x, hidden := m.decode(b, cache, tokens, states)
 	tp := tensor.NewInference(b)
 	last := tp.Slice(x, 0, len(tokens)-1, len(tokens))
-	return m.Logits(tp, tp.RMSNorm(last, m.Norm, m.Config.RMSNormEps)).Data, hidden
+	return m.Logits(tp, tp.RMSNorm(last, m.Norm, m.Config.RMSNormEps)).Data(), hidden
 }
 
 // Decode is Prefill for a block of tokens that all need their logits, as
@@ -128,7 +127,7 @@ func (m *Model) decode(b tensor.Backend[float32], cache *Cache, tokens []int32, 
 	scale := 1 / math.Sqrt(float64(c.HeadDim))
 	D := c.HeadDim
 	keys := func(i int) int { return past + i + 1 } // causal: token i sees the cache and tokens 0..i
-	x := tp.Embedding(m.Embed, tokens)
+	x := tp.Embedding(m.Embed, tensor.HostInts(tokens))
 	for i := range m.Layers {
 		if slices.Contains(states, i) {
 			hidden[i] = x
@@ -136,8 +135,8 @@ func (m *Model) decode(b tensor.Backend[float32], cache *Cache, tokens []int32, 
 		q, k, v := m.qkv(tp, i, x, 1, n, table) // [1, n, H, D]
 		for h := range c.NumKVHeads {
 			for t := range n {
-				cache.k[i][h] = append(cache.k[i][h], k.Data[(t*c.NumKVHeads+h)*D:][:D]...)
-				cache.v[i][h] = append(cache.v[i][h], v.Data[(t*c.NumKVHeads+h)*D:][:D]...)
+				cache.k[i][h] = append(cache.k[i][h], k.Data()[(t*c.NumKVHeads+h)*D:][:D]...)
+				cache.v[i][h] = append(cache.v[i][h], v.Data()[(t*c.NumKVHeads+h)*D:][:D]...)
 			}
 		}
 		qt := tp.Transpose12(q) // [1, Hq, n, D]

@@ -91,7 +91,7 @@ func TestGoldenHF(t *testing.T) {
 			tp := tensor.NewInference(cpu)
 			out := m.Forward(tp, Input{IDs: ids, Batch: batch, Len: length, States: states})
 			logits := m.Logits(tp, out.Final)
-			if e := relErr(logits.Data, g["logits"]); e > goldenTol {
+			if e := relErr(logits.Data(), g["logits"]); e > goldenTol {
 				t.Errorf("logits: relative error %.3g > %g", e, goldenTol)
 			} else {
 				t.Logf("logits: relative error %.3g", e)
@@ -101,7 +101,7 @@ func TestGoldenHF(t *testing.T) {
 				if want == nil {
 					t.Fatalf("golden lacks hidden_states.%d", i)
 				}
-				if e := relErr(out.States[i].Data, want); e > goldenTol {
+				if e := relErr(out.States[i].Data(), want); e > goldenTol {
 					t.Errorf("hidden state %d: relative error %.3g > %g", i, e, goldenTol)
 				}
 			}
@@ -113,7 +113,7 @@ func TestGoldenHF(t *testing.T) {
 			}
 			// Explicit position ids.
 			outPos := m.Forward(tp, Input{IDs: ids, Batch: batch, Len: length, Pos: toIDs(g["pos"])})
-			if e := relErr(m.Logits(tp, outPos.Final).Data, g["logits_pos"]); e > goldenTol {
+			if e := relErr(m.Logits(tp, outPos.Final).Data(), g["logits_pos"]); e > goldenTol {
 				t.Errorf("logits with explicit positions: relative error %.3g > %g", e, goldenTol)
 			}
 			// Greedy generation with the KV cache, up to the first near-tie in HF's scores.
@@ -146,7 +146,7 @@ func TestGoldenHF(t *testing.T) {
 			ids := toIDs(g["ids"])
 			tp := tensor.NewInference(cpu)
 			logits := m.Logits(tp, m.Forward(tp, Input{IDs: ids, Batch: 2, Len: len(ids) / 2}).Final)
-			if e := relErr(logits.Data, g["logits"]); e > goldenTol {
+			if e := relErr(logits.Data(), g["logits"]); e > goldenTol {
 				t.Errorf("transformers' logits on our saved %s: relative error %.3g > %g", name, e, goldenTol)
 			} else {
 				t.Logf("transformers' logits on our saved %s: relative error %.3g", name, e)
@@ -202,7 +202,7 @@ func TestWriteGoSaved(t *testing.T) {
 		}
 		err = safetensors.Write(filepath.Join(dir, "go_logits.safetensors"), []safetensors.Tensor{
 			{Name: "ids", Shape: []int{2, 7}, Data: fids},
-			{Name: "logits", Shape: []int{2, 7, c.cfg.VocabSize}, Data: logits.Data},
+			{Name: "logits", Shape: []int{2, 7, c.cfg.VocabSize}, Data: logits.Data()},
 		}, nil)
 		if err != nil {
 			t.Fatal(err)

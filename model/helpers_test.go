@@ -18,8 +18,8 @@ func perturb(m *Model, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, 1))
 	for _, p := range m.Params() {
 		if len(p.Shape) == 1 {
-			for i := range p.Data {
-				p.Data[i] += float32(0.1 * rng.NormFloat64())
+			for i := range p.Data() {
+				p.Data()[i] += float32(0.1 * rng.NormFloat64())
 			}
 		}
 	}

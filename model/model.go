@@ -182,7 +182,7 @@ func Load(dir string) (*Model, error) {
 	defer w.Close()
 	used := map[string]bool{}
 	for _, p := range m.Params() {
-		if err := w.Weight(p.Name, p.Shape, p.Data); err != nil {
+		if err := w.Weight(p.Name, p.Shape, p.Data()); err != nil {
 			return nil, err
 		}
 		used[p.Name] = true
@@ -216,7 +216,7 @@ func (m *Model) Save(dir, dtype string) error {
 	}
 	var ts []safetensors.Tensor
 	for _, p := range m.Params() {
-		ts = append(ts, safetensors.Tensor{Name: p.Name, Shape: p.Shape, DType: dtype, Data: p.Data})
+		ts = append(ts, safetensors.Tensor{Name: p.Name, Shape: p.Shape, DType: dtype, Data: p.Data()})
 	}
 	if err := safetensors.Write(filepath.Join(dir, safetensors.SingleFile), ts, map[string]string{"format": "pt"}); err != nil {
 		return err
@@ -235,7 +235,7 @@ func (m *Model) TrainParams() []*train.Param { return TrainParams(m.Params()) }
 func TrainParams(ps []*tensor.Tensor) []*train.Param {
 	out := make([]*train.Param, len(ps))
 	for i, p := range ps {
-		out[i] = &train.Param{Name: p.Name, Shape: slices.Clone(p.Shape), Data: p.Data, Grad: p.EnsureGrad()}
+		out[i] = &train.Param{Name: p.Name, Shape: slices.Clone(p.Shape), Data: p.Data(), Grad: tensor.HostData(p.EnsureGrad(), p.Name+".grad")}
 	}
 	return out
 }

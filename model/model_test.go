@@ -102,9 +102,9 @@ func TestSaveLoadRoundTrip(t *testing.T) {
 				if pa[i].Name != pb[i].Name {
 					t.Fatalf("param %d: %s vs %s", i, pa[i].Name, pb[i].Name)
 				}
-				for j, v := range pa[i].Data {
-					if d := math.Abs(float64(v - pb[i].Data[j])); d > c.tol*math.Abs(float64(v))+1e-7 {
-						t.Fatalf("%s[%d]: saved %g loaded %g", pa[i].Name, j, v, pb[i].Data[j])
+				for j, v := range pa[i].Data() {
+					if d := math.Abs(float64(v - pb[i].Data()[j])); d > c.tol*math.Abs(float64(v))+1e-7 {
+						t.Fatalf("%s[%d]: saved %g loaded %g", pa[i].Name, j, v, pb[i].Data()[j])
 					}
 				}
 			}
@@ -137,13 +137,13 @@ func TestLoadErrors(t *testing.T) {
 			}
 			if p.Name == asInt { // the same bytes, labelled I32
 				raw := make([]byte, 4*p.Numel())
-				for i, v := range p.Data {
+				for i, v := range p.Data() {
 					binary.LittleEndian.PutUint32(raw[4*i:], uint32(int32(v*1000)))
 				}
 				ts = append(ts, safetensors.Tensor{Name: p.Name, Shape: shape, DType: "I32", Raw: raw})
 				continue
 			}
-			ts = append(ts, safetensors.Tensor{Name: p.Name, Shape: shape, Data: p.Data})
+			ts = append(ts, safetensors.Tensor{Name: p.Name, Shape: shape, Data: p.Data()})
 		}
 		if err := safetensors.Write(filepath.Join(dir, "model.safetensors"), ts, nil); err != nil {
 			t.Fatal(err)
@@ -206,7 +206,7 @@ func TestCacheMatchesForward(t *testing.T) {
 			check := func(pos int, got []float32) {
 				want := make([]float64, V)
 				for i := range want {
-					want[i] = float64(full.Data[pos*V+i])
+					want[i] = float64(full.Data()[pos*V+i])
 				}
 				backendtest.Close(t, "logits at "+strconv.Itoa(pos), got, want, 1e-5)
 			}
@@ -222,7 +222,7 @@ func TestCacheMatchesForward(t *testing.T) {
 			seq := append([]int32(nil), ids[:3]...)
 			for i := range gen {
 				l := m.Logits(tp, m.Forward(tp, Input{IDs: seq, Batch: 1, Len: len(seq)}).Final)
-				want := Sample(l.Data[(len(seq)-1)*V:], 0, 0, nil)
+				want := Sample(l.Data()[(len(seq)-1)*V:], 0, 0, nil)
 				if gen[i] != want {
 					t.Fatalf("generated token %d: %d, full forward argmax %d", i, gen[i], want)
 				}
@@ -293,7 +293,7 @@ func TestStatesOnly(t *testing.T) {
 				t.Fatal("deepest state is the final norm but Final is nil")
 			}
 			for _, s := range states {
-				a, b := full.States[s].Data, part.States[s].Data
+				a, b := full.States[s].Data(), part.States[s].Data()
 				if len(a) != len(b) {
 					t.Fatalf("state %d: %d values, full pass %d", s, len(b), len(a))
 				}

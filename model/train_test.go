@@ -28,8 +28,8 @@ func TestGradientsFiniteDifferences(t *testing.T) {
 			perturb(m, rng.Uint64())
 			for _, p := range m.Params() { // larger weights give larger, better-conditioned gradients
 				if len(p.Shape) == 2 {
-					for i := range p.Data {
-						p.Data[i] *= 5
+					for i := range p.Data() {
+						p.Data()[i] *= 5
 					}
 				}
 			}
@@ -56,19 +56,21 @@ func TestGradientsFiniteDifferences(t *testing.T) {
 			}
 			for _, p := range m.Params() {
 				var es []entry
-				for i := range p.Data {
+				for i := range p.Data() {
 					es = append(es, entry{p, i})
 				}
-				sort.Slice(es, func(a, b int) bool { return math.Abs(float64(p.Grad[es[a].i])) > math.Abs(float64(p.Grad[es[b].i])) })
+				sort.Slice(es, func(a, b int) bool {
+					return math.Abs(float64(p.Grad()[es[a].i])) > math.Abs(float64(p.Grad()[es[b].i]))
+				})
 				for _, e := range es[:2] {
-					g := float64(p.Grad[e.i])
-					x := p.Data[e.i]
+					g := float64(p.Grad()[e.i])
+					x := p.Data()[e.i]
 					h := float32(1e-2)
-					p.Data[e.i] = x + h
-					lp := float64(lossAt(tensor.NewInference(cpu)).Data[0])
-					p.Data[e.i] = x - h
-					lm := float64(lossAt(tensor.NewInference(cpu)).Data[0])
-					p.Data[e.i] = x
+					p.Data()[e.i] = x + h
+					lp := float64(lossAt(tensor.NewInference(cpu)).Data()[0])
+					p.Data()[e.i] = x - h
+					lm := float64(lossAt(tensor.NewInference(cpu)).Data()[0])
+					p.Data()[e.i] = x
 					fd := (lp - lm) / (2 * float64(h))
 					if math.Abs(fd-g) > 0.05*math.Abs(g)+2e-4 {
 						t.Errorf("%s[%d]: gradient %.5g, finite difference %.5g", p.Name, e.i, g, fd)
@@ -126,8 +128,8 @@ func TestTrainFromScratch(t *testing.T) {
 		}
 		last = l
 		for _, p := range m.Params() {
-			for i, g := range p.Grad {
-				p.Data[i] -= 0.5 * g
+			for i, g := range p.Grad() {
+				p.Data()[i] -= 0.5 * g
 			}
 			p.ZeroGrad()
 		}

@@ -67,7 +67,7 @@ func newOracle(t *testing.T, m *model.Model, prompt, ref []int32, taps []int, B,
 	out := m.Forward(tensor.NewInference(tensor.NewCPU[float32](1)), model.Input{IDs: seq, Batch: 1, Len: len(seq), States: states, StatesOnly: true})
 	o := &oracle{t: t, seq: seq, taps: taps, B: B, V: m.Config.VocabSize, rng: rng, phase: phase}
 	for _, s := range states {
-		o.want = append(o.want, out.States[s].Data)
+		o.want = append(o.want, out.States[s].Data())
 	}
 	return o
 }

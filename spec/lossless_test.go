@@ -119,7 +119,7 @@ func firstDiff(a, b []int32) int {
 // target after seq (a full forward pass).
 func topGap(m *model.Model, b tensor.Backend[float32], seq []int32) float64 {
 	tp := tensor.NewInference(b)
-	l := m.Logits(tp, m.Forward(tp, model.Input{IDs: seq, Batch: 1, Len: len(seq)}).Final).Data
+	l := m.Logits(tp, m.Forward(tp, model.Input{IDs: seq, Batch: 1, Len: len(seq)}).Final).Data()
 	l = slices.Clone(l[len(l)-m.Config.VocabSize:])
 	slices.Sort(l)
 	return float64(l[len(l)-1] - l[len(l)-2])

@@ -126,7 +126,7 @@ func jointProbs(m *model.Model, b tensor.Backend[float32], prompt []int32, n int
 			return
 		}
 		tp := tensor.NewInference(b)
-		l := m.Logits(tp, m.Forward(tp, model.Input{IDs: seq, Batch: 1, Len: len(seq)}).Final).Data
+		l := m.Logits(tp, m.Forward(tp, model.Input{IDs: seq, Batch: 1, Len: len(seq)}).Final).Data()
 		probs := model.Probs(l[len(l)-V:], o.Temperature, o.TopK)
 		for x, px := range probs {
 			if px > 0 {

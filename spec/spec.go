@@ -163,7 +163,7 @@ func Generate(ctx context.Context, b tensor.Backend[float32], target *model.Mode
 		}
 		t2 := time.Now()
 		vl, vh := target.Decode(b, cache, block, states)
-		accepted, next := verify(vl.Data, draftLogits, block, V, o, rng)
+		accepted, next := verify(vl.Data(), draftLogits, block, V, o, rng)
 		st.DraftSeconds += t2.Sub(t1).Seconds()
 		st.VerifySeconds += time.Since(t2).Seconds()
 		st.Rounds++
@@ -200,7 +200,7 @@ func taps(hidden map[int]*tensor.Tensor, states []int, lo, hi int) [][]float32 {
 	for i, s := range states {
 		h := hidden[s]
 		H := h.Cols()
-		out[i] = h.Data[lo*H : hi*H]
+		out[i] = h.Data()[lo*H : hi*H]
 	}
 	return out
 }

@@ -134,3 +134,11 @@ func (a *Arena[T]) Offset(i int) int { return a.offs[i] }
 
 // Len returns the total number of parameter elements.
 func (a *Arena[T]) Len() int { return a.size }
+
+// HostValues returns the master values of an arena in host memory; it
+// panics for an arena placed on a device.
+func (a *Arena[T]) HostValues() []T { return HostData(a.Values, "tensor.Arena values") }
+
+// HostGrad returns the flat gradient of an arena in host memory (nil before
+// EnsureGrad); it panics for an arena placed on a device.
+func (a *Arena[T]) HostGrad() []T { return HostData(a.Grad, "tensor.Arena gradient") }

@@ -89,11 +89,11 @@ type RopeTable[T Float] struct {
 	Cos, Sin Storage[T] // [len(pos), HeadDim/2]
 }
 
-// Table computes angle = pos[r]·InvFreq[i] (in float64) for each row r and
-// uploads cos and sin to b.
-func Table[T Float](b Backend[T], r *Rope, pos []int32) *RopeTable[T] {
+// Angles returns cos and sin of angle = pos[r]·InvFreq[i] (computed in
+// float64) for each row r, [len(pos), HeadDim/2] each, in host memory.
+func Angles[T Float](r *Rope, pos []int32) (cos, sin []T) {
 	h := r.HeadDim / 2
-	cos, sin := make([]T, len(pos)*h), make([]T, len(pos)*h)
+	cos, sin = make([]T, len(pos)*h), make([]T, len(pos)*h)
 	for j, p := range pos {
 		for i, f := range r.InvFreq {
 			s, c := math.Sincos(float64(p) * f)
@@ -101,6 +101,12 @@ func Table[T Float](b Backend[T], r *Rope, pos []int32) *RopeTable[T] {
 			sin[j*h+i] = T(s * r.AttentionScale)
 		}
 	}
+	return cos, sin
+}
+
+// Table returns the Angles of pos uploaded to b.
+func Table[T Float](b Backend[T], r *Rope, pos []int32) *RopeTable[T] {
+	cos, sin := Angles[T](r, pos)
 	return &RopeTable[T]{HeadDim: r.HeadDim, Cos: b.Upload(cos, true), Sin: b.Upload(sin, true)}
 }
 

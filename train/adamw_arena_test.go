@@ -74,8 +74,8 @@ func TestAdamWArenaMatchesPerTensor(t *testing.T) {
 	}
 	// The arena's flat buffer is what the optimizer wrote.
 	for i, p := range arena.Params() {
-		if len(p.Data()) > 0 && math.Float32bits(arena.Data[arena.Offset(i)]) != math.Float32bits(ref.p[i][0]) {
-			t.Fatalf("%s: flat buffer holds %v, reference %v", p.Name, arena.Data[arena.Offset(i)], ref.p[i][0])
+		if len(p.Data()) > 0 && math.Float32bits(arena.HostValues()[arena.Offset(i)]) != math.Float32bits(ref.p[i][0]) {
+			t.Fatalf("%s: flat buffer holds %v, reference %v", p.Name, arena.HostValues()[arena.Offset(i)], ref.p[i][0])
 		}
 	}
 }

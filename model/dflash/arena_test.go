@@ -23,19 +23,19 @@ func TestDrafterArena(t *testing.T) {
 	tps := d.TrainParams()
 	off := 0
 	for i, p := range d.Params() {
-		if &p.Data()[0] != &a.Data[off] || &p.Grad()[0] != &a.Grad[off] {
+		if &p.Data()[0] != &a.HostValues()[off] || &p.Grad()[0] != &a.HostGrad()[off] {
 			t.Fatalf("%s is not the arena's range at offset %d", p.Name, off)
 		}
-		if tps[i].Name != p.Name || &tps[i].Data[0] != &a.Data[off] || &tps[i].Grad[0] != &a.Grad[off] {
+		if tps[i].Name != p.Name || &tps[i].Data[0] != &a.HostValues()[off] || &tps[i].Grad[0] != &a.HostGrad()[off] {
 			t.Fatalf("train parameter %s is not the arena's range at offset %d", tps[i].Name, off)
 		}
 		off += p.Numel()
 	}
-	if off != len(a.Data) || off != len(a.Grad) {
-		t.Fatalf("parameters cover %d elements, arena %d (gradient %d)", off, len(a.Data), len(a.Grad))
+	if off != len(a.HostValues()) || off != len(a.HostGrad()) {
+		t.Fatalf("parameters cover %d elements, arena %d (gradient %d)", off, len(a.HostValues()), len(a.HostGrad()))
 	}
 	var nonzero bool
-	for _, g := range a.Grad {
+	for _, g := range a.HostGrad() {
 		nonzero = nonzero || g != 0
 	}
 	if !nonzero {

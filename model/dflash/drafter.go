@@ -98,24 +98,27 @@ func (d *Drafter[T]) Arena() *tensor.Arena[T] { return d.arena }
 type Output[T tensor.Float] struct {
 	Loss      *tensor.Of[T] // [1], the weighted mean CE of §4.4 (0 without labels)
 	WeightSum float64
-	Pred      []int32         // [Rows*N*B] greedy predictions, −1 where there is no label
-	CE        []float64       // [Rows*N*B] per-slot cross-entropy, 0 where there is no label
+	Xent      *tensor.Xent[T] // the per-slot results, on the backend until Read
+	Pred      []int32         // [Rows*N*B] greedy predictions, −1 where there is no label (after Read)
+	CE        []float64       // [Rows*N*B] per-slot cross-entropy, 0 where there is no label (after Read)
 	Context   *tensor.Of[T]   // u [Rows*S, H]
 	Hidden    []*tensor.Of[T] // block hidden states after each layer, [Rows*N*B, H]
 }
 
 // Forward runs the drafter on batch b with blocks bl and returns the loss
-// and predictions: Inputs, then ForwardInputs. With train, tp must be a
+// and predictions: Inputs on tp's backend, ForwardInputs, then Read. With train, tp must be a
 // recording tape (tensor.NewTape) and the backward pass is recorded (call
 // tp.Backward(out.Loss)); without, pass an inference tape
 // (tensor.NewInference): recording is the tape's choice, so a recording
 // tape records whatever train says.
 func (d *Drafter[T]) Forward(tp *tensor.TapeOf[T], train bool, head Head[T], b *Batch, bl *Blocks) (*Output[T], error) {
-	in, err := d.Inputs(b, bl)
+	in, err := d.Inputs(tp.Backend(), b, bl)
 	if err != nil {
 		return nil, err
 	}
-	return d.ForwardInputs(tp, train, head, in), nil
+	out := d.ForwardInputs(tp, train, head, in)
+	out.Read(tp.Backend())
+	return out, nil
 }
 
 // ForwardInputs runs the drafter on inputs assembled by Inputs. Every step
@@ -133,22 +136,28 @@ func (d *Drafter[T]) ForwardInputs(tp *tensor.TapeOf[T], train bool, head Head[T
 	u := d.contextFeatures(tp, in.Taps)
 	out := &Output[T]{Context: u}
 	att := func(q, k, v *tensor.Of[T]) *tensor.Of[T] {
-		return tp.Attention(q, k, v, in.Mask, nil, in.Mask.Args(), 1/math.Sqrt(float64(c.HeadDim)))
+		return tp.Attention(q, k, v, in.Mask, nil, 1/math.Sqrt(float64(c.HeadDim)))
 	}
-	z := tp.Embedding(head.Embed, bl.IDs) // [R*nB, H]
+	z := tp.Embedding(head.Embed, in.IDs) // [R*nB, H]
 	for l := range d.Layers {
 		kc, vc := d.contextKV(tp, l, u, R, S, in.CtxRope)
 		z = d.layer(tp, l, z, kc, vc, R, nB, in.QRope, att)
 		out.Hidden = append(out.Hidden, z)
 	}
 	o := tp.RMSNorm(z, d.Norm, c.RMSNormEps)
-	x := tp.LMHeadXentRows(o, head.LMHead, in.Loss, d.LossChunk)
-	out.Loss, out.Pred, out.CE = x.Loss, x.Argmax, make([]float64, len(x.RowLoss))
-	for i, l := range x.RowLoss {
-		out.CE[i] = float64(l)
-	}
-	out.WeightSum = bl.WeightSum
+	out.Xent = tp.LMHeadXentRows(o, head.LMHead, in.Loss, d.LossChunk)
+	out.Loss, out.WeightSum = out.Xent.Loss, bl.WeightSum
 	return out
+}
+
+// Read fills Pred and CE from the backend b the forward pass ran on (on a
+// device, it waits for the queued work).
+func (o *Output[T]) Read(b tensor.Backend[T]) {
+	ce, pred := o.Xent.Read(b)
+	o.Pred, o.CE = pred, make([]float64, len(ce))
+	for i, l := range ce {
+		o.CE[i] = float64(l)
+	}
 }
 
 // contextFeatures returns the context features u = RMSNorm(fc(concat

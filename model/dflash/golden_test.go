@@ -152,20 +152,29 @@ type denseCPU[T tensor.Float] struct{ *tensor.CPU[T] }
 func newDenseCPU[T tensor.Float]() tensor.Backend[T] { return denseCPU[T]{tensor.NewCPU[T](2)} }
 
 // Attention returns the dense attention's output (and no log-sum-exp).
-func (c denseCPU[T]) Attention(d flex.Dims, q, k, v []T, bm *flex.BlockMask, score *flex.ScoreProgram, args *flex.Args, scale float64) (out, lse []T) {
+func (c denseCPU[T]) Attention(d flex.Dims, q, k, v tensor.Storage[T], m tensor.Mask, score *flex.ScoreProgram, scale float64) (out, lse tensor.Storage[T]) {
 	if score != nil {
 		panic("denseCPU: score programs are not supported")
 	}
-	out, _ = denseAttention(d, q, k, v, bm, scale)
-	return out, nil
+	o, _ := denseAttention(d, host(q), host(k), host(v), m.(tensor.HostMask).BlockMask, scale)
+	return tensor.Host[T](o), nil
 }
 
-// AttentionBackward recomputes the dense attention and returns its gradients.
-func (c denseCPU[T]) AttentionBackward(d flex.Dims, q, k, v, out, lse, dout []T, bm *flex.BlockMask, score *flex.ScoreProgram, args *flex.Args, scale float64) flex.Grads[T] {
-	_, back := denseAttention(d, q, k, v, bm, scale)
-	dq, dk, dv := back(dout)
-	return flex.Grads[T]{DQ: dq, DK: dk, DV: dv}
+// AttentionBackward recomputes the dense attention and accumulates its gradients.
+func (c denseCPU[T]) AttentionBackward(d flex.Dims, q, k, v, out, lse, dout tensor.Storage[T], m tensor.Mask, score *flex.ScoreProgram, scale float64, dq, dk, dv tensor.Storage[T]) {
+	_, back := denseAttention(d, host(q), host(k), host(v), m.(tensor.HostMask).BlockMask, scale)
+	gq, gk, gv := back(host(dout))
+	for _, p := range []struct {
+		dst tensor.Storage[T]
+		g   []T
+	}{{dq, gq}, {dk, gk}, {dv, gv}} {
+		if p.dst != nil {
+			c.Axpy(1, tensor.Host[T](p.g), p.dst)
+		}
+	}
 }
+
+func host[T tensor.Float](s tensor.Storage[T]) []T { return tensor.HostData(s, "denseCPU") }
 
 // denseAttention is the dense masked attention of the reference (the mask
 // evaluated per element through BlockMask.Allowed).

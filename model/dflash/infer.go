@@ -59,7 +59,7 @@ func (d *Drafter[T]) Extend(b tensor.Backend[T], ctx *Context[T], hidden [][]flo
 	for i := range pos {
 		pos[i] = int32(ctx.Len + i)
 	}
-	table := tensor.Table[T](d.rope(), pos)
+	table := tensor.Table(b, d.rope(), pos)
 	for l := range d.Layers {
 		kc, vc := d.contextKV(tp, l, u, 1, n, table)
 		ctx.k[l] = append(ctx.k[l], kc.Data()...)
@@ -84,7 +84,7 @@ func (d *Drafter[T]) Propose(b tensor.Backend[T], head Head[T], ctx *Context[T],
 	}
 	ids[0] = last
 	tp := tensor.NewInference(b)
-	table := tensor.Table[T](d.rope(), pos)
+	table := tensor.Table(b, d.rope(), pos)
 	// One block anchored at the end of the context sees every key (the
 	// DFlash mask: the context before the anchor and its own block), so
 	// attention needs no mask.
@@ -98,7 +98,7 @@ func (d *Drafter[T]) Propose(b tensor.Backend[T], head Head[T], ctx *Context[T],
 		model.AttendRows(b, q.Data(), ks, vs, c.NumHeads, B, c.HeadDim, func(int) int { return n }, 1/math.Sqrt(float64(c.HeadDim)), out.Data())
 		return out
 	}
-	z := tp.Embedding(head.Embed, ids)
+	z := tp.Embedding(head.Embed, b.UploadInts(ids))
 	for l := range d.Layers {
 		kc := tensor.FromData(fmt.Sprintf("ctx_k%d", l), ctx.k[l], 1, S, KV)
 		vc := tensor.FromData(fmt.Sprintf("ctx_v%d", l), ctx.v[l], 1, S, KV)

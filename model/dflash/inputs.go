@@ -16,6 +16,8 @@ type StepInputs[T tensor.Float] struct {
 	// block ids, positions, labels and loss weights laid out from them.
 	Batch  *Batch
 	Blocks *Blocks
+	// IDs are the block token ids (Blocks.IDs) on the backend.
+	IDs tensor.Ints
 	// Taps are the target's hidden states at the taps, [Rows*Len, H] each,
 	// in tap order (the forward pass concatenates them with an op).
 	Taps []*tensor.Of[T]
@@ -23,58 +25,55 @@ type StepInputs[T tensor.Float] struct {
 	// context rows (positions 0..Len−1 of every row).
 	QRope, CtxRope *tensor.RopeTable[T]
 	// Mask is the DFlash block mask over [context ; block] keys (§3).
-	Mask *flex.BlockMask
+	Mask tensor.Mask
 	// Loss holds the labelled slots, compacted, with their labels and their
 	// shares of the loss, for the chunked cross-entropy (§4.4).
 	Loss *tensor.XentRows[T]
 }
 
 // Inputs assembles the inputs of a forward pass over batch b with blocks
-// bl. It panics when b and bl disagree with each other or with the
+// bl on backend be (the one place they are uploaded). It panics when b and bl disagree with each other or with the
 // drafter's shape (a programmer error) and returns an error when the rotary
 // config or the block mask cannot be built.
-func (d *Drafter[T]) Inputs(b *Batch, bl *Blocks) (*StepInputs[T], error) {
+func (d *Drafter[T]) Inputs(be tensor.Backend[T], b *Batch, bl *Blocks) (*StepInputs[T], error) {
 	c := d.Cfg
 	b.Check(c.HiddenSize, len(c.TargetLayerIDs))
 	if bl.Rows != b.Rows || bl.B != c.BlockSize {
 		panic(fmt.Sprintf("dflash: Inputs: blocks %dx%dx%d for a batch of %d rows, block size %d", bl.Rows, bl.N, bl.B, b.Rows, c.BlockSize))
 	}
 	R, S := b.Rows, b.Len
-	in := &StepInputs[T]{Batch: b, Blocks: bl, Loss: tensor.NewXentRows[T](bl.Labels, bl.Weights)}
-	in.Taps = tapTensors[T](b.Hidden, R*S, c.HiddenSize)
+	in := &StepInputs[T]{Batch: b, Blocks: bl, IDs: be.UploadInts(bl.IDs), Loss: tensor.NewXentRows(be, bl.Labels, bl.Weights)}
+	in.Taps = tapTensors(be, b.Hidden, R*S, c.HiddenSize)
 	rope, err := c.Rope()
 	if err != nil {
 		return nil, fmt.Errorf("dflash: config: %w", err)
 	}
-	in.QRope = tensor.Table[T](rope, bl.Pos)
+	in.QRope = tensor.Table(be, rope, bl.Pos)
 	ctxPos := make([]int32, 0, R*S)
 	for range R {
 		for i := range S {
 			ctxPos = append(ctxPos, int32(i))
 		}
 	}
-	in.CtxRope = tensor.Table[T](rope, ctxPos)
+	in.CtxRope = tensor.Table(be, rope, ctxPos)
 	dims := flex.DFlashDims(R, c.NumHeads, c.NumKVHeads, bl.N, bl.B, S, c.HeadDim)
-	in.Mask, err = flex.NewBlockMask(flex.DFlashMask(bl.B), flex.DFlashArgs(S, bl.Anchors, bl.N, bl.NumValid), dims, 0, 0)
+	in.Mask, err = be.NewMask(flex.DFlashMask(bl.B), flex.DFlashArgs(S, bl.Anchors, bl.N, bl.NumValid), dims)
 	if err != nil {
 		return nil, fmt.Errorf("dflash: block mask: %w", err)
 	}
 	return in, nil
 }
 
-// tapTensors wraps the hidden states of the taps (one [rows*h] slice each)
-// as [rows, h] tensors of T, sharing float32 data, converting otherwise.
-func tapTensors[T tensor.Float](hidden [][]float32, rows, h int) []*tensor.Of[T] {
+// tapTensors uploads the hidden states of the taps (one [rows*h] slice
+// each) to be as [rows, h] tensors.
+func tapTensors[T tensor.Float](be tensor.Backend[T], hidden [][]float32, rows, h int) []*tensor.Of[T] {
 	out := make([]*tensor.Of[T], len(hidden))
 	for t, x := range hidden {
-		v, ok := any(x).([]T)
-		if !ok {
-			v = make([]T, len(x))
-			for i, f := range x {
-				v[i] = T(f)
-			}
+		v := make([]T, len(x))
+		for i, f := range x {
+			v[i] = T(f)
 		}
-		out[t] = tensor.FromData(fmt.Sprintf("tap%d", t), v, rows, h)
+		out[t] = tensor.FromStorage(fmt.Sprintf("tap%d", t), be.Upload(v, false), rows, h)
 	}
 	return out
 }

@@ -19,7 +19,8 @@ import (
 func TestInputsAssembledOnce(t *testing.T) {
 	rng := testseed.New(t)
 	d, head, b, bl := randomDrafter[float32](rng, 37, []int{37, 30, 22}, 7)
-	in, err := d.Inputs(b, bl)
+	cpu := tensor.NewCPU[float32](2)
+	in, err := d.Inputs(cpu, b, bl)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,7 +28,8 @@ func TestInputsAssembledOnce(t *testing.T) {
 	for i, h := range b.Hidden {
 		hidden[i] = slices.Clone(h)
 	}
-	cos, sin := slices.Clone(in.CtxRope.Cos), slices.Clone(in.QRope.Sin)
+	ctxCos, qSin := tensor.HostData(in.CtxRope.Cos, "cos"), tensor.HostData(in.QRope.Sin, "sin")
+	cos, sin := slices.Clone(ctxCos), slices.Clone(qSin)
 	active := slices.Clone(in.Loss.Active)
 	type result struct {
 		loss  float32
@@ -36,10 +38,11 @@ func TestInputsAssembledOnce(t *testing.T) {
 	}
 	run := func(forward func(tp *tensor.Tape) *Output[float32]) result {
 		d.Arena().ZeroGrad()
-		tp := tensor.NewTape(tensor.NewCPU[float32](2))
+		tp := tensor.NewTape(cpu)
 		out := forward(tp)
 		tp.Backward(out.Loss)
-		return result{out.Loss.Data()[0], out.Pred, slices.Clone(d.Arena().Grad)}
+		out.Read(cpu)
+		return result{out.Loss.Data()[0], out.Pred, slices.Clone(d.Arena().HostGrad())}
 	}
 	viaInputs := func(tp *tensor.Tape) *Output[float32] { return d.ForwardInputs(tp, true, head, in) }
 	results := []result{run(viaInputs), run(viaInputs), run(func(tp *tensor.Tape) *Output[float32] {
@@ -64,15 +67,15 @@ func TestInputsAssembledOnce(t *testing.T) {
 			t.Fatalf("tap %d changed during the forward passes", i)
 		}
 	}
-	if !slices.Equal(cos, in.CtxRope.Cos) || !slices.Equal(sin, in.QRope.Sin) || !slices.Equal(active, in.Loss.Active) {
+	if !slices.Equal(cos, ctxCos) || !slices.Equal(sin, qSin) || !slices.Equal(active, in.Loss.Active) {
 		t.Fatal("rotary tables or loss rows changed during the forward passes")
 	}
 	// Context positions: row r*S+i is position i, so its first angle is i·InvFreq[0] = i.
 	h := d.Cfg.HeadDim / 2
 	for r := range b.Rows {
 		for i := range b.Len {
-			if want := float32(math.Cos(float64(i))); math.Abs(float64(in.CtxRope.Cos[(r*b.Len+i)*h]-want)) > 1e-6 {
-				t.Fatalf("context rotary row %d of sequence %d: cos %v, want cos(%d) = %v", i, r, in.CtxRope.Cos[(r*b.Len+i)*h], i, want)
+			if want := float32(math.Cos(float64(i))); math.Abs(float64(ctxCos[(r*b.Len+i)*h]-want)) > 1e-6 {
+				t.Fatalf("context rotary row %d of sequence %d: cos %v, want cos(%d) = %v", i, r, ctxCos[(r*b.Len+i)*h], i, want)
 			}
 		}
 	}

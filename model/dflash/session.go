@@ -68,7 +68,9 @@ func TargetHidden(m *model.Model, taps []int, backend tensor.Backend[float32]) H
 		out := m.Forward(tensor.NewInference(backend), model.Input{IDs: b.IDs, Batch: b.Rows, Len: b.Len, States: states, StatesOnly: len(states) > 0})
 		b.Hidden = b.Hidden[:0]
 		for _, s := range states {
-			b.Hidden = append(b.Hidden, out.States[s].Data)
+			h := make([]float32, out.States[s].Numel())
+			backend.Download(out.States[s].Store, h)
+			b.Hidden = append(b.Hidden, h)
 		}
 		return nil
 	}
@@ -78,7 +80,7 @@ func TargetHidden(m *model.Model, taps []int, backend tensor.Backend[float32]) H
 // sharing m's values (so the drafter never writes gradients into m).
 func HeadOf(m *model.Model) Head[float32] {
 	frozen := func(t *tensor.Tensor) *tensor.Tensor {
-		return &tensor.Tensor{Name: t.Name, Shape: t.Shape, Data: t.Data}
+		return &tensor.Tensor{Name: t.Name, Shape: t.Shape, Store: t.Store}
 	}
 	return Head[float32]{Embed: frozen(m.Embed), LMHead: frozen(m.LMHead)}
 }
@@ -207,7 +209,7 @@ func (s *Session) inputs(set []Example, idx []int, eval bool, rng *rand.Rand) (*
 		return nil, err
 	}
 	bl := BuildBlocks(s.Drafter.Cfg, b, SampleBatchAnchors(rng, b, s.Drafter.Cfg.NumAnchors))
-	return s.Drafter.Inputs(b, bl)
+	return s.Drafter.Inputs(s.Backend, b, bl)
 }
 
 // Step runs one training micro-batch: anchors drawn from rng, loss and
@@ -227,8 +229,11 @@ func (s *Session) Step(rng *rand.Rand) (loss float64, m *Metrics, tokens int, er
 	tp := tensor.NewTape(s.Backend)
 	out := s.Drafter.ForwardInputs(tp, true, s.Head, in)
 	tp.Backward(out.Loss)
+	out.Read(s.Backend)
 	m.Add(in.Blocks, out.Pred, out.CE)
-	return float64(out.Loss.Data()[0]), m, tokens, nil
+	var l [1]float32
+	s.Backend.Download(out.Loss.Store, l[:])
+	return float64(l[0]), m, tokens, nil
 }
 
 // Evaluate computes the metrics of docs/DRAFTER.md §5 on the evaluation
@@ -246,6 +251,7 @@ func (s *Session) Evaluate() (*Metrics, error) {
 			return nil, err
 		}
 		out := s.Drafter.ForwardInputs(tensor.NewInference(s.Backend), false, s.Head, in)
+		out.Read(s.Backend)
 		m.Add(in.Blocks, out.Pred, out.CE)
 	}
 	return m, nil

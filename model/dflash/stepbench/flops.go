@@ -18,7 +18,8 @@ import (
 //     projections of the context and every projection of the block rows
 //     (dead blocks included: they are computed), DFlash attention at 4·D per
 //     (query head, allowed pair) of the mask, and the LM head over the block
-//     slots that carry a label (the cross-entropy skips the others);
+//     slots that carry a label (the cross-entropy skips the others) and the
+//     weighted sum of their losses (a product of length labels);
 //   - drafter backward: twice the forward for every GEMM and the attention,
 //     except fc (its input, the target's hidden states, needs no gradient:
 //     dW only) and the LM head (frozen: dX only), once each.
@@ -52,9 +53,10 @@ func StepFLOPs(tc *model.Config, dc *dflash.Config, rows, seqLen int, bl *dflash
 	blockRows := float64(bl.Rows * bl.N * bl.B)
 	block := 2 * blockRows * layerW
 	attn := 4 * D * float64(tc.NumHeads) * DFlashPairs(bl, seqLen)
-	head := 2 * float64(LabelRows(bl)) * H * float64(tc.VocabSize)
+	labels := float64(LabelRows(bl))
+	head := 2 * labels * H * float64(tc.VocabSize)
 	layers := float64(dc.NumLayers) * (ctxKV + block + attn)
-	f.DrafterForward = fc + layers + head
+	f.DrafterForward = fc + layers + head + 2*labels
 	f.DrafterBackward = fc + 2*layers + head
 	return f
 }

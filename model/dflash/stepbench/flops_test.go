@@ -38,14 +38,14 @@ type attnCall struct {
 	args *flex.Args
 }
 
-func (c *countingBackend) Gemm(ta, tb bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, out []float32, ldc int) {
+func (c *countingBackend) Gemm(ta, tb bool, m, n, k int, alpha float32, a tensor.Storage[float32], lda int, b tensor.Storage[float32], ldb int, beta float32, out tensor.Storage[float32], ldc int) {
 	c.gemm += 2 * float64(m) * float64(n) * float64(k)
 	c.Backend.Gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, out, ldc)
 }
 
-func (c *countingBackend) Attention(d flex.Dims, q, k, v []float32, bm *flex.BlockMask, score *flex.ScoreProgram, args *flex.Args, scale float64) (out, lse []float32) {
-	c.calls = append(c.calls, attnCall{d, bm.Mask(), args})
-	return c.Backend.Attention(d, q, k, v, bm, score, args, scale)
+func (c *countingBackend) Attention(d flex.Dims, q, k, v tensor.Storage[float32], m tensor.Mask, score *flex.ScoreProgram, scale float64) (out, lse tensor.Storage[float32]) {
+	c.calls = append(c.calls, attnCall{d, m.(tensor.HostMask).Mask(), m.MaskArgs()})
+	return c.Backend.Attention(d, q, k, v, m, score, scale)
 }
 
 // reset returns the GEMM FLOPs and the attention forward FLOPs (4·D per
