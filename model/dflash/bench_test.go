@@ -1,6 +1,7 @@
 package dflash
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"testing"
 
@@ -40,7 +41,7 @@ func BenchmarkDrafterStep(b *testing.B) {
 		for i := range h {
 			h[i] = float32(rng.NormFloat64())
 		}
-		batch.Hidden = append(batch.Hidden, h)
+		batch.Taps = append(batch.Taps, tensor.FromData(fmt.Sprintf("tap%d", len(batch.Taps)), h, S, c.HiddenSize))
 	}
 	backend := tensor.NewCPU[float32](0)
 	head := HeadOf(m)

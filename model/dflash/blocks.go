@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+
+	"dflash/tensor"
 )
 
 // Batch is the drafter's training input: R token sequences padded to a common
@@ -13,7 +15,9 @@ type Batch struct {
 	IDs       []int32     // [Rows*Len]
 	LossMask  []uint8     // [Rows*Len], 1 on positions whose token is a label (assistant tokens)
 	SeqLen    []int       // [Rows], true lengths (<= Len)
-	Hidden    [][]float32 // one [Rows*Len*H] slice per tap, in tap order
+	// Taps are the target's hidden states at the taps, one [Rows*Len, H]
+	// tensor per tap, in tap order, on the backend of the step.
+	Taps []*tensor.Tensor
 }
 
 // Check panics when the batch's slices disagree with its shape.
@@ -21,12 +25,12 @@ func (b *Batch) Check(hidden, taps int) {
 	if len(b.IDs) != b.Rows*b.Len || len(b.LossMask) != b.Rows*b.Len || len(b.SeqLen) != b.Rows {
 		panic(fmt.Sprintf("dflash: Batch %dx%d: %d ids, %d mask, %d lengths", b.Rows, b.Len, len(b.IDs), len(b.LossMask), len(b.SeqLen)))
 	}
-	if len(b.Hidden) != taps {
-		panic(fmt.Sprintf("dflash: Batch has %d hidden-state taps, the drafter reads %d", len(b.Hidden), taps))
+	if len(b.Taps) != taps {
+		panic(fmt.Sprintf("dflash: Batch has %d hidden-state taps, the drafter reads %d", len(b.Taps), taps))
 	}
-	for i, h := range b.Hidden {
-		if len(h) != b.Rows*b.Len*hidden {
-			panic(fmt.Sprintf("dflash: Batch tap %d: %d values, want %d", i, len(h), b.Rows*b.Len*hidden))
+	for i, h := range b.Taps {
+		if h.Numel() != b.Rows*b.Len*hidden {
+			panic(fmt.Sprintf("dflash: Batch tap %d: %v, want %d values", i, h, b.Rows*b.Len*hidden))
 		}
 	}
 	for r, n := range b.SeqLen {

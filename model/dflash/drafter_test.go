@@ -1,6 +1,7 @@
 package dflash
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -50,7 +51,7 @@ func randomDrafter[T tensor.Float](rng *rand.Rand, S int, seqLens []int, anchors
 		for i := range h {
 			h[i] = float32(rng.NormFloat64())
 		}
-		b.Hidden = append(b.Hidden, h)
+		b.Taps = append(b.Taps, tensor.FromData(fmt.Sprintf("tap%d", len(b.Taps)), h, R*S, c.HiddenSize))
 	}
 	return d, head, b, BuildBlocks(c, b, SampleBatchAnchors(rng, b, anchors))
 }

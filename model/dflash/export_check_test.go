@@ -44,10 +44,10 @@ func TestWriteExportCheck(t *testing.T) {
 		}
 		return o
 	}
-	k, H := len(b.Hidden), d.Cfg.HiddenSize
+	k, H := len(b.Taps), d.Cfg.HiddenSize
 	hid := make([]float32, 0, k*b.Rows*b.Len*H)
-	for _, h := range b.Hidden {
-		hid = append(hid, h...)
+	for _, h := range b.Taps {
+		hid = append(hid, h.Data()...)
 	}
 	ids, mask, lens := make([]float32, len(b.IDs)), make([]float32, len(b.IDs)), make([]float32, b.Rows)
 	for i := range b.IDs {

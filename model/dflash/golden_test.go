@@ -2,6 +2,7 @@ package dflash
 
 import (
 	"encoding/binary"
+	"fmt"
 	"math"
 	"path/filepath"
 	"strconv"
@@ -118,7 +119,7 @@ func goldenSetup[T tensor.Float](t *testing.T, g *golden) (*Drafter[T], Head[T],
 		for j := range h {
 			h[j] = float32(hid[i*R*S*H+j])
 		}
-		b.Hidden = append(b.Hidden, h)
+		b.Taps = append(b.Taps, tensor.FromData(fmt.Sprintf("tap%d", len(b.Taps)), h, R*S, H))
 	}
 	for i, v := range g.ints(t, "input.ids") {
 		b.IDs[i] = int32(v)

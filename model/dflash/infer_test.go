@@ -28,8 +28,8 @@ func TestProposeMatchesForward(t *testing.T) {
 	H, B, V := c.HiddenSize, c.BlockSize, c.VocabSize
 	rows := func(lo, hi int) [][]float32 {
 		var hs [][]float32
-		for _, h := range b.Hidden {
-			hs = append(hs, h[lo*H:hi*H])
+		for _, h := range b.Taps {
+			hs = append(hs, h.Data()[lo*H:hi*H])
 		}
 		return hs
 	}

@@ -43,7 +43,7 @@ func (d *Drafter[T]) Inputs(be tensor.Backend[T], b *Batch, bl *Blocks) (*StepIn
 	}
 	R, S := b.Rows, b.Len
 	in := &StepInputs[T]{Batch: b, Blocks: bl, IDs: be.UploadInts(bl.IDs), Loss: tensor.NewXentRows(be, bl.Labels, bl.Weights)}
-	in.Taps = tapTensors(be, b.Hidden, R*S, c.HiddenSize)
+	in.Taps = tapTensors(be, b.Taps)
 	rope, err := c.Rope()
 	if err != nil {
 		return nil, fmt.Errorf("dflash: config: %w", err)
@@ -64,16 +64,31 @@ func (d *Drafter[T]) Inputs(be tensor.Backend[T], b *Batch, bl *Blocks) (*StepIn
 	return in, nil
 }
 
-// tapTensors uploads the hidden states of the taps (one [rows*h] slice
-// each) to be as [rows, h] tensors.
-func tapTensors[T tensor.Float](be tensor.Backend[T], hidden [][]float32, rows, h int) []*tensor.Of[T] {
-	out := make([]*tensor.Of[T], len(hidden))
-	for t, x := range hidden {
-		v := make([]T, len(x))
-		for i, f := range x {
+// tapTensors returns the taps as tensors of T on be: the batch's own when T
+// is float32 (they are on be already), converted and uploaded otherwise
+// (the float64 reference drafter of the tests, from host taps).
+func tapTensors[T tensor.Float](be tensor.Backend[T], taps []*tensor.Tensor) []*tensor.Of[T] {
+	out := make([]*tensor.Of[T], len(taps))
+	for t, x := range taps {
+		if same, ok := any(x).(*tensor.Of[T]); ok {
+			out[t] = same
+			continue
+		}
+		v := make([]T, x.Numel())
+		for i, f := range x.Data() {
 			v[i] = T(f)
 		}
-		out[t] = tensor.FromStorage(fmt.Sprintf("tap%d", t), be.Upload(v, false), rows, h)
+		out[t] = tensor.FromStorage(x.Name, be.Upload(v, false), x.Shape...)
+	}
+	return out
+}
+
+// UploadTaps uploads hidden states of the taps (one [rows*h] slice each,
+// in tap order) to be as the [rows, h] tensors of Batch.Taps.
+func UploadTaps(be tensor.Backend[float32], hidden [][]float32, rows, h int) []*tensor.Tensor {
+	out := make([]*tensor.Tensor, len(hidden))
+	for t, x := range hidden {
+		out[t] = tensor.FromStorage(fmt.Sprintf("tap%d", t), be.Upload(x, false), rows, h)
 	}
 	return out
 }

@@ -24,9 +24,9 @@ func TestInputsAssembledOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hidden := make([][]float32, len(b.Hidden))
-	for i, h := range b.Hidden {
-		hidden[i] = slices.Clone(h)
+	hidden := make([][]float32, len(b.Taps))
+	for i, h := range b.Taps {
+		hidden[i] = slices.Clone(h.Data())
 	}
 	ctxCos, qSin := tensor.HostData(in.CtxRope.Cos, "cos"), tensor.HostData(in.QRope.Sin, "sin")
 	cos, sin := slices.Clone(ctxCos), slices.Clone(qSin)
@@ -63,7 +63,7 @@ func TestInputsAssembledOnce(t *testing.T) {
 		}
 	}
 	for i := range hidden {
-		if !slices.Equal(hidden[i], b.Hidden[i]) || !slices.Equal(hidden[i], in.Taps[i].Data()) {
+		if !slices.Equal(hidden[i], b.Taps[i].Data()) || !slices.Equal(hidden[i], in.Taps[i].Data()) {
 			t.Fatalf("tap %d changed during the forward passes", i)
 		}
 	}

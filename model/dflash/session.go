@@ -45,7 +45,7 @@ func MakeBatch(ex []Example, idx []int, pad int32) *Batch {
 	return b
 }
 
-// HiddenFunc fills b.Hidden with the target's hidden states at the taps.
+// HiddenFunc fills b.Taps with the target's hidden states at the taps.
 type HiddenFunc func(b *Batch) error
 
 // TargetHidden returns a HiddenFunc that runs target m (no gradients) and
@@ -66,11 +66,9 @@ func TargetHidden(m *model.Model, taps []int, backend tensor.Backend[float32]) H
 			return err
 		}
 		out := m.Forward(tensor.NewInference(backend), model.Input{IDs: b.IDs, Batch: b.Rows, Len: b.Len, States: states, StatesOnly: len(states) > 0})
-		b.Hidden = b.Hidden[:0]
+		b.Taps = b.Taps[:0]
 		for _, s := range states {
-			h := make([]float32, out.States[s].Numel())
-			backend.Download(out.States[s].Store, h)
-			b.Hidden = append(b.Hidden, h)
+			b.Taps = append(b.Taps, out.States[s])
 		}
 		return nil
 	}
@@ -173,10 +171,15 @@ func (s *Session) batch(set []Example, idx []int, eval bool) (*Batch, error) {
 		if err := s.Hidden(b); err != nil {
 			return nil, err
 		}
+		hidden := make([][]float32, len(b.Taps))
+		for t, x := range b.Taps {
+			hidden[t] = make([]float32, x.Numel())
+			s.Backend.Download(x.Store, hidden[t])
+		}
 		s.mu.Lock()
 		for r, i := range idx {
-			rows := make([][]float32, len(b.Hidden))
-			for t, h := range b.Hidden {
+			rows := make([][]float32, len(hidden))
+			for t, h := range hidden {
 				rows[t] = slices.Clone(h[r*b.Len*H : (r*b.Len+b.SeqLen[r])*H])
 			}
 			s.cache[key(i)] = rows
@@ -184,18 +187,18 @@ func (s *Session) batch(set []Example, idx []int, eval bool) (*Batch, error) {
 		s.mu.Unlock()
 		return b, nil
 	}
-	k := len(s.Drafter.Cfg.TargetLayerIDs)
-	b.Hidden = make([][]float32, k)
-	for t := range b.Hidden {
-		b.Hidden[t] = make([]float32, b.Rows*b.Len*H)
+	hidden := make([][]float32, len(s.Drafter.Cfg.TargetLayerIDs))
+	for t := range hidden {
+		hidden[t] = make([]float32, b.Rows*b.Len*H)
 	}
 	s.mu.Lock()
 	for r, i := range idx {
 		for t, rows := range s.cache[key(i)] {
-			copy(b.Hidden[t][r*b.Len*H:], rows)
+			copy(hidden[t][r*b.Len*H:], rows)
 		}
 	}
 	s.mu.Unlock()
+	b.Taps = UploadTaps(s.Backend, hidden, b.Rows*b.Len, H)
 	return b, nil
 }
 
