@@ -12,9 +12,9 @@ import (
 // length S, their loss masks, and the target's hidden states at the taps.
 type Batch struct {
 	Rows, Len int
-	IDs       []int32     // [Rows*Len]
-	LossMask  []uint8     // [Rows*Len], 1 on positions whose token is a label (assistant tokens)
-	SeqLen    []int       // [Rows], true lengths (<= Len)
+	IDs       []int32 // [Rows*Len]
+	LossMask  []uint8 // [Rows*Len], 1 on positions whose token is a label (assistant tokens)
+	SeqLen    []int   // [Rows], true lengths (<= Len)
 	// Taps are the target's hidden states at the taps, one [Rows*Len, H]
 	// tensor per tap, in tap order, on the backend of the step.
 	Taps []*tensor.Tensor
