@@ -12,7 +12,7 @@ type Accumulator struct {
 
 // NewAccumulator returns an Accumulator over params.
 func NewAccumulator(params []*Param) *Accumulator {
-	checkParams(params)
+	checkParams(params, true)
 	a := &Accumulator{params: params, sum: make([][]float32, len(params))}
 	for i, p := range params {
 		a.sum[i] = make([]float32, len(p.Grad))

@@ -53,7 +53,7 @@ type AdamW struct {
 
 // NewAdamW returns an optimizer over params with zero moments.
 func NewAdamW(params []*Param, cfg AdamWConfig) *AdamW {
-	checkParams(params)
+	checkParams(params, false)
 	if cfg.NoDecay == nil {
 		cfg.NoDecay = DefaultNoDecay
 	}

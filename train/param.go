@@ -33,8 +33,9 @@ func numel(shape []int) int {
 	return n
 }
 
-// checkParams panics unless names are unique and non-empty and Data and Grad match Shape.
-func checkParams(params []*Param) {
+// checkParams panics unless names are unique and non-empty and Data and
+// Grad match Shape (Grad may be nil without grads).
+func checkParams(params []*Param, grads bool) {
 	seen := map[string]bool{}
 	for _, p := range params {
 		if p.Name == "" {
@@ -44,7 +45,7 @@ func checkParams(params []*Param) {
 			panic(fmt.Sprintf("train: parameter %q appears twice", p.Name))
 		}
 		seen[p.Name] = true
-		if n := p.Numel(); len(p.Data) != n || len(p.Grad) != n {
+		if n := p.Numel(); len(p.Data) != n || (grads || p.Grad != nil) && len(p.Grad) != n {
 			panic(fmt.Sprintf("train: parameter %q: shape %v has %d elements, Data %d, Grad %d", p.Name, p.Shape, n, len(p.Data), len(p.Grad)))
 		}
 	}

@@ -48,6 +48,11 @@ type Hooks struct {
 	ModelConfig func() ([]byte, error)
 	// OnCheckpoint, optional, is called after each checkpoint is durable.
 	OnCheckpoint func(dir string, step int)
+	// Device, optional, holds the parameters, gradients and optimizer state
+	// on an accelerator; Params are then host mirrors, written by Pull before
+	// each checkpoint and read by Push after a resume, and their Grad may be
+	// nil. Without it Run updates Params on the host.
+	Device Device
 	// Identity, optional, names what makes this run this run (shapes, taps, data and
 	// tokenizer hashes...). It is stored in every checkpoint, and a resume whose
 	// identity differs is refused, listing the differing entries, unless
@@ -110,7 +115,7 @@ func checkHooks(h Hooks) {
 	if (h.DataState == nil) != (h.RestoreData == nil) {
 		panic("train: Hooks.DataState and Hooks.RestoreData go together")
 	}
-	checkParams(h.Params)
+	checkParams(h.Params, h.Device == nil)
 }
 
 // CheckOutDir creates dir when needed and checks that files can be written in it.
@@ -133,6 +138,7 @@ type runner struct {
 	cfg         Config
 	h           Hooks
 	opt         *AdamW
+	dev         Device // h.Device, or the host's
 	sched       Schedule
 	rng         *RNG
 	st          TrainerState
@@ -161,6 +167,10 @@ func newRunner(cfg Config, h Hooks) *runner {
 		st:          TrainerState{Seed: cfg.Seed, Schedule: sched, Best: map[string]float64{}, BestStep: map[string]int{}, Identity: h.Identity},
 		metricsPath: filepath.Join(cfg.Out, MetricsFile),
 		end:         cfg.Steps,
+	}
+	r.dev = h.Device
+	if r.dev == nil {
+		r.dev = hostDevice{h.Params, r.opt}
 	}
 	if cfg.StopAt > 0 {
 		r.end = min(r.end, cfg.StopAt)
@@ -203,6 +213,9 @@ func (r *runner) start() error {
 	}
 	if err := resume(l, &r.st, cfg, r.h, r.opt, r.rng); err != nil {
 		return err
+	}
+	if err := r.dev.Push(r.h.Params, r.opt); err != nil {
+		return fmt.Errorf("%s: %w", l.Dir, err)
 	}
 	for _, s := range l.Skipped {
 		slog.Warn("skipped invalid checkpoint", "why", s)
@@ -255,7 +268,7 @@ func (r *runner) step(ctx context.Context) (bool, error) {
 	step := r.st.Step
 	stepStart := time.Now()
 	lr := r.sched.LR(step)
-	ZeroGrads(h.Params)
+	r.dev.ZeroGrads()
 	var loss float64
 	var tokens int
 	sums := map[string]float64{}
@@ -276,13 +289,13 @@ func (r *runner) step(ctx context.Context) (bool, error) {
 	inv := 1 / float64(cfg.GradAccum)
 	loss *= inv
 	if cfg.GradAccum > 1 {
-		ScaleGrads(h.Params, float32(inv))
+		r.dev.ScaleGrads(float32(inv))
 	}
-	norm := ClipGradNorm(h.Params, cfg.GradClip)
+	norm := r.dev.ClipGradNorm(cfg.GradClip)
 	if math.IsNaN(loss) || math.IsInf(loss, 0) || math.IsNaN(norm) || math.IsInf(norm, 0) {
 		return false, fmt.Errorf("step %d: non-finite loss %g or gradient norm %g", step+1, loss, norm)
 	}
-	r.opt.Step(lr)
+	r.dev.Step(lr)
 	r.st.Step++
 	r.st.Tokens += int64(tokens)
 	r.st.LR = lr
@@ -356,6 +369,9 @@ func (r *runner) save(b boundary) error {
 	s := r.st
 	s.RNG, s.DataPosition = b.rng, b.data
 	s.ElapsedSec = r.elapsed + time.Since(r.began).Seconds()
+	if err := r.dev.Pull(r.h.Params, r.opt); err != nil {
+		return fmt.Errorf("checkpoint at step %d: %w", r.st.Step, err)
+	}
 	dir, err := SaveCheckpoint(r.cfg.Out, &Checkpoint{Config: modelCfg, Params: r.h.Params, Optimizer: r.opt, State: s}, r.cfg.KeepCheckpoints)
 	if err != nil {
 		return fmt.Errorf("checkpoint at step %d: %w", r.st.Step, err)
