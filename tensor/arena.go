@@ -79,6 +79,26 @@ func (a *Arena[T]) Place(b Backend[T], master bool) {
 	a.point()
 }
 
+// Fetch brings a placed arena's master values back to host memory through
+// b (waiting for the device), dropping its gradient: after it the arena is
+// as Alloc left it, holding the trained values (export, evaluation on the
+// CPU). On an arena in host memory it does nothing.
+func (a *Arena[T]) Fetch(b Backend[T]) {
+	if _, host := a.Values.(Host[T]); host {
+		return
+	}
+	if a.Values == nil {
+		panic("tensor.Arena: Fetch of a frozen arena (it keeps no master values)")
+	}
+	v := make(Host[T], a.size)
+	b.Download(a.Values, v)
+	a.Values, a.Compute, a.Grad = v, v, nil
+	for _, t := range a.params {
+		t.GradStore = nil
+	}
+	a.point()
+}
+
 // point points every parameter's values at its range of Compute.
 func (a *Arena[T]) point() {
 	for i, t := range a.params {

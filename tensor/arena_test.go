@@ -1,8 +1,10 @@
 package tensor_test
 
 import (
+	"slices"
 	"testing"
 
+	"dflash/dtype"
 	"dflash/internal/testseed"
 	"dflash/tensor"
 )
@@ -141,4 +143,81 @@ func abs(x float64) float64 {
 		return -x
 	}
 	return x
+}
+
+// devStore is storage of fakeDevice: host memory in a type the CPU kernels
+// do not accept, as a device buffer would be.
+type devStore struct{ h tensor.Host[float64] }
+
+func (s devStore) Len() int                                 { return len(s.h) }
+func (s devStore) DType() dtype.DType                       { return dtype.F64 }
+func (s devStore) Slice(lo, hi int) tensor.Storage[float64] { return devStore{s.h[lo:hi:hi]} }
+func (s devStore) Like(n int) tensor.Storage[float64]       { return devStore{make(tensor.Host[float64], n)} }
+
+// fakeDevice places parameters in devStore: masters as given, compute
+// copies rounded to float32 (as a bf16 copy is rounded on CUDA).
+type fakeDevice struct{ *tensor.CPU[float64] }
+
+func (f fakeDevice) PlaceParams(host []float64, master bool) (values, compute tensor.Storage[float64]) {
+	c := make(tensor.Host[float64], len(host))
+	for i, x := range host {
+		c[i] = float64(float32(x))
+	}
+	if !master {
+		return nil, devStore{c}
+	}
+	return devStore{slices.Clone(tensor.Host[float64](host))}, devStore{c}
+}
+
+func (f fakeDevice) Download(s tensor.Storage[float64], dst []float64) { copy(dst, s.(devStore).h) }
+
+// TestArenaPlaceFetch: Place points every parameter at its range of the
+// backend's compute copy and allocates gradients alike the master values;
+// Fetch brings the masters back to host memory unchanged; a frozen arena
+// keeps no masters and refuses gradients.
+func TestArenaPlaceFetch(t *testing.T) {
+	rng := testseed.New(t)
+	build := func() (*tensor.Arena[float64], []*tensor.Of[float64]) {
+		var a tensor.Arena[float64]
+		ps := []*tensor.Of[float64]{a.Param("w", 3, 5), a.Param("b", 5), a.Param("n", 2)}
+		a.Alloc()
+		for _, p := range ps {
+			p.FillNormal(rng, 0, 1)
+		}
+		return &a, ps
+	}
+	a, ps := build()
+	want := slices.Clone(a.HostValues())
+	dev := fakeDevice{tensor.NewCPU[float64](1)}
+	a.Place(dev, true)
+	for i, p := range ps {
+		got := p.Store.(devStore).h
+		for j, x := range got {
+			if w := float64(float32(want[a.Offset(i)+j])); x != w {
+				t.Fatalf("%s[%d] reads %v, want the compute copy %v", p.Name, j, x, w)
+			}
+		}
+	}
+	g := a.EnsureGrad()
+	if _, ok := g.(devStore); !ok || g.Len() != a.Len() || ps[1].GradStore.Len() != 5 {
+		t.Fatalf("gradient %T of %d elements, want the device's, %d", g, g.Len(), a.Len())
+	}
+	a.Fetch(dev)
+	if !slices.Equal(a.HostValues(), want) || a.Grad != nil || ps[0].HasGrad() {
+		t.Fatal("Fetch did not bring back the master values, or kept the gradients")
+	}
+	if &ps[2].Data()[0] != &a.HostValues()[a.Offset(2)] {
+		t.Fatal("after Fetch the parameters are not views of the host values")
+	}
+	frozen, _ := build()
+	frozen.Place(dev, false)
+	if frozen.Values != nil {
+		t.Fatal("a frozen arena kept master values")
+	}
+	defer func() {
+		if recover() == nil {
+			t.Fatal("EnsureGrad on a frozen arena did not panic")
+		}
+	}()
+	frozen.EnsureGrad()
 }
