@@ -23,8 +23,10 @@ type Device interface {
 	Push(params []*Param, opt *AdamW) error
 }
 
-// hostDevice is the Device of a run without one: the host Params and AdamW
-// themselves.
+// HostDevice returns the Device of host memory: params and opt themselves
+// (Pull and Push do nothing). Run uses it when Hooks.Device is nil.
+func HostDevice(params []*Param, opt *AdamW) Device { return hostDevice{params, opt} }
+
 type hostDevice struct {
 	params []*Param
 	opt    *AdamW

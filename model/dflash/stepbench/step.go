@@ -38,9 +38,8 @@ type stepper struct {
 	drafter  *dflash.Drafter[float32]
 	head     dflash.Head[float32]
 	hidden   dflash.HiddenFunc
-	backend  tensor.Backend[float32]
-	params   []*train.Param
-	opt      *train.AdamW
+	dev      *device
+	train    train.Device // the drafter's gradients and AdamW, where the step runs
 	cfg      train.Config
 	examples []dflash.Example
 	rows     []int
@@ -48,19 +47,46 @@ type stepper struct {
 	heap     *heapPeak // marks the heap at phase boundaries when set
 }
 
-// newStepper allocates the target (random weights), the drafter, AdamW and
-// o.Batch random sequences of o.SeqLen tokens.
-func newStepper(o Options, dc *dflash.Config, backend tensor.Backend[float32]) (*stepper, error) {
+// device is where a step runs: its backend, how its parameters are placed
+// and trained, and how its queued work is waited for and its memory
+// released between steps.
+type device struct {
+	backend tensor.Backend[float32]
+	// train returns the drafter's train.Device once its arena is placed.
+	train func(d *dflash.Drafter[float32], cfg train.AdamWConfig) (train.Device, error)
+	// sync waits for the queued work (phases are timed between syncs).
+	sync func() error
+	// reset releases the memory of the step that ended.
+	reset func()
+}
+
+// cpuDevice is the CPU: host parameters, train.AdamW.
+func cpuDevice(b tensor.Backend[float32]) *device {
+	return &device{backend: b, sync: func() error { return nil }, reset: func() {},
+		train: func(d *dflash.Drafter[float32], cfg train.AdamWConfig) (train.Device, error) {
+			ps := d.TrainParams()
+			return train.HostDevice(ps, train.NewAdamW(ps, cfg)), nil
+		}}
+}
+
+// newStepper allocates the target (random weights) and the drafter, places
+// both on dev (the target frozen), and makes AdamW and o.Batch random
+// sequences of o.SeqLen tokens.
+func newStepper(o Options, dc *dflash.Config, dev *device) (*stepper, error) {
 	target, err := model.New(o.Target, o.Seed)
 	if err != nil {
 		return nil, fmt.Errorf("--target-config %s: %w", o.TargetName, err)
 	}
 	rng := rand.New(rand.NewPCG(o.Seed, 0x57e9))
-	s := &stepper{o: o, dc: dc, drafter: dflash.New[float32](dc, rng), head: dflash.HeadOf(target),
-		hidden: dflash.TargetHidden(target, dc.TargetLayerIDs, backend), backend: backend, rng: rng, cfg: train.DefaultConfig()}
+	d := dflash.New[float32](dc, rng)
+	target.Arena().Place(dev.backend, false)
+	d.Arena().Place(dev.backend, true)
+	s := &stepper{o: o, dc: dc, drafter: d, head: dflash.HeadOf(target),
+		hidden: dflash.TargetHidden(target, dc.TargetLayerIDs, dev.backend), dev: dev, rng: rng, cfg: train.DefaultConfig()}
 	s.drafter.LossChunk = o.LossChunk
-	s.params = s.drafter.TrainParams()
-	s.opt = train.NewAdamW(s.params, train.AdamWConfig{Beta1: s.cfg.Beta1, Beta2: s.cfg.Beta2, Eps: s.cfg.Eps, WeightDecay: s.cfg.WeightDecay})
+	if s.train, err = dev.train(d, train.AdamWConfig{Beta1: s.cfg.Beta1, Beta2: s.cfg.Beta2, Eps: s.cfg.Eps, WeightDecay: s.cfg.WeightDecay}); err != nil {
+		return nil, err
+	}
 	s.examples, s.rows = examples(o, dc, rng)
 	return s, nil
 }
@@ -95,18 +121,24 @@ type stepResult struct {
 	end       time.Time // when the optimizer finished
 }
 
-// step runs one training step and times its phases back to back; the
-// caller times the whole step from its call to res.end.
+// step runs one training step and times its phases back to back (on a
+// device, waiting for each phase's queued work at its end); the caller
+// times the whole step from its call to res.end.
 func (s *stepper) step() (stepResult, error) {
 	var res stepResult
 	t := time.Now()
+	var syncErr error
 	lap := func(i int) {
+		if err := s.dev.sync(); err != nil && syncErr == nil {
+			syncErr = err
+		}
 		now := time.Now()
 		res.phases[i], t = now.Sub(t), now
 		if s.heap != nil {
 			s.heap.mark() // counted in the next phase: about a microsecond
 		}
 	}
+	defer s.dev.reset()
 	b := dflash.MakeBatch(s.examples, s.rows, 0)
 	bl := dflash.BuildBlocks(s.dc, b, dflash.SampleBatchAnchors(s.rng, b, s.o.Anchors))
 	lap(0)
@@ -114,27 +146,36 @@ func (s *stepper) step() (stepResult, error) {
 		return res, err
 	}
 	lap(1)
-	tp := tensor.NewTape(s.backend)
-	out, err := s.drafter.Forward(tp, true, s.head, b, bl)
+	in, err := s.drafter.Inputs(s.dev.backend, b, bl)
 	if err != nil {
 		return res, err
 	}
+	tp := tensor.NewTape(s.dev.backend)
+	out := s.drafter.ForwardInputs(tp, true, s.head, in)
 	lap(2)
 	tp.Backward(out.Loss)
 	lap(3)
-	train.ClipGradNorm(s.params, s.cfg.GradClip)
-	s.opt.Step(s.cfg.LR)
-	train.ZeroGrads(s.params)
+	s.train.ClipGradNorm(s.cfg.GradClip)
+	s.train.Step(s.cfg.LR)
+	s.train.ZeroGrads()
 	lap(4)
 	res.end = t
+	if syncErr != nil {
+		return res, syncErr
+	}
 
-	res.loss = float64(out.Loss.Data()[0])
+	var loss [1]float32
+	s.dev.backend.Download(out.Loss.Store, loss[:])
+	res.loss = float64(loss[0])
 	res.flops = StepFLOPs(&s.o.Target, s.dc, b.Rows, b.Len, bl)
-	// The forward pass built this mask; build it once more, apart, to time it.
+	// Inputs built this mask; build it once more, apart, to time it.
 	start := time.Now()
 	dims := flex.DFlashDims(b.Rows, s.dc.NumHeads, s.dc.NumKVHeads, bl.N, bl.B, b.Len, s.dc.HeadDim)
-	if _, err := flex.NewBlockMask(flex.DFlashMask(bl.B), flex.DFlashArgs(b.Len, bl.Anchors, bl.N, bl.NumValid), dims, 0, 0); err != nil {
+	if _, err := s.dev.backend.NewMask(flex.DFlashMask(bl.B), flex.DFlashArgs(b.Len, bl.Anchors, bl.N, bl.NumValid), dims); err != nil {
 		return res, fmt.Errorf("block mask: %w", err)
+	}
+	if err := s.dev.sync(); err != nil {
+		return res, err
 	}
 	res.blockMask = time.Since(start)
 	return res, nil
