@@ -7,6 +7,7 @@ and batch, computes the training loss (section 4.4), the gradient of every draft
 the evaluation quantities (section 5) in float64, and writes them to one safetensors file:
 
     python3 bench/drafter_ref.py --out model/dflash/testdata/golden_drafter.safetensors
+    python3 bench/drafter_ref.py --head-dim 64 --out model/dflash/testdata/golden_drafter_d64.safetensors
 
 With --check-export DIR it loads a drafter directory exported by dflash (config.json and
 model.safetensors, plus batch.safetensors written by model/dflash's TestWriteExportCheck) into
@@ -167,13 +168,17 @@ def acceptance(pred, lab, valid, live):
 
 # ---------------------------------------------------------------- the golden file
 
-def build_case(seed):
+def build_case(seed, head_dim=16):
     g = torch.Generator().manual_seed(seed)
 
     def randn(*shape, std=1.0):  # float32-exact values, used in float64
         return (torch.randn(*shape, generator=g, dtype=torch.float32) * std).to(torch.float64)
 
-    H, nh, nkv, D, I, N, V, B = 48, 4, 2, 16, 96, 2, 160, 4
+    # head_dim 16 is the CPU golden; 64 (hidden 128) the GPU one, a head dimension the
+    # GPU attention kernels support.
+    D = head_dim
+    H = 48 if D == 16 else 2 * D
+    nh, nkv, I, N, V, B = 4, 2, 2 * H, 2, 160, 4
     taps = [1, 3, 5]
     M = V - 1
     cfg = {
@@ -344,6 +349,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", help="output .safetensors path")
     ap.add_argument("--seed", type=int, default=20260601)
+    ap.add_argument("--head-dim", type=int, default=16, choices=[16, 64],
+                    help="16: the CPU golden file; 64: the GPU one (model/dflash/testdata/golden_drafter_d64.safetensors)")
     ap.add_argument("--check-export", metavar="DIR", help="check a drafter directory exported by dflash")
     args = ap.parse_args()
     if not args.out and not args.check_export:
@@ -358,7 +365,7 @@ def write_golden(args):
 
     from safetensors.torch import save_file
 
-    cfg, P, E, W_lm, hidden, ids, loss_mask, seq_len, anchors, live = build_case(args.seed)
+    cfg, P, E, W_lm, hidden, ids, loss_mask, seq_len, anchors, live = build_case(args.seed, args.head_dim)
     check_candidates(loss_mask, seq_len, anchors, live)
     dc = cfg["dflash_config"]
     B, gamma = dc["block_size"], dc["loss_decay_gamma"]

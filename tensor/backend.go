@@ -110,3 +110,19 @@ type Backend[T Float] interface {
 	// dq, dk and dv (any may be nil), as flex.Backward computes them.
 	AttentionBackward(d flex.Dims, q, k, v, out, lse, dout Storage[T], m Mask, score *flex.ScoreProgram, scale float64, dq, dk, dv Storage[T])
 }
+
+// StepMemory is implemented by backends that release a step's memory in
+// one piece (the CUDA backend's step arena). ResetStep ends a step: storage
+// allocated since the previous ResetStep must not be used after it.
+// Parameters (Arena.Place) are not step memory.
+type StepMemory interface {
+	ResetStep()
+}
+
+// EndStep ends a step on b: ResetStep when b has step memory, nothing
+// otherwise (the CPU's memory is the garbage collector's).
+func EndStep[T Float](b Backend[T]) {
+	if m, ok := b.(StepMemory); ok {
+		m.ResetStep()
+	}
+}

@@ -124,6 +124,10 @@ type Session struct {
 	// CacheHidden keeps every batch's hidden states in memory after the
 	// first use (small data sets: the target runs once per sequence).
 	CacheHidden bool
+	// Device, optional, holds the drafter's parameters, gradients and
+	// optimizer state on an accelerator (its arena placed on Backend);
+	// train.Run then works on host mirrors of the parameters.
+	Device train.Device
 	// SpecEval, optional, measures real speculative decoding (package spec
 	// provides it); evaluations that train.Run marks Spec merge its metrics.
 	SpecEval func(ctx context.Context) (map[string]float64, error)
@@ -229,6 +233,7 @@ func (s *Session) Step(rng *rand.Rand) (loss float64, m *Metrics, tokens int, er
 	if in.Blocks.WeightSum == 0 {
 		return 0, m, tokens, nil // no label in this batch: nothing to learn
 	}
+	defer tensor.EndStep(s.Backend)
 	tp := tensor.NewTape(s.Backend)
 	out := s.Drafter.ForwardInputs(tp, true, s.Head, in)
 	tp.Backward(out.Loss)
@@ -256,6 +261,7 @@ func (s *Session) Evaluate() (*Metrics, error) {
 		out := s.Drafter.ForwardInputs(tensor.NewInference(s.Backend), false, s.Head, in)
 		out.Read(s.Backend)
 		m.Add(in.Blocks, out.Pred, out.CE)
+		tensor.EndStep(s.Backend)
 	}
 	return m, nil
 }
@@ -273,8 +279,13 @@ func MetricsMap(m *Metrics) map[string]float64 {
 
 // Hooks connects the session to train.Run.
 func (s *Session) Hooks() train.Hooks {
+	params := s.Drafter.TrainParams
+	if s.Device != nil {
+		params = func() []*train.Param { return model.MirrorParams(s.Drafter.Params()) }
+	}
 	return train.Hooks{
-		Params: s.Drafter.TrainParams(),
+		Params: params(),
+		Device: s.Device,
 		Step: func(ctx context.Context, si train.StepInfo) (float64, map[string]float64, int, error) {
 			loss, m, tok, err := s.Step(si.RNG.Rand)
 			if err != nil {
