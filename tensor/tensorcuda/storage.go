@@ -49,6 +49,9 @@ func (s Buf) Like(n int) tensor.Storage[float32] {
 // Buffer returns the device memory of s (for NCCL and kernels outside the
 // backend).
 func (s Buf) Buffer() gpu.Buffer {
+	if s.n == 0 {
+		return gpu.Buffer{Ptr: s.ptr}
+	}
 	return gpu.Buffer{Ptr: s.ptr, Size: int64(s.n) * int64(s.dt.Size())}
 }
 
