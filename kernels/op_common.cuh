@@ -79,6 +79,14 @@ __device__ __forceinline__ void op_load_f32_vec(const float *p, float *f) {
   }
 }
 
+// op_store_f32_vec writes OP_VEC fp32 values at p (16-byte aligned) in
+// 16-byte accesses.
+__device__ __forceinline__ void op_store_f32_vec(float *p, const float *f) {
+#pragma unroll
+  for (int k = 0; k < OP_VEC; k += 4)
+    *(float4 *)(p + k) = make_float4(f[k], f[k + 1], f[k + 2], f[k + 3]);
+}
+
 // Vectorised loops: a kernel whose pointers are all 16-byte aligned (and,
 // for row-wise kernels, whose rows are whole vectors) runs its vector loop
 // over n / OP_VEC vectors and a scalar loop over the n % OP_VEC tail;

@@ -1,6 +1,8 @@
-// op_ew.cu: elementwise vector updates (tensor.Backend's Axpy and Scale) over
-// n storage elements, 16 bytes per access where aligned (op_common.cuh's
-// vectorised loops).
+// op_ew.cu: elementwise vector updates (tensor.Backend's Axpy, AxpyBy, Scale
+// and Fill) over n elements, 16 bytes per access where aligned
+// (op_common.cuh's vectorised loops). The _to_f32 and _from_f32 axpys add
+// between storage and fp32 buffers (bf16 activation gradients and fp32
+// parameter gradients or partial sums).
 #include "op_common.cuh"
 
 // op_axpy: y += alpha·x.
@@ -31,4 +33,82 @@ extern "C" __global__ void op_scale(float alpha, op_t *__restrict__ x, long long
   }
   for (long long i = nv * OP_VEC + op_global_id(); i < n; i += op_global_stride())
     op_put(x + i, alpha * op_f32(x[i]));
+}
+
+// op_scalar returns alpha·s[0], or alpha when s is null: the factor of the
+// axpys below, whose optional scalar s is an fp32 value on the device (a
+// loss's gradient, which the host never reads).
+__device__ __forceinline__ float op_scalar(float alpha, const float *s) {
+  return s ? alpha * s[0] : alpha;
+}
+
+// op_axpy_by: y += alpha·s[0]·x (storage x and y, fp32 s).
+extern "C" __global__ void op_axpy_by(float alpha, const float *__restrict__ s,
+                                      const op_t *__restrict__ x,
+                                      op_t *__restrict__ y, long long n) {
+  float a = op_scalar(alpha, s);
+  long long nv = op_aligned16(x) && op_aligned16(y) ? n / OP_VEC : 0;
+  for (long long v = op_global_id(); v < nv; v += op_global_stride()) {
+    float xs[OP_VEC], ys[OP_VEC];
+    op_load_vec(x + v * OP_VEC, xs);
+    op_load_vec(y + v * OP_VEC, ys);
+#pragma unroll
+    for (int k = 0; k < OP_VEC; k++) ys[k] += a * xs[k];
+    op_store_vec(y + v * OP_VEC, ys);
+  }
+  for (long long i = nv * OP_VEC + op_global_id(); i < n; i += op_global_stride())
+    op_put(y + i, op_f32(y[i]) + a * op_f32(x[i]));
+}
+
+// op_axpy_to_f32: y += alpha·s[0]·x with x in storage dtype and y fp32 (s
+// may be null: factor alpha). A bf16 gradient added into an fp32 one.
+extern "C" __global__ void op_axpy_to_f32(float alpha, const float *__restrict__ s,
+                                          const op_t *__restrict__ x,
+                                          float *__restrict__ y, long long n) {
+  float a = op_scalar(alpha, s);
+  long long nv = op_aligned16(x) && op_aligned16(y) ? n / OP_VEC : 0;
+  for (long long v = op_global_id(); v < nv; v += op_global_stride()) {
+    float xs[OP_VEC], ys[OP_VEC];
+    op_load_vec(x + v * OP_VEC, xs);
+    op_load_f32_vec(y + v * OP_VEC, ys);
+#pragma unroll
+    for (int k = 0; k < OP_VEC; k++) ys[k] += a * xs[k];
+    op_store_f32_vec(y + v * OP_VEC, ys);
+  }
+  for (long long i = nv * OP_VEC + op_global_id(); i < n; i += op_global_stride())
+    y[i] += a * op_f32(x[i]);
+}
+
+// op_axpy_from_f32: y += alpha·s[0]·x with x fp32 and y in storage dtype (s
+// may be null), rounding once per element: an fp32 partial result added
+// into a bf16 gradient.
+extern "C" __global__ void op_axpy_from_f32(float alpha, const float *__restrict__ s,
+                                            const float *__restrict__ x,
+                                            op_t *__restrict__ y, long long n) {
+  float a = op_scalar(alpha, s);
+  long long nv = op_aligned16(x) && op_aligned16(y) ? n / OP_VEC : 0;
+  for (long long v = op_global_id(); v < nv; v += op_global_stride()) {
+    float xs[OP_VEC], ys[OP_VEC];
+    op_load_f32_vec(x + v * OP_VEC, xs);
+    op_load_vec(y + v * OP_VEC, ys);
+#pragma unroll
+    for (int k = 0; k < OP_VEC; k++) ys[k] += a * xs[k];
+    op_store_vec(y + v * OP_VEC, ys);
+  }
+  for (long long i = nv * OP_VEC + op_global_id(); i < n; i += op_global_stride())
+    op_put(y + i, op_f32(y[i]) + a * x[i]);
+}
+
+// op_fill: x[i] = v (rounded to storage once).
+extern "C" __global__ void op_fill(op_t *__restrict__ x, float v, long long n) {
+  op_t e;
+  op_put(&e, v);
+  long long nv = op_aligned16(x) ? n / OP_VEC : 0;
+  op_vec16 w;
+#pragma unroll
+  for (int k = 0; k < OP_VEC; k++) w.e[k] = e;
+  for (long long i = op_global_id(); i < nv; i += op_global_stride())
+    *(uint4 *)(x + i * OP_VEC) = w.u;
+  for (long long i = nv * OP_VEC + op_global_id(); i < n; i += op_global_stride())
+    x[i] = e;
 }

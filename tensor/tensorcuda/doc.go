@@ -32,4 +32,25 @@
 // count panics, which the package's CPU tests check for every launcher.
 //
 // An Ops belongs to its device's worker thread, like the device itself.
+//
+// # Backend
+//
+// Backend is tensor.Backend[float32] (and tensor.ParamPlacer) on these
+// kernels: the tape's ops run on the device with bf16 activations, fp32
+// statistics, fp32 master weights and parameter gradients (Buf records each
+// storage's dtype, and every op dispatches on them), attention through
+// flexcuda, and AdamW over a placed parameter arena (NewAdamW).
+//
+//	b, err := tensorcuda.NewBackend(cache, d) // on the worker thread
+//	arena.Place(b, true)
+//	opt, err := tensorcuda.NewAdamW(b, &arena, cfg)
+//	for each step {
+//		tp := tensor.NewTape(b) // upload the step's inputs, then run ops:
+//		tp.Backward(model.Loss(tp, inputs)) // no copy, no synchronisation
+//		opt.Step(lr)
+//		b.Reset() // the step's storage is released; addresses repeat
+//	}
+//
+// Storage allocated between two Resets must not be used after the next
+// one; parameters live until Close.
 package tensorcuda

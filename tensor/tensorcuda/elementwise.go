@@ -26,6 +26,46 @@ func (o *Ops) Scale(alpha float32, x gpu.Buffer, n int64) error {
 	return o.launch(o.begin(kScale).f32("alpha", alpha).ptr("x", x).i64("n", n), o.vecStrided(n), threads)
 }
 
+// AxpyBy computes y += alpha·s[0]·x over n storage elements, with s one
+// fp32 value on the device.
+func (o *Ops) AxpyBy(alpha float32, s, x, y gpu.Buffer, n int64) error {
+	need("AxpyBy", "s", s, 1, 4)
+	return o.axpyVia(kAxpyBy, "AxpyBy", alpha, s, x, o.es(), y, o.es(), n)
+}
+
+// AxpyToF32 computes y += alpha·x (times s[0] unless s is null) with x in
+// storage dtype and y fp32, over n elements.
+func (o *Ops) AxpyToF32(alpha float32, s, x, y gpu.Buffer, n int64) error {
+	optional("AxpyToF32", "s", s, 1, 4)
+	return o.axpyVia(kAxpyToF32, "AxpyToF32", alpha, s, x, o.es(), y, 4, n)
+}
+
+// AxpyFromF32 computes y += alpha·x (times s[0] unless s is null) with x
+// fp32 and y in storage dtype, over n elements.
+func (o *Ops) AxpyFromF32(alpha float32, s, x, y gpu.Buffer, n int64) error {
+	optional("AxpyFromF32", "s", s, 1, 4)
+	return o.axpyVia(kAxpyFromF32, "AxpyFromF32", alpha, s, x, 4, y, o.es(), n)
+}
+
+// axpyVia checks and launches one of the axpys with a scalar pointer.
+func (o *Ops) axpyVia(k *kernel, op string, alpha float32, s, x gpu.Buffer, xes int64, y gpu.Buffer, yes int64, n int64) error {
+	need(op, "x", x, n, xes)
+	need(op, "y", y, n, yes)
+	if n == 0 {
+		return nil
+	}
+	return o.launch(o.begin(k).f32("alpha", alpha).ptr("s", s).ptr("x", x).ptr("y", y).i64("n", n), o.vecStrided(n), threads)
+}
+
+// Fill sets n storage elements of x to v (rounded to storage once).
+func (o *Ops) Fill(x gpu.Buffer, v float32, n int64) error {
+	need("Fill", "x", x, n, o.es())
+	if n == 0 {
+		return nil
+	}
+	return o.launch(o.begin(kFill).ptr("x", x).f32("v", v).i64("n", n), o.vecStrided(n), threads)
+}
+
 // AddRows computes y[r,:] += v for every row of y [rows, n] (storage dtype,
 // v [n] too).
 func (o *Ops) AddRows(y gpu.Buffer, rows, n int, v gpu.Buffer) error {

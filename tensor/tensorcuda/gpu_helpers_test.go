@@ -25,8 +25,56 @@ import (
 
 func TestMain(m *testing.M) { gputest.Main(m) }
 
-// ref is the reference: the CPU backend in float64.
-var ref = tensor.NewCPU[float64](0)
+// ref is the reference: the CPU backend in float64, on host slices.
+var ref = hostRef{tensor.NewCPU[float64](0)}
+
+// hostRef calls the CPU backend's kernels on Go slices (a nil slice is a
+// nil Storage: an output that is not computed).
+type hostRef struct{ c *tensor.CPU[float64] }
+
+// h wraps x as host storage, nil as a nil Storage.
+func h(x []float64) tensor.Storage[float64] {
+	if x == nil {
+		return nil
+	}
+	return tensor.Host[float64](x)
+}
+
+func (r hostRef) Gemm(transA, transB bool, m, n, k int, alpha float64, a []float64, lda int, b []float64, ldb int, beta float64, c []float64, ldc int) {
+	r.c.Gemm(transA, transB, m, n, k, alpha, h(a), lda, h(b), ldb, beta, h(c), ldc)
+}
+func (r hostRef) Gather(table []float64, dim int, ids []int32, out []float64) {
+	r.c.Gather(h(table), dim, tensor.HostInts(ids), h(out))
+}
+func (r hostRef) ScatterAdd(dout []float64, dim int, ids []int32, dtable []float64) {
+	r.c.ScatterAdd(h(dout), dim, tensor.HostInts(ids), h(dtable))
+}
+func (r hostRef) RMSNorm(x, w []float64, dim int, eps float64, y, rstd []float64) {
+	r.c.RMSNorm(h(x), h(w), dim, eps, h(y), h(rstd))
+}
+func (r hostRef) RMSNormBackward(x, w, rstd, dy []float64, dim int, dx, dw []float64) {
+	r.c.RMSNormBackward(h(x), h(w), h(rstd), h(dy), dim, h(dx), h(dw))
+}
+func (r hostRef) RoPE(x []float64, heads, headDim int, cos, sin, y []float64, inverse bool) {
+	r.c.RoPE(h(x), heads, headDim, h(cos), h(sin), h(y), inverse)
+}
+func (r hostRef) SwiGLU(gate, up, out []float64) { r.c.SwiGLU(h(gate), h(up), h(out)) }
+func (r hostRef) SwiGLUBackward(gate, up, dout, dgate, dup []float64) {
+	r.c.SwiGLUBackward(h(gate), h(up), h(dout), h(dgate), h(dup))
+}
+func (r hostRef) Axpy(alpha float64, x, y []float64) { r.c.Axpy(alpha, h(x), h(y)) }
+func (r hostRef) Scale(alpha float64, x []float64)   { r.c.Scale(alpha, h(x)) }
+func (r hostRef) AddRows(y, v []float64)             { r.c.AddRows(h(y), h(v)) }
+func (r hostRef) SumRows(y, v []float64)             { r.c.SumRows(h(y), h(v)) }
+func (r hostRef) Copy2D(rows, cols int, src []float64, srcStride, srcOff int, dst []float64, dstStride, dstOff int, accumulate bool) {
+	r.c.Copy2D(rows, cols, h(src), srcStride, srcOff, h(dst), dstStride, dstOff, accumulate)
+}
+func (r hostRef) Transpose12(a, b, c, d int, src, dst []float64, accumulate bool) {
+	r.c.Transpose12(a, b, c, d, h(src), h(dst), accumulate)
+}
+func (r hostRef) SoftmaxXent(logits []float64, rows, vocab int, targets []int32, scale, loss []float64, argmax []int32) {
+	r.c.SoftmaxXent(h(logits), rows, vocab, tensor.HostInts(targets), h(scale), h(loss), tensor.HostInts(argmax))
+}
 
 // Tolerances, relative to max(|want|, rms(want)) per element.
 const (

@@ -141,6 +141,7 @@ func TestGPUElementwise(t *testing.T) {
 			e.check(e.o.Scale(0.375, x, int64(n)))
 			ref.Scale(0.375, xv)
 			e.compare("Scale "+name, e.load(x, n), xv, tol(e.dt, false))
+			e.mixedAxpys(name, n)
 		}
 		for _, c := range []struct{ rows, n int }{{1, 1}, {7, 33}, {33, 7}, {1000, 100}, {5000, 3}, {9, 64}, {5, 40}} {
 			name := fmt.Sprintf("rows%d_n%d", c.rows, c.n)
@@ -228,4 +229,35 @@ func TestGPUSoftmaxXent(t *testing.T) {
 			}
 		}
 	})
+}
+
+// mixedAxpys checks AxpyBy, AxpyToF32, AxpyFromF32 and Fill on n elements:
+// the scalar factor read on the device, and additions between storage and
+// fp32 buffers (whose fp32 side is held to tolF32).
+func (e *env) mixedAxpys(name string, n int) {
+	sc, scv := e.f32([]float64{-0.625})
+	x, xv := e.store(e.normal(n, 1))
+	y, yv := e.store(e.normal(n, 1))
+	e.check(e.o.AxpyBy(1.5, sc, x, y, int64(n)))
+	ref.Axpy(1.5*scv[0], xv, yv)
+	e.compare("AxpyBy "+name, e.load(y, n), yv, tol(e.dt, false))
+
+	f, fv := e.f32(e.normal(n, 1))
+	e.check(e.o.AxpyToF32(0.75, sc, x, f, int64(n)))
+	ref.Axpy(0.75*scv[0], xv, fv)
+	e.compare("AxpyToF32 "+name, e.loadF32(f, n), fv, tolF32)
+	e.check(e.o.AxpyToF32(2, gpu.Buffer{}, x, f, int64(n)))
+	ref.Axpy(2, xv, fv)
+	e.compare("AxpyToF32 no scalar "+name, e.loadF32(f, n), fv, tolF32)
+
+	e.check(e.o.AxpyFromF32(-1.25, gpu.Buffer{}, f, y, int64(n)))
+	ref.Axpy(-1.25, fv, yv)
+	e.compare("AxpyFromF32 "+name, e.load(y, n), yv, tol(e.dt, false))
+
+	e.check(e.o.Fill(y, 2.75, int64(n))) // 2.75 is exact in bf16
+	want := make([]float64, n)
+	for i := range want {
+		want[i] = 2.75
+	}
+	e.compare("Fill "+name, e.load(y, n), want, 0)
 }

@@ -76,8 +76,12 @@ var (
 	kSwiGLU    = def("op_swiglu.cu", "op_swiglu_fwd", "gate:p up:p out:p n:i64")
 	kSwiGLUBwd = def("op_swiglu.cu", "op_swiglu_bwd", "gate:p up:p dout:p dgate:p dup:p n:i64")
 
-	kAxpy  = def("op_ew.cu", "op_axpy", "alpha:f32 x:p y:p n:i64")
-	kScale = def("op_ew.cu", "op_scale", "alpha:f32 x:p n:i64")
+	kAxpy        = def("op_ew.cu", "op_axpy", "alpha:f32 x:p y:p n:i64")
+	kScale       = def("op_ew.cu", "op_scale", "alpha:f32 x:p n:i64")
+	kAxpyBy      = def("op_ew.cu", "op_axpy_by", "alpha:f32 s:p x:p y:p n:i64")
+	kAxpyToF32   = def("op_ew.cu", "op_axpy_to_f32", "alpha:f32 s:p x:p y:p n:i64")
+	kAxpyFromF32 = def("op_ew.cu", "op_axpy_from_f32", "alpha:f32 s:p x:p y:p n:i64")
+	kFill        = def("op_ew.cu", "op_fill", "x:p v:f32 n:i64")
 
 	kCopy2D      = def("op_copy.cu", "op_copy2d", "src:p src_stride:i64 src_off:i64 dst:p dst_stride:i64 dst_off:i64 rows:i32 cols:i32 accumulate:i32")
 	kTranspose12 = def("op_copy.cu", "op_transpose12", "src:p dst:p na:i32 nb:i32 nc:i32 nd:i32 accumulate:i32")

@@ -163,6 +163,10 @@ func TestLaunchersMatchKernels(t *testing.T) {
 			must(o.SwiGLUBackward(big, big, big, big, gpu.Buffer{}, 1001))
 			must(o.Axpy(2, big, big, 77))
 			must(o.Scale(2, big, 77))
+			must(o.AxpyBy(2, big, big, big, 77))
+			must(o.AxpyToF32(2, gpu.Buffer{}, big, big, 77))
+			must(o.AxpyFromF32(2, big, big, big, 77))
+			must(o.Fill(big, 3, 77))
 			must(o.AddRows(big, 3, 7, big))
 			must(o.SumRows(big, 3, 7, big, big))
 			must(o.Copy2D(4, 3, big, 5, 1, big, 9, 6, true))
@@ -199,6 +203,10 @@ func TestLauncherChecksBufferSizes(t *testing.T) {
 			_ = o.RMSNormBackward(big, big, big, big, 100, 8, gpu.Buffer{}, big, gpu.Buffer{Ptr: 1, Size: 4})
 		}},
 		{"null input", "SwiGLU: gate is a null buffer", func() { _ = o.SwiGLU(gpu.Buffer{}, big, big, 3) }},
+		{"axpy-by scalar", "AxpyBy: s is a null buffer", func() { _ = o.AxpyBy(1, gpu.Buffer{}, big, big, 3) }},
+		// 5 fp32 elements: 20 bytes; 5 bf16 ones would fit.
+		{"axpy to f32", "AxpyToF32: y holds 10 bytes, needs 20", func() { _ = o.AxpyToF32(1, gpu.Buffer{}, big, gpu.Buffer{Ptr: 1, Size: 10}, 5) }},
+		{"axpy from f32", "AxpyFromF32: x holds 10 bytes, needs 20", func() { _ = o.AxpyFromF32(1, gpu.Buffer{}, gpu.Buffer{Ptr: 1, Size: 10}, big, 5) }},
 		{"copy strides", "Copy2D: block of 3 cols", func() { _ = o.Copy2D(2, 3, big, 2, 0, big, 3, 0, false) }},
 	} {
 		t.Run(c.name, func(t *testing.T) {

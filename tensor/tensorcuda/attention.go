@@ -1,0 +1,173 @@
+package tensorcuda
+
+import (
+	"fmt"
+
+	"dflash/dtype"
+	"dflash/flex"
+	"dflash/flex/flexcuda"
+	"dflash/tensor"
+)
+
+// Mask is the CUDA backend's tensor.Mask: a block mask built on the device
+// (flexcuda.Builder) with the device copy of its arguments, for one step
+// (Reset frees it).
+type Mask struct {
+	be   *Backend
+	prog *flex.MaskProgram
+	bm   *flexcuda.BlockMask
+	args *flexcuda.Args
+	host *flex.Args
+	dims flex.Dims
+	step uint64
+}
+
+// MaskDims returns the dimensions the mask was built for.
+func (m *Mask) MaskDims() flex.Dims { return m.dims }
+
+// MaskArgs returns the host arguments the mask was built with.
+func (m *Mask) MaskArgs() *flex.Args { return m.host }
+
+// attnKey identifies the compiled attention of a mask program, head
+// dimension and GQA group.
+type attnKey struct {
+	mask           string // the program's hash
+	headDim, group int
+}
+
+// dflashBlock returns the block size of p when p is flex.DFlashMask of some
+// block size: its name says which, and its hash must then equal that
+// program's (a program that only borrows the name is not DFlash's).
+func dflashBlock(p *flex.MaskProgram) (int, bool) {
+	var bs int
+	if _, err := fmt.Sscanf(p.Name(), "dflash%d", &bs); err != nil || bs < 1 || p.Name() != fmt.Sprintf("dflash%d", bs) {
+		return 0, false
+	}
+	return bs, p.Hash() == flex.DFlashMask(bs).Hash()
+}
+
+// builder returns the block-mask builder of p, made on first use: the
+// closed-form DFlash builder for flex.DFlashMask programs, the generic one
+// otherwise, both with flexcuda's default blocks (those of the attention).
+func (b *Backend) builder(p *flex.MaskProgram) (*flexcuda.Builder, error) {
+	key := p.Hash()
+	if bl := b.builders[key]; bl != nil {
+		return bl, nil
+	}
+	var bl *flexcuda.Builder
+	var err error
+	if bs, ok := dflashBlock(p); ok {
+		bl, err = flexcuda.NewDFlashBuilder(b.cache, bs, 0, 0)
+	} else {
+		bl, err = flexcuda.NewBuilder(b.cache, p, 0, 0)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("tensorcuda: block mask builder for %s: %w", p.Name(), err)
+	}
+	b.builders[key] = bl
+	return bl, nil
+}
+
+// NewMask uploads args and builds the block mask of p for d on the device;
+// both live until the next Reset.
+func (b *Backend) NewMask(p *flex.MaskProgram, args *flex.Args, d flex.Dims) (tensor.Mask, error) {
+	bl, err := b.builder(p)
+	if err != nil {
+		return nil, err
+	}
+	dargs, err := flexcuda.UploadArgs(b.d, args)
+	if err != nil {
+		return nil, fmt.Errorf("tensorcuda: mask %s: %w", p.Name(), err)
+	}
+	bm, err := bl.Build(b.d, nil, d, dargs, nil)
+	if err != nil {
+		dargs.Free(b.d)
+		return nil, fmt.Errorf("tensorcuda: mask %s: %w", p.Name(), err)
+	}
+	b.release = append(b.release, func() { bm.Free(b.d); dargs.Free(b.d) })
+	if args == nil {
+		args = flex.NewArgs()
+	}
+	return &Mask{be: b, prog: p, bm: bm, args: dargs, host: args, dims: d, step: b.gen}, nil
+}
+
+// mask returns m as this backend's live mask.
+func (b *Backend) mask(m tensor.Mask) *Mask {
+	x, ok := m.(*Mask)
+	if !ok || x.be != b {
+		panic(fmt.Sprintf("tensorcuda: attention given a %T, not a mask built by this CUDA backend", m))
+	}
+	b.live("the block mask", x.step)
+	return x
+}
+
+// attention returns the compiled attention of m's program for d, made on
+// first use and kept for every later step.
+func (b *Backend) attention(m *Mask, d flex.Dims) *flexcuda.Attention {
+	key := attnKey{m.prog.Hash(), d.HeadDim, d.Group()}
+	if a := b.attns[key]; a != nil {
+		return a
+	}
+	a, err := flexcuda.New(b.cache, m.prog, nil, flexcuda.Config{HeadDim: d.HeadDim, Group: d.Group(), DType: dtype.BF16, Arch: b.d.Arch()})
+	if err != nil {
+		panic(fmt.Errorf("tensorcuda: attention with mask %s, head dim %d, group %d: %w", m.prog.Name(), d.HeadDim, d.Group(), err))
+	}
+	b.attns[key] = a
+	return a
+}
+
+// noScore panics for a score program: they are not yet on CUDA.
+func noScore(op string, score *flex.ScoreProgram) {
+	if score != nil {
+		panic(fmt.Sprintf("tensorcuda: %s: score programs are not yet on CUDA (got %s); use the CPU backend", op, score))
+	}
+}
+
+// attnCall returns the flexcuda call of q, k, v (bf16) with m.
+func (b *Backend) attnCall(op string, d flex.Dims, q, k, v tensor.Storage[float32], m *Mask, scale float64) *flexcuda.Call {
+	qb, kb, vb := b.buf(q, op+" q"), b.buf(k, op+" k"), b.buf(v, op+" v")
+	if same(op, qb, kb, vb) != dtype.BF16 {
+		unsupported(op, qb, kb, vb)
+	}
+	if scale == 0 {
+		panic(fmt.Sprintf("tensorcuda: %s: scale 0 (flexcuda reads 0 as 1/sqrt(head dim))", op))
+	}
+	return &flexcuda.Call{Dims: d, Mask: m.bm, Args: m.args, Scale: scale, Q: qb.Buffer(), K: kb.Buffer(), V: vb.Buffer()}
+}
+
+// Attention computes flex attention through flexcuda: out bf16, lse fp32.
+func (b *Backend) Attention(d flex.Dims, q, k, v tensor.Storage[float32], m tensor.Mask, score *flex.ScoreProgram, scale float64) (out, lse tensor.Storage[float32]) {
+	noScore("Attention", score)
+	mk := b.mask(m)
+	c := b.attnCall("Attention", d, q, k, v, mk, scale)
+	o := b.newBuf(q.Len(), dtype.BF16, false, false)
+	l := b.newBuf(d.Batch*d.HeadsQ*d.LenQ, dtype.F32, false, false)
+	c.Out, c.LSE = o.Buffer(), l.Buffer()
+	must("Attention", b.attention(mk, d).Forward(b.d, c))
+	return o, l
+}
+
+// AttentionBackward computes the gradients into bf16 temporaries (flexcuda
+// overwrites its outputs) and adds them into dq, dk and dv (any may be nil).
+func (b *Backend) AttentionBackward(d flex.Dims, q, k, v, out, lse, dout tensor.Storage[float32], m tensor.Mask, score *flex.ScoreProgram, scale float64, dq, dk, dv tensor.Storage[float32]) {
+	noScore("AttentionBackward", score)
+	if dq == nil && dk == nil && dv == nil {
+		return
+	}
+	mk := b.mask(m)
+	c := b.attnCall("AttentionBackward", d, q, k, v, mk, scale)
+	ob, db, lb := b.buf(out, "AttentionBackward out"), b.buf(dout, "AttentionBackward dout"), b.buf(lse, "AttentionBackward lse")
+	if same("AttentionBackward", ob, db) != dtype.BF16 {
+		unsupported("AttentionBackward", ob, db)
+	}
+	f32s("AttentionBackward", lb)
+	c.Out, c.LSE, c.DOut = ob.Buffer(), lb.Buffer(), db.Buffer()
+	grads := [3]Buf{b.newBuf(q.Len(), dtype.BF16, false, false), b.newBuf(k.Len(), dtype.BF16, false, false), b.newBuf(v.Len(), dtype.BF16, false, false)}
+	c.DQ, c.DK, c.DV = grads[0].Buffer(), grads[1].Buffer(), grads[2].Buffer()
+	must("AttentionBackward", b.attention(mk, d).Backward(b.d, c))
+	for i, dst := range []tensor.Storage[float32]{dq, dk, dv} {
+		if dst != nil {
+			b.axpy(1, Buf{}, grads[i], b.buf(dst, "AttentionBackward gradient"))
+		}
+	}
+}

@@ -1,0 +1,330 @@
+package tensorcuda
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"dflash/dtype"
+	"dflash/flex/flexcuda"
+	"dflash/gpu"
+	"dflash/jit"
+	"dflash/tensor"
+)
+
+// Backend is the CUDA tensor backend: tensor.Backend[float32] and
+// tensor.ParamPlacer[float32] on one gpu.Device, with a bf16 and an fp32
+// Ops for the op kernels, cuBLASLt for the GEMMs and flexcuda for
+// attention. It belongs to the device's worker thread: every method must
+// be called there.
+//
+// # Storage classes
+//
+// Activations and their gradients (Alloc, Upload without stat) are bf16;
+// statistics (AllocStat, Upload with stat: RMSNorm's rstd, RoPE tables,
+// losses, loss scales) are fp32. PlaceParams keeps an fp32 master copy and
+// a bf16 compute copy of a model's parameter arena; the arena's gradient,
+// made by Like from the master copy, is fp32. Every op dispatches on the
+// dtypes of its arguments (dispatch.go lists the combinations); one that is
+// not supported panics naming the op and the dtypes.
+//
+// # Memory
+//
+// Everything allocated between two Resets (storage, int data, masks,
+// temporaries of the ops) comes from a step arena and is released at once
+// by the next Reset: storage must not be used after the Reset that follows
+// its allocation (the ops panic when it is). A step that repeats the
+// allocations of the last one gets the same addresses. Parameter memory is
+// persistent until Close.
+//
+// # Synchronisation
+//
+// Ops queue kernels on the device's default stream and never copy between
+// host and device or wait. Upload, UploadInts and NewMask copy to the
+// device (and wait for the copy: gpu.Upload is synchronous); Download,
+// DownloadInts and Sync wait for the queued work. A launch error, or an
+// allocation that fails, panics with the error (the interface returns
+// none).
+type Backend struct {
+	d       *gpu.Device // nil with the CPU tests' fake memory
+	cache   *jit.Cache
+	bf, f32 *Ops
+	mem     memory
+	arena   stepArena
+	gen     uint64 // the current step; storage of another step is stale
+
+	persistent []gpu.Buffer
+	release    []func() // what Reset frees besides the arena (masks)
+	attns      map[attnKey]*flexcuda.Attention
+	builders   map[string]*flexcuda.Builder // by mask program hash
+}
+
+var (
+	_ tensor.Backend[float32]     = (*Backend)(nil)
+	_ tensor.ParamPlacer[float32] = (*Backend)(nil)
+)
+
+// NewBackend returns the backend on d, compiling kernels through cache on
+// first use. Call it on d's worker thread.
+func NewBackend(cache *jit.Cache, d *gpu.Device) (*Backend, error) {
+	bf, err := New(cache, d, dtype.BF16)
+	if err != nil {
+		return nil, err
+	}
+	f32, err := New(cache, d, dtype.F32)
+	if err != nil {
+		return nil, err
+	}
+	return newBackend(d, cache, bf, f32, devMemory{d}), nil
+}
+
+func newBackend(d *gpu.Device, cache *jit.Cache, bf, f32 *Ops, mem memory) *Backend {
+	return &Backend{d: d, cache: cache, bf: bf, f32: f32, mem: mem, arena: stepArena{mem: mem, chunk: defaultChunk}, gen: 1,
+		attns: map[attnKey]*flexcuda.Attention{}, builders: map[string]*flexcuda.Builder{}}
+}
+
+// Name returns "cuda-bf16".
+func (b *Backend) Name() string { return "cuda-bf16" }
+
+// Device returns the device the backend runs on.
+func (b *Backend) Device() *gpu.Device { return b.d }
+
+// Reset ends a step: everything allocated since the last Reset is released
+// at once (the step arena's memory is kept for the next step) and must not
+// be used again.
+func (b *Backend) Reset() {
+	b.gen++
+	b.arena.reset()
+	for _, f := range b.release {
+		f()
+	}
+	b.release = nil
+}
+
+// StepBytes returns the bytes the step arena holds from the device and the
+// most one step has used.
+func (b *Backend) StepBytes() (held, peak int64) {
+	for _, c := range b.arena.chunks {
+		held += c.Size
+	}
+	return held, b.arena.peak
+}
+
+// Close resets the backend and frees all of its memory, parameters
+// included, and the attention kernels' workspaces.
+func (b *Backend) Close() {
+	b.Reset()
+	b.arena.release()
+	for _, p := range b.persistent {
+		b.mem.free(p)
+	}
+	b.persistent = nil
+	for _, a := range b.attns {
+		a.Release(b.d)
+	}
+	for _, bl := range b.builders {
+		bl.Release(b.d)
+	}
+}
+
+// Sync waits for the work queued on the device.
+func (b *Backend) Sync() error { return b.mem.sync() }
+
+// ops returns the kernels of storage dtype dt.
+func (b *Backend) ops(dt dtype.DType) *Ops {
+	if dt == dtype.BF16 {
+		return b.bf
+	}
+	return b.f32
+}
+
+// alloc returns n bytes of persistent or step memory, zeroed with zero.
+func (b *Backend) alloc(n int64, persistent, zero bool) gpu.Buffer {
+	if n == 0 {
+		return gpu.Buffer{}
+	}
+	var buf gpu.Buffer
+	if persistent {
+		var err error
+		if buf, err = b.mem.alloc(n); err != nil {
+			panic(fmt.Errorf("tensorcuda: parameter memory of %d bytes: %w", n, err))
+		}
+		b.persistent = append(b.persistent, buf)
+	} else {
+		p, err := b.arena.alloc(n)
+		if err != nil {
+			panic(err)
+		}
+		buf = gpu.Buffer{Ptr: p, Size: n}
+	}
+	if zero {
+		must("zero", b.mem.zero(buf))
+	}
+	return buf
+}
+
+// newBuf returns n elements of dtype dt.
+func (b *Backend) newBuf(n int, dt dtype.DType, persistent, zero bool) Buf {
+	s := Buf{be: b, ptr: b.alloc(int64(n)*int64(dt.Size()), persistent, zero).Ptr, n: n, dt: dt}
+	if !persistent {
+		s.step = b.gen
+	}
+	return s
+}
+
+// Alloc returns n zero bf16 elements.
+func (b *Backend) Alloc(n int) tensor.Storage[float32] { return b.newBuf(n, dtype.BF16, false, true) }
+
+// AllocStat returns n zero fp32 elements.
+func (b *Backend) AllocStat(n int) tensor.Storage[float32] {
+	return b.newBuf(n, dtype.F32, false, true)
+}
+
+// Upload returns x as new bf16 storage, or fp32 with stat, rounded on the
+// host and copied once.
+func (b *Backend) Upload(x []float32, stat bool) tensor.Storage[float32] {
+	dt := dtype.BF16
+	if stat {
+		dt = dtype.F32
+	}
+	return b.upload(x, dt, false)
+}
+
+func (b *Backend) upload(x []float32, dt dtype.DType, persistent bool) Buf {
+	s := b.newBuf(len(x), dt, persistent, false)
+	if len(x) > 0 {
+		raw := make([]byte, len(x)*dt.Size())
+		dtype.EncodeFloat32(dt, raw, x)
+		must("Upload", b.mem.upload(s.Buffer(), raw))
+	}
+	return s
+}
+
+// Download waits for the queued work and copies s into dst as float32.
+func (b *Backend) Download(s tensor.Storage[float32], dst []float32) {
+	x := b.buf(s, "Download source")
+	checkLen("Download", len(dst), x.n)
+	if x.n == 0 {
+		return
+	}
+	raw := make([]byte, x.n*x.dt.Size())
+	must("Download", b.mem.download(raw, x.Buffer()))
+	dtype.DecodeFloat32(x.dt, dst, raw)
+}
+
+// AllocInts returns n zero int32 values.
+func (b *Backend) AllocInts(n int) tensor.Ints {
+	return IntBuf{be: b, ptr: b.alloc(4*int64(n), false, true).Ptr, n: n, step: b.gen}
+}
+
+// UploadInts returns x as new int32 storage.
+func (b *Backend) UploadInts(x []int32) tensor.Ints {
+	s := IntBuf{be: b, ptr: b.alloc(4*int64(len(x)), false, false).Ptr, n: len(x), step: b.gen}
+	if len(x) > 0 {
+		raw := make([]byte, 4*len(x))
+		for i, v := range x {
+			binary.LittleEndian.PutUint32(raw[4*i:], uint32(v))
+		}
+		must("UploadInts", b.mem.upload(s.Buffer(), raw))
+	}
+	return s
+}
+
+// DownloadInts waits for the queued work and copies s into dst.
+func (b *Backend) DownloadInts(s tensor.Ints, dst []int32) {
+	x := b.ints(s, "DownloadInts source")
+	checkLen("DownloadInts", len(dst), x.n)
+	if x.n == 0 {
+		return
+	}
+	raw := make([]byte, 4*x.n)
+	must("DownloadInts", b.mem.download(raw, x.Buffer()))
+	for i := range dst {
+		dst[i] = int32(binary.LittleEndian.Uint32(raw[4*i:]))
+	}
+}
+
+// PlaceParams uploads a model's parameters: the fp32 master copy (only with
+// master) and the bf16 compute copy, both persistent.
+func (b *Backend) PlaceParams(host []float32, master bool) (values, compute tensor.Storage[float32]) {
+	compute = b.upload(host, dtype.BF16, true)
+	if master {
+		values = b.upload(host, dtype.F32, true)
+	}
+	return values, compute
+}
+
+// buf returns s as this backend's live storage; it panics, naming what,
+// for storage of another backend or of a step that has been Reset.
+func (b *Backend) buf(s tensor.Storage[float32], what string) Buf {
+	x, ok := s.(Buf)
+	if !ok {
+		panic(fmt.Sprintf("tensorcuda: %s is %T, not CUDA backend storage", what, s))
+	}
+	if x.be != b {
+		panic(fmt.Sprintf("tensorcuda: %s belongs to another CUDA backend", what))
+	}
+	b.live(what, x.step)
+	return x
+}
+
+// opt is buf for storage that may be nil (an output not computed).
+func (b *Backend) opt(s tensor.Storage[float32], what string) Buf {
+	if s == nil {
+		return Buf{}
+	}
+	return b.buf(s, what)
+}
+
+// ints is buf for int data.
+func (b *Backend) ints(s tensor.Ints, what string) IntBuf {
+	x, ok := s.(IntBuf)
+	if !ok {
+		panic(fmt.Sprintf("tensorcuda: %s is %T, not CUDA backend int data", what, s))
+	}
+	if x.be != b {
+		panic(fmt.Sprintf("tensorcuda: %s belongs to another CUDA backend", what))
+	}
+	b.live(what, x.step)
+	return x
+}
+
+// live panics when step is a step that has been Reset.
+func (b *Backend) live(what string, step uint64) {
+	if step != 0 && step != b.gen {
+		panic(fmt.Sprintf("tensorcuda: %s was allocated in step %d and used after Reset (now step %d): step storage lives until the next Reset",
+			what, step, b.gen))
+	}
+}
+
+// must panics with err, naming the op.
+func must(op string, err error) {
+	if err != nil {
+		panic(fmt.Errorf("tensorcuda: %s: %w", op, err))
+	}
+}
+
+func checkLen(what string, got, want int) {
+	if got != want {
+		panic(fmt.Sprintf("tensorcuda: %s: length %d, want %d", what, got, want))
+	}
+}
+
+// memory is the device memory the backend uses: the device's, or a fake in
+// the CPU tests.
+type memory interface {
+	alloc(n int64) (gpu.Buffer, error)
+	free(b gpu.Buffer)
+	zero(b gpu.Buffer) error // queued on the default stream
+	upload(b gpu.Buffer, src []byte) error
+	download(dst []byte, b gpu.Buffer) error
+	sync() error
+}
+
+type devMemory struct{ d *gpu.Device }
+
+func (m devMemory) alloc(n int64) (gpu.Buffer, error)       { return m.d.Alloc(n) }
+func (m devMemory) free(b gpu.Buffer)                       { m.d.Free(b) }
+func (m devMemory) zero(b gpu.Buffer) error                 { return m.d.Memset(b, 0, nil) }
+func (m devMemory) upload(b gpu.Buffer, src []byte) error   { return gpu.Upload(m.d, b, src) }
+func (m devMemory) download(dst []byte, b gpu.Buffer) error { return gpu.Download(m.d, dst, b) }
+func (m devMemory) sync() error                             { return m.d.Synchronize() }

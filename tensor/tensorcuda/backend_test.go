@@ -1,0 +1,378 @@
+package tensorcuda
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	"dflash/cuda"
+	"dflash/dtype"
+	"dflash/flex"
+	"dflash/gpu"
+	"dflash/internal/testseed"
+	"dflash/tensor"
+	"dflash/train"
+)
+
+// These tests run the Backend on a fake device: host bytes behind fake
+// addresses (fakeMem) and the fake kernel runner, which records launches.
+
+// fakeMem is device memory in host slices at made-up addresses.
+type fakeMem struct {
+	next   cuda.DevicePtr
+	blocks map[cuda.DevicePtr][]byte
+	allocs int
+}
+
+func newFakeMem() *fakeMem { return &fakeMem{next: 0x100000, blocks: map[cuda.DevicePtr][]byte{}} }
+
+func (m *fakeMem) alloc(n int64) (gpu.Buffer, error) {
+	p := m.next
+	m.next += cuda.DevicePtr((n + 4095) / 4096 * 4096)
+	m.blocks[p] = make([]byte, n)
+	m.allocs++
+	return gpu.Buffer{Ptr: p, Size: n}, nil
+}
+
+func (m *fakeMem) free(b gpu.Buffer) {
+	if m.blocks[b.Ptr] == nil {
+		panic(fmt.Sprintf("fakeMem: free of %#x, not allocated", uint64(b.Ptr)))
+	}
+	delete(m.blocks, b.Ptr)
+}
+
+// bytes returns the host bytes behind b, which must lie in one allocation.
+func (m *fakeMem) bytes(b gpu.Buffer) []byte {
+	for p, blk := range m.blocks {
+		if b.Ptr >= p && b.Ptr+cuda.DevicePtr(b.Size) <= p+cuda.DevicePtr(len(blk)) {
+			off := int(b.Ptr - p)
+			return blk[off : off+int(b.Size)]
+		}
+	}
+	panic(fmt.Sprintf("fakeMem: %d bytes at %#x are not allocated", b.Size, uint64(b.Ptr)))
+}
+
+func (m *fakeMem) zero(b gpu.Buffer) error                 { clear(m.bytes(b)); return nil }
+func (m *fakeMem) upload(b gpu.Buffer, src []byte) error   { copy(m.bytes(b), src); return nil }
+func (m *fakeMem) download(dst []byte, b gpu.Buffer) error { copy(dst, m.bytes(b)); return nil }
+func (m *fakeMem) sync() error                             { return nil }
+
+// fakeBackend returns a Backend on fake memory with fake bf16 and fp32 Ops.
+func fakeBackend() (*Backend, *fakeRun, *fakeRun, *fakeMem) {
+	bf, bfRun := fakeOps(dtype.BF16)
+	f32, f32Run := fakeOps(dtype.F32)
+	mem := newFakeMem()
+	return newBackend(nil, nil, bf, f32, mem), bfRun, f32Run, mem
+}
+
+// launches returns the kernels launched since the last call as
+// "dtype:name" (gemms as "dtype:gemm in->out"), sorted, and forgets them.
+func launches(bfRun, f32Run *fakeRun) []string {
+	var out []string
+	for _, r := range []struct {
+		dt  string
+		run *fakeRun
+	}{{"bf16", bfRun}, {"f32", f32Run}} {
+		for name, n := range r.run.launched {
+			if name == "gemm" {
+				continue
+			}
+			for range n {
+				out = append(out, r.dt+":"+name)
+			}
+		}
+		for _, g := range r.run.gemms {
+			out = append(out, fmt.Sprintf("%s:gemm %s->%s", r.dt, g.In, g.Out))
+		}
+		r.run.launched, r.run.gemms = map[string]int{}, nil
+	}
+	sort.Strings(out)
+	return out
+}
+
+// panicText runs f and returns what it panicked with ("" if it did not).
+func panicText(f func()) (s string) {
+	defer func() {
+		if r := recover(); r != nil {
+			s = fmt.Sprint(r)
+		}
+	}()
+	f()
+	return ""
+}
+
+// TestBackendDispatch checks which kernels each dtype combination of each
+// op reaches, and that combinations without a kernel panic naming the op
+// and the dtypes.
+func TestBackendDispatch(t *testing.T) {
+	b, bfRun, f32Run, _ := fakeBackend()
+	bf := func(n int) tensor.Storage[float32] { return b.Alloc(n) }
+	f32 := func(n int) tensor.Storage[float32] { return b.AllocStat(n) }
+	_, param := b.PlaceParams(make([]float32, 64), true) // the compute copy: bf16, persistent
+	pgrad := b.AllocStat(64)
+	ids := b.UploadInts([]int32{1, 0, 3})
+	none := tensor.Storage[float32](nil)
+	for _, c := range []struct {
+		name  string
+		f     func()
+		want  []string
+		panic string
+	}{
+		{"Gemm bf16 out", func() { b.Gemm(false, true, 2, 3, 4, 1, bf(8), 4, param, 4, 0, bf(6), 3) }, []string{"bf16:gemm bf16->bf16"}, ""},
+		{"Gemm weight gradient f32", func() { b.Gemm(true, false, 3, 4, 2, 1, bf(6), 3, bf(8), 4, 1, pgrad, 4) }, []string{"bf16:gemm bf16->f32"}, ""},
+		{"Gemm f32 loss", func() { b.Gemm(false, false, 1, 1, 5, 1, f32(5), 5, f32(5), 1, 0, f32(1), 1) }, []string{"f32:gemm f32->f32"}, ""},
+		{"Gemm mixed inputs", func() { b.Gemm(false, false, 1, 1, 5, 1, bf(5), 5, f32(5), 1, 0, f32(1), 1) }, nil, "Gemm: dtypes (bf16, f32, f32)"},
+		{"Axpy bf16", func() { b.Axpy(2, bf(9), bf(9)) }, []string{"bf16:op_axpy"}, ""},
+		{"Axpy f32", func() { b.Axpy(2, f32(9), f32(9)) }, []string{"f32:op_axpy"}, ""},
+		{"Axpy bf16 into f32", func() { b.Axpy(2, bf(9), f32(9)) }, []string{"bf16:op_axpy_to_f32"}, ""},
+		{"Axpy f32 into bf16", func() { b.Axpy(2, f32(9), bf(9)) }, []string{"bf16:op_axpy_from_f32"}, ""},
+		{"Axpy lengths", func() { b.Axpy(2, bf(9), bf(8)) }, nil, "Axpy: length 9, want 8"},
+		{"AxpyBy bf16", func() { b.AxpyBy(1, f32(1), bf(9), bf(9)) }, []string{"bf16:op_axpy_by"}, ""},
+		{"AxpyBy f32", func() { b.AxpyBy(1, f32(1), f32(9), f32(9)) }, []string{"f32:op_axpy_by"}, ""},
+		{"AxpyBy bf16 into f32", func() { b.AxpyBy(1, f32(1), bf(9), f32(9)) }, []string{"bf16:op_axpy_to_f32"}, ""},
+		{"AxpyBy bf16 scalar", func() { b.AxpyBy(1, bf(1), bf(9), bf(9)) }, nil, "AxpyBy: a statistic is bf16"},
+		{"Fill zero", func() { b.Fill(bf(9), 0) }, nil, ""},
+		{"Fill bf16", func() { b.Fill(bf(9), 1) }, []string{"bf16:op_fill"}, ""},
+		{"Fill f32", func() { b.Fill(f32(9), 1) }, []string{"f32:op_fill"}, ""},
+		{"Scale", func() { b.Scale(3, f32(9)) }, []string{"f32:op_scale"}, ""},
+		{"AddRows", func() { b.AddRows(bf(12), param.Slice(0, 4)) }, []string{"bf16:op_add_rows"}, ""},
+		{"AddRows mixed", func() { b.AddRows(bf(12), f32(4)) }, nil, "AddRows: dtypes (bf16, f32)"},
+		{"SumRows into f32", func() { b.SumRows(bf(12), pgrad.Slice(0, 4)) }, []string{"bf16:op_colsum", "bf16:op_sum_rows"}, ""},
+		{"SumRows into bf16", func() { b.SumRows(bf(12), bf(4)) }, []string{"bf16:op_axpy_from_f32", "bf16:op_colsum", "bf16:op_sum_rows"}, ""},
+		{"Copy2D", func() { b.Copy2D(2, 3, bf(6), 3, 0, bf(8), 4, 1, false) }, []string{"bf16:op_copy2d"}, ""},
+		{"Copy2D accumulate into f32", func() { b.Copy2D(2, 3, bf(6), 3, 0, f32(8), 4, 1, true) }, []string{"bf16:op_axpy_to_f32", "bf16:op_copy2d"}, ""},
+		{"Copy2D mixed", func() { b.Copy2D(2, 3, bf(6), 3, 0, f32(8), 4, 1, false) }, nil, "Copy2D: dtypes (bf16, f32)"},
+		{"Transpose12", func() { b.Transpose12(1, 2, 3, 4, bf(24), bf(24), false) }, []string{"bf16:op_transpose12"}, ""},
+		{"Gather", func() { b.Gather(param, 16, ids, bf(48)) }, []string{"bf16:op_gather"}, ""},
+		{"Gather mixed", func() { b.Gather(param, 16, ids, f32(48)) }, nil, "Gather: dtypes (bf16, f32)"},
+		{"ScatterAdd into f32", func() { b.ScatterAdd(bf(48), 16, ids, pgrad) }, []string{"bf16:op_scatter_add"}, ""},
+		{"ScatterAdd into bf16", func() { b.ScatterAdd(bf(48), 16, ids, bf(64)) }, []string{"bf16:op_axpy_from_f32", "bf16:op_scatter_add"}, ""},
+		{"RMSNorm", func() { b.RMSNorm(bf(32), param.Slice(0, 16), 16, 1e-6, bf(32), f32(2)) }, []string{"bf16:op_rmsnorm_fwd"}, ""},
+		{"RMSNorm bf16 rstd", func() { b.RMSNorm(bf(32), param.Slice(0, 16), 16, 1e-6, bf(32), bf(2)) }, nil, "RMSNorm: a statistic is bf16"},
+		{"RMSNormBackward dw f32", func() { b.RMSNormBackward(bf(32), param.Slice(0, 16), f32(2), bf(32), 16, bf(32), pgrad.Slice(0, 16)) },
+			[]string{"bf16:op_colsum", "bf16:op_rmsnorm_bwd_dw", "bf16:op_rmsnorm_bwd_dx"}, ""},
+		{"RMSNormBackward dw bf16", func() { b.RMSNormBackward(bf(32), bf(16), f32(2), bf(32), 16, none, bf(16)) },
+			[]string{"bf16:op_axpy_from_f32", "bf16:op_colsum", "bf16:op_rmsnorm_bwd_dw"}, ""},
+		{"RoPE", func() { b.RoPE(bf(24), 3, 4, f32(4), f32(4), bf(24), false) }, []string{"bf16:op_rope"}, ""},
+		{"RoPE inverse into f32", func() { b.RoPE(bf(24), 3, 4, f32(4), f32(4), f32(24), true) }, []string{"bf16:op_axpy_to_f32", "bf16:op_rope"}, ""},
+		{"SwiGLU", func() { b.SwiGLU(bf(8), bf(8), bf(8)) }, []string{"bf16:op_swiglu_fwd"}, ""},
+		{"SwiGLUBackward", func() { b.SwiGLUBackward(bf(8), bf(8), bf(8), bf(8), none) }, []string{"bf16:op_swiglu_bwd"}, ""},
+		{"SwiGLUBackward into f32", func() { b.SwiGLUBackward(bf(8), bf(8), bf(8), f32(8), f32(8)) },
+			[]string{"bf16:op_axpy_to_f32", "bf16:op_axpy_to_f32", "bf16:op_swiglu_bwd"}, ""},
+		{"SoftmaxXent", func() { b.SoftmaxXent(bf(30), 3, 10, ids, f32(3), f32(3), b.AllocInts(3)) }, []string{"bf16:op_softmax_xent"}, ""},
+		{"SoftmaxXent bf16 loss", func() { b.SoftmaxXent(bf(30), 3, 10, ids, f32(3), bf(3), b.AllocInts(3)) }, nil, "SoftmaxXent: a statistic is bf16"},
+		{"Attention score", func() { b.Attention(flex.Dims{}, bf(1), bf(1), bf(1), nil, flex.Softcap(30), 1) }, nil, "score programs are not yet on CUDA"},
+		{"host storage", func() { b.Axpy(1, tensor.Host[float32]{1}, bf(1)) }, nil, "Axpy x is tensor.Host[float32], not CUDA backend storage"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			launches(bfRun, f32Run)
+			got := panicText(c.f)
+			if c.panic == "" && got != "" || !strings.Contains(got, c.panic) {
+				t.Fatalf("panic %q, want one containing %q", got, c.panic)
+			}
+			if l := launches(bfRun, f32Run); c.panic == "" && !slices.Equal(l, c.want) {
+				t.Errorf("launched %v, want %v", l, c.want)
+			}
+		})
+	}
+}
+
+// TestBufViews checks Slice and Like arithmetic, the storage classes'
+// dtypes, and the round trip of values through Upload and Download (bf16
+// rounds to nearest even, fp32 is exact).
+func TestBufViews(t *testing.T) {
+	b, _, _, mem := fakeBackend()
+	for _, dt := range []dtype.DType{dtype.BF16, dtype.F32} {
+		s := b.newBuf(10, dt, false, true)
+		v := s.Slice(3, 7).(Buf)
+		if v.n != 4 || v.ptr != s.ptr+cuda.DevicePtr(3*dt.Size()) || v.dt != dt {
+			t.Errorf("%v: Slice(3, 7) of %v is %v", dt, s, v)
+		}
+		if w := v.Slice(1, 2).(Buf); w.ptr != s.ptr+cuda.DevicePtr(4*dt.Size()) || w.n != 1 {
+			t.Errorf("%v: slice of a slice is %v", dt, w)
+		}
+		if p := panicText(func() { v.Slice(2, 5) }); !strings.Contains(p, "Buf.Slice(2, 5) of 4 elements") {
+			t.Errorf("out-of-range slice: panic %q", p)
+		}
+		l := v.Like(5).(Buf)
+		if l.n != 5 || l.dt != dt || l.step != b.gen {
+			t.Errorf("%v: Like(5) of a step buffer is %v (step %d)", dt, l, l.step)
+		}
+	}
+	if d := b.Alloc(1).DType(); d != dtype.BF16 {
+		t.Errorf("Alloc gives %v, want bf16", d)
+	}
+	if d := b.AllocStat(1).DType(); d != dtype.F32 {
+		t.Errorf("AllocStat gives %v, want f32", d)
+	}
+	values, compute := b.PlaceParams([]float32{1, 2, 3}, true)
+	if values.DType() != dtype.F32 || compute.DType() != dtype.BF16 || values.(Buf).step != 0 || compute.(Buf).step != 0 {
+		t.Errorf("PlaceParams: values %v, compute %v", values, compute)
+	}
+	allocs := mem.allocs
+	g := values.Like(3).(Buf)
+	if g.step != 0 || g.dt != dtype.F32 || mem.allocs != allocs+1 {
+		t.Errorf("Like of parameter values: %v step %d, %d allocations (want persistent fp32, one allocation)", g, g.step, mem.allocs-allocs)
+	}
+	if v, _ := b.PlaceParams([]float32{1}, false); v != nil {
+		t.Errorf("PlaceParams without master: values %v, want nil", v)
+	}
+
+	rng := testseed.New(t)
+	x := make([]float32, 37)
+	for i := range x {
+		x[i] = float32(rng.NormFloat64())
+	}
+	for _, stat := range []bool{false, true} {
+		got := make([]float32, len(x))
+		b.Download(b.Upload(x, stat).Slice(0, len(x)), got)
+		for i, v := range x {
+			want := v
+			if !stat {
+				want = dtype.BF16ToFloat32(dtype.Float32ToBF16(v))
+			}
+			if got[i] != want {
+				t.Fatalf("stat %v: element %d: %g came back %g, want %g", stat, i, v, got[i], want)
+			}
+		}
+	}
+	ids := []int32{5, -1, 1 << 30, 7}
+	gotIDs := make([]int32, 2)
+	b.DownloadInts(b.UploadInts(ids).Slice(1, 3), gotIDs)
+	if !slices.Equal(gotIDs, ids[1:3]) {
+		t.Errorf("ints: %v, want %v", gotIDs, ids[1:3])
+	}
+}
+
+// TestStepArena checks that a step repeating the last one's allocations
+// gets the same addresses without allocating from the device, that
+// allocations are aligned and disjoint, that Reset invalidates step storage
+// (the ops panic naming it) and not parameters, and that Alloc is zeroed
+// when its memory is reused.
+func TestStepArena(t *testing.T) {
+	b, _, _, mem := fakeBackend()
+	b.arena.chunk = 4096
+	_, param := b.PlaceParams([]float32{1, 2}, true)
+	sizes := []int{1, 300, 5000, 7, 2048, 2048, 1, 100000, 3}
+	step := func() []gpu.Buffer {
+		var ps []gpu.Buffer
+		for i, n := range sizes {
+			var s Buf
+			if i%2 == 0 {
+				s = b.Alloc(n).(Buf)
+			} else {
+				s = b.AllocStat(n).(Buf)
+			}
+			b.Fill(s, 1) // the fake runner writes nothing; make the memory nonzero by hand
+			for j := range mem.bytes(s.Buffer()) {
+				mem.bytes(s.Buffer())[j] = 0xab
+			}
+			ps = append(ps, s.Buffer())
+		}
+		return ps
+	}
+	first := step()
+	for i, p := range first {
+		if p.Ptr%arenaAlign != 0 {
+			t.Errorf("allocation %d at %#x is not %d-aligned", i, uint64(p.Ptr), arenaAlign)
+		}
+		for j, q := range first[:i] {
+			if p.Ptr < q.Ptr+cuda.DevicePtr(q.Size) && q.Ptr < p.Ptr+cuda.DevicePtr(p.Size) {
+				t.Errorf("allocation %d %+v overlaps allocation %d %+v", i, p, j, q)
+			}
+		}
+	}
+	stale := b.Alloc(4)
+	b.Reset()
+	allocs := mem.allocs
+	if second := step(); !slices.Equal(second, first) {
+		t.Errorf("addresses after Reset %v, want %v", second, first)
+	}
+	if mem.allocs != allocs {
+		t.Errorf("repeating the step allocated %d chunks", mem.allocs-allocs)
+	}
+	b.Reset()
+	z := b.Alloc(sizes[0])
+	for _, v := range mem.bytes(z.(Buf).Buffer()) {
+		if v != 0 {
+			t.Fatal("Alloc over reused memory is not zero")
+		}
+	}
+	if p := panicText(func() { b.Scale(2, stale) }); !strings.Contains(p, "Scale was allocated in step 1 and used after Reset (now step 3)") {
+		t.Errorf("stale storage: panic %q", p)
+	}
+	if p := panicText(func() { b.Scale(2, param) }); p != "" {
+		t.Errorf("parameter after Reset: panic %q", p)
+	}
+	held, peak := b.StepBytes()
+	if held < peak || peak < 100000*4 {
+		t.Errorf("StepBytes: held %d, peak %d", held, peak)
+	}
+	b.Close()
+	if len(mem.blocks) != 0 {
+		t.Errorf("Close left %d allocations", len(mem.blocks))
+	}
+}
+
+// TestDFlashRecognised checks which mask programs get the DFlash builder.
+func TestDFlashRecognised(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		p    *flex.MaskProgram
+		bs   int
+		ok   bool
+	}{
+		{"dflash16", flex.DFlashMask(16), 16, true},
+		{"dflash3", flex.DFlashMask(3), 3, true},
+		{"causal", flex.Causal(), 0, false},
+		{"impostor", flex.NewMask("dflash16", flex.Q().Ge(flex.KV())), 16, false},
+		{"suffix", flex.NewMask("dflash16x", flex.Q().Ge(flex.KV())), 0, false},
+	} {
+		bs, ok := dflashBlock(c.p)
+		if ok != c.ok || ok && bs != c.bs {
+			t.Errorf("%s: dflashBlock = %d, %v; want %d, %v", c.name, bs, ok, c.bs, c.ok)
+		}
+	}
+}
+
+// TestAdamWArenaLayout checks the segments NewAdamW makes from an arena
+// (empty parameters skipped, decay as train.AdamW decides it), that Step
+// launches the fused kernel once, and the errors for arenas it cannot take.
+func TestAdamWArenaLayout(t *testing.T) {
+	b, bfRun, _, _ := fakeBackend()
+	var a tensor.Arena[float32]
+	a.Param("embed.weight", 5, 4)
+	a.Param("empty.weight", 0, 4)
+	a.Param("layers.0.input_norm.weight", 4)
+	a.Param("fc.weight", 3, 4)
+	a.Alloc()
+	if _, err := NewAdamW(b, &a, train.AdamWConfig{}); err == nil || !strings.Contains(err.Error(), "not fp32 parameter memory of this backend") {
+		t.Errorf("host arena: %v", err)
+	}
+	a.Place(b, true)
+	o, err := NewAdamW(b, &a, train.AdamWConfig{Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []int64{0, 20, 1, 20, 24, 0, 24, 36, 1}
+	if !slices.Equal(o.layout.Table, want) || o.layout.Total != 36 {
+		t.Errorf("table %v over %d, want %v over 36", o.layout.Table, o.layout.Total, want)
+	}
+	if a.Grad == nil || a.Grad.DType() != dtype.F32 {
+		t.Errorf("gradient %v, want fp32", a.Grad)
+	}
+	o.Step(1e-3)
+	o.Step(1e-3)
+	if bfRun.launched["op_adamw"] != 2 || o.Steps() != 2 {
+		t.Errorf("%d launches of op_adamw, %d steps; want 2", bfRun.launched["op_adamw"], o.Steps())
+	}
+	var frozen tensor.Arena[float32]
+	frozen.Param("w", 2)
+	frozen.Alloc()
+	frozen.Place(b, false)
+	if _, err := NewAdamW(b, &frozen, train.AdamWConfig{}); err == nil || !strings.Contains(err.Error(), "frozen") {
+		t.Errorf("frozen arena: %v", err)
+	}
+}

@@ -1,0 +1,284 @@
+package tensorcuda
+
+import (
+	"fmt"
+	"strings"
+
+	"dflash/dtype"
+	"dflash/gpu"
+	"dflash/tensor"
+)
+
+// The ops of tensor.Backend, dispatched on their arguments' dtypes (bf16
+// activations and compute weights, fp32 statistics, master weights and
+// parameter gradients):
+//
+//   - Gemm: bf16·bf16 → bf16 (Gemm), bf16·bf16 → fp32 (GemmF32Out: weight
+//     gradients, beta 1 accumulates), fp32·fp32 → fp32 (the fp32 Ops' Gemm:
+//     the loss Σ scale·CE).
+//   - Axpy, AxpyBy: equal dtypes, or bf16 into fp32 and fp32 into bf16
+//     (op_axpy_to_f32, op_axpy_from_f32); AxpyBy's scalar is fp32.
+//   - Ops whose output accumulates a gradient (ScatterAdd, SumRows,
+//     RMSNormBackward, the inverse RoPE, SwiGLUBackward, accumulating Copy2D
+//     and Transpose12) write into an output of the kernel's dtype directly,
+//     and into one of the other dtype through a zero temporary of the
+//     kernel's dtype that is then added with a converting axpy (into).
+//     ScatterAdd and the column sums (SumRows, RMSNorm's dw) produce fp32,
+//     the others the dtype of their inputs.
+//   - The rest take inputs of one dtype (the Ops of that dtype) with fp32
+//     statistics (rstd, cos, sin, scale, loss).
+//
+// Anything else panics naming the op and the dtypes.
+
+// unsupported panics for a combination of dtypes that has no kernel.
+func unsupported(op string, bufs ...Buf) {
+	var dts []string
+	for _, b := range bufs {
+		dts = append(dts, b.dt.String())
+	}
+	panic(fmt.Sprintf("tensorcuda: %s: dtypes (%s) are not supported on CUDA", op, strings.Join(dts, ", ")))
+}
+
+// same panics unless every buffer has the dtype of the first.
+func same(op string, bufs ...Buf) dtype.DType {
+	for _, x := range bufs[1:] {
+		if x.dt != bufs[0].dt {
+			unsupported(op, bufs...)
+		}
+	}
+	return bufs[0].dt
+}
+
+// f32s panics unless every buffer is fp32 (statistics).
+func f32s(op string, bufs ...Buf) {
+	for _, x := range bufs {
+		if x.dt != dtype.F32 {
+			panic(fmt.Sprintf("tensorcuda: %s: a statistic is %s, want f32 (allocate it with AllocStat)", op, x.dt))
+		}
+	}
+}
+
+// into runs f on dst when dst holds want (or is absent), and otherwise on
+// zero scratch of dtype want that it then adds into dst: how an op whose
+// kernel accumulates in one dtype adds into a gradient of the other.
+func (b *Backend) into(dst Buf, want dtype.DType, f func(out gpu.Buffer)) {
+	if dst.n == 0 || dst.dt == want {
+		f(dst.Buffer())
+		return
+	}
+	tmp := b.newBuf(dst.n, want, false, true)
+	f(tmp.Buffer())
+	b.axpy(1, Buf{}, tmp, dst)
+}
+
+// axpy computes y += alpha·x, times s[0] when s is given, for any pair of
+// dtypes.
+func (b *Backend) axpy(alpha float32, s, x, y Buf) {
+	checkLen("Axpy", x.n, y.n)
+	n := int64(x.n)
+	var err error
+	switch {
+	case x.dt == y.dt && s.n == 0:
+		err = b.ops(x.dt).Axpy(alpha, x.Buffer(), y.Buffer(), n)
+	case x.dt == y.dt:
+		err = b.ops(x.dt).AxpyBy(alpha, s.Buffer(), x.Buffer(), y.Buffer(), n)
+	case x.dt == dtype.BF16 && y.dt == dtype.F32:
+		err = b.bf.AxpyToF32(alpha, s.Buffer(), x.Buffer(), y.Buffer(), n)
+	case x.dt == dtype.F32 && y.dt == dtype.BF16:
+		err = b.bf.AxpyFromF32(alpha, s.Buffer(), x.Buffer(), y.Buffer(), n)
+	default:
+		unsupported("Axpy", x, y)
+	}
+	must("Axpy", err)
+}
+
+// Gemm computes C = alpha·op(A)·op(B) + beta·C (tensor.Backend.Gemm).
+func (b *Backend) Gemm(transA, transB bool, m, n, k int, alpha float32, aS tensor.Storage[float32], lda int, bS tensor.Storage[float32], ldb int, beta float32, cS tensor.Storage[float32], ldc int) {
+	A, B, C := b.buf(aS, "Gemm A"), b.buf(bS, "Gemm B"), b.buf(cS, "Gemm C")
+	var err error
+	switch {
+	case A.dt == dtype.BF16 && B.dt == dtype.BF16 && C.dt == dtype.BF16:
+		err = b.bf.Gemm(transA, transB, m, n, k, alpha, A.Buffer(), lda, B.Buffer(), ldb, beta, C.Buffer(), ldc)
+	case A.dt == dtype.BF16 && B.dt == dtype.BF16 && C.dt == dtype.F32:
+		err = b.bf.GemmF32Out(transA, transB, m, n, k, alpha, A.Buffer(), lda, B.Buffer(), ldb, beta, C.Buffer(), ldc)
+	case A.dt == dtype.F32 && B.dt == dtype.F32 && C.dt == dtype.F32:
+		err = b.f32.Gemm(transA, transB, m, n, k, alpha, A.Buffer(), lda, B.Buffer(), ldb, beta, C.Buffer(), ldc)
+	default:
+		unsupported("Gemm", A, B, C)
+	}
+	must("Gemm", err)
+}
+
+// Axpy computes y += alpha·x.
+func (b *Backend) Axpy(alpha float32, x, y tensor.Storage[float32]) {
+	b.axpy(alpha, Buf{}, b.buf(x, "Axpy x"), b.buf(y, "Axpy y"))
+}
+
+// AxpyBy computes y += alpha·s[0]·x with s fp32 on the device.
+func (b *Backend) AxpyBy(alpha float32, s, x, y tensor.Storage[float32]) {
+	sb := b.buf(s, "AxpyBy s")
+	f32s("AxpyBy", sb)
+	if sb.n < 1 {
+		panic("tensorcuda: AxpyBy: empty scalar")
+	}
+	b.axpy(alpha, sb, b.buf(x, "AxpyBy x"), b.buf(y, "AxpyBy y"))
+}
+
+// Fill sets every element of s to v (a memset for 0).
+func (b *Backend) Fill(s tensor.Storage[float32], v float64) {
+	x := b.buf(s, "Fill")
+	if x.n == 0 {
+		return
+	}
+	if v == 0 {
+		must("Fill", b.mem.zero(x.Buffer()))
+		return
+	}
+	must("Fill", b.ops(x.dt).Fill(x.Buffer(), float32(v), int64(x.n)))
+}
+
+// Scale computes x *= alpha.
+func (b *Backend) Scale(alpha float32, s tensor.Storage[float32]) {
+	x := b.buf(s, "Scale")
+	must("Scale", b.ops(x.dt).Scale(alpha, x.Buffer(), int64(x.n)))
+}
+
+// rowCount returns total/cols, panicking when cols does not divide total.
+func rowCount(op string, total, cols int) int {
+	if cols <= 0 || total%cols != 0 {
+		panic(fmt.Sprintf("tensorcuda: %s: %d elements are not rows of %d", op, total, cols))
+	}
+	return total / cols
+}
+
+// AddRows computes y[r,:] += v (equal dtypes).
+func (b *Backend) AddRows(yS, vS tensor.Storage[float32]) {
+	y, v := b.buf(yS, "AddRows y"), b.buf(vS, "AddRows v")
+	dt := same("AddRows", y, v)
+	must("AddRows", b.ops(dt).AddRows(y.Buffer(), rowCount("AddRows", y.n, v.n), v.n, v.Buffer()))
+}
+
+// SumRows computes v += Σ_r y[r,:], summed in fp32.
+func (b *Backend) SumRows(yS, vS tensor.Storage[float32]) {
+	y, v := b.buf(yS, "SumRows y"), b.buf(vS, "SumRows v")
+	rows := rowCount("SumRows", y.n, v.n)
+	b.into(v, dtype.F32, func(out gpu.Buffer) {
+		scratch := b.newBuf(int(ColumnScratch(rows, v.n)/4), dtype.F32, false, false)
+		must("SumRows", b.ops(y.dt).SumRows(y.Buffer(), rows, v.n, out, scratch.Buffer()))
+	})
+}
+
+// Copy2D copies (or adds) a rows×cols block between strided buffers; a
+// copy needs equal dtypes, an accumulation may add into the other dtype.
+func (b *Backend) Copy2D(rows, cols int, srcS tensor.Storage[float32], srcStride, srcOff int, dstS tensor.Storage[float32], dstStride, dstOff int, accumulate bool) {
+	src, dst := b.buf(srcS, "Copy2D src"), b.buf(dstS, "Copy2D dst")
+	if !accumulate {
+		same("Copy2D", src, dst)
+	}
+	b.into(dst, src.dt, func(out gpu.Buffer) {
+		must("Copy2D", b.ops(src.dt).Copy2D(rows, cols, src.Buffer(), srcStride, srcOff, out, dstStride, dstOff, accumulate))
+	})
+}
+
+// Transpose12 permutes [A, B, C, D] to [A, C, B, D] (as Copy2D for dtypes).
+func (b *Backend) Transpose12(a, bb, c, d int, srcS, dstS tensor.Storage[float32], accumulate bool) {
+	src, dst := b.buf(srcS, "Transpose12 src"), b.buf(dstS, "Transpose12 dst")
+	checkLen("Transpose12", src.n, a*bb*c*d)
+	checkLen("Transpose12", dst.n, a*bb*c*d)
+	if !accumulate {
+		same("Transpose12", src, dst)
+	}
+	b.into(dst, src.dt, func(out gpu.Buffer) {
+		must("Transpose12", b.ops(src.dt).Transpose12(a, bb, c, d, src.Buffer(), out, accumulate))
+	})
+}
+
+// Gather copies table rows: out[i,:] = table[ids[i],:] (equal dtypes).
+func (b *Backend) Gather(tableS tensor.Storage[float32], dim int, idsS tensor.Ints, outS tensor.Storage[float32]) {
+	table, out, ids := b.buf(tableS, "Gather table"), b.buf(outS, "Gather out"), b.ints(idsS, "Gather ids")
+	dt := same("Gather", table, out)
+	checkLen("Gather out", out.n, ids.n*dim)
+	must("Gather", b.ops(dt).Gather(table.Buffer(), rowCount("Gather", table.n, dim), dim, ids.Buffer(), ids.n, out.Buffer()))
+}
+
+// ScatterAdd accumulates dtable[ids[i],:] += dout[i,:] (fp32 atomics).
+func (b *Backend) ScatterAdd(doutS tensor.Storage[float32], dim int, idsS tensor.Ints, dtableS tensor.Storage[float32]) {
+	dout, dtable, ids := b.buf(doutS, "ScatterAdd dout"), b.buf(dtableS, "ScatterAdd dtable"), b.ints(idsS, "ScatterAdd ids")
+	checkLen("ScatterAdd dout", dout.n, ids.n*dim)
+	rows := rowCount("ScatterAdd", dtable.n, dim)
+	b.into(dtable, dtype.F32, func(out gpu.Buffer) {
+		must("ScatterAdd", b.ops(dout.dt).ScatterAdd(dout.Buffer(), ids.n, dim, ids.Buffer(), out, rows))
+	})
+}
+
+// RMSNorm computes y = x·rstd·w per row (x, w, y of one dtype; rstd fp32).
+func (b *Backend) RMSNorm(xS, wS tensor.Storage[float32], dim int, eps float64, yS, rstdS tensor.Storage[float32]) {
+	x, w, y, rstd := b.buf(xS, "RMSNorm x"), b.buf(wS, "RMSNorm w"), b.buf(yS, "RMSNorm y"), b.buf(rstdS, "RMSNorm rstd")
+	dt := same("RMSNorm", x, w, y)
+	f32s("RMSNorm", rstd)
+	must("RMSNorm", b.ops(dt).RMSNorm(x.Buffer(), w.Buffer(), rowCount("RMSNorm", x.n, dim), dim, eps, y.Buffer(), rstd.Buffer()))
+}
+
+// RMSNormBackward accumulates dx (in x's dtype) and dw (fp32 sums).
+func (b *Backend) RMSNormBackward(xS, wS, rstdS, dyS tensor.Storage[float32], dim int, dxS, dwS tensor.Storage[float32]) {
+	x, w, rstd, dy := b.buf(xS, "RMSNormBackward x"), b.buf(wS, "RMSNormBackward w"), b.buf(rstdS, "RMSNormBackward rstd"), b.buf(dyS, "RMSNormBackward dy")
+	dx, dw := b.opt(dxS, "RMSNormBackward dx"), b.opt(dwS, "RMSNormBackward dw")
+	dt := same("RMSNormBackward", x, w, dy)
+	f32s("RMSNormBackward", rstd)
+	rows := rowCount("RMSNormBackward", x.n, dim)
+	o, none := b.ops(dt), gpu.Buffer{}
+	if dxS != nil {
+		b.into(dx, dt, func(out gpu.Buffer) {
+			must("RMSNormBackward", o.RMSNormBackward(x.Buffer(), w.Buffer(), rstd.Buffer(), dy.Buffer(), rows, dim, out, none, none))
+		})
+	}
+	if dwS != nil {
+		b.into(dw, dtype.F32, func(out gpu.Buffer) {
+			scratch := b.newBuf(int(ColumnScratch(rows, dim)/4), dtype.F32, false, false)
+			must("RMSNormBackward", o.RMSNormBackward(x.Buffer(), w.Buffer(), rstd.Buffer(), dy.Buffer(), rows, dim, none, out, scratch.Buffer()))
+		})
+	}
+}
+
+// RoPE rotates the heads of x into y (cos, sin fp32); the inverse
+// accumulates, into either dtype.
+func (b *Backend) RoPE(xS tensor.Storage[float32], heads, headDim int, cosS, sinS tensor.Storage[float32], yS tensor.Storage[float32], inverse bool) {
+	x, y, cos, sin := b.buf(xS, "RoPE x"), b.buf(yS, "RoPE y"), b.buf(cosS, "RoPE cos"), b.buf(sinS, "RoPE sin")
+	f32s("RoPE", cos, sin)
+	if !inverse {
+		same("RoPE", x, y)
+	}
+	rows := rowCount("RoPE", cos.n, headDim/2)
+	checkLen("RoPE x", x.n, rows*heads*headDim)
+	b.into(y, x.dt, func(out gpu.Buffer) {
+		must("RoPE", b.ops(x.dt).RoPE(x.Buffer(), rows, heads, headDim, cos.Buffer(), sin.Buffer(), out, inverse))
+	})
+}
+
+// SwiGLU computes out = silu(gate)·up (one dtype).
+func (b *Backend) SwiGLU(gateS, upS, outS tensor.Storage[float32]) {
+	gate, up, out := b.buf(gateS, "SwiGLU gate"), b.buf(upS, "SwiGLU up"), b.buf(outS, "SwiGLU out")
+	dt := same("SwiGLU", gate, up, out)
+	must("SwiGLU", b.ops(dt).SwiGLU(gate.Buffer(), up.Buffer(), out.Buffer(), int64(gate.n)))
+}
+
+// SwiGLUBackward accumulates dgate and dup, into either dtype.
+func (b *Backend) SwiGLUBackward(gateS, upS, doutS, dgateS, dupS tensor.Storage[float32]) {
+	gate, up, dout := b.buf(gateS, "SwiGLUBackward gate"), b.buf(upS, "SwiGLUBackward up"), b.buf(doutS, "SwiGLUBackward dout")
+	dg, du := b.opt(dgateS, "SwiGLUBackward dgate"), b.opt(dupS, "SwiGLUBackward dup")
+	dt := same("SwiGLUBackward", gate, up, dout)
+	b.into(dg, dt, func(g gpu.Buffer) {
+		b.into(du, dt, func(u gpu.Buffer) {
+			must("SwiGLUBackward", b.ops(dt).SwiGLUBackward(gate.Buffer(), up.Buffer(), dout.Buffer(), g, u, int64(gate.n)))
+		})
+	})
+}
+
+// SoftmaxXent computes the per-row cross-entropy and overwrites logits with
+// its scaled gradient (scale and loss fp32).
+func (b *Backend) SoftmaxXent(logitsS tensor.Storage[float32], rows, vocab int, targetsS tensor.Ints, scaleS, lossS tensor.Storage[float32], argmaxS tensor.Ints) {
+	logits, scale, loss := b.buf(logitsS, "SoftmaxXent logits"), b.buf(scaleS, "SoftmaxXent scale"), b.buf(lossS, "SoftmaxXent loss")
+	targets, argmax := b.ints(targetsS, "SoftmaxXent targets"), b.ints(argmaxS, "SoftmaxXent argmax")
+	f32s("SoftmaxXent", scale, loss)
+	must("SoftmaxXent", b.ops(logits.dt).SoftmaxXent(logits.Buffer(), rows, vocab, targets.Buffer(), scale.Buffer(), loss.Buffer(), argmax.Buffer()))
+}

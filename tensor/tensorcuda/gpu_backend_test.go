@@ -1,0 +1,352 @@
+package tensorcuda
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"dflash/dtype"
+	"dflash/flex"
+	"dflash/gpu"
+	"dflash/internal/gputest"
+	"dflash/internal/testseed"
+	"dflash/tensor"
+	"dflash/tensor/backendtest"
+	"dflash/train"
+)
+
+// bf16Tol are the conformance suite's tolerances for the CUDA backend,
+// relative to the largest magnitude of the reference. Every value the
+// backend stores in bf16 (inputs as uploaded, activations, their gradients,
+// the GEMMs' bf16 outputs) carries a relative rounding error of at most
+// u = 2⁻⁹ ≈ 2e-3; arithmetic is fp32 (errors ≈ 6e-8, negligible here).
+//
+//   - Forward: a case's output passes through at most about 10 roundings
+//     of well-conditioned values (the MLP: x, the norm weight, the three
+//     weights, the normed x, gate, up, their SwiGLU and the output), so
+//     10u ≈ 2e-2.
+//   - Backward: the gradient adds the seed gradient's rounding, the
+//     gradients stored between ops and the bf16 accumulations of a tensor
+//     used twice (Add, the MLP's normed x), about 20u ≈ 4e-2.
+//   - Gemm (per unit of depth, as the suite scales it by k+1): A and B
+//     rounded (2u·Σ|a·b| in the sum), C rounded on upload and on output
+//     (2u·max|C|); at k = 1 that is 4u·max|want| = 2u·(k+1), the worst
+//     case, so 2u ≈ 4e-3, doubled for the fp32 summation order and beta·C.
+var bf16Tol = backendtest.Tolerances{Fwd: 2e-2, Bwd: 4e-2, Gemm: 8e-3, Scale: 1}
+
+// gpuBackend opens GPU 0 and a memory-only NVRTC cache and runs f on the
+// worker with a new Backend, or skips the test.
+func gpuBackend(t *testing.T, f func(d *gpu.Device, b *Backend) error) {
+	w := gputest.Worker0(t)
+	cache, err := sharedCache()
+	if err != nil {
+		t.Skip(err)
+	}
+	err = w.Run(func(d *gpu.Device) error {
+		b, err := NewBackend(cache, d)
+		if err != nil {
+			return err
+		}
+		defer b.Close()
+		return f(d, b)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestGPUBackendConformance runs the tensor conformance suite on the CUDA
+// backend (through onWorker, since the suite's subtests run on goroutines
+// of their own) with the bf16 tolerances above.
+func TestGPUBackendConformance(t *testing.T) {
+	w := gputest.Worker0(t)
+	cache, err := sharedCache()
+	if err != nil {
+		t.Skip(err)
+	}
+	var b *Backend
+	if err := w.Run(func(d *gpu.Device) (err error) { b, err = NewBackend(cache, d); return err }); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Run(func(*gpu.Device) error { b.Close(); return nil })
+	backendtest.Run(t, &onWorker{w: w, b: b, t: t}, bf16Tol)
+}
+
+// mlpModel is a small model for the step tests: an embedding, RMSNorm, a
+// SwiGLU MLP with a residual, and the LM-head cross-entropy.
+type mlpModel struct {
+	arena                       tensor.Arena[float32]
+	embed, norm, gate, up, down *tensor.Tensor
+	head                        *tensor.Tensor
+	vocab, dim, hidden, tokens  int
+}
+
+func newMLPModel(r *rand.Rand) *mlpModel {
+	m := &mlpModel{vocab: 97, dim: 64, hidden: 160, tokens: 48}
+	a := &m.arena
+	m.embed = a.Param("embed.weight", m.vocab, m.dim)
+	m.norm = a.Param("norm.weight", m.dim)
+	m.gate = a.Param("mlp.gate.weight", m.hidden, m.dim)
+	m.up = a.Param("mlp.up.weight", m.hidden, m.dim)
+	m.down = a.Param("mlp.down.weight", m.dim, m.hidden)
+	m.head = a.Param("head.weight", m.vocab, m.dim)
+	a.Alloc()
+	for _, p := range a.Params() {
+		p.FillNormal(r, 0, 1/math.Sqrt(float64(p.Cols())))
+	}
+	m.norm.Fill(1)
+	return m
+}
+
+// loss runs the forward pass on tp and returns the cross-entropy.
+func (m *mlpModel) loss(tp *tensor.Tape, ids tensor.Ints, rows *tensor.XentRows[float32]) *tensor.Tensor {
+	x := tp.Embedding(m.embed, ids)
+	h := tp.RMSNorm(x, m.norm, 1e-6)
+	y := tp.Linear(tp.SwiGLU(tp.Linear(h, m.gate, nil), tp.Linear(h, m.up, nil)), m.down, nil)
+	return tp.LMHeadXentRows(tp.Add(x, y), m.head, rows, 20).Loss
+}
+
+// inputs returns token ids and targets (a quarter ignored).
+func (m *mlpModel) inputs(r *rand.Rand) (ids, targets []int32) {
+	for i := range m.tokens {
+		ids = append(ids, int32(r.IntN(m.vocab)))
+		t := int32(r.IntN(m.vocab))
+		if i%4 == 3 {
+			t = -1
+		}
+		targets = append(targets, t)
+	}
+	return ids, targets
+}
+
+// TestGPUStepNoSync runs forward and backward of mlpModel through the tape
+// on the CUDA backend, twice with a Reset between: between the upload of
+// the second step's inputs and the read of its loss there must be no copy
+// between host and device and no synchronisation (gpu.Device.Counters), the
+// step must get the same addresses as the first, and the loss and the head's
+// gradient must agree with the float32 CPU backend to bf16 accuracy.
+func TestGPUStepNoSync(t *testing.T) {
+	r := testseed.New(t)
+	m := newMLPModel(r)
+	ids, targets := m.inputs(r)
+	weights := make([]float64, len(targets))
+	for i := range weights {
+		weights[i] = 0.5 + r.Float64()
+	}
+
+	cpu := tensor.NewCPU[float32](0)
+	m.arena.EnsureGrad()
+	cpuLoss := m.loss(tensor.NewTape(cpu), tensor.HostInts(ids), tensor.NewXentRows(cpu, targets, weights))
+	tensor.NewTape(cpu).Backward(cpuLoss)
+	wantLoss := float64(cpuLoss.Data()[0])
+	wantHead := append([]float32(nil), m.head.Grad()...)
+	m.arena.Grad = nil
+	for _, p := range m.arena.Params() {
+		p.DropGrad()
+	}
+
+	gpuBackend(t, func(d *gpu.Device, b *Backend) error {
+		m.arena.Place(b, true)
+		grad := m.arena.EnsureGrad()
+		var ptrs [2]uintptr
+		var loss [1]float32
+		for step := range 2 {
+			b.Fill(grad, 0)
+			devIDs, rows := b.UploadInts(ids), tensor.NewXentRows(b, targets, weights)
+			before := d.Counters()
+			tp := tensor.NewTape(b)
+			l := m.loss(tp, devIDs, rows)
+			tp.Backward(l)
+			if c := d.Counters().Since(before); !c.IsZero() && step == 1 {
+				t.Errorf("forward and backward made %v", c)
+			}
+			ptrs[step] = uintptr(l.Store.(Buf).ptr)
+			b.Download(l.Store, loss[:])
+			b.Reset()
+		}
+		if ptrs[0] != ptrs[1] {
+			t.Errorf("the loss moved from %#x to %#x between two equal steps", ptrs[0], ptrs[1])
+		}
+		if got := float64(loss[0]); math.Abs(got-wantLoss) > 2e-2*math.Abs(wantLoss) {
+			t.Errorf("loss %g, CPU float32 %g", got, wantLoss)
+		}
+		head := make([]float32, m.head.Numel())
+		b.Download(m.head.GradStore, head)
+		if err := backendtest.CloseErr(head, widen32(wantHead), 4e-2); err != nil {
+			t.Errorf("head gradient vs CPU: %v", err)
+		}
+		held, peak := b.StepBytes()
+		t.Logf("loss %g (CPU %g); step arena %d bytes held, %d peak", loss[0], wantLoss, held, peak)
+		return nil
+	})
+}
+
+func widen32(x []float32) []float64 {
+	out := make([]float64, len(x))
+	for i, v := range x {
+		out[i] = float64(v)
+	}
+	return out
+}
+
+// TestGPUAdamWArena runs NewAdamW over an arena placed on the backend and
+// train.AdamW over the same values and gradients on the host for several
+// steps: the master weights must agree to 1e-6 relative (the kernel repeats
+// the CPU's operations, so they are expected bitwise equal) and the compute
+// copy must be their bf16 rounding.
+func TestGPUAdamWArena(t *testing.T) {
+	r := testseed.New(t)
+	var a tensor.Arena[float32]
+	for _, p := range []struct {
+		name  string
+		shape []int
+	}{{"embed.weight", []int{50, 33}}, {"layers.0.input_norm.weight", []int{33}}, {"layers.0.proj.weight", []int{70, 33}},
+		{"layers.0.proj.bias", []int{70}}, {"empty.weight", []int{0, 3}}, {"fc.weight", []int{33, 70}}} {
+		a.Param(p.name, p.shape...)
+	}
+	a.Alloc()
+	var params []*train.Param
+	for _, p := range a.Params() {
+		p.FillNormal(r, 0, 0.1)
+		q := train.NewParam(p.Name, p.Shape...)
+		copy(q.Data, p.Data())
+		params = append(params, q)
+	}
+	cfg := train.AdamWConfig{Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1}
+	ref := train.NewAdamW(params, cfg)
+	gpuBackend(t, func(d *gpu.Device, b *Backend) error {
+		a.Place(b, true)
+		opt, err := NewAdamW(b, &a, cfg)
+		if err != nil {
+			return err
+		}
+		flat := make([]float32, a.Len())
+		for k := 1; k <= 5; k++ {
+			scale := math.Pow(10, float64(r.IntN(5)-3))
+			for i := range flat {
+				flat[i] = float32(r.NormFloat64() * scale)
+			}
+			for i, q := range params {
+				copy(q.Grad, flat[a.Offset(i):])
+			}
+			if err := gpu.Upload(d, a.Grad.(Buf).Buffer(), flat); err != nil {
+				return err
+			}
+			lr := 1e-3 * float64(k)
+			opt.Step(lr)
+			ref.Step(lr)
+		}
+		got, compute := make([]float32, a.Len()), make([]float32, a.Len())
+		b.Download(a.Values, got)
+		b.Download(a.Compute, compute)
+		equal := 0
+		for i, q := range params {
+			for j, want := range q.Data {
+				g := got[a.Offset(i)+j]
+				if g == want {
+					equal++
+				}
+				if e := math.Abs(float64(g-want)) / max(math.Abs(float64(want)), 1e-30); !(e <= 1e-6) {
+					t.Fatalf("%s[%d]: %g, train.AdamW %g", q.Name, j, g, want)
+				}
+				if c := compute[a.Offset(i)+j]; c != dtype.BF16ToFloat32(dtype.Float32ToBF16(g)) {
+					t.Fatalf("%s[%d]: compute copy %g is not the bf16 of %g", q.Name, j, c, g)
+				}
+			}
+		}
+		t.Logf("%d of %d weights bitwise equal to train.AdamW", equal, a.Len())
+		return nil
+	})
+}
+
+// TestGPUBackendAttention checks attention through the tape on the CUDA
+// backend at a head dimension flexcuda compiles (the conformance suite's
+// attention cases use head dims 4 and 8, which it does not), with the
+// generic block-mask builder (causal, GQA) and the DFlash one, against the
+// float64 CPU backend: output and the gradients of q, k and v for a random
+// output gradient, to the suite's bf16 tolerances.
+func TestGPUBackendAttention(t *testing.T) {
+	r := testseed.New(t)
+	ctx, blocks, bs := 150, 3, 16
+	anchors := []int32{20, 77, 140, 5, 60, 149}
+	for _, c := range []struct {
+		name string
+		mask *flex.MaskProgram
+		args *flex.Args
+		d    flex.Dims
+	}{
+		{"causal", flex.Causal(), flex.NewArgs(), flex.Dims{Batch: 2, HeadsQ: 4, HeadsKV: 2, LenQ: 200, LenKV: 200, HeadDim: 64}},
+		{"dflash", flex.DFlashMask(bs), flex.DFlashArgs(ctx, anchors, blocks, []int32{3, 2}), flex.DFlashDims(2, 4, 1, blocks, bs, ctx, 128)},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			d := c.d
+			qs, ks := []int{d.Batch, d.HeadsQ, d.LenQ, d.HeadDim}, []int{d.Batch, d.HeadsKV, d.LenKV, d.HeadDim}
+			vals := make([][]float32, 4)
+			for i, n := range []int{d.Batch * d.HeadsQ * d.LenQ * d.HeadDim, d.Batch * d.HeadsKV * d.LenKV * d.HeadDim,
+				d.Batch * d.HeadsKV * d.LenKV * d.HeadDim, d.Batch * d.HeadsQ * d.LenQ * d.HeadDim} {
+				vals[i] = make([]float32, n)
+				for j := range vals[i] { // bf16 values, so that both backends see the same inputs
+					vals[i][j] = dtype.BF16ToFloat32(dtype.Float32ToBF16(float32(r.NormFloat64())))
+				}
+			}
+			scale := 1 / math.Sqrt(float64(d.HeadDim))
+			cpu := tensor.NewCPU[float64](0)
+			ref, err := attnThrough[float64](cpu, c.mask, c.args, d, qs, ks, vals, scale)
+			if err != nil {
+				t.Fatal(err)
+			}
+			gpuBackend(t, func(_ *gpu.Device, b *Backend) error {
+				got, err := attnThrough[float32](b, c.mask, c.args, d, qs, ks, vals, scale)
+				if err != nil {
+					return err
+				}
+				for i, what := range []string{"out", "dq", "dk", "dv"} {
+					tl := bf16Tol.Bwd
+					if i == 0 {
+						tl = bf16Tol.Fwd
+					}
+					if err := backendtest.CloseErr(got[i], ref[i], tl); err != nil {
+						t.Errorf("%s: %v", what, err)
+					}
+				}
+				return nil
+			})
+		})
+	}
+}
+
+// attnThrough runs attention and its backward for output gradient vals[3]
+// on b and returns out, dq, dk and dv as float64.
+func attnThrough[T tensor.Float](b tensor.Backend[T], mask *flex.MaskProgram, args *flex.Args, d flex.Dims, qs, ks []int, vals [][]float32, scale float64) ([4][]float64, error) {
+	up := func(x []float32) tensor.Storage[T] {
+		y := make([]T, len(x))
+		for i, v := range x {
+			y[i] = T(v)
+		}
+		return b.Upload(y, false)
+	}
+	q, k, v := tensor.FromStorage("q", up(vals[0]), qs...), tensor.FromStorage("k", up(vals[1]), ks...), tensor.FromStorage("v", up(vals[2]), ks...)
+	for _, x := range []*tensor.Of[T]{q, k, v} {
+		x.RequiresGrad = true
+	}
+	m, err := b.NewMask(mask, args, d)
+	if err != nil {
+		return [4][]float64{}, err
+	}
+	tp := tensor.NewTape(b)
+	out := tp.Attention(q, k, v, m, nil, scale)
+	res := [4][]float64{read(b, out.Store)}
+	tp.BackwardFrom(out, up(vals[3]))
+	res[1], res[2], res[3] = read(b, q.GradStore), read(b, k.GradStore), read(b, v.GradStore)
+	return res, nil
+}
+
+func read[T tensor.Float](b tensor.Backend[T], s tensor.Storage[T]) []float64 {
+	x := make([]T, s.Len())
+	b.Download(s, x)
+	out := make([]float64, len(x))
+	for i, v := range x {
+		out[i] = float64(v)
+	}
+	return out
+}

@@ -1,0 +1,190 @@
+package tensorcuda
+
+import (
+	"fmt"
+	"testing"
+
+	"dflash/flex"
+	"dflash/gpu"
+	"dflash/tensor"
+)
+
+// onWorker runs a Backend for a caller on another goroutine (the conformance
+// suite's subtests): every call, Like included, runs on the device's worker
+// through Worker.Run. A call that panics fails t with the panic and returns
+// zero results, so one unsupported case does not end the test binary. It is
+// for tests only: training code runs on the worker and calls the Backend.
+type onWorker struct {
+	w *gpu.Worker
+	b *Backend
+	t *testing.T
+}
+
+// wStore is a Buf handed out by onWorker: its Like runs on the worker.
+type wStore struct {
+	Buf
+	p *onWorker
+}
+
+func (s wStore) Slice(lo, hi int) tensor.Storage[float32] {
+	return wStore{s.Buf.Slice(lo, hi).(Buf), s.p}
+}
+
+func (s wStore) Like(n int) tensor.Storage[float32] {
+	var out tensor.Storage[float32]
+	s.p.do("Like", func() { out = s.Buf.Like(n) })
+	return s.p.wrap(out)
+}
+
+// do runs f on the worker, failing the test with what f panics with.
+func (p *onWorker) do(op string, f func()) bool {
+	err := p.w.Run(func(*gpu.Device) (err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				err = fmt.Errorf("%v", r)
+			}
+		}()
+		f()
+		return nil
+	})
+	if err != nil {
+		p.t.Errorf("%s on %s: %v", op, p.b.Name(), err)
+		return false
+	}
+	return true
+}
+
+func (p *onWorker) wrap(s tensor.Storage[float32]) tensor.Storage[float32] {
+	if b, ok := s.(Buf); ok {
+		return wStore{b, p}
+	}
+	return s
+}
+
+func un(s tensor.Storage[float32]) tensor.Storage[float32] {
+	if w, ok := s.(wStore); ok {
+		return w.Buf
+	}
+	return s
+}
+
+func (p *onWorker) Name() string { return p.b.Name() }
+
+func (p *onWorker) Alloc(n int) (s tensor.Storage[float32]) {
+	p.do("Alloc", func() { s = p.b.Alloc(n) })
+	return p.wrap(s)
+}
+
+func (p *onWorker) AllocStat(n int) (s tensor.Storage[float32]) {
+	p.do("AllocStat", func() { s = p.b.AllocStat(n) })
+	return p.wrap(s)
+}
+
+func (p *onWorker) Upload(x []float32, stat bool) (s tensor.Storage[float32]) {
+	p.do("Upload", func() { s = p.b.Upload(x, stat) })
+	return p.wrap(s)
+}
+
+func (p *onWorker) Download(s tensor.Storage[float32], dst []float32) {
+	p.do("Download", func() { p.b.Download(un(s), dst) })
+}
+
+func (p *onWorker) AllocInts(n int) (s tensor.Ints) {
+	p.do("AllocInts", func() { s = p.b.AllocInts(n) })
+	return s
+}
+
+func (p *onWorker) UploadInts(x []int32) (s tensor.Ints) {
+	p.do("UploadInts", func() { s = p.b.UploadInts(x) })
+	return s
+}
+
+func (p *onWorker) DownloadInts(s tensor.Ints, dst []int32) {
+	p.do("DownloadInts", func() { p.b.DownloadInts(s, dst) })
+}
+
+func (p *onWorker) Fill(s tensor.Storage[float32], v float64) {
+	p.do("Fill", func() { p.b.Fill(un(s), v) })
+}
+
+func (p *onWorker) NewMask(prog *flex.MaskProgram, args *flex.Args, d flex.Dims) (m tensor.Mask, err error) {
+	p.do("NewMask", func() { m, err = p.b.NewMask(prog, args, d) })
+	return m, err
+}
+
+func (p *onWorker) Gemm(transA, transB bool, m, n, k int, alpha float32, a tensor.Storage[float32], lda int, b tensor.Storage[float32], ldb int, beta float32, c tensor.Storage[float32], ldc int) {
+	p.do("Gemm", func() { p.b.Gemm(transA, transB, m, n, k, alpha, un(a), lda, un(b), ldb, beta, un(c), ldc) })
+}
+
+func (p *onWorker) Axpy(alpha float32, x, y tensor.Storage[float32]) {
+	p.do("Axpy", func() { p.b.Axpy(alpha, un(x), un(y)) })
+}
+
+func (p *onWorker) AxpyBy(alpha float32, s, x, y tensor.Storage[float32]) {
+	p.do("AxpyBy", func() { p.b.AxpyBy(alpha, un(s), un(x), un(y)) })
+}
+
+func (p *onWorker) Scale(alpha float32, x tensor.Storage[float32]) {
+	p.do("Scale", func() { p.b.Scale(alpha, un(x)) })
+}
+
+func (p *onWorker) AddRows(y, v tensor.Storage[float32]) {
+	p.do("AddRows", func() { p.b.AddRows(un(y), un(v)) })
+}
+func (p *onWorker) SumRows(y, v tensor.Storage[float32]) {
+	p.do("SumRows", func() { p.b.SumRows(un(y), un(v)) })
+}
+
+func (p *onWorker) Copy2D(rows, cols int, src tensor.Storage[float32], srcStride, srcOff int, dst tensor.Storage[float32], dstStride, dstOff int, accumulate bool) {
+	p.do("Copy2D", func() { p.b.Copy2D(rows, cols, un(src), srcStride, srcOff, un(dst), dstStride, dstOff, accumulate) })
+}
+
+func (p *onWorker) Transpose12(a, b, c, d int, src, dst tensor.Storage[float32], accumulate bool) {
+	p.do("Transpose12", func() { p.b.Transpose12(a, b, c, d, un(src), un(dst), accumulate) })
+}
+
+func (p *onWorker) Gather(table tensor.Storage[float32], dim int, ids tensor.Ints, out tensor.Storage[float32]) {
+	p.do("Gather", func() { p.b.Gather(un(table), dim, ids, un(out)) })
+}
+
+func (p *onWorker) ScatterAdd(dout tensor.Storage[float32], dim int, ids tensor.Ints, dtable tensor.Storage[float32]) {
+	p.do("ScatterAdd", func() { p.b.ScatterAdd(un(dout), dim, ids, un(dtable)) })
+}
+
+func (p *onWorker) RMSNorm(x, w tensor.Storage[float32], dim int, eps float64, y, rstd tensor.Storage[float32]) {
+	p.do("RMSNorm", func() { p.b.RMSNorm(un(x), un(w), dim, eps, un(y), un(rstd)) })
+}
+
+func (p *onWorker) RMSNormBackward(x, w, rstd, dy tensor.Storage[float32], dim int, dx, dw tensor.Storage[float32]) {
+	p.do("RMSNormBackward", func() { p.b.RMSNormBackward(un(x), un(w), un(rstd), un(dy), dim, un(dx), un(dw)) })
+}
+
+func (p *onWorker) RoPE(x tensor.Storage[float32], heads, headDim int, cos, sin, y tensor.Storage[float32], inverse bool) {
+	p.do("RoPE", func() { p.b.RoPE(un(x), heads, headDim, un(cos), un(sin), un(y), inverse) })
+}
+
+func (p *onWorker) SwiGLU(gate, up, out tensor.Storage[float32]) {
+	p.do("SwiGLU", func() { p.b.SwiGLU(un(gate), un(up), un(out)) })
+}
+
+func (p *onWorker) SwiGLUBackward(gate, up, dout, dgate, dup tensor.Storage[float32]) {
+	p.do("SwiGLUBackward", func() { p.b.SwiGLUBackward(un(gate), un(up), un(dout), un(dgate), un(dup)) })
+}
+
+func (p *onWorker) SoftmaxXent(logits tensor.Storage[float32], rows, vocab int, targets tensor.Ints, scale, loss tensor.Storage[float32], argmax tensor.Ints) {
+	p.do("SoftmaxXent", func() { p.b.SoftmaxXent(un(logits), rows, vocab, targets, un(scale), un(loss), argmax) })
+}
+
+// Attention returns zero outputs of the right sizes when the call fails.
+func (p *onWorker) Attention(d flex.Dims, q, k, v tensor.Storage[float32], m tensor.Mask, score *flex.ScoreProgram, scale float64) (out, lse tensor.Storage[float32]) {
+	if !p.do("Attention", func() { out, lse = p.b.Attention(d, un(q), un(k), un(v), m, score, scale) }) {
+		return p.Alloc(q.Len()), p.AllocStat(d.Batch * d.HeadsQ * d.LenQ)
+	}
+	return p.wrap(out), p.wrap(lse)
+}
+
+func (p *onWorker) AttentionBackward(d flex.Dims, q, k, v, out, lse, dout tensor.Storage[float32], m tensor.Mask, score *flex.ScoreProgram, scale float64, dq, dk, dv tensor.Storage[float32]) {
+	p.do("AttentionBackward", func() {
+		p.b.AttentionBackward(d, un(q), un(k), un(v), un(out), un(lse), un(dout), m, score, scale, un(dq), un(dk), un(dv))
+	})
+}

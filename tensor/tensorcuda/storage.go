@@ -1,0 +1,88 @@
+package tensorcuda
+
+import (
+	"fmt"
+
+	"dflash/cuda"
+	"dflash/dtype"
+	"dflash/gpu"
+	"dflash/tensor"
+)
+
+// Buf is the CUDA backend's tensor.Storage: n elements of dtype bf16 or
+// f32 at a device address, owned by a Backend. It is a view: Slice is
+// pointer arithmetic and copies nothing.
+//
+// A Buf allocated between two Resets of its backend (every activation,
+// statistic and temporary of a step) lives in the step arena and must not
+// be used after the next Reset; the backend's ops panic when given one.
+// Parameter memory (PlaceParams) and the storage Like makes from it is
+// persistent: it lives until the backend's Close.
+type Buf struct {
+	be   *Backend
+	ptr  cuda.DevicePtr
+	n    int
+	dt   dtype.DType
+	step uint64 // the step the storage belongs to; persistent (0) for parameters
+}
+
+// Len returns the number of elements.
+func (s Buf) Len() int { return s.n }
+
+// DType returns dtype.BF16 or dtype.F32.
+func (s Buf) DType() dtype.DType { return s.dt }
+
+// Slice returns the view of elements [lo, hi).
+func (s Buf) Slice(lo, hi int) tensor.Storage[float32] {
+	checkRange("Buf.Slice", lo, hi, s.n)
+	s.ptr += cuda.DevicePtr(lo * s.dt.Size())
+	s.n = hi - lo
+	return s
+}
+
+// Like returns n zero elements of the same dtype: persistent for
+// persistent storage (a parameter's gradient), in the step arena otherwise.
+func (s Buf) Like(n int) tensor.Storage[float32] {
+	return s.be.newBuf(n, s.dt, s.step == 0, true)
+}
+
+// Buffer returns the device memory of s (for NCCL and kernels outside the
+// backend).
+func (s Buf) Buffer() gpu.Buffer {
+	if s.n == 0 {
+		return gpu.Buffer{Ptr: s.ptr}
+	}
+	return gpu.Buffer{Ptr: s.ptr, Size: int64(s.n) * int64(s.dt.Size())}
+}
+
+// String names the dtype, length and address.
+func (s Buf) String() string { return fmt.Sprintf("%s[%d]@%#x", s.dt, s.n, uint64(s.ptr)) }
+
+// IntBuf is the CUDA backend's tensor.Ints: n int32 values on the device,
+// under Buf's lifetime rule.
+type IntBuf struct {
+	be   *Backend
+	ptr  cuda.DevicePtr
+	n    int
+	step uint64
+}
+
+// Len returns the number of elements.
+func (s IntBuf) Len() int { return s.n }
+
+// Slice returns the view of elements [lo, hi).
+func (s IntBuf) Slice(lo, hi int) tensor.Ints {
+	checkRange("IntBuf.Slice", lo, hi, s.n)
+	s.ptr += cuda.DevicePtr(4 * lo)
+	s.n = hi - lo
+	return s
+}
+
+// Buffer returns the device memory of s.
+func (s IntBuf) Buffer() gpu.Buffer { return gpu.Buffer{Ptr: s.ptr, Size: 4 * int64(s.n)} }
+
+func checkRange(op string, lo, hi, n int) {
+	if lo < 0 || hi < lo || hi > n {
+		panic(fmt.Sprintf("tensorcuda: %s(%d, %d) of %d elements", op, lo, hi, n))
+	}
+}
