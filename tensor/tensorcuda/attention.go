@@ -11,7 +11,7 @@ import (
 
 // Mask is the CUDA backend's tensor.Mask: a block mask built on the device
 // (flexcuda.Builder) with the device copy of its arguments, for one step
-// (Reset frees it).
+// (ResetStep frees it).
 type Mask struct {
 	be   *Backend
 	prog *flex.MaskProgram
@@ -69,7 +69,7 @@ func (b *Backend) builder(p *flex.MaskProgram) (*flexcuda.Builder, error) {
 }
 
 // NewMask uploads args and builds the block mask of p for d on the device;
-// both live until the next Reset.
+// both live until the next ResetStep.
 func (b *Backend) NewMask(p *flex.MaskProgram, args *flex.Args, d flex.Dims) (tensor.Mask, error) {
 	bl, err := b.builder(p)
 	if err != nil {

@@ -31,7 +31,7 @@ import (
 //
 // Everything allocated between two Resets (storage, int data, masks,
 // temporaries of the ops) comes from a step arena and is released at once
-// by the next Reset: storage must not be used after the Reset that follows
+// by the next ResetStep: storage must not be used after the ResetStep that follows
 // its allocation (the ops panic when it is). A step that repeats the
 // allocations of the last one gets the same addresses. Parameter memory is
 // persistent until Close.
@@ -53,7 +53,7 @@ type Backend struct {
 	gen     uint64 // the current step; storage of another step is stale
 
 	persistent []gpu.Buffer
-	release    []func() // what Reset frees besides the arena (masks)
+	release    []func() // what ResetStep frees besides the arena (masks)
 	attns      map[attnKey]*flexcuda.Attention
 	builders   map[string]*flexcuda.Builder // by mask program hash
 }
@@ -88,10 +88,10 @@ func (b *Backend) Name() string { return "cuda-bf16" }
 // Device returns the device the backend runs on.
 func (b *Backend) Device() *gpu.Device { return b.d }
 
-// Reset ends a step: everything allocated since the last Reset is released
+// ResetStep ends a step (tensor.StepMemory): everything allocated since the last ResetStep is released
 // at once (the step arena's memory is kept for the next step) and must not
 // be used again.
-func (b *Backend) Reset() {
+func (b *Backend) ResetStep() {
 	b.gen++
 	b.arena.reset()
 	for _, f := range b.release {
@@ -112,7 +112,7 @@ func (b *Backend) StepBytes() (held, peak int64) {
 // Close resets the backend and frees all of its memory, parameters
 // included, and the attention kernels' workspaces.
 func (b *Backend) Close() {
-	b.Reset()
+	b.ResetStep()
 	b.arena.release()
 	for _, p := range b.persistent {
 		b.mem.free(p)
@@ -254,7 +254,7 @@ func (b *Backend) PlaceParams(host []float32, master bool) (values, compute tens
 }
 
 // buf returns s as this backend's live storage; it panics, naming what,
-// for storage of another backend or of a step that has been Reset.
+// for storage of another backend or of a step that has been ResetStep.
 func (b *Backend) buf(s tensor.Storage[float32], what string) Buf {
 	x, ok := s.(Buf)
 	if !ok {
@@ -288,10 +288,10 @@ func (b *Backend) ints(s tensor.Ints, what string) IntBuf {
 	return x
 }
 
-// live panics when step is a step that has been Reset.
+// live panics when step is a step that has been ResetStep.
 func (b *Backend) live(what string, step uint64) {
 	if step != 0 && step != b.gen {
-		panic(fmt.Sprintf("tensorcuda: %s was allocated in step %d and used after Reset (now step %d): step storage lives until the next Reset",
+		panic(fmt.Sprintf("tensorcuda: %s was allocated in step %d and used after ResetStep (now step %d): step storage lives until the next ResetStep",
 			what, step, b.gen))
 	}
 }
@@ -328,3 +328,4 @@ func (m devMemory) zero(b gpu.Buffer) error                 { return m.d.Memset(
 func (m devMemory) upload(b gpu.Buffer, src []byte) error   { return gpu.Upload(m.d, b, src) }
 func (m devMemory) download(dst []byte, b gpu.Buffer) error { return gpu.Download(m.d, dst, b) }
 func (m devMemory) sync() error                             { return m.d.Synchronize() }
+var _ tensor.StepMemory = (*Backend)(nil)

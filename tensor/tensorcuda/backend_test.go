@@ -248,7 +248,7 @@ func TestBufViews(t *testing.T) {
 
 // TestStepArena checks that a step repeating the last one's allocations
 // gets the same addresses without allocating from the device, that
-// allocations are aligned and disjoint, that Reset invalidates step storage
+// allocations are aligned and disjoint, that ResetStep invalidates step storage
 // (the ops panic naming it) and not parameters, and that Alloc is zeroed
 // when its memory is reused.
 func TestStepArena(t *testing.T) {
@@ -285,26 +285,26 @@ func TestStepArena(t *testing.T) {
 		}
 	}
 	stale := b.Alloc(4)
-	b.Reset()
+	b.ResetStep()
 	allocs := mem.allocs
 	if second := step(); !slices.Equal(second, first) {
-		t.Errorf("addresses after Reset %v, want %v", second, first)
+		t.Errorf("addresses after ResetStep %v, want %v", second, first)
 	}
 	if mem.allocs != allocs {
 		t.Errorf("repeating the step allocated %d chunks", mem.allocs-allocs)
 	}
-	b.Reset()
+	b.ResetStep()
 	z := b.Alloc(sizes[0])
 	for _, v := range mem.bytes(z.(Buf).Buffer()) {
 		if v != 0 {
 			t.Fatal("Alloc over reused memory is not zero")
 		}
 	}
-	if p := panicText(func() { b.Scale(2, stale) }); !strings.Contains(p, "Scale was allocated in step 1 and used after Reset (now step 3)") {
+	if p := panicText(func() { b.Scale(2, stale) }); !strings.Contains(p, "Scale was allocated in step 1 and used after ResetStep (now step 3)") {
 		t.Errorf("stale storage: panic %q", p)
 	}
 	if p := panicText(func() { b.Scale(2, param) }); p != "" {
-		t.Errorf("parameter after Reset: panic %q", p)
+		t.Errorf("parameter after ResetStep: panic %q", p)
 	}
 	held, peak := b.StepBytes()
 	if held < peak || peak < 100000*4 {

@@ -48,7 +48,7 @@
 //		tp := tensor.NewTape(b) // upload the step's inputs, then run ops:
 //		tp.Backward(model.Loss(tp, inputs)) // no copy, no synchronisation
 //		opt.Step(lr)
-//		b.Reset() // the step's storage is released; addresses repeat
+//		b.ResetStep() // the step's storage is released; addresses repeat
 //	}
 //
 // Storage allocated between two Resets must not be used after the next

@@ -120,7 +120,7 @@ func (m *mlpModel) inputs(r *rand.Rand) (ids, targets []int32) {
 }
 
 // TestGPUStepNoSync runs forward and backward of mlpModel through the tape
-// on the CUDA backend, twice with a Reset between: between the upload of
+// on the CUDA backend, twice with a ResetStep between: between the upload of
 // the second step's inputs and the read of its loss there must be no copy
 // between host and device and no synchronisation (gpu.Device.Counters), the
 // step must get the same addresses as the first, and the loss and the head's
@@ -162,7 +162,7 @@ func TestGPUStepNoSync(t *testing.T) {
 			}
 			ptrs[step] = uintptr(l.Store.(Buf).ptr)
 			b.Download(l.Store, loss[:])
-			b.Reset()
+			b.ResetStep()
 		}
 		if ptrs[0] != ptrs[1] {
 			t.Errorf("the loss moved from %#x to %#x between two equal steps", ptrs[0], ptrs[1])
