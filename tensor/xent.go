@@ -127,13 +127,15 @@ func (tp *TapeOf[T]) LMHeadXentRows(h, w *Of[T], rows *XentRows[T], chunkRows in
 	m := min(chunkRows, na)
 	hc := tp.b.Alloc(m * hid)
 	logits := tp.b.Alloc(m * vocab)
-	var dh, dhc, dw Storage[T] // G·W of every row, of one chunk, and Gᵀ·h
+	// G·W of every row, of one chunk, and Gᵀ·h, kept as statistics (full
+	// precision: dW sums over every chunk).
+	var dh, dhc, dw Storage[T]
 	if tp.needs(h, w) {
 		if h.RequiresGrad {
-			dh, dhc = tp.b.Alloc(n*hid), tp.b.Alloc(m*hid)
+			dh, dhc = tp.b.AllocStat(n*hid), tp.b.AllocStat(m*hid)
 		}
 		if w.RequiresGrad {
-			dw = tp.b.Alloc(vocab * hid)
+			dw = tp.b.AllocStat(vocab * hid)
 		}
 	}
 	for lo := 0; lo < na; lo += chunkRows {

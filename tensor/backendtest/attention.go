@@ -29,8 +29,9 @@ func attnOp[T tensor.Float](mask *flex.MaskProgram, args *flex.Args, d flex.Dims
 }
 
 // attentionCases returns the flex attention cases: causal with grouped-query
-// heads, and a decode-style mask where LenQ < LenKV (q + offset ≥ kv).
-func attentionCases(rng *rand.Rand) []opCase {
+// heads, and a decode-style mask where LenQ < LenKV (q + offset ≥ kv), at
+// head dimensions 8 and 4, or both at headDim when it is not 0.
+func attentionCases(rng *rand.Rand, headDim int) []opCase {
 	offset := flex.NewMask("causal_offset", flex.Q().Add(flex.IntScalar("offset")).Ge(flex.KV()))
 	var cs []opCase
 	for _, c := range []struct {
@@ -46,6 +47,9 @@ func attentionCases(rng *rand.Rand) []opCase {
 			func(q, kv int) bool { return q+4 >= kv }},
 	} {
 		d := c.d
+		if headDim != 0 {
+			d.HeadDim = headDim
+		}
 		scale := 1 / math.Sqrt(float64(d.HeadDim))
 		qs := []int{d.Batch, d.HeadsQ, d.LenQ, d.HeadDim}
 		ks := []int{d.Batch, d.HeadsKV, d.LenKV, d.HeadDim}

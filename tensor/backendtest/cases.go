@@ -73,12 +73,12 @@ func (l *caseList) add(name string, inputs []input, f32 opFn[float32], f64 opFn[
 // near1 draws a norm weight near 1.
 func (l *caseList) near1() float64 { return 1 + 0.3*l.rng.NormFloat64() }
 
-func opCases(rng *rand.Rand) []opCase {
+func opCases(rng *rand.Rand, headDim int) []opCase {
 	l := &caseList{rng: rng}
 	l.dataCases()
 	l.layerCases()
 	l.lossCases()
-	return append(l.cs, attentionCases(rng)...)
+	return append(l.cs, attentionCases(rng, headDim)...)
 }
 
 // dataCases: the ops that move or combine values (embedding, linear,

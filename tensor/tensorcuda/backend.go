@@ -328,4 +328,5 @@ func (m devMemory) zero(b gpu.Buffer) error                 { return m.d.Memset(
 func (m devMemory) upload(b gpu.Buffer, src []byte) error   { return gpu.Upload(m.d, b, src) }
 func (m devMemory) download(dst []byte, b gpu.Buffer) error { return gpu.Download(m.d, dst, b) }
 func (m devMemory) sync() error                             { return m.d.Synchronize() }
+
 var _ tensor.StepMemory = (*Backend)(nil)
