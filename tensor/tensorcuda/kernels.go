@@ -83,6 +83,8 @@ var (
 	kAxpyFromF32 = def("op_ew.cu", "op_axpy_from_f32", "alpha:f32 s:p x:p y:p n:i64")
 	kFill        = def("op_ew.cu", "op_fill", "x:p v:f32 n:i64")
 
+	kSumSq = def("op_norm.cu", "op_sumsq", "x:p n:i64 partial:p")
+
 	kCopy2D      = def("op_copy.cu", "op_copy2d", "src:p src_stride:i64 src_off:i64 dst:p dst_stride:i64 dst_off:i64 rows:i32 cols:i32 accumulate:i32")
 	kTranspose12 = def("op_copy.cu", "op_transpose12", "src:p dst:p na:i32 nb:i32 nc:i32 nd:i32 accumulate:i32")
 

@@ -167,6 +167,11 @@ func TestLaunchersMatchKernels(t *testing.T) {
 			must(o.AxpyToF32(2, gpu.Buffer{}, big, big, 77))
 			must(o.AxpyFromF32(2, big, big, big, 77))
 			must(o.Fill(big, 3, 77))
+			nb, err := o.SumSquares(big, 1<<30, big)
+			must(err)
+			if nb != o.MaxSumBlocks() || int(f.last.grid.X) != nb {
+				t.Errorf("SumSquares of 2^30 elements: %d blocks, grid %v, want the most, %d", nb, f.last.grid, o.MaxSumBlocks())
+			}
 			must(o.AddRows(big, 3, 7, big))
 			must(o.SumRows(big, 3, 7, big, big))
 			must(o.Copy2D(4, 3, big, 5, 1, big, 9, 6, true))
