@@ -6,8 +6,10 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
+	"sync"
 
 	"dflash/internal/atomicfile"
 	"dflash/safetensors"
@@ -137,7 +139,9 @@ func (m *Model) ZeroGrad() { m.arena.ZeroGrad() }
 
 // New returns a model with HF's initialisation: weights and embeddings drawn
 // from N(0, InitializerRange²) (0.02 when unset), biases 0, norm weights 1;
-// the same seed gives the same weights.
+// the same seed gives the same weights. Weights are drawn in chunks of
+// initChunk values, each from its own random stream (seed, parameter,
+// chunk), on every core: the same weights whatever the core count.
 func New(c Config, seed uint64) (*Model, error) {
 	if c.InitializerRange == 0 {
 		c.InitializerRange = 0.02
@@ -146,17 +150,44 @@ func New(c Config, seed uint64) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	rng := rand.New(rand.NewPCG(seed, 0x7a26e7))
-	for _, p := range m.Params() {
+	type chunk struct {
+		data   []float32
+		stream uint64
+	}
+	var work []chunk
+	for i, p := range m.Params() {
 		switch {
 		case len(p.Shape) == 2:
-			p.FillNormal(rng, 0, c.InitializerRange)
+			d := p.Data()
+			for k := 0; k*initChunk < len(d); k++ {
+				work = append(work, chunk{d[k*initChunk : min(len(d), (k+1)*initChunk)], uint64(i)<<32 | uint64(k)})
+			}
 		case isNorm(p.Name):
 			p.Fill(1)
 		}
 	}
+	var wg sync.WaitGroup
+	next := make(chan chunk)
+	for range runtime.GOMAXPROCS(0) {
+		wg.Go(func() {
+			for ch := range next {
+				rng := rand.New(rand.NewPCG(seed, 0x7a26e7^ch.stream))
+				for j := range ch.data {
+					ch.data[j] = float32(c.InitializerRange * rng.NormFloat64())
+				}
+			}
+		})
+	}
+	for _, ch := range work {
+		next <- ch
+	}
+	close(next)
+	wg.Wait()
 	return m, nil
 }
+
+// initChunk is the number of weights New draws from one random stream.
+const initChunk = 1 << 20
 
 func isNorm(name string) bool { return strings.HasSuffix(name, "norm.weight") }
 
