@@ -161,7 +161,7 @@ func printPasses(rep *flexbench.Report) {
 func benchStep(args []string) error {
 	fs := newFlagSet("bench step", "bench step --device cpu|cuda --target-config NAME [--json] [flags]")
 	var o stepbench.Options
-	fs.StringVar(&o.Device, "device", "cpu", "device: cpu or cuda (cuda: not yet, issue 13)")
+	fs.StringVar(&o.Device, "device", "cpu", "device: cpu or cuda (GPU 0)")
 	fs.StringVar(&o.TargetName, "target-config", "qwen3-0.6b", "target shape, random weights: "+strings.Join(stepbench.TargetNames(), ", "))
 	asJSON := fs.Bool("json", false, "print one JSON object instead of a table")
 	fs.IntVar(&o.SeqLen, "seq-len", 512, "tokens per sequence (the last 7/8 are the assistant's)")
@@ -185,6 +185,7 @@ func benchStep(args []string) error {
 	fs.Float64Var(&o.PeakTFLOPS, "peak-tflops", 0, "peak TFLOP/s for the MFU (0: the device's, see docs/PERF.md)")
 	fs.IntVar(&o.LossChunk, "loss-chunk", 0, "block slots whose logits exist at once in the cross-entropy (0: as many as fit 4M logits, the trainer's default)")
 	fs.BoolVar(&o.DryRun, "dry-run", false, "allocate and time nothing: print the FLOP count and the memory estimate of the shape")
+	cacheDir := fs.String("cache-dir", "", "cuda: "+cacheDirUsage)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -194,6 +195,11 @@ func benchStep(args []string) error {
 	var err error
 	if o.Target, err = stepbench.Target(o.TargetName); err != nil {
 		return err
+	}
+	if o.Device == "cuda" {
+		if o.CacheDir, _, err = kernelCacheDir(*cacheDir); err != nil {
+			return err
+		}
 	}
 	rep, err := stepbench.Run(o)
 	if err != nil {
@@ -210,7 +216,10 @@ func benchStep(args []string) error {
 // run: the FLOPs and the memory estimate).
 func printStepReport(r *stepbench.Report) {
 	where := r.Device
-	if r.Threads > 0 {
+	switch {
+	case r.GPU != "":
+		where = fmt.Sprintf("%s (%s)", r.GPU, r.Device)
+	case r.Threads > 0:
 		where = fmt.Sprintf("%s, %d threads", r.Device, r.Threads)
 	}
 	fmt.Printf("drafter training step on %s: target %s (%.3gB params, layers 0..%d run), taps %v, %d drafter layers (%.1fM params)\n",
@@ -252,6 +261,11 @@ func printStepReport(r *stepbench.Report) {
 	fmt.Printf("drafter forward+backward MFU %.1f%%; block mask (inside the drafter forward, built apart) %.2f ms; step min %.1f ms, max %.1f ms\n",
 		100*r.MFU.DrafterTrain, r.BlockMaskMS, r.MinMS, r.MaxMS)
 	fmt.Printf("%.1f tokens/s, %.3f samples/s; MFU against %.4g TFLOP/s (%s)\n", r.TokensPerS, r.SamplesPerS, r.PeakTFLOPS, r.PeakSource)
+	if r.GPU != "" {
+		fmt.Printf("peak device memory %s (one step's storage %s); setup %.1f s, first step %.1f s (kernels compiled or loaded)\n",
+			meminfo.Format(float64(r.PeakDeviceBytes)), meminfo.Format(float64(r.StepArenaBytes)), r.SetupMS/1e3, r.FirstStepMS/1e3)
+		return
+	}
 	fmt.Printf("peak Go heap %s (marked live by a GC: %s), peak RSS %s; estimated before allocating %s\n", meminfo.Format(float64(r.PeakHeapBytes)),
 		meminfo.Format(float64(r.PeakLiveBytes)), meminfo.Format(float64(r.PeakRSSBytes)), meminfo.Format(m.Total()))
 }

@@ -8,14 +8,13 @@ import (
 )
 
 // TestBenchStepErrors: `dflash bench step` refuses bad input with the flag
-// named, says that CUDA is not there yet, and refuses the qwen3-8b case of
+// named and refuses the qwen3-8b case of
 // issue 13 on a host without the memory for it before allocating.
 func TestBenchStepErrors(t *testing.T) {
 	cases := []struct {
 		args []string
 		want string
 	}{
-		{[]string{"--device", "cuda"}, "--device cuda: not yet: the CUDA tensor backend (issue 13)"},
 		{[]string{"--target-config", "qwen2-7b"}, `--target-config "qwen2-7b": unknown`},
 		{[]string{"--taps", "1,x"}, `"1,x" is not a comma-separated list of layer numbers`},
 		{[]string{"--taps", "3,30"}, "--taps [3 30]: layer 30 is outside the target's 28 layers"},

@@ -37,31 +37,47 @@ func runCPU(o Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	for i := range o.Warmup {
-		start := time.Now()
-		if _, err := s.step(); err != nil {
-			return nil, err
-		}
-		slog.Info("warm-up step", "i", i+1, "of", o.Warmup, "ms", msf(time.Since(start)))
+	if err := s.warm(); err != nil {
+		return nil, err
 	}
 	runtime.GC()
 	s.heap = startHeapPeak(heapPeriod)
-	var steps []stepResult
-	var walls []time.Duration
-	for i := range o.Steps {
-		start := time.Now()
-		r, err := s.step()
-		if err != nil {
-			s.heap.finish()
-			return nil, err
-		}
-		steps, walls = append(steps, r), append(walls, r.end.Sub(start))
-		slog.Info("timed step", "i", i+1, "of", o.Steps, "ms", msf(walls[i]), "loss", r.loss)
-	}
+	steps, walls, err := s.timed()
 	rep.PeakHeapBytes, rep.PeakLiveBytes = s.heap.finish()
+	if err != nil {
+		return nil, err
+	}
 	rep.PeakRSSBytes = peakRSS()
 	rep.finish(steps, walls)
 	return rep, nil
+}
+
+// warm runs the o.Warmup untimed steps.
+func (s *stepper) warm() error {
+	for i := range s.o.Warmup {
+		start := time.Now()
+		if _, err := s.step(); err != nil {
+			return err
+		}
+		slog.Info("warm-up step", "i", i+1, "of", s.o.Warmup, "ms", msf(time.Since(start)))
+	}
+	return nil
+}
+
+// timed runs the o.Steps timed steps and returns them with their wall times.
+func (s *stepper) timed() ([]stepResult, []time.Duration, error) {
+	var steps []stepResult
+	var walls []time.Duration
+	for i := range s.o.Steps {
+		start := time.Now()
+		r, err := s.step()
+		if err != nil {
+			return nil, nil, err
+		}
+		steps, walls = append(steps, r), append(walls, r.end.Sub(start))
+		slog.Info("timed step", "i", i+1, "of", s.o.Steps, "ms", msf(walls[i]), "loss", r.loss)
+	}
+	return steps, walls, nil
 }
 
 // plan returns the report of o without running it: the shapes, the memory

@@ -12,8 +12,10 @@
 // device's peak FLOP rate. Before allocating, Run refuses a shape whose
 // estimated memory exceeds what the host has, giving both numbers.
 //
-// Only the CPU runs the step today; the CUDA tensor backend (issue 13) does
-// not exist yet and Run says so for Device "cuda".
+// On "cuda" the step runs on GPU 0 through the CUDA tensor backend
+// (tensor/tensorcuda), the phases separated by device synchronisations so
+// that each is timed alone; the report adds the device's peak memory and
+// the first step (kernel compilation or cache loads included).
 package stepbench
 
 import (
@@ -41,6 +43,8 @@ type Options struct {
 	// LossChunk is the number of block slots whose logits exist at once
 	// (Drafter.LossChunk; 0: the cross-entropy's default).
 	LossChunk int
+	// CacheDir is the kernel cache directory on "cuda" ("": memory only).
+	CacheDir string
 	// DryRun allocates no model and times nothing: the report holds the
 	// shapes, the memory estimate and the FLOPs of one step's anchors.
 	DryRun bool
@@ -107,15 +111,11 @@ func Run(o Options) (*Report, error) {
 	if err := drafterConfig(o).Validate(); err != nil {
 		return nil, fmt.Errorf("drafter: %w", err)
 	}
-	if o.Device == "cuda" {
-		if o.DryRun {
-			return plan(o), nil
-		}
-		return nil, fmt.Errorf("--device cuda: not yet: the CUDA tensor backend (issue 13) does not exist, so the drafter step " +
-			"runs on the CPU only (--device cpu)")
-	}
 	if o.DryRun {
 		return plan(o), nil
+	}
+	if o.Device == "cuda" {
+		return runCUDA(o)
 	}
 	return runCPU(o)
 }

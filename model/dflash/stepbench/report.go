@@ -4,7 +4,8 @@ package stepbench
 // --json`). Times are means over the timed steps, in milliseconds.
 type Report struct {
 	Device  string `json:"device"`
-	Threads int    `json:"threads"` // cpu: GOMAXPROCS
+	Threads int    `json:"threads"`       // cpu: GOMAXPROCS
+	GPU     string `json:"gpu,omitempty"` // cuda: the device's name
 
 	Target        string  `json:"target"` // the --target-config name, or "custom"
 	TargetShape   Shape   `json:"target_shape"`
@@ -44,6 +45,16 @@ type Report struct {
 	PeakLiveBytes uint64 `json:"peak_live_bytes"`
 	PeakRSSBytes  uint64 `json:"peak_rss_bytes"`
 	Memory        Memory `json:"memory_estimate"` // the estimate checked before allocating
+	// cuda: PeakDeviceBytes is the most device memory the allocator held
+	// (parameters, optimizer state, the step arena, kernel buffers);
+	// StepArenaBytes the most one step's storage took.
+	PeakDeviceBytes int64 `json:"peak_device_bytes,omitempty"`
+	StepArenaBytes  int64 `json:"step_arena_bytes,omitempty"`
+	// cuda: SetupMS is making the models, placing them on the device and
+	// the optimizer; FirstStepMS the first step, kernel compilation (or
+	// loading from the cache) included.
+	SetupMS     float64 `json:"setup_ms,omitempty"`
+	FirstStepMS float64 `json:"first_step_ms,omitempty"`
 
 	FLOPs      FLOPs   `json:"flops"` // per step, mean over the timed steps
 	PeakTFLOPS float64 `json:"peak_tflops"`
