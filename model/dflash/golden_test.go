@@ -24,9 +24,11 @@ type golden struct {
 	cfg *Config
 }
 
-func openGolden(t *testing.T) *golden {
+func openGolden(t *testing.T) *golden { return openGoldenAt(t, filepath.FromSlash(goldenPath)) }
+
+func openGoldenAt(t *testing.T, path string) *golden {
 	t.Helper()
-	f, err := safetensors.Open(filepath.FromSlash(goldenPath))
+	f, err := safetensors.Open(path)
 	if err != nil {
 		t.Fatalf("open golden file (regenerate with bench/drafter_ref.py): %v", err)
 	}
