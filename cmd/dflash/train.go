@@ -26,7 +26,8 @@ import (
 // (--drafter.block-size) and a YAML key (block-size under drafter:); docs/CONFIG.md
 // is its table, generated from these tags (go test ./cmd/dflash -run TestConfigDoc -update).
 type trainConfig struct {
-	Workers      int `yaml:"workers" range:">=0" help:"CPU goroutines (0: all cores)"`
+	Workers      int    `yaml:"workers" range:">=0" help:"CPU goroutines (0: all cores)"`
+	Device       string `yaml:"device" choice:"cpu,cuda" help:"where the target and the drafter run: cpu, or cuda (GPU 0, bf16 activations, fp32 master weights and optimizer)"`
 	train.Config `yaml:",inline"`
 	Drafter      drafterOptions `yaml:"drafter"`
 	Data         dataOptions    `yaml:"data"`
@@ -54,7 +55,7 @@ type dataOptions struct {
 }
 
 func defaultTrainConfig() trainConfig {
-	c := trainConfig{Config: train.DefaultConfig()}
+	c := trainConfig{Config: train.DefaultConfig(), Device: "cpu"}
 	c.EvalEvery = 100
 	c.Drafter = drafterOptions{Layers: 1, BlockSize: 16, MaskTokenID: -1, Anchors: 512, Export: "BF16"}
 	c.Data = dataOptions{Options: data.DefaultOptions(), BatchSize: 4, EvalFraction: 0.05, EvalMax: 256}
@@ -199,26 +200,35 @@ func trainDrafter(ctx context.Context, a *trainArgs) (*train.Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	backend := tensor.NewCPU[float32](cfg.Workers)
 	drafter := dflash.New[float32](dc, rand.New(rand.NewPCG(cfg.Seed, train.StreamInit)))
 	pad := int32(0)
 	if id, ok := tok.TokenID("<|endoftext|>"); ok {
 		pad = id
 	}
-	sess := &dflash.Session{Drafter: drafter, Head: dflash.HeadOf(target),
-		Hidden: dflash.TargetHidden(target, dc.TargetLayerIDs, backend), Backend: backend,
-		Train: examples[nEval:], Eval: examples[:nEval], BatchSize: cfg.Data.BatchSize, Pad: pad,
+	sess := &dflash.Session{Drafter: drafter, Train: examples[nEval:], Eval: examples[:nEval], BatchSize: cfg.Data.BatchSize, Pad: pad,
 		Seed: cfg.Seed, CacheHidden: cfg.Data.CacheHidden}
-	if cfg.SpecEvalEvery > 0 {
-		if sess.SpecEval, err = spec.EvalFunc(backend, target, drafter, sess.Eval, cfg.SpecPrompts, cfg.SpecMaxNewTokens); err != nil {
-			return nil, err
-		}
-	}
 	slog.Info("drafter", "layers", dc.NumLayers, "taps", dc.TargetLayerIDs, "block", dc.BlockSize,
-		"mask", dc.MaskTokenID, "gamma", dc.Gamma, "train", len(sess.Train), "eval", len(sess.Eval))
-	hooks := sess.Hooks()
-	hooks.Identity = id
-	res, err := train.Run(ctx, cfg.Config, hooks)
+		"mask", dc.MaskTokenID, "gamma", dc.Gamma, "train", len(sess.Train), "eval", len(sess.Eval), "device", cfg.Device)
+	// run trains on backend b, the models placed there (dev: the drafter's
+	// train.Device, nil on the CPU).
+	run := func(b tensor.Backend[float32], dev train.Device) (*train.Result, error) {
+		sess.Backend, sess.Device = b, dev
+		sess.Head, sess.Hidden = dflash.HeadOf(target), dflash.TargetHidden(target, dc.TargetLayerIDs, b)
+		if cfg.SpecEvalEvery > 0 {
+			if sess.SpecEval, err = spec.EvalFunc(b, target, drafter, sess.Eval, cfg.SpecPrompts, cfg.SpecMaxNewTokens); err != nil {
+				return nil, err
+			}
+		}
+		hooks := sess.Hooks()
+		hooks.Identity = id
+		return train.Run(ctx, cfg.Config, hooks)
+	}
+	var res *train.Result
+	if cfg.Device == "cuda" {
+		res, err = trainOnGPU(target, drafter, cfg, run)
+	} else {
+		res, err = run(tensor.NewCPU[float32](cfg.Workers), nil)
+	}
 	if err != nil {
 		return res, err
 	}

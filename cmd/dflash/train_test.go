@@ -10,6 +10,7 @@ import (
 
 	"dflash/data/chat"
 	"dflash/demo"
+	"dflash/gpu"
 	"dflash/model"
 	"dflash/model/dflash"
 	"dflash/train"
@@ -238,4 +239,24 @@ func TestTrainResumeChecks(t *testing.T) {
 	if err := runTrain(append(common, "--resume", "--drafter.block-size", "8", "--resume-anyway")); err != nil {
 		t.Fatalf("resume-anyway: %v", err)
 	}
+}
+
+// TestTrainCUDAMissing: on a machine without a GPU (or its libraries),
+// --device cuda fails before the first step with an error that names what
+// is missing and where it looked, and writes no checkpoint.
+func TestTrainCUDAMissing(t *testing.T) {
+	if _, err := gpu.Count(); err == nil {
+		t.Skip("a GPU is present (scripts/gpu-train.sh runs the CUDA training)")
+	}
+	targetDir, dataPath := trainFixture(t)
+	out := filepath.Join(t.TempDir(), "run")
+	err := runTrain([]string{"--target", targetDir, "--data", dataPath, "--out", out, "--progress", "off", "--plot=false",
+		"--steps", "2", "--drafter.block-size", "4", "--drafter.anchors", "4", "--data.batch-size", "2", "--device", "cuda"})
+	if err == nil || !strings.HasPrefix(err.Error(), "--device cuda: ") || !strings.Contains(err.Error(), "searched") {
+		t.Fatalf("--device cuda without a GPU: %v", err)
+	}
+	if ms, _ := filepath.Glob(filepath.Join(out, "checkpoint-*")); len(ms) > 0 {
+		t.Fatalf("checkpoints written: %v", ms)
+	}
+	t.Log(err)
 }
