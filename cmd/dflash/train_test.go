@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"flag"
 	"math"
 	"os"
 	"path/filepath"
@@ -20,7 +21,33 @@ import (
 // a JSONL file of conversations made from Go source.
 func trainFixture(t *testing.T) (targetDir, dataPath string) {
 	t.Helper()
-	docs, err := demo.GoCorpus(demo.CorpusOptions{MaxBytes: 60 << 10})
+	return writeTrainFixture(t, t.TempDir(), model.Config{Arch: model.Qwen3, VocabSize: 300, HiddenSize: 32, IntermediateSize: 64,
+		NumLayers: 4, NumHeads: 2, NumKVHeads: 1, HeadDim: 16, RMSNormEps: 1e-6, RopeTheta: 10000,
+		MaxPositionEmbeddings: 1024}, 60<<10)
+}
+
+var fixtureDir = flag.String("train-fixture", "", "TestWriteTrainFixture: write the GPU training fixture (target, conversations) under this directory")
+
+// TestWriteTrainFixture writes, when -train-fixture is given, the fixture
+// of the GPU training check (scripts/gpu-train.sh): trainFixture's
+// conversations and tokenizer with a small Qwen3 target whose head
+// dimension (64) the GPU attention kernels take.
+func TestWriteTrainFixture(t *testing.T) {
+	if *fixtureDir == "" {
+		t.Skip("no -train-fixture directory")
+	}
+	target, data := writeTrainFixture(t, *fixtureDir, model.Config{Arch: model.Qwen3, VocabSize: 300, HiddenSize: 128, IntermediateSize: 256,
+		NumLayers: 4, NumHeads: 2, NumKVHeads: 1, HeadDim: 64, RMSNormEps: 1e-6, RopeTheta: 10000, MaxPositionEmbeddings: 1024}, 1<<20)
+	t.Logf("wrote %s and %s", target, data)
+}
+
+// writeTrainFixture writes the target of config c (random weights) with
+// the demo tokenizer to dir/target and conversations made from up to
+// corpus bytes of Go source (one per file of 12 lines or more) to
+// dir/conv.jsonl.
+func writeTrainFixture(t *testing.T, dir string, c model.Config, corpus int) (targetDir, dataPath string) {
+	t.Helper()
+	docs, err := demo.GoCorpus(demo.CorpusOptions{MaxBytes: corpus})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,20 +59,18 @@ func trainFixture(t *testing.T) (targetDir, dataPath string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	targetDir = filepath.Join(t.TempDir(), "target")
+	targetDir = filepath.Join(dir, "target")
 	if err := bpe.WriteTokenizerDir(targetDir); err != nil {
 		t.Fatal(err)
 	}
-	m, err := model.New(model.Config{Arch: model.Qwen3, VocabSize: 300, HiddenSize: 32, IntermediateSize: 64,
-		NumLayers: 4, NumHeads: 2, NumKVHeads: 1, HeadDim: 16, RMSNormEps: 1e-6, RopeTheta: 10000,
-		MaxPositionEmbeddings: 1024}, 5)
+	m, err := model.New(c, 5)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := m.Save(targetDir, "F32"); err != nil {
 		t.Fatal(err)
 	}
-	dataPath = filepath.Join(t.TempDir(), "conv.jsonl")
+	dataPath = filepath.Join(dir, "conv.jsonl")
 	var sb strings.Builder
 	for i, d := range docs {
 		lines := strings.Split(d.Text, "\n")
@@ -56,7 +81,7 @@ func trainFixture(t *testing.T) (targetDir, dataPath string) {
 		b, _ := json.Marshal(map[string]any{"messages": msgs})
 		sb.Write(b)
 		sb.WriteByte('\n')
-		if i > 40 {
+		if corpus < 1<<20 && i > 40 {
 			break
 		}
 	}

@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# gpu-train.sh is the GPU check of training on the device (issue 13), in one
+# device call: the CUDA backend's GPU tests, the drafter step on CUDA against
+# the float64 golden (head dim 64, generated here by bench/drafter_ref.py), the
+# targets' hidden states on CUDA against transformers (scripts/golden_hf_gpu.py),
+# `dflash train` for STEPS steps on the CUDA backend and on the CPU with the same
+# configuration (their loss curves side by side), and `dflash bench step
+# --device cuda` for the qwen3-0.6b and qwen3-8b shapes.
+#
+# Build here first (the GPU machine has no Go): bash scripts/gpu-train.sh --build
+# then through the device tool run `bash scripts/gpu-train.sh` with carry
+# [".devbuild/train"]. Everything lands in $OUT: logs, the d64 golden file (commit
+# it as model/dflash/testdata/golden_drafter_d64.safetensors), metrics, the loss
+# table (loss.txt) and the bench step JSON. The last line says PASS or FAIL.
+# PARTS (default "tests golden train bench") chooses what runs.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+B=.devbuild/train
+if [ "${1:-}" = "--build" ]; then
+	set -e
+	rm -rf "$B" && mkdir -p "$B"
+	export CGO_ENABLED=0 GOOS=linux GOARCH=amd64
+	go build -trimpath -ldflags="-s -w" -o "$B/dflash" ./cmd/dflash
+	go test -c -trimpath -ldflags="-s -w" -o "$B/tensorcuda.test" ./tensor/tensorcuda
+	go test -c -trimpath -ldflags="-s -w" -o "$B/model.test" ./model
+	go test -c -trimpath -ldflags="-s -w" -o "$B/dflash.test" ./model/dflash
+	go test -count=1 -run TestWriteTrainFixture ./cmd/dflash -train-fixture "$PWD/$B/fixture" >/dev/null
+	du -sh "$B"
+	exit 0
+fi
+OUT=${OUT:-$(mktemp -d)}
+mkdir -p "$OUT"
+PARTS=${PARTS:-tests golden train bench}
+STEPS=${STEPS:-200}
+status=PASS
+fail() { echo "FAIL: $*"; status=FAIL; }
+has() { [[ " $PARTS " == *" $1 "* ]]; }
+export DFLASH_CACHE_DIR=${DFLASH_CACHE_DIR:-/tmp/dflash-kernels}
+
+if has tests; then
+	echo "== tensorcuda GPU tests"
+	"$B/tensorcuda.test" -test.run 'GPU' -test.v >"$OUT/tensorcuda.log" 2>&1 || fail "tensorcuda GPU tests"
+	grep -E '^(--- |=== RUN|    --- FAIL|ok|FAIL|PASS)' "$OUT/tensorcuda.log" | grep -v '=== RUN' | grep -vE '^    --- PASS' | tail -n 40
+fi
+
+if has golden; then
+	echo "== drafter golden at head dim 64 (float64 PyTorch reference)"
+	python3 bench/drafter_ref.py --head-dim 64 --out "$OUT/golden_drafter_d64.safetensors" >"$OUT/drafter_ref.log" 2>&1 || fail "drafter_ref.py"
+	(cd model/dflash && DFLASH_DRAFTER_GPU_GOLDEN="$OUT/golden_drafter_d64.safetensors" "../../$B/dflash.test" -test.run 'TestGPUGolden$' -test.v) \
+		>"$OUT/dflash-golden.log" 2>&1 || fail "TestGPUGolden"
+	grep -E -- '--- |golden_test|gpu_golden' "$OUT/dflash-golden.log" | tail -n 30
+	echo "== targets against transformers on CUDA"
+	python3 scripts/golden_hf_gpu.py --out /tmp/hfgpu >"$OUT/golden_hf_gpu.log" 2>&1 || fail "golden_hf_gpu.py"
+	tail -n 4 "$OUT/golden_hf_gpu.log"
+	(cd model && DFLASH_HF_GPU_GOLDEN=/tmp/hfgpu "../$B/model.test" -test.run 'TestGPUGoldenHF' -test.v) >"$OUT/model-golden.log" 2>&1 || fail "TestGPUGoldenHF"
+	grep -E -- '--- |hidden state' "$OUT/model-golden.log" | tail -n 30
+fi
+
+if has train; then
+	for dev in cuda cpu; do
+		echo "== dflash train --device $dev, $STEPS steps"
+		start=$SECONDS
+		"$B/dflash" train --device "$dev" --target "$B/fixture/target" --data "$B/fixture/conv.jsonl" --out "$OUT/run-$dev" \
+			--steps "$STEPS" --eval-every 50 --save-every 100 --progress off --plot=false --drafter.layers 2 --drafter.block-size 8 \
+			--drafter.anchors 32 --data.batch-size 4 --drafter.export F32 >"$OUT/train-$dev.log" 2>&1 || fail "train --device $dev"
+		echo "$dev: $((SECONDS - start)) s"; tail -n 4 "$OUT/train-$dev.log"
+	done
+	python3 - "$OUT" >"$OUT/loss.txt" <<'PY' || fail "loss comparison"
+import json, sys
+out = sys.argv[1]
+def losses(dev):
+    r = {}
+    for line in open(f"{out}/run-{dev}/metrics.jsonl"):
+        m = json.loads(line)
+        if m.get("kind") == "train":
+            r[m["step"]] = m["loss"]
+    return r
+g, c = losses("cuda"), losses("cpu")
+steps = sorted(set(g) & set(c))
+print("step  loss cuda  loss cpu  rel diff")
+worst = 0
+for s in steps:
+    d = abs(g[s] - c[s]) / c[s]
+    worst = max(worst, d)
+    if s % 20 == 0 or s == 1:
+        print(f"{s:4d}  {g[s]:9.4f}  {c[s]:8.4f}  {d:8.2e}")
+def mean(r, lo, hi):
+    v = [r[s] for s in steps if lo <= s <= hi]
+    return sum(v) / len(v)
+n = steps[-1]
+print(f"first 10 steps mean: cuda {mean(g, 1, 10):.4f} cpu {mean(c, 1, 10):.4f}; last 20: cuda {mean(g, n-19, n):.4f} cpu {mean(c, n-19, n):.4f}; worst step rel diff {worst:.3g}")
+PY
+	cat "$OUT/loss.txt"
+fi
+
+if has bench; then
+	echo "== bench step --device cuda"
+	"$B/dflash" bench step --device cuda --target-config qwen3-0.6b --seq-len 1024 --batch 2 --anchors 128 --drafter-layers 2 \
+		--json >"$OUT/bench-0.6b.json" 2>"$OUT/bench-0.6b.log" || { fail "bench step qwen3-0.6b"; tail -n 20 "$OUT/bench-0.6b.log"; }
+	"$B/dflash" bench step --device cuda --target-config qwen3-8b --seq-len 3072 --batch 4 --anchors 512 --block-size 16 \
+		--drafter-layers 5 --steps 5 --warmup 2 --json >"$OUT/bench-8b.json" 2>"$OUT/bench-8b.log" || { fail "bench step qwen3-8b"; tail -n 20 "$OUT/bench-8b.log"; }
+	python3 - "$OUT" <<'PY'
+import json, sys, os
+for name in ("0.6b", "8b"):
+    p = f"{sys.argv[1]}/bench-{name}.json"
+    if not os.path.exists(p) or os.path.getsize(p) == 0:
+        continue
+    r = json.load(open(p))
+    ph = r["phases_ms"]
+    print(f"qwen3-{name}: step {r['step_ms']:.1f} ms, {r['samples_per_s']:.2f} samples/s, MFU {100*r['mfu']['step']:.1f}%, "
+          f"phases {json.dumps({k: round(v, 1) for k, v in ph.items()})}, peak device {r.get('peak_device_bytes', 0)/2**30:.1f} GiB, "
+          f"first step {r.get('first_step_ms', 0)/1e3:.1f} s, loss {r['loss']:.3f}")
+PY
+fi
+echo "-> $status"
