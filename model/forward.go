@@ -108,6 +108,9 @@ func (m *Model) ForwardPrepared(tp *tensor.Tape, in *Prepared) *Output {
 		return tp.Attention(q, k, v, in.mask, nil, 1/math.Sqrt(float64(c.HeadDim)))
 	}
 	x := tp.Embedding(m.Embed, in.ids)
+	if sm, ok := tp.Backend().(tensor.StepMemory); ok && !tp.Recording() {
+		return m.forwardScoped(tp, sm, in, x, want, stop, att)
+	}
 	for i := range stop {
 		if want[i] {
 			out.States[i] = x
@@ -123,6 +126,53 @@ func (m *Model) ForwardPrepared(tp *tensor.Tape, in *Prepared) *Output {
 		out.States[c.NumLayers] = out.Final
 	}
 	return out
+}
+
+// forwardScoped is ForwardPrepared without gradients on a backend with
+// step memory: each layer runs in a scope of its own (StepMemory) released
+// once its output is copied out, into one of two buffers used in turn, so
+// the pass holds one layer's activations at a time instead of every
+// layer's. Requested states are copied into buffers of their own. x is
+// the embedding output.
+func (m *Model) forwardScoped(tp *tensor.Tape, sm tensor.StepMemory, in *Prepared, x *tensor.Tensor, want map[int]bool, stop int, att attnFn) *Output {
+	c, b := &m.Config, tp.Backend()
+	n := x.Numel()
+	out := &Output{States: map[int]*tensor.Tensor{}}
+	alloc := func(name string) *tensor.Tensor { return tensor.FromStorage(name, b.Alloc(n), x.Shape...) }
+	copyTo := func(dst, src *tensor.Tensor) { b.Copy2D(1, n, src.Store, n, 0, dst.Store, n, 0, false) }
+	keep := func(i int, x *tensor.Tensor) {
+		s := alloc(fmt.Sprintf("hidden_states.%d", i))
+		copyTo(s, x)
+		out.States[i] = s
+	}
+	if want[0] {
+		keep(0, x)
+	}
+	turns := [2]*tensor.Tensor{alloc("layer_out"), alloc("layer_out")}
+	var final *tensor.Tensor
+	if stop == c.NumLayers {
+		final = alloc("final")
+	}
+	for i := range stop {
+		mark := sm.MarkStep()
+		y := m.layer(tp, i, x, in.Batch, in.Len, in.rope, att)
+		if i == c.NumLayers-1 {
+			copyTo(final, tp.RMSNorm(y, m.Norm, c.RMSNormEps))
+			sm.ReleaseStep(mark)
+			out.Final = final
+			if want[c.NumLayers] {
+				out.States[c.NumLayers] = final
+			}
+			return out
+		}
+		copyTo(turns[i%2], y)
+		sm.ReleaseStep(mark)
+		x = turns[i%2]
+		if want[i+1] {
+			keep(i+1, x)
+		}
+	}
+	return out // StatesOnly: the deepest state, stop, is among the kept ones
 }
 
 // attnFn runs attention on q [B, Hq, L, D] and k, v [B, Hkv, Lkv, D].

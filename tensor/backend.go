@@ -114,10 +114,19 @@ type Backend[T Float] interface {
 // StepMemory is implemented by backends that release a step's memory in
 // one piece (the CUDA backend's step arena). ResetStep ends a step: storage
 // allocated since the previous ResetStep must not be used after it.
-// Parameters (Arena.Place) are not step memory.
+// MarkStep and ReleaseStep scope a part of a step: ReleaseStep(m) frees
+// everything allocated since MarkStep returned m (a forward pass without
+// gradients keeps only what it copies out before the release). Parameters
+// (Arena.Place) are not step memory.
 type StepMemory interface {
 	ResetStep()
+	MarkStep() StepMark
+	ReleaseStep(StepMark)
 }
+
+// StepMark is a position in a backend's step memory; its meaning is the
+// backend's.
+type StepMark [3]int64
 
 // EndStep ends a step on b: ResetStep when b has step memory, nothing
 // otherwise (the CPU's memory is the garbage collector's).

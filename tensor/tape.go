@@ -28,6 +28,10 @@ func (tp *TapeOf[T]) alloc(name string, shape ...int) *Of[T] {
 	return &Of[T]{Name: name, Shape: append([]int(nil), shape...), Store: tp.b.Alloc(numel(shape))}
 }
 
+// Recording reports whether the tape records backward steps (NewTape) or
+// not (NewInference).
+func (tp *TapeOf[T]) Recording() bool { return tp.record }
+
 // Len returns the number of recorded backward steps.
 func (tp *TapeOf[T]) Len() int { return len(tp.steps) }
 

@@ -100,6 +100,14 @@ func (b *Backend) ResetStep() {
 	b.release = nil
 }
 
+// MarkStep returns the step arena's position (tensor.StepMemory).
+func (b *Backend) MarkStep() tensor.StepMark { return b.arena.mark() }
+
+// ReleaseStep frees the step storage allocated since m: it must not be used
+// afterwards (unlike ResetStep, the backend cannot tell such storage apart:
+// the caller scopes it). Masks built since m live until ResetStep.
+func (b *Backend) ReleaseStep(m tensor.StepMark) { b.arena.rewind(m) }
+
 // StepBytes returns the bytes the step arena holds from the device and the
 // most one step has used.
 func (b *Backend) StepBytes() (held, peak int64) {

@@ -24,11 +24,24 @@ type fakeMem struct {
 	next   cuda.DevicePtr
 	blocks map[cuda.DevicePtr][]byte
 	allocs int
+	limit  int64 // bytes the fake device holds at most (0: no limit)
+}
+
+// used returns the bytes allocated and not freed.
+func (m *fakeMem) used() int64 {
+	var n int64
+	for _, b := range m.blocks {
+		n += int64(len(b))
+	}
+	return n
 }
 
 func newFakeMem() *fakeMem { return &fakeMem{next: 0x100000, blocks: map[cuda.DevicePtr][]byte{}} }
 
 func (m *fakeMem) alloc(n int64) (gpu.Buffer, error) {
+	if m.limit > 0 && m.used()+n > m.limit {
+		return gpu.Buffer{}, fmt.Errorf("fakeMem: out of memory: %d bytes, %d of %d used", n, m.used(), m.limit)
+	}
 	p := m.next
 	m.next += cuda.DevicePtr((n + 4095) / 4096 * 4096)
 	m.blocks[p] = make([]byte, n)
@@ -374,5 +387,50 @@ func TestAdamWArenaLayout(t *testing.T) {
 	frozen.Place(b, false)
 	if _, err := NewAdamW(b, &frozen, train.AdamWConfig{}); err == nil || !strings.Contains(err.Error(), "frozen") {
 		t.Errorf("frozen arena: %v", err)
+	}
+}
+
+// TestStepScope: ReleaseStep gives the memory allocated since MarkStep back
+// (the next allocations take the same addresses, across chunks too), keeps
+// what came before, refuses a mark past the arena's position, and a chunk
+// that doubling would make too large falls back to what the allocation needs.
+func TestStepScope(t *testing.T) {
+	b, _, _, mem := fakeBackend()
+	b.arena.chunk = 4096
+	keep := b.Alloc(100).(Buf)
+	m := b.MarkStep()
+	var first []cuda.DevicePtr
+	for _, n := range []int{1000, 3000, 9000} {
+		first = append(first, b.Alloc(n).(Buf).ptr)
+	}
+	b.ReleaseStep(m)
+	allocs := mem.allocs
+	for i, n := range []int{1000, 3000, 9000} {
+		if p := b.Alloc(n).(Buf).ptr; p != first[i] {
+			t.Errorf("allocation %d after ReleaseStep at %#x, before it at %#x", i, uint64(p), uint64(first[i]))
+		}
+	}
+	if mem.allocs != allocs {
+		t.Errorf("the released scope's second run allocated %d chunks", mem.allocs-allocs)
+	}
+	if p := b.Alloc(1).(Buf).ptr; p == keep.ptr {
+		t.Error("storage from before the mark was handed out again")
+	}
+	later := b.MarkStep()
+	b.ReleaseStep(m)
+	if p := panicText(func() { b.ReleaseStep(later) }); !strings.Contains(p, "past the arena's position") {
+		t.Errorf("release to a mark past the position: panic %q", p)
+	}
+	// A device of 4096 + 50000 bytes: chunks of 4096 and 40000 bytes, then a
+	// doubled chunk (44096) does not fit but one of 8000 does.
+	b2, _, _, mem2 := fakeBackend()
+	b2.arena.chunk, mem2.limit = 4096, 4096+50000
+	b2.Alloc(2000)
+	b2.Alloc(20000)
+	if p := panicText(func() { b2.Alloc(4000) }); p != "" {
+		t.Errorf("an allocation that fits the device but not a doubled chunk failed: %q", p)
+	}
+	if p := panicText(func() { b2.Alloc(4000) }); !strings.Contains(p, "out of memory") {
+		t.Errorf("an allocation past the device: panic %q", p)
 	}
 }

@@ -5,6 +5,7 @@ import (
 
 	"dflash/cuda"
 	"dflash/gpu"
+	"dflash/tensor"
 )
 
 // stepArena hands out the memory of one step by bump allocation over large
@@ -48,6 +49,12 @@ func (a *stepArena) alloc(n int64) (cuda.DevicePtr, error) {
 	}
 	size := max(a.chunk, n, total)
 	b, err := a.mem.alloc(size)
+	if err != nil && size > max(a.chunk, n) {
+		// Doubling overshoots what is left on the device: take only what
+		// this allocation needs.
+		size = max(a.chunk, n)
+		b, err = a.mem.alloc(size)
+	}
 	if err != nil {
 		return 0, fmt.Errorf("tensorcuda: step arena chunk of %d bytes (%d in %d chunks already): %w", size, total, len(a.chunks), err)
 	}
@@ -60,6 +67,18 @@ func (a *stepArena) alloc(n int64) (cuda.DevicePtr, error) {
 func (a *stepArena) took(n int64) {
 	a.inUse += n
 	a.peak = max(a.peak, a.inUse)
+}
+
+// mark returns the arena's position.
+func (a *stepArena) mark() tensor.StepMark { return tensor.StepMark{int64(a.cur), a.off, a.inUse} }
+
+// rewind frees everything allocated since m.
+func (a *stepArena) rewind(m tensor.StepMark) {
+	cur, off, inUse := int(m[0]), m[1], m[2]
+	if cur > a.cur || cur == a.cur && off > a.off || inUse > a.inUse {
+		panic(fmt.Sprintf("tensorcuda: ReleaseStep to a mark (%d, %d) past the arena's position (%d, %d): marks of an earlier step or released twice", cur, off, a.cur, a.off))
+	}
+	a.cur, a.off, a.inUse = cur, off, inUse
 }
 
 // reset makes every chunk free again (the memory stays allocated).

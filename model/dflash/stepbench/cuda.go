@@ -83,14 +83,14 @@ func runCUDA(o Options) (*Report, error) {
 }
 
 // checkDeviceMemory refuses a shape whose estimate (bf16 target weights,
-// the drafter's fp32 state, the float32 activation estimate as an upper
-// bound for the bf16 ones) exceeds the device's free memory.
+// the drafter's fp32 state and bf16 copy, bf16 activations: half the
+// float32 estimate) exceeds the device's free memory.
 func checkDeviceMemory(o Options, d *gpu.Device, m Memory) error {
 	free, _, err := d.MemInfo()
 	if err != nil {
 		return err
 	}
-	need := m.TargetWeights/2 + m.DrafterState*18/16 + m.Activations
+	need := m.TargetWeights/2 + m.DrafterState*18/16 + m.Activations/2
 	if need <= float64(free) {
 		return nil
 	}

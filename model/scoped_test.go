@@ -1,0 +1,126 @@
+package model
+
+import (
+	"math"
+	"slices"
+	"testing"
+
+	"dflash/internal/testseed"
+	"dflash/tensor"
+)
+
+// arenaCPU is the CPU backend with step memory, as the CUDA backend has:
+// activations come from one host buffer by bump allocation, and
+// ReleaseStep and ResetStep fill what they free with NaN (memory a device
+// hands out again is overwritten), so a result that still pointed into a
+// released scope would show.
+type arenaCPU struct {
+	*tensor.CPU[float32]
+	buf       []float32
+	off, peak int
+}
+
+func (a *arenaCPU) Alloc(n int) tensor.Storage[float32] {
+	if a.off+n > len(a.buf) {
+		panic("arenaCPU: out of memory")
+	}
+	s := a.buf[a.off : a.off+n : a.off+n]
+	clear(s)
+	a.off += n
+	a.peak = max(a.peak, a.off)
+	return tensor.Host[float32](s)
+}
+
+func (a *arenaCPU) AllocStat(n int) tensor.Storage[float32] { return a.Alloc(n) }
+
+func (a *arenaCPU) MarkStep() tensor.StepMark { return tensor.StepMark{int64(a.off)} }
+
+func (a *arenaCPU) ReleaseStep(m tensor.StepMark) {
+	for i := int(m[0]); i < a.off; i++ {
+		a.buf[i] = float32(math.NaN())
+	}
+	a.off = int(m[0])
+}
+
+func (a *arenaCPU) ResetStep() { a.ReleaseStep(tensor.StepMark{}) }
+
+// countingCPU is the CPU backend counting the activation elements it
+// allocates (no step memory: nothing is released).
+type countingCPU struct {
+	*tensor.CPU[float32]
+	n int
+}
+
+func (c *countingCPU) Alloc(n int) tensor.Storage[float32]     { c.n += n; return c.CPU.Alloc(n) }
+func (c *countingCPU) AllocStat(n int) tensor.Storage[float32] { c.n += n; return c.CPU.AllocStat(n) }
+
+// TestForwardScoped: a forward pass without gradients on a backend with
+// step memory (one scope per layer) gives bit for bit the states and final
+// output of the plain pass, for every set of requested states (with and
+// without StatesOnly), while holding a fraction of the memory the plain
+// pass allocates.
+func TestForwardScoped(t *testing.T) {
+	rng := testseed.New(t)
+	c := tinyConfig(Qwen3, false)
+	c.NumLayers = 6
+	m, err := New(c, rng.Uint64())
+	if err != nil {
+		t.Fatal(err)
+	}
+	perturb(m, rng.Uint64())
+	const batch, length = 2, 11
+	ids := make([]int32, batch*length)
+	for i := range ids {
+		ids[i] = int32(rng.IntN(c.VocabSize))
+	}
+	for _, in := range []Input{
+		{States: []int{0, 2, 6}},
+		{States: []int{3}},
+		{States: []int{1, 4}, StatesOnly: true},
+		{States: []int{0}, StatesOnly: true},
+		{States: []int{6}, StatesOnly: true},
+	} {
+		in.IDs, in.Batch, in.Len = ids, batch, length
+		plain := m.Forward(tensor.NewInference[float32](tensor.NewCPU[float32](1)), in)
+		counting := &countingCPU{CPU: tensor.NewCPU[float32](1)}
+		m.Forward(tensor.NewInference[float32](counting), in)
+		a := &arenaCPU{CPU: tensor.NewCPU[float32](1), buf: make([]float32, counting.n+8*batch*length*c.HiddenSize)}
+		scoped := m.Forward(tensor.NewInference[float32](a), in)
+		if !slices.Equal(keys(scoped.States), keys(plain.States)) {
+			t.Fatalf("%+v: states %v, plain pass %v", in.States, keys(scoped.States), keys(plain.States))
+		}
+		for i, s := range plain.States {
+			if !sameBits(scoped.States[i].Data(), s.Data()) {
+				t.Fatalf("States %v StatesOnly %v: state %d differs from the plain pass", in.States, in.StatesOnly, i)
+			}
+		}
+		if (plain.Final == nil) != (scoped.Final == nil) || plain.Final != nil && !sameBits(scoped.Final.Data(), plain.Final.Data()) {
+			t.Fatalf("States %v: the final output differs from the plain pass", in.States)
+		}
+		if in.States[len(in.States)-1] > 1 && a.peak*2 > counting.n {
+			t.Errorf("States %v: the scoped pass held %d elements at once, the plain pass allocates %d", in.States, a.peak, counting.n)
+		}
+		t.Logf("States %v StatesOnly %v: peak %d of %d elements", in.States, in.StatesOnly, a.peak, counting.n)
+	}
+}
+
+func keys(m map[int]*tensor.Tensor) []int {
+	var k []int
+	for i := range m {
+		k = append(k, i)
+	}
+	slices.Sort(k)
+	return k
+}
+
+func sameBits(a, b []float32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if math.Float32bits(a[i]) != math.Float32bits(b[i]) {
+			return false
+		}
+	}
+	return true
+}
