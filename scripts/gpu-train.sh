@@ -10,8 +10,9 @@
 # Build here first (the GPU machine has no Go): bash scripts/gpu-train.sh --build
 # then through the device tool run `bash scripts/gpu-train.sh` with carry
 # [".devbuild/train"]. Everything lands in $OUT: logs, the d64 golden file (commit
-# it as model/dflash/testdata/golden_drafter_d64.safetensors), metrics, the loss
-# table (loss.txt) and the bench step JSON. The last line says PASS or FAIL.
+# it as model/dflash/testdata/golden_drafter_d64.safetensors), the runs' metrics,
+# the loss table (loss.txt) and the bench step JSON; bulky outputs (checkpoints,
+# the transformers models) stay in $WORK. The last line says PASS or FAIL.
 # PARTS (default "tests golden train bench") chooses what runs.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -29,7 +30,8 @@ if [ "${1:-}" = "--build" ]; then
 	exit 0
 fi
 OUT=${OUT:-$(mktemp -d)}
-mkdir -p "$OUT"
+WORK=${WORK:-/tmp/gpu-train}
+mkdir -p "$OUT" "$WORK"
 PARTS=${PARTS:-tests golden train bench}
 STEPS=${STEPS:-200}
 status=PASS
@@ -40,19 +42,21 @@ export DFLASH_CACHE_DIR=${DFLASH_CACHE_DIR:-/tmp/dflash-kernels}
 if has tests; then
 	echo "== tensorcuda GPU tests"
 	"$B/tensorcuda.test" -test.run 'GPU' -test.v >"$OUT/tensorcuda.log" 2>&1 || fail "tensorcuda GPU tests"
-	grep -E '^(--- |=== RUN|    --- FAIL|ok|FAIL|PASS)' "$OUT/tensorcuda.log" | grep -v '=== RUN' | grep -vE '^    --- PASS' | tail -n 40
+	grep -E '^(--- |ok|FAIL|PASS)' "$OUT/tensorcuda.log" | tail -n 30
+	python3 scripts/testfails.py "$OUT/tensorcuda.log" 40
 fi
 
 if has golden; then
 	echo "== drafter golden at head dim 64 (float64 PyTorch reference)"
-	python3 bench/drafter_ref.py --head-dim 64 --out "$OUT/golden_drafter_d64.safetensors" >"$OUT/drafter_ref.log" 2>&1 || fail "drafter_ref.py"
+	python3 bench/drafter_ref.py --head-dim 64 --out "$OUT/golden_drafter_d64.safetensors" >"$OUT/drafter_ref.log" 2>&1 ||
+		{ fail "drafter_ref.py"; tail -n 8 "$OUT/drafter_ref.log"; }
 	(cd model/dflash && DFLASH_DRAFTER_GPU_GOLDEN="$OUT/golden_drafter_d64.safetensors" "../../$B/dflash.test" -test.run 'TestGPUGolden$' -test.v) \
 		>"$OUT/dflash-golden.log" 2>&1 || fail "TestGPUGolden"
 	grep -E -- '--- |golden_test|gpu_golden' "$OUT/dflash-golden.log" | tail -n 30
 	echo "== targets against transformers on CUDA"
-	python3 scripts/golden_hf_gpu.py --out /tmp/hfgpu >"$OUT/golden_hf_gpu.log" 2>&1 || fail "golden_hf_gpu.py"
-	tail -n 4 "$OUT/golden_hf_gpu.log"
-	(cd model && DFLASH_HF_GPU_GOLDEN=/tmp/hfgpu "../$B/model.test" -test.run 'TestGPUGoldenHF' -test.v) >"$OUT/model-golden.log" 2>&1 || fail "TestGPUGoldenHF"
+	python3 scripts/golden_hf_gpu.py --out "$WORK/hf" >"$OUT/golden_hf_gpu.log" 2>&1 || fail "golden_hf_gpu.py"
+	grep 'transformers bf16' "$OUT/golden_hf_gpu.log"
+	(cd model && DFLASH_HF_GPU_GOLDEN="$WORK/hf" "../$B/model.test" -test.run 'TestGPUGoldenHF' -test.v) >"$OUT/model-golden.log" 2>&1 || fail "TestGPUGoldenHF"
 	grep -E -- '--- |hidden state' "$OUT/model-golden.log" | tail -n 30
 fi
 
@@ -60,17 +64,18 @@ if has train; then
 	for dev in cuda cpu; do
 		echo "== dflash train --device $dev, $STEPS steps"
 		start=$SECONDS
-		"$B/dflash" train --device "$dev" --target "$B/fixture/target" --data "$B/fixture/conv.jsonl" --out "$OUT/run-$dev" \
+		"$B/dflash" train --device "$dev" --target "$B/fixture/target" --data "$B/fixture/conv.jsonl" --out "$WORK/run-$dev" \
 			--steps "$STEPS" --eval-every 50 --save-every 100 --progress off --plot=false --drafter.layers 2 --drafter.block-size 8 \
 			--drafter.anchors 32 --data.batch-size 4 --drafter.export F32 >"$OUT/train-$dev.log" 2>&1 || fail "train --device $dev"
 		echo "$dev: $((SECONDS - start)) s"; tail -n 4 "$OUT/train-$dev.log"
+		cp "$WORK/run-$dev/metrics.jsonl" "$OUT/metrics-$dev.jsonl" 2>/dev/null
 	done
 	python3 - "$OUT" >"$OUT/loss.txt" <<'PY' || fail "loss comparison"
 import json, sys
 out = sys.argv[1]
 def losses(dev):
     r = {}
-    for line in open(f"{out}/run-{dev}/metrics.jsonl"):
+    for line in open(f"{out}/metrics-{dev}.jsonl"):
         m = json.loads(line)
         if m.get("kind") == "train":
             r[m["step"]] = m["loss"]
@@ -96,9 +101,9 @@ fi
 if has bench; then
 	echo "== bench step --device cuda"
 	"$B/dflash" bench step --device cuda --target-config qwen3-0.6b --seq-len 1024 --batch 2 --anchors 128 --drafter-layers 2 \
-		--json >"$OUT/bench-0.6b.json" 2>"$OUT/bench-0.6b.log" || { fail "bench step qwen3-0.6b"; tail -n 20 "$OUT/bench-0.6b.log"; }
+		--json >"$OUT/bench-0.6b.json" 2>"$OUT/bench-0.6b.log" || { fail "bench step qwen3-0.6b"; grep -v '^\s' "$OUT/bench-0.6b.log" | head -n 20; }
 	"$B/dflash" bench step --device cuda --target-config qwen3-8b --seq-len 3072 --batch 4 --anchors 512 --block-size 16 \
-		--drafter-layers 5 --steps 5 --warmup 2 --json >"$OUT/bench-8b.json" 2>"$OUT/bench-8b.log" || { fail "bench step qwen3-8b"; tail -n 20 "$OUT/bench-8b.log"; }
+		--drafter-layers 5 --steps 5 --warmup 2 --json >"$OUT/bench-8b.json" 2>"$OUT/bench-8b.log" || { fail "bench step qwen3-8b"; grep -v '^\s' "$OUT/bench-8b.log" | head -n 20; }
 	python3 - "$OUT" <<'PY'
 import json, sys, os
 for name in ("0.6b", "8b"):
