@@ -3,19 +3,28 @@
 // SwiGLU, flex attention, concatenation, chunked cross-entropy), each with
 // its forward formula and gradient.
 //
-// Ops run on a Backend chosen once, when a Tape is made. Today the only
-// backend is the CPU one (pure Go, parallel over goroutines, float32 for
-// training and float64 as the conformance reference); tensors live in host
-// memory. The CUDA backend is not a Backend yet: its kernel layer is
-// package tensor/tensorcuda (the ops on device buffers), with GEMMs from
-// package gpu (cuBLASLt) and attention from flex/flexcuda. Tensor is
-// Of[float32], the training type; Of[float64] runs the same op code on the
-// float64 CPU backend.
+// A tensor is a shape and Storage owned by a backend: host memory on the
+// CPU backend (Host: pure Go, parallel over goroutines, float32 for
+// training and float64 as the conformance reference), device memory on the
+// CUDA backend (package tensor/tensorcuda: bf16 activations, fp32
+// statistics, cuBLASLt GEMMs, flexcuda attention). Ops run on the Backend
+// of their tape, chosen once when the Tape is made; the op code, its
+// gradients and the models written on it never branch on the device. Data
+// and Grad read host storage; Backend.Download reads any. Inputs of a step
+// (ids, rotary tables, block masks, loss rows) are built on the backend
+// before the step; inside it nothing is read back (the loss stays a
+// backend scalar). Tensor is Of[float32], the training type; Of[float64]
+// runs the same op code on the float64 CPU backend.
 //
 // A model's parameters are declared into an Arena: each is a view of one
 // flat value buffer, and its gradient a view of one flat gradient buffer,
 // so optimizers, all-reduces and checkpoints can treat the model as one
-// buffer.
+// buffer. Arena.Place moves it to a backend (fp32 masters and a bf16
+// compute copy on CUDA); Arena.Fetch brings the masters back.
+//
+// A backend with StepMemory (CUDA) hands out a step's storage from an
+// arena released at once (EndStep), with scopes inside a step
+// (MarkStep/ReleaseStep) for passes without gradients.
 //
 // The tape records one backward closure per op whose inputs need gradients;
 // Tape.Backward(loss) runs them in reverse and accumulates into each input's
