@@ -55,3 +55,13 @@ func (n *NVRTC) Compile(ctx context.Context, src Source) ([]byte, string, error)
 	out, err := cuda.Compile(src.Code, src.ProgramName(), opts)
 	return out.Image, out.Log, err
 }
+
+// NewNVRTCCache loads NVRTC and returns a kernel cache compiling with it,
+// on disk in dir ("" keeps it in memory only).
+func NewNVRTCCache(dir string) (*Cache, error) {
+	nv, err := NewNVRTC()
+	if err != nil {
+		return nil, err
+	}
+	return New(Config{Compiler: nv, Dir: dir})
+}

@@ -118,11 +118,7 @@ func SaxpySource() jit.Source {
 // memory-only NVRTC cache and the saxpy kernel, launching it on each device
 // and checking y = 3x + y exactly.
 func KernelCacheWorkers(ctx context.Context, workers []*gpu.Worker) (CacheResult, error) {
-	nv, err := jit.NewNVRTC()
-	if err != nil {
-		return CacheResult{Detail: err.Error()}, err
-	}
-	cache, err := jit.New(jit.Config{Compiler: nv})
+	cache, err := jit.NewNVRTCCache("")
 	if err != nil {
 		return CacheResult{Detail: err.Error()}, err
 	}

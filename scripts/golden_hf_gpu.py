@@ -24,6 +24,8 @@ import transformers
 from safetensors.torch import save_file
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
+from golden_hf import randomize  # scripts/golden_hf.py: weights N(0, 0.05²), norms 1 + N(0, 0.1²)
+
 BATCH, SEQ, VOCAB = 2, 300, 1000
 
 
@@ -32,16 +34,6 @@ def common(head_dim):
                 num_attention_heads=4, num_key_value_heads=2, head_dim=head_dim,
                 max_position_embeddings=1024, rms_norm_eps=1e-6, hidden_act="silu",
                 bos_token_id=1, eos_token_id=2, pad_token_id=0)
-
-
-def randomize(model, gen):
-    """Weights and biases N(0, 0.05²), norms 1 + N(0, 0.1²)."""
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if name.endswith("norm.weight"):
-                p.copy_(1 + 0.1 * torch.randn(p.shape, generator=gen))
-            else:
-                p.copy_(0.05 * torch.randn(p.shape, generator=gen))
 
 
 def load(cls, path, dtype):

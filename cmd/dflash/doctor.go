@@ -120,12 +120,7 @@ func round1(x float64) float64 { return math.Round(x*10) / 10 }
 // first time), launches it on GPU 0 and checks the result.
 func doctorSmokeTest(dir string) doctorSmoke {
 	s := doctorSmoke{Ran: true}
-	n, err := jit.NewNVRTC()
-	if err != nil {
-		s.Detail = "no NVRTC: " + err.Error()
-		return s
-	}
-	c, err := jit.New(jit.Config{Compiler: n, Dir: dir})
+	c, err := jit.NewNVRTCCache(dir)
 	if err != nil {
 		s.Detail = err.Error()
 		return s

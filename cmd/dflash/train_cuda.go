@@ -21,17 +21,13 @@ func trainOnGPU(target *model.Model, d *dflash.Drafter[float32], cfg trainConfig
 	if cfg.SpecEvalEvery > 0 {
 		return nil, fmt.Errorf("--spec-eval-every %d with --device cuda: speculative decoding runs on the CPU only for now; set --spec-eval-every 0", cfg.SpecEvalEvery)
 	}
-	nv, err := jit.NewNVRTC()
-	if err != nil {
-		return nil, fmt.Errorf("--device cuda: %w", err)
-	}
 	dir, _, err := kernelCacheDir("")
 	if err != nil {
 		return nil, err
 	}
-	cache, err := jit.New(jit.Config{Compiler: nv, Dir: dir})
+	cache, err := jit.NewNVRTCCache(dir)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("--device cuda: %w", err)
 	}
 	w, err := gpu.Open(0)
 	if err != nil {

@@ -23,13 +23,9 @@ func runCUDA(o Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	nv, err := jit.NewNVRTC()
+	cache, err := jit.NewNVRTCCache(o.CacheDir)
 	if err != nil {
 		return nil, fmt.Errorf("--device cuda: %w", err)
-	}
-	cache, err := jit.New(jit.Config{Compiler: nv, Dir: o.CacheDir})
-	if err != nil {
-		return nil, err
 	}
 	w, err := gpu.Open(0)
 	if err != nil {

@@ -284,6 +284,21 @@ func flexReady() (ok bool) {
 	return true
 }
 
+// liveRowsErr returns relErr of got against want over the rows of live
+// blocks (H values each) of the block hidden states [Rows*N*B, H].
+func liveRowsErr[T tensor.Float](bl *Blocks, H int, got []T, want []float64) float64 {
+	var gl, wl []float64
+	for r := 0; r < bl.Rows; r++ {
+		for j := 0; j < int(bl.NumValid[r]); j++ {
+			lo := ((r*bl.N + j) * bl.B) * H
+			for i := lo; i < lo+bl.B*H; i++ {
+				gl, wl = append(gl, float64(got[i])), append(wl, want[i])
+			}
+		}
+	}
+	return relErr(gl, wl)
+}
+
 func relErr(got, want []float64) float64 {
 	var num, den float64
 	for i := range want {
@@ -316,22 +331,8 @@ func runGolden[T tensor.Float](t *testing.T, g *golden, backend tensor.Backend[T
 		t.Errorf("context u: rel err %.2e", e)
 	}
 	// Block hidden states of live blocks after each layer.
-	H := d.Cfg.HiddenSize
 	for l, z := range out.Hidden {
-		want := g.f64(t, "out.z."+strconv.Itoa(l))
-		var gl, wl []float64
-		for r := 0; r < bl.Rows; r++ {
-			for j := 0; j < int(bl.NumValid[r]); j++ {
-				for s := 0; s < bl.B; s++ {
-					row := (r*bl.N+j)*bl.B + s
-					for x := 0; x < H; x++ {
-						gl = append(gl, float64(z.Data()[row*H+x]))
-						wl = append(wl, want[row*H+x])
-					}
-				}
-			}
-		}
-		if e := relErr(gl, wl); e > tol {
+		if e := liveRowsErr(bl, d.Cfg.HiddenSize, z.Data(), g.f64(t, "out.z."+strconv.Itoa(l))); e > tol {
 			t.Errorf("hidden after layer %d: rel err %.2e", l, e)
 		}
 	}

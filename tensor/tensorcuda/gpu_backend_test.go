@@ -199,27 +199,13 @@ func widen32(x []float32) []float64 {
 // copy must be their bf16 rounding.
 func TestGPUAdamWArena(t *testing.T) {
 	r := testseed.New(t)
-	var a tensor.Arena[float32]
-	for _, p := range []struct {
-		name  string
-		shape []int
-	}{{"embed.weight", []int{50, 33}}, {"layers.0.input_norm.weight", []int{33}}, {"layers.0.proj.weight", []int{70, 33}},
-		{"layers.0.proj.bias", []int{70}}, {"empty.weight", []int{0, 3}}, {"fc.weight", []int{33, 70}}} {
-		a.Param(p.name, p.shape...)
-	}
-	a.Alloc()
-	var params []*train.Param
-	for _, p := range a.Params() {
-		p.FillNormal(r, 0, 0.1)
-		q := train.NewParam(p.Name, p.Shape...)
-		copy(q.Data, p.Data())
-		params = append(params, q)
-	}
+	a, params := testArena(r, []paramSpec{{"embed.weight", []int{50, 33}}, {"layers.0.input_norm.weight", []int{33}},
+		{"layers.0.proj.weight", []int{70, 33}}, {"layers.0.proj.bias", []int{70}}, {"empty.weight", []int{0, 3}}, {"fc.weight", []int{33, 70}}})
 	cfg := train.AdamWConfig{Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1}
 	ref := train.NewAdamW(params, cfg)
 	gpuBackend(t, func(d *gpu.Device, b *Backend) error {
 		a.Place(b, true)
-		opt, err := NewAdamW(b, &a, cfg)
+		opt, err := NewAdamW(b, a, cfg)
 		if err != nil {
 			return err
 		}
@@ -352,4 +338,28 @@ func read[T tensor.Float](b tensor.Backend[T], s tensor.Storage[T]) []float64 {
 		out[i] = float64(v)
 	}
 	return out
+}
+
+// paramSpec names a parameter of testArena and gives its shape.
+type paramSpec struct {
+	name  string
+	shape []int
+}
+
+// testArena returns an arena (in host memory) of the given parameters with
+// values N(0, 0.1²), and train.Params holding copies of them.
+func testArena(r *rand.Rand, specs []paramSpec) (*tensor.Arena[float32], []*train.Param) {
+	var a tensor.Arena[float32]
+	for _, p := range specs {
+		a.Param(p.name, p.shape...)
+	}
+	a.Alloc()
+	var params []*train.Param
+	for _, p := range a.Params() {
+		p.FillNormal(r, 0, 0.1)
+		q := train.NewParam(p.Name, p.Shape...)
+		copy(q.Data, p.Data())
+		params = append(params, q)
+	}
+	return &a, params
 }

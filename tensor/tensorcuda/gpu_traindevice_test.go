@@ -6,7 +6,6 @@ import (
 
 	"dflash/gpu"
 	"dflash/internal/testseed"
-	"dflash/tensor"
 	"dflash/train"
 )
 
@@ -18,27 +17,13 @@ import (
 // device and host mirrors exactly.
 func TestGPUTrainDevice(t *testing.T) {
 	r := testseed.New(t)
-	var a tensor.Arena[float32]
-	for _, p := range []struct {
-		name  string
-		shape []int
-	}{{"fc.weight", []int{64, 300}}, {"norm.weight", []int{64}}, {"layers.0.mlp.up_proj.weight", []int{700, 64}}} {
-		a.Param(p.name, p.shape...)
-	}
-	a.Alloc()
-	var params []*train.Param
-	for _, p := range a.Params() {
-		p.FillNormal(r, 0, 0.1)
-		q := train.NewParam(p.Name, p.Shape...)
-		copy(q.Data, p.Data())
-		params = append(params, q)
-	}
+	a, params := testArena(r, []paramSpec{{"fc.weight", []int{64, 300}}, {"norm.weight", []int{64}}, {"layers.0.mlp.up_proj.weight", []int{700, 64}}})
 	cfg := train.AdamWConfig{Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1}
 	ref := train.NewAdamW(params, cfg)
 	host := train.HostDevice(params, ref)
 	gpuBackend(t, func(d *gpu.Device, b *Backend) error {
 		a.Place(b, true)
-		dev, err := NewTrainDevice(b, &a, cfg)
+		dev, err := NewTrainDevice(b, a, cfg)
 		if err != nil {
 			return err
 		}

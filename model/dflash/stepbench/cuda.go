@@ -18,13 +18,9 @@ import (
 // weights, gradients and AdamW moments), the whole benchmark on the GPU's
 // worker thread, and reports their means with the device's peak memory.
 func runCUDA(o Options) (*Report, error) {
-	nv, err := jit.NewNVRTC()
+	cache, err := jit.NewNVRTCCache(o.CacheDir)
 	if err != nil {
 		return nil, fmt.Errorf("--device cuda: %w", err)
-	}
-	cache, err := jit.New(jit.Config{Compiler: nv, Dir: o.CacheDir})
-	if err != nil {
-		return nil, err
 	}
 	w, err := gpu.Open(0)
 	if err != nil {
