@@ -35,7 +35,8 @@ func trainOnGPU(target *model.Model, d *dflash.Drafter[float32], cfg trainConfig
 	}
 	defer gpu.CloseAll()
 	var res *train.Result
-	err = w.Run(func(dev *gpu.Device) error {
+	err = w.Run(func(dev *gpu.Device) (err error) {
+		defer tensorcuda.RecoverOOM(&err)
 		b, err := tensorcuda.NewBackend(cache, dev)
 		if err != nil {
 			return err

@@ -2,6 +2,7 @@ package tensorcuda
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 
 	"dflash/dtype"
@@ -338,3 +339,20 @@ func (m devMemory) download(dst []byte, b gpu.Buffer) error { return gpu.Downloa
 func (m devMemory) sync() error                             { return m.d.Synchronize() }
 
 var _ tensor.StepMemory = (*Backend)(nil)
+
+// RecoverOOM, deferred in a function that runs a model on a Backend, turns
+// the panic of an op that ran out of device memory (the Backend's ops
+// return no errors) into *err, naming what was being allocated and how much
+// the device held; any other panic goes on.
+func RecoverOOM(err *error) {
+	r := recover()
+	if r == nil {
+		return
+	}
+	var oom *gpu.OutOfMemoryError
+	if e, ok := r.(error); ok && errors.As(e, &oom) {
+		*err = e
+		return
+	}
+	panic(r)
+}

@@ -1,6 +1,7 @@
 package tensorcuda
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -432,5 +433,21 @@ func TestStepScope(t *testing.T) {
 	}
 	if p := panicText(func() { b2.Alloc(4000) }); !strings.Contains(p, "out of memory") {
 		t.Errorf("an allocation past the device: panic %q", p)
+	}
+}
+
+// TestRecoverOOM: an op's out-of-memory panic becomes the error of the
+// function that deferred RecoverOOM; any other panic goes on.
+func TestRecoverOOM(t *testing.T) {
+	oom := fmt.Errorf("tensorcuda: step arena chunk of 64 bytes: %w", &gpu.OutOfMemoryError{GPU: 0, Requested: 64, Err: errors.New("CUDA_ERROR_OUT_OF_MEMORY")})
+	run := func(v any) (err error) {
+		defer RecoverOOM(&err)
+		panic(v)
+	}
+	if err := run(oom); !errors.Is(err, oom) {
+		t.Fatalf("out of memory: error %v", err)
+	}
+	if p := panicText(func() { _ = run("tensorcuda: Scale: dtypes (bf16, f32) are not supported") }); !strings.Contains(p, "not supported") {
+		t.Fatalf("another panic: %q", p)
 	}
 }

@@ -33,7 +33,8 @@ func runCUDA(o Options) (*Report, error) {
 	rep.GPU = w.Info().Name
 	slog.Info("bench step", "device", "cuda", "gpu", rep.GPU, "target", o.TargetName, "taps", dc.TargetLayerIDs, "drafter_layers", o.DrafterLayers,
 		"seq_len", o.SeqLen, "batch", o.Batch, "anchors", o.Anchors)
-	err = w.Run(func(d *gpu.Device) error {
+	err = w.Run(func(d *gpu.Device) (err error) {
+		defer tensorcuda.RecoverOOM(&err)
 		if err := checkDeviceMemory(o, d, mem); err != nil {
 			return err
 		}
