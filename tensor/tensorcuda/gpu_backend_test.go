@@ -139,8 +139,9 @@ func TestGPUStepNoSync(t *testing.T) {
 
 	cpu := tensor.NewCPU[float32](0)
 	m.arena.EnsureGrad()
-	cpuLoss := m.loss(tensor.NewTape(cpu), tensor.HostInts(ids), tensor.NewXentRows(cpu, targets, weights))
-	tensor.NewTape(cpu).Backward(cpuLoss)
+	cpuTape := tensor.NewTape(cpu)
+	cpuLoss := m.loss(cpuTape, tensor.HostInts(ids), tensor.NewXentRows(cpu, targets, weights))
+	cpuTape.Backward(cpuLoss)
 	wantLoss := float64(cpuLoss.Data()[0])
 	wantHead := append([]float32(nil), m.head.Grad()...)
 	m.arena.Grad = nil
