@@ -1,6 +1,8 @@
 package tensor_test
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 
 	"dflash/tensor"
@@ -19,4 +21,20 @@ func TestCPUConformance(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) { backendtest.Run(t, c.b, backendtest.F32) })
 	}
+}
+
+// TestBackwardOnAnotherTape: the backward pass of a loss recorded on one
+// tape, asked of another tape, panics instead of leaving every gradient zero.
+func TestBackwardOnAnotherTape(t *testing.T) {
+	cpu := tensor.NewCPU[float64](1)
+	w := tensor.FromData("w", []float64{1, 2}, 2)
+	w.RequiresGrad = true
+	loss := tensor.NewTape(cpu).Reshape(w, 1, 2)
+	loss = tensor.NewTape(cpu).Slice(loss, 1, 0, 1)
+	defer func() {
+		if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "computed on another tape") {
+			t.Fatalf("panic %v", r)
+		}
+	}()
+	tensor.NewTape(cpu).Backward(loss)
 }

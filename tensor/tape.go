@@ -72,6 +72,9 @@ func (tp *TapeOf[T]) Backward(loss *Of[T]) {
 	if loss.Numel() != 1 {
 		panic(fmt.Sprintf("tensor.Backward: loss %v has %d elements, want 1", loss, loss.Numel()))
 	}
+	if len(tp.steps) == 0 && loss.RequiresGrad {
+		panic(fmt.Sprintf("tensor.Backward: loss %v needs gradients but this tape recorded nothing: it was computed on another tape", loss))
+	}
 	tp.b.Fill(loss.EnsureGrad(), 1)
 	tp.runBackward()
 }
