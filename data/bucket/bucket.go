@@ -13,9 +13,10 @@
 // has that many rows, a short last batch padded with empty rows, so that all
 // batches of a bucket have one shape. Each epoch, the samples of every
 // bucket are shuffled, cut into batches, and the batches of all buckets are
-// shuffled together, all from a PCG generator seeded with (Seed, epoch): the
-// order is a pure function of the lengths, the Config and the epoch. A Sampler's position is
-// a small State that can be saved with a checkpoint and restored.
+// shuffled together, all from a PCG generator seeded with (Seed,
+// Stream<<32 | epoch): the order is a pure function of the lengths, the
+// Config and the epoch. A Sampler's position is a small State that can be
+// saved with a checkpoint and restored.
 //
 // `dflash data stats` prints Report; `dflash train --data.buckets N` draws
 // its training batches from a Sampler (model/dflash's Session), so that its
@@ -39,6 +40,7 @@ type Config struct {
 	TokenBudget int    // padded tokens per batch: batch size x bucket length <= TokenBudget
 	MaxBatch    int    // at most this many samples per batch (0: no limit)
 	Seed        uint64 // shuffling seed
+	Stream      uint64 // random stream of the seed (trainers pass train.StreamData)
 	DropLast    bool   // drop each bucket's last, partly filled batch
 	// MaxBuckets, when positive, bounds the number of bucket lengths: they
 	// are chosen by ChooseLens to pad the data set least. 0: one bucket per
@@ -121,7 +123,7 @@ func New(lengths []int, cfg Config) (*Sampler, error) {
 func (s *Sampler) BucketLen(l int) int {
 	i, _ := slices.BinarySearch(s.lens, l)
 	if i == len(s.lens) {
-		return roundUp(l, s.cfg.Edge)
+		return RoundUp(l, s.cfg.Edge)
 	}
 	return s.lens[i]
 }
@@ -140,7 +142,7 @@ func (s *Sampler) BatchSize(b int) int {
 
 // Plan returns every batch of an epoch, in order.
 func (s *Sampler) Plan(epoch int) []Batch {
-	rng := rand.New(rand.NewPCG(s.cfg.Seed, uint64(epoch)))
+	rng := rand.New(rand.NewPCG(s.cfg.Seed, s.cfg.Stream<<32|uint64(epoch)))
 	var plan []Batch
 	for _, b := range s.lens {
 		idx := append([]int(nil), s.members[b]...)

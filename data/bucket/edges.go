@@ -81,7 +81,7 @@ func histogram(lengths []int, edge int) (vals, counts []int, err error) {
 		if l <= 0 {
 			return nil, nil, fmt.Errorf("bucket: sample %d has length %d", i, l)
 		}
-		count[roundUp(l, edge)]++
+		count[RoundUp(l, edge)]++
 	}
 	for v := range count {
 		vals = append(vals, v)
@@ -94,8 +94,8 @@ func histogram(lengths []int, edge int) (vals, counts []int, err error) {
 	return vals, counts, nil
 }
 
-// roundUp returns l rounded up to a multiple of edge.
-func roundUp(l, edge int) int { return (l + edge - 1) / edge * edge }
+// RoundUp returns l rounded up to a multiple of edge: ceil(l/edge)*edge.
+func RoundUp(l, edge int) int { return (l + edge - 1) / edge * edge }
 
 // PaddedTokens returns Σ_samples min{b ∈ lens : b ≥ length}, the tokens of
 // the data set padded to the ascending bucket lengths lens; ok is false when
