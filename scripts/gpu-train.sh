@@ -13,7 +13,9 @@
 # it as model/dflash/testdata/golden_drafter_d64.safetensors), the runs' metrics,
 # the loss table (loss.txt) and the bench step JSON; bulky outputs (checkpoints,
 # the transformers models) stay in $WORK. The last line says PASS or FAIL.
-# PARTS (default "tests golden train bench") chooses what runs.
+# PARTS (default "tests golden train bench") chooses what runs; TRAIN_ARGS adds
+# flags to both training runs (e.g. TRAIN_ARGS="--data.buckets 3": fixed-shape
+# batches from length buckets, each step's pad_frac in the metrics).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 B=.devbuild/train
@@ -34,6 +36,7 @@ WORK=${WORK:-/tmp/gpu-train}
 mkdir -p "$OUT" "$WORK"
 PARTS=${PARTS:-tests golden train bench}
 STEPS=${STEPS:-200}
+TRAIN_ARGS=${TRAIN_ARGS:-}
 status=PASS
 fail() { echo "FAIL: $*"; status=FAIL; }
 has() { [[ " $PARTS " == *" $1 "* ]]; }
@@ -66,7 +69,7 @@ if has train; then
 		start=$SECONDS
 		"$B/dflash" train --device "$dev" --target "$B/fixture/target" --data "$B/fixture/conv.jsonl" --out "$WORK/run-$dev" \
 			--steps "$STEPS" --eval-every 50 --save-every 100 --progress off --plot=false --drafter.layers 2 --drafter.block-size 8 \
-			--drafter.anchors 32 --data.batch-size 4 --drafter.export F32 >"$OUT/train-$dev.log" 2>&1 || fail "train --device $dev"
+			--drafter.anchors 32 --data.batch-size 4 --drafter.export F32 $TRAIN_ARGS >"$OUT/train-$dev.log" 2>&1 || fail "train --device $dev"
 		echo "$dev: $((SECONDS - start)) s"; tail -n 4 "$OUT/train-$dev.log"
 		cp "$WORK/run-$dev/metrics.jsonl" "$OUT/metrics-$dev.jsonl" 2>/dev/null
 	done

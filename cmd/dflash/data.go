@@ -211,6 +211,7 @@ func dataStats(args []string) error {
 	fs := newFlagSet("data stats", "data stats [flags] DIR")
 	edge := fs.Int("edge", bucket.DefaultEdge, "bucket granularity (the attention block)")
 	budget := fs.Int("budget", 16384, "padded tokens per batch")
+	nBuckets := fs.Int("buckets", 0, "at most this many bucket lengths, chosen to pad least (0: one per multiple of --edge)")
 	verify := fs.Bool("verify", false, "recompute every shard's checksum")
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	if err := parseFlags(fs, args); err != nil {
@@ -218,6 +219,9 @@ func dataStats(args []string) error {
 	}
 	if fs.NArg() != 1 {
 		return errors.New("want one prepared directory")
+	}
+	if *nBuckets < 0 {
+		return fmt.Errorf("--buckets %d: must be an int >= 0", *nBuckets)
 	}
 	d, err := data.Open(fs.Arg(0))
 	if err != nil {
@@ -253,7 +257,7 @@ func dataStats(args []string) error {
 		Shards: len(meta.Shards), Verified: *verify,
 		Lengths: map[string]int{"min": pct(0), "p50": pct(0.5), "p90": pct(0.9), "p99": pct(0.99), "max": pct(1)}}
 	if len(lengths) > 0 {
-		s, err := bucket.New(lengths, bucket.Config{Edge: *edge, TokenBudget: *budget})
+		s, err := bucket.New(lengths, bucket.Config{Edge: *edge, TokenBudget: *budget, MaxBuckets: *nBuckets})
 		if err != nil {
 			return err
 		}
@@ -270,7 +274,7 @@ func dataStats(args []string) error {
 		fmt.Println("checksums: ok")
 	}
 	if st.Buckets != nil {
-		fmt.Printf("\nbuckets (edge %d, budget %d tokens per batch):\n", *edge, *budget)
+		fmt.Printf("\n%d buckets (edge %d, budget %d tokens per batch):\n", len(st.Buckets.Buckets), *edge, *budget)
 		st.Buckets.Print(os.Stdout)
 	}
 	return nil

@@ -49,6 +49,7 @@ type drafterOptions struct {
 type dataOptions struct {
 	data.Options `yaml:",inline"`
 	BatchSize    int     `yaml:"batch-size" range:">=1" help:"sequences per micro-batch"`
+	Buckets      int     `yaml:"buckets" range:">=0" help:"group training batches into at most N length buckets chosen to pad least, each batch of a bucket one shape: batch-size rows, the bucket's length, min(anchors, length-1) anchor blocks (0: batches in data order, padded to their longest)"`
 	EvalFraction float64 `yaml:"eval-fraction" range:"[0,1)" help:"fraction of conversations held out for evaluation (at least one is)"`
 	EvalMax      int     `yaml:"eval-max" range:">=1" help:"at most this many held-out conversations"`
 	CacheHidden  bool    `yaml:"cache-hidden" help:"keep target hidden states in memory after first use (small data sets)"`
@@ -196,7 +197,7 @@ func trainDrafter(ctx context.Context, a *trainArgs) (*train.Result, error) {
 	if err := dc.Validate(); err != nil {
 		return nil, fmt.Errorf("drafter config: %w", err)
 	}
-	id, err := runIdentity(targetDir, dataArg, dc, tok, len(examples)-nEval, nEval)
+	id, err := runIdentity(targetDir, dataArg, dc, tok, len(examples)-nEval, nEval, cfg.Data.Buckets)
 	if err != nil {
 		return nil, err
 	}
@@ -206,9 +207,12 @@ func trainDrafter(ctx context.Context, a *trainArgs) (*train.Result, error) {
 		pad = id
 	}
 	sess := &dflash.Session{Drafter: drafter, Train: examples[nEval:], Eval: examples[:nEval], BatchSize: cfg.Data.BatchSize, Pad: pad,
-		Seed: cfg.Seed, CacheHidden: cfg.Data.CacheHidden}
+		Seed: cfg.Seed, CacheHidden: cfg.Data.CacheHidden, Buckets: cfg.Data.Buckets}
 	slog.Info("drafter", "layers", dc.NumLayers, "taps", dc.TargetLayerIDs, "block", dc.BlockSize,
 		"mask", dc.MaskTokenID, "gamma", dc.Gamma, "train", len(sess.Train), "eval", len(sess.Eval), "device", cfg.Device)
+	if err := logBuckets(sess); err != nil {
+		return nil, fmt.Errorf("%s: %w", a.opts.Source("data.buckets"), err)
+	}
 	// run trains on backend b, the models placed there (dev: the drafter's
 	// train.Device, nil on the CPU).
 	run := func(b tensor.Backend[float32], dev train.Device) (*train.Result, error) {
@@ -241,6 +245,22 @@ func trainDrafter(ctx context.Context, a *trainArgs) (*train.Result, error) {
 		fmt.Printf("  eval %-8s %.4f\n", k, res.LastEval[k])
 	}
 	return res, nil
+}
+
+// logBuckets logs the length buckets of the training batches, each with its
+// shape and padded fraction, and the padded fraction of an epoch.
+func logBuckets(sess *dflash.Session) error {
+	r, err := sess.BucketReport()
+	if err != nil || r == nil {
+		return err
+	}
+	for _, b := range r.Buckets {
+		slog.Info("bucket", "len", b.Len, "rows", b.Rows, "samples", b.Samples, "batches", b.Batches,
+			"padded", b.Padded, "pad_frac", fmt.Sprintf("%.3f", b.Waste))
+	}
+	slog.Info("buckets", "n", len(r.Buckets), "batches", r.Batches, "tokens", r.Tokens, "padded", r.Padded,
+		"pad_frac", fmt.Sprintf("%.3f", r.Waste), "pad_frac_all_longest", fmt.Sprintf("%.3f", r.WasteUnbucketed))
+	return nil
 }
 
 // maskToken chooses the mask token: id when >= 0, else the tokenizer's

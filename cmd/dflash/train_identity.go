@@ -16,8 +16,10 @@ import (
 )
 
 // runIdentity is what makes a training run the same run on resume (train.Hooks.Identity):
-// the drafter's shape and taps, the target, the tokenizer, the data and the split.
-func runIdentity(targetDir, dataArg string, dc *dflash.Config, tok *tokenizer.Tokenizer, nTrain, nEval int) (map[string]string, error) {
+// the drafter's shape and taps, the target, the tokenizer, the data and the split,
+// and the number of length buckets (--data.buckets) when there are any: recorded
+// only then, so that checkpoints of runs without buckets stay of the same run.
+func runIdentity(targetDir, dataArg string, dc *dflash.Config, tok *tokenizer.Tokenizer, nTrain, nEval, buckets int) (map[string]string, error) {
 	target, err := hashFiles([]string{filepath.Join(targetDir, "config.json")})
 	if err != nil {
 		return nil, err
@@ -30,7 +32,7 @@ func runIdentity(targetDir, dataArg string, dc *dflash.Config, tok *tokenizer.To
 	for i, l := range dc.TargetLayerIDs {
 		taps[i] = strconv.Itoa(l)
 	}
-	return map[string]string{
+	id := map[string]string{
 		"drafter.layers":            strconv.Itoa(dc.NumLayers),
 		"drafter.block-size":        strconv.Itoa(dc.BlockSize),
 		"drafter.taps":              strings.Join(taps, ","),
@@ -40,7 +42,11 @@ func runIdentity(targetDir, dataArg string, dc *dflash.Config, tok *tokenizer.To
 		"tokenizer":                 "sha256:" + tok.Hash(),
 		"data":                      data,
 		"conversations":             fmt.Sprintf("%d train, %d eval", nTrain, nEval),
-	}, nil
+	}
+	if buckets > 0 {
+		id["data.buckets"] = strconv.Itoa(buckets)
+	}
+	return id, nil
 }
 
 // dataIdentity names the data behind --data: a prepared directory by its meta.json

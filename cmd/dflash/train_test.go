@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -159,6 +160,75 @@ func TestTrainCommand(t *testing.T) {
 	}
 }
 
+// TestTrainBuckets: with --data.buckets, 2 steps + --resume + 2 steps give
+// the drafter of 4 straight steps bit for bit, every step record carries
+// pad_frac, and resuming without buckets is refused as another run.
+func TestTrainBuckets(t *testing.T) {
+	targetDir, dataPath := trainFixture(t)
+	out := filepath.Join(t.TempDir(), "run")
+	common := []string{"--target", targetDir, "--data", dataPath, "--out", out, "--progress", "off", "--plot=false",
+		"--drafter.block-size", "4", "--drafter.anchors", "6", "--data.batch-size", "3", "--data.max-len", "400",
+		"--data.buckets", "2", "--save-every", "2", "--eval-every", "0", "--warmup-steps", "1", "--drafter.export", "F32"}
+	if err := runTrain(append([]string{"--steps", "4", "--stop-at", "2"}, common...)); err != nil {
+		t.Fatal(err)
+	}
+	err := runTrain(append([]string{"--steps", "4", "--resume"}, append(common, "--data.buckets", "0")...))
+	if err == nil || !strings.Contains(err.Error(), "data.buckets: checkpoint 2, now (not given)") {
+		t.Fatalf("resume without buckets: %v", err)
+	}
+	if err := runTrain(append([]string{"--steps", "4", "--resume"}, common...)); err != nil {
+		t.Fatalf("resume: %v", err)
+	}
+	straight := filepath.Join(t.TempDir(), "straight")
+	args := append([]string{"--steps", "4"}, common...)
+	args[slices.Index(args, out)] = straight
+	if err := runTrain(args); err != nil {
+		t.Fatal(err)
+	}
+	d, err := dflash.LoadDir[float32](filepath.Join(out, "drafter"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d2, err := dflash.LoadDir[float32](filepath.Join(straight, "drafter"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, p := range d.Params() {
+		for j, v := range p.Data() {
+			if w := d2.Params()[i].Data()[j]; math.Float32bits(v) != math.Float32bits(w) {
+				t.Fatalf("%s[%d]: %v after resume, %v straight (bit-identical required)", p.Name, j, v, w)
+			}
+		}
+	}
+	recs, err := train.ReadMetrics(filepath.Join(straight, "metrics.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every step's batch is 3 rows of a bucket of the fixture's lengths
+	// (at most 400 tokens: 256 or 512): its padded positions, step tokens /
+	// (1 - pad_frac), are 3 x 256 or 3 x 512.
+	steps, prev := 0, 0.0
+	for _, r := range recs {
+		if r.Kind != "train" {
+			continue
+		}
+		steps++
+		pf, ok := r.Values["pad_frac"]
+		if !ok {
+			t.Fatalf("step record without pad_frac: %+v", r)
+		}
+		tok := r.Values["tokens"] - prev
+		prev = r.Values["tokens"]
+		padded := tok / (1 - pf)
+		if math.Abs(padded-768) > 1e-6 && math.Abs(padded-1536) > 1e-6 {
+			t.Fatalf("step %d: %v tokens, pad_frac %v: %v positions, want 768 or 1536", r.Step, tok, pf, padded)
+		}
+	}
+	if steps != 4 {
+		t.Fatalf("%d step records, want 4: %v", steps, recs)
+	}
+}
+
 // TestTrainOnPreparedData trains from a `dflash data prep` directory.
 func TestTrainOnPreparedData(t *testing.T) {
 	targetDir, dataPath := trainFixture(t)
@@ -188,6 +258,8 @@ func TestTrainRejectsBadOptions(t *testing.T) {
 	}{
 		{"batch-zero", []string{"--data.batch-size", "0"}, "", "--data.batch-size 0: must be an int >= 1"},
 		{"batch-negative", []string{"--data.batch-size=-2"}, "", "--data.batch-size -2: must be an int >= 1"},
+		{"buckets-negative", []string{"--data.buckets=-1"}, "", "--data.buckets -1: must be an int >= 0"},
+		{"yaml-buckets", nil, "data:\n  buckets: -3\n", "c.yaml line 2: data.buckets -3: must be an int >= 0"},
 		{"layers-zero", []string{"--drafter.layers", "0"}, "", "--drafter.layers 0: must be an int >= 1"},
 		{"eval-fraction-one", []string{"--data.eval-fraction", "1"}, "", "--data.eval-fraction 1: must be a finite float in [0, 1)"},
 		{"eval-fraction-negative", []string{"--data.eval-fraction=-0.1"}, "", "in [0, 1)"},

@@ -14,10 +14,28 @@ type Batch struct {
 	Rows, Len int
 	IDs       []int32 // [Rows*Len]
 	LossMask  []uint8 // [Rows*Len], 1 on positions whose token is a label (assistant tokens)
-	SeqLen    []int   // [Rows], true lengths (<= Len)
+	SeqLen    []int   // [Rows], true lengths (<= Len; 0 for an empty pad row)
 	// Taps are the target's hidden states at the taps, one [Rows*Len, H]
 	// tensor per tap, in tap order, on the backend of the step.
 	Taps []*tensor.Tensor
+}
+
+// Tokens returns the real tokens of the batch: Σ SeqLen.
+func (b *Batch) Tokens() int {
+	n := 0
+	for _, l := range b.SeqLen {
+		n += l
+	}
+	return n
+}
+
+// PadFraction returns the padded share of the batch's Rows×Len positions:
+// 1 − Tokens/(Rows·Len) (0 for an empty batch).
+func (b *Batch) PadFraction() float64 {
+	if b.Rows*b.Len == 0 {
+		return 0
+	}
+	return 1 - float64(b.Tokens())/float64(b.Rows*b.Len)
 }
 
 // Check panics when the batch's slices disagree with its shape.
@@ -91,17 +109,31 @@ type Blocks struct {
 }
 
 // BuildBlocks lays out the blocks of b for anchors (one ascending list per
-// row, each a candidate) following docs/DRAFTER.md §2.2 and §4.3. It panics
-// when an anchor is not a candidate.
+// row, each a candidate) following docs/DRAFTER.md §2.2 and §4.3, with as
+// many blocks per row as the row with most anchors has (at least one). It
+// panics when an anchor is not a candidate.
 func BuildBlocks(c *Config, b *Batch, anchors [][]int32) *Blocks {
-	if len(anchors) != b.Rows {
-		panic(fmt.Sprintf("dflash: BuildBlocks: %d anchor lists for %d rows", len(anchors), b.Rows))
-	}
-	n := 0
+	n := 1
 	for _, a := range anchors {
 		n = max(n, len(a))
 	}
-	n = max(n, 1)
+	return BuildBlocksN(c, b, anchors, n)
+}
+
+// BuildBlocksN is BuildBlocks with exactly n blocks per row, the blocks
+// past a row's anchors dead, so that the layout's shape does not depend on
+// the anchors drawn (fixed-shape steps). A row without anchors (an empty pad
+// row) has only dead blocks. It panics when n < 1 or a row has more than n
+// anchors.
+func BuildBlocksN(c *Config, b *Batch, anchors [][]int32, n int) *Blocks {
+	if len(anchors) != b.Rows {
+		panic(fmt.Sprintf("dflash: BuildBlocks: %d anchor lists for %d rows", len(anchors), b.Rows))
+	}
+	for r, a := range anchors {
+		if len(a) > n || n < 1 {
+			panic(fmt.Sprintf("dflash: BuildBlocks: row %d has %d anchors for %d blocks", r, len(a), n))
+		}
+	}
 	B := c.BlockSize
 	w := c.SlotWeights()
 	bl := &Blocks{Rows: b.Rows, N: n, B: B,

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sync"
 
+	"dflash/data/bucket"
 	"dflash/data/order"
 	"dflash/model"
 	"dflash/tensor"
@@ -29,16 +30,30 @@ func MakeBatch(ex []Example, idx []int, pad int32) *Batch {
 	for _, i := range idx {
 		L = max(L, len(ex[i].IDs))
 	}
-	b := &Batch{Rows: len(idx), Len: L, IDs: make([]int32, len(idx)*L), LossMask: make([]uint8, len(idx)*L), SeqLen: make([]int, len(idx))}
+	return MakeFixedBatch(ex, idx, pad, len(idx), L)
+}
+
+// MakeFixedBatch is MakeBatch with a given shape: the examples ex[idx[i]]
+// in rows 0..len(idx)−1 padded to length L, then empty rows up to rows
+// (every id pad, mask 0, length 0). It panics when an example is longer
+// than L or idx has more than rows examples.
+func MakeFixedBatch(ex []Example, idx []int, pad int32, rows, L int) *Batch {
+	if len(idx) > rows {
+		panic(fmt.Sprintf("dflash: MakeFixedBatch: %d examples for %d rows", len(idx), rows))
+	}
+	b := &Batch{Rows: rows, Len: L, IDs: make([]int32, rows*L), LossMask: make([]uint8, rows*L), SeqLen: make([]int, rows)}
+	for j := range b.IDs {
+		b.IDs[j] = pad
+	}
 	for r, i := range idx {
 		e := ex[i]
 		if len(e.Mask) != len(e.IDs) {
 			panic(fmt.Sprintf("dflash: example %d: %d ids, %d mask entries", i, len(e.IDs), len(e.Mask)))
 		}
-		copy(b.IDs[r*L:], e.IDs)
-		for j := len(e.IDs); j < L; j++ {
-			b.IDs[r*L+j] = pad
+		if len(e.IDs) > L {
+			panic(fmt.Sprintf("dflash: MakeFixedBatch: example %d has %d ids, over the length %d", i, len(e.IDs), L))
 		}
+		copy(b.IDs[r*L:], e.IDs)
 		copy(b.LossMask[r*L:], e.Mask)
 		b.SeqLen[r] = len(e.IDs)
 	}
@@ -117,6 +132,11 @@ type Session struct {
 	Eval    []Example
 	// BatchSize is the number of sequences per micro-batch.
 	BatchSize int
+	// Buckets, when positive, draws the training batches from length
+	// buckets (at most Buckets bucket lengths, chosen to pad least) so that
+	// every step of a bucket has one shape; 0 batches in data order, padded
+	// to each batch's longest (see buckets.go).
+	Buckets int
 	// Pad is the padding token id.
 	Pad int32
 	// Seed seeds the data order and the evaluation anchors.
@@ -132,9 +152,10 @@ type Session struct {
 	// provides it); evaluations that train.Run marks Spec merge its metrics.
 	SpecEval func(ctx context.Context) (map[string]float64, error)
 
-	mu    sync.Mutex
-	cache map[cacheKey][][]float32
-	order *order.Order
+	mu      sync.Mutex
+	cache   map[cacheKey][][]float32
+	order   *order.Order
+	sampler *bucket.Sampler
 }
 
 // cacheKey names an example of the training (eval false) or evaluation set.
@@ -151,8 +172,13 @@ func (s *Session) trainOrder() *order.Order {
 	return s.order
 }
 
-func (s *Session) batch(set []Example, idx []int, eval bool) (*Batch, error) {
+// batch pads set[idx] to shape sh (sh.rows 0: to the examples' own
+// rows and longest length) and fills its hidden states.
+func (s *Session) batch(set []Example, idx []int, eval bool, sh shape) (*Batch, error) {
 	b := MakeBatch(set, idx, s.Pad)
+	if sh.rows > 0 {
+		b = MakeFixedBatch(set, idx, s.Pad, sh.rows, sh.len)
+	}
 	if !s.CacheHidden {
 		return b, s.Hidden(b)
 	}
@@ -209,29 +235,31 @@ func (s *Session) batch(set []Example, idx []int, eval bool) (*Batch, error) {
 // inputs assembles everything one forward pass over set[idx] reads: the
 // padded batch with the target's hidden states, anchors drawn from rng, the
 // block layout and the drafter's StepInputs (rotary tables, block mask,
-// loss rows). It is the one place a step's inputs are built.
-func (s *Session) inputs(set []Example, idx []int, eval bool, rng *rand.Rand) (*StepInputs[float32], error) {
-	b, err := s.batch(set, idx, eval)
+// loss rows), of shape sh when sh.rows > 0. It is the one place a step's
+// inputs are built.
+func (s *Session) inputs(set []Example, idx []int, eval bool, sh shape, rng *rand.Rand) (*StepInputs[float32], error) {
+	b, err := s.batch(set, idx, eval, sh)
 	if err != nil {
 		return nil, err
 	}
-	bl := BuildBlocks(s.Drafter.Cfg, b, SampleBatchAnchors(rng, b, s.Drafter.Cfg.NumAnchors))
-	return s.Drafter.Inputs(s.Backend, b, bl)
+	anchors := SampleBatchAnchors(rng, b, s.Drafter.Cfg.NumAnchors)
+	if sh.rows > 0 {
+		return s.Drafter.Inputs(s.Backend, b, BuildBlocksN(s.Drafter.Cfg, b, anchors, sh.blocks))
+	}
+	return s.Drafter.Inputs(s.Backend, b, BuildBlocks(s.Drafter.Cfg, b, anchors))
 }
 
 // Step runs one training micro-batch: anchors drawn from rng, loss and
-// gradients accumulated into the drafter's parameters.
-func (s *Session) Step(rng *rand.Rand) (loss float64, m *Metrics, tokens int, err error) {
-	in, err := s.inputs(s.Train, s.trainOrder().Next(), false, rng)
+// gradients accumulated into the drafter's parameters. It returns the
+// batch too, for its token count and padding.
+func (s *Session) Step(rng *rand.Rand) (loss float64, m *Metrics, b *Batch, err error) {
+	in, err := s.nextTrain(rng)
 	if err != nil {
-		return 0, nil, 0, err
-	}
-	for _, n := range in.Batch.SeqLen {
-		tokens += n
+		return 0, nil, nil, err
 	}
 	m = NewMetrics(in.Blocks.B)
 	if in.Blocks.WeightSum == 0 {
-		return 0, m, tokens, nil // no label in this batch: nothing to learn
+		return 0, m, in.Batch, nil // no label in this batch: nothing to learn
 	}
 	defer tensor.EndStep(s.Backend)
 	tp := tensor.NewTape(s.Backend)
@@ -241,7 +269,7 @@ func (s *Session) Step(rng *rand.Rand) (loss float64, m *Metrics, tokens int, er
 	m.Add(in.Blocks, out.Pred, out.CE)
 	var l [1]float32
 	s.Backend.Download(out.Loss.Store, l[:])
-	return float64(l[0]), m, tokens, nil
+	return float64(l[0]), m, in.Batch, nil
 }
 
 // Evaluate computes the metrics of docs/DRAFTER.md §5 on the evaluation
@@ -254,7 +282,7 @@ func (s *Session) Evaluate() (*Metrics, error) {
 		for j := i; j < min(i+s.BatchSize, len(s.Eval)); j++ {
 			idx = append(idx, j)
 		}
-		in, err := s.inputs(s.Eval, idx, true, rng)
+		in, err := s.inputs(s.Eval, idx, true, shape{}, rng)
 		if err != nil {
 			return nil, err
 		}
@@ -287,11 +315,11 @@ func (s *Session) Hooks() train.Hooks {
 		Params: params(),
 		Device: s.Device,
 		Step: func(ctx context.Context, si train.StepInfo) (float64, map[string]float64, int, error) {
-			loss, m, tok, err := s.Step(si.RNG.Rand)
+			loss, m, b, err := s.Step(si.RNG.Rand)
 			if err != nil {
 				return 0, nil, 0, err
 			}
-			return loss, map[string]float64{"acc": m.Accuracy(), "tau": m.Acceptance()}, tok, nil
+			return loss, map[string]float64{"acc": m.Accuracy(), "tau": m.Acceptance(), "pad_frac": b.PadFraction()}, b.Tokens(), nil
 		},
 		Eval: func(ctx context.Context, e train.EvalInfo) (map[string]float64, error) {
 			m, err := s.Evaluate()
@@ -308,8 +336,8 @@ func (s *Session) Hooks() train.Hooks {
 			}
 			return out, nil
 		},
-		DataState:   func() (json.RawMessage, error) { return s.trainOrder().State() },
-		RestoreData: func(raw json.RawMessage) error { return s.trainOrder().Restore(raw) },
+		DataState:   s.dataState,
+		RestoreData: s.restoreData,
 		ModelConfig: func() ([]byte, error) { return s.Drafter.Cfg.MarshalJSON() },
 	}
 }

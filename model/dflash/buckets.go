@@ -1,0 +1,124 @@
+package dflash
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+
+	"dflash/data/bucket"
+	"dflash/train"
+)
+
+// Fixed-shape training batches (Session.Buckets > 0). The training examples
+// are grouped into at most Buckets length buckets, each a multiple of the
+// attention block (bucket.DefaultEdge), chosen from the length histogram to
+// pad least (bucket.ChooseLens). Every batch of a bucket has one shape:
+//
+//	rows    BatchSize (a bucket's short last batch: empty pad rows, length 0, mask 0)
+//	length  the bucket's length
+//	blocks  min(NumAnchors, length−1) anchor blocks per row, the unused ones dead
+//
+// so a worker can capture one graph per bucket. Rows stay at BatchSize in
+// every bucket (bucket.Config.MaxBatch; its token budget, BatchSize × the
+// longest bucket, never binds): each row carries up to NumAnchors anchor
+// blocks whatever its length, so more rows in short buckets would multiply
+// the drafter's work and memory per step; the longest bucket is the largest
+// step, as with batches padded to their longest.
+
+// shape fixes a batch's rows, padded length and anchor blocks per row; the
+// zero shape lets the batch take its examples' own.
+type shape struct{ rows, len, blocks int }
+
+// trainSampler returns the bucket sampler of the training examples, made on
+// first use.
+func (s *Session) trainSampler() (*bucket.Sampler, error) {
+	if s.sampler != nil {
+		return s.sampler, nil
+	}
+	lengths := make([]int, len(s.Train))
+	longest := 1
+	for i, e := range s.Train {
+		lengths[i] = len(e.IDs)
+		longest = max(longest, len(e.IDs))
+	}
+	sp, err := bucket.New(lengths, bucket.Config{Edge: bucket.DefaultEdge, MaxBuckets: s.Buckets, PadRows: true,
+		TokenBudget: s.BatchSize * bucket.RoundUp(longest, bucket.DefaultEdge), MaxBatch: s.BatchSize,
+		Seed: s.Seed, Stream: train.StreamData})
+	if err != nil {
+		return nil, fmt.Errorf("training batches: %w", err)
+	}
+	s.sampler = sp
+	return sp, nil
+}
+
+// BucketReport returns the padding of an epoch of the training batches in
+// buckets (nil when Buckets is 0).
+func (s *Session) BucketReport() (*bucket.Report, error) {
+	if s.Buckets <= 0 {
+		return nil, nil
+	}
+	sp, err := s.trainSampler()
+	if err != nil {
+		return nil, err
+	}
+	r := sp.Report()
+	return &r, nil
+}
+
+// nextTrain returns the inputs of the next training batch: from the data
+// order, or from the bucket sampler in its bucket's shape.
+func (s *Session) nextTrain(rng *rand.Rand) (*StepInputs[float32], error) {
+	if s.Buckets <= 0 {
+		return s.inputs(s.Train, s.trainOrder().Next(), false, shape{}, rng)
+	}
+	sp, err := s.trainSampler()
+	if err != nil {
+		return nil, err
+	}
+	b := sp.Next()
+	sh := shape{rows: b.Rows, len: b.Len, blocks: max(1, min(s.Drafter.Cfg.NumAnchors, b.Len-1))}
+	return s.inputs(s.Train, b.Indices, false, sh, rng)
+}
+
+// dataState is Hooks.DataState: the position of the data order, or the
+// bucket sampler's State.
+func (s *Session) dataState() (json.RawMessage, error) {
+	if s.Buckets <= 0 {
+		return s.trainOrder().State()
+	}
+	sp, err := s.trainSampler()
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(sp.State())
+}
+
+// restoreData is Hooks.RestoreData. A position of batches in buckets (it
+// lists them) restores only into a session with buckets, and the other way
+// round.
+func (s *Session) restoreData(raw json.RawMessage) error {
+	var probe struct {
+		Buckets []int `json:"buckets"`
+	}
+	if err := json.Unmarshal(raw, &probe); err != nil {
+		return fmt.Errorf("data position %s: %w", raw, err)
+	}
+	if s.Buckets <= 0 {
+		if probe.Buckets != nil {
+			return fmt.Errorf("the data position is of batches in length buckets %v; this run has no buckets", probe.Buckets)
+		}
+		return s.trainOrder().Restore(raw)
+	}
+	if probe.Buckets == nil {
+		return fmt.Errorf("the data position is of batches without length buckets; this run has buckets")
+	}
+	sp, err := s.trainSampler()
+	if err != nil {
+		return err
+	}
+	var st bucket.State
+	if err := json.Unmarshal(raw, &st); err != nil {
+		return fmt.Errorf("data position %s: %w", raw, err)
+	}
+	return sp.Restore(st)
+}
