@@ -16,10 +16,20 @@ type Launch struct {
 }
 
 // LaunchFlags are a command line's launch options; Rank and WorldSize are
-// -1 and Addr is "" when not given.
+// -1 and Addr is "" when not given. The names, when set, are what errors
+// call them (a config file's line, say); "" means --rank, --world-size and
+// --rendezvous.
 type LaunchFlags struct {
-	Rank, WorldSize int
-	Addr            string
+	Rank, WorldSize                   int
+	Addr                              string
+	RankName, WorldSizeName, AddrName string
+}
+
+func orName(name, def string) string {
+	if name == "" {
+		return def
+	}
+	return name
 }
 
 // The torchrun environment variables ParseLaunch reads.
@@ -39,11 +49,11 @@ const (
 // world of several ranks without an address, or half an address, is an
 // error naming the flag or variable that gave it.
 func ParseLaunch(f LaunchFlags, getenv func(string) string) (Launch, error) {
-	rank, rankSrc, err := intSetting(f.Rank, "--rank", EnvRank, getenv, 0)
+	rank, rankSrc, err := intSetting(f.Rank, orName(f.RankName, "--rank"), EnvRank, getenv, 0)
 	if err != nil {
 		return Launch{}, err
 	}
-	world, worldSrc, err := intSetting(f.WorldSize, "--world-size", EnvWorldSize, getenv, 1)
+	world, worldSrc, err := intSetting(f.WorldSize, orName(f.WorldSizeName, "--world-size"), EnvWorldSize, getenv, 1)
 	if err != nil {
 		return Launch{}, err
 	}
@@ -60,7 +70,7 @@ func ParseLaunch(f LaunchFlags, getenv func(string) string) (Launch, error) {
 	if local < 0 || local > rank {
 		return Launch{}, fmt.Errorf("%s %d: want 0..%d (a local rank is at most the rank, %s %d)", localSrc, local, rank, rankSrc, rank)
 	}
-	addr, err := address(f.Addr, getenv)
+	addr, err := address(f.Addr, orName(f.AddrName, "--rendezvous"), getenv)
 	if err != nil {
 		return Launch{}, err
 	}
@@ -90,14 +100,14 @@ func intSetting(flagVal int, flagName, env string, getenv func(string) string, d
 
 // address returns the rendezvous host:port from the flag, else from
 // MASTER_ADDR and MASTER_PORT, checked.
-func address(flagAddr string, getenv func(string) string) (string, error) {
+func address(flagAddr, flagName string, getenv func(string) string) (string, error) {
 	if flagAddr != "" {
 		host, port, err := net.SplitHostPort(flagAddr)
 		if err != nil || host == "" {
-			return "", fmt.Errorf("--rendezvous %q: want host:port", flagAddr)
+			return "", fmt.Errorf("%s %q: want host:port", flagName, flagAddr)
 		}
 		if err := checkPort(port); err != nil {
-			return "", fmt.Errorf("--rendezvous %q: %w", flagAddr, err)
+			return "", fmt.Errorf("%s %q: %w", flagName, flagAddr, err)
 		}
 		return flagAddr, nil
 	}

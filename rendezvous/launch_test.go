@@ -32,6 +32,7 @@ func TestParseLaunch(t *testing.T) {
 		{name: "rank past the world", flags: LaunchFlags{Rank: 2, WorldSize: 2, Addr: "h:1"}, err: "--rank 2 is outside the world of 2 ranks (--world-size): want 0..1"},
 		{name: "env rank past flag world", flags: LaunchFlags{Rank: -1, WorldSize: 2, Addr: "h:1"}, env: map[string]string{"RANK": "3"},
 			err: "RANK (environment) 3 is outside the world of 2 ranks (--world-size)"},
+		{name: "named by the caller", flags: LaunchFlags{Rank: 4, WorldSize: 2, RankName: "run.yaml line 3: rank"}, err: "run.yaml line 3: rank 4 is outside"},
 		{name: "world of zero", flags: LaunchFlags{Rank: -1, WorldSize: 0}, err: "--world-size 0: the world size must be at least 1"},
 		{name: "bad RANK", flags: none, env: map[string]string{"RANK": "one"}, err: `RANK="one": not an integer`},
 		{name: "bad WORLD_SIZE", flags: none, env: map[string]string{"WORLD_SIZE": "2x"}, err: `WORLD_SIZE="2x": not an integer`},
