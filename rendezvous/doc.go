@@ -2,6 +2,9 @@
 // communicator (contract 9 of the design): rank 0 makes NCCL's unique id
 // and hands it to every other rank over TCP. (The environment guard that
 // keeps NVLink multicast off lives with the NCCL binding, in package cuda.)
+// ParseLaunch finds a process's rank, world size, GPU and the coordinator
+// address from --rank, --world-size, --rendezvous and the torchrun
+// environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT).
 //
 // # Protocol
 //

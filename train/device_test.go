@@ -23,6 +23,9 @@ func (s *shadowDevice) ScaleGrads(x float32)           { ScaleGrads(s.params, x)
 func (s *shadowDevice) ClipGradNorm(m float64) float64 { return ClipGradNorm(s.params, m) }
 func (s *shadowDevice) Step(lr float64)                { s.opt.Step(lr) }
 
+// GradRange makes the shadow device reachable by a Collective.
+func (s *shadowDevice) GradRange(lo, hi int) Buffer { return hostGrads(s.params)(lo, hi) }
+
 func (s *shadowDevice) Pull(params []*Param, opt *AdamW) error {
 	s.pulls++
 	copyState(params, opt, s.params, s.opt)

@@ -12,6 +12,16 @@
 // they are handed and the data position they restore. Everything random comes from
 // RNG streams whose state is saved in each checkpoint.
 //
+// Data parallel: with Hooks.Collective of R ranks, R Runs (one per GPU or
+// goroutine) train one model. Each Step computes its rank's share of the global
+// batch; Run sums the flat gradient over the ranks in buckets (PlanBuckets: the last
+// parameters first, as a backward pass completes them) and scales it by
+// 1/(R*GradAccum), so every rank clips by the global norm and takes the same step,
+// bit for bit. Rank 0 alone evaluates and writes; a checkpoint holds the global data
+// position and resumes on any number of ranks. LocalGroup is the in-process
+// Collective (CPU ranks, tests); a rank that stops taking part fails the others'
+// collectives within its timeout with a RankLostError naming it.
+//
 // An output directory holds:
 //
 //	checkpoint-<step>/      one per saved step, written whole or not at all:

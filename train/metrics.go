@@ -81,10 +81,14 @@ func (r *Record) UnmarshalJSON(data []byte) error {
 }
 
 // metricsLog appends records to metrics.jsonl, one write per line (no buffering, so a
-// killed process loses at most the line being written).
+// killed process loses at most the line being written). Without a file (a rank other
+// than 0) it writes nothing.
 type metricsLog struct{ f *os.File }
 
-func openMetrics(path string) (*metricsLog, error) {
+func openMetrics(path string, write bool) (*metricsLog, error) {
+	if !write {
+		return &metricsLog{}, nil
+	}
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
@@ -93,12 +97,20 @@ func openMetrics(path string) (*metricsLog, error) {
 }
 
 func (l *metricsLog) write(r Record) error {
+	if l.f == nil {
+		return nil
+	}
 	b, _ := r.MarshalJSON()
 	_, err := l.f.Write(append(b, '\n'))
 	return err
 }
 
-func (l *metricsLog) close() error { return l.f.Close() }
+func (l *metricsLog) close() error {
+	if l.f == nil {
+		return nil
+	}
+	return l.f.Close()
+}
 
 // ReadMetrics reads metrics.jsonl; a line that does not parse (a torn last line of a
 // killed run) is skipped.

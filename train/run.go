@@ -58,6 +58,18 @@ type Hooks struct {
 	// identity differs is refused, listing the differing entries, unless
 	// Config.ResumeAnyway.
 	Identity map[string]string
+	// Collective, optional, makes this Run one rank of a data-parallel group:
+	// each rank's Step computes its share of the global batch (the same
+	// global order on every rank), Run sums the gradients over the ranks in
+	// buckets and divides by the rank count, so that clipping and the update
+	// are the same on every rank, and averages the loss and metrics. Only
+	// rank 0 evaluates and writes checkpoints, metrics, progress and the
+	// plot; every rank reads the checkpoint it resumes from. With one rank
+	// Run makes no collective call. Device, when set, must be a GradRanger.
+	Collective Collective
+	// BucketBytes is the size of the gradient buckets of the all-reduce
+	// (0: DefaultBucketBytes).
+	BucketBytes int64
 }
 
 // Result summarises a Run.
@@ -88,13 +100,15 @@ func run(ctx context.Context, cfg Config, h Hooks, stderr io.Writer) (*Result, e
 	}
 	checkHooks(h)
 	r := newRunner(cfg, h)
-	if err := CheckOutDir(cfg.Out); err != nil {
+	if !r.lead {
+		stderr, cfg.Progress = io.Discard, "off"
+	} else if err := CheckOutDir(cfg.Out); err != nil {
 		return nil, err
 	}
 	if err := r.start(); err != nil {
 		return nil, err
 	}
-	mlog, err := openMetrics(r.metricsPath)
+	mlog, err := openMetrics(r.metricsPath, r.lead)
 	if err != nil {
 		return nil, err
 	}
@@ -138,7 +152,9 @@ type runner struct {
 	cfg         Config
 	h           Hooks
 	opt         *AdamW
-	dev         Device // h.Device, or the host's
+	dev         Device    // h.Device, or the host's
+	sync        *gradSync // nil on one rank
+	lead        bool      // rank 0 (or the only one): writes the output directory
 	sched       Schedule
 	rng         *RNG
 	st          TrainerState
@@ -169,6 +185,8 @@ func newRunner(cfg Config, h Hooks) *runner {
 		end:         cfg.Steps,
 	}
 	r.dev = h.Device
+	r.sync = newGradSync(h)
+	r.lead = h.Collective == nil || h.Collective.Rank() == 0
 	if r.dev == nil {
 		r.dev = hostDevice{h.Params, r.opt}
 	}
@@ -194,6 +212,9 @@ func (r *runner) start() error {
 				return err
 			}
 			return fmt.Errorf("%s already holds checkpoints (newest valid: %s): pass --resume to continue that run, or choose another --out", cfg.Out, filepath.Base(l.Dir))
+		}
+		if !r.lead {
+			return nil
 		}
 		if err := os.Remove(r.metricsPath); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
@@ -223,6 +244,9 @@ func (r *runner) start() error {
 	slog.Info("resumed", "checkpoint", l.Dir, "step", r.st.Step)
 	r.res.StartStep, r.res.Checkpoint = r.st.Step, l.Dir
 	r.elapsed, r.lastSaved = r.st.ElapsedSec, r.st.Step
+	if !r.lead {
+		return nil
+	}
 	return truncateMetrics(r.metricsPath, r.st.Step)
 }
 
@@ -287,9 +311,23 @@ func (r *runner) step(ctx context.Context) (bool, error) {
 		}
 	}
 	inv := 1 / float64(cfg.GradAccum)
+	scale := inv
+	if r.sync != nil {
+		if ctx.Err() != nil {
+			return false, nil
+		}
+		err := r.sync.allReduce()
+		if err == nil {
+			err = r.sync.average(&loss, &tokens, sums)
+		}
+		if err != nil {
+			return false, fmt.Errorf("step %d: %w", step+1, err)
+		}
+		scale /= float64(r.sync.coll.Size())
+	}
 	loss *= inv
-	if cfg.GradAccum > 1 {
-		r.dev.ScaleGrads(float32(inv))
+	if scale != 1 {
+		r.dev.ScaleGrads(float32(scale))
 	}
 	norm := r.dev.ClipGradNorm(cfg.GradClip)
 	if math.IsNaN(loss) || math.IsInf(loss, 0) || math.IsNaN(norm) || math.IsInf(norm, 0) {
@@ -320,7 +358,7 @@ func (r *runner) step(ctx context.Context) (bool, error) {
 func (r *runner) evaluate(ctx context.Context) error {
 	st := &r.st
 	spec := r.cfg.SpecEval.due(st.Step, r.end)
-	if r.h.Eval == nil || !(r.cfg.EvalEvery > 0 && st.Step%r.cfg.EvalEvery == 0 || st.Step == r.end || spec) {
+	if r.h.Eval == nil || !r.lead || !(r.cfg.EvalEvery > 0 && st.Step%r.cfg.EvalEvery == 0 || st.Step == r.end || spec) {
 		return nil
 	}
 	ev, err := r.h.Eval(ctx, EvalInfo{Step: st.Step, RNG: NewRNG(r.cfg.Seed, StreamEval<<32|uint64(st.Step)), Spec: spec})
@@ -356,7 +394,7 @@ func (r *runner) capture() (boundary, error) {
 // save writes a checkpoint of the current step with the RNG and data position of
 // b, unless this step is already saved.
 func (r *runner) save(b boundary) error {
-	if r.st.Step == r.lastSaved {
+	if r.st.Step == r.lastSaved || !r.lead {
 		return nil
 	}
 	var modelCfg []byte
@@ -391,7 +429,7 @@ func (r *runner) finish(ctx context.Context) (*Result, error) {
 	if ctx.Err() != nil {
 		return res, ctx.Err()
 	}
-	if r.cfg.Plot && st.Step == r.cfg.Steps {
+	if r.cfg.Plot && st.Step == r.cfg.Steps && r.lead {
 		if err := PlotMetrics(r.metricsPath, filepath.Join(r.cfg.Out, PlotFile)); err != nil {
 			slog.Warn("plot not written", "err", err)
 		}

@@ -17,6 +17,7 @@ import (
 	"dflash/internal/dirlock"
 	"dflash/model"
 	"dflash/model/dflash"
+	"dflash/rendezvous"
 	"dflash/spec"
 	"dflash/tensor"
 	"dflash/train"
@@ -28,6 +29,9 @@ import (
 type trainConfig struct {
 	Workers      int    `yaml:"workers" range:">=0" help:"CPU goroutines (0: all cores)"`
 	Device       string `yaml:"device" choice:"cpu,cuda" help:"where the target and the drafter run: cpu, or cuda (GPU 0, bf16 activations, fp32 master weights and optimizer)"`
+	Rank         int    `yaml:"rank" range:">=-1" help:"this process's rank in a data-parallel job (-1: RANK from the environment, else 0)"`
+	WorldSize    int    `yaml:"world-size" range:">=-1" help:"ranks in a data-parallel job, one per GPU (-1: WORLD_SIZE from the environment, else 1)"`
+	Rendezvous   string `yaml:"rendezvous" help:"host:port where rank 0 hands out the NCCL id (empty: MASTER_ADDR and MASTER_PORT from the environment)"`
 	train.Config `yaml:",inline"`
 	Drafter      drafterOptions `yaml:"drafter"`
 	Data         dataOptions    `yaml:"data"`
@@ -56,7 +60,7 @@ type dataOptions struct {
 }
 
 func defaultTrainConfig() trainConfig {
-	c := trainConfig{Config: train.DefaultConfig(), Device: "cpu"}
+	c := trainConfig{Config: train.DefaultConfig(), Device: "cpu", Rank: -1, WorldSize: -1}
 	c.EvalEvery = 100
 	c.Drafter = drafterOptions{Layers: 1, BlockSize: 16, MaskTokenID: -1, Anchors: 512, Export: "BF16"}
 	c.Data = dataOptions{Options: data.DefaultOptions(), BatchSize: 4, EvalFraction: 0.05, EvalMax: 256}
@@ -76,6 +80,7 @@ type trainArgs struct {
 	target, data string
 	cfg          trainConfig
 	opts         *train.Options
+	launch       rendezvous.Launch
 }
 
 // trainFlags returns the flag set of `dflash train`, bound to a.
@@ -115,7 +120,19 @@ func parseTrain(args []string) (*trainArgs, error) {
 	if a.cfg.Out == "" {
 		return nil, fmt.Errorf("--out is empty: an output directory is required")
 	}
+	var err error
+	a.launch, err = rendezvous.ParseLaunch(a.launchFlags(), os.Getenv)
+	if err != nil {
+		return nil, err
+	}
 	return a, nil
+}
+
+// launchFlags returns the launch options as given, named where they were
+// given (a flag, or a line of the config file).
+func (a *trainArgs) launchFlags() rendezvous.LaunchFlags {
+	return rendezvous.LaunchFlags{Rank: a.cfg.Rank, WorldSize: a.cfg.WorldSize, Addr: a.cfg.Rendezvous,
+		RankName: a.opts.Source("rank"), WorldSizeName: a.opts.Source("world-size"), AddrName: a.opts.Source("rendezvous")}
 }
 
 func runTrain(args []string) error {
@@ -153,6 +170,9 @@ func interrupted(sig os.Signal, res *train.Result, args []string) error {
 
 func trainDrafter(ctx context.Context, a *trainArgs) (*train.Result, error) {
 	cfg, targetDir, dataArg := a.cfg, a.target, a.data
+	if a.launch.WorldSize > 1 {
+		return nil, fmt.Errorf("world size %d: not yet: multi-rank training needs the NCCL collective (train.Collective over gpu.Comm); run one rank", a.launch.WorldSize)
+	}
 	target, err := model.Load(targetDir)
 	if err != nil {
 		return nil, err

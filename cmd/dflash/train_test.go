@@ -15,6 +15,7 @@ import (
 	"dflash/gpu"
 	"dflash/model"
 	"dflash/model/dflash"
+	"dflash/rendezvous"
 	"dflash/train"
 )
 
@@ -279,7 +280,12 @@ func TestTrainRejectsBadOptions(t *testing.T) {
 		{"yaml-old-spelling", nil, "drafter:\n  mask_token_id: 3\n", "c.yaml line 2: drafter.mask_token_id: unknown option (did you mean drafter.mask-token-id?"},
 		{"flag-beats-file", []string{"--data.batch-size", "0"}, "data:\n  batch-size: 3\n", "--data.batch-size 0: must be"},
 		{"missing-target", []string{"--target", ""}, "", "--target and --data are required"},
+		{"rank-below", []string{"--rank=-2"}, "", "--rank -2: must be an int >= -1"},
+		{"rank-past-world", []string{"--rank", "2", "--world-size", "2", "--rendezvous", "h:1"}, "", "--rank 2 is outside the world of 2 ranks (--world-size): want 0..1"},
+		{"world-without-address", []string{"--world-size", "2"}, "", "--world-size 2: a job of several ranks needs the rendezvous address"},
+		{"yaml-rendezvous", nil, "world-size: 2\nrendezvous: nohost\n", `c.yaml line 2: rendezvous "nohost": want host:port`},
 	}
+	clearLaunchEnv(t)
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
@@ -356,4 +362,34 @@ func TestTrainCUDAMissing(t *testing.T) {
 		t.Fatalf("checkpoints written: %v", ms)
 	}
 	t.Log(err)
+}
+
+// clearLaunchEnv unsets the torchrun variables for the test.
+func clearLaunchEnv(t *testing.T) {
+	for _, k := range []string{rendezvous.EnvRank, rendezvous.EnvWorldSize, rendezvous.EnvLocalRank, rendezvous.EnvMasterAddr, rendezvous.EnvMasterPort} {
+		t.Setenv(k, "")
+	}
+}
+
+// TestTrainMultiRankNotYet: a job of several ranks, from the flags or from
+// torchrun's environment, is refused before anything is loaded, saying
+// that the NCCL collective is missing.
+func TestTrainMultiRankNotYet(t *testing.T) {
+	clearLaunchEnv(t)
+	dir := t.TempDir()
+	args := []string{"--target", filepath.Join(dir, "no-target"), "--data", filepath.Join(dir, "no-data"), "--out", filepath.Join(dir, "out")}
+	err := runTrain(append(args, "--world-size", "2", "--rank", "1", "--rendezvous", "localhost:29500"))
+	if err == nil || !strings.Contains(err.Error(), "world size 2: not yet: multi-rank training needs the NCCL collective") {
+		t.Fatalf("--world-size 2: %v", err)
+	}
+	t.Setenv(rendezvous.EnvWorldSize, "4")
+	t.Setenv(rendezvous.EnvRank, "3")
+	t.Setenv(rendezvous.EnvMasterAddr, "node0")
+	t.Setenv(rendezvous.EnvMasterPort, "29500")
+	if err := runTrain(args); err == nil || !strings.Contains(err.Error(), "world size 4: not yet") {
+		t.Fatalf("WORLD_SIZE=4: %v", err)
+	}
+	if err := runTrain(append(args, "--world-size", "1", "--rank", "0")); err == nil || strings.Contains(err.Error(), "not yet") {
+		t.Fatalf("flags --world-size 1 over WORLD_SIZE=4: %v (want the missing target)", err)
+	}
 }

@@ -6,6 +6,7 @@ package order
 
 import (
 	"encoding/json"
+	"fmt"
 	"math/rand/v2"
 )
 
@@ -15,8 +16,15 @@ import (
 // the next epoch instead. The position is a small JSON state (State,
 // Restore) saved with a checkpoint, so that a resumed run sees the same
 // batches.
+//
+// For data-parallel training the batch is the global batch and each rank
+// takes its share of it (Shard): the order and the position are those of
+// the global batches, the same on every rank, so a run on R ranks of
+// batch b sees what one rank of batch R*b sees, and a checkpoint resumes on
+// any number of ranks at the same place in the global order.
 type Order struct {
 	n, batch     int
+	rank, ranks  int
 	seed, stream uint64
 	epoch        int
 	pos          int
@@ -26,7 +34,18 @@ type Order struct {
 // New returns the order of n items in batches of batch (at most n), drawn
 // from the random stream (seed, stream); trainers pass train.StreamData.
 func New(n, batch int, seed, stream uint64) *Order {
-	return &Order{n: n, batch: batch, seed: seed, stream: stream}
+	return &Order{n: n, batch: batch, seed: seed, stream: stream, ranks: 1}
+}
+
+// Shard makes Next return rank's share of each global batch of k items
+// (0 <= rank < ranks): items [rank*k/ranks, (rank+1)*k/ranks) of it, all
+// shares of one size when ranks divides k. It returns o.
+func (o *Order) Shard(rank, ranks int) *Order {
+	if ranks < 1 || rank < 0 || rank >= ranks {
+		panic(fmt.Sprintf("order: rank %d of %d", rank, ranks))
+	}
+	o.rank, o.ranks = rank, ranks
+	return o
 }
 
 func (o *Order) shuffle() {
@@ -38,7 +57,7 @@ func (o *Order) shuffle() {
 	rng.Shuffle(o.n, func(i, j int) { o.perm[i], o.perm[j] = o.perm[j], o.perm[i] })
 }
 
-// Next returns the indices of the next batch.
+// Next returns the indices of the next batch (this rank's share of it).
 func (o *Order) Next() []int {
 	if o.perm == nil {
 		o.shuffle()
@@ -49,7 +68,7 @@ func (o *Order) Next() []int {
 		o.pos = 0
 		o.shuffle()
 	}
-	idx := o.perm[o.pos : o.pos+k]
+	idx := o.perm[o.pos+o.rank*k/o.ranks : o.pos+(o.rank+1)*k/o.ranks]
 	o.pos += k
 	return idx
 }

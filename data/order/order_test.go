@@ -54,3 +54,58 @@ func TestOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestShard checks that, for 1, 2, 3 and 4 ranks, the ranks' shares of each
+// global batch are disjoint and together are the unsharded order's batch,
+// in order; and that a position saved with one rank count restores with
+// another at the same place in the global order.
+func TestShard(t *testing.T) {
+	seed := testseed.Seed(t)
+	const n, batch = 23, 6
+	whole := New(n, batch, seed, 4)
+	var want [][]int
+	for range 12 { // three epochs and more
+		want = append(want, slices.Clone(whole.Next()))
+	}
+	for ranks := 1; ranks <= 4; ranks++ {
+		shards := make([]*Order, ranks)
+		for r := range shards {
+			shards[r] = New(n, batch, seed, 4).Shard(r, ranks)
+		}
+		for b, w := range want {
+			var got []int
+			for r, o := range shards {
+				share := o.Next()
+				if d := len(share) - batch/ranks; d < 0 || d > 1 {
+					t.Fatalf("%d ranks, batch %d: rank %d got %d items", ranks, b, r, len(share))
+				}
+				got = append(got, share...)
+			}
+			if !slices.Equal(got, w) {
+				t.Fatalf("%d ranks, batch %d: shares %v, want %v", ranks, b, got, w)
+			}
+		}
+	}
+	// Save on 2 ranks after 5 global batches, resume on 3 and on 1.
+	two := New(n, batch, seed, 4).Shard(1, 2)
+	for range 5 {
+		two.Next()
+	}
+	st, err := two.State()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ranks := range []int{1, 3} {
+		var got []int
+		for r := range ranks {
+			o := New(n, batch, seed, 4).Shard(r, ranks)
+			if err := o.Restore(st); err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, o.Next()...)
+		}
+		if !slices.Equal(got, want[5]) {
+			t.Fatalf("resumed on %d ranks: %v, want %v", ranks, got, want[5])
+		}
+	}
+}

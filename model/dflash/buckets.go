@@ -35,6 +35,9 @@ func (s *Session) trainSampler() (*bucket.Sampler, error) {
 	if s.sampler != nil {
 		return s.sampler, nil
 	}
+	if s.Collective != nil && s.Collective.Size() > 1 {
+		return nil, fmt.Errorf("training batches: length buckets with %d ranks: not yet (the bucket sampler is not sharded across ranks)", s.Collective.Size())
+	}
 	lengths := make([]int, len(s.Train))
 	longest := 1
 	for i, e := range s.Train {

@@ -130,13 +130,19 @@ type Session struct {
 	Backend tensor.Backend[float32]
 	Train   []Example
 	Eval    []Example
-	// BatchSize is the number of sequences per micro-batch.
+	// BatchSize is the number of sequences per micro-batch (of each rank).
 	BatchSize int
 	// Buckets, when positive, draws the training batches from length
 	// buckets (at most Buckets bucket lengths, chosen to pad least) so that
 	// every step of a bucket has one shape; 0 batches in data order, padded
-	// to each batch's longest (see buckets.go).
+	// to each batch's longest (see buckets.go). Not with Collective yet.
 	Buckets int
+	// Collective, optional, makes the session one rank of data-parallel
+	// training (train.Hooks.Collective): the global batch is BatchSize times
+	// the rank count, in one order shared by every rank, and this rank
+	// trains on its share of each. (Each rank samples anchors from the same
+	// training stream, for its own sequences.)
+	Collective train.Collective
 	// Pad is the padding token id.
 	Pad int32
 	// Seed seeds the data order and the evaluation anchors.
@@ -167,7 +173,11 @@ type cacheKey struct {
 // trainOrder returns the order of the training examples, made on first use.
 func (s *Session) trainOrder() *order.Order {
 	if s.order == nil {
-		s.order = order.New(len(s.Train), s.BatchSize, s.Seed, train.StreamData)
+		rank, ranks := 0, 1
+		if s.Collective != nil {
+			rank, ranks = s.Collective.Rank(), s.Collective.Size()
+		}
+		s.order = order.New(len(s.Train), s.BatchSize*ranks, s.Seed, train.StreamData).Shard(rank, ranks)
 	}
 	return s.order
 }
@@ -312,8 +322,9 @@ func (s *Session) Hooks() train.Hooks {
 		params = func() []*train.Param { return model.MirrorParams(s.Drafter.Params()) }
 	}
 	return train.Hooks{
-		Params: params(),
-		Device: s.Device,
+		Params:     params(),
+		Device:     s.Device,
+		Collective: s.Collective,
 		Step: func(ctx context.Context, si train.StepInfo) (float64, map[string]float64, int, error) {
 			loss, m, b, err := s.Step(si.RNG.Rand)
 			if err != nil {

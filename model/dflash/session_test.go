@@ -2,11 +2,13 @@ package dflash
 
 import (
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"dflash/internal/testseed"
 	"dflash/model"
 	"dflash/tensor"
+	"dflash/train"
 )
 
 // TestSessionHiddenCache checks that cached target hidden states give the
@@ -80,4 +82,43 @@ func anyNonZero(v []float32) bool {
 		}
 	}
 	return false
+}
+
+// TestSessionShards: the sessions of 2 and 3 data-parallel ranks, each with
+// the per-rank batch, take between them exactly the batches of one session
+// with the global batch, and their data position is the global one.
+func TestSessionShards(t *testing.T) {
+	seed := testseed.Seed(t)
+	ex := make([]Example, 25)
+	const global = 6
+	one := &Session{Train: ex, BatchSize: global, Seed: seed}
+	var want [][]int
+	for range 9 {
+		want = append(want, slices.Clone(one.trainOrder().Next()))
+	}
+	wantPos, err := one.trainOrder().State()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ranks := range []int{2, 3} {
+		g := train.NewLocalGroup(ranks, 0)
+		var ss []*Session
+		for r := range ranks {
+			ss = append(ss, &Session{Train: ex, BatchSize: global / ranks, Seed: seed, Collective: g.Rank(r)})
+		}
+		for b, w := range want {
+			var got []int
+			for _, s := range ss {
+				got = append(got, s.trainOrder().Next()...)
+			}
+			if !slices.Equal(got, w) {
+				t.Fatalf("%d ranks, batch %d: %v, want %v", ranks, b, got, w)
+			}
+		}
+		for r, s := range ss {
+			if pos, _ := s.trainOrder().State(); string(pos) != string(wantPos) {
+				t.Fatalf("%d ranks: rank %d at %s, one rank at %s", ranks, r, pos, wantPos)
+			}
+		}
+	}
 }
