@@ -50,7 +50,7 @@ const DefaultXentChunk = 1 << 22
 // its target is ≥ 0 and its weight > 0.
 type XentRows[T Float] struct {
 	N         int       // rows of the hidden state
-	Active    []int32   // active rows, ascending
+	Active    []int32   // the rows computed, ascending: the active ones (all N with NewXentRowsFixed)
 	Targets   []int32   // Targets[j]: the target of row Active[j]
 	Weights   []float64 // Weights[j]: the weight of row Active[j]
 	WeightSum float64   // Σ of the active rows' weights, in row order
@@ -64,6 +64,19 @@ type XentRows[T Float] struct {
 // NewXentRows compacts targets [N] (−1 = ignored) and weights [N] (nil:
 // all 1) into the active rows and uploads them to b.
 func NewXentRows[T Float](b Backend[T], targets []int32, weights []float64) *XentRows[T] {
+	return newXentRows(b, targets, weights, false)
+}
+
+// NewXentRowsFixed is NewXentRows with every row kept, the ignored ones
+// with target −1 and weight 0 (loss 0, argmax −1, no gradient), so that the
+// op's shapes depend on N alone: a step of fixed shapes (a length bucket,
+// replayed as a CUDA graph) keeps them whatever its labels. The ignored rows
+// cost their part of the LM head's work.
+func NewXentRowsFixed[T Float](b Backend[T], targets []int32, weights []float64) *XentRows[T] {
+	return newXentRows(b, targets, weights, true)
+}
+
+func newXentRows[T Float](b Backend[T], targets []int32, weights []float64, all bool) *XentRows[T] {
 	if weights != nil {
 		checkLen("XentRows weights", len(weights), len(targets))
 	}
@@ -73,7 +86,11 @@ func NewXentRows[T Float](b Backend[T], targets []int32, weights []float64) *Xen
 		if weights != nil {
 			wi = weights[i]
 		}
-		if t >= 0 && wi > 0 {
+		active := t >= 0 && wi > 0
+		if !active && all {
+			t, wi = -1, 0
+		}
+		if active || all {
 			r.Active = append(r.Active, int32(i))
 			r.Targets = append(r.Targets, t)
 			r.Weights = append(r.Weights, wi)
@@ -81,8 +98,10 @@ func NewXentRows[T Float](b Backend[T], targets []int32, weights []float64) *Xen
 		}
 	}
 	scale := make([]T, len(r.Active))
-	for j, wi := range r.Weights {
-		scale[j] = T(wi / r.WeightSum)
+	if r.WeightSum > 0 {
+		for j, wi := range r.Weights {
+			scale[j] = T(wi / r.WeightSum)
+		}
 	}
 	r.DevActive, r.DevTargets, r.Scale = b.UploadInts(r.Active), b.UploadInts(r.Targets), b.Upload(scale, true)
 	return r

@@ -2,6 +2,8 @@ package tensor_test
 
 import (
 	"math"
+	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"dflash/internal/testseed"
@@ -59,6 +61,49 @@ func TestXentRows(t *testing.T) {
 	for i := range n {
 		if al[i] != bl[i] || am[i] != bm[i] {
 			t.Fatalf("row %d: %v/%d from the rows, %v/%d from targets and weights", i, al[i], am[i], bl[i], bm[i])
+		}
+	}
+}
+
+// TestXentRowsFixed: keeping every row (NewXentRowsFixed) gives the loss,
+// per-row results and gradients of the compacted rows, and its shapes do not
+// depend on which rows carry labels.
+func TestXentRowsFixed(t *testing.T) {
+	rng := testseed.New(t)
+	const n, vocab, hid = 37, 11, 5
+	cpu := tensor.NewCPU[float64](1)
+	targets := make([]int32, n)
+	weights := make([]float64, n)
+	for i := range targets {
+		targets[i] = int32(rng.IntN(vocab+5)) - 5
+		weights[i] = float64(rng.IntN(3)) * rng.Float64()
+	}
+	run := func(rows *tensor.XentRows[float64]) (float64, []float64, []int32, []float64, []float64) {
+		h, w := tensor.New[float64]("h", n, hid), tensor.New[float64]("w", vocab, hid)
+		r := rand.New(rand.NewPCG(7, 7))
+		h.FillNormal(r, 0, 1)
+		w.FillNormal(r, 0, 1)
+		h.RequiresGrad, w.RequiresGrad = true, true
+		tp := tensor.NewTape[float64](cpu)
+		x := tp.LMHeadXentRows(h, w, rows, 4)
+		tp.Backward(x.Loss)
+		rl, am := x.Read(cpu)
+		return x.Loss.Data()[0], rl, am, h.Grad(), w.Grad()
+	}
+	fixed := tensor.NewXentRowsFixed(cpu, targets, weights)
+	if len(fixed.Active) != n || fixed.DevTargets.Len() != n || fixed.Scale.Len() != n {
+		t.Fatalf("fixed rows: %d active, %d targets, %d shares, want %d each", len(fixed.Active), fixed.DevTargets.Len(), fixed.Scale.Len(), n)
+	}
+	l1, rl1, am1, dh1, dw1 := run(tensor.NewXentRows(cpu, targets, weights))
+	l2, rl2, am2, dh2, dw2 := run(fixed)
+	if math.Abs(l1-l2) > 1e-12*math.Abs(l1) || !slices.Equal(rl1, rl2) || !slices.Equal(am1, am2) {
+		t.Fatalf("loss %v vs %v, or per-row results differ", l1, l2)
+	}
+	for _, g := range [][2][]float64{{dh1, dh2}, {dw1, dw2}} {
+		for i := range g[0] {
+			if math.Abs(g[0][i]-g[1][i]) > 1e-12 {
+				t.Fatalf("gradient %d: %v compacted, %v fixed", i, g[0][i], g[1][i])
+			}
 		}
 	}
 }

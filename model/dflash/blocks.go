@@ -106,6 +106,10 @@ type Blocks struct {
 	Labels     []int32   // [Rows*N*B] label ids, -1 where not valid
 	Weights    []float64 // [Rows*N*B] v·w_s (0 where not valid)
 	WeightSum  float64
+	// Fixed marks the layout of a fixed-shape step (a length bucket's):
+	// Inputs then keeps every block slot as a loss row (tensor.
+	// NewXentRowsFixed), so that no shape of the step depends on its labels.
+	Fixed bool
 }
 
 // BuildBlocks lays out the blocks of b for anchors (one ascending list per

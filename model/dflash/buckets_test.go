@@ -50,7 +50,7 @@ func inputShapes(in *StepInputs[float32]) []int {
 	d := in.Mask.MaskDims()
 	sh := []int{in.Batch.Rows, in.Batch.Len, len(in.Batch.IDs), len(in.Batch.SeqLen), in.Blocks.Rows, in.Blocks.N,
 		len(in.Blocks.IDs), len(in.Blocks.Anchors), in.IDs.Len(), in.QRope.Cos.Len(), in.CtxRope.Cos.Len(),
-		d.Batch, d.LenQ, d.LenKV, in.Loss.N}
+		d.Batch, d.LenQ, d.LenKV, in.Loss.N, len(in.Loss.Active), in.Loss.DevTargets.Len(), in.Loss.Scale.Len()}
 	for _, x := range in.Taps {
 		sh = append(sh, x.Shape...)
 	}
@@ -58,7 +58,8 @@ func inputShapes(in *StepInputs[float32]) []int {
 }
 
 // TestBucketShapes: with buckets every step of a bucket has the same input
-// shapes (rows, padded length, anchor blocks, every StepInputs tensor), a
+// shapes (rows, padded length, anchor blocks, every StepInputs tensor, the
+// loss rows whatever the labels), a
 // bucket's rows are BatchSize and its blocks min(NumAnchors, length−1),
 // and empty pad rows have no anchors and no labels.
 func TestBucketShapes(t *testing.T) {

@@ -42,7 +42,11 @@ func (d *Drafter[T]) Inputs(be tensor.Backend[T], b *Batch, bl *Blocks) (*StepIn
 		panic(fmt.Sprintf("dflash: Inputs: blocks %dx%dx%d for a batch of %d rows, block size %d", bl.Rows, bl.N, bl.B, b.Rows, c.BlockSize))
 	}
 	R, S := b.Rows, b.Len
-	in := &StepInputs[T]{Batch: b, Blocks: bl, IDs: be.UploadInts(bl.IDs), Loss: tensor.NewXentRows(be, bl.Labels, bl.Weights)}
+	loss := tensor.NewXentRows[T]
+	if bl.Fixed {
+		loss = tensor.NewXentRowsFixed[T]
+	}
+	in := &StepInputs[T]{Batch: b, Blocks: bl, IDs: be.UploadInts(bl.IDs), Loss: loss(be, bl.Labels, bl.Weights)}
 	in.Taps = tapTensors(be, b.Taps)
 	rope, err := c.Rope()
 	if err != nil {

@@ -254,7 +254,9 @@ func (s *Session) inputs(set []Example, idx []int, eval bool, sh shape, rng *ran
 	}
 	anchors := SampleBatchAnchors(rng, b, s.Drafter.Cfg.NumAnchors)
 	if sh.rows > 0 {
-		return s.Drafter.Inputs(s.Backend, b, BuildBlocksN(s.Drafter.Cfg, b, anchors, sh.blocks))
+		bl := BuildBlocksN(s.Drafter.Cfg, b, anchors, sh.blocks)
+		bl.Fixed = true
+		return s.Drafter.Inputs(s.Backend, b, bl)
 	}
 	return s.Drafter.Inputs(s.Backend, b, BuildBlocks(s.Drafter.Cfg, b, anchors))
 }
