@@ -40,7 +40,7 @@ TRAIN_ARGS=${TRAIN_ARGS:-}
 status=PASS
 fail() { echo "FAIL: $*"; status=FAIL; }
 has() { [[ " $PARTS " == *" $1 "* ]]; }
-export DFLASH_CACHE_DIR=${DFLASH_CACHE_DIR:-/tmp/dflash-kernels}
+export DFLASH_KERNEL_CACHE=${DFLASH_KERNEL_CACHE:-/tmp/dflash-kernels}
 
 if has tests; then
 	echo "== tensorcuda GPU tests"
