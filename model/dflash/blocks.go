@@ -85,6 +85,21 @@ func SampleAnchors(rng *rand.Rand, cands []int32, n int) []int32 {
 	return out
 }
 
+// ExampleAnchors samples the anchors of every row of b, row r (example
+// examples[r]; rows past len(examples) are padding and get none) from its
+// own stream (seed, examples[r]): an example's anchors depend on the seed
+// and the example alone, not on the batch it is in, so that data-parallel
+// ranks, which split a global batch, draw what one rank with the whole
+// batch draws, and a resume on another rank count continues alike.
+func ExampleAnchors(seed uint64, examples []int, b *Batch, n int) [][]int32 {
+	out := make([][]int32, b.Rows)
+	for r := range min(b.Rows, len(examples)) {
+		rng := rand.New(rand.NewPCG(seed, uint64(examples[r])))
+		out[r] = SampleAnchors(rng, Candidates(b.LossMask[r*b.Len:(r+1)*b.Len], b.SeqLen[r]), n)
+	}
+	return out
+}
+
 // SampleBatchAnchors samples the anchors of every row of b in row order.
 func SampleBatchAnchors(rng *rand.Rand, b *Batch, n int) [][]int32 {
 	out := make([][]int32, b.Rows)

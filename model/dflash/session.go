@@ -140,8 +140,8 @@ type Session struct {
 	// Collective, optional, makes the session one rank of data-parallel
 	// training (train.Hooks.Collective): the global batch is BatchSize times
 	// the rank count, in one order shared by every rank, and this rank
-	// trains on its share of each. (Each rank samples anchors from the same
-	// training stream, for its own sequences.)
+	// trains on its share of each, with the anchors one rank with the whole
+	// batch would draw for those examples (ExampleAnchors).
 	Collective train.Collective
 	// Pad is the padding token id.
 	Pad int32
@@ -243,7 +243,8 @@ func (s *Session) batch(set []Example, idx []int, eval bool, sh shape) (*Batch, 
 }
 
 // inputs assembles everything one forward pass over set[idx] reads: the
-// padded batch with the target's hidden states, anchors drawn from rng, the
+// padded batch with the target's hidden states, anchors per example from a
+// seed drawn from rng (ExampleAnchors), the
 // block layout and the drafter's StepInputs (rotary tables, block mask,
 // loss rows), of shape sh when sh.rows > 0. It is the one place a step's
 // inputs are built.
@@ -252,7 +253,7 @@ func (s *Session) inputs(set []Example, idx []int, eval bool, sh shape, rng *ran
 	if err != nil {
 		return nil, err
 	}
-	anchors := SampleBatchAnchors(rng, b, s.Drafter.Cfg.NumAnchors)
+	anchors := ExampleAnchors(rng.Uint64(), idx, b, s.Drafter.Cfg.NumAnchors)
 	if sh.rows > 0 {
 		bl := BuildBlocksN(s.Drafter.Cfg, b, anchors, sh.blocks)
 		bl.Fixed = true
