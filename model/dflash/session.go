@@ -265,24 +265,55 @@ func (s *Session) inputs(set []Example, idx []int, eval bool, sh shape, rng *ran
 // Step runs one training micro-batch: anchors drawn from rng, loss and
 // gradients accumulated into the drafter's parameters. It returns the
 // batch too, for its token count and padding.
+//
+// With a Collective of several ranks the loss is the weighted mean over the
+// global batch (§4.4): each rank's is scaled by its share of the global
+// weight sum times the rank count, so that train.Run's mean over ranks of
+// the losses and of the gradients is the loss and gradient of one rank
+// with the whole batch. The weight sums are all-reduced on every rank, one
+// float64 per micro-batch.
 func (s *Session) Step(rng *rand.Rand) (loss float64, m *Metrics, b *Batch, err error) {
 	in, err := s.nextTrain(rng)
 	if err != nil {
 		return 0, nil, nil, err
 	}
 	m = NewMetrics(in.Blocks.B)
-	if in.Blocks.WeightSum == 0 {
+	share, err := s.lossShare(in.Blocks.WeightSum)
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	if in.Blocks.WeightSum == 0 || share == 0 {
 		return 0, m, in.Batch, nil // no label in this batch: nothing to learn
 	}
 	defer tensor.EndStep(s.Backend)
 	tp := tensor.NewTape(s.Backend)
 	out := s.Drafter.ForwardInputs(tp, true, s.Head, in)
+	if share != 1 {
+		out.Loss = tp.Scale(out.Loss, share)
+	}
 	tp.Backward(out.Loss)
 	out.Read(s.Backend)
 	m.Add(in.Blocks, out.Pred, out.CE)
 	var l [1]float32
 	s.Backend.Download(out.Loss.Store, l[:])
 	return float64(l[0]), m, in.Batch, nil
+}
+
+// lossShare returns the factor of this rank's loss that makes the mean
+// over ranks the global batch's weighted mean: ws·ranks/Σ ws (1 with one
+// rank, 0 when no rank has a label).
+func (s *Session) lossShare(ws float64) (float64, error) {
+	if s.Collective == nil || s.Collective.Size() == 1 {
+		return 1, nil
+	}
+	g := []float64{ws}
+	if err := s.Collective.AllReduceFloat64(g); err != nil {
+		return 0, fmt.Errorf("loss weights: %w", err)
+	}
+	if g[0] == 0 {
+		return 0, nil
+	}
+	return ws * float64(s.Collective.Size()) / g[0], nil
 }
 
 // Evaluate computes the metrics of docs/DRAFTER.md §5 on the evaluation

@@ -1,9 +1,14 @@
 package dflash
 
 import (
+	"context"
+	"errors"
+	"math"
 	"math/rand/v2"
 	"slices"
+	"sync"
 	"testing"
+	"time"
 
 	"dflash/internal/testseed"
 	"dflash/model"
@@ -118,6 +123,78 @@ func TestSessionShards(t *testing.T) {
 		for r, s := range ss {
 			if pos, _ := s.trainOrder().State(); string(pos) != string(wantPos) {
 				t.Fatalf("%d ranks: rank %d at %s, one rank at %s", ranks, r, pos, wantPos)
+			}
+		}
+	}
+}
+
+// TestSessionDataParallel: a drafter trained by train.Run on 2 and 3
+// in-process ranks (train.LocalGroup), each with its share of the global
+// batch, ends with the parameters of one rank trained on the whole batch:
+// the same data, the same anchors per example (ExampleAnchors) and the loss
+// normalised over the global batch (Session.lossShare), so only the float32
+// summation order differs (1e-4 relative to the largest parameter).
+func TestSessionDataParallel(t *testing.T) {
+	seed := testseed.Seed(t)
+	m, err := model.New(model.Config{Arch: model.Qwen3, VocabSize: 60, HiddenSize: 32, IntermediateSize: 48,
+		NumLayers: 4, NumHeads: 2, NumKVHeads: 1, HeadDim: 16, RMSNormEps: 1e-6, RopeTheta: 10000,
+		MaxPositionEmbeddings: 512}, seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(seed, 1))
+	var ex []Example
+	for range 14 {
+		n := 12 + rng.IntN(20)
+		e := Example{IDs: make([]int32, n), Mask: make([]uint8, n)}
+		for j := range e.IDs {
+			e.IDs[j] = int32(rng.IntN(58))
+			if j >= n/3 && rng.IntN(4) > 0 {
+				e.Mask[j] = 1
+			}
+		}
+		ex = append(ex, e)
+	}
+	const global, steps = 6, 5
+	train6 := func(ranks int) []float32 {
+		cfg := train.DefaultConfig()
+		cfg.Out, cfg.Steps, cfg.WarmupSteps, cfg.LR, cfg.Seed = t.TempDir(), steps, 1, 1e-2, seed
+		cfg.EvalEvery, cfg.SaveEvery, cfg.Progress, cfg.Plot = 0, 0, "off", false
+		g := train.NewLocalGroup(ranks, time.Minute)
+		sessions := make([]*Session, ranks)
+		errs := make([]error, ranks)
+		var wg sync.WaitGroup
+		for r := range ranks {
+			backend := tensor.NewCPU[float32](1)
+			c := DrafterConfigFor(m, 1, []int{1, 2}, 4, 59)
+			c.NumAnchors = 4
+			s := &Session{Drafter: New[float32](c, rand.New(rand.NewPCG(seed, 2))), Head: HeadOf(m),
+				Hidden: TargetHidden(m, c.TargetLayerIDs, backend), Backend: backend, Train: ex, Eval: ex[:2],
+				BatchSize: global / ranks, Seed: seed}
+			h := s.Hooks()
+			if ranks > 1 {
+				s.Collective = g.Rank(r)
+				h.Collective = s.Collective
+			}
+			sessions[r] = s
+			wg.Go(func() { _, errs[r] = train.Run(context.Background(), cfg, h) })
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			t.Fatal(err)
+		}
+		return slices.Clone(sessions[0].Drafter.Arena().HostValues())
+	}
+	want := train6(1)
+	var scale float64
+	for _, v := range want {
+		scale = max(scale, math.Abs(float64(v)))
+	}
+	for _, ranks := range []int{2, 3} {
+		got := train6(ranks)
+		for i := range want {
+			if d := math.Abs(float64(got[i] - want[i])); d > 1e-4*scale {
+				t.Fatalf("%d ranks: parameter %d is %v, one rank with the whole batch %v", ranks, i, got[i], want[i])
 			}
 		}
 	}
