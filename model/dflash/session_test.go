@@ -133,7 +133,7 @@ func TestSessionShards(t *testing.T) {
 // batch, ends with the parameters of one rank trained on the whole batch:
 // the same data, the same anchors per example (ExampleAnchors) and the loss
 // normalised over the global batch (Session.lossShare), so only the float32
-// summation order differs (1e-4 relative to the largest parameter).
+// summation order differs (1e-5 relative to the largest parameter).
 func TestSessionDataParallel(t *testing.T) {
 	seed := testseed.Seed(t)
 	m, err := model.New(model.Config{Arch: model.Qwen3, VocabSize: 60, HiddenSize: 32, IntermediateSize: 48,
@@ -158,7 +158,11 @@ func TestSessionDataParallel(t *testing.T) {
 	const global, steps = 6, 5
 	train6 := func(ranks int) []float32 {
 		cfg := train.DefaultConfig()
-		cfg.Out, cfg.Steps, cfg.WarmupSteps, cfg.LR, cfg.Seed = t.TempDir(), steps, 1, 1e-2, seed
+		cfg.Out, cfg.Steps, cfg.WarmupSteps, cfg.LR, cfg.Seed = t.TempDir(), steps, 1, 0.5, seed
+		// AdamW's first steps are about ±lr whatever the gradient's size, so
+		// rounding flips tiny gradients' updates; a large eps makes the update
+		// about lr·m, linear in the gradient, so that the comparison is tight.
+		cfg.Eps = 1
 		cfg.EvalEvery, cfg.SaveEvery, cfg.Progress, cfg.Plot = 0, 0, "off", false
 		g := train.NewLocalGroup(ranks, time.Minute)
 		sessions := make([]*Session, ranks)
@@ -193,7 +197,7 @@ func TestSessionDataParallel(t *testing.T) {
 	for _, ranks := range []int{2, 3} {
 		got := train6(ranks)
 		for i := range want {
-			if d := math.Abs(float64(got[i] - want[i])); d > 1e-4*scale {
+			if d := math.Abs(float64(got[i] - want[i])); d > 1e-5*scale {
 				t.Fatalf("%d ranks: parameter %d is %v, one rank with the whole batch %v", ranks, i, got[i], want[i])
 			}
 		}
