@@ -1,0 +1,32 @@
+// cuda_host_stub.h: host stand-ins for the CUDA builtins the tensor-op kernels
+// (kernels/op_*.cu) use, enough for g++ -fsyntax-only to type-check them
+// (TestOpKernelsTypeCheck). Not a CUDA emulation: nothing here runs.
+#include <math.h>
+#include <cstring>
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __restrict__
+#define __shared__ static
+struct dim3s { unsigned x, y, z; };
+extern dim3s threadIdx, blockIdx, blockDim, gridDim;
+struct uint4 { unsigned x, y, z, w; };
+struct float4 { float x, y, z, w; };
+struct uint2 { unsigned x, y; };
+struct float2 { float x, y; };
+inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
+inline float __uint_as_float(unsigned i) { float f; std::memcpy(&f, &i, 4); return f; }
+inline unsigned __float_as_uint(float f) { unsigned u; std::memcpy(&u, &f, 4); return u; }
+template <typename T> inline T __shfl_xor_sync(unsigned, T v, int) { return v; }
+inline void __syncthreads() {}
+inline double __dmul_rn(double a, double b) { return a * b; }
+inline double __dadd_rn(double a, double b) { return a + b; }
+inline double __dsub_rn(double a, double b) { return a - b; }
+inline double __ddiv_rn(double a, double b) { return a / b; }
+inline double __dsqrt_rn(double a) { return std::sqrt(a); }
+inline float __double2float_rn(double a) { return (float)a; }
+inline float atomicAdd(float *p, float v) { float o = *p; *p += v; return o; }
+
+inline float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
+template <class A, class B> inline auto min(A a, B b) { return a < b ? a : b; }
+template <class A, class B> inline auto max(A a, B b) { return a > b ? a : b; }
