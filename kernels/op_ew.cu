@@ -5,20 +5,42 @@
 // parameter gradients or partial sums).
 #include "op_common.cuh"
 
-// op_axpy: y += alpha·x.
-extern "C" __global__ void op_axpy(float alpha, const op_t *__restrict__ x,
-                                   op_t *__restrict__ y, long long n) {
+// op_vec_io loads and stores OP_VEC elements of a storage or an fp32 buffer
+// as fp32 (with fp32 storage both are the same).
+template <typename T> struct op_vec_io;
+template <> struct op_vec_io<float> {
+  static __device__ __forceinline__ void load(const float *p, float *f) { op_load_f32_vec(p, f); }
+  static __device__ __forceinline__ void store(float *p, const float *f) { op_store_f32_vec(p, f); }
+};
+#if OP_BF16
+template <> struct op_vec_io<op_t> {
+  static __device__ __forceinline__ void load(const op_t *p, float *f) { op_load_vec(p, f); }
+  static __device__ __forceinline__ void store(op_t *p, const float *f) { op_store_vec(p, f); }
+};
+#endif
+
+// op_axpy_body: y += a·x over n elements, x and y each in storage dtype or
+// fp32, rounding y once per element (the body of every axpy kernel).
+template <typename TX, typename TY>
+__device__ __forceinline__ void op_axpy_body(float a, const TX *__restrict__ x, TY *__restrict__ y,
+                                             long long n) {
   long long nv = op_aligned16(x) && op_aligned16(y) ? n / OP_VEC : 0;
   for (long long v = op_global_id(); v < nv; v += op_global_stride()) {
     float xs[OP_VEC], ys[OP_VEC];
-    op_load_vec(x + v * OP_VEC, xs);
-    op_load_vec(y + v * OP_VEC, ys);
+    op_vec_io<TX>::load(x + v * OP_VEC, xs);
+    op_vec_io<TY>::load(y + v * OP_VEC, ys);
 #pragma unroll
-    for (int k = 0; k < OP_VEC; k++) ys[k] += alpha * xs[k];
-    op_store_vec(y + v * OP_VEC, ys);
+    for (int k = 0; k < OP_VEC; k++) ys[k] += a * xs[k];
+    op_vec_io<TY>::store(y + v * OP_VEC, ys);
   }
   for (long long i = nv * OP_VEC + op_global_id(); i < n; i += op_global_stride())
-    op_put(y + i, op_f32(y[i]) + alpha * op_f32(x[i]));
+    op_put(y + i, op_f32(y[i]) + a * op_f32(x[i]));
+}
+
+// op_axpy: y += alpha·x.
+extern "C" __global__ void op_axpy(float alpha, const op_t *__restrict__ x,
+                                   op_t *__restrict__ y, long long n) {
+  op_axpy_body(alpha, x, y, n);
 }
 
 // op_scale: x *= alpha.
@@ -46,18 +68,7 @@ __device__ __forceinline__ float op_scalar(float alpha, const float *s) {
 extern "C" __global__ void op_axpy_by(float alpha, const float *__restrict__ s,
                                       const op_t *__restrict__ x,
                                       op_t *__restrict__ y, long long n) {
-  float a = op_scalar(alpha, s);
-  long long nv = op_aligned16(x) && op_aligned16(y) ? n / OP_VEC : 0;
-  for (long long v = op_global_id(); v < nv; v += op_global_stride()) {
-    float xs[OP_VEC], ys[OP_VEC];
-    op_load_vec(x + v * OP_VEC, xs);
-    op_load_vec(y + v * OP_VEC, ys);
-#pragma unroll
-    for (int k = 0; k < OP_VEC; k++) ys[k] += a * xs[k];
-    op_store_vec(y + v * OP_VEC, ys);
-  }
-  for (long long i = nv * OP_VEC + op_global_id(); i < n; i += op_global_stride())
-    op_put(y + i, op_f32(y[i]) + a * op_f32(x[i]));
+  op_axpy_body<op_t, op_t>(op_scalar(alpha, s), x, y, n);
 }
 
 // op_axpy_to_f32: y += alpha·s[0]·x with x in storage dtype and y fp32 (s
@@ -65,18 +76,7 @@ extern "C" __global__ void op_axpy_by(float alpha, const float *__restrict__ s,
 extern "C" __global__ void op_axpy_to_f32(float alpha, const float *__restrict__ s,
                                           const op_t *__restrict__ x,
                                           float *__restrict__ y, long long n) {
-  float a = op_scalar(alpha, s);
-  long long nv = op_aligned16(x) && op_aligned16(y) ? n / OP_VEC : 0;
-  for (long long v = op_global_id(); v < nv; v += op_global_stride()) {
-    float xs[OP_VEC], ys[OP_VEC];
-    op_load_vec(x + v * OP_VEC, xs);
-    op_load_f32_vec(y + v * OP_VEC, ys);
-#pragma unroll
-    for (int k = 0; k < OP_VEC; k++) ys[k] += a * xs[k];
-    op_store_f32_vec(y + v * OP_VEC, ys);
-  }
-  for (long long i = nv * OP_VEC + op_global_id(); i < n; i += op_global_stride())
-    y[i] += a * op_f32(x[i]);
+  op_axpy_body<op_t, float>(op_scalar(alpha, s), x, y, n);
 }
 
 // op_axpy_from_f32: y += alpha·s[0]·x with x fp32 and y in storage dtype (s
@@ -85,18 +85,7 @@ extern "C" __global__ void op_axpy_to_f32(float alpha, const float *__restrict__
 extern "C" __global__ void op_axpy_from_f32(float alpha, const float *__restrict__ s,
                                             const float *__restrict__ x,
                                             op_t *__restrict__ y, long long n) {
-  float a = op_scalar(alpha, s);
-  long long nv = op_aligned16(x) && op_aligned16(y) ? n / OP_VEC : 0;
-  for (long long v = op_global_id(); v < nv; v += op_global_stride()) {
-    float xs[OP_VEC], ys[OP_VEC];
-    op_load_f32_vec(x + v * OP_VEC, xs);
-    op_load_vec(y + v * OP_VEC, ys);
-#pragma unroll
-    for (int k = 0; k < OP_VEC; k++) ys[k] += a * xs[k];
-    op_store_vec(y + v * OP_VEC, ys);
-  }
-  for (long long i = nv * OP_VEC + op_global_id(); i < n; i += op_global_stride())
-    op_put(y + i, op_f32(y[i]) + a * x[i]);
+  op_axpy_body<float, op_t>(op_scalar(alpha, s), x, y, n);
 }
 
 // op_fill: x[i] = v (rounded to storage once).
