@@ -116,12 +116,18 @@ func RunRanks(ctx context.Context, cache *jit.Cache, p Placement, timeout time.D
 			}
 			defer b.Close()
 			env := RankEnv{Rank: rank, World: p.World, Device: d, Backend: b}
-			if comms != nil {
-				if env.Collective, err = NewNCCLCollective(b, comms[i], timeout, stop); err != nil {
-					return err
-				}
+			if comms == nil {
+				return fn(env)
 			}
-			return fn(env)
+			returned := false // false while panicking
+			defer func() { err = errors.Join(err, closeComm(comms[i], stop, !returned || err != nil)) }()
+			if env.Collective, err = NewNCCLCollective(b, comms[i], timeout, stop); err != nil {
+				returned = true
+				return err
+			}
+			err = fn(env)
+			returned = true
+			return err
 		})
 	}
 	errs := make([]error, len(jobs))
@@ -135,6 +141,22 @@ func RunRanks(ctx context.Context, cache *jit.Cache, p Placement, timeout time.D
 		return boolInt(errors.Is(a, train.ErrRankLost)) - boolInt(errors.Is(b, train.ErrRankLost))
 	})
 	return errors.Join(errs...)
+}
+
+// closeComm frees a rank's communicator on its worker, all ranks at once
+// (rather than one after another as the workers close): destroyed when the
+// job went well everywhere, aborted (without waiting for the peers) when
+// this rank failed or another stopped.
+func closeComm(c *gpu.Comm, stop *Stop, failed bool) error {
+	select {
+	case <-stop.done():
+		failed = true
+	default:
+	}
+	if failed {
+		return c.Abort()
+	}
+	return c.Destroy()
 }
 
 func boolInt(b bool) int {
