@@ -38,6 +38,9 @@ const (
 	NCCLAvg  NCCLRedOp = 4
 )
 
+// ncclInProgress is the ncclResult_t of an operation still running.
+const ncclInProgress = 7
+
 var ncclResultNames = map[int32]string{
 	1: "ncclUnhandledCudaError", 2: "ncclSystemError", 3: "ncclInternalError", 4: "ncclInvalidArgument",
 	5: "ncclInvalidUsage", 6: "ncclRemoteError", 7: "ncclInProgress",
@@ -127,6 +130,30 @@ func NCCLCommInitAll(devices []int) ([]Comm, error) {
 
 // Destroy frees c.
 func (c Comm) Destroy() error { return nccl(pNcclCommDestroy, c, uintptr(c)) }
+
+// Abort frees c without waiting for its pending operations: the way out of
+// a collective that never completes (a lost rank), which it makes fail.
+func (c Comm) Abort() error { return nccl(pNcclCommAbort, c, uintptr(c)) }
+
+// AsyncError returns the error an operation of c met in the background
+// (a network failure, a rank that left), or nil.
+func (c Comm) AsyncError() error {
+	var code int32
+	if err := nccl(pNcclCommAsyncError, c, uintptr(c), uintptr(unsafe.Pointer(&code))); err != nil {
+		return err
+	}
+	if code == 0 || code == ncclInProgress {
+		return nil
+	}
+	e := &Error{Call: "ncclCommGetAsyncError", Lib: "nccl", Code: int(code), Name: ncclResultNames[code]}
+	if e.Name == "" {
+		e.Name = fmt.Sprintf("ncclResult %d", code)
+	}
+	if s, err := pNcclGetErrorString.invoke(uintptr(code)); err == nil && s != 0 {
+		e.Desc = cString(s)
+	}
+	return e
+}
 
 // Count returns the number of ranks in c.
 func (c Comm) Count() (int, error) {

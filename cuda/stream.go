@@ -47,6 +47,19 @@ func EventRecord(e Event, s Stream) error { return drv(pEventRecord, uintptr(e),
 // EventSynchronize waits until e has been reached.
 func EventSynchronize(e Event) error { return drv(pEventSynchronize, uintptr(e)) }
 
+// EventQuery reports whether e has been reached, without waiting
+// (cuEventQuery's CUDA_ERROR_NOT_READY is false, not an error).
+func EventQuery(e Event) (bool, error) {
+	r, err := pEventQuery.invoke(uintptr(e))
+	if err != nil {
+		return false, err
+	}
+	if int32(r) == int32(ErrNotReady.Code) {
+		return false, nil
+	}
+	return int32(r) == 0, driverError(pEventQuery.name, r)
+}
+
 // EventElapsedTime returns the milliseconds between two recorded events.
 func EventElapsedTime(start, end Event) (float32, error) {
 	var ms float32

@@ -53,6 +53,7 @@ var (
 	pEventDestroy         = newProc(libCUDA, "cuEventDestroy_v2")
 	pEventRecord          = newProc(libCUDA, "cuEventRecord")
 	pEventSynchronize     = newProc(libCUDA, "cuEventSynchronize")
+	pEventQuery           = newProc(libCUDA, "cuEventQuery")
 	pEventElapsedTime     = newProc(libCUDA, "cuEventElapsedTime")
 )
 
@@ -100,6 +101,8 @@ var (
 	pNcclCommInitRank   = newProc(libNCCL, "ncclCommInitRank")
 	pNcclCommInitAll    = newProc(libNCCL, "ncclCommInitAll")
 	pNcclCommDestroy    = newProc(libNCCL, "ncclCommDestroy")
+	pNcclCommAbort      = newProc(libNCCL, "ncclCommAbort")
+	pNcclCommAsyncError = newFreeProc(libNCCL, "ncclCommGetAsyncError")
 	pNcclCommCount      = newFreeProc(libNCCL, "ncclCommCount")
 	pNcclCommUserRank   = newFreeProc(libNCCL, "ncclCommUserRank")
 	pNcclAllReduce      = newProc(libNCCL, "ncclAllReduce")

@@ -107,6 +107,30 @@ func (d *Device) NCCLGroup(fn func() error) error {
 	return errors.Join(err, cuda.NCCLGroupEnd())
 }
 
+// Abort frees the communicator without waiting for its queued
+// collectives, which then fail: the way out of one that a lost rank never
+// completes. Destroy afterwards does nothing.
+func (c *Comm) Abort() error {
+	if err := c.d.check("Comm.Abort"); err != nil {
+		return err
+	}
+	if c.c == 0 {
+		return nil
+	}
+	err := c.c.Abort()
+	c.c = 0
+	return err
+}
+
+// AsyncError returns the error a collective of c met in the background
+// (a peer that left, a network failure), or nil; nil after Abort.
+func (c *Comm) AsyncError() error {
+	if c.c == 0 {
+		return nil
+	}
+	return c.c.AsyncError()
+}
+
 // Destroy frees the communicator.
 func (c *Comm) Destroy() error {
 	if err := c.d.check("Comm.Destroy"); err != nil {

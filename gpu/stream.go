@@ -98,6 +98,14 @@ func (e *Event) Synchronize() error {
 	return cuda.EventSynchronize(e.h)
 }
 
+// Query reports whether e has been reached, without waiting.
+func (e *Event) Query() (bool, error) {
+	if err := e.d.check("Event.Query"); err != nil {
+		return false, err
+	}
+	return cuda.EventQuery(e.h)
+}
+
 // Since returns the GPU time between start and e, both recorded and reached.
 func (e *Event) Since(start *Event) (time.Duration, error) {
 	if err := e.d.check("Event.Since"); err != nil {

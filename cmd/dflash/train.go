@@ -14,12 +14,14 @@ import (
 	"dflash/data"
 	"dflash/data/chat"
 	"dflash/data/tokenizer"
+	"dflash/gpu"
 	"dflash/internal/dirlock"
 	"dflash/model"
 	"dflash/model/dflash"
 	"dflash/rendezvous"
 	"dflash/spec"
 	"dflash/tensor"
+	"dflash/tensor/tensorcuda"
 	"dflash/train"
 )
 
@@ -28,7 +30,8 @@ import (
 // is its table, generated from these tags (go test ./cmd/dflash -run TestConfigDoc -update).
 type trainConfig struct {
 	Workers      int    `yaml:"workers" range:">=0" help:"CPU goroutines (0: all cores)"`
-	Device       string `yaml:"device" choice:"cpu,cuda" help:"where the target and the drafter run: cpu, or cuda (GPU 0, bf16 activations, fp32 master weights and optimizer)"`
+	Device       string `yaml:"device" choice:"cpu,cuda" help:"where the target and the drafter run: cpu, or cuda (the GPUs of --gpus, bf16 activations, fp32 master weights and optimizer)"`
+	GPUs         string `yaml:"gpus" help:"with --device cuda, the GPUs this process trains on, one data-parallel rank each (NCCL): ordinals 0,1,... or all (empty: GPU 0; a job of several processes takes each process's LOCAL_RANK)"`
 	Rank         int    `yaml:"rank" range:">=-1" help:"this process's rank in a data-parallel job (-1: RANK from the environment, else 0)"`
 	WorldSize    int    `yaml:"world-size" range:">=-1" help:"ranks in a data-parallel job, one per GPU (-1: WORLD_SIZE from the environment, else 1)"`
 	Rendezvous   string `yaml:"rendezvous" help:"host:port where rank 0 hands out the NCCL id (empty: MASTER_ADDR and MASTER_PORT from the environment)"`
@@ -140,11 +143,15 @@ func runTrain(args []string) error {
 	if err != nil {
 		return err
 	}
-	lock, err := dirlock.Acquire(a.cfg.Out, "dflash train")
-	if err != nil {
-		return err
+	// Rank 0 alone writes the output directory; the other processes of a
+	// job (which may share it) read the checkpoint they resume from.
+	if a.launch.Rank == 0 {
+		lock, err := dirlock.Acquire(a.cfg.Out, "dflash train")
+		if err != nil {
+			return err
+		}
+		defer lock.Release()
 	}
-	defer lock.Release()
 	ctx, caught, stop := signalContext()
 	defer stop()
 	res, err := trainDrafter(ctx, a)
@@ -168,10 +175,34 @@ func interrupted(sig os.Signal, res *train.Result, args []string) error {
 		name, res.Steps, res.Checkpoint, shellQuote(args))}
 }
 
+// placement returns the ranks this process trains (one per GPU of --gpus,
+// or this process's rank of a multi-process job), refusing several ranks
+// anywhere but on CUDA.
+func (a *trainArgs) placement() (tensorcuda.Placement, error) {
+	if a.cfg.Device != "cuda" {
+		if a.cfg.GPUs != "" {
+			return tensorcuda.Placement{}, fmt.Errorf("%s %q needs --device cuda", a.opts.Source("gpus"), a.cfg.GPUs)
+		}
+		if a.launch.WorldSize > 1 {
+			return tensorcuda.Placement{}, fmt.Errorf("world size %d with --device %s: a job of several ranks trains on GPUs (--device cuda, NCCL)", a.launch.WorldSize, a.cfg.Device)
+		}
+		return tensorcuda.Placement{Ranks: []int{0}, World: 1}, nil
+	}
+	gpus, err := gpu.ParseOrdinals(a.opts.Source("gpus"), a.cfg.GPUs, gpu.Count)
+	if err != nil {
+		return tensorcuda.Placement{}, err
+	}
+	return tensorcuda.PlaceRanks(gpus, a.launch, a.opts.Source("gpus"))
+}
+
 func trainDrafter(ctx context.Context, a *trainArgs) (*train.Result, error) {
 	cfg, targetDir, dataArg := a.cfg, a.target, a.data
-	if a.launch.WorldSize > 1 {
-		return nil, fmt.Errorf("world size %d: not yet: multi-rank training needs the NCCL collective (train.Collective over gpu.Comm); run one rank", a.launch.WorldSize)
+	place, err := a.placement()
+	if err != nil {
+		return nil, err
+	}
+	if place.World > 1 && cfg.Data.Buckets > 0 {
+		return nil, fmt.Errorf("%s %d with %d ranks: not yet (the bucket sampler is not sharded across ranks); set it to 0", a.opts.Source("data.buckets"), cfg.Data.Buckets, place.World)
 	}
 	target, err := model.Load(targetDir)
 	if err != nil {
@@ -221,25 +252,33 @@ func trainDrafter(ctx context.Context, a *trainArgs) (*train.Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	drafter := dflash.New[float32](dc, rand.New(rand.NewPCG(cfg.Seed, train.StreamInit)))
 	pad := int32(0)
 	if id, ok := tok.TokenID("<|endoftext|>"); ok {
 		pad = id
 	}
-	sess := &dflash.Session{Drafter: drafter, Train: examples[nEval:], Eval: examples[:nEval], BatchSize: cfg.Data.BatchSize, Pad: pad,
-		Seed: cfg.Seed, CacheHidden: cfg.Data.CacheHidden, Buckets: cfg.Data.Buckets}
-	slog.Info("drafter", "layers", dc.NumLayers, "taps", dc.TargetLayerIDs, "block", dc.BlockSize,
-		"mask", dc.MaskTokenID, "gamma", dc.Gamma, "train", len(sess.Train), "eval", len(sess.Eval), "device", cfg.Device)
-	if err := logBuckets(sess); err != nil {
+	// Every rank trains its own replica of the drafter, made from the same
+	// seed, so that all start from the same weights.
+	newSession := func() *dflash.Session {
+		d := dflash.New[float32](dc, rand.New(rand.NewPCG(cfg.Seed, train.StreamInit)))
+		return &dflash.Session{Drafter: d, Train: examples[nEval:], Eval: examples[:nEval], BatchSize: cfg.Data.BatchSize, Pad: pad,
+			Seed: cfg.Seed, CacheHidden: cfg.Data.CacheHidden, Buckets: cfg.Data.Buckets}
+	}
+	first := rankModels{target, newSession()}
+	drafter := first.sess.Drafter
+	slog.Info("drafter", "layers", dc.NumLayers, "taps", dc.TargetLayerIDs, "block", dc.BlockSize, "mask", dc.MaskTokenID,
+		"gamma", dc.Gamma, "train", len(first.sess.Train), "eval", len(first.sess.Eval), "device", cfg.Device, "ranks", place.World)
+	if err := logBuckets(first.sess); err != nil {
 		return nil, fmt.Errorf("%s: %w", a.opts.Source("data.buckets"), err)
 	}
-	// run trains on backend b, the models placed there (dev: the drafter's
-	// train.Device, nil on the CPU).
-	run := func(b tensor.Backend[float32], dev train.Device) (*train.Result, error) {
-		sess.Backend, sess.Device = b, dev
-		sess.Head, sess.Hidden = dflash.HeadOf(target), dflash.TargetHidden(target, dc.TargetLayerIDs, b)
+	// run trains m on backend b, the models placed there (dev: the
+	// drafter's train.Device, nil on the CPU; coll: the rank's collective,
+	// nil for one rank).
+	run := func(m rankModels, b tensor.Backend[float32], dev train.Device, coll train.Collective) (*train.Result, error) {
+		sess := m.sess
+		sess.Backend, sess.Device, sess.Collective = b, dev, coll
+		sess.Head, sess.Hidden = dflash.HeadOf(m.target), dflash.TargetHidden(m.target, dc.TargetLayerIDs, b)
 		if cfg.SpecEvalEvery > 0 {
-			if sess.SpecEval, err = spec.EvalFunc(b, target, drafter, sess.Eval, cfg.SpecPrompts, cfg.SpecMaxNewTokens); err != nil {
+			if sess.SpecEval, err = spec.EvalFunc(b, m.target, sess.Drafter, sess.Eval, cfg.SpecPrompts, cfg.SpecMaxNewTokens); err != nil {
 				return nil, err
 			}
 		}
@@ -249,11 +288,15 @@ func trainDrafter(ctx context.Context, a *trainArgs) (*train.Result, error) {
 	}
 	var res *train.Result
 	if cfg.Device == "cuda" {
-		res, err = trainOnGPU(target, drafter, cfg, run)
+		replica := func() (rankModels, error) {
+			t, err := model.Load(targetDir)
+			return rankModels{t, newSession()}, err
+		}
+		res, err = trainOnGPU(ctx, cfg, place, first, replica, run)
 	} else {
-		res, err = run(tensor.NewCPU[float32](cfg.Workers), nil)
+		res, err = run(first, tensor.NewCPU[float32](cfg.Workers), nil, nil)
 	}
-	if err != nil {
+	if err != nil || !place.Lead() {
 		return res, err
 	}
 	out := filepath.Join(cfg.Out, "drafter")
@@ -265,6 +308,13 @@ func trainDrafter(ctx context.Context, a *trainArgs) (*train.Result, error) {
 		fmt.Printf("  eval %-8s %.4f\n", k, res.LastEval[k])
 	}
 	return res, nil
+}
+
+// rankModels is what one rank trains: its replica of the target and its
+// session (which holds its replica of the drafter).
+type rankModels struct {
+	target *model.Model
+	sess   *dflash.Session
 }
 
 // logBuckets logs the length buckets of the training batches, each with its

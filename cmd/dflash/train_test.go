@@ -371,25 +371,43 @@ func clearLaunchEnv(t *testing.T) {
 	}
 }
 
-// TestTrainMultiRankNotYet: a job of several ranks, from the flags or from
-// torchrun's environment, is refused before anything is loaded, saying
-// that the NCCL collective is missing.
-func TestTrainMultiRankNotYet(t *testing.T) {
+// TestTrainRanksRefused: what several ranks cannot do is refused before
+// anything is loaded, naming the flag or variable: a job of several ranks
+// (from the flags or torchrun's environment) on the CPU, --gpus without
+// --device cuda, --gpus in a job of several processes, and length buckets
+// with several ranks.
+func TestTrainRanksRefused(t *testing.T) {
 	clearLaunchEnv(t)
 	dir := t.TempDir()
 	args := []string{"--target", filepath.Join(dir, "no-target"), "--data", filepath.Join(dir, "no-data"), "--out", filepath.Join(dir, "out")}
-	err := runTrain(append(args, "--world-size", "2", "--rank", "1", "--rendezvous", "localhost:29500"))
-	if err == nil || !strings.Contains(err.Error(), "world size 2: not yet: multi-rank training needs the NCCL collective") {
-		t.Fatalf("--world-size 2: %v", err)
+	multi := []string{"--world-size", "2", "--rank", "1", "--rendezvous", "localhost:29500"}
+	for _, c := range []struct {
+		name  string
+		extra []string
+		want  string
+	}{
+		{"cpu world", multi, "world size 2 with --device cpu: a job of several ranks trains on GPUs (--device cuda, NCCL)"},
+		{"cpu gpus", []string{"--gpus", "0,1"}, `--gpus "0,1" needs --device cuda`},
+		{"bad gpus", []string{"--device", "cuda", "--gpus", "0,zero"}, `--gpus "0,zero": "zero" is not a GPU ordinal (0, 1, ...; or all)`},
+		{"gpus and processes", append([]string{"--device", "cuda", "--gpus", "0,1"}, multi...),
+			"--gpus [0 1] with a world of 2 processes: each process drives one GPU, its local rank (LOCAL_RANK, else the rank); leave --gpus out"},
+		{"buckets", []string{"--device", "cuda", "--gpus", "0,1", "--data.buckets", "3"},
+			"--data.buckets 3 with 2 ranks: not yet (the bucket sampler is not sharded across ranks); set it to 0"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if err := runTrain(append(slices.Clone(args), c.extra...)); err == nil || err.Error() != c.want {
+				t.Fatalf("err %v\nwant %s", err, c.want)
+			}
+		})
 	}
 	t.Setenv(rendezvous.EnvWorldSize, "4")
 	t.Setenv(rendezvous.EnvRank, "3")
 	t.Setenv(rendezvous.EnvMasterAddr, "node0")
 	t.Setenv(rendezvous.EnvMasterPort, "29500")
-	if err := runTrain(args); err == nil || !strings.Contains(err.Error(), "world size 4: not yet") {
+	if err := runTrain(args); err == nil || !strings.Contains(err.Error(), "world size 4 with --device cpu") {
 		t.Fatalf("WORLD_SIZE=4: %v", err)
 	}
-	if err := runTrain(append(args, "--world-size", "1", "--rank", "0")); err == nil || strings.Contains(err.Error(), "not yet") {
+	if err := runTrain(append(args, "--world-size", "1", "--rank", "0")); err == nil || strings.Contains(err.Error(), "world size") {
 		t.Fatalf("flags --world-size 1 over WORLD_SIZE=4: %v (want the missing target)", err)
 	}
 }
