@@ -229,8 +229,11 @@ func randScore(r *rand.Rand, d Dims, a *Args) *ScoreProgram {
 			Add(pF1.At(Q()).Abs().Add(F(0.2)).Pow(pF2.At(H(), KV()).Add(F(1.5)))).
 			Add(Q().Sub(KV()).Float().Div(F(3)).Floor().Mul(F(0.25))))
 	}
+	// exp of a bounded argument: exp(ft1²) reached 1e6 on some draws, where
+	// float32 scores keep no fraction and the float32 kernels cannot match
+	// the float64 reference (a property of the program, not of the kernels).
 	return NewScore("randexp", FloatScalar("fs").Mul(Score().Div(FloatScalar("fs")).Tanh()).
-		Sub(pF1.At(Q()).Mul(pF1.At(Q())).Exp().Mul(F(0.1))))
+		Sub(pF1.At(Q()).Mul(pF1.At(Q())).Tanh().Exp().Mul(F(0.1))))
 }
 
 // randCase draws a random problem of at most maxLen positions per side.
