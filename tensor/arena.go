@@ -33,9 +33,13 @@ type Arena[T Float] struct {
 // ParamPlacer is implemented by backends whose parameters live apart from
 // host memory (the CUDA backend).
 type ParamPlacer[T Float] interface {
-	// PlaceParams uploads values and returns the master copy (nil without
-	// master: a frozen model) and the compute copy the ops read.
-	PlaceParams(host []T, master bool) (values, compute Storage[T])
+	// AllocParams returns parameter storage of n elements: the master copy
+	// (nil without master: a frozen model) and the compute copy the ops
+	// read. It lives until the backend is closed.
+	AllocParams(n int, master bool) (values, compute Storage[T])
+	// WriteParams copies host into dst, a range of either, rounding to its
+	// element type.
+	WriteParams(dst Storage[T], host []T)
 }
 
 // Param declares a parameter of the given shape that requires gradients;
@@ -68,15 +72,52 @@ func (a *Arena[T]) Alloc() {
 // model). The arena must be in host memory without gradients. On a backend
 // that is not a ParamPlacer (the CPU) nothing moves.
 func (a *Arena[T]) Place(b Backend[T], master bool) {
-	pp, ok := b.(ParamPlacer[T])
-	if !ok {
+	if _, ok := b.(ParamPlacer[T]); !ok {
 		return
 	}
 	if a.Grad != nil {
 		panic("tensor.Arena: Place with gradients")
 	}
-	a.Values, a.Compute = pp.PlaceParams(HostData(a.Values, "tensor.Arena values"), master)
+	host := HostData(a.Values, "tensor.Arena values")
+	a.alloc = false
+	a.AllocOn(b, master)
+	for i := range a.params {
+		a.SetParam(b, i, host[a.offs[i]:a.offs[i]+numel(a.params[i].Shape)])
+	}
+}
+
+// AllocOn is Alloc on backend b: on a ParamPlacer the parameters are
+// allocated there (master values only with master) and are then written
+// one by one with SetParam, so that a model loads into device memory
+// without a host copy of the whole; elsewhere it is Alloc.
+func (a *Arena[T]) AllocOn(b Backend[T], master bool) {
+	pp, ok := b.(ParamPlacer[T])
+	if !ok {
+		a.Alloc()
+		return
+	}
+	if a.alloc {
+		panic("tensor.Arena: AllocOn after Alloc")
+	}
+	a.alloc = true
+	a.Values, a.Compute = pp.AllocParams(a.size, master)
 	a.point()
+}
+
+// SetParam sets the values of parameter i (in declaration order) to host
+// on backend b, where the arena was allocated: its master range and its
+// compute copy's.
+func (a *Arena[T]) SetParam(b Backend[T], i int, host []T) {
+	checkLen("Arena.SetParam "+a.params[i].Name, len(host), numel(a.params[i].Shape))
+	pp, ok := b.(ParamPlacer[T])
+	if !ok {
+		copy(HostData(a.view(a.Values, i), a.params[i].Name), host)
+		return
+	}
+	if a.Values != nil {
+		pp.WriteParams(a.view(a.Values, i), host)
+	}
+	pp.WriteParams(a.view(a.Compute, i), host)
 }
 
 // Fetch brings a placed arena's master values back to host memory through

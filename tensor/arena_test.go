@@ -146,27 +146,40 @@ func abs(x float64) float64 {
 }
 
 // devStore is storage of fakeDevice: host memory in a type the CPU kernels
-// do not accept, as a device buffer would be.
-type devStore struct{ h tensor.Host[float64] }
+// do not accept, as a device buffer would be. A compute copy rounds what is
+// written to it to float32 (as the CUDA backend's bf16 copy rounds).
+type devStore struct {
+	h     tensor.Host[float64]
+	round bool
+}
 
-func (s devStore) Len() int                                 { return len(s.h) }
-func (s devStore) DType() dtype.DType                       { return dtype.F64 }
-func (s devStore) Slice(lo, hi int) tensor.Storage[float64] { return devStore{s.h[lo:hi:hi]} }
-func (s devStore) Like(n int) tensor.Storage[float64]       { return devStore{make(tensor.Host[float64], n)} }
+func (s devStore) Len() int           { return len(s.h) }
+func (s devStore) DType() dtype.DType { return dtype.F64 }
+func (s devStore) Slice(lo, hi int) tensor.Storage[float64] {
+	return devStore{s.h[lo:hi:hi], s.round}
+}
+func (s devStore) Like(n int) tensor.Storage[float64] { return devStore{make(tensor.Host[float64], n), false} }
 
 // fakeDevice places parameters in devStore: masters as given, compute
-// copies rounded to float32 (as a bf16 copy is rounded on CUDA).
+// copies rounded to float32.
 type fakeDevice struct{ *tensor.CPU[float64] }
 
-func (f fakeDevice) PlaceParams(host []float64, master bool) (values, compute tensor.Storage[float64]) {
-	c := make(tensor.Host[float64], len(host))
+func (f fakeDevice) AllocParams(n int, master bool) (values, compute tensor.Storage[float64]) {
+	compute = devStore{make(tensor.Host[float64], n), true}
+	if master {
+		values = devStore{make(tensor.Host[float64], n), false}
+	}
+	return values, compute
+}
+
+func (f fakeDevice) WriteParams(dst tensor.Storage[float64], host []float64) {
+	d := dst.(devStore)
 	for i, x := range host {
-		c[i] = float64(float32(x))
+		if d.round {
+			x = float64(float32(x))
+		}
+		d.h[i] = x
 	}
-	if !master {
-		return nil, devStore{c}
-	}
-	return devStore{slices.Clone(tensor.Host[float64](host))}, devStore{c}
 }
 
 func (f fakeDevice) Download(s tensor.Storage[float64], dst []float64) { copy(dst, s.(devStore).h) }

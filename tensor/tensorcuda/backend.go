@@ -22,7 +22,7 @@ import (
 //
 // Activations and their gradients (Alloc, Upload without stat) are bf16;
 // statistics (AllocStat, Upload with stat: RMSNorm's rstd, RoPE tables,
-// losses, loss scales) are fp32. PlaceParams keeps an fp32 master copy and
+// losses, loss scales) are fp32. AllocParams keeps an fp32 master copy and
 // a bf16 compute copy of a model's parameter arena; the arena's gradient,
 // made by Like from the master copy, is fp32. Every op dispatches on the
 // dtypes of its arguments (dispatch.go lists the combinations); one that is
@@ -252,14 +252,20 @@ func (b *Backend) DownloadInts(s tensor.Ints, dst []int32) {
 	}
 }
 
-// PlaceParams uploads a model's parameters: the fp32 master copy (only with
-// master) and the bf16 compute copy, both persistent.
-func (b *Backend) PlaceParams(host []float32, master bool) (values, compute tensor.Storage[float32]) {
-	compute = b.upload(host, dtype.BF16, true)
+// AllocParams returns a model's parameter storage, both persistent: the
+// fp32 master copy (only with master) and the bf16 compute copy.
+func (b *Backend) AllocParams(n int, master bool) (values, compute tensor.Storage[float32]) {
+	compute = b.newBuf(n, dtype.BF16, true, false)
 	if master {
-		values = b.upload(host, dtype.F32, true)
+		values = b.newBuf(n, dtype.F32, true, false)
 	}
 	return values, compute
+}
+
+// WriteParams copies host into dst (parameter storage of this backend),
+// rounded to its dtype.
+func (b *Backend) WriteParams(dst tensor.Storage[float32], host []float32) {
+	b.write(b.buf(dst, "WriteParams"), host)
 }
 
 // buf returns s as this backend's live storage; it panics, naming what,
@@ -338,7 +344,10 @@ func (m devMemory) upload(b gpu.Buffer, src []byte) error   { return gpu.Upload(
 func (m devMemory) download(dst []byte, b gpu.Buffer) error { return gpu.Download(m.d, dst, b) }
 func (m devMemory) sync() error                             { return m.d.Synchronize() }
 
-var _ tensor.StepMemory = (*Backend)(nil)
+var (
+	_ tensor.StepMemory           = (*Backend)(nil)
+	_ tensor.ParamPlacer[float32] = (*Backend)(nil)
+)
 
 // RecoverOOM, deferred in a function that runs a model on a Backend, turns
 // the panic of an op that ran out of device memory (the Backend's ops

@@ -124,7 +124,7 @@ func TestBackendDispatch(t *testing.T) {
 	b, bfRun, f32Run, _ := fakeBackend()
 	bf := func(n int) tensor.Storage[float32] { return b.Alloc(n) }
 	f32 := func(n int) tensor.Storage[float32] { return b.AllocStat(n) }
-	_, param := b.PlaceParams(make([]float32, 64), true) // the compute copy: bf16, persistent
+	_, param := b.AllocParams(64, true) // the compute copy: bf16, persistent
 	pgrad := b.AllocStat(64)
 	ids := b.UploadInts([]int32{1, 0, 3})
 	none := tensor.Storage[float32](nil)
@@ -221,17 +221,26 @@ func TestBufViews(t *testing.T) {
 	if d := b.AllocStat(1).DType(); d != dtype.F32 {
 		t.Errorf("AllocStat gives %v, want f32", d)
 	}
-	values, compute := b.PlaceParams([]float32{1, 2, 3}, true)
+	values, compute := b.AllocParams(3, true)
 	if values.DType() != dtype.F32 || compute.DType() != dtype.BF16 || values.(Buf).step != 0 || compute.(Buf).step != 0 {
-		t.Errorf("PlaceParams: values %v, compute %v", values, compute)
+		t.Errorf("AllocParams: values %v, compute %v", values, compute)
+	}
+	b.WriteParams(values, []float32{1, 2.001, 3})
+	b.WriteParams(compute, []float32{1, 2.001, 3})
+	got := make([]float32, 3)
+	if b.Download(values, got); got[1] != 2.001 {
+		t.Errorf("master values after WriteParams: %v", got)
+	}
+	if b.Download(compute, got); got[1] != 2 {
+		t.Errorf("compute copy after WriteParams: %v, want bf16 roundings", got)
 	}
 	allocs := mem.allocs
 	g := values.Like(3).(Buf)
 	if g.step != 0 || g.dt != dtype.F32 || mem.allocs != allocs+1 {
 		t.Errorf("Like of parameter values: %v step %d, %d allocations (want persistent fp32, one allocation)", g, g.step, mem.allocs-allocs)
 	}
-	if v, _ := b.PlaceParams([]float32{1}, false); v != nil {
-		t.Errorf("PlaceParams without master: values %v, want nil", v)
+	if v, _ := b.AllocParams(1, false); v != nil {
+		t.Errorf("AllocParams without master: values %v, want nil", v)
 	}
 
 	rng := testseed.New(t)
@@ -268,7 +277,7 @@ func TestBufViews(t *testing.T) {
 func TestStepArena(t *testing.T) {
 	b, _, _, mem := fakeBackend()
 	b.arena.chunk = 4096
-	_, param := b.PlaceParams([]float32{1, 2}, true)
+	_, param := b.AllocParams(2, true)
 	sizes := []int{1, 300, 5000, 7, 2048, 2048, 1, 100000, 3}
 	step := func() []gpu.Buffer {
 		var ps []gpu.Buffer

@@ -16,7 +16,7 @@ import (
 // A Buf allocated between two Resets of its backend (every activation,
 // statistic and temporary of a step) lives in the step arena and must not
 // be used after the next ResetStep; the backend's ops panic when given one.
-// Parameter memory (PlaceParams) and the storage Like makes from it is
+// Parameter memory (AllocParams) and the storage Like makes from it is
 // persistent: it lives until the backend's Close.
 type Buf struct {
 	be   *Backend
