@@ -48,12 +48,24 @@ type Model struct {
 }
 
 // build allocates every parameter (zero, requiring gradients) with its HF
-// name and shape, in HF order (see Params), as views of one arena.
+// name and shape, in HF order (see Params), as views of one arena in host
+// memory, after checking that the host has the memory.
 func build(c *Config) (*Model, error) {
-	if err := c.Validate(); err != nil {
+	if err := checkMemory(c); err != nil {
 		return nil, err
 	}
-	if err := checkMemory(c); err != nil {
+	m, err := declare(c)
+	if err != nil {
+		return nil, err
+	}
+	m.arena.Alloc()
+	return m, nil
+}
+
+// declare is build without the allocation: the arena's parameters are
+// declared, and the caller allocates them (Arena.Alloc or AllocOn).
+func declare(c *Config) (*Model, error) {
+	if err := c.Validate(); err != nil {
 		return nil, err
 	}
 	rope, err := tensor.NewRope(c.HeadDim, c.RopeTheta, c.RopeScaling)
@@ -111,7 +123,6 @@ func build(c *Config) (*Model, error) {
 	} else {
 		m.LMHead = p("lm_head.weight", c.VocabSize, H)
 	}
-	a.Alloc()
 	return m, nil
 }
 
@@ -197,12 +208,28 @@ func isNorm(name string) bool { return strings.HasSuffix(name, "norm.weight") }
 // integer or 8-bit tensor), an unsupported architecture or weights larger
 // than the memory available is an error naming the tensor, file or field;
 // tensors the model does not use are logged and ignored.
-func Load(dir string) (*Model, error) {
+func Load(dir string) (*Model, error) { return LoadOn(dir, nil) }
+
+// LoadOn is Load with the model frozen on backend b: on a backend that
+// places parameters (the CUDA backend) the weights go straight into its
+// parameter storage, one tensor at a time through a host buffer of that
+// tensor's size, so the host never holds the whole model (and its memory
+// is not checked: the device's is, by its allocator); on the CPU (or b
+// nil) it is Load.
+func LoadOn(dir string, b tensor.Backend[float32]) (*Model, error) {
 	c, err := ReadConfig(filepath.Join(dir, "config.json"))
 	if err != nil {
 		return nil, err
 	}
-	m, err := build(c)
+	_, device := b.(tensor.ParamPlacer[float32])
+	var m *Model
+	if device {
+		if m, err = declare(c); err == nil {
+			m.arena.AllocOn(b, false)
+		}
+	} else {
+		m, err = build(c)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, "config.json"), err)
 	}
@@ -212,9 +239,20 @@ func Load(dir string) (*Model, error) {
 	}
 	defer w.Close()
 	used := map[string]bool{}
-	for _, p := range m.Params() {
-		if err := w.Weight(p.Name, p.Shape, p.Data()); err != nil {
-			return nil, err
+	var buf []float32
+	for i, p := range m.Params() {
+		if !device {
+			if err := w.Weight(p.Name, p.Shape, p.Data()); err != nil {
+				return nil, err
+			}
+		} else {
+			if cap(buf) < p.Numel() {
+				buf = make([]float32, p.Numel())
+			}
+			if err := w.Weight(p.Name, p.Shape, buf[:p.Numel()]); err != nil {
+				return nil, err
+			}
+			m.arena.SetParam(b, i, buf[:p.Numel()])
 		}
 		used[p.Name] = true
 	}

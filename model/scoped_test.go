@@ -2,6 +2,7 @@ package model
 
 import (
 	"math"
+	"path/filepath"
 	"slices"
 	"testing"
 
@@ -123,4 +124,51 @@ func sameBits(a, b []float32) bool {
 		}
 	}
 	return true
+}
+
+// placingCPU is the CPU backend as a ParamPlacer: parameters in host
+// memory it allocates itself, so that the CPU kernels still run on them,
+// counting what is written.
+type placingCPU struct {
+	*tensor.CPU[float32]
+	writes int
+}
+
+func (p *placingCPU) AllocParams(n int, master bool) (values, compute tensor.Storage[float32]) {
+	compute = make(tensor.Host[float32], n)
+	if master {
+		values = make(tensor.Host[float32], n)
+	}
+	return values, compute
+}
+
+func (p *placingCPU) WriteParams(dst tensor.Storage[float32], host []float32) {
+	p.writes++
+	copy(tensor.HostData(dst, "WriteParams"), host)
+}
+
+// TestLoadOn: a model loaded onto a backend that places parameters gets
+// them written there one tensor at a time, frozen (no master values), and
+// computes exactly what the model Load reads into host memory computes.
+func TestLoadOn(t *testing.T) {
+	dir := filepath.Join("testdata", "qwen3-tiny")
+	want, err := Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc := &placingCPU{CPU: tensor.NewCPU[float32](1)}
+	m, err := LoadOn(dir, pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pc.writes != len(m.Params()) || m.Arena().Values != nil {
+		t.Fatalf("%d writes for %d parameters, master values %v: want one write each, frozen", pc.writes, len(m.Params()), m.Arena().Values != nil)
+	}
+	ids := []int32{5, 17, 3, 99, 42, 7}
+	in := Input{IDs: ids, Batch: 2, Len: 3}
+	a := want.Forward(tensor.NewInference[float32](tensor.NewCPU[float32](1)), in).Final.Data()
+	b := m.Forward(tensor.NewInference[float32](pc), in).Final.Data()
+	if !sameBits(a, b) {
+		t.Fatal("the model loaded onto the placing backend computes another output")
+	}
 }

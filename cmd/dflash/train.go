@@ -204,7 +204,9 @@ func trainDrafter(ctx context.Context, a *trainArgs) (*train.Result, error) {
 	if place.World > 1 && cfg.Data.Buckets > 0 {
 		return nil, fmt.Errorf("%s %d with %d ranks: not yet (the bucket sampler is not sharded across ranks); set it to 0", a.opts.Source("data.buckets"), cfg.Data.Buckets, place.World)
 	}
-	target, err := model.Load(targetDir)
+	// The target's shape is all that is needed before training; its weights
+	// are loaded onto each rank's backend when it starts (load, below).
+	tc, err := model.ReadConfig(filepath.Join(targetDir, "config.json"))
 	if err != nil {
 		return nil, err
 	}
@@ -216,17 +218,17 @@ func trainDrafter(ctx context.Context, a *trainArgs) (*train.Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	mask, err := maskToken(cfg.Drafter.MaskTokenID, tok, target.Config.VocabSize)
+	mask, err := maskToken(cfg.Drafter.MaskTokenID, tok, tc.VocabSize)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", a.opts.Source("drafter.mask-token-id"), err)
 	}
 	for _, l := range cfg.Drafter.Taps {
-		if l >= target.Config.NumLayers {
+		if l >= tc.NumLayers {
 			return nil, fmt.Errorf("%s %v: layer %d is past the target's %d layers (0..%d)", a.opts.Source("drafter.taps"),
-				cfg.Drafter.Taps, l, target.Config.NumLayers, target.Config.NumLayers-1)
+				cfg.Drafter.Taps, l, tc.NumLayers, tc.NumLayers-1)
 		}
 	}
-	examples, err := readConversations(ctx, dataArg, cfg, data.Target{Tokenizer: tok, Template: tmpl, Vocab: target.Config.VocabSize}, cfg.Workers)
+	examples, err := readConversations(ctx, dataArg, cfg, data.Target{Tokenizer: tok, Template: tmpl, Vocab: tc.VocabSize}, cfg.Workers)
 	if err != nil {
 		return nil, err
 	}
@@ -237,7 +239,7 @@ func trainDrafter(ctx context.Context, a *trainArgs) (*train.Result, error) {
 	rng.Shuffle(len(examples), func(i, j int) { examples[i], examples[j] = examples[j], examples[i] })
 	nEval := min(cfg.Data.EvalMax, max(1, int(float64(len(examples))*cfg.Data.EvalFraction)))
 
-	dc := dflash.DrafterConfigFor(target, cfg.Drafter.Layers, cfg.Drafter.Taps, cfg.Drafter.BlockSize, mask)
+	dc := dflash.DrafterConfigFor(&model.Model{Config: *tc}, cfg.Drafter.Layers, cfg.Drafter.Taps, cfg.Drafter.BlockSize, mask)
 	if cfg.Drafter.Gamma != 0 {
 		dc.Gamma = cfg.Drafter.Gamma
 	}
@@ -263,11 +265,11 @@ func trainDrafter(ctx context.Context, a *trainArgs) (*train.Result, error) {
 		return &dflash.Session{Drafter: d, Train: examples[nEval:], Eval: examples[:nEval], BatchSize: cfg.Data.BatchSize, Pad: pad,
 			Seed: cfg.Seed, CacheHidden: cfg.Data.CacheHidden, Buckets: cfg.Data.Buckets}
 	}
-	first := rankModels{target, newSession()}
-	drafter := first.sess.Drafter
+	lead := newSession() // the session of this process's first rank, whose drafter is exported
+	drafter := lead.Drafter
 	slog.Info("drafter", "layers", dc.NumLayers, "taps", dc.TargetLayerIDs, "block", dc.BlockSize, "mask", dc.MaskTokenID,
-		"gamma", dc.Gamma, "train", len(first.sess.Train), "eval", len(first.sess.Eval), "device", cfg.Device, "ranks", place.World)
-	if err := logBuckets(first.sess); err != nil {
+		"gamma", dc.Gamma, "train", len(lead.Train), "eval", len(lead.Eval), "device", cfg.Device, "ranks", place.World)
+	if err := logBuckets(lead); err != nil {
 		return nil, fmt.Errorf("%s: %w", a.opts.Source("data.buckets"), err)
 	}
 	// run trains m on backend b, the models placed there (dev: the
@@ -286,15 +288,26 @@ func trainDrafter(ctx context.Context, a *trainArgs) (*train.Result, error) {
 		hooks.Identity = id
 		return train.Run(ctx, cfg.Config, hooks)
 	}
+	// load returns what a rank trains on backend b: the target loaded there
+	// (on a GPU straight into device memory, a tensor at a time) and, for
+	// this process's first rank, the lead session, else a new replica.
+	load := func(b tensor.Backend[float32], first bool) (rankModels, error) {
+		t, err := model.LoadOn(targetDir, b)
+		s := lead
+		if !first {
+			s = newSession()
+		}
+		return rankModels{t, s}, err
+	}
 	var res *train.Result
 	if cfg.Device == "cuda" {
-		replica := func() (rankModels, error) {
-			t, err := model.Load(targetDir)
-			return rankModels{t, newSession()}, err
-		}
-		res, err = trainOnGPU(ctx, cfg, place, first, replica, run)
+		res, err = trainOnGPU(ctx, cfg, place, load, run)
 	} else {
-		res, err = run(first, tensor.NewCPU[float32](cfg.Workers), nil, nil)
+		cpu := tensor.NewCPU[float32](cfg.Workers)
+		var m rankModels
+		if m, err = load(cpu, true); err == nil {
+			res, err = run(m, cpu, nil, nil)
+		}
 	}
 	if err != nil || !place.Lead() {
 		return res, err

@@ -14,14 +14,13 @@ import (
 
 // trainOnGPU runs train once per rank of place, each on the worker thread
 // of its GPU (every CUDA call of a rank comes from it; tensorcuda.RunRanks):
-// the rank's target placed frozen (bf16), its drafter with fp32 master
+// the rank's target loaded frozen onto its backend (bf16, a tensor at a time:
+// the host never holds the whole model), its drafter with fp32 master
 // weights, gradient and AdamW state on the device, and with several ranks
-// its NCCL collective. This process's first rank trains first (the models
-// already loaded); the others load replicas, one at a time (one host copy
-// of the target at once). The trained values of the first rank's drafter
-// come back to its host arena at the end, for the export; its result is
-// the one returned.
-func trainOnGPU(ctx context.Context, cfg trainConfig, place tensorcuda.Placement, first rankModels, replica func() (rankModels, error),
+// its NCCL collective. The ranks load one at a time. The trained values of
+// this process's first rank's drafter come back to its host arena at the
+// end, for the export; its result is the one returned.
+func trainOnGPU(ctx context.Context, cfg trainConfig, place tensorcuda.Placement, load func(tensor.Backend[float32], bool) (rankModels, error),
 	run func(rankModels, tensor.Backend[float32], train.Device, train.Collective) (*train.Result, error)) (*train.Result, error) {
 	if cfg.SpecEvalEvery > 0 {
 		return nil, fmt.Errorf("--spec-eval-every %d with --device cuda: speculative decoding runs on the CPU only for now; set --spec-eval-every 0", cfg.SpecEvalEvery)
@@ -36,23 +35,16 @@ func trainOnGPU(ctx context.Context, cfg trainConfig, place tensorcuda.Placement
 	}
 	defer gpu.CloseAll()
 	var (
-		mu  sync.Mutex // one replica loaded at a time
+		mu  sync.Mutex // one rank loads at a time
 		res *train.Result
 	)
 	err = tensorcuda.RunRanks(ctx, cache, place, 0, func(r tensorcuda.RankEnv) error {
-		m, lead := first, r.Rank == place.Ranks[0]
-		if !lead {
-			mu.Lock()
-			var err error
-			if m, err = replica(); err == nil {
-				m.target.Arena().Place(r.Backend, false)
-			}
-			mu.Unlock()
-			if err != nil {
-				return err
-			}
-		} else {
-			m.target.Arena().Place(r.Backend, false)
+		first := r.Rank == place.Ranks[0]
+		mu.Lock()
+		m, err := load(r.Backend, first)
+		mu.Unlock()
+		if err != nil {
+			return err
 		}
 		d := m.sess.Drafter
 		d.Arena().Place(r.Backend, true)
@@ -61,7 +53,7 @@ func trainOnGPU(ctx context.Context, cfg trainConfig, place tensorcuda.Placement
 			return err
 		}
 		rr, err := run(m, r.Backend, td, r.Collective)
-		if lead {
+		if first {
 			res = rr
 			d.Arena().Fetch(r.Backend)
 		}
