@@ -158,7 +158,9 @@ func (s devStore) DType() dtype.DType { return dtype.F64 }
 func (s devStore) Slice(lo, hi int) tensor.Storage[float64] {
 	return devStore{s.h[lo:hi:hi], s.round}
 }
-func (s devStore) Like(n int) tensor.Storage[float64] { return devStore{make(tensor.Host[float64], n), false} }
+func (s devStore) Like(n int) tensor.Storage[float64] {
+	return devStore{make(tensor.Host[float64], n), false}
+}
 
 // fakeDevice places parameters in devStore: masters as given, compute
 // copies rounded to float32.
