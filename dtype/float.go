@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"runtime"
+	"sync"
 )
 
 // BF16ToFloat32 widens a bfloat16 (1 sign, 8 exponent, 7 mantissa bits) exactly: the
@@ -164,9 +166,40 @@ func DecodeFloat32(t DType, dst []float32, src []byte) {
 
 // decodeEach sets dst[i] to get of the i-th size-byte element of src.
 func decodeEach(dst []float32, src []byte, size int, get func(b []byte) float32) {
-	for i := range dst {
-		dst[i] = get(src[size*i:])
+	inParallel(len(dst), func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			dst[i] = get(src[size*i:])
+		}
+	})
+}
+
+// parallelGrain is the element count below which a conversion stays on the
+// calling goroutine, and the chunk the goroutines take (a model's weights
+// convert on every core; a step's small inputs do not start goroutines).
+const parallelGrain = 1 << 20
+
+// inParallel runs f over [0, n) in chunks of parallelGrain on every core.
+// Each element is converted alone, so the result does not depend on the
+// split.
+func inParallel(n int, f func(lo, hi int)) {
+	if n <= parallelGrain {
+		f(0, n)
+		return
 	}
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for range min(runtime.GOMAXPROCS(0), (n+parallelGrain-1)/parallelGrain) {
+		wg.Go(func() {
+			for lo := range next {
+				f(lo, min(n, lo+parallelGrain))
+			}
+		})
+	}
+	for lo := 0; lo < n; lo += parallelGrain {
+		next <- lo
+	}
+	close(next)
+	wg.Wait()
 }
 
 // CanEncode reports whether EncodeFloat32 writes t: F32, BF16, F16 and F64.
@@ -183,24 +216,26 @@ func EncodeFloat32(t DType, dst []byte, src []float32) {
 		panic(fmt.Sprintf("dtype: EncodeFloat32: %d bytes for %d %v elements", len(dst), len(src), t))
 	}
 	le := binary.LittleEndian
-	switch t {
-	case F32:
-		for i, v := range src {
-			le.PutUint32(dst[4*i:], math.Float32bits(v))
+	inParallel(len(src), func(lo, hi int) {
+		switch t {
+		case F32:
+			for i, v := range src[lo:hi] {
+				le.PutUint32(dst[4*(lo+i):], math.Float32bits(v))
+			}
+		case BF16:
+			for i, v := range src[lo:hi] {
+				le.PutUint16(dst[2*(lo+i):], Float32ToBF16(v))
+			}
+		case F16:
+			for i, v := range src[lo:hi] {
+				le.PutUint16(dst[2*(lo+i):], Float32ToF16(v))
+			}
+		case F64:
+			for i, v := range src[lo:hi] {
+				le.PutUint64(dst[8*(lo+i):], math.Float64bits(float64(v)))
+			}
 		}
-	case BF16:
-		for i, v := range src {
-			le.PutUint16(dst[2*i:], Float32ToBF16(v))
-		}
-	case F16:
-		for i, v := range src {
-			le.PutUint16(dst[2*i:], Float32ToF16(v))
-		}
-	case F64:
-		for i, v := range src {
-			le.PutUint64(dst[8*i:], math.Float64bits(float64(v)))
-		}
-	}
+	})
 }
 
 // EncodeHalves writes src as t (BF16 or F16) bit patterns into dst, rounding

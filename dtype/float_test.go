@@ -187,3 +187,36 @@ func TestF8(t *testing.T) {
 		})
 	}
 }
+
+// TestConvertInParallel: encoding and decoding more elements than one
+// goroutine takes give, element for element, the scalar conversions (the
+// split over goroutines changes nothing), special values included.
+func TestConvertInParallel(t *testing.T) {
+	rng := testseed.New(t)
+	n := 3*parallelGrain + 12345
+	src := make([]float32, n)
+	for i := range src {
+		src[i] = float32(rng.NormFloat64() * math.Pow(10, float64(rng.IntN(20)-10)))
+	}
+	src[0], src[parallelGrain], src[n-1] = float32(math.Inf(1)), float32(math.NaN()), -0
+	for _, dt := range []DType{F32, BF16, F16, F64} {
+		raw := make([]byte, n*dt.Size())
+		EncodeFloat32(dt, raw, src)
+		back := make([]float32, n)
+		DecodeFloat32(dt, back, raw)
+		for i, v := range src {
+			var want float32
+			switch dt {
+			case F32, F64:
+				want = v
+			case BF16:
+				want = BF16ToFloat32(Float32ToBF16(v))
+			case F16:
+				want = F16ToFloat32(Float32ToF16(v))
+			}
+			if math.Float32bits(back[i]) != math.Float32bits(want) && !(math.IsNaN(float64(want)) && math.IsNaN(float64(back[i]))) {
+				t.Fatalf("%v element %d: %v encoded and decoded to %v, want %v", dt, i, v, back[i], want)
+			}
+		}
+	}
+}
