@@ -264,6 +264,9 @@ func printStepReport(r *stepbench.Report) {
 	if r.GPU != "" {
 		fmt.Printf("peak device memory %s (one step's storage %s); setup %.1f s, first step %.1f s (kernels compiled or loaded)\n",
 			meminfo.Format(float64(r.PeakDeviceBytes)), meminfo.Format(float64(r.StepArenaBytes)), r.SetupMS/1e3, r.FirstStepMS/1e3)
+		if r.PerStep != nil {
+			fmt.Printf("per step: %v\n", *r.PerStep)
+		}
 		return
 	}
 	fmt.Printf("peak Go heap %s (marked live by a GC: %s), peak RSS %s; estimated before allocating %s\n", meminfo.Format(float64(r.PeakHeapBytes)),

@@ -64,10 +64,15 @@ func runCUDA(o Options) (*Report, error) {
 		if err := s.warm(); err != nil {
 			return err
 		}
+		before := d.Counters()
 		steps, walls, err := s.timed()
 		if err != nil {
 			return err
 		}
+		c := d.Counters().Since(before)
+		n := int64(len(steps))
+		rep.PerStep = &gpu.Counters{HtoDCalls: c.HtoDCalls / n, HtoDBytes: c.HtoDBytes / n, DtoHCalls: c.DtoHCalls / n,
+			DtoHBytes: c.DtoHBytes / n, Syncs: c.Syncs / n}
 		rep.PeakDeviceBytes = d.AllocStats().PeakBytes
 		_, rep.StepArenaBytes = b.StepBytes()
 		rep.finish(steps, walls)

@@ -1,5 +1,7 @@
 package stepbench
 
+import "dflash/gpu"
+
 // Report is the result of one benchmark (the JSON of `dflash bench step
 // --json`). Times are means over the timed steps, in milliseconds.
 type Report struct {
@@ -55,6 +57,10 @@ type Report struct {
 	// loading from the cache) included.
 	SetupMS     float64 `json:"setup_ms,omitempty"`
 	FirstStepMS float64 `json:"first_step_ms,omitempty"`
+	// cuda: PerStep is the host<->device copies and host waits of a timed
+	// step, on average (its inputs' uploads, the phase timing's
+	// synchronisations, the clipping norm, the loss and metrics read back).
+	PerStep *gpu.Counters `json:"per_step,omitempty"`
 
 	FLOPs      FLOPs   `json:"flops"` // per step, mean over the timed steps
 	PeakTFLOPS float64 `json:"peak_tflops"`
