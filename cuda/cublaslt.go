@@ -36,6 +36,16 @@ const (
 	layoutBatchCount      = 5
 	layoutStridedBatch    = 6
 	prefMaxWorkspaceBytes = 1
+	prefReductionSchemes  = 3
+)
+
+// Reduction schemes of split-K algorithms (cublasLtReductionScheme_t), as
+// bits of a preference mask: in place, in the compute type (fp32 partial
+// sums), or in the output type (partial sums rounded to, e.g., bf16).
+const (
+	ReductionInPlace     uint32 = 1
+	ReductionComputeType uint32 = 2
+	ReductionOutputType  uint32 = 4
 )
 
 // Handles of cuBLASLt objects.
@@ -163,6 +173,13 @@ func MatmulPreferenceCreate() (MatmulPreference, error) {
 // SetMaxWorkspace limits the workspace an algorithm may need.
 func (p MatmulPreference) SetMaxWorkspace(bytes uint64) error {
 	return lt(pLtPrefSetAttr, uintptr(p), prefMaxWorkspaceBytes, uintptr(unsafe.Pointer(&bytes)), 8)
+}
+
+// SetReductionSchemes allows the heuristic only algorithms that reduce
+// split-K partial sums with one of the schemes of mask (Reduction* bits;
+// algorithms that do not split K are always allowed).
+func (p MatmulPreference) SetReductionSchemes(mask uint32) error {
+	return lt(pLtPrefSetAttr, uintptr(p), prefReductionSchemes, uintptr(unsafe.Pointer(&mask)), 4)
 }
 
 // Destroy releases p.

@@ -146,6 +146,12 @@ func (d *Device) blasInit() (*blasState, error) {
 		err = bs.pref.SetMaxWorkspace(GemmWorkspace)
 	}
 	if err == nil {
+		// Split-K partial sums are added in fp32 (or in place), never in
+		// the output type: a bf16 product would otherwise round once per
+		// split (TestGPUGemm saw 5 roundings' error on a 100x257x31 one).
+		err = bs.pref.SetReductionSchemes(cuda.ReductionInPlace | cuda.ReductionComputeType)
+	}
+	if err == nil {
 		bs.ws, err = d.alloc.Alloc(GemmWorkspace)
 	}
 	if err != nil {
