@@ -68,6 +68,9 @@ type Device struct {
 	main  *Stream
 	alloc *Allocator
 	blas  *blasState
+	// detGemm restricts GEMMs to split-K reductions in the compute type
+	// (SetDeterministicGemm).
+	detGemm bool
 
 	streams []*Stream
 	events  []*Event

@@ -149,7 +149,12 @@ func (d *Device) blasInit() (*blasState, error) {
 		// Split-K partial sums are added in fp32 (or in place), never in
 		// the output type: a bf16 product would otherwise round once per
 		// split (TestGPUGemm saw 5 roundings' error on a 100x257x31 one).
-		err = bs.pref.SetReductionSchemes(cuda.ReductionInPlace | cuda.ReductionComputeType)
+		// Deterministic GEMMs leave out the in-place (atomic) reduction.
+		mask := cuda.ReductionInPlace | cuda.ReductionComputeType
+		if d.detGemm {
+			mask = cuda.ReductionComputeType
+		}
+		err = bs.pref.SetReductionSchemes(mask)
 	}
 	if err == nil {
 		bs.ws, err = d.alloc.Alloc(GemmWorkspace)
@@ -237,6 +242,18 @@ func (d *Device) plan(bs *blasState, s GemmSpec) (*gemmPlan, error) {
 	p.algo = p.candidates[0]
 	bs.plans[s] = p
 	return p, nil
+}
+
+// SetDeterministicGemm makes the device's GEMMs reproducible bit for bit
+// from run to run: algorithms that split K may add their partial sums only
+// in the compute type, not in place with atomics. It must come before the
+// device's first GEMM.
+func (d *Device) SetDeterministicGemm() error {
+	if d.blas != nil {
+		return fmt.Errorf("gpu %d: SetDeterministicGemm after the first GEMM", d.info.Ordinal)
+	}
+	d.detGemm = true
+	return nil
 }
 
 // Gemm queues the product described by spec on s (the default stream when

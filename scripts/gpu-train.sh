@@ -4,8 +4,9 @@
 # the float64 golden (head dim 64, generated here by bench/drafter_ref.py), the
 # targets' hidden states on CUDA against transformers (scripts/golden_hf_gpu.py),
 # `dflash train` for STEPS steps on the CUDA backend and on the CPU with the same
-# configuration (their loss curves side by side), and `dflash bench step
-# --device cuda` for the qwen3-0.6b and qwen3-8b shapes.
+# configuration (their loss curves side by side), a --deterministic run killed
+# with SIGKILL and resumed against the same run straight through (bit for bit),
+# and `dflash bench step --device cuda` for the qwen3-0.6b and qwen3-8b shapes.
 #
 # Build here first (the GPU machine has no Go): bash scripts/gpu-train.sh --build
 # then through the device tool run `bash scripts/gpu-train.sh` with carry
@@ -34,7 +35,7 @@ fi
 OUT=${OUT:-$(mktemp -d)}
 WORK=${WORK:-/tmp/gpu-train}
 mkdir -p "$OUT" "$WORK"
-PARTS=${PARTS:-tests golden train bench}
+PARTS=${PARTS:-tests golden train resume bench}
 STEPS=${STEPS:-200}
 TRAIN_ARGS=${TRAIN_ARGS:-}
 status=PASS
@@ -99,6 +100,29 @@ n = steps[-1]
 print(f"first 10 steps mean: cuda {mean(g, 1, 10):.4f} cpu {mean(c, 1, 10):.4f}; last 20: cuda {mean(g, n-19, n):.4f} cpu {mean(c, n-19, n):.4f}; worst step rel diff {worst:.3g}")
 PY
 	cat "$OUT/loss.txt"
+fi
+
+if has resume; then
+	# Issue 14's resume check: a --deterministic run killed with SIGKILL after its first checkpoint,
+	# then --resume, must end bit-identical to the same run straight through.
+	args=(train --device cuda --deterministic --target "$B/fixture/target" --data "$B/fixture/conv.jsonl" --steps "$STEPS"
+		--save-every 20 --eval-every 0 --progress off --plot=false --drafter.layers 2 --drafter.block-size 8
+		--drafter.anchors 32 --data.batch-size 4 --drafter.export F32)
+	echo "== resume after SIGKILL (--deterministic, $STEPS steps)"
+	"$B/dflash" "${args[@]}" --out "$WORK/det-a" >"$OUT/det-a.log" 2>&1 || fail "deterministic run"
+	"$B/dflash" "${args[@]}" --out "$WORK/det-b" >"$OUT/det-b.log" 2>&1 &
+	pid=$!
+	for _ in $(seq 600); do ls -d "$WORK/det-b"/checkpoint-* >/dev/null 2>&1 && break; sleep 0.1; done
+	sleep 1
+	kill -9 "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
+	echo "killed after: $(ls -d "$WORK/det-b"/checkpoint-* 2>/dev/null | tr '\n' ' ')"
+	"$B/dflash" "${args[@]}" --out "$WORK/det-b" --resume >"$OUT/det-b-resume.log" 2>&1 || fail "--resume"
+	grep -m1 resumed "$OUT/det-b-resume.log"
+	if cmp -s "$WORK/det-a/drafter/model.safetensors" "$WORK/det-b/drafter/model.safetensors"; then
+		echo "resumed run: drafter bit-identical to the straight run"
+	else
+		fail "resumed run's drafter differs from the straight run's"
+	fi
 fi
 
 if has bench; then

@@ -29,15 +29,16 @@ import (
 // (--drafter.block-size) and a YAML key (block-size under drafter:); docs/CONFIG.md
 // is its table, generated from these tags (go test ./cmd/dflash -run TestConfigDoc -update).
 type trainConfig struct {
-	Workers      int    `yaml:"workers" range:">=0" help:"CPU goroutines (0: all cores)"`
-	Device       string `yaml:"device" choice:"cpu,cuda" help:"where the target and the drafter run: cpu, or cuda (the GPUs of --gpus, bf16 activations, fp32 master weights and optimizer)"`
-	GPUs         string `yaml:"gpus" help:"with --device cuda, the GPUs this process trains on, one data-parallel rank each (NCCL): ordinals 0,1,... or all (empty: GPU 0; a job of several processes takes each process's LOCAL_RANK)"`
-	Rank         int    `yaml:"rank" range:">=-1" help:"this process's rank in a data-parallel job (-1: RANK from the environment, else 0)"`
-	WorldSize    int    `yaml:"world-size" range:">=-1" help:"ranks in a data-parallel job, one per GPU (-1: WORLD_SIZE from the environment, else 1)"`
-	Rendezvous   string `yaml:"rendezvous" help:"host:port where rank 0 hands out the NCCL id (empty: MASTER_ADDR and MASTER_PORT from the environment)"`
-	train.Config `yaml:",inline"`
-	Drafter      drafterOptions `yaml:"drafter"`
-	Data         dataOptions    `yaml:"data"`
+	Workers       int    `yaml:"workers" range:">=0" help:"CPU goroutines (0: all cores)"`
+	Device        string `yaml:"device" choice:"cpu,cuda" help:"where the target and the drafter run: cpu, or cuda (the GPUs of --gpus, bf16 activations, fp32 master weights and optimizer)"`
+	Deterministic bool   `yaml:"deterministic" help:"cuda: bit-identical runs and resumes (the deterministic attention backward, no atomic GEMM reductions; slower); the CPU always is"`
+	GPUs          string `yaml:"gpus" help:"with --device cuda, the GPUs this process trains on, one data-parallel rank each (NCCL): ordinals 0,1,... or all (empty: GPU 0; a job of several processes takes each process's LOCAL_RANK)"`
+	Rank          int    `yaml:"rank" range:">=-1" help:"this process's rank in a data-parallel job (-1: RANK from the environment, else 0)"`
+	WorldSize     int    `yaml:"world-size" range:">=-1" help:"ranks in a data-parallel job, one per GPU (-1: WORLD_SIZE from the environment, else 1)"`
+	Rendezvous    string `yaml:"rendezvous" help:"host:port where rank 0 hands out the NCCL id (empty: MASTER_ADDR and MASTER_PORT from the environment)"`
+	train.Config  `yaml:",inline"`
+	Drafter       drafterOptions `yaml:"drafter"`
+	Data          dataOptions    `yaml:"data"`
 }
 
 type drafterOptions struct {

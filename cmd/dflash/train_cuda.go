@@ -40,6 +40,11 @@ func trainOnGPU(ctx context.Context, cfg trainConfig, place tensorcuda.Placement
 	)
 	err = tensorcuda.RunRanks(ctx, cache, place, 0, func(r tensorcuda.RankEnv) error {
 		first := r.Rank == place.Ranks[0]
+		if cfg.Deterministic {
+			if err := r.Backend.SetDeterministic(); err != nil {
+				return err
+			}
+		}
 		mu.Lock()
 		m, err := load(r.Backend, first)
 		mu.Unlock()

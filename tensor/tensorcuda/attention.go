@@ -108,12 +108,21 @@ func (b *Backend) attention(m *Mask, d flex.Dims) *flexcuda.Attention {
 	if a := b.attns[key]; a != nil {
 		return a
 	}
-	a, err := flexcuda.New(b.cache, m.prog, nil, flexcuda.Config{HeadDim: d.HeadDim, Group: d.Group(), DType: dtype.BF16, Arch: b.d.Arch()})
+	a, err := flexcuda.New(b.cache, m.prog, nil, b.attnConfig(d))
 	if err != nil {
 		panic(fmt.Errorf("tensorcuda: attention with mask %s, head dim %d, group %d: %w", m.prog.Name(), d.HeadDim, d.Group(), err))
 	}
 	b.attns[key] = a
 	return a
+}
+
+// attnConfig is the flexcuda configuration of attention over d.
+func (b *Backend) attnConfig(d flex.Dims) flexcuda.Config {
+	c := flexcuda.Config{HeadDim: d.HeadDim, Group: d.Group(), DType: dtype.BF16, Deterministic: b.det}
+	if b.d != nil {
+		c.Arch = b.d.Arch()
+	}
+	return c
 }
 
 // noScore panics for a score program: they are not yet on CUDA.

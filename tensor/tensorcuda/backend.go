@@ -57,6 +57,26 @@ type Backend struct {
 	release    []func() // what ResetStep frees besides the arena (masks)
 	attns      map[attnKey]*flexcuda.Attention
 	builders   map[string]*flexcuda.Builder // by mask program hash
+	det        bool                         // SetDeterministic
+}
+
+// SetDeterministic makes the backend's results reproducible bit for bit
+// from run to run (a resumed run then continues exactly): attention uses
+// flexcuda's deterministic backward, GEMMs no atomic split-K reduction.
+// The other ops already are (their reductions run in a fixed order;
+// scatter-adds only ever see distinct rows in training). It costs speed
+// and must come before the first op.
+func (b *Backend) SetDeterministic() error {
+	if len(b.attns) > 0 {
+		return fmt.Errorf("tensorcuda: SetDeterministic after the first attention")
+	}
+	if b.d != nil {
+		if err := b.d.SetDeterministicGemm(); err != nil {
+			return err
+		}
+	}
+	b.det = true
+	return nil
 }
 
 var (
