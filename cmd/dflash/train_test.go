@@ -124,17 +124,7 @@ func TestTrainCommand(t *testing.T) {
 	if err := runTrain(args); err != nil {
 		t.Fatal(err)
 	}
-	d2, err := dflash.LoadDir[float32](filepath.Join(straight, "drafter"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i, p := range d.Params() {
-		for j, v := range p.Data() {
-			if w := d2.Params()[i].Data()[j]; math.Float32bits(v) != math.Float32bits(w) {
-				t.Fatalf("%s[%d]: %v after resume, %v straight (bit-identical required)", p.Name, j, v, w)
-			}
-		}
-	}
+	sameDrafter(t, d, filepath.Join(straight, "drafter"))
 	recs, err := train.ReadMetrics(filepath.Join(out, "metrics.jsonl"))
 	if err != nil {
 		t.Fatal(err)
@@ -190,17 +180,7 @@ func TestTrainBuckets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d2, err := dflash.LoadDir[float32](filepath.Join(straight, "drafter"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i, p := range d.Params() {
-		for j, v := range p.Data() {
-			if w := d2.Params()[i].Data()[j]; math.Float32bits(v) != math.Float32bits(w) {
-				t.Fatalf("%s[%d]: %v after resume, %v straight (bit-identical required)", p.Name, j, v, w)
-			}
-		}
-	}
+	sameDrafter(t, d, filepath.Join(straight, "drafter"))
 	recs, err := train.ReadMetrics(filepath.Join(straight, "metrics.jsonl"))
 	if err != nil {
 		t.Fatal(err)
@@ -409,5 +389,22 @@ func TestTrainRanksRefused(t *testing.T) {
 	}
 	if err := runTrain(append(args, "--world-size", "1", "--rank", "0")); err == nil || strings.Contains(err.Error(), "world size") {
 		t.Fatalf("flags --world-size 1 over WORLD_SIZE=4: %v (want the missing target)", err)
+	}
+}
+
+// sameDrafter fails t unless the drafter exported in dir holds d's values
+// bit for bit (a resumed run against the same run straight through).
+func sameDrafter(t *testing.T, d *dflash.Drafter[float32], dir string) {
+	t.Helper()
+	d2, err := dflash.LoadDir[float32](dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, p := range d.Params() {
+		for j, v := range p.Data() {
+			if w := d2.Params()[i].Data()[j]; math.Float32bits(v) != math.Float32bits(w) {
+				t.Fatalf("%s[%d]: %v after resume, %v straight (bit-identical required)", p.Name, j, v, w)
+			}
+		}
 	}
 }

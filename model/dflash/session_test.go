@@ -20,25 +20,7 @@ import (
 // same training losses and evaluation as running the target every time.
 func TestSessionHiddenCache(t *testing.T) {
 	seed := testseed.Seed(t)
-	m, err := model.New(model.Config{Arch: model.Qwen3, VocabSize: 60, HiddenSize: 32, IntermediateSize: 48,
-		NumLayers: 4, NumHeads: 2, NumKVHeads: 1, HeadDim: 16, RMSNormEps: 1e-6, RopeTheta: 10000,
-		MaxPositionEmbeddings: 512}, seed)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rng := rand.New(rand.NewPCG(seed, 1))
-	var ex []Example
-	for i := 0; i < 10; i++ {
-		n := 12 + rng.IntN(20)
-		e := Example{IDs: make([]int32, n), Mask: make([]uint8, n)}
-		for j := range e.IDs {
-			e.IDs[j] = int32(rng.IntN(58))
-			if j >= n/3 {
-				e.Mask[j] = 1
-			}
-		}
-		ex = append(ex, e)
-	}
+	m, ex := tinyTargetData(t, seed, 10, false)
 	backend := tensor.NewCPU[float32](2)
 	run := func(cache bool) ([]float64, float64) {
 		c := DrafterConfigFor(m, 1, []int{1, 2}, 4, 59)
@@ -136,25 +118,7 @@ func TestSessionShards(t *testing.T) {
 // summation order differs (1e-5 relative to the largest parameter).
 func TestSessionDataParallel(t *testing.T) {
 	seed := testseed.Seed(t)
-	m, err := model.New(model.Config{Arch: model.Qwen3, VocabSize: 60, HiddenSize: 32, IntermediateSize: 48,
-		NumLayers: 4, NumHeads: 2, NumKVHeads: 1, HeadDim: 16, RMSNormEps: 1e-6, RopeTheta: 10000,
-		MaxPositionEmbeddings: 512}, seed)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rng := rand.New(rand.NewPCG(seed, 1))
-	var ex []Example
-	for range 14 {
-		n := 12 + rng.IntN(20)
-		e := Example{IDs: make([]int32, n), Mask: make([]uint8, n)}
-		for j := range e.IDs {
-			e.IDs[j] = int32(rng.IntN(58))
-			if j >= n/3 && rng.IntN(4) > 0 {
-				e.Mask[j] = 1
-			}
-		}
-		ex = append(ex, e)
-	}
+	m, ex := tinyTargetData(t, seed, 14, true)
 	const global, steps = 6, 5
 	train6 := func(ranks int) []float32 {
 		cfg := train.DefaultConfig()
@@ -202,4 +166,31 @@ func TestSessionDataParallel(t *testing.T) {
 			}
 		}
 	}
+}
+
+// tinyTargetData returns a small random Qwen3 target (vocabulary 60; the
+// drafter's mask token is 59) and n examples of 12 to 31 tokens whose last
+// two thirds are the assistant's, with holes in the mask when holes is set.
+func tinyTargetData(t *testing.T, seed uint64, n int, holes bool) (*model.Model, []Example) {
+	t.Helper()
+	m, err := model.New(model.Config{Arch: model.Qwen3, VocabSize: 60, HiddenSize: 32, IntermediateSize: 48,
+		NumLayers: 4, NumHeads: 2, NumKVHeads: 1, HeadDim: 16, RMSNormEps: 1e-6, RopeTheta: 10000,
+		MaxPositionEmbeddings: 512}, seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(seed, 1))
+	var ex []Example
+	for range n {
+		l := 12 + rng.IntN(20)
+		e := Example{IDs: make([]int32, l), Mask: make([]uint8, l)}
+		for j := range e.IDs {
+			e.IDs[j] = int32(rng.IntN(58))
+			if j >= l/3 && (!holes || rng.IntN(4) > 0) {
+				e.Mask[j] = 1
+			}
+		}
+		ex = append(ex, e)
+	}
+	return m, ex
 }
