@@ -15,10 +15,11 @@ import "dflash/flex"
 // f32 on CUDA). On the CPU both are T. Parameters and their gradients are
 // placed by Arena.Place.
 //
-// A backend that holds device memory queues its kernels: only Download,
-// DownloadInts and Sync wait for them. Everything else, uploads included,
-// is asynchronous, so a step made of ops makes no synchronisation and no
-// host copy it does not ask for.
+// A backend that holds device memory queues its kernels: only Download and
+// DownloadInts wait for them, and Upload, UploadInts and NewMask copy
+// inputs to the device (on CUDA each such copy waits for itself). Inputs
+// are uploaded before a step, so a step made of ops makes no
+// synchronisation and no host copy it does not ask for.
 //
 // The CPU backend implements Backend[float32] and Backend[float64]; the CUDA
 // backend (package tensor/tensorcuda) implements Backend[float32]. Both are
