@@ -196,12 +196,19 @@ func benchStep(args []string) error {
 	if o.Target, err = stepbench.Target(o.TargetName); err != nil {
 		return err
 	}
-	if o.Device == "cuda" {
-		if o.CacheDir, _, err = kernelCacheDir(*cacheDir); err != nil {
+	var rep *stepbench.Report
+	if o.Device == "cuda" && !o.DryRun {
+		if err := o.Validate(); err != nil {
 			return err
 		}
+		var dir string
+		if dir, _, err = kernelCacheDir(*cacheDir); err != nil {
+			return err
+		}
+		rep, err = benchStepCUDA(o, dir)
+	} else {
+		rep, err = stepbench.Run(o)
 	}
-	rep, err := stepbench.Run(o)
 	if err != nil {
 		return err
 	}
@@ -265,7 +272,7 @@ func printStepReport(r *stepbench.Report) {
 		fmt.Printf("peak device memory %s (one step's storage %s); setup %.1f s, first step %.1f s (kernels compiled or loaded)\n",
 			meminfo.Format(float64(r.PeakDeviceBytes)), meminfo.Format(float64(r.StepArenaBytes)), r.SetupMS/1e3, r.FirstStepMS/1e3)
 		if r.PerStep != nil {
-			fmt.Printf("per step: %v\n", *r.PerStep)
+			fmt.Printf("per step: %v\n", r.PerStep)
 		}
 		return
 	}

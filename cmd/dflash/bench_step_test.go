@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"dflash/gpu"
 	"dflash/internal/meminfo"
 )
 
@@ -34,4 +35,17 @@ func TestBenchStepErrors(t *testing.T) {
 			t.Errorf("bench step %v: %v, want an error with %q", c.args, err, c.want)
 		}
 	}
+}
+
+// TestBenchStepCUDAMissing: without a GPU (or its libraries) --device cuda
+// fails with an error that says so, naming the flag.
+func TestBenchStepCUDAMissing(t *testing.T) {
+	if _, err := gpu.Count(); err == nil {
+		t.Skip("a GPU is present: the CUDA step runs (scripts/gpu-train.sh)")
+	}
+	err := benchStep([]string{"--device", "cuda", "--target-config", "qwen3-0.6b", "--seq-len", "64", "--anchors", "4", "--steps", "1", "--warmup", "0"})
+	if err == nil || !strings.HasPrefix(err.Error(), "--device cuda: ") {
+		t.Fatalf("--device cuda without a GPU: %v", err)
+	}
+	t.Log(err)
 }

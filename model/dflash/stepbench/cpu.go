@@ -33,7 +33,7 @@ func runCPU(o Options) (*Report, error) {
 	rep.Threads = runtime.GOMAXPROCS(0)
 	slog.Info("bench step", "device", "cpu", "target", o.TargetName, "taps", dc.TargetLayerIDs, "drafter_layers", o.DrafterLayers,
 		"seq_len", o.SeqLen, "batch", o.Batch, "anchors", o.Anchors, "memory_estimate_GiB", mem.Total()/(1<<30))
-	s, err := newStepper(o, dc, cpuDevice(tensor.NewCPU[float32](0)))
+	s, err := newStepper(o, dc, CPUDevice(tensor.NewCPU[float32](0)))
 	if err != nil {
 		return nil, err
 	}

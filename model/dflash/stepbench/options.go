@@ -12,10 +12,10 @@
 // device's peak FLOP rate. Before allocating, Run refuses a shape whose
 // estimated memory exceeds what the host has, giving both numbers.
 //
-// On "cuda" the step runs on GPU 0 through the CUDA tensor backend
-// (tensor/tensorcuda), the phases separated by device synchronisations so
-// that each is timed alone; the report adds the device's peak memory and
-// the first step (kernel compilation or cache loads included).
+// Run is the CPU's. A GPU's is RunOn, with a Device the caller opened
+// (cmd/dflash: the CUDA tensor backend on GPU 0); the package itself never
+// names a device. The report then adds the device's numbers and the first
+// step (kernel compilation or cache loads included).
 package stepbench
 
 import (
@@ -43,8 +43,6 @@ type Options struct {
 	// LossChunk is the number of block slots whose logits exist at once
 	// (Drafter.LossChunk; 0: the cross-entropy's default).
 	LossChunk int
-	// CacheDir is the kernel cache directory on "cuda" ("": memory only).
-	CacheDir string
 	// DryRun allocates no model and times nothing: the report holds the
 	// shapes, the memory estimate and the FLOPs of one step's anchors.
 	DryRun bool
@@ -102,20 +100,31 @@ func (o Options) normalized() (Options, error) {
 	return o, nil
 }
 
-// Run runs the benchmark o describes.
-func Run(o Options) (*Report, error) {
+// Validate checks every option, naming the flag of a bad one, and the
+// drafter they make.
+func (o Options) Validate() error {
 	o, err := o.normalized()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if err := drafterConfig(o).Validate(); err != nil {
-		return nil, fmt.Errorf("drafter: %w", err)
+		return fmt.Errorf("drafter: %w", err)
 	}
+	return nil
+}
+
+// Run runs the benchmark o describes on the CPU, or plans it (DryRun) for
+// any device.
+func Run(o Options) (*Report, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	o, _ = o.normalized()
 	if o.DryRun {
 		return plan(o), nil
 	}
-	if o.Device == "cuda" {
-		return runCUDA(o)
+	if o.Device != "cpu" {
+		return nil, fmt.Errorf("stepbench.Run: --device %s runs through RunOn with a device the caller opened", o.Device)
 	}
 	return runCPU(o)
 }

@@ -6,7 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"dflash/gpu"
 	"dflash/internal/testseed"
 )
 
@@ -44,21 +43,6 @@ func TestRefusesShapeThatDoesNotFit(t *testing.T) {
 	if err := checkMemory(o, &small, estimateMemory(o, drafterConfig(o))); err != nil {
 		t.Errorf("qwen3-0.6b at 512 tokens refused on 24 GiB: %v", err)
 	}
-}
-
-// TestCUDAMissing: without a GPU (or its libraries) --device cuda fails
-// with an error that says so, naming the flag.
-func TestCUDAMissing(t *testing.T) {
-	if _, err := gpu.Count(); err == nil {
-		t.Skip("a GPU is present: the CUDA step runs (scripts/gpu-step.sh)")
-	}
-	o := tinyOptions()
-	o.Device = "cuda"
-	_, err := Run(o)
-	if err == nil || !strings.HasPrefix(err.Error(), "--device cuda: ") {
-		t.Fatalf("--device cuda without a GPU: %v", err)
-	}
-	t.Log(err)
 }
 
 // TestOptionErrorsNameTheFlag checks that every bad option is refused with

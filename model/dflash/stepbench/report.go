@@ -1,13 +1,11 @@
 package stepbench
 
-import "dflash/gpu"
-
 // Report is the result of one benchmark (the JSON of `dflash bench step
 // --json`). Times are means over the timed steps, in milliseconds.
 type Report struct {
 	Device  string `json:"device"`
 	Threads int    `json:"threads"`       // cpu: GOMAXPROCS
-	GPU     string `json:"gpu,omitempty"` // cuda: the device's name
+	GPU     string `json:"gpu,omitempty"` // a GPU's name (set by the caller of RunOn)
 
 	Target        string  `json:"target"` // the --target-config name, or "custom"
 	TargetShape   Shape   `json:"target_shape"`
@@ -47,20 +45,21 @@ type Report struct {
 	PeakLiveBytes uint64 `json:"peak_live_bytes"`
 	PeakRSSBytes  uint64 `json:"peak_rss_bytes"`
 	Memory        Memory `json:"memory_estimate"` // the estimate checked before allocating
-	// cuda: PeakDeviceBytes is the most device memory the allocator held
-	// (parameters, optimizer state, the step arena, kernel buffers);
-	// StepArenaBytes the most one step's storage took.
+	// PeakDeviceBytes, on a GPU (Device.Measure), is the most device memory
+	// the allocator held (parameters, optimizer state, the step arena,
+	// kernel buffers); StepArenaBytes the most one step's storage took.
 	PeakDeviceBytes int64 `json:"peak_device_bytes,omitempty"`
 	StepArenaBytes  int64 `json:"step_arena_bytes,omitempty"`
-	// cuda: SetupMS is making the models, placing them on the device and
+	// RunOn: SetupMS is making the models, placing them on the device and
 	// the optimizer; FirstStepMS the first step, kernel compilation (or
 	// loading from the cache) included.
 	SetupMS     float64 `json:"setup_ms,omitempty"`
 	FirstStepMS float64 `json:"first_step_ms,omitempty"`
-	// cuda: PerStep is the host<->device copies and host waits of a timed
-	// step, on average (its inputs' uploads, the phase timing's
-	// synchronisations, the clipping norm, the loss and metrics read back).
-	PerStep *gpu.Counters `json:"per_step,omitempty"`
+	// PerStep, on a GPU, is the host<->device copies and host waits of a
+	// timed step, on average (its inputs' uploads, the phase timing's
+	// synchronisations, the clipping norm, the loss and metrics read back),
+	// as the device counts them (Device.Measure).
+	PerStep any `json:"per_step,omitempty"`
 
 	FLOPs      FLOPs   `json:"flops"` // per step, mean over the timed steps
 	PeakTFLOPS float64 `json:"peak_tflops"`

@@ -38,7 +38,7 @@ type stepper struct {
 	drafter  *dflash.Drafter[float32]
 	head     dflash.Head[float32]
 	hidden   dflash.HiddenFunc
-	dev      *device
+	dev      *Device
 	train    train.Device // the drafter's gradients and AdamW, where the step runs
 	cfg      train.Config
 	examples []dflash.Example
@@ -47,23 +47,32 @@ type stepper struct {
 	heap     *heapPeak // marks the heap at phase boundaries when set
 }
 
-// device is where a step runs: its backend, how its parameters are placed
-// and trained, and how its queued work is waited for and its memory
-// released between steps.
-type device struct {
-	backend tensor.Backend[float32]
-	// train returns the drafter's train.Device once its arena is placed.
-	train func(d *dflash.Drafter[float32], cfg train.AdamWConfig) (train.Device, error)
-	// sync waits for the queued work (phases are timed between syncs).
-	sync func() error
-	// reset releases the memory of the step that ended.
-	reset func()
+// Device is where a step runs: its backend, how the drafter is trained
+// there, how its queued work is waited for and its memory released between
+// steps. CPUDevice is the CPU's; a caller that opens a GPU builds its own
+// and calls RunOn on the GPU's worker thread.
+type Device struct {
+	Backend tensor.Backend[float32]
+	// Train returns the drafter's train.Device once its arena is placed.
+	Train func(d *dflash.Drafter[float32], cfg train.AdamWConfig) (train.Device, error)
+	// Sync waits for the queued work (phases are timed between syncs).
+	Sync func() error
+	// Reset releases the memory of the step that ended.
+	Reset func()
+	// Free, optional, returns the device's free memory: RunOn refuses a
+	// shape whose estimate (bf16 weights and activations, the drafter's
+	// fp32 state) exceeds it.
+	Free func() (int64, error)
+	// Measure, optional, is called before the timed steps; what it returns
+	// is called after them with the report and the step count, to add the
+	// device's own numbers (memory, copies and synchronisations).
+	Measure func() func(rep *Report, steps int)
 }
 
-// cpuDevice is the CPU: host parameters, train.AdamW.
-func cpuDevice(b tensor.Backend[float32]) *device {
-	return &device{backend: b, sync: func() error { return nil }, reset: func() {},
-		train: func(d *dflash.Drafter[float32], cfg train.AdamWConfig) (train.Device, error) {
+// CPUDevice is the CPU backend b: host parameters, train.AdamW.
+func CPUDevice(b tensor.Backend[float32]) *Device {
+	return &Device{Backend: b, Sync: func() error { return nil }, Reset: func() {},
+		Train: func(d *dflash.Drafter[float32], cfg train.AdamWConfig) (train.Device, error) {
 			ps := d.TrainParams()
 			return train.HostDevice(ps, train.NewAdamW(ps, cfg)), nil
 		}}
@@ -72,19 +81,19 @@ func cpuDevice(b tensor.Backend[float32]) *device {
 // newStepper allocates the target (random weights) and the drafter, places
 // both on dev (the target frozen), and makes AdamW and o.Batch random
 // sequences of o.SeqLen tokens.
-func newStepper(o Options, dc *dflash.Config, dev *device) (*stepper, error) {
+func newStepper(o Options, dc *dflash.Config, dev *Device) (*stepper, error) {
 	target, err := model.New(o.Target, o.Seed)
 	if err != nil {
 		return nil, fmt.Errorf("--target-config %s: %w", o.TargetName, err)
 	}
 	rng := rand.New(rand.NewPCG(o.Seed, 0x57e9))
 	d := dflash.New[float32](dc, rng)
-	target.Arena().Place(dev.backend, false)
-	d.Arena().Place(dev.backend, true)
+	target.Arena().Place(dev.Backend, false)
+	d.Arena().Place(dev.Backend, true)
 	s := &stepper{o: o, dc: dc, drafter: d, head: dflash.HeadOf(target),
-		hidden: dflash.TargetHidden(target, dc.TargetLayerIDs, dev.backend), dev: dev, rng: rng, cfg: train.DefaultConfig()}
+		hidden: dflash.TargetHidden(target, dc.TargetLayerIDs, dev.Backend), dev: dev, rng: rng, cfg: train.DefaultConfig()}
 	s.drafter.LossChunk = o.LossChunk
-	if s.train, err = dev.train(d, train.AdamWConfig{Beta1: s.cfg.Beta1, Beta2: s.cfg.Beta2, Eps: s.cfg.Eps, WeightDecay: s.cfg.WeightDecay}); err != nil {
+	if s.train, err = dev.Train(d, train.AdamWConfig{Beta1: s.cfg.Beta1, Beta2: s.cfg.Beta2, Eps: s.cfg.Eps, WeightDecay: s.cfg.WeightDecay}); err != nil {
 		return nil, err
 	}
 	s.examples, s.rows = examples(o, dc, rng)
@@ -129,7 +138,7 @@ func (s *stepper) step() (stepResult, error) {
 	t := time.Now()
 	var syncErr error
 	lap := func(i int) {
-		if err := s.dev.sync(); err != nil && syncErr == nil {
+		if err := s.dev.Sync(); err != nil && syncErr == nil {
 			syncErr = err
 		}
 		now := time.Now()
@@ -138,7 +147,7 @@ func (s *stepper) step() (stepResult, error) {
 			s.heap.mark() // counted in the next phase: about a microsecond
 		}
 	}
-	defer s.dev.reset()
+	defer s.dev.Reset()
 	b := dflash.MakeBatch(s.examples, s.rows, 0)
 	bl := dflash.BuildBlocks(s.dc, b, dflash.SampleBatchAnchors(s.rng, b, s.o.Anchors))
 	lap(0)
@@ -146,11 +155,11 @@ func (s *stepper) step() (stepResult, error) {
 		return res, err
 	}
 	lap(1)
-	in, err := s.drafter.Inputs(s.dev.backend, b, bl)
+	in, err := s.drafter.Inputs(s.dev.Backend, b, bl)
 	if err != nil {
 		return res, err
 	}
-	tp := tensor.NewTape(s.dev.backend)
+	tp := tensor.NewTape(s.dev.Backend)
 	out := s.drafter.ForwardInputs(tp, true, s.head, in)
 	lap(2)
 	tp.Backward(out.Loss)
@@ -165,16 +174,16 @@ func (s *stepper) step() (stepResult, error) {
 	}
 
 	var loss [1]float32
-	s.dev.backend.Download(out.Loss.Store, loss[:])
+	s.dev.Backend.Download(out.Loss.Store, loss[:])
 	res.loss = float64(loss[0])
 	res.flops = StepFLOPs(&s.o.Target, s.dc, b.Rows, b.Len, bl)
 	// Inputs built this mask; build it once more, apart, to time it.
 	start := time.Now()
 	dims := flex.DFlashDims(b.Rows, s.dc.NumHeads, s.dc.NumKVHeads, bl.N, bl.B, b.Len, s.dc.HeadDim)
-	if _, err := s.dev.backend.NewMask(flex.DFlashMask(bl.B), flex.DFlashArgs(b.Len, bl.Anchors, bl.N, bl.NumValid), dims); err != nil {
+	if _, err := s.dev.Backend.NewMask(flex.DFlashMask(bl.B), flex.DFlashArgs(b.Len, bl.Anchors, bl.N, bl.NumValid), dims); err != nil {
 		return res, fmt.Errorf("block mask: %w", err)
 	}
-	if err := s.dev.sync(); err != nil {
+	if err := s.dev.Sync(); err != nil {
 		return res, err
 	}
 	res.blockMask = time.Since(start)

@@ -1,0 +1,60 @@
+package main
+
+import (
+	"fmt"
+
+	"dflash/gpu"
+	"dflash/jit"
+	"dflash/model/dflash"
+	"dflash/model/dflash/stepbench"
+	"dflash/tensor/tensorcuda"
+	"dflash/train"
+)
+
+// benchStepCUDA runs the step benchmark o on GPU 0 through the CUDA tensor
+// backend (bf16 activations and compute weights, fp32 master weights,
+// gradients and AdamW moments), the whole of it on the GPU's worker
+// thread, with kernels through the cache in cacheDir; the report adds the
+// GPU's name, peak memory and per-step copies and synchronisations.
+func benchStepCUDA(o stepbench.Options, cacheDir string) (*stepbench.Report, error) {
+	cache, err := jit.NewNVRTCCache(cacheDir)
+	if err != nil {
+		return nil, fmt.Errorf("--device cuda: %w", err)
+	}
+	w, err := gpu.Open(0)
+	if err != nil {
+		return nil, fmt.Errorf("--device cuda: %w", err)
+	}
+	defer gpu.CloseAll()
+	var rep *stepbench.Report
+	err = w.Run(func(d *gpu.Device) (err error) {
+		defer tensorcuda.RecoverOOM(&err)
+		b, err := tensorcuda.NewBackend(cache, d)
+		if err != nil {
+			return err
+		}
+		defer b.Close()
+		dev := &stepbench.Device{Backend: b, Sync: d.Synchronize, Reset: b.ResetStep,
+			Train: func(dr *dflash.Drafter[float32], cfg train.AdamWConfig) (train.Device, error) {
+				return tensorcuda.NewTrainDevice(b, dr.Arena(), cfg)
+			},
+			Free: func() (int64, error) { free, _, err := d.MemInfo(); return free, err },
+			Measure: func() func(*stepbench.Report, int) {
+				before := d.Counters()
+				return func(r *stepbench.Report, steps int) {
+					c, n := d.Counters().Since(before), int64(max(steps, 1))
+					r.PerStep = gpu.Counters{HtoDCalls: c.HtoDCalls / n, HtoDBytes: c.HtoDBytes / n, DtoHCalls: c.DtoHCalls / n,
+						DtoHBytes: c.DtoHBytes / n, Syncs: c.Syncs / n}
+					r.PeakDeviceBytes = d.AllocStats().PeakBytes
+					_, r.StepArenaBytes = b.StepBytes()
+				}
+			}}
+		rep, err = stepbench.RunOn(o, dev)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	rep.GPU = w.Info().Name
+	return rep, nil
+}

@@ -1,0 +1,77 @@
+package stepbench
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"dflash/internal/meminfo"
+)
+
+// RunOn runs the benchmark o on dev, a device the caller opened (on a GPU:
+// from the GPU's worker thread, where every call of the backend must come
+// from): the models made and placed (timed as setup), a first step (kernel
+// compilation or cache loads included), o.Warmup and then o.Steps timed
+// steps, their phases separated by dev.Sync so that each is timed alone.
+func RunOn(o Options, dev *Device) (*Report, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	o, _ = o.normalized()
+	dc := drafterConfig(o)
+	mem := estimateMemory(o, dc)
+	if dev.Free != nil {
+		if err := checkDeviceMemory(o, dev.Free, mem); err != nil {
+			return nil, err
+		}
+	}
+	rep := newReport(o, dc, mem)
+	slog.Info("bench step", "device", o.Device, "backend", dev.Backend.Name(), "target", o.TargetName, "taps", dc.TargetLayerIDs,
+		"drafter_layers", o.DrafterLayers, "seq_len", o.SeqLen, "batch", o.Batch, "anchors", o.Anchors)
+	start := time.Now()
+	s, err := newStepper(o, dc, dev)
+	if err != nil {
+		return nil, err
+	}
+	if err := dev.Sync(); err != nil {
+		return nil, err
+	}
+	rep.SetupMS = msf(time.Since(start))
+	start = time.Now()
+	if _, err := s.step(); err != nil {
+		return nil, err
+	}
+	rep.FirstStepMS = msf(time.Since(start))
+	if err := s.warm(); err != nil {
+		return nil, err
+	}
+	var measured func(*Report, int)
+	if dev.Measure != nil {
+		measured = dev.Measure()
+	}
+	steps, walls, err := s.timed()
+	if err != nil {
+		return nil, err
+	}
+	if measured != nil {
+		measured(rep, len(steps))
+	}
+	rep.finish(steps, walls)
+	return rep, nil
+}
+
+// checkDeviceMemory refuses a shape whose estimate (bf16 target weights,
+// the drafter's fp32 state and bf16 copy, bf16 activations: half the
+// float32 estimate) exceeds the device's free memory.
+func checkDeviceMemory(o Options, free func() (int64, error), m Memory) error {
+	f, err := free()
+	if err != nil {
+		return err
+	}
+	need := m.TargetWeights/2 + m.DrafterState*18/16 + m.Activations/2
+	if need <= float64(f) {
+		return nil
+	}
+	return fmt.Errorf("--target-config %s, --seq-len %d, --batch %d, --anchors %d, --drafter-layers %d: the step needs about %s on the device, more than the %s free",
+		o.TargetName, o.SeqLen, o.Batch, o.Anchors, o.DrafterLayers, meminfo.Format(need), meminfo.Format(float64(f)))
+}
