@@ -183,7 +183,7 @@ func benchStep(args []string) error {
 	fs.IntVar(&o.Warmup, "warmup", 1, "untimed steps first")
 	fs.Uint64Var(&o.Seed, "seed", 1, "random seed for weights, tokens and anchors")
 	fs.Float64Var(&o.PeakTFLOPS, "peak-tflops", 0, "peak TFLOP/s for the MFU (0: the device's, see docs/PERF.md)")
-	fs.IntVar(&o.LossChunk, "loss-chunk", 0, "block slots whose logits exist at once in the cross-entropy (0: as many as fit 4M logits, the trainer's default)")
+	fs.IntVar(&o.LossChunk, "loss-chunk", 0, "block slots whose logits exist at once in the cross-entropy (0: the backend's default, 4M logits on the CPU and 512M on CUDA)")
 	fs.BoolVar(&o.DryRun, "dry-run", false, "allocate and time nothing: print the FLOP count and the memory estimate of the shape")
 	cacheDir := fs.String("cache-dir", "", "cuda: "+cacheDirUsage)
 	if err := fs.Parse(args); err != nil {

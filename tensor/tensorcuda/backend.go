@@ -82,6 +82,7 @@ func (b *Backend) SetDeterministic() error {
 var (
 	_ tensor.Backend[float32]     = (*Backend)(nil)
 	_ tensor.ParamPlacer[float32] = (*Backend)(nil)
+	_ tensor.XentChunker          = (*Backend)(nil)
 )
 
 // NewBackend returns the backend on d, compiling kernels through cache on
@@ -105,6 +106,11 @@ func newBackend(d *gpu.Device, cache *jit.Cache, bf, f32 *Ops, mem memory) *Back
 
 // Name returns "cuda-bf16".
 func (b *Backend) Name() string { return "cuda-bf16" }
+
+// XentChunk is tensor.XentChunker: 2^29 logits (1 GiB of bf16) a chunk, so
+// that the chunk's three products have thousands of rows (3,533 at the
+// Qwen3 vocabulary) and read the LM head once per chunk.
+func (b *Backend) XentChunk() int { return 1 << 29 }
 
 // Device returns the device the backend runs on.
 func (b *Backend) Device() *gpu.Device { return b.d }
@@ -367,6 +373,7 @@ func (m devMemory) sync() error                             { return m.d.Synchro
 var (
 	_ tensor.StepMemory           = (*Backend)(nil)
 	_ tensor.ParamPlacer[float32] = (*Backend)(nil)
+	_ tensor.XentChunker          = (*Backend)(nil)
 )
 
 // RecoverOOM, deferred in a function that runs a model on a Backend, turns

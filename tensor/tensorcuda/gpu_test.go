@@ -241,6 +241,7 @@ func (e *env) mixedAxpys(name string, n int) {
 	e.check(e.o.AxpyBy(1.5, sc, x, y, int64(n)))
 	ref.Axpy(1.5*scv[0], xv, yv)
 	e.compare("AxpyBy "+name, e.load(y, n), yv, tol(e.dt, false))
+	yv = e.load(y, n) // the next references start from y as stored (rounded)
 
 	f, fv := e.f32(e.normal(n, 1))
 	e.check(e.o.AxpyToF32(0.75, sc, x, f, int64(n)))
@@ -249,6 +250,7 @@ func (e *env) mixedAxpys(name string, n int) {
 	e.check(e.o.AxpyToF32(2, gpu.Buffer{}, x, f, int64(n)))
 	ref.Axpy(2, xv, fv)
 	e.compare("AxpyToF32 no scalar "+name, e.loadF32(f, n), fv, tolF32)
+	fv = e.loadF32(f, n)
 
 	e.check(e.o.AxpyFromF32(-1.25, gpu.Buffer{}, f, y, int64(n)))
 	ref.Axpy(-1.25, fv, yv)
