@@ -89,7 +89,8 @@ type Result struct {
 // cfg.EvalEvery steps and checkpointing every cfg.SaveEvery steps, at the end and when
 // ctx is cancelled (then it returns ctx's error). With cfg.Resume it continues from
 // the newest valid checkpoint in cfg.Out; without, it refuses an output directory that
-// already holds checkpoints. Progress goes to stderr, metrics to cfg.Out/metrics.jsonl.
+// already holds checkpoints. Progress goes to stderr, metrics to cfg.Out/metrics.jsonl
+// and (cfg.TensorBoard) to TensorBoard event files beside it.
 func Run(ctx context.Context, cfg Config, h Hooks) (*Result, error) {
 	return run(ctx, cfg, h, os.Stderr)
 }
@@ -114,6 +115,11 @@ func run(ctx context.Context, cfg Config, h Hooks, stderr io.Writer) (*Result, e
 	}
 	defer mlog.close()
 	r.mlog = mlog
+	if cfg.TensorBoard && r.lead {
+		if mlog.tb, err = openEvents(cfg.Out, cfg.Resume, r.st.Step); err != nil {
+			return nil, err
+		}
+	}
 	r.prog = newProgress(stderr, cfg.Progress, cfg.LogEvery, r.st.Step, cfg.Steps)
 	if err := r.loop(ctx); err != nil {
 		return nil, err
@@ -219,7 +225,7 @@ func (r *runner) start() error {
 		if err := os.Remove(r.metricsPath); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
 		}
-		return nil
+		return removeEvents(cfg.Out)
 	}
 	l, err := LoadLatest(cfg.Out)
 	var corrupt *CorruptError
