@@ -101,6 +101,10 @@ def mean(r, lo, hi):
     return sum(v) / len(v)
 n = steps[-1]
 print(f"first 10 steps mean: cuda {mean(g, 1, 10):.4f} cpu {mean(c, 1, 10):.4f}; last 20: cuda {mean(g, n-19, n):.4f} cpu {mean(c, n-19, n):.4f}; worst step rel diff {worst:.3g}")
+for dev in ("cuda", "cpu"):
+    last = [json.loads(l) for l in open(f"{out}/metrics-{dev}.jsonl") if '"kind":"train"' in l][-1]
+    print(dev, "last step:", ", ".join(f"{k} {last[k]:.4g}" for k in ("samples_per_s", "tokens_per_s", "tflops", "mfu",
+          "device_mem_bytes", "device_mem_peak_bytes", "compiles") if k in last))
 PY
 	cat "$OUT/loss.txt"
 fi
