@@ -7,6 +7,8 @@
 # configuration (their loss curves side by side), a --deterministic run killed
 # with SIGKILL and resumed against the same run straight through (bit for bit),
 # and `dflash bench step --device cuda` for the qwen3-0.6b and qwen3-8b shapes.
+# The training runs' TensorBoard event files are checked against their
+# metrics.jsonl with tensorboard itself (scripts/tb_check.py).
 #
 # Build here first (the GPU machine has no Go): bash scripts/gpu-train.sh --build
 # then through the device tool run `bash scripts/gpu-train.sh` with carry
@@ -73,6 +75,7 @@ if has train; then
 			--drafter.anchors 32 --data.batch-size 4 --drafter.export F32 $TRAIN_ARGS >"$OUT/train-$dev.log" 2>&1 || fail "train --device $dev"
 		echo "$dev: $((SECONDS - start)) s"; tail -n 4 "$OUT/train-$dev.log"
 		cp "$WORK/run-$dev/metrics.jsonl" "$OUT/metrics-$dev.jsonl" 2>/dev/null
+		python3 scripts/tb_check.py "$WORK/run-$dev" || fail "TensorBoard event files of train --device $dev"
 	done
 	python3 - "$OUT" >"$OUT/loss.txt" <<'PY' || fail "loss comparison"
 import json, sys
@@ -98,6 +101,10 @@ def mean(r, lo, hi):
     return sum(v) / len(v)
 n = steps[-1]
 print(f"first 10 steps mean: cuda {mean(g, 1, 10):.4f} cpu {mean(c, 1, 10):.4f}; last 20: cuda {mean(g, n-19, n):.4f} cpu {mean(c, n-19, n):.4f}; worst step rel diff {worst:.3g}")
+for dev in ("cuda", "cpu"):
+    last = [json.loads(l) for l in open(f"{out}/metrics-{dev}.jsonl") if '"kind":"train"' in l][-1]
+    print(dev, "last step:", ", ".join(f"{k} {last[k]:.4g}" for k in ("samples_per_s", "tokens_per_s", "tflops", "mfu",
+          "device_mem_bytes", "device_mem_peak_bytes", "compiles") if k in last))
 PY
 	cat "$OUT/loss.txt"
 fi
@@ -118,6 +125,8 @@ if has resume; then
 	echo "killed after: $(ls -d "$WORK/det-b"/checkpoint-* 2>/dev/null | tr '\n' ' ')"
 	"$B/dflash" "${args[@]}" --out "$WORK/det-b" --resume >"$OUT/det-b-resume.log" 2>&1 || fail "--resume"
 	grep -m1 resumed "$OUT/det-b-resume.log"
+	# The killed run logged points past its checkpoint: TensorBoard must drop them (SessionLog START).
+	python3 scripts/tb_check.py "$WORK/det-b" || fail "TensorBoard event files of the resumed run"
 	if cmp -s "$WORK/det-a/drafter/model.safetensors" "$WORK/det-b/drafter/model.safetensors"; then
 		echo "resumed run: drafter bit-identical to the straight run"
 	else

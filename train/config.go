@@ -6,7 +6,7 @@ import "fmt"
 // --name and the YAML key name are the same), its help and the values it takes (see
 // Options).
 type Config struct {
-	Out             string  `yaml:"out" help:"output directory: checkpoints, metrics.jsonl, plot.png"`
+	Out             string  `yaml:"out" help:"output directory: checkpoints, metrics.jsonl, TensorBoard event files, plot.png"`
 	Steps           int     `yaml:"steps" range:">=1" help:"optimizer steps in the whole run"`
 	LR              float64 `yaml:"lr" range:">0" help:"peak learning rate"`
 	MinLRRatio      float64 `yaml:"min-lr-ratio" range:"[0,1]" help:"final learning rate as a fraction of lr (cosine decay)"`
@@ -27,6 +27,7 @@ type Config struct {
 	LogEvery        int     `yaml:"log-every" range:">=0" help:"progress line every N steps when stderr is not a terminal (0: every 5 s)"`
 	Progress        string  `yaml:"progress" choice:"auto,bar,lines,off" help:"progress display"`
 	Plot            bool    `yaml:"plot" help:"write plot.png at the end"`
+	TensorBoard     bool    `yaml:"tensorboard" help:"write the metrics as TensorBoard event files (events.out.tfevents.*) beside metrics.jsonl too: tensorboard --logdir OUT"`
 	SpecEval        `yaml:",inline"`
 }
 
@@ -35,7 +36,7 @@ func DefaultConfig() Config {
 	return Config{
 		Out: "out", Steps: 1000, LR: 6e-4, MinLRRatio: 0.1, WarmupSteps: 50,
 		WeightDecay: 0.01, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, GradClip: 1.0, GradAccum: 1,
-		Seed: 0, EvalEvery: 0, SaveEvery: 200, KeepCheckpoints: 3, Progress: "auto", Plot: true,
+		Seed: 0, EvalEvery: 0, SaveEvery: 200, KeepCheckpoints: 3, Progress: "auto", Plot: true, TensorBoard: true,
 		SpecEval: DefaultSpecEval(),
 	}
 }

@@ -88,20 +88,22 @@ func (s *gradSync) allReduce() error {
 }
 
 // average replaces the step's loss and metric sums by their means over
-// the ranks and tokens by the total, in one collective.
-func (s *gradSync) average(loss *float64, tokens *int, sums map[string]float64) error {
+// the ranks and totals (tokens, samples...) by their sums, in one
+// collective.
+func (s *gradSync) average(loss *float64, totals []float64, sums map[string]float64) error {
 	keys := slices.Sorted(maps.Keys(sums))
-	x := append([]float64{*loss, float64(*tokens)}, make([]float64, len(keys))...)
-	for i, k := range keys {
-		x[2+i] = sums[k]
+	x := append([]float64{*loss}, totals...)
+	for _, k := range keys {
+		x = append(x, sums[k])
 	}
 	if err := s.coll.AllReduceFloat64(x); err != nil {
 		return fmt.Errorf("step metrics: %w", err)
 	}
 	n := float64(s.coll.Size())
-	*loss, *tokens = x[0]/n, int(x[1])
+	*loss = x[0] / n
+	copy(totals, x[1:])
 	for i, k := range keys {
-		sums[k] = x[2+i] / n
+		sums[k] = x[1+len(totals)+i] / n
 	}
 	return nil
 }

@@ -67,6 +67,7 @@ func (t *dpTask) hooks(c Collective) Hooks {
 				ys = append(ys, teacher(t.xs[i]))
 			}
 			loss, acc := t.m.lossGrad(xs, ys)
+			s.Count(len(xs), dpFLOPsPerSample*float64(len(xs)))
 			return loss, map[string]float64{"acc": acc}, len(xs), nil
 		},
 		DataState:   t.ord.State,
@@ -111,8 +112,15 @@ func dpConfig(out string, steps int) Config {
 	return c
 }
 
-// trainLosses reads the loss of every train record of out's metrics.jsonl.
-func trainLosses(t *testing.T, out string) []float64 {
+// dpFLOPsPerSample is the work a dpTask step counts per example.
+const dpFLOPsPerSample = 1e6
+
+// trainLosses reads the loss of every train record of out's metrics.jsonl,
+// and checks that its rates are the totals over the ranks: a dpTask counts
+// a token, a sample and dpFLOPsPerSample per example, so samples/s equals
+// tokens/s and tflops, per rank, is dpFLOPsPerSample·samples/s/ranks
+// (not checked when ranks is 0: a run resumed on another rank count).
+func trainLosses(t *testing.T, out string, ranks int) []float64 {
 	t.Helper()
 	recs, err := ReadMetrics(filepath.Join(out, MetricsFile))
 	if err != nil {
@@ -122,6 +130,11 @@ func trainLosses(t *testing.T, out string) []float64 {
 	for _, r := range recs {
 		if r.Kind == "train" {
 			l = append(l, r.Values["loss"])
+			v := r.Values
+			if math.Abs(v["samples_per_s"]/v["tokens_per_s"]-1) > 1e-12 ||
+				ranks > 0 && math.Abs(v["tflops"]*1e12*float64(ranks)/(dpFLOPsPerSample*v["samples_per_s"])-1) > 1e-12 {
+				t.Fatalf("step %d: samples/s %g, tokens/s %g, tflops %g with %d ranks", r.Step, v["samples_per_s"], v["tokens_per_s"], v["tflops"], ranks)
+			}
 		}
 	}
 	return l
@@ -168,7 +181,7 @@ func TestDataParallelMatchesOneRank(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := snapshot(alone[0].m.params())
-		wantLoss := trainLosses(t, cfg.Out)
+		wantLoss := trainLosses(t, cfg.Out, 1)
 		for ranks := 1; ranks <= 3; ranks++ {
 			cfg := cfg
 			cfg.Out = t.TempDir()
@@ -203,7 +216,7 @@ func TestDataParallelMatchesOneRank(t *testing.T) {
 					t.Errorf("%d ranks: %d collective calls, want %d (%d buckets and the metrics, per step)", ranks, counts[1].calls, wantCalls, nb)
 				}
 			}
-			loss := trainLosses(t, cfg.Out)
+			loss := trainLosses(t, cfg.Out, max(ranks, 1))
 			if len(loss) != steps {
 				t.Fatalf("%d ranks: %d train records, want %d (rank 0 alone writes)", ranks, len(loss), steps)
 			}
@@ -270,7 +283,7 @@ func TestDataParallelResumeOtherRanks(t *testing.T) {
 	if err := errors.Join(errs...); err != nil {
 		t.Fatal(err)
 	}
-	want, wantLoss := snapshot(tasks[0].m.params()), trainLosses(t, cfg.Out)
+	want, wantLoss := snapshot(tasks[0].m.params()), trainLosses(t, cfg.Out, 2)
 
 	half := dpConfig(t.TempDir(), steps)
 	half.StopAt = stop
@@ -288,7 +301,7 @@ func TestDataParallelResumeOtherRanks(t *testing.T) {
 			t.Fatal(err)
 		}
 		assertClose(t, "params after resuming on another rank count", snapshot(tasks[0].m.params()), want)
-		loss := trainLosses(t, cfg.Out)
+		loss := trainLosses(t, cfg.Out, 0) // steps of 2 ranks, then of ranks
 		if len(loss) != steps {
 			t.Fatalf("resumed on %d ranks: %d train records, want %d", ranks, len(loss), steps)
 		}

@@ -10,8 +10,10 @@ import (
 	"os"
 	"sort"
 	"strconv"
+	"time"
 
 	"dflash/internal/atomicfile"
+	"dflash/internal/tfevents"
 )
 
 // MetricsFile is the name of the metrics log in the output directory.
@@ -81,9 +83,13 @@ func (r *Record) UnmarshalJSON(data []byte) error {
 }
 
 // metricsLog appends records to metrics.jsonl, one write per line (no buffering, so a
-// killed process loses at most the line being written). Without a file (a rank other
-// than 0) it writes nothing.
-type metricsLog struct{ f *os.File }
+// killed process loses at most the line being written), and with tb to a TensorBoard
+// event file, one record per event. Without a file (a rank other than 0) it writes
+// nothing.
+type metricsLog struct {
+	f  *os.File
+	tb *tfevents.Writer
+}
 
 func openMetrics(path string, write bool) (*metricsLog, error) {
 	if !write {
@@ -101,15 +107,24 @@ func (l *metricsLog) write(r Record) error {
 		return nil
 	}
 	b, _ := r.MarshalJSON()
-	_, err := l.f.Write(append(b, '\n'))
-	return err
+	if _, err := l.f.Write(append(b, '\n')); err != nil {
+		return err
+	}
+	if l.tb != nil {
+		return l.tb.Scalars(int64(r.Step), time.Now(), eventScalars(r))
+	}
+	return nil
 }
 
 func (l *metricsLog) close() error {
-	if l.f == nil {
-		return nil
+	var errs []error
+	if l.tb != nil {
+		errs = append(errs, l.tb.Close())
 	}
-	return l.f.Close()
+	if l.f != nil {
+		errs = append(errs, l.f.Close())
+	}
+	return errors.Join(errs...)
 }
 
 // ReadMetrics reads metrics.jsonl; a line that does not parse (a torn last line of a

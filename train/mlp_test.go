@@ -30,6 +30,10 @@ func newMLP(seed uint64, in, hid int) *mlp {
 
 func (m *mlp) params() []*Param { return []*Param{m.w1, m.b1, m.w2, m.b2} }
 
+// flops is the work of one example's forward and backward pass: the
+// multiply-adds of its two layers, once forward and twice backward.
+func (m *mlp) flops() float64 { return 3 * 2 * float64(m.hid*m.in+m.hid) }
+
 func (m *mlp) forward(x []float64) (y float64, h []float64) {
 	h = make([]float64, m.hid)
 	y = float64(m.b2.Data[0])
@@ -200,6 +204,7 @@ func (t *task) hooks() Hooks {
 				ys = append(ys, teacher(x)+0.01*s.RNG.NormFloat64())
 			}
 			loss, acc := t.m.lossGrad(xs, ys)
+			s.Count(t.batch, float64(t.batch)*t.m.flops())
 			return loss, map[string]float64{"acc": acc}, t.batch * t.m.in, nil
 		},
 		Eval: func(ctx context.Context, e EvalInfo) (map[string]float64, error) {

@@ -22,6 +22,7 @@ type progress struct {
 	start     time.Time
 	last      time.Time
 	tokens    int64
+	samples   int64
 	lossSum   float64
 	accSum    float64
 	n, nAcc   int
@@ -43,12 +44,14 @@ func newProgress(w io.Writer, mode string, every, startStep, total int) *progres
 	return p
 }
 
-// update records a finished step (done = steps completed) and draws when due.
-func (p *progress) update(done int, loss float64, acc float64, hasAcc bool, tokens int) {
+// update records a finished step (done = steps completed) of tokens and
+// samples (0: not counted) and draws when due.
+func (p *progress) update(done int, loss float64, acc float64, hasAcc bool, tokens, samples int) {
 	if p.off {
 		return
 	}
 	p.tokens += int64(tokens)
+	p.samples += int64(samples)
 	p.lossSum += loss
 	p.n++
 	if hasAcc {
@@ -113,6 +116,9 @@ func (p *progress) format(done int, now time.Time) string {
 	el := now.Sub(p.start).Seconds()
 	if el > 0 {
 		fmt.Fprintf(&b, " %.0f tok/s", float64(p.tokens)/el)
+		if p.samples > 0 {
+			fmt.Fprintf(&b, " %.2f samples/s", float64(p.samples)/el)
+		}
 	}
 	if steps := done - p.startStep; steps > 0 && done < p.total {
 		eta := time.Duration(el / float64(steps) * float64(p.total-done) * float64(time.Second))

@@ -21,6 +21,8 @@ type StepInfo struct {
 	Micros int     // micro-batches per step (Config.GradAccum)
 	LR     float64 // learning rate this step will use
 	RNG    *RNG    // the training stream; draw all of the step's randomness from it
+
+	work *stepWork // where Count adds
 }
 
 // EvalInfo is what Run tells Eval.
@@ -70,6 +72,14 @@ type Hooks struct {
 	// BucketBytes is the size of the gradient buckets of the all-reduce
 	// (0: DefaultBucketBytes).
 	BucketBytes int64
+	// Gauges, optional, reads the rank's state after a step (device memory
+	// in use and at its peak, kernels compiled so far...); the lead rank
+	// adds the readings to each train record under their names.
+	Gauges func() map[string]float64
+	// PeakTFLOPS, optional, is the peak FLOP rate of a rank's device in
+	// TFLOP/s: with FLOPs counted by the steps (StepInfo.Count), train
+	// records gain mfu, the model FLOPs utilisation.
+	PeakTFLOPS float64
 }
 
 // Result summarises a Run.
@@ -89,7 +99,8 @@ type Result struct {
 // cfg.EvalEvery steps and checkpointing every cfg.SaveEvery steps, at the end and when
 // ctx is cancelled (then it returns ctx's error). With cfg.Resume it continues from
 // the newest valid checkpoint in cfg.Out; without, it refuses an output directory that
-// already holds checkpoints. Progress goes to stderr, metrics to cfg.Out/metrics.jsonl.
+// already holds checkpoints. Progress goes to stderr, metrics to cfg.Out/metrics.jsonl
+// and (cfg.TensorBoard) to TensorBoard event files beside it.
 func Run(ctx context.Context, cfg Config, h Hooks) (*Result, error) {
 	return run(ctx, cfg, h, os.Stderr)
 }
@@ -114,6 +125,11 @@ func run(ctx context.Context, cfg Config, h Hooks, stderr io.Writer) (*Result, e
 	}
 	defer mlog.close()
 	r.mlog = mlog
+	if cfg.TensorBoard && r.lead {
+		if mlog.tb, err = openEvents(cfg.Out, cfg.Resume, r.st.Step); err != nil {
+			return nil, err
+		}
+	}
 	r.prog = newProgress(stderr, cfg.Progress, cfg.LogEvery, r.st.Step, cfg.Steps)
 	if err := r.loop(ctx); err != nil {
 		return nil, err
@@ -219,7 +235,7 @@ func (r *runner) start() error {
 		if err := os.Remove(r.metricsPath); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
 		}
-		return nil
+		return removeEvents(cfg.Out)
 	}
 	l, err := LoadLatest(cfg.Out)
 	var corrupt *CorruptError
@@ -295,9 +311,10 @@ func (r *runner) step(ctx context.Context) (bool, error) {
 	r.dev.ZeroGrads()
 	var loss float64
 	var tokens int
+	var work stepWork
 	sums := map[string]float64{}
 	for micro := range cfg.GradAccum {
-		l, m, tok, err := h.Step(ctx, StepInfo{Step: step, Micro: micro, Micros: cfg.GradAccum, LR: lr, RNG: r.rng})
+		l, m, tok, err := h.Step(ctx, StepInfo{Step: step, Micro: micro, Micros: cfg.GradAccum, LR: lr, RNG: r.rng, work: &work})
 		if err != nil {
 			if ctx.Err() != nil {
 				return false, nil
@@ -312,18 +329,22 @@ func (r *runner) step(ctx context.Context) (bool, error) {
 	}
 	inv := 1 / float64(cfg.GradAccum)
 	scale := inv
+	ranks := 1
 	if r.sync != nil {
 		if ctx.Err() != nil {
 			return false, nil
 		}
+		ranks = r.sync.coll.Size()
+		totals := []float64{float64(tokens), work.samples, work.flops}
 		err := r.sync.allReduce()
 		if err == nil {
-			err = r.sync.average(&loss, &tokens, sums)
+			err = r.sync.average(&loss, totals, sums)
 		}
 		if err != nil {
 			return false, fmt.Errorf("step %d: %w", step+1, err)
 		}
-		scale /= float64(r.sync.coll.Size())
+		tokens, work.samples, work.flops = int(totals[0]), totals[1], totals[2]
+		scale /= float64(ranks)
 	}
 	loss *= inv
 	if scale != 1 {
@@ -338,18 +359,25 @@ func (r *runner) step(ctx context.Context) (bool, error) {
 	r.st.Tokens += int64(tokens)
 	r.st.LR = lr
 	r.res.LastLoss = loss
-	vals := map[string]float64{"loss": loss, "lr": lr, "grad_norm": norm, "tokens": float64(r.st.Tokens),
-		"tokens_per_s": float64(tokens) / max(time.Since(stepStart).Seconds(), 1e-9)}
+	vals := map[string]float64{"loss": loss, "lr": lr, "grad_norm": norm, "tokens": float64(r.st.Tokens)}
+	work.rates(vals, tokens, time.Since(stepStart).Seconds(), ranks, h.PeakTFLOPS)
 	for k, v := range sums {
 		if _, clash := vals[k]; !clash {
 			vals[k] = v * inv
+		}
+	}
+	if h.Gauges != nil && r.lead {
+		for k, v := range h.Gauges() {
+			if _, clash := vals[k]; !clash {
+				vals[k] = v
+			}
 		}
 	}
 	if err := r.mlog.write(Record{Kind: "train", Step: r.st.Step, Time: time.Since(r.began).Seconds(), Values: vals}); err != nil {
 		return false, err
 	}
 	acc, hasAcc := vals["acc"]
-	r.prog.update(r.st.Step, loss, acc, hasAcc, tokens)
+	r.prog.update(r.st.Step, loss, acc, hasAcc, tokens, int(work.samples))
 	return true, nil
 }
 

@@ -163,12 +163,24 @@ func TestGradAccumMatchesBigBatch(t *testing.T) {
 	}
 }
 
+// testPeakTFLOPS is the peak FLOP rate TestRunOutputs gives Run.
+const testPeakTFLOPS = 1e-6
+
+// TestRunOutputs: the progress lines, metrics.jsonl (every value of a train
+// record, the rates against the counts of the task), the plot and the
+// checkpoints kept.
 func TestRunOutputs(t *testing.T) {
 	tk := newTask(11, 16)
 	cfg := testConfig(t.TempDir(), 30)
 	cfg.Plot, cfg.Progress, cfg.LogEvery = true, "lines", 10
 	var stderr bytes.Buffer
-	res, err := run(context.Background(), cfg, tk.hooks(), &stderr)
+	h := tk.hooks()
+	gauge := 0.0
+	h.PeakTFLOPS, h.Gauges = testPeakTFLOPS, func() map[string]float64 {
+		gauge++
+		return map[string]float64{"gauge": gauge, "loss": -1} // loss: a clash, dropped
+	}
+	res, err := run(context.Background(), cfg, h, &stderr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -178,7 +190,7 @@ func TestRunOutputs(t *testing.T) {
 	for _, l := range lines {
 		if strings.HasPrefix(l, "step ") {
 			progressLines++
-			for _, f := range []string{"/30", "loss ", "acc ", "tok/s"} {
+			for _, f := range []string{"/30", "loss ", "acc ", "tok/s", "samples/s"} {
 				if !strings.Contains(l, f) {
 					t.Errorf("progress line %q lacks %q", l, f)
 				}
@@ -204,10 +216,21 @@ func TestRunOutputs(t *testing.T) {
 		switch r.Kind {
 		case "train":
 			nTrain++
-			for _, k := range []string{"loss", "lr", "grad_norm", "tokens", "tokens_per_s", "acc"} {
+			for _, k := range []string{"loss", "lr", "grad_norm", "tokens", "tokens_per_s", "acc", "samples_per_s", "tflops", "mfu", "gauge"} {
 				if _, ok := r.Values[k]; !ok {
 					t.Fatalf("train record %+v lacks %s", r, k)
 				}
+			}
+			// The task counts batch samples of in tokens and mlpFLOPs each.
+			v := r.Values
+			if d := v["samples_per_s"]*float64(tk.m.in)/v["tokens_per_s"] - 1; math.Abs(d) > 1e-12 {
+				t.Errorf("step %d: samples/s %g, tokens/s %g with %d tokens a sample", r.Step, v["samples_per_s"], v["tokens_per_s"], tk.m.in)
+			}
+			if d := v["tflops"]*1e12/(v["samples_per_s"]*tk.m.flops()) - 1; math.Abs(d) > 1e-12 || v["mfu"] != v["tflops"]/testPeakTFLOPS {
+				t.Errorf("step %d: tflops %g, mfu %g at %g samples/s", r.Step, v["tflops"], v["mfu"], v["samples_per_s"])
+			}
+			if v["gauge"] != float64(r.Step) {
+				t.Errorf("step %d: gauge %g, want the step", r.Step, v["gauge"])
 			}
 		case "eval":
 			if nEval == 0 {
@@ -254,13 +277,13 @@ func TestProgressBar(t *testing.T) {
 	p := newProgress(&b, "bar", 0, 0, 4)
 	p.interval = 0
 	for s := 1; s <= 4; s++ {
-		p.update(s, 1.5, 0.25, true, 100)
+		p.update(s, 1.5, 0.25, true, 100, 4)
 	}
 	out := b.String()
 	if !strings.Contains(out, "\r") || !strings.Contains(out, "[########################]") || !strings.Contains(out, "step 4/4") {
 		t.Errorf("bar output %q", out)
 	}
-	if !strings.Contains(out, "ETA") || !strings.Contains(out, "loss 1.5000") || !strings.Contains(out, "acc 0.250") {
+	if !strings.Contains(out, "ETA") || !strings.Contains(out, "loss 1.5000") || !strings.Contains(out, "acc 0.250") || !strings.Contains(out, " samples/s") {
 		t.Errorf("bar lacks fields: %q", out)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"dflash/internal/dirlock"
 	"dflash/model"
 	"dflash/model/dflash"
+	"dflash/model/dflash/stepbench"
 	"dflash/rendezvous"
 	"dflash/spec"
 	"dflash/tensor"
@@ -264,12 +265,17 @@ func trainDrafter(ctx context.Context, a *trainArgs) (*train.Result, error) {
 	newSession := func() *dflash.Session {
 		d := dflash.New[float32](dc, rand.New(rand.NewPCG(cfg.Seed, train.StreamInit)))
 		return &dflash.Session{Drafter: d, Train: examples[nEval:], Eval: examples[:nEval], BatchSize: cfg.Data.BatchSize, Pad: pad,
-			Seed: cfg.Seed, CacheHidden: cfg.Data.CacheHidden, Buckets: cfg.Data.Buckets}
+			Seed: cfg.Seed, CacheHidden: cfg.Data.CacheHidden, Buckets: cfg.Data.Buckets,
+			StepFLOPs: func(b *dflash.Batch, bl *dflash.Blocks) float64 {
+				return stepbench.StepFLOPs(tc, dc, b.Rows, b.Len, bl).Total()
+			}}
 	}
+	peak, peakSource := stepbench.DevicePeak(cfg.Device)
 	lead := newSession() // the session of this process's first rank, whose drafter is exported
 	drafter := lead.Drafter
 	slog.Info("drafter", "layers", dc.NumLayers, "taps", dc.TargetLayerIDs, "block", dc.BlockSize, "mask", dc.MaskTokenID,
-		"gamma", dc.Gamma, "train", len(lead.Train), "eval", len(lead.Eval), "device", cfg.Device, "ranks", place.World)
+		"gamma", dc.Gamma, "train", len(lead.Train), "eval", len(lead.Eval), "device", cfg.Device, "ranks", place.World,
+		"mfu_peak_tflops", peak, "mfu_peak_source", peakSource)
 	if err := logBuckets(lead); err != nil {
 		return nil, fmt.Errorf("%s: %w", a.opts.Source("data.buckets"), err)
 	}
@@ -286,7 +292,7 @@ func trainDrafter(ctx context.Context, a *trainArgs) (*train.Result, error) {
 			}
 		}
 		hooks := sess.Hooks()
-		hooks.Identity = id
+		hooks.Identity, hooks.PeakTFLOPS, hooks.Gauges = id, peak, m.gauges
 		return train.Run(ctx, cfg.Config, hooks)
 	}
 	// load returns what a rank trains on backend b: the target loaded there
@@ -298,7 +304,7 @@ func trainDrafter(ctx context.Context, a *trainArgs) (*train.Result, error) {
 		if !first {
 			s = newSession()
 		}
-		return rankModels{t, s}, err
+		return rankModels{target: t, sess: s}, err
 	}
 	var res *train.Result
 	if cfg.Device == "cuda" {
@@ -313,6 +319,10 @@ func trainDrafter(ctx context.Context, a *trainArgs) (*train.Result, error) {
 	if err != nil || !place.Lead() {
 		return res, err
 	}
+	steps := lead.BucketSteps()
+	for _, l := range slices.Sorted(maps.Keys(steps)) {
+		slog.Info("bucket steps", "len", l, "steps", steps[l])
+	}
 	out := filepath.Join(cfg.Out, "drafter")
 	if err := drafter.WriteDir(out, cfg.Drafter.Export); err != nil {
 		return nil, err
@@ -325,10 +335,12 @@ func trainDrafter(ctx context.Context, a *trainArgs) (*train.Result, error) {
 }
 
 // rankModels is what one rank trains: its replica of the target and its
-// session (which holds its replica of the drafter).
+// session (which holds its replica of the drafter), and optionally the
+// readings of its device after each step (train.Hooks.Gauges).
 type rankModels struct {
 	target *model.Model
 	sess   *dflash.Session
+	gauges func() map[string]float64
 }
 
 // logBuckets logs the length buckets of the training batches, each with its

@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
+	"time"
 
 	"dflash/gpu"
 	"dflash/jit"
@@ -57,6 +59,7 @@ func trainOnGPU(ctx context.Context, cfg trainConfig, place tensorcuda.Placement
 		if err != nil {
 			return err
 		}
+		m.gauges = deviceGauges(r.Device, cache)
 		rr, err := run(m, r.Backend, td, r.Collective)
 		if first {
 			res = rr
@@ -67,5 +70,19 @@ func trainOnGPU(ctx context.Context, cfg trainConfig, place tensorcuda.Placement
 	if err != nil {
 		err = fmt.Errorf("--device cuda: %w", err)
 	}
+	st := cache.Stats()
+	slog.Info("kernel cache", "compiles", st.Compiles, "compile_errors", st.CompileErrors, "disk_hits", st.DiskHits,
+		"kernels", st.Kernels, "compile_time", st.CompileTime.Round(time.Millisecond), "dir", dir)
 	return res, err
+}
+
+// deviceGauges reads, after each step, the device memory that d's
+// allocator holds in live buffers and at its peak (cached blocks
+// included), and the compiles of the process's kernel cache so far.
+func deviceGauges(d *gpu.Device, cache *jit.Cache) func() map[string]float64 {
+	return func() map[string]float64 {
+		a := d.AllocStats()
+		return map[string]float64{"device_mem_bytes": float64(a.InUseBytes), "device_mem_peak_bytes": float64(a.PeakBytes),
+			"compiles": float64(cache.Stats().Compiles)}
+	}
 }

@@ -15,6 +15,7 @@ import (
 	"dflash/gpu"
 	"dflash/model"
 	"dflash/model/dflash"
+	"dflash/model/dflash/stepbench"
 	"dflash/rendezvous"
 	"dflash/train"
 )
@@ -204,6 +205,20 @@ func TestTrainBuckets(t *testing.T) {
 		if math.Abs(padded-768) > 1e-6 && math.Abs(padded-1536) > 1e-6 {
 			t.Fatalf("step %d: %v tokens, pad_frac %v: %v positions, want 768 or 1536", r.Step, tok, pf, padded)
 		}
+		// The step's samples, its tokens times samples/s over tokens/s, are
+		// 1 to 3 whole rows (a bucket's last batch has empty pad rows); the
+		// MFU is its FLOP rate over the CPU's peak.
+		v := r.Values
+		samples := tok * v["samples_per_s"] / v["tokens_per_s"]
+		if math.Abs(samples-math.Round(samples)) > 1e-6 || samples < 1 || samples > 3 {
+			t.Fatalf("step %d: %v samples (samples/s %v, tokens/s %v)", r.Step, samples, v["samples_per_s"], v["tokens_per_s"])
+		}
+		if peak, _ := stepbench.DevicePeak("cpu"); !(v["tflops"] > 0) || math.Abs(v["mfu"]-v["tflops"]/peak) > 1e-12*v["mfu"] {
+			t.Fatalf("step %d: tflops %v, mfu %v", r.Step, v["tflops"], v["mfu"])
+		}
+	}
+	if evs, _ := filepath.Glob(filepath.Join(straight, train.EventFiles)); len(evs) != 1 {
+		t.Fatalf("event files %v, want 1", evs)
 	}
 	if steps != 4 {
 		t.Fatalf("%d step records, want 4: %v", steps, recs)

@@ -29,6 +29,18 @@ func (b *Batch) Tokens() int {
 	return n
 }
 
+// Samples returns the number of sequences of the batch: its rows that
+// are not empty padding rows.
+func (b *Batch) Samples() int {
+	n := 0
+	for _, l := range b.SeqLen {
+		if l > 0 {
+			n++
+		}
+	}
+	return n
+}
+
 // PadFraction returns the padded share of the batch's Rows×Len positions:
 // 1 − Tokens/(Rows·Len) (0 for an empty batch).
 func (b *Batch) PadFraction() float64 {

@@ -3,6 +3,7 @@ package dflash
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 
 	"dflash/data/bucket"
@@ -68,6 +69,10 @@ func (s *Session) BucketReport() (*bucket.Report, error) {
 	return &r, nil
 }
 
+// BucketSteps returns the training batches this session drew from each
+// length bucket, by bucket length (nil without buckets).
+func (s *Session) BucketSteps() map[int]int { return maps.Clone(s.bucketSteps) }
+
 // nextTrain returns the inputs of the next training batch: from the data
 // order, or from the bucket sampler in its bucket's shape.
 func (s *Session) nextTrain(rng *rand.Rand) (*StepInputs[float32], error) {
@@ -79,6 +84,10 @@ func (s *Session) nextTrain(rng *rand.Rand) (*StepInputs[float32], error) {
 		return nil, err
 	}
 	b := sp.Next()
+	if s.bucketSteps == nil {
+		s.bucketSteps = map[int]int{}
+	}
+	s.bucketSteps[b.Len]++
 	sh := shape{rows: b.Rows, len: b.Len, blocks: max(1, min(s.Drafter.Cfg.NumAnchors, b.Len-1))}
 	return s.inputs(s.Train, b.Indices, false, sh, rng)
 }

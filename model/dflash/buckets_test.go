@@ -2,6 +2,7 @@ package dflash
 
 import (
 	"encoding/json"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -78,7 +79,7 @@ func TestBucketShapes(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 1))
 	shapes := map[int][]int{}
 	steps := map[int]int{}
-	padRows := 0
+	padRows, samples := 0, 0
 	for range 3 * sp.BatchesPerEpoch() {
 		in, err := s.nextTrain(rng)
 		if err != nil {
@@ -94,6 +95,7 @@ func TestBucketShapes(t *testing.T) {
 		}
 		shapes[b.Len] = sh
 		steps[b.Len]++
+		samples += b.Samples()
 		for r := range b.Rows {
 			if b.SeqLen[r] > 0 {
 				continue
@@ -111,6 +113,12 @@ func TestBucketShapes(t *testing.T) {
 	}
 	if padRows == 0 {
 		t.Fatal("no batch had an empty pad row: the test did not reach them")
+	}
+	if samples != 3*len(s.Train) {
+		t.Errorf("3 epochs counted %d samples, want %d (pad rows are not samples)", samples, 3*len(s.Train))
+	}
+	if got := s.BucketSteps(); !maps.Equal(got, steps) {
+		t.Errorf("BucketSteps %v, want %v", got, steps)
 	}
 }
 

@@ -157,11 +157,16 @@ type Session struct {
 	// SpecEval, optional, measures real speculative decoding (package spec
 	// provides it); evaluations that train.Run marks Spec merge its metrics.
 	SpecEval func(ctx context.Context) (map[string]float64, error)
+	// StepFLOPs, optional, counts the floating-point operations of a
+	// training micro-batch of batch b with blocks bl (cmd/dflash:
+	// stepbench.StepFLOPs); train.Run then reports tflops and mfu.
+	StepFLOPs func(b *Batch, bl *Blocks) float64
 
-	mu      sync.Mutex
-	cache   map[cacheKey][][]float32
-	order   *order.Order
-	sampler *bucket.Sampler
+	mu          sync.Mutex
+	cache       map[cacheKey][][]float32
+	order       *order.Order
+	sampler     *bucket.Sampler
+	bucketSteps map[int]int // training batches drawn per bucket length
 }
 
 // cacheKey names an example of the training (eval false) or evaluation set.
@@ -264,7 +269,8 @@ func (s *Session) inputs(set []Example, idx []int, eval bool, sh shape, rng *ran
 
 // Step runs one training micro-batch: anchors drawn from rng, loss and
 // gradients accumulated into the drafter's parameters. It returns the
-// batch too, for its token count and padding.
+// step's inputs too (their Batch and Blocks: tokens, samples, padding,
+// FLOPs).
 //
 // With a Collective of several ranks the loss is the weighted mean over the
 // global batch (§4.4): each rank's is scaled by its share of the global
@@ -272,8 +278,8 @@ func (s *Session) inputs(set []Example, idx []int, eval bool, sh shape, rng *ran
 // the losses and of the gradients is the loss and gradient of one rank
 // with the whole batch. The weight sums are all-reduced on every rank, one
 // float64 per micro-batch.
-func (s *Session) Step(rng *rand.Rand) (loss float64, m *Metrics, b *Batch, err error) {
-	in, err := s.nextTrain(rng)
+func (s *Session) Step(rng *rand.Rand) (loss float64, m *Metrics, in *StepInputs[float32], err error) {
+	in, err = s.nextTrain(rng)
 	if err != nil {
 		return 0, nil, nil, err
 	}
@@ -283,7 +289,7 @@ func (s *Session) Step(rng *rand.Rand) (loss float64, m *Metrics, b *Batch, err 
 		return 0, nil, nil, err
 	}
 	if in.Blocks.WeightSum == 0 || share == 0 {
-		return 0, m, in.Batch, nil // no label in this batch: nothing to learn
+		return 0, m, in, nil // no label in this batch: nothing to learn
 	}
 	defer tensor.EndStep(s.Backend)
 	tp := tensor.NewTape(s.Backend)
@@ -296,7 +302,7 @@ func (s *Session) Step(rng *rand.Rand) (loss float64, m *Metrics, b *Batch, err 
 	m.Add(in.Blocks, out.Pred, out.CE)
 	var l [1]float32
 	s.Backend.Download(out.Loss.Store, l[:])
-	return float64(l[0]), m, in.Batch, nil
+	return float64(l[0]), m, in, nil
 }
 
 // lossShare returns the factor of this rank's loss that makes the mean
@@ -360,10 +366,16 @@ func (s *Session) Hooks() train.Hooks {
 		Device:     s.Device,
 		Collective: s.Collective,
 		Step: func(ctx context.Context, si train.StepInfo) (float64, map[string]float64, int, error) {
-			loss, m, b, err := s.Step(si.RNG.Rand)
+			loss, m, in, err := s.Step(si.RNG.Rand)
 			if err != nil {
 				return 0, nil, 0, err
 			}
+			b := in.Batch
+			var flops float64
+			if s.StepFLOPs != nil {
+				flops = s.StepFLOPs(b, in.Blocks)
+			}
+			si.Count(b.Samples(), flops)
 			return loss, map[string]float64{"acc": m.Accuracy(), "tau": m.Acceptance(), "pad_frac": b.PadFraction()}, b.Tokens(), nil
 		},
 		Eval: func(ctx context.Context, e train.EvalInfo) (map[string]float64, error) {

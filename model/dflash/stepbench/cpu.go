@@ -104,15 +104,18 @@ func newReport(o Options, dc *dflash.Config, mem Memory) *Report {
 		DrafterParams: DrafterParams(dc), SeqLen: o.SeqLen, Batch: o.Batch, Anchors: o.Anchors, BlockSize: o.BlockSize, LossChunk: o.LossChunk,
 		Steps: o.Steps, Warmup: o.Warmup, Memory: mem, PeakTFLOPS: o.PeakTFLOPS, PeakSource: "--peak-tflops"}
 	if o.PeakTFLOPS == 0 {
-		if o.Device == "cpu" {
-			r.PeakTFLOPS = CPUPeakGFLOPS / 1000
-			r.PeakSource = "float32 GEMM of the 2-core development VM (CPUPeakGFLOPS, docs/PERF.md)"
-		} else {
-			r.PeakTFLOPS = H200BF16PeakTFLOPS
-			r.PeakSource = "H200 dense bf16, NVIDIA datasheet (cuBLASLt measured 731-798 at 8192³)"
-		}
+		r.PeakTFLOPS, r.PeakSource = DevicePeak(o.Device)
 	}
 	return r
+}
+
+// DevicePeak returns the peak FLOP rate (TFLOP/s) the MFU of device (cpu
+// or cuda) divides by, and where it comes from.
+func DevicePeak(device string) (tflops float64, source string) {
+	if device == "cpu" {
+		return CPUPeakGFLOPS / 1000, "float32 GEMM of the 2-core development VM (CPUPeakGFLOPS, docs/PERF.md)"
+	}
+	return H200BF16PeakTFLOPS, "H200 dense bf16, NVIDIA datasheet (cuBLASLt measured 731-798 at 8192³)"
 }
 
 // finish fills the means, rates and MFU from the timed steps and their
