@@ -8,42 +8,8 @@ import (
 
 	"dflash/internal/testseed"
 	"dflash/tensor"
+	"dflash/tensor/backendtest"
 )
-
-// arenaCPU is the CPU backend with step memory, as the CUDA backend has:
-// activations come from one host buffer by bump allocation, and
-// ReleaseStep and ResetStep fill what they free with NaN (memory a device
-// hands out again is overwritten), so a result that still pointed into a
-// released scope would show.
-type arenaCPU struct {
-	*tensor.CPU[float32]
-	buf       []float32
-	off, peak int
-}
-
-func (a *arenaCPU) Alloc(n int) tensor.Storage[float32] {
-	if a.off+n > len(a.buf) {
-		panic("arenaCPU: out of memory")
-	}
-	s := a.buf[a.off : a.off+n : a.off+n]
-	clear(s)
-	a.off += n
-	a.peak = max(a.peak, a.off)
-	return tensor.Host[float32](s)
-}
-
-func (a *arenaCPU) AllocStat(n int) tensor.Storage[float32] { return a.Alloc(n) }
-
-func (a *arenaCPU) MarkStep() tensor.StepMark { return tensor.StepMark{int64(a.off)} }
-
-func (a *arenaCPU) ReleaseStep(m tensor.StepMark) {
-	for i := int(m[0]); i < a.off; i++ {
-		a.buf[i] = float32(math.NaN())
-	}
-	a.off = int(m[0])
-}
-
-func (a *arenaCPU) ResetStep() { a.ReleaseStep(tensor.StepMark{}) }
 
 // countingCPU is the CPU backend counting the activation elements it
 // allocates (no step memory: nothing is released).
@@ -85,7 +51,7 @@ func TestForwardScoped(t *testing.T) {
 		plain := m.Forward(tensor.NewInference[float32](tensor.NewCPU[float32](1)), in)
 		counting := &countingCPU{CPU: tensor.NewCPU[float32](1)}
 		m.Forward(tensor.NewInference[float32](counting), in)
-		a := &arenaCPU{CPU: tensor.NewCPU[float32](1), buf: make([]float32, counting.n+8*batch*length*c.HiddenSize)}
+		a := backendtest.NewStepCPU(1)
 		scoped := m.Forward(tensor.NewInference[float32](a), in)
 		if !slices.Equal(keys(scoped.States), keys(plain.States)) {
 			t.Fatalf("%+v: states %v, plain pass %v", in.States, keys(scoped.States), keys(plain.States))
@@ -98,10 +64,10 @@ func TestForwardScoped(t *testing.T) {
 		if (plain.Final == nil) != (scoped.Final == nil) || plain.Final != nil && !sameBits(scoped.Final.Data(), plain.Final.Data()) {
 			t.Fatalf("States %v: the final output differs from the plain pass", in.States)
 		}
-		if in.States[len(in.States)-1] > 1 && a.peak*2 > counting.n {
-			t.Errorf("States %v: the scoped pass held %d elements at once, the plain pass allocates %d", in.States, a.peak, counting.n)
+		if in.States[len(in.States)-1] > 1 && a.Peak*2 > counting.n {
+			t.Errorf("States %v: the scoped pass held %d elements at once, the plain pass allocates %d", in.States, a.Peak, counting.n)
 		}
-		t.Logf("States %v StatesOnly %v: peak %d of %d elements", in.States, in.StatesOnly, a.peak, counting.n)
+		t.Logf("States %v StatesOnly %v: peak %d of %d elements", in.States, in.StatesOnly, a.Peak, counting.n)
 	}
 }
 

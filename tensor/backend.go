@@ -125,6 +125,16 @@ type StepMemory interface {
 	ReleaseStep(StepMark)
 }
 
+// StepFreer is implemented by backends whose step memory can give back one
+// allocation before the step ends (the CUDA backend's step arena), so that
+// a later allocation of the same size reuses it. FreeStep(s) takes a whole
+// allocation of the current step (Alloc, AllocStat, Upload, or Like of
+// step storage); a Slice of one, or parameter storage, is a programmer
+// error and panics. s must not be used afterwards.
+type StepFreer[T Float] interface {
+	FreeStep(s Storage[T])
+}
+
 // StepMark is a position in a backend's step memory; its meaning is the
 // backend's.
 type StepMark [3]int64

@@ -10,7 +10,7 @@ import (
 func (tp *TapeOf[T]) BackwardFrom(out *Of[T], grad Storage[T]) {
 	checkLen("BackwardFrom grad", grad.Len(), out.Store.Len())
 	tp.b.Axpy(1, grad, out.EnsureGrad())
-	tp.runBackward()
+	tp.runBackward(out)
 }
 
 // Embedding returns out[i,:] = w[ids[i],:], shape [ids.Len(), dim] for w of

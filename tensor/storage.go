@@ -74,6 +74,14 @@ func (m HostMask) MaskDims() flex.Dims { return m.Dims }
 // MaskArgs returns the mask's arguments.
 func (m HostMask) MaskArgs() *flex.Args { return m.Args() }
 
+// HostBacked is host storage of another type than Host (a test backend's,
+// which keeps account of its allocations): the CPU kernels read and write
+// its elements through HostSlice.
+type HostBacked[T Float] interface {
+	Storage[T]
+	HostSlice() []T
+}
+
 // HostData returns the host slice of s; it panics, naming what, when s is
 // held by a device (a programmer error: host code reads device tensors
 // through Backend.Download).
@@ -83,6 +91,8 @@ func HostData[T Float](s Storage[T], what string) []T {
 		return h
 	case nil:
 		return nil
+	case HostBacked[T]:
+		return h.HostSlice()
 	}
 	panic(fmt.Sprintf("tensor: %s is %s storage on a device, not host memory (read it with Backend.Download)", what, s.DType()))
 }

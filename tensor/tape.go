@@ -8,6 +8,10 @@ type TapeOf[T Float] struct {
 	b      Backend[T]
 	record bool
 	steps  []func()
+
+	freer StepFreer[T]    // ReleaseGrads on a backend that can free step memory
+	keep  map[*Of[T]]bool // KeepGrad
+	loss  *Of[T]          // the tensor Backward started from, while it runs
 }
 
 // Tape is the float32 tape that training uses.
@@ -38,6 +42,52 @@ func (tp *TapeOf[T]) Len() int { return len(tp.steps) }
 // Reset drops the recorded steps (releasing the intermediates they hold).
 func (tp *TapeOf[T]) Reset() { tp.steps = tp.steps[:0] }
 
+// ReleaseGrads makes Backward give back each op output's gradient as soon
+// as the last backward step that reads it has run: the step that recorded
+// the output runs after every step of the ops that consumed it, so the
+// gradient is dead from then on. Parameters' gradients (an Arena's),
+// the loss's, and those of tensors passed to KeepGrad are kept; so is a
+// gradient that EnsureGrad did not allocate itself. Op temporaries
+// that the tape knows to be dead (the cross-entropy's) are given back too.
+//
+// It takes effect on a backend with step memory that frees one allocation
+// (StepFreer: the CUDA backend), where a later allocation of the same size
+// reuses the memory, and does nothing elsewhere: on the CPU the garbage
+// collector owns the memory and results are the same either way. Call it
+// before the ops it should cover; it lasts for the tape's life.
+func (tp *TapeOf[T]) ReleaseGrads() {
+	if f, ok := tp.b.(StepFreer[T]); ok && tp.record {
+		tp.freer = f
+	}
+}
+
+// KeepGrad exempts t from ReleaseGrads in the next Backward: its gradient
+// can be read afterwards.
+func (tp *TapeOf[T]) KeepGrad(t *Of[T]) {
+	if tp.keep == nil {
+		tp.keep = map[*Of[T]]bool{}
+	}
+	tp.keep[t] = true
+}
+
+// release gives back out's gradient (ReleaseGrads) once out's last backward
+// step has run, unless out's gradient is to be kept.
+func (tp *TapeOf[T]) release(out *Of[T]) {
+	if tp.freer == nil || out.pending > 0 || !out.ownGrad || out == tp.loss || tp.keep[out] {
+		return
+	}
+	tp.freer.FreeStep(out.GradStore)
+	out.GradStore, out.ownGrad = nil, false
+}
+
+// releaseTemp gives back s, an op's temporary that no step reads any more,
+// when the tape releases memory (ReleaseGrads); s may be nil.
+func (tp *TapeOf[T]) releaseTemp(s Storage[T]) {
+	if tp.freer != nil && s != nil {
+		tp.freer.FreeStep(s)
+	}
+}
+
 // needs reports whether an op on these inputs must record a backward step.
 func (tp *TapeOf[T]) needs(in ...*Of[T]) bool {
 	if !tp.record {
@@ -57,9 +107,12 @@ func (tp *TapeOf[T]) needs(in ...*Of[T]) bool {
 // needing gradients.
 func (tp *TapeOf[T]) Record(out *Of[T], back func()) {
 	out.RequiresGrad = true
+	out.pending++
 	tp.steps = append(tp.steps, func() {
+		out.pending--
 		if out.GradStore != nil {
 			back()
+			tp.release(out)
 		}
 	})
 }
@@ -76,15 +129,18 @@ func (tp *TapeOf[T]) Backward(loss *Of[T]) {
 		panic(fmt.Sprintf("tensor.Backward: loss %v needs gradients but this tape recorded nothing: it was computed on another tape", loss))
 	}
 	tp.b.Fill(loss.EnsureGrad(), 1)
-	tp.runBackward()
+	tp.runBackward(loss)
 }
 
-// runBackward runs the recorded steps in reverse, dropping each once run,
-// and resets the tape.
-func (tp *TapeOf[T]) runBackward() {
+// runBackward runs the recorded steps in reverse from loss, dropping each
+// once run, and resets the tape (and KeepGrad's set).
+func (tp *TapeOf[T]) runBackward(loss *Of[T]) {
+	tp.loss = loss
 	for i := len(tp.steps) - 1; i >= 0; i-- {
 		tp.steps[i]()
 		tp.steps[i] = nil
 	}
+	tp.loss = nil
+	clear(tp.keep)
 	tp.Reset()
 }

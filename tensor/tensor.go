@@ -20,7 +20,9 @@ type Of[T Float] struct {
 	GradStore    Storage[T]
 	RequiresGrad bool
 
-	arena *Arena[T] // the arena that holds Store and GradStore, for a parameter declared in one
+	arena   *Arena[T] // the arena that holds Store and GradStore, for a parameter declared in one
+	ownGrad bool      // GradStore is EnsureGrad's own allocation, which no other tensor holds
+	pending int       // backward steps recorded for this tensor and not yet run
 }
 
 // Tensor is the float32 tensor that training uses.
@@ -59,7 +61,7 @@ func (t *Of[T]) HasGrad() bool { return t.GradStore != nil }
 
 // DropGrad forgets the gradient (a parameter of an Arena gets its view back
 // at its next EnsureGrad).
-func (t *Of[T]) DropGrad() { t.GradStore = nil }
+func (t *Of[T]) DropGrad() { t.GradStore, t.ownGrad = nil, false }
 
 // Numel returns the number of elements.
 func (t *Of[T]) Numel() int { return numel(t.Shape) }
@@ -104,7 +106,7 @@ func (t *Of[T]) EnsureGrad() Storage[T] {
 			t.arena.EnsureGrad()
 			return t.GradStore
 		}
-		t.GradStore = t.Store.Like(t.Store.Len())
+		t.GradStore, t.ownGrad = t.Store.Like(t.Store.Len()), true
 	}
 	return t.GradStore
 }

@@ -142,7 +142,8 @@ func (tp *TapeOf[T]) LMHeadXent(h, w *Of[T], targets []int32, weights []float64,
 // dh_i += dloss·G_i·W and dW += dloss·Gᵀ·h. When the tape records and h or W
 // needs a gradient, G·W and Gᵀ·h are computed in the same pass as the loss
 // (so the logits are computed once) and kept, [N, H] and [V, H], until the
-// backward step scales them by dloss. Every step goes through the backend,
+// backward step scales them by dloss (a tape that releases gradients gives
+// them back then, and the chunk's temporaries after the forward pass). Every step goes through the backend,
 // the loss too (Σ_j Scale_j·CE_j as a product): nothing is read back.
 func (tp *TapeOf[T]) LMHeadXentRows(h, w *Of[T], rows *XentRows[T], chunkRows int) *Xent[T] {
 	if len(h.Shape) != 2 || len(w.Shape) != 2 || h.Shape[1] != w.Shape[1] {
@@ -190,6 +191,9 @@ func (tp *TapeOf[T]) LMHeadXentRows(h, w *Of[T], rows *XentRows[T], chunkRows in
 	}
 	// loss = Σ_j Scale_j·CE_j, a 1×na by na×1 product.
 	tp.b.Gemm(false, false, 1, 1, na, 1, rows.Scale, na, res.ActiveLoss, 1, 0, res.Loss.Store, 1)
+	tp.releaseTemp(dhc)
+	tp.releaseTemp(logits)
+	tp.releaseTemp(hc)
 	if dh != nil || dw != nil {
 		tp.Record(res.Loss, func() {
 			if dh != nil {
@@ -198,6 +202,8 @@ func (tp *TapeOf[T]) LMHeadXentRows(h, w *Of[T], rows *XentRows[T], chunkRows in
 			if dw != nil {
 				tp.b.AxpyBy(1, res.Loss.GradStore, dw, w.EnsureGrad())
 			}
+			tp.releaseTemp(dw)
+			tp.releaseTemp(dh)
 		})
 	}
 	return res

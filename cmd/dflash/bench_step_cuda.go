@@ -46,7 +46,8 @@ func benchStepCUDA(o stepbench.Options, cacheDir string) (*stepbench.Report, err
 					r.PerStep = gpu.Counters{HtoDCalls: c.HtoDCalls / n, HtoDBytes: c.HtoDBytes / n, DtoHCalls: c.DtoHCalls / n,
 						DtoHBytes: c.DtoHBytes / n, Syncs: c.Syncs / n}
 					r.PeakDeviceBytes = d.AllocStats().PeakBytes
-					_, r.StepArenaBytes = b.StepBytes()
+					st := b.StepBytes()
+					r.StepArenaBytes, r.StepArenaReservedBytes, r.StepArenaMostReservedBytes = st.Peak, st.Reserved, st.MostReserved
 				}
 			}}
 		rep, err = stepbench.RunOn(o, dev)

@@ -293,6 +293,7 @@ func (s *Session) Step(rng *rand.Rand) (loss float64, m *Metrics, in *StepInputs
 	}
 	defer tensor.EndStep(s.Backend)
 	tp := tensor.NewTape(s.Backend)
+	tp.ReleaseGrads() // only the parameters' gradients are read after Backward
 	out := s.Drafter.ForwardInputs(tp, true, s.Head, in)
 	if share != 1 {
 		out.Loss = tp.Scale(out.Loss, share)

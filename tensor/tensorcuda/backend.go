@@ -33,9 +33,11 @@ import (
 // Everything allocated between two Resets (storage, int data, masks,
 // temporaries of the ops) comes from a step arena and is released at once
 // by the next ResetStep: storage must not be used after the ResetStep that follows
-// its allocation (the ops panic when it is). A step that repeats the
-// allocations of the last one gets the same addresses. Parameter memory is
-// persistent until Close.
+// its allocation (the ops panic when it is). FreeStep gives one allocation
+// back earlier (a gradient once the backward pass has consumed it: see
+// tensor.TapeOf.ReleaseGrads); the next allocation of its size takes it. A
+// step that repeats the allocations and frees of the last one gets the same
+// addresses. Parameter memory is persistent until Close.
 //
 // # Synchronisation
 //
@@ -127,6 +129,24 @@ func (b *Backend) ResetStep() {
 	b.release = nil
 }
 
+// FreeStep gives s back to the step arena before the step ends
+// (tensor.StepFreer): the next allocation of its size takes its address,
+// and s must not be used afterwards. s must be a whole allocation of this
+// step (Alloc, AllocStat, Upload or Like of step storage); a Slice of one,
+// parameter memory or storage of an earlier step panics.
+func (b *Backend) FreeStep(s tensor.Storage[float32]) {
+	x := b.buf(s, "FreeStep storage")
+	switch {
+	case x.step == 0:
+		panic(fmt.Sprintf("tensorcuda: FreeStep of %v, which is parameter memory, not step memory", x))
+	case !x.whole:
+		panic(fmt.Sprintf("tensorcuda: FreeStep of %v, a Slice view, not a whole allocation", x))
+	case x.n == 0:
+		return
+	}
+	b.arena.release(x.ptr, int64(x.n)*int64(x.dt.Size()))
+}
+
 // MarkStep returns the step arena's position (tensor.StepMemory).
 func (b *Backend) MarkStep() tensor.StepMark { return b.arena.mark() }
 
@@ -135,20 +155,24 @@ func (b *Backend) MarkStep() tensor.StepMark { return b.arena.mark() }
 // the caller scopes it). Masks built since m live until ResetStep.
 func (b *Backend) ReleaseStep(m tensor.StepMark) { b.arena.rewind(m) }
 
-// StepBytes returns the bytes the step arena holds from the device and the
-// most one step has used.
-func (b *Backend) StepBytes() (held, peak int64) {
-	for _, c := range b.arena.chunks {
-		held += c.Size
-	}
-	return held, b.arena.peak
+// StepStats is what the step arena holds and uses, in bytes.
+type StepStats struct {
+	Reserved     int64 // held from the device now, in Chunks chunks
+	MostReserved int64 // the most ever held at once
+	Peak         int64 // the most in use at once (allocated and not freed) in one step
+	Chunks       int
+}
+
+// StepBytes returns the step arena's bytes: reserved and in use.
+func (b *Backend) StepBytes() StepStats {
+	return StepStats{Reserved: b.arena.reserved(), MostReserved: b.arena.most, Peak: b.arena.peak, Chunks: len(b.arena.chunks)}
 }
 
 // Close resets the backend and frees all of its memory, parameters
 // included, and the attention kernels' workspaces.
 func (b *Backend) Close() {
 	b.ResetStep()
-	b.arena.release()
+	b.arena.releaseAll()
 	for _, p := range b.persistent {
 		b.mem.free(p)
 	}
@@ -199,7 +223,7 @@ func (b *Backend) alloc(n int64, persistent, zero bool) gpu.Buffer {
 
 // newBuf returns n elements of dtype dt.
 func (b *Backend) newBuf(n int, dt dtype.DType, persistent, zero bool) Buf {
-	s := Buf{be: b, ptr: b.alloc(int64(n)*int64(dt.Size()), persistent, zero).Ptr, n: n, dt: dt}
+	s := Buf{be: b, ptr: b.alloc(int64(n)*int64(dt.Size()), persistent, zero).Ptr, n: n, dt: dt, whole: true}
 	if !persistent {
 		s.step = b.gen
 	}
@@ -359,6 +383,7 @@ type memory interface {
 	upload(b gpu.Buffer, src []byte) error
 	download(dst []byte, b gpu.Buffer) error
 	sync() error
+	trim() error // return cached free blocks to the device
 }
 
 type devMemory struct{ d *gpu.Device }
@@ -369,9 +394,11 @@ func (m devMemory) zero(b gpu.Buffer) error                 { return m.d.Memset(
 func (m devMemory) upload(b gpu.Buffer, src []byte) error   { return gpu.Upload(m.d, b, src) }
 func (m devMemory) download(dst []byte, b gpu.Buffer) error { return gpu.Download(m.d, dst, b) }
 func (m devMemory) sync() error                             { return m.d.Synchronize() }
+func (m devMemory) trim() error                             { _, err := m.d.ReleaseCached(); return err }
 
 var (
 	_ tensor.StepMemory           = (*Backend)(nil)
+	_ tensor.StepFreer[float32]   = (*Backend)(nil)
 	_ tensor.ParamPlacer[float32] = (*Backend)(nil)
 	_ tensor.XentChunker          = (*Backend)(nil)
 )

@@ -10,17 +10,34 @@ import (
 
 // stepArena hands out the memory of one step by bump allocation over large
 // chunks from the device allocator, and reset takes all of it back at once.
-// The chunks are kept and filled again in the same order, so a step that
-// makes the same allocations as the last one gets the same addresses (what
-// a captured CUDA graph needs) and makes no allocator call.
+// A block freed during the step (free) goes to a free list of its size and
+// is handed out again, last freed first, to the next allocation of exactly
+// that size before anything is bumped. The chunks are kept and filled again
+// in the same order, so a step that makes the same allocations and frees as
+// the last one gets the same addresses (what a captured CUDA graph needs)
+// and makes no allocator call.
+//
+// A step that needed more than one chunk is followed, at reset, by one
+// chunk of its high-water mark (consolidate): from then on every step of
+// that size runs in one chunk, wasting no chunk's tail.
 type stepArena struct {
 	mem    memory
-	chunk  int64 // bytes of the first chunk; later ones at least double the total
+	chunk  int64 // bytes of the first chunk; the granularity of a consolidated one
 	chunks []gpu.Buffer
 	cur    int   // chunk being filled
 	off    int64 // next free byte in it
-	inUse  int64 // bytes handed out since the last reset (after alignment)
-	peak   int64 // most bytes handed out in one step
+	bumped int64 // bytes handed out by bumping since the last reset (after alignment)
+	high   int64 // most bytes bumped at once since the last reset
+	free   map[int64][]freeBlock
+	freed  int64 // bytes on the free list
+	peak   int64 // most bytes in use (bumped and not freed) at once, over all steps
+	most   int64 // most bytes ever reserved from the device
+}
+
+// freeBlock is a freed block: chunk index and offset.
+type freeBlock struct {
+	chunk int
+	off   int64
 }
 
 // arenaAlign is the alignment of every allocation: enough for 16-byte vector
@@ -30,9 +47,26 @@ const arenaAlign = 256
 // defaultChunk is the first chunk's size.
 const defaultChunk = 64 << 20
 
-// alloc returns n bytes (at least arenaAlign, aligned to it).
+// maxGrowth bounds a new chunk's size (unless one allocation needs more):
+// a chunk as large as all before it would leave up to half of the arena
+// unused in a step that needs just over a power of two.
+const maxGrowth = 2 << 30
+
+// aligned returns the bytes an allocation of n bytes takes.
+func aligned(n int64) int64 { return (max(n, 1) + arenaAlign - 1) / arenaAlign * arenaAlign }
+
+// alloc returns n bytes (at least arenaAlign, aligned to it): a freed block
+// of that size when there is one, the most recently freed, else the next
+// bytes of the current chunk.
 func (a *stepArena) alloc(n int64) (cuda.DevicePtr, error) {
-	n = (max(n, 1) + arenaAlign - 1) / arenaAlign * arenaAlign
+	n = aligned(n)
+	if list := a.free[n]; len(list) > 0 {
+		f := list[len(list)-1]
+		a.free[n] = list[:len(list)-1]
+		a.freed -= n
+		a.peak = max(a.peak, a.inUse())
+		return a.chunks[f.chunk].Ptr + cuda.DevicePtr(f.off), nil
+	}
 	for a.cur < len(a.chunks) {
 		c := a.chunks[a.cur]
 		if a.off+n <= c.Size {
@@ -43,14 +77,11 @@ func (a *stepArena) alloc(n int64) (cuda.DevicePtr, error) {
 		}
 		a.cur, a.off = a.cur+1, 0
 	}
-	var total int64
-	for _, c := range a.chunks {
-		total += c.Size
-	}
-	size := max(a.chunk, n, total)
+	total := a.reserved()
+	size := max(a.chunk, n, min(total, maxGrowth))
 	b, err := a.mem.alloc(size)
 	if err != nil && size > max(a.chunk, n) {
-		// Doubling overshoots what is left on the device: take only what
+		// Growing overshoots what is left on the device: take only what
 		// this allocation needs.
 		size = max(a.chunk, n)
 		b, err = a.mem.alloc(size)
@@ -59,33 +90,112 @@ func (a *stepArena) alloc(n int64) (cuda.DevicePtr, error) {
 		return 0, fmt.Errorf("tensorcuda: step arena chunk of %d bytes (%d in %d chunks already): %w", size, total, len(a.chunks), err)
 	}
 	a.chunks = append(a.chunks, b)
+	a.most = max(a.most, total+size)
 	a.cur, a.off = len(a.chunks)-1, n
 	a.took(n)
 	return b.Ptr, nil
 }
 
 func (a *stepArena) took(n int64) {
-	a.inUse += n
-	a.peak = max(a.peak, a.inUse)
+	a.bumped += n
+	a.high = max(a.high, a.bumped)
+	a.peak = max(a.peak, a.inUse())
+}
+
+// inUse returns the bytes handed out and not freed.
+func (a *stepArena) inUse() int64 { return a.bumped - a.freed }
+
+// reserved returns the bytes the chunks hold from the device.
+func (a *stepArena) reserved() int64 {
+	var total int64
+	for _, c := range a.chunks {
+		total += c.Size
+	}
+	return total
+}
+
+// release gives back the block of n bytes at p, which alloc returned in
+// this step: the next allocation of its size takes it. A block that is not
+// of this step's memory or is already free panics.
+func (a *stepArena) release(p cuda.DevicePtr, n int64) {
+	n = aligned(n)
+	f := freeBlock{chunk: -1}
+	for i, c := range a.chunks {
+		if p >= c.Ptr && p < c.Ptr+cuda.DevicePtr(c.Size) {
+			f = freeBlock{chunk: i, off: int64(p - c.Ptr)}
+			break
+		}
+	}
+	if f.chunk < 0 || f.chunk > a.cur || f.chunk == a.cur && f.off+n > a.off {
+		panic(fmt.Sprintf("tensorcuda: FreeStep of %d bytes at %#x, which the step arena has not handed out in this step", n, uint64(p)))
+	}
+	for _, g := range a.free[n] {
+		if g == f {
+			panic(fmt.Sprintf("tensorcuda: FreeStep of %d bytes at %#x, which is already free (freed twice?)", n, uint64(p)))
+		}
+	}
+	if a.free == nil {
+		a.free = map[int64][]freeBlock{}
+	}
+	a.free[n] = append(a.free[n], f)
+	a.freed += n
 }
 
 // mark returns the arena's position.
-func (a *stepArena) mark() tensor.StepMark { return tensor.StepMark{int64(a.cur), a.off, a.inUse} }
+func (a *stepArena) mark() tensor.StepMark { return tensor.StepMark{int64(a.cur), a.off, a.bumped} }
 
-// rewind frees everything allocated since m.
+// rewind frees everything bumped since m: the position goes back to m and
+// the free list forgets the blocks past it. A block from before m that was
+// freed and handed out again since m stays in use until reset.
 func (a *stepArena) rewind(m tensor.StepMark) {
-	cur, off, inUse := int(m[0]), m[1], m[2]
-	if cur > a.cur || cur == a.cur && off > a.off || inUse > a.inUse {
+	cur, off, bumped := int(m[0]), m[1], m[2]
+	if cur > a.cur || cur == a.cur && off > a.off || bumped > a.bumped {
 		panic(fmt.Sprintf("tensorcuda: ReleaseStep to a mark (%d, %d) past the arena's position (%d, %d): marks of an earlier step or released twice", cur, off, a.cur, a.off))
 	}
-	a.cur, a.off, a.inUse = cur, off, inUse
+	for n, list := range a.free {
+		kept := list[:0]
+		for _, f := range list {
+			if f.chunk < cur || f.chunk == cur && f.off < off {
+				kept = append(kept, f)
+			} else {
+				a.freed -= n
+			}
+		}
+		a.free[n] = kept
+	}
+	a.cur, a.off, a.bumped = cur, off, bumped
 }
 
-// reset makes every chunk free again (the memory stays allocated).
-func (a *stepArena) reset() { a.cur, a.off, a.inUse = 0, 0, 0 }
+// reset makes every chunk free again (the memory stays allocated), after
+// replacing the chunks by one when the step needed several.
+func (a *stepArena) reset() {
+	if len(a.chunks) > 1 {
+		a.consolidate()
+	}
+	a.cur, a.off, a.bumped, a.high, a.freed = 0, 0, 0, 0, 0
+	clear(a.free)
+}
 
-// release returns the chunks to the device allocator.
-func (a *stepArena) release() {
+// consolidate replaces the chunks by one of the step's high-water mark
+// rounded up to the first chunk's size, freeing the old ones (and the
+// device allocator's cache) first so that both are never held at once.
+// Should the new chunk not be had, the arena starts the next step without
+// chunks and grows again, as in its first step.
+func (a *stepArena) consolidate() {
+	size := max(a.chunk, (a.high+a.chunk-1)/a.chunk*a.chunk)
+	for _, c := range a.chunks {
+		a.mem.free(c)
+	}
+	a.chunks = a.chunks[:0]
+	must("step arena: release the allocator's cache", a.mem.trim())
+	if b, err := a.mem.alloc(size); err == nil {
+		a.chunks = append(a.chunks, b)
+		a.most = max(a.most, size)
+	}
+}
+
+// releaseAll returns the chunks to the device allocator.
+func (a *stepArena) releaseAll() {
 	for _, c := range a.chunks {
 		a.mem.free(c)
 	}

@@ -19,11 +19,12 @@ import (
 // Parameter memory (AllocParams) and the storage Like makes from it is
 // persistent: it lives until the backend's Close.
 type Buf struct {
-	be   *Backend
-	ptr  cuda.DevicePtr
-	n    int
-	dt   dtype.DType
-	step uint64 // the step the storage belongs to; persistent (0) for parameters
+	be    *Backend
+	ptr   cuda.DevicePtr
+	n     int
+	dt    dtype.DType
+	step  uint64 // the step the storage belongs to; persistent (0) for parameters
+	whole bool   // a whole allocation, not a Slice of one (FreeStep takes only those)
 }
 
 // Len returns the number of elements.
@@ -37,6 +38,7 @@ func (s Buf) Slice(lo, hi int) tensor.Storage[float32] {
 	checkRange("Buf.Slice", lo, hi, s.n)
 	s.ptr += cuda.DevicePtr(lo * s.dt.Size())
 	s.n = hi - lo
+	s.whole = false
 	return s
 }
 

@@ -160,6 +160,7 @@ func (s *stepper) step() (stepResult, error) {
 		return res, err
 	}
 	tp := tensor.NewTape(s.dev.Backend)
+	tp.ReleaseGrads() // as dflash.Session.Step: only the parameters' gradients are read
 	out := s.drafter.ForwardInputs(tp, true, s.head, in)
 	lap(2)
 	tp.Backward(out.Loss)

@@ -1,0 +1,198 @@
+package tensorcuda
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"dflash/cuda"
+	"dflash/internal/testseed"
+)
+
+// arenaOp is one event of a step: an allocation of n bytes, or the free of
+// the live allocation at index free of the step's allocations.
+type arenaOp struct {
+	n    int64
+	free int // index of the allocation to free; -1 for an allocation
+}
+
+// randomStep draws a step of allocations (sizes from a few classes, so
+// that frees get reused) and frees of live allocations.
+func randomStep(t *testing.T) []arenaOp {
+	rng := testseed.New(t)
+	sizes := []int64{1, 200, 256, 1000, 3000, 5000, 9000, 20000}
+	var ops []arenaOp
+	var live []int
+	allocs := 0
+	for range 300 {
+		if len(live) > 0 && rng.IntN(3) == 0 {
+			k := rng.IntN(len(live))
+			ops = append(ops, arenaOp{free: live[k]})
+			live = slices.Delete(live, k, k+1)
+			continue
+		}
+		ops = append(ops, arenaOp{n: sizes[rng.IntN(len(sizes))], free: -1})
+		live = append(live, allocs)
+		allocs++
+	}
+	return ops
+}
+
+// runStep runs ops on a, checking that no allocation overlaps a live one
+// and that the arena's bytes in use are those of the live allocations; it
+// returns the addresses and the most bytes live at once.
+func runStep(t *testing.T, a *stepArena, ops []arenaOp) (addrs []cuda.DevicePtr, most int64) {
+	t.Helper()
+	type block struct {
+		p    cuda.DevicePtr
+		n    int64
+		live bool
+	}
+	var blocks []block
+	var live int64
+	for i, op := range ops {
+		if op.free >= 0 {
+			b := &blocks[op.free]
+			a.release(b.p, b.n)
+			b.live = false
+			live -= aligned(b.n)
+		} else {
+			p, err := a.alloc(op.n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for j, b := range blocks {
+				if b.live && p < b.p+cuda.DevicePtr(aligned(b.n)) && b.p < p+cuda.DevicePtr(aligned(op.n)) {
+					t.Fatalf("op %d: %d bytes at %#x overlap live allocation %d at %#x", i, op.n, uint64(p), j, uint64(b.p))
+				}
+			}
+			blocks = append(blocks, block{p, op.n, true})
+			addrs = append(addrs, p)
+			live += aligned(op.n)
+		}
+		if a.inUse() != live {
+			t.Fatalf("op %d: the arena counts %d bytes in use, %d are live", i, a.inUse(), live)
+		}
+		most = max(most, live)
+	}
+	return addrs, most
+}
+
+// TestStepArenaFreeList: freed blocks are reused by allocations of their
+// aligned size, last freed first, never by another size; the bytes in use
+// and the peak follow; two identical steps with frees get identical
+// addresses in one chunk after the first step's chunks are consolidated.
+func TestStepArenaFreeList(t *testing.T) {
+	mem := newFakeMem()
+	a := &stepArena{mem: mem, chunk: 4096}
+	x, _ := a.alloc(1000)
+	y, _ := a.alloc(1000)
+	z, _ := a.alloc(3000)
+	a.release(x, 1000)
+	a.release(y, 900) // the same aligned size: 1024
+	if got := a.inUse(); got != aligned(3000) {
+		t.Errorf("in use after two frees: %d, want %d", got, aligned(3000))
+	}
+	if p, _ := a.alloc(2000); p == x || p == y {
+		t.Errorf("an allocation of another size took a freed block")
+	}
+	if p, _ := a.alloc(1024); p != y {
+		t.Errorf("first reuse at %#x, want the last freed %#x", uint64(p), uint64(y))
+	}
+	if p, _ := a.alloc(800); p != x {
+		t.Errorf("second reuse at %#x, want %#x", uint64(p), uint64(x))
+	}
+	if want := 2*aligned(1000) + aligned(3000) + aligned(2000); a.peak != want || a.inUse() != want {
+		t.Errorf("peak %d, in use %d; want %d", a.peak, a.inUse(), want)
+	}
+	a.release(z, 3000)
+	if p := panicText(func() { a.release(z, 3000) }); !strings.Contains(p, "already free") {
+		t.Errorf("double free: panic %q", p)
+	}
+	if p := panicText(func() { a.release(z+cuda.DevicePtr(1<<20), 256) }); !strings.Contains(p, "not handed out") {
+		t.Errorf("free of memory never handed out: panic %q", p)
+	}
+	a.reset()
+	if p, _ := a.alloc(3000); p != a.chunks[0].Ptr {
+		t.Errorf("after reset an allocation took a block of the last step's free list at %#x", uint64(p))
+	}
+	a.releaseAll()
+
+	ops := randomStep(t)
+	b := &stepArena{mem: newFakeMem(), chunk: 4096}
+	runStep(t, b, ops)
+	if len(b.chunks) < 2 {
+		t.Fatalf("the random step took %d chunks; the test needs several", len(b.chunks))
+	}
+	high := b.high
+	b.reset()
+	if len(b.chunks) != 1 || b.chunks[0].Size != (high+4095)/4096*4096 {
+		t.Fatalf("after reset: %d chunks, the first of %d bytes; want one of the high-water mark %d rounded up to 4096", len(b.chunks), b.chunks[0].Size, high)
+	}
+	second, most := runStep(t, b, ops)
+	b.reset()
+	allocs := b.mem.(*fakeMem).allocs
+	third, _ := runStep(t, b, ops)
+	if !slices.Equal(second, third) {
+		t.Error("two identical steps with frees got different addresses")
+	}
+	if n := b.mem.(*fakeMem).allocs - allocs; n != 0 || len(b.chunks) != 1 {
+		t.Errorf("the repeated step allocated %d chunks and holds %d", n, len(b.chunks))
+	}
+	if b.peak != most {
+		t.Errorf("peak %d, the most bytes live at once %d", b.peak, most)
+	}
+	t.Logf("random step: peak %d bytes live, high-water %d bumped, one chunk of %d", most, high, b.chunks[0].Size)
+}
+
+// TestStepArenaRewind: ReleaseStep after frees forgets the free blocks past
+// the mark (their addresses are bumped again), keeps those before it, and
+// counts the bytes in use as the blocks before the mark not freed.
+func TestStepArenaRewind(t *testing.T) {
+	a := &stepArena{mem: newFakeMem(), chunk: 1 << 16}
+	keep, _ := a.alloc(512)
+	before, _ := a.alloc(1000)
+	m := a.mark()
+	after, _ := a.alloc(1000)
+	a.alloc(3000)
+	a.release(after, 1000)
+	a.release(before, 1000)
+	a.rewind(m)
+	if got := a.inUse(); got != 512 {
+		t.Errorf("in use after rewind: %d, want the 512 bytes kept before the mark", got)
+	}
+	if p, _ := a.alloc(1000); p != before {
+		t.Errorf("first allocation after rewind at %#x, want the block freed before the mark %#x", uint64(p), uint64(before))
+	}
+	if p, _ := a.alloc(1000); p != after {
+		t.Errorf("second allocation after rewind at %#x, want the mark's position %#x (bumped, not from the dropped free list)", uint64(p), uint64(after))
+	}
+	if p, _ := a.alloc(512); p == keep {
+		t.Error("storage kept before the mark was handed out again")
+	}
+}
+
+// TestFreeStep: the backend frees whole step allocations only; a Slice,
+// parameter memory or storage of an earlier step panics.
+func TestFreeStep(t *testing.T) {
+	b, _, _, _ := fakeBackend()
+	_, param := b.AllocParams(8, true)
+	s := b.Alloc(1000)
+	b.FreeStep(s)
+	if p := b.Alloc(1000).(Buf).ptr; p != s.(Buf).ptr {
+		t.Errorf("the freed storage was not reused: %#x, want %#x", uint64(p), uint64(s.(Buf).ptr))
+	}
+	g := s.Like(1000) // a gradient of step storage
+	b.FreeStep(g)
+	if p := panicText(func() { b.FreeStep(b.Alloc(100).Slice(0, 50)) }); !strings.Contains(p, "Slice view") {
+		t.Errorf("FreeStep of a Slice: panic %q", p)
+	}
+	if p := panicText(func() { b.FreeStep(param) }); !strings.Contains(p, "parameter memory") {
+		t.Errorf("FreeStep of a parameter: panic %q", p)
+	}
+	old := b.Alloc(10)
+	b.ResetStep()
+	if p := panicText(func() { b.FreeStep(old) }); !strings.Contains(p, "used after ResetStep") {
+		t.Errorf("FreeStep of an earlier step's storage: panic %q", p)
+	}
+}
