@@ -138,7 +138,7 @@ func (m *Model) forwardScoped(tp *tensor.Tape, sm tensor.StepMemory, in *Prepare
 	c, b := &m.Config, tp.Backend()
 	n := x.Numel()
 	out := &Output{States: map[int]*tensor.Tensor{}}
-	alloc := func(name string) *tensor.Tensor { return tensor.FromStorage(name, b.Alloc(n), x.Shape...) }
+	alloc := func(name string) *tensor.Tensor { return tensor.FromStorage(name, tensor.AllocOut(b, n), x.Shape...) }
 	copyTo := func(dst, src *tensor.Tensor) { b.Copy2D(1, n, src.Store, n, 0, dst.Store, n, 0, false) }
 	keep := func(i int, x *tensor.Tensor) {
 		s := alloc(fmt.Sprintf("hidden_states.%d", i))

@@ -13,58 +13,75 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 B=.devbuild/train
+BIN=${BIN:-$B/dflash} # the dflash binary
 OUT=${OUT:-$(mktemp -d)}
 WORK=${WORK:-/tmp/gpu-step-prof}
 mkdir -p "$OUT" "$WORK"
 export DFLASH_KERNEL_CACHE=${DFLASH_KERNEL_CACHE:-/tmp/dflash-kernels}
-STEPS=${STEPS:-3}
-WARMUP=${WARMUP:-1}
+STEPS=${STEPS:-1}
+WARMUP=${WARMUP:-0}
 ARGS=${ARGS:---target-config qwen3-8b --seq-len 3072 --batch 4 --anchors 512 --block-size 16 --drafter-layers 5}
-NSYS=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys /usr/local/cuda/nsight-systems*/bin/nsys 2>/dev/null | head -1)
-if [ -z "$NSYS" ]; then
-	echo "gpu-step-prof: nsys not found"
+NSYS=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -1)
+NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+run=("$BIN" bench step --device cuda $ARGS --steps "$STEPS" --warmup "$WARMUP" --json)
+if [ -n "$NSYS" ]; then
+	rm -f "$WORK/step.nsys-rep"
+	timeout 400 "$NSYS" profile -t cuda --sample none --cpuctxsw none -o "$WORK/step" -f true "${run[@]}" >"$OUT/step-prof.json" 2>"$OUT/step-prof.log" ||
+		{ echo "gpu-step-prof: nsys profile failed"; tail -n 20 "$OUT/step-prof.log"; exit 1; }
+	"$NSYS" stats --report cuda_gpu_kern_sum --format csv -o "$WORK/stats" "$WORK/step.nsys-rep" >/dev/null 2>&1
+	python3 - "$WORK/stats_cuda_gpu_kern_sum.csv" "$OUT/step-prof.csv" <<'PY'
+import csv, sys
+w = csv.writer(open(sys.argv[2], "w"))
+w.writerow(["name", "instances", "total_ns", "grid"])
+for r in csv.DictReader(open(sys.argv[1])):
+    w.writerow([r["Name"], r["Instances"], r["Total Time (ns)"], ""])
+PY
+elif [ -n "$NCU" ]; then
+	# Nsight Compute times every kernel of the run, one by one (one metric: one
+	# pass per kernel, clocks left alone).
+	timeout 450 "$NCU" --clock-control none --metrics gpu__time_duration.sum,launch__grid_size --csv --print-units base \
+		--log-file "$WORK/ncu.csv" "${run[@]}" >"$OUT/step-prof.json" 2>"$OUT/step-prof.log" ||
+		{ echo "gpu-step-prof: ncu failed"; tail -n 20 "$OUT/step-prof.log"; tail -n 5 "$WORK/ncu.csv"; exit 1; }
+	python3 - "$WORK/ncu.csv" "$OUT/step-prof.csv" <<'PY'
+import csv, sys
+lines = [l for l in open(sys.argv[1]) if l.startswith('"')]
+k = {}
+for r in csv.DictReader(lines):
+    key = (r["ID"], r["Kernel Name"])
+    e = k.setdefault(key, {"name": r["Kernel Name"], "grid": "", "ns": 0.0})
+    if r["Metric Name"] == "gpu__time_duration.sum":
+        e["ns"] = float(r["Metric Value"].replace(",", ""))
+    elif r["Metric Name"] == "launch__grid_size":
+        e["grid"] = r["Metric Value"]
+w = csv.writer(open(sys.argv[2], "w"))
+w.writerow(["name", "instances", "total_ns", "grid"])
+for (i, _), e in sorted(k.items(), key=lambda kv: int(kv[0][0])):
+    w.writerow([e["name"], 1, e["ns"], e["grid"]])
+PY
+else
+	echo "gpu-step-prof: neither nsys nor ncu found"
 	exit 1
 fi
-rm -f "$WORK/step.nsys-rep" "$WORK/step.sqlite"
-# shellcheck disable=SC2086
-timeout 400 "$NSYS" profile -t cuda --sample none --cpuctxsw none -o "$WORK/step" -f true \
-	"$B/dflash" bench step --device cuda $ARGS --steps "$STEPS" --warmup "$WARMUP" --json >"$OUT/step-prof.json" 2>"$OUT/step-prof.log" ||
-	{ echo "gpu-step-prof: nsys profile failed"; tail -n 20 "$OUT/step-prof.log"; exit 1; }
-"$NSYS" stats --report cuda_gpu_kern_sum,cuda_gpu_mem_time_sum --format csv -o "$WORK/stats" "$WORK/step.nsys-rep" >/dev/null 2>&1
-cp "$WORK"/stats_cuda_gpu_kern_sum.csv "$OUT/step-prof.csv" 2>/dev/null
-cp "$WORK"/stats_cuda_gpu_mem_time_sum.csv "$OUT/step-prof-mem.csv" 2>/dev/null
 python3 - "$OUT" "$((STEPS + WARMUP))" <<'PY'
 import csv, json, re, sys
 out, steps = sys.argv[1], int(sys.argv[2])
 rows = list(csv.DictReader(open(f"{out}/step-prof.csv")))
 def family(name):
-    n = name.split("(")[0].split("<")[0].strip()
+    n = re.split(r"[(<]", name)[0].strip()
     if re.search(r"gemm|xmma|cutlass|nvjet|sm90_|sm80_", name, re.I):
         return "cuBLASLt GEMM"
-    if n.startswith("flex_") or n.startswith("hopper_") or "flex" in n:
-        return "flex attention: " + n
     return n
 fam, total = {}, 0.0
 for r in rows:
-    t = float(r["Total Time (ns)"]) / 1e6 / steps
-    n = int(r["Instances"]) / steps
-    f = family(r["Name"])
-    a = fam.setdefault(f, [0.0, 0.0])
-    a[0] += t; a[1] += n
+    t = float(r["total_ns"]) / 1e6 / steps
+    a = fam.setdefault(family(r["name"]), [0.0, 0.0])
+    a[0] += t; a[1] += int(r["instances"]) / steps
     total += t
-try:
-    for r in csv.DictReader(open(f"{out}/step-prof-mem.csv")):
-        t = float(r["Total Time (ns)"]) / 1e6 / steps
-        a = fam.setdefault("[" + r["Operation"].strip() + "]", [0.0, 0.0])
-        a[0] += t; a[1] += int(r["Count"]) / steps
-        total += t
-except (OSError, KeyError):
-    pass
 rep = json.load(open(f"{out}/step-prof.json"))
 print(f"bench step: {rep['step_ms']:.1f} ms a step, phases {json.dumps({k: round(v, 1) for k, v in rep['phases_ms'].items()})}")
-print(f"GPU time a step (mean over {steps} steps): {total:.1f} ms")
+print(f"kernel time per step (all kernels of the run / {steps} steps, setup included): {total:.1f} ms")
 print(f"{'family':58s} {'ms/step':>9s} {'%':>6s} {'launches':>9s}")
 for f, (t, n) in sorted(fam.items(), key=lambda kv: -kv[1][0]):
     if t >= 0.05:
-        print(f"{f[:58]:58s} {t:9.2f} {100*t/total:6.1f} {n:9.0f}")
+        print(f"{f[:58]:58s} {t:9.2f} {100*t/total:6.1f} {n:9.1f}")
 PY

@@ -135,6 +135,24 @@ type StepFreer[T Float] interface {
 	FreeStep(s Storage[T])
 }
 
+// OutAllocator is implemented by backends whose Alloc costs a pass over the
+// memory to zero it (a memset on a GPU): AllocOut returns n elements of
+// activation storage with undefined contents, for an op that writes every
+// element before it reads any.
+type OutAllocator[T Float] interface {
+	AllocOut(n int) Storage[T]
+}
+
+// AllocOut returns n elements of activation storage on b for an output that
+// is written whole before it is read: b's AllocOut when it has one, Alloc
+// otherwise.
+func AllocOut[T Float](b Backend[T], n int) Storage[T] {
+	if o, ok := b.(OutAllocator[T]); ok {
+		return o.AllocOut(n)
+	}
+	return b.Alloc(n)
+}
+
 // StepMark is a position in a backend's step memory; its meaning is the
 // backend's.
 type StepMark [3]int64

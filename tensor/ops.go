@@ -85,7 +85,9 @@ func (tp *TapeOf[T]) Add(a, b *Of[T]) *Of[T] {
 // Scale returns s·x. Gradient: dx += s·dy.
 func (tp *TapeOf[T]) Scale(x *Of[T], s float64) *Of[T] {
 	y := tp.alloc(x.Name+"*", x.Shape...)
-	tp.b.Axpy(T(s), x.Store, y.Store)
+	n := y.Numel()
+	tp.b.Copy2D(1, n, x.Store, n, 0, y.Store, n, 0, false)
+	tp.b.Scale(T(s), y.Store)
 	if tp.needs(x) {
 		tp.Record(y, func() { tp.b.Axpy(T(s), y.GradStore, x.EnsureGrad()) })
 	}

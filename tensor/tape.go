@@ -27,9 +27,11 @@ func NewInference[T Float](b Backend[T]) *TapeOf[T] { return &TapeOf[T]{b: b} }
 // Backend returns the backend the tape's ops run on.
 func (tp *TapeOf[T]) Backend() Backend[T] { return tp.b }
 
-// alloc returns a zero activation tensor of the given shape on the tape's backend.
+// alloc returns an activation tensor of the given shape on the tape's
+// backend for an op's output: its contents are undefined (AllocOut), and
+// the op writes every element before it reads any.
 func (tp *TapeOf[T]) alloc(name string, shape ...int) *Of[T] {
-	return &Of[T]{Name: name, Shape: append([]int(nil), shape...), Store: tp.b.Alloc(numel(shape))}
+	return &Of[T]{Name: name, Shape: append([]int(nil), shape...), Store: AllocOut(tp.b, numel(shape))}
 }
 
 // Recording reports whether the tape records backward steps (NewTape) or

@@ -161,8 +161,8 @@ func (tp *TapeOf[T]) LMHeadXentRows(h, w *Of[T], rows *XentRows[T], chunkRows in
 		return res
 	}
 	m := min(chunkRows, na)
-	hc := tp.b.Alloc(m * hid)
-	logits := tp.b.Alloc(m * vocab)
+	hc := AllocOut(tp.b, m*hid)
+	logits := AllocOut(tp.b, m*vocab)
 	// G·W of every row, of one chunk, and Gᵀ·h, kept as statistics (full
 	// precision: dW sums over every chunk).
 	var dh, dhc, dw Storage[T]

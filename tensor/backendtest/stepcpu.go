@@ -41,9 +41,10 @@ type stepBlock struct {
 func NewStepCPU(workers int) *StepCPU { return &StepCPU{CPU: tensor.NewCPU[float32](workers)} }
 
 var (
-	_ tensor.Backend[float32]   = (*StepCPU)(nil)
-	_ tensor.StepMemory         = (*StepCPU)(nil)
-	_ tensor.StepFreer[float32] = (*StepCPU)(nil)
+	_ tensor.Backend[float32]      = (*StepCPU)(nil)
+	_ tensor.StepMemory            = (*StepCPU)(nil)
+	_ tensor.StepFreer[float32]    = (*StepCPU)(nil)
+	_ tensor.OutAllocator[float32] = (*StepCPU)(nil)
 )
 
 // InUse returns the elements allocated and not freed.
@@ -69,6 +70,14 @@ func (c *StepCPU) Alloc(n int) tensor.Storage[float32] {
 	c.off += n
 	c.Peak = max(c.Peak, c.InUse())
 	return stepStore{h: b.h, c: c, off: b.off, whole: true}
+}
+
+// AllocOut is tensor.OutAllocator: Alloc with every element NaN instead of
+// zero, so that an op that read its output before writing it would show.
+func (c *StepCPU) AllocOut(n int) tensor.Storage[float32] {
+	s := c.Alloc(n)
+	poison(tensor.HostData(s, "AllocOut"))
+	return s
 }
 
 // AllocStat is Alloc.

@@ -82,9 +82,10 @@ func (b *Backend) SetDeterministic() error {
 }
 
 var (
-	_ tensor.Backend[float32]     = (*Backend)(nil)
-	_ tensor.ParamPlacer[float32] = (*Backend)(nil)
-	_ tensor.XentChunker          = (*Backend)(nil)
+	_ tensor.Backend[float32]      = (*Backend)(nil)
+	_ tensor.ParamPlacer[float32]  = (*Backend)(nil)
+	_ tensor.XentChunker           = (*Backend)(nil)
+	_ tensor.OutAllocator[float32] = (*Backend)(nil)
 )
 
 // NewBackend returns the backend on d, compiling kernels through cache on
@@ -232,6 +233,12 @@ func (b *Backend) newBuf(n int, dt dtype.DType, persistent, zero bool) Buf {
 
 // Alloc returns n zero bf16 elements.
 func (b *Backend) Alloc(n int) tensor.Storage[float32] { return b.newBuf(n, dtype.BF16, false, true) }
+
+// AllocOut returns n bf16 elements with undefined contents
+// (tensor.OutAllocator): no memset, for outputs written whole.
+func (b *Backend) AllocOut(n int) tensor.Storage[float32] {
+	return b.newBuf(n, dtype.BF16, false, false)
+}
 
 // AllocStat returns n zero fp32 elements.
 func (b *Backend) AllocStat(n int) tensor.Storage[float32] {
