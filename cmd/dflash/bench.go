@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -11,6 +12,7 @@ import (
 	"dflash/flex/flexbench"
 	"dflash/internal/meminfo"
 	"dflash/model/dflash/stepbench"
+	"dflash/tensor"
 )
 
 func init() {
@@ -185,12 +187,16 @@ func benchStep(args []string) error {
 	fs.Float64Var(&o.PeakTFLOPS, "peak-tflops", 0, "peak TFLOP/s for the MFU (0: the device's, see docs/PERF.md)")
 	fs.IntVar(&o.LossChunk, "loss-chunk", 0, "block slots whose logits exist at once in the cross-entropy (0: the backend's default, 4M logits on the CPU and 512M on CUDA)")
 	fs.BoolVar(&o.DryRun, "dry-run", false, "allocate and time nothing: print the FLOP count and the memory estimate of the shape")
+	fs.BoolVar(&o.Profile, "profile", false, "cuda: one more step with every op timed on the GPU (events around each op): a table of ops by phase, largest first")
 	cacheDir := fs.String("cache-dir", "", "cuda: "+cacheDirUsage)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	if o.Profile && o.Device != "cuda" {
+		return fmt.Errorf("--profile times ops on the GPU: it needs --device cuda")
 	}
 	var err error
 	if o.Target, err = stepbench.Target(o.TargetName); err != nil {
@@ -275,8 +281,49 @@ func printStepReport(r *stepbench.Report) {
 		if r.PerStep != nil {
 			fmt.Printf("per step: %v\n", r.PerStep)
 		}
+		printOpTimes(r.Ops, 40)
 		return
 	}
 	fmt.Printf("peak Go heap %s (marked live by a GC: %s), peak RSS %s; estimated before allocating %s\n", meminfo.Format(float64(r.PeakHeapBytes)),
 		meminfo.Format(float64(r.PeakLiveBytes)), meminfo.Format(float64(r.PeakRSSBytes)), meminfo.Format(m.Total()))
+}
+
+// printOpTimes prints a --profile: the device time of each phase's ops
+// against the phase's wall time (the rest is the GPU waiting for the host),
+// then the top ops, largest first, with the GEMMs' TFLOP/s.
+func printOpTimes(ops []tensor.OpTime, top int) {
+	if len(ops) == 0 {
+		return
+	}
+	var total float64
+	phases := map[string]float64{}
+	var order []string
+	for _, o := range ops {
+		if _, ok := phases[o.Phase]; !ok {
+			order = append(order, o.Phase)
+		}
+		phases[o.Phase] += o.MS
+		total += o.MS
+	}
+	slices.Sort(order)
+	fmt.Printf("\nprofiled step (one step after the timed ones, every op between two events): %.1f ms of ops\n", total)
+	for _, ph := range order {
+		fmt.Printf("  %-34s %9.2f ms\n", ph, phases[ph])
+	}
+	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(w, "phase\top\tcalls\tms\t%\tTFLOP/s\t")
+	for i, o := range ops {
+		if i == top {
+			break
+		}
+		rate := ""
+		if o.FLOPs > 0 && o.MS > 0 {
+			rate = fmt.Sprintf("%.0f", o.FLOPs/o.MS/1e9)
+		}
+		fmt.Fprintf(w, "%s\t%s\t%d\t%.2f\t%.1f\t%s\t\n", o.Phase, o.Op, o.Calls, o.MS, 100*o.MS/total, rate)
+	}
+	w.Flush()
+	if len(ops) > top {
+		fmt.Printf("(%d more kinds of op; --json lists them all)\n", len(ops)-top)
+	}
 }

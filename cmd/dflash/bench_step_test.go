@@ -20,6 +20,7 @@ func TestBenchStepErrors(t *testing.T) {
 		{[]string{"--taps", "1,x"}, `"1,x" is not a comma-separated list of layer numbers`},
 		{[]string{"--taps", "3,30"}, "--taps [3 30]: layer 30 is outside the target's 28 layers"},
 		{[]string{"extra"}, `unexpected argument "extra"`},
+		{[]string{"--profile"}, "--profile times ops on the GPU: it needs --device cuda"},
 	}
 	const need8b = 160 << 30 // about what the estimate gives for this case
 	if avail, ok := meminfo.Available(); ok && avail < need8b {

@@ -147,6 +147,7 @@ func (b *Backend) attnCall(op string, d flex.Dims, q, k, v tensor.Storage[float3
 // Attention computes flex attention through flexcuda: out bf16, lse fp32.
 func (b *Backend) Attention(d flex.Dims, q, k, v tensor.Storage[float32], m tensor.Mask, score *flex.ScoreProgram, scale float64) (out, lse tensor.Storage[float32]) {
 	noScore("Attention", score)
+	defer b.span("Attention", 0, d.Batch, d.HeadsQ, d.HeadsKV, d.LenQ, d.LenKV, d.HeadDim)()
 	mk := b.mask(m)
 	c := b.attnCall("Attention", d, q, k, v, mk, scale)
 	o := b.newBuf(q.Len(), dtype.BF16, false, false)
@@ -160,6 +161,7 @@ func (b *Backend) Attention(d flex.Dims, q, k, v tensor.Storage[float32], m tens
 // overwrites its outputs) and adds them into dq, dk and dv (any may be nil).
 func (b *Backend) AttentionBackward(d flex.Dims, q, k, v, out, lse, dout tensor.Storage[float32], m tensor.Mask, score *flex.ScoreProgram, scale float64, dq, dk, dv tensor.Storage[float32]) {
 	noScore("AttentionBackward", score)
+	defer b.span("AttentionBackward", 0, d.Batch, d.HeadsQ, d.HeadsKV, d.LenQ, d.LenKV, d.HeadDim)()
 	if dq == nil && dk == nil && dv == nil {
 		return
 	}

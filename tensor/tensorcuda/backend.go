@@ -60,6 +60,8 @@ type Backend struct {
 	attns      map[attnKey]*flexcuda.Attention
 	builders   map[string]*flexcuda.Builder // by mask program hash
 	det        bool                         // SetDeterministic
+	prof       *profiler                    // StartProfile
+	profiling  bool
 }
 
 // SetDeterministic makes the backend's results reproducible bit for bit
@@ -217,7 +219,9 @@ func (b *Backend) alloc(n int64, persistent, zero bool) gpu.Buffer {
 		buf = gpu.Buffer{Ptr: p, Size: n}
 	}
 	if zero {
+		end := b.span("memset (zeroed allocation)", 0)
 		must("zero", b.mem.zero(buf))
+		end()
 	}
 	return buf
 }

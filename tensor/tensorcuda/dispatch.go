@@ -95,6 +95,7 @@ func (b *Backend) axpy(alpha float32, s, x, y Buf) {
 // Gemm computes C = alpha·op(A)·op(B) + beta·C (tensor.Backend.Gemm).
 func (b *Backend) Gemm(transA, transB bool, m, n, k int, alpha float32, aS tensor.Storage[float32], lda int, bS tensor.Storage[float32], ldb int, beta float32, cS tensor.Storage[float32], ldc int) {
 	A, B, C := b.buf(aS, "Gemm A"), b.buf(bS, "Gemm B"), b.buf(cS, "Gemm C")
+	defer b.span(gemmLabel(transA, transB, A.dt, C.dt), 2*float64(m)*float64(n)*float64(k), m, n, k)()
 	var err error
 	switch {
 	case A.dt == dtype.BF16 && B.dt == dtype.BF16 && C.dt == dtype.BF16:
@@ -111,6 +112,7 @@ func (b *Backend) Gemm(transA, transB bool, m, n, k int, alpha float32, aS tenso
 
 // Axpy computes y += alpha·x.
 func (b *Backend) Axpy(alpha float32, x, y tensor.Storage[float32]) {
+	defer b.span("Axpy", 0, x.Len())()
 	b.axpy(alpha, Buf{}, b.buf(x, "Axpy x"), b.buf(y, "Axpy y"))
 }
 
@@ -118,6 +120,7 @@ func (b *Backend) Axpy(alpha float32, x, y tensor.Storage[float32]) {
 func (b *Backend) AxpyBy(alpha float32, s, x, y tensor.Storage[float32]) {
 	sb := b.buf(s, "AxpyBy s")
 	f32s("AxpyBy", sb)
+	defer b.span("AxpyBy", 0, x.Len())()
 	if sb.n < 1 {
 		panic("tensorcuda: AxpyBy: empty scalar")
 	}
@@ -127,6 +130,7 @@ func (b *Backend) AxpyBy(alpha float32, s, x, y tensor.Storage[float32]) {
 // Fill sets every element of s to v (a memset for 0).
 func (b *Backend) Fill(s tensor.Storage[float32], v float64) {
 	x := b.buf(s, "Fill")
+	defer b.span("Fill", 0, x.n)()
 	if x.n == 0 {
 		return
 	}
@@ -140,6 +144,7 @@ func (b *Backend) Fill(s tensor.Storage[float32], v float64) {
 // Scale computes x *= alpha.
 func (b *Backend) Scale(alpha float32, s tensor.Storage[float32]) {
 	x := b.buf(s, "Scale")
+	defer b.span("Scale", 0, x.n)()
 	must("Scale", b.ops(x.dt).Scale(alpha, x.Buffer(), int64(x.n)))
 }
 
@@ -154,6 +159,7 @@ func rowCount(op string, total, cols int) int {
 // AddRows computes y[r,:] += v (equal dtypes).
 func (b *Backend) AddRows(yS, vS tensor.Storage[float32]) {
 	y, v := b.buf(yS, "AddRows y"), b.buf(vS, "AddRows v")
+	defer b.span("AddRows", 0, y.n/max(v.n, 1), v.n)()
 	dt := same("AddRows", y, v)
 	must("AddRows", b.ops(dt).AddRows(y.Buffer(), rowCount("AddRows", y.n, v.n), v.n, v.Buffer()))
 }
@@ -161,6 +167,7 @@ func (b *Backend) AddRows(yS, vS tensor.Storage[float32]) {
 // SumRows computes v += Σ_r y[r,:], summed in fp32.
 func (b *Backend) SumRows(yS, vS tensor.Storage[float32]) {
 	y, v := b.buf(yS, "SumRows y"), b.buf(vS, "SumRows v")
+	defer b.span("SumRows", 0, y.n/max(v.n, 1), v.n)()
 	rows := rowCount("SumRows", y.n, v.n)
 	b.into(v, dtype.F32, func(out gpu.Buffer) {
 		scratch := b.newBuf(int(ColumnScratch(rows, v.n)/4), dtype.F32, false, false)
@@ -172,6 +179,7 @@ func (b *Backend) SumRows(yS, vS tensor.Storage[float32]) {
 // copy needs equal dtypes, an accumulation may add into the other dtype.
 func (b *Backend) Copy2D(rows, cols int, srcS tensor.Storage[float32], srcStride, srcOff int, dstS tensor.Storage[float32], dstStride, dstOff int, accumulate bool) {
 	src, dst := b.buf(srcS, "Copy2D src"), b.buf(dstS, "Copy2D dst")
+	defer b.span(accLabel("Copy2D", accumulate), 0, rows, cols)()
 	if !accumulate {
 		same("Copy2D", src, dst)
 	}
@@ -183,6 +191,7 @@ func (b *Backend) Copy2D(rows, cols int, srcS tensor.Storage[float32], srcStride
 // Transpose12 permutes [A, B, C, D] to [A, C, B, D] (as Copy2D for dtypes).
 func (b *Backend) Transpose12(a, bb, c, d int, srcS, dstS tensor.Storage[float32], accumulate bool) {
 	src, dst := b.buf(srcS, "Transpose12 src"), b.buf(dstS, "Transpose12 dst")
+	defer b.span(accLabel("Transpose12", accumulate), 0, a, bb, c, d)()
 	checkLen("Transpose12", src.n, a*bb*c*d)
 	checkLen("Transpose12", dst.n, a*bb*c*d)
 	if !accumulate {
@@ -196,6 +205,7 @@ func (b *Backend) Transpose12(a, bb, c, d int, srcS, dstS tensor.Storage[float32
 // Gather copies table rows: out[i,:] = table[ids[i],:] (equal dtypes).
 func (b *Backend) Gather(tableS tensor.Storage[float32], dim int, idsS tensor.Ints, outS tensor.Storage[float32]) {
 	table, out, ids := b.buf(tableS, "Gather table"), b.buf(outS, "Gather out"), b.ints(idsS, "Gather ids")
+	defer b.span("Gather", 0, ids.n, dim)()
 	dt := same("Gather", table, out)
 	checkLen("Gather out", out.n, ids.n*dim)
 	must("Gather", b.ops(dt).Gather(table.Buffer(), rowCount("Gather", table.n, dim), dim, ids.Buffer(), ids.n, out.Buffer()))
@@ -204,6 +214,7 @@ func (b *Backend) Gather(tableS tensor.Storage[float32], dim int, idsS tensor.In
 // ScatterAdd accumulates dtable[ids[i],:] += dout[i,:] (fp32 atomics).
 func (b *Backend) ScatterAdd(doutS tensor.Storage[float32], dim int, idsS tensor.Ints, dtableS tensor.Storage[float32]) {
 	dout, dtable, ids := b.buf(doutS, "ScatterAdd dout"), b.buf(dtableS, "ScatterAdd dtable"), b.ints(idsS, "ScatterAdd ids")
+	defer b.span("ScatterAdd", 0, ids.n, dim)()
 	checkLen("ScatterAdd dout", dout.n, ids.n*dim)
 	rows := rowCount("ScatterAdd", dtable.n, dim)
 	b.into(dtable, dtype.F32, func(out gpu.Buffer) {
@@ -214,6 +225,7 @@ func (b *Backend) ScatterAdd(doutS tensor.Storage[float32], dim int, idsS tensor
 // RMSNorm computes y = x·rstd·w per row (x, w, y of one dtype; rstd fp32).
 func (b *Backend) RMSNorm(xS, wS tensor.Storage[float32], dim int, eps float64, yS, rstdS tensor.Storage[float32]) {
 	x, w, y, rstd := b.buf(xS, "RMSNorm x"), b.buf(wS, "RMSNorm w"), b.buf(yS, "RMSNorm y"), b.buf(rstdS, "RMSNorm rstd")
+	defer b.span("RMSNorm", 0, x.n/max(dim, 1), dim)()
 	dt := same("RMSNorm", x, w, y)
 	f32s("RMSNorm", rstd)
 	must("RMSNorm", b.ops(dt).RMSNorm(x.Buffer(), w.Buffer(), rowCount("RMSNorm", x.n, dim), dim, eps, y.Buffer(), rstd.Buffer()))
@@ -223,6 +235,7 @@ func (b *Backend) RMSNorm(xS, wS tensor.Storage[float32], dim int, eps float64, 
 func (b *Backend) RMSNormBackward(xS, wS, rstdS, dyS tensor.Storage[float32], dim int, dxS, dwS tensor.Storage[float32]) {
 	x, w, rstd, dy := b.buf(xS, "RMSNormBackward x"), b.buf(wS, "RMSNormBackward w"), b.buf(rstdS, "RMSNormBackward rstd"), b.buf(dyS, "RMSNormBackward dy")
 	dx, dw := b.opt(dxS, "RMSNormBackward dx"), b.opt(dwS, "RMSNormBackward dw")
+	defer b.span("RMSNormBackward", 0, x.n/max(dim, 1), dim)()
 	dt := same("RMSNormBackward", x, w, dy)
 	f32s("RMSNormBackward", rstd)
 	rows := rowCount("RMSNormBackward", x.n, dim)
@@ -244,6 +257,7 @@ func (b *Backend) RMSNormBackward(xS, wS, rstdS, dyS tensor.Storage[float32], di
 // accumulates, into either dtype.
 func (b *Backend) RoPE(xS tensor.Storage[float32], heads, headDim int, cosS, sinS tensor.Storage[float32], yS tensor.Storage[float32], inverse bool) {
 	x, y, cos, sin := b.buf(xS, "RoPE x"), b.buf(yS, "RoPE y"), b.buf(cosS, "RoPE cos"), b.buf(sinS, "RoPE sin")
+	defer b.span(accLabel("RoPE", inverse), 0, x.n/max(heads*headDim, 1), heads, headDim)()
 	f32s("RoPE", cos, sin)
 	if !inverse {
 		same("RoPE", x, y)
@@ -258,6 +272,7 @@ func (b *Backend) RoPE(xS tensor.Storage[float32], heads, headDim int, cosS, sin
 // SwiGLU computes out = silu(gate)·up (one dtype).
 func (b *Backend) SwiGLU(gateS, upS, outS tensor.Storage[float32]) {
 	gate, up, out := b.buf(gateS, "SwiGLU gate"), b.buf(upS, "SwiGLU up"), b.buf(outS, "SwiGLU out")
+	defer b.span("SwiGLU", 0, gate.n)()
 	dt := same("SwiGLU", gate, up, out)
 	must("SwiGLU", b.ops(dt).SwiGLU(gate.Buffer(), up.Buffer(), out.Buffer(), int64(gate.n)))
 }
@@ -266,6 +281,7 @@ func (b *Backend) SwiGLU(gateS, upS, outS tensor.Storage[float32]) {
 func (b *Backend) SwiGLUBackward(gateS, upS, doutS, dgateS, dupS tensor.Storage[float32]) {
 	gate, up, dout := b.buf(gateS, "SwiGLUBackward gate"), b.buf(upS, "SwiGLUBackward up"), b.buf(doutS, "SwiGLUBackward dout")
 	dg, du := b.opt(dgateS, "SwiGLUBackward dgate"), b.opt(dupS, "SwiGLUBackward dup")
+	defer b.span("SwiGLUBackward", 0, gate.n)()
 	dt := same("SwiGLUBackward", gate, up, dout)
 	b.into(dg, dt, func(g gpu.Buffer) {
 		b.into(du, dt, func(u gpu.Buffer) {
@@ -279,6 +295,7 @@ func (b *Backend) SwiGLUBackward(gateS, upS, doutS, dgateS, dupS tensor.Storage[
 func (b *Backend) SoftmaxXent(logitsS tensor.Storage[float32], rows, vocab int, targetsS tensor.Ints, scaleS, lossS tensor.Storage[float32], argmaxS tensor.Ints) {
 	logits, scale, loss := b.buf(logitsS, "SoftmaxXent logits"), b.buf(scaleS, "SoftmaxXent scale"), b.buf(lossS, "SoftmaxXent loss")
 	targets, argmax := b.ints(targetsS, "SoftmaxXent targets"), b.ints(argmaxS, "SoftmaxXent argmax")
+	defer b.span("SoftmaxXent", 0, rows, vocab)()
 	f32s("SoftmaxXent", scale, loss)
 	must("SoftmaxXent", b.ops(logits.dt).SoftmaxXent(logits.Buffer(), rows, vocab, targets.Buffer(), scale.Buffer(), loss.Buffer(), argmax.Buffer()))
 }

@@ -62,8 +62,10 @@ func (t *TrainDevice) ScaleGrads(s float32) { t.b.Scale(s, t.grad) }
 // GradNorm returns the global L2 norm of the gradient, summed in float64
 // (waiting for the device).
 func (t *TrainDevice) GradNorm() float64 {
+	end := t.b.span("GradNorm (sum of squares)", 0, t.grad.n)
 	nb, err := t.b.f32.SumSquares(t.grad.Buffer(), int64(t.grad.n), t.partial)
 	must("GradNorm", err)
+	end()
 	if nb == 0 {
 		return 0
 	}
@@ -90,7 +92,10 @@ func (t *TrainDevice) ClipGradNorm(maxNorm float64) float64 {
 }
 
 // Step applies one AdamW update (and refreshes the bf16 compute copy).
-func (t *TrainDevice) Step(lr float64) { t.opt.Step(lr) }
+func (t *TrainDevice) Step(lr float64) {
+	defer t.b.span("AdamW", 0, t.grad.n)()
+	t.opt.Step(lr)
+}
 
 // check returns an error unless params mirror the arena's parameters, in
 // order, and opt is laid out alike.

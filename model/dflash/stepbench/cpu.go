@@ -1,6 +1,7 @@
 package stepbench
 
 import (
+	"fmt"
 	"log/slog"
 	"math"
 	"math/rand/v2"
@@ -78,6 +79,25 @@ func (s *stepper) timed() ([]stepResult, []time.Duration, error) {
 		slog.Info("timed step", "i", i+1, "of", s.o.Steps, "ms", msf(walls[i]), "loss", r.loss)
 	}
 	return steps, walls, nil
+}
+
+// profile runs one more step with every op timed by the backend (a
+// tensor.Profiler) and returns the op times of that step.
+func (s *stepper) profile() ([]tensor.OpTime, error) {
+	p, ok := s.dev.Backend.(tensor.Profiler)
+	if !ok {
+		return nil, fmt.Errorf("--profile: the %s backend does not time its ops (the CUDA backend does)", s.dev.Backend.Name())
+	}
+	p.StartProfile()
+	_, err := s.step()
+	ops, perr := p.StopProfile()
+	if err != nil {
+		return nil, err
+	}
+	if perr != nil {
+		return nil, fmt.Errorf("--profile: %w", perr)
+	}
+	return ops, nil
 }
 
 // plan returns the report of o without running it: the shapes, the memory

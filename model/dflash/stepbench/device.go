@@ -57,6 +57,11 @@ func RunOn(o Options, dev *Device) (*Report, error) {
 		measured(rep, len(steps))
 	}
 	rep.finish(steps, walls)
+	if o.Profile {
+		if rep.Ops, err = s.profile(); err != nil {
+			return nil, err
+		}
+	}
 	return rep, nil
 }
 

@@ -46,6 +46,9 @@ type Options struct {
 	// DryRun allocates no model and times nothing: the report holds the
 	// shapes, the memory estimate and the FLOPs of one step's anchors.
 	DryRun bool
+	// Profile runs one more step after the timed ones with every op timed
+	// on the device (a backend that is a tensor.Profiler): Report.Ops.
+	Profile bool
 }
 
 // Peak FLOP rates the MFU divides by, each with its source.

@@ -1,5 +1,7 @@
 package stepbench
 
+import "dflash/tensor"
+
 // Report is the result of one benchmark (the JSON of `dflash bench step
 // --json`). Times are means over the timed steps, in milliseconds.
 type Report struct {
@@ -59,8 +61,11 @@ type Report struct {
 	// RunOn: SetupMS is making the models, placing them on the device and
 	// the optimizer; FirstStepMS the first step, kernel compilation (or
 	// loading from the cache) included.
-	SetupMS     float64 `json:"setup_ms,omitempty"`
-	FirstStepMS float64 `json:"first_step_ms,omitempty"`
+	SetupMS float64 `json:"setup_ms,omitempty"`
+	// Ops (--profile) is the device time of every kind of op in one more
+	// step after the timed ones, by phase, largest first.
+	Ops         []tensor.OpTime `json:"ops,omitempty"`
+	FirstStepMS float64         `json:"first_step_ms,omitempty"`
 	// PerStep, on a GPU, is the host<->device copies and host waits of a
 	// timed step, on average (its inputs' uploads, the phase timing's
 	// synchronisations, the clipping norm, the loss and metrics read back),

@@ -148,13 +148,17 @@ func (s *stepper) step() (stepResult, error) {
 		}
 	}
 	defer s.dev.Reset()
+	be := s.dev.Backend
+	tensor.SetProfilePhase(be, "input_assembly")
 	b := dflash.MakeBatch(s.examples, s.rows, 0)
 	bl := dflash.BuildBlocks(s.dc, b, dflash.SampleBatchAnchors(s.rng, b, s.o.Anchors))
 	lap(0)
+	tensor.SetProfilePhase(be, "target_forward")
 	if err := s.hidden(b); err != nil {
 		return res, err
 	}
 	lap(1)
+	tensor.SetProfilePhase(be, "drafter_forward")
 	in, err := s.drafter.Inputs(s.dev.Backend, b, bl)
 	if err != nil {
 		return res, err
@@ -163,8 +167,10 @@ func (s *stepper) step() (stepResult, error) {
 	tp.ReleaseGrads() // as dflash.Session.Step: only the parameters' gradients are read
 	out := s.drafter.ForwardInputs(tp, true, s.head, in)
 	lap(2)
+	tensor.SetProfilePhase(be, "backward")
 	tp.Backward(out.Loss)
 	lap(3)
+	tensor.SetProfilePhase(be, "optimizer")
 	s.train.ClipGradNorm(s.cfg.GradClip)
 	s.train.Step(s.cfg.LR)
 	s.train.ZeroGrads()
@@ -179,6 +185,7 @@ func (s *stepper) step() (stepResult, error) {
 	res.loss = float64(loss[0])
 	res.flops = StepFLOPs(&s.o.Target, s.dc, b.Rows, b.Len, bl)
 	// Inputs built this mask; build it once more, apart, to time it.
+	tensor.SetProfilePhase(be, "block_mask (built again, apart)")
 	start := time.Now()
 	dims := flex.DFlashDims(b.Rows, s.dc.NumHeads, s.dc.NumKVHeads, bl.N, bl.B, b.Len, s.dc.HeadDim)
 	if _, err := s.dev.Backend.NewMask(flex.DFlashMask(bl.B), flex.DFlashArgs(b.Len, bl.Anchors, bl.N, bl.NumValid), dims); err != nil {

@@ -1,0 +1,171 @@
+package tensorcuda
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"dflash/dtype"
+	"dflash/gpu"
+	"dflash/tensor"
+)
+
+// profiler times the backend's ops with CUDA events (tensor.Profiler): a
+// pair recorded around every op on the worker's stream, read when the
+// profile stops. Events come from a pool that grows to the number of ops
+// profiled and is reused by the next profile.
+type profiler struct {
+	d      *gpu.Device
+	pool   []*gpu.Event
+	used   int
+	phase  string
+	spans  []span
+	totals map[[2]string]*tensor.OpTime
+}
+
+// span is one timed op: its label, FLOPs and the pool indices of its events.
+type span struct {
+	phase, op  string
+	flops      float64
+	begin, end int
+}
+
+var _ tensor.Profiler = (*Backend)(nil)
+
+// StartProfile starts timing every op (tensor.Profiler). Without a device
+// (the CPU tests' fake memory) it does nothing.
+func (b *Backend) StartProfile() {
+	if b.d == nil {
+		return
+	}
+	if b.prof == nil {
+		b.prof = &profiler{d: b.d}
+	}
+	b.prof.totals = map[[2]string]*tensor.OpTime{}
+	b.prof.spans, b.prof.used, b.prof.phase = b.prof.spans[:0], 0, ""
+	b.profiling = true
+}
+
+// ProfilePhase labels the ops queued from now on (tensor.Profiler).
+func (b *Backend) ProfilePhase(name string) {
+	if b.profiling {
+		b.prof.phase = name
+	}
+}
+
+// StopProfile waits for the profiled ops and returns their totals, largest
+// first, and stops timing (tensor.Profiler).
+func (b *Backend) StopProfile() ([]tensor.OpTime, error) {
+	if !b.profiling {
+		return nil, nil
+	}
+	b.profiling = false
+	p := b.prof
+	if p.used > 0 {
+		if err := p.pool[p.used-1].Synchronize(); err != nil {
+			return nil, err
+		}
+	}
+	for _, s := range p.spans {
+		dt, err := p.pool[s.end].Since(p.pool[s.begin])
+		if err != nil {
+			return nil, fmt.Errorf("tensorcuda: profile of %s: %w", s.op, err)
+		}
+		k := [2]string{s.phase, s.op}
+		t := p.totals[k]
+		if t == nil {
+			t = &tensor.OpTime{Phase: s.phase, Op: s.op}
+			p.totals[k] = t
+		}
+		t.Calls++
+		t.MS += dt.Seconds() * 1e3
+		t.FLOPs += s.flops
+	}
+	out := make([]tensor.OpTime, 0, len(p.totals))
+	for _, t := range p.totals {
+		out = append(out, *t)
+	}
+	tensor.SortOpTimes(out)
+	return out, nil
+}
+
+// event records the pool's next event on the worker's stream and returns
+// its index.
+func (p *profiler) event() int {
+	if p.used == len(p.pool) {
+		e, err := p.d.NewEvent()
+		must("profile event", err)
+		p.pool = append(p.pool, e)
+	}
+	e := p.pool[p.used]
+	must("profile event", e.Record(nil))
+	p.used++
+	return p.used - 1
+}
+
+// span times the op that follows until the returned function is called,
+// labelled op with its dims (joined by "x") when the backend is profiling;
+// flops are the op's floating-point operations, if it counts them.
+//
+//	defer b.span("RMSNorm", 0, rows, dim)()
+func (b *Backend) span(op string, flops float64, dims ...int) func() {
+	if !b.profiling {
+		return func() {}
+	}
+	p := b.prof
+	label := op
+	if len(dims) > 0 {
+		s := make([]string, len(dims))
+		for i, d := range dims {
+			s[i] = strconv.Itoa(d)
+		}
+		label += " " + strings.Join(s, "x")
+	}
+	begin := p.event()
+	return func() {
+		p.spans = append(p.spans, span{phase: p.phase, op: label, flops: flops, begin: begin, end: p.event()})
+	}
+}
+
+// gemmLabel names a GEMM by its transposes and its input and output dtypes
+// (constant strings: nothing is built when not profiling).
+func gemmLabel(transA, transB bool, in, out dtype.DType) string {
+	t := 0
+	if transA {
+		t += 2
+	}
+	if transB {
+		t++
+	}
+	var mixed int
+	switch {
+	case in == dtype.BF16 && out == dtype.F32:
+		mixed = 1
+	case in == dtype.F32:
+		mixed = 2
+	}
+	return gemmLabels[mixed][t]
+}
+
+var gemmLabels = [3][4]string{
+	{"Gemm NN bf16", "Gemm NT bf16", "Gemm TN bf16", "Gemm TT bf16"},
+	{"Gemm NN bf16->f32", "Gemm NT bf16->f32", "Gemm TN bf16->f32", "Gemm TT bf16->f32"},
+	{"Gemm NN f32", "Gemm NT f32", "Gemm TN f32", "Gemm TT f32"},
+}
+
+// accLabel is op, or op's accumulating form ("Copy2D (accumulate)"; the
+// inverse RoPE, which accumulates), as a constant string.
+func accLabel(op string, accumulate bool) string {
+	if !accumulate {
+		return op
+	}
+	switch op {
+	case "Copy2D":
+		return "Copy2D (accumulate)"
+	case "Transpose12":
+		return "Transpose12 (accumulate)"
+	case "RoPE":
+		return "RoPE (inverse, accumulate)"
+	}
+	return op + " (accumulate)"
+}
