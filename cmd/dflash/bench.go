@@ -281,7 +281,7 @@ func printStepReport(r *stepbench.Report) {
 		if r.PerStep != nil {
 			fmt.Printf("per step: %v\n", r.PerStep)
 		}
-		printOpTimes(r.Ops, 40)
+		printOpTimes(r.Ops, 60)
 		return
 	}
 	fmt.Printf("peak Go heap %s (marked live by a GC: %s), peak RSS %s; estimated before allocating %s\n", meminfo.Format(float64(r.PeakHeapBytes)),
