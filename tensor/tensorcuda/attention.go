@@ -180,5 +180,6 @@ func (b *Backend) AttentionBackward(d flex.Dims, q, k, v, out, lse, dout tensor.
 		if dst != nil {
 			b.axpy(1, Buf{}, grads[i], b.buf(dst, "AttentionBackward gradient"))
 		}
+		b.freeTemp(grads[i])
 	}
 }

@@ -147,7 +147,16 @@ func (b *Backend) FreeStep(s tensor.Storage[float32]) {
 	case x.n == 0:
 		return
 	}
-	b.arena.release(x.ptr, int64(x.n)*int64(x.dt.Size()))
+	b.freeTemp(x)
+}
+
+// freeTemp gives a whole step allocation back to the arena as soon as the
+// ops that use it are queued: the stream runs them before any op queued
+// later, so a later allocation that reuses the memory cannot overtake them.
+func (b *Backend) freeTemp(x Buf) {
+	if x.n > 0 {
+		b.arena.release(x.ptr, int64(x.n)*int64(x.dt.Size()))
+	}
 }
 
 // MarkStep returns the step arena's position (tensor.StepMemory).

@@ -69,6 +69,7 @@ func (b *Backend) into(dst Buf, want dtype.DType, f func(out gpu.Buffer)) {
 	tmp := b.newBuf(dst.n, want, false, true)
 	f(tmp.Buffer())
 	b.axpy(1, Buf{}, tmp, dst)
+	b.freeTemp(tmp)
 }
 
 // axpy computes y += alpha·x, times s[0] when s is given, for any pair of
@@ -172,6 +173,7 @@ func (b *Backend) SumRows(yS, vS tensor.Storage[float32]) {
 	b.into(v, dtype.F32, func(out gpu.Buffer) {
 		scratch := b.newBuf(int(ColumnScratch(rows, v.n)/4), dtype.F32, false, false)
 		must("SumRows", b.ops(y.dt).SumRows(y.Buffer(), rows, v.n, out, scratch.Buffer()))
+		b.freeTemp(scratch)
 	})
 }
 
@@ -249,6 +251,7 @@ func (b *Backend) RMSNormBackward(xS, wS, rstdS, dyS tensor.Storage[float32], di
 		b.into(dw, dtype.F32, func(out gpu.Buffer) {
 			scratch := b.newBuf(int(ColumnScratch(rows, dim)/4), dtype.F32, false, false)
 			must("RMSNormBackward", o.RMSNormBackward(x.Buffer(), w.Buffer(), rstd.Buffer(), dy.Buffer(), rows, dim, none, out, scratch.Buffer()))
+			b.freeTemp(scratch)
 		})
 	}
 }
