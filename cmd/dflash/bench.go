@@ -187,6 +187,7 @@ func benchStep(args []string) error {
 	fs.Float64Var(&o.PeakTFLOPS, "peak-tflops", 0, "peak TFLOP/s for the MFU (0: the device's, see docs/PERF.md)")
 	fs.IntVar(&o.LossChunk, "loss-chunk", 0, "block slots whose logits exist at once in the cross-entropy (0: the backend's default, 4M logits on the CPU and 512M on CUDA)")
 	fs.BoolVar(&o.DryRun, "dry-run", false, "allocate and time nothing: print the FLOP count and the memory estimate of the shape")
+	fs.BoolVar(&o.DrafterOnly, "drafter-only", false, "time the drafter alone: its hidden states are given (random, kept on the device), the target does not run")
 	fs.BoolVar(&o.Profile, "profile", false, "cuda: one more step with every op timed on the GPU (events around each op): a table of ops by phase, largest first")
 	cacheDir := fs.String("cache-dir", "", "cuda: "+cacheDirUsage)
 	if err := fs.Parse(args); err != nil {
@@ -235,8 +236,12 @@ func printStepReport(r *stepbench.Report) {
 	case r.Threads > 0:
 		where = fmt.Sprintf("%s, %d threads", r.Device, r.Threads)
 	}
-	fmt.Printf("drafter training step on %s: target %s (%.3gB params, layers 0..%d run), taps %v, %d drafter layers (%.1fM params)\n",
-		where, r.Target, r.TargetParams/1e9, r.TargetLayers-1, r.Taps, r.DrafterLayers, r.DrafterParams/1e6)
+	run := fmt.Sprintf("layers 0..%d run", r.TargetLayers-1)
+	if r.DrafterOnly {
+		run = "not run: hidden states given"
+	}
+	fmt.Printf("drafter training step on %s: target %s (%.3gB params, %s), taps %v, %d drafter layers (%.1fM params)\n",
+		where, r.Target, r.TargetParams/1e9, run, r.Taps, r.DrafterLayers, r.DrafterParams/1e6)
 	m := r.Memory
 	if r.Steps == 0 {
 		f := r.FLOPs

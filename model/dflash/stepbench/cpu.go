@@ -122,7 +122,7 @@ func newReport(o Options, dc *dflash.Config, mem Memory) *Report {
 			KVHeads: t.NumKVHeads, HeadDim: t.HeadDim, Vocab: t.VocabSize, Tied: t.TieWordEmbeddings},
 		TargetLayers: slices.Max(dc.TargetLayerIDs) + 1, Taps: dc.TargetLayerIDs, DrafterLayers: dc.NumLayers,
 		DrafterParams: DrafterParams(dc), SeqLen: o.SeqLen, Batch: o.Batch, Anchors: o.Anchors, BlockSize: o.BlockSize, LossChunk: o.LossChunk,
-		Steps: o.Steps, Warmup: o.Warmup, Memory: mem, PeakTFLOPS: o.PeakTFLOPS, PeakSource: "--peak-tflops"}
+		Steps: o.Steps, Warmup: o.Warmup, Memory: mem, PeakTFLOPS: o.PeakTFLOPS, PeakSource: "--peak-tflops", DrafterOnly: o.DrafterOnly}
 	if o.PeakTFLOPS == 0 {
 		r.PeakTFLOPS, r.PeakSource = DevicePeak(o.Device)
 	}

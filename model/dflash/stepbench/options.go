@@ -46,6 +46,10 @@ type Options struct {
 	// DryRun allocates no model and times nothing: the report holds the
 	// shapes, the memory estimate and the FLOPs of one step's anchors.
 	DryRun bool
+	// DrafterOnly times the drafter's step alone: its hidden states are
+	// given (random, made once and kept on the device) instead of computed
+	// by the target, of which only the embedding and LM head exist.
+	DrafterOnly bool
 	// Profile runs one more step after the timed ones with every op timed
 	// on the device (a backend that is a tensor.Profiler): Report.Ops.
 	Profile bool

@@ -1,10 +1,12 @@
 package stepbench
 
 import (
+	"math"
 	"slices"
 	"strings"
 	"testing"
 
+	"dflash/model/dflash"
 	"dflash/tensor"
 )
 
@@ -53,5 +55,43 @@ func TestProfileNamesEveryPhase(t *testing.T) {
 	_, err = RunOn(o, CPUDevice(tensor.NewCPU[float32](1)))
 	if err == nil || !strings.Contains(err.Error(), "--profile: the cpu") {
 		t.Errorf("profile on the CPU backend: %v, want an error naming the backend", err)
+	}
+}
+
+// TestDrafterOnly: with DrafterOnly the target does not run (the step
+// counts no target FLOPs), every step gets the same given hidden states of
+// the batch's shape, and the drafter trains on them (a finite, positive
+// loss) with the target's embedding and LM head.
+func TestDrafterOnly(t *testing.T) {
+	o := tinyOptions()
+	o.Steps, o.Warmup, o.DrafterOnly = 2, 0, true
+	dc := drafterConfig(o)
+	s, err := newStepper(o, dc, CPUDevice(tensor.NewCPU[float32](1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r1, err := s.step()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var first []*tensor.Tensor
+	b := dflash.MakeBatch(s.examples, s.rows, 0)
+	if err := s.hidden(b); err != nil {
+		t.Fatal(err)
+	}
+	first = append(first, b.Taps...)
+	if err := s.hidden(b); err != nil {
+		t.Fatal(err)
+	}
+	for i := range first {
+		if b.Taps[i] != first[i] || b.Taps[i].Numel() != o.Batch*o.SeqLen*dc.HiddenSize {
+			t.Fatalf("tap %d: %v then %v, want the same given tensor of %d values", i, first[i], b.Taps[i], o.Batch*o.SeqLen*dc.HiddenSize)
+		}
+	}
+	if r1.flops.TargetForward != 0 || r1.flops.DrafterForward <= 0 || math.IsNaN(r1.loss) || r1.loss <= 0 {
+		t.Errorf("drafter-only step: flops %+v, loss %g", r1.flops, r1.loss)
+	}
+	if n := len(s.head.Embed.Shape); n != 2 || s.head.LMHead.Shape[0] != o.Target.VocabSize {
+		t.Errorf("head %v / %v: want the target's vocabulary", s.head.Embed, s.head.LMHead)
 	}
 }

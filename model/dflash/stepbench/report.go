@@ -15,6 +15,8 @@ type Report struct {
 	TargetLayers  int     `json:"target_layers_run"` // layers 0..deepest tap
 	Taps          []int   `json:"taps"`
 	DrafterLayers int     `json:"drafter_layers"`
+	// DrafterOnly: the target did not run (its hidden states were given).
+	DrafterOnly   bool    `json:"drafter_only,omitempty"`
 	DrafterParams float64 `json:"drafter_params"`
 	SeqLen        int     `json:"seq_len"`
 	Batch         int     `json:"batch"`

@@ -82,7 +82,11 @@ func CPUDevice(b tensor.Backend[float32]) *Device {
 // both on dev (the target frozen), and makes AdamW and o.Batch random
 // sequences of o.SeqLen tokens.
 func newStepper(o Options, dc *dflash.Config, dev *Device) (*stepper, error) {
-	target, err := model.New(o.Target, o.Seed)
+	tc := o.Target
+	if o.DrafterOnly {
+		tc.NumLayers = 1 // the drafter reads the embedding and the LM head only
+	}
+	target, err := model.New(tc, o.Seed)
 	if err != nil {
 		return nil, fmt.Errorf("--target-config %s: %w", o.TargetName, err)
 	}
@@ -93,11 +97,40 @@ func newStepper(o Options, dc *dflash.Config, dev *Device) (*stepper, error) {
 	s := &stepper{o: o, dc: dc, drafter: d, head: dflash.HeadOf(target),
 		hidden: dflash.TargetHidden(target, dc.TargetLayerIDs, dev.Backend), dev: dev, rng: rng, cfg: train.DefaultConfig()}
 	s.drafter.LossChunk = o.LossChunk
+	if o.DrafterOnly {
+		s.hidden = givenHidden(dev.Backend, len(dc.TargetLayerIDs), o.Batch*o.SeqLen, dc.HiddenSize, rng)
+	}
 	if s.train, err = dev.Train(d, train.AdamWConfig{Beta1: s.cfg.Beta1, Beta2: s.cfg.Beta2, Eps: s.cfg.Eps, WeightDecay: s.cfg.WeightDecay}); err != nil {
 		return nil, err
 	}
 	s.examples, s.rows = examples(o, dc, rng)
 	return s, nil
+}
+
+// givenHidden returns a HiddenFunc that hands every batch the same taps
+// hidden states of rows×hidden N(0, 1) values, made once and kept where
+// parameters live (on a device: outside the step's memory), for timing the
+// drafter without its target.
+func givenHidden(be tensor.Backend[float32], taps, rows, hidden int, rng *rand.Rand) dflash.HiddenFunc {
+	states := make([]*tensor.Tensor, taps)
+	for i := range states {
+		x := make([]float32, rows*hidden)
+		for j := range x {
+			x[j] = float32(rng.NormFloat64())
+		}
+		var s tensor.Storage[float32]
+		if pp, ok := be.(tensor.ParamPlacer[float32]); ok {
+			_, s = pp.AllocParams(len(x), false)
+			pp.WriteParams(s, x)
+		} else {
+			s = be.Upload(x, false)
+		}
+		states[i] = tensor.FromStorage(fmt.Sprintf("given_hidden.%d", i), s, rows, hidden)
+	}
+	return func(b *dflash.Batch) error {
+		b.Taps = append(b.Taps[:0], states...)
+		return nil
+	}
 }
 
 // examples returns o.Batch random sequences of o.SeqLen tokens (any id but
@@ -184,6 +217,9 @@ func (s *stepper) step() (stepResult, error) {
 	s.dev.Backend.Download(out.Loss.Store, loss[:])
 	res.loss = float64(loss[0])
 	res.flops = StepFLOPs(&s.o.Target, s.dc, b.Rows, b.Len, bl)
+	if s.o.DrafterOnly {
+		res.flops.TargetForward = 0
+	}
 	// Inputs built this mask; build it once more, apart, to time it.
 	tensor.SetProfilePhase(be, "block_mask (built again, apart)")
 	start := time.Now()
