@@ -6,7 +6,8 @@
 # `dflash train` for STEPS steps on the CUDA backend and on the CPU with the same
 # configuration (their loss curves side by side), a --deterministic run killed
 # with SIGKILL and resumed against the same run straight through (bit for bit),
-# and `dflash bench step --device cuda` for the qwen3-0.6b and qwen3-8b shapes.
+# and `dflash bench step --device cuda` for the qwen3-0.6b, qwen3-8b (also
+# --drafter-only) and qwen3-1.7b shapes.
 # The training runs' TensorBoard event files are checked against their
 # metrics.jsonl with tensorboard itself (scripts/tb_check.py).
 #
@@ -16,7 +17,8 @@
 # it as model/dflash/testdata/golden_drafter_d64.safetensors), the runs' metrics,
 # the loss table (loss.txt) and the bench step JSON; bulky outputs (checkpoints,
 # the transformers models) stay in $WORK. The last line says PASS or FAIL.
-# PARTS (default "tests golden train bench") chooses what runs; TRAIN_ARGS adds
+# PARTS (default "tests golden train resume bench"; "profile" adds
+# scripts/gpu-step-prof.sh) chooses what runs; TRAIN_ARGS adds
 # flags to both training runs (e.g. TRAIN_ARGS="--data.buckets 3": fixed-shape
 # batches from length buckets, each step's pad_frac in the metrics).
 set -uo pipefail
@@ -140,9 +142,14 @@ if has bench; then
 		--json >"$OUT/bench-0.6b.json" 2>"$OUT/bench-0.6b.log" || { fail "bench step qwen3-0.6b"; grep -v '^\s' "$OUT/bench-0.6b.log" | head -n 20; }
 	"$B/dflash" bench step --device cuda --target-config qwen3-8b --seq-len 3072 --batch 4 --anchors 512 --block-size 16 \
 		--drafter-layers 5 --steps 5 --warmup 2 --json >"$OUT/bench-8b.json" 2>"$OUT/bench-8b.log" || { fail "bench step qwen3-8b"; grep -v '^\s' "$OUT/bench-8b.log" | head -n 20; }
+	case8b=(--seq-len 3072 --batch 4 --anchors 512 --block-size 16 --drafter-layers 5 --steps 5 --warmup 2 --json)
+	"$B/dflash" bench step --device cuda --target-config qwen3-8b --drafter-only "${case8b[@]}" >"$OUT/bench-8b-drafter.json" 2>"$OUT/bench-8b-drafter.log" ||
+		{ fail "bench step qwen3-8b --drafter-only"; grep -v '^\s' "$OUT/bench-8b-drafter.log" | head -n 20; }
+	"$B/dflash" bench step --device cuda --target-config qwen3-1.7b "${case8b[@]}" >"$OUT/bench-1.7b.json" 2>"$OUT/bench-1.7b.log" ||
+		{ fail "bench step qwen3-1.7b"; grep -v '^\s' "$OUT/bench-1.7b.log" | head -n 20; }
 	python3 - "$OUT" <<'PY'
 import json, sys, os
-for name in ("0.6b", "8b"):
+for name in ("0.6b", "8b", "8b-drafter", "1.7b"):
     p = f"{sys.argv[1]}/bench-{name}.json"
     if not os.path.exists(p) or os.path.getsize(p) == 0:
         continue
@@ -154,5 +161,10 @@ for name in ("0.6b", "8b"):
           f"(most {r.get('step_arena_most_reserved_bytes', 0)/2**30:.1f} GiB), "
           f"first step {r.get('first_step_ms', 0)/1e3:.1f} s, loss {r['loss']:.3f}")
 PY
+fi
+
+if has profile; then
+	echo "== bench step --profile (qwen3-8b)"
+	bash scripts/gpu-step-prof.sh || fail "bench step --profile"
 fi
 echo "-> $status"
