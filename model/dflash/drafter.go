@@ -140,8 +140,10 @@ func (d *Drafter[T]) ForwardInputs(tp *tensor.TapeOf[T], train bool, head Head[T
 	}
 	z := tp.Embedding(head.Embed, in.IDs) // [R*nB, H]
 	for l := range d.Layers {
+		m := tp.BeginScope() // a layer's intermediates die in it, but those its backward reads
 		kc, vc := d.contextKV(tp, l, u, R, S, in.CtxRope)
 		z = d.layer(tp, l, z, kc, vc, R, nB, in.QRope, att)
+		tp.EndScope(m, z)
 		out.Hidden = append(out.Hidden, z)
 	}
 	o := tp.RMSNorm(z, d.Norm, c.RMSNormEps)
