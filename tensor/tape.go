@@ -77,7 +77,7 @@ func (tp *TapeOf[T]) ReleaseGrads() {
 }
 
 // KeepGrad exempts t from ReleaseGrads in the next Backward: its gradient
-// can be read afterwards.
+// and its values (KeepValue) can be read afterwards.
 func (tp *TapeOf[T]) KeepGrad(t *Of[T]) {
 	if tp.keep == nil {
 		tp.keep = map[*Of[T]]bool{}

@@ -103,6 +103,9 @@ type Output[T tensor.Float] struct {
 	CE        []float64       // [Rows*N*B] per-slot cross-entropy, 0 where there is no label (after Read)
 	Context   *tensor.Of[T]   // u [Rows*S, H]
 	Hidden    []*tensor.Of[T] // block hidden states after each layer, [Rows*N*B, H]
+	// A tape that releases memory (ReleaseGrads) gives Context's and
+	// Hidden's values back during Backward: read them after it only when
+	// passed to tp.KeepValue before it.
 }
 
 // Forward runs the drafter on batch b with blocks bl and returns the loss
