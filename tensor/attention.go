@@ -73,17 +73,18 @@ func (tp *TapeOf[T]) Attention(q, k, v *Of[T], m Mask, score *flex.ScoreProgram,
 	if md := m.MaskDims(); md != d {
 		panic(fmt.Sprintf("tensor.Attention: block mask built for %+v, tensors are %+v", md, d))
 	}
-	o, lse := tp.b.Attention(d, q.Store, k.Store, v.Store, m, score, scale)
-	out := FromStorage("attn", o, q.Shape...)
+	o, l := tp.b.Attention(d, q.Store, k.Store, v.Store, m, score, scale)
+	out := tp.own(FromStorage("attn", o, q.Shape...))
+	lse := tp.own(&Of[T]{Name: "attn.lse", Shape: []int{d.Batch, d.HeadsQ, d.LenQ}, Store: l}) // l may be nil (a test backend's)
 	if tp.needs(q, k, v) {
-		tp.Record(out, func() {
+		tp.Record(out, []*Of[T]{q, k, v, out, lse}, func() {
 			grad := func(t *Of[T]) Storage[T] {
 				if t.RequiresGrad {
 					return t.EnsureGrad()
 				}
 				return nil
 			}
-			tp.b.AttentionBackward(d, q.Store, k.Store, v.Store, out.Store, lse, out.GradStore, m, score, scale, grad(q), grad(k), grad(v))
+			tp.b.AttentionBackward(d, q.Store, k.Store, v.Store, out.Store, lse.Store, out.GradStore, m, score, scale, grad(q), grad(k), grad(v))
 		})
 	}
 	return out

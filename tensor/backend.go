@@ -105,7 +105,8 @@ type Backend[T Float] interface {
 
 	// Attention computes out = softmax(score(q·kᵀ·scale) masked)·v and the
 	// per-row log-sum-exp lse (a statistic), with package flex's layouts and
-	// semantics (flex.Forward).
+	// semantics (flex.Forward). out and lse are new whole allocations (step
+	// memory on a backend that has it: a tape may FreeStep them).
 	Attention(d flex.Dims, q, k, v Storage[T], m Mask, score *flex.ScoreProgram, scale float64) (out, lse Storage[T])
 	// AttentionBackward accumulates the gradients of Attention for dout into
 	// dq, dk and dv (any may be nil), as flex.Backward computes them.
@@ -128,9 +129,10 @@ type StepMemory interface {
 // StepFreer is implemented by backends whose step memory can give back one
 // allocation before the step ends (the CUDA backend's step arena), so that
 // a later allocation of the same size reuses it. FreeStep(s) takes a whole
-// allocation of the current step (Alloc, AllocStat, Upload, or Like of
-// step storage); a Slice of one, or parameter storage, is a programmer
-// error and panics. s must not be used afterwards.
+// allocation of the current step (Alloc, AllocOut, AllocStat, Upload,
+// Attention's results, or Like of step storage); a Slice of one, or
+// parameter storage, is a programmer error and panics. s must not be used
+// afterwards.
 type StepFreer[T Float] interface {
 	FreeStep(s Storage[T])
 }

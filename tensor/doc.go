@@ -28,7 +28,12 @@
 //
 // The tape records one backward closure per op whose inputs need gradients;
 // Tape.Backward(loss) runs them in reverse and accumulates into each input's
-// Grad. Ops called on a tape made with NewInference record nothing.
+// Grad. Ops called on a tape made with NewInference record nothing. Each
+// closure declares the tensors whose values it reads (Record's saves), so
+// a training tape on step memory (ReleaseGrads) gives back every op output
+// and gradient as soon as nothing will read it: dead values of a layer at
+// its end (EndScope), the rest at Backward's start or after the last
+// backward step that reads them.
 //
 // Layout conventions: a tensor is row-major; "rows" means the product of all
 // but the last dimension. Linear weights use the HF layout [out, in].

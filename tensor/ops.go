@@ -23,7 +23,7 @@ func (tp *TapeOf[T]) Embedding(w *Of[T], ids Ints) *Of[T] {
 	out := tp.alloc(w.Name+".lookup", ids.Len(), dim)
 	tp.b.Gather(w.Store, dim, ids, out.Store)
 	if tp.needs(w) {
-		tp.Record(out, func() { tp.b.ScatterAdd(out.GradStore, dim, ids, w.EnsureGrad()) })
+		tp.Record(out, nil, func() { tp.b.ScatterAdd(out.GradStore, dim, ids, w.EnsureGrad()) })
 	}
 	return out
 }
@@ -46,7 +46,14 @@ func (tp *TapeOf[T]) Linear(x, w, b *Of[T]) *Of[T] {
 		tp.b.AddRows(y.Store, b.Store)
 	}
 	if tp.needs(x, w, b) {
-		tp.Record(y, func() {
+		var saves []*Of[T] // dx reads W, dW reads x
+		if x.RequiresGrad {
+			saves = append(saves, w)
+		}
+		if w.RequiresGrad {
+			saves = append(saves, x)
+		}
+		tp.Record(y, saves, func() {
 			if x.RequiresGrad {
 				tp.b.Gemm(false, false, rows, in, outDim, 1, y.GradStore, outDim, w.Store, in, 1, x.EnsureGrad(), in)
 			}
@@ -71,7 +78,7 @@ func (tp *TapeOf[T]) Add(a, b *Of[T]) *Of[T] {
 	tp.b.Copy2D(1, n, a.Store, n, 0, y.Store, n, 0, false)
 	tp.b.Axpy(1, b.Store, y.Store)
 	if tp.needs(a, b) {
-		tp.Record(y, func() {
+		tp.Record(y, nil, func() {
 			for _, t := range []*Of[T]{a, b} {
 				if t.RequiresGrad {
 					tp.b.Axpy(1, y.GradStore, t.EnsureGrad())
@@ -89,7 +96,7 @@ func (tp *TapeOf[T]) Scale(x *Of[T], s float64) *Of[T] {
 	tp.b.Copy2D(1, n, x.Store, n, 0, y.Store, n, 0, false)
 	tp.b.Scale(T(s), y.Store)
 	if tp.needs(x) {
-		tp.Record(y, func() { tp.b.Axpy(T(s), y.GradStore, x.EnsureGrad()) })
+		tp.Record(y, nil, func() { tp.b.Axpy(T(s), y.GradStore, x.EnsureGrad()) })
 	}
 	return y
 }
@@ -100,9 +107,9 @@ func (tp *TapeOf[T]) Reshape(x *Of[T], shape ...int) *Of[T] {
 	if numel(shape) != x.Numel() {
 		panic(fmt.Sprintf("tensor.Reshape: %v cannot become %v", x, shape))
 	}
-	y := &Of[T]{Name: x.Name, Shape: slices.Clone(shape), Store: x.Store}
+	y := &Of[T]{Name: x.Name, Shape: slices.Clone(shape), Store: x.Store, buf: x.buf}
 	if tp.needs(x) {
-		tp.Record(y, func() { tp.b.Axpy(1, y.GradStore, x.EnsureGrad()) })
+		tp.Record(y, nil, func() { tp.b.Axpy(1, y.GradStore, x.EnsureGrad()) })
 	}
 	return y
 }
@@ -136,7 +143,7 @@ func (tp *TapeOf[T]) Concat(axis int, xs ...*Of[T]) *Of[T] {
 		off += inner[i]
 	}
 	if tp.needs(xs...) {
-		tp.Record(y, func() {
+		tp.Record(y, nil, func() {
 			off := 0
 			for i, x := range xs {
 				if x.RequiresGrad {
@@ -166,7 +173,7 @@ func (tp *TapeOf[T]) Slice(x *Of[T], axis, lo, hi int) *Of[T] {
 	srcStride, cols := x.Shape[axis]*per, (hi-lo)*per
 	tp.b.Copy2D(outer, cols, x.Store, srcStride, lo*per, y.Store, cols, 0, false)
 	if tp.needs(x) {
-		tp.Record(y, func() { tp.b.Copy2D(outer, cols, y.GradStore, cols, 0, x.EnsureGrad(), srcStride, lo*per, true) })
+		tp.Record(y, nil, func() { tp.b.Copy2D(outer, cols, y.GradStore, cols, 0, x.EnsureGrad(), srcStride, lo*per, true) })
 	}
 	return y
 }
@@ -182,7 +189,7 @@ func (tp *TapeOf[T]) Transpose12(x *Of[T]) *Of[T] {
 	y := tp.alloc(x.Name+".T", a, c, b, d)
 	tp.b.Transpose12(a, b, c, d, x.Store, y.Store, false)
 	if tp.needs(x) {
-		tp.Record(y, func() { tp.b.Transpose12(a, c, b, d, y.GradStore, x.EnsureGrad(), true) })
+		tp.Record(y, nil, func() { tp.b.Transpose12(a, c, b, d, y.GradStore, x.EnsureGrad(), true) })
 	}
 	return y
 }
@@ -197,10 +204,10 @@ func (tp *TapeOf[T]) RMSNorm(x, w *Of[T], eps float64) *Of[T] {
 		panic(fmt.Sprintf("tensor.RMSNorm: weight %v does not match last dimension of %v", w, x))
 	}
 	y := tp.alloc(w.Name+".out", x.Shape...)
-	rstd := tp.b.AllocStat(x.Rows())
-	tp.b.RMSNorm(x.Store, w.Store, dim, eps, y.Store, rstd)
+	rstd := tp.stat(w.Name+".rstd", x.Rows())
+	tp.b.RMSNorm(x.Store, w.Store, dim, eps, y.Store, rstd.Store)
 	if tp.needs(x, w) {
-		tp.Record(y, func() {
+		tp.Record(y, []*Of[T]{x, w, rstd}, func() {
 			var dx, dw Storage[T]
 			if x.RequiresGrad {
 				dx = x.EnsureGrad()
@@ -208,7 +215,7 @@ func (tp *TapeOf[T]) RMSNorm(x, w *Of[T], eps float64) *Of[T] {
 			if w.RequiresGrad {
 				dw = w.EnsureGrad()
 			}
-			tp.b.RMSNormBackward(x.Store, w.Store, rstd, y.GradStore, dim, dx, dw)
+			tp.b.RMSNormBackward(x.Store, w.Store, rstd.Store, y.GradStore, dim, dx, dw)
 		})
 	}
 	return y
@@ -223,7 +230,7 @@ func (tp *TapeOf[T]) SwiGLU(gate, up *Of[T]) *Of[T] {
 	y := tp.alloc("swiglu", gate.Shape...)
 	tp.b.SwiGLU(gate.Store, up.Store, y.Store)
 	if tp.needs(gate, up) {
-		tp.Record(y, func() {
+		tp.Record(y, []*Of[T]{gate, up}, func() {
 			var dg, du Storage[T]
 			if gate.RequiresGrad {
 				dg = gate.EnsureGrad()

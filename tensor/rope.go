@@ -127,7 +127,7 @@ func (tp *TapeOf[T]) RoPE(x *Of[T], table *RopeTable[T]) *Of[T] {
 	y := tp.alloc(x.Name+".rope", x.Shape...)
 	tp.b.RoPE(x.Store, heads, hd, table.Cos, table.Sin, y.Store, false)
 	if tp.needs(x) {
-		tp.Record(y, func() { tp.b.RoPE(y.GradStore, heads, hd, table.Cos, table.Sin, x.EnsureGrad(), true) })
+		tp.Record(y, nil, func() { tp.b.RoPE(y.GradStore, heads, hd, table.Cos, table.Sin, x.EnsureGrad(), true) })
 	}
 	return y
 }

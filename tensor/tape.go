@@ -12,6 +12,9 @@ type TapeOf[T Float] struct {
 	freer StepFreer[T]    // ReleaseGrads on a backend that can free step memory
 	keep  map[*Of[T]]bool // KeepGrad
 	loss  *Of[T]          // the tensor Backward started from, while it runs
+
+	acts bool          // ReleaseGrads releases op outputs too (not KeepActivations)
+	bufs []*stepBuf[T] // the op outputs and statistics it may release, in order made
 }
 
 // Tape is the float32 tape that training uses.
@@ -29,9 +32,10 @@ func (tp *TapeOf[T]) Backend() Backend[T] { return tp.b }
 
 // alloc returns an activation tensor of the given shape on the tape's
 // backend for an op's output: its contents are undefined (AllocOut), and
-// the op writes every element before it reads any.
+// the op writes every element before it reads any. The tape may release it
+// (ReleaseGrads).
 func (tp *TapeOf[T]) alloc(name string, shape ...int) *Of[T] {
-	return &Of[T]{Name: name, Shape: append([]int(nil), shape...), Store: AllocOut(tp.b, numel(shape))}
+	return tp.own(&Of[T]{Name: name, Shape: append([]int(nil), shape...), Store: AllocOut(tp.b, numel(shape))})
 }
 
 // Recording reports whether the tape records backward steps (NewTape) or
@@ -42,7 +46,7 @@ func (tp *TapeOf[T]) Recording() bool { return tp.record }
 func (tp *TapeOf[T]) Len() int { return len(tp.steps) }
 
 // Reset drops the recorded steps (releasing the intermediates they hold).
-func (tp *TapeOf[T]) Reset() { tp.steps = tp.steps[:0] }
+func (tp *TapeOf[T]) Reset() { tp.steps, tp.bufs = tp.steps[:0], nil }
 
 // ReleaseGrads makes Backward give back each op output's gradient as soon
 // as the last backward step that reads it has run: the step that recorded
@@ -52,6 +56,15 @@ func (tp *TapeOf[T]) Reset() { tp.steps = tp.steps[:0] }
 // gradient that EnsureGrad did not allocate itself. Op temporaries
 // that the tape knows to be dead (the cross-entropy's) are given back too.
 //
+// It gives back the op outputs themselves (and the statistics ops keep for
+// their backward steps) as well, unless KeepActivations is called: each
+// recorded step declares the tensors whose values it reads (Record), so an
+// output that no step reads is dead once the forward pass is done with it
+// (EndScope, or Backward's start), and one that steps read is dead once
+// the last of them has run. The loss and tensors passed to KeepValue or
+// KeepGrad are kept; a Reshape view and its source are one allocation,
+// given back once, when neither is read any more.
+//
 // It takes effect on a backend with step memory that frees one allocation
 // (StepFreer: the CUDA backend), where a later allocation of the same size
 // reuses the memory, and does nothing elsewhere: on the CPU the garbage
@@ -59,17 +72,18 @@ func (tp *TapeOf[T]) Reset() { tp.steps = tp.steps[:0] }
 // before the ops it should cover; it lasts for the tape's life.
 func (tp *TapeOf[T]) ReleaseGrads() {
 	if f, ok := tp.b.(StepFreer[T]); ok && tp.record {
-		tp.freer = f
+		tp.freer, tp.acts = f, true
 	}
 }
 
 // KeepGrad exempts t from ReleaseGrads in the next Backward: its gradient
-// can be read afterwards.
+// and its values (KeepValue) can be read afterwards.
 func (tp *TapeOf[T]) KeepGrad(t *Of[T]) {
 	if tp.keep == nil {
 		tp.keep = map[*Of[T]]bool{}
 	}
 	tp.keep[t] = true
+	tp.KeepValue(t)
 }
 
 // release gives back out's gradient (ReleaseGrads) once out's last backward
@@ -106,15 +120,29 @@ func (tp *TapeOf[T]) needs(in ...*Of[T]) bool {
 // Record appends a backward step for out: when out has a gradient, back runs
 // during Backward (in reverse order of recording). Ops outside this package
 // use it to add their own differentiable operations; out is marked as
-// needing gradients.
-func (tp *TapeOf[T]) Record(out *Of[T], back func()) {
+// needing gradients. saves lists every tensor whose values back reads
+// (gradients do not count): ReleaseGrads gives back any other op output
+// once the forward pass is done with it, so a value that back reads and
+// saves omits is garbage by then.
+func (tp *TapeOf[T]) Record(out *Of[T], saves []*Of[T], back func()) {
 	out.RequiresGrad = true
 	out.pending++
+	for _, t := range saves {
+		if t.buf != nil {
+			t.buf.saves++
+		}
+	}
 	tp.steps = append(tp.steps, func() {
 		out.pending--
 		if out.GradStore != nil {
 			back()
 			tp.release(out)
+		}
+		for _, t := range saves {
+			if t.buf != nil {
+				t.buf.saves--
+				tp.free(t.buf)
+			}
 		}
 	})
 }
@@ -138,6 +166,8 @@ func (tp *TapeOf[T]) Backward(loss *Of[T]) {
 // once run, and resets the tape (and KeepGrad's set).
 func (tp *TapeOf[T]) runBackward(loss *Of[T]) {
 	tp.loss = loss
+	tp.KeepValue(loss)
+	tp.EndScope(0)
 	for i := len(tp.steps) - 1; i >= 0; i-- {
 		tp.steps[i]()
 		tp.steps[i] = nil

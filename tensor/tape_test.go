@@ -158,10 +158,10 @@ func TestReleaseGradsShared(t *testing.T) {
 	// alias reads y's values and receives its gradient in y's own storage:
 	// it holds y's gradient, which only y's step may give back.
 	alias := &tensor.Tensor{Name: "alias", Shape: []int{2, 3}, Store: y.Store}
-	tp.Record(alias, func() {})
+	tp.Record(alias, nil, func() {})
 	// twice is recorded by two steps, each passing its gradient on to y.
 	twice := tp.Scale(y, 2)
-	tp.Record(twice, func() { b.Axpy(1, twice.GradStore, y.EnsureGrad()) })
+	tp.Record(twice, nil, func() { b.Axpy(1, twice.GradStore, y.EnsureGrad()) })
 	loss := tp.Linear(tp.Reshape(twice, 1, 6), tensor.FromData("ones", []float32{1, 1, 1, 1, 1, 1}, 1, 6), nil)
 	alias.GradStore = y.EnsureGrad()
 	tp.Backward(tp.Reshape(loss, 1))

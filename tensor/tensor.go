@@ -20,9 +20,10 @@ type Of[T Float] struct {
 	GradStore    Storage[T]
 	RequiresGrad bool
 
-	arena   *Arena[T] // the arena that holds Store and GradStore, for a parameter declared in one
-	ownGrad bool      // GradStore is EnsureGrad's own allocation, which no other tensor holds
-	pending int       // backward steps recorded for this tensor and not yet run
+	arena   *Arena[T]   // the arena that holds Store and GradStore, for a parameter declared in one
+	ownGrad bool        // GradStore is EnsureGrad's own allocation, which no other tensor holds
+	pending int         // backward steps recorded for this tensor and not yet run
+	buf     *stepBuf[T] // Store as a step allocation its tape may give back (ReleaseGrads), shared by Reshape views
 }
 
 // Tensor is the float32 tensor that training uses.

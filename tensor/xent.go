@@ -195,7 +195,7 @@ func (tp *TapeOf[T]) LMHeadXentRows(h, w *Of[T], rows *XentRows[T], chunkRows in
 	tp.releaseTemp(logits)
 	tp.releaseTemp(hc)
 	if dh != nil || dw != nil {
-		tp.Record(res.Loss, func() {
+		tp.Record(res.Loss, nil, func() { // dh and dw are its own temporaries
 			if dh != nil {
 				tp.b.AxpyBy(1, res.Loss.GradStore, dh, h.EnsureGrad())
 			}

@@ -103,6 +103,9 @@ type Output[T tensor.Float] struct {
 	CE        []float64       // [Rows*N*B] per-slot cross-entropy, 0 where there is no label (after Read)
 	Context   *tensor.Of[T]   // u [Rows*S, H]
 	Hidden    []*tensor.Of[T] // block hidden states after each layer, [Rows*N*B, H]
+	// A tape that releases memory (ReleaseGrads) gives Context's and
+	// Hidden's values back during Backward: read them after it only when
+	// passed to tp.KeepValue before it.
 }
 
 // Forward runs the drafter on batch b with blocks bl and returns the loss
@@ -140,8 +143,10 @@ func (d *Drafter[T]) ForwardInputs(tp *tensor.TapeOf[T], train bool, head Head[T
 	}
 	z := tp.Embedding(head.Embed, in.IDs) // [R*nB, H]
 	for l := range d.Layers {
+		m := tp.BeginScope() // a layer's intermediates die in it, but those its backward reads
 		kc, vc := d.contextKV(tp, l, u, R, S, in.CtxRope)
 		z = d.layer(tp, l, z, kc, vc, R, nB, in.QRope, att)
+		tp.EndScope(m, z)
 		out.Hidden = append(out.Hidden, z)
 	}
 	o := tp.RMSNorm(z, d.Norm, c.RMSNormEps)

@@ -68,6 +68,9 @@ func TestGPUGolden(t *testing.T) {
 		tp := tensor.NewTape(be)
 		tp.ReleaseGrads() // as the training step: the gradients below are checked with the step arena's frees
 		out := d.ForwardInputs(tp, true, dh, in)
+		for _, x := range append([]*tensor.Tensor{out.Context}, out.Hidden...) {
+			tp.KeepValue(x) // read after Backward, which gives back what it no longer reads
+		}
 		tp.Backward(out.Loss)
 		out.Read(be)
 		down := func(x *tensor.Tensor) []float32 {
