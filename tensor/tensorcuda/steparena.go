@@ -132,7 +132,7 @@ func (a *stepArena) bumpInPlace(n int64) (cuda.DevicePtr, error) {
 			r, err = a.vm.grow(end)
 		}
 		if err != nil {
-			return 0, fmt.Errorf("tensorcuda: step arena: backing %d bytes (%d more at offset %d, %d backed): %w", size, n, a.off, a.reserved(), err)
+			return 0, fmt.Errorf("tensorcuda: step arena: backing %d bytes, or %d at least (%d more at offset %d; %d backed): %w", size, end, n, a.off, a.reserved(), err)
 		}
 		a.chunks = append(a.chunks[:0], r)
 		a.most = max(a.most, r.Size)

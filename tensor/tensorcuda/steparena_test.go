@@ -270,7 +270,7 @@ func TestStepArenaInPlaceOOM(t *testing.T) {
 		return nil
 	}()
 	var oom *gpu.OutOfMemoryError
-	if !errors.As(err, &oom) || !strings.Contains(err.Error(), "backing 8192 bytes (2048 more at offset 4608, 4608 backed)") {
+	if !errors.As(err, &oom) || !strings.Contains(err.Error(), "backing 8192 bytes, or 6656 at least (2048 more at offset 4608; 4608 backed)") {
 		t.Errorf("an allocation past the device: %v", err)
 	}
 	b.Close()
@@ -333,5 +333,30 @@ func TestFreeStep(t *testing.T) {
 	b.ResetStep()
 	if p := panicText(func() { b.FreeStep(old) }); !strings.Contains(p, "used after ResetStep") {
 		t.Errorf("FreeStep of an earlier step's storage: panic %q", p)
+	}
+}
+
+// TestStepInPlace: $DFLASH_STEP_VMM chooses the step arena's memory: 0
+// chunks, 1 the range (an error naming the GPU where it has no VMM), unset
+// whatever the GPU supports; another value is an error naming the variable.
+func TestStepInPlace(t *testing.T) {
+	yes := func() (bool, error) { return true, nil }
+	no := func() (bool, error) { return false, nil }
+	broken := func() (bool, error) { return false, errors.New("cuDeviceGetAttribute: CUDA_ERROR_INVALID_DEVICE") }
+	for _, c := range []struct {
+		env       string
+		supported func() (bool, error)
+		want      bool
+		err       string
+	}{
+		{"", yes, true, ""}, {"", no, false, ""}, {"1", yes, true, ""}, {"0", yes, false, ""}, {"0", broken, false, ""},
+		{"1", no, false, "$DFLASH_STEP_VMM=1, but GPU 3 does not support"},
+		{"", broken, false, "step memory on GPU 3: cuDeviceGetAttribute"},
+		{"yes", yes, false, `$DFLASH_STEP_VMM="yes": want 0`},
+	} {
+		got, err := stepInPlace(c.env, 3, c.supported)
+		if got != c.want || (err == nil) != (c.err == "") || err != nil && !strings.Contains(err.Error(), c.err) {
+			t.Errorf("$DFLASH_STEP_VMM=%q: %v, %v; want %v, error containing %q", c.env, got, err, c.want, c.err)
+		}
 	}
 }

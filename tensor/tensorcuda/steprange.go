@@ -17,26 +17,34 @@ const stepVMMEnv = "DFLASH_STEP_VMM"
 // chunks from the device allocator, as $DFLASH_STEP_VMM and the device
 // decide.
 func stepMemory(d *gpu.Device) (growable, error) {
-	env := os.Getenv(stepVMMEnv)
-	switch env {
-	case "0":
-		return nil, nil
-	case "", "1":
-	default:
-		return nil, fmt.Errorf("tensorcuda: $%s=%q: want 0 (step memory in chunks) or 1 (one range grown in place)", stepVMMEnv, env)
-	}
-	ok, err := d.VMMSupported()
-	if err != nil {
-		return nil, fmt.Errorf("tensorcuda: step memory: %w", err)
-	}
-	if !ok {
-		if env == "1" {
-			return nil, fmt.Errorf("tensorcuda: $%s=1, but GPU %d does not support virtual memory management", stepVMMEnv, d.Ordinal())
-		}
-		slog.Info("tensorcuda: step memory in chunks: the GPU does not support virtual memory management", "gpu", d.Ordinal())
-		return nil, nil
+	in, err := stepInPlace(os.Getenv(stepVMMEnv), d.Ordinal(), d.VMMSupported)
+	if !in || err != nil {
+		return nil, err
 	}
 	return &rangeMemory{d: d}, nil
+}
+
+// stepInPlace says whether the step arena of GPU gpu is a range grown in
+// place, from the value of $DFLASH_STEP_VMM and whether the GPU supports
+// virtual memory management.
+func stepInPlace(env string, gpu int, supported func() (bool, error)) (bool, error) {
+	switch env {
+	case "0":
+		return false, nil
+	case "", "1":
+	default:
+		return false, fmt.Errorf("tensorcuda: $%s=%q: want 0 (step memory in chunks) or 1 (one range grown in place)", stepVMMEnv, env)
+	}
+	ok, err := supported()
+	switch {
+	case err != nil:
+		return false, fmt.Errorf("tensorcuda: step memory on GPU %d: %w", gpu, err)
+	case !ok && env == "1":
+		return false, fmt.Errorf("tensorcuda: $%s=1, but GPU %d does not support virtual memory management", stepVMMEnv, gpu)
+	case !ok:
+		slog.Info("tensorcuda: step memory in chunks: the GPU does not support virtual memory management", "gpu", gpu)
+	}
+	return ok, nil
 }
 
 // rangeMemory is growable step memory on a device: a gpu.Range reserved on
