@@ -40,7 +40,8 @@ type AllocStats struct {
 	LiveBuffers  int64 // buffers allocated and not freed
 	InUseBytes   int64 // bytes of live buffers
 	CachedBytes  int64 // bytes held for reuse
-	PeakBytes    int64 // most bytes ever held from the device (in use + cached)
+	MappedBytes  int64 // bytes mapped into the device's Ranges (outside the cache)
+	PeakBytes    int64 // most bytes ever held from the device (in use + cached + mapped)
 }
 
 // Allocator is a caching device allocator. Freed blocks are kept per size
@@ -104,18 +105,60 @@ func (a *Allocator) Alloc(n int64) (Buffer, error) {
 	}
 	if err != nil {
 		if errors.Is(err, cuda.ErrOutOfMemory) {
-			oom := &OutOfMemoryError{GPU: a.gpu, Requested: n, Block: class,
-				InUse: a.st.InUseBytes, Cached: a.st.CachedBytes, Err: err}
-			oom.Free, oom.Total, oom.InfoErr = a.mem.info()
-			return Buffer{}, oom
+			return Buffer{}, a.oomLocked(n, class, err)
 		}
 		return Buffer{}, fmt.Errorf("gpu %d: alloc %d bytes: %w", a.gpu, n, err)
 	}
 	a.st.DeviceAllocs++
-	if held := a.st.InUseBytes + a.st.CachedBytes + class; held > a.st.PeakBytes {
-		a.st.PeakBytes = held
-	}
+	a.heldLocked(class)
 	return a.hand(p, n, class), nil
+}
+
+// heldLocked updates the peak with n more bytes held from the device.
+func (a *Allocator) heldLocked(n int64) {
+	a.st.PeakBytes = max(a.st.PeakBytes, a.st.InUseBytes+a.st.CachedBytes+a.st.MappedBytes+n)
+}
+
+// oomLocked returns the *OutOfMemoryError of a request of n bytes (block
+// bytes asked of the driver) that failed with err.
+func (a *Allocator) oomLocked(n, block int64, err error) error {
+	oom := &OutOfMemoryError{GPU: a.gpu, Requested: n, Block: block,
+		InUse: a.st.InUseBytes + a.st.MappedBytes, Cached: a.st.CachedBytes, Err: err}
+	oom.Free, oom.Total, oom.InfoErr = a.mem.info()
+	return oom
+}
+
+// mapped runs create, which backs n bytes of a Range with device memory
+// outside the cache, and counts them as mapped when it succeeds. Out of
+// memory releases the cache and runs create once more, as Alloc does; a
+// second failure is an *OutOfMemoryError.
+func (a *Allocator) mapped(n int64, create func() error) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	err := create()
+	if errors.Is(err, cuda.ErrOutOfMemory) && a.st.CachedBytes > 0 {
+		a.st.OOMRetries++
+		if rerr := a.releaseLocked(); rerr != nil {
+			return rerr
+		}
+		err = create()
+	}
+	if errors.Is(err, cuda.ErrOutOfMemory) {
+		return a.oomLocked(n, n, err)
+	}
+	if err != nil {
+		return err
+	}
+	a.heldLocked(n)
+	a.st.MappedBytes += n
+	return nil
+}
+
+// unmapped counts n bytes of a Range as given back to the device.
+func (a *Allocator) unmapped(n int64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.st.MappedBytes -= n
 }
 
 func (a *Allocator) hand(p cuda.DevicePtr, n, class int64) Buffer {
@@ -180,7 +223,7 @@ type OutOfMemoryError struct {
 	GPU         int
 	Requested   int64 // bytes asked for
 	Block       int64 // size-class bytes actually requested from the driver
-	InUse       int64 // bytes in live buffers of this allocator
+	InUse       int64 // bytes in live buffers of this allocator and mapped into its device's Ranges
 	Cached      int64 // bytes cached (0 after the retry released them)
 	Free, Total int64 // the driver's view of the device after the failure
 	InfoErr     error // why Free and Total are unknown, if they are

@@ -160,6 +160,49 @@ func TestAllocatorOOMReleasesCacheThenReports(t *testing.T) {
 	a.Free(b)
 }
 
+// TestAllocatorMapped: a Range's mapping (Allocator.mapped) over the same
+// fake device: its bytes count as mapped and in the peak, out of memory
+// releases the cache and tries again, and a second failure is an
+// *OutOfMemoryError that counts the mapped bytes as in use.
+func TestAllocatorMapped(t *testing.T) {
+	mem := newFakeMemory(64 << 20)
+	a := newAllocator(1, mem)
+	create := func(n int64) func() error {
+		return func() error {
+			if _, err := mem.alloc(n); err != nil {
+				return &cuda.Error{Call: "cuMemCreate", Lib: "cuda", Code: 2, Name: "CUDA_ERROR_OUT_OF_MEMORY"}
+			}
+			return nil
+		}
+	}
+	if err := a.mapped(16<<20, create(16<<20)); err != nil {
+		t.Fatal(err)
+	}
+	b, err := a.Alloc(30 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Free(b) // 30 MiB cached, 16 MiB mapped, 18 MiB never allocated
+	if st := a.Stats(); st.MappedBytes != 16<<20 || st.PeakBytes != 46<<20 {
+		t.Errorf("after a mapping and a cached block: %+v", st)
+	}
+	if err := a.mapped(32<<20, create(32<<20)); err != nil {
+		t.Fatalf("a mapping that fits after releasing the cache: %v", err)
+	}
+	if st := a.Stats(); st.OOMRetries != 1 || st.CachedBytes != 0 || st.MappedBytes != 48<<20 || st.PeakBytes != 48<<20 {
+		t.Errorf("after the retried mapping: %+v", st)
+	}
+	err = a.mapped(32<<20, create(32<<20))
+	var oom *OutOfMemoryError
+	if !errors.As(err, &oom) || !errors.Is(err, cuda.ErrOutOfMemory) || oom.Requested != 32<<20 || oom.InUse != 48<<20 || oom.Free != 16<<20 {
+		t.Fatalf("a mapping past the device: %v (%+v)", err, oom)
+	}
+	a.unmapped(48 << 20)
+	if st := a.Stats(); st.MappedBytes != 0 {
+		t.Errorf("after unmapping: %+v", st)
+	}
+}
+
 func TestAllocatorMisuse(t *testing.T) {
 	a := newAllocator(0, newFakeMemory(1<<20))
 	b, _ := a.Alloc(100)

@@ -75,6 +75,7 @@ type Device struct {
 	streams []*Stream
 	events  []*Event
 	graphs  map[*Graph]struct{}
+	ranges  map[*Range]struct{}
 	comms   []*Comm
 
 	count counters // copies and synchronisations (Counters)
@@ -86,7 +87,7 @@ func openCUDADevice(w *Worker) (*Device, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Device{w: w, info: info, graphs: map[*Graph]struct{}{}, id: fmt.Sprintf("cuda:%d#%d", w.ordinal, w.gen)}
+	d := &Device{w: w, info: info, graphs: map[*Graph]struct{}{}, ranges: map[*Range]struct{}{}, id: fmt.Sprintf("cuda:%d#%d", w.ordinal, w.gen)}
 	if d.cu, err = cuda.DeviceGet(w.ordinal); err != nil {
 		return nil, err
 	}
@@ -133,6 +134,9 @@ func (d *Device) close() error {
 		}
 	}
 	errs = append(errs, cuda.StreamSynchronize(d.main.h), cuda.StreamDestroy(d.main.h))
+	for r := range d.ranges {
+		errs = append(errs, r.free())
+	}
 	if st := d.alloc.Stats(); st.LiveBuffers > 0 {
 		slog.Warn("gpu: closing with buffers still allocated", "gpu", d.info.Ordinal,
 			"buffers", st.LiveBuffers, "bytes", st.InUseBytes)

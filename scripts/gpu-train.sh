@@ -158,7 +158,8 @@ for name in ("0.6b", "8b", "8b-drafter", "1.7b"):
     print(f"qwen3-{name}: step {r['step_ms']:.1f} ms, {r['samples_per_s']:.2f} samples/s, MFU {100*r['mfu']['step']:.1f}%, "
           f"phases {json.dumps({k: round(v, 1) for k, v in ph.items()})}, peak device {r.get('peak_device_bytes', 0)/2**30:.1f} GiB, "
           f"step arena peak in use {r.get('step_arena_bytes', 0)/2**30:.1f} GiB, reserved {r.get('step_arena_reserved_bytes', 0)/2**30:.1f} GiB "
-          f"(most {r.get('step_arena_most_reserved_bytes', 0)/2**30:.1f} GiB), "
+          f"(most {r.get('step_arena_most_reserved_bytes', 0)/2**30:.1f} GiB, "
+          f"{'in place' if r.get('step_arena_in_place') else 'in chunks'}), "
           f"first step {r.get('first_step_ms', 0)/1e3:.1f} s, loss {r['loss']:.3f}")
 PY
 fi

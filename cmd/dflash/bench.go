@@ -280,8 +280,12 @@ func printStepReport(r *stepbench.Report) {
 		100*r.MFU.DrafterTrain, r.BlockMaskMS, r.MinMS, r.MaxMS)
 	fmt.Printf("%.1f tokens/s, %.3f samples/s; MFU against %.4g TFLOP/s (%s)\n", r.TokensPerS, r.SamplesPerS, r.PeakTFLOPS, r.PeakSource)
 	if r.GPU != "" {
-		fmt.Printf("peak device memory %s (one step's storage %s at most in use, its arena reserving %s after the timed steps, %s at most); setup %.1f s, first step %.1f s (kernels compiled or loaded)\n",
-			meminfo.Format(float64(r.PeakDeviceBytes)), meminfo.Format(float64(r.StepArenaBytes)), meminfo.Format(float64(r.StepArenaReservedBytes)),
+		arena := "in chunks"
+		if r.StepArenaInPlace {
+			arena = "one range grown in place"
+		}
+		fmt.Printf("peak device memory %s (one step's storage %s at most in use, its arena, %s, reserving %s after the timed steps, %s at most); setup %.1f s, first step %.1f s (kernels compiled or loaded)\n",
+			meminfo.Format(float64(r.PeakDeviceBytes)), meminfo.Format(float64(r.StepArenaBytes)), arena, meminfo.Format(float64(r.StepArenaReservedBytes)),
 			meminfo.Format(float64(r.StepArenaMostReservedBytes)), r.SetupMS/1e3, r.FirstStepMS/1e3)
 		if r.PerStep != nil {
 			fmt.Printf("per step: %v\n", r.PerStep)

@@ -48,6 +48,7 @@ func benchStepCUDA(o stepbench.Options, cacheDir string) (*stepbench.Report, err
 					r.PeakDeviceBytes = d.AllocStats().PeakBytes
 					st := b.StepBytes()
 					r.StepArenaBytes, r.StepArenaReservedBytes, r.StepArenaMostReservedBytes = st.Peak, st.Reserved, st.MostReserved
+					r.StepArenaInPlace = st.InPlace
 				}
 			}}
 		rep, err = stepbench.RunOn(o, dev)

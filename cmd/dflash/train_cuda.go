@@ -77,12 +77,13 @@ func trainOnGPU(ctx context.Context, cfg trainConfig, place tensorcuda.Placement
 }
 
 // deviceGauges reads, after each step, the device memory that d's
-// allocator holds in live buffers and at its peak (cached blocks
-// included), and the compiles of the process's kernel cache so far.
+// allocator holds in live buffers and mapped ranges (the step arena's)
+// and at its peak (cached blocks included), and the compiles of the
+// process's kernel cache so far.
 func deviceGauges(d *gpu.Device, cache *jit.Cache) func() map[string]float64 {
 	return func() map[string]float64 {
 		a := d.AllocStats()
-		return map[string]float64{"device_mem_bytes": float64(a.InUseBytes), "device_mem_peak_bytes": float64(a.PeakBytes),
+		return map[string]float64{"device_mem_bytes": float64(a.InUseBytes + a.MappedBytes), "device_mem_peak_bytes": float64(a.PeakBytes),
 			"compiles": float64(cache.Stats().Compiles)}
 	}
 }

@@ -31,7 +31,9 @@ import (
 // # Memory
 //
 // Everything allocated between two Resets (storage, int data, masks,
-// temporaries of the ops) comes from a step arena and is released at once
+// temporaries of the ops) comes from a step arena (one range of addresses
+// grown in place where the device supports virtual memory management and
+// $DFLASH_STEP_VMM is not 0, else chunks) and is released at once
 // by the next ResetStep: storage must not be used after the ResetStep that follows
 // its allocation (the ops panic when it is). FreeStep gives one allocation
 // back earlier (a gradient once the backward pass has consumed it: see
@@ -101,11 +103,17 @@ func NewBackend(cache *jit.Cache, d *gpu.Device) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newBackend(d, cache, bf, f32, devMemory{d}), nil
+	vm, err := stepMemory(d)
+	if err != nil {
+		return nil, err
+	}
+	return newBackend(d, cache, bf, f32, devMemory{d}, vm), nil
 }
 
-func newBackend(d *gpu.Device, cache *jit.Cache, bf, f32 *Ops, mem memory) *Backend {
-	return &Backend{d: d, cache: cache, bf: bf, f32: f32, mem: mem, arena: stepArena{mem: mem, chunk: defaultChunk}, gen: 1,
+// newBackend returns the backend over mem, with its step arena over vm
+// when it is not nil.
+func newBackend(d *gpu.Device, cache *jit.Cache, bf, f32 *Ops, mem memory, vm growable) *Backend {
+	return &Backend{d: d, cache: cache, bf: bf, f32: f32, mem: mem, arena: stepArena{mem: mem, vm: vm, chunk: defaultChunk}, gen: 1,
 		attns: map[attnKey]*flexcuda.Attention{}, builders: map[string]*flexcuda.Builder{}}
 }
 
@@ -173,11 +181,13 @@ type StepStats struct {
 	MostReserved int64 // the most ever held at once
 	Peak         int64 // the most in use at once (allocated and not freed) in one step
 	Chunks       int
+	InPlace      bool // one range of addresses grown in place (VMM), not chunks
 }
 
 // StepBytes returns the step arena's bytes: reserved and in use.
 func (b *Backend) StepBytes() StepStats {
-	return StepStats{Reserved: b.arena.reserved(), MostReserved: b.arena.most, Peak: b.arena.peak, Chunks: len(b.arena.chunks)}
+	return StepStats{Reserved: b.arena.reserved(), MostReserved: b.arena.most, Peak: b.arena.peak, Chunks: len(b.arena.chunks),
+		InPlace: b.arena.vm != nil}
 }
 
 // Close resets the backend and frees all of its memory, parameters

@@ -80,7 +80,7 @@ func fakeBackend() (*Backend, *fakeRun, *fakeRun, *fakeMem) {
 	bf, bfRun := fakeOps(dtype.BF16)
 	f32, f32Run := fakeOps(dtype.F32)
 	mem := newFakeMem()
-	return newBackend(nil, nil, bf, f32, mem), bfRun, f32Run, mem
+	return newBackend(nil, nil, bf, f32, mem, nil), bfRun, f32Run, mem
 }
 
 // launches returns the kernels launched since the last call as

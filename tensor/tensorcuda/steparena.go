@@ -20,9 +20,17 @@ import (
 // A step that needed more than one chunk is followed, at reset, by one
 // chunk of its high-water mark (consolidate): from then on every step of
 // that size runs in one chunk, wasting no chunk's tail.
+//
+// With growable memory (vm: a range of addresses backed in place, the
+// driver's virtual memory management) the arena has one chunk from the
+// first step on, the range, and backs more of it in steps of chunk bytes
+// as the bump pointer passes its backed end: no tails are wasted, no
+// address moves, and what is reserved is the high-water mark rounded up to
+// chunk. The free list, marks, reset and accounting are the same over it.
 type stepArena struct {
 	mem    memory
-	chunk  int64 // bytes of the first chunk; the granularity of a consolidated one
+	vm     growable // nil: chunks from mem
+	chunk  int64    // bytes of the first chunk; the granularity of a consolidated one, or of growth
 	chunks []gpu.Buffer
 	cur    int   // chunk being filled
 	off    int64 // next free byte in it
@@ -44,8 +52,22 @@ type freeBlock struct {
 // loads, cuBLASLt's preferred operand alignment and TMA descriptors.
 const arenaAlign = 256
 
-// defaultChunk is the first chunk's size.
+// defaultChunk is the first chunk's size, and the step in which growable
+// memory is backed: 32 granules of the H200's 2 MiB, so that a 40 GiB step
+// makes 640 mappings once (three driver calls each: create, map, set
+// access; 2 MiB steps would make 20,480) while the reserve passes the
+// high-water mark by less than 64 MiB (0.2% of 40 GiB).
 const defaultChunk = 64 << 20
+
+// growable is step memory that is one range of addresses backed by device
+// memory in place (gpu.Range on a device).
+type growable interface {
+	// grow backs at least the range's first n bytes (rounded up to its
+	// granularity) and returns the range's start and the bytes backed.
+	grow(n int64) (gpu.Buffer, error)
+	// release frees the range and its memory; a later grow starts afresh.
+	release()
+}
 
 // maxGrowth bounds a new chunk's size (unless one allocation needs more):
 // a chunk as large as all before it would leave up to half of the arena
@@ -66,6 +88,9 @@ func (a *stepArena) alloc(n int64) (cuda.DevicePtr, error) {
 		a.freed -= n
 		a.peak = max(a.peak, a.inUse())
 		return a.chunks[f.chunk].Ptr + cuda.DevicePtr(f.off), nil
+	}
+	if a.vm != nil {
+		return a.bumpInPlace(n)
 	}
 	for a.cur < len(a.chunks) {
 		c := a.chunks[a.cur]
@@ -96,6 +121,29 @@ func (a *stepArena) alloc(n int64) (cuda.DevicePtr, error) {
 	return b.Ptr, nil
 }
 
+// bumpInPlace hands out the next n bytes of the growable range, backing it
+// first up to their end rounded up to chunk when they pass its backed end
+// (or only up to their end when that much cannot be had).
+func (a *stepArena) bumpInPlace(n int64) (cuda.DevicePtr, error) {
+	end := a.off + n
+	if len(a.chunks) == 0 || end > a.chunks[0].Size {
+		size := (end + a.chunk - 1) / a.chunk * a.chunk
+		r, err := a.vm.grow(size)
+		if err != nil && size > end {
+			r, err = a.vm.grow(end)
+		}
+		if err != nil {
+			return 0, fmt.Errorf("tensorcuda: step arena: backing %d bytes, or %d at least (%d more at offset %d; %d backed): %w", size, end, n, a.off, a.reserved(), err)
+		}
+		a.chunks = append(a.chunks[:0], r)
+		a.most = max(a.most, r.Size)
+	}
+	p := a.chunks[0].Ptr + cuda.DevicePtr(a.off)
+	a.off = end
+	a.took(n)
+	return p, nil
+}
+
 func (a *stepArena) took(n int64) {
 	a.bumped += n
 	a.high = max(a.high, a.bumped)
@@ -105,7 +153,7 @@ func (a *stepArena) took(n int64) {
 // inUse returns the bytes handed out and not freed.
 func (a *stepArena) inUse() int64 { return a.bumped - a.freed }
 
-// reserved returns the bytes the chunks hold from the device.
+// reserved returns the bytes the chunks (or the range) hold from the device.
 func (a *stepArena) reserved() int64 {
 	var total int64
 	for _, c := range a.chunks {
@@ -194,10 +242,15 @@ func (a *stepArena) consolidate() {
 	}
 }
 
-// releaseAll returns the chunks to the device allocator.
+// releaseAll returns the chunks to the device allocator, or frees the
+// growable range.
 func (a *stepArena) releaseAll() {
-	for _, c := range a.chunks {
-		a.mem.free(c)
+	if a.vm != nil {
+		a.vm.release()
+	} else {
+		for _, c := range a.chunks {
+			a.mem.free(c)
+		}
 	}
 	a.chunks = nil
 	a.reset()

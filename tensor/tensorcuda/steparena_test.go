@@ -1,11 +1,13 @@
 package tensorcuda
 
 import (
+	"errors"
 	"slices"
 	"strings"
 	"testing"
 
 	"dflash/cuda"
+	"dflash/gpu"
 	"dflash/internal/testseed"
 )
 
@@ -83,8 +85,88 @@ func runStep(t *testing.T, a *stepArena, ops []arenaOp) (addrs []cuda.DevicePtr,
 // and the peak follow; two identical steps with frees get identical
 // addresses in one chunk after the first step's chunks are consolidated.
 func TestStepArenaFreeList(t *testing.T) {
+	for _, kind := range arenaKinds {
+		t.Run(kind, func(t *testing.T) { testFreeList(t, newTestArena(kind, 4096)) })
+	}
+
+	ops := randomStep(t)
+	b := &stepArena{mem: newFakeMem(), chunk: 4096}
+	runStep(t, b, ops)
+	if len(b.chunks) < 2 {
+		t.Fatalf("the random step took %d chunks; the test needs several", len(b.chunks))
+	}
+	high := b.high
+	b.reset()
+	if len(b.chunks) != 1 || b.chunks[0].Size != (high+4095)/4096*4096 {
+		t.Fatalf("after reset: %d chunks, the first of %d bytes; want one of the high-water mark %d rounded up to 4096", len(b.chunks), b.chunks[0].Size, high)
+	}
+	second, most := runStep(t, b, ops)
+	b.reset()
+	allocs := b.mem.(*fakeMem).allocs
+	third, _ := runStep(t, b, ops)
+	if !slices.Equal(second, third) {
+		t.Error("two identical steps with frees got different addresses")
+	}
+	if n := b.mem.(*fakeMem).allocs - allocs; n != 0 || len(b.chunks) != 1 {
+		t.Errorf("the repeated step allocated %d chunks and holds %d", n, len(b.chunks))
+	}
+	if b.peak != most {
+		t.Errorf("peak %d, the most bytes live at once %d", b.peak, most)
+	}
+	t.Logf("random step: peak %d bytes live, high-water %d bumped, one chunk of %d", most, high, b.chunks[0].Size)
+}
+
+// arenaKinds are the step arena's two memories: chunks from the device
+// allocator and one range grown in place.
+var arenaKinds = []string{"chunks", "in-place"}
+
+// newTestArena returns an arena of kind over fake memory, growing by chunk
+// bytes (over a range of 512-byte granules in place).
+func newTestArena(kind string, chunk int64) *stepArena {
 	mem := newFakeMem()
-	a := &stepArena{mem: mem, chunk: 4096}
+	a := &stepArena{mem: mem, chunk: chunk}
+	if kind == "in-place" {
+		a.vm = &fakeRange{m: mem, gran: 512}
+	}
+	return a
+}
+
+// fakeRange is growable memory over a fakeMem: one block at an address
+// reserved with room to spare, whose host bytes grow in granules of gran.
+type fakeRange struct {
+	m     *fakeMem
+	gran  int64
+	base  cuda.DevicePtr
+	grows []int64 // the bytes backed after each grow that backed more
+}
+
+func (r *fakeRange) grow(n int64) (gpu.Buffer, error) {
+	if r.base == 0 {
+		r.base = r.m.next
+		r.m.next += 1 << 40
+	}
+	old := r.m.blocks[r.base]
+	n = (n + r.gran - 1) / r.gran * r.gran
+	if n <= int64(len(old)) {
+		return gpu.Buffer{Ptr: r.base, Size: int64(len(old))}, nil
+	}
+	if add := n - int64(len(old)); r.m.limit > 0 && r.m.used()+add > r.m.limit {
+		return gpu.Buffer{}, &gpu.OutOfMemoryError{Requested: add, Block: add, InUse: r.m.used(), Total: r.m.limit, Err: cuda.ErrOutOfMemory}
+	}
+	b := make([]byte, n)
+	copy(b, old)
+	r.m.blocks[r.base] = b
+	r.grows = append(r.grows, n)
+	return gpu.Buffer{Ptr: r.base, Size: n}, nil
+}
+
+func (r *fakeRange) release() {
+	delete(r.m.blocks, r.base)
+	r.base = 0
+}
+
+// testFreeList: the free list's reuse and the accounting on arena a.
+func testFreeList(t *testing.T, a *stepArena) {
 	x, _ := a.alloc(1000)
 	y, _ := a.alloc(1000)
 	z, _ := a.alloc(3000)
@@ -117,39 +199,96 @@ func TestStepArenaFreeList(t *testing.T) {
 		t.Errorf("after reset an allocation took a block of the last step's free list at %#x", uint64(p))
 	}
 	a.releaseAll()
+	if n := len(a.mem.(*fakeMem).blocks); n != 0 || a.reserved() != 0 {
+		t.Errorf("releaseAll left %d device blocks, %d bytes reserved", n, a.reserved())
+	}
+}
 
+// TestStepArenaInPlace: over a range grown in place the arena backs its
+// memory in steps of chunk bytes as the bump pointer passes the backed end;
+// every address lies in the one range; what is reserved is the high-water
+// mark rounded up to chunk; identical steps get the first step's addresses
+// with no more growth; releaseAll frees the range.
+func TestStepArenaInPlace(t *testing.T) {
+	const chunk = 4096
+	a := newTestArena("in-place", chunk)
+	r, mem := a.vm.(*fakeRange), a.mem.(*fakeMem)
 	ops := randomStep(t)
-	b := &stepArena{mem: newFakeMem(), chunk: 4096}
-	runStep(t, b, ops)
-	if len(b.chunks) < 2 {
-		t.Fatalf("the random step took %d chunks; the test needs several", len(b.chunks))
+	first, most := runStep(t, a, ops)
+	high := a.high
+	if len(r.grows) < 3 {
+		t.Fatalf("the random step grew the range %d times; the test needs several", len(r.grows))
 	}
-	high := b.high
-	b.reset()
-	if len(b.chunks) != 1 || b.chunks[0].Size != (high+4095)/4096*4096 {
-		t.Fatalf("after reset: %d chunks, the first of %d bytes; want one of the high-water mark %d rounded up to 4096", len(b.chunks), b.chunks[0].Size, high)
+	for i, n := range r.grows {
+		if n%chunk != 0 || i > 0 && n <= r.grows[i-1] {
+			t.Errorf("grow %d backed %d bytes (after %v): want growing multiples of %d", i, n, r.grows[:i], chunk)
+		}
 	}
-	second, most := runStep(t, b, ops)
-	b.reset()
-	allocs := b.mem.(*fakeMem).allocs
-	third, _ := runStep(t, b, ops)
-	if !slices.Equal(second, third) {
-		t.Error("two identical steps with frees got different addresses")
+	want := (high + chunk - 1) / chunk * chunk
+	if st := a.reserved(); len(a.chunks) != 1 || st != want || a.most != want || mem.used() != want {
+		t.Errorf("after the step: %d chunks, %d reserved, %d most, %d on the device; want one range of the high-water mark %d rounded up to %d",
+			len(a.chunks), st, a.most, mem.used(), high, want)
 	}
-	if n := b.mem.(*fakeMem).allocs - allocs; n != 0 || len(b.chunks) != 1 {
-		t.Errorf("the repeated step allocated %d chunks and holds %d", n, len(b.chunks))
+	for i, p := range first {
+		if p < r.base || p >= r.base+cuda.DevicePtr(want) {
+			t.Fatalf("allocation %d at %#x is outside the range [%#x, +%d)", i, uint64(p), uint64(r.base), want)
+		}
 	}
-	if b.peak != most {
-		t.Errorf("peak %d, the most bytes live at once %d", b.peak, most)
+	grows := len(r.grows)
+	for step := range 2 {
+		a.reset()
+		again, _ := runStep(t, a, ops)
+		if !slices.Equal(again, first) {
+			t.Errorf("step %d: an identical step got other addresses than the first", step+2)
+		}
 	}
-	t.Logf("random step: peak %d bytes live, high-water %d bumped, one chunk of %d", most, high, b.chunks[0].Size)
+	if len(r.grows) != grows || a.reserved() != want || a.peak != most {
+		t.Errorf("the repeated steps grew the range %d times; reserved %d (want %d), peak %d (want %d)", len(r.grows)-grows, a.reserved(), want, a.peak, most)
+	}
+	t.Logf("random step: peak %d bytes live, high-water %d bumped, %d reserved in %d growths", most, high, want, grows)
+	a.releaseAll()
+	if len(mem.blocks) != 0 || a.reserved() != 0 {
+		t.Errorf("releaseAll left %d device blocks, %d bytes reserved", len(mem.blocks), a.reserved())
+	}
+}
+
+// TestStepArenaInPlaceOOM: a growth that cannot be had in a whole chunk
+// backs only what the allocation needs; one past the device is an error
+// naming the sizes that RecoverOOM turns into the function's error.
+func TestStepArenaInPlaceOOM(t *testing.T) {
+	b, _, _, mem := fakeBackend()
+	b.arena.chunk, b.arena.vm, mem.limit = 4096, &fakeRange{m: mem, gran: 512}, 4096+1000
+	b.Alloc(750)  // bf16: 1500 bytes, aligned to 1536
+	b.Alloc(1000) // 2048 more: up to 3584, in the first chunk
+	b.Alloc(450)  // 1024 more: up to 4608, past a chunk; two chunks exceed the device, 4608 fit
+	if st := b.StepBytes(); st.Reserved != 4096+512 || !st.InPlace || st.Chunks != 1 {
+		t.Errorf("after a growth short of a chunk: %+v; want 4608 reserved in place", st)
+	}
+	err := func() (err error) {
+		defer RecoverOOM(&err)
+		b.Alloc(1000)
+		return nil
+	}()
+	var oom *gpu.OutOfMemoryError
+	if !errors.As(err, &oom) || !strings.Contains(err.Error(), "backing 8192 bytes, or 6656 at least (2048 more at offset 4608; 4608 backed)") {
+		t.Errorf("an allocation past the device: %v", err)
+	}
+	b.Close()
+	if len(mem.blocks) != 0 {
+		t.Errorf("Close left %d device blocks", len(mem.blocks))
+	}
 }
 
 // TestStepArenaRewind: ReleaseStep after frees forgets the free blocks past
 // the mark (their addresses are bumped again), keeps those before it, and
 // counts the bytes in use as the blocks before the mark not freed.
 func TestStepArenaRewind(t *testing.T) {
-	a := &stepArena{mem: newFakeMem(), chunk: 1 << 16}
+	for _, kind := range arenaKinds {
+		t.Run(kind, func(t *testing.T) { testRewind(t, newTestArena(kind, 1<<16)) })
+	}
+}
+
+func testRewind(t *testing.T, a *stepArena) {
 	keep, _ := a.alloc(512)
 	before, _ := a.alloc(1000)
 	m := a.mark()
@@ -194,5 +333,30 @@ func TestFreeStep(t *testing.T) {
 	b.ResetStep()
 	if p := panicText(func() { b.FreeStep(old) }); !strings.Contains(p, "used after ResetStep") {
 		t.Errorf("FreeStep of an earlier step's storage: panic %q", p)
+	}
+}
+
+// TestStepInPlace: $DFLASH_STEP_VMM chooses the step arena's memory: 0
+// chunks, 1 the range (an error naming the GPU where it has no VMM), unset
+// whatever the GPU supports; another value is an error naming the variable.
+func TestStepInPlace(t *testing.T) {
+	yes := func() (bool, error) { return true, nil }
+	no := func() (bool, error) { return false, nil }
+	broken := func() (bool, error) { return false, errors.New("cuDeviceGetAttribute: CUDA_ERROR_INVALID_DEVICE") }
+	for _, c := range []struct {
+		env       string
+		supported func() (bool, error)
+		want      bool
+		err       string
+	}{
+		{"", yes, true, ""}, {"", no, false, ""}, {"1", yes, true, ""}, {"0", yes, false, ""}, {"0", broken, false, ""},
+		{"1", no, false, "$DFLASH_STEP_VMM=1, but GPU 3 does not support"},
+		{"", broken, false, "step memory on GPU 3: cuDeviceGetAttribute"},
+		{"yes", yes, false, `$DFLASH_STEP_VMM="yes": want 0`},
+	} {
+		got, err := stepInPlace(c.env, 3, c.supported)
+		if got != c.want || (err == nil) != (c.err == "") || err != nil && !strings.Contains(err.Error(), c.err) {
+			t.Errorf("$DFLASH_STEP_VMM=%q: %v, %v; want %v, error containing %q", c.env, got, err, c.want, c.err)
+		}
 	}
 }

@@ -51,15 +51,19 @@ type Report struct {
 	Memory        Memory `json:"memory_estimate"` // the estimate checked before allocating
 	// PeakDeviceBytes, on a GPU (Device.Measure), is the most device memory
 	// the allocator held (parameters, optimizer state, the step arena,
-	// kernel buffers); StepArenaBytes the most one step's storage took at
+	// kernel buffers; mapped ranges included); StepArenaBytes the most one step's storage took at
 	// once (allocated and not yet freed). StepArenaReservedBytes is what
 	// the step arena holds from the device after the timed steps, and
-	// StepArenaMostReservedBytes the most it ever held (the first step's
-	// chunks, before they are consolidated into one).
+	// StepArenaMostReservedBytes the most it ever held: in chunks, the first
+	// step's, before they are consolidated into one; in place
+	// (StepArenaInPlace: one range of addresses backed as it grows, the
+	// driver's virtual memory management), the reserve itself, the
+	// high-water mark rounded up to the growth step.
 	PeakDeviceBytes            int64 `json:"peak_device_bytes,omitempty"`
 	StepArenaBytes             int64 `json:"step_arena_bytes,omitempty"`
 	StepArenaReservedBytes     int64 `json:"step_arena_reserved_bytes,omitempty"`
 	StepArenaMostReservedBytes int64 `json:"step_arena_most_reserved_bytes,omitempty"`
+	StepArenaInPlace           bool  `json:"step_arena_in_place,omitempty"`
 	// RunOn: SetupMS is making the models, placing them on the device and
 	// the optimizer; FirstStepMS the first step, kernel compilation (or
 	// loading from the cache) included.
