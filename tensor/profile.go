@@ -21,8 +21,11 @@ type OpTime struct {
 // (the CUDA backend, with a pair of events around every op). Between
 // StartProfile and StopProfile every op is timed and labelled with the
 // phase last named by ProfilePhase; StopProfile waits for the queued work
-// and returns the totals, largest first. Timing adds two event records to
-// every op, so a profiled step runs a little slower than an unprofiled one.
+// and returns the totals, largest first. An op's time is the stream's time
+// between its two events: it includes any wait of the GPU for the host to
+// queue the op's work (a first call that plans a GEMM or loads a kernel, a
+// GPU starved by its host). Timing adds two event records to every op, so a
+// profiled step runs a little slower than an unprofiled one.
 type Profiler interface {
 	StartProfile()
 	ProfilePhase(name string)
