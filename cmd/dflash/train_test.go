@@ -210,7 +210,7 @@ func TestTrainBuckets(t *testing.T) {
 		// MFU is its FLOP rate over the CPU's peak.
 		v := r.Values
 		samples := tok * v["samples_per_s"] / v["tokens_per_s"]
-		if math.Abs(samples-math.Round(samples)) > 1e-6 || samples < 1 || samples > 3 {
+		if n := math.Round(samples); math.Abs(samples-n) > 1e-6 || n < 1 || n > 3 {
 			t.Fatalf("step %d: %v samples (samples/s %v, tokens/s %v)", r.Step, samples, v["samples_per_s"], v["tokens_per_s"])
 		}
 		if peak, _ := stepbench.DevicePeak("cpu"); !(v["tflops"] > 0) || math.Abs(v["mfu"]-v["tflops"]/peak) > 1e-12*v["mfu"] {
