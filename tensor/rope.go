@@ -3,6 +3,7 @@ package tensor
 import (
 	"fmt"
 	"math"
+	"sync"
 )
 
 // RopeScaling is HF's rope_scaling (or rope_parameters) beyond the base
@@ -21,6 +22,12 @@ type Rope struct {
 	InvFreq []float64
 	// AttentionScale multiplies cos and sin (HF's attention_factor; 1 here).
 	AttentionScale float64
+
+	// The scaled cos and sin of positions [0, len(cos)/(HeadDim/2)), made
+	// as Angles first needs them and kept: a training step asks for tens
+	// of thousands of positions, always among the same few thousand.
+	mu       sync.Mutex
+	cos, sin []float64
 }
 
 // NewRope computes the frequencies: InvFreq[i] = theta^(−2i/HeadDim), then
@@ -91,17 +98,59 @@ type RopeTable[T Float] struct {
 
 // Angles returns cos and sin of angle = pos[r]·InvFreq[i] (computed in
 // float64) for each row r, [len(pos), HeadDim/2] each, in host memory.
+// Non-negative positions come from r's table of every position up to the
+// largest asked for so far, computed once (the same values: angles are
+// computed alike either way); Angles is safe for concurrent use.
 func Angles[T Float](r *Rope, pos []int32) (cos, sin []T) {
 	h := r.HeadDim / 2
 	cos, sin = make([]T, len(pos)*h), make([]T, len(pos)*h)
+	tc, ts := r.table(pos)
 	for j, p := range pos {
-		for i, f := range r.InvFreq {
-			s, c := math.Sincos(float64(p) * f)
-			cos[j*h+i] = T(c * r.AttentionScale)
-			sin[j*h+i] = T(s * r.AttentionScale)
+		if p < 0 {
+			for i := range h {
+				c, s := r.angle(p, i)
+				cos[j*h+i], sin[j*h+i] = T(c), T(s)
+			}
+			continue
+		}
+		row := int(p) * h
+		for i := range h {
+			cos[j*h+i], sin[j*h+i] = T(tc[row+i]), T(ts[row+i])
 		}
 	}
 	return cos, sin
+}
+
+// angle returns the scaled cos and sin of position p, pair i.
+func (r *Rope) angle(p int32, i int) (cos, sin float64) {
+	s, c := math.Sincos(float64(p) * r.InvFreq[i])
+	return c * r.AttentionScale, s * r.AttentionScale
+}
+
+// table returns r's cos and sin table, grown to hold every non-negative
+// position of pos (to at least twice its old size when it grows).
+func (r *Rope) table(pos []int32) (cos, sin []float64) {
+	h := r.HeadDim / 2
+	need := 0
+	for _, p := range pos {
+		need = max(need, int(p)+1)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	have := len(r.cos) / max(h, 1)
+	if need > have {
+		n := max(need, 2*have)
+		cos, sin := make([]float64, n*h), make([]float64, n*h)
+		copy(cos, r.cos)
+		copy(sin, r.sin)
+		for p := have; p < n; p++ {
+			for i := range h {
+				cos[p*h+i], sin[p*h+i] = r.angle(int32(p), i)
+			}
+		}
+		r.cos, r.sin = cos, sin
+	}
+	return r.cos, r.sin
 }
 
 // Table returns the Angles of pos uploaded to b.

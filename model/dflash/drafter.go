@@ -29,6 +29,7 @@ type Drafter[T tensor.Float] struct {
 	LossChunk int
 
 	arena *tensor.Arena[T]
+	rp    *tensor.Rope // the rotary frequencies and their table of angles (rope)
 }
 
 // Head is the target's frozen embedding E [V, H] and LM head W_lm [V, H]
@@ -44,6 +45,7 @@ func New[T tensor.Float](c *Config, rng *rand.Rand) *Drafter[T] {
 		panic("dflash: New: " + err.Error())
 	}
 	d := &Drafter[T]{Cfg: c}
+	d.rope() // made here, before any goroutine shares d
 	for _, p := range d.alloc() {
 		if len(p.Shape) == 1 {
 			p.Fill(1)

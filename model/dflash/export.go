@@ -86,6 +86,7 @@ func LoadDir[T tensor.Float](dir string) (*Drafter[T], error) {
 	}
 	defer st.Close()
 	d := &Drafter[T]{Cfg: cfg}
+	d.rope()
 	for _, p := range d.alloc() {
 		v := make([]float32, len(p.Data()))
 		if err := st.Weight(p.Name, p.Shape, v); err != nil {

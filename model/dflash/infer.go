@@ -107,12 +107,17 @@ func (d *Drafter[T]) Propose(b tensor.Backend[T], head Head[T], ctx *Context[T],
 	return tp.Linear(tp.RMSNorm(z, d.Norm, c.RMSNormEps), head.LMHead, nil)
 }
 
-// rope returns the drafter's rotary frequencies; the config was validated
-// when the drafter was made, so an error here is a programmer error.
+// rope returns the drafter's rotary frequencies, made on first use and
+// kept with the table of angles they build (tensor.Angles); the config was
+// validated when the drafter was made, so an error here is a programmer
+// error. A drafter is used from one goroutine at a time.
 func (d *Drafter[T]) rope() *tensor.Rope {
-	r, err := d.Cfg.Rope()
-	if err != nil {
-		panic("dflash: rope: " + err.Error())
+	if d.rp == nil {
+		r, err := d.Cfg.Rope()
+		if err != nil {
+			panic("dflash: rope: " + err.Error())
+		}
+		d.rp = r
 	}
-	return r
+	return d.rp
 }

@@ -48,10 +48,7 @@ func (d *Drafter[T]) Inputs(be tensor.Backend[T], b *Batch, bl *Blocks) (*StepIn
 	}
 	in := &StepInputs[T]{Batch: b, Blocks: bl, IDs: be.UploadInts(bl.IDs), Loss: loss(be, bl.Labels, bl.Weights)}
 	in.Taps = tapTensors(be, b.Taps)
-	rope, err := c.Rope()
-	if err != nil {
-		return nil, fmt.Errorf("dflash: config: %w", err)
-	}
+	rope := d.rope()
 	in.QRope = tensor.Table(be, rope, bl.Pos)
 	ctxPos := make([]int32, 0, R*S)
 	for range R {
@@ -61,6 +58,7 @@ func (d *Drafter[T]) Inputs(be tensor.Backend[T], b *Batch, bl *Blocks) (*StepIn
 	}
 	in.CtxRope = tensor.Table(be, rope, ctxPos)
 	dims := flex.DFlashDims(R, c.NumHeads, c.NumKVHeads, bl.N, bl.B, S, c.HeadDim)
+	var err error
 	in.Mask, err = be.NewMask(flex.DFlashMask(bl.B), flex.DFlashArgs(S, bl.Anchors, bl.N, bl.NumValid), dims)
 	if err != nil {
 		return nil, fmt.Errorf("dflash: block mask: %w", err)
