@@ -18,7 +18,7 @@
 # the loss table (loss.txt) and the bench step JSON; bulky outputs (checkpoints,
 # the transformers models) stay in $WORK. The last line says PASS or FAIL.
 # PARTS (default "tests golden train resume bench"; "profile" adds
-# scripts/gpu-step-prof.sh) chooses what runs; TRAIN_ARGS adds
+# scripts/gpu-step-prof.sh, "compare" scripts/gpu-step-compare.sh) chooses what runs; TRAIN_ARGS adds
 # flags to both training runs (e.g. TRAIN_ARGS="--data.buckets 3": fixed-shape
 # batches from length buckets, each step's pad_frac in the metrics).
 set -uo pipefail
@@ -167,5 +167,10 @@ fi
 if has profile; then
 	echo "== bench step --profile (qwen3-8b)"
 	bash scripts/gpu-step-prof.sh || fail "bench step --profile"
+fi
+
+if has compare; then
+	echo "== bench step beside the PyTorch peer (scripts/gpu-step-compare.sh, TARGETS=${TARGETS:-qwen3-8b qwen3-1.7b})"
+	bash scripts/gpu-step-compare.sh || fail "gpu-step-compare.sh"
 fi
 echo "-> $status"
