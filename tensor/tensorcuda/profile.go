@@ -15,12 +15,11 @@ import (
 // profile stops. Events come from a pool that grows to the number of ops
 // profiled and is reused by the next profile.
 type profiler struct {
-	d      *gpu.Device
-	pool   []*gpu.Event
-	used   int
-	phase  string
-	spans  []span
-	totals map[[2]string]*tensor.OpTime
+	d     *gpu.Device
+	pool  []*gpu.Event
+	used  int
+	phase string
+	spans []span
 }
 
 // span is one timed op: its label, FLOPs and the pool indices of its events.
@@ -41,7 +40,6 @@ func (b *Backend) StartProfile() {
 	if b.prof == nil {
 		b.prof = &profiler{d: b.d}
 	}
-	b.prof.totals = map[[2]string]*tensor.OpTime{}
 	b.prof.spans, b.prof.used, b.prof.phase = b.prof.spans[:0], 0, ""
 	b.profiling = true
 }
@@ -66,23 +64,24 @@ func (b *Backend) StopProfile() ([]tensor.OpTime, error) {
 			return nil, err
 		}
 	}
+	totals := map[[2]string]*tensor.OpTime{}
 	for _, s := range p.spans {
 		dt, err := p.pool[s.end].Since(p.pool[s.begin])
 		if err != nil {
 			return nil, fmt.Errorf("tensorcuda: profile of %s: %w", s.op, err)
 		}
 		k := [2]string{s.phase, s.op}
-		t := p.totals[k]
+		t := totals[k]
 		if t == nil {
 			t = &tensor.OpTime{Phase: s.phase, Op: s.op}
-			p.totals[k] = t
+			totals[k] = t
 		}
 		t.Calls++
 		t.MS += dt.Seconds() * 1e3
 		t.FLOPs += s.flops
 	}
-	out := make([]tensor.OpTime, 0, len(p.totals))
-	for _, t := range p.totals {
+	out := make([]tensor.OpTime, 0, len(totals))
+	for _, t := range totals {
 		out = append(out, *t)
 	}
 	tensor.SortOpTimes(out)
