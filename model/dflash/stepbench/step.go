@@ -94,12 +94,13 @@ func newStepper(o Options, dc *dflash.Config, dev *Device) (*stepper, error) {
 	d := dflash.New[float32](dc, rng)
 	target.Arena().Place(dev.Backend, false)
 	d.Arena().Place(dev.Backend, true)
-	s := &stepper{o: o, dc: dc, drafter: d, head: dflash.HeadOf(target),
-		hidden: dflash.TargetHidden(target, dc.TargetLayerIDs, dev.Backend), dev: dev, rng: rng, cfg: train.DefaultConfig()}
-	s.drafter.LossChunk = o.LossChunk
+	s := &stepper{o: o, dc: dc, drafter: d, head: dflash.HeadOf(target), dev: dev, rng: rng, cfg: train.DefaultConfig()}
 	if o.DrafterOnly {
 		s.hidden = givenHidden(dev.Backend, len(dc.TargetLayerIDs), o.Batch*o.SeqLen, dc.HiddenSize, rng)
+	} else {
+		s.hidden = dflash.TargetHidden(target, dc.TargetLayerIDs, dev.Backend)
 	}
+	s.drafter.LossChunk = o.LossChunk
 	if s.train, err = dev.Train(d, train.AdamWConfig{Beta1: s.cfg.Beta1, Beta2: s.cfg.Beta2, Eps: s.cfg.Eps, WeightDecay: s.cfg.WeightDecay}); err != nil {
 		return nil, err
 	}
