@@ -175,6 +175,10 @@ func TestLaunchersMatchKernels(t *testing.T) {
 			must(o.AddRows(big, 3, 7, big))
 			must(o.SumRows(big, 3, 7, big, big))
 			must(o.Copy2D(4, 3, big, 5, 1, big, 9, 6, true))
+			must(o.Copy2D(1, 50331648, big, 50331648, 0, big, 50331648, 0, false))
+			if want := uint32(o.sms * wavesPerSM); f.last.grid.X != want {
+				t.Errorf("Copy2D of one row of 50331648: grid %v, want %d blocks (the whole device)", f.last.grid, want)
+			}
 			must(o.Transpose12(2, 3, 4, 5, big, big, false))
 			must(o.SoftmaxXent(big, 3, 151936, big, big, big, big))
 			if f.last.grid.X != 3 || f.last.block.X != xentThreads {

@@ -67,6 +67,20 @@ func TestGPUMisaligned(t *testing.T) {
 		ref.RMSNormBackward(xv, wv, gr, dyv, dim, dxv, nil)
 		e.compare("RMSNormBackward misaligned dx", e.load(dx, rows*dim), dxv, tol(e.dt, true))
 
+		for _, acc := range []bool{false, true} {
+			// Whole vectors, but one element past alignment: the scalar path.
+			const n = 4 * 8 * 5 * 16
+			src, sv := e.storeAt1(e.normal(n, 1))
+			dst, dv := e.storeAt1(e.normal(n, 1))
+			e.check(e.o.Copy2D(1, n, src, n, 0, dst, n, 0, acc))
+			ref.Copy2D(1, n, sv, n, 0, dv, n, 0, acc)
+			e.compare(fmt.Sprintf("Copy2D misaligned accumulate=%v", acc), e.load(dst, n), dv, tl)
+			dv = e.load(dst, n) // the transpose adds to dst as stored (rounded)
+			e.check(e.o.Transpose12(4, 8, 5, 16, src, dst, acc))
+			ref.Transpose12(4, 8, 5, 16, sv, dv, acc)
+			e.compare(fmt.Sprintf("Transpose12 misaligned accumulate=%v", acc), e.load(dst, n), dv, tl)
+		}
+
 		const heads, hd = 3, 32
 		ang := e.normal(rows*hd/2, 3)
 		cs, sn := make([]float64, len(ang)), make([]float64, len(ang))
