@@ -46,7 +46,11 @@ func TestGPUEmbedding(t *testing.T) {
 
 func TestGPURMSNorm(t *testing.T) {
 	forDTypes(t, func(e *env) {
-		for _, c := range []struct{ rows, dim int }{{1, 1}, {7, 7}, {33, 64}, {5, 100}, {300, 1000}, {64, 4096}, {3, 5000}} {
+		// Dims up to smallNormDim run the _small kernels (several rows per
+		// block; 20000 rows of 128 exceed one pass of the grid), larger ones
+		// one block per row; 7 and 100 take the scalar loops, 1000 in bf16 too.
+		for _, c := range []struct{ rows, dim int }{{1, 1}, {7, 7}, {33, 64}, {129, 64}, {5, 100}, {20000, 128}, {77, 256},
+			{300, 1000}, {50, smallNormDim}, {9, smallNormDim + 8}, {64, 4096}, {3, 5000}} {
 			name := fmt.Sprintf("rows%d_dim%d", c.rows, c.dim)
 			n := c.rows * c.dim
 			const eps = 1e-6

@@ -1,56 +1,10 @@
 // op_copy_host.cc: runs kernels/op_copy.cu's kernels and op_common.cuh's
-// op_udiv on the host (TestOpCopyKernelsOnHost), appended to the spliced
-// source after cuda_host_stub.h. The copy kernels are grid-stride loops with
-// no barrier or shuffle, so running every (block, thread) of a grid in turn
+// op_udiv on the host (TestOpKernelsOnHost), appended to the spliced source
+// after cuda_host_stub.h. The copy kernels are grid-stride loops with no
+// barrier or shuffle, so running every (block, thread) of a grid in turn
 // computes what the device computes; each result is compared with a plain
-// loop over the same formula. Prints one line per failure and "ok N" at the
-// end; exits non-zero on a failure.
-#include <cstdio>
-#include <cstdlib>
-#include <random>
-#include <vector>
-
-dim3s threadIdx, blockIdx, blockDim, gridDim;
-
-static int failures, checks;
-static std::mt19937_64 rng(SEED);
-
-#define FAIL(...)                                                                                  \
-  do {                                                                                             \
-    if (failures++ < 20) std::printf(__VA_ARGS__);                                                 \
-  } while (0)
-
-// grid runs f for every thread of a grid of blocks × threads.
-template <typename F> static void grid(unsigned blocks, unsigned threads, F f) {
-  gridDim = {blocks, 1, 1};
-  blockDim = {threads, 1, 1};
-  for (unsigned b = 0; b < blocks; b++)
-    for (unsigned t = 0; t < threads; t++) {
-      blockIdx = {b, 0, 0};
-      threadIdx = {t, 0, 0};
-      f();
-    }
-}
-
-static op_t element(float f) {
-  op_t e;
-  op_put(&e, f);
-  return e;
-}
-
-// buffer returns n random elements in an allocation that starts shift
-// elements past a 16-byte boundary (storage is a 16-byte aligned vector).
-struct buffer {
-  std::vector<uint4> storage;
-  op_t *p;
-  buffer(long long n, int shift) : storage((n + shift) * sizeof(op_t) / 16 + 2) {
-    p = (op_t *)storage.data() + shift;
-    std::normal_distribution<float> nd;
-    for (long long i = 0; i < n; i++) p[i] = element(nd(rng));
-  }
-};
-
-static bool same(op_t a, op_t b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+// loop over the same formula.
+#include "host_grid.h"
 
 static void test_udiv() {
   std::vector<unsigned> ds = {1, 2, 3, 5, 7, 12, 16, 31, 32, 33, 96, 128, 3072, 65535, 65536, 65537,
@@ -145,10 +99,5 @@ int main() {
         test_transpose12(3, 5, 7, v, shift, acc, blocks);
         test_transpose12(2, 9, 4, v + 1, shift, acc, blocks);
       }
-  if (failures) {
-    std::printf("%d of %d checks failed\n", failures, checks);
-    return 1;
-  }
-  std::printf("ok %d\n", checks);
-  return 0;
+  return finish();
 }
