@@ -101,10 +101,45 @@ __device__ __forceinline__ long long op_global_stride() {
   return (long long)gridDim.x * blockDim.x;
 }
 
-__device__ __forceinline__ float op_warp_sum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+// op_udiv divides 32-bit indices by a fixed d (1 ≤ d ≤ 2³¹) with a
+// multiply-high, an add and a shift instead of a division (Granlund and
+// Montgomery's method for a run-time invariant divisor): with
+// l = ⌈log2 d⌉ and m = ⌊2³²·(2ˡ − d)/d⌋ + 1, n / d = (umulhi(m, n) + n) >> l
+// for every n < 2³². Built once per thread, outside the loops that use it.
+struct op_udiv {
+  unsigned m;
+  int l;
+  __device__ explicit op_udiv(unsigned d) {
+    l = d > 1 ? 32 - __clz((int)(d - 1)) : 0;
+    m = (unsigned)((((unsigned long long)((1ull << l) - d)) << 32) / d + 1);
+  }
+  __device__ __forceinline__ unsigned div(unsigned n) const {
+    return (unsigned)(((unsigned long long)__umulhi(m, n) + n) >> l);
+  }
+};
+
+// op_ldiv divides 64-bit indices by d with the division itself: the
+// fallback of op_udiv for tensors of 2³¹ elements or more.
+struct op_ldiv {
+  long long d;
+  __device__ explicit op_ldiv(long long dv) : d(dv) {}
+  __device__ __forceinline__ long long div(long long n) const { return n / d; }
+};
+
+// op_index_small reports whether every element index below n fits the
+// 32-bit arithmetic of op_udiv (n < 2³¹, so i + grid stride cannot wrap).
+__device__ __forceinline__ bool op_index_small(long long n) { return n < (1ll << 31); }
+
+// op_group_sum returns the sum of v over each aligned group of lanes
+// threads of a warp (lanes a power of two ≤ 32, the same in the whole
+// warp), to every thread of the group, by an xor butterfly. Every thread
+// of the warp must call it.
+__device__ __forceinline__ float op_group_sum(float v, int lanes) {
+  for (int o = lanes >> 1; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
 }
+
+__device__ __forceinline__ float op_warp_sum(float v) { return op_group_sum(v, 32); }
 
 // op_block_sum returns the sum of v over the block to every thread. The block
 // size must be a multiple of 32 (at most 1024); sh holds 32 floats. It may be

@@ -12,7 +12,7 @@ __device__ __forceinline__ int op_row_vecs(int dim, bool aligned) {
   return aligned && dim % OP_VEC == 0 ? dim / OP_VEC : 0;
 }
 
-// op_rmsnorm_fwd: one block per row r < rows of dim columns:
+// op_rmsnorm_fwd: one block per row r < rows of dim columns (large dims):
 // rstd[r] = 1/sqrt(mean(x²) + eps), y = x·rstd·w.
 extern "C" __global__ void op_rmsnorm_fwd(const op_t *__restrict__ x,
                                           const op_t *__restrict__ w,
@@ -94,6 +94,108 @@ extern "C" __global__ void op_rmsnorm_bwd_dx(const op_t *__restrict__ x,
     float g = op_f32(dyr[c]) * op_f32(w[c]);
     float v = op_f32(xr[c]);
     op_put(dxr + c, op_f32(dxr[c]) + rs * (g - v * rs * m));
+  }
+}
+
+// Small dims (the per-head QK norm: dim 128) run the _small kernels: lanes
+// threads per row (a power of two ≤ 32 dividing the block, chosen by the
+// launcher), blockDim/lanes rows per block and the grid striding over rows;
+// a row's sum is an xor butterfly of shuffles within its lanes
+// (op_group_sum), with no shared memory or barrier. Summation order: each
+// lane adds its vectors k = lane, lane + lanes, … in order, then its scalar
+// tail, and the butterfly adds the lanes; the one-block-per-row kernels
+// above add per thread over a stride of blockDim, then per warp, then across
+// warps, so the two may differ in the last bit of an fp32 sum.
+
+// op_rmsnorm_fwd_small: op_rmsnorm_fwd with lanes threads per row.
+extern "C" __global__ void op_rmsnorm_fwd_small(const op_t *__restrict__ x,
+                                                const op_t *__restrict__ w,
+                                                op_t *__restrict__ y,
+                                                float *__restrict__ rstd, int rows,
+                                                int dim, float eps, int lanes) {
+  int lane = threadIdx.x & (lanes - 1), per = blockDim.x / lanes;
+  int nv = op_row_vecs(dim, op_aligned16(x) && op_aligned16(w) && op_aligned16(y));
+  for (long long r0 = (long long)blockIdx.x * per; r0 < rows; r0 += (long long)gridDim.x * per) {
+    long long r = r0 + threadIdx.x / lanes;
+    bool live = r < rows; // the whole warp stays for the shuffles
+    const op_t *xr = x + r * dim;
+    op_t *yr = y + r * dim;
+    float ss = 0.0f;
+    if (live) {
+      for (int k = lane; k < nv; k += lanes) {
+        float xs[OP_VEC];
+        op_load_vec(xr + k * OP_VEC, xs);
+#pragma unroll
+        for (int e = 0; e < OP_VEC; e++) ss += xs[e] * xs[e];
+      }
+      for (int c = nv * OP_VEC + lane; c < dim; c += lanes) {
+        float v = op_f32(xr[c]);
+        ss += v * v;
+      }
+    }
+    ss = op_group_sum(ss, lanes);
+    if (!live) continue;
+    float rs = 1.0f / sqrtf(ss / (float)dim + eps);
+    if (lane == 0) rstd[r] = rs;
+    for (int k = lane; k < nv; k += lanes) {
+      float xs[OP_VEC], ws[OP_VEC];
+      op_load_vec(xr + k * OP_VEC, xs);
+      op_load_vec(w + k * OP_VEC, ws);
+#pragma unroll
+      for (int e = 0; e < OP_VEC; e++) xs[e] = xs[e] * rs * ws[e];
+      op_store_vec(yr + k * OP_VEC, xs);
+    }
+    for (int c = nv * OP_VEC + lane; c < dim; c += lanes)
+      op_put(yr + c, op_f32(xr[c]) * rs * op_f32(w[c]));
+  }
+}
+
+// op_rmsnorm_bwd_dx_small: op_rmsnorm_bwd_dx with lanes threads per row.
+extern "C" __global__ void op_rmsnorm_bwd_dx_small(const op_t *__restrict__ x,
+                                                   const op_t *__restrict__ w,
+                                                   const float *__restrict__ rstd,
+                                                   const op_t *__restrict__ dy,
+                                                   op_t *__restrict__ dx, int rows,
+                                                   int dim, int lanes) {
+  int lane = threadIdx.x & (lanes - 1), per = blockDim.x / lanes;
+  int nv = op_row_vecs(dim, op_aligned16(x) && op_aligned16(w) && op_aligned16(dy) && op_aligned16(dx));
+  for (long long r0 = (long long)blockIdx.x * per; r0 < rows; r0 += (long long)gridDim.x * per) {
+    long long r = r0 + threadIdx.x / lanes;
+    bool live = r < rows; // the whole warp stays for the shuffles
+    const op_t *xr = x + r * dim, *dyr = dy + r * dim;
+    op_t *dxr = dx + r * dim;
+    float dot = 0.0f; // Σ g·x, times rs below
+    if (live) {
+      for (int k = lane; k < nv; k += lanes) {
+        float xs[OP_VEC], ws[OP_VEC], ds[OP_VEC];
+        op_load_vec(xr + k * OP_VEC, xs);
+        op_load_vec(w + k * OP_VEC, ws);
+        op_load_vec(dyr + k * OP_VEC, ds);
+#pragma unroll
+        for (int e = 0; e < OP_VEC; e++) dot += ds[e] * ws[e] * xs[e];
+      }
+      for (int c = nv * OP_VEC + lane; c < dim; c += lanes)
+        dot += op_f32(dyr[c]) * op_f32(w[c]) * op_f32(xr[c]);
+    }
+    dot = op_group_sum(dot, lanes);
+    if (!live) continue;
+    float rs = rstd[r];
+    float m = dot * rs / (float)dim;
+    for (int k = lane; k < nv; k += lanes) {
+      float xs[OP_VEC], ws[OP_VEC], ds[OP_VEC], os[OP_VEC];
+      op_load_vec(xr + k * OP_VEC, xs);
+      op_load_vec(w + k * OP_VEC, ws);
+      op_load_vec(dyr + k * OP_VEC, ds);
+      op_load_vec(dxr + k * OP_VEC, os);
+#pragma unroll
+      for (int e = 0; e < OP_VEC; e++) os[e] += rs * (ds[e] * ws[e] - xs[e] * rs * m);
+      op_store_vec(dxr + k * OP_VEC, os);
+    }
+    for (int c = nv * OP_VEC + lane; c < dim; c += lanes) {
+      float g = op_f32(dyr[c]) * op_f32(w[c]);
+      float v = op_f32(xr[c]);
+      op_put(dxr + c, op_f32(dxr[c]) + rs * (g - v * rs * m));
+    }
   }
 }
 

@@ -16,6 +16,20 @@ const peakGBs = 4000
 // widths, 16384 tokens) and reports GB/s against the bytes the op must move
 // at least (each input read once, each output written once; read-modify-write
 // outputs twice). It checks nothing but that the launches succeed.
+//
+// The "step:" rows are shapes of the Qwen3-8B training step (sequence 3072,
+// batch 4) that the step profile showed far from the bandwidth, with the
+// time each took there (bf16) and the time predicted for the kernels that
+// replaced them, bandwidth-bound at ~3.3 TB/s (bytes / 3.3e12):
+//
+//	op_copy2d 1×50331648 (a flat copy, 201 MB moved)  0.22 ms → 61 us
+//	op_transpose12 [4,3072,32,128] (201 MB)           0.33 ms → 61 us
+//	the same transpose accumulating (302 MB)                  → 92 us
+//	op_rmsnorm_fwd dim 128, 393216 rows (203 MB)      0.59 ms → 61 us (op_rmsnorm_fwd_small)
+//	op_rmsnorm_bwd_dx dim 128, 1048576 rows (1078 MB)  2.9 ms → 327 us (op_rmsnorm_bwd_dx_small)
+//
+// "RMSNorm 65536x1024" times the _small kernel at its largest dim
+// (smallNormDim) beside the one-block-per-row kernel at 4096.
 func TestGPUOpsBandwidth(t *testing.T) {
 	forDTypes(t, func(e *env) {
 		es := int64(e.dt.Size())
@@ -25,6 +39,8 @@ func TestGPUOpsBandwidth(t *testing.T) {
 			vocab, xentRows       = 151936, 512
 			tableRows             = 32768
 			params                = 1 << 28
+			seq, batch            = 3072, 4
+			flat                  = batch * seq * heads * headDim // one [4,3072,32,128] activation
 		)
 		ids := make([]int32, tokens)
 		for i := range ids {
@@ -37,6 +53,8 @@ func TestGPUOpsBandwidth(t *testing.T) {
 		table, x, y, dy := a(tableRows*hidden, es), a(nh, es), a(nh, es), a(nh, es)
 		dtable, w, dw := a(tableRows*hidden, 4), a(hidden, es), a(hidden, 4)
 		rstd, scratch := a(tokens, 4), a(ColumnScratch(tokens, hidden)/4, 4)
+		const qkRows, qkGradRows = flat / headDim, 1 << 20 // the step's QK-norm rows
+		qkRstd := a(qkGradRows, 4)
 		g, u, o, dg, du := a(ni, es), a(ni, es), a(ni, es), a(ni, es), a(ni, es)
 		cs, sn := a(tokens*headDim/2, 4), a(tokens*headDim/2, 4)
 		logits, tg, sc := a(xentRows*vocab, es), e.ints(ids[:xentRows]), a(xentRows, 4)
@@ -58,6 +76,13 @@ func TestGPUOpsBandwidth(t *testing.T) {
 			{"RMSNormBackward dx+dw 16384x4096", 4 * nh * es, func() error {
 				return e.o.RMSNormBackward(x, w, rstd, dy, tokens, hidden, y, dw, scratch)
 			}},
+			{"RMSNorm 65536x1024", 2 * nh * es, func() error { return e.o.RMSNorm(x, w, int(nh/1024), 1024, 1e-6, y, qkRstd) }},
+			{"step: RMSNorm 393216x128", 2*flat*es + 4*qkRows, func() error {
+				return e.o.RMSNorm(x, w, qkRows, headDim, 1e-6, y, qkRstd)
+			}},
+			{"step: RMSNormBackward dx 1048576x128", 4*qkGradRows*headDim*es + 4*qkGradRows, func() error {
+				return e.o.RMSNormBackward(g, w, qkRstd, u, qkGradRows, headDim, dg, gpu.Buffer{}, gpu.Buffer{})
+			}},
 			{"RoPE 16384x32x128", 2*nh*es + 2*tokens*headDim/2*4, func() error {
 				return e.o.RoPE(x, tokens, heads, headDim, cs, sn, y, false)
 			}},
@@ -71,6 +96,13 @@ func TestGPUOpsBandwidth(t *testing.T) {
 				return e.o.Copy2D(tokens, hidden, g, inter, 4096, y, hidden, 0, false)
 			}},
 			{"Transpose12 4x4096x32x128", 2 * nh * es, func() error { return e.o.Transpose12(4, 4096, heads, headDim, x, y, false) }},
+			{"step: Copy2D 1x50331648", 2 * flat * es, func() error { return e.o.Copy2D(1, flat, x, flat, 0, y, flat, 0, false) }},
+			{"step: Transpose12 4x3072x32x128", 2 * flat * es, func() error {
+				return e.o.Transpose12(batch, seq, heads, headDim, x, y, false)
+			}},
+			{"step: Transpose12 4x32x3072x128 accumulate", 3 * flat * es, func() error {
+				return e.o.Transpose12(batch, heads, seq, headDim, x, y, true)
+			}},
 			{"SoftmaxXent 512x151936", 2 * xentRows * vocab * es, func() error {
 				return e.o.SoftmaxXent(logits, xentRows, vocab, tg, sc, loss, am)
 			}},

@@ -112,7 +112,7 @@ func (o *Ops) Copy2D(rows, cols int, src gpu.Buffer, srcStride, srcOff int, dst 
 	c := o.begin(kCopy2D).ptr("src", src).i64("src_stride", int64(srcStride)).i64("src_off", int64(srcOff)).
 		ptr("dst", dst).i64("dst_stride", int64(dstStride)).i64("dst_off", int64(dstOff)).
 		i32("rows", rows).i32("cols", cols).flag("accumulate", accumulate)
-	return o.launch(c, o.strided(int64(rows)*int64(cols)), threads)
+	return o.launch(c, o.vecStrided(int64(rows)*int64(cols)), threads)
 }
 
 // Transpose12 permutes src [a, b, c, d] to dst [a, c, b, d]:
@@ -125,5 +125,5 @@ func (o *Ops) Transpose12(a, b, c, d int, src, dst gpu.Buffer, accumulate bool) 
 		return nil
 	}
 	cl := o.begin(kTranspose12).ptr("src", src).ptr("dst", dst).i32("na", a).i32("nb", b).i32("nc", c).i32("nd", d).flag("accumulate", accumulate)
-	return o.launch(cl, o.strided(n), threads)
+	return o.launch(cl, o.vecStrided(n), threads)
 }

@@ -46,7 +46,11 @@ func TestGPUEmbedding(t *testing.T) {
 
 func TestGPURMSNorm(t *testing.T) {
 	forDTypes(t, func(e *env) {
-		for _, c := range []struct{ rows, dim int }{{1, 1}, {7, 7}, {33, 64}, {5, 100}, {300, 1000}, {64, 4096}, {3, 5000}} {
+		// Dims up to smallNormDim run the _small kernels (several rows per
+		// block; 20000 rows of 128 exceed one pass of the grid), larger ones
+		// one block per row; 7 and 100 take the scalar loops, 1000 in bf16 too.
+		for _, c := range []struct{ rows, dim int }{{1, 1}, {7, 7}, {33, 64}, {129, 64}, {5, 100}, {20000, 128}, {77, 256},
+			{300, 1000}, {50, smallNormDim}, {9, smallNormDim + 8}, {64, 4096}, {3, 5000}} {
 			name := fmt.Sprintf("rows%d_dim%d", c.rows, c.dim)
 			n := c.rows * c.dim
 			const eps = 1e-6
@@ -164,6 +168,11 @@ func TestGPUCopy(t *testing.T) {
 	forDTypes(t, func(e *env) {
 		for _, c := range []struct{ rows, cols, srcStride, srcOff, dstStride, dstOff int }{
 			{1, 1, 1, 0, 1, 0}, {7, 3, 5, 2, 9, 6}, {33, 64, 64, 0, 192, 128}, {1000, 7, 20, 13, 7, 0},
+			// The vector path (whole vectors in both dtypes: cols, strides and
+			// offsets multiples of 8): one long row, strided rows; then the
+			// scalar fallback: odd cols, an odd stride, an odd offset.
+			{1, 40000, 40000, 0, 40000, 0}, {16, 128, 136, 8, 384, 256}, {1, 40003, 40003, 0, 40003, 0},
+			{16, 128, 137, 8, 384, 256}, {16, 128, 136, 8, 384, 255},
 		} {
 			name := fmt.Sprintf("%dx%d_src%d+%d_dst%d+%d", c.rows, c.cols, c.srcStride, c.srcOff, c.dstStride, c.dstOff)
 			sn, dn := (c.rows-1)*c.srcStride+c.srcOff+c.cols, (c.rows-1)*c.dstStride+c.dstOff+c.cols
@@ -179,7 +188,9 @@ func TestGPUCopy(t *testing.T) {
 				e.compare(fmt.Sprintf("Copy2D %s accumulate=%v", name, acc), e.load(dst, dn), dv, tl)
 			}
 		}
-		for _, s := range [][4]int{{1, 1, 1, 1}, {2, 3, 5, 7}, {1, 33, 8, 64}, {4, 17, 3, 128}} {
+		// nd a multiple of 8 takes the vector path in both dtypes, 12 in fp32
+		// only (4 per vector), 7 in neither.
+		for _, s := range [][4]int{{1, 1, 1, 1}, {2, 3, 5, 7}, {1, 33, 8, 64}, {4, 17, 3, 128}, {3, 4, 5, 12}, {2, 96, 32, 128}} {
 			n := s[0] * s[1] * s[2] * s[3]
 			src, sv := e.store(e.normal(n, 1))
 			for _, acc := range []bool{false, true} {

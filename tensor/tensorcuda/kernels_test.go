@@ -149,9 +149,23 @@ func TestLaunchersMatchKernels(t *testing.T) {
 				t.Errorf("Gather grid %v, want one block per id", f.last.grid)
 			}
 			must(o.ScatterAdd(big, 7, 33, big, big, 100))
-			must(o.RMSNorm(big, big, 9, 65, 1e-6, big, big))
+			must(o.RMSNorm(big, big, 9, 5000, 1e-6, big, big))
 			if f.last.grid.X != 9 {
-				t.Errorf("RMSNorm grid %v, want one block per row", f.last.grid)
+				t.Errorf("RMSNorm of dim 5000: grid %v, want one block per row", f.last.grid)
+			}
+			// dim 128: 16 vectors of bf16, 32 of fp32, one per lane; 393216
+			// rows of 16 or 32 lanes fill the grid's cap many times over.
+			must(o.RMSNorm(big, big, 393216, 128, 1e-6, big, big))
+			if want := uint32(o.sms * wavesPerSM); f.last.grid.X != want || f.launched["op_rmsnorm_fwd_small"] != 1 {
+				t.Errorf("RMSNorm of dim 128: grid %v, launched %v, want op_rmsnorm_fwd_small on %d blocks", f.last.grid, f.launched, want)
+			}
+			must(o.RMSNorm(big, big, 9, 65, 1e-6, big, big))
+			if want := uint32(ceilDiv(9*o.normLanes(65), threads)); f.last.grid.X != want {
+				t.Errorf("RMSNorm of 9 rows of dim 65: grid %v, want %d blocks", f.last.grid, want)
+			}
+			must(o.RMSNormBackward(big, big, big, big, 1000, 5000, big, gpu.Buffer{}, gpu.Buffer{}))
+			if f.last.grid.X != 1000 || f.launched["op_rmsnorm_bwd_dx"] != 1 {
+				t.Errorf("RMSNormBackward dx of dim 5000: grid %v, want op_rmsnorm_bwd_dx on one block per row", f.last.grid)
 			}
 			must(o.RMSNormBackward(big, big, big, big, 1000, 65, big, big, big))
 			per, nc := chunks(1000)
@@ -175,6 +189,10 @@ func TestLaunchersMatchKernels(t *testing.T) {
 			must(o.AddRows(big, 3, 7, big))
 			must(o.SumRows(big, 3, 7, big, big))
 			must(o.Copy2D(4, 3, big, 5, 1, big, 9, 6, true))
+			must(o.Copy2D(1, 50331648, big, 50331648, 0, big, 50331648, 0, false))
+			if want := uint32(o.sms * wavesPerSM); f.last.grid.X != want {
+				t.Errorf("Copy2D of one row of 50331648: grid %v, want %d blocks (the whole device)", f.last.grid, want)
+			}
 			must(o.Transpose12(2, 3, 4, 5, big, big, false))
 			must(o.SoftmaxXent(big, 3, 151936, big, big, big, big))
 			if f.last.grid.X != 3 || f.last.block.X != xentThreads {
@@ -223,6 +241,25 @@ func TestLauncherChecksBufferSizes(t *testing.T) {
 			}()
 			c.f()
 		})
+	}
+}
+
+func TestNormLanes(t *testing.T) {
+	for _, c := range []struct {
+		dim, bf16, f32 int
+	}{
+		{1, 1, 1}, {7, 1, 2}, {8, 1, 2}, {9, 2, 4}, {64, 8, 16}, {100, 16, 32}, {128, 16, 32},
+		{256, 32, 32}, {1000, 32, 32}, {smallNormDim, 32, 32}, {smallNormDim + 1, 0, 0}, {4096, 0, 0},
+	} {
+		for _, w := range []struct {
+			dt   dtype.DType
+			want int
+		}{{dtype.BF16, c.bf16}, {dtype.F32, c.f32}} {
+			o, _ := fakeOps(w.dt)
+			if got := o.normLanes(c.dim); got != w.want {
+				t.Errorf("%v dim %d: %d lanes per row, want %d", w.dt, c.dim, got, w.want)
+			}
+		}
 	}
 }
 

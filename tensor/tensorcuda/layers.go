@@ -34,6 +34,34 @@ func (o *Ops) ScatterAdd(dout gpu.Buffer, n, dim int, ids gpu.Buffer, dtable gpu
 	return o.launch(c, cuda.Dim(uint32(n), 1, 1), threads)
 }
 
+// smallNormDim is the largest row the RMSNorm kernels give fewer threads
+// than a block (normLanes); larger rows get one block each.
+const smallNormDim = 1024
+
+// normLanes returns the threads per row of the small-dim RMSNorm kernels
+// for rows of dim elements: a power of two, enough for one 16-byte vector
+// each, at most a warp; 0 when dim > smallNormDim (one block per row).
+func (o *Ops) normLanes(dim int) int {
+	if dim > smallNormDim {
+		return 0
+	}
+	v, lanes := ceilDiv(dim, int(16/o.es())), 1
+	for lanes < v && lanes < 32 {
+		lanes *= 2
+	}
+	return lanes
+}
+
+// normGrid returns the grid of an RMSNorm kernel over rows rows: one block
+// per row, or with lanes threads per row enough blocks of threads/lanes rows
+// to cover them, at most a few waves (the kernels stride over the rest).
+func (o *Ops) normGrid(rows, lanes int) cuda.Dim3 {
+	if lanes == 0 {
+		return cuda.Dim(uint32(rows), 1, 1)
+	}
+	return o.strided(int64(rows) * int64(lanes))
+}
+
 // RMSNorm computes, per row of x [rows, dim], rstd = 1/sqrt(mean(x²)+eps)
 // and y = x·rstd·w. x, w, y are storage dtype; rstd [rows] is fp32.
 func (o *Ops) RMSNorm(x, w gpu.Buffer, rows, dim int, eps float64, y, rstd gpu.Buffer) error {
@@ -44,8 +72,16 @@ func (o *Ops) RMSNorm(x, w gpu.Buffer, rows, dim int, eps float64, y, rstd gpu.B
 	if rows == 0 || dim == 0 {
 		return nil
 	}
-	c := o.begin(kRMSNorm).ptr("x", x).ptr("w", w).ptr("y", y).ptr("rstd", rstd).i32("rows", rows).i32("dim", dim).f32("eps", float32(eps))
-	return o.launch(c, cuda.Dim(uint32(rows), 1, 1), threads)
+	lanes := o.normLanes(dim)
+	k := kRMSNorm
+	if lanes > 0 {
+		k = kRMSNormSmall
+	}
+	c := o.begin(k).ptr("x", x).ptr("w", w).ptr("y", y).ptr("rstd", rstd).i32("rows", rows).i32("dim", dim).f32("eps", float32(eps))
+	if lanes > 0 {
+		c.i32("lanes", lanes)
+	}
+	return o.launch(c, o.normGrid(rows, lanes), threads)
 }
 
 // RMSNormBackward accumulates, with x̂ = x·rstd and g = dy·w:
@@ -65,8 +101,16 @@ func (o *Ops) RMSNormBackward(x, w, rstd, dy gpu.Buffer, rows, dim int, dx, dw, 
 		return nil
 	}
 	if dx.Ptr != 0 {
-		c := o.begin(kRMSNormDX).ptr("x", x).ptr("w", w).ptr("rstd", rstd).ptr("dy", dy).ptr("dx", dx).i32("rows", rows).i32("dim", dim)
-		if err := o.launch(c, cuda.Dim(uint32(rows), 1, 1), threads); err != nil {
+		lanes := o.normLanes(dim)
+		k := kRMSNormDX
+		if lanes > 0 {
+			k = kRMSNormDXSmall
+		}
+		c := o.begin(k).ptr("x", x).ptr("w", w).ptr("rstd", rstd).ptr("dy", dy).ptr("dx", dx).i32("rows", rows).i32("dim", dim)
+		if lanes > 0 {
+			c.i32("lanes", lanes)
+		}
+		if err := o.launch(c, o.normGrid(rows, lanes), threads); err != nil {
 			return err
 		}
 	}

@@ -2,10 +2,14 @@ package tensorcuda
 
 import (
 	"bytes"
+	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"dflash/internal/testseed"
 )
 
 // TestOpKernelsTypeCheck compiles every tensor-op kernel file, as the
@@ -36,6 +40,52 @@ func TestOpKernelsTypeCheck(t *testing.T) {
 			if err := cmd.Run(); err != nil || out.Len() > 0 {
 				t.Errorf("%s (OP_BF16=%s): g++: %v\n%s", f, bf, err, out.String())
 			}
+		}
+	}
+}
+
+// TestOpKernelsOnHost builds kernel files (as the device compiles them)
+// with a harness of testdata and runs them on the host, in both storage
+// dtypes; each harness runs every thread of small grids in turn, which is
+// exact for kernels without barriers or shuffles:
+//   - op_copy_host.cc: op_udiv against the division it replaces; op_copy2d
+//     and op_transpose12, vector and scalar paths, accumulate forms,
+//     against plain loops. Their 64-bit index path (2³¹ elements and more)
+//     differs only in its index type and is not run.
+//   - op_rmsnorm_host.cc: the small-dim RMSNorm kernels with one lane per
+//     row against float64.
+//
+// It skips without g++.
+func TestOpKernelsOnHost(t *testing.T) {
+	if _, err := exec.LookPath("g++"); err != nil {
+		t.Skip("no g++")
+	}
+	seed := testseed.Seed(t)
+	td, err := filepath.Abs("testdata")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ kernels, harness string }{{"op_copy.cu", "op_copy_host.cc"}, {"op_rmsnorm.cu", "op_rmsnorm_host.cc"}} {
+		harness, err := os.ReadFile(filepath.Join(td, c.harness))
+		if err != nil {
+			t.Fatal(err)
+		}
+		src := strings.ReplaceAll(Source(c.kernels), "#pragma once", "") + "\n" + string(harness)
+		for _, bf := range []string{"0", "1"} {
+			bin := filepath.Join(t.TempDir(), "host")
+			cmd := exec.Command("g++", "-std=c++17", "-O1", "-fno-strict-aliasing", "-Wall", "-Wno-unknown-pragmas",
+				"-Wno-unused-function", "-x", "c++", "-include", filepath.Join(td, "cuda_host_stub.h"), "-I", td,
+				"-DOP_BF16="+bf, fmt.Sprintf("-DSEED=%dull", seed), "-o", bin, "-")
+			cmd.Stdin = strings.NewReader(src)
+			if out, err := cmd.CombinedOutput(); err != nil || len(out) > 0 {
+				t.Fatalf("%s (OP_BF16=%s): g++: %v\n%s", c.harness, bf, err, out)
+			}
+			out, err := exec.Command(bin).CombinedOutput()
+			if err != nil || !strings.HasPrefix(string(out), "ok ") {
+				t.Errorf("%s (OP_BF16=%s): %v\n%s", c.harness, bf, err, out)
+				continue
+			}
+			t.Logf("%s (OP_BF16=%s): %s", c.harness, bf, strings.TrimSpace(string(out)))
 		}
 	}
 }

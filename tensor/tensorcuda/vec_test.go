@@ -53,19 +53,36 @@ func TestGPUMisaligned(t *testing.T) {
 		ref.AddRows(yv, vv)
 		e.compare("AddRows misaligned", e.load(y, rows*dim), yv, tl)
 
-		x, xv := e.storeAt1(e.normal(rows*dim, 2))
-		w, wv := e.store(e.normal(dim, 1))
-		out, rstd := e.out(rows*dim), e.outF32(rows)
-		e.check(e.o.RMSNorm(x, w, rows, dim, 1e-6, out, rstd))
-		wy, wr := make([]float64, rows*dim), make([]float64, rows)
-		ref.RMSNorm(xv, wv, dim, 1e-6, wy, wr)
-		e.compare("RMSNorm misaligned y", e.load(out, rows*dim), wy, tol(e.dt, true))
-		gr := e.loadF32(rstd, rows)
-		dy, dyv := e.store(e.normal(rows*dim, 1))
-		dx, dxv := e.storeAt1(e.normal(rows*dim, 1))
-		e.check(e.o.RMSNormBackward(x, w, rstd, dy, rows, dim, dx, gpu.Buffer{}, gpu.Buffer{}))
-		ref.RMSNormBackward(xv, wv, gr, dyv, dim, dxv, nil)
-		e.compare("RMSNormBackward misaligned dx", e.load(dx, rows*dim), dxv, tol(e.dt, true))
+		for _, dim := range []int{dim, 2048} { // the _small kernels, one block per row
+			name := fmt.Sprintf("dim%d", dim)
+			x, xv := e.storeAt1(e.normal(rows*dim, 2))
+			w, wv := e.store(e.normal(dim, 1))
+			out, rstd := e.out(rows*dim), e.outF32(rows)
+			e.check(e.o.RMSNorm(x, w, rows, dim, 1e-6, out, rstd))
+			wy, wr := make([]float64, rows*dim), make([]float64, rows)
+			ref.RMSNorm(xv, wv, dim, 1e-6, wy, wr)
+			e.compare("RMSNorm misaligned y "+name, e.load(out, rows*dim), wy, tol(e.dt, true))
+			gr := e.loadF32(rstd, rows)
+			dy, dyv := e.store(e.normal(rows*dim, 1))
+			dx, dxv := e.storeAt1(e.normal(rows*dim, 1))
+			e.check(e.o.RMSNormBackward(x, w, rstd, dy, rows, dim, dx, gpu.Buffer{}, gpu.Buffer{}))
+			ref.RMSNormBackward(xv, wv, gr, dyv, dim, dxv, nil)
+			e.compare("RMSNormBackward misaligned dx "+name, e.load(dx, rows*dim), dxv, tol(e.dt, true))
+		}
+
+		for _, acc := range []bool{false, true} {
+			// Whole vectors, but one element past alignment: the scalar path.
+			const n = 4 * 8 * 5 * 16
+			src, sv := e.storeAt1(e.normal(n, 1))
+			dst, dv := e.storeAt1(e.normal(n, 1))
+			e.check(e.o.Copy2D(1, n, src, n, 0, dst, n, 0, acc))
+			ref.Copy2D(1, n, sv, n, 0, dv, n, 0, acc)
+			e.compare(fmt.Sprintf("Copy2D misaligned accumulate=%v", acc), e.load(dst, n), dv, tl)
+			dv = e.load(dst, n) // the transpose adds to dst as stored (rounded)
+			e.check(e.o.Transpose12(4, 8, 5, 16, src, dst, acc))
+			ref.Transpose12(4, 8, 5, 16, sv, dv, acc)
+			e.compare(fmt.Sprintf("Transpose12 misaligned accumulate=%v", acc), e.load(dst, n), dv, tl)
+		}
 
 		const heads, hd = 3, 32
 		ang := e.normal(rows*hd/2, 3)

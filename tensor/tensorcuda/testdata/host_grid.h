@@ -1,0 +1,62 @@
+// host_grid.h: what the host runs of the op kernels share
+// (TestOpKernelsOnHost): the grid variables, a loop over a grid's threads,
+// random buffers at a chosen alignment and failure counting. Included by the
+// *_host.cc harnesses after the kernel source (it uses op_t).
+#pragma once
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <vector>
+
+dim3s threadIdx, blockIdx, blockDim, gridDim;
+
+static int failures, checks;
+static std::mt19937_64 rng(SEED);
+
+#define FAIL(...)                                                                                  \
+  do {                                                                                             \
+    if (failures++ < 20) std::printf(__VA_ARGS__);                                                 \
+  } while (0)
+
+// grid runs f for every thread of a grid of blocks × threads.
+template <typename F> static void grid(unsigned blocks, unsigned threads, F f) {
+  gridDim = {blocks, 1, 1};
+  blockDim = {threads, 1, 1};
+  for (unsigned b = 0; b < blocks; b++)
+    for (unsigned t = 0; t < threads; t++) {
+      blockIdx = {b, 0, 0};
+      threadIdx = {t, 0, 0};
+      f();
+    }
+}
+
+static op_t element(float f) {
+  op_t e;
+  op_put(&e, f);
+  return e;
+}
+
+// buffer returns n random elements in an allocation that starts shift
+// elements past a 16-byte boundary (storage is a 16-byte aligned vector).
+struct buffer {
+  std::vector<uint4> storage;
+  op_t *p;
+  buffer(long long n, int shift) : storage((n + shift) * sizeof(op_t) / 16 + 2) {
+    p = (op_t *)storage.data() + shift;
+    std::normal_distribution<float> nd;
+    for (long long i = 0; i < n; i++) p[i] = element(nd(rng));
+  }
+};
+
+static bool same(op_t a, op_t b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+
+// finish prints the outcome ("ok N" when every check passed) and returns
+// main's exit status.
+static int finish() {
+  if (failures) {
+    std::printf("%d of %d checks failed\n", failures, checks);
+    return 1;
+  }
+  std::printf("ok %d\n", checks);
+  return 0;
+}
