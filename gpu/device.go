@@ -79,6 +79,10 @@ type Device struct {
 	comms   []*Comm
 
 	count counters // copies and synchronisations (Counters)
+
+	stage     *stager    // Stage's staging memory, made on first use
+	stageDev  *cudaStage // its copies and events
+	capturing bool       // inside Capture's record
 }
 
 // openCUDADevice is the worker setup for a real GPU.
@@ -133,7 +137,7 @@ func (d *Device) close() error {
 			errs = append(errs, cuda.StreamDestroy(s.h))
 		}
 	}
-	errs = append(errs, cuda.StreamSynchronize(d.main.h), cuda.StreamDestroy(d.main.h))
+	errs = append(errs, cuda.StreamSynchronize(d.main.h), d.closeStage(), cuda.StreamDestroy(d.main.h))
 	for r := range d.ranges {
 		errs = append(errs, r.free())
 	}

@@ -30,7 +30,9 @@ func (d *Device) Capture(s *Stream, record func(s *Stream) error) (*Graph, error
 	if err := cuda.StreamBeginCapture(s.h, cuda.CaptureModeThreadLocal); err != nil {
 		return nil, err
 	}
+	d.capturing = true
 	recErr := record(s)
+	d.capturing = false
 	g, endErr := cuda.StreamEndCapture(s.h)
 	if recErr != nil || endErr != nil {
 		var destroyErr error

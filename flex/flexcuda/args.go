@@ -84,7 +84,7 @@ func UploadArgs(d *gpu.Device, h *flex.Args) (*Args, error) {
 			return nil, fmt.Errorf("flexcuda: upload tensor %q: %w", name, err)
 		}
 		a.owned = append(a.owned, buf)
-		if err := gpu.Upload(d, buf, t.Data); err != nil {
+		if err := gpu.Stage(d, buf, t.Data); err != nil {
 			a.Free(d)
 			return nil, fmt.Errorf("flexcuda: upload tensor %q: %w", name, err)
 		}
@@ -102,7 +102,7 @@ func UploadArgs(d *gpu.Device, h *flex.Args) (*Args, error) {
 			return nil, fmt.Errorf("flexcuda: upload tensor %q: %w", name, err)
 		}
 		a.owned = append(a.owned, buf)
-		if err := gpu.Upload(d, buf, f); err != nil {
+		if err := gpu.Stage(d, buf, f); err != nil {
 			a.Free(d)
 			return nil, fmt.Errorf("flexcuda: upload tensor %q: %w", name, err)
 		}

@@ -91,7 +91,7 @@ func UploadBlockMask(d *gpu.Device, bm *flex.BlockMask, into *BlockMask) (*Block
 	for _, l := range [][]int32{bm.KVNum, bm.KVIdx, bm.FullKVNum, bm.FullKVIdx, bm.QNum, bm.QIdx, bm.FullQNum, bm.FullQIdx} {
 		host = append(host, l...)
 	}
-	if err := gpu.Upload(d, m.base, host); err != nil {
+	if err := gpu.Stage(d, m.base, host); err != nil {
 		m.Free(d)
 		return nil, fmt.Errorf("flexcuda: upload block mask: %w", err)
 	}

@@ -45,7 +45,8 @@ import (
 //
 // Ops queue kernels on the device's default stream and never copy between
 // host and device or wait. Upload, UploadInts and NewMask copy to the
-// device (and wait for the copy: gpu.Upload is synchronous); Download,
+// device through staging memory (gpu.Stage: queued in order with the ops,
+// the host does not wait for the device); Download,
 // DownloadInts and Sync wait for the queued work. A launch error, or an
 // allocation that fails, panics with the error (the interface returns
 // none).
@@ -421,7 +422,7 @@ type devMemory struct{ d *gpu.Device }
 func (m devMemory) alloc(n int64) (gpu.Buffer, error)       { return m.d.Alloc(n) }
 func (m devMemory) free(b gpu.Buffer)                       { m.d.Free(b) }
 func (m devMemory) zero(b gpu.Buffer) error                 { return m.d.Memset(b, 0, nil) }
-func (m devMemory) upload(b gpu.Buffer, src []byte) error   { return gpu.Upload(m.d, b, src) }
+func (m devMemory) upload(b gpu.Buffer, src []byte) error   { return gpu.Stage(m.d, b, src) }
 func (m devMemory) download(dst []byte, b gpu.Buffer) error { return gpu.Download(m.d, dst, b) }
 func (m devMemory) sync() error                             { return m.d.Synchronize() }
 func (m devMemory) trim() error                             { _, err := m.d.ReleaseCached(); return err }
