@@ -17,7 +17,8 @@ One DFlash drafter training step (docs/DRAFTER.md) done the way the PyTorch trai
   positions t with loss_mask[t] = loss_mask[t+1] = 1 (docs/DRAFTER.md 4.2); the data is random ids
   whose first seq_len/8 tokens are the prompt (loss mask 0), like stepbench.
 
-Phases (each ends with a CUDA event and a synchronize, so they add up to the step): input_assembly
+Phases (each ends with a CUDA event; the host waits once, at the step's end, as a training loop that
+logs its loss every step does, so they add up to the step): input_assembly
 (anchors, labels, weights, block ids and positions), target_forward, block_mask, drafter_forward,
 backward, optimizer. Unlike stepbench, whose drafter_forward contains the mask build, the mask is a
 phase of its own here (phases_ms.block_mask, also block_mask_ms). The first step (compilation) is
@@ -158,7 +159,7 @@ def step_flops(shape, D, taps, n_layers, R, S, anchors, B, label_rows, V):
 # ---------------------------------------------------------------- one step, timed
 
 class Phases:
-    """Phase boundaries: a CUDA event and a synchronize on CUDA (perf_counter on a CPU)."""
+    """Phase boundaries: a CUDA event on CUDA (perf_counter on a CPU); ms() waits for the last one."""
 
     def __init__(self, dev):
         self.cuda = dev.type == "cuda"
@@ -168,13 +169,14 @@ class Phases:
         if self.cuda:
             e = torch.cuda.Event(enable_timing=True)
             e.record()
-            torch.cuda.synchronize()
             self.marks.append((name, e))
         else:
             self.marks.append((name, time.perf_counter()))
 
     def ms(self):
         """{phase: ms} for every mark after the first (a phase is named by the mark ending it)."""
+        if self.cuda:
+            self.marks[-1][1].synchronize()
         out = {}
         for (_, a), (name, b) in zip(self.marks, self.marks[1:]):
             out[name] = a.elapsed_time(b) if self.cuda else (b - a) * 1e3

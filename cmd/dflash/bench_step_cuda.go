@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"time"
 
 	"dflash/gpu"
 	"dflash/jit"
@@ -34,7 +35,12 @@ func benchStepCUDA(o stepbench.Options, cacheDir string) (*stepbench.Report, err
 			return err
 		}
 		defer b.Close()
-		dev := &stepbench.Device{Backend: b, Sync: d.Synchronize, Reset: b.ResetStep,
+		clock, err := newEventClock(d)
+		if err != nil {
+			return err
+		}
+		defer clock.destroy()
+		dev := &stepbench.Device{Backend: b, Sync: d.Synchronize, Reset: b.ResetStep, Clock: clock,
 			Train: func(dr *dflash.Drafter[float32], cfg train.AdamWConfig) (train.Device, error) {
 				return tensorcuda.NewTrainDevice(b, dr.Arena(), cfg)
 			},
@@ -59,4 +65,31 @@ func benchStepCUDA(o stepbench.Options, cacheDir string) (*stepbench.Report, err
 	}
 	rep.GPU = w.Info().Name
 	return rep, nil
+}
+
+// eventClock is a stepbench.PhaseClock of CUDA events on the default stream.
+type eventClock struct{ ev []*gpu.Event }
+
+// newEventClock makes the events of a step's phase boundaries.
+func newEventClock(d *gpu.Device) (*eventClock, error) {
+	c := &eventClock{}
+	for range stepbench.NumPhases + 1 {
+		e, err := d.NewEvent()
+		if err != nil {
+			c.destroy()
+			return nil, err
+		}
+		c.ev = append(c.ev, e)
+	}
+	return c, nil
+}
+
+func (c *eventClock) Mark(i int) error { return c.ev[i].Record(nil) }
+
+func (c *eventClock) Between(i, j int) (time.Duration, error) { return c.ev[j].Since(c.ev[i]) }
+
+func (c *eventClock) destroy() {
+	for _, e := range c.ev {
+		e.Destroy()
+	}
 }

@@ -12,7 +12,7 @@ import (
 // from the GPU's worker thread, where every call of the backend must come
 // from): the models made and placed (timed as setup), a first step (kernel
 // compilation or cache loads included), o.Warmup and then o.Steps timed
-// steps, their phases separated by dev.Sync so that each is timed alone.
+// steps, their phases timed on dev.Clock (or separated by dev.Sync).
 func RunOn(o Options, dev *Device) (*Report, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err

@@ -10,8 +10,10 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"dflash/internal/testseed"
+	"dflash/tensor"
 )
 
 var update = flag.Bool("update", false, "rewrite testdata/report_keys.golden")
@@ -120,5 +122,63 @@ func TestReportJSONSchema(t *testing.T) {
 	}
 	if got != string(want) {
 		t.Errorf("JSON keys differ from %s (go test -update after a deliberate change):\ngot\n%s\nwant\n%s", path, got, want)
+	}
+}
+
+// hostClock is a PhaseClock on the host's clock that checks the marks'
+// order and counts the device waits between them.
+type hostClock struct {
+	t      *testing.T
+	at     [NumPhases + 1]time.Time
+	next   int
+	syncs  int // Syncs between a step's first and last mark
+	open   bool
+	starts int
+}
+
+func (c *hostClock) Mark(i int) error {
+	if i != c.next {
+		c.t.Errorf("mark %d, want %d", i, c.next)
+	}
+	c.at[i], c.next = time.Now(), (i+1)%(NumPhases+1)
+	if i == 0 {
+		c.open = true
+		c.starts++
+	}
+	if i == NumPhases {
+		c.open = false
+	}
+	return nil
+}
+
+func (c *hostClock) Between(i, j int) (time.Duration, error) { return c.at[j].Sub(c.at[i]), nil }
+
+// TestClockStepHasNoPhaseSyncs: with a PhaseClock the step's phases come from
+// its marks, every step marks each boundary in order, and nothing waits for
+// the device between a step's first and last mark.
+func TestClockStepHasNoPhaseSyncs(t *testing.T) {
+	o := tinyOptions()
+	o.Seed = testseed.Seed(t)
+	clock := &hostClock{t: t}
+	dev := CPUDevice(tensor.NewCPU[float32](1))
+	dev.Clock = clock
+	dev.Sync = func() error {
+		if clock.open {
+			clock.syncs++
+		}
+		return nil
+	}
+	r, err := RunOn(o, dev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := 1 + o.Warmup + o.Steps; clock.starts != want {
+		t.Errorf("%d steps marked, want %d", clock.starts, want)
+	}
+	if clock.syncs != 0 {
+		t.Errorf("%d device waits inside steps timed by the clock, want 0", clock.syncs)
+	}
+	if p := r.Phases; !(p.TargetForward > 0 && p.DrafterForward > 0 && p.Backward > 0) || p.Sum() > r.StepMS*1.01 {
+		t.Errorf("phases %+v (sum %.3f ms) for a %.3f ms step: want positive phases within the step", p, p.Sum(), r.StepMS)
 	}
 }

@@ -63,10 +63,28 @@ type Device struct {
 	// shape whose estimate (bf16 weights and activations, the drafter's
 	// fp32 state) exceeds it.
 	Free func() (int64, error)
+	// Clock, optional, times the phases on the device's own clock, so that
+	// the step runs as training runs it: its work queued back to back and
+	// waited for once, at its end. Without it each phase ends with Sync.
+	Clock PhaseClock
 	// Measure, optional, is called before the timed steps; what it returns
 	// is called after them with the report and the step count, to add the
 	// device's own numbers (memory, copies and synchronisations).
 	Measure func() func(rep *Report, steps int)
+}
+
+// NumPhases is the number of phases of a step (Phases' fields, in order):
+// a PhaseClock marks NumPhases+1 boundaries.
+const NumPhases = 5
+
+// PhaseClock marks phase boundaries in order with a device's queued work.
+type PhaseClock interface {
+	// Mark records boundary i (0: the step's start, i: the end of phase
+	// i−1) without waiting for the device.
+	Mark(i int) error
+	// Between returns the device time from boundary i to boundary j, once
+	// the device has passed j (after Sync).
+	Between(i, j int) (time.Duration, error)
 }
 
 // CPUDevice is the CPU backend b: host parameters, train.AdamW.
@@ -157,26 +175,38 @@ func examples(o Options, dc *dflash.Config, rng *rand.Rand) ([]dflash.Example, [
 // stepResult is one step: its phases (in Phases order), FLOPs, loss and a
 // separate build of its block mask.
 type stepResult struct {
-	phases    [5]time.Duration
+	phases    [NumPhases]time.Duration
 	flops     FLOPs
 	loss      float64
 	blockMask time.Duration
 	end       time.Time // when the optimizer finished
 }
 
-// step runs one training step and times its phases back to back (on a
-// device, waiting for each phase's queued work at its end); the caller
-// times the whole step from its call to res.end.
+// step runs one training step and times its phases: on the device's clock
+// when it has one (the step's work queued back to back, waited for once at
+// its end), otherwise waiting for each phase's queued work at its end; the
+// caller times the whole step from its call to res.end.
 func (s *stepper) step() (stepResult, error) {
 	var res stepResult
 	t := time.Now()
 	var syncErr error
-	lap := func(i int) {
-		if err := s.dev.Sync(); err != nil && syncErr == nil {
+	note := func(err error) {
+		if err != nil && syncErr == nil {
 			syncErr = err
 		}
-		now := time.Now()
-		res.phases[i], t = now.Sub(t), now
+	}
+	clock := s.dev.Clock
+	if clock != nil {
+		note(clock.Mark(0))
+	}
+	lap := func(i int) {
+		if clock != nil {
+			note(clock.Mark(i + 1))
+		} else {
+			note(s.dev.Sync())
+			now := time.Now()
+			res.phases[i], t = now.Sub(t), now
+		}
 		if s.heap != nil {
 			s.heap.mark() // counted in the next phase: about a microsecond
 		}
@@ -209,6 +239,15 @@ func (s *stepper) step() (stepResult, error) {
 	s.train.Step(s.cfg.LR)
 	s.train.ZeroGrads()
 	lap(4)
+	if clock != nil {
+		note(s.dev.Sync())
+		for i := range res.phases {
+			d, err := clock.Between(i, i+1)
+			note(err)
+			res.phases[i] = d
+		}
+		t = time.Now()
+	}
 	res.end = t
 	if syncErr != nil {
 		return res, syncErr
