@@ -32,3 +32,28 @@ func TestABISizes(t *testing.T) {
 		}
 	}
 }
+
+// TestArgsCloneOwnsItsValues: a clone appends the same bytes as its source,
+// tensor maps included, and keeps them when the source is reused.
+func TestArgsCloneOwnsItsValues(t *testing.T) {
+	m := NewTensorMap()
+	for i := range m.buf {
+		m.buf[i] = uint64(i) * 0x0101010101010101
+	}
+	a := NewArgs().Ptr(0x1000).I32(-3).TensorMap(m).F32(1.5)
+	want := a.AppendBytes(nil)
+	if len(want) != 3*8+128 {
+		t.Fatalf("AppendBytes gave %d bytes for three values and a tensor map, want %d", len(want), 3*8+128)
+	}
+	c := a.Clone()
+	a.Reset().I32(7)
+	clear(m.buf[:])
+	if got := c.AppendBytes(nil); string(got) != string(want) {
+		t.Fatalf("clone's bytes changed with its source:\n got %x\nwant %x", got, want)
+	}
+	for i := range c.n {
+		if c.ptrs[i] == nil {
+			t.Fatalf("clone's argument %d has no pointer", i)
+		}
+	}
+}

@@ -59,6 +59,9 @@ type (
 // MatmulAlgo is a cublasLtMatmulAlgo_t (opaque, 64 bytes).
 type MatmulAlgo struct{ data [8]uint64 }
 
+// Words returns the algorithm's 64 bytes as words (a signature of it).
+func (a MatmulAlgo) Words() []uint64 { return a.data[:] }
+
 // HeuristicResult is a cublasLtMatmulHeuristicResult_t.
 type HeuristicResult struct {
 	Algo          MatmulAlgo

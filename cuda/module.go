@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 	"unsafe"
@@ -100,6 +101,7 @@ type Args struct {
 	vals [MaxKernelArgs]uint64
 	ptrs [MaxKernelArgs]unsafe.Pointer
 	n    int
+	maps []*TensorMap // a Clone's own tensor maps, kept alive with it
 }
 
 // NewArgs returns an empty argument list.
@@ -143,6 +145,41 @@ func (a *Args) TensorMap(m *TensorMap) *Args {
 	a.push(0)
 	a.ptrs[a.n-1] = m.ptr()
 	return a
+}
+
+// isMap reports whether argument i is a tensor map (its pointer is not
+// to its own value).
+func (a *Args) isMap(i int) bool { return a.ptrs[i] != unsafe.Pointer(&a.vals[i]) }
+
+// AppendBytes appends the argument values to dst, a tensor map's 128
+// bytes in place of its pointer: two lists that append the same bytes
+// launch a kernel the same way.
+func (a *Args) AppendBytes(dst []byte) []byte {
+	for i := range a.n {
+		if a.isMap(i) {
+			dst = append(dst, unsafe.Slice((*byte)(a.ptrs[i]), 128)...)
+			continue
+		}
+		dst = binary.LittleEndian.AppendUint64(dst, a.vals[i])
+	}
+	return dst
+}
+
+// Clone returns a copy of a that owns its values and tensor maps, for a
+// launch queued after a's owner has changed or dropped them.
+func (a *Args) Clone() *Args {
+	c := &Args{n: a.n, vals: a.vals}
+	for i := range a.n {
+		if a.isMap(i) {
+			m := NewTensorMap()
+			copy(unsafe.Slice((*byte)(m.ptr()), 128), unsafe.Slice((*byte)(a.ptrs[i]), 128))
+			c.ptrs[i] = m.ptr()
+			c.maps = append(c.maps, m)
+			continue
+		}
+		c.ptrs[i] = unsafe.Pointer(&c.vals[i])
+	}
+	return c
 }
 
 // F64 appends a double argument.

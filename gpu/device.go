@@ -83,6 +83,8 @@ type Device struct {
 	stage     *stager    // Stage's staging memory, made on first use
 	stageDev  *cudaStage // its copies and events
 	capturing bool       // inside Capture's record
+	replays   map[any]*replaySlot
+	rec       *recorder // a Replay dry run's work, while it runs
 }
 
 // openCUDADevice is the worker setup for a real GPU.
@@ -185,6 +187,9 @@ func (d *Device) Synchronize() error {
 	if err := d.check("Synchronize"); err != nil {
 		return err
 	}
+	if d.rec != nil {
+		return ErrReplayHostWait
+	}
 	d.count.sync()
 	return cuda.CtxSynchronize()
 }
@@ -202,7 +207,11 @@ func (d *Device) Launch(f cuda.Function, grid, block cuda.Dim3, sharedMem uint32
 	if err := d.check("Launch"); err != nil {
 		return err
 	}
-	return cuda.LaunchKernel(f, grid, block, sharedMem, d.stream(s).h, args)
+	h := d.stream(s).h
+	if d.recordLaunch(f, grid, block, sharedMem, h, args) {
+		return nil
+	}
+	return cuda.LaunchKernel(f, grid, block, sharedMem, h, args)
 }
 
 func (d *Device) stream(s *Stream) *Stream {
@@ -262,6 +271,9 @@ func Upload[T Element](d *Device, b Buffer, src []T) error {
 	if err := d.check("Upload"); err != nil {
 		return err
 	}
+	if d.rec != nil {
+		return ErrReplayHostWait
+	}
 	d.count.htod(n)
 	d.count.sync()
 	err := cuda.MemcpyHtoDAsync(b.Ptr, unsafe.Pointer(&src[0]), n, d.main.h)
@@ -286,6 +298,9 @@ func Download[T Element](d *Device, dst []T, b Buffer) error {
 	if err := d.check("Download"); err != nil {
 		return err
 	}
+	if d.rec != nil {
+		return ErrReplayHostWait
+	}
 	d.count.dtoh(n)
 	d.count.sync()
 	err := cuda.MemcpyDtoHAsync(unsafe.Pointer(&dst[0]), b.Ptr, n, d.main.h)
@@ -301,7 +316,12 @@ func (d *Device) Memset(b Buffer, v byte, s *Stream) error {
 	if err := d.check("Memset"); err != nil {
 		return err
 	}
-	return cuda.MemsetD8Async(b.Ptr, v, b.Size, d.stream(s).h)
+	h := d.stream(s).h
+	queue := func() error { return cuda.MemsetD8Async(b.Ptr, v, b.Size, h) }
+	if d.recordOther('m', []uint64{uint64(b.Ptr), uint64(b.Size), uint64(v), uint64(h)}, queue) {
+		return nil
+	}
+	return queue()
 }
 
 // CopyAsync queues copying n bytes from src to dst on s.
@@ -312,5 +332,10 @@ func (d *Device) CopyAsync(dst, src Buffer, n int64, s *Stream) error {
 	if err := d.check("CopyAsync"); err != nil {
 		return err
 	}
-	return cuda.MemcpyDtoDAsync(dst.Ptr, src.Ptr, n, d.stream(s).h)
+	h := d.stream(s).h
+	queue := func() error { return cuda.MemcpyDtoDAsync(dst.Ptr, src.Ptr, n, h) }
+	if d.recordOther('c', []uint64{uint64(dst.Ptr), uint64(src.Ptr), uint64(n), uint64(h)}, queue) {
+		return nil
+	}
+	return queue()
 }

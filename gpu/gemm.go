@@ -272,8 +272,17 @@ func (d *Device) Gemm(s *Stream, spec GemmSpec, alpha float32, a, b cuda.DeviceP
 	if err != nil {
 		return err
 	}
-	return bs.h.Matmul(p.desc, unsafe.Pointer(&alpha), b, p.a, a, p.b, unsafe.Pointer(&beta), c, p.c, c, p.c,
-		&p.algo.Algo, bs.ws.Ptr, GemmWorkspace, d.stream(s).h)
+	h, algo := d.stream(s).h, p.algo.Algo
+	queue := func() error {
+		return bs.h.Matmul(p.desc, unsafe.Pointer(&alpha), b, p.a, a, p.b, unsafe.Pointer(&beta), c, p.c, c, p.c,
+			&algo, bs.ws.Ptr, GemmWorkspace, h)
+	}
+	sig := append([]uint64{uint64(p.desc), uint64(a), uint64(b), uint64(c), uint64(math.Float32bits(alpha)),
+		uint64(math.Float32bits(beta)), uint64(h)}, algo.Words()...)
+	if d.recordOther('g', sig, queue) {
+		return nil
+	}
+	return queue()
 }
 
 // GemmAlgorithms returns how many heuristic candidates the plan for spec has

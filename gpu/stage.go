@@ -160,6 +160,9 @@ func Stage[T Element](d *Device, b Buffer, src []T) error {
 	if d.capturing {
 		return ErrStageInCapture
 	}
+	if d.rec != nil {
+		return ErrReplayHostWait
+	}
 	if d.stage == nil {
 		d.stageDev = &cudaStage{d: d}
 		d.stage = &stager{c: d.stageDev}

@@ -86,6 +86,9 @@ func (e *Event) Record(s *Stream) error {
 	if err := e.d.check("Event.Record"); err != nil {
 		return err
 	}
+	if e.d.rec != nil {
+		return ErrReplayHostWait // the event would mark the dry run, not the work
+	}
 	return cuda.EventRecord(e.h, e.d.stream(s).h)
 }
 

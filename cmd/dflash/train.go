@@ -319,9 +319,11 @@ func trainDrafter(ctx context.Context, a *trainArgs) (*train.Result, error) {
 	if err != nil || !place.Lead() {
 		return res, err
 	}
-	steps := lead.BucketSteps()
+	steps, replays := lead.BucketSteps(), lead.Replays()
 	for _, l := range slices.Sorted(maps.Keys(steps)) {
-		slog.Info("bucket steps", "len", l, "steps", steps[l])
+		r := replays[l]
+		slog.Info("bucket steps", "len", l, "steps", steps[l], "graph_captured", r["captured"], "graph_launched", r["launched"],
+			"graph_recaptured", r["recaptured"], "eager", r["eager"], "ungraphed", r["ungraphed"])
 	}
 	out := filepath.Join(cfg.Out, "drafter")
 	if err := drafter.WriteDir(out, cfg.Drafter.Export); err != nil {

@@ -18,6 +18,13 @@ type Batch struct {
 	// Taps are the target's hidden states at the taps, one [Rows*Len, H]
 	// tensor per tap, in tap order, on the backend of the step.
 	Taps []*tensor.Tensor
+	// Fixed marks a batch in its length bucket's shape (MakeFixedBatch):
+	// every batch of the bucket repeats the same work, so the target's and
+	// the drafter's passes over it are replayed regions (tensor.Replay).
+	Fixed bool
+	// Replays lists what tensor.Replay did for the batch's regions, in
+	// order ("eager", "captured", "launched", ...).
+	Replays []string
 }
 
 // Tokens returns the real tokens of the batch: Σ SeqLen.

@@ -73,6 +73,46 @@ func (s *Session) BucketReport() (*bucket.Report, error) {
 // length bucket, by bucket length (nil without buckets).
 func (s *Session) BucketSteps() map[int]int { return maps.Clone(s.bucketSteps) }
 
+// countReplays adds what tensor.Replay did for b's regions to the
+// session's counts, by bucket length.
+func (s *Session) countReplays(b *Batch) {
+	if len(b.Replays) == 0 {
+		return
+	}
+	if s.replays == nil {
+		s.replays = map[int]map[string]int{}
+	}
+	if s.replays[b.Len] == nil {
+		s.replays[b.Len] = map[string]int{}
+	}
+	for _, k := range b.Replays {
+		s.replays[b.Len][k]++
+	}
+}
+
+// Replays returns, by bucket length, how many times the training passes
+// of its batches ran eagerly, were captured into a CUDA graph, launched
+// one, were captured again or ran without one (tensor.Replay's kinds; two
+// regions a step, the target's and the drafter's). It is empty without
+// buckets or on a backend that does not replay.
+func (s *Session) Replays() map[int]map[string]int {
+	out := map[int]map[string]int{}
+	for l, m := range s.replays {
+		out[l] = maps.Clone(m)
+	}
+	return out
+}
+
+// replayTotals returns the session's captures (first and again) and graph
+// launches so far, over every bucket.
+func (s *Session) replayTotals() (captures, launches int) {
+	for _, m := range s.replays {
+		captures += m["captured"] + m["recaptured"]
+		launches += m["captured"] + m["recaptured"] + m["launched"]
+	}
+	return captures, launches
+}
+
 // nextTrain returns the inputs of the next training batch: from the data
 // order, or from the bucket sampler in its bucket's shape.
 func (s *Session) nextTrain(rng *rand.Rand) (*StepInputs[float32], error) {

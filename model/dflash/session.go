@@ -41,7 +41,7 @@ func MakeFixedBatch(ex []Example, idx []int, pad int32, rows, L int) *Batch {
 	if len(idx) > rows {
 		panic(fmt.Sprintf("dflash: MakeFixedBatch: %d examples for %d rows", len(idx), rows))
 	}
-	b := &Batch{Rows: rows, Len: L, IDs: make([]int32, rows*L), LossMask: make([]uint8, rows*L), SeqLen: make([]int, rows)}
+	b := &Batch{Rows: rows, Len: L, IDs: make([]int32, rows*L), LossMask: make([]uint8, rows*L), SeqLen: make([]int, rows), Fixed: true}
 	for j := range b.IDs {
 		b.IDs[j] = pad
 	}
@@ -80,13 +80,68 @@ func TargetHidden(m *model.Model, taps []int, backend tensor.Backend[float32]) H
 		if err != nil {
 			return err
 		}
-		out := m.Forward(tensor.NewInference(backend), model.Input{IDs: b.IDs, Batch: b.Rows, Len: b.Len, States: states, StatesOnly: len(states) > 0})
+		in := model.Input{IDs: b.IDs, Batch: b.Rows, Len: b.Len, States: states, StatesOnly: len(states) > 0}
+		tp := tensor.NewInference(backend)
+		var out *model.Output
+		if b.Fixed {
+			p := m.Prepare(backend, in) // uploads: before the replayed region
+			if kind := tensor.Replay(backend, targetRegion{b.Rows, b.Len}, func() { out = m.ForwardPrepared(tp, p) }); kind != "" {
+				b.Replays = append(b.Replays, kind)
+			}
+		} else {
+			out = m.Forward(tp, in)
+		}
 		b.Taps = b.Taps[:0]
 		for _, s := range states {
 			b.Taps = append(b.Taps, out.States[s])
 		}
 		return nil
 	}
+}
+
+// targetRegion keys the target's replayed pass over batches of one shape.
+type targetRegion struct{ rows, len int }
+
+// drafterRegion keys one of the drafter's replayed training passes over
+// batches of one shape (backward: the backward pass, else the forward).
+type drafterRegion struct {
+	rows, len, blocks int
+	backward          bool
+}
+
+// TrainPass runs the drafter's training pass over in on be: the forward
+// pass with the loss scaled by share, then the backward pass, which
+// accumulates the parameters' gradients. For a batch in a fixed shape
+// (Batch.Fixed, Blocks.Fixed) each is a replayed region (tensor.Replay),
+// what it did appended to the batch's Replays. between, when not nil, runs
+// between the two (outside both regions).
+func TrainPass(be tensor.Backend[float32], d *Drafter[float32], head Head[float32], in *StepInputs[float32], share float64, between func()) *Output[float32] {
+	tp := tensor.NewTape(be)
+	tp.ReleaseGrads() // only the parameters' gradients are read after Backward
+	var out *Output[float32]
+	forward := func() {
+		out = d.ForwardInputs(tp, true, head, in)
+		if share != 1 {
+			out.Loss = tp.Scale(out.Loss, share)
+		}
+	}
+	backward := func() { tp.Backward(out.Loss) }
+	b := in.Batch
+	region := func(backward bool, fn func()) {
+		if !b.Fixed || !in.Blocks.Fixed {
+			fn()
+			return
+		}
+		if kind := tensor.Replay(be, drafterRegion{b.Rows, b.Len, in.Blocks.N, backward}, fn); kind != "" {
+			b.Replays = append(b.Replays, kind)
+		}
+	}
+	region(false, forward)
+	if between != nil {
+		between()
+	}
+	region(true, backward)
+	return out
 }
 
 // HeadOf returns the target's embedding and LM head as frozen tensors
@@ -166,7 +221,8 @@ type Session struct {
 	cache       map[cacheKey][][]float32
 	order       *order.Order
 	sampler     *bucket.Sampler
-	bucketSteps map[int]int // training batches drawn per bucket length
+	bucketSteps map[int]int            // training batches drawn per bucket length
+	replays     map[int]map[string]int // tensor.Replay's kinds per bucket length (Replays)
 }
 
 // cacheKey names an example of the training (eval false) or evaluation set.
@@ -292,13 +348,8 @@ func (s *Session) Step(rng *rand.Rand) (loss float64, m *Metrics, in *StepInputs
 		return 0, m, in, nil // no label in this batch: nothing to learn
 	}
 	defer tensor.EndStep(s.Backend)
-	tp := tensor.NewTape(s.Backend)
-	tp.ReleaseGrads() // only the parameters' gradients are read after Backward
-	out := s.Drafter.ForwardInputs(tp, true, s.Head, in)
-	if share != 1 {
-		out.Loss = tp.Scale(out.Loss, share)
-	}
-	tp.Backward(out.Loss)
+	out := TrainPass(s.Backend, s.Drafter, s.Head, in, share, nil)
+	s.countReplays(in.Batch)
 	out.Read(s.Backend)
 	m.Add(in.Blocks, out.Pred, out.CE)
 	var l [1]float32
@@ -377,7 +428,12 @@ func (s *Session) Hooks() train.Hooks {
 				flops = s.StepFLOPs(b, in.Blocks)
 			}
 			si.Count(b.Samples(), flops)
-			return loss, map[string]float64{"acc": m.Accuracy(), "tau": m.Acceptance(), "pad_frac": b.PadFraction()}, b.Tokens(), nil
+			vals := map[string]float64{"acc": m.Accuracy(), "tau": m.Acceptance(), "pad_frac": b.PadFraction()}
+			if len(s.replays) > 0 {
+				c, l := s.replayTotals()
+				vals["graph_captures"], vals["graph_launches"] = float64(c), float64(l)
+			}
+			return loss, vals, b.Tokens(), nil
 		},
 		Eval: func(ctx context.Context, e train.EvalInfo) (map[string]float64, error) {
 			m, err := s.Evaluate()

@@ -64,6 +64,7 @@ type Backend struct {
 	builders   map[string]*flexcuda.Builder // by mask program hash
 	det        bool                         // SetDeterministic
 	prof       *profiler                    // StartProfile
+	ungraphed  map[any]error                // Replay keys whose capture failed, logged
 	profiling  bool
 }
 

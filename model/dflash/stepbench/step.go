@@ -215,7 +215,9 @@ func (s *stepper) step() (stepResult, error) {
 	be := s.dev.Backend
 	tensor.SetProfilePhase(be, "input_assembly")
 	b := dflash.MakeBatch(s.examples, s.rows, 0)
-	bl := dflash.BuildBlocks(s.dc, b, dflash.SampleBatchAnchors(s.rng, b, s.o.Anchors))
+	b.Fixed = true // every step's batch has one shape, as a length bucket's
+	bl := dflash.BuildBlocksN(s.dc, b, dflash.SampleBatchAnchors(s.rng, b, s.o.Anchors), s.o.Anchors)
+	bl.Fixed = true
 	lap(0)
 	tensor.SetProfilePhase(be, "target_forward")
 	if err := s.hidden(b); err != nil {
@@ -227,12 +229,10 @@ func (s *stepper) step() (stepResult, error) {
 	if err != nil {
 		return res, err
 	}
-	tp := tensor.NewTape(s.dev.Backend)
-	tp.ReleaseGrads() // as dflash.Session.Step: only the parameters' gradients are read
-	out := s.drafter.ForwardInputs(tp, true, s.head, in)
-	lap(2)
-	tensor.SetProfilePhase(be, "backward")
-	tp.Backward(out.Loss)
+	out := dflash.TrainPass(be, s.drafter, s.head, in, 1, func() {
+		lap(2)
+		tensor.SetProfilePhase(be, "backward")
+	})
 	lap(3)
 	tensor.SetProfilePhase(be, "optimizer")
 	s.train.ClipGradNorm(s.cfg.GradClip)

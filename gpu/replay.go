@@ -1,0 +1,186 @@
+package gpu
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"slices"
+
+	"dflash/cuda"
+)
+
+// Replay turns a region of work that repeats, one step after another, into
+// a CUDA graph launched in one call. Its first run of a key runs the region
+// as usual (kernels compile, GEMMs plan, memory grows). Every later run is a
+// dry run: the region's host code runs, allocating and bookkeeping as
+// always, but its kernels, GEMMs, memsets and copies are recorded instead of
+// queued, each with a signature of everything that makes it what it is
+// (function, grid, arguments and tensor maps, pointers, sizes, scalars).
+// The second run captures the recorded work into a graph; later runs
+// compare their signatures with the graph's and launch it when every one
+// matches. When one differs (an address or a scalar moved), the recorded
+// work is captured again and the new graph launched: a replay never runs
+// work other than what the region asked for.
+
+// ReplayKind says what a Replay call did.
+type ReplayKind int
+
+const (
+	ReplayEager      ReplayKind = iota // the key's first run: queued as usual
+	ReplayCaptured                     // recorded and captured into a new graph, launched
+	ReplayLaunched                     // the recorded work matched the graph: launched
+	ReplayRecaptured                   // it did not match: captured again, launched
+	ReplayUngraphed                    // capture failed before: the recorded work queued as usual
+)
+
+func (k ReplayKind) String() string {
+	return [...]string{"eager", "captured", "launched", "recaptured", "ungraphed"}[k]
+}
+
+// ErrReplayHostWait is returned by a call that waits for the device,
+// copies to or from it, or records an event inside a Replay region after
+// its first run: there the work is only recorded, so the call would see or
+// mark none of it.
+var ErrReplayHostWait = errors.New("gpu: host copy or wait inside a replayed region")
+
+// replaySlot is one key's state.
+type replaySlot struct {
+	runs  int
+	graph *Graph
+	sigs  []uint64
+	err   error // the capture failure that made the key ungraphed
+}
+
+// recorder holds a dry run's work.
+type recorder struct {
+	sigs  []uint64
+	queue []func() error
+	buf   []byte
+}
+
+// call records one piece of work: its signature bytes and how to queue it.
+func (r *recorder) call(sig []byte, queue func() error) {
+	h := fnv.New64a()
+	h.Write(sig)
+	r.sigs = append(r.sigs, h.Sum64())
+	r.queue = append(r.queue, queue)
+}
+
+// sig returns r's scratch buffer, emptied, with kind written first.
+func (r *recorder) sig(kind byte) []byte { return append(r.buf[:0], kind) }
+
+// put appends integers to a signature.
+func put(b []byte, v ...uint64) []byte {
+	for _, x := range v {
+		b = binary.LittleEndian.AppendUint64(b, x)
+	}
+	return b
+}
+
+// Replay runs fn, a region of work queued on the default stream that
+// repeats with the same shapes at every call with this key, as described
+// above. fn must not copy between host and device nor wait for the device
+// (ErrReplayHostWait after the first run), and must queue on the default
+// stream only. Keys are compared with ==.
+func (d *Device) Replay(key any, fn func() error) (ReplayKind, error) {
+	if err := d.check("Replay"); err != nil {
+		return 0, err
+	}
+	if d.rec != nil {
+		return 0, fmt.Errorf("gpu %d: Replay inside a replayed region", d.info.Ordinal)
+	}
+	if d.replays == nil {
+		d.replays = map[any]*replaySlot{}
+	}
+	sl := d.replays[key]
+	if sl == nil {
+		sl = &replaySlot{}
+		d.replays[key] = sl
+	}
+	sl.runs++
+	if sl.runs == 1 {
+		return ReplayEager, fn()
+	}
+	rec := &recorder{}
+	d.rec = rec
+	err := func() error {
+		defer func() { d.rec = nil }() // also when fn panics
+		return fn()
+	}()
+	if err != nil {
+		return 0, err // nothing of the region was queued
+	}
+	if sl.err != nil {
+		return ReplayUngraphed, runQueue(rec.queue)
+	}
+	kind := ReplayLaunched
+	switch {
+	case sl.graph == nil:
+		kind = ReplayCaptured
+	case !slices.Equal(sl.sigs, rec.sigs):
+		kind = ReplayRecaptured
+		if err := sl.graph.Destroy(); err != nil {
+			return 0, err
+		}
+		sl.graph = nil
+	}
+	if sl.graph == nil {
+		g, err := d.Capture(nil, func(*Stream) error { return runQueue(rec.queue) })
+		if err != nil {
+			sl.err = err
+			return ReplayUngraphed, runQueue(rec.queue)
+		}
+		sl.graph, sl.sigs = g, rec.sigs
+	}
+	return kind, sl.graph.Launch(nil)
+}
+
+// ReplayErr returns the capture failure that made key's region run
+// without a graph, or nil.
+func (d *Device) ReplayErr(key any) error {
+	if sl := d.replays[key]; sl != nil {
+		return sl.err
+	}
+	return nil
+}
+
+// runQueue queues recorded work in order.
+func runQueue(q []func() error) error {
+	for _, f := range q {
+		if err := f(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// recordLaunch records a kernel launch in a dry run; it reports false
+// outside one.
+func (d *Device) recordLaunch(f cuda.Function, grid, block cuda.Dim3, smem uint32, s cuda.Stream, args *cuda.Args) bool {
+	r := d.rec
+	if r == nil {
+		return false
+	}
+	b := put(r.sig('k'), uint64(f), uint64(grid.X), uint64(grid.Y), uint64(grid.Z), uint64(block.X), uint64(block.Y), uint64(block.Z),
+		uint64(smem), uint64(s))
+	if args != nil {
+		b = args.AppendBytes(b)
+		args = args.Clone()
+	}
+	r.buf = b
+	r.call(b, func() error { return cuda.LaunchKernel(f, grid, block, smem, s, args) })
+	return true
+}
+
+// recordOther records a GEMM, memset or copy in a dry run: sig identifies
+// it, queue queues it; it reports false outside one.
+func (d *Device) recordOther(kind byte, sig []uint64, queue func() error) bool {
+	r := d.rec
+	if r == nil {
+		return false
+	}
+	r.buf = put(r.sig(kind), sig...)
+	r.call(r.buf, queue)
+	return true
+}

@@ -1,0 +1,116 @@
+package gpu_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"testing"
+
+	"dflash/cuda"
+	"dflash/gpu"
+	"dflash/internal/gputest"
+	"dflash/internal/testseed"
+	"dflash/jit"
+)
+
+// TestGPUReplay runs a region (staged upload of its input, a copy, a
+// memset, three kernels) through Device.Replay seven times: eager, then
+// captured, launched, launched, then on other buffers (recaptured), then
+// launched twice more. Every run's result must equal a float64 reference of
+// the same work, and a host wait inside a dry run must fail.
+func TestGPUReplay(t *testing.T) {
+	w := gputest.Worker0(t)
+	c := gputest.NVRTCCache(t, "")
+	img, err := c.Get(context.Background(), jit.Source{Family: "elementwise", Code: elementwiseSource, Arch: w.Info().Arch()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := testseed.New(t)
+	const n = 40_000
+	const a, b = float32(0.75), float32(-0.2)
+	want := []gpu.ReplayKind{gpu.ReplayEager, gpu.ReplayCaptured, gpu.ReplayLaunched, gpu.ReplayLaunched,
+		gpu.ReplayRecaptured, gpu.ReplayLaunched, gpu.ReplayLaunched}
+	var kinds []gpu.ReplayKind
+	var waitErr error
+	worst := 0.0
+	err = w.Run(func(d *gpu.Device) error {
+		fns := map[string]cuda.Function{}
+		for _, name := range []string{"ew_affine", "ew_square", "ew_accumulate"} {
+			if fns[name], err = img.Function(d, name); err != nil {
+				return err
+			}
+		}
+		bufs := make([]gpu.Buffer, 6)
+		for i := range bufs {
+			if bufs[i], err = d.Alloc(4 * n); err != nil {
+				return err
+			}
+			defer d.Free(bufs[i])
+		}
+		gr, bl := grid1(n, 128)
+		// region: x = in; y = 0; x = (a·x+b)²; y += x; x = a·x+b
+		region := func(x, y gpu.Buffer, in gpu.Buffer) error {
+			if err := d.CopyAsync(x, in, 4*n, nil); err != nil {
+				return err
+			}
+			if err := d.Memset(y, 0, nil); err != nil {
+				return err
+			}
+			if err := d.Launch(fns["ew_affine"], gr, bl, 0, nil, cuda.NewArgs().Ptr(x.Ptr).F32(a).F32(b).I32(n)); err != nil {
+				return err
+			}
+			if err := d.Launch(fns["ew_square"], gr, bl, 0, nil, cuda.NewArgs().Ptr(x.Ptr).I32(n)); err != nil {
+				return err
+			}
+			if err := d.Launch(fns["ew_accumulate"], gr, bl, 0, nil, cuda.NewArgs().Ptr(y.Ptr).Ptr(x.Ptr).I32(n)); err != nil {
+				return err
+			}
+			return d.Launch(fns["ew_affine"], gr, bl, 0, nil, cuda.NewArgs().Ptr(x.Ptr).F32(a).F32(b).I32(n))
+		}
+		host := make([]float32, n)
+		gotX, gotY := make([]float32, n), make([]float32, n)
+		for run := range want {
+			set := bufs[:3]
+			if run >= 4 {
+				set = bufs[3:]
+			}
+			for i := range host {
+				host[i] = float32(rng.Float64()*2 - 1)
+			}
+			if err := gpu.Stage(d, set[2], host); err != nil {
+				return err
+			}
+			kind, err := d.Replay("region", func() error { return region(set[0], set[1], set[2]) })
+			if err != nil {
+				return err
+			}
+			kinds = append(kinds, kind)
+			if err := gpu.Download(d, gotX, set[0]); err != nil {
+				return err
+			}
+			if err := gpu.Download(d, gotY, set[1]); err != nil {
+				return err
+			}
+			for i, v := range host {
+				x := float64(a)*float64(v) + float64(b)
+				x *= x
+				y := x
+				x = float64(a)*x + float64(b)
+				worst = math.Max(worst, math.Max(math.Abs(float64(gotX[i])-x), math.Abs(float64(gotY[i])-y))/(1+math.Abs(y)))
+			}
+		}
+		_, waitErr = d.Replay("region", func() error { return gpu.Download(d, gotX, bufs[0]) })
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ok := fmt.Sprint(kinds) == fmt.Sprint(want) && worst < 1e-5 && errors.Is(waitErr, gpu.ErrReplayHostWait)
+	if !ok {
+		t.Errorf("runs %v, want %v; worst relative error %.2e; download in a dry run: %v", kinds, want, worst, waitErr)
+	}
+	report(t, "Replay: eager, captured, launched, recaptured on new buffers", ok,
+		fmt.Sprintf("runs %v, worst relative error %.1e, host wait in a dry run: %v", kinds, worst, waitErr),
+		map[string]float64{"max_rel_err": worst})
+}
