@@ -290,6 +290,9 @@ func printStepReport(r *stepbench.Report) {
 		if r.PerStep != nil {
 			fmt.Printf("per step: %v\n", r.PerStep)
 		}
+		if r.Replays != nil {
+			fmt.Printf("regions of the timed steps (CUDA graphs): %v\n", r.Replays)
+		}
 		printOpTimes(r.Ops, 60)
 		return
 	}

@@ -142,11 +142,17 @@ func DevicePeak(device string) (tflops float64, source string) {
 // wall times.
 func (r *Report) finish(steps []stepResult, walls []time.Duration) {
 	n := float64(len(steps))
-	var ph [5]float64
+	var ph [NumPhases]float64
 	var mask float64
 	for i, s := range steps {
 		for j, d := range s.phases {
 			ph[j] += msf(d) / n
+		}
+		for _, k := range s.replays {
+			if r.Replays == nil {
+				r.Replays = map[string]int{}
+			}
+			r.Replays[k]++
 		}
 		mask += msf(s.blockMask) / n
 		r.FLOPs.TargetForward += s.flops.TargetForward / n

@@ -180,6 +180,7 @@ type stepResult struct {
 	loss      float64
 	blockMask time.Duration
 	end       time.Time // when the optimizer finished
+	replays   []string  // what tensor.Replay did, region by region
 }
 
 // step runs one training step and times its phases: on the device's clock
@@ -248,7 +249,7 @@ func (s *stepper) step() (stepResult, error) {
 		}
 		t = time.Now()
 	}
-	res.end = t
+	res.end, res.replays = t, b.Replays
 	if syncErr != nil {
 		return res, syncErr
 	}
