@@ -155,6 +155,23 @@ func AllocOut[T Float](b Backend[T], n int) Storage[T] {
 	return b.Alloc(n)
 }
 
+// OutLiker is implemented by storage whose Like costs a pass over the
+// memory to zero it (a device's): LikeOut returns n elements as Like does
+// (same dtype, backend and lifetime) with undefined contents, for a
+// gradient that a backward step writes whole before anything reads it.
+type OutLiker[T Float] interface {
+	LikeOut(n int) Storage[T]
+}
+
+// LikeOut returns n elements alike s for a result written whole before it
+// is read: s's LikeOut when it has one, Like otherwise.
+func LikeOut[T Float](s Storage[T], n int) Storage[T] {
+	if o, ok := s.(OutLiker[T]); ok {
+		return o.LikeOut(n)
+	}
+	return s.Like(n)
+}
+
 // StepMark is a position in a backend's step memory; its meaning is the
 // backend's.
 type StepMark [3]int64
