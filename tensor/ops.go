@@ -222,13 +222,14 @@ func (tp *TapeOf[T]) RMSNorm(x, w *Of[T], eps float64) *Of[T] {
 	if tp.needs(x, w) {
 		tp.Record(y, []*Of[T]{x, w, rstd}, func() {
 			var dx, dw Storage[T]
+			acc := true
 			if x.RequiresGrad {
-				dx = x.EnsureGrad()
+				dx, acc = tp.GradDst(x)
 			}
 			if w.RequiresGrad {
-				dw = w.EnsureGrad()
+				dw = w.EnsureGrad() // the backend adds dw whatever acc says
 			}
-			tp.b.RMSNormBackward(x.Store, w.Store, rstd.Store, y.GradStore, dim, dx, dw)
+			tp.b.RMSNormBackward(x.Store, w.Store, rstd.Store, y.GradStore, dim, dx, dw, acc)
 		})
 	}
 	return y
@@ -244,14 +245,15 @@ func (tp *TapeOf[T]) SwiGLU(gate, up *Of[T]) *Of[T] {
 	tp.b.SwiGLU(gate.Store, up.Store, y.Store)
 	if tp.needs(gate, up) {
 		tp.Record(y, []*Of[T]{gate, up}, func() {
-			var dg, du Storage[T]
+			var ts [2]*Of[T]
 			if gate.RequiresGrad {
-				dg = gate.EnsureGrad()
+				ts[0] = gate
 			}
 			if up.RequiresGrad {
-				du = up.EnsureGrad()
+				ts[1] = up
 			}
-			tp.b.SwiGLUBackward(gate.Store, up.Store, y.GradStore, dg, du)
+			g, acc := tp.gradDsts(ts[:]...)
+			tp.b.SwiGLUBackward(gate.Store, up.Store, y.GradStore, g[0], g[1], acc)
 		})
 	}
 	return y
