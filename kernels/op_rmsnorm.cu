@@ -52,13 +52,14 @@ extern "C" __global__ void op_rmsnorm_fwd(const op_t *__restrict__ x,
 }
 
 // op_rmsnorm_bwd_dx: one block per row; with x̂ = x·rstd and g = dy·w,
-// dx += rstd·(g − x̂·mean(g·x̂)).
+// dx = rstd·(g − x̂·mean(g·x̂)), or dx += that when accumulate is non-zero
+// (dx is not read without it).
 extern "C" __global__ void op_rmsnorm_bwd_dx(const op_t *__restrict__ x,
                                              const op_t *__restrict__ w,
                                              const float *__restrict__ rstd,
                                              const op_t *__restrict__ dy,
                                              op_t *__restrict__ dx, int rows,
-                                             int dim) {
+                                             int dim, int accumulate) {
   __shared__ float sh[32];
   int r = blockIdx.x;
   if (r >= rows) return;
@@ -81,11 +82,11 @@ extern "C" __global__ void op_rmsnorm_bwd_dx(const op_t *__restrict__ x,
   dot = op_block_sum(dot, sh);
   float m = dot * rs / (float)dim;
   for (int k = threadIdx.x; k < nv; k += blockDim.x) {
-    float xs[OP_VEC], ws[OP_VEC], ds[OP_VEC], os[OP_VEC];
+    float xs[OP_VEC], ws[OP_VEC], ds[OP_VEC], os[OP_VEC] = {};
     op_load_vec(xr + k * OP_VEC, xs);
     op_load_vec(w + k * OP_VEC, ws);
     op_load_vec(dyr + k * OP_VEC, ds);
-    op_load_vec(dxr + k * OP_VEC, os);
+    if (accumulate) op_load_vec(dxr + k * OP_VEC, os);
 #pragma unroll
     for (int e = 0; e < OP_VEC; e++) os[e] += rs * (ds[e] * ws[e] - xs[e] * rs * m);
     op_store_vec(dxr + k * OP_VEC, os);
@@ -93,7 +94,7 @@ extern "C" __global__ void op_rmsnorm_bwd_dx(const op_t *__restrict__ x,
   for (int c = nv * OP_VEC + threadIdx.x; c < dim; c += blockDim.x) {
     float g = op_f32(dyr[c]) * op_f32(w[c]);
     float v = op_f32(xr[c]);
-    op_put(dxr + c, op_f32(dxr[c]) + rs * (g - v * rs * m));
+    op_put(dxr + c, (accumulate ? op_f32(dxr[c]) : 0.0f) + rs * (g - v * rs * m));
   }
 }
 
@@ -156,7 +157,7 @@ extern "C" __global__ void op_rmsnorm_bwd_dx_small(const op_t *__restrict__ x,
                                                    const float *__restrict__ rstd,
                                                    const op_t *__restrict__ dy,
                                                    op_t *__restrict__ dx, int rows,
-                                                   int dim, int lanes) {
+                                                   int dim, int lanes, int accumulate) {
   int lane = threadIdx.x & (lanes - 1), per = blockDim.x / lanes;
   int nv = op_row_vecs(dim, op_aligned16(x) && op_aligned16(w) && op_aligned16(dy) && op_aligned16(dx));
   for (long long r0 = (long long)blockIdx.x * per; r0 < rows; r0 += (long long)gridDim.x * per) {
@@ -182,11 +183,11 @@ extern "C" __global__ void op_rmsnorm_bwd_dx_small(const op_t *__restrict__ x,
     float rs = rstd[r];
     float m = dot * rs / (float)dim;
     for (int k = lane; k < nv; k += lanes) {
-      float xs[OP_VEC], ws[OP_VEC], ds[OP_VEC], os[OP_VEC];
+      float xs[OP_VEC], ws[OP_VEC], ds[OP_VEC], os[OP_VEC] = {};
       op_load_vec(xr + k * OP_VEC, xs);
       op_load_vec(w + k * OP_VEC, ws);
       op_load_vec(dyr + k * OP_VEC, ds);
-      op_load_vec(dxr + k * OP_VEC, os);
+      if (accumulate) op_load_vec(dxr + k * OP_VEC, os);
 #pragma unroll
       for (int e = 0; e < OP_VEC; e++) os[e] += rs * (ds[e] * ws[e] - xs[e] * rs * m);
       op_store_vec(dxr + k * OP_VEC, os);
@@ -194,7 +195,7 @@ extern "C" __global__ void op_rmsnorm_bwd_dx_small(const op_t *__restrict__ x,
     for (int c = nv * OP_VEC + lane; c < dim; c += lanes) {
       float g = op_f32(dyr[c]) * op_f32(w[c]);
       float v = op_f32(xr[c]);
-      op_put(dxr + c, op_f32(dxr[c]) + rs * (g - v * rs * m));
+      op_put(dxr + c, (accumulate ? op_f32(dxr[c]) : 0.0f) + rs * (g - v * rs * m));
     }
   }
 }

@@ -34,13 +34,16 @@ extern "C" __global__ void op_swiglu_fwd(const op_t *__restrict__ gate,
     op_put(out + i, op_silu_mul(op_f32(gate[i]), op_f32(up[i])));
 }
 
-// op_swiglu_bwd: dgate += dout·up·σ(g)·(1 + g·(1−σ(g))) and
-// dup += dout·silu(g); a null dgate or dup is skipped.
+// op_swiglu_bwd: dgate = dout·up·σ(g)·(1 + g·(1−σ(g))) and
+// dup = dout·silu(g), or dgate += and dup += those when accumulate is
+// non-zero (dgate and dup are read only then); a null dgate or dup is
+// skipped.
 extern "C" __global__ void op_swiglu_bwd(const op_t *__restrict__ gate,
                                          const op_t *__restrict__ up,
                                          const op_t *__restrict__ dout,
                                          op_t *__restrict__ dgate,
-                                         op_t *__restrict__ dup, long long n) {
+                                         op_t *__restrict__ dup, long long n,
+                                         int accumulate) {
   bool vec = op_aligned16(gate) && op_aligned16(up) && op_aligned16(dout) &&
              op_aligned16(dgate) && op_aligned16(dup); // null is aligned
   long long nv = vec ? n / OP_VEC : 0;
@@ -50,15 +53,15 @@ extern "C" __global__ void op_swiglu_bwd(const op_t *__restrict__ gate,
     op_load_vec(gate + i, g);
     op_load_vec(up + i, u);
     op_load_vec(dout + i, d);
-    if (dgate) op_load_vec(dgate + i, dg);
-    if (dup) op_load_vec(dup + i, du);
+    if (dgate && accumulate) op_load_vec(dgate + i, dg);
+    if (dup && accumulate) op_load_vec(dup + i, du);
 #pragma unroll
     for (int k = 0; k < OP_VEC; k++) op_swiglu_grads(g[k], u[k], d[k], &dg[k], &du[k]);
     if (dgate) op_store_vec(dgate + i, dg);
     if (dup) op_store_vec(dup + i, du);
   }
   for (long long i = nv * OP_VEC + op_global_id(); i < n; i += op_global_stride()) {
-    float dg = dgate ? op_f32(dgate[i]) : 0.0f, du = dup ? op_f32(dup[i]) : 0.0f;
+    float dg = dgate && accumulate ? op_f32(dgate[i]) : 0.0f, du = dup && accumulate ? op_f32(dup[i]) : 0.0f;
     op_swiglu_grads(op_f32(gate[i]), op_f32(up[i]), op_f32(dout[i]), &dg, &du);
     if (dgate) op_put(dgate + i, dg);
     if (dup) op_put(dup + i, du);

@@ -31,17 +31,21 @@ func (c *CPU[T]) Attention(d flex.Dims, q, k, v Storage[T], m Mask, score *flex.
 	return Host[T](o), Host[T](l)
 }
 
-// AttentionBackward runs flex's CPU attention backward pass and accumulates
-// its gradients.
-func (c *CPU[T]) AttentionBackward(d flex.Dims, q, k, v, out, lse, dout Storage[T], m Mask, score *flex.ScoreProgram, scale float64, dq, dk, dv Storage[T]) {
+// AttentionBackward runs flex's CPU attention backward pass and writes its
+// gradients, or adds them with accumulate.
+func (c *CPU[T]) AttentionBackward(d flex.Dims, q, k, v, out, lse, dout Storage[T], m Mask, score *flex.ScoreProgram, scale float64, dq, dk, dv Storage[T], accumulate bool) {
 	g := flex.Backward(d, HostData(q, "q"), HostData(k, "k"), HostData(v, "v"), HostData(out, "out"), HostData(lse, "lse"),
 		HostData(dout, "dout"), hostMask(m), score, m.MaskArgs(), scale)
 	for _, p := range []struct {
 		dst Storage[T]
 		g   []T
 	}{{dq, g.DQ}, {dk, g.DK}, {dv, g.DV}} {
-		if p.dst != nil {
+		switch {
+		case p.dst == nil:
+		case accumulate:
 			c.Axpy(1, Host[T](p.g), p.dst)
+		default:
+			copy(HostData(p.dst, "attention gradient"), p.g)
 		}
 	}
 }
@@ -78,13 +82,14 @@ func (tp *TapeOf[T]) Attention(q, k, v *Of[T], m Mask, score *flex.ScoreProgram,
 	lse := tp.own(&Of[T]{Name: "attn.lse", Shape: []int{d.Batch, d.HeadsQ, d.LenQ}, Store: l}) // l may be nil (a test backend's)
 	if tp.needs(q, k, v) {
 		tp.Record(out, []*Of[T]{q, k, v, out, lse}, func() {
-			grad := func(t *Of[T]) Storage[T] {
+			needs := func(t *Of[T]) *Of[T] {
 				if t.RequiresGrad {
-					return t.EnsureGrad()
+					return t
 				}
 				return nil
 			}
-			tp.b.AttentionBackward(d, q.Store, k.Store, v.Store, out.Store, lse.Store, out.GradStore, m, score, scale, grad(q), grad(k), grad(v))
+			g, acc := tp.gradDsts(needs(q), needs(k), needs(v))
+			tp.b.AttentionBackward(d, q.Store, k.Store, v.Store, out.Store, lse.Store, out.GradStore, m, score, scale, g[0], g[1], g[2], acc)
 		})
 	}
 	return out

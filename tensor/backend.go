@@ -7,8 +7,10 @@ import "dflash/flex"
 // conformance reference). Tensors' elements are Storage the backend
 // allocates; its kernels take Storage and Ints, row-major and contiguous
 // unless a leading dimension is given. Kernels that produce a gradient
-// accumulate into it (+=) unless said otherwise, so that a tensor used twice
-// receives the sum of both contributions.
+// take an accumulate flag (or Gemm's beta): with it they add into the
+// gradient (+=), so that a tensor used twice receives the sum of both
+// contributions; without it they overwrite it, so that the first
+// contribution needs no zeroed gradient (Tape.GradDst).
 //
 // Two storage classes exist: activations (Alloc; bf16 on CUDA) and
 // statistics (AllocStat: RMSNorm's rstd, RoPE tables, losses, loss weights;
@@ -78,23 +80,24 @@ type Backend[T Float] interface {
 	// RMSNorm computes, per row of x (dim columns), rstd = 1/sqrt(mean(x²)+eps)
 	// and y = x·rstd·w.
 	RMSNorm(x, w Storage[T], dim int, eps float64, y, rstd Storage[T])
-	// RMSNormBackward accumulates, with x̂ = x·rstd and g = dy·w:
-	// dx += rstd·(g − x̂·mean(g·x̂)) and dw += Σ_rows dy·x̂ (dx or dw may be nil).
-	RMSNormBackward(x, w, rstd, dy Storage[T], dim int, dx, dw Storage[T])
+	// RMSNormBackward computes, with x̂ = x·rstd and g = dy·w:
+	// dx (+)= rstd·(g − x̂·mean(g·x̂)), adding with accumulate, and
+	// dw += Σ_rows dy·x̂, always adding (dx or dw may be nil).
+	RMSNormBackward(x, w, rstd, dy Storage[T], dim int, dx, dw Storage[T], accumulate bool)
 
 	// RoPE rotates each head of x ([rows, heads, headDim]) by the angles of its
 	// row in HF's rotate_half convention, with c = cos[r,i], s = sin[r,i] for
 	// i < headDim/2: y[i] = x[i]·c − x[i+h]·s, y[i+h] = x[i+h]·c + x[i]·s
 	// (h = headDim/2). cos and sin are [rows, headDim/2] statistics. With
-	// inverse the rotation is by −angle and the result is accumulated into y
-	// (RoPE's gradient).
-	RoPE(x Storage[T], heads, headDim int, cos, sin Storage[T], y Storage[T], inverse bool)
+	// inverse the rotation is by −angle (RoPE's gradient); with accumulate
+	// the result is added into y instead of overwriting it.
+	RoPE(x Storage[T], heads, headDim int, cos, sin Storage[T], y Storage[T], inverse, accumulate bool)
 
 	// SwiGLU computes out = silu(gate)·up with silu(g) = g·σ(g).
 	SwiGLU(gate, up, out Storage[T])
-	// SwiGLUBackward accumulates dgate += dout·up·σ(g)·(1 + g·(1−σ(g))) and dup += dout·silu(g)
-	// (either may be nil).
-	SwiGLUBackward(gate, up, dout, dgate, dup Storage[T])
+	// SwiGLUBackward computes dgate (+)= dout·up·σ(g)·(1 + g·(1−σ(g))) and
+	// dup (+)= dout·silu(g), adding with accumulate (either may be nil).
+	SwiGLUBackward(gate, up, dout, dgate, dup Storage[T], accumulate bool)
 
 	// SoftmaxXent treats logits as rows×vocab. For each row r with
 	// targets[r] ≥ 0 it writes loss[r] = logsumexp(logits[r]) − logits[r][t],
@@ -108,9 +111,10 @@ type Backend[T Float] interface {
 	// semantics (flex.Forward). out and lse are new whole allocations (step
 	// memory on a backend that has it: a tape may FreeStep them).
 	Attention(d flex.Dims, q, k, v Storage[T], m Mask, score *flex.ScoreProgram, scale float64) (out, lse Storage[T])
-	// AttentionBackward accumulates the gradients of Attention for dout into
-	// dq, dk and dv (any may be nil), as flex.Backward computes them.
-	AttentionBackward(d flex.Dims, q, k, v, out, lse, dout Storage[T], m Mask, score *flex.ScoreProgram, scale float64, dq, dk, dv Storage[T])
+	// AttentionBackward writes the gradients of Attention for dout into dq,
+	// dk and dv (any may be nil), as flex.Backward computes them, or adds
+	// them with accumulate.
+	AttentionBackward(d flex.Dims, q, k, v, out, lse, dout Storage[T], m Mask, score *flex.ScoreProgram, scale float64, dq, dk, dv Storage[T], accumulate bool)
 }
 
 // StepMemory is implemented by backends that release a step's memory in
@@ -153,6 +157,23 @@ func AllocOut[T Float](b Backend[T], n int) Storage[T] {
 		return o.AllocOut(n)
 	}
 	return b.Alloc(n)
+}
+
+// OutLiker is implemented by storage whose Like costs a pass over the
+// memory to zero it (a device's): LikeOut returns n elements as Like does
+// (same dtype, backend and lifetime) with undefined contents, for a
+// gradient that a backward step writes whole before anything reads it.
+type OutLiker[T Float] interface {
+	LikeOut(n int) Storage[T]
+}
+
+// LikeOut returns n elements alike s for a result written whole before it
+// is read: s's LikeOut when it has one, Like otherwise.
+func LikeOut[T Float](s Storage[T], n int) Storage[T] {
+	if o, ok := s.(OutLiker[T]); ok {
+		return o.LikeOut(n)
+	}
+	return s.Like(n)
 }
 
 // StepMark is a position in a backend's step memory; its meaning is the

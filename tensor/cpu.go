@@ -246,8 +246,9 @@ func (c *CPU[T]) RMSNorm(xS Storage[T], wS Storage[T], dim int, eps float64, yS 
 	})
 }
 
-// RMSNormBackward accumulates the gradients of RMSNorm.
-func (c *CPU[T]) RMSNormBackward(xS Storage[T], wS Storage[T], rstdS Storage[T], dyS Storage[T], dim int, dxS Storage[T], dwS Storage[T]) {
+// RMSNormBackward writes (or with accumulate adds) dx and adds dw, the
+// gradients of RMSNorm.
+func (c *CPU[T]) RMSNormBackward(xS Storage[T], wS Storage[T], rstdS Storage[T], dyS Storage[T], dim int, dxS Storage[T], dwS Storage[T], accumulate bool) {
 	x := HostData(xS, "RMSNormBackward x")
 	w := HostData(wS, "RMSNormBackward w")
 	rstd := HostData(rstdS, "RMSNormBackward rstd")
@@ -267,7 +268,7 @@ func (c *CPU[T]) RMSNormBackward(xS Storage[T], wS Storage[T], rstdS Storage[T],
 				m := dot / float64(dim)
 				for i, v := range xs {
 					g := float64(dys[i]) * float64(w[i])
-					dxs[i] += T(rs * (g - float64(v)*rs*m))
+					put(dxs, i, T(rs*(g-float64(v)*rs*m)), accumulate)
 				}
 			}
 		})
@@ -289,8 +290,9 @@ func (c *CPU[T]) RMSNormBackward(xS Storage[T], wS Storage[T], rstdS Storage[T],
 	}
 }
 
-// RoPE rotates heads by per-row angles (HF rotate_half convention).
-func (c *CPU[T]) RoPE(xS Storage[T], heads int, headDim int, cosS Storage[T], sinS Storage[T], yS Storage[T], inverse bool) {
+// RoPE rotates heads by per-row angles (HF rotate_half convention),
+// writing y or with accumulate adding to it.
+func (c *CPU[T]) RoPE(xS Storage[T], heads int, headDim int, cosS Storage[T], sinS Storage[T], yS Storage[T], inverse, accumulate bool) {
 	x := HostData(xS, "RoPE x")
 	cos := HostData(cosS, "RoPE cos")
 	sin := HostData(sinS, "RoPE sin")
@@ -306,21 +308,26 @@ func (c *CPU[T]) RoPE(xS Storage[T], heads int, headDim int, cosS Storage[T], si
 				base := (r*heads + hd) * headDim
 				x1, x2 := x[base:base+h], x[base+h:base+2*h]
 				y1, y2 := y[base:base+h], y[base+h:base+2*h]
+				s := T(1) // the sign of the angle
 				if inverse {
-					for i := range h {
-						y1[i] += x1[i]*cs[i] + x2[i]*sn[i]
-						y2[i] += x2[i]*cs[i] - x1[i]*sn[i]
-					}
-				} else {
-					for i := range h {
-						a, b := x1[i], x2[i]
-						y1[i] = a*cs[i] - b*sn[i]
-						y2[i] = b*cs[i] + a*sn[i]
-					}
+					s = -1
+				}
+				for i := range h {
+					a, b := x1[i], x2[i]
+					put(y1, i, a*cs[i]-s*b*sn[i], accumulate)
+					put(y2, i, b*cs[i]+s*a*sn[i], accumulate)
 				}
 			}
 		}
 	})
+}
+
+// put sets d[i] to v, or adds v to it with accumulate.
+func put[T Float](d []T, i int, v T, accumulate bool) {
+	if accumulate {
+		v += d[i]
+	}
+	d[i] = v
 }
 
 func sigmoid(x float64) float64 { return 1 / (1 + math.Exp(-x)) }
@@ -340,8 +347,8 @@ func (c *CPU[T]) SwiGLU(gateS Storage[T], upS Storage[T], outS Storage[T]) {
 	})
 }
 
-// SwiGLUBackward accumulates the gradients of SwiGLU.
-func (c *CPU[T]) SwiGLUBackward(gateS Storage[T], upS Storage[T], doutS Storage[T], dgateS Storage[T], dupS Storage[T]) {
+// SwiGLUBackward writes (or with accumulate adds) the gradients of SwiGLU.
+func (c *CPU[T]) SwiGLUBackward(gateS Storage[T], upS Storage[T], doutS Storage[T], dgateS Storage[T], dupS Storage[T], accumulate bool) {
 	gate := HostData(gateS, "SwiGLUBackward gate")
 	up := HostData(upS, "SwiGLUBackward up")
 	dout := HostData(doutS, "SwiGLUBackward dout")
@@ -352,10 +359,10 @@ func (c *CPU[T]) SwiGLUBackward(gateS Storage[T], upS Storage[T], doutS Storage[
 			g := float64(gate[i])
 			s := sigmoid(g)
 			if dgate != nil {
-				dgate[i] += T(float64(dout[i]) * float64(up[i]) * s * (1 + g*(1-s)))
+				put(dgate, i, T(float64(dout[i])*float64(up[i])*s*(1+g*(1-s))), accumulate)
 			}
 			if dup != nil {
-				dup[i] += T(float64(dout[i]) * g * s)
+				put(dup, i, T(float64(dout[i])*g*s), accumulate)
 			}
 		}
 	})

@@ -12,8 +12,9 @@ import (
 func TestCPUConformance(t *testing.T) {
 	for _, c := range []struct {
 		name string
-		b    *tensor.CPU[float32]
+		b    tensor.Backend[float32]
 	}{
+		{"step-memory", backendtest.NewStepCPU(2)}, // outputs and new gradients NaN-filled
 		{"workers1", tensor.NewCPU[float32](1)},
 		{"workers3", tensor.NewCPU[float32](3)},
 		{"portable-gemm", tensor.NewCPU[float32](2).WithGemm(tensor.GemmPortable)},

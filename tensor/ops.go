@@ -9,7 +9,7 @@ import (
 // recorded steps in reverse and resets the tape: the gradient of Σ grad⊙out.
 func (tp *TapeOf[T]) BackwardFrom(out *Of[T], grad Storage[T]) {
 	checkLen("BackwardFrom grad", grad.Len(), out.Store.Len())
-	tp.b.Axpy(1, grad, out.EnsureGrad())
+	tp.addGrad(out, 1, grad)
 	tp.runBackward(out)
 }
 
@@ -55,10 +55,12 @@ func (tp *TapeOf[T]) Linear(x, w, b *Of[T]) *Of[T] {
 		}
 		tp.Record(y, saves, func() {
 			if x.RequiresGrad {
-				tp.b.Gemm(false, false, rows, in, outDim, 1, y.GradStore, outDim, w.Store, in, 1, x.EnsureGrad(), in)
+				dx, acc := tp.GradDst(x)
+				tp.b.Gemm(false, false, rows, in, outDim, 1, y.GradStore, outDim, w.Store, in, beta[T](acc), dx, in)
 			}
 			if w.RequiresGrad {
-				tp.b.Gemm(true, false, outDim, in, rows, 1, y.GradStore, outDim, x.Store, in, 1, w.EnsureGrad(), in)
+				dw, acc := tp.GradDst(w)
+				tp.b.Gemm(true, false, outDim, in, rows, 1, y.GradStore, outDim, x.Store, in, beta[T](acc), dw, in)
 			}
 			if b != nil && b.RequiresGrad {
 				tp.b.SumRows(y.GradStore, b.EnsureGrad())
@@ -81,7 +83,7 @@ func (tp *TapeOf[T]) Add(a, b *Of[T]) *Of[T] {
 		tp.Record(y, nil, func() {
 			for _, t := range []*Of[T]{a, b} {
 				if t.RequiresGrad {
-					tp.b.Axpy(1, y.GradStore, t.EnsureGrad())
+					tp.addGrad(t, 1, y.GradStore)
 				}
 			}
 		})
@@ -96,7 +98,7 @@ func (tp *TapeOf[T]) Scale(x *Of[T], s float64) *Of[T] {
 	tp.b.Copy2D(1, n, x.Store, n, 0, y.Store, n, 0, false)
 	tp.b.Scale(T(s), y.Store)
 	if tp.needs(x) {
-		tp.Record(y, nil, func() { tp.b.Axpy(T(s), y.GradStore, x.EnsureGrad()) })
+		tp.Record(y, nil, func() { tp.addGrad(x, T(s), y.GradStore) })
 	}
 	return y
 }
@@ -109,7 +111,7 @@ func (tp *TapeOf[T]) Reshape(x *Of[T], shape ...int) *Of[T] {
 	}
 	y := &Of[T]{Name: x.Name, Shape: slices.Clone(shape), Store: x.Store, buf: x.buf}
 	if tp.needs(x) {
-		tp.Record(y, nil, func() { tp.b.Axpy(1, y.GradStore, x.EnsureGrad()) })
+		tp.Record(y, nil, func() { tp.addGrad(x, 1, y.GradStore) })
 	}
 	return y
 }
@@ -147,7 +149,8 @@ func (tp *TapeOf[T]) Concat(axis int, xs ...*Of[T]) *Of[T] {
 			off := 0
 			for i, x := range xs {
 				if x.RequiresGrad {
-					tp.b.Copy2D(outer, inner[i], y.GradStore, total, off, x.EnsureGrad(), inner[i], 0, true)
+					dx, acc := tp.GradDst(x)
+					tp.b.Copy2D(outer, inner[i], y.GradStore, total, off, dx, inner[i], 0, acc)
 				}
 				off += inner[i]
 			}
@@ -173,7 +176,14 @@ func (tp *TapeOf[T]) Slice(x *Of[T], axis, lo, hi int) *Of[T] {
 	srcStride, cols := x.Shape[axis]*per, (hi-lo)*per
 	tp.b.Copy2D(outer, cols, x.Store, srcStride, lo*per, y.Store, cols, 0, false)
 	if tp.needs(x) {
-		tp.Record(y, nil, func() { tp.b.Copy2D(outer, cols, y.GradStore, cols, 0, x.EnsureGrad(), srcStride, lo*per, true) })
+		tp.Record(y, nil, func() {
+			dx, acc := tp.GradDst(x)
+			if !acc && cols != srcStride {
+				tp.b.Fill(dx, 0) // the rest of the axis receives no gradient
+				acc = true
+			}
+			tp.b.Copy2D(outer, cols, y.GradStore, cols, 0, dx, srcStride, lo*per, acc)
+		})
 	}
 	return y
 }
@@ -189,7 +199,10 @@ func (tp *TapeOf[T]) Transpose12(x *Of[T]) *Of[T] {
 	y := tp.alloc(x.Name+".T", a, c, b, d)
 	tp.b.Transpose12(a, b, c, d, x.Store, y.Store, false)
 	if tp.needs(x) {
-		tp.Record(y, nil, func() { tp.b.Transpose12(a, c, b, d, y.GradStore, x.EnsureGrad(), true) })
+		tp.Record(y, nil, func() {
+			dx, acc := tp.GradDst(x)
+			tp.b.Transpose12(a, c, b, d, y.GradStore, dx, acc)
+		})
 	}
 	return y
 }
@@ -209,13 +222,14 @@ func (tp *TapeOf[T]) RMSNorm(x, w *Of[T], eps float64) *Of[T] {
 	if tp.needs(x, w) {
 		tp.Record(y, []*Of[T]{x, w, rstd}, func() {
 			var dx, dw Storage[T]
+			acc := true
 			if x.RequiresGrad {
-				dx = x.EnsureGrad()
+				dx, acc = tp.GradDst(x)
 			}
 			if w.RequiresGrad {
-				dw = w.EnsureGrad()
+				dw = w.EnsureGrad() // the backend adds dw whatever acc says
 			}
-			tp.b.RMSNormBackward(x.Store, w.Store, rstd.Store, y.GradStore, dim, dx, dw)
+			tp.b.RMSNormBackward(x.Store, w.Store, rstd.Store, y.GradStore, dim, dx, dw, acc)
 		})
 	}
 	return y
@@ -231,14 +245,15 @@ func (tp *TapeOf[T]) SwiGLU(gate, up *Of[T]) *Of[T] {
 	tp.b.SwiGLU(gate.Store, up.Store, y.Store)
 	if tp.needs(gate, up) {
 		tp.Record(y, []*Of[T]{gate, up}, func() {
-			var dg, du Storage[T]
+			var ts [2]*Of[T]
 			if gate.RequiresGrad {
-				dg = gate.EnsureGrad()
+				ts[0] = gate
 			}
 			if up.RequiresGrad {
-				du = up.EnsureGrad()
+				ts[1] = up
 			}
-			tp.b.SwiGLUBackward(gate.Store, up.Store, y.GradStore, dg, du)
+			g, acc := tp.gradDsts(ts[:]...)
+			tp.b.SwiGLUBackward(gate.Store, up.Store, y.GradStore, g[0], g[1], acc)
 		})
 	}
 	return y

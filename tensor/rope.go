@@ -174,9 +174,12 @@ func (tp *TapeOf[T]) RoPE(x *Of[T], table *RopeTable[T]) *Of[T] {
 	}
 	heads := x.Numel() / (rows * hd)
 	y := tp.alloc(x.Name+".rope", x.Shape...)
-	tp.b.RoPE(x.Store, heads, hd, table.Cos, table.Sin, y.Store, false)
+	tp.b.RoPE(x.Store, heads, hd, table.Cos, table.Sin, y.Store, false, false)
 	if tp.needs(x) {
-		tp.Record(y, nil, func() { tp.b.RoPE(y.GradStore, heads, hd, table.Cos, table.Sin, x.EnsureGrad(), true) })
+		tp.Record(y, nil, func() {
+			dx, acc := tp.GradDst(x)
+			tp.b.RoPE(y.GradStore, heads, hd, table.Cos, table.Sin, dx, true, acc)
+		})
 	}
 	return y
 }

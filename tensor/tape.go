@@ -104,6 +104,75 @@ func (tp *TapeOf[T]) releaseTemp(s Storage[T]) {
 	}
 }
 
+// GradDst returns the storage a backward step puts t's gradient into and
+// whether the step must add to it. The first step to reach an op output
+// (a tensor with a backward step of its own still to run) that has no
+// gradient yet gets new storage with undefined contents (LikeOut: no
+// zeroing pass) and accumulate false: it must write every element. Every
+// later step, a parameter (its arena's flat gradient, which ZeroGrad
+// clears) and a leaf get the gradient EnsureGrad keeps, and add to it. So
+// a gradient that several steps produce (a residual stream's) is written
+// by the first to run and accumulated by the others.
+func (tp *TapeOf[T]) GradDst(t *Of[T]) (s Storage[T], accumulate bool) {
+	if t.GradStore == nil && t.arena == nil && t.pending > 0 {
+		t.GradStore, t.ownGrad = LikeOut(t.Store, t.Store.Len()), true
+		return t.GradStore, false
+	}
+	return t.EnsureGrad(), true
+}
+
+// gradDsts is GradDst for the inputs of one backend call that takes a
+// single accumulate flag for all its gradients: a nil entry of ts (an
+// input that needs no gradient) gets nil. When some must accumulate and
+// others are new, the new ones are zeroed so that all accumulate.
+func (tp *TapeOf[T]) gradDsts(ts ...*Of[T]) (dsts []Storage[T], accumulate bool) {
+	dsts = make([]Storage[T], len(ts))
+	fresh := make([]bool, len(ts))
+	for i, t := range ts {
+		if t == nil {
+			continue
+		}
+		var acc bool
+		dsts[i], acc = tp.GradDst(t)
+		fresh[i], accumulate = !acc, accumulate || acc
+	}
+	if accumulate {
+		for i, s := range dsts {
+			if fresh[i] {
+				tp.b.Fill(s, 0)
+			}
+		}
+	}
+	return dsts, accumulate
+}
+
+// addGrad adds alpha·g to t's gradient, or writes it there when GradDst
+// gives new storage of g's dtype.
+func (tp *TapeOf[T]) addGrad(t *Of[T], alpha T, g Storage[T]) {
+	dst, acc := tp.GradDst(t)
+	if !acc && dst.DType() != g.DType() {
+		tp.b.Fill(dst, 0)
+		acc = true
+	}
+	if acc {
+		tp.b.Axpy(alpha, g, dst)
+		return
+	}
+	n := g.Len()
+	tp.b.Copy2D(1, n, g, n, 0, dst, n, 0, false)
+	if alpha != 1 {
+		tp.b.Scale(alpha, dst)
+	}
+}
+
+// beta is Gemm's beta for a destination that accumulates or is overwritten.
+func beta[T Float](accumulate bool) T {
+	if accumulate {
+		return 1
+	}
+	return 0
+}
+
 // needs reports whether an op on these inputs must record a backward step.
 func (tp *TapeOf[T]) needs(in ...*Of[T]) bool {
 	if !tp.record {
@@ -158,7 +227,8 @@ func (tp *TapeOf[T]) Backward(loss *Of[T]) {
 	if len(tp.steps) == 0 && loss.RequiresGrad {
 		panic(fmt.Sprintf("tensor.Backward: loss %v needs gradients but this tape recorded nothing: it was computed on another tape", loss))
 	}
-	tp.b.Fill(loss.EnsureGrad(), 1)
+	g, _ := tp.GradDst(loss)
+	tp.b.Fill(g, 1)
 	tp.runBackward(loss)
 }
 

@@ -21,7 +21,7 @@ type Of[T Float] struct {
 	RequiresGrad bool
 
 	arena   *Arena[T]   // the arena that holds Store and GradStore, for a parameter declared in one
-	ownGrad bool        // GradStore is EnsureGrad's own allocation, which no other tensor holds
+	ownGrad bool        // GradStore is EnsureGrad's or GradDst's own allocation, which no other tensor holds
 	pending int         // backward steps recorded for this tensor and not yet run
 	buf     *stepBuf[T] // Store as a step allocation its tape may give back (ReleaseGrads), shared by Reshape views
 }
@@ -101,6 +101,8 @@ func (t *Of[T]) ZeroGrad() { clear(t.Grad()) }
 // EnsureGrad allocates a zero gradient alike the values (same backend and
 // dtype) if there is none and returns it. For a parameter of an Arena it
 // allocates the arena's flat gradient, so that the gradient is a view of it.
+// Backward steps get their destination from the tape's GradDst instead,
+// which spares an op output's gradient the zeroing.
 func (t *Of[T]) EnsureGrad() Storage[T] {
 	if t.GradStore == nil {
 		if t.arena != nil {

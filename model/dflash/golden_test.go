@@ -163,16 +163,21 @@ func (c denseCPU[T]) Attention(d flex.Dims, q, k, v tensor.Storage[T], m tensor.
 	return tensor.Host[T](o), nil
 }
 
-// AttentionBackward recomputes the dense attention and accumulates its gradients.
-func (c denseCPU[T]) AttentionBackward(d flex.Dims, q, k, v, out, lse, dout tensor.Storage[T], m tensor.Mask, score *flex.ScoreProgram, scale float64, dq, dk, dv tensor.Storage[T]) {
+// AttentionBackward recomputes the dense attention and writes its
+// gradients, or adds them with accumulate.
+func (c denseCPU[T]) AttentionBackward(d flex.Dims, q, k, v, out, lse, dout tensor.Storage[T], m tensor.Mask, score *flex.ScoreProgram, scale float64, dq, dk, dv tensor.Storage[T], accumulate bool) {
 	_, back := denseAttention(d, host(q), host(k), host(v), m.(tensor.HostMask).BlockMask, scale)
 	gq, gk, gv := back(host(dout))
 	for _, p := range []struct {
 		dst tensor.Storage[T]
 		g   []T
 	}{{dq, gq}, {dk, gk}, {dv, gv}} {
-		if p.dst != nil {
+		switch {
+		case p.dst == nil:
+		case accumulate:
 			c.Axpy(1, tensor.Host[T](p.g), p.dst)
+		default:
+			copy(host(p.dst), p.g)
 		}
 	}
 }

@@ -114,18 +114,42 @@ func runOp(t *testing.T, c opCase, b tensor.Backend[float32], tol Tolerances, re
 		}
 	}
 
-	// The backend under test.
-	in32 := make([]*tensor.Tensor, len(c.inputs))
-	for i, in := range c.inputs {
-		d := make([]float32, len(vals[i]))
-		for j, v := range vals[i] {
-			d[j] = float32(v)
-		}
-		in32[i] = tensor.FromStorage(in.name, b.Upload(d, false), in.shape...)
-		in32[i].RequiresGrad = in.grad
+	// The backend under test, in two ways: the inputs as leaves whose
+	// gradients hold random values already (every backward step adds to
+	// them), and the inputs as op outputs (Reshape views), whose gradients
+	// the op's backward step writes into new storage (Tape.GradDst).
+	for _, fresh := range []bool{false, true} {
+		name := map[bool]string{false: "accumulate", true: "fresh"}[fresh]
+		t.Run(name, func(t *testing.T) { runBackend(t, c, b, tol, vals, want, g, fd, fresh, rng) })
 	}
+}
+
+// runBackend checks c's forward result and gradients on b against want and
+// the finite differences fd for the upstream gradient g: with fresh the op
+// reads its inputs through Reshape views, without it the inputs' gradients
+// start at random values that must be added to.
+func runBackend(t *testing.T, c opCase, b tensor.Backend[float32], tol Tolerances, vals [][]float64, want, g []float64, fd [][]float64, fresh bool, rng *rand.Rand) {
 	tp := tensor.NewTape(b)
-	got := c.f32(tp, in32)
+	in32 := make([]*tensor.Tensor, len(c.inputs))
+	args := make([]*tensor.Tensor, len(c.inputs))
+	start := make([][]float64, len(c.inputs))
+	for i, in := range c.inputs {
+		in32[i] = tensor.FromStorage(in.name, b.Upload(f32s(vals[i]), false), in.shape...)
+		in32[i].RequiresGrad = in.grad
+		args[i] = in32[i]
+		switch {
+		case !in.grad:
+		case fresh:
+			args[i] = tp.Reshape(in32[i], in.shape...)
+		default:
+			start[i] = make([]float64, len(vals[i]))
+			for j := range start[i] {
+				start[i][j] = rng.NormFloat64()
+			}
+			in32[i].GradStore = b.Upload(f32s(start[i]), false)
+		}
+	}
+	got := c.f32(tp, args)
 	fwd, bwd := tol.Fwd, tol.Bwd
 	if c.fwd32 != 0 {
 		fwd = max(fwd, c.fwd32*tol.Scale)
@@ -134,18 +158,31 @@ func runOp(t *testing.T, c opCase, b tensor.Backend[float32], tol Tolerances, re
 		bwd = max(bwd, c.bwd32*tol.Scale)
 	}
 	Close(t, "forward "+b.Name(), download(b, got.Store), want, fwd)
-	g32 := make([]float32, len(g))
-	for i, v := range g {
-		g32[i] = float32(v)
-	}
 	if tp.Len() > 0 {
-		tp.BackwardFrom(got, b.Upload(g32, false))
+		tp.BackwardFrom(got, b.Upload(f32s(g), false))
 	}
 	for i, in := range c.inputs {
-		if in.grad {
-			Close(t, "grad "+in.name+" "+b.Name()+" vs finite differences", download(b, in32[i].GradStore), fd[i], bwd)
+		if !in.grad {
+			continue
 		}
+		w := fd[i]
+		if start[i] != nil {
+			w = make([]float64, len(fd[i]))
+			for j := range w {
+				w[j] = fd[i][j] + start[i][j]
+			}
+		}
+		Close(t, "grad "+in.name+" "+b.Name()+" vs finite differences", download(b, in32[i].GradStore), w, bwd)
 	}
+}
+
+// f32s returns x rounded to float32.
+func f32s(x []float64) []float32 {
+	out := make([]float32, len(x))
+	for i, v := range x {
+		out[i] = float32(v)
+	}
+	return out
 }
 
 // finiteDiff returns d/dx Σ g⊙naive(x) for every input that needs a gradient,

@@ -26,9 +26,11 @@ type StepCPU struct {
 	off    int                 // elements bumped: the next block's position
 	freed  int                 // elements on the free list
 
-	// Allocs and Frees count allocations and FreeStep calls; Peak is the
-	// most elements in use (allocated, not freed) at once.
-	Allocs, Frees, Peak int
+	// Allocs and Frees count allocations and FreeStep calls, Zeroed the
+	// allocations handed out zeroed (Alloc, AllocStat, Like: a memset on a
+	// device); Peak is the most elements in use (allocated, not freed) at
+	// once.
+	Allocs, Frees, Zeroed, Peak int
 }
 
 type stepBlock struct {
@@ -45,6 +47,7 @@ var (
 	_ tensor.StepMemory            = (*StepCPU)(nil)
 	_ tensor.StepFreer[float32]    = (*StepCPU)(nil)
 	_ tensor.OutAllocator[float32] = (*StepCPU)(nil)
+	_ tensor.OutLiker[float32]     = stepStore{}
 )
 
 // InUse returns the elements allocated and not freed.
@@ -52,6 +55,12 @@ func (c *StepCPU) InUse() int { return c.off - c.freed }
 
 // Alloc returns n zero elements of step memory.
 func (c *StepCPU) Alloc(n int) tensor.Storage[float32] {
+	c.Zeroed++
+	return c.alloc(n)
+}
+
+// alloc returns n zero elements of step memory, counted in Allocs.
+func (c *StepCPU) alloc(n int) tensor.Storage[float32] {
 	c.Allocs++
 	if n == 0 {
 		return stepStore{h: tensor.Host[float32]{}, c: c, off: c.off, whole: true}
@@ -75,7 +84,7 @@ func (c *StepCPU) Alloc(n int) tensor.Storage[float32] {
 // AllocOut is tensor.OutAllocator: Alloc with every element NaN instead of
 // zero, so that an op that read its output before writing it would show.
 func (c *StepCPU) AllocOut(n int) tensor.Storage[float32] {
-	s := c.Alloc(n)
+	s := c.alloc(n)
 	poison(tensor.HostData(s, "AllocOut"))
 	return s
 }
@@ -85,7 +94,7 @@ func (c *StepCPU) AllocStat(n int) tensor.Storage[float32] { return c.Alloc(n) }
 
 // Upload returns a copy of x in step memory.
 func (c *StepCPU) Upload(x []float32, stat bool) tensor.Storage[float32] {
-	s := c.Alloc(len(x))
+	s := c.alloc(len(x))
 	copy(tensor.HostData(s, "Upload"), x)
 	return s
 }
@@ -198,3 +207,6 @@ func (s stepStore) Slice(lo, hi int) tensor.Storage[float32] {
 }
 
 func (s stepStore) Like(n int) tensor.Storage[float32] { return s.c.Alloc(n) }
+
+// LikeOut is tensor.OutLiker: AllocOut, NaN-filled.
+func (s stepStore) LikeOut(n int) tensor.Storage[float32] { return s.c.AllocOut(n) }

@@ -157,9 +157,11 @@ func (b *Backend) Attention(d flex.Dims, q, k, v tensor.Storage[float32], m tens
 	return o, l
 }
 
-// AttentionBackward computes the gradients into bf16 temporaries (flexcuda
-// overwrites its outputs) and adds them into dq, dk and dv (any may be nil).
-func (b *Backend) AttentionBackward(d flex.Dims, q, k, v, out, lse, dout tensor.Storage[float32], m tensor.Mask, score *flex.ScoreProgram, scale float64, dq, dk, dv tensor.Storage[float32]) {
+// AttentionBackward computes the gradients (flexcuda overwrites its
+// outputs): straight into dq, dk and dv when they are to be overwritten and
+// bf16, otherwise into bf16 temporaries that it adds into them or copies
+// over them (any may be nil; an absent one gets a temporary).
+func (b *Backend) AttentionBackward(d flex.Dims, q, k, v, out, lse, dout tensor.Storage[float32], m tensor.Mask, score *flex.ScoreProgram, scale float64, dq, dk, dv tensor.Storage[float32], accumulate bool) {
 	noScore("AttentionBackward", score)
 	defer b.span("AttentionBackward", 0, d.Batch, d.HeadsQ, d.HeadsKV, d.LenQ, d.LenKV, d.HeadDim)()
 	if dq == nil && dk == nil && dv == nil {
@@ -173,12 +175,29 @@ func (b *Backend) AttentionBackward(d flex.Dims, q, k, v, out, lse, dout tensor.
 	}
 	f32s("AttentionBackward", lb)
 	c.Out, c.LSE, c.DOut = ob.Buffer(), lb.Buffer(), db.Buffer()
-	grads := [3]Buf{b.newBuf(q.Len(), dtype.BF16, false, false), b.newBuf(k.Len(), dtype.BF16, false, false), b.newBuf(v.Len(), dtype.BF16, false, false)}
+	dsts := [3]tensor.Storage[float32]{dq, dk, dv}
+	var grads [3]Buf
+	var temp [3]bool
+	for i, n := range []int{q.Len(), k.Len(), v.Len()} {
+		if dsts[i] != nil {
+			grads[i] = b.buf(dsts[i], "AttentionBackward gradient")
+		}
+		if temp[i] = dsts[i] == nil || accumulate || grads[i].dt != dtype.BF16; temp[i] {
+			grads[i] = b.newBuf(n, dtype.BF16, false, false)
+		}
+	}
 	c.DQ, c.DK, c.DV = grads[0].Buffer(), grads[1].Buffer(), grads[2].Buffer()
 	must("AttentionBackward", b.attention(mk, d).Backward(b.d, c))
-	for i, dst := range []tensor.Storage[float32]{dq, dk, dv} {
+	for i, dst := range dsts {
+		if !temp[i] {
+			continue
+		}
 		if dst != nil {
-			b.axpy(1, Buf{}, grads[i], b.buf(dst, "AttentionBackward gradient"))
+			db := b.buf(dst, "AttentionBackward gradient")
+			if !accumulate {
+				must("zero", b.mem.zero(db.Buffer()))
+			}
+			b.axpy(1, Buf{}, grads[i], db)
 		}
 		b.freeTemp(grads[i])
 	}

@@ -74,20 +74,20 @@ func TestGPUOpsBandwidth(t *testing.T) {
 			{"ScatterAdd 16384x4096", nh*es + 2*nh*4, func() error { return e.o.ScatterAdd(dy, tokens, hidden, idb, dtable, tableRows) }},
 			{"RMSNorm 16384x4096", 2 * nh * es, func() error { return e.o.RMSNorm(x, w, tokens, hidden, 1e-6, y, rstd) }},
 			{"RMSNormBackward dx+dw 16384x4096", 4 * nh * es, func() error {
-				return e.o.RMSNormBackward(x, w, rstd, dy, tokens, hidden, y, dw, scratch)
+				return e.o.RMSNormBackward(x, w, rstd, dy, tokens, hidden, y, dw, scratch, true)
 			}},
 			{"RMSNorm 65536x1024", 2 * nh * es, func() error { return e.o.RMSNorm(x, w, int(nh/1024), 1024, 1e-6, y, qkRstd) }},
 			{"step: RMSNorm 393216x128", 2*flat*es + 4*qkRows, func() error {
 				return e.o.RMSNorm(x, w, qkRows, headDim, 1e-6, y, qkRstd)
 			}},
 			{"step: RMSNormBackward dx 1048576x128", 4*qkGradRows*headDim*es + 4*qkGradRows, func() error {
-				return e.o.RMSNormBackward(g, w, qkRstd, u, qkGradRows, headDim, dg, gpu.Buffer{}, gpu.Buffer{})
+				return e.o.RMSNormBackward(g, w, qkRstd, u, qkGradRows, headDim, dg, gpu.Buffer{}, gpu.Buffer{}, true)
 			}},
 			{"RoPE 16384x32x128", 2*nh*es + 2*tokens*headDim/2*4, func() error {
-				return e.o.RoPE(x, tokens, heads, headDim, cs, sn, y, false)
+				return e.o.RoPE(x, tokens, heads, headDim, cs, sn, y, false, false)
 			}},
 			{"SwiGLU 16384x12288", 3 * ni * es, func() error { return e.o.SwiGLU(g, u, o, ni) }},
-			{"SwiGLUBackward 16384x12288", 7 * ni * es, func() error { return e.o.SwiGLUBackward(g, u, o, dg, du, ni) }},
+			{"SwiGLUBackward 16384x12288", 7 * ni * es, func() error { return e.o.SwiGLUBackward(g, u, o, dg, du, ni, true) }},
 			{"Axpy 16384x12288", 3 * ni * es, func() error { return e.o.Axpy(0.5, g, u, ni) }},
 			{"Scale 16384x12288", 2 * ni * es, func() error { return e.o.Scale(1, g, ni) }},
 			{"AddRows 16384x4096", 2 * nh * es, func() error { return e.o.AddRows(y, tokens, hidden, w) }},

@@ -18,11 +18,12 @@ import (
 //     the loss Σ scale·CE).
 //   - Axpy, AxpyBy: equal dtypes, or bf16 into fp32 and fp32 into bf16
 //     (op_axpy_to_f32, op_axpy_from_f32); AxpyBy's scalar is fp32.
-//   - Ops whose output accumulates a gradient (ScatterAdd, SumRows,
-//     RMSNormBackward, the inverse RoPE, SwiGLUBackward, accumulating Copy2D
-//     and Transpose12) write into an output of the kernel's dtype directly,
-//     and into one of the other dtype through a zero temporary of the
-//     kernel's dtype that is then added with a converting axpy (into).
+//   - Ops whose output is a gradient (ScatterAdd, SumRows, RMSNormBackward,
+//     the inverse RoPE, SwiGLUBackward, accumulating Copy2D and
+//     Transpose12) write or add into an output of the kernel's dtype
+//     directly, and into one of the other dtype through a zero temporary of
+//     the kernel's dtype that is then added with a converting axpy (into),
+//     after zeroing the output when it is to be overwritten (intoOut).
 //     ScatterAdd and the column sums (SumRows, RMSNorm's dw) produce fp32,
 //     the others the dtype of their inputs.
 //   - The rest take inputs of one dtype (the Ops of that dtype) with fp32
@@ -70,6 +71,21 @@ func (b *Backend) into(dst Buf, want dtype.DType, f func(out gpu.Buffer)) {
 	f(tmp.Buffer())
 	b.axpy(1, Buf{}, tmp, dst)
 	b.freeTemp(tmp)
+}
+
+// intoOut is into for a kernel that overwrites its output or, with
+// accumulate, adds to it: f gets the output and the flag to launch with.
+// Through a temporary of the other dtype the kernel adds into zeros, and
+// an output to be overwritten is zeroed before the temporary is added.
+func (b *Backend) intoOut(dst Buf, want dtype.DType, accumulate bool, f func(out gpu.Buffer, accumulate bool)) {
+	if dst.n == 0 || dst.dt == want {
+		f(dst.Buffer(), accumulate)
+		return
+	}
+	if !accumulate {
+		must("zero", b.mem.zero(dst.Buffer()))
+	}
+	b.into(dst, want, func(out gpu.Buffer) { f(out, true) })
 }
 
 // axpy computes y += alpha·x, times s[0] when s is given, for any pair of
@@ -233,8 +249,8 @@ func (b *Backend) RMSNorm(xS, wS tensor.Storage[float32], dim int, eps float64, 
 	must("RMSNorm", b.ops(dt).RMSNorm(x.Buffer(), w.Buffer(), rowCount("RMSNorm", x.n, dim), dim, eps, y.Buffer(), rstd.Buffer()))
 }
 
-// RMSNormBackward accumulates dx (in x's dtype) and dw (fp32 sums).
-func (b *Backend) RMSNormBackward(xS, wS, rstdS, dyS tensor.Storage[float32], dim int, dxS, dwS tensor.Storage[float32]) {
+// RMSNormBackward writes or adds dx (in x's dtype) and adds dw (fp32 sums).
+func (b *Backend) RMSNormBackward(xS, wS, rstdS, dyS tensor.Storage[float32], dim int, dxS, dwS tensor.Storage[float32], accumulate bool) {
 	x, w, rstd, dy := b.buf(xS, "RMSNormBackward x"), b.buf(wS, "RMSNormBackward w"), b.buf(rstdS, "RMSNormBackward rstd"), b.buf(dyS, "RMSNormBackward dy")
 	dx, dw := b.opt(dxS, "RMSNormBackward dx"), b.opt(dwS, "RMSNormBackward dw")
 	defer b.span("RMSNormBackward", 0, x.n/max(dim, 1), dim)()
@@ -243,32 +259,32 @@ func (b *Backend) RMSNormBackward(xS, wS, rstdS, dyS tensor.Storage[float32], di
 	rows := rowCount("RMSNormBackward", x.n, dim)
 	o, none := b.ops(dt), gpu.Buffer{}
 	if dxS != nil {
-		b.into(dx, dt, func(out gpu.Buffer) {
-			must("RMSNormBackward", o.RMSNormBackward(x.Buffer(), w.Buffer(), rstd.Buffer(), dy.Buffer(), rows, dim, out, none, none))
+		b.intoOut(dx, dt, accumulate, func(out gpu.Buffer, acc bool) {
+			must("RMSNormBackward", o.RMSNormBackward(x.Buffer(), w.Buffer(), rstd.Buffer(), dy.Buffer(), rows, dim, out, none, none, acc))
 		})
 	}
 	if dwS != nil {
 		b.into(dw, dtype.F32, func(out gpu.Buffer) {
 			scratch := b.newBuf(int(ColumnScratch(rows, dim)/4), dtype.F32, false, false)
-			must("RMSNormBackward", o.RMSNormBackward(x.Buffer(), w.Buffer(), rstd.Buffer(), dy.Buffer(), rows, dim, none, out, scratch.Buffer()))
+			must("RMSNormBackward", o.RMSNormBackward(x.Buffer(), w.Buffer(), rstd.Buffer(), dy.Buffer(), rows, dim, none, out, scratch.Buffer(), true))
 			b.freeTemp(scratch)
 		})
 	}
 }
 
-// RoPE rotates the heads of x into y (cos, sin fp32); the inverse
-// accumulates, into either dtype.
-func (b *Backend) RoPE(xS tensor.Storage[float32], heads, headDim int, cosS, sinS tensor.Storage[float32], yS tensor.Storage[float32], inverse bool) {
+// RoPE rotates the heads of x into y (cos, sin fp32), writing y or adding
+// to it; the inverse writes or adds into either dtype.
+func (b *Backend) RoPE(xS tensor.Storage[float32], heads, headDim int, cosS, sinS tensor.Storage[float32], yS tensor.Storage[float32], inverse, accumulate bool) {
 	x, y, cos, sin := b.buf(xS, "RoPE x"), b.buf(yS, "RoPE y"), b.buf(cosS, "RoPE cos"), b.buf(sinS, "RoPE sin")
-	defer b.span(accLabel("RoPE", inverse), 0, x.n/max(heads*headDim, 1), heads, headDim)()
+	defer b.span(ropeLabel(inverse, accumulate), 0, x.n/max(heads*headDim, 1), heads, headDim)()
 	f32s("RoPE", cos, sin)
 	if !inverse {
 		same("RoPE", x, y)
 	}
 	rows := rowCount("RoPE", cos.n, headDim/2)
 	checkLen("RoPE x", x.n, rows*heads*headDim)
-	b.into(y, x.dt, func(out gpu.Buffer) {
-		must("RoPE", b.ops(x.dt).RoPE(x.Buffer(), rows, heads, headDim, cos.Buffer(), sin.Buffer(), out, inverse))
+	b.intoOut(y, x.dt, accumulate, func(out gpu.Buffer, acc bool) {
+		must("RoPE", b.ops(x.dt).RoPE(x.Buffer(), rows, heads, headDim, cos.Buffer(), sin.Buffer(), out, inverse, acc))
 	})
 }
 
@@ -280,15 +296,23 @@ func (b *Backend) SwiGLU(gateS, upS, outS tensor.Storage[float32]) {
 	must("SwiGLU", b.ops(dt).SwiGLU(gate.Buffer(), up.Buffer(), out.Buffer(), int64(gate.n)))
 }
 
-// SwiGLUBackward accumulates dgate and dup, into either dtype.
-func (b *Backend) SwiGLUBackward(gateS, upS, doutS, dgateS, dupS tensor.Storage[float32]) {
+// SwiGLUBackward writes or adds dgate and dup, into either dtype.
+func (b *Backend) SwiGLUBackward(gateS, upS, doutS, dgateS, dupS tensor.Storage[float32], accumulate bool) {
 	gate, up, dout := b.buf(gateS, "SwiGLUBackward gate"), b.buf(upS, "SwiGLUBackward up"), b.buf(doutS, "SwiGLUBackward dout")
 	dg, du := b.opt(dgateS, "SwiGLUBackward dgate"), b.opt(dupS, "SwiGLUBackward dup")
 	defer b.span("SwiGLUBackward", 0, gate.n)()
 	dt := same("SwiGLUBackward", gate, up, dout)
-	b.into(dg, dt, func(g gpu.Buffer) {
-		b.into(du, dt, func(u gpu.Buffer) {
-			must("SwiGLUBackward", b.ops(dt).SwiGLUBackward(gate.Buffer(), up.Buffer(), dout.Buffer(), g, u, int64(gate.n)))
+	b.intoOut(dg, dt, accumulate, func(g gpu.Buffer, gacc bool) {
+		b.intoOut(du, dt, accumulate, func(u gpu.Buffer, uacc bool) {
+			if gacc != uacc { // one goes through a temporary: both add
+				if !gacc && g.Ptr != 0 {
+					must("zero", b.mem.zero(g))
+				}
+				if !uacc && u.Ptr != 0 {
+					must("zero", b.mem.zero(u))
+				}
+			}
+			must("SwiGLUBackward", b.ops(dt).SwiGLUBackward(gate.Buffer(), up.Buffer(), dout.Buffer(), g, u, int64(gate.n), gacc || uacc))
 		})
 	})
 }

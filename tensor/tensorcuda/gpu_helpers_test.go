@@ -52,15 +52,15 @@ func (r hostRef) ScatterAdd(dout []float64, dim int, ids []int32, dtable []float
 func (r hostRef) RMSNorm(x, w []float64, dim int, eps float64, y, rstd []float64) {
 	r.c.RMSNorm(h(x), h(w), dim, eps, h(y), h(rstd))
 }
-func (r hostRef) RMSNormBackward(x, w, rstd, dy []float64, dim int, dx, dw []float64) {
-	r.c.RMSNormBackward(h(x), h(w), h(rstd), h(dy), dim, h(dx), h(dw))
+func (r hostRef) RMSNormBackward(x, w, rstd, dy []float64, dim int, dx, dw []float64, accumulate bool) {
+	r.c.RMSNormBackward(h(x), h(w), h(rstd), h(dy), dim, h(dx), h(dw), accumulate)
 }
-func (r hostRef) RoPE(x []float64, heads, headDim int, cos, sin, y []float64, inverse bool) {
-	r.c.RoPE(h(x), heads, headDim, h(cos), h(sin), h(y), inverse)
+func (r hostRef) RoPE(x []float64, heads, headDim int, cos, sin, y []float64, inverse, accumulate bool) {
+	r.c.RoPE(h(x), heads, headDim, h(cos), h(sin), h(y), inverse, accumulate)
 }
 func (r hostRef) SwiGLU(gate, up, out []float64) { r.c.SwiGLU(h(gate), h(up), h(out)) }
-func (r hostRef) SwiGLUBackward(gate, up, dout, dgate, dup []float64) {
-	r.c.SwiGLUBackward(h(gate), h(up), h(dout), h(dgate), h(dup))
+func (r hostRef) SwiGLUBackward(gate, up, dout, dgate, dup []float64, accumulate bool) {
+	r.c.SwiGLUBackward(h(gate), h(up), h(dout), h(dgate), h(dup), accumulate)
 }
 func (r hostRef) Axpy(alpha float64, x, y []float64) { r.c.Axpy(alpha, h(x), h(y)) }
 func (r hostRef) Scale(alpha float64, x []float64)   { r.c.Scale(alpha, h(x)) }

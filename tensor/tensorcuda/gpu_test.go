@@ -69,10 +69,16 @@ func TestGPURMSNorm(t *testing.T) {
 			dx, dxv := e.store(e.normal(n, 1))
 			dw, dwv := e.f32(e.normal(c.dim, 1))
 			scratch := e.alloc(ColumnScratch(c.rows, c.dim), 0xff)
-			e.check(e.o.RMSNormBackward(x, w, rstd, dy, c.rows, c.dim, dx, dw, scratch))
-			ref.RMSNormBackward(xv, wv, gr, dyv, c.dim, dxv, dwv)
+			e.check(e.o.RMSNormBackward(x, w, rstd, dy, c.rows, c.dim, dx, dw, scratch, true))
+			ref.RMSNormBackward(xv, wv, gr, dyv, c.dim, dxv, dwv, true)
 			e.compare("RMSNormBackward dx "+name, e.load(dx, n), dxv, tol(e.dt, true))
 			e.compare("RMSNormBackward dw "+name, e.loadF32(dw, c.dim), dwv, tolF32Reduce)
+
+			// Written, not accumulated: dx starts poisoned.
+			fx, fxv := e.out(n), make([]float64, n)
+			e.check(e.o.RMSNormBackward(x, w, rstd, dy, c.rows, c.dim, fx, gpu.Buffer{}, gpu.Buffer{}, false))
+			ref.RMSNormBackward(xv, wv, gr, dyv, c.dim, fxv, nil, false)
+			e.compare("RMSNormBackward dx written "+name, e.load(fx, n), fxv, tol(e.dt, true))
 		}
 	})
 }
@@ -91,15 +97,20 @@ func TestGPURoPE(t *testing.T) {
 			sb, sv := e.f32(sn)
 			x, xv := e.store(e.normal(n, 1))
 			y := e.out(n)
-			e.check(e.o.RoPE(x, c.rows, c.heads, c.hd, cb, sb, y, false))
+			e.check(e.o.RoPE(x, c.rows, c.heads, c.hd, cb, sb, y, false, false))
 			want := make([]float64, n)
-			ref.RoPE(xv, c.heads, c.hd, cv, sv, want, false)
+			ref.RoPE(xv, c.heads, c.hd, cv, sv, want, false, false)
 			e.compare("RoPE "+name, e.load(y, n), want, tol(e.dt, false))
 
 			acc, av := e.store(e.normal(n, 1))
-			e.check(e.o.RoPE(x, c.rows, c.heads, c.hd, cb, sb, acc, true))
-			ref.RoPE(xv, c.heads, c.hd, cv, sv, av, true)
+			e.check(e.o.RoPE(x, c.rows, c.heads, c.hd, cb, sb, acc, true, true))
+			ref.RoPE(xv, c.heads, c.hd, cv, sv, av, true, true)
 			e.compare("RoPE inverse "+name, e.load(acc, n), av, tol(e.dt, false))
+
+			inv, iv := e.out(n), make([]float64, n)
+			e.check(e.o.RoPE(x, c.rows, c.heads, c.hd, cb, sb, inv, true, false))
+			ref.RoPE(xv, c.heads, c.hd, cv, sv, iv, true, false)
+			e.compare("RoPE inverse written "+name, e.load(inv, n), iv, tol(e.dt, false))
 		}
 	})
 }
@@ -119,15 +130,22 @@ func TestGPUSwiGLU(t *testing.T) {
 			dout, dov := e.store(e.normal(n, 1))
 			dg, dgv := e.store(e.normal(n, 1))
 			du, duv := e.store(e.normal(n, 1))
-			e.check(e.o.SwiGLUBackward(g, u, dout, dg, du, int64(n)))
-			ref.SwiGLUBackward(gv, uv, dov, dgv, duv)
+			e.check(e.o.SwiGLUBackward(g, u, dout, dg, du, int64(n), true))
+			ref.SwiGLUBackward(gv, uv, dov, dgv, duv, true)
 			e.compare("SwiGLUBackward dgate "+name, e.load(dg, n), dgv, tol(e.dt, false))
 			e.compare("SwiGLUBackward dup "+name, e.load(du, n), duv, tol(e.dt, false))
 
+			// Written, not accumulated: dgate and dup start poisoned.
+			wg, wu, wgv, wuv := e.out(n), e.out(n), make([]float64, n), make([]float64, n)
+			e.check(e.o.SwiGLUBackward(g, u, dout, wg, wu, int64(n), false))
+			ref.SwiGLUBackward(gv, uv, dov, wgv, wuv, false)
+			e.compare("SwiGLUBackward dgate written "+name, e.load(wg, n), wgv, tol(e.dt, false))
+			e.compare("SwiGLUBackward dup written "+name, e.load(wu, n), wuv, tol(e.dt, false))
+
 			// dup null: dgate only.
 			dg2, dg2v := e.store(e.normal(n, 1))
-			e.check(e.o.SwiGLUBackward(g, u, dout, dg2, gpu.Buffer{}, int64(n)))
-			ref.SwiGLUBackward(gv, uv, dov, dg2v, nil)
+			e.check(e.o.SwiGLUBackward(g, u, dout, dg2, gpu.Buffer{}, int64(n), true))
+			ref.SwiGLUBackward(gv, uv, dov, dg2v, nil, true)
 			e.compare("SwiGLUBackward dgate only "+name, e.load(dg2, n), dg2v, tol(e.dt, false))
 		}
 	})

@@ -64,19 +64,19 @@ var (
 	kScatterAdd = def("op_embed.cu", "op_scatter_add", "dout:p ids:p dtable:p n:i32 dim:i32 rows:i32")
 
 	kRMSNorm        = def("op_rmsnorm.cu", "op_rmsnorm_fwd", "x:p w:p y:p rstd:p rows:i32 dim:i32 eps:f32")
-	kRMSNormDX      = def("op_rmsnorm.cu", "op_rmsnorm_bwd_dx", "x:p w:p rstd:p dy:p dx:p rows:i32 dim:i32")
+	kRMSNormDX      = def("op_rmsnorm.cu", "op_rmsnorm_bwd_dx", "x:p w:p rstd:p dy:p dx:p rows:i32 dim:i32 accumulate:i32")
 	kRMSNormSmall   = def("op_rmsnorm.cu", "op_rmsnorm_fwd_small", "x:p w:p y:p rstd:p rows:i32 dim:i32 eps:f32 lanes:i32")
-	kRMSNormDXSmall = def("op_rmsnorm.cu", "op_rmsnorm_bwd_dx_small", "x:p w:p rstd:p dy:p dx:p rows:i32 dim:i32 lanes:i32")
+	kRMSNormDXSmall = def("op_rmsnorm.cu", "op_rmsnorm_bwd_dx_small", "x:p w:p rstd:p dy:p dx:p rows:i32 dim:i32 lanes:i32 accumulate:i32")
 	kRMSNormDW      = def("op_rmsnorm.cu", "op_rmsnorm_bwd_dw", "x:p rstd:p dy:p partial:p rows:i32 dim:i32 rows_per_chunk:i32")
 
 	kAddRows = def("op_rows.cu", "op_add_rows", "y:p v:p total:i64 n:i32")
 	kSumRows = def("op_rows.cu", "op_sum_rows", "y:p partial:p rows:i32 n:i32 rows_per_chunk:i32")
 	kColSum  = def("op_rows.cu", "op_colsum", "partial:p v:p chunks:i32 n:i32")
 
-	kRoPE = def("op_rope.cu", "op_rope", "x:p cos:p sin:p y:p rows:i32 heads:i32 half:i32 inverse:i32")
+	kRoPE = def("op_rope.cu", "op_rope", "x:p cos:p sin:p y:p rows:i32 heads:i32 half:i32 inverse:i32 accumulate:i32")
 
 	kSwiGLU    = def("op_swiglu.cu", "op_swiglu_fwd", "gate:p up:p out:p n:i64")
-	kSwiGLUBwd = def("op_swiglu.cu", "op_swiglu_bwd", "gate:p up:p dout:p dgate:p dup:p n:i64")
+	kSwiGLUBwd = def("op_swiglu.cu", "op_swiglu_bwd", "gate:p up:p dout:p dgate:p dup:p n:i64 accumulate:i32")
 
 	kAxpy        = def("op_ew.cu", "op_axpy", "alpha:f32 x:p y:p n:i64")
 	kScale       = def("op_ew.cu", "op_scale", "alpha:f32 x:p n:i64")

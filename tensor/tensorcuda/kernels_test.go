@@ -163,18 +163,18 @@ func TestLaunchersMatchKernels(t *testing.T) {
 			if want := uint32(ceilDiv(9*o.normLanes(65), threads)); f.last.grid.X != want {
 				t.Errorf("RMSNorm of 9 rows of dim 65: grid %v, want %d blocks", f.last.grid, want)
 			}
-			must(o.RMSNormBackward(big, big, big, big, 1000, 5000, big, gpu.Buffer{}, gpu.Buffer{}))
+			must(o.RMSNormBackward(big, big, big, big, 1000, 5000, big, gpu.Buffer{}, gpu.Buffer{}, true))
 			if f.last.grid.X != 1000 || f.launched["op_rmsnorm_bwd_dx"] != 1 {
 				t.Errorf("RMSNormBackward dx of dim 5000: grid %v, want op_rmsnorm_bwd_dx on one block per row", f.last.grid)
 			}
-			must(o.RMSNormBackward(big, big, big, big, 1000, 65, big, big, big))
+			must(o.RMSNormBackward(big, big, big, big, 1000, 65, big, big, big, true))
 			per, nc := chunks(1000)
 			if f.last.grid.X != 1 || per*nc < 1000 {
 				t.Errorf("colsum grid %v, chunks %d×%d", f.last.grid, nc, per)
 			}
-			must(o.RoPE(big, 5, 3, 8, big, big, big, true))
+			must(o.RoPE(big, 5, 3, 8, big, big, big, true, true))
 			must(o.SwiGLU(big, big, big, 1001))
-			must(o.SwiGLUBackward(big, big, big, big, gpu.Buffer{}, 1001))
+			must(o.SwiGLUBackward(big, big, big, big, gpu.Buffer{}, 1001, true))
 			must(o.Axpy(2, big, big, 77))
 			must(o.Scale(2, big, 77))
 			must(o.AxpyBy(2, big, big, big, 77))
@@ -223,7 +223,7 @@ func TestLauncherChecksBufferSizes(t *testing.T) {
 		{"gather out", "Gather: out holds 100 bytes, needs 462", func() { _ = o.Gather(big, 10, 33, big, 7, gpu.Buffer{Ptr: 1, Size: 100}) }},
 		{"scatter fp32 table", "ScatterAdd: dtable", func() { _ = o.ScatterAdd(big, 7, 33, big, gpu.Buffer{Ptr: 1, Size: 2 * 33 * 10}, 10) }},
 		{"rmsnorm scratch", "RMSNormBackward: scratch", func() {
-			_ = o.RMSNormBackward(big, big, big, big, 100, 8, gpu.Buffer{}, big, gpu.Buffer{Ptr: 1, Size: 4})
+			_ = o.RMSNormBackward(big, big, big, big, 100, 8, gpu.Buffer{}, big, gpu.Buffer{Ptr: 1, Size: 4}, true)
 		}},
 		{"null input", "SwiGLU: gate is a null buffer", func() { _ = o.SwiGLU(gpu.Buffer{}, big, big, 3) }},
 		{"axpy-by scalar", "AxpyBy: s is a null buffer", func() { _ = o.AxpyBy(1, gpu.Buffer{}, big, big, 3) }},

@@ -84,12 +84,13 @@ func (o *Ops) RMSNorm(x, w gpu.Buffer, rows, dim int, eps float64, y, rstd gpu.B
 	return o.launch(c, o.normGrid(rows, lanes), threads)
 }
 
-// RMSNormBackward accumulates, with x̂ = x·rstd and g = dy·w:
-// dx += rstd·(g − x̂·mean(g·x̂)) (storage dtype) and dw += Σ_rows dy·x̂ (fp32,
-// deterministic: summed by chunks of rows into scratch, of ColumnScratch(rows,
-// dim) bytes, then over the chunks in order). dx or dw may be null (zero
-// Buffer); scratch is needed only with dw.
-func (o *Ops) RMSNormBackward(x, w, rstd, dy gpu.Buffer, rows, dim int, dx, dw, scratch gpu.Buffer) error {
+// RMSNormBackward computes, with x̂ = x·rstd and g = dy·w:
+// dx = rstd·(g − x̂·mean(g·x̂)) (storage dtype; added to dx with accumulate)
+// and dw += Σ_rows dy·x̂ (fp32, always added; deterministic: summed by chunks
+// of rows into scratch, of ColumnScratch(rows, dim) bytes, then over the
+// chunks in order). dx or dw may be null (zero Buffer); scratch is needed
+// only with dw.
+func (o *Ops) RMSNormBackward(x, w, rstd, dy gpu.Buffer, rows, dim int, dx, dw, scratch gpu.Buffer, accumulate bool) error {
 	n := int64(rows) * int64(dim)
 	need("RMSNormBackward", "x", x, n, o.es())
 	need("RMSNormBackward", "w", w, int64(dim), o.es())
@@ -110,6 +111,7 @@ func (o *Ops) RMSNormBackward(x, w, rstd, dy gpu.Buffer, rows, dim int, dx, dw, 
 		if lanes > 0 {
 			c.i32("lanes", lanes)
 		}
+		c.flag("accumulate", accumulate)
 		if err := o.launch(c, o.normGrid(rows, lanes), threads); err != nil {
 			return err
 		}
@@ -135,9 +137,9 @@ func (o *Ops) colSum(partial gpu.Buffer, chunks, n int, v gpu.Buffer) error {
 // RoPE rotates each head of x ([rows, heads, headDim], storage dtype) by the
 // angles of its row in HF's rotate_half convention: with h = headDim/2,
 // c = cos[r,i], s = sin[r,i] (fp32 tables [rows, h]), y[i] = x[i]·c − x[i+h]·s
-// and y[i+h] = x[i+h]·c + x[i]·s. With inverse the rotation is by −angle and
-// the result is added to y (RoPE's gradient).
-func (o *Ops) RoPE(x gpu.Buffer, rows, heads, headDim int, cos, sin gpu.Buffer, y gpu.Buffer, inverse bool) error {
+// and y[i+h] = x[i+h]·c + x[i]·s. With inverse the rotation is by −angle
+// (RoPE's gradient); with accumulate the result is added to y.
+func (o *Ops) RoPE(x gpu.Buffer, rows, heads, headDim int, cos, sin gpu.Buffer, y gpu.Buffer, inverse, accumulate bool) error {
 	if headDim%2 != 0 {
 		panic("tensorcuda: RoPE: odd head dimension")
 	}
@@ -150,7 +152,7 @@ func (o *Ops) RoPE(x gpu.Buffer, rows, heads, headDim int, cos, sin gpu.Buffer, 
 	if n == 0 {
 		return nil
 	}
-	c := o.begin(kRoPE).ptr("x", x).ptr("cos", cos).ptr("sin", sin).ptr("y", y).i32("rows", rows).i32("heads", heads).i32("half", half).flag("inverse", inverse)
+	c := o.begin(kRoPE).ptr("x", x).ptr("cos", cos).ptr("sin", sin).ptr("y", y).i32("rows", rows).i32("heads", heads).i32("half", half).flag("inverse", inverse).flag("accumulate", accumulate)
 	return o.launch(c, o.vecStrided(n/2), threads)
 }
 
@@ -166,9 +168,9 @@ func (o *Ops) SwiGLU(gate, up, out gpu.Buffer, n int64) error {
 	return o.launch(c, o.vecStrided(n), threads)
 }
 
-// SwiGLUBackward accumulates dgate += dout·up·σ(g)·(1 + g·(1−σ(g))) and
-// dup += dout·silu(g); either may be null.
-func (o *Ops) SwiGLUBackward(gate, up, dout, dgate, dup gpu.Buffer, n int64) error {
+// SwiGLUBackward computes dgate = dout·up·σ(g)·(1 + g·(1−σ(g))) and
+// dup = dout·silu(g), adding to them with accumulate; either may be null.
+func (o *Ops) SwiGLUBackward(gate, up, dout, dgate, dup gpu.Buffer, n int64, accumulate bool) error {
 	need("SwiGLUBackward", "gate", gate, n, o.es())
 	need("SwiGLUBackward", "up", up, n, o.es())
 	need("SwiGLUBackward", "dout", dout, n, o.es())
@@ -177,6 +179,6 @@ func (o *Ops) SwiGLUBackward(gate, up, dout, dgate, dup gpu.Buffer, n int64) err
 	if n == 0 || dgate.Ptr == 0 && dup.Ptr == 0 {
 		return nil
 	}
-	c := o.begin(kSwiGLUBwd).ptr("gate", gate).ptr("up", up).ptr("dout", dout).ptr("dgate", dgate).ptr("dup", dup).i64("n", n)
+	c := o.begin(kSwiGLUBwd).ptr("gate", gate).ptr("up", up).ptr("dout", dout).ptr("dgate", dgate).ptr("dup", dup).i64("n", n).flag("accumulate", accumulate)
 	return o.launch(c, o.vecStrided(n), threads)
 }

@@ -155,20 +155,20 @@ func (p *onWorker) RMSNorm(x, w tensor.Storage[float32], dim int, eps float64, y
 	p.do("RMSNorm", func() { p.b.RMSNorm(un(x), un(w), dim, eps, un(y), un(rstd)) })
 }
 
-func (p *onWorker) RMSNormBackward(x, w, rstd, dy tensor.Storage[float32], dim int, dx, dw tensor.Storage[float32]) {
-	p.do("RMSNormBackward", func() { p.b.RMSNormBackward(un(x), un(w), un(rstd), un(dy), dim, un(dx), un(dw)) })
+func (p *onWorker) RMSNormBackward(x, w, rstd, dy tensor.Storage[float32], dim int, dx, dw tensor.Storage[float32], accumulate bool) {
+	p.do("RMSNormBackward", func() { p.b.RMSNormBackward(un(x), un(w), un(rstd), un(dy), dim, un(dx), un(dw), accumulate) })
 }
 
-func (p *onWorker) RoPE(x tensor.Storage[float32], heads, headDim int, cos, sin, y tensor.Storage[float32], inverse bool) {
-	p.do("RoPE", func() { p.b.RoPE(un(x), heads, headDim, un(cos), un(sin), un(y), inverse) })
+func (p *onWorker) RoPE(x tensor.Storage[float32], heads, headDim int, cos, sin, y tensor.Storage[float32], inverse, accumulate bool) {
+	p.do("RoPE", func() { p.b.RoPE(un(x), heads, headDim, un(cos), un(sin), un(y), inverse, accumulate) })
 }
 
 func (p *onWorker) SwiGLU(gate, up, out tensor.Storage[float32]) {
 	p.do("SwiGLU", func() { p.b.SwiGLU(un(gate), un(up), un(out)) })
 }
 
-func (p *onWorker) SwiGLUBackward(gate, up, dout, dgate, dup tensor.Storage[float32]) {
-	p.do("SwiGLUBackward", func() { p.b.SwiGLUBackward(un(gate), un(up), un(dout), un(dgate), un(dup)) })
+func (p *onWorker) SwiGLUBackward(gate, up, dout, dgate, dup tensor.Storage[float32], accumulate bool) {
+	p.do("SwiGLUBackward", func() { p.b.SwiGLUBackward(un(gate), un(up), un(dout), un(dgate), un(dup), accumulate) })
 }
 
 func (p *onWorker) SoftmaxXent(logits tensor.Storage[float32], rows, vocab int, targets tensor.Ints, scale, loss tensor.Storage[float32], argmax tensor.Ints) {
@@ -183,8 +183,8 @@ func (p *onWorker) Attention(d flex.Dims, q, k, v tensor.Storage[float32], m ten
 	return p.wrap(out), p.wrap(lse)
 }
 
-func (p *onWorker) AttentionBackward(d flex.Dims, q, k, v, out, lse, dout tensor.Storage[float32], m tensor.Mask, score *flex.ScoreProgram, scale float64, dq, dk, dv tensor.Storage[float32]) {
+func (p *onWorker) AttentionBackward(d flex.Dims, q, k, v, out, lse, dout tensor.Storage[float32], m tensor.Mask, score *flex.ScoreProgram, scale float64, dq, dk, dv tensor.Storage[float32], accumulate bool) {
 	p.do("AttentionBackward", func() {
-		p.b.AttentionBackward(d, un(q), un(k), un(v), un(out), un(lse), un(dout), m, score, scale, un(dq), un(dk), un(dv))
+		p.b.AttentionBackward(d, un(q), un(k), un(v), un(out), un(lse), un(dout), m, score, scale, un(dq), un(dk), un(dv), accumulate)
 	})
 }

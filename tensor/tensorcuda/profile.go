@@ -152,8 +152,8 @@ var gemmLabels = [3][4]string{
 	{"Gemm NN f32", "Gemm NT f32", "Gemm TN f32", "Gemm TT f32"},
 }
 
-// accLabel is op, or op's accumulating form ("Copy2D (accumulate)"; the
-// inverse RoPE, which accumulates), as a constant string.
+// accLabel is op, or op's accumulating form ("Copy2D (accumulate)"), as a
+// constant string.
 func accLabel(op string, accumulate bool) string {
 	if !accumulate {
 		return op
@@ -163,8 +163,19 @@ func accLabel(op string, accumulate bool) string {
 		return "Copy2D (accumulate)"
 	case "Transpose12":
 		return "Transpose12 (accumulate)"
-	case "RoPE":
-		return "RoPE (inverse, accumulate)"
 	}
 	return op + " (accumulate)"
+}
+
+// ropeLabel names RoPE's forms as constant strings.
+func ropeLabel(inverse, accumulate bool) string {
+	switch {
+	case inverse && accumulate:
+		return "RoPE (inverse, accumulate)"
+	case inverse:
+		return "RoPE (inverse)"
+	case accumulate:
+		return "RoPE (accumulate)"
+	}
+	return "RoPE"
 }

@@ -40,8 +40,8 @@ func TestGPUMisaligned(t *testing.T) {
 			dout, dov := e.store(e.normal(n, 1))
 			dg, dgv := e.store(e.normal(n, 1))
 			du, duv := e.storeAt1(e.normal(n, 1))
-			e.check(e.o.SwiGLUBackward(g, u, dout, dg, du, int64(n)))
-			ref.SwiGLUBackward(gv, uv, dov, dgv, duv)
+			e.check(e.o.SwiGLUBackward(g, u, dout, dg, du, int64(n), true))
+			ref.SwiGLUBackward(gv, uv, dov, dgv, duv, true)
 			e.compare("SwiGLUBackward misaligned dgate "+name, e.load(dg, n), dgv, tl)
 			e.compare("SwiGLUBackward misaligned dup "+name, e.load(du, n), duv, tl)
 		}
@@ -65,8 +65,8 @@ func TestGPUMisaligned(t *testing.T) {
 			gr := e.loadF32(rstd, rows)
 			dy, dyv := e.store(e.normal(rows*dim, 1))
 			dx, dxv := e.storeAt1(e.normal(rows*dim, 1))
-			e.check(e.o.RMSNormBackward(x, w, rstd, dy, rows, dim, dx, gpu.Buffer{}, gpu.Buffer{}))
-			ref.RMSNormBackward(xv, wv, gr, dyv, dim, dxv, nil)
+			e.check(e.o.RMSNormBackward(x, w, rstd, dy, rows, dim, dx, gpu.Buffer{}, gpu.Buffer{}, true))
+			ref.RMSNormBackward(xv, wv, gr, dyv, dim, dxv, nil, true)
 			e.compare("RMSNormBackward misaligned dx "+name, e.load(dx, rows*dim), dxv, tol(e.dt, true))
 		}
 
@@ -94,9 +94,9 @@ func TestGPUMisaligned(t *testing.T) {
 		sb, sv := e.f32(sn)
 		rx, rxv := e.storeAt1(e.normal(rows*heads*hd, 1))
 		ry := e.out(rows * heads * hd)
-		e.check(e.o.RoPE(rx, rows, heads, hd, cb, sb, ry, false))
+		e.check(e.o.RoPE(rx, rows, heads, hd, cb, sb, ry, false, false))
 		want := make([]float64, rows*heads*hd)
-		ref.RoPE(rxv, heads, hd, cv, sv, want, false)
+		ref.RoPE(rxv, heads, hd, cv, sv, want, false, false)
 		e.compare("RoPE misaligned", e.load(ry, rows*heads*hd), want, tl)
 	})
 }
