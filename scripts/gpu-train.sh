@@ -19,8 +19,9 @@
 # the transformers models) stay in $WORK. The last line says PASS or FAIL.
 # PARTS (default "tests golden train resume bench"; "profile" adds
 # scripts/gpu-step-prof.sh, "compare" scripts/gpu-step-compare.sh) chooses what runs; TRAIN_ARGS adds
-# flags to both training runs (e.g. TRAIN_ARGS="--data.buckets 3": fixed-shape
-# batches from length buckets, each step's pad_frac in the metrics).
+# flags to both training runs (default "--data.buckets 3": fixed-shape batches
+# from length buckets, each bucket's passes replayed as CUDA graphs after its
+# first step; each step's pad_frac in the metrics; TRAIN_ARGS= for none).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 B=.devbuild/train
@@ -30,6 +31,7 @@ if [ "${1:-}" = "--build" ]; then
 	export CGO_ENABLED=0 GOOS=linux GOARCH=amd64
 	go build -trimpath -ldflags="-s -w" -o "$B/dflash" ./cmd/dflash
 	go test -c -trimpath -ldflags="-s -w" -o "$B/tensorcuda.test" ./tensor/tensorcuda
+	go test -c -trimpath -ldflags="-s -w" -o "$B/gpu.test" ./gpu
 	go test -c -trimpath -ldflags="-s -w" -o "$B/model.test" ./model
 	go test -c -trimpath -ldflags="-s -w" -o "$B/dflash.test" ./model/dflash
 	go test -count=1 -run TestWriteTrainFixture ./cmd/dflash -train-fixture "$PWD/$B/fixture" >/dev/null
@@ -41,7 +43,7 @@ WORK=${WORK:-/tmp/gpu-train}
 mkdir -p "$OUT" "$WORK"
 PARTS=${PARTS:-tests golden train resume bench}
 STEPS=${STEPS:-200}
-TRAIN_ARGS=${TRAIN_ARGS:-}
+TRAIN_ARGS=${TRAIN_ARGS---data.buckets 3}
 status=PASS
 fail() { echo "FAIL: $*"; status=FAIL; }
 has() { [[ " $PARTS " == *" $1 "* ]]; }
@@ -52,6 +54,10 @@ if has tests; then
 	"$B/tensorcuda.test" -test.run 'GPU' -test.v >"$OUT/tensorcuda.log" 2>&1 || fail "tensorcuda GPU tests"
 	grep -E '^(--- |ok|FAIL|PASS)' "$OUT/tensorcuda.log" | tail -n 30
 	python3 scripts/testfails.py "$OUT/tensorcuda.log" 40
+	echo "== gpu package GPU tests (graphs, Replay, staged uploads, allocator)"
+	(cd gpu && ../"$B/gpu.test" -test.v) >"$OUT/gpu.log" 2>&1 || fail "gpu GPU tests"
+	grep -E '^(--- |ok|FAIL|PASS)' "$OUT/gpu.log" | grep -v SKIP | tail -n 30
+	python3 scripts/testfails.py "$OUT/gpu.log" 40
 fi
 
 if has golden; then
@@ -75,7 +81,7 @@ if has train; then
 		"$B/dflash" train --device "$dev" --target "$B/fixture/target" --data "$B/fixture/conv.jsonl" --out "$WORK/run-$dev" \
 			--steps "$STEPS" --eval-every 50 --save-every 100 --progress off --plot=false --drafter.layers 2 --drafter.block-size 8 \
 			--drafter.anchors 32 --data.batch-size 4 --drafter.export F32 $TRAIN_ARGS >"$OUT/train-$dev.log" 2>&1 || fail "train --device $dev"
-		echo "$dev: $((SECONDS - start)) s"; tail -n 4 "$OUT/train-$dev.log"
+		echo "$dev: $((SECONDS - start)) s"; tail -n 4 "$OUT/train-$dev.log"; grep -E 'bucket steps|kernel cache' "$OUT/train-$dev.log"
 		cp "$WORK/run-$dev/metrics.jsonl" "$OUT/metrics-$dev.jsonl" 2>/dev/null
 		python3 scripts/tb_check.py "$WORK/run-$dev" || fail "TensorBoard event files of train --device $dev"
 	done
@@ -116,7 +122,7 @@ if has resume; then
 	# then --resume, must end bit-identical to the same run straight through.
 	args=(train --device cuda --deterministic --target "$B/fixture/target" --data "$B/fixture/conv.jsonl" --steps "$STEPS"
 		--save-every 20 --eval-every 0 --progress off --plot=false --drafter.layers 2 --drafter.block-size 8
-		--drafter.anchors 32 --data.batch-size 4 --drafter.export F32)
+		--drafter.anchors 32 --data.batch-size 4 --drafter.export F32 $TRAIN_ARGS)
 	echo "== resume after SIGKILL (--deterministic, $STEPS steps)"
 	"$B/dflash" "${args[@]}" --out "$WORK/det-a" >"$OUT/det-a.log" 2>&1 || fail "deterministic run"
 	"$B/dflash" "${args[@]}" --out "$WORK/det-b" >"$OUT/det-b.log" 2>&1 &
@@ -143,13 +149,15 @@ if has bench; then
 	"$B/dflash" bench step --device cuda --target-config qwen3-8b --seq-len 3072 --batch 4 --anchors 512 --block-size 16 \
 		--drafter-layers 5 --steps 5 --warmup 2 --json >"$OUT/bench-8b.json" 2>"$OUT/bench-8b.log" || { fail "bench step qwen3-8b"; grep -v '^\s' "$OUT/bench-8b.log" | head -n 20; }
 	case8b=(--seq-len 3072 --batch 4 --anchors 512 --block-size 16 --drafter-layers 5 --steps 5 --warmup 2 --json)
+	DFLASH_CUDA_GRAPHS=0 "$B/dflash" bench step --device cuda --target-config qwen3-8b "${case8b[@]}" >"$OUT/bench-8b-nographs.json" 2>"$OUT/bench-8b-nographs.log" ||
+		{ fail "bench step qwen3-8b without graphs"; grep -v '^\s' "$OUT/bench-8b-nographs.log" | head -n 20; }
 	"$B/dflash" bench step --device cuda --target-config qwen3-8b --drafter-only "${case8b[@]}" >"$OUT/bench-8b-drafter.json" 2>"$OUT/bench-8b-drafter.log" ||
 		{ fail "bench step qwen3-8b --drafter-only"; grep -v '^\s' "$OUT/bench-8b-drafter.log" | head -n 20; }
 	"$B/dflash" bench step --device cuda --target-config qwen3-1.7b "${case8b[@]}" >"$OUT/bench-1.7b.json" 2>"$OUT/bench-1.7b.log" ||
 		{ fail "bench step qwen3-1.7b"; grep -v '^\s' "$OUT/bench-1.7b.log" | head -n 20; }
 	python3 - "$OUT" <<'PY'
 import json, sys, os
-for name in ("0.6b", "8b", "8b-drafter", "1.7b"):
+for name in ("0.6b", "8b", "8b-nographs", "8b-drafter", "1.7b"):
     p = f"{sys.argv[1]}/bench-{name}.json"
     if not os.path.exists(p) or os.path.getsize(p) == 0:
         continue
@@ -160,7 +168,7 @@ for name in ("0.6b", "8b", "8b-drafter", "1.7b"):
           f"step arena peak in use {r.get('step_arena_bytes', 0)/2**30:.1f} GiB, reserved {r.get('step_arena_reserved_bytes', 0)/2**30:.1f} GiB "
           f"(most {r.get('step_arena_most_reserved_bytes', 0)/2**30:.1f} GiB, "
           f"{'in place' if r.get('step_arena_in_place') else 'in chunks'}), "
-          f"first step {r.get('first_step_ms', 0)/1e3:.1f} s, loss {r['loss']:.3f}")
+          f"first step {r.get('first_step_ms', 0)/1e3:.1f} s, loss {r['loss']:.3f}, regions {r.get('replays')}, per step {r.get('per_step')}")
 PY
 fi
 
