@@ -142,7 +142,7 @@ func (m *Model) decode(b tensor.Backend[float32], cache *Cache, tokens []int32, 
 		qt := tp.Transpose12(q) // [1, Hq, n, D]
 		a := tensor.New[float32]("attn", qt.Shape...)
 		AttendRows(b, qt.Data(), cache.k[i], cache.v[i], c.NumHeads, n, D, keys, scale, a.Data())
-		x = m.finishLayer(tp, i, x, tp.Transpose12(a))
+		x = m.finishLayer(tp, i, x, tp.Transpose12(a), nil)
 	}
 	cache.Len = total
 	if slices.Contains(states, c.NumLayers) {

@@ -53,6 +53,8 @@ type Backend[T Float] interface {
 	// ldb, ldc. With beta = 0, C is overwritten (NaNs in C are ignored).
 	Gemm(transA, transB bool, m, n, k int, alpha T, a Storage[T], lda int, b Storage[T], ldb int, beta T, c Storage[T], ldc int)
 
+	// Add computes out = a + b (out may be a or b).
+	Add(a, b, out Storage[T])
 	// Axpy computes y += alpha·x.
 	Axpy(alpha T, x, y Storage[T])
 	// AxpyBy computes y += alpha·s[0]·x, with the scalar s on the backend (a

@@ -58,8 +58,8 @@ type opCase struct {
 
 // Run runs every case of the suite against b, each as a subtest: GEMM in all
 // four transpose combinations with odd sizes, leading dimensions and
-// alpha/beta; embedding, linear (with, without bias, frozen weight), add,
-// scale, reshape, concat, slice, transpose, RMSNorm, QK-norm, RoPE (default
+// alpha/beta; embedding, linear (with, without bias, frozen weight), add
+// (into a new and into a given output), scale, reshape, concat, slice, transpose, RMSNorm, QK-norm, RoPE (default
 // and llama3 scaling), SwiGLU, an MLP block, chunked LM-head cross-entropy
 // (three chunk sizes, masked and weighted rows) and flex attention (causal
 // GQA, and a decode-style offset mask).

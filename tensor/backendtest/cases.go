@@ -27,6 +27,13 @@ func addScaleOp[T tensor.Float](tp *tp[T], in []*ten[T]) *ten[T] {
 	return tp.Scale(tp.Add(in[0], tp.Reshape(in[1], in[0].Shape...)), -1.5)
 }
 
+// addIntoOp writes a + b into a buffer of the caller's, then scales it
+// (the gradient flows back through the buffer).
+func addIntoOp[T tensor.Float](tp *tp[T], in []*ten[T]) *ten[T] {
+	out := tensor.FromStorage("out", tp.Backend().Alloc(in[0].Numel()), in[0].Shape...)
+	return tp.Scale(tp.AddInto(in[0], in[1], out), 0.5)
+}
+
 func concatOp[T tensor.Float](axis int) opFn[T] {
 	return func(tp *tp[T], in []*ten[T]) *ten[T] { return tp.Concat(axis, in...) }
 }
@@ -118,6 +125,18 @@ func (l *caseList) dataCases() {
 			out := make([]float64, 12)
 			for i := range out {
 				out[i] = -1.5 * (in[0][i] + in[1][i])
+			}
+			return out
+		})
+
+	l.add("AddInto", []input{
+		{name: "a", shape: []int{5, 7}, grad: true},
+		{name: "b", shape: []int{5, 7}, grad: true}},
+		addIntoOp[float32], addIntoOp[float64],
+		func(in [][]float64) []float64 {
+			out := make([]float64, 35)
+			for i := range out {
+				out[i] = 0.5 * (in[0][i] + in[1][i])
 			}
 			return out
 		})

@@ -78,6 +78,7 @@ var (
 	kSwiGLU    = def("op_swiglu.cu", "op_swiglu_fwd", "gate:p up:p out:p n:i64")
 	kSwiGLUBwd = def("op_swiglu.cu", "op_swiglu_bwd", "gate:p up:p dout:p dgate:p dup:p n:i64")
 
+	kAdd         = def("op_ew.cu", "op_add", "a:p b:p out:p n:i64")
 	kAxpy        = def("op_ew.cu", "op_axpy", "alpha:f32 x:p y:p n:i64")
 	kScale       = def("op_ew.cu", "op_scale", "alpha:f32 x:p n:i64")
 	kAxpyBy      = def("op_ew.cu", "op_axpy_by", "alpha:f32 s:p x:p y:p n:i64")

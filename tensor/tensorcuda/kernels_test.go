@@ -175,6 +175,7 @@ func TestLaunchersMatchKernels(t *testing.T) {
 			must(o.RoPE(big, 5, 3, 8, big, big, big, true))
 			must(o.SwiGLU(big, big, big, 1001))
 			must(o.SwiGLUBackward(big, big, big, big, gpu.Buffer{}, 1001))
+			must(o.Add(big, big, big, 77))
 			must(o.Axpy(2, big, big, 77))
 			must(o.Scale(2, big, 77))
 			must(o.AxpyBy(2, big, big, big, 77))

@@ -116,6 +116,10 @@ func (p *onWorker) Gemm(transA, transB bool, m, n, k int, alpha float32, a tenso
 	p.do("Gemm", func() { p.b.Gemm(transA, transB, m, n, k, alpha, un(a), lda, un(b), ldb, beta, un(c), ldc) })
 }
 
+func (p *onWorker) Add(a, b, out tensor.Storage[float32]) {
+	p.do("Add", func() { p.b.Add(un(a), un(b), un(out)) })
+}
+
 func (p *onWorker) Axpy(alpha float32, x, y tensor.Storage[float32]) {
 	p.do("Axpy", func() { p.b.Axpy(alpha, un(x), un(y)) })
 }

@@ -54,6 +54,8 @@ func TestOpKernelsTypeCheck(t *testing.T) {
 //     differs only in its index type and is not run.
 //   - op_rmsnorm_host.cc: the small-dim RMSNorm kernels with one lane per
 //     row against float64.
+//   - op_ew_host.cc: op_add, vector, scalar and in-place, against a plain
+//     loop.
 //
 // It skips without g++.
 func TestOpKernelsOnHost(t *testing.T) {
@@ -65,7 +67,7 @@ func TestOpKernelsOnHost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range []struct{ kernels, harness string }{{"op_copy.cu", "op_copy_host.cc"}, {"op_rmsnorm.cu", "op_rmsnorm_host.cc"}} {
+	for _, c := range []struct{ kernels, harness string }{{"op_copy.cu", "op_copy_host.cc"}, {"op_rmsnorm.cu", "op_rmsnorm_host.cc"}, {"op_ew.cu", "op_ew_host.cc"}} {
 		harness, err := os.ReadFile(filepath.Join(td, c.harness))
 		if err != nil {
 			t.Fatal(err)
