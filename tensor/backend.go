@@ -92,6 +92,21 @@ type Backend[T Float] interface {
 	// (RoPE's gradient).
 	RoPE(x Storage[T], heads, headDim int, cos, sin Storage[T], y Storage[T], inverse bool)
 
+	// NormRoPE is QK-norm, RoPE and the move to attention's layout in one
+	// pass. For x [batch, length, heads, headDim] and each (b, l, h), with
+	// r = b·length + l, it computes rstd[r·heads+h] = 1/sqrt(mean(x[b,l,h,:]²)+eps)
+	// and y[b,h,l,:] = RoPE_r(x[b,l,h,:]·rstd·w), y [batch, heads, length,
+	// headDim], where RoPE_r is RoPE's rotation by cos[r,:] and sin[r,:].
+	// With w nil there is no norm: y[b,h,l,:] = RoPE_r(x[b,l,h,:]) and rstd
+	// is not written (it may be nil). With length 1 the layout is x's.
+	NormRoPE(x, w Storage[T], batch, length, heads, headDim int, eps float64, cos, sin, y, rstd Storage[T])
+	// NormRoPEBackward accumulates NormRoPE's gradients for dy: with
+	// g = RoPE_r⁻¹(dy[b,h,l,:]) (the rotation by −angle) and x̂ = x[b,l,h,:]·rstd,
+	// dx[b,l,h,:] += rstd·(g·w − x̂·mean(g·w·x̂)) and dw += Σ g·x̂ over every
+	// (b, l, h) (dx or dw may be nil); with w nil, dx[b,l,h,:] += g, and x
+	// and rstd are not read (they may be nil).
+	NormRoPEBackward(x, w, rstd, dy Storage[T], batch, length, heads, headDim int, cos, sin, dx, dw Storage[T])
+
 	// SwiGLU computes out = silu(gate)·up with silu(g) = g·σ(g).
 	SwiGLU(gate, up, out Storage[T])
 	// SwiGLUBackward accumulates dgate += dout·up·σ(g)·(1 + g·(1−σ(g))) and dup += dout·silu(g)

@@ -52,6 +52,22 @@ func ropeOp[T tensor.Float](r *tensor.Rope, pos []int32) opFn[T] {
 	return func(tp *tp[T], in []*ten[T]) *ten[T] { return tp.RoPE(in[0], tensor.Table(tp.Backend(), r, pos)) }
 }
 
+// normRoPEOp is NormRoPEHeads (heads) or NormRoPE, with a weight when the
+// case has a second input.
+func normRoPEOp[T tensor.Float](r *tensor.Rope, pos []int32, heads bool) opFn[T] {
+	return func(tp *tp[T], in []*ten[T]) *ten[T] {
+		var w *ten[T]
+		if len(in) > 1 {
+			w = in[1]
+		}
+		table := tensor.Table(tp.Backend(), r, pos)
+		if heads {
+			return tp.NormRoPEHeads(in[0], w, 1e-6, table)
+		}
+		return tp.NormRoPE(in[0], w, 1e-6, table)
+	}
+}
+
 func swigluOp[T tensor.Float](tp *tp[T], in []*ten[T]) *ten[T] { return tp.SwiGLU(in[0], in[1]) }
 
 func mlpOp[T tensor.Float](tp *tp[T], in []*ten[T]) *ten[T] {
@@ -242,6 +258,8 @@ func (l *caseList) layerCases() {
 			})
 	}
 
+	l.normRoPECases()
+
 	l.add("SwiGLU", []input{
 		{name: "gate", shape: []int{4, 10}, grad: true, gen: func() float64 { return 3 * l.rng.NormFloat64() }},
 		{name: "up", shape: []int{4, 10}, grad: true}},
@@ -270,6 +288,54 @@ func (l *caseList) layerCases() {
 			}
 			return naiveLinear(3, 12, 8)([][]float64{g, in[4]})
 		})
+}
+
+// normRoPECases: QK-norm, RoPE and the move to [B, H, L, D] in one op,
+// with and without a norm weight, and without the move.
+func (l *caseList) normRoPECases() {
+	const b, n, heads, hd = 2, 3, 4, 8
+	r, err := tensor.NewRope(hd, 10000, nil)
+	if err != nil {
+		panic(err)
+	}
+	pos := randIDs(l.rng, b*n, 300)
+	inv := naiveInvFreq(hd, 10000, nil)
+	// naive normalises (with w) and rotates x [b, n, heads, hd] per head and
+	// writes [b, heads, n, hd] (move) or x's layout.
+	naive := func(move bool) func([][]float64) []float64 {
+		return func(in [][]float64) []float64 {
+			out := make([]float64, b*n*heads*hd)
+			for i := range b {
+				for t := range n {
+					for h := range heads {
+						x := in[0][((i*n+t)*heads+h)*hd:][:hd]
+						z := append([]float64(nil), x...)
+						if len(in) > 1 {
+							z = naiveRMSNorm(hd, 1e-6)([][]float64{x, in[1]})
+						}
+						o := ((i*n+t)*heads + h) * hd
+						if move {
+							o = ((i*heads+h)*n + t) * hd
+						}
+						for k := range hd {
+							ang := float64(pos[i*n+t]) * inv[k%(hd/2)]
+							rot := -z[(k+hd/2)%hd]
+							if k >= hd/2 {
+								rot = z[k-hd/2]
+							}
+							out[o+k] = z[k]*math.Cos(ang) + rot*math.Sin(ang)
+						}
+					}
+				}
+			}
+			return out
+		}
+	}
+	x := input{name: "x", shape: []int{b, n, heads, hd}, grad: true, gen: func() float64 { return 2 * l.rng.NormFloat64() }}
+	w := input{name: "w", shape: []int{hd}, grad: true, gen: l.near1}
+	l.add("NormRoPEHeads", []input{x, w}, normRoPEOp[float32](r, pos, true), normRoPEOp[float64](r, pos, true), naive(true))
+	l.add("NormRoPEHeadsNoWeight", []input{x}, normRoPEOp[float32](r, pos, true), normRoPEOp[float64](r, pos, true), naive(true))
+	l.add("NormRoPE", []input{x, w}, normRoPEOp[float32](r, pos, false), normRoPEOp[float64](r, pos, false), naive(false))
 }
 
 // lossCases: the chunked LM-head cross-entropy, with an ignored target and a

@@ -167,6 +167,18 @@ func (p *onWorker) RoPE(x tensor.Storage[float32], heads, headDim int, cos, sin,
 	p.do("RoPE", func() { p.b.RoPE(un(x), heads, headDim, un(cos), un(sin), un(y), inverse) })
 }
 
+func (p *onWorker) NormRoPE(x, w tensor.Storage[float32], batch, length, heads, headDim int, eps float64, cos, sin, y, rstd tensor.Storage[float32]) {
+	p.do("NormRoPE", func() {
+		p.b.NormRoPE(un(x), un(w), batch, length, heads, headDim, eps, un(cos), un(sin), un(y), un(rstd))
+	})
+}
+
+func (p *onWorker) NormRoPEBackward(x, w, rstd, dy tensor.Storage[float32], batch, length, heads, headDim int, cos, sin, dx, dw tensor.Storage[float32]) {
+	p.do("NormRoPEBackward", func() {
+		p.b.NormRoPEBackward(un(x), un(w), un(rstd), un(dy), batch, length, heads, headDim, un(cos), un(sin), un(dx), un(dw))
+	})
+}
+
 func (p *onWorker) SwiGLU(gate, up, out tensor.Storage[float32]) {
 	p.do("SwiGLU", func() { p.b.SwiGLU(un(gate), un(up), un(out)) })
 }
