@@ -186,22 +186,20 @@ type attnFn func(q, k, v *tensor.Tensor) *tensor.Tensor
 // with n1, n2 the layer's RMSNorms and norm_q, norm_k the per-head QK-norms (Qwen3).
 func (m *Model) layer(tp *tensor.Tape, i int, x *tensor.Tensor, batch, length int, table *tensor.RopeTable[float32], att attnFn, out *tensor.Tensor) *tensor.Tensor {
 	q, k, v := m.qkv(tp, i, x, batch, length, table)
-	a := att(tp.Transpose12(q), tp.Transpose12(k), tp.Transpose12(v))
+	a := att(q, k, tp.Transpose12(v))
 	return m.finishLayer(tp, i, x, tp.Transpose12(a), out)
 }
 
-// qkv returns the rotated, normed queries [B, L, Hq, D] and keys [B, L, Hkv, D] and values.
+// qkv returns the normed (QK-norm where the model has it), rotated queries
+// [B, Hq, L, D] and keys [B, Hkv, L, D], in attention's layout, and the
+// values [B, L, Hkv, D].
 func (m *Model) qkv(tp *tensor.Tape, i int, x *tensor.Tensor, batch, length int, table *tensor.RopeTable[float32]) (q, k, v *tensor.Tensor) {
 	c, l := &m.Config, &m.Layers[i]
 	h := tp.RMSNorm(x, l.InputNorm, c.RMSNormEps)
 	q = tp.Reshape(tp.Linear(h, l.Q, l.QB), batch, length, c.NumHeads, c.HeadDim)
 	k = tp.Reshape(tp.Linear(h, l.K, l.KB), batch, length, c.NumKVHeads, c.HeadDim)
 	v = tp.Reshape(tp.Linear(h, l.V, l.VB), batch, length, c.NumKVHeads, c.HeadDim)
-	if l.QNorm != nil {
-		q = tp.RMSNorm(q, l.QNorm, c.RMSNormEps)
-		k = tp.RMSNorm(k, l.KNorm, c.RMSNormEps)
-	}
-	return tp.RoPE(q, table), tp.RoPE(k, table), v
+	return tp.NormRoPEHeads(q, l.QNorm, c.RMSNormEps, table), tp.NormRoPEHeads(k, l.KNorm, c.RMSNormEps, table), v
 }
 
 // finishLayer takes the attention output a [B, L, Hq, D] and returns the
