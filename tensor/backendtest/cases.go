@@ -291,51 +291,56 @@ func (l *caseList) layerCases() {
 }
 
 // normRoPECases: QK-norm, RoPE and the move to [B, H, L, D] in one op,
-// with and without a norm weight, and without the move.
+// with and without a norm weight, and without the move; head dimension 8,
+// and 64 for the weighted move (whole 16-byte vectors of pairs in bf16).
 func (l *caseList) normRoPECases() {
-	const b, n, heads, hd = 2, 3, 4, 8
+	l.normRoPECase("NormRoPEHeads", 2, 3, 4, 8, true, true)
+	l.normRoPECase("NormRoPEHeadsNoWeight", 2, 3, 4, 8, false, true)
+	l.normRoPECase("NormRoPE", 2, 3, 4, 8, true, false)
+	l.normRoPECase("NormRoPEHeadsD64", 1, 3, 2, 64, true, true)
+}
+
+// normRoPECase adds the case of x [b, n, heads, hd], with a weight or not,
+// moved to [b, heads, n, hd] or not.
+func (l *caseList) normRoPECase(name string, b, n, heads, hd int, weight, move bool) {
 	r, err := tensor.NewRope(hd, 10000, nil)
 	if err != nil {
 		panic(err)
 	}
 	pos := randIDs(l.rng, b*n, 300)
 	inv := naiveInvFreq(hd, 10000, nil)
-	// naive normalises (with w) and rotates x [b, n, heads, hd] per head and
-	// writes [b, heads, n, hd] (move) or x's layout.
-	naive := func(move bool) func([][]float64) []float64 {
-		return func(in [][]float64) []float64 {
-			out := make([]float64, b*n*heads*hd)
-			for i := range b {
-				for t := range n {
-					for h := range heads {
-						x := in[0][((i*n+t)*heads+h)*hd:][:hd]
-						z := append([]float64(nil), x...)
-						if len(in) > 1 {
-							z = naiveRMSNorm(hd, 1e-6)([][]float64{x, in[1]})
+	naive := func(in [][]float64) []float64 {
+		out := make([]float64, b*n*heads*hd)
+		for i := range b {
+			for t := range n {
+				for h := range heads {
+					x := in[0][((i*n+t)*heads+h)*hd:][:hd]
+					z := append([]float64(nil), x...)
+					if weight {
+						z = naiveRMSNorm(hd, 1e-6)([][]float64{x, in[1]})
+					}
+					o := ((i*n+t)*heads + h) * hd
+					if move {
+						o = ((i*heads+h)*n + t) * hd
+					}
+					for k := range hd {
+						ang := float64(pos[i*n+t]) * inv[k%(hd/2)]
+						rot := -z[(k+hd/2)%hd]
+						if k >= hd/2 {
+							rot = z[k-hd/2]
 						}
-						o := ((i*n+t)*heads + h) * hd
-						if move {
-							o = ((i*heads+h)*n + t) * hd
-						}
-						for k := range hd {
-							ang := float64(pos[i*n+t]) * inv[k%(hd/2)]
-							rot := -z[(k+hd/2)%hd]
-							if k >= hd/2 {
-								rot = z[k-hd/2]
-							}
-							out[o+k] = z[k]*math.Cos(ang) + rot*math.Sin(ang)
-						}
+						out[o+k] = z[k]*math.Cos(ang) + rot*math.Sin(ang)
 					}
 				}
 			}
-			return out
 		}
+		return out
 	}
-	x := input{name: "x", shape: []int{b, n, heads, hd}, grad: true, gen: func() float64 { return 2 * l.rng.NormFloat64() }}
-	w := input{name: "w", shape: []int{hd}, grad: true, gen: l.near1}
-	l.add("NormRoPEHeads", []input{x, w}, normRoPEOp[float32](r, pos, true), normRoPEOp[float64](r, pos, true), naive(true))
-	l.add("NormRoPEHeadsNoWeight", []input{x}, normRoPEOp[float32](r, pos, true), normRoPEOp[float64](r, pos, true), naive(true))
-	l.add("NormRoPE", []input{x, w}, normRoPEOp[float32](r, pos, false), normRoPEOp[float64](r, pos, false), naive(false))
+	inputs := []input{{name: "x", shape: []int{b, n, heads, hd}, grad: true, gen: func() float64 { return 2 * l.rng.NormFloat64() }}}
+	if weight {
+		inputs = append(inputs, input{name: "w", shape: []int{hd}, grad: true, gen: l.near1})
+	}
+	l.add(name, inputs, normRoPEOp[float32](r, pos, move), normRoPEOp[float64](r, pos, move), naive)
 }
 
 // lossCases: the chunked LM-head cross-entropy, with an ignored target and a
