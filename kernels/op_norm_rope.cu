@@ -3,8 +3,8 @@
 // x and dx are [batch, length, heads, 2·half] and y, dy [batch, heads,
 // length, 2·half] storage elements; w [2·half] is storage (null: no norm);
 // rstd [batch·length·heads], cos and sin [batch·length, half] and the dw
-// partial sums are fp32. Head row i = (b·length + l)·heads + h is x's row
-// order; its rotary row is r = b·length + l.
+// partial sums are fp32. Head row i = (b·length + l)·heads + h (fewer than
+// 2³¹) is x's row order; its rotary row is r = b·length + l.
 //
 // The row kernels give each head row lanes threads (a power of two ≤ 32
 // dividing the block, chosen by the launcher), blockDim/lanes rows per
@@ -14,15 +14,22 @@
 // number of vectors and every pointer is aligned, else of single elements.
 #include "op_common.cuh"
 
-// op_head_out returns the offset of head row i in the [batch, heads,
-// length, dim] layout and sets *r to its rotary row.
-__device__ __forceinline__ long long op_head_out(long long i, int length, int heads, int dim, long long *r) {
-  long long rr = i / heads;
-  long long h = i - rr * heads;
-  long long b = rr / length, l = rr - b * length;
-  *r = rr;
-  return ((b * heads + h) * length + l) * dim;
-}
+// op_head_map locates head rows (fewer than 2³¹: the launcher checks) with
+// op_udiv's divisions, built once per thread.
+struct op_head_map {
+  op_udiv by_heads, by_length;
+  unsigned length, heads, dim;
+  __device__ op_head_map(int l, int h, int d)
+      : by_heads((unsigned)h), by_length((unsigned)l), length((unsigned)l), heads((unsigned)h), dim((unsigned)d) {}
+  // out returns the offset of head row i in the [batch, heads, length, dim]
+  // layout and sets *r to its rotary row.
+  __device__ __forceinline__ long long out(long long i, long long *r) const {
+    unsigned rr = by_heads.div((unsigned)i), h = (unsigned)i - rr * heads;
+    unsigned b = by_length.div(rr), l = rr - b * length;
+    *r = rr;
+    return (((long long)b * heads + h) * length + l) * dim;
+  }
+};
 
 // op_norm_rope_vec reports whether the row kernels take 16-byte vectors.
 __device__ __forceinline__ bool op_norm_rope_vec(int half, const void *x, const void *w, const void *y,
@@ -41,6 +48,7 @@ extern "C" __global__ void op_norm_rope_fwd(const op_t *__restrict__ x, const op
                                             int length, int heads, int half, float eps, int lanes) {
   int lane = threadIdx.x & (lanes - 1), per = blockDim.x / lanes, dim = 2 * half;
   long long rows = (long long)batch * length * heads;
+  op_head_map map(length, heads, dim);
   int nv = op_norm_rope_vec(half, x, w, y, cos, sin) ? half / OP_VEC : 0;
   for (long long r0 = (long long)blockIdx.x * per; r0 < rows; r0 += (long long)gridDim.x * per) {
     long long i = r0 + threadIdx.x / lanes;
@@ -68,7 +76,7 @@ extern "C" __global__ void op_norm_rope_fwd(const op_t *__restrict__ x, const op
     }
     if (!live) continue;
     long long r;
-    op_t *yr = y + op_head_out(i, length, heads, dim, &r);
+    op_t *yr = y + map.out(i, &r);
     const float *cr = cos + r * half, *sr = sin + r * half;
     for (int k = lane; k < nv; k += lanes) {
       int c0 = k * OP_VEC;
@@ -129,13 +137,14 @@ extern "C" __global__ void op_norm_rope_bwd_dx(const op_t *__restrict__ x, const
                                                int half, int lanes) {
   int lane = threadIdx.x & (lanes - 1), per = blockDim.x / lanes, dim = 2 * half;
   long long rows = (long long)batch * length * heads;
+  op_head_map map(length, heads, dim);
   bool vec = op_norm_rope_vec(half, w ? x : dx, w, dy, cos, sin) && op_aligned16(dx);
   int nv = vec ? half / OP_VEC : 0;
   for (long long r0 = (long long)blockIdx.x * per; r0 < rows; r0 += (long long)gridDim.x * per) {
     long long i = r0 + threadIdx.x / lanes;
     bool live = i < rows; // the whole warp stays for the shuffles
     long long r = 0;
-    const op_t *dyr = dy + (live ? op_head_out(i, length, heads, dim, &r) : 0);
+    const op_t *dyr = dy + (live ? map.out(i, &r) : 0);
     const float *cr = cos + r * half, *sr = sin + r * half;
     const op_t *xr = w ? x + i * dim : nullptr;
     op_t *dxr = dx + i * dim;
@@ -220,10 +229,11 @@ extern "C" __global__ void op_norm_rope_bwd_dw(const op_t *__restrict__ x, const
   int p = lo ? c : c - half; // the pair's index
   long long rows = (long long)batch * length * heads;
   long long r0 = (long long)blockIdx.y * rows_per_chunk, r1 = min(rows, r0 + rows_per_chunk);
+  op_head_map map(length, heads, dim);
   float acc = 0.0f;
   for (long long i = r0; i < r1; i++) {
     long long r;
-    const op_t *dyr = dy + op_head_out(i, length, heads, dim, &r);
+    const op_t *dyr = dy + map.out(i, &r);
     float a = op_f32(dyr[p]), b = op_f32(dyr[p + half]), cs = cos[r * half + p], sn = sin[r * half + p];
     float g = lo ? a * cs + b * sn : b * cs - a * sn;
     acc += g * op_f32(x[i * dim + c]) * rstd[i];

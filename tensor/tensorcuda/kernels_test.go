@@ -246,6 +246,9 @@ func TestLauncherChecksBufferSizes(t *testing.T) {
 		{"norm-rope rstd", "NormRoPE: rstd is a null buffer", func() {
 			_ = o.NormRoPE(big, big, 2, 3, 4, 8, 1e-6, big, big, big, gpu.Buffer{})
 		}},
+		{"norm-rope rows", "2147483648 head rows", func() {
+			_ = o.NormRoPE(big, big, 1<<16, 1<<12, 8, 8, 1e-6, big, big, big, big)
+		}},
 		{"norm-rope dw without w", "dw without a weight", func() {
 			_ = o.NormRoPEBackward(big, gpu.Buffer{}, big, big, big, big, 2, 3, 4, 8, big, big, big)
 		}},

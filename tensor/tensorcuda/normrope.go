@@ -15,6 +15,10 @@ func (o *Ops) normRoPESizes(op string, batch, length, heads, headDim int, cos, s
 	if headDim <= 0 || headDim%2 != 0 {
 		panic(fmt.Sprintf("tensorcuda: %s: head dimension %d is not positive and even", op, headDim))
 	}
+	rows64 := int64(batch) * int64(length) * int64(heads)
+	if rows64 >= 1<<31 {
+		panic(fmt.Sprintf("tensorcuda: %s: %d head rows (the kernels take fewer than 2³¹)", op, rows64))
+	}
 	half = headDim / 2
 	need(op, "cos", cos, int64(batch)*int64(length)*int64(half), 4)
 	need(op, "sin", sin, int64(batch)*int64(length)*int64(half), 4)
