@@ -227,16 +227,16 @@ extern "C" __global__ void op_norm_rope_bwd_dw(const op_t *__restrict__ x, const
   if (c >= dim) return;
   bool lo = c < half;
   int p = lo ? c : c - half; // the pair's index
-  long long rows = (long long)batch * length * heads;
-  long long r0 = (long long)blockIdx.y * rows_per_chunk, r1 = min(rows, r0 + rows_per_chunk);
+  int rows = batch * length * heads; // fewer than 2³¹ (the launcher checks)
+  int r0 = blockIdx.y * rows_per_chunk, r1 = min(rows, r0 + rows_per_chunk);
   op_head_map map(length, heads, dim);
   float acc = 0.0f;
-  for (long long i = r0; i < r1; i++) {
+  for (int i = r0; i < r1; i++) {
     long long r;
     const op_t *dyr = dy + map.out(i, &r);
     float a = op_f32(dyr[p]), b = op_f32(dyr[p + half]), cs = cos[r * half + p], sn = sin[r * half + p];
     float g = lo ? a * cs + b * sn : b * cs - a * sn;
-    acc += g * op_f32(x[i * dim + c]) * rstd[i];
+    acc += g * op_f32(x[(long long)i * dim + c]) * rstd[i];
   }
   partial[(long long)blockIdx.y * dim + c] = acc;
 }
