@@ -132,8 +132,8 @@ func (m *Model) ForwardPrepared(tp *tensor.Tape, in *Prepared) *Output {
 // step memory: each layer runs in a scope of its own (StepMemory) released
 // once its last residual add has written its output into one of two
 // buffers used in turn, so the pass holds one layer's activations at a
-// time instead of every layer's. Requested states are copied into buffers of their own. x is
-// the embedding output.
+// time instead of every layer's. Requested states are copied into buffers
+// of their own. x is the embedding output.
 func (m *Model) forwardScoped(tp *tensor.Tape, sm tensor.StepMemory, in *Prepared, x *tensor.Tensor, want map[int]bool, stop int, att attnFn) *Output {
 	c, b := &m.Config, tp.Backend()
 	n := x.Numel()
