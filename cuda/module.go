@@ -52,6 +52,16 @@ func ModuleGetFunction(m Module, name string) (Function, error) {
 	return Function(f), nil
 }
 
+// FuncName returns f's name (its mangled name for a C++ kernel), or "" when
+// the driver cannot say.
+func FuncName(f Function) string {
+	var p uintptr
+	if drv(pFuncGetName, uintptr(unsafe.Pointer(&p)), uintptr(f)) != nil || p == 0 {
+		return ""
+	}
+	return cString(p)
+}
+
 // ModuleGetGlobal returns the address and size in bytes of the __device__
 // variable named name (an extern "C" or unmangled name) in m.
 func ModuleGetGlobal(m Module, name string) (DevicePtr, int64, error) {

@@ -27,6 +27,7 @@ var (
 	pGraphLaunch                 = newProc(libCUDA, "cuGraphLaunch")
 	pGraphExecDestroy            = newProc(libCUDA, "cuGraphExecDestroy")
 	pGraphDestroy                = newProc(libCUDA, "cuGraphDestroy")
+	pFuncGetName                 = newProc(libCUDA, "cuFuncGetName")
 	pTensorMapEncodeTiled        = newFreeProc(libCUDA, "cuTensorMapEncodeTiled")
 	pMemAlloc                    = newProc(libCUDA, "cuMemAlloc_v2")
 	pMemFree                     = newProc(libCUDA, "cuMemFree_v2")

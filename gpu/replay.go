@@ -1,11 +1,10 @@
 package gpu
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/fnv"
-	"slices"
 
 	"dflash/cuda"
 )
@@ -48,23 +47,56 @@ var ErrReplayHostWait = errors.New("gpu: host copy or wait inside a replayed reg
 type replaySlot struct {
 	runs  int
 	graph *Graph
-	sigs  []uint64
-	err   error // the capture failure that made the key ungraphed
+	calls []recCall // what the graph holds
+	err   error     // the capture failure that made the key ungraphed
+	diff  string    // how the last recaptured run differed from the graph
+}
+
+// recCall is one recorded piece of work.
+type recCall struct {
+	sig []byte        // its signature: a kind byte, then words
+	fn  cuda.Function // the kernel of a launch
 }
 
 // recorder holds a dry run's work.
 type recorder struct {
-	sigs  []uint64
+	calls []recCall
 	queue []func() error
 	buf   []byte
 }
 
-// call records one piece of work: its signature bytes and how to queue it.
-func (r *recorder) call(sig []byte, queue func() error) {
-	h := fnv.New64a()
-	h.Write(sig)
-	r.sigs = append(r.sigs, h.Sum64())
+// call records one piece of work: its signature bytes, its kernel (0 for
+// other work) and how to queue it.
+func (r *recorder) call(sig []byte, fn cuda.Function, queue func() error) {
+	r.calls = append(r.calls, recCall{sig: bytes.Clone(sig), fn: fn})
 	r.queue = append(r.queue, queue)
+}
+
+// firstDiff describes where calls b first differ from a ("" when equal).
+func firstDiff(a, b []recCall) string {
+	for i := range min(len(a), len(b)) {
+		x, y := a[i].sig, b[i].sig
+		if bytes.Equal(x, y) {
+			continue
+		}
+		what := map[byte]string{'g': "GEMM", 'm': "memset", 'c': "copy"}[y[0]]
+		if y[0] == 'k' {
+			what = "kernel " + cuda.FuncName(b[i].fn)
+		}
+		if x[0] != y[0] || len(x) != len(y) {
+			return fmt.Sprintf("call %d of %d (%s): another kind of work than the graph's", i, len(b), what)
+		}
+		w := 0
+		for w*8+1 < len(y) && bytes.Equal(x[1+w*8:min(len(x), 9+w*8)], y[1+w*8:min(len(y), 9+w*8)]) {
+			w++
+		}
+		word := func(s []byte) []byte { return s[1+w*8 : min(len(s), 9+w*8)] }
+		return fmt.Sprintf("call %d of %d (%s): signature word %d is %x, the graph's %x", i, len(b), what, w, word(y), word(x))
+	}
+	if len(a) != len(b) {
+		return fmt.Sprintf("%d calls, the graph has %d", len(b), len(a))
+	}
+	return ""
 }
 
 // sig returns r's scratch buffer, emptied, with kind written first.
@@ -115,11 +147,10 @@ func (d *Device) Replay(key any, fn func() error) (ReplayKind, error) {
 		return ReplayUngraphed, runQueue(rec.queue)
 	}
 	kind := ReplayLaunched
-	switch {
-	case sl.graph == nil:
+	if sl.graph == nil {
 		kind = ReplayCaptured
-	case !slices.Equal(sl.sigs, rec.sigs):
-		kind = ReplayRecaptured
+	} else if diff := firstDiff(sl.calls, rec.calls); diff != "" {
+		kind, sl.diff = ReplayRecaptured, diff
 		if err := sl.graph.Destroy(); err != nil {
 			return 0, err
 		}
@@ -131,9 +162,18 @@ func (d *Device) Replay(key any, fn func() error) (ReplayKind, error) {
 			sl.err = err
 			return ReplayUngraphed, runQueue(rec.queue)
 		}
-		sl.graph, sl.sigs = g, rec.sigs
+		sl.graph, sl.calls = g, rec.calls
 	}
 	return kind, sl.graph.Launch(nil)
+}
+
+// ReplayDiff describes how key's last recaptured run differed from the
+// graph it replaced ("" if none was).
+func (d *Device) ReplayDiff(key any) string {
+	if sl := d.replays[key]; sl != nil {
+		return sl.diff
+	}
+	return ""
 }
 
 // ReplayErr returns the capture failure that made key's region run
@@ -169,7 +209,7 @@ func (d *Device) recordLaunch(f cuda.Function, grid, block cuda.Dim3, smem uint3
 		args = args.Clone()
 	}
 	r.buf = b
-	r.call(b, func() error { return cuda.LaunchKernel(f, grid, block, smem, s, args) })
+	r.call(b, f, func() error { return cuda.LaunchKernel(f, grid, block, smem, s, args) })
 	return true
 }
 
@@ -181,6 +221,6 @@ func (d *Device) recordOther(kind byte, sig []uint64, queue func() error) bool {
 		return false
 	}
 	r.buf = put(r.sig(kind), sig...)
-	r.call(r.buf, queue)
+	r.call(r.buf, 0, queue)
 	return true
 }

@@ -1,5 +1,5 @@
-// op_ew.cu: elementwise vector updates (tensor.Backend's Axpy, AxpyBy, Scale
-// and Fill) over n elements, 16 bytes per access where aligned
+// op_ew.cu: elementwise vector updates (tensor.Backend's Add, Axpy, AxpyBy,
+// Scale and Fill) over n elements, 16 bytes per access where aligned
 // (op_common.cuh's vectorised loops). The _to_f32 and _from_f32 axpys add
 // between storage and fp32 buffers (bf16 activation gradients and fp32
 // parameter gradients or partial sums).
@@ -41,6 +41,21 @@ __device__ __forceinline__ void op_axpy_body(float a, const TX *__restrict__ x, 
 extern "C" __global__ void op_axpy(float alpha, const op_t *__restrict__ x,
                                    op_t *__restrict__ y, long long n) {
   op_axpy_body(alpha, x, y, n);
+}
+
+// op_add: out = a + b, rounding once per element (out may be a or b).
+extern "C" __global__ void op_add(const op_t *a, const op_t *b, op_t *out, long long n) {
+  long long nv = op_aligned16(a) && op_aligned16(b) && op_aligned16(out) ? n / OP_VEC : 0;
+  for (long long v = op_global_id(); v < nv; v += op_global_stride()) {
+    float as[OP_VEC], bs[OP_VEC];
+    op_load_vec(a + v * OP_VEC, as);
+    op_load_vec(b + v * OP_VEC, bs);
+#pragma unroll
+    for (int k = 0; k < OP_VEC; k++) as[k] += bs[k];
+    op_store_vec(out + v * OP_VEC, as);
+  }
+  for (long long i = nv * OP_VEC + op_global_id(); i < n; i += op_global_stride())
+    op_put(out + i, op_f32(a[i]) + op_f32(b[i]));
 }
 
 // op_scale: x *= alpha.

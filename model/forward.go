@@ -115,7 +115,7 @@ func (m *Model) ForwardPrepared(tp *tensor.Tape, in *Prepared) *Output {
 		if want[i] {
 			out.States[i] = x
 		}
-		x = m.layer(tp, i, x, in.Batch, in.Len, in.rope, att)
+		x = m.layer(tp, i, x, in.Batch, in.Len, in.rope, att, nil)
 	}
 	if stop < c.NumLayers {
 		out.States[stop] = x
@@ -130,10 +130,10 @@ func (m *Model) ForwardPrepared(tp *tensor.Tape, in *Prepared) *Output {
 
 // forwardScoped is ForwardPrepared without gradients on a backend with
 // step memory: each layer runs in a scope of its own (StepMemory) released
-// once its output is copied out, into one of two buffers used in turn, so
-// the pass holds one layer's activations at a time instead of every
-// layer's. Requested states are copied into buffers of their own. x is
-// the embedding output.
+// once its last residual add has written its output into one of two
+// buffers used in turn, so the pass holds one layer's activations at a
+// time instead of every layer's. Requested states are copied into buffers
+// of their own. x is the embedding output.
 func (m *Model) forwardScoped(tp *tensor.Tape, sm tensor.StepMemory, in *Prepared, x *tensor.Tensor, want map[int]bool, stop int, att attnFn) *Output {
 	c, b := &m.Config, tp.Backend()
 	n := x.Numel()
@@ -155,8 +155,8 @@ func (m *Model) forwardScoped(tp *tensor.Tape, sm tensor.StepMemory, in *Prepare
 	}
 	for i := range stop {
 		mark := sm.MarkStep()
-		y := m.layer(tp, i, x, in.Batch, in.Len, in.rope, att)
 		if i == c.NumLayers-1 {
+			y := m.layer(tp, i, x, in.Batch, in.Len, in.rope, att, nil)
 			copyTo(final, tp.RMSNorm(y, m.Norm, c.RMSNormEps))
 			sm.ReleaseStep(mark)
 			out.Final = final
@@ -165,9 +165,8 @@ func (m *Model) forwardScoped(tp *tensor.Tape, sm tensor.StepMemory, in *Prepare
 			}
 			return out
 		}
-		copyTo(turns[i%2], y)
+		x = m.layer(tp, i, x, in.Batch, in.Len, in.rope, att, turns[i%2])
 		sm.ReleaseStep(mark)
-		x = turns[i%2]
 		if want[i+1] {
 			keep(i+1, x)
 		}
@@ -178,40 +177,43 @@ func (m *Model) forwardScoped(tp *tensor.Tape, sm tensor.StepMemory, in *Prepare
 // attnFn runs attention on q [B, Hq, L, D] and k, v [B, Hkv, Lkv, D].
 type attnFn func(q, k, v *tensor.Tensor) *tensor.Tensor
 
-// layer applies decoder layer i to x [B·L, H]:
+// layer applies decoder layer i to x [B·L, H], writing the result into out
+// (nil: a new tensor):
 //
 //	h = x + o_proj(attn(rope(norm_q(q_proj(n1(x)))), rope(norm_k(k_proj(n1(x)))), v_proj(n1(x))))
 //	y = h + down(silu(gate(n2(h))) ⊙ up(n2(h)))
 //
 // with n1, n2 the layer's RMSNorms and norm_q, norm_k the per-head QK-norms (Qwen3).
-func (m *Model) layer(tp *tensor.Tape, i int, x *tensor.Tensor, batch, length int, table *tensor.RopeTable[float32], att attnFn) *tensor.Tensor {
+func (m *Model) layer(tp *tensor.Tape, i int, x *tensor.Tensor, batch, length int, table *tensor.RopeTable[float32], att attnFn, out *tensor.Tensor) *tensor.Tensor {
 	q, k, v := m.qkv(tp, i, x, batch, length, table)
-	a := att(tp.Transpose12(q), tp.Transpose12(k), tp.Transpose12(v))
-	return m.finishLayer(tp, i, x, tp.Transpose12(a))
+	a := att(q, k, tp.Transpose12(v))
+	return m.finishLayer(tp, i, x, tp.Transpose12(a), out)
 }
 
-// qkv returns the rotated, normed queries [B, L, Hq, D] and keys [B, L, Hkv, D] and values.
+// qkv returns the normed (QK-norm where the model has it), rotated queries
+// [B, Hq, L, D] and keys [B, Hkv, L, D], in attention's layout, and the
+// values [B, L, Hkv, D].
 func (m *Model) qkv(tp *tensor.Tape, i int, x *tensor.Tensor, batch, length int, table *tensor.RopeTable[float32]) (q, k, v *tensor.Tensor) {
 	c, l := &m.Config, &m.Layers[i]
 	h := tp.RMSNorm(x, l.InputNorm, c.RMSNormEps)
 	q = tp.Reshape(tp.Linear(h, l.Q, l.QB), batch, length, c.NumHeads, c.HeadDim)
 	k = tp.Reshape(tp.Linear(h, l.K, l.KB), batch, length, c.NumKVHeads, c.HeadDim)
 	v = tp.Reshape(tp.Linear(h, l.V, l.VB), batch, length, c.NumKVHeads, c.HeadDim)
-	if l.QNorm != nil {
-		q = tp.RMSNorm(q, l.QNorm, c.RMSNormEps)
-		k = tp.RMSNorm(k, l.KNorm, c.RMSNormEps)
-	}
-	return tp.RoPE(q, table), tp.RoPE(k, table), v
+	return tp.NormRoPEHeads(q, l.QNorm, c.RMSNormEps, table), tp.NormRoPEHeads(k, l.KNorm, c.RMSNormEps, table), v
 }
 
-// finishLayer takes the attention output a [B, L, Hq, D] and returns the layer output.
-func (m *Model) finishLayer(tp *tensor.Tape, i int, x, a *tensor.Tensor) *tensor.Tensor {
+// finishLayer takes the attention output a [B, L, Hq, D] and returns the
+// layer output, written into out unless out is nil.
+func (m *Model) finishLayer(tp *tensor.Tape, i int, x, a, out *tensor.Tensor) *tensor.Tensor {
 	c, l := &m.Config, &m.Layers[i]
 	a = tp.Reshape(a, x.Rows(), c.NumHeads*c.HeadDim)
 	h := tp.Add(x, tp.Linear(a, l.O, l.OB))
 	n := tp.RMSNorm(h, l.PostNorm, c.RMSNormEps)
 	mlp := tp.Linear(tp.SwiGLU(tp.Linear(n, l.Gate, l.GateB), tp.Linear(n, l.Up, l.UpB)), l.Down, l.DownB)
-	return tp.Add(h, mlp)
+	if out == nil {
+		return tp.Add(h, mlp)
+	}
+	return tp.AddInto(h, mlp, out)
 }
 
 // Logits returns final·LMHeadᵀ, [rows, Vocab]. For training prefer Loss,

@@ -132,17 +132,16 @@ func (m *Model) decode(b tensor.Backend[float32], cache *Cache, tokens []int32, 
 		if slices.Contains(states, i) {
 			hidden[i] = x
 		}
-		q, k, v := m.qkv(tp, i, x, 1, n, table) // [1, n, H, D]
+		q, k, v := m.qkv(tp, i, x, 1, n, table) // q, k [1, H, n, D], v [1, n, H, D]
 		for h := range c.NumKVHeads {
+			cache.k[i][h] = append(cache.k[i][h], k.Data()[h*n*D:][:n*D]...)
 			for t := range n {
-				cache.k[i][h] = append(cache.k[i][h], k.Data()[(t*c.NumKVHeads+h)*D:][:D]...)
 				cache.v[i][h] = append(cache.v[i][h], v.Data()[(t*c.NumKVHeads+h)*D:][:D]...)
 			}
 		}
-		qt := tp.Transpose12(q) // [1, Hq, n, D]
-		a := tensor.New[float32]("attn", qt.Shape...)
-		AttendRows(b, qt.Data(), cache.k[i], cache.v[i], c.NumHeads, n, D, keys, scale, a.Data())
-		x = m.finishLayer(tp, i, x, tp.Transpose12(a))
+		a := tensor.New[float32]("attn", q.Shape...)
+		AttendRows(b, q.Data(), cache.k[i], cache.v[i], c.NumHeads, n, D, keys, scale, a.Data())
+		x = m.finishLayer(tp, i, x, tp.Transpose12(a), nil)
 	}
 	cache.Len = total
 	if slices.Contains(states, c.NumLayers) {

@@ -55,6 +55,8 @@ type Backend[T Float] interface {
 	// ldb, ldc. With beta = 0, C is overwritten (NaNs in C are ignored).
 	Gemm(transA, transB bool, m, n, k int, alpha T, a Storage[T], lda int, b Storage[T], ldb int, beta T, c Storage[T], ldc int)
 
+	// Add computes out = a + b (out may be a or b).
+	Add(a, b, out Storage[T])
 	// Axpy computes y += alpha·x.
 	Axpy(alpha T, x, y Storage[T])
 	// AxpyBy computes y += alpha·s[0]·x, with the scalar s on the backend (a
@@ -92,6 +94,21 @@ type Backend[T Float] interface {
 	// inverse the rotation is by −angle (RoPE's gradient); with accumulate
 	// the result is added into y instead of overwriting it.
 	RoPE(x Storage[T], heads, headDim int, cos, sin Storage[T], y Storage[T], inverse, accumulate bool)
+
+	// NormRoPE is QK-norm, RoPE and the move to attention's layout in one
+	// pass. For x [batch, length, heads, headDim] and each (b, l, h), with
+	// r = b·length + l, it computes rstd[r·heads+h] = 1/sqrt(mean(x[b,l,h,:]²)+eps)
+	// and y[b,h,l,:] = RoPE_r(x[b,l,h,:]·rstd·w), y [batch, heads, length,
+	// headDim], where RoPE_r is RoPE's rotation by cos[r,:] and sin[r,:].
+	// With w nil there is no norm: y[b,h,l,:] = RoPE_r(x[b,l,h,:]) and rstd
+	// is not written (it may be nil). With length 1 the layout is x's.
+	NormRoPE(x, w Storage[T], batch, length, heads, headDim int, eps float64, cos, sin, y, rstd Storage[T])
+	// NormRoPEBackward accumulates NormRoPE's gradients for dy: with
+	// g = RoPE_r⁻¹(dy[b,h,l,:]) (the rotation by −angle) and x̂ = x[b,l,h,:]·rstd,
+	// dx[b,l,h,:] += rstd·(g·w − x̂·mean(g·w·x̂)) and dw += Σ g·x̂ over every
+	// (b, l, h) (dx or dw may be nil); with w nil, dx[b,l,h,:] += g, and x
+	// and rstd are not read (they may be nil).
+	NormRoPEBackward(x, w, rstd, dy Storage[T], batch, length, heads, headDim int, cos, sin, dx, dw Storage[T])
 
 	// SwiGLU computes out = silu(gate)·up with silu(g) = g·σ(g).
 	SwiGLU(gate, up, out Storage[T])

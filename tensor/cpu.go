@@ -82,6 +82,20 @@ func (c *CPU[T]) Axpy(alpha T, xS Storage[T], yS Storage[T]) {
 	})
 }
 
+// Add computes out = a + b.
+func (c *CPU[T]) Add(aS, bS, outS Storage[T]) {
+	a := HostData(aS, "Add a")
+	b := HostData(bS, "Add b")
+	out := HostData(outS, "Add out")
+	checkLen("Add b", len(b), len(a))
+	checkLen("Add out", len(out), len(a))
+	c.parallel(len(a), 1<<15, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			out[i] = a[i] + b[i]
+		}
+	})
+}
+
 // Scale computes x *= alpha.
 func (c *CPU[T]) Scale(alpha T, xS Storage[T]) {
 	x := HostData(xS, "Scale x")

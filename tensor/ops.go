@@ -72,13 +72,18 @@ func (tp *TapeOf[T]) Linear(x, w, b *Of[T]) *Of[T] {
 
 // Add returns a + b (same shape). Gradients: da += dy, db += dy.
 func (tp *TapeOf[T]) Add(a, b *Of[T]) *Of[T] {
-	if !slices.Equal(a.Shape, b.Shape) {
-		panic(fmt.Sprintf("tensor.Add: shapes differ: %v and %v", a, b))
+	return tp.AddInto(a, b, tp.alloc(a.Name+"+", a.Shape...))
+}
+
+// AddInto is Add writing into y (of a's shape, neither a nor b) instead of
+// an output of its own, and returns y: a forward pass that keeps a result
+// in a buffer of its own writes it there without a copy. y is the
+// caller's: the tape never gives it back (ReleaseGrads).
+func (tp *TapeOf[T]) AddInto(a, b, y *Of[T]) *Of[T] {
+	if !slices.Equal(a.Shape, b.Shape) || !slices.Equal(a.Shape, y.Shape) {
+		panic(fmt.Sprintf("tensor.Add: shapes differ: %v, %v and %v", a, b, y))
 	}
-	y := tp.alloc(a.Name+"+", a.Shape...)
-	n := y.Numel()
-	tp.b.Copy2D(1, n, a.Store, n, 0, y.Store, n, 0, false)
-	tp.b.Axpy(1, b.Store, y.Store)
+	tp.b.Add(a.Store, b.Store, y.Store)
 	if tp.needs(a, b) {
 		tp.Record(y, nil, func() {
 			for _, t := range []*Of[T]{a, b} {

@@ -61,6 +61,18 @@ func saveCases(t *testing.T) []saveCase {
 			func(tp *tensor.Tape, in []*tensor.Tensor) *tensor.Tensor {
 				return tp.RoPE(in[0], tensor.Table(tp.Backend(), rope, []int32{0, 5, 2}))
 			}},
+		{"NormRoPEHeads", [][]int{{1, 3, 2, 4}, {4}}, []bool{true, true},
+			func(tp *tensor.Tape, in []*tensor.Tensor) *tensor.Tensor {
+				return tp.NormRoPEHeads(in[0], in[1], 1e-6, tensor.Table(tp.Backend(), rope, []int32{0, 5, 2}))
+			}},
+		{"NormRoPEHeadsNoWeight", [][]int{{1, 3, 2, 4}}, []bool{false},
+			func(tp *tensor.Tape, in []*tensor.Tensor) *tensor.Tensor {
+				return tp.NormRoPEHeads(in[0], nil, 1e-6, tensor.Table(tp.Backend(), rope, []int32{0, 5, 2}))
+			}},
+		{"NormRoPE", [][]int{{3, 8}, {4}}, []bool{true, true},
+			func(tp *tensor.Tape, in []*tensor.Tensor) *tensor.Tensor {
+				return tp.NormRoPE(in[0], in[1], 1e-6, tensor.Table(tp.Backend(), rope, []int32{0, 5, 2}))
+			}},
 	}
 }
 

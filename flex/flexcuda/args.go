@@ -113,8 +113,8 @@ func UploadArgs(d *gpu.Device, h *flex.Args) (*Args, error) {
 
 // Free releases the buffers UploadArgs made (not those given to SetTensor).
 func (a *Args) Free(d *gpu.Device) {
-	for _, b := range a.owned {
-		d.Free(b)
+	for i := len(a.owned) - 1; i >= 0; i-- { // last made first: see tensorcuda's ResetStep
+		d.Free(a.owned[i])
 	}
 	a.owned = nil
 }

@@ -180,8 +180,7 @@ func (d *Drafter[T]) contextFeatures(tp *tensor.TapeOf[T], taps []*tensor.Of[T])
 // a prefix of u are a prefix of the keys: inference caches them.
 func (d *Drafter[T]) contextKV(tp *tensor.TapeOf[T], l int, u *tensor.Of[T], R, S int, ctxRope *tensor.RopeTable[T]) (k, v *tensor.Of[T]) {
 	c, L := d.Cfg, &d.Layers[l]
-	k = tp.Reshape(tp.Linear(u, L.K, nil), R*S, c.NumKVHeads, c.HeadDim)
-	k = tp.RoPE(tp.RMSNorm(k, L.KNorm, c.RMSNormEps), ctxRope)
+	k = tp.NormRoPE(tp.Linear(u, L.K, nil), L.KNorm, c.RMSNormEps, ctxRope) // [R*S, n_kv*D]
 	return tp.Reshape(k, R, S, c.NumKVHeads*c.HeadDim), tp.Reshape(tp.Linear(u, L.V, nil), R, S, c.NumKVHeads*c.HeadDim)
 }
 
@@ -196,12 +195,10 @@ func (d *Drafter[T]) layer(tp *tensor.TapeOf[T], l int, z, kc, vc *tensor.Of[T],
 	D, nh, nkv := c.HeadDim, c.NumHeads, c.NumKVHeads
 	S := kc.Shape[1]
 	g := tp.RMSNorm(z, L.InputNorm, c.RMSNormEps)
-	q := tp.Reshape(tp.Linear(g, L.Q, nil), R*nB, nh, D)
-	q = tp.RoPE(tp.RMSNorm(q, L.QNorm, c.RMSNormEps), qRope)
-	q = tp.Transpose12(tp.Reshape(q, R, nB, nh, D)) // [R, nh, nB, D]
+	q := tp.Reshape(tp.Linear(g, L.Q, nil), R, nB, nh, D)
+	q = tp.NormRoPEHeads(q, L.QNorm, c.RMSNormEps, qRope) // [R, nh, nB, D]
 
-	kb := tp.Reshape(tp.Linear(g, L.K, nil), R*nB, nkv, D)
-	kb = tp.RoPE(tp.RMSNorm(kb, L.KNorm, c.RMSNormEps), qRope)
+	kb := tp.NormRoPE(tp.Linear(g, L.K, nil), L.KNorm, c.RMSNormEps, qRope) // [R*nB, nkv*D]
 	// [R, nkv, S+nB, D]: context rows then block rows.
 	kk := tp.Transpose12(tp.Reshape(tp.Concat(1, kc, tp.Reshape(kb, R, nB, nkv*D)), R, S+nB, nkv, D))
 	vb := tp.Reshape(tp.Linear(g, L.V, nil), R, nB, nkv*D)

@@ -58,11 +58,13 @@ type opCase struct {
 
 // Run runs every case of the suite against b, each as a subtest: GEMM in all
 // four transpose combinations with odd sizes, leading dimensions and
-// alpha/beta; embedding, linear (with, without bias, frozen weight), add,
-// scale, reshape, concat, slice, transpose, RMSNorm, QK-norm, RoPE (default
-// and llama3 scaling), SwiGLU, an MLP block, chunked LM-head cross-entropy
-// (three chunk sizes, masked and weighted rows) and flex attention (causal
-// GQA, and a decode-style offset mask).
+// alpha/beta; embedding, linear (with, without bias, frozen weight), add
+// (into a new and into a given output), scale, reshape, concat, slice,
+// transpose, RMSNorm, QK-norm, RoPE (default and llama3 scaling), the fused
+// QK-norm + RoPE + head move (NormRoPE; with and without weight or move),
+// SwiGLU, an MLP block, chunked LM-head cross-entropy (three chunk sizes,
+// masked and weighted rows) and flex attention (causal GQA, and a
+// decode-style offset mask).
 func Run(t *testing.T, b tensor.Backend[float32], tol Tolerances) {
 	seed := testseed.Seed(t)
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))

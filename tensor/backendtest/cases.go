@@ -27,6 +27,13 @@ func addScaleOp[T tensor.Float](tp *tp[T], in []*ten[T]) *ten[T] {
 	return tp.Scale(tp.Add(in[0], tp.Reshape(in[1], in[0].Shape...)), -1.5)
 }
 
+// addIntoOp writes a + b into a buffer of the caller's, then scales it
+// (the gradient flows back through the buffer).
+func addIntoOp[T tensor.Float](tp *tp[T], in []*ten[T]) *ten[T] {
+	out := tensor.FromStorage("out", tp.Backend().Alloc(in[0].Numel()), in[0].Shape...)
+	return tp.Scale(tp.AddInto(in[0], in[1], out), 0.5)
+}
+
 func concatOp[T tensor.Float](axis int) opFn[T] {
 	return func(tp *tp[T], in []*ten[T]) *ten[T] { return tp.Concat(axis, in...) }
 }
@@ -43,6 +50,22 @@ func rmsnormOp[T tensor.Float](eps float64) opFn[T] {
 
 func ropeOp[T tensor.Float](r *tensor.Rope, pos []int32) opFn[T] {
 	return func(tp *tp[T], in []*ten[T]) *ten[T] { return tp.RoPE(in[0], tensor.Table(tp.Backend(), r, pos)) }
+}
+
+// normRoPEOp is NormRoPEHeads (heads) or NormRoPE, with a weight when the
+// case has a second input.
+func normRoPEOp[T tensor.Float](r *tensor.Rope, pos []int32, heads bool) opFn[T] {
+	return func(tp *tp[T], in []*ten[T]) *ten[T] {
+		var w *ten[T]
+		if len(in) > 1 {
+			w = in[1]
+		}
+		table := tensor.Table(tp.Backend(), r, pos)
+		if heads {
+			return tp.NormRoPEHeads(in[0], w, 1e-6, table)
+		}
+		return tp.NormRoPE(in[0], w, 1e-6, table)
+	}
 }
 
 func swigluOp[T tensor.Float](tp *tp[T], in []*ten[T]) *ten[T] { return tp.SwiGLU(in[0], in[1]) }
@@ -118,6 +141,18 @@ func (l *caseList) dataCases() {
 			out := make([]float64, 12)
 			for i := range out {
 				out[i] = -1.5 * (in[0][i] + in[1][i])
+			}
+			return out
+		})
+
+	l.add("AddInto", []input{
+		{name: "a", shape: []int{5, 7}, grad: true},
+		{name: "b", shape: []int{5, 7}, grad: true}},
+		addIntoOp[float32], addIntoOp[float64],
+		func(in [][]float64) []float64 {
+			out := make([]float64, 35)
+			for i := range out {
+				out[i] = 0.5 * (in[0][i] + in[1][i])
 			}
 			return out
 		})
@@ -223,6 +258,8 @@ func (l *caseList) layerCases() {
 			})
 	}
 
+	l.normRoPECases()
+
 	l.add("SwiGLU", []input{
 		{name: "gate", shape: []int{4, 10}, grad: true, gen: func() float64 { return 3 * l.rng.NormFloat64() }},
 		{name: "up", shape: []int{4, 10}, grad: true}},
@@ -251,6 +288,59 @@ func (l *caseList) layerCases() {
 			}
 			return naiveLinear(3, 12, 8)([][]float64{g, in[4]})
 		})
+}
+
+// normRoPECases: QK-norm, RoPE and the move to [B, H, L, D] in one op,
+// with and without a norm weight, and without the move; head dimension 8,
+// and 64 for the weighted move (whole 16-byte vectors of pairs in bf16).
+func (l *caseList) normRoPECases() {
+	l.normRoPECase("NormRoPEHeads", 2, 3, 4, 8, true, true)
+	l.normRoPECase("NormRoPEHeadsNoWeight", 2, 3, 4, 8, false, true)
+	l.normRoPECase("NormRoPE", 2, 3, 4, 8, true, false)
+	l.normRoPECase("NormRoPEHeadsD64", 1, 3, 2, 64, true, true)
+}
+
+// normRoPECase adds the case of x [b, n, heads, hd], with a weight or not,
+// moved to [b, heads, n, hd] or not.
+func (l *caseList) normRoPECase(name string, b, n, heads, hd int, weight, move bool) {
+	r, err := tensor.NewRope(hd, 10000, nil)
+	if err != nil {
+		panic(err)
+	}
+	pos := randIDs(l.rng, b*n, 300)
+	inv := naiveInvFreq(hd, 10000, nil)
+	naive := func(in [][]float64) []float64 {
+		out := make([]float64, b*n*heads*hd)
+		for i := range b {
+			for t := range n {
+				for h := range heads {
+					x := in[0][((i*n+t)*heads+h)*hd:][:hd]
+					z := append([]float64(nil), x...)
+					if weight {
+						z = naiveRMSNorm(hd, 1e-6)([][]float64{x, in[1]})
+					}
+					o := ((i*n+t)*heads + h) * hd
+					if move {
+						o = ((i*heads+h)*n + t) * hd
+					}
+					for k := range hd {
+						ang := float64(pos[i*n+t]) * inv[k%(hd/2)]
+						rot := -z[(k+hd/2)%hd]
+						if k >= hd/2 {
+							rot = z[k-hd/2]
+						}
+						out[o+k] = z[k]*math.Cos(ang) + rot*math.Sin(ang)
+					}
+				}
+			}
+		}
+		return out
+	}
+	inputs := []input{{name: "x", shape: []int{b, n, heads, hd}, grad: true, gen: func() float64 { return 2 * l.rng.NormFloat64() }}}
+	if weight {
+		inputs = append(inputs, input{name: "w", shape: []int{hd}, grad: true, gen: l.near1})
+	}
+	l.add(name, inputs, normRoPEOp[float32](r, pos, move), normRoPEOp[float64](r, pos, move), naive)
 }
 
 // lossCases: the chunked LM-head cross-entropy, with an ignored target and a

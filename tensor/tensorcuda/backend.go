@@ -65,6 +65,7 @@ type Backend struct {
 	det        bool                         // SetDeterministic
 	prof       *profiler                    // StartProfile
 	ungraphed  map[any]error                // Replay keys whose capture failed, logged
+	recaptured map[any]bool                 // Replay keys captured again, logged
 	profiling  bool
 }
 
@@ -136,8 +137,11 @@ func (b *Backend) Device() *gpu.Device { return b.d }
 func (b *Backend) ResetStep() {
 	b.gen++
 	b.arena.reset()
-	for _, f := range b.release {
-		f()
+	// Last made, first freed: the allocator hands out a size's free blocks
+	// last freed first, so the next step's masks get this step's addresses
+	// in the same order (a replayed region's work then matches its graph).
+	for i := len(b.release) - 1; i >= 0; i-- {
+		b.release[i]()
 	}
 	b.release = nil
 }

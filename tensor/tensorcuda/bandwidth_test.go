@@ -103,6 +103,13 @@ func TestGPUOpsBandwidth(t *testing.T) {
 			{"step: Transpose12 4x32x3072x128 accumulate", 3 * flat * es, func() error {
 				return e.o.Transpose12(batch, heads, seq, headDim, x, y, true)
 			}},
+			{"step: NormRoPE 4x3072x32x128", 2*flat*es + 2*batch*seq*headDim/2*4 + 4*qkRows, func() error {
+				return e.o.NormRoPE(x, w, batch, seq, heads, headDim, 1e-6, cs, sn, y, qkRstd)
+			}},
+			{"step: NormRoPEBackward dx+dw 4x3072x32x128", 6*flat*es + 4*batch*seq*headDim/2*4 + 8*qkRows, func() error {
+				return e.o.NormRoPEBackward(x, w, qkRstd, cs, sn, dy, batch, seq, heads, headDim, y, dw, scratch)
+			}},
+			{"step: Add 1x50331648", 3 * flat * es, func() error { return e.o.Add(x, dy, y, flat) }},
 			{"SoftmaxXent 512x151936", 2 * xentRows * vocab * es, func() error {
 				return e.o.SoftmaxXent(logits, xentRows, vocab, tg, sc, loss, am)
 			}},

@@ -127,6 +127,16 @@ func (b *Backend) Gemm(transA, transB bool, m, n, k int, alpha float32, aS tenso
 	must("Gemm", err)
 }
 
+// Add computes out = a + b (one dtype).
+func (b *Backend) Add(aS, bS, outS tensor.Storage[float32]) {
+	a, bb, out := b.buf(aS, "Add a"), b.buf(bS, "Add b"), b.buf(outS, "Add out")
+	defer b.span("Add", 0, a.n)()
+	dt := same("Add", a, bb, out)
+	checkLen("Add b", bb.n, a.n)
+	checkLen("Add out", out.n, a.n)
+	must("Add", b.ops(dt).Add(a.Buffer(), bb.Buffer(), out.Buffer(), int64(a.n)))
+}
+
 // Axpy computes y += alpha·x.
 func (b *Backend) Axpy(alpha float32, x, y tensor.Storage[float32]) {
 	defer b.span("Axpy", 0, x.Len())()

@@ -7,6 +7,17 @@ import (
 	"dflash/gpu"
 )
 
+// Add computes out = a + b over n storage elements (out may be a or b).
+func (o *Ops) Add(a, b, out gpu.Buffer, n int64) error {
+	need("Add", "a", a, n, o.es())
+	need("Add", "b", b, n, o.es())
+	need("Add", "out", out, n, o.es())
+	if n == 0 {
+		return nil
+	}
+	return o.launch(o.begin(kAdd).ptr("a", a).ptr("b", b).ptr("out", out).i64("n", n), o.vecStrided(n), threads)
+}
+
 // Axpy computes y += alpha·x over n storage elements.
 func (o *Ops) Axpy(alpha float32, x, y gpu.Buffer, n int64) error {
 	need("Axpy", "x", x, n, o.es())

@@ -115,6 +115,66 @@ func TestGPURoPE(t *testing.T) {
 	})
 }
 
+// TestGPUNormRoPE: the fused QK-norm + RoPE + head move and its backward
+// against the CPU's, with and without a weight; head dims 128 and 64 take
+// the vector path in both dtypes, 6 and 2 the scalar one; 2·2500·8 head
+// rows exceed one pass of the grid.
+func TestGPUNormRoPE(t *testing.T) {
+	forDTypes(t, func(e *env) {
+		for _, c := range []struct{ batch, length, heads, hd int }{{1, 1, 1, 2}, {2, 7, 3, 6}, {2, 33, 8, 64}, {3, 17, 5, 128}, {2, 2500, 8, 128}} {
+			for _, weight := range []bool{true, false} {
+				name := fmt.Sprintf("%dx%dx%dx%d_weight=%v", c.batch, c.length, c.heads, c.hd, weight)
+				rows, n, hf := c.batch*c.length*c.heads, c.batch*c.length*c.heads*c.hd, c.hd/2
+				const eps = 1e-6
+				ang := e.normal(c.batch*c.length*hf, 3)
+				cs, sn := make([]float64, len(ang)), make([]float64, len(ang))
+				for i, a := range ang {
+					cs[i], sn[i] = math.Cos(a), math.Sin(a)
+				}
+				cb, cv := e.f32(cs)
+				sb, sv := e.f32(sn)
+				x, xv := e.store(e.normal(n, 2))
+				var w, rstd gpu.Buffer
+				var wv, wr []float64
+				if weight {
+					w, wv = e.store(e.normal(c.hd, 1))
+					rstd, wr = e.outF32(rows), make([]float64, rows)
+				}
+				y := e.out(n)
+				e.check(e.o.NormRoPE(x, w, c.batch, c.length, c.heads, c.hd, eps, cb, sb, y, rstd))
+				wy := make([]float64, n)
+				ref.NormRoPE(xv, wv, c.batch, c.length, c.heads, c.hd, eps, cv, sv, wy, wr)
+				e.compare("NormRoPE y "+name, e.load(y, n), wy, tol(e.dt, true))
+				var gr []float64
+				if weight {
+					gr = e.loadF32(rstd, rows)
+					e.compare("NormRoPE rstd "+name, gr, wr, tolF32Reduce)
+				}
+
+				// The backward reads the device's rstd; the reference gets the same values.
+				dy, dyv := e.store(e.normal(n, 1))
+				dx, dxv := e.store(e.normal(n, 1))
+				var dw, scratch gpu.Buffer
+				var dwv []float64
+				if weight {
+					dw, dwv = e.f32(e.normal(c.hd, 1))
+					scratch = e.alloc(ColumnScratch(rows, c.hd), 0xff)
+				}
+				xb := x
+				if !weight {
+					xb, xv = gpu.Buffer{}, nil // not read without a weight
+				}
+				e.check(e.o.NormRoPEBackward(xb, w, rstd, cb, sb, dy, c.batch, c.length, c.heads, c.hd, dx, dw, scratch))
+				ref.NormRoPEBackward(xv, wv, gr, dyv, c.batch, c.length, c.heads, c.hd, cv, sv, dxv, dwv)
+				e.compare("NormRoPEBackward dx "+name, e.load(dx, n), dxv, tol(e.dt, true))
+				if weight {
+					e.compare("NormRoPEBackward dw "+name, e.loadF32(dw, c.hd), dwv, tolF32Reduce)
+				}
+			}
+		}
+	})
+}
+
 func TestGPUSwiGLU(t *testing.T) {
 	forDTypes(t, func(e *env) {
 		for _, n := range []int{1, 7, 1000, 100003} {
@@ -157,6 +217,11 @@ func TestGPUElementwise(t *testing.T) {
 			name := fmt.Sprintf("n%d", n)
 			x, xv := e.store(e.normal(n, 1))
 			y, yv := e.store(e.normal(n, 1))
+			sum := e.out(n)
+			e.check(e.o.Add(x, y, sum, int64(n)))
+			wsum := make([]float64, n)
+			ref.Add(xv, yv, wsum)
+			e.compare("Add "+name, e.load(sum, n), wsum, tol(e.dt, false))
 			e.check(e.o.Axpy(-1.75, x, y, int64(n)))
 			ref.Axpy(-1.75, xv, yv)
 			e.compare("Axpy "+name, e.load(y, n), yv, tol(e.dt, false))

@@ -73,11 +73,16 @@ var (
 	kSumRows = def("op_rows.cu", "op_sum_rows", "y:p partial:p rows:i32 n:i32 rows_per_chunk:i32")
 	kColSum  = def("op_rows.cu", "op_colsum", "partial:p v:p chunks:i32 n:i32")
 
+	kNormRoPE   = def("op_norm_rope.cu", "op_norm_rope_fwd", "x:p w:p cos:p sin:p y:p rstd:p batch:i32 length:i32 heads:i32 half:i32 eps:f32 lanes:i32")
+	kNormRoPEDX = def("op_norm_rope.cu", "op_norm_rope_bwd_dx", "x:p w:p rstd:p cos:p sin:p dy:p dx:p batch:i32 length:i32 heads:i32 half:i32 lanes:i32")
+	kNormRoPEDW = def("op_norm_rope.cu", "op_norm_rope_bwd_dw", "x:p rstd:p cos:p sin:p dy:p partial:p batch:i32 length:i32 heads:i32 half:i32 rows_per_chunk:i32")
+
 	kRoPE = def("op_rope.cu", "op_rope", "x:p cos:p sin:p y:p rows:i32 heads:i32 half:i32 inverse:i32 accumulate:i32")
 
 	kSwiGLU    = def("op_swiglu.cu", "op_swiglu_fwd", "gate:p up:p out:p n:i64")
 	kSwiGLUBwd = def("op_swiglu.cu", "op_swiglu_bwd", "gate:p up:p dout:p dgate:p dup:p n:i64 accumulate:i32")
 
+	kAdd         = def("op_ew.cu", "op_add", "a:p b:p out:p n:i64")
 	kAxpy        = def("op_ew.cu", "op_axpy", "alpha:f32 x:p y:p n:i64")
 	kScale       = def("op_ew.cu", "op_scale", "alpha:f32 x:p n:i64")
 	kAxpyBy      = def("op_ew.cu", "op_axpy_by", "alpha:f32 s:p x:p y:p n:i64")

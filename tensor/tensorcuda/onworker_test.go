@@ -116,6 +116,10 @@ func (p *onWorker) Gemm(transA, transB bool, m, n, k int, alpha float32, a tenso
 	p.do("Gemm", func() { p.b.Gemm(transA, transB, m, n, k, alpha, un(a), lda, un(b), ldb, beta, un(c), ldc) })
 }
 
+func (p *onWorker) Add(a, b, out tensor.Storage[float32]) {
+	p.do("Add", func() { p.b.Add(un(a), un(b), un(out)) })
+}
+
 func (p *onWorker) Axpy(alpha float32, x, y tensor.Storage[float32]) {
 	p.do("Axpy", func() { p.b.Axpy(alpha, un(x), un(y)) })
 }
@@ -161,6 +165,18 @@ func (p *onWorker) RMSNormBackward(x, w, rstd, dy tensor.Storage[float32], dim i
 
 func (p *onWorker) RoPE(x tensor.Storage[float32], heads, headDim int, cos, sin, y tensor.Storage[float32], inverse, accumulate bool) {
 	p.do("RoPE", func() { p.b.RoPE(un(x), heads, headDim, un(cos), un(sin), un(y), inverse, accumulate) })
+}
+
+func (p *onWorker) NormRoPE(x, w tensor.Storage[float32], batch, length, heads, headDim int, eps float64, cos, sin, y, rstd tensor.Storage[float32]) {
+	p.do("NormRoPE", func() {
+		p.b.NormRoPE(un(x), un(w), batch, length, heads, headDim, eps, un(cos), un(sin), un(y), un(rstd))
+	})
+}
+
+func (p *onWorker) NormRoPEBackward(x, w, rstd, dy tensor.Storage[float32], batch, length, heads, headDim int, cos, sin, dx, dw tensor.Storage[float32]) {
+	p.do("NormRoPEBackward", func() {
+		p.b.NormRoPEBackward(un(x), un(w), un(rstd), un(dy), batch, length, heads, headDim, un(cos), un(sin), un(dx), un(dw))
+	})
 }
 
 func (p *onWorker) SwiGLU(gate, up, out tensor.Storage[float32]) {

@@ -1,6 +1,7 @@
 package tensorcuda
 
 import (
+	"fmt"
 	"log/slog"
 	"os"
 
@@ -27,6 +28,14 @@ func (b *Backend) Replay(key any, fn func()) string {
 	kind, err := b.d.Replay(key, func() error { fn(); return nil })
 	if err != nil {
 		panic(err) // as every op of the backend: the interface returns no error
+	}
+	if kind == gpu.ReplayRecaptured && !b.recaptured[key] {
+		if b.recaptured == nil {
+			b.recaptured = map[any]bool{}
+		}
+		b.recaptured[key] = true
+		slog.Warn("CUDA graph captured again: the region's work changed since its capture (logged once per region)",
+			"key", fmt.Sprintf("%+v", key), "first difference", b.d.ReplayDiff(key))
 	}
 	if kind == gpu.ReplayUngraphed && b.ungraphed[key] == nil {
 		if b.ungraphed == nil {

@@ -54,6 +54,11 @@ func TestOpKernelsTypeCheck(t *testing.T) {
 //     differs only in its index type and is not run.
 //   - op_rmsnorm_host.cc: the small-dim RMSNorm kernels with one lane per
 //     row against float64.
+//   - op_ew_host.cc: op_add, vector, scalar and in-place, against a plain
+//     loop.
+//   - op_norm_rope_host.cc: the fused QK-norm + RoPE + head move kernels
+//     (forward, dx, dw chunks), with and without a weight, one lane per
+//     head row, against float64.
 //
 // It skips without g++.
 func TestOpKernelsOnHost(t *testing.T) {
@@ -65,7 +70,8 @@ func TestOpKernelsOnHost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range []struct{ kernels, harness string }{{"op_copy.cu", "op_copy_host.cc"}, {"op_rmsnorm.cu", "op_rmsnorm_host.cc"}} {
+	for _, c := range []struct{ kernels, harness string }{{"op_copy.cu", "op_copy_host.cc"}, {"op_rmsnorm.cu", "op_rmsnorm_host.cc"}, {"op_ew.cu", "op_ew_host.cc"},
+		{"op_norm_rope.cu", "op_norm_rope_host.cc"}} {
 		harness, err := os.ReadFile(filepath.Join(td, c.harness))
 		if err != nil {
 			t.Fatal(err)

@@ -1,0 +1,132 @@
+// op_norm_rope_host.cc: runs kernels/op_norm_rope.cu's kernels on the host
+// (TestOpKernelsOnHost). The row kernels run with one lane per head row:
+// then op_group_sum does no shuffle and they have no barrier, so running
+// every thread of a grid in turn computes what the device computes with
+// lanes = 1; the dw kernel has neither. Each result is checked against
+// float64: the forward (rstd and y in the [batch, heads, length, D] layout),
+// dx (accumulated onto random values) and the dw chunk sums, with and
+// without a norm weight, on the vector and the scalar paths.
+#include "host_grid.h"
+#include <cmath>
+
+// The GPU tests' tolerances: outputs in storage dtype, fp32 statistics.
+static const double tolOut = OP_BF16 ? 1e-2 : 3e-5, tolF32 = 3e-5;
+
+static bool close(double got, double want, double floor, double tol) {
+  return std::fabs(got - want) / std::max(std::fabs(want), floor) <= tol;
+}
+
+// table is n random fp32 values (angles' cos or sin) at a 16-byte boundary.
+struct table {
+  std::vector<float4> storage;
+  float *p;
+  explicit table(long long n) : storage(n / 4 + 2) {
+    p = (float *)storage.data();
+    std::uniform_real_distribution<float> u(-1, 1);
+    for (long long i = 0; i < n; i++) p[i] = u(rng);
+  }
+};
+
+static void test_norm_rope(int batch, int length, int heads, int half, bool weight, int shift, unsigned blocks) {
+  int dim = 2 * half;
+  long long rows = (long long)batch * length * heads, n = rows * dim;
+  const float eps = 1e-6f;
+  buffer x(n, shift), w(dim, 0), y(n, 0), dy(n, shift), dx(n, shift);
+  table cs(batch * length * half), sn(batch * length * half);
+  std::vector<float> rstd(rows, NAN);
+  for (long long i = 0; i < n; i++) y.p[i] = element(NAN);
+  std::vector<op_t> dx0(dx.p, dx.p + n);
+  const op_t *wp = weight ? w.p : nullptr;
+  grid(blocks, 64, [&] { op_norm_rope_fwd(x.p, wp, cs.p, sn.p, y.p, rstd.data(), batch, length, heads, half, eps, 1); });
+  grid(blocks, 64, [&] {
+    op_norm_rope_bwd_dx(weight ? x.p : nullptr, wp, rstd.data(), cs.p, sn.p, dy.p, dx.p, batch, length, heads, half, 1);
+  });
+  const int per = 5, chunks = (int)((rows + per - 1) / per);
+  std::vector<float> partial((long long)chunks * dim, NAN);
+  if (weight) {
+    gridDim = {(unsigned)((dim + 31) / 32), (unsigned)chunks, 1};
+    blockDim = {32, 1, 1};
+    for (unsigned by = 0; by < gridDim.y; by++)
+      for (unsigned bx = 0; bx < gridDim.x; bx++)
+        for (unsigned t = 0; t < 32; t++) {
+          blockIdx = {bx, by, 0};
+          threadIdx = {t, 0, 0};
+          op_norm_rope_bwd_dw(x.p, rstd.data(), cs.p, sn.p, dy.p, partial.data(), batch, length, heads, half, per);
+        }
+  }
+  std::vector<double> dw(dim * (long long)chunks);
+  char what[200];
+  std::snprintf(what, sizeof what, "[%d,%d,%d,%d] weight %d shift %d grid %u", batch, length, heads, 2 * half, weight,
+                shift, blocks);
+  for (long long i = 0; i < rows; i++) {
+    long long r = i / heads, h = i % heads, b = r / length, l = r % length;
+    long long o = ((b * heads + h) * length + l) * dim;
+    const op_t *xr = x.p + i * dim;
+    double rs = 1, grs = 1;
+    if (weight) {
+      double ss = 0;
+      for (int c = 0; c < dim; c++) ss += (double)op_f32(xr[c]) * op_f32(xr[c]);
+      rs = 1 / std::sqrt(ss / dim + eps), grs = rstd[i];
+      checks++;
+      if (!close(grs, rs, 0, tolF32)) {
+        FAIL("%s: rstd[%lld] = %g, want %g\n", what, i, grs, rs);
+        return;
+      }
+    }
+    std::vector<double> z(dim), g(dim);
+    for (int c = 0; c < dim; c++) z[c] = op_f32(xr[c]) * rs * (weight ? op_f32(w.p[c]) : 1.0);
+    double dot = 0; // Σ g·w·x̂ with the device's rstd, as the backward reads it
+    for (int k = 0; k < half; k++) {
+      double c = cs.p[r * half + k], s = sn.p[r * half + k];
+      double wy[2] = {z[k] * c - z[k + half] * s, z[k + half] * c + z[k] * s};
+      double a = op_f32(dy.p[o + k]), bb = op_f32(dy.p[o + k + half]);
+      g[k] = a * c + bb * s, g[k + half] = bb * c - a * s;
+      for (int e = 0; e < 2; e++) {
+        checks++;
+        double got = op_f32(y.p[o + k + e * half]);
+        if (!close(got, wy[e], 1, tolOut)) {
+          FAIL("%s: head row %lld col %d: y %g, want %g\n", what, i, k + e * half, got, wy[e]);
+          return;
+        }
+      }
+    }
+    for (int c = 0; c < dim; c++)
+      if (weight) {
+        double xh = op_f32(xr[c]) * grs;
+        dot += g[c] * op_f32(w.p[c]) * xh;
+        dw[(i / per) * dim + c] += g[c] * xh;
+      }
+    for (int c = 0; c < dim; c++) {
+      double want = g[c];
+      if (weight) want = grs * (g[c] * op_f32(w.p[c]) - op_f32(xr[c]) * grs * dot / dim);
+      want += op_f32(dx0[i * dim + c]);
+      checks++;
+      if (!close(op_f32(dx.p[i * dim + c]), want, 1, tolOut)) {
+        FAIL("%s: head row %lld col %d: dx %g, want %g\n", what, i, c, op_f32(dx.p[i * dim + c]), want);
+        return;
+      }
+    }
+  }
+  if (!weight) return;
+  for (long long k = 0; k < (long long)chunks * dim; k++) {
+    checks++;
+    if (!close(partial[k], dw[k], 1, tolF32 * per * 4)) {
+      FAIL("%s: dw partial %lld = %g, want %g\n", what, k, partial[k], dw[k]);
+      return;
+    }
+  }
+}
+
+int main() {
+  const int v = OP_VEC;
+  for (int weight = 0; weight < 2; weight++)
+    for (int shift = 0; shift < 2; shift++)
+      for (unsigned blocks : {1u, 3u, 1000u}) {
+        test_norm_rope(1, 1, 1, 1, weight, shift, blocks);
+        test_norm_rope(2, 5, 3, 7, weight, shift, blocks);      // odd half: scalar pairs
+        test_norm_rope(2, 3, 4, 8 * v, weight, shift, blocks);  // whole vectors (the 128 of Qwen3 in bf16)
+        test_norm_rope(1, 7, 2, v, weight, shift, blocks);
+        test_norm_rope(3, 1, 5, 2 * v + 1, weight, shift, blocks);
+      }
+  return finish();
+}
