@@ -128,13 +128,14 @@ __device__ __forceinline__ void op_norm_rope_grad(const op_t *dyr, const float *
 }
 
 // op_norm_rope_bwd_dx: for head row i, with g the rotation by −angle of
-// its row of dy and x̂ = x[i,:]·rstd[i]: dx[i,:] += rstd·(g·w − x̂·mean(g·w·x̂)),
-// or dx[i,:] += g without w (x and rstd are not read then).
+// its row of dy and x̂ = x[i,:]·rstd[i]: dx[i,:] = rstd·(g·w − x̂·mean(g·w·x̂)),
+// or dx[i,:] = g without w (x and rstd are not read then); dx += that when
+// accumulate is non-zero (dx is not read without it).
 extern "C" __global__ void op_norm_rope_bwd_dx(const op_t *__restrict__ x, const op_t *__restrict__ w,
                                                const float *__restrict__ rstd, const float *__restrict__ cos,
                                                const float *__restrict__ sin, const op_t *__restrict__ dy,
                                                op_t *__restrict__ dx, int batch, int length, int heads,
-                                               int half, int lanes) {
+                                               int half, int lanes, int accumulate) {
   int lane = threadIdx.x & (lanes - 1), per = blockDim.x / lanes, dim = 2 * half;
   long long rows = (long long)batch * length * heads;
   op_head_map map(length, heads, dim);
@@ -178,10 +179,12 @@ extern "C" __global__ void op_norm_rope_bwd_dx(const op_t *__restrict__ x, const
     if (!live) continue;
     for (int k = lane; k < nv; k += lanes) {
       int c0 = k * OP_VEC;
-      float ga[OP_VEC], gb[OP_VEC], oa[OP_VEC], ob[OP_VEC];
+      float ga[OP_VEC], gb[OP_VEC], oa[OP_VEC] = {}, ob[OP_VEC] = {};
       op_norm_rope_grad(dyr, cr, sr, c0, half, ga, gb);
-      op_load_vec(dxr + c0, oa);
-      op_load_vec(dxr + half + c0, ob);
+      if (accumulate) {
+        op_load_vec(dxr + c0, oa);
+        op_load_vec(dxr + half + c0, ob);
+      }
       if (w) {
         float xa[OP_VEC], xb[OP_VEC], wa[OP_VEC], wb[OP_VEC];
         op_load_vec(xr + c0, xa);
@@ -207,8 +210,8 @@ extern "C" __global__ void op_norm_rope_bwd_dx(const op_t *__restrict__ x, const
         ga = rs * (ga * op_f32(w[k]) - op_f32(xr[k]) * rs * m);
         gb = rs * (gb * op_f32(w[k + half]) - op_f32(xr[k + half]) * rs * m);
       }
-      op_put(dxr + k, op_f32(dxr[k]) + ga);
-      op_put(dxr + k + half, op_f32(dxr[k + half]) + gb);
+      op_put(dxr + k, (accumulate ? op_f32(dxr[k]) : 0.0f) + ga);
+      op_put(dxr + k + half, (accumulate ? op_f32(dxr[k + half]) : 0.0f) + gb);
     }
   }
 }

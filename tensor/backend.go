@@ -103,12 +103,13 @@ type Backend[T Float] interface {
 	// With w nil there is no norm: y[b,h,l,:] = RoPE_r(x[b,l,h,:]) and rstd
 	// is not written (it may be nil). With length 1 the layout is x's.
 	NormRoPE(x, w Storage[T], batch, length, heads, headDim int, eps float64, cos, sin, y, rstd Storage[T])
-	// NormRoPEBackward accumulates NormRoPE's gradients for dy: with
+	// NormRoPEBackward computes NormRoPE's gradients for dy: with
 	// g = RoPE_r⁻¹(dy[b,h,l,:]) (the rotation by −angle) and x̂ = x[b,l,h,:]·rstd,
-	// dx[b,l,h,:] += rstd·(g·w − x̂·mean(g·w·x̂)) and dw += Σ g·x̂ over every
-	// (b, l, h) (dx or dw may be nil); with w nil, dx[b,l,h,:] += g, and x
-	// and rstd are not read (they may be nil).
-	NormRoPEBackward(x, w, rstd, dy Storage[T], batch, length, heads, headDim int, cos, sin, dx, dw Storage[T])
+	// dx[b,l,h,:] (+)= rstd·(g·w − x̂·mean(g·w·x̂)), adding with accumulate,
+	// and dw += Σ g·x̂ over every (b, l, h), always adding (dx or dw may be
+	// nil); with w nil, dx[b,l,h,:] (+)= g, and x and rstd are not read
+	// (they may be nil).
+	NormRoPEBackward(x, w, rstd, dy Storage[T], batch, length, heads, headDim int, cos, sin, dx, dw Storage[T], accumulate bool)
 
 	// SwiGLU computes out = silu(gate)·up with silu(g) = g·σ(g).
 	SwiGLU(gate, up, out Storage[T])

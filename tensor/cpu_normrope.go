@@ -70,8 +70,9 @@ func (c *CPU[T]) NormRoPE(xS, wS Storage[T], batch, length, heads, headDim int, 
 	})
 }
 
-// NormRoPEBackward accumulates NormRoPE's gradients.
-func (c *CPU[T]) NormRoPEBackward(xS, wS, rstdS, dyS Storage[T], batch, length, heads, headDim int, cosS, sinS, dxS, dwS Storage[T]) {
+// NormRoPEBackward writes (or with accumulate adds) dx and adds dw, the
+// gradients of NormRoPE.
+func (c *CPU[T]) NormRoPEBackward(xS, wS, rstdS, dyS Storage[T], batch, length, heads, headDim int, cosS, sinS, dxS, dwS Storage[T], accumulate bool) {
 	dy, cos, sin, rows := normRoPEDims("NormRoPEBackward", dyS, cosS, sinS, batch, length, heads, headDim)
 	x, w := HostData(xS, "NormRoPEBackward x"), HostData(wS, "NormRoPEBackward w")
 	dx, dw := HostData(dxS, "NormRoPEBackward dx"), HostData(dwS, "NormRoPEBackward dw")
@@ -107,7 +108,7 @@ func (c *CPU[T]) NormRoPEBackward(xS, wS, rstdS, dyS Storage[T], batch, length, 
 				xs, dxs := grad(i, g), dx[i*headDim:(i+1)*headDim]
 				if w == nil {
 					for k, v := range g {
-						dxs[k] += T(v)
+						put(dxs, k, T(v), accumulate)
 					}
 					continue
 				}
@@ -118,7 +119,7 @@ func (c *CPU[T]) NormRoPEBackward(xS, wS, rstdS, dyS Storage[T], batch, length, 
 				}
 				m := dot / float64(headDim)
 				for k, v := range xs {
-					dxs[k] += T(rs * (g[k]*float64(w[k]) - float64(v)*rs*m))
+					put(dxs, k, T(rs*(g[k]*float64(w[k])-float64(v)*rs*m)), accumulate)
 				}
 			}
 		})

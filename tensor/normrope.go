@@ -53,16 +53,17 @@ func (tp *TapeOf[T]) normRoPE(x, w *Of[T], eps float64, table *RopeTable[T], bat
 	if tp.needs(x, w) {
 		tp.Record(y, saves, func() {
 			var xS, dx, dw Storage[T]
+			acc := true
 			if x.RequiresGrad {
-				dx = x.EnsureGrad()
+				dx, acc = tp.GradDst(x)
 			}
 			if w != nil {
 				xS = x.Store
 				if w.RequiresGrad {
-					dw = w.EnsureGrad()
+					dw = w.EnsureGrad() // the backend adds dw whatever acc says
 				}
 			}
-			tp.b.NormRoPEBackward(xS, wS, rstdS, y.GradStore, batch, length, heads, headDim, table.Cos, table.Sin, dx, dw)
+			tp.b.NormRoPEBackward(xS, wS, rstdS, y.GradStore, batch, length, heads, headDim, table.Cos, table.Sin, dx, dw, acc)
 		})
 	}
 	return y

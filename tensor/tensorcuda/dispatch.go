@@ -19,13 +19,13 @@ import (
 //   - Axpy, AxpyBy: equal dtypes, or bf16 into fp32 and fp32 into bf16
 //     (op_axpy_to_f32, op_axpy_from_f32); AxpyBy's scalar is fp32.
 //   - Ops whose output is a gradient (ScatterAdd, SumRows, RMSNormBackward,
-//     the inverse RoPE, SwiGLUBackward, accumulating Copy2D and
-//     Transpose12) write or add into an output of the kernel's dtype
-//     directly, and into one of the other dtype through a zero temporary of
-//     the kernel's dtype that is then added with a converting axpy (into),
-//     after zeroing the output when it is to be overwritten (intoOut).
-//     ScatterAdd and the column sums (SumRows, RMSNorm's dw) produce fp32,
-//     the others the dtype of their inputs.
+//     NormRoPEBackward, the inverse RoPE, SwiGLUBackward, accumulating
+//     Copy2D and Transpose12) write or add into an output of the kernel's
+//     dtype directly, and into one of the other dtype through a zero
+//     temporary of the kernel's dtype that is then added with a converting
+//     axpy (into), after zeroing the output when it is to be overwritten
+//     (intoOut). ScatterAdd and the column sums (SumRows, RMSNorm's and
+//     NormRoPE's dw) produce fp32, the others the dtype of their inputs.
 //   - The rest take inputs of one dtype (the Ops of that dtype) with fp32
 //     statistics (rstd, cos, sin, scale, loss).
 //

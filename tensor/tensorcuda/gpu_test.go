@@ -164,12 +164,18 @@ func TestGPUNormRoPE(t *testing.T) {
 				if !weight {
 					xb, xv = gpu.Buffer{}, nil // not read without a weight
 				}
-				e.check(e.o.NormRoPEBackward(xb, w, rstd, cb, sb, dy, c.batch, c.length, c.heads, c.hd, dx, dw, scratch))
-				ref.NormRoPEBackward(xv, wv, gr, dyv, c.batch, c.length, c.heads, c.hd, cv, sv, dxv, dwv)
+				e.check(e.o.NormRoPEBackward(xb, w, rstd, cb, sb, dy, c.batch, c.length, c.heads, c.hd, dx, dw, scratch, true))
+				ref.NormRoPEBackward(xv, wv, gr, dyv, c.batch, c.length, c.heads, c.hd, cv, sv, dxv, dwv, true)
 				e.compare("NormRoPEBackward dx "+name, e.load(dx, n), dxv, tol(e.dt, true))
 				if weight {
 					e.compare("NormRoPEBackward dw "+name, e.loadF32(dw, c.hd), dwv, tolF32Reduce)
 				}
+
+				// Written, not accumulated: dx starts poisoned.
+				fx, fxv := e.out(n), make([]float64, n)
+				e.check(e.o.NormRoPEBackward(xb, w, rstd, cb, sb, dy, c.batch, c.length, c.heads, c.hd, fx, gpu.Buffer{}, gpu.Buffer{}, false))
+				ref.NormRoPEBackward(xv, wv, gr, dyv, c.batch, c.length, c.heads, c.hd, cv, sv, fxv, nil, false)
+				e.compare("NormRoPEBackward dx written "+name, e.load(fx, n), fxv, tol(e.dt, true))
 			}
 		}
 	})

@@ -180,8 +180,8 @@ func TestLaunchersMatchKernels(t *testing.T) {
 				t.Errorf("NormRoPE of 393216 head rows: grid %v, %d lanes", f.last.grid, o.pairLanes(64))
 			}
 			must(o.NormRoPE(big, gpu.Buffer{}, 2, 3, 4, 8, 1e-6, big, big, big, gpu.Buffer{}))
-			must(o.NormRoPEBackward(gpu.Buffer{}, gpu.Buffer{}, gpu.Buffer{}, big, big, big, 2, 3, 4, 8, big, gpu.Buffer{}, gpu.Buffer{}))
-			must(o.NormRoPEBackward(big, big, big, big, big, big, 2, 3, 4, 4096, big, big, big))
+			must(o.NormRoPEBackward(gpu.Buffer{}, gpu.Buffer{}, gpu.Buffer{}, big, big, big, 2, 3, 4, 8, big, gpu.Buffer{}, gpu.Buffer{}, false))
+			must(o.NormRoPEBackward(big, big, big, big, big, big, 2, 3, 4, 4096, big, big, big, true))
 			if f.last.grid.X != uint32(ceilDiv(4096, threads)) || f.launched["op_norm_rope_bwd_dw"] != 1 {
 				t.Errorf("NormRoPEBackward dw: colsum grid %v, launched %v", f.last.grid, f.launched)
 			}
@@ -250,10 +250,10 @@ func TestLauncherChecksBufferSizes(t *testing.T) {
 			_ = o.NormRoPE(big, big, 1<<16, 1<<12, 8, 8, 1e-6, big, big, big, big)
 		}},
 		{"norm-rope dw without w", "dw without a weight", func() {
-			_ = o.NormRoPEBackward(big, gpu.Buffer{}, big, big, big, big, 2, 3, 4, 8, big, big, big)
+			_ = o.NormRoPEBackward(big, gpu.Buffer{}, big, big, big, big, 2, 3, 4, 8, big, big, big, true)
 		}},
 		{"norm-rope cos", "NormRoPEBackward: cos holds 10 bytes", func() {
-			_ = o.NormRoPEBackward(big, big, big, gpu.Buffer{Ptr: 1, Size: 10}, big, big, 2, 3, 4, 8, big, gpu.Buffer{}, gpu.Buffer{})
+			_ = o.NormRoPEBackward(big, big, big, gpu.Buffer{Ptr: 1, Size: 10}, big, big, 2, 3, 4, 8, big, gpu.Buffer{}, gpu.Buffer{}, true)
 		}},
 		{"copy strides", "Copy2D: block of 3 cols", func() { _ = o.Copy2D(2, 3, big, 2, 0, big, 3, 0, false) }},
 	} {

@@ -59,13 +59,14 @@ func (o *Ops) NormRoPE(x, w gpu.Buffer, batch, length, heads, headDim int, eps f
 	return o.launch(c, o.strided(int64(rows)*int64(lanes)), threads)
 }
 
-// NormRoPEBackward accumulates NormRoPE's gradients for dy [batch, heads,
+// NormRoPEBackward computes NormRoPE's gradients for dy [batch, heads,
 // length, headDim]: with g = dy's head row rotated by −angle and
-// x̂ = x·rstd, dx += rstd·(g·w − x̂·mean(g·w·x̂)) (storage dtype; dx += g
-// with w null, when x and rstd are not read) and dw += Σ g·x̂ (fp32,
-// deterministic through scratch of ColumnScratch(rows, headDim) bytes, as
-// RMSNormBackward's). dx or dw may be null; dw needs w.
-func (o *Ops) NormRoPEBackward(x, w, rstd, cos, sin, dy gpu.Buffer, batch, length, heads, headDim int, dx, dw, scratch gpu.Buffer) error {
+// x̂ = x·rstd, dx = rstd·(g·w − x̂·mean(g·w·x̂)) (storage dtype; dx = g
+// with w null, when x and rstd are not read; added to dx with accumulate)
+// and dw += Σ g·x̂ (fp32, always added; deterministic through scratch of
+// ColumnScratch(rows, headDim) bytes, as RMSNormBackward's). dx or dw may
+// be null; dw needs w.
+func (o *Ops) NormRoPEBackward(x, w, rstd, cos, sin, dy gpu.Buffer, batch, length, heads, headDim int, dx, dw, scratch gpu.Buffer, accumulate bool) error {
 	rows, half := o.normRoPESizes("NormRoPEBackward", batch, length, heads, headDim, cos, sin)
 	n := int64(rows) * int64(headDim)
 	need("NormRoPEBackward", "dy", dy, n, o.es())
@@ -84,7 +85,7 @@ func (o *Ops) NormRoPEBackward(x, w, rstd, cos, sin, dy gpu.Buffer, batch, lengt
 	if dx.Ptr != 0 {
 		lanes := o.pairLanes(half)
 		c := o.begin(kNormRoPEDX).ptr("x", x).ptr("w", w).ptr("rstd", rstd).ptr("cos", cos).ptr("sin", sin).ptr("dy", dy).ptr("dx", dx).
-			i32("batch", batch).i32("length", length).i32("heads", heads).i32("half", half).i32("lanes", lanes)
+			i32("batch", batch).i32("length", length).i32("heads", heads).i32("half", half).i32("lanes", lanes).flag("accumulate", accumulate)
 		if err := o.launch(c, o.strided(int64(rows)*int64(lanes)), threads); err != nil {
 			return err
 		}
@@ -119,9 +120,9 @@ func (b *Backend) NormRoPE(xS, wS tensor.Storage[float32], batch, length, heads,
 	must("NormRoPE", b.ops(dt).NormRoPE(x.Buffer(), w.Buffer(), batch, length, heads, headDim, eps, cos.Buffer(), sin.Buffer(), y.Buffer(), rstd.Buffer()))
 }
 
-// NormRoPEBackward accumulates dx (in dy's dtype) and dw (fp32 sums), into
-// either dtype.
-func (b *Backend) NormRoPEBackward(xS, wS, rstdS, dyS tensor.Storage[float32], batch, length, heads, headDim int, cosS, sinS, dxS, dwS tensor.Storage[float32]) {
+// NormRoPEBackward writes or adds dx (in dy's dtype) and adds dw (fp32
+// sums), into either dtype.
+func (b *Backend) NormRoPEBackward(xS, wS, rstdS, dyS tensor.Storage[float32], batch, length, heads, headDim int, cosS, sinS, dxS, dwS tensor.Storage[float32], accumulate bool) {
 	dy, cos, sin := b.buf(dyS, "NormRoPEBackward dy"), b.buf(cosS, "NormRoPEBackward cos"), b.buf(sinS, "NormRoPEBackward sin")
 	x, w, rstd := b.opt(xS, "NormRoPEBackward x"), b.opt(wS, "NormRoPEBackward w"), b.opt(rstdS, "NormRoPEBackward rstd")
 	dx, dw := b.opt(dxS, "NormRoPEBackward dx"), b.opt(dwS, "NormRoPEBackward dw")
@@ -135,15 +136,15 @@ func (b *Backend) NormRoPEBackward(xS, wS, rstdS, dyS tensor.Storage[float32], b
 	checkLen("NormRoPEBackward dy", dy.n, batch*length*heads*headDim)
 	o, none := b.ops(dt), gpu.Buffer{}
 	if dxS != nil {
-		b.into(dx, dt, func(out gpu.Buffer) {
-			must("NormRoPEBackward", o.NormRoPEBackward(x.Buffer(), w.Buffer(), rstd.Buffer(), cos.Buffer(), sin.Buffer(), dy.Buffer(), batch, length, heads, headDim, out, none, none))
+		b.intoOut(dx, dt, accumulate, func(out gpu.Buffer, acc bool) {
+			must("NormRoPEBackward", o.NormRoPEBackward(x.Buffer(), w.Buffer(), rstd.Buffer(), cos.Buffer(), sin.Buffer(), dy.Buffer(), batch, length, heads, headDim, out, none, none, acc))
 		})
 	}
 	if dwS != nil {
 		rows := batch * length * heads
 		b.into(dw, dtype.F32, func(out gpu.Buffer) {
 			scratch := b.newBuf(int(ColumnScratch(rows, headDim)/4), dtype.F32, false, false)
-			must("NormRoPEBackward", o.NormRoPEBackward(x.Buffer(), w.Buffer(), rstd.Buffer(), cos.Buffer(), sin.Buffer(), dy.Buffer(), batch, length, heads, headDim, none, out, scratch.Buffer()))
+			must("NormRoPEBackward", o.NormRoPEBackward(x.Buffer(), w.Buffer(), rstd.Buffer(), cos.Buffer(), sin.Buffer(), dy.Buffer(), batch, length, heads, headDim, none, out, scratch.Buffer(), true))
 			b.freeTemp(scratch)
 		})
 	}

@@ -173,9 +173,9 @@ func (p *onWorker) NormRoPE(x, w tensor.Storage[float32], batch, length, heads, 
 	})
 }
 
-func (p *onWorker) NormRoPEBackward(x, w, rstd, dy tensor.Storage[float32], batch, length, heads, headDim int, cos, sin, dx, dw tensor.Storage[float32]) {
+func (p *onWorker) NormRoPEBackward(x, w, rstd, dy tensor.Storage[float32], batch, length, heads, headDim int, cos, sin, dx, dw tensor.Storage[float32], accumulate bool) {
 	p.do("NormRoPEBackward", func() {
-		p.b.NormRoPEBackward(un(x), un(w), un(rstd), un(dy), batch, length, heads, headDim, un(cos), un(sin), un(dx), un(dw))
+		p.b.NormRoPEBackward(un(x), un(w), un(rstd), un(dy), batch, length, heads, headDim, un(cos), un(sin), un(dx), un(dw), accumulate)
 	})
 }
 

@@ -57,8 +57,8 @@ func TestOpKernelsTypeCheck(t *testing.T) {
 //   - op_ew_host.cc: op_add, vector, scalar and in-place, against a plain
 //     loop.
 //   - op_norm_rope_host.cc: the fused QK-norm + RoPE + head move kernels
-//     (forward, dx, dw chunks), with and without a weight, one lane per
-//     head row, against float64.
+//     (forward, dx written and accumulated, dw chunks), with and without a
+//     weight, one lane per head row, against float64.
 //
 // It skips without g++.
 func TestOpKernelsOnHost(t *testing.T) {

@@ -4,8 +4,9 @@
 // every thread of a grid in turn computes what the device computes with
 // lanes = 1; the dw kernel has neither. Each result is checked against
 // float64: the forward (rstd and y in the [batch, heads, length, D] layout),
-// dx (accumulated onto random values) and the dw chunk sums, with and
-// without a norm weight, on the vector and the scalar paths.
+// dx (written over NaN, and accumulated onto random values) and the dw
+// chunk sums, with and without a norm weight, on the vector and the scalar
+// paths.
 #include "host_grid.h"
 #include <cmath>
 
@@ -27,7 +28,8 @@ struct table {
   }
 };
 
-static void test_norm_rope(int batch, int length, int heads, int half, bool weight, int shift, unsigned blocks) {
+static void test_norm_rope(int batch, int length, int heads, int half, bool weight, int shift, unsigned blocks,
+                           int acc) {
   int dim = 2 * half;
   long long rows = (long long)batch * length * heads, n = rows * dim;
   const float eps = 1e-6f;
@@ -35,11 +37,13 @@ static void test_norm_rope(int batch, int length, int heads, int half, bool weig
   table cs(batch * length * half), sn(batch * length * half);
   std::vector<float> rstd(rows, NAN);
   for (long long i = 0; i < n; i++) y.p[i] = element(NAN);
+  if (!acc)
+    for (long long i = 0; i < n; i++) dx.p[i] = element(NAN);
   std::vector<op_t> dx0(dx.p, dx.p + n);
   const op_t *wp = weight ? w.p : nullptr;
   grid(blocks, 64, [&] { op_norm_rope_fwd(x.p, wp, cs.p, sn.p, y.p, rstd.data(), batch, length, heads, half, eps, 1); });
   grid(blocks, 64, [&] {
-    op_norm_rope_bwd_dx(weight ? x.p : nullptr, wp, rstd.data(), cs.p, sn.p, dy.p, dx.p, batch, length, heads, half, 1);
+    op_norm_rope_bwd_dx(weight ? x.p : nullptr, wp, rstd.data(), cs.p, sn.p, dy.p, dx.p, batch, length, heads, half, 1, acc);
   });
   const int per = 5, chunks = (int)((rows + per - 1) / per);
   std::vector<float> partial((long long)chunks * dim, NAN);
@@ -56,8 +60,8 @@ static void test_norm_rope(int batch, int length, int heads, int half, bool weig
   }
   std::vector<double> dw(dim * (long long)chunks);
   char what[200];
-  std::snprintf(what, sizeof what, "[%d,%d,%d,%d] weight %d shift %d grid %u", batch, length, heads, 2 * half, weight,
-                shift, blocks);
+  std::snprintf(what, sizeof what, "[%d,%d,%d,%d] weight %d shift %d grid %u acc %d", batch, length, heads, 2 * half,
+                weight, shift, blocks, acc);
   for (long long i = 0; i < rows; i++) {
     long long r = i / heads, h = i % heads, b = r / length, l = r % length;
     long long o = ((b * heads + h) * length + l) * dim;
@@ -99,7 +103,7 @@ static void test_norm_rope(int batch, int length, int heads, int half, bool weig
     for (int c = 0; c < dim; c++) {
       double want = g[c];
       if (weight) want = grs * (g[c] * op_f32(w.p[c]) - op_f32(xr[c]) * grs * dot / dim);
-      want += op_f32(dx0[i * dim + c]);
+      if (acc) want += op_f32(dx0[i * dim + c]);
       checks++;
       if (!close(op_f32(dx.p[i * dim + c]), want, 1, tolOut)) {
         FAIL("%s: head row %lld col %d: dx %g, want %g\n", what, i, c, op_f32(dx.p[i * dim + c]), want);
@@ -121,12 +125,13 @@ int main() {
   const int v = OP_VEC;
   for (int weight = 0; weight < 2; weight++)
     for (int shift = 0; shift < 2; shift++)
-      for (unsigned blocks : {1u, 3u, 1000u}) {
-        test_norm_rope(1, 1, 1, 1, weight, shift, blocks);
-        test_norm_rope(2, 5, 3, 7, weight, shift, blocks);      // odd half: scalar pairs
-        test_norm_rope(2, 3, 4, 8 * v, weight, shift, blocks);  // whole vectors (the 128 of Qwen3 in bf16)
-        test_norm_rope(1, 7, 2, v, weight, shift, blocks);
-        test_norm_rope(3, 1, 5, 2 * v + 1, weight, shift, blocks);
-      }
+      for (unsigned blocks : {1u, 3u, 1000u})
+        for (int acc = 0; acc < 2; acc++) {
+          test_norm_rope(1, 1, 1, 1, weight, shift, blocks, acc);
+          test_norm_rope(2, 5, 3, 7, weight, shift, blocks, acc);     // odd half: scalar pairs
+          test_norm_rope(2, 3, 4, 8 * v, weight, shift, blocks, acc); // whole vectors (the 128 of Qwen3 in bf16)
+          test_norm_rope(1, 7, 2, v, weight, shift, blocks, acc);
+          test_norm_rope(3, 1, 5, 2 * v + 1, weight, shift, blocks, acc);
+        }
   return finish();
 }
