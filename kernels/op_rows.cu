@@ -38,13 +38,28 @@ extern "C" __global__ void op_sum_rows(const op_t *__restrict__ y,
   partial[(long long)k * n + c] = acc;
 }
 
-// op_colsum: v[c] += Σ_k partial[k·n + c] for k < chunks, summed in order of
-// k (so the result does not depend on the launch).
+// op_colsum: v[c] += Σ_k partial[k·n + c] for k < chunks, in an order fixed
+// by chunks alone (so the result does not depend on the launch): a block
+// of OP_COLSUM_COLS columns × OP_COLSUM_LANES lanes, lane j summing the
+// chunks k ≡ j (mod OP_COLSUM_LANES) in order, then the lanes' sums added in
+// lane order. The lanes keep thousands of chunks (a narrow sum over many
+// rows) from being one long serial loop per column.
+#define OP_COLSUM_COLS 32
+#define OP_COLSUM_LANES 8
 extern "C" __global__ void op_colsum(const float *__restrict__ partial,
                                      float *__restrict__ v, int chunks, int n) {
-  int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= n) return;
+  __shared__ float sh[OP_COLSUM_LANES][OP_COLSUM_COLS + 1];
+  int cx = threadIdx.x % OP_COLSUM_COLS, lane = threadIdx.x / OP_COLSUM_COLS;
+  int c = blockIdx.x * OP_COLSUM_COLS + cx;
   float acc = 0.0f;
-  for (int k = 0; k < chunks; k++) acc += partial[(long long)k * n + c];
-  v[c] += acc;
+  if (c < n)
+    for (int k = lane; k < chunks; k += OP_COLSUM_LANES) acc += partial[(long long)k * n + c];
+  sh[lane][cx] = acc;
+  __syncthreads();
+  if (lane == 0 && c < n) {
+    float s = 0.0f;
+#pragma unroll
+    for (int j = 0; j < OP_COLSUM_LANES; j++) s += sh[j][cx];
+    v[c] += s;
+  }
 }

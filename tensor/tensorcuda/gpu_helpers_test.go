@@ -245,14 +245,25 @@ func (e *env) loadI32(b gpu.Buffer, n int) []int32 {
 // max(|want|, rms(want)); it logs and reports the largest error.
 func (e *env) compare(what string, got, want []float64, tol float64) {
 	e.t.Helper()
+	e.compareFloor(what, got, want, tol, rms(want))
+}
+
+// rms returns the root mean square of v (1 for none or all zero).
+func rms(v []float64) float64 {
 	var ss float64
-	for _, w := range want {
+	for _, w := range v {
 		ss += w * w
 	}
-	floor := math.Sqrt(ss / float64(max(len(want), 1)))
-	if floor == 0 {
-		floor = 1
+	if ss == 0 {
+		return 1
 	}
+	return math.Sqrt(ss / float64(len(v)))
+}
+
+// compareFloor is compare with errors relative to max(|want|, floor): for a
+// result that cancels to about zero, floor is the scale of its terms.
+func (e *env) compareFloor(what string, got, want []float64, tol, floor float64) {
+	e.t.Helper()
 	worst, at := 0.0, -1
 	for i, w := range want {
 		g := got[i]

@@ -168,8 +168,8 @@ func TestLaunchersMatchKernels(t *testing.T) {
 				t.Errorf("RMSNormBackward dx of dim 5000: grid %v, want op_rmsnorm_bwd_dx on one block per row", f.last.grid)
 			}
 			must(o.RMSNormBackward(big, big, big, big, 1000, 65, big, big, big, true))
-			per, nc := chunks(1000)
-			if f.last.grid.X != 1 || per*nc < 1000 {
+			per, nc := chunks(1000, 65)
+			if f.last.grid.X != uint32(ceilDiv(65, colSumCols)) || per*nc < 1000 {
 				t.Errorf("colsum grid %v, chunks %d×%d", f.last.grid, nc, per)
 			}
 			must(o.RoPE(big, 5, 3, 8, big, big, big, true, true))
@@ -182,7 +182,7 @@ func TestLaunchersMatchKernels(t *testing.T) {
 			must(o.NormRoPE(big, gpu.Buffer{}, 2, 3, 4, 8, 1e-6, big, big, big, gpu.Buffer{}))
 			must(o.NormRoPEBackward(gpu.Buffer{}, gpu.Buffer{}, gpu.Buffer{}, big, big, big, 2, 3, 4, 8, big, gpu.Buffer{}, gpu.Buffer{}, false))
 			must(o.NormRoPEBackward(big, big, big, big, big, big, 2, 3, 4, 4096, big, big, big, true))
-			if f.last.grid.X != uint32(ceilDiv(4096, threads)) || f.launched["op_norm_rope_bwd_dw"] != 1 {
+			if f.last.grid.X != uint32(ceilDiv(4096, colSumCols)) || f.launched["op_norm_rope_bwd_dw"] != 1 {
 				t.Errorf("NormRoPEBackward dw: colsum grid %v, launched %v", f.last.grid, f.launched)
 			}
 			must(o.SwiGLU(big, big, big, 1001))
@@ -289,13 +289,19 @@ func TestNormLanes(t *testing.T) {
 }
 
 func TestChunks(t *testing.T) {
-	for _, rows := range []int{1, 7, 16, 17, 33, 1000, 2048, 2049, 16384, 1 << 20} {
-		per, n := chunks(rows)
-		if per*n < rows || per*(n-1) >= rows || n > maxChunks || per < minChunkRows {
-			t.Errorf("rows %d: %d chunks of %d", rows, n, per)
-		}
-		if got := ColumnScratch(rows, 10); got != int64(n*10*4) {
-			t.Errorf("rows %d: scratch %d", rows, got)
+	for _, cols := range []int{10, 128, 4096} {
+		most := max(maxChunks, chunkThreads/cols)
+		for _, rows := range []int{1, 7, 16, 17, 33, 1000, 2048, 2049, 16384, 1 << 20} {
+			per, n := chunks(rows, cols)
+			if per*n < rows || per*(n-1) >= rows || n > most || per < minChunkRows {
+				t.Errorf("rows %d, cols %d: %d chunks of %d (at most %d chunks)", rows, cols, n, per, most)
+			}
+			if rows >= minChunkRows*most && n*cols < chunkThreads && n < maxChunks {
+				t.Errorf("rows %d, cols %d: %d chunks, %d threads for the first stage", rows, cols, n, n*cols)
+			}
+			if got := ColumnScratch(rows, cols); got != int64(n*cols*4) {
+				t.Errorf("rows %d, cols %d: scratch %d", rows, cols, got)
+			}
 		}
 	}
 }

@@ -120,7 +120,7 @@ func (o *Ops) RMSNormBackward(x, w, rstd, dy gpu.Buffer, rows, dim int, dx, dw, 
 		return nil
 	}
 	need("RMSNormBackward", "scratch", scratch, ColumnScratch(rows, dim)/4, 4)
-	per, nc := chunks(rows)
+	per, nc := chunks(rows, dim)
 	c := o.begin(kRMSNormDW).ptr("x", x).ptr("rstd", rstd).ptr("dy", dy).ptr("partial", scratch).i32("rows", rows).i32("dim", dim).i32("rows_per_chunk", per)
 	if err := o.launch(c, cuda.Dim(uint32(ceilDiv(dim, threads)), uint32(nc), 1), threads); err != nil {
 		return err
@@ -128,11 +128,15 @@ func (o *Ops) RMSNormBackward(x, w, rstd, dy gpu.Buffer, rows, dim int, dx, dw, 
 	return o.colSum(scratch, nc, dim, dw)
 }
 
-// colSum adds the chunks partial rows of n columns, in order, into v (fp32).
+// colSum adds the chunks partial rows of n columns, in a fixed order, into
+// v (fp32): op_colsum's blocks of colSumCols columns × colSumLanes lanes.
 func (o *Ops) colSum(partial gpu.Buffer, chunks, n int, v gpu.Buffer) error {
 	c := o.begin(kColSum).ptr("partial", partial).ptr("v", v).i32("chunks", chunks).i32("n", n)
-	return o.launch(c, cuda.Dim(uint32(ceilDiv(n, threads)), 1, 1), threads)
+	return o.launch(c, cuda.Dim(uint32(ceilDiv(n, colSumCols)), 1, 1), colSumCols*colSumLanes)
 }
+
+// op_colsum's block shape (OP_COLSUM_COLS, OP_COLSUM_LANES in op_rows.cu).
+const colSumCols, colSumLanes = 32, 8
 
 // RoPE rotates each head of x ([rows, heads, headDim], storage dtype) by the
 // angles of its row in HF's rotate_half convention: with h = headDim/2,

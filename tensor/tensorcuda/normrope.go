@@ -94,7 +94,7 @@ func (o *Ops) NormRoPEBackward(x, w, rstd, cos, sin, dy gpu.Buffer, batch, lengt
 		return nil
 	}
 	need("NormRoPEBackward", "scratch", scratch, ColumnScratch(rows, headDim)/4, 4)
-	per, nc := chunks(rows)
+	per, nc := chunks(rows, headDim)
 	c := o.begin(kNormRoPEDW).ptr("x", x).ptr("rstd", rstd).ptr("cos", cos).ptr("sin", sin).ptr("dy", dy).ptr("partial", scratch).
 		i32("batch", batch).i32("length", length).i32("heads", heads).i32("half", half).i32("rows_per_chunk", per)
 	if err := o.launch(c, cuda.Dim(uint32(ceilDiv(headDim, threads)), uint32(nc), 1), threads); err != nil {

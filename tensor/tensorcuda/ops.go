@@ -203,24 +203,31 @@ func (o *Ops) vecStrided(n int64) cuda.Dim3 {
 	return o.strided((n + v - 1) / v)
 }
 
-// Column sums (SumRows, RMSNorm's dw) run in two stages: blocks of
-// rows_per_chunk rows write one partial row each, then op_colsum adds the
-// partial rows in order. maxChunks bounds the scratch to maxChunks rows.
+// Column sums (SumRows, RMSNorm's and NormRoPE's dw) run in two stages:
+// blocks of rows_per_chunk rows write one partial row each, then op_colsum
+// adds the partial rows in order. The first stage runs a thread per column
+// and chunk, so narrow sums take more chunks: at least maxChunks, and
+// enough for chunkThreads threads (a head dimension of 128 over a million
+// head rows takes 2048 chunks of 512 rows, not 128 of 8192, whose long
+// serial loops left the GPU mostly idle).
 const (
 	minChunkRows = 16
 	maxChunks    = 128
+	chunkThreads = 1 << 18
 )
 
-// chunks returns the rows per chunk and the number of chunks for rows rows.
-func chunks(rows int) (perChunk, n int) {
-	perChunk = max(minChunkRows, (rows+maxChunks-1)/maxChunks)
+// chunks returns the rows per chunk and the number of chunks for a column
+// sum over rows rows of cols columns.
+func chunks(rows, cols int) (perChunk, n int) {
+	most := max(maxChunks, chunkThreads/max(cols, 1))
+	perChunk = max(minChunkRows, (rows+most-1)/most)
 	return perChunk, max(1, (rows+perChunk-1)/perChunk)
 }
 
 // ColumnScratch returns the bytes of fp32 scratch that SumRows and
 // RMSNormBackward (with dw) need for rows × cols.
 func ColumnScratch(rows, cols int) int64 {
-	_, n := chunks(rows)
+	_, n := chunks(rows, cols)
 	return int64(n) * int64(cols) * 4
 }
 
