@@ -93,6 +93,33 @@ func TestEightGoroutinesOneCompile(t *testing.T) {
 //go:embed testdata/elementwise.cu
 var elementwiseSource string
 
+// elementwiseSetup loads the three kernels of elementwiseSource from img on
+// d and allocates count buffers of n float32s; free releases them.
+func elementwiseSetup(d *gpu.Device, img *jit.Image, count, n int) (map[string]cuda.Function, []gpu.Buffer, func(), error) {
+	fns := map[string]cuda.Function{}
+	var bufs []gpu.Buffer
+	free := func() {
+		for _, b := range bufs {
+			d.Free(b)
+		}
+	}
+	for _, name := range []string{"ew_affine", "ew_square", "ew_accumulate"} {
+		f, err := img.Function(d, name)
+		if err != nil {
+			return nil, nil, free, err
+		}
+		fns[name] = f
+	}
+	for range count {
+		b, err := d.Alloc(int64(4 * n))
+		if err != nil {
+			return nil, nil, free, err
+		}
+		bufs = append(bufs, b)
+	}
+	return fns, bufs, free, nil
+}
+
 // TestGraphReplayMatchesLaunches captures three dependent kernels into a
 // graph and checks that replaying it gives bit-identical results to plain
 // launches, and both match a float64 CPU reference.
@@ -113,19 +140,11 @@ func TestGraphReplayMatchesLaunches(t *testing.T) {
 	var plainX, plainY, graphX, graphY []float32
 	var foreignErr error
 	err = w.Run(func(d *gpu.Device) error {
-		fns := map[string]cuda.Function{}
-		for _, name := range []string{"ew_affine", "ew_square", "ew_accumulate"} {
-			if fns[name], err = img.Function(d, name); err != nil {
-				return err
-			}
+		fns, bufs, free, err := elementwiseSetup(d, img, 4, n)
+		if err != nil {
+			return err
 		}
-		bufs := make([]gpu.Buffer, 4)
-		for i := range bufs {
-			if bufs[i], err = d.Alloc(4 * n); err != nil {
-				return err
-			}
-			defer d.Free(bufs[i])
-		}
+		defer free()
 		// one argument list per launch: captured parameters are copied at capture time
 		step := func(s *gpu.Stream, x, y gpu.Buffer) error {
 			gr, bl := grid1(n, 128)

@@ -35,19 +35,11 @@ func TestGPUReplay(t *testing.T) {
 	var waitErr error
 	worst := 0.0
 	err = w.Run(func(d *gpu.Device) error {
-		fns := map[string]cuda.Function{}
-		for _, name := range []string{"ew_affine", "ew_square", "ew_accumulate"} {
-			if fns[name], err = img.Function(d, name); err != nil {
-				return err
-			}
+		fns, bufs, free, err := elementwiseSetup(d, img, 6, n)
+		if err != nil {
+			return err
 		}
-		bufs := make([]gpu.Buffer, 6)
-		for i := range bufs {
-			if bufs[i], err = d.Alloc(4 * n); err != nil {
-				return err
-			}
-			defer d.Free(bufs[i])
-		}
+		defer free()
 		gr, bl := grid1(n, 128)
 		// region: x = in; y = 0; x = (a·x+b)²; y += x; x = a·x+b
 		region := func(x, y gpu.Buffer, in gpu.Buffer) error {
