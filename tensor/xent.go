@@ -66,7 +66,7 @@ func XentChunkElems[T Float](b Backend[T]) int {
 // its target is ≥ 0 and its weight > 0.
 type XentRows[T Float] struct {
 	N         int       // rows of the hidden state
-	Active    []int32   // the rows computed, ascending: the active ones (all N with NewXentRowsFixed)
+	Active    []int32   // the rows computed, ascending: the active ones (the candidates with NewXentRowsFixed)
 	Targets   []int32   // Targets[j]: the target of row Active[j]
 	Weights   []float64 // Weights[j]: the weight of row Active[j]
 	WeightSum float64   // Σ of the active rows' weights, in row order
@@ -80,19 +80,27 @@ type XentRows[T Float] struct {
 // NewXentRows compacts targets [N] (−1 = ignored) and weights [N] (nil:
 // all 1) into the active rows and uploads them to b.
 func NewXentRows[T Float](b Backend[T], targets []int32, weights []float64) *XentRows[T] {
-	return newXentRows(b, targets, weights, false)
+	return newXentRows(b, targets, weights, nil)
 }
 
-// NewXentRowsFixed is NewXentRows with every row kept, the ignored ones
-// with target −1 and weight 0 (loss 0, argmax −1, no gradient), so that the
-// op's shapes depend on N alone: a step of fixed shapes (a length bucket,
-// replayed as a CUDA graph) keeps them whatever its labels. The ignored rows
-// cost their part of the LM head's work.
-func NewXentRowsFixed[T Float](b Backend[T], targets []int32, weights []float64) *XentRows[T] {
-	return newXentRows(b, targets, weights, true)
+// NewXentRowsFixed is NewXentRows with every candidate row kept (every row
+// when candidate is nil), the ignored ones with target −1 and weight 0
+// (loss 0, argmax −1, no gradient), so that the op's shapes depend on N and
+// the candidates alone: a step of fixed shapes (a length bucket, replayed
+// as a CUDA graph) keeps them whatever its labels. The ignored rows cost
+// their part of the LM head's work; rows that are not candidates (those
+// that can never carry a label, by the layout of the rows) cost nothing,
+// and it panics if one does carry a label.
+func NewXentRowsFixed[T Float](b Backend[T], targets []int32, weights []float64, candidate func(i int) bool) *XentRows[T] {
+	if candidate == nil {
+		candidate = func(int) bool { return true }
+	}
+	return newXentRows(b, targets, weights, candidate)
 }
 
-func newXentRows[T Float](b Backend[T], targets []int32, weights []float64, all bool) *XentRows[T] {
+// newXentRows keeps the active rows and, when fixed is not nil, also the
+// inactive rows it accepts.
+func newXentRows[T Float](b Backend[T], targets []int32, weights []float64, fixed func(i int) bool) *XentRows[T] {
 	if weights != nil {
 		checkLen("XentRows weights", len(weights), len(targets))
 	}
@@ -103,10 +111,17 @@ func newXentRows[T Float](b Backend[T], targets []int32, weights []float64, all 
 			wi = weights[i]
 		}
 		active := t >= 0 && wi > 0
-		if !active && all {
-			t, wi = -1, 0
+		keep := active
+		if fixed != nil {
+			keep = fixed(i)
+			if active && !keep {
+				panic(fmt.Sprintf("tensor.NewXentRowsFixed: row %d has target %d and weight %g but is not a candidate row", i, t, wi))
+			}
+			if !active {
+				t, wi = -1, 0
+			}
 		}
-		if active || all {
+		if keep {
 			r.Active = append(r.Active, int32(i))
 			r.Targets = append(r.Targets, t)
 			r.Weights = append(r.Weights, wi)

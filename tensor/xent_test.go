@@ -90,16 +90,30 @@ func TestXentRowsFixed(t *testing.T) {
 		rl, am := x.Read(cpu)
 		return x.Loss.Data()[0], rl, am, h.Grad(), w.Grad()
 	}
-	fixed := tensor.NewXentRowsFixed(cpu, targets, weights)
+	fixed := tensor.NewXentRowsFixed(cpu, targets, weights, nil)
 	if len(fixed.Active) != n || fixed.DevTargets.Len() != n || fixed.Scale.Len() != n {
 		t.Fatalf("fixed rows: %d active, %d targets, %d shares, want %d each", len(fixed.Active), fixed.DevTargets.Len(), fixed.Scale.Len(), n)
 	}
-	l1, rl1, am1, dh1, dw1 := run(tensor.NewXentRows(cpu, targets, weights))
-	l2, rl2, am2, dh2, dw2 := run(fixed)
-	if math.Abs(l1-l2) > 1e-12*math.Abs(l1) || !slices.Equal(rl1, rl2) || !slices.Equal(am1, am2) {
-		t.Fatalf("loss %v vs %v, or per-row results differ", l1, l2)
+	// Rows that can never be labelled (here every third, whose labels are
+	// cleared) are left out of the fixed rows and change nothing.
+	never := func(i int) bool { return i%3 == 0 }
+	for i := range targets {
+		if never(i) {
+			targets[i] = -1
+		}
 	}
-	for _, g := range [][2][]float64{{dh1, dh2}, {dw1, dw2}} {
+	some := tensor.NewXentRowsFixed(cpu, targets, weights, func(i int) bool { return !never(i) })
+	if want := n - (n+2)/3; len(some.Active) != want {
+		t.Fatalf("fixed rows of candidates: %d active, want %d", len(some.Active), want)
+	}
+	ls, rls, ams, dhs, dws := run(some)
+	l1, rl1, am1, dh1, dw1 := run(tensor.NewXentRows(cpu, targets, weights))
+	l2, rl2, am2, dh2, dw2 := run(tensor.NewXentRowsFixed(cpu, targets, weights, nil))
+	if math.Abs(l1-l2) > 1e-12*math.Abs(l1) || !slices.Equal(rl1, rl2) || !slices.Equal(am1, am2) ||
+		math.Abs(l1-ls) > 1e-12*math.Abs(l1) || !slices.Equal(rl1, rls) || !slices.Equal(am1, ams) {
+		t.Fatalf("loss %v compacted, %v fixed, %v fixed over candidates, or per-row results differ", l1, l2, ls)
+	}
+	for _, g := range [][2][]float64{{dh1, dh2}, {dw1, dw2}, {dh1, dhs}, {dw1, dws}} {
 		for i := range g[0] {
 			if math.Abs(g[0][i]-g[1][i]) > 1e-12 {
 				t.Fatalf("gradient %d: %v compacted, %v fixed", i, g[0][i], g[1][i])

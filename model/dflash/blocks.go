@@ -141,8 +141,9 @@ type Blocks struct {
 	Weights    []float64 // [Rows*N*B] v·w_s (0 where not valid)
 	WeightSum  float64
 	// Fixed marks the layout of a fixed-shape step (a length bucket's):
-	// Inputs then keeps every block slot as a loss row (tensor.
-	// NewXentRowsFixed), so that no shape of the step depends on its labels.
+	// Inputs then keeps every block slot but the anchor's as a loss row
+	// (tensor.NewXentRowsFixed), so that no shape of the step depends on its
+	// labels.
 	Fixed bool
 }
 

@@ -42,11 +42,14 @@ func (d *Drafter[T]) Inputs(be tensor.Backend[T], b *Batch, bl *Blocks) (*StepIn
 		panic(fmt.Sprintf("dflash: Inputs: blocks %dx%dx%d for a batch of %d rows, block size %d", bl.Rows, bl.N, bl.B, b.Rows, c.BlockSize))
 	}
 	R, S := b.Rows, b.Len
-	loss := tensor.NewXentRows[T]
+	var loss *tensor.XentRows[T]
 	if bl.Fixed {
-		loss = tensor.NewXentRowsFixed[T]
+		// Every slot but a block's first (its anchor, given, never a label).
+		loss = tensor.NewXentRowsFixed(be, bl.Labels, bl.Weights, func(i int) bool { return i%bl.B != 0 })
+	} else {
+		loss = tensor.NewXentRows(be, bl.Labels, bl.Weights)
 	}
-	in := &StepInputs[T]{Batch: b, Blocks: bl, IDs: be.UploadInts(bl.IDs), Loss: loss(be, bl.Labels, bl.Weights)}
+	in := &StepInputs[T]{Batch: b, Blocks: bl, IDs: be.UploadInts(bl.IDs), Loss: loss}
 	in.Taps = tapTensors(be, b.Taps)
 	rope := d.rope()
 	in.QRope = tensor.Table(be, rope, bl.Pos)
