@@ -208,7 +208,8 @@ func (d *Device) Launch(f cuda.Function, grid, block cuda.Dim3, sharedMem uint32
 		return err
 	}
 	h := d.stream(s).h
-	if d.recordLaunch(f, grid, block, sharedMem, h, args) {
+	if d.rec != nil {
+		d.rec.launch(f, grid, block, sharedMem, h, args)
 		return nil
 	}
 	return cuda.LaunchKernel(f, grid, block, sharedMem, h, args)
@@ -317,11 +318,11 @@ func (d *Device) Memset(b Buffer, v byte, s *Stream) error {
 		return err
 	}
 	h := d.stream(s).h
-	queue := func() error { return cuda.MemsetD8Async(b.Ptr, v, b.Size, h) }
-	if d.recordOther('m', []uint64{uint64(b.Ptr), uint64(b.Size), uint64(v), uint64(h)}, queue) {
+	if d.rec != nil {
+		d.rec.other(func() error { return cuda.MemsetD8Async(b.Ptr, v, b.Size, h) }, 'm', uint64(b.Ptr), uint64(b.Size), uint64(v), uint64(h))
 		return nil
 	}
-	return queue()
+	return cuda.MemsetD8Async(b.Ptr, v, b.Size, h)
 }
 
 // CopyAsync queues copying n bytes from src to dst on s.
@@ -333,9 +334,9 @@ func (d *Device) CopyAsync(dst, src Buffer, n int64, s *Stream) error {
 		return err
 	}
 	h := d.stream(s).h
-	queue := func() error { return cuda.MemcpyDtoDAsync(dst.Ptr, src.Ptr, n, h) }
-	if d.recordOther('c', []uint64{uint64(dst.Ptr), uint64(src.Ptr), uint64(n), uint64(h)}, queue) {
+	if d.rec != nil {
+		d.rec.other(func() error { return cuda.MemcpyDtoDAsync(dst.Ptr, src.Ptr, n, h) }, 'c', uint64(dst.Ptr), uint64(src.Ptr), uint64(n), uint64(h))
 		return nil
 	}
-	return queue()
+	return cuda.MemcpyDtoDAsync(dst.Ptr, src.Ptr, n, h)
 }

@@ -272,17 +272,18 @@ func (d *Device) Gemm(s *Stream, spec GemmSpec, alpha float32, a, b cuda.DeviceP
 	if err != nil {
 		return err
 	}
-	h, algo := d.stream(s).h, p.algo.Algo
-	queue := func() error {
-		return bs.h.Matmul(p.desc, unsafe.Pointer(&alpha), b, p.a, a, p.b, unsafe.Pointer(&beta), c, p.c, c, p.c,
-			&algo, bs.ws.Ptr, GemmWorkspace, h)
-	}
-	sig := append([]uint64{uint64(p.desc), uint64(a), uint64(b), uint64(c), uint64(math.Float32bits(alpha)),
-		uint64(math.Float32bits(beta)), uint64(h)}, algo.Words()...)
-	if d.recordOther('g', sig, queue) {
+	h := d.stream(s).h
+	if d.rec != nil {
+		algo := p.algo.Algo // as planned now, whatever tuning does later
+		d.rec.other(func() error {
+			return bs.h.Matmul(p.desc, unsafe.Pointer(&alpha), b, p.a, a, p.b, unsafe.Pointer(&beta), c, p.c, c, p.c,
+				&algo, bs.ws.Ptr, GemmWorkspace, h)
+		}, 'g', append([]uint64{uint64(p.desc), uint64(a), uint64(b), uint64(c), uint64(math.Float32bits(alpha)),
+			uint64(math.Float32bits(beta)), uint64(h)}, algo.Words()...)...)
 		return nil
 	}
-	return queue()
+	return bs.h.Matmul(p.desc, unsafe.Pointer(&alpha), b, p.a, a, p.b, unsafe.Pointer(&beta), c, p.c, c, p.c,
+		&p.algo.Algo, bs.ws.Ptr, GemmWorkspace, h)
 }
 
 // GemmAlgorithms returns how many heuristic candidates the plan for spec has

@@ -99,9 +99,6 @@ func firstDiff(a, b []recCall) string {
 	return ""
 }
 
-// sig returns r's scratch buffer, emptied, with kind written first.
-func (r *recorder) sig(kind byte) []byte { return append(r.buf[:0], kind) }
-
 // put appends integers to a signature.
 func put(b []byte, v ...uint64) []byte {
 	for _, x := range v {
@@ -195,32 +192,21 @@ func runQueue(q []func() error) error {
 	return nil
 }
 
-// recordLaunch records a kernel launch in a dry run; it reports false
-// outside one.
-func (d *Device) recordLaunch(f cuda.Function, grid, block cuda.Dim3, smem uint32, s cuda.Stream, args *cuda.Args) bool {
-	r := d.rec
-	if r == nil {
-		return false
-	}
-	b := put(r.sig('k'), uint64(f), uint64(grid.X), uint64(grid.Y), uint64(grid.Z), uint64(block.X), uint64(block.Y), uint64(block.Z),
-		uint64(smem), uint64(s))
+// launch records a kernel launch of a dry run.
+func (r *recorder) launch(f cuda.Function, grid, block cuda.Dim3, smem uint32, s cuda.Stream, args *cuda.Args) {
+	b := put(append(r.buf[:0], 'k'), uint64(f), uint64(grid.X), uint64(grid.Y), uint64(grid.Z), uint64(block.X), uint64(block.Y),
+		uint64(block.Z), uint64(smem), uint64(s))
 	if args != nil {
 		b = args.AppendBytes(b)
-		args = args.Clone()
+		args = args.Clone() // the caller may reuse its list before the queue runs
 	}
 	r.buf = b
 	r.call(b, f, func() error { return cuda.LaunchKernel(f, grid, block, smem, s, args) })
-	return true
 }
 
-// recordOther records a GEMM, memset or copy in a dry run: sig identifies
-// it, queue queues it; it reports false outside one.
-func (d *Device) recordOther(kind byte, sig []uint64, queue func() error) bool {
-	r := d.rec
-	if r == nil {
-		return false
-	}
-	r.buf = put(r.sig(kind), sig...)
+// other records a GEMM, memset or copy of a dry run: kind ('g', 'm', 'c')
+// and words identify it, queue queues it.
+func (r *recorder) other(queue func() error, kind byte, words ...uint64) {
+	r.buf = put(append(r.buf[:0], kind), words...)
 	r.call(r.buf, 0, queue)
-	return true
 }
