@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"os"
 
 	"dflash/dtype"
 	"dflash/flex/flexcuda"
@@ -64,8 +65,8 @@ type Backend struct {
 	builders   map[string]*flexcuda.Builder // by mask program hash
 	det        bool                         // SetDeterministic
 	prof       *profiler                    // StartProfile
-	ungraphed  map[any]error                // Replay keys whose capture failed, logged
-	recaptured map[any]bool                 // Replay keys captured again, logged
+	noGraphs   bool                         // $DFLASH_CUDA_GRAPHS=0: Replay runs regions plainly
+	warned     map[replayWarning]bool       // what Replay has logged
 	profiling  bool
 }
 
@@ -110,7 +111,9 @@ func NewBackend(cache *jit.Cache, d *gpu.Device) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	return newBackend(d, cache, bf, f32, devMemory{d}, vm), nil
+	b := newBackend(d, cache, bf, f32, devMemory{d}, vm)
+	b.noGraphs = os.Getenv(graphsEnv) == "0"
+	return b, nil
 }
 
 // newBackend returns the backend over mem, with its step arena over vm

@@ -3,7 +3,6 @@ package tensorcuda
 import (
 	"fmt"
 	"log/slog"
-	"os"
 
 	"dflash/gpu"
 	"dflash/tensor"
@@ -21,7 +20,7 @@ const graphsEnv = "DFLASH_CUDA_GRAPHS"
 // with $DFLASH_CUDA_GRAPHS=0. A failed recording is logged once per key and
 // the region runs plainly from then on.
 func (b *Backend) Replay(key any, fn func()) string {
-	if b.d == nil || b.profiling || os.Getenv(graphsEnv) == "0" {
+	if b.d == nil || b.profiling || b.noGraphs {
 		fn()
 		return gpu.ReplayEager.String()
 	}
@@ -29,20 +28,23 @@ func (b *Backend) Replay(key any, fn func()) string {
 	if err != nil {
 		panic(err) // as every op of the backend: the interface returns no error
 	}
-	if kind == gpu.ReplayRecaptured && !b.recaptured[key] {
-		if b.recaptured == nil {
-			b.recaptured = map[any]bool{}
+	if (kind == gpu.ReplayRecaptured || kind == gpu.ReplayUngraphed) && !b.warned[replayWarning{key, kind}] {
+		if b.warned == nil {
+			b.warned = map[replayWarning]bool{}
 		}
-		b.recaptured[key] = true
-		slog.Warn("CUDA graph captured again: the region's work changed since its capture (logged once per region)",
-			"key", fmt.Sprintf("%+v", key), "first difference", b.d.ReplayDiff(key))
-	}
-	if kind == gpu.ReplayUngraphed && b.ungraphed[key] == nil {
-		if b.ungraphed == nil {
-			b.ungraphed = map[any]error{}
+		b.warned[replayWarning{key, kind}] = true
+		if kind == gpu.ReplayRecaptured {
+			slog.Warn("CUDA graph captured again: the region's work changed since its capture (logged once per region)",
+				"key", fmt.Sprintf("%+v", key), "first difference", b.d.ReplayDiff(key))
+		} else {
+			slog.Warn("CUDA graph capture failed: this region runs without a graph", "key", fmt.Sprintf("%+v", key), "err", b.d.ReplayErr(key))
 		}
-		b.ungraphed[key] = b.d.ReplayErr(key)
-		slog.Warn("CUDA graph capture failed: this region runs without a graph", "key", key, "err", b.ungraphed[key])
 	}
 	return kind.String()
+}
+
+// replayWarning is a region and what Replay logged about it.
+type replayWarning struct {
+	key  any
+	kind gpu.ReplayKind
 }
