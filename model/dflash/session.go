@@ -83,19 +83,26 @@ func TargetHidden(m *model.Model, taps []int, backend tensor.Backend[float32]) H
 		in := model.Input{IDs: b.IDs, Batch: b.Rows, Len: b.Len, States: states, StatesOnly: len(states) > 0}
 		tp := tensor.NewInference(backend)
 		var out *model.Output
-		if b.Fixed {
-			p := m.Prepare(backend, in) // uploads: before the replayed region
-			if kind := tensor.Replay(backend, targetRegion{b.Rows, b.Len}, func() { out = m.ForwardPrepared(tp, p) }); kind != "" {
-				b.Replays = append(b.Replays, kind)
-			}
-		} else {
-			out = m.Forward(tp, in)
-		}
+		p := m.Prepare(backend, in) // uploads: before the replayed region
+		replayed(backend, b, b.Fixed, targetRegion{b.Rows, b.Len}, func() { out = m.ForwardPrepared(tp, p) })
 		b.Taps = b.Taps[:0]
 		for _, s := range states {
 			b.Taps = append(b.Taps, out.States[s])
 		}
 		return nil
+	}
+}
+
+// replayed runs fn, a region of a step over b, as a replayed region keyed
+// by key when fixed (b in its bucket's shape), noting what tensor.Replay did
+// in b.Replays, and plainly otherwise.
+func replayed(be tensor.Backend[float32], b *Batch, fixed bool, key any, fn func()) {
+	if !fixed {
+		fn()
+		return
+	}
+	if kind := tensor.Replay(be, key, fn); kind != "" {
+		b.Replays = append(b.Replays, kind)
 	}
 }
 
@@ -125,22 +132,12 @@ func TrainPass(be tensor.Backend[float32], d *Drafter[float32], head Head[float3
 			out.Loss = tp.Scale(out.Loss, share)
 		}
 	}
-	backward := func() { tp.Backward(out.Loss) }
-	b := in.Batch
-	region := func(backward bool, fn func()) {
-		if !b.Fixed || !in.Blocks.Fixed {
-			fn()
-			return
-		}
-		if kind := tensor.Replay(be, drafterRegion{b.Rows, b.Len, in.Blocks.N, backward}, fn); kind != "" {
-			b.Replays = append(b.Replays, kind)
-		}
-	}
-	region(false, forward)
+	b, fixed := in.Batch, in.Batch.Fixed && in.Blocks.Fixed
+	replayed(be, b, fixed, drafterRegion{b.Rows, b.Len, in.Blocks.N, false}, forward)
 	if between != nil {
 		between()
 	}
-	region(true, backward)
+	replayed(be, b, fixed, drafterRegion{b.Rows, b.Len, in.Blocks.N, true}, func() { tp.Backward(out.Loss) })
 	return out
 }
 
