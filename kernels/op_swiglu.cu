@@ -1,6 +1,8 @@
 // op_swiglu.cu: SwiGLU forward and backward (tensor.Backend's SwiGLU and
 // SwiGLUBackward), elementwise over n storage elements, 16 bytes per access
-// where aligned (op_common.cuh's vectorised loops).
+// where aligned (op_common.cuh's vectorised loops); and the same on one
+// packed product y2 [rows, 2·cols] holding gate and up side by side in each
+// row (SwiGLUPacked and SwiGLUPackedBackward).
 #include "op_common.cuh"
 
 __device__ __forceinline__ float op_sigmoid(float g) { return 1.0f / (1.0f + expf(-g)); }
@@ -65,5 +67,65 @@ extern "C" __global__ void op_swiglu_bwd(const op_t *__restrict__ gate,
     op_swiglu_grads(op_f32(gate[i]), op_f32(up[i]), op_f32(dout[i]), &dg, &du);
     if (dgate) op_put(dgate + i, dg);
     if (dup) op_put(dup + i, du);
+  }
+}
+
+// op_swiglu_packed_fwd: out[r,c] = silu(y2[r,c])·y2[r,cols+c] for out
+// [rows, cols]; 16-byte accesses when cols is a multiple of a vector and
+// both are aligned.
+extern "C" __global__ void op_swiglu_packed_fwd(const op_t *__restrict__ y2,
+                                                op_t *__restrict__ out,
+                                                long long rows, int cols) {
+  long long n = rows * cols;
+  bool vec = cols % OP_VEC == 0 && op_aligned16(y2) && op_aligned16(out);
+  long long nv = vec ? n / OP_VEC : 0, cv = cols / OP_VEC;
+  for (long long v = op_global_id(); v < nv; v += op_global_stride()) {
+    long long r = v / cv;
+    const op_t *p = y2 + r * 2 * cols + (v - r * cv) * OP_VEC;
+    float g[OP_VEC], u[OP_VEC];
+    op_load_vec(p, g);
+    op_load_vec(p + cols, u);
+#pragma unroll
+    for (int k = 0; k < OP_VEC; k++) g[k] = op_silu_mul(g[k], u[k]);
+    op_store_vec(out + v * OP_VEC, g);
+  }
+  for (long long i = nv * OP_VEC + op_global_id(); i < n; i += op_global_stride()) {
+    long long j = i + i / cols * cols; // gate's index in y2; up's is j+cols
+    op_put(out + i, op_silu_mul(op_f32(y2[j]), op_f32(y2[j + cols])));
+  }
+}
+
+// op_swiglu_packed_bwd: for dout [rows, cols], dy2[r,c] = dgate and
+// dy2[r,cols+c] = dup of op_swiglu_bwd, or += with accumulate (dy2 is read
+// only then). dy2 may be y2 itself without accumulate: every element is
+// read before the same thread writes it.
+extern "C" __global__ void op_swiglu_packed_bwd(const op_t *y2,
+                                                const op_t *__restrict__ dout,
+                                                op_t *dy2, long long rows,
+                                                int cols, int accumulate) {
+  long long n = rows * cols;
+  bool vec = cols % OP_VEC == 0 && op_aligned16(y2) && op_aligned16(dout) && op_aligned16(dy2);
+  long long nv = vec ? n / OP_VEC : 0, cv = cols / OP_VEC;
+  for (long long v = op_global_id(); v < nv; v += op_global_stride()) {
+    long long r = v / cv, j = r * 2 * cols + (v - r * cv) * OP_VEC;
+    float g[OP_VEC], u[OP_VEC], d[OP_VEC], dg[OP_VEC] = {}, du[OP_VEC] = {};
+    op_load_vec(y2 + j, g);
+    op_load_vec(y2 + j + cols, u);
+    op_load_vec(dout + v * OP_VEC, d);
+    if (accumulate) {
+      op_load_vec(dy2 + j, dg);
+      op_load_vec(dy2 + j + cols, du);
+    }
+#pragma unroll
+    for (int k = 0; k < OP_VEC; k++) op_swiglu_grads(g[k], u[k], d[k], &dg[k], &du[k]);
+    op_store_vec(dy2 + j, dg);
+    op_store_vec(dy2 + j + cols, du);
+  }
+  for (long long i = nv * OP_VEC + op_global_id(); i < n; i += op_global_stride()) {
+    long long j = i + i / cols * cols;
+    float dg = accumulate ? op_f32(dy2[j]) : 0.0f, du = accumulate ? op_f32(dy2[j + cols]) : 0.0f;
+    op_swiglu_grads(op_f32(y2[j]), op_f32(y2[j + cols]), op_f32(dout[i]), &dg, &du);
+    op_put(dy2 + j, dg);
+    op_put(dy2 + j + cols, du);
   }
 }

@@ -209,7 +209,12 @@ func (m *Model) finishLayer(tp *tensor.Tape, i int, x, a, out *tensor.Tensor) *t
 	a = tp.Reshape(a, x.Rows(), c.NumHeads*c.HeadDim)
 	h := tp.Add(x, tp.Linear(a, l.O, l.OB))
 	n := tp.RMSNorm(h, l.PostNorm, c.RMSNormEps)
-	mlp := tp.Linear(tp.SwiGLU(tp.Linear(n, l.Gate, l.GateB), tp.Linear(n, l.Up, l.UpB)), l.Down, l.DownB)
+	var mlp *tensor.Tensor
+	if l.GateB == nil && l.UpB == nil && l.DownB == nil { // with mlp_bias, GateB lies between Gate and Up
+		mlp = tp.MLP(n, tensor.Span(l.Gate, l.Up), l.Down)
+	} else {
+		mlp = tp.Linear(tp.SwiGLU(tp.Linear(n, l.Gate, l.GateB), tp.Linear(n, l.Up, l.UpB)), l.Down, l.DownB)
+	}
 	if out == nil {
 		return tp.Add(h, mlp)
 	}

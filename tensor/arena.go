@@ -1,6 +1,10 @@
 package tensor
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
 
 // Arena holds the parameters of one model in one flat buffer (llm.c's
 // malloc_and_point_parameters): parameter i's values are the view
@@ -48,7 +52,7 @@ func (a *Arena[T]) Param(name string, shape ...int) *Of[T] {
 	if a.alloc {
 		panic(fmt.Sprintf("tensor.Arena: parameter %q declared after Alloc", name))
 	}
-	t := &Of[T]{Name: name, Shape: append([]int(nil), shape...), RequiresGrad: true, arena: a}
+	t := &Of[T]{Name: name, Shape: append([]int(nil), shape...), RequiresGrad: true, arena: a, off: a.size}
 	a.params = append(a.params, t)
 	a.offs = append(a.offs, a.size)
 	a.size += numel(shape)
@@ -203,3 +207,39 @@ func (a *Arena[T]) HostValues() []T { return HostData(a.Values, "tensor.Arena va
 // HostGrad returns the flat gradient of an arena in host memory (nil before
 // EnsureGrad); it panics for an arena placed on a device.
 func (a *Arena[T]) HostGrad() []T { return HostData(a.Grad, "tensor.Arena gradient") }
+
+// Span returns the parameters ts, declared one after another in one arena
+// and alike but for their first dimension, as one tensor: the
+// concatenation along that dimension, viewing the same values, whose
+// gradient is the matching range of the arena's flat gradient (so a Linear
+// of a Span writes every parameter's gradient in one GEMM). Make a Span
+// where it is used, after the arena is placed: it views the storage the
+// parameters have then. It panics unless the parameters are adjacent in
+// their arena, alike and of one RequiresGrad.
+func Span[T Float](ts ...*Of[T]) *Of[T] {
+	if len(ts) == 0 {
+		panic("tensor.Span: no parameters")
+	}
+	first, end := ts[0], ts[0].off
+	shape := append([]int(nil), first.Shape...)
+	shape[0] = 0
+	names := make([]string, len(ts))
+	for i, t := range ts {
+		switch {
+		case t.arena == nil || t.arena != first.arena || !first.arena.alloc:
+			panic(fmt.Sprintf("tensor.Span: %v is not an allocated parameter of %v's arena", t, first))
+		case t.off != end:
+			panic(fmt.Sprintf("tensor.Span: %v does not follow %v in its arena", t, ts[max(i-1, 0)]))
+		case len(t.Shape) == 0 || !slices.Equal(t.Shape[1:], first.Shape[1:]):
+			panic(fmt.Sprintf("tensor.Span: %v and %v differ beyond the first dimension", t, first))
+		case t.RequiresGrad != first.RequiresGrad:
+			panic(fmt.Sprintf("tensor.Span: %v and %v differ in RequiresGrad", t, first))
+		}
+		end += t.Numel()
+		shape[0] += t.Shape[0]
+		names[i] = t.Name
+	}
+	a := first.arena
+	return &Of[T]{Name: strings.Join(names, "+"), Shape: shape, Store: a.Compute.Slice(first.off, end),
+		RequiresGrad: first.RequiresGrad, arena: a, off: first.off}
+}

@@ -116,6 +116,15 @@ type Backend[T Float] interface {
 	// SwiGLUBackward computes dgate (+)= dout·up·σ(g)·(1 + g·(1−σ(g))) and
 	// dup (+)= dout·silu(g), adding with accumulate (either may be nil).
 	SwiGLUBackward(gate, up, dout, dgate, dup Storage[T], accumulate bool)
+	// SwiGLUPacked is SwiGLU on one product holding gate and up side by
+	// side: for y2 [rows, 2·cols], out[r,c] = silu(y2[r,c])·y2[r,cols+c],
+	// out [rows, cols].
+	SwiGLUPacked(y2 Storage[T], cols int, out Storage[T])
+	// SwiGLUPackedBackward computes SwiGLUPacked's gradients for dout
+	// [rows, cols] into dy2 [rows, 2·cols]: SwiGLUBackward's dgate in the
+	// first cols columns of each row and dup in the last, adding with
+	// accumulate.
+	SwiGLUPackedBackward(y2, dout Storage[T], cols int, dy2 Storage[T], accumulate bool)
 
 	// SoftmaxXent treats logits as rows×vocab. For each row r with
 	// targets[r] ≥ 0 it writes loss[r] = logsumexp(logits[r]) − logits[r][t],

@@ -346,42 +346,6 @@ func put[T Float](d []T, i int, v T, accumulate bool) {
 
 func sigmoid(x float64) float64 { return 1 / (1 + math.Exp(-x)) }
 
-// SwiGLU computes out = silu(gate)·up.
-func (c *CPU[T]) SwiGLU(gateS Storage[T], upS Storage[T], outS Storage[T]) {
-	gate := HostData(gateS, "SwiGLU gate")
-	up := HostData(upS, "SwiGLU up")
-	out := HostData(outS, "SwiGLU out")
-	checkLen("SwiGLU up", len(up), len(gate))
-	checkLen("SwiGLU out", len(out), len(gate))
-	c.parallel(len(gate), 1<<13, func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			g := float64(gate[i])
-			out[i] = T(g*sigmoid(g)) * up[i]
-		}
-	})
-}
-
-// SwiGLUBackward writes (or with accumulate adds) the gradients of SwiGLU.
-func (c *CPU[T]) SwiGLUBackward(gateS Storage[T], upS Storage[T], doutS Storage[T], dgateS Storage[T], dupS Storage[T], accumulate bool) {
-	gate := HostData(gateS, "SwiGLUBackward gate")
-	up := HostData(upS, "SwiGLUBackward up")
-	dout := HostData(doutS, "SwiGLUBackward dout")
-	dgate := HostData(dgateS, "SwiGLUBackward dgate")
-	dup := HostData(dupS, "SwiGLUBackward dup")
-	c.parallel(len(gate), 1<<13, func(lo, hi int) {
-		for i := lo; i < hi; i++ {
-			g := float64(gate[i])
-			s := sigmoid(g)
-			if dgate != nil {
-				put(dgate, i, T(float64(dout[i])*float64(up[i])*s*(1+g*(1-s))), accumulate)
-			}
-			if dup != nil {
-				put(dup, i, T(float64(dout[i])*g*s), accumulate)
-			}
-		}
-	})
-}
-
 // SoftmaxXent computes per-row cross-entropy and overwrites logits with its scaled gradient.
 func (c *CPU[T]) SoftmaxXent(logitsS Storage[T], rows int, vocab int, targetsS Ints, scaleS Storage[T], lossS Storage[T], argmaxS Ints) {
 	logits := HostData(logitsS, "SoftmaxXent logits")

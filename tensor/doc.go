@@ -1,7 +1,10 @@
 // Package tensor provides dense row-major tensors, a reverse-mode autograd
 // tape and the ops a transformer needs (embedding, linear, RMSNorm, RoPE,
 // SwiGLU, flex attention, concatenation, chunked cross-entropy), each with
-// its forward formula and gradient.
+// its forward formula and gradient. MLP is the SwiGLU MLP as one op: gate
+// and up as one weight (Span of adjacent parameters of an Arena), one GEMM
+// each way for both, and the activation recomputed in the backward step
+// instead of kept.
 //
 // A tensor is a shape and Storage owned by a backend: host memory on the
 // CPU backend (Host: pure Go, parallel over goroutines, float32 for

@@ -20,7 +20,8 @@ type Of[T Float] struct {
 	GradStore    Storage[T]
 	RequiresGrad bool
 
-	arena   *Arena[T]   // the arena that holds Store and GradStore, for a parameter declared in one
+	arena   *Arena[T]   // the arena that holds Store and GradStore, for a parameter declared in one or a Span of them
+	off     int         // with arena: the offset of Store in the arena's flat values and gradient
 	ownGrad bool        // GradStore is EnsureGrad's or GradDst's own allocation, which no other tensor holds
 	pending int         // backward steps recorded for this tensor and not yet run
 	buf     *stepBuf[T] // Store as a step allocation its tape may give back (ReleaseGrads), shared by Reshape views
@@ -106,7 +107,10 @@ func (t *Of[T]) ZeroGrad() { clear(t.Grad()) }
 func (t *Of[T]) EnsureGrad() Storage[T] {
 	if t.GradStore == nil {
 		if t.arena != nil {
-			t.arena.EnsureGrad()
+			g := t.arena.EnsureGrad()
+			if t.GradStore == nil { // a Span: its range of the flat gradient
+				t.GradStore = g.Slice(t.off, t.off+t.Numel())
+			}
 			return t.GradStore
 		}
 		t.GradStore, t.ownGrad = t.Store.Like(t.Store.Len()), true

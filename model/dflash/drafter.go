@@ -208,5 +208,5 @@ func (d *Drafter[T]) layer(tp *tensor.TapeOf[T], l int, z, kc, vc *tensor.Of[T],
 	a = tp.Reshape(tp.Transpose12(a), R*nB, nh*D)
 	z = tp.Add(z, tp.Linear(a, L.O, nil))
 	g2 := tp.RMSNorm(z, L.PostNorm, c.RMSNormEps)
-	return tp.Add(z, tp.Linear(tp.SwiGLU(tp.Linear(g2, L.Gate, nil), tp.Linear(g2, L.Up, nil)), L.Down, nil))
+	return tp.Add(z, tp.MLP(g2, tensor.Span(L.Gate, L.Up), L.Down))
 }

@@ -62,7 +62,8 @@ type opCase struct {
 // (into a new and into a given output), scale, reshape, concat, slice,
 // transpose, RMSNorm, QK-norm, RoPE (default and llama3 scaling), the fused
 // QK-norm + RoPE + head move (NormRoPE; with and without weight or move),
-// SwiGLU, an MLP block, chunked LM-head cross-entropy (three chunk sizes,
+// SwiGLU (and on one packed product), an MLP block (and tensor.MLP, which
+// recomputes its activation), chunked LM-head cross-entropy (three chunk sizes,
 // masked and weighted rows) and flex attention (causal GQA, and a
 // decode-style offset mask).
 func Run(t *testing.T, b tensor.Backend[float32], tol Tolerances) {

@@ -75,6 +75,14 @@ func mlpOp[T tensor.Float](tp *tp[T], in []*ten[T]) *ten[T] {
 	return tp.Linear(tp.SwiGLU(tp.Linear(x, in[2], nil), tp.Linear(x, in[3], nil)), in[4], nil)
 }
 
+func swigluPackedOp[T tensor.Float](tp *tp[T], in []*ten[T]) *ten[T] { return tp.SwiGLUPacked(in[0]) }
+
+// mlpPackedOp is mlpOp as tensor.MLP computes it: gate and up as one
+// weight [2I, H], act recomputed in the backward step.
+func mlpPackedOp[T tensor.Float](tp *tp[T], in []*ten[T]) *ten[T] {
+	return tp.MLP(tp.RMSNorm(in[0], in[1], 1e-6), in[2], in[3])
+}
+
 func xentOp[T tensor.Float](targets []int32, weights []float64, chunk int) opFn[T] {
 	return func(tp *tp[T], in []*ten[T]) *ten[T] {
 		return tp.LMHeadXent(in[0], in[1], targets, weights, chunk).Loss
@@ -272,6 +280,19 @@ func (l *caseList) layerCases() {
 			return out
 		})
 
+	// Packed: 16 columns a half (whole 16-byte vectors in bf16 and f32).
+	l.add("SwiGLUPacked", []input{
+		{name: "y2", shape: []int{4, 32}, grad: true, gen: func() float64 { return 2 * l.rng.NormFloat64() }}},
+		swigluPackedOp[float32], swigluPackedOp[float64],
+		func(in [][]float64) []float64 {
+			out := make([]float64, 4*16)
+			for i := range out {
+				g, u := in[0][i/16*32+i%16], in[0][i/16*32+16+i%16]
+				out[i] = g / (1 + math.Exp(-g)) * u
+			}
+			return out
+		})
+
 	l.add("MLP", []input{
 		{name: "x", shape: []int{3, 8}, grad: true},
 		{name: "norm", shape: []int{8}, grad: true, gen: l.near1},
@@ -287,6 +308,21 @@ func (l *caseList) layerCases() {
 				g[i] = g[i] / (1 + math.Exp(-g[i])) * u[i]
 			}
 			return naiveLinear(3, 12, 8)([][]float64{g, in[4]})
+		})
+	l.add("MLPPacked", []input{
+		{name: "x", shape: []int{3, 8}, grad: true},
+		{name: "norm", shape: []int{8}, grad: true, gen: l.near1},
+		{name: "gate+up", shape: []int{24, 8}, grad: true},
+		{name: "down", shape: []int{8, 12}, grad: true}},
+		mlpPackedOp[float32], mlpPackedOp[float64],
+		func(in [][]float64) []float64 {
+			x := naiveRMSNorm(8, 1e-6)([][]float64{in[0], in[1]})
+			g := naiveLinear(3, 8, 12)([][]float64{x, in[2][:96]})
+			u := naiveLinear(3, 8, 12)([][]float64{x, in[2][96:]})
+			for i := range g {
+				g[i] = g[i] / (1 + math.Exp(-g[i])) * u[i]
+			}
+			return naiveLinear(3, 12, 8)([][]float64{g, in[3]})
 		})
 }
 

@@ -56,6 +56,7 @@ func TestGPUOpsBandwidth(t *testing.T) {
 		const qkRows, qkGradRows = flat / headDim, 1 << 20 // the step's QK-norm rows
 		qkRstd := a(qkGradRows, 4)
 		g, u, o, dg, du := a(ni, es), a(ni, es), a(ni, es), a(ni, es), a(ni, es)
+		y2 := a(2*ni, es) // gate and up side by side, [16384, 2·12288]
 		cs, sn := a(tokens*headDim/2, 4), a(tokens*headDim/2, 4)
 		logits, tg, sc := a(xentRows*vocab, es), e.ints(ids[:xentRows]), a(xentRows, 4)
 		loss, am := a(xentRows, 4), a(xentRows, 4)
@@ -88,6 +89,10 @@ func TestGPUOpsBandwidth(t *testing.T) {
 			}},
 			{"SwiGLU 16384x12288", 3 * ni * es, func() error { return e.o.SwiGLU(g, u, o, ni) }},
 			{"SwiGLUBackward 16384x12288", 7 * ni * es, func() error { return e.o.SwiGLUBackward(g, u, o, dg, du, ni, true) }},
+			{"SwiGLUPacked 16384x2x12288", 3 * ni * es, func() error { return e.o.SwiGLUPacked(y2, o, int64(tokens), int(inter)) }},
+			{"SwiGLUPackedBackward in place 16384x2x12288", 5 * ni * es, func() error {
+				return e.o.SwiGLUPackedBackward(y2, o, y2, int64(tokens), int(inter), false)
+			}},
 			{"Axpy 16384x12288", 3 * ni * es, func() error { return e.o.Axpy(0.5, g, u, ni) }},
 			{"Scale 16384x12288", 2 * ni * es, func() error { return e.o.Scale(1, g, ni) }},
 			{"AddRows 16384x4096", 2 * nh * es, func() error { return e.o.AddRows(y, tokens, hidden, w) }},

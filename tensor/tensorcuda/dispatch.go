@@ -327,6 +327,31 @@ func (b *Backend) SwiGLUBackward(gateS, upS, doutS, dgateS, dupS tensor.Storage[
 	})
 }
 
+// SwiGLUPacked computes out = silu(gate)·up from y2 [rows, 2·cols] holding
+// gate and up side by side (one dtype).
+func (b *Backend) SwiGLUPacked(y2S tensor.Storage[float32], cols int, outS tensor.Storage[float32]) {
+	y2, out := b.buf(y2S, "SwiGLUPacked y2"), b.buf(outS, "SwiGLUPacked out")
+	rows := rowCount("SwiGLUPacked", out.n, cols)
+	defer b.span("SwiGLUPacked", 0, rows, cols)()
+	dt := same("SwiGLUPacked", y2, out)
+	checkLen("SwiGLUPacked y2", y2.n, 2*out.n)
+	must("SwiGLUPacked", b.ops(dt).SwiGLUPacked(y2.Buffer(), out.Buffer(), int64(rows), cols))
+}
+
+// SwiGLUPackedBackward writes or adds SwiGLUPacked's gradients into dy2,
+// of either dtype.
+func (b *Backend) SwiGLUPackedBackward(y2S, doutS tensor.Storage[float32], cols int, dy2S tensor.Storage[float32], accumulate bool) {
+	y2, dout, dy2 := b.buf(y2S, "SwiGLUPackedBackward y2"), b.buf(doutS, "SwiGLUPackedBackward dout"), b.buf(dy2S, "SwiGLUPackedBackward dy2")
+	rows := rowCount("SwiGLUPackedBackward", dout.n, cols)
+	defer b.span("SwiGLUPackedBackward", 0, rows, cols)()
+	dt := same("SwiGLUPackedBackward", y2, dout)
+	checkLen("SwiGLUPackedBackward y2", y2.n, 2*dout.n)
+	checkLen("SwiGLUPackedBackward dy2", dy2.n, 2*dout.n)
+	b.intoOut(dy2, dt, accumulate, func(out gpu.Buffer, acc bool) {
+		must("SwiGLUPackedBackward", b.ops(dt).SwiGLUPackedBackward(y2.Buffer(), dout.Buffer(), out, int64(rows), cols, acc))
+	})
+}
+
 // SoftmaxXent computes the per-row cross-entropy and overwrites logits with
 // its scaled gradient (scale and loss fp32).
 func (b *Backend) SoftmaxXent(logitsS tensor.Storage[float32], rows, vocab int, targetsS tensor.Ints, scaleS, lossS tensor.Storage[float32], argmaxS tensor.Ints) {

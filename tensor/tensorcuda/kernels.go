@@ -79,8 +79,10 @@ var (
 
 	kRoPE = def("op_rope.cu", "op_rope", "x:p cos:p sin:p y:p rows:i32 heads:i32 half:i32 inverse:i32 accumulate:i32")
 
-	kSwiGLU    = def("op_swiglu.cu", "op_swiglu_fwd", "gate:p up:p out:p n:i64")
-	kSwiGLUBwd = def("op_swiglu.cu", "op_swiglu_bwd", "gate:p up:p dout:p dgate:p dup:p n:i64 accumulate:i32")
+	kSwiGLU          = def("op_swiglu.cu", "op_swiglu_fwd", "gate:p up:p out:p n:i64")
+	kSwiGLUBwd       = def("op_swiglu.cu", "op_swiglu_bwd", "gate:p up:p dout:p dgate:p dup:p n:i64 accumulate:i32")
+	kSwiGLUPacked    = def("op_swiglu.cu", "op_swiglu_packed_fwd", "y2:p out:p rows:i64 cols:i32")
+	kSwiGLUPackedBwd = def("op_swiglu.cu", "op_swiglu_packed_bwd", "y2:p dout:p dy2:p rows:i64 cols:i32 accumulate:i32")
 
 	kAdd         = def("op_ew.cu", "op_add", "a:p b:p out:p n:i64")
 	kAxpy        = def("op_ew.cu", "op_axpy", "alpha:f32 x:p y:p n:i64")

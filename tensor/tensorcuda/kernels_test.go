@@ -187,6 +187,8 @@ func TestLaunchersMatchKernels(t *testing.T) {
 			}
 			must(o.SwiGLU(big, big, big, 1001))
 			must(o.SwiGLUBackward(big, big, big, big, gpu.Buffer{}, 1001, true))
+			must(o.SwiGLUPacked(big, big, 3, 7))
+			must(o.SwiGLUPackedBackward(big, big, big, 3, 7, true))
 			must(o.Add(big, big, big, 77))
 			must(o.Axpy(2, big, big, 77))
 			must(o.Scale(2, big, 77))

@@ -186,3 +186,31 @@ func (o *Ops) SwiGLUBackward(gate, up, dout, dgate, dup gpu.Buffer, n int64, acc
 	c := o.begin(kSwiGLUBwd).ptr("gate", gate).ptr("up", up).ptr("dout", dout).ptr("dgate", dgate).ptr("dup", dup).i64("n", n).flag("accumulate", accumulate)
 	return o.launch(c, o.vecStrided(n), threads)
 }
+
+// SwiGLUPacked computes out[r,c] = silu(y2[r,c])·y2[r,cols+c] for y2
+// [rows, 2·cols] and out [rows, cols].
+func (o *Ops) SwiGLUPacked(y2, out gpu.Buffer, rows int64, cols int) error {
+	n := rows * int64(cols)
+	need("SwiGLUPacked", "y2", y2, 2*n, o.es())
+	need("SwiGLUPacked", "out", out, n, o.es())
+	if n == 0 {
+		return nil
+	}
+	c := o.begin(kSwiGLUPacked).ptr("y2", y2).ptr("out", out).i64("rows", rows).i32("cols", cols)
+	return o.launch(c, o.vecStrided(n), threads)
+}
+
+// SwiGLUPackedBackward computes SwiGLUPacked's gradients for dout
+// [rows, cols] into dy2 [rows, 2·cols] (dgate then dup in each row),
+// adding to dy2 with accumulate; dy2 may be y2 itself without accumulate.
+func (o *Ops) SwiGLUPackedBackward(y2, dout, dy2 gpu.Buffer, rows int64, cols int, accumulate bool) error {
+	n := rows * int64(cols)
+	need("SwiGLUPackedBackward", "y2", y2, 2*n, o.es())
+	need("SwiGLUPackedBackward", "dout", dout, n, o.es())
+	need("SwiGLUPackedBackward", "dy2", dy2, 2*n, o.es())
+	if n == 0 {
+		return nil
+	}
+	c := o.begin(kSwiGLUPackedBwd).ptr("y2", y2).ptr("dout", dout).ptr("dy2", dy2).i64("rows", rows).i32("cols", cols).flag("accumulate", accumulate)
+	return o.launch(c, o.vecStrided(n), threads)
+}

@@ -187,6 +187,14 @@ func (p *onWorker) SwiGLUBackward(gate, up, dout, dgate, dup tensor.Storage[floa
 	p.do("SwiGLUBackward", func() { p.b.SwiGLUBackward(un(gate), un(up), un(dout), un(dgate), un(dup), accumulate) })
 }
 
+func (p *onWorker) SwiGLUPacked(y2 tensor.Storage[float32], cols int, out tensor.Storage[float32]) {
+	p.do("SwiGLUPacked", func() { p.b.SwiGLUPacked(un(y2), cols, un(out)) })
+}
+
+func (p *onWorker) SwiGLUPackedBackward(y2, dout tensor.Storage[float32], cols int, dy2 tensor.Storage[float32], accumulate bool) {
+	p.do("SwiGLUPackedBackward", func() { p.b.SwiGLUPackedBackward(un(y2), un(dout), cols, un(dy2), accumulate) })
+}
+
 func (p *onWorker) SoftmaxXent(logits tensor.Storage[float32], rows, vocab int, targets tensor.Ints, scale, loss tensor.Storage[float32], argmax tensor.Ints) {
 	p.do("SoftmaxXent", func() { p.b.SoftmaxXent(un(logits), rows, vocab, targets, un(scale), un(loss), argmax) })
 }

@@ -59,6 +59,9 @@ func TestOpKernelsTypeCheck(t *testing.T) {
 //   - op_norm_rope_host.cc: the fused QK-norm + RoPE + head move kernels
 //     (forward, dx written and accumulated, dw chunks), with and without a
 //     weight, one lane per head row, against float64.
+//   - op_swiglu_host.cc: the packed SwiGLU kernels (forward; backward
+//     accumulated, written and in place), vector and scalar paths, bit for
+//     bit against the unfused kernels on the halves copied apart.
 //
 // It skips without g++.
 func TestOpKernelsOnHost(t *testing.T) {
@@ -71,7 +74,7 @@ func TestOpKernelsOnHost(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, c := range []struct{ kernels, harness string }{{"op_copy.cu", "op_copy_host.cc"}, {"op_rmsnorm.cu", "op_rmsnorm_host.cc"}, {"op_ew.cu", "op_ew_host.cc"},
-		{"op_norm_rope.cu", "op_norm_rope_host.cc"}} {
+		{"op_norm_rope.cu", "op_norm_rope_host.cc"}, {"op_swiglu.cu", "op_swiglu_host.cc"}} {
 		harness, err := os.ReadFile(filepath.Join(td, c.harness))
 		if err != nil {
 			t.Fatal(err)
