@@ -6,9 +6,10 @@
 #
 # Build here first: bash scripts/gpu-train.sh --build; then through the device tool
 #   [TARGETS="qwen3-8b qwen3-1.7b"] [MODES="shipped best"] [STEPS=5] bash scripts/gpu-step-compare.sh
-# with carry [".devbuild/train"]. JSON reports go to $OUT.
+# with carry [".devbuild/train.txz"]. JSON reports go to $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+. scripts/devbuild.sh
 export OUT=${OUT:-$(mktemp -d)}
 mkdir -p "$OUT"
 export DFLASH_KERNEL_CACHE=${DFLASH_KERNEL_CACHE:-/tmp/dflash-kernels}
@@ -16,7 +17,7 @@ TARGETS=${TARGETS:-qwen3-8b qwen3-1.7b}
 for t in $TARGETS; do
 	for cache in cold warm; do
 		[ "$cache" = cold ] && rm -rf "$DFLASH_KERNEL_CACHE"
-		timeout 300 .devbuild/train/dflash bench step --device cuda --target-config "$t" --seq-len 3072 --batch 4 \
+		timeout 300 "$B/dflash" bench step --device cuda --target-config "$t" --seq-len 3072 --batch 4 \
 			--anchors 512 --block-size 16 --drafter-layers 5 --steps "${STEPS:-5}" --warmup 2 --json \
 			>"$OUT/dflash_${t}_${cache}.json" 2>"$OUT/dflash_${t}_${cache}.log"
 		echo "dflash $t ($cache kernel cache) exit $?"

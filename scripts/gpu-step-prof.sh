@@ -6,12 +6,12 @@
 # label (op, shape, dtypes), GEMMs with their TFLOP/s.
 #
 # Build here first: bash scripts/gpu-train.sh --build
-# Device call, carry [".devbuild/train"]: bash scripts/gpu-step-prof.sh
+# Device call, carry [".devbuild/train.txz"]: bash scripts/gpu-step-prof.sh
 # Output: the table on stdout and in $OUT/step-prof.txt (the 60 largest kinds
 # of op; `--json` instead of the table lists every one), the log beside it.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-B=.devbuild/train
+. scripts/devbuild.sh
 BIN=${BIN:-$B/dflash} # the dflash binary
 OUT=${OUT:-$(mktemp -d)}
 mkdir -p "$OUT"

@@ -12,7 +12,7 @@
 #      127.0.0.1, LOCAL_RANK picking the GPU); the losses side by side (loss.txt).
 #
 #   here (has Go):  bash scripts/gpu-train.sh --build
-#   device tool:    kind "nvidia-h200-x2", carry [".devbuild/train"],
+#   device tool:    kind "nvidia-h200-x2", carry [".devbuild/train.txz"],
 #                   command: bash scripts/gpu-train-multi.sh
 #
 # NVLink multicast stays off (NCCL_NVLS_ENABLE=0, as scripts/gpu-multi.sh).
@@ -20,7 +20,7 @@
 # says PASS or FAIL.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-B=.devbuild/train
+. scripts/devbuild.sh
 OUT=${OUT:-$(mktemp -d)}
 WORK=${WORK:-/tmp/gpu-train-multi}
 STEPS=${STEPS:-50}
@@ -30,7 +30,7 @@ export DFLASH_KERNEL_CACHE=${DFLASH_KERNEL_CACHE:-/tmp/dflash-kernels}
 status=PASS
 fail() { echo "FAIL: $*"; status=FAIL; }
 if [[ ! -x $B/dflash || ! -x $B/dflash.test || ! -d $B/fixture ]]; then
-	echo "gpu-train-multi: $B is incomplete: run bash scripts/gpu-train.sh --build here and carry .devbuild/train" >&2
+	echo "gpu-train-multi: $B is incomplete: run bash scripts/gpu-train.sh --build here and carry .devbuild/train.txz" >&2
 	exit 1
 fi
 nvidia-smi -L
