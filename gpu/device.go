@@ -84,6 +84,7 @@ type Device struct {
 	stageDev  *cudaStage // its copies and events
 	capturing bool       // inside Capture's record
 	replays   map[any]*replaySlot
+	replaySeg int       // calls per graph of a replayed region; replaySegment when 0 (tests set it)
 	rec       *recorder // a Replay dry run's work, while it runs
 }
 

@@ -2,6 +2,7 @@ package gpu
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -21,6 +22,15 @@ import (
 // matches. When one differs (an address or a scalar moved), the recorded
 // work is captured again and the new graph launched: a replay never runs
 // work other than what the region asked for.
+//
+// The graph is kept in segments of replaySegment calls, and a dry run
+// launches each segment as soon as its last call has been recorded and
+// matched, while the host goes on recording the next. The device so starts
+// a region after one segment's host code, not the whole region's: a region
+// that begins on an idle device (the step's first, after the host waited
+// for the last step's loss) would otherwise leave it idle for the length
+// of its dry run. A mismatch stops the launches; the calls from the first
+// segment not launched on are then captured anew and launched.
 
 // ReplayKind says what a Replay call did.
 type ReplayKind int
@@ -43,13 +53,18 @@ func (k ReplayKind) String() string {
 // mark none of it.
 var ErrReplayHostWait = errors.New("gpu: host copy or wait inside a replayed region")
 
+// replaySegment is the number of calls in each graph of a replayed region
+// (its last may hold fewer).
+const replaySegment = 64
+
 // replaySlot is one key's state.
 type replaySlot struct {
-	runs  int
-	graph *Graph
-	calls []recCall // what the graph holds
-	err   error     // the capture failure that made the key ungraphed
-	diff  string    // how the last recaptured run differed from the graph
+	runs   int
+	graphs []*Graph  // graphs[i] holds calls[i*seg : (i+1)*seg]
+	seg    int       // calls per graph
+	calls  []recCall // what the graphs hold
+	err    error     // the capture failure that made the key ungraphed
+	diff   string    // how the last recaptured run differed from the graphs
 }
 
 // recCall is one recorded piece of work.
@@ -63,13 +78,37 @@ type recorder struct {
 	calls []recCall
 	queue []func() error
 	buf   []byte
+	// Launching the slot's graphs while recording: matched counts the
+	// leading calls equal to the graphs' (it stops at the first that is
+	// not), launched the graphs launched; err is a failed launch.
+	slot     *replaySlot
+	matched  int
+	launched int
+	err      error
 }
 
 // call records one piece of work: its signature bytes, its kernel (0 for
-// other work) and how to queue it.
+// other work) and how to queue it. While every call so far matches the
+// slot's graphs, it launches each graph whose calls are all recorded.
 func (r *recorder) call(sig []byte, fn cuda.Function, queue func() error) {
+	i := len(r.calls)
 	r.calls = append(r.calls, recCall{sig: bytes.Clone(sig), fn: fn})
 	r.queue = append(r.queue, queue)
+	sl := r.slot
+	if sl == nil || r.matched != i || i >= len(sl.calls) || !bytes.Equal(sig, sl.calls[i].sig) {
+		return
+	}
+	r.matched++
+	if r.matched%sl.seg == 0 && r.err == nil {
+		r.launchNext()
+	}
+}
+
+// launchNext launches the slot's next graph.
+func (r *recorder) launchNext() {
+	if r.err = r.slot.graphs[r.launched].Launch(nil); r.err == nil {
+		r.launched++
+	}
 }
 
 // firstDiff describes where calls b first differ from a ("" when equal).
@@ -132,36 +171,72 @@ func (d *Device) Replay(key any, fn func() error) (ReplayKind, error) {
 		return ReplayEager, fn()
 	}
 	rec := &recorder{}
+	if sl.err == nil && sl.graphs != nil {
+		rec.slot = sl
+	}
 	d.rec = rec
 	err := func() error {
 		defer func() { d.rec = nil }() // also when fn panics
 		return fn()
 	}()
+	if err == nil {
+		err = rec.err
+	}
 	if err != nil {
-		return 0, err // nothing of the region was queued
+		return 0, err // the region's work is not all queued: its step is lost
 	}
 	if sl.err != nil {
 		return ReplayUngraphed, runQueue(rec.queue)
 	}
-	kind := ReplayLaunched
-	if sl.graph == nil {
-		kind = ReplayCaptured
-	} else if diff := firstDiff(sl.calls, rec.calls); diff != "" {
-		kind, sl.diff = ReplayRecaptured, diff
-		if err := sl.graph.Destroy(); err != nil {
+	if sl.graphs != nil && rec.matched == len(rec.calls) && len(rec.calls) == len(sl.calls) {
+		if rec.launched < len(sl.graphs) { // the last graph, shorter than a segment
+			if rec.launchNext(); rec.err != nil {
+				return 0, rec.err
+			}
+		}
+		return ReplayLaunched, nil
+	}
+	kind := ReplayCaptured
+	if sl.graphs != nil {
+		kind, sl.diff = ReplayRecaptured, firstDiff(sl.calls, rec.calls)
+	}
+	// The launched graphs did the first calls, which equal the recorded
+	// ones; the segments from there are captured anew (the earlier ones
+	// only when they could differ next time: they are kept as they are).
+	from := rec.launched
+	if err := sl.capture(d, rec, from); err != nil {
+		sl.err = err
+		return ReplayUngraphed, runQueue(rec.queue[from*sl.seg:])
+	}
+	for _, g := range sl.graphs[from:] {
+		if err := g.Launch(nil); err != nil {
 			return 0, err
 		}
-		sl.graph = nil
 	}
-	if sl.graph == nil {
-		g, err := d.Capture(nil, func(*Stream) error { return runQueue(rec.queue) })
-		if err != nil {
-			sl.err = err
-			return ReplayUngraphed, runQueue(rec.queue)
+	return kind, nil
+}
+
+// capture replaces the slot's graphs from segment from on by graphs of the
+// recorded calls from there, and the slot's calls by the recorded ones.
+func (sl *replaySlot) capture(d *Device, rec *recorder, from int) error {
+	if sl.seg == 0 {
+		sl.seg = cmp.Or(d.replaySeg, replaySegment)
+	}
+	for _, g := range sl.graphs[from:] {
+		if err := g.Destroy(); err != nil {
+			return err
 		}
-		sl.graph, sl.calls = g, rec.calls
 	}
-	return kind, sl.graph.Launch(nil)
+	sl.graphs, sl.calls = sl.graphs[:from], rec.calls
+	for lo := from * sl.seg; lo < len(rec.queue); lo += sl.seg {
+		q := rec.queue[lo:min(lo+sl.seg, len(rec.queue))]
+		g, err := d.Capture(nil, func(*Stream) error { return runQueue(q) })
+		if err != nil {
+			return err
+		}
+		sl.graphs = append(sl.graphs, g)
+	}
+	return nil
 }
 
 // ReplayDiff describes how key's last recaptured run differed from the
