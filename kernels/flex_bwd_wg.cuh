@@ -21,19 +21,38 @@
 // both compute the full S^T, dP^T and dS^T, and only half 0 adds the score
 // tensors' gradients (flex_common.cuh).
 //
+// FLEX_BWD_WS (head dims 64 and 128; the "v7 treatment" of the forward,
+// flex_fwd_ws.cu): a third, producer warpgroup feeds the two above. One of
+// its threads issues tensor-memory-access copies (TMA, tensor maps tmQ and
+// tmdO of 64-column boxes by FLEX_BMQ rows) of Q and dO into the stages, and
+// its first warp copies LSE and Dlt there; each stage has a "full" mbarrier
+// (the copies landed and the 32 lanes stored LSE, Dlt) and an "empty" one
+// (all 256 consumer threads are done with it). The consumers then issue no
+// copies, and the CTA-wide barrier of each tile becomes a named barrier of
+// the two consumers (still needed: dQ reads both warpgroups' dS^T). The
+// producer gives its registers to the consumers (setmaxnreg 24 / 240).
+// Needs one query head per CTA (FLEX_BWD_SPLIT with GQA, as the Hopper
+// backward always has).
+//
 // Tiles (flex/flexcuda Spec.defines): FLEX_BMQ q rows per tile, FLEX_BWD_STAGES
 // Q/dO stages, FLEX_BWD_DS_BUFS dS^T buffers. Tuning switches:
 // FLEX_BWD_DQ_COLS (head dim 64: dQ split between the warpgroups by columns,
 // else by kv rows), FLEX_BWD_TWO_PATHS (P^T of full tiles without the mask
-// program).
+// program), FLEX_BWD_WS (the producer warpgroup; ignored at head dim 256).
 #pragma once
 #include "flex_wgmma.cuh"
 
-#if !defined(FLEX_BWD_STAGES) || !defined(FLEX_BWD_DS_BUFS) || !defined(FLEX_BWD_DQ_COLS) || !defined(FLEX_BWD_TWO_PATHS)
-#error "flex_bwd_wg.cuh: FLEX_BWD_STAGES, FLEX_BWD_DS_BUFS, FLEX_BWD_DQ_COLS and FLEX_BWD_TWO_PATHS come from the generator (flex/flexcuda)"
+#if !defined(FLEX_BWD_STAGES) || !defined(FLEX_BWD_DS_BUFS) || !defined(FLEX_BWD_DQ_COLS) || !defined(FLEX_BWD_TWO_PATHS) || \
+    !defined(FLEX_BWD_WS)
+#error "flex_bwd_wg.cuh: FLEX_BWD_STAGES, FLEX_BWD_DS_BUFS, FLEX_BWD_DQ_COLS, FLEX_BWD_TWO_PATHS and FLEX_BWD_WS come from the generator (flex/flexcuda)"
 #endif
+// FLEX_BWD_PROD: the producer warpgroup is on (flex/flexcuda Spec.bwdWS
+// decides alike: the launch passes the tensor maps and 384 threads).
+#define FLEX_BWD_PROD (FLEX_BWD_WS && !FLEX_BWD_HALF)
 static_assert(FLEX_D == 64 || FLEX_D == 128 || FLEX_D == 256, "Hopper backward: head dim 64, 128 or 256");
-static_assert(FLEX_BKV == 128 && FLEX_BWD_NT == 256 && (FLEX_BMQ == 32 || FLEX_BMQ == 64), "Hopper backward: kv block 128, two warpgroups, q tile 32 or 64");
+static_assert(FLEX_BKV == 128 && FLEX_BWD_NT == (FLEX_BWD_PROD ? 384 : 256) && (FLEX_BMQ == 32 || FLEX_BMQ == 64),
+              "Hopper backward: kv block 128, two consumer warpgroups (and the producer), q tile 32 or 64");
+static_assert(!FLEX_BWD_PROD || FLEX_BWD_SPLIT || FLEX_GROUP == 1, "Hopper backward with a producer: one query head per CTA");
 static_assert(FLEX_D >> FLEX_BWD_HALF <= 128, "Hopper backward: dK and dV of at most 128 columns per CTA fit the registers");
 static_assert(FLEX_DQ_ATOMIC && FLEX_BWD_SPLIT != 2, "Hopper backward: atomic dQ only");
 static_assert(FLEX_BWD_DS_BUFS == (FLEX_BWD_HALF ? 1 : 2), "Hopper backward: dQ of a tile at the top of the next one needs two dS^T buffers");
@@ -52,8 +71,48 @@ __device__ __forceinline__ void flex_bwd_wg_abt(float (&d)[BM / 2], const flex_t
   flex_wg_commit();
 }
 
-extern "C" __global__ void __launch_bounds__(256, 1)
-    flex_bwd_dkdv(FLEX_DKDV_PARAMS FLEX_ARG_PARAMS) {
+#if FLEX_BWD_PROD
+// flex_bwd_produce is the producer warpgroup's work (its first warp; the
+// others leave at once): for every q tile t of qs's list, once stage t %
+// NSTG is empty, lane 0 has Q and dO copied into it by the copy engine
+// (tensor maps tq, tdo over [batch*heads][lenq][D], z = the head's row) and
+// the lanes store LSE and Dlt (0 past lenq), each then arriving on the
+// stage's full barrier.
+template <int BM, class QS>
+__device__ __forceinline__ void flex_bwd_produce(const QS &qs, unsigned long long *fullb, unsigned long long *emptyb,
+                                                 const FlexTmap *tq, const FlexTmap *tdo, int z, int lane, bool warp0) {
+  constexpr int NSTG = FLEX_BWD_STAGES, D = FLEX_D;
+  flex_regs_dec<24>();
+  if (!warp0)
+    return;
+  for (int t = 0; t < qs.ntiles; t++) {
+    const int st = t % NSTG;
+    bool f;
+    const int q0 = qs.start(t, f);
+    flex_mbar_wait(emptyb + st, ((t / NSTG) & 1) ^ 1);
+    if (lane == 0) {
+      flex_mbar_expect(fullb + st, 2 * BM * D * 2);
+#pragma unroll
+      for (int c = 0; c < D / 64; c++) {
+        flex_tma_load3(qs.sQ + st * BM * D + c * BM * 64, tq, c * 64, q0, z, fullb + st);
+        flex_tma_load3(qs.sdO + st * BM * D + c * BM * 64, tdo, c * 64, q0, z, fullb + st);
+      }
+    }
+#pragma unroll
+    for (int i = lane; i < BM; i += 32) {
+      const int r = q0 + i;
+      qs.sL[st * BM + i] = r < qs.lenq ? qs.LSE[qs.qoff + r] : 0.f;
+      qs.sDl[st * BM + i] = r < qs.lenq ? qs.Dlt[qs.qoff + r] : 0.f;
+    }
+    flex_mbar_arrive(fullb + st);
+  }
+}
+#define FLEX_BWD_TMAPS , const __grid_constant__ FlexTmap tmQ, const __grid_constant__ FlexTmap tmdO
+#else
+#define FLEX_BWD_TMAPS
+#endif
+extern "C" __global__ void __launch_bounds__(FLEX_BWD_NT, 1)
+    flex_bwd_dkdv(FLEX_DKDV_PARAMS FLEX_BWD_TMAPS FLEX_ARG_PARAMS) {
   const FlexArgs args = {{FLEX_ARG_VALUES}};
   constexpr int D = FLEX_D, BKV = FLEX_BKV, BM = FLEX_BMQ, NT = 256;
   constexpr int NTILE = BM / 8;
@@ -61,18 +120,22 @@ extern "C" __global__ void __launch_bounds__(256, 1)
   constexpr int DD = HALF ? D / 2 : D;   // dK, dV, dQ columns of this CTA
   constexpr int NSTG = FLEX_BWD_STAGES;  // Q/dO stages (shared memory)
   constexpr int NSDS = FLEX_BWD_DS_BUFS; // dS^T buffers
+  constexpr bool PROD = FLEX_BWD_PROD;   // a producer warpgroup (warpgroup 0) feeds the stages
 
   extern __shared__ __align__(1024) unsigned char flex_smem_raw[];
   flex_t *sK, *sV;   // [D/64][BKV][64] each
   flex_t *sQ, *sdO;  // [NSTG][D/64][BM][64] each
   flex_t *sdS;       // dS^T: [NSDS][BKV][64] (one atom; q < BM used)
   float *sL, *sDl;   // [NSTG][BM] each
+  unsigned long long *fullb, *emptyb; // PROD: mbarriers of the stages, NSTG each
   int *sIdx;         // q block ids
   flex_carve(flex_smem_1024(flex_smem_raw), sK, BKV * D, sV, BKV * D, sQ, NSTG * BM * D, sdO, NSTG * BM * D,
-             sdS, NSDS * BKV * 64, sL, NSTG * BM, sDl, NSTG * BM, sIdx);
+             sdS, NSDS * BKV * 64, sL, NSTG * BM, sDl, NSTG * BM, fullb, PROD ? NSTG : 0, emptyb, PROD ? NSTG : 0, sIdx);
 
-  const int tid = threadIdx.x, lane = tid & 31, wg = tid >> 7;
-  FlexQStream<BM, NT, true> qs{sQ, sdO, sL, sDl, Q, dO, LSE, Dlt, lenq, tid};
+  // tid, wg: the thread and warpgroup among the two consumers (PROD: the
+  // producer is warpgroup -1).
+  const int tid = threadIdx.x - (PROD ? 128 : 0), lane = threadIdx.x & 31, wg = tid >> 7;
+  FlexQStream<BM, FLEX_BWD_NT, true> qs{sQ, sdO, sL, sDl, Q, dO, LSE, Dlt, lenq, (int)threadIdx.x};
   const int wq = (tid >> 5) & 3;
   const int heads_kv = heads_q / FLEX_GROUP;
   const FlexKVBlock cta = flex_kv_block();
@@ -84,15 +147,41 @@ extern "C" __global__ void __launch_bounds__(256, 1)
   const float sl2 = scale * FLEX_LOG2E;
 
   const long long kvoff = ((long long)(b * heads_kv + hk) * lenkv) * D;
+  int h = 0; // the query head
+#if FLEX_BWD_PROD
+  {
+    if (threadIdx.x == 0) {
+      for (int s = 0; s < NSTG; s++) {
+        flex_mbar_init(fullb + s, 33); // the copies' expect_tx and the 32 lanes storing LSE, Dlt
+        flex_mbar_init(emptyb + s, 256);
+      }
+      flex_mbar_fence_init();
+    }
+    // The one head's list (its barrier also publishes the mbarriers).
+    h = qs.head(cta, cta.g0, sIdx, q_num, q_idx, fullq_num, fullq_idx, bm_batch, bm_heads, nkvb, nqb, heads_q);
+    if (tid < 0) {
+      flex_bwd_produce<BM>(qs, fullb, emptyb, &tmQ, &tmdO, b * heads_q + h, lane, tid < -96);
+      return;
+    }
+    flex_regs_inc<240>();
+  }
+#endif
   flex_wg_load<BKV, NT>(sK, K + kvoff, kv0, lenkv, tid);
   flex_wg_load<BKV, NT>(sV, V + kvoff, kv0, lenkv, tid);
+  if constexpr (PROD) { // (without a producer, they land with the first tile)
+    flex_cp_commit();
+    flex_cp_wait<0>();
+    flex_fence_async();
+    flex_bar_sync(1, 256);
+  }
 
   float dk[DD / 2], dv[DD / 2];
   flex_zero(dk);
   flex_zero(dv);
 
   for (int g = cta.g0; g < cta.g1; g++) {
-    const int h = qs.head(cta, g, sIdx, q_num, q_idx, fullq_num, fullq_idx, bm_batch, bm_heads, nkvb, nqb, heads_q);
+    if constexpr (!PROD)
+      h = qs.head(cta, g, sIdx, q_num, q_idx, fullq_num, fullq_idx, bm_batch, bm_heads, nkvb, nqb, heads_q);
     // dQ[BM x D] += dS K for the tile at q row q0d whose dS^T is in dS
     // ([kv][q], 64 rows of which BM hold data): A = dS read transposed, B = K
     // read transposed (k = kv rows). It waits for every wgmma of the
@@ -132,17 +221,25 @@ extern "C" __global__ void __launch_bounds__(256, 1)
     };
     int qprev = 0; // q row of the previous tile (its dQ is still to come)
     // NSTG stages: tile t+NSTG-1 loads while tile t is processed.
+    if constexpr (!PROD) {
 #pragma unroll
-    for (int t = 0; t < NSTG - 1; t++)
-      qs.load(t, t);
+      for (int t = 0; t < NSTG - 1; t++)
+        qs.load(t, t);
+    }
     for (int t = 0; t < qs.ntiles; t++) {
       const int st = t % NSTG;
       bool full;
       const int q0 = qs.start(t, full);
-      flex_cp_wait<NSTG - 2>(); // tile t has landed (later ones may be in flight)
-      flex_fence_async();
-      __syncthreads();   // and every warp is done with tile t-1 (its stage, sdS)
-      qs.load(t + NSTG - 1, (t + NSTG - 1) % NSTG);
+      if constexpr (PROD) {
+        flex_mbar_wait(fullb + st, (t / NSTG) & 1); // tile t has landed
+        flex_fence_async();
+        flex_bar_sync(1, 256); // and both consumers are done with tile t-1's sdS
+      } else {
+        flex_cp_wait<NSTG - 2>(); // tile t has landed (later ones may be in flight)
+        flex_fence_async();
+        __syncthreads();   // and every warp is done with tile t-1 (its stage, sdS)
+        qs.load(t + NSTG - 1, (t + NSTG - 1) % NSTG);
+      }
       if constexpr (!HALF) {
         if (t > 0)
           dq_product(sdS + ((t - 1) & 1) * BKV * 64, qprev);
@@ -252,16 +349,23 @@ extern "C" __global__ void __launch_bounds__(256, 1)
         flex_wg_keep(pa[kk]); // read by dV and dK until the wait above
         flex_wg_keep(da[kk]);
       }
+      if constexpr (PROD)
+        flex_mbar_arrive(emptyb + st); // this thread's reads of the stage are over
       qprev = q0;
     }
     if constexpr (!HALF) {
       if (qs.ntiles > 0) { // the last tile's dQ
-        __syncthreads();
+        if constexpr (PROD)
+          flex_bar_sync(1, 256);
+        else
+          __syncthreads();
         dq_product(sdS + ((qs.ntiles - 1) & 1) * BKV * 64, qprev);
       }
     }
-    flex_cp_wait<0>();
-    __syncthreads();
+    if constexpr (!PROD) {
+      flex_cp_wait<0>();
+      __syncthreads();
+    }
   }
 
   flex_dkv_t *gK = dK + kvoff, *gV = dV + kvoff;

@@ -112,6 +112,7 @@ type attnDev struct {
 	args                 *cuda.Args
 	slots                []uint64
 	tmaps                [3]*cuda.TensorMap // Hopper forward: Q, K, V
+	btmaps               [2]*cuda.TensorMap // Hopper backward with a producer (Spec.bwdWS): Q, DOut
 	dlt, dqacc           gpu.Buffer
 	dkacc, dvacc         gpu.Buffer // fp32 dK, dV of the split backward (GQA)
 }
@@ -157,9 +158,13 @@ func New(cache *jit.Cache, mask *flex.MaskProgram, score *flex.ScoreProgram, cfg
 		return nil, fmt.Errorf("flexcuda: deterministic backward: score program %s has float tensors %v whose gradients are summed with atomics; not supported",
 			score, l.grads)
 	}
-	if n := dkdvFixedArgs + l.slots(true); n > cuda.MaxKernelArgs {
+	fixed := dkdvFixedArgs
+	if spec.bwdWS() {
+		fixed += len(attnDev{}.btmaps)
+	}
+	if n := fixed + l.slots(true); n > cuda.MaxKernelArgs {
 		return nil, fmt.Errorf("flexcuda: the programs need %d argument slots; with the backward's %d fixed parameters that is %d kernel arguments, more than the %d a launch takes (too many tensors or scalars)",
-			l.slots(true), dkdvFixedArgs, n, cuda.MaxKernelArgs)
+			l.slots(true), fixed, n, cuda.MaxKernelArgs)
 	}
 	a := &Attention{spec: spec, mask: mask, score: score, layout: l, devs: map[string]*attnDev{}}
 	params := map[string]string{"head_dim": strconv.Itoa(spec.HeadDim), "dtype": spec.storage().String(),
@@ -423,22 +428,35 @@ func (a *Attention) checked(d *gpu.Device, w gpu.Buffer, s *gpu.Stream) error {
 // bytes, swizzled as warpgroup MMA reads them) by a tile of rows; rows past
 // the length arrive as zeros.
 func (a *Attention) tensorMaps(st *attnDev, c *Call) error {
+	dm, bn := c.Dims, a.spec.fwdBN()
+	return a.encodeMaps("Hopper forward", st.tmaps[:], c, []mapSpec{{"Q", c.Q.Ptr, dm.HeadsQ, dm.LenQ, a.spec.BlockQ},
+		{"K", c.K.Ptr, dm.HeadsKV, dm.LenKV, bn}, {"V", c.V.Ptr, dm.HeadsKV, dm.LenKV, bn}})
+}
+
+// mapSpec is one tensor of encodeMaps: name (for errors), pointer, heads,
+// length and the rows of a box.
+type mapSpec struct {
+	name      string
+	p         cuda.DevicePtr
+	heads     int
+	len, rows int
+}
+
+// encodeMaps encodes into maps (allocating the missing) each of ts as a
+// [batch*heads][len][head dim] tensor copied in boxes of 64 columns (128
+// bytes, swizzled as warpgroup MMA reads them) by ts[i].rows rows; rows past
+// the length arrive as zeros. kernel names the user in errors.
+func (a *Attention) encodeMaps(kernel string, maps []*cuda.TensorMap, c *Call, ts []mapSpec) error {
 	dm, D := c.Dims, uint64(a.spec.HeadDim)
-	bn := a.spec.fwdBN()
 	dt := cuda.TensorMapType(a.spec.storage())
-	for i, t := range []struct {
-		name      string
-		p         cuda.DevicePtr
-		heads     int
-		len, rows int
-	}{{"Q", c.Q.Ptr, dm.HeadsQ, dm.LenQ, a.spec.BlockQ}, {"K", c.K.Ptr, dm.HeadsKV, dm.LenKV, bn}, {"V", c.V.Ptr, dm.HeadsKV, dm.LenKV, bn}} {
-		if st.tmaps[i] == nil {
-			st.tmaps[i] = cuda.NewTensorMap()
+	for i, t := range ts {
+		if maps[i] == nil {
+			maps[i] = cuda.NewTensorMap()
 		}
-		err := cuda.EncodeTiled(st.tmaps[i], dt, t.p, []uint64{D, uint64(t.len), uint64(dm.Batch * t.heads)},
+		err := cuda.EncodeTiled(maps[i], dt, t.p, []uint64{D, uint64(t.len), uint64(dm.Batch * t.heads)},
 			[]uint64{D * 2, uint64(t.len) * D * 2}, []uint32{64, uint32(t.rows), 1}, cuda.Swizzle128B)
 		if err != nil {
-			return fmt.Errorf("flexcuda: Hopper forward: Call.%s: %w", t.name, err)
+			return fmt.Errorf("flexcuda: %s: Call.%s: %w", kernel, t.name, err)
 		}
 	}
 	return nil
@@ -514,7 +532,16 @@ func (a *Attention) Backward(d *gpu.Device, c *Call) error {
 	args = st.args.Reset().Ptr(c.Q.Ptr).Ptr(c.K.Ptr).Ptr(c.V.Ptr).Ptr(c.DOut.Ptr).Ptr(c.LSE.Ptr).Ptr(st.dlt.Ptr).
 		Ptr(dkPtr).Ptr(dvPtr).Ptr(dqacc).
 		Ptr(m.QNum.Ptr).Ptr(m.QIdx.Ptr).Ptr(m.FullQNum.Ptr).Ptr(m.FullQIdx.Ptr)
-	slotArgs(a.shape(args, c), st.slots[:n])
+	a.shape(args, c)
+	if a.spec.bwdWS() { // the producer warpgroup's copies of Q and dO tiles
+		bm := a.spec.bwdBM()
+		if err := a.encodeMaps("Hopper backward", st.btmaps[:], c, []mapSpec{{"Q", c.Q.Ptr, dm.HeadsQ, dm.LenQ, bm},
+			{"DOut", c.DOut.Ptr, dm.HeadsQ, dm.LenQ, bm}}); err != nil {
+			return err
+		}
+		args.TensorMap(st.btmaps[0]).TensorMap(st.btmaps[1])
+	}
+	slotArgs(args, st.slots[:n])
 	// kv block 0 (the heaviest under causal-like masks) of every head first
 	grid := cuda.Dim(uint32(dm.HeadsKV), uint32(m.NumKVBlocks), uint32(dm.Batch))
 	if split {

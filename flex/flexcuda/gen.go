@@ -254,8 +254,9 @@ func b2i(v bool) int {
 }
 
 // tuningKnobs are the template switches that DFLASH_FLEX_DEFINES may set
-// for kernel experiments (none changes a kernel's resources), each of the
-// Hopper forward (fwd) or backward, with its default.
+// for kernel experiments, each of the Hopper forward (fwd) or backward, with
+// its default. Only FLEX_BWD_WS changes a launch (Spec.bwdWS: threads,
+// shared memory, tensor-map arguments); the others change code only.
 var tuningKnobs = []struct {
 	name string
 	fwd  bool
@@ -264,6 +265,21 @@ var tuningKnobs = []struct {
 	{"FLEX_WS_PP", true, 1},          // the two consumer warpgroups take turns
 	{"FLEX_BWD_TWO_PATHS", false, 1}, // P^T of full tiles without the mask program
 	{"FLEX_BWD_DQ_COLS", false, 1},   // head dim 64: dQ split between the warpgroups by columns
+	{"FLEX_BWD_WS", false, 0},        // head dims 64, 128: a TMA producer warpgroup feeds Q, dO, LSE, Dlt
+}
+
+// tuningValue returns the value of tuning switch name: DFLASH_FLEX_DEFINES's
+// or the default.
+func tuningValue(name string) int {
+	if v, ok := tuning()[name]; ok {
+		return v
+	}
+	for _, k := range tuningKnobs {
+		if k.name == name {
+			return k.def
+		}
+	}
+	panic("flexcuda: no tuning switch " + name)
 }
 
 // tuning returns the switches set by DFLASH_FLEX_DEFINES ("NAME=value,

@@ -68,13 +68,23 @@ func (s Spec) bwdBM() int {
 }
 
 // bwdThreads is flex_bwd_dkdv's block size: a warp per 16 kv rows
-// (portable), two warpgroups (Hopper).
+// (portable), two warpgroups (Hopper), and the producer's (bwdWS).
 func (s Spec) bwdThreads() int {
-	if s.Bwd == Hopper {
+	switch {
+	case s.bwdWS():
+		return 384
+	case s.Bwd == Hopper:
 		return 256
 	}
 	return s.BlockKV / 16 * 32
 }
+
+// bwdWS reports whether the Hopper backward runs with a producer warpgroup
+// (tuning switch FLEX_BWD_WS; not at head dim 256, where flex_bwd_wg.cuh
+// ignores it alike). It is read from the environment, like every switch:
+// the sources and the launch agree as long as DFLASH_FLEX_DEFINES does not
+// change between New and the calls.
+func (s Spec) bwdWS() bool { return s.Bwd == Hopper && !s.bwdHalf() && tuningValue("FLEX_BWD_WS") != 0 }
 
 // bwdHalf reports whether the Hopper backward splits the head dimension
 // over two CTAs per kv block (head dim 256: dK and dV of 64 kv rows x 256
@@ -151,10 +161,14 @@ func FwdResources(s Spec, nkvb int) Resources {
 // BwdResources is the launch shape of flex_bwd_dkdv for s with nqb q blocks.
 func BwdResources(s Spec, nqb int) Resources {
 	bm := s.bwdBM()
-	if s.Bwd == Hopper { // flex_bwd_wg.cuh's tiles: K, V, nst stages of Q and dO, nds dS^T buffers, LSE/Dlt; alignment slack
+	if s.Bwd == Hopper { // flex_bwd_wg.cuh's tiles: K, V, nst stages of Q and dO, nds dS^T buffers, LSE/Dlt; 2 mbarriers per stage (bwdWS); alignment slack
 		nst, nds := s.bwdStages(), s.bwdDSBufs()
+		mbar := 0
+		if s.bwdWS() {
+			mbar = 2 * nst * 8
+		}
 		return Resources{Kernel: "flex_bwd_dkdv",
-			SharedMem: (2*s.BlockKV*s.HeadDim+2*nst*bm*s.HeadDim+nds*s.BlockKV*64)*2 + 2*nst*bm*4 + 1024 + 8*nqb,
+			SharedMem: (2*s.BlockKV*s.HeadDim+2*nst*bm*s.HeadDim+nds*s.BlockKV*64)*2 + 2*nst*bm*4 + mbar + 1024 + 8*nqb,
 			Threads:   s.bwdThreads()}
 	}
 	dsTile := bm * s.BlockKV // the dS tile of the atomic dQ product

@@ -185,3 +185,38 @@ func TestWriteSources(t *testing.T) {
 		}
 	}
 }
+
+// TestGeneratedSourcesTypeCheck type-checks the generated backward sources
+// of every spec of sourceSpecs, with the producer warpgroup switch
+// (FLEX_BWD_WS) off and on, with g++ -fsyntax-only over host stand-ins for
+// the CUDA builtins (testdata/flex_host_stub.h): a variant that the lead
+// flips on the GPU machine must at least be well-formed C++ here. The
+// inline PTX is not checked (NVRTC does that on the device,
+// TestGeneratedSourcesCompile).
+func TestGeneratedSourcesTypeCheck(t *testing.T) {
+	if _, err := exec.LookPath("g++"); err != nil {
+		t.Skip("no g++ to type-check the generated sources")
+	}
+	stub, err := filepath.Abs(filepath.Join("testdata", "flex_host_stub.h"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ws := range []string{"0", "1"} {
+		t.Setenv("DFLASH_FLEX_DEFINES", "FLEX_BWD_WS="+ws)
+		for _, c := range sourceSpecs() {
+			a, err := New(nil, flex.DFlashMask(16), c.score, c.cfg)
+			if err != nil {
+				t.Fatalf("%s: %v", c.name, err)
+			}
+			_, bsrc := a.Sources()
+			t.Run(a.Spec().Key()+"/ws"+ws, func(t *testing.T) {
+				cmd := exec.Command("g++", "-std=c++17", "-fsyntax-only", "-Wall", "-Wno-unknown-pragmas", "-Wno-unused-function",
+					"-Wno-unused-variable", "-Wno-pragma-once-outside-header", "-x", "c++", "-include", stub, "-")
+				cmd.Stdin = strings.NewReader(bsrc)
+				if out, err := cmd.CombinedOutput(); err != nil {
+					t.Fatalf("g++: %v\n%s", err, out)
+				}
+			})
+		}
+	}
+}

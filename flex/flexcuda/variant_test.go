@@ -1,6 +1,7 @@
 package flexcuda
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -164,6 +165,55 @@ func TestTuningDefines(t *testing.T) {
 	for _, bad := range []string{"FLEX_D=32", "FLEX_WS_PP=0;int x", "FLEX_WS_PP", "FLEX_WS_PP=x"} {
 		if f, b := src(bad); f != f0 || b != b0 {
 			t.Errorf("DFLASH_FLEX_DEFINES=%q changed the sources", bad)
+		}
+	}
+}
+
+// TestProducerBackwardShape: FLEX_BWD_WS=1 gives the Hopper backward at head
+// dims 64 and 128 a producer warpgroup (384 threads, two mbarriers per
+// Q/dO stage, TMA copies in the source) and leaves head dim 256, whose
+// template ignores the switch, and the default alone.
+func TestProducerBackwardShape(t *testing.T) {
+	t.Setenv("DFLASH_FLEX_FWD", "")
+	t.Setenv("DFLASH_FLEX_BWD", "")
+	for _, c := range []struct {
+		d       int
+		env     string
+		threads int
+		mbar    int // mbarrier bytes over the default's shared memory
+	}{
+		{128, "", 256, 0}, {128, "FLEX_BWD_WS=0", 256, 0}, {128, "FLEX_BWD_WS=1", 384, 2 * 3 * 8},
+		{64, "FLEX_BWD_WS=1", 384, 2 * 3 * 8}, {256, "FLEX_BWD_WS=1", 256, 0},
+	} {
+		t.Setenv("DFLASH_FLEX_DEFINES", "")
+		spec := Spec{HeadDim: c.d, Group: 4, BlockQ: 128, BlockKV: 128, Fwd: Hopper, Bwd: Hopper}
+		base := BwdResources(spec, 64)
+		t.Setenv("DFLASH_FLEX_DEFINES", c.env)
+		r := BwdResources(spec, 64)
+		if r.Threads != c.threads || r.SharedMem != base.SharedMem+c.mbar {
+			t.Errorf("d%d %q: %d threads, %d bytes; want %d, %d", c.d, c.env, r.Threads, r.SharedMem, c.threads, base.SharedMem+c.mbar)
+		}
+		if r.SharedMem > 227*1024 {
+			t.Errorf("d%d %q: %d bytes of shared memory, more than an H100/H200 block may have", c.d, c.env, r.SharedMem)
+		}
+		a, err := New(nil, flex.DFlashMask(16), nil, Config{HeadDim: c.d, Group: 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, bsrc := a.Sources()
+		prod := c.threads == 384
+		if got := strings.Contains(bsrc, fmt.Sprintf("#define FLEX_BWD_NT %d\n", c.threads)); !got {
+			t.Errorf("d%d %q: source lacks FLEX_BWD_NT %d", c.d, c.env, c.threads)
+		}
+		pre, err := gxx(t, bsrc) // the template's own #if must agree with bwdWS
+		if err != nil {
+			t.Fatalf("d%d %q: preprocessing: %v", c.d, c.env, err)
+		}
+		if got := strings.Contains(pre, "flex_tma_load3(qs.sQ"); got != prod {
+			t.Errorf("d%d %q: producer's copies in the preprocessed source: %v, want %v", c.d, c.env, got, prod)
+		}
+		if got := a.Spec().bwdWS(); got != prod {
+			t.Errorf("d%d %q: bwdWS %v, want %v", c.d, c.env, got, prod)
 		}
 	}
 }
