@@ -71,6 +71,7 @@ func Run(t *testing.T, b tensor.Backend[float32], tol Tolerances) {
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
 	ref := tensor.NewCPU[float64](0)
 	t.Run("Gemm", func(t *testing.T) { runGemm(t, b, tol, rng) })
+	t.Run("GemmAdd", func(t *testing.T) { runGemmAdd(t, b, tol, rng) })
 	for _, c := range opCases(rng, tol.HeadDim) {
 		t.Run(c.name, func(t *testing.T) { runOp(t, c, b, tol, ref, rng) })
 	}
