@@ -260,6 +260,13 @@ func (d *Device) SetDeterministicGemm() error {
 // nil). The first call for a spec asks cuBLASLt's heuristic for its
 // algorithm; later calls reuse the plan.
 func (d *Device) Gemm(s *Stream, spec GemmSpec, alpha float32, a, b cuda.DevicePtr, beta float32, c cuda.DevicePtr) error {
+	return d.GemmTo(s, spec, alpha, a, b, beta, c, c)
+}
+
+// GemmTo is Gemm with the result in out instead of c:
+// out = alpha·op(A)·op(B) + beta·C, out laid out as C (a residual add in
+// the product's epilogue when beta is 1). out is c or does not overlap it.
+func (d *Device) GemmTo(s *Stream, spec GemmSpec, alpha float32, a, b cuda.DevicePtr, beta float32, c, out cuda.DevicePtr) error {
 	if err := d.check("Gemm"); err != nil {
 		return err
 	}
@@ -276,13 +283,13 @@ func (d *Device) Gemm(s *Stream, spec GemmSpec, alpha float32, a, b cuda.DeviceP
 	if d.rec != nil {
 		algo := p.algo.Algo // as planned now, whatever tuning does later
 		d.rec.other(func() error {
-			return bs.h.Matmul(p.desc, unsafe.Pointer(&alpha), b, p.a, a, p.b, unsafe.Pointer(&beta), c, p.c, c, p.c,
+			return bs.h.Matmul(p.desc, unsafe.Pointer(&alpha), b, p.a, a, p.b, unsafe.Pointer(&beta), c, p.c, out, p.c,
 				&algo, bs.ws.Ptr, GemmWorkspace, h)
-		}, 'g', append([]uint64{uint64(p.desc), uint64(a), uint64(b), uint64(c), uint64(math.Float32bits(alpha)),
+		}, 'g', append([]uint64{uint64(p.desc), uint64(a), uint64(b), uint64(c), uint64(out), uint64(math.Float32bits(alpha)),
 			uint64(math.Float32bits(beta)), uint64(h)}, algo.Words()...)...)
 		return nil
 	}
-	return bs.h.Matmul(p.desc, unsafe.Pointer(&alpha), b, p.a, a, p.b, unsafe.Pointer(&beta), c, p.c, c, p.c,
+	return bs.h.Matmul(p.desc, unsafe.Pointer(&alpha), b, p.a, a, p.b, unsafe.Pointer(&beta), c, p.c, out, p.c,
 		&p.algo.Algo, bs.ws.Ptr, GemmWorkspace, h)
 }
 

@@ -207,18 +207,15 @@ func (m *Model) qkv(tp *tensor.Tape, i int, x *tensor.Tensor, batch, length int,
 func (m *Model) finishLayer(tp *tensor.Tape, i int, x, a, out *tensor.Tensor) *tensor.Tensor {
 	c, l := &m.Config, &m.Layers[i]
 	a = tp.Reshape(a, x.Rows(), c.NumHeads*c.HeadDim)
-	h := tp.Add(x, tp.Linear(a, l.O, l.OB))
+	h := tp.LinearAdd(a, l.O, l.OB, x, nil) // the residual adds are in the products' epilogues
 	n := tp.RMSNorm(h, l.PostNorm, c.RMSNormEps)
-	var mlp *tensor.Tensor
+	if out == nil && !tp.Recording() {
+		out = h // h is read no more: the MLP adds into it
+	}
 	if l.GateB == nil && l.UpB == nil && l.DownB == nil { // with mlp_bias, GateB lies between Gate and Up
-		mlp = tp.MLP(n, tensor.Span(l.Gate, l.Up), l.Down)
-	} else {
-		mlp = tp.Linear(tp.SwiGLU(tp.Linear(n, l.Gate, l.GateB), tp.Linear(n, l.Up, l.UpB)), l.Down, l.DownB)
+		return tp.MLP(n, tensor.Span(l.Gate, l.Up), l.Down, h, out)
 	}
-	if out == nil {
-		return tp.Add(h, mlp)
-	}
-	return tp.AddInto(h, mlp, out)
+	return tp.LinearAdd(tp.SwiGLU(tp.Linear(n, l.Gate, l.GateB), tp.Linear(n, l.Up, l.UpB)), l.Down, l.DownB, h, out)
 }
 
 // Logits returns final·LMHeadᵀ, [rows, Vocab]. For training prefer Loss,

@@ -54,6 +54,11 @@ type Backend[T Float] interface {
 	// op(A) is m×k, op(B) is k×n and C is m×n, with leading dimensions lda,
 	// ldb, ldc. With beta = 0, C is overwritten (NaNs in C are ignored).
 	Gemm(transA, transB bool, m, n, k int, alpha T, a Storage[T], lda int, b Storage[T], ldb int, beta T, c Storage[T], ldc int)
+	// GemmAdd computes D = alpha·op(A)·op(B) + C: Gemm with beta = 1 whose
+	// result goes to d instead of c (a residual add in the product's
+	// epilogue). C and D are m×n with leading dimension ldc; d is c or does
+	// not overlap it.
+	GemmAdd(transA, transB bool, m, n, k int, alpha T, a Storage[T], lda int, b Storage[T], ldb int, c, d Storage[T], ldc int)
 
 	// Add computes out = a + b (out may be a or b).
 	Add(a, b, out Storage[T])

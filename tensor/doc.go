@@ -4,7 +4,9 @@
 // its forward formula and gradient. MLP is the SwiGLU MLP as one op: gate
 // and up as one weight (Span of adjacent parameters of an Arena), one GEMM
 // each way for both, and the activation recomputed in the backward step
-// instead of kept.
+// instead of kept. LinearAdd and MLP take a residual that the last GEMM
+// adds in its epilogue (Backend.GemmAdd), so a residual stream costs no
+// add of its own.
 //
 // A tensor is a shape and Storage owned by a backend: host memory on the
 // CPU backend (Host: pure Go, parallel over goroutines, float32 for
@@ -36,7 +38,9 @@
 // a training tape on step memory (ReleaseGrads) gives back every op output
 // and gradient as soon as nothing will read it: dead values of a layer at
 // its end (EndScope), the rest at Backward's start or after the last
-// backward step that reads them.
+// backward step that reads them; the gradient of an add's or a view's
+// output is handed on, not copied, as the gradient of an input that has
+// none yet.
 //
 // Layout conventions: a tensor is row-major; "rows" means the product of all
 // but the last dimension. Linear weights use the HF layout [out, in].

@@ -1,6 +1,8 @@
 package tensor
 
 import (
+	"fmt"
+
 	"gonum.org/v1/gonum/blas"
 	"gonum.org/v1/gonum/blas/blas32"
 )
@@ -49,6 +51,26 @@ func (c *CPU[T]) Gemm(transA bool, transB bool, m int, n int, k int, alpha T, aS
 		}
 	}
 	gemm(c, genericKernel[T](), transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, cc, ldc)
+}
+
+// GemmAdd computes D = alpha·op(A)·op(B) + C: C is copied into D (unless
+// they are one) and the product is added there.
+func (c *CPU[T]) GemmAdd(transA, transB bool, m, n, k int, alpha T, aS Storage[T], lda int, bS Storage[T], ldb int, cS, dS Storage[T], ldc int) {
+	cc := HostData(cS, "GemmAdd c")
+	d := HostData(dS, "GemmAdd d")
+	if m > 0 && n > 0 {
+		if ldc < n || (m-1)*ldc+n > len(cc) {
+			panic(fmt.Sprintf("tensor: GemmAdd: C is %d×%d with leading dimension %d but has %d elements", m, n, ldc, len(cc)))
+		}
+		if &cc[0] != &d[0] {
+			c.parallel(m, 1<<14/n+1, func(lo, hi int) {
+				for i := lo; i < hi; i++ {
+					copy(d[i*ldc:i*ldc+n], cc[i*ldc:i*ldc+n])
+				}
+			})
+		}
+	}
+	c.Gemm(transA, transB, m, n, k, alpha, aS, lda, bS, ldb, 1, dS, ldc)
 }
 
 func gonumSgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {

@@ -23,15 +23,16 @@ func (tp *TapeOf[T]) SwiGLUPacked(y2 *Of[T]) *Of[T] {
 	return y
 }
 
-// MLP returns the SwiGLU MLP act·Downᵀ with act = SwiGLUPacked(x·W2ᵀ), for
-// x [..., H], W2 [2I, H] (gate's rows then up's: Span(gate, up)) and Down
-// [H', I]; the result has shape [..., H']. It is
+// MLP returns the SwiGLU MLP res + act·Downᵀ with act = SwiGLUPacked(x·W2ᵀ),
+// for x [..., H], W2 [2I, H] (gate's rows then up's: Span(gate, up)), Down
+// [H', I] and a residual res of the result's shape [..., H'] or nil, added
+// by the last product itself (LinearAdd's res; into is LinearAdd's). It is
 // Linear(SwiGLUPacked(Linear(x, W2)), Down) but keeps only x and the
 // product y2 = x·W2ᵀ for its backward step, which recomputes act (one
 // elementwise pass) instead of keeping it. Gradients, with
 // dact = dy·Down and dy2 = SwiGLUPacked's gradient for dact:
-// dDown += dyᵀ·act, dx += dy2·W2, dW2 += dy2ᵀ·x.
-func (tp *TapeOf[T]) MLP(x, w2, down *Of[T]) *Of[T] {
+// dDown += dyᵀ·act, dx += dy2·W2, dW2 += dy2ᵀ·x, dres += dy.
+func (tp *TapeOf[T]) MLP(x, w2, down, res, into *Of[T]) *Of[T] {
 	if len(w2.Shape) != 2 || x.Cols() != w2.Shape[1] || len(down.Shape) != 2 || 2*down.Shape[1] != w2.Shape[0] {
 		panic(fmt.Sprintf("tensor.MLP: input %v, gate and up %v ([2I, H]) and down %v ([H', I]) do not match", x, w2, down))
 	}
@@ -40,17 +41,21 @@ func (tp *TapeOf[T]) MLP(x, w2, down *Of[T]) *Of[T] {
 	tp.b.Gemm(false, true, rows, 2*inter, in, 1, x.Store, in, w2.Store, in, 0, y2.Store, 2*inter)
 	act := AllocOut(tp.b, rows*inter)
 	tp.b.SwiGLUPacked(y2.Store, inter, act)
-	y := tp.alloc(down.Name+".out", append(slices.Clone(x.Shape[:len(x.Shape)-1]), outDim)...)
-	tp.b.Gemm(false, true, rows, outDim, inter, 1, act, inter, down.Store, inter, 0, y.Store, outDim)
+	y := tp.residualOut("MLP", down.Name+".out", append(slices.Clone(x.Shape[:len(x.Shape)-1]), outDim), res, into)
+	if res != nil {
+		tp.b.GemmAdd(false, true, rows, outDim, inter, 1, act, inter, down.Store, inter, res.Store, y.Store, outDim)
+	} else {
+		tp.b.Gemm(false, true, rows, outDim, inter, 1, act, inter, down.Store, inter, 0, y.Store, outDim)
+	}
 	tp.releaseTemp(act)
-	if !tp.needs(x, w2, down) {
+	if !tp.needs(x, w2, down, res) {
 		return y
 	}
 	saves := []*Of[T]{y2, w2, down}
 	if w2.RequiresGrad {
 		saves = append(saves, x)
 	}
-	tp.Record(y, saves, func() {
+	back := func() {
 		dy := y.GradStore
 		if down.RequiresGrad {
 			act := LikeOut(y2.Store, rows*inter)
@@ -74,6 +79,12 @@ func (tp *TapeOf[T]) MLP(x, w2, down *Of[T]) *Of[T] {
 		if w2.RequiresGrad {
 			dw, acc := tp.GradDst(w2)
 			tp.b.Gemm(true, false, 2*inter, in, rows, 1, dy2, 2*inter, x.Store, in, beta[T](acc), dw, in)
+		}
+	}
+	tp.Record(y, saves, func() {
+		back()
+		if res != nil && res.RequiresGrad {
+			tp.passGrad(y, res) // last: it may take y's gradient
 		}
 	})
 	return y

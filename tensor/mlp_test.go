@@ -46,7 +46,7 @@ func TestMLPRecomputeSavesStorage(t *testing.T) {
 			n := tp.RMSNorm(z, l.norm, 1e-6)
 			var mlp *tensor.Tensor
 			if packed {
-				mlp = tp.MLP(n, tensor.Span(l.gate, l.up), l.down)
+				mlp = tp.MLP(n, tensor.Span(l.gate, l.up), l.down, nil, nil)
 			} else {
 				mlp = tp.Linear(tp.SwiGLU(tp.Linear(n, l.gate, nil), tp.Linear(n, l.up, nil)), l.down, nil)
 			}

@@ -31,7 +31,16 @@ func (tp *TapeOf[T]) Embedding(w *Of[T], ids Ints) *Of[T] {
 // Linear returns y = x·Wᵀ + b for x of shape [..., in], W of shape [out, in]
 // (HF layout) and b of shape [out] or nil; y has shape [..., out].
 // Gradients: dx += dy·W, dW += dyᵀ·x, db += Σ_rows dy.
-func (tp *TapeOf[T]) Linear(x, w, b *Of[T]) *Of[T] {
+func (tp *TapeOf[T]) Linear(x, w, b *Of[T]) *Of[T] { return tp.LinearAdd(x, w, b, nil, nil) }
+
+// LinearAdd returns y = res + x·Wᵀ + b, Linear with a residual res of its
+// output's shape (or nil) added by the product itself (Backend.GemmAdd: no
+// add of its own, no product kept apart). y is into when into is not nil:
+// a buffer of the caller's, as AddInto's y, or res itself on a tape that
+// records nothing (the sum replaces res, which the caller reads no more).
+// Gradients: Linear's, and dres += dy, handed on without a copy where it
+// can be (the tape's passGrad).
+func (tp *TapeOf[T]) LinearAdd(x, w, b, res, into *Of[T]) *Of[T] {
 	if len(w.Shape) != 2 || x.Cols() != w.Shape[1] {
 		panic(fmt.Sprintf("tensor.Linear: input %v does not match weight %v ([out, in])", x, w))
 	}
@@ -40,12 +49,16 @@ func (tp *TapeOf[T]) Linear(x, w, b *Of[T]) *Of[T] {
 	}
 	rows, in, outDim := x.Rows(), w.Shape[1], w.Shape[0]
 	shape := append(slices.Clone(x.Shape[:len(x.Shape)-1]), outDim)
-	y := tp.alloc(w.Name+".out", shape...)
-	tp.b.Gemm(false, true, rows, outDim, in, 1, x.Store, in, w.Store, in, 0, y.Store, outDim)
+	y := tp.residualOut("LinearAdd", w.Name+".out", shape, res, into)
+	if res != nil {
+		tp.b.GemmAdd(false, true, rows, outDim, in, 1, x.Store, in, w.Store, in, res.Store, y.Store, outDim)
+	} else {
+		tp.b.Gemm(false, true, rows, outDim, in, 1, x.Store, in, w.Store, in, 0, y.Store, outDim)
+	}
 	if b != nil {
 		tp.b.AddRows(y.Store, b.Store)
 	}
-	if tp.needs(x, w, b) {
+	if tp.needs(x, w, b, res) {
 		var saves []*Of[T] // dx reads W, dW reads x
 		if x.RequiresGrad {
 			saves = append(saves, w)
@@ -65,9 +78,32 @@ func (tp *TapeOf[T]) Linear(x, w, b *Of[T]) *Of[T] {
 			if b != nil && b.RequiresGrad {
 				tp.b.SumRows(y.GradStore, b.EnsureGrad())
 			}
+			if res != nil && res.RequiresGrad {
+				tp.passGrad(y, res)
+			}
 		})
 	}
 	return y
+}
+
+// residualOut returns the output of an op that adds res (nil: none) to a
+// result of the given shape: into when not nil, else a new tensor. It
+// panics when res or into does not have that shape, or when into is res
+// on a tape that records (res's values may be read by a backward step).
+func (tp *TapeOf[T]) residualOut(op, name string, shape []int, res, into *Of[T]) *Of[T] {
+	if res != nil && !slices.Equal(res.Shape, shape) {
+		panic(fmt.Sprintf("tensor.%s: residual %v is not of the output's shape %v", op, res, shape))
+	}
+	if into == nil {
+		return tp.alloc(name, shape...)
+	}
+	if !slices.Equal(into.Shape, shape) {
+		panic(fmt.Sprintf("tensor.%s: output %v is not of shape %v", op, into, shape))
+	}
+	if into == res && tp.record {
+		panic(fmt.Sprintf("tensor.%s: in place into the residual %v on a tape that records", op, res))
+	}
+	return into
 }
 
 // Add returns a + b (same shape). Gradients: da += dy, db += dy.
@@ -86,10 +122,11 @@ func (tp *TapeOf[T]) AddInto(a, b, y *Of[T]) *Of[T] {
 	tp.b.Add(a.Store, b.Store, y.Store)
 	if tp.needs(a, b) {
 		tp.Record(y, nil, func() {
-			for _, t := range []*Of[T]{a, b} {
-				if t.RequiresGrad {
-					tp.addGrad(t, 1, y.GradStore)
-				}
+			if b.RequiresGrad {
+				tp.addGrad(b, 1, y.GradStore)
+			}
+			if a.RequiresGrad {
+				tp.passGrad(y, a) // last: it may take y's gradient
 			}
 		})
 	}
@@ -116,7 +153,7 @@ func (tp *TapeOf[T]) Reshape(x *Of[T], shape ...int) *Of[T] {
 	}
 	y := &Of[T]{Name: x.Name, Shape: slices.Clone(shape), Store: x.Store, buf: x.buf}
 	if tp.needs(x) {
-		tp.Record(y, nil, func() { tp.addGrad(x, 1, y.GradStore) })
+		tp.Record(y, nil, func() { tp.passGrad(y, x) })
 	}
 	return y
 }

@@ -51,10 +51,13 @@ func (tp *TapeOf[T]) Reset() { tp.steps, tp.bufs = tp.steps[:0], nil }
 // ReleaseGrads makes Backward give back each op output's gradient as soon
 // as the last backward step that reads it has run: the step that recorded
 // the output runs after every step of the ops that consumed it, so the
-// gradient is dead from then on. Parameters' gradients (an Arena's),
-// the loss's, and those of tensors passed to KeepGrad are kept; so is a
-// gradient that EnsureGrad did not allocate itself. Op temporaries
-// that the tape knows to be dead (the cross-entropy's) are given back too.
+// gradient is dead from then on; where an input's gradient is dy itself
+// (an add's, a view's source's) and the input has none yet, the storage
+// is handed on to the input instead of copied. Parameters' gradients (an
+// Arena's), the loss's, and those of tensors passed to KeepGrad are kept;
+// so is a gradient that EnsureGrad did not allocate itself. Op
+// temporaries that the tape knows to be dead (the cross-entropy's) are
+// given back too.
 //
 // It gives back the op outputs themselves (and the statistics ops keep for
 // their backward steps) as well, unless KeepActivations is called: each
@@ -163,6 +166,23 @@ func (tp *TapeOf[T]) addGrad(t *Of[T], alpha T, g Storage[T]) {
 	if alpha != 1 {
 		tp.b.Scale(alpha, dst)
 	}
+}
+
+// passGrad gives t y's gradient (y's op is t plus something else, or a
+// view of t, so that dt += dy): as t's own gradient, without a copy, when
+// t would get new storage from GradDst and y's gradient would be given
+// back once y's running step is done (ReleaseGrads; y's last step, y not
+// the loss, not kept); by addGrad otherwise. y's step calls it after its
+// last read of dy.
+func (tp *TapeOf[T]) passGrad(y, t *Of[T]) {
+	g := y.GradStore
+	if tp.freer != nil && y.ownGrad && y.pending == 0 && y != tp.loss && !tp.keep[y] &&
+		t.GradStore == nil && t.arena == nil && t.pending > 0 && g.DType() == t.Store.DType() && g.Len() == t.Store.Len() {
+		t.GradStore, t.ownGrad = g, true
+		y.GradStore, y.ownGrad = nil, false
+		return
+	}
+	tp.addGrad(t, 1, g)
 }
 
 // beta is Gemm's beta for a destination that accumulates or is overwritten.

@@ -206,7 +206,7 @@ func (d *Drafter[T]) layer(tp *tensor.TapeOf[T], l int, z, kc, vc *tensor.Of[T],
 
 	a := att(q, kk, vv)
 	a = tp.Reshape(tp.Transpose12(a), R*nB, nh*D)
-	z = tp.Add(z, tp.Linear(a, L.O, nil))
+	z = tp.LinearAdd(a, L.O, nil, z, nil) // the residual adds are in the products' epilogues
 	g2 := tp.RMSNorm(z, L.PostNorm, c.RMSNormEps)
-	return tp.Add(z, tp.MLP(g2, tensor.Span(L.Gate, L.Up), L.Down))
+	return tp.MLP(g2, tensor.Span(L.Gate, L.Up), L.Down, z, nil)
 }

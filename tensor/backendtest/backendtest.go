@@ -71,6 +71,7 @@ func Run(t *testing.T, b tensor.Backend[float32], tol Tolerances) {
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
 	ref := tensor.NewCPU[float64](0)
 	t.Run("Gemm", func(t *testing.T) { runGemm(t, b, tol, rng) })
+	t.Run("GemmAdd", func(t *testing.T) { runGemmAdd(t, b, tol, rng) })
 	for _, c := range opCases(rng, tol.HeadDim) {
 		t.Run(c.name, func(t *testing.T) { runOp(t, c, b, tol, ref, rng) })
 	}
@@ -117,22 +118,28 @@ func runOp(t *testing.T, c opCase, b tensor.Backend[float32], tol Tolerances, re
 		}
 	}
 
-	// The backend under test, in two ways: the inputs as leaves whose
+	// The backend under test, in three ways: the inputs as leaves whose
 	// gradients hold random values already (every backward step adds to
-	// them), and the inputs as op outputs (Reshape views), whose gradients
-	// the op's backward step writes into new storage (Tape.GradDst).
-	for _, fresh := range []bool{false, true} {
-		name := map[bool]string{false: "accumulate", true: "fresh"}[fresh]
-		t.Run(name, func(t *testing.T) { runBackend(t, c, b, tol, vals, want, g, fd, fresh, rng) })
+	// them); the inputs as op outputs (Reshape views), whose gradients the
+	// op's backward step writes into new storage (Tape.GradDst); and so on
+	// a tape that releases gradients (Tape.ReleaseGrads, on a backend with
+	// step memory), where an op may hand its output's gradient on to an
+	// input as that input's own.
+	for _, mode := range []string{"accumulate", "fresh", "release"} {
+		t.Run(mode, func(t *testing.T) { runBackend(t, c, b, tol, vals, want, g, fd, mode, rng) })
 	}
 }
 
 // runBackend checks c's forward result and gradients on b against want and
-// the finite differences fd for the upstream gradient g: with fresh the op
-// reads its inputs through Reshape views, without it the inputs' gradients
-// start at random values that must be added to.
-func runBackend(t *testing.T, c opCase, b tensor.Backend[float32], tol Tolerances, vals [][]float64, want, g []float64, fd [][]float64, fresh bool, rng *rand.Rand) {
+// the finite differences fd for the upstream gradient g: in mode "fresh"
+// and "release" the op reads its inputs through Reshape views (with
+// "release" on a tape that releases gradients), in mode "accumulate" the
+// inputs' gradients start at random values that must be added to.
+func runBackend(t *testing.T, c opCase, b tensor.Backend[float32], tol Tolerances, vals [][]float64, want, g []float64, fd [][]float64, mode string, rng *rand.Rand) {
 	tp := tensor.NewTape(b)
+	if mode == "release" {
+		tp.ReleaseGrads()
+	}
 	in32 := make([]*tensor.Tensor, len(c.inputs))
 	args := make([]*tensor.Tensor, len(c.inputs))
 	start := make([][]float64, len(c.inputs))
@@ -142,7 +149,7 @@ func runBackend(t *testing.T, c opCase, b tensor.Backend[float32], tol Tolerance
 		args[i] = in32[i]
 		switch {
 		case !in.grad:
-		case fresh:
+		case mode != "accumulate":
 			args[i] = tp.Reshape(in32[i], in.shape...)
 		default:
 			start[i] = make([]float64, len(vals[i]))

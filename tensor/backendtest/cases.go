@@ -80,7 +80,7 @@ func swigluPackedOp[T tensor.Float](tp *tp[T], in []*ten[T]) *ten[T] { return tp
 // mlpPackedOp is mlpOp as tensor.MLP computes it: gate and up as one
 // weight [2I, H], act recomputed in the backward step.
 func mlpPackedOp[T tensor.Float](tp *tp[T], in []*ten[T]) *ten[T] {
-	return tp.MLP(tp.RMSNorm(in[0], in[1], 1e-6), in[2], in[3])
+	return tp.MLP(tp.RMSNorm(in[0], in[1], 1e-6), in[2], in[3], nil, nil)
 }
 
 func xentOp[T tensor.Float](targets []int32, weights []float64, chunk int) opFn[T] {
@@ -107,6 +107,7 @@ func (l *caseList) near1() float64 { return 1 + 0.3*l.rng.NormFloat64() }
 func opCases(rng *rand.Rand, headDim int) []opCase {
 	l := &caseList{rng: rng}
 	l.dataCases()
+	l.residualCases()
 	l.layerCases()
 	l.lossCases()
 	return append(l.cs, attentionCases(rng, headDim)...)

@@ -3,6 +3,7 @@ package backendtest
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"dflash/tensor"
@@ -25,40 +26,8 @@ func runGemm(t *testing.T, b tensor.Backend[float32], tol Tolerances, rng *rand.
 			alpha, beta := rng.NormFloat64(), []float64{0, 1, rng.NormFloat64()}[rng.IntN(3)]
 			name := fmt.Sprintf("m%d_n%d_k%d_tA%v_tB%v", m, n, k, tr[0], tr[1])
 			t.Run(name, func(t *testing.T) {
-				// Leading dimensions larger than needed catch stride bugs.
-				ar, ac := m, k
-				if tr[0] {
-					ar, ac = k, m
-				}
-				br, bc := k, n
-				if tr[1] {
-					br, bc = n, k
-				}
-				lda, ldb, ldc := ac+2, bc+1, n+3
-				a, b64 := randVec(rng, ar*lda), randVec(rng, br*ldb)
-				c0 := randVec(rng, m*ldc)
-				want := append([]float64(nil), c0...)
-				for i := range m {
-					for j := range n {
-						var s float64
-						for p := range k {
-							var x, y float64
-							if tr[0] {
-								x = a[p*lda+i]
-							} else {
-								x = a[i*lda+p]
-							}
-							if tr[1] {
-								y = b64[j*ldb+p]
-							} else {
-								y = b64[p*ldb+j]
-							}
-							s += x * y
-						}
-						want[i*ldc+j] = alpha*s + beta*c0[i*ldc+j]
-					}
-				}
-				c := to32(c0)
+				g := newGemmCase(rng, tr, m, n, k, alpha, beta)
+				c := to32(g.c0)
 				if beta == 0 {
 					for i := range c { // beta = 0 must ignore what C held
 						c[i] = float32(nanIfZeroBeta())
@@ -67,22 +36,112 @@ func runGemm(t *testing.T, b tensor.Backend[float32], tol Tolerances, rng *rand.
 				cs := b.Upload(c, false)
 				stored := make([]float32, len(c)) // C as the backend holds it (rounded to its storage type)
 				b.Download(cs, stored)
-				b.Gemm(tr[0], tr[1], m, n, k, float32(alpha), b.Upload(to32(a), false), lda, b.Upload(to32(b64), false), ldb, float32(beta), cs, ldc)
+				b.Gemm(tr[0], tr[1], m, n, k, float32(alpha), b.Upload(to32(g.a), false), g.lda, b.Upload(to32(g.b), false), g.ldb, float32(beta), cs, g.ldc)
 				b.Download(cs, c)
-				// Elements between rows (j ≥ n) must be untouched.
-				for i := range m {
-					for j := n; j < ldc && i*ldc+j < len(c); j++ {
-						if beta == 0 {
-							want[i*ldc+j] = float64(c[i*ldc+j])
-						} else if c[i*ldc+j] != stored[i*ldc+j] {
-							t.Fatalf("Gemm wrote outside C at row %d col %d", i, j)
-						}
-					}
-				}
-				Close(t, "Gemm "+b.Name(), c, want, tol.Gemm*float64(k+1))
+				g.check(t, "Gemm "+b.Name(), c, stored, beta == 0, tol)
 			})
 		}
 	}
+}
+
+// runGemmAdd checks GemmAdd, D = alpha·op(A)·op(B) + C, with D apart from C
+// (NaN before: its old contents must not matter, and C must stay as it
+// was) and with D = C.
+func runGemmAdd(t *testing.T, b tensor.Backend[float32], tol Tolerances, rng *rand.Rand) {
+	for _, s := range GemmShapes {
+		for _, tr := range [][2]bool{{false, false}, {false, true}, {true, false}, {true, true}} {
+			for _, inPlace := range []bool{false, true} {
+				m, n, k := s[0], s[1], s[2]
+				alpha := rng.NormFloat64()
+				t.Run(fmt.Sprintf("m%d_n%d_k%d_tA%v_tB%v_inplace%v", m, n, k, tr[0], tr[1], inPlace), func(t *testing.T) {
+					g := newGemmCase(rng, tr, m, n, k, alpha, 1)
+					cs := b.Upload(to32(g.c0), false)
+					stored := make([]float32, len(g.c0))
+					b.Download(cs, stored)
+					ds := cs
+					if !inPlace {
+						nan := make([]float32, len(g.c0))
+						for i := range nan {
+							nan[i] = float32(nanIfZeroBeta())
+						}
+						ds = b.Upload(nan, false)
+					}
+					b.GemmAdd(tr[0], tr[1], m, n, k, float32(alpha), b.Upload(to32(g.a), false), g.lda, b.Upload(to32(g.b), false), g.ldb, cs, ds, g.ldc)
+					d := make([]float32, len(g.c0))
+					b.Download(ds, d)
+					g.check(t, "GemmAdd "+b.Name(), d, stored, !inPlace, tol)
+					if !inPlace {
+						c := make([]float32, len(g.c0))
+						if b.Download(cs, c); !slices.Equal(c, stored) {
+							t.Fatal("GemmAdd changed C")
+						}
+					}
+				})
+			}
+		}
+	}
+}
+
+// gemmCase is one random product with leading dimensions larger than
+// needed (they catch stride bugs) and its float64 reference.
+type gemmCase struct {
+	m, n, k       int
+	lda, ldb, ldc int
+	a, b, c0      []float64
+	want          []float64 // alpha·op(A)·op(B) + beta·C0
+}
+
+func newGemmCase(rng *rand.Rand, tr [2]bool, m, n, k int, alpha, beta float64) *gemmCase {
+	ar, ac := m, k
+	if tr[0] {
+		ar, ac = k, m
+	}
+	br, bc := k, n
+	if tr[1] {
+		br, bc = n, k
+	}
+	g := &gemmCase{m: m, n: n, k: k, lda: ac + 2, ldb: bc + 1, ldc: n + 3}
+	g.a, g.b, g.c0 = randVec(rng, ar*g.lda), randVec(rng, br*g.ldb), randVec(rng, m*g.ldc)
+	g.want = append([]float64(nil), g.c0...)
+	for i := range m {
+		for j := range n {
+			var s float64
+			for p := range k {
+				var x, y float64
+				if tr[0] {
+					x = g.a[p*g.lda+i]
+				} else {
+					x = g.a[i*g.lda+p]
+				}
+				if tr[1] {
+					y = g.b[j*g.ldb+p]
+				} else {
+					y = g.b[p*g.ldb+j]
+				}
+				s += x * y
+			}
+			g.want[i*g.ldc+j] = alpha*s + beta*g.c0[i*g.ldc+j]
+		}
+	}
+	return g
+}
+
+// check compares the result c with the reference. Elements between rows
+// (j ≥ n) must be stored as they were, or, with free, are not checked (the
+// output held NaN before); check may overwrite them in c.
+func (g *gemmCase) check(t *testing.T, what string, c, stored []float32, free bool, tol Tolerances) {
+	t.Helper()
+	want := append([]float64(nil), g.want...)
+	for i := range g.m {
+		for j := g.n; j < g.ldc && i*g.ldc+j < len(c); j++ {
+			if free { // c is the caller's copy: the gap may hold NaN
+				want[i*g.ldc+j], c[i*g.ldc+j] = 0, 0
+			} else if c[i*g.ldc+j] != stored[i*g.ldc+j] {
+				t.Fatalf("%s wrote outside C at row %d col %d", what, i, j)
+			}
+		}
+	}
+	Close(t, what, c, want, tol.Gemm*float64(g.k+1))
 }
 
 func nanIfZeroBeta() float64 { var z float64; return z / z }

@@ -127,6 +127,15 @@ func (b *Backend) Gemm(transA, transB bool, m, n, k int, alpha float32, aS tenso
 	must("Gemm", err)
 }
 
+// GemmAdd computes D = alpha·op(A)·op(B) + C in one cuBLASLt product
+// (tensor.Backend.GemmAdd), all four in one dtype.
+func (b *Backend) GemmAdd(transA, transB bool, m, n, k int, alpha float32, aS tensor.Storage[float32], lda int, bS tensor.Storage[float32], ldb int, cS, dS tensor.Storage[float32], ldc int) {
+	A, B, C, D := b.buf(aS, "GemmAdd A"), b.buf(bS, "GemmAdd B"), b.buf(cS, "GemmAdd C"), b.buf(dS, "GemmAdd D")
+	dt := same("GemmAdd", A, B, C, D)
+	defer b.span(gemmAddLabel(transA, transB, dt), 2*float64(m)*float64(n)*float64(k), m, n, k)()
+	must("GemmAdd", b.ops(dt).GemmAdd(transA, transB, m, n, k, alpha, A.Buffer(), lda, B.Buffer(), ldb, C.Buffer(), D.Buffer(), ldc))
+}
+
 // Add computes out = a + b (one dtype).
 func (b *Backend) Add(aS, bS, outS tensor.Storage[float32]) {
 	a, bb, out := b.buf(aS, "Add a"), b.buf(bS, "Add b"), b.buf(outS, "Add out")

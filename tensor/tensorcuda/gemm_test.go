@@ -99,12 +99,21 @@ func TestGemmSpec(t *testing.T) {
 		if err := o.Gemm(false, false, 0, 5, 3, 1, gpu.Buffer{}, 3, gpu.Buffer{}, 5, 0, gpu.Buffer{}, 5); err != nil {
 			t.Fatal(err)
 		}
+		other := gpu.Buffer{Ptr: 0x20000, Size: 70 * int64(dt.Size())}
+		if err := o.GemmAdd(false, true, 7, 5, 3, 1, big, 3, big, 3, big, other, 5); err != nil {
+			t.Fatal(err)
+		}
 		want := []gpu.GemmSpec{
 			{M: 7, N: 5, K: 3, TransA: true, LDA: 9, LDB: 6, LDC: 8, In: dt, Out: dt},
 			{M: 7, N: 5, K: 3, TransB: true, LDA: 3, LDB: 3, LDC: 5, In: dt, Out: dtype.F32},
+			{M: 7, N: 5, K: 3, TransB: true, LDA: 3, LDB: 3, LDC: 5, In: dt, Out: dt},
 		}
 		if fmt.Sprint(f.gemms) != fmt.Sprint(want) {
 			t.Errorf("%v: specs %+v, want %+v", dt, f.gemms, want)
+		}
+		// Gemm reads and writes one C; GemmAdd reads C, writes D, with beta 1.
+		if cd := f.gemmCD; cd[0] != [2]gpu.Buffer{big, big} || cd[2] != [2]gpu.Buffer{big, other} || f.gemmBeta[2] != 1 {
+			t.Errorf("%v: C and D %v, betas %v", dt, cd, f.gemmBeta)
 		}
 	}
 	o, _ := fakeOps(dtype.BF16)
@@ -120,6 +129,10 @@ func TestGemmSpec(t *testing.T) {
 		// fp32 C of 7×5: 140 bytes.
 		{"f32 c size", "GemmF32Out: C holds 70 bytes, needs 140", func() {
 			_ = o.GemmF32Out(false, false, 7, 5, 3, 1, big, 3, big, 5, 0, gpu.Buffer{Ptr: 1, Size: 70}, 5)
+		}},
+		// bf16 D of 7×5: 70 bytes.
+		{"d size", "GemmAdd: D holds 40 bytes, needs 70", func() {
+			_ = o.GemmAdd(false, false, 7, 5, 3, 1, big, 3, big, 5, big, gpu.Buffer{Ptr: 1, Size: 40}, 5)
 		}},
 		{"k zero", "Gemm: k = 0", func() { _ = o.Gemm(false, false, 7, 5, 0, 1, big, 0, big, 5, 0, big, 5) }},
 	} {

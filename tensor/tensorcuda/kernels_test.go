@@ -107,6 +107,8 @@ func TestKernelSignatures(t *testing.T) {
 type fakeRun struct {
 	launched map[string]int
 	gemms    []gpu.GemmSpec
+	gemmCD   [][2]gpu.Buffer // each product's C and D
+	gemmBeta []float32
 	last     struct {
 		grid, block cuda.Dim3
 		args        int
@@ -119,9 +121,10 @@ func (f *fakeRun) launch(k *kernel, grid, block cuda.Dim3, args *cuda.Args) erro
 	return nil
 }
 
-func (f *fakeRun) gemm(spec gpu.GemmSpec, alpha float32, a, b gpu.Buffer, beta float32, c gpu.Buffer) error {
+func (f *fakeRun) gemm(spec gpu.GemmSpec, alpha float32, a, b gpu.Buffer, beta float32, c, d gpu.Buffer) error {
 	f.launched["gemm"]++
 	f.gemms = append(f.gemms, spec)
+	f.gemmCD, f.gemmBeta = append(f.gemmCD, [2]gpu.Buffer{c, d}), append(f.gemmBeta, beta)
 	return nil
 }
 

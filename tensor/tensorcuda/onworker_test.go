@@ -116,6 +116,10 @@ func (p *onWorker) Gemm(transA, transB bool, m, n, k int, alpha float32, a tenso
 	p.do("Gemm", func() { p.b.Gemm(transA, transB, m, n, k, alpha, un(a), lda, un(b), ldb, beta, un(c), ldc) })
 }
 
+func (p *onWorker) GemmAdd(transA, transB bool, m, n, k int, alpha float32, a tensor.Storage[float32], lda int, b tensor.Storage[float32], ldb int, c, d tensor.Storage[float32], ldc int) {
+	p.do("GemmAdd", func() { p.b.GemmAdd(transA, transB, m, n, k, alpha, un(a), lda, un(b), ldb, un(c), un(d), ldc) })
+}
+
 func (p *onWorker) Add(a, b, out tensor.Storage[float32]) {
 	p.do("Add", func() { p.b.Add(un(a), un(b), un(out)) })
 }

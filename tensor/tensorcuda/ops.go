@@ -25,7 +25,7 @@ type Ops struct {
 // compiles and loads on first use, the CPU tests' fake records the launch.
 type runner interface {
 	launch(k *kernel, grid, block cuda.Dim3, args *cuda.Args) error
-	gemm(spec gpu.GemmSpec, alpha float32, a, b gpu.Buffer, beta float32, c gpu.Buffer) error
+	gemm(spec gpu.GemmSpec, alpha float32, a, b gpu.Buffer, beta float32, c, d gpu.Buffer) error
 }
 
 // New returns the ops of storage dtype dt (dtype.BF16 or dtype.F32) on d,
@@ -114,8 +114,8 @@ func (r *devRunner) launch(k *kernel, grid, block cuda.Dim3, args *cuda.Args) er
 	return nil
 }
 
-func (r *devRunner) gemm(spec gpu.GemmSpec, alpha float32, a, b gpu.Buffer, beta float32, c gpu.Buffer) error {
-	if err := r.d.Gemm(nil, spec, alpha, a.Ptr, b.Ptr, beta, c.Ptr); err != nil {
+func (r *devRunner) gemm(spec gpu.GemmSpec, alpha float32, a, b gpu.Buffer, beta float32, c, d gpu.Buffer) error {
+	if err := r.d.GemmTo(nil, spec, alpha, a.Ptr, b.Ptr, beta, c.Ptr, d.Ptr); err != nil {
 		return fmt.Errorf("tensorcuda: gemm %dx%dx%d (%s): %w", spec.M, spec.N, spec.K, r.dt, err)
 	}
 	return nil

@@ -129,13 +129,7 @@ func (b *Backend) span(op string, flops float64, dims ...int) func() {
 // gemmLabel names a GEMM by its transposes and its input and output dtypes
 // (constant strings: nothing is built when not profiling).
 func gemmLabel(transA, transB bool, in, out dtype.DType) string {
-	t := 0
-	if transA {
-		t += 2
-	}
-	if transB {
-		t++
-	}
+	t := gemmTrans(transA, transB)
 	var mixed int
 	switch {
 	case in == dtype.BF16 && out == dtype.F32:
@@ -144,6 +138,31 @@ func gemmLabel(transA, transB bool, in, out dtype.DType) string {
 		mixed = 2
 	}
 	return gemmLabels[mixed][t]
+}
+
+// gemmAddLabel names a GemmAdd of one dtype by its transposes.
+func gemmAddLabel(transA, transB bool, dt dtype.DType) string {
+	if dt == dtype.F32 {
+		return gemmAddLabels[1][gemmTrans(transA, transB)]
+	}
+	return gemmAddLabels[0][gemmTrans(transA, transB)]
+}
+
+// gemmTrans indexes a row of gemmLabels: NN, NT, TN, TT.
+func gemmTrans(transA, transB bool) int {
+	t := 0
+	if transA {
+		t += 2
+	}
+	if transB {
+		t++
+	}
+	return t
+}
+
+var gemmAddLabels = [2][4]string{
+	{"GemmAdd NN bf16", "GemmAdd NT bf16", "GemmAdd TN bf16", "GemmAdd TT bf16"},
+	{"GemmAdd NN f32", "GemmAdd NT f32", "GemmAdd TN f32", "GemmAdd TT f32"},
 }
 
 var gemmLabels = [3][4]string{

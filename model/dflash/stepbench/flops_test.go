@@ -43,6 +43,11 @@ func (c *countingBackend) Gemm(ta, tb bool, m, n, k int, alpha float32, a tensor
 	c.Backend.Gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, out, ldc)
 }
 
+func (c *countingBackend) GemmAdd(ta, tb bool, m, n, k int, alpha float32, a tensor.Storage[float32], lda int, b tensor.Storage[float32], ldb int, cs, d tensor.Storage[float32], ldc int) {
+	c.gemm += 2 * float64(m) * float64(n) * float64(k)
+	c.Backend.GemmAdd(ta, tb, m, n, k, alpha, a, lda, b, ldb, cs, d, ldc)
+}
+
 func (c *countingBackend) Attention(d flex.Dims, q, k, v tensor.Storage[float32], m tensor.Mask, score *flex.ScoreProgram, scale float64) (out, lse tensor.Storage[float32]) {
 	c.calls = append(c.calls, attnCall{d, m.(tensor.HostMask).Mask(), m.MaskArgs()})
 	return c.Backend.Attention(d, q, k, v, m, score, scale)
