@@ -235,13 +235,19 @@ func Close[T tensor.Float](t testing.TB, what string, got []T, want []float64, t
 
 // CloseErr is Close's check as an error.
 func CloseErr[T tensor.Float](got []T, want []float64, tol float64) error {
+	return closeErr(got, want, tol, 0)
+}
+
+// closeErr is CloseErr with the error measured against scale, or against
+// max|want| when scale is 0 (and at least 1e-3).
+func closeErr[T tensor.Float](got []T, want []float64, tol, scale float64) error {
 	if len(got) != len(want) {
 		return fmt.Errorf("length %d, want %d", len(got), len(want))
 	}
-	var scale, worst float64
+	var big, worst float64
 	at := -1
 	for i, w := range want {
-		scale = math.Max(scale, math.Abs(w))
+		big = math.Max(big, math.Abs(w))
 		if d := math.Abs(float64(got[i]) - w); d > worst || math.IsNaN(d) {
 			worst, at = d, i
 			if math.IsNaN(d) {
@@ -249,9 +255,14 @@ func CloseErr[T tensor.Float](got []T, want []float64, tol float64) error {
 			}
 		}
 	}
-	scale = math.Max(scale, 1e-3)
+	what := "max|want|"
+	if scale == 0 {
+		scale = math.Max(big, 1e-3)
+	} else {
+		what = "the terms' scale"
+	}
 	if worst > tol*scale {
-		return fmt.Errorf("max error %.3g at %d (got %g, want %g) exceeds %.1g × max|want| %.3g", worst, at, float64(got[at]), want[at], tol, scale)
+		return fmt.Errorf("max error %.3g at %d (got %g, want %g) exceeds %.1g × %s %.3g", worst, at, float64(got[at]), want[at], tol, what, scale)
 	}
 	return nil
 }
