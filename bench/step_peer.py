@@ -320,7 +320,7 @@ def print_report(r):
     print(f"  step {r['step_ms']:.1f} ms (min {r['step_min_ms']:.1f}, max {r['step_max_ms']:.1f})  "
           f"{r['samples_per_s']:.2f} samples/s  MFU {100 * r['mfu']['step']:.1f}% "
           f"(target {100 * r['mfu']['target_forward']:.1f}%, drafter f+b {100 * r['mfu']['drafter_forward_backward']:.1f}%)  "
-          f"peak {r['peak_device_bytes'] / 2**30:.1f} GiB  first step {r['first_step_ms'] / 1e3:.1f} s  loss {r['loss']:.4f}")
+          f"peak allocated {r['peak_device_bytes'] / 2**30:.1f} GiB, reserved {r['peak_device_reserved_bytes'] / 2**30:.1f} GiB  first step {r['first_step_ms'] / 1e3:.1f} s  loss {r['loss']:.4f}")
 
 
 # ---------------------------------------------------------------- --check-only

@@ -42,6 +42,13 @@ type AllocStats struct {
 	CachedBytes  int64 // bytes held for reuse
 	MappedBytes  int64 // bytes mapped into the device's Ranges (outside the cache)
 	PeakBytes    int64 // most bytes ever held from the device (in use + cached + mapped)
+
+	// PoolFreeBytes are bytes that Pools hold (in InUseBytes or
+	// MappedBytes) and have not handed out. Bytes in use are
+	// InUseBytes + MappedBytes - PoolFreeBytes: torch's "allocated" where
+	// PeakBytes is its "reserved".
+	PoolFreeBytes  int64
+	PeakInUseBytes int64 // most bytes in use at once
 }
 
 // Allocator is a caching device allocator. Freed blocks are kept per size
@@ -81,7 +88,11 @@ func sizeClass(n int64) int64 {
 }
 
 // Alloc returns a buffer of at least n bytes.
-func (a *Allocator) Alloc(n int64) (Buffer, error) {
+func (a *Allocator) Alloc(n int64) (Buffer, error) { return a.alloc(n, nil) }
+
+// alloc returns a buffer of at least n bytes, held by pool when it is not
+// nil.
+func (a *Allocator) alloc(n int64, pool *Pool) (Buffer, error) {
 	if n <= 0 {
 		panic(fmt.Sprintf("gpu: Alloc of %d bytes", n))
 	}
@@ -93,7 +104,7 @@ func (a *Allocator) Alloc(n int64) (Buffer, error) {
 		a.pools[class] = free[:len(free)-1]
 		a.st.Reuses++
 		a.st.CachedBytes -= class
-		return a.hand(p, n, class), nil
+		return a.hand(p, n, class, pool), nil
 	}
 	p, err := a.mem.alloc(class)
 	if errors.Is(err, cuda.ErrOutOfMemory) && a.st.CachedBytes > 0 {
@@ -111,12 +122,17 @@ func (a *Allocator) Alloc(n int64) (Buffer, error) {
 	}
 	a.st.DeviceAllocs++
 	a.heldLocked(class)
-	return a.hand(p, n, class), nil
+	return a.hand(p, n, class, pool), nil
 }
 
 // heldLocked updates the peak with n more bytes held from the device.
 func (a *Allocator) heldLocked(n int64) {
 	a.st.PeakBytes = max(a.st.PeakBytes, a.st.InUseBytes+a.st.CachedBytes+a.st.MappedBytes+n)
+}
+
+// usedLocked updates the in-use peak with the bytes in use now.
+func (a *Allocator) usedLocked() {
+	a.st.PeakInUseBytes = max(a.st.PeakInUseBytes, a.st.InUseBytes+a.st.MappedBytes-a.st.PoolFreeBytes)
 }
 
 // oomLocked returns the *OutOfMemoryError of a request of n bytes (block
@@ -129,10 +145,11 @@ func (a *Allocator) oomLocked(n, block int64, err error) error {
 }
 
 // mapped runs create, which backs n bytes of a Range with device memory
-// outside the cache, and counts them as mapped when it succeeds. Out of
-// memory releases the cache and runs create once more, as Alloc does; a
-// second failure is an *OutOfMemoryError.
-func (a *Allocator) mapped(n int64, create func() error) error {
+// outside the cache, and counts them as mapped when it succeeds (and as
+// held by pool when it is not nil). Out of memory releases the cache and
+// runs create once more, as Alloc does; a second failure is an
+// *OutOfMemoryError.
+func (a *Allocator) mapped(n int64, pool *Pool, create func() error) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	err := create()
@@ -151,27 +168,36 @@ func (a *Allocator) mapped(n int64, create func() error) error {
 	}
 	a.heldLocked(n)
 	a.st.MappedBytes += n
+	a.pooled(pool, n)
+	a.usedLocked()
 	return nil
 }
 
-// unmapped counts n bytes of a Range as given back to the device.
-func (a *Allocator) unmapped(n int64) {
+// unmapped counts n bytes of a Range (held by pool, when not nil) as given
+// back to the device.
+func (a *Allocator) unmapped(n int64, pool *Pool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.st.MappedBytes -= n
+	a.pooled(pool, -n)
 }
 
-func (a *Allocator) hand(p cuda.DevicePtr, n, class int64) Buffer {
+func (a *Allocator) hand(p cuda.DevicePtr, n, class int64, pool *Pool) Buffer {
 	a.live[p] = class
 	a.st.Allocs++
 	a.st.LiveBuffers++
 	a.st.InUseBytes += class
+	a.pooled(pool, class)
+	a.usedLocked()
 	return Buffer{Ptr: p, Size: n}
 }
 
 // Free returns b's block to the cache. Freeing a buffer twice, or one this
 // allocator did not make, panics.
-func (a *Allocator) Free(b Buffer) {
+func (a *Allocator) Free(b Buffer) { a.free(b, nil) }
+
+// free returns b's block, held by pool when it is not nil, to the cache.
+func (a *Allocator) free(b Buffer, pool *Pool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	class, ok := a.live[b.Ptr]
@@ -184,6 +210,7 @@ func (a *Allocator) Free(b Buffer) {
 	a.st.LiveBuffers--
 	a.st.InUseBytes -= class
 	a.st.CachedBytes += class
+	a.pooled(pool, -class)
 }
 
 // Release returns every cached block to the driver and reports the bytes.

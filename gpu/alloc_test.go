@@ -175,7 +175,7 @@ func TestAllocatorMapped(t *testing.T) {
 			return nil
 		}
 	}
-	if err := a.mapped(16<<20, create(16<<20)); err != nil {
+	if err := a.mapped(16<<20, nil, create(16<<20)); err != nil {
 		t.Fatal(err)
 	}
 	b, err := a.Alloc(30 << 20)
@@ -186,18 +186,18 @@ func TestAllocatorMapped(t *testing.T) {
 	if st := a.Stats(); st.MappedBytes != 16<<20 || st.PeakBytes != 46<<20 {
 		t.Errorf("after a mapping and a cached block: %+v", st)
 	}
-	if err := a.mapped(32<<20, create(32<<20)); err != nil {
+	if err := a.mapped(32<<20, nil, create(32<<20)); err != nil {
 		t.Fatalf("a mapping that fits after releasing the cache: %v", err)
 	}
 	if st := a.Stats(); st.OOMRetries != 1 || st.CachedBytes != 0 || st.MappedBytes != 48<<20 || st.PeakBytes != 48<<20 {
 		t.Errorf("after the retried mapping: %+v", st)
 	}
-	err = a.mapped(32<<20, create(32<<20))
+	err = a.mapped(32<<20, nil, create(32<<20))
 	var oom *OutOfMemoryError
 	if !errors.As(err, &oom) || !errors.Is(err, cuda.ErrOutOfMemory) || oom.Requested != 32<<20 || oom.InUse != 48<<20 || oom.Free != 16<<20 {
 		t.Fatalf("a mapping past the device: %v (%+v)", err, oom)
 	}
-	a.unmapped(48 << 20)
+	a.unmapped(48<<20, nil)
 	if st := a.Stats(); st.MappedBytes != 0 {
 		t.Errorf("after unmapping: %+v", st)
 	}

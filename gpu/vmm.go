@@ -20,6 +20,7 @@ type Range struct {
 	gran   int64 // the allocation granularity
 	mapped int64
 	maps   []mapping
+	pool   *Pool // the pool that holds the mapped bytes (Pool.ReserveRange), or nil
 }
 
 // mapping is one physical allocation mapped at base+off.
@@ -95,7 +96,7 @@ func (r *Range) Grow(n int64) error {
 	}
 	add, p := n-r.mapped, r.base+cuda.DevicePtr(r.mapped)
 	var h cuda.MemHandle
-	err := r.d.alloc.mapped(add, func() error {
+	err := r.d.alloc.mapped(add, r.pool, func() error {
 		prop := cuda.DeviceAllocationProp(r.d.cu)
 		var err error
 		if h, err = cuda.MemCreate(add, &prop); err != nil {
@@ -134,7 +135,7 @@ func (r *Range) free() error {
 	for i := len(r.maps) - 1; i >= 0; i-- {
 		m := r.maps[i]
 		errs = append(errs, cuda.MemUnmap(r.base+cuda.DevicePtr(m.off), m.n), cuda.MemRelease(m.h))
-		r.d.alloc.unmapped(m.n)
+		r.d.alloc.unmapped(m.n, r.pool)
 	}
 	errs = append(errs, cuda.MemAddressFree(r.base, r.size))
 	r.maps, r.mapped = nil, 0

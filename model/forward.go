@@ -195,7 +195,7 @@ func (m *Model) layer(tp *tensor.Tape, i int, x *tensor.Tensor, batch, length in
 // values [B, L, Hkv, D].
 func (m *Model) qkv(tp *tensor.Tape, i int, x *tensor.Tensor, batch, length int, table *tensor.RopeTable[float32]) (q, k, v *tensor.Tensor) {
 	c, l := &m.Config, &m.Layers[i]
-	h := tp.RMSNorm(x, l.InputNorm, c.RMSNormEps)
+	h := tp.Recompute(tp.RMSNorm(x, l.InputNorm, c.RMSNormEps))
 	q = tp.Reshape(tp.Linear(h, l.Q, l.QB), batch, length, c.NumHeads, c.HeadDim)
 	k = tp.Reshape(tp.Linear(h, l.K, l.KB), batch, length, c.NumKVHeads, c.HeadDim)
 	v = tp.Reshape(tp.Linear(h, l.V, l.VB), batch, length, c.NumKVHeads, c.HeadDim)
@@ -208,7 +208,7 @@ func (m *Model) finishLayer(tp *tensor.Tape, i int, x, a, out *tensor.Tensor) *t
 	c, l := &m.Config, &m.Layers[i]
 	a = tp.Reshape(a, x.Rows(), c.NumHeads*c.HeadDim)
 	h := tp.LinearAdd(a, l.O, l.OB, x, nil) // the residual adds are in the products' epilogues
-	n := tp.RMSNorm(h, l.PostNorm, c.RMSNormEps)
+	n := tp.Recompute(tp.RMSNorm(h, l.PostNorm, c.RMSNormEps))
 	if out == nil && !tp.Recording() {
 		out = h // h is read no more: the MLP adds into it
 	}

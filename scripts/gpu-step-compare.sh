@@ -2,7 +2,9 @@
 # gpu-step-compare.sh: issue 14's side-by-side in one device call. `dflash bench step --device cuda`
 # and its PyTorch peer (scripts/gpu-step-peer.sh: bench/step_peer.py, shipped and best modes) on the
 # same shapes (seq 3072, batch 4, 512 anchors, block 16, 5 drafter layers, 5 taps), then the ratio
-# table: samples/s of dflash over the peer's, and both peaks.
+# table: samples/s of dflash over the peer's, and both sides' peaks: dflash held / in use (the
+# allocator's PeakBytes / PeakInUseBytes) beside the peer's reserved / allocated
+# (torch.cuda.max_memory_reserved / max_memory_allocated), which measure the same things.
 #
 # Build here first: bash scripts/gpu-train.sh --build; then through the device tool
 #   [TARGETS="qwen3-8b qwen3-1.7b"] [MODES="shipped best"] [STEPS=5] bash scripts/gpu-step-compare.sh
@@ -30,7 +32,9 @@ import json, os, sys
 out, targets = sys.argv[1], sys.argv[2:]
 def load(p):
     return json.load(open(p)) if os.path.exists(p) and os.path.getsize(p) > 0 else None
-print(f"{'target':11} {'dflash samp/s':>13} {'peak GiB':>8} {'first s cold/warm':>17}  {'peer mode':9} {'peer samp/s':>11} {'peak GiB':>8}  {'ratio':>6}")
+gib = lambda r, k: f"{r.get(k, 0)/2**30:.1f}"
+print(f"{'target':11} {'dflash samp/s':>13} {'held/in use GiB':>15} {'first s cold/warm':>17}  {'peer mode':9} {'peer samp/s':>11} "
+      f"{'rsvd/alloc GiB':>14}  {'ratio':>6}")
 for t in targets:
     d, w = load(f"{out}/dflash_{t}_cold.json"), load(f"{out}/dflash_{t}_warm.json")
     for mode in ("shipped", "best"):
@@ -39,6 +43,9 @@ for t in targets:
             print(f"{t:11} missing: dflash {bool(d)}, peer {mode} {bool(p)}")
             continue
         first = f"{d['first_step_ms']/1e3:.1f}/{(w or d)['first_step_ms']/1e3:.1f}"
-        print(f"{t:11} {(w or d)['samples_per_s']:13.2f} {(w or d)['peak_device_bytes']/2**30:8.1f} {first:>17}  {mode:9} "
-              f"{p['samples_per_s']:11.2f} {p['peak_device_bytes']/2**30:8.1f}  {(w or d)['samples_per_s']/p['samples_per_s']:6.2f}x")
+        r = w or d
+        ours = gib(r, 'peak_device_bytes') + "/" + gib(r, 'peak_device_in_use_bytes')
+        theirs = gib(p, 'peak_device_reserved_bytes') + "/" + gib(p, 'peak_device_bytes')
+        print(f"{t:11} {r['samples_per_s']:13.2f} {ours:>15} {first:>17}  {mode:9} "
+              f"{p['samples_per_s']:11.2f} {theirs:>14}  {r['samples_per_s']/p['samples_per_s']:6.2f}x")
 PY

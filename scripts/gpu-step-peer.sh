@@ -33,11 +33,12 @@ done
 [ ${#files[@]} -gt 0 ] && python3 - "${files[@]}" <<'PY'
 import json, sys
 cols = ["target_forward", "block_mask", "drafter_forward", "backward", "optimizer"]
-print(f"{'target':11} {'mode':8} {'step ms':>8} {'samp/s':>7} {'MFU%':>5} {'peak GiB':>8} {'first s':>7}  "
+print(f"{'target':11} {'mode':8} {'step ms':>8} {'samp/s':>7} {'MFU%':>5} {'rsvd/alloc GiB':>14} {'first s':>7}  "
       + " ".join(f"{c[:10]:>10}" for c in cols))
 for f in sys.argv[1:]:
     r = json.load(open(f))
     p = r["phases_ms"]
     print(f"{r['target']:11} {r['mode']:8} {r['step_ms']:8.1f} {r['samples_per_s']:7.2f} {100 * r['mfu']['step']:5.1f} "
-          f"{r['peak_device_bytes'] / 2**30:8.1f} {r['first_step_ms'] / 1e3:7.1f}  " + " ".join(f"{p[c]:10.1f}" for c in cols))
+          f"{r.get('peak_device_reserved_bytes', 0) / 2**30:8.1f}/{r['peak_device_bytes'] / 2**30:5.1f} {r['first_step_ms'] / 1e3:7.1f}  "
+          + " ".join(f"{p[c]:10.1f}" for c in cols))
 PY

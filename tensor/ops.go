@@ -152,6 +152,9 @@ func (tp *TapeOf[T]) Reshape(x *Of[T], shape ...int) *Of[T] {
 		panic(fmt.Sprintf("tensor.Reshape: %v cannot become %v", x, shape))
 	}
 	y := &Of[T]{Name: x.Name, Shape: slices.Clone(shape), Store: x.Store, buf: x.buf}
+	if x.buf != nil {
+		x.buf.views = append(x.buf.views, y)
+	}
 	if tp.needs(x) {
 		tp.Record(y, nil, func() { tp.passGrad(y, x) })
 	}
@@ -261,6 +264,9 @@ func (tp *TapeOf[T]) RMSNorm(x, w *Of[T], eps float64) *Of[T] {
 	y := tp.alloc(w.Name+".out", x.Shape...)
 	rstd := tp.stat(w.Name+".rstd", x.Rows())
 	tp.b.RMSNorm(x.Store, w.Store, dim, eps, y.Store, rstd.Store)
+	tp.recomputable(y, []*Of[T]{x, w, rstd}, func(s Storage[T]) {
+		tp.b.RMSNorm(x.Store, w.Store, dim, eps, s, rstd.Store) // rstd gets the values it holds
+	})
 	if tp.needs(x, w) {
 		tp.Record(y, []*Of[T]{x, w, rstd}, func() {
 			var dx, dw Storage[T]

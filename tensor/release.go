@@ -12,6 +12,10 @@ type stepBuf[T Float] struct {
 	keep    bool // KeepValue, KeepGrad or the loss: it lives until the step ends
 	dropped bool // the forward pass reads it no more (EndScope, Backward)
 	freed   bool
+
+	owner *Of[T]   // the tensor the op made with this storage
+	views []*Of[T] // its Reshape views
+	redo  *redo[T] // how the op recomputes it (Recompute), nil if it cannot
 }
 
 // own makes t's storage, a whole step allocation an op just made, one the
@@ -19,7 +23,7 @@ type stepBuf[T Float] struct {
 // storage is no allocation); it returns t.
 func (tp *TapeOf[T]) own(t *Of[T]) *Of[T] {
 	if tp.acts && t.Store != nil {
-		t.buf = &stepBuf[T]{store: t.Store}
+		t.buf = &stepBuf[T]{store: t.Store, owner: t}
 		tp.bufs = append(tp.bufs, t.buf)
 	}
 	return t
@@ -34,11 +38,18 @@ func (tp *TapeOf[T]) stat(name string, n int) *Of[T] {
 // free gives back b when it is dead: the forward pass is done with it, no
 // backward step left reads it, and it is not to be kept.
 func (tp *TapeOf[T]) free(b *stepBuf[T]) {
-	if b.freed || !b.dropped || b.saves > 0 || b.keep {
+	if b.freed || !b.dropped || b.keep {
 		return
 	}
-	tp.freer.FreeStep(b.store)
+	if b.saves > 0 {
+		tp.evict(b)
+		return
+	}
+	if b.redo == nil || !b.redo.evicted {
+		tp.freer.FreeStep(b.store)
+	}
 	b.freed = true
+	tp.dropDeps(b)
 }
 
 // KeepValue exempts t's values (and those of the Reshape views sharing its

@@ -13,8 +13,9 @@ type TapeOf[T Float] struct {
 	keep  map[*Of[T]]bool // KeepGrad
 	loss  *Of[T]          // the tensor Backward started from, while it runs
 
-	acts bool          // ReleaseGrads releases op outputs too (not KeepActivations)
-	bufs []*stepBuf[T] // the op outputs and statistics it may release, in order made
+	acts   bool          // ReleaseGrads releases op outputs too (not KeepActivations)
+	noRedo bool          // Recompute does nothing (KeepRecomputable)
+	bufs   []*stepBuf[T] // the op outputs and statistics it may release, in order made
 }
 
 // Tape is the float32 tape that training uses.
@@ -224,6 +225,7 @@ func (tp *TapeOf[T]) Record(out *Of[T], saves []*Of[T], back func()) {
 	tp.steps = append(tp.steps, func() {
 		out.pending--
 		if out.GradStore != nil {
+			tp.restore(saves)
 			back()
 			tp.release(out)
 		}

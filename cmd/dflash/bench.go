@@ -284,8 +284,8 @@ func printStepReport(r *stepbench.Report) {
 		if r.StepArenaInPlace {
 			arena = "one range grown in place"
 		}
-		fmt.Printf("peak device memory %s (one step's storage %s at most in use, its arena, %s, reserving %s after the timed steps, %s at most); setup %.1f s, first step %.1f s (kernels compiled or loaded)\n",
-			meminfo.Format(float64(r.PeakDeviceBytes)), meminfo.Format(float64(r.StepArenaBytes)), arena, meminfo.Format(float64(r.StepArenaReservedBytes)),
+		fmt.Printf("peak device memory %s held, %s in use (one step's storage %s at most in use, its arena, %s, reserving %s after the timed steps, %s at most); setup %.1f s, first step %.1f s (kernels compiled or loaded)\n",
+			meminfo.Format(float64(r.PeakDeviceBytes)), meminfo.Format(float64(r.PeakDeviceInUseBytes)), meminfo.Format(float64(r.StepArenaBytes)), arena, meminfo.Format(float64(r.StepArenaReservedBytes)),
 			meminfo.Format(float64(r.StepArenaMostReservedBytes)), r.SetupMS/1e3, r.FirstStepMS/1e3)
 		if r.PerStep != nil {
 			fmt.Printf("per step: %v\n", r.PerStep)

@@ -51,7 +51,8 @@ func benchStepCUDA(o stepbench.Options, cacheDir string) (*stepbench.Report, err
 					c, n := d.Counters().Since(before), int64(max(steps, 1))
 					r.PerStep = gpu.Counters{HtoDCalls: c.HtoDCalls / n, HtoDBytes: c.HtoDBytes / n, DtoHCalls: c.DtoHCalls / n,
 						DtoHBytes: c.DtoHBytes / n, Syncs: c.Syncs / n}
-					r.PeakDeviceBytes = d.AllocStats().PeakBytes
+					as := d.AllocStats()
+					r.PeakDeviceBytes, r.PeakDeviceInUseBytes = as.PeakBytes, as.PeakInUseBytes
 					st := b.StepBytes()
 					r.StepArenaBytes, r.StepArenaReservedBytes, r.StepArenaMostReservedBytes = st.Peak, st.Reserved, st.MostReserved
 					r.StepArenaInPlace = st.InPlace

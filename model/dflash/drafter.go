@@ -171,7 +171,7 @@ func (o *Output[T]) Read(b tensor.Backend[T]) {
 // taps)) [rows, H] (§2.1) of the target's hidden states at the taps, each
 // [rows, H]; the concatenation is an op on tp's backend.
 func (d *Drafter[T]) contextFeatures(tp *tensor.TapeOf[T], taps []*tensor.Of[T]) *tensor.Of[T] {
-	return tp.RMSNorm(tp.Linear(tp.Concat(1, taps...), d.FC, nil), d.HiddenNorm, d.Cfg.RMSNormEps)
+	return tp.Recompute(tp.RMSNorm(tp.Linear(tp.Concat(1, taps...), d.FC, nil), d.HiddenNorm, d.Cfg.RMSNormEps))
 }
 
 // contextKV returns layer l's keys and values of the context rows u
@@ -194,7 +194,11 @@ func (d *Drafter[T]) layer(tp *tensor.TapeOf[T], l int, z, kc, vc *tensor.Of[T],
 	c, L := d.Cfg, &d.Layers[l]
 	D, nh, nkv := c.HeadDim, c.NumHeads, c.NumKVHeads
 	S := kc.Shape[1]
-	g := tp.RMSNorm(z, L.InputNorm, c.RMSNormEps)
+	// The normed inputs of the projections are recomputed in the backward
+	// pass, not kept (tensor.Recompute: z and rstd are kept anyway); g is
+	// given back once q, k and v are made (EndScope).
+	mg := tp.BeginScope()
+	g := tp.Recompute(tp.RMSNorm(z, L.InputNorm, c.RMSNormEps))
 	q := tp.Reshape(tp.Linear(g, L.Q, nil), R, nB, nh, D)
 	q = tp.NormRoPEHeads(q, L.QNorm, c.RMSNormEps, qRope) // [R, nh, nB, D]
 
@@ -202,11 +206,12 @@ func (d *Drafter[T]) layer(tp *tensor.TapeOf[T], l int, z, kc, vc *tensor.Of[T],
 	// [R, nkv, S+nB, D]: context rows then block rows.
 	kk := tp.Transpose12(tp.Reshape(tp.Concat(1, kc, tp.Reshape(kb, R, nB, nkv*D)), R, S+nB, nkv, D))
 	vb := tp.Reshape(tp.Linear(g, L.V, nil), R, nB, nkv*D)
+	tp.EndScope(mg, q, kk, vb)
 	vv := tp.Transpose12(tp.Reshape(tp.Concat(1, vc, vb), R, S+nB, nkv, D))
 
 	a := att(q, kk, vv)
 	a = tp.Reshape(tp.Transpose12(a), R*nB, nh*D)
 	z = tp.LinearAdd(a, L.O, nil, z, nil) // the residual adds are in the products' epilogues
-	g2 := tp.RMSNorm(z, L.PostNorm, c.RMSNormEps)
+	g2 := tp.Recompute(tp.RMSNorm(z, L.PostNorm, c.RMSNormEps))
 	return tp.MLP(g2, tensor.Span(L.Gate, L.Up), L.Down, z, nil)
 }

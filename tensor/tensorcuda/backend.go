@@ -107,11 +107,13 @@ func NewBackend(cache *jit.Cache, d *gpu.Device) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	vm, err := stepMemory(d)
+	pool := d.NewPool() // the step arena's: the device's in-use peak counts what it hands out
+	vm, err := stepMemory(d, pool)
 	if err != nil {
 		return nil, err
 	}
 	b := newBackend(d, cache, bf, f32, devMemory{d}, vm)
+	b.arena.mem, b.arena.use = poolMemory{devMemory{d}, pool}, pool
 	b.noGraphs = os.Getenv(graphsEnv) == "0"
 	return b, nil
 }
@@ -434,6 +436,16 @@ func (m devMemory) upload(b gpu.Buffer, src []byte) error   { return gpu.Stage(m
 func (m devMemory) download(dst []byte, b gpu.Buffer) error { return gpu.Download(m.d, dst, b) }
 func (m devMemory) sync() error                             { return m.d.Synchronize() }
 func (m devMemory) trim() error                             { _, err := m.d.ReleaseCached(); return err }
+
+// poolMemory is device memory whose buffers a gpu.Pool holds (the step
+// arena's chunks).
+type poolMemory struct {
+	devMemory
+	p *gpu.Pool
+}
+
+func (m poolMemory) alloc(n int64) (gpu.Buffer, error) { return m.p.Alloc(n) }
+func (m poolMemory) free(b gpu.Buffer)                 { m.p.Free(b) }
 
 var (
 	_ tensor.StepMemory           = (*Backend)(nil)

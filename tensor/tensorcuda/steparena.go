@@ -40,6 +40,18 @@ type stepArena struct {
 	freed  int64 // bytes on the free list
 	peak   int64 // most bytes in use (bumped and not freed) at once, over all steps
 	most   int64 // most bytes ever reserved from the device
+	use    user  // told the bytes in use whenever they change (nil: nobody)
+}
+
+// user is told how many bytes of the arena are in use (gpu.Pool, whose
+// allocator keeps the device's in-use peak).
+type user interface{ SetInUse(n int64) }
+
+// report tells a.use the bytes in use now.
+func (a *stepArena) report() {
+	if a.use != nil {
+		a.use.SetInUse(a.inUse())
+	}
 }
 
 // freeBlock is a freed block: chunk index and offset.
@@ -87,6 +99,7 @@ func (a *stepArena) alloc(n int64) (cuda.DevicePtr, error) {
 		a.free[n] = list[:len(list)-1]
 		a.freed -= n
 		a.peak = max(a.peak, a.inUse())
+		a.report()
 		return a.chunks[f.chunk].Ptr + cuda.DevicePtr(f.off), nil
 	}
 	if a.vm != nil {
@@ -148,6 +161,7 @@ func (a *stepArena) took(n int64) {
 	a.bumped += n
 	a.high = max(a.high, a.bumped)
 	a.peak = max(a.peak, a.inUse())
+	a.report()
 }
 
 // inUse returns the bytes handed out and not freed.
@@ -187,6 +201,7 @@ func (a *stepArena) release(p cuda.DevicePtr, n int64) {
 	}
 	a.free[n] = append(a.free[n], f)
 	a.freed += n
+	a.report()
 }
 
 // mark returns the arena's position.
@@ -212,25 +227,28 @@ func (a *stepArena) rewind(m tensor.StepMark) {
 		a.free[n] = kept
 	}
 	a.cur, a.off, a.bumped = cur, off, bumped
+	a.report()
 }
 
 // reset makes every chunk free again (the memory stays allocated), after
 // replacing the chunks by one when the step needed several.
 func (a *stepArena) reset() {
-	if len(a.chunks) > 1 {
-		a.consolidate()
-	}
+	high := a.high
 	a.cur, a.off, a.bumped, a.high, a.freed = 0, 0, 0, 0, 0
 	clear(a.free)
+	a.report() // before chunks go: nothing is in use
+	if len(a.chunks) > 1 {
+		a.consolidate(high)
+	}
 }
 
 // consolidate replaces the chunks by one of the step's high-water mark
-// rounded up to the first chunk's size, freeing the old ones (and the
+// high rounded up to the first chunk's size, freeing the old ones (and the
 // device allocator's cache) first so that both are never held at once.
 // Should the new chunk not be had, the arena starts the next step without
 // chunks and grows again, as in its first step.
-func (a *stepArena) consolidate() {
-	size := max(a.chunk, (a.high+a.chunk-1)/a.chunk*a.chunk)
+func (a *stepArena) consolidate(high int64) {
+	size := max(a.chunk, (high+a.chunk-1)/a.chunk*a.chunk)
 	for _, c := range a.chunks {
 		a.mem.free(c)
 	}
@@ -245,6 +263,8 @@ func (a *stepArena) consolidate() {
 // releaseAll returns the chunks to the device allocator, or frees the
 // growable range.
 func (a *stepArena) releaseAll() {
+	a.bumped, a.freed = 0, 0
+	a.report() // nothing is in use once the memory goes
 	if a.vm != nil {
 		a.vm.release()
 	} else {

@@ -75,6 +75,9 @@ func runStep(t *testing.T, a *stepArena, ops []arenaOp) (addrs []cuda.DevicePtr,
 		if a.inUse() != live {
 			t.Fatalf("op %d: the arena counts %d bytes in use, %d are live", i, a.inUse(), live)
 		}
+		if u, ok := a.use.(*useLog); ok && u.last != live {
+			t.Fatalf("op %d: the arena told its user %d bytes in use, %d are live", i, u.last, live)
+		}
 		most = max(most, live)
 	}
 	return addrs, most
@@ -82,7 +85,8 @@ func runStep(t *testing.T, a *stepArena, ops []arenaOp) (addrs []cuda.DevicePtr,
 
 // TestStepArenaFreeList: freed blocks are reused by allocations of their
 // aligned size, last freed first, never by another size; the bytes in use
-// and the peak follow; two identical steps with frees get identical
+// and the peak follow, and the arena's user (the device's pool) is told
+// the bytes in use at every change, 0 after reset; two identical steps with frees get identical
 // addresses in one chunk after the first step's chunks are consolidated.
 func TestStepArenaFreeList(t *testing.T) {
 	for _, kind := range arenaKinds {
@@ -90,7 +94,8 @@ func TestStepArenaFreeList(t *testing.T) {
 	}
 
 	ops := randomStep(t)
-	b := &stepArena{mem: newFakeMem(), chunk: 4096}
+	use := &useLog{}
+	b := &stepArena{mem: newFakeMem(), chunk: 4096, use: use}
 	runStep(t, b, ops)
 	if len(b.chunks) < 2 {
 		t.Fatalf("the random step took %d chunks; the test needs several", len(b.chunks))
@@ -110,11 +115,21 @@ func TestStepArenaFreeList(t *testing.T) {
 	if n := b.mem.(*fakeMem).allocs - allocs; n != 0 || len(b.chunks) != 1 {
 		t.Errorf("the repeated step allocated %d chunks and holds %d", n, len(b.chunks))
 	}
-	if b.peak != most {
-		t.Errorf("peak %d, the most bytes live at once %d", b.peak, most)
+	if b.peak != most || use.most != most {
+		t.Errorf("peak %d, told the user %d at most; the most bytes live at once %d", b.peak, use.most, most)
+	}
+	b.reset()
+	if use.last != 0 {
+		t.Errorf("after reset the user was last told %d bytes in use", use.last)
 	}
 	t.Logf("random step: peak %d bytes live, high-water %d bumped, one chunk of %d", most, high, b.chunks[0].Size)
 }
+
+// useLog is a step arena's user (gpu.Pool on a device): it keeps the
+// bytes in use it was told last and at most.
+type useLog struct{ last, most int64 }
+
+func (u *useLog) SetInUse(n int64) { u.last, u.most = n, max(u.most, n) }
 
 // arenaKinds are the step arena's two memories: chunks from the device
 // allocator and one range grown in place.

@@ -16,12 +16,12 @@ const stepVMMEnv = "DFLASH_STEP_VMM"
 // stepMemory returns the growable memory of d's step arena, or nil for
 // chunks from the device allocator, as $DFLASH_STEP_VMM and the device
 // decide.
-func stepMemory(d *gpu.Device) (growable, error) {
+func stepMemory(d *gpu.Device, pool *gpu.Pool) (growable, error) {
 	in, err := stepInPlace(os.Getenv(stepVMMEnv), d.Ordinal(), d.VMMSupported)
 	if !in || err != nil {
 		return nil, err
 	}
-	return &rangeMemory{d: d}, nil
+	return &rangeMemory{d: d, pool: pool}, nil
 }
 
 // stepInPlace says whether the step arena of GPU gpu is a range grown in
@@ -47,18 +47,19 @@ func stepInPlace(env string, gpu int, supported func() (bool, error)) (bool, err
 	return ok, nil
 }
 
-// rangeMemory is growable step memory on a device: a gpu.Range reserved on
-// the first grow. It reserves twice the device's memory (addresses cost
-// none), so that a step too large for the device fails as out of memory
-// when it is backed rather than on the range's end.
+// rangeMemory is growable step memory on a device: a gpu.Range of pool
+// reserved on the first grow. It reserves twice the device's memory
+// (addresses cost none), so that a step too large for the device fails as
+// out of memory when it is backed rather than on the range's end.
 type rangeMemory struct {
-	d *gpu.Device
-	r *gpu.Range
+	d    *gpu.Device
+	pool *gpu.Pool
+	r    *gpu.Range
 }
 
 func (m *rangeMemory) grow(n int64) (gpu.Buffer, error) {
 	if m.r == nil {
-		r, err := m.d.ReserveRange(2 * m.d.Info().TotalMem)
+		r, err := m.pool.ReserveRange(2 * m.d.Info().TotalMem)
 		if err != nil {
 			return gpu.Buffer{}, err
 		}

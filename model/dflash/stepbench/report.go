@@ -51,7 +51,11 @@ type Report struct {
 	Memory        Memory `json:"memory_estimate"` // the estimate checked before allocating
 	// PeakDeviceBytes, on a GPU (Device.Measure), is the most device memory
 	// the allocator held (parameters, optimizer state, the step arena,
-	// kernel buffers; mapped ranges included); StepArenaBytes the most one step's storage took at
+	// kernel buffers; mapped ranges included: torch's max_memory_reserved);
+	// PeakDeviceInUseBytes the most of it in use at once, the step arena's
+	// bytes handed out at that moment without its slack, and without the
+	// allocator's cache (torch's max_memory_allocated). StepArenaBytes is
+	// the most one step's storage took at
 	// once (allocated and not yet freed). StepArenaReservedBytes is what
 	// the step arena holds from the device after the timed steps, and
 	// StepArenaMostReservedBytes the most it ever held: in chunks, the first
@@ -60,6 +64,7 @@ type Report struct {
 	// driver's virtual memory management), the reserve itself, the
 	// high-water mark rounded up to the growth step.
 	PeakDeviceBytes            int64 `json:"peak_device_bytes,omitempty"`
+	PeakDeviceInUseBytes       int64 `json:"peak_device_in_use_bytes,omitempty"`
 	StepArenaBytes             int64 `json:"step_arena_bytes,omitempty"`
 	StepArenaReservedBytes     int64 `json:"step_arena_reserved_bytes,omitempty"`
 	StepArenaMostReservedBytes int64 `json:"step_arena_most_reserved_bytes,omitempty"`
