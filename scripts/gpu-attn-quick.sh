@@ -40,6 +40,7 @@ for v in ${TEST_VARIANTS:-default}; do
   grep -E -- '^(--- |PASS|FAIL|ok)|panic' /tmp/gpu-quick-test.log | sort | uniq -c | head -12
   grep -E -- 'FAIL|Error|error' /tmp/gpu-quick-test.log | head -8 | cut -c1-300
   grep -A4 'running tests' /tmp/gpu-quick-test.log
+  [ -n "${OUT:-}" ] && cp /tmp/gpu-quick-test.log "$OUT/attn-tests-${v//[^a-zA-Z0-9=_-]/_}.log"
 done
 C=$(mktemp -d)
 for c in "${CASES[@]}"; do
