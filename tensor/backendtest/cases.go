@@ -315,16 +315,20 @@ func (l *caseList) layerCases() {
 		{name: "norm", shape: []int{8}, grad: true, gen: l.near1},
 		{name: "gate+up", shape: []int{24, 8}, grad: true},
 		{name: "down", shape: []int{8, 12}, grad: true}},
-		mlpPackedOp[float32], mlpPackedOp[float64],
-		func(in [][]float64) []float64 {
-			x := naiveRMSNorm(8, 1e-6)([][]float64{in[0], in[1]})
-			g := naiveLinear(3, 8, 12)([][]float64{x, in[2][:96]})
-			u := naiveLinear(3, 8, 12)([][]float64{x, in[2][96:]})
-			for i := range g {
-				g[i] = g[i] / (1 + math.Exp(-g[i])) * u[i]
-			}
-			return naiveLinear(3, 12, 8)([][]float64{g, in[3]})
-		})
+		mlpPackedOp[float32], mlpPackedOp[float64], naiveNormMLP)
+}
+
+// naiveNormMLP is the reference of the packed MLP cases: 3 rows x of width
+// 8, RMSNorm(x, norm), gate and up (12 each) stacked in one [24, 8] weight,
+// then down [8, 12].
+func naiveNormMLP(in [][]float64) []float64 {
+	x := naiveRMSNorm(8, 1e-6)([][]float64{in[0], in[1]})
+	g := naiveLinear(3, 8, 12)([][]float64{x, in[2][:96]})
+	u := naiveLinear(3, 8, 12)([][]float64{x, in[2][96:]})
+	for i := range g {
+		g[i] = g[i] / (1 + math.Exp(-g[i])) * u[i]
+	}
+	return naiveLinear(3, 12, 8)([][]float64{g, in[3]})
 }
 
 // normRoPECases: QK-norm, RoPE and the move to [B, H, L, D] in one op,

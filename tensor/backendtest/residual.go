@@ -1,8 +1,6 @@
 package backendtest
 
 import (
-	"math"
-
 	"dflash/tensor"
 )
 
@@ -72,13 +70,5 @@ func (l *caseList) residualCases() {
 		{name: "gate+up", shape: []int{24, 8}, grad: true},
 		{name: "down", shape: []int{8, 12}, grad: true}},
 		mlpResidualOp[float32], mlpResidualOp[float64],
-		func(in [][]float64) []float64 {
-			x := naiveRMSNorm(8, 1e-6)([][]float64{in[0], in[1]})
-			g := naiveLinear(3, 8, 12)([][]float64{x, in[2][:96]})
-			u := naiveLinear(3, 8, 12)([][]float64{x, in[2][96:]})
-			for i := range g {
-				g[i] = g[i] / (1 + math.Exp(-g[i])) * u[i]
-			}
-			return plus(naiveLinear(3, 12, 8)([][]float64{g, in[3]}), in[0])
-		})
+		func(in [][]float64) []float64 { return plus(naiveNormMLP(in), in[0]) })
 }
