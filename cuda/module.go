@@ -100,8 +100,9 @@ func Dim(x, y, z uint32) Dim3 {
 	return Dim3{x, y, z}
 }
 
-// MaxKernelArgs is the most arguments an Args holds.
-const MaxKernelArgs = 32
+// MaxKernelArgs is the most arguments an Args holds (the flex backward with
+// a producer warpgroup takes 24 fixed ones before its programs' slots).
+const MaxKernelArgs = 48
 
 // Args is a reusable kernel argument list. Each argument takes an 8-byte
 // slot, so scalars up to 8 bytes and device pointers are supported. Keep one

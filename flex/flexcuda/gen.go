@@ -265,7 +265,7 @@ var tuningKnobs = []struct {
 	{"FLEX_WS_PP", true, 1},          // the two consumer warpgroups take turns
 	{"FLEX_BWD_TWO_PATHS", false, 1}, // P^T of full tiles without the mask program
 	{"FLEX_BWD_DQ_COLS", false, 1},   // head dim 64: dQ split between the warpgroups by columns
-	{"FLEX_BWD_WS", false, 0},        // head dims 64, 128: a TMA producer warpgroup feeds Q, dO, LSE, Dlt
+	{"FLEX_BWD_WS", false, 1},        // head dims 64, 128: a TMA producer warpgroup feeds Q, dO, LSE, Dlt
 }
 
 // tuningValue returns the value of tuning switch name: DFLASH_FLEX_DEFINES's

@@ -125,8 +125,12 @@ func TestResourcesHopper(t *testing.T) {
 			t.Errorf("%s: forward %d bytes, %d threads; want %d, %d", c.spec.Key(), f.SharedMem, f.Threads, c.fwdSmem, c.fwdThr)
 		}
 		b := BwdResources(c.spec, 10)
-		if b.SharedMem != c.bwdSmem || b.Threads != 256 {
-			t.Errorf("%s: backward %d bytes, %d threads; want %d, 256", c.spec.Key(), b.SharedMem, b.Threads, c.bwdSmem)
+		bwdThr := 256
+		if c.spec.HeadDim < 256 { // the producer warpgroup and its 2 mbarriers per stage
+			c.bwdSmem, bwdThr = c.bwdSmem+2*3*8, 384
+		}
+		if b.SharedMem != c.bwdSmem || b.Threads != bwdThr {
+			t.Errorf("%s: backward %d bytes, %d threads; want %d, %d", c.spec.Key(), b.SharedMem, b.Threads, c.bwdSmem, bwdThr)
 		}
 		if f.SharedMem > 227*1024 || b.SharedMem > 227*1024 {
 			t.Errorf("%s: %d / %d bytes, more than an H100/H200 block may have", c.spec.Key(), f.SharedMem, b.SharedMem)
@@ -169,10 +173,10 @@ func TestTuningDefines(t *testing.T) {
 	}
 }
 
-// TestProducerBackwardShape: FLEX_BWD_WS=1 gives the Hopper backward at head
-// dims 64 and 128 a producer warpgroup (384 threads, two mbarriers per
-// Q/dO stage, TMA copies in the source) and leaves head dim 256, whose
-// template ignores the switch, and the default alone.
+// TestProducerBackwardShape: FLEX_BWD_WS=1, the default, gives the Hopper
+// backward at head dims 64 and 128 a producer warpgroup (384 threads, two
+// mbarriers per Q/dO stage, TMA copies in the source) and leaves head dim
+// 256, whose template ignores the switch, alone; FLEX_BWD_WS=0 turns it off.
 func TestProducerBackwardShape(t *testing.T) {
 	t.Setenv("DFLASH_FLEX_FWD", "")
 	t.Setenv("DFLASH_FLEX_BWD", "")
@@ -182,10 +186,10 @@ func TestProducerBackwardShape(t *testing.T) {
 		threads int
 		mbar    int // mbarrier bytes over the default's shared memory
 	}{
-		{128, "", 256, 0}, {128, "FLEX_BWD_WS=0", 256, 0}, {128, "FLEX_BWD_WS=1", 384, 2 * 3 * 8},
-		{64, "FLEX_BWD_WS=1", 384, 2 * 3 * 8}, {256, "FLEX_BWD_WS=1", 256, 0},
+		{128, "", 384, 2 * 3 * 8}, {128, "FLEX_BWD_WS=0", 256, 0}, {128, "FLEX_BWD_WS=1", 384, 2 * 3 * 8},
+		{64, "FLEX_BWD_WS=1", 384, 2 * 3 * 8}, {64, "FLEX_BWD_WS=0", 256, 0}, {256, "FLEX_BWD_WS=1", 256, 0}, {256, "", 256, 0},
 	} {
-		t.Setenv("DFLASH_FLEX_DEFINES", "")
+		t.Setenv("DFLASH_FLEX_DEFINES", "FLEX_BWD_WS=0")
 		spec := Spec{HeadDim: c.d, Group: 4, BlockQ: 128, BlockKV: 128, Fwd: Hopper, Bwd: Hopper}
 		base := BwdResources(spec, 64)
 		t.Setenv("DFLASH_FLEX_DEFINES", c.env)
