@@ -273,9 +273,10 @@ func (d *Device) SetDeterministicGemm() error {
 
 // SetGemmWorkspace sets the bytes of the device's cuBLASLt workspace
 // (GemmWorkspace unless set): the heuristic offers only algorithms that fit
-// in it. It must come before the device's first GEMM.
+// in it. It must come before the device's first GEMM, unless it sets the
+// size already in use.
 func (d *Device) SetGemmWorkspace(bytes int64) error {
-	if d.blas != nil {
+	if d.blas != nil && uint64(bytes) != d.blas.wsSize {
 		return fmt.Errorf("gpu %d: SetGemmWorkspace after the first GEMM", d.info.Ordinal)
 	}
 	if bytes <= 0 {

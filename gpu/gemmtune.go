@@ -26,8 +26,12 @@ const gemmTuneSample = 2e-3 // seconds
 // cuBLASLt version, workspace size, determinism and spec, so a later
 // process takes them without timing. Deterministic GEMMs choose among their
 // restricted candidates only. It may come at any time: plans made before
-// are tuned at their next use.
+// are tuned at their next use. Set again with the same dir, it keeps the
+// device's choices and counts.
 func (d *Device) SetGemmTuning(dir string) error {
+	if d.tune != nil && d.tune.dir == dir {
+		return nil
+	}
 	ver, err := cuda.CublasLtVersion()
 	if err != nil {
 		return err

@@ -58,6 +58,7 @@ type gemmTuneDoc struct {
 
 // gemmTuner holds a device's tuned choices and the file they persist in.
 type gemmTuner struct {
+	dir      string // newGemmTuner's
 	path     string // "": memory only
 	gpu      string
 	cublasLt int
@@ -72,7 +73,7 @@ var gemmTuneMu sync.Mutex
 // newGemmTuner returns the tuner of a GPU named gpu with the cuBLASLt
 // version given, holding the choices of dir's file ("": none, memory only).
 func newGemmTuner(dir, gpu string, cublasLt int) *gemmTuner {
-	t := &gemmTuner{gpu: gpu, cublasLt: cublasLt, choices: map[string]gemmChoice{}}
+	t := &gemmTuner{dir: dir, gpu: gpu, cublasLt: cublasLt, choices: map[string]gemmChoice{}}
 	if dir == "" {
 		return t
 	}
@@ -131,6 +132,8 @@ func (t *gemmTuner) choose(key string, algos [][8]uint64, timeAll func() ([]floa
 	}
 	if best != 0 {
 		t.stats.Changed++
+		slog.Info("gpu: GEMM tuned away from the heuristic's first", "key", key, "candidate", best, "of", len(times),
+			"speedup", fmt.Sprintf("%.1f%%", 100*(times[0]/times[best]-1)))
 	}
 	c := gemmChoice{Algo: algos[best], Index: best, Micros: make([]float64, len(times))}
 	for i, s := range times {
