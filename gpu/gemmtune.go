@@ -1,6 +1,7 @@
 package gpu
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"unsafe"
@@ -201,7 +202,7 @@ func (d *Device) TuneGemm(spec GemmSpec, a, b, c cuda.DevicePtr, reps int) ([]fl
 // timeCandidates). It returns each candidate's seconds per product, the
 // heuristic's first at index 0, +Inf for one that cannot run. The device's
 // plans keep their algorithms.
-func (d *Device) TimeGemmCandidates(spec GemmSpec, workspace int64, beta float32, a, b, c, out cuda.DevicePtr, rounds, reps int) ([]float64, error) {
+func (d *Device) TimeGemmCandidates(spec GemmSpec, workspace int64, beta float32, a, b, c, out cuda.DevicePtr, rounds, reps int) (_ []float64, err error) {
 	if err := d.check("TimeGemmCandidates"); err != nil {
 		return nil, err
 	}
@@ -221,10 +222,13 @@ func (d *Device) TimeGemmCandidates(spec GemmSpec, workspace int64, beta float32
 	if err != nil {
 		return nil, err
 	}
-	defer pref.Destroy()
+	defer func() { err = errors.Join(err, pref.Destroy()) }()
 	cands, err := bs.h.Heuristics(p.desc, p.a, p.b, p.c, p.c, pref, gemmCandidates)
 	if err != nil {
 		return nil, err
+	}
+	if len(cands) == 0 {
+		return nil, fmt.Errorf("gpu %d: cuBLASLt has no algorithm for %+v with a %d-byte workspace", d.info.Ordinal, spec, workspace)
 	}
 	ws, err := d.alloc.Alloc(workspace)
 	if err != nil {
