@@ -71,6 +71,8 @@ type Device struct {
 	// detGemm restricts GEMMs to split-K reductions in the compute type
 	// (SetDeterministicGemm).
 	detGemm bool
+	gemmWS  int64      // SetGemmWorkspace's bytes; 0: GemmWorkspace
+	tune    *gemmTuner // SetGemmTuning's choices; nil: the heuristic's first
 
 	streams []*Stream
 	events  []*Event

@@ -1,6 +1,7 @@
 package gpu
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -115,15 +116,16 @@ func (s GemmSpec) toColMajor() colMajor {
 	return cm
 }
 
-// GemmWorkspace is the cuBLASLt workspace each device keeps (32 MiB, the
-// size recommended for Hopper).
+// GemmWorkspace is the cuBLASLt workspace a device keeps unless
+// SetGemmWorkspace says otherwise (32 MiB, the size recommended for Hopper).
 const GemmWorkspace = 32 << 20
 
 type blasState struct {
-	h     cuda.CublasLt
-	pref  cuda.MatmulPreference
-	ws    Buffer
-	plans map[GemmSpec]*gemmPlan
+	h      cuda.CublasLt
+	pref   cuda.MatmulPreference
+	ws     Buffer
+	wsSize uint64
+	plans  map[GemmSpec]*gemmPlan
 }
 
 type gemmPlan struct {
@@ -131,6 +133,7 @@ type gemmPlan struct {
 	a, b, c    cuda.MatrixLayout
 	candidates []cuda.HeuristicResult // best first, per the heuristic
 	algo       cuda.HeuristicResult   // the one in use
+	tuned      bool                   // SetGemmTuning's choice is made
 }
 
 func (d *Device) blasInit() (*blasState, error) {
@@ -141,23 +144,10 @@ func (d *Device) blasInit() (*blasState, error) {
 	if err != nil {
 		return nil, err
 	}
-	bs := &blasState{h: h, plans: map[GemmSpec]*gemmPlan{}}
-	if bs.pref, err = cuda.MatmulPreferenceCreate(); err == nil {
-		err = bs.pref.SetMaxWorkspace(GemmWorkspace)
-	}
+	bs := &blasState{h: h, plans: map[GemmSpec]*gemmPlan{}, wsSize: uint64(cmp.Or(d.gemmWS, GemmWorkspace))}
+	bs.pref, err = d.gemmPreference(bs.wsSize)
 	if err == nil {
-		// Split-K partial sums are added in fp32 (or in place), never in
-		// the output type: a bf16 product would otherwise round once per
-		// split (TestGPUGemm saw 5 roundings' error on a 100x257x31 one).
-		// Deterministic GEMMs leave out the in-place (atomic) reduction.
-		mask := cuda.ReductionInPlace | cuda.ReductionComputeType
-		if d.detGemm {
-			mask = cuda.ReductionComputeType
-		}
-		err = bs.pref.SetReductionSchemes(mask)
-	}
-	if err == nil {
-		bs.ws, err = d.alloc.Alloc(GemmWorkspace)
+		bs.ws, err = d.alloc.Alloc(int64(bs.wsSize))
 	}
 	if err != nil {
 		if bs.pref != 0 {
@@ -167,6 +157,31 @@ func (d *Device) blasInit() (*blasState, error) {
 	}
 	d.blas = bs
 	return bs, nil
+}
+
+// gemmPreference returns the heuristic preference of the device's GEMMs
+// with a workspace of the given bytes.
+func (d *Device) gemmPreference(workspace uint64) (cuda.MatmulPreference, error) {
+	pref, err := cuda.MatmulPreferenceCreate()
+	if err != nil {
+		return 0, err
+	}
+	err = pref.SetMaxWorkspace(workspace)
+	if err == nil {
+		// Split-K partial sums are added in fp32 (or in place), never in
+		// the output type: a bf16 product would otherwise round once per
+		// split (TestGPUGemm saw 5 roundings' error on a 100x257x31 one).
+		// Deterministic GEMMs leave out the in-place (atomic) reduction.
+		mask := cuda.ReductionInPlace | cuda.ReductionComputeType
+		if d.detGemm {
+			mask = cuda.ReductionComputeType
+		}
+		err = pref.SetReductionSchemes(mask)
+	}
+	if err != nil {
+		return 0, errors.Join(err, pref.Destroy())
+	}
+	return pref, nil
 }
 
 func (bs *blasState) close(d *Device) error {
@@ -233,11 +248,11 @@ func (d *Device) plan(bs *blasState, s GemmSpec) (*gemmPlan, error) {
 			}
 		}
 	}
-	if p.candidates, err = bs.h.Heuristics(p.desc, p.a, p.b, p.c, p.c, bs.pref, 8); err != nil {
+	if p.candidates, err = bs.h.Heuristics(p.desc, p.a, p.b, p.c, p.c, bs.pref, gemmCandidates); err != nil {
 		return fail(err)
 	}
 	if len(p.candidates) == 0 {
-		return fail(fmt.Errorf("cuBLASLt has no algorithm for this product with a %d-byte workspace", GemmWorkspace))
+		return fail(fmt.Errorf("cuBLASLt has no algorithm for this product with a %d-byte workspace", bs.wsSize))
 	}
 	p.algo = p.candidates[0]
 	bs.plans[s] = p
@@ -256,9 +271,26 @@ func (d *Device) SetDeterministicGemm() error {
 	return nil
 }
 
+// SetGemmWorkspace sets the bytes of the device's cuBLASLt workspace
+// (GemmWorkspace unless set): the heuristic offers only algorithms that fit
+// in it. It must come before the device's first GEMM, unless it sets the
+// size already in use.
+func (d *Device) SetGemmWorkspace(bytes int64) error {
+	if d.blas != nil && uint64(bytes) != d.blas.wsSize {
+		return fmt.Errorf("gpu %d: SetGemmWorkspace after the first GEMM", d.info.Ordinal)
+	}
+	if bytes <= 0 {
+		return fmt.Errorf("gpu %d: GEMM workspace of %d bytes", d.info.Ordinal, bytes)
+	}
+	d.gemmWS = bytes
+	return nil
+}
+
 // Gemm queues the product described by spec on s (the default stream when
 // nil). The first call for a spec asks cuBLASLt's heuristic for its
-// algorithm; later calls reuse the plan.
+// algorithm; later calls reuse the plan. With SetGemmTuning, the first call
+// on the default stream outside a capture or a Replay dry run times the
+// heuristic's candidates (or reads the choice on disk) first.
 func (d *Device) Gemm(s *Stream, spec GemmSpec, alpha float32, a, b cuda.DevicePtr, beta float32, c cuda.DevicePtr) error {
 	return d.GemmTo(s, spec, alpha, a, b, beta, c, c)
 }
@@ -279,18 +311,23 @@ func (d *Device) GemmTo(s *Stream, spec GemmSpec, alpha float32, a, b cuda.Devic
 	if err != nil {
 		return err
 	}
+	if d.tune != nil && !p.tuned && d.rec == nil && !d.capturing && d.stream(s) == d.main {
+		if err := d.tunePlan(bs, p, spec, alpha, a, b, beta, c, out); err != nil {
+			return err
+		}
+	}
 	h := d.stream(s).h
 	if d.rec != nil {
 		algo := p.algo.Algo // as planned now, whatever tuning does later
 		d.rec.other(func() error {
 			return bs.h.Matmul(p.desc, unsafe.Pointer(&alpha), b, p.a, a, p.b, unsafe.Pointer(&beta), c, p.c, out, p.c,
-				&algo, bs.ws.Ptr, GemmWorkspace, h)
+				&algo, bs.ws.Ptr, bs.wsSize, h)
 		}, 'g', append([]uint64{uint64(p.desc), uint64(a), uint64(b), uint64(c), uint64(out), uint64(math.Float32bits(alpha)),
 			uint64(math.Float32bits(beta)), uint64(h)}, algo.Words()...)...)
 		return nil
 	}
 	return bs.h.Matmul(p.desc, unsafe.Pointer(&alpha), b, p.a, a, p.b, unsafe.Pointer(&beta), c, p.c, out, p.c,
-		&p.algo.Algo, bs.ws.Ptr, GemmWorkspace, h)
+		&p.algo.Algo, bs.ws.Ptr, bs.wsSize, h)
 }
 
 // GemmAlgorithms returns how many heuristic candidates the plan for spec has
@@ -310,68 +347,4 @@ func (d *Device) GemmAlgorithms(spec GemmSpec) (candidates, inUse int, err error
 		}
 	}
 	return len(p.candidates), inUse, nil
-}
-
-// TuneGemm times every heuristic candidate for spec on the given buffers
-// (two interleaved rounds of reps launches each, after warm-ups; a
-// candidate's time is its best round) and keeps the fastest for later Gemm
-// calls. The heuristic's first choice stays unless another candidate is
-// more than 2% faster, so timing noise does not replace it. It returns each
-// candidate's seconds per product (+Inf for one that cannot run here).
-func (d *Device) TuneGemm(spec GemmSpec, a, b, c cuda.DevicePtr, reps int) ([]float64, error) {
-	if err := d.check("TuneGemm"); err != nil {
-		return nil, err
-	}
-	spec = spec.normalized()
-	bs, err := d.blasInit()
-	if err != nil {
-		return nil, err
-	}
-	p, err := d.plan(bs, spec)
-	if err != nil {
-		return nil, err
-	}
-	alpha, beta := float32(1), float32(0)
-	run := func(i int) error {
-		return bs.h.Matmul(p.desc, unsafe.Pointer(&alpha), b, p.a, a, p.b, unsafe.Pointer(&beta), c, p.c, c, p.c,
-			&p.candidates[i].Algo, bs.ws.Ptr, GemmWorkspace, d.main.h)
-	}
-	times := make([]float64, len(p.candidates))
-	for i := range times {
-		times[i] = math.Inf(1)
-	}
-	runnable := make([]bool, len(p.candidates))
-	for i := range p.candidates {
-		runnable[i] = run(i) == nil
-	}
-	for round := 0; round < 2; round++ {
-		for i := range p.candidates {
-			if !runnable[i] {
-				continue
-			}
-			tm, err := d.Time(1, 1, func() error { // one untimed round warms up
-				for range reps {
-					if err := run(i); err != nil {
-						return err
-					}
-				}
-				return nil
-			})
-			if err != nil {
-				return nil, err
-			}
-			times[i] = math.Min(times[i], tm.Samples[0].Seconds()/float64(reps))
-		}
-	}
-	best := 0
-	for i := range times {
-		if times[i] < times[best]*0.98 {
-			best = i
-		}
-	}
-	if math.IsInf(times[best], 1) {
-		return times, fmt.Errorf("gpu %d: no cuBLASLt candidate ran for %+v", d.info.Ordinal, spec)
-	}
-	p.algo = p.candidates[best]
-	return times, nil
 }
