@@ -11,20 +11,24 @@
 #      scratch (results against float64, the caller's C untouched), the
 #      choice saved and taken from disk by a "second process" without
 #      timing, and a tuned GEMM replayed as a CUDA graph.
-# Build here first: bash scripts/build-device.sh
-# Device call, carry [".devbuild/runtime"]: bash scripts/gpu-gemm-tune.sh
+# Build here first: bash scripts/build-device.sh (or bash scripts/gpu-train.sh
+# --build, whose gpu.test it takes when .devbuild/runtime has none)
+# Device call, carry [".devbuild/runtime"] (or [".devbuild/train.txz"]):
+#   bash scripts/gpu-gemm-tune.sh
 # Output: the table on stdout and $OUT/gemm-tune.log; $OUT/results.jsonl.
 # The last line says PASS or FAIL.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$(mktemp -d)}
 mkdir -p "$OUT"
+. scripts/devbuild.sh
 BIN=.devbuild/runtime/gpu.test
+[ -x "$BIN" ] || BIN=$B/gpu.test
 LOG=$OUT/gemm-tune.log
 export DFLASH_RESULTS=$OUT/results.jsonl
 : >"$DFLASH_RESULTS"
 if [ ! -x "$BIN" ]; then
-	echo "$BIN is missing: run bash scripts/build-device.sh here first" | tee "$LOG"
+	echo "$BIN is missing: run bash scripts/build-device.sh or bash scripts/gpu-train.sh --build here first" | tee "$LOG"
 	exit 1
 fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv 2>&1 | tee "$LOG"
