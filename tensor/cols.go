@@ -134,9 +134,11 @@ func (tp *TapeOf[T]) ConcatCols(batch int, cs ...*Cols[T]) *Of[T] {
 			}
 		}
 	}
+	// Copy2D's offsets stay within a row: the storages start at the rows.
+	from := func(s Storage[T], at int) Storage[T] { return s.Slice(at, s.Len()) }
 	each(func(i, b, r int) {
 		c := cs[i]
-		tp.b.Copy2D(per[i], width, c.t.Store, c.stride, b*per[i]*c.stride+c.off, y.Store, width, r*width, false)
+		tp.b.Copy2D(per[i], width, from(c.t.Store, b*per[i]*c.stride), c.stride, c.off, from(y.Store, r*width), width, 0, false)
 	})
 	parents := make([]*Of[T], len(cs))
 	for i, c := range cs {
@@ -152,7 +154,7 @@ func (tp *TapeOf[T]) ConcatCols(batch int, cs ...*Cols[T]) *Of[T] {
 			}
 			each(func(i, b, r int) {
 				if c := cs[i]; dsts[i] != nil {
-					tp.b.Copy2D(per[i], width, y.GradStore, width, r*width, dsts[i], c.stride, b*per[i]*c.stride+c.off, accs[i])
+					tp.b.Copy2D(per[i], width, from(y.GradStore, r*width), width, 0, from(dsts[i], b*per[i]*c.stride), c.stride, c.off, accs[i])
 				}
 			})
 		})
