@@ -59,7 +59,9 @@ func (l *caseList) projectionsCases() {
 		width += w
 	}
 	for _, weight := range []bool{true, false} {
-		op := func(tp *tp[float64], in []*ten[float64]) *ten[float64] { return projectionsOp(tp, in, r, pos, widths, weight) }
+		op := func(tp *tp[float64], in []*ten[float64]) *ten[float64] {
+			return projectionsOp(tp, in, r, pos, widths, weight)
+		}
 		op32 := func(tp *tp[float32], in []*ten[float32]) *ten[float32] {
 			return projectionsOp(tp, in, r, pos, widths, weight)
 		}
