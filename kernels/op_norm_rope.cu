@@ -1,7 +1,9 @@
 // op_norm_rope.cu: QK-norm, RoPE and the move to attention's layout in one
 // pass, and its gradients (tensor.Backend's NormRoPE and NormRoPEBackward).
-// x and dx are [batch, length, heads, 2·half] and y, dy [batch, heads,
-// length, 2·half] storage elements; w [2·half] is storage (null: no norm);
+// x and dx are [batch, length, heads, 2·half] storage elements whose rows
+// (b, l) lie x_stride elements apart (heads·2·half when dense, more when x
+// is a block of a product's columns), y and dy [batch, heads, length,
+// 2·half] (dense); w [2·half] is storage (null: no norm);
 // rstd [batch·length·heads], cos and sin [batch·length, half] and the dw
 // partial sums are fp32. Head row i = (b·length + l)·heads + h (fewer than
 // 2³¹) is x's row order; its rotary row is r = b·length + l.
@@ -11,7 +13,8 @@
 // block, the grid striding over rows; a row's sum is an xor butterfly of
 // shuffles within its lanes (op_group_sum). A lane takes the pairs
 // (k, k + half) of vectors k = lane, lane + lanes, … when half is a whole
-// number of vectors and every pointer is aligned, else of single elements.
+// number of vectors, x_stride too and every pointer is aligned, else of
+// single elements.
 #include "op_common.cuh"
 
 // op_head_map locates head rows (fewer than 2³¹: the launcher checks) with
@@ -29,12 +32,17 @@ struct op_head_map {
     *r = rr;
     return (((long long)b * heads + h) * length + l) * dim;
   }
+  // in returns the offset of head row i in x (and dx), rows stride apart.
+  __device__ __forceinline__ long long in(long long i, long long stride) const {
+    unsigned rr = by_heads.div((unsigned)i), h = (unsigned)i - rr * heads;
+    return (long long)rr * stride + (long long)h * dim;
+  }
 };
 
 // op_norm_rope_vec reports whether the row kernels take 16-byte vectors.
-__device__ __forceinline__ bool op_norm_rope_vec(int half, const void *x, const void *w, const void *y,
+__device__ __forceinline__ bool op_norm_rope_vec(int half, int stride, const void *x, const void *w, const void *y,
                                                  const void *cos, const void *sin) {
-  return half % OP_VEC == 0 && op_aligned16(x) && (!w || op_aligned16(w)) && op_aligned16(y) &&
+  return half % OP_VEC == 0 && stride % OP_VEC == 0 && op_aligned16(x) && (!w || op_aligned16(w)) && op_aligned16(y) &&
          op_aligned16(cos) && op_aligned16(sin);
 }
 
@@ -45,15 +53,15 @@ __device__ __forceinline__ bool op_norm_rope_vec(int half, const void *x, const 
 extern "C" __global__ void op_norm_rope_fwd(const op_t *__restrict__ x, const op_t *__restrict__ w,
                                             const float *__restrict__ cos, const float *__restrict__ sin,
                                             op_t *__restrict__ y, float *__restrict__ rstd, int batch,
-                                            int length, int heads, int half, float eps, int lanes) {
+                                            int length, int heads, int half, int x_stride, float eps, int lanes) {
   int lane = threadIdx.x & (lanes - 1), per = blockDim.x / lanes, dim = 2 * half;
   long long rows = (long long)batch * length * heads;
   op_head_map map(length, heads, dim);
-  int nv = op_norm_rope_vec(half, x, w, y, cos, sin) ? half / OP_VEC : 0;
+  int nv = op_norm_rope_vec(half, x_stride, x, w, y, cos, sin) ? half / OP_VEC : 0;
   for (long long r0 = (long long)blockIdx.x * per; r0 < rows; r0 += (long long)gridDim.x * per) {
     long long i = r0 + threadIdx.x / lanes;
     bool live = i < rows; // the whole warp stays for the shuffles
-    const op_t *xr = x + i * dim;
+    const op_t *xr = x + (live ? map.in(i, x_stride) : 0);
     float rs = 1.0f;
     if (w) {
       float ss = 0.0f;
@@ -135,11 +143,11 @@ extern "C" __global__ void op_norm_rope_bwd_dx(const op_t *__restrict__ x, const
                                                const float *__restrict__ rstd, const float *__restrict__ cos,
                                                const float *__restrict__ sin, const op_t *__restrict__ dy,
                                                op_t *__restrict__ dx, int batch, int length, int heads,
-                                               int half, int lanes, int accumulate) {
+                                               int half, int x_stride, int lanes, int accumulate) {
   int lane = threadIdx.x & (lanes - 1), per = blockDim.x / lanes, dim = 2 * half;
   long long rows = (long long)batch * length * heads;
   op_head_map map(length, heads, dim);
-  bool vec = op_norm_rope_vec(half, w ? x : dx, w, dy, cos, sin) && op_aligned16(dx);
+  bool vec = op_norm_rope_vec(half, x_stride, w ? x : dx, w, dy, cos, sin) && op_aligned16(dx);
   int nv = vec ? half / OP_VEC : 0;
   for (long long r0 = (long long)blockIdx.x * per; r0 < rows; r0 += (long long)gridDim.x * per) {
     long long i = r0 + threadIdx.x / lanes;
@@ -147,8 +155,9 @@ extern "C" __global__ void op_norm_rope_bwd_dx(const op_t *__restrict__ x, const
     long long r = 0;
     const op_t *dyr = dy + (live ? map.out(i, &r) : 0);
     const float *cr = cos + r * half, *sr = sin + r * half;
-    const op_t *xr = w ? x + i * dim : nullptr;
-    op_t *dxr = dx + i * dim;
+    long long xo = live ? map.in(i, x_stride) : 0;
+    const op_t *xr = w ? x + xo : nullptr;
+    op_t *dxr = dx + xo;
     float rs = 0.0f, m = 0.0f;
     if (w) {
       float dot = 0.0f; // Σ g·w·x, times rs below
@@ -223,7 +232,7 @@ extern "C" __global__ void op_norm_rope_bwd_dx(const op_t *__restrict__ x, const
 extern "C" __global__ void op_norm_rope_bwd_dw(const op_t *__restrict__ x, const float *__restrict__ rstd,
                                                const float *__restrict__ cos, const float *__restrict__ sin,
                                                const op_t *__restrict__ dy, float *__restrict__ partial,
-                                               int batch, int length, int heads, int half,
+                                               int batch, int length, int heads, int half, int x_stride,
                                                int rows_per_chunk) {
   int dim = 2 * half;
   int c = blockIdx.x * blockDim.x + threadIdx.x;
@@ -239,7 +248,7 @@ extern "C" __global__ void op_norm_rope_bwd_dw(const op_t *__restrict__ x, const
     const op_t *dyr = dy + map.out(i, &r);
     float a = op_f32(dyr[p]), b = op_f32(dyr[p + half]), cs = cos[r * half + p], sn = sin[r * half + p];
     float g = lo ? a * cs + b * sn : b * cs - a * sn;
-    acc += g * op_f32(x[(long long)i * dim + c]) * rstd[i];
+    acc += g * op_f32(x[map.in(i, x_stride) + c]) * rstd[i];
   }
   partial[(long long)blockIdx.y * dim + c] = acc;
 }

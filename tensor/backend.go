@@ -101,20 +101,24 @@ type Backend[T Float] interface {
 	RoPE(x Storage[T], heads, headDim int, cos, sin Storage[T], y Storage[T], inverse, accumulate bool)
 
 	// NormRoPE is QK-norm, RoPE and the move to attention's layout in one
-	// pass. For x [batch, length, heads, headDim] and each (b, l, h), with
-	// r = b·length + l, it computes rstd[r·heads+h] = 1/sqrt(mean(x[b,l,h,:]²)+eps)
+	// pass. For x [batch, length, heads, headDim] whose rows (b, l) lie
+	// xStride elements apart (heads·headDim when x is dense; more when x is a
+	// block of a product's columns: x then spans (batch·length−1)·xStride +
+	// heads·headDim elements) and each (b, l, h), with r = b·length + l, it
+	// computes rstd[r·heads+h] = 1/sqrt(mean(x[b,l,h,:]²)+eps)
 	// and y[b,h,l,:] = RoPE_r(x[b,l,h,:]·rstd·w), y [batch, heads, length,
-	// headDim], where RoPE_r is RoPE's rotation by cos[r,:] and sin[r,:].
+	// headDim] (dense), where RoPE_r is RoPE's rotation by cos[r,:] and sin[r,:].
 	// With w nil there is no norm: y[b,h,l,:] = RoPE_r(x[b,l,h,:]) and rstd
 	// is not written (it may be nil). With length 1 the layout is x's.
-	NormRoPE(x, w Storage[T], batch, length, heads, headDim int, eps float64, cos, sin, y, rstd Storage[T])
+	NormRoPE(x, w Storage[T], batch, length, heads, headDim, xStride int, eps float64, cos, sin, y, rstd Storage[T])
 	// NormRoPEBackward computes NormRoPE's gradients for dy: with
 	// g = RoPE_r⁻¹(dy[b,h,l,:]) (the rotation by −angle) and x̂ = x[b,l,h,:]·rstd,
 	// dx[b,l,h,:] (+)= rstd·(g·w − x̂·mean(g·w·x̂)), adding with accumulate,
 	// and dw += Σ g·x̂ over every (b, l, h), always adding (dx or dw may be
 	// nil); with w nil, dx[b,l,h,:] (+)= g, and x and rstd are not read
-	// (they may be nil).
-	NormRoPEBackward(x, w, rstd, dy Storage[T], batch, length, heads, headDim int, cos, sin, dx, dw Storage[T], accumulate bool)
+	// (they may be nil). x and dx have rows xStride apart (NormRoPE's); the
+	// elements of dx between its rows are neither read nor written.
+	NormRoPEBackward(x, w, rstd, dy Storage[T], batch, length, heads, headDim, xStride int, cos, sin, dx, dw Storage[T], accumulate bool)
 
 	// SwiGLU computes out = silu(gate)·up with silu(g) = g·σ(g).
 	SwiGLU(gate, up, out Storage[T])

@@ -6,11 +6,14 @@ import (
 )
 
 // normRoPEDims checks NormRoPE's sizes and returns the host views of a
-// (x forward, dy backward), cos and sin and the number of head rows
+// (y forward, dy backward), cos and sin and the number of head rows
 // (batch·length·heads).
-func normRoPEDims[T Float](op string, aS, cosS, sinS Storage[T], batch, length, heads, headDim int) (a, cos, sin []T, rows int) {
+func normRoPEDims[T Float](op string, aS, cosS, sinS Storage[T], batch, length, heads, headDim, xStride int) (a, cos, sin []T, rows int) {
 	if headDim <= 0 || headDim%2 != 0 {
 		panic(fmt.Sprintf("tensor: %s: head dimension %d is not positive and even", op, headDim))
+	}
+	if xStride < heads*headDim {
+		panic(fmt.Sprintf("tensor: %s: row stride %d is less than heads×headDim %d×%d", op, xStride, heads, headDim))
 	}
 	a, cos, sin = HostData(aS, op+" values"), HostData(cosS, op+" cos"), HostData(sinS, op+" sin")
 	rows = batch * length * heads
@@ -29,12 +32,26 @@ func headRows(i, length, heads, headDim int) (r, out int) {
 	return r, ((b*heads+h)*length + l) * headDim
 }
 
+// StridedLen returns the elements that rows rows of width values, stride
+// apart, span (0 for no rows): the length of a strided x or dx of
+// NormRoPE (Backend).
+func StridedLen(rows, width, stride int) int {
+	if rows == 0 {
+		return 0
+	}
+	return (rows-1)*stride + width
+}
+
+// headAt returns the offset of head row i (of heads×headDim a row) in x
+// with rows xStride apart.
+func headAt(i, heads, headDim, xStride int) int { return i/heads*xStride + i%heads*headDim }
+
 // NormRoPE computes RMSNorm over each head (when w is given), RoPE, and the
 // move to [batch, heads, length, headDim], per head row in float64.
-func (c *CPU[T]) NormRoPE(xS, wS Storage[T], batch, length, heads, headDim int, eps float64, cosS, sinS, yS, rstdS Storage[T]) {
-	x, cos, sin, rows := normRoPEDims("NormRoPE", xS, cosS, sinS, batch, length, heads, headDim)
-	w, y := HostData(wS, "NormRoPE w"), HostData(yS, "NormRoPE y")
-	checkLen("NormRoPE y", len(y), len(x))
+func (c *CPU[T]) NormRoPE(xS, wS Storage[T], batch, length, heads, headDim, xStride int, eps float64, cosS, sinS, yS, rstdS Storage[T]) {
+	y, cos, sin, rows := normRoPEDims("NormRoPE", yS, cosS, sinS, batch, length, heads, headDim, xStride)
+	x, w := HostData(xS, "NormRoPE x"), HostData(wS, "NormRoPE w")
+	checkLen("NormRoPE x", len(x), StridedLen(batch*length, heads*headDim, xStride))
 	var rstd []T
 	if w != nil {
 		checkLen("NormRoPE w", len(w), headDim)
@@ -46,7 +63,7 @@ func (c *CPU[T]) NormRoPE(xS, wS Storage[T], batch, length, heads, headDim int, 
 		z := make([]float64, headDim)
 		for i := lo; i < hi; i++ {
 			r, o := headRows(i, length, heads, headDim)
-			xs := x[i*headDim : (i+1)*headDim]
+			xs := x[headAt(i, heads, headDim, xStride):][:headDim]
 			for k, v := range xs {
 				z[k] = float64(v)
 			}
@@ -72,13 +89,14 @@ func (c *CPU[T]) NormRoPE(xS, wS Storage[T], batch, length, heads, headDim int, 
 
 // NormRoPEBackward writes (or with accumulate adds) dx and adds dw, the
 // gradients of NormRoPE.
-func (c *CPU[T]) NormRoPEBackward(xS, wS, rstdS, dyS Storage[T], batch, length, heads, headDim int, cosS, sinS, dxS, dwS Storage[T], accumulate bool) {
-	dy, cos, sin, rows := normRoPEDims("NormRoPEBackward", dyS, cosS, sinS, batch, length, heads, headDim)
+func (c *CPU[T]) NormRoPEBackward(xS, wS, rstdS, dyS Storage[T], batch, length, heads, headDim, xStride int, cosS, sinS, dxS, dwS Storage[T], accumulate bool) {
+	dy, cos, sin, rows := normRoPEDims("NormRoPEBackward", dyS, cosS, sinS, batch, length, heads, headDim, xStride)
+	span := StridedLen(batch*length, heads*headDim, xStride)
 	x, w := HostData(xS, "NormRoPEBackward x"), HostData(wS, "NormRoPEBackward w")
 	dx, dw := HostData(dxS, "NormRoPEBackward dx"), HostData(dwS, "NormRoPEBackward dw")
 	var rstd []T
 	if w != nil {
-		checkLen("NormRoPEBackward x", len(x), len(dy))
+		checkLen("NormRoPEBackward x", len(x), span)
 		checkLen("NormRoPEBackward w", len(w), headDim)
 		rstd = HostData(rstdS, "NormRoPEBackward rstd")
 		checkLen("NormRoPEBackward rstd", len(rstd), rows)
@@ -98,14 +116,14 @@ func (c *CPU[T]) NormRoPEBackward(xS, wS, rstdS, dyS Storage[T], batch, length, 
 		if x == nil {
 			return nil
 		}
-		return x[i*headDim : (i+1)*headDim]
+		return x[headAt(i, heads, headDim, xStride):][:headDim]
 	}
 	if dx != nil {
-		checkLen("NormRoPEBackward dx", len(dx), len(dy))
+		checkLen("NormRoPEBackward dx", len(dx), span)
 		c.parallel(rows, 1<<13/headDim+1, func(lo, hi int) {
 			g := make([]float64, headDim)
 			for i := lo; i < hi; i++ {
-				xs, dxs := grad(i, g), dx[i*headDim:(i+1)*headDim]
+				xs, dxs := grad(i, g), dx[headAt(i, heads, headDim, xStride):][:headDim]
 				if w == nil {
 					for k, v := range g {
 						put(dxs, k, T(v), accumulate)

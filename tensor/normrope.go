@@ -18,7 +18,19 @@ func (tp *TapeOf[T]) NormRoPEHeads(x, w *Of[T], eps float64, table *RopeTable[T]
 	if table.Rows() != b*l {
 		panic(fmt.Sprintf("tensor.NormRoPEHeads: %v needs %d rotary rows, the table has %d", x, b*l, table.Rows()))
 	}
-	return tp.normRoPE(x, w, eps, table, b, l, h, d, b, h, l, d)
+	return tp.normRoPE(rowsOf(x, h*d), w, eps, table, b, l, h, d, b, h, l, d)
+}
+
+// NormRoPEHeadsCols is NormRoPEHeads of x [batch, rows/batch, heads,
+// headDim] read in place from the block c of rows·(heads·headDim) values
+// (a projection of Projections): y [batch, heads, rows/batch, headDim].
+func (tp *TapeOf[T]) NormRoPEHeadsCols(c *Cols[T], batch int, w *Of[T], eps float64, table *RopeTable[T]) *Of[T] {
+	rows, d := c.Rows(), table.HeadDim
+	if batch <= 0 || rows%batch != 0 || table.Rows() != rows || c.width%d != 0 {
+		panic(fmt.Sprintf("tensor.NormRoPEHeadsCols: %v is not %d batches of %d rotary rows of heads×%d", c, batch, table.Rows(), d))
+	}
+	l, h := rows/batch, c.width/d
+	return tp.normRoPE(c, w, eps, table, batch, l, h, d, batch, h, l, d)
 }
 
 // NormRoPE is NormRoPEHeads without the move: x holds table.Rows() rows
@@ -29,14 +41,26 @@ func (tp *TapeOf[T]) NormRoPE(x, w *Of[T], eps float64, table *RopeTable[T]) *Of
 	if rows == 0 || x.Numel()%(rows*hd) != 0 {
 		panic(fmt.Sprintf("tensor.NormRoPE: %v is not %d rows of heads×%d", x, rows, hd))
 	}
-	return tp.normRoPE(x, w, eps, table, rows, 1, x.Numel()/(rows*hd), hd, x.Shape...)
+	n := x.Numel() / rows
+	return tp.normRoPE(rowsOf(x, n), w, eps, table, rows, 1, n/hd, hd, x.Shape...)
 }
 
-// normRoPE records the backend's NormRoPE of x as [batch, length, heads,
-// headDim], with output shape shape.
-func (tp *TapeOf[T]) normRoPE(x, w *Of[T], eps float64, table *RopeTable[T], batch, length, heads, headDim int, shape ...int) *Of[T] {
+// NormRoPECols is NormRoPE of the block c (a projection of Projections),
+// read in place: y [c.Rows(), c.Width()].
+func (tp *TapeOf[T]) NormRoPECols(c *Cols[T], w *Of[T], eps float64, table *RopeTable[T]) *Of[T] {
+	rows, hd := c.Rows(), table.HeadDim
+	if table.Rows() != rows || c.width%hd != 0 {
+		panic(fmt.Sprintf("tensor.NormRoPECols: %v is not %d rows of heads×%d", c, table.Rows(), hd))
+	}
+	return tp.normRoPE(c, w, eps, table, rows, 1, c.width/hd, hd, rows, c.width)
+}
+
+// normRoPE records the backend's NormRoPE of x, read from its block c
+// as [batch, length, heads, headDim], with output shape shape.
+func (tp *TapeOf[T]) normRoPE(c *Cols[T], w *Of[T], eps float64, table *RopeTable[T], batch, length, heads, headDim int, shape ...int) *Of[T] {
+	x := c.t
 	if table.HeadDim != headDim {
-		panic(fmt.Sprintf("tensor.NormRoPE: %v has head dimension %d, the rotary table %d", x, headDim, table.HeadDim))
+		panic(fmt.Sprintf("tensor.NormRoPE: %v has head dimension %d, the rotary table %d", c, headDim, table.HeadDim))
 	}
 	y := tp.alloc(x.Name+".rope", shape...)
 	var rstd *Of[T]
@@ -44,26 +68,27 @@ func (tp *TapeOf[T]) normRoPE(x, w *Of[T], eps float64, table *RopeTable[T], bat
 	var wS, rstdS Storage[T]
 	if w != nil {
 		if w.Numel() != headDim {
-			panic(fmt.Sprintf("tensor.NormRoPE: weight %v does not match head dimension %d of %v", w, headDim, x))
+			panic(fmt.Sprintf("tensor.NormRoPE: weight %v does not match head dimension %d of %v", w, headDim, c))
 		}
 		rstd = tp.stat(w.Name+".rstd", batch*length*heads)
 		wS, rstdS, saves = w.Store, rstd.Store, []*Of[T]{x, w, rstd}
 	}
-	tp.b.NormRoPE(x.Store, wS, batch, length, heads, headDim, eps, table.Cos, table.Sin, y.Store, rstdS)
+	tp.b.NormRoPE(c.view(x.Store), wS, batch, length, heads, headDim, c.stride, eps, table.Cos, table.Sin, y.Store, rstdS)
 	if tp.needs(x, w) {
 		tp.Record(y, saves, func() {
 			var xS, dx, dw Storage[T]
 			acc := true
 			if x.RequiresGrad {
-				dx, acc = tp.GradDst(x)
+				dx, acc = tp.colsGradDst(c)
+				dx = c.view(dx)
 			}
 			if w != nil {
-				xS = x.Store
+				xS = c.view(x.Store)
 				if w.RequiresGrad {
 					dw = w.EnsureGrad() // the backend adds dw whatever acc says
 				}
 			}
-			tp.b.NormRoPEBackward(xS, wS, rstdS, y.GradStore, batch, length, heads, headDim, table.Cos, table.Sin, dx, dw, acc)
+			tp.b.NormRoPEBackward(xS, wS, rstdS, y.GradStore, batch, length, heads, headDim, c.stride, table.Cos, table.Sin, dx, dw, acc)
 		})
 	}
 	return y

@@ -174,23 +174,29 @@ func (d *Drafter[T]) contextFeatures(tp *tensor.TapeOf[T], taps []*tensor.Of[T])
 	return tp.Recompute(tp.RMSNorm(tp.Linear(tp.Concat(1, taps...), d.FC, nil), d.HiddenNorm, d.Cfg.RMSNormEps))
 }
 
-// contextKV returns layer l's keys and values of the context rows u
+// contextKV returns layer l's keys [R, S, n_kv*D] and values (a block of
+// R*S rows of n_kv*D of the product that made both) of the context rows u
 // [R*S, H] (§2.3: k_norm and RoPE at the context positions applied to the
-// keys), each [R, S, n_kv*D]. Every row is computed on its own, so keys of
-// a prefix of u are a prefix of the keys: inference caches them.
-func (d *Drafter[T]) contextKV(tp *tensor.TapeOf[T], l int, u *tensor.Of[T], R, S int, ctxRope *tensor.RopeTable[T]) (k, v *tensor.Of[T]) {
+// keys): one product over Span(K, V), the keys normed in place. Every row
+// is computed on its own, so keys of a prefix of u are a prefix of the
+// keys: inference caches them.
+func (d *Drafter[T]) contextKV(tp *tensor.TapeOf[T], l int, u *tensor.Of[T], R, S int, ctxRope *tensor.RopeTable[T]) (k *tensor.Of[T], v *tensor.Cols[T]) {
 	c, L := d.Cfg, &d.Layers[l]
-	k = tp.NormRoPE(tp.Linear(u, L.K, nil), L.KNorm, c.RMSNormEps, ctxRope) // [R*S, n_kv*D]
-	return tp.Reshape(k, R, S, c.NumKVHeads*c.HeadDim), tp.Reshape(tp.Linear(u, L.V, nil), R, S, c.NumKVHeads*c.HeadDim)
+	kv := c.NumKVHeads * c.HeadDim
+	p := tp.Projections(u, tensor.Span(L.K, L.V), kv, kv)
+	k = tp.NormRoPECols(p[0], L.KNorm, c.RMSNormEps, ctxRope) // [R*S, n_kv*D]
+	return tp.Reshape(k, R, S, kv), p[1]
 }
 
 // layer applies drafter layer l (§2.3) to the block hidden states z
-// [R*nB, H] at the positions of qRope, with the context keys kc and values
-// vc [R, S, n_kv*D] of contextKV and att, the attention of queries
-// [R, nh, nB, D] over [context ; block] keys and values [R, n_kv, S+nB, D]
-// (scale 1/√D; the mask is att's: flex with the DFlash block mask in
-// training, all keys in inference).
-func (d *Drafter[T]) layer(tp *tensor.TapeOf[T], l int, z, kc, vc *tensor.Of[T], R, nB int, qRope *tensor.RopeTable[T], att func(q, k, v *tensor.Of[T]) *tensor.Of[T]) *tensor.Of[T] {
+// [R*nB, H] at the positions of qRope, with the context keys kc
+// [R, S, n_kv*D] and values vc (R*S rows of n_kv*D) of contextKV and att,
+// the attention of queries [R, nh, nB, D] over [context ; block] keys and
+// values [R, n_kv, S+nB, D] (scale 1/√D; the mask is att's: flex with the
+// DFlash block mask in training, all keys in inference). The block's
+// queries, keys and values are one product over Span(Q, K, V), read in
+// place by the ops that norm, rotate and place them.
+func (d *Drafter[T]) layer(tp *tensor.TapeOf[T], l int, z, kc *tensor.Of[T], vc *tensor.Cols[T], R, nB int, qRope *tensor.RopeTable[T], att func(q, k, v *tensor.Of[T]) *tensor.Of[T]) *tensor.Of[T] {
 	c, L := d.Cfg, &d.Layers[l]
 	D, nh, nkv := c.HeadDim, c.NumHeads, c.NumKVHeads
 	S := kc.Shape[1]
@@ -199,15 +205,14 @@ func (d *Drafter[T]) layer(tp *tensor.TapeOf[T], l int, z, kc, vc *tensor.Of[T],
 	// given back once q, k and v are made (EndScope).
 	mg := tp.BeginScope()
 	g := tp.Recompute(tp.RMSNorm(z, L.InputNorm, c.RMSNormEps))
-	q := tp.Reshape(tp.Linear(g, L.Q, nil), R, nB, nh, D)
-	q = tp.NormRoPEHeads(q, L.QNorm, c.RMSNormEps, qRope) // [R, nh, nB, D]
-
-	kb := tp.NormRoPE(tp.Linear(g, L.K, nil), L.KNorm, c.RMSNormEps, qRope) // [R*nB, nkv*D]
+	p := tp.Projections(g, tensor.Span(L.Q, L.K, L.V), nh*D, nkv*D, nkv*D)
+	q := tp.NormRoPEHeadsCols(p[0], R, L.QNorm, c.RMSNormEps, qRope) // [R, nh, nB, D]
+	kb := tp.NormRoPECols(p[1], L.KNorm, c.RMSNormEps, qRope)        // [R*nB, nkv*D]
 	// [R, nkv, S+nB, D]: context rows then block rows.
 	kk := tp.Transpose12(tp.Reshape(tp.Concat(1, kc, tp.Reshape(kb, R, nB, nkv*D)), R, S+nB, nkv, D))
-	vb := tp.Reshape(tp.Linear(g, L.V, nil), R, nB, nkv*D)
-	tp.EndScope(mg, q, kk, vb)
-	vv := tp.Transpose12(tp.Reshape(tp.Concat(1, vc, vb), R, S+nB, nkv, D))
+	vs := tp.ConcatCols(R, vc, p[2]) // [R, S+nB, nkv*D]
+	tp.EndScope(mg, q, kk, vs)
+	vv := tp.Transpose12(tp.Reshape(vs, R, S+nB, nkv, D))
 
 	a := att(q, kk, vv)
 	a = tp.Reshape(tp.Transpose12(a), R*nB, nh*D)

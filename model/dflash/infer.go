@@ -101,7 +101,7 @@ func (d *Drafter[T]) Propose(b tensor.Backend[T], head Head[T], ctx *Context[T],
 	z := tp.Embedding(head.Embed, b.UploadInts(ids))
 	for l := range d.Layers {
 		kc := tensor.FromData(fmt.Sprintf("ctx_k%d", l), ctx.k[l], 1, S, KV)
-		vc := tensor.FromData(fmt.Sprintf("ctx_v%d", l), ctx.v[l], 1, S, KV)
+		vc := tensor.ColsOf(tensor.FromData(fmt.Sprintf("ctx_v%d", l), ctx.v[l], S, KV))
 		z = d.layer(tp, l, z, kc, vc, 1, B, table, att)
 	}
 	return tp.Linear(tp.RMSNorm(z, d.Norm, c.RMSNormEps), head.LMHead, nil)

@@ -268,6 +268,7 @@ func (l *caseList) layerCases() {
 	}
 
 	l.normRoPECases()
+	l.projectionsCases()
 
 	l.add("SwiGLU", []input{
 		{name: "gate", shape: []int{4, 10}, grad: true, gen: func() float64 { return 3 * l.rng.NormFloat64() }},
@@ -351,31 +352,11 @@ func (l *caseList) normRoPECase(name string, b, n, heads, hd int, weight, move b
 	pos := randIDs(l.rng, b*n, 300)
 	inv := naiveInvFreq(hd, 10000, nil)
 	naive := func(in [][]float64) []float64 {
-		out := make([]float64, b*n*heads*hd)
-		for i := range b {
-			for t := range n {
-				for h := range heads {
-					x := in[0][((i*n+t)*heads+h)*hd:][:hd]
-					z := append([]float64(nil), x...)
-					if weight {
-						z = naiveRMSNorm(hd, 1e-6)([][]float64{x, in[1]})
-					}
-					o := ((i*n+t)*heads + h) * hd
-					if move {
-						o = ((i*heads+h)*n + t) * hd
-					}
-					for k := range hd {
-						ang := float64(pos[i*n+t]) * inv[k%(hd/2)]
-						rot := -z[(k+hd/2)%hd]
-						if k >= hd/2 {
-							rot = z[k-hd/2]
-						}
-						out[o+k] = z[k]*math.Cos(ang) + rot*math.Sin(ang)
-					}
-				}
-			}
+		var w []float64
+		if weight {
+			w = in[1]
 		}
-		return out
+		return naiveNormRoPE(in[0], w, b, n, heads, hd, heads*hd, pos, inv, move)
 	}
 	inputs := []input{{name: "x", shape: []int{b, n, heads, hd}, grad: true, gen: func() float64 { return 2 * l.rng.NormFloat64() }}}
 	if weight {

@@ -109,10 +109,10 @@ func TestGPUOpsBandwidth(t *testing.T) {
 				return e.o.Transpose12(batch, heads, seq, headDim, x, y, true)
 			}},
 			{"step: NormRoPE 4x3072x32x128", 2*flat*es + 2*batch*seq*headDim/2*4 + 4*qkRows, func() error {
-				return e.o.NormRoPE(x, w, batch, seq, heads, headDim, 1e-6, cs, sn, y, qkRstd)
+				return e.o.NormRoPE(x, w, batch, seq, heads, headDim, heads*headDim, 1e-6, cs, sn, y, qkRstd)
 			}},
 			{"step: NormRoPEBackward dx+dw 4x3072x32x128", 6*flat*es + 4*batch*seq*headDim/2*4 + 8*qkRows, func() error {
-				return e.o.NormRoPEBackward(x, w, qkRstd, cs, sn, dy, batch, seq, heads, headDim, y, dw, scratch, true)
+				return e.o.NormRoPEBackward(x, w, qkRstd, cs, sn, dy, batch, seq, heads, headDim, heads*headDim, y, dw, scratch, true)
 			}},
 			{"step: Add 1x50331648", 3 * flat * es, func() error { return e.o.Add(x, dy, y, flat) }},
 			{"SoftmaxXent 512x151936", 2 * xentRows * vocab * es, func() error {

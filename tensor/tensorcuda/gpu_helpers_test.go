@@ -58,11 +58,11 @@ func (r hostRef) RMSNormBackward(x, w, rstd, dy []float64, dim int, dx, dw []flo
 func (r hostRef) RoPE(x []float64, heads, headDim int, cos, sin, y []float64, inverse, accumulate bool) {
 	r.c.RoPE(h(x), heads, headDim, h(cos), h(sin), h(y), inverse, accumulate)
 }
-func (r hostRef) NormRoPE(x, w []float64, batch, length, heads, headDim int, eps float64, cos, sin, y, rstd []float64) {
-	r.c.NormRoPE(h(x), h(w), batch, length, heads, headDim, eps, h(cos), h(sin), h(y), h(rstd))
+func (r hostRef) NormRoPE(x, w []float64, batch, length, heads, headDim, xStride int, eps float64, cos, sin, y, rstd []float64) {
+	r.c.NormRoPE(h(x), h(w), batch, length, heads, headDim, xStride, eps, h(cos), h(sin), h(y), h(rstd))
 }
-func (r hostRef) NormRoPEBackward(x, w, rstd, dy []float64, batch, length, heads, headDim int, cos, sin, dx, dw []float64, accumulate bool) {
-	r.c.NormRoPEBackward(h(x), h(w), h(rstd), h(dy), batch, length, heads, headDim, h(cos), h(sin), h(dx), h(dw), accumulate)
+func (r hostRef) NormRoPEBackward(x, w, rstd, dy []float64, batch, length, heads, headDim, xStride int, cos, sin, dx, dw []float64, accumulate bool) {
+	r.c.NormRoPEBackward(h(x), h(w), h(rstd), h(dy), batch, length, heads, headDim, xStride, h(cos), h(sin), h(dx), h(dw), accumulate)
 }
 func (r hostRef) Add(a, b, out []float64)        { r.c.Add(h(a), h(b), h(out)) }
 func (r hostRef) SwiGLU(gate, up, out []float64) { r.c.SwiGLU(h(gate), h(up), h(out)) }

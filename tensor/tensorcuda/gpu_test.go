@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"dflash/gpu"
+	"dflash/tensor"
 )
 
 func TestGPUEmbedding(t *testing.T) {
@@ -124,13 +125,21 @@ func TestGPURoPE(t *testing.T) {
 // TestGPUNormRoPE: the fused QK-norm + RoPE + head move and its backward
 // against the CPU's, with and without a weight; head dims 128 and 64 take
 // the vector path in both dtypes, 6 and 2 the scalar one; 2·2500·8 head
-// rows exceed one pass of the grid.
+// rows exceed one pass of the grid. Cases with pad read x and write dx
+// with rows heads·hd + pad apart (a block of a product's columns): an odd
+// pad takes the scalar path; the elements between the rows must stay as
+// they were.
 func TestGPUNormRoPE(t *testing.T) {
 	forDTypes(t, func(e *env) {
-		for _, c := range []struct{ batch, length, heads, hd int }{{1, 1, 1, 2}, {2, 7, 3, 6}, {2, 33, 8, 64}, {3, 17, 5, 128}, {2, 2500, 8, 128}} {
+		for _, c := range []struct{ batch, length, heads, hd, pad int }{
+			{1, 1, 1, 2, 0}, {2, 7, 3, 6, 0}, {2, 33, 8, 64, 0}, {3, 17, 5, 128, 0}, {2, 2500, 8, 128, 0},
+			{2, 7, 3, 6, 5}, {2, 33, 8, 64, 3 * 64}, {3, 17, 2, 128, 6 * 128}, {1, 5, 2, 64, 1},
+		} {
 			for _, weight := range []bool{true, false} {
-				name := fmt.Sprintf("%dx%dx%dx%d_weight=%v", c.batch, c.length, c.heads, c.hd, weight)
+				name := fmt.Sprintf("%dx%dx%dx%d_pad%d_weight=%v", c.batch, c.length, c.heads, c.hd, c.pad, weight)
 				rows, n, hf := c.batch*c.length*c.heads, c.batch*c.length*c.heads*c.hd, c.hd/2
+				stride := c.heads*c.hd + c.pad
+				span := tensor.StridedLen(c.batch*c.length, c.heads*c.hd, stride)
 				const eps = 1e-6
 				ang := e.normal(c.batch*c.length*hf, 3)
 				cs, sn := make([]float64, len(ang)), make([]float64, len(ang))
@@ -139,7 +148,7 @@ func TestGPUNormRoPE(t *testing.T) {
 				}
 				cb, cv := e.f32(cs)
 				sb, sv := e.f32(sn)
-				x, xv := e.store(e.normal(n, 2))
+				x, xv := e.store(e.normal(span, 2))
 				var w, rstd gpu.Buffer
 				var wv, wr []float64
 				if weight {
@@ -147,9 +156,9 @@ func TestGPUNormRoPE(t *testing.T) {
 					rstd, wr = e.outF32(rows), make([]float64, rows)
 				}
 				y := e.out(n)
-				e.check(e.o.NormRoPE(x, w, c.batch, c.length, c.heads, c.hd, eps, cb, sb, y, rstd))
+				e.check(e.o.NormRoPE(x, w, c.batch, c.length, c.heads, c.hd, stride, eps, cb, sb, y, rstd))
 				wy := make([]float64, n)
-				ref.NormRoPE(xv, wv, c.batch, c.length, c.heads, c.hd, eps, cv, sv, wy, wr)
+				ref.NormRoPE(xv, wv, c.batch, c.length, c.heads, c.hd, stride, eps, cv, sv, wy, wr)
 				e.compare("NormRoPE y "+name, e.load(y, n), wy, tol(e.dt, true))
 				var gr []float64
 				if weight {
@@ -159,7 +168,7 @@ func TestGPUNormRoPE(t *testing.T) {
 
 				// The backward reads the device's rstd; the reference gets the same values.
 				dy, dyv := e.store(e.normal(n, 1))
-				dx, dxv := e.store(e.normal(n, 1))
+				dx, dxv := e.store(e.normal(span, 1))
 				var dw, scratch gpu.Buffer
 				var dwv []float64
 				if weight {
@@ -170,21 +179,31 @@ func TestGPUNormRoPE(t *testing.T) {
 				if !weight {
 					xb, xv = gpu.Buffer{}, nil // not read without a weight
 				}
-				e.check(e.o.NormRoPEBackward(xb, w, rstd, cb, sb, dy, c.batch, c.length, c.heads, c.hd, dx, dw, scratch, true))
-				ref.NormRoPEBackward(xv, wv, gr, dyv, c.batch, c.length, c.heads, c.hd, cv, sv, dxv, dwv, true)
-				e.compare("NormRoPEBackward dx "+name, e.load(dx, n), dxv, tol(e.dt, true))
+				e.check(e.o.NormRoPEBackward(xb, w, rstd, cb, sb, dy, c.batch, c.length, c.heads, c.hd, stride, dx, dw, scratch, true))
+				ref.NormRoPEBackward(xv, wv, gr, dyv, c.batch, c.length, c.heads, c.hd, stride, cv, sv, dxv, dwv, true)
+				e.compare("NormRoPEBackward dx "+name, e.load(dx, span), dxv, tol(e.dt, true))
 				if weight {
 					e.compare("NormRoPEBackward dw "+name, e.loadF32(dw, c.hd), dwv, tolF32Reduce)
 				}
 
-				// Written, not accumulated: dx starts poisoned.
-				fx, fxv := e.out(n), make([]float64, n)
-				e.check(e.o.NormRoPEBackward(xb, w, rstd, cb, sb, dy, c.batch, c.length, c.heads, c.hd, fx, gpu.Buffer{}, gpu.Buffer{}, false))
-				ref.NormRoPEBackward(xv, wv, gr, dyv, c.batch, c.length, c.heads, c.hd, cv, sv, fxv, nil, false)
-				e.compare("NormRoPEBackward dx written "+name, e.load(fx, n), fxv, tol(e.dt, true))
+				// Written, not accumulated: dx starts poisoned; its rows are compared.
+				fx, fxv := e.out(span), make([]float64, span)
+				e.check(e.o.NormRoPEBackward(xb, w, rstd, cb, sb, dy, c.batch, c.length, c.heads, c.hd, stride, fx, gpu.Buffer{}, gpu.Buffer{}, false))
+				ref.NormRoPEBackward(xv, wv, gr, dyv, c.batch, c.length, c.heads, c.hd, stride, cv, sv, fxv, nil, false)
+				got := e.load(fx, span)
+				e.compare("NormRoPEBackward dx written "+name, stridedRows(got, c.heads*c.hd, stride), stridedRows(fxv, c.heads*c.hd, stride), tol(e.dt, true))
 			}
 		}
 	})
+}
+
+// stridedRows returns the rows of width values, stride apart, of a.
+func stridedRows(a []float64, width, stride int) []float64 {
+	var out []float64
+	for o := 0; o+width <= len(a); o += stride {
+		out = append(out, a[o:o+width]...)
+	}
+	return out
 }
 
 func TestGPUSwiGLU(t *testing.T) {

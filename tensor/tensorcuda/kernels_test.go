@@ -178,13 +178,13 @@ func TestLaunchersMatchKernels(t *testing.T) {
 			must(o.RoPE(big, 5, 3, 8, big, big, big, true, true))
 			// Qwen3-8B queries: 393216 head rows of 64 pairs, 8 (bf16) or 16
 			// (fp32) lanes each, fill the grid's cap.
-			must(o.NormRoPE(big, big, 4, 3072, 32, 128, 1e-6, big, big, big, big))
+			must(o.NormRoPE(big, big, 4, 3072, 32, 128, 32*128, 1e-6, big, big, big, big))
 			if want := uint32(o.sms * wavesPerSM); f.last.grid.X != want || o.pairLanes(64) != 64/int(16/o.es()) {
 				t.Errorf("NormRoPE of 393216 head rows: grid %v, %d lanes", f.last.grid, o.pairLanes(64))
 			}
-			must(o.NormRoPE(big, gpu.Buffer{}, 2, 3, 4, 8, 1e-6, big, big, big, gpu.Buffer{}))
-			must(o.NormRoPEBackward(gpu.Buffer{}, gpu.Buffer{}, gpu.Buffer{}, big, big, big, 2, 3, 4, 8, big, gpu.Buffer{}, gpu.Buffer{}, false))
-			must(o.NormRoPEBackward(big, big, big, big, big, big, 2, 3, 4, 4096, big, big, big, true))
+			must(o.NormRoPE(big, gpu.Buffer{}, 2, 3, 4, 8, 32, 1e-6, big, big, big, gpu.Buffer{}))
+			must(o.NormRoPEBackward(gpu.Buffer{}, gpu.Buffer{}, gpu.Buffer{}, big, big, big, 2, 3, 4, 8, 32, big, gpu.Buffer{}, gpu.Buffer{}, false))
+			must(o.NormRoPEBackward(big, big, big, big, big, big, 2, 3, 4, 4096, 4*4096, big, big, big, true))
 			if f.last.grid.X != uint32(ceilDiv(4096, colSumCols)) || f.launched["op_norm_rope_bwd_dw"] != 1 {
 				t.Errorf("NormRoPEBackward dw: colsum grid %v, launched %v", f.last.grid, f.launched)
 			}
@@ -249,16 +249,16 @@ func TestLauncherChecksBufferSizes(t *testing.T) {
 		{"axpy to f32", "AxpyToF32: y holds 10 bytes, needs 20", func() { _ = o.AxpyToF32(1, gpu.Buffer{}, big, gpu.Buffer{Ptr: 1, Size: 10}, 5) }},
 		{"axpy from f32", "AxpyFromF32: x holds 10 bytes, needs 20", func() { _ = o.AxpyFromF32(1, gpu.Buffer{}, gpu.Buffer{Ptr: 1, Size: 10}, big, 5) }},
 		{"norm-rope rstd", "NormRoPE: rstd is a null buffer", func() {
-			_ = o.NormRoPE(big, big, 2, 3, 4, 8, 1e-6, big, big, big, gpu.Buffer{})
+			_ = o.NormRoPE(big, big, 2, 3, 4, 8, 32, 1e-6, big, big, big, gpu.Buffer{})
 		}},
 		{"norm-rope rows", "2147483648 head rows", func() {
-			_ = o.NormRoPE(big, big, 1<<16, 1<<12, 8, 8, 1e-6, big, big, big, big)
+			_ = o.NormRoPE(big, big, 1<<16, 1<<12, 8, 8, 64, 1e-6, big, big, big, big)
 		}},
 		{"norm-rope dw without w", "dw without a weight", func() {
-			_ = o.NormRoPEBackward(big, gpu.Buffer{}, big, big, big, big, 2, 3, 4, 8, big, big, big, true)
+			_ = o.NormRoPEBackward(big, gpu.Buffer{}, big, big, big, big, 2, 3, 4, 8, 32, big, big, big, true)
 		}},
 		{"norm-rope cos", "NormRoPEBackward: cos holds 10 bytes", func() {
-			_ = o.NormRoPEBackward(big, big, big, gpu.Buffer{Ptr: 1, Size: 10}, big, big, 2, 3, 4, 8, big, gpu.Buffer{}, gpu.Buffer{}, true)
+			_ = o.NormRoPEBackward(big, big, big, gpu.Buffer{Ptr: 1, Size: 10}, big, big, 2, 3, 4, 8, 32, big, gpu.Buffer{}, gpu.Buffer{}, true)
 		}},
 		{"copy strides", "Copy2D: block of 3 cols", func() { _ = o.Copy2D(2, 3, big, 2, 0, big, 3, 0, false) }},
 	} {

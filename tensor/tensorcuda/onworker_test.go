@@ -171,15 +171,15 @@ func (p *onWorker) RoPE(x tensor.Storage[float32], heads, headDim int, cos, sin,
 	p.do("RoPE", func() { p.b.RoPE(un(x), heads, headDim, un(cos), un(sin), un(y), inverse, accumulate) })
 }
 
-func (p *onWorker) NormRoPE(x, w tensor.Storage[float32], batch, length, heads, headDim int, eps float64, cos, sin, y, rstd tensor.Storage[float32]) {
+func (p *onWorker) NormRoPE(x, w tensor.Storage[float32], batch, length, heads, headDim, xStride int, eps float64, cos, sin, y, rstd tensor.Storage[float32]) {
 	p.do("NormRoPE", func() {
-		p.b.NormRoPE(un(x), un(w), batch, length, heads, headDim, eps, un(cos), un(sin), un(y), un(rstd))
+		p.b.NormRoPE(un(x), un(w), batch, length, heads, headDim, xStride, eps, un(cos), un(sin), un(y), un(rstd))
 	})
 }
 
-func (p *onWorker) NormRoPEBackward(x, w, rstd, dy tensor.Storage[float32], batch, length, heads, headDim int, cos, sin, dx, dw tensor.Storage[float32], accumulate bool) {
+func (p *onWorker) NormRoPEBackward(x, w, rstd, dy tensor.Storage[float32], batch, length, heads, headDim, xStride int, cos, sin, dx, dw tensor.Storage[float32], accumulate bool) {
 	p.do("NormRoPEBackward", func() {
-		p.b.NormRoPEBackward(un(x), un(w), un(rstd), un(dy), batch, length, heads, headDim, un(cos), un(sin), un(dx), un(dw), accumulate)
+		p.b.NormRoPEBackward(un(x), un(w), un(rstd), un(dy), batch, length, heads, headDim, xStride, un(cos), un(sin), un(dx), un(dw), accumulate)
 	})
 }
 

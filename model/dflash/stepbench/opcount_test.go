@@ -54,13 +54,20 @@ func (c *opCounter) Copy2D(rows, cols int, src tensor.Storage[float32], srcStrid
 	c.StepCPU.Copy2D(rows, cols, src, srcStride, srcOff, dst, dstStride, dstOff, accumulate)
 }
 
+// countGemm counts a GEMM of an m×k by k×n product.
+func (c *opCounter) countGemm(op string, m, n, k int) {
+	if c.calls != nil {
+		c.calls[[2]string{c.phase, fmt.Sprintf("%s %dx%dx%d", op, m, n, k)}]++
+	}
+}
+
 func (c *opCounter) Gemm(ta, tb bool, m, n, k int, alpha float32, a tensor.Storage[float32], lda int, b tensor.Storage[float32], ldb int, beta float32, out tensor.Storage[float32], ldc int) {
-	c.count("Gemm", m, n)
+	c.countGemm("Gemm", m, n, k)
 	c.StepCPU.Gemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, out, ldc)
 }
 
 func (c *opCounter) GemmAdd(ta, tb bool, m, n, k int, alpha float32, a tensor.Storage[float32], lda int, b tensor.Storage[float32], ldb int, cs, d tensor.Storage[float32], ldc int) {
-	c.count("GemmAdd", m, n)
+	c.countGemm("GemmAdd", m, n, k)
 	c.StepCPU.GemmAdd(ta, tb, m, n, k, alpha, a, lda, b, ldb, cs, d, ldc)
 }
 
@@ -69,7 +76,11 @@ func (c *opCounter) GemmAdd(ta, tb bool, m, n, k int, alpha float32, a tensor.St
 // copies and GEMMs by phase, and checks that the residual stream's adds
 // are in the GEMMs' epilogues (no Add of a whole hidden state in either
 // forward pass) and that the backward pass copies no whole hidden-state
-// gradient (the residual's gradient is handed on, not copied).
+// gradient (the residual's gradient is handed on, not copied). Each
+// drafter layer projects its block rows to Q, K and V in one GEMM over
+// Span(Q, K, V) and its context rows to K and V in one over Span(K, V):
+// forward, dX and dW one GEMM each (2, 2 and 2 a layer, where the three and
+// two projections apart took 5, 5 and 5).
 func TestStepOpCounts(t *testing.T) {
 	o := tinyOptions()
 	o.Seed = testseed.Seed(t)
@@ -95,5 +106,24 @@ func TestStepOpCounts(t *testing.T) {
 			t.Errorf("backward: %d calls of %s: a drafter hidden-state gradient copied", op.Calls, op.Op)
 		}
 	}
-	t.Logf("ops by phase (phase, op rows x cols, calls):\n%s", strings.Join(lines, "\n"))
+	t.Logf("ops by phase (phase, op rows x cols [x depth], calls):\n%s", strings.Join(lines, "\n"))
+	calls := map[string]int{}
+	for _, op := range ts {
+		calls[op.Phase+" "+op.Op] += op.Calls
+	}
+	H, kv := dc.HiddenSize, dc.NumKVHeads*dc.HeadDim
+	qkv, block, ctx := dc.NumHeads*dc.HeadDim+2*kv, o.Batch*o.Anchors*o.BlockSize, o.Batch*o.SeqLen
+	for _, w := range []struct {
+		phase   string
+		m, n, k int
+	}{
+		{"drafter_forward", block, qkv, H}, {"drafter_forward", ctx, 2 * kv, H}, // the products
+		{"backward", block, H, qkv}, {"backward", ctx, H, 2 * kv}, // dX
+		{"backward", qkv, H, block}, {"backward", 2 * kv, H, ctx}, // dW
+	} {
+		key := fmt.Sprintf("%s Gemm %dx%dx%d", w.phase, w.m, w.n, w.k)
+		if calls[key] != dc.NumLayers {
+			t.Errorf("%s: %d calls, want one a drafter layer (%d)", key, calls[key], dc.NumLayers)
+		}
+	}
 }

@@ -6,7 +6,8 @@
 // float64: the forward (rstd and y in the [batch, heads, length, D] layout),
 // dx (written over NaN, and accumulated onto random values) and the dw
 // chunk sums, with and without a norm weight, on the vector and the scalar
-// paths.
+// paths, with x and dx dense and strided (rows heads·dim + pad apart: the
+// elements between dx's rows must keep their bits).
 #include "host_grid.h"
 #include <cmath>
 
@@ -28,22 +29,23 @@ struct table {
   }
 };
 
-static void test_norm_rope(int batch, int length, int heads, int half, bool weight, int shift, unsigned blocks,
-                           int acc) {
-  int dim = 2 * half;
+static void test_norm_rope(int batch, int length, int heads, int half, int pad, bool weight, int shift,
+                           unsigned blocks, int acc) {
+  int dim = 2 * half, stride = heads * dim + pad;
   long long rows = (long long)batch * length * heads, n = rows * dim;
+  long long span = (long long)(batch * length - 1) * stride + heads * dim;
   const float eps = 1e-6f;
-  buffer x(n, shift), w(dim, 0), y(n, 0), dy(n, shift), dx(n, shift);
+  buffer x(span, shift), w(dim, 0), y(n, 0), dy(n, shift), dx(span, shift);
   table cs(batch * length * half), sn(batch * length * half);
   std::vector<float> rstd(rows, NAN);
   for (long long i = 0; i < n; i++) y.p[i] = element(NAN);
   if (!acc)
-    for (long long i = 0; i < n; i++) dx.p[i] = element(NAN);
-  std::vector<op_t> dx0(dx.p, dx.p + n);
+    for (long long i = 0; i < span; i++) dx.p[i] = element(NAN);
+  std::vector<op_t> dx0(dx.p, dx.p + span);
   const op_t *wp = weight ? w.p : nullptr;
-  grid(blocks, 64, [&] { op_norm_rope_fwd(x.p, wp, cs.p, sn.p, y.p, rstd.data(), batch, length, heads, half, eps, 1); });
+  grid(blocks, 64, [&] { op_norm_rope_fwd(x.p, wp, cs.p, sn.p, y.p, rstd.data(), batch, length, heads, half, stride, eps, 1); });
   grid(blocks, 64, [&] {
-    op_norm_rope_bwd_dx(weight ? x.p : nullptr, wp, rstd.data(), cs.p, sn.p, dy.p, dx.p, batch, length, heads, half, 1, acc);
+    op_norm_rope_bwd_dx(weight ? x.p : nullptr, wp, rstd.data(), cs.p, sn.p, dy.p, dx.p, batch, length, heads, half, stride, 1, acc);
   });
   const int per = 5, chunks = (int)((rows + per - 1) / per);
   std::vector<float> partial((long long)chunks * dim, NAN);
@@ -55,17 +57,20 @@ static void test_norm_rope(int batch, int length, int heads, int half, bool weig
         for (unsigned t = 0; t < 32; t++) {
           blockIdx = {bx, by, 0};
           threadIdx = {t, 0, 0};
-          op_norm_rope_bwd_dw(x.p, rstd.data(), cs.p, sn.p, dy.p, partial.data(), batch, length, heads, half, per);
+          op_norm_rope_bwd_dw(x.p, rstd.data(), cs.p, sn.p, dy.p, partial.data(), batch, length, heads, half, stride,
+                              per);
         }
   }
   std::vector<double> dw(dim * (long long)chunks);
   char what[200];
-  std::snprintf(what, sizeof what, "[%d,%d,%d,%d] weight %d shift %d grid %u acc %d", batch, length, heads, 2 * half,
-                weight, shift, blocks, acc);
+  std::snprintf(what, sizeof what, "[%d,%d,%d,%d] pad %d weight %d shift %d grid %u acc %d", batch, length, heads,
+                2 * half, pad, weight, shift, blocks, acc);
+  std::vector<bool> in_row(span);
   for (long long i = 0; i < rows; i++) {
     long long r = i / heads, h = i % heads, b = r / length, l = r % length;
     long long o = ((b * heads + h) * length + l) * dim;
-    const op_t *xr = x.p + i * dim;
+    long long xo = r * stride + h * dim;
+    const op_t *xr = x.p + xo;
     double rs = 1, grs = 1;
     if (weight) {
       double ss = 0;
@@ -103,12 +108,21 @@ static void test_norm_rope(int batch, int length, int heads, int half, bool weig
     for (int c = 0; c < dim; c++) {
       double want = g[c];
       if (weight) want = grs * (g[c] * op_f32(w.p[c]) - op_f32(xr[c]) * grs * dot / dim);
-      if (acc) want += op_f32(dx0[i * dim + c]);
+      if (acc) want += op_f32(dx0[xo + c]);
       checks++;
-      if (!close(op_f32(dx.p[i * dim + c]), want, 1, tolOut)) {
-        FAIL("%s: head row %lld col %d: dx %g, want %g\n", what, i, c, op_f32(dx.p[i * dim + c]), want);
+      in_row[xo + c] = true;
+      if (!close(op_f32(dx.p[xo + c]), want, 1, tolOut)) {
+        FAIL("%s: head row %lld col %d: dx %g, want %g\n", what, i, c, op_f32(dx.p[xo + c]), want);
         return;
       }
+    }
+  }
+  for (long long k = 0; k < span; k++) {
+    if (in_row[k]) continue;
+    checks++;
+    if (!same(dx.p[k], dx0[k])) {
+      FAIL("%s: dx[%lld] between rows was changed\n", what, k);
+      return;
     }
   }
   if (!weight) return;
@@ -127,11 +141,13 @@ int main() {
     for (int shift = 0; shift < 2; shift++)
       for (unsigned blocks : {1u, 3u, 1000u})
         for (int acc = 0; acc < 2; acc++) {
-          test_norm_rope(1, 1, 1, 1, weight, shift, blocks, acc);
-          test_norm_rope(2, 5, 3, 7, weight, shift, blocks, acc);     // odd half: scalar pairs
-          test_norm_rope(2, 3, 4, 8 * v, weight, shift, blocks, acc); // whole vectors (the 128 of Qwen3 in bf16)
-          test_norm_rope(1, 7, 2, v, weight, shift, blocks, acc);
-          test_norm_rope(3, 1, 5, 2 * v + 1, weight, shift, blocks, acc);
+          for (int pad : {0, 1, 2 * v}) { // dense; strided on the scalar path; strided on whole vectors
+            test_norm_rope(1, 1, 1, 1, pad, weight, shift, blocks, acc);
+            test_norm_rope(2, 5, 3, 7, pad, weight, shift, blocks, acc);     // odd half: scalar pairs
+            test_norm_rope(2, 3, 4, 8 * v, pad, weight, shift, blocks, acc); // whole vectors (the 128 of Qwen3 in bf16)
+            test_norm_rope(1, 7, 2, v, pad, weight, shift, blocks, acc);
+            test_norm_rope(3, 1, 5, 2 * v + 1, pad, weight, shift, blocks, acc);
+          }
         }
   return finish();
 }
