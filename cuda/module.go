@@ -101,7 +101,8 @@ func Dim(x, y, z uint32) Dim3 {
 }
 
 // MaxKernelArgs is the most arguments an Args holds (the flex backward with
-// a producer warpgroup takes 24 fixed ones before its programs' slots).
+// a producer warpgroup and bulk dQ adds takes 24 fixed ones before its
+// programs' slots).
 const MaxKernelArgs = 48
 
 // Args is a reusable kernel argument list. Each argument takes an 8-byte

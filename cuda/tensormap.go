@@ -29,6 +29,7 @@ type TensorMapDataType uint32
 // Element types of tensor maps.
 const (
 	TensorMapFloat16  TensorMapDataType = 6
+	TensorMapFloat32  TensorMapDataType = 7
 	TensorMapBFloat16 TensorMapDataType = 9
 )
 
@@ -44,7 +45,8 @@ const Swizzle128B TensorMapSwizzle = 3
 // extents dims (innermost first), byte strides of dimensions 1 and up
 // (len(dims)-1 values, multiples of 16), copied in boxes of box elements
 // (innermost first; box[0] times the element size at most 128 bytes with
-// Swizzle128B). Elements outside the extents arrive as zeros.
+// Swizzle128B). Elements outside the extents arrive as zeros in copies to
+// shared memory and are left alone by copies and reductions to global.
 func EncodeTiled(m *TensorMap, dt TensorMapDataType, addr DevicePtr, dims, strides []uint64, box []uint32, sw TensorMapSwizzle) error {
 	rank := len(dims)
 	if rank < 1 || rank > 5 || len(strides) != rank-1 || len(box) != rank {

@@ -34,21 +34,37 @@
 // Needs one query head per CTA (FLEX_BWD_SPLIT with GQA, as the Hopper
 // backward always has).
 //
+// FLEX_BWD_DQ_BULK (with the producer only): a consumer warpgroup stores its
+// dQ product of a tile (64 q rows by its columns, fp32, already scaled) into
+// its own shared buffer instead of issuing 16 vector atomics per thread; one
+// of its threads then has the copy engine add the buffer to dQacc
+// (cp.reduce.async.bulk.tensor through tensor map tmdQ over [batch*heads][
+// lenq][D] fp32, which leaves rows past lenq alone) and the warpgroup goes
+// on with the next tile while it runs. One buffer per warpgroup: its next
+// write is a whole tile later, after that thread's wait for the copy's reads
+// and the tile's barrier. At head dim 128 the two 16 KB buffers take the
+// third Q/dO stage's room (flex/flexcuda Spec.bwdStages).
+//
 // Tiles (flex/flexcuda Spec.defines): FLEX_BMQ q rows per tile, FLEX_BWD_STAGES
 // Q/dO stages, FLEX_BWD_DS_BUFS dS^T buffers. Tuning switches:
 // FLEX_BWD_DQ_COLS (head dim 64: dQ split between the warpgroups by columns,
 // else by kv rows), FLEX_BWD_TWO_PATHS (P^T of full tiles without the mask
-// program), FLEX_BWD_WS (the producer warpgroup; ignored at head dim 256).
+// program), FLEX_BWD_WS (the producer warpgroup; ignored at head dim 256),
+// FLEX_BWD_DQ_BULK (dQ added by the copy engine; ignored without the
+// producer).
 #pragma once
 #include "flex_wgmma.cuh"
 
 #if !defined(FLEX_BWD_STAGES) || !defined(FLEX_BWD_DS_BUFS) || !defined(FLEX_BWD_DQ_COLS) || !defined(FLEX_BWD_TWO_PATHS) || \
-    !defined(FLEX_BWD_WS)
-#error "flex_bwd_wg.cuh: FLEX_BWD_STAGES, FLEX_BWD_DS_BUFS, FLEX_BWD_DQ_COLS, FLEX_BWD_TWO_PATHS and FLEX_BWD_WS come from the generator (flex/flexcuda)"
+    !defined(FLEX_BWD_WS) || !defined(FLEX_BWD_DQ_BULK)
+#error "flex_bwd_wg.cuh: FLEX_BWD_STAGES, FLEX_BWD_DS_BUFS, FLEX_BWD_DQ_COLS, FLEX_BWD_TWO_PATHS, FLEX_BWD_WS and FLEX_BWD_DQ_BULK come from the generator (flex/flexcuda)"
 #endif
 // FLEX_BWD_PROD: the producer warpgroup is on (flex/flexcuda Spec.bwdWS
 // decides alike: the launch passes the tensor maps and 384 threads).
 #define FLEX_BWD_PROD (FLEX_BWD_WS && !FLEX_BWD_HALF)
+// FLEX_BWD_BULK: dQ through shared memory and the copy engine (Spec.bwdDQBulk
+// alike: the launch passes tensor map tmdQ and sizes the buffers).
+#define FLEX_BWD_BULK (FLEX_BWD_PROD && FLEX_BWD_DQ_BULK)
 static_assert(FLEX_D == 64 || FLEX_D == 128 || FLEX_D == 256, "Hopper backward: head dim 64, 128 or 256");
 static_assert(FLEX_BKV == 128 && FLEX_BWD_NT == (FLEX_BWD_PROD ? 384 : 256) && (FLEX_BMQ == 32 || FLEX_BMQ == 64),
               "Hopper backward: kv block 128, two consumer warpgroups (and the producer), q tile 32 or 64");
@@ -56,6 +72,7 @@ static_assert(!FLEX_BWD_PROD || FLEX_BWD_SPLIT || FLEX_GROUP == 1, "Hopper backw
 static_assert(FLEX_D >> FLEX_BWD_HALF <= 128, "Hopper backward: dK and dV of at most 128 columns per CTA fit the registers");
 static_assert(FLEX_DQ_ATOMIC && FLEX_BWD_SPLIT != 2, "Hopper backward: atomic dQ only");
 static_assert(FLEX_BWD_DS_BUFS == (FLEX_BWD_HALF ? 1 : 2), "Hopper backward: dQ of a tile at the top of the next one needs two dS^T buffers");
+static_assert(!FLEX_BWD_BULK || FLEX_BMQ == 64, "Hopper backward with bulk dQ: the dQ product's 64 rows are all q rows of the tile");
 
 // flex_bwd_wg_abt issues d = A B^T, k = the head dimension, as one commit
 // group: A the warpgroup wg's 64 rows of the kv tile a ([D/64][BKV][64]), B
@@ -107,7 +124,11 @@ __device__ __forceinline__ void flex_bwd_produce(const QS &qs, unsigned long lon
     flex_mbar_arrive(fullb + st);
   }
 }
+#if FLEX_BWD_BULK
+#define FLEX_BWD_TMAPS , const __grid_constant__ FlexTmap tmQ, const __grid_constant__ FlexTmap tmdO, const __grid_constant__ FlexTmap tmdQ
+#else
 #define FLEX_BWD_TMAPS , const __grid_constant__ FlexTmap tmQ, const __grid_constant__ FlexTmap tmdO
+#endif
 #else
 #define FLEX_BWD_TMAPS
 #endif
@@ -121,16 +142,24 @@ extern "C" __global__ void __launch_bounds__(FLEX_BWD_NT, 1)
   constexpr int NSTG = FLEX_BWD_STAGES;  // Q/dO stages (shared memory)
   constexpr int NSDS = FLEX_BWD_DS_BUFS; // dS^T buffers
   constexpr bool PROD = FLEX_BWD_PROD;   // a producer warpgroup (warpgroup 0) feeds the stages
+  constexpr bool BULK = FLEX_BWD_BULK;   // dQ tiles added to dQacc by the copy engine
+  // The dQ product's split: D 64 with FLEX_BWD_DQ_COLS, warpgroup w takes
+  // columns [32w, +32) over all kv rows (half the atomics of splitting the kv
+  // rows); otherwise D 64: kv rows [64w, +64), all 64 columns; D 128: all kv
+  // rows, columns [hd DD + 64 wg, +64).
+  constexpr bool DQCOLS = FLEX_D != 64 || FLEX_BWD_DQ_COLS;
+  constexpr int DQN = FLEX_D == 64 && FLEX_BWD_DQ_COLS ? 32 : 64; // dQ columns per warpgroup
 
   extern __shared__ __align__(1024) unsigned char flex_smem_raw[];
   flex_t *sK, *sV;   // [D/64][BKV][64] each
   flex_t *sQ, *sdO;  // [NSTG][D/64][BM][64] each
   flex_t *sdS;       // dS^T: [NSDS][BKV][64] (one atom; q < BM used)
+  float *sdQ;        // BULK: each warpgroup's dQ tile, [2][DQN/32][BM][32] (flex_wg_off32)
   float *sL, *sDl;   // [NSTG][BM] each
   unsigned long long *fullb, *emptyb; // PROD: mbarriers of the stages, NSTG each
   int *sIdx;         // q block ids
   flex_carve(flex_smem_1024(flex_smem_raw), sK, BKV * D, sV, BKV * D, sQ, NSTG * BM * D, sdO, NSTG * BM * D,
-             sdS, NSDS * BKV * 64, sL, NSTG * BM, sDl, NSTG * BM, fullb, PROD ? NSTG : 0, emptyb, PROD ? NSTG : 0, sIdx);
+             sdS, NSDS * BKV * 64, sdQ, BULK ? 2 * DQN * BM : 0, sL, NSTG * BM, sDl, NSTG * BM, fullb, PROD ? NSTG : 0, emptyb, PROD ? NSTG : 0, sIdx);
 
   // tid, wg: the thread and warpgroup among the two consumers (PROD: the
   // producer is warpgroup -1).
@@ -185,32 +214,47 @@ extern "C" __global__ void __launch_bounds__(FLEX_BWD_NT, 1)
     // dQ[BM x D] += dS K for the tile at q row q0d whose dS^T is in dS
     // ([kv][q], 64 rows of which BM hold data): A = dS read transposed, B = K
     // read transposed (k = kv rows). It waits for every wgmma of the
-    // warpgroup and adds its part of dQ with vector atomics.
+    // warpgroup and adds its part of dQ with vector atomics, or (BULK) has
+    // the copy engine add it from shared memory.
     auto dq_product = [&](const flex_t *dS, int q0d) {
-      // D 64 with FLEX_BWD_DQ_COLS: warpgroup w takes columns [32w, +32) over
-      // all kv rows (half the atomics of splitting the kv rows); otherwise
-      // D 64: kv rows [64w, +64), all 64 columns; D 128: all kv rows, columns
-      // [hd DD + 64 wg, +64).
-      constexpr bool COLS = FLEX_D != 64 || FLEX_BWD_DQ_COLS;
-      constexpr int N = FLEX_D == 64 && FLEX_BWD_DQ_COLS ? 32 : 64; // dQ columns per warpgroup
-      constexpr int KS = COLS ? BKV / 16 : 64 / 16;
-      const int kvb = COLS ? 0 : wg * 64, colb = COLS ? hd * DD + wg * N : 0;
-      float dq[N / 2];
+      constexpr int KS = DQCOLS ? BKV / 16 : 64 / 16;
+      const int kvb = DQCOLS ? 0 : wg * 64, colb = DQCOLS ? hd * DD + wg * DQN : 0;
+      float dq[DQN / 2];
       flex_wg_fence();
 #pragma unroll
       for (int kk = 0; kk < KS; kk++) {
         const int kr = kvb + kk * 16;
         const unsigned long long da = flex_wg_desc(dS + kr * 64, 64 * 128, 1024);
         const unsigned long long db = flex_wg_desc(sK + (colb >> 6) * BKV * 64 + (colb & 63) + kr * 64, BKV * 128, 1024);
-        flex_wgmma_ss<N, 1, 1>(dq, da, db, kk > 0);
+        flex_wgmma_ss<DQN, 1, 1>(dq, da, db, kk > 0);
       }
       flex_wg_commit();
       flex_wg_wait<0>();
+#if FLEX_BWD_BULK
+      // The buffer is free: its last copy's reads ended before the barrier
+      // at the top of this tile (the issuing thread waited there).
+      float *buf = sdQ + wg * DQN * BM;
+      const int r0 = wq * 16 + (lane >> 2);
+#pragma unroll
+      for (int n = 0; n < DQN / 8; n++) {
+        const int col = n * 8 + (lane & 3) * 2;
+        *(float2 *)(buf + flex_wg_off32<BM>(r0, col)) = make_float2(dq[n * 4] * scale, dq[n * 4 + 1] * scale);
+        *(float2 *)(buf + flex_wg_off32<BM>(r0 + 8, col)) = make_float2(dq[n * 4 + 2] * scale, dq[n * 4 + 3] * scale);
+      }
+      flex_fence_async();           // the stores, before the copy engine's reads
+      flex_bar_sync(2 + wg, 128);   // of the whole warpgroup
+      if ((tid & 127) == 0) {
+#pragma unroll
+        for (int c = 0; c < DQN / 32; c++)
+          flex_tma_reduce3(&tmdQ, colb + c * 32, q0d, b * heads_q + h, buf + c * BM * 32);
+        flex_bulk_commit();
+      }
+#else
       if (wq * 16 < BM) { // rows past BM are padding
         const int qr0 = q0d + wq * 16 + (lane >> 2), qr1 = qr0 + 8;
         float *gq = dQacc + qs.qoff * D;
 #pragma unroll
-        for (int n = 0; n < N / 8; n++) {
+        for (int n = 0; n < DQN / 8; n++) {
           const int col = colb + n * 8 + (lane & 3) * 2;
           if (qr0 < lenq)
             flex_red2(gq + (long long)qr0 * D + col, dq[n * 4] * scale, dq[n * 4 + 1] * scale);
@@ -218,6 +262,7 @@ extern "C" __global__ void __launch_bounds__(FLEX_BWD_NT, 1)
             flex_red2(gq + (long long)qr1 * D + col, dq[n * 4 + 2] * scale, dq[n * 4 + 3] * scale);
         }
       }
+#endif
     };
     int qprev = 0; // q row of the previous tile (its dQ is still to come)
     // NSTG stages: tile t+NSTG-1 loads while tile t is processed.
@@ -233,6 +278,8 @@ extern "C" __global__ void __launch_bounds__(FLEX_BWD_NT, 1)
       if constexpr (PROD) {
         flex_mbar_wait(fullb + st, (t / NSTG) & 1); // tile t has landed
         flex_fence_async();
+        if (BULK && (tid & 127) == 0)
+          flex_bulk_wait_read<0>(); // the copy engine is done reading tile t-2's dQ
         flex_bar_sync(1, 256); // and both consumers are done with tile t-1's sdS
       } else {
         flex_cp_wait<NSTG - 2>(); // tile t has landed (later ones may be in flight)
@@ -355,9 +402,11 @@ extern "C" __global__ void __launch_bounds__(FLEX_BWD_NT, 1)
     }
     if constexpr (!HALF) {
       if (qs.ntiles > 0) { // the last tile's dQ
-        if constexpr (PROD)
+        if constexpr (PROD) {
+          if (BULK && (tid & 127) == 0)
+            flex_bulk_wait_read<0>();
           flex_bar_sync(1, 256);
-        else
+        } else
           __syncthreads();
         dq_product(sdS + ((qs.ntiles - 1) & 1) * BKV * 64, qprev);
       }
@@ -367,6 +416,8 @@ extern "C" __global__ void __launch_bounds__(FLEX_BWD_NT, 1)
       __syncthreads();
     }
   }
+  if (BULK && (tid & 127) == 0)
+    flex_bulk_wait<0>(); // the CTA and its buffers stay until the last adds are done
 
   flex_dkv_t *gK = dK + kvoff, *gV = dV + kvoff;
 #pragma unroll

@@ -178,6 +178,16 @@ __device__ __forceinline__ int flex_wg_off(int r, int c) {
   return (c >> 3) * ROWS * 64 + r * 64 + (((c & 7) ^ (r & 7)) << 3);
 }
 
+// flex_wg_off32 is the float offset of element (r, c) in an fp32 tile stored
+// as [cols/32][ROWS][32] with the 128-byte swizzle of TMA (the 16-byte chunk
+// c/4 of a row of 32 floats sits at chunk (c/4) ^ (r & 7)), atoms aligned to
+// 1024 bytes: a warp's float2 stores of one 8-column block of a wgmma
+// accumulator (8 rows x 4 column pairs) then cover every bank exactly twice.
+template <int ROWS>
+__device__ __forceinline__ int flex_wg_off32(int r, int c) {
+  return (c >> 5) * ROWS * 32 + r * 32 + ((((c >> 2) & 7) ^ (r & 7)) << 2) + (c & 3);
+}
+
 // flex_wg_load copies rows [row0, row0+ROWS) of a [len, FLEX_D] matrix into
 // a wgmma tile; rows at or past len are zero-filled.
 template <int ROWS, int NT>
@@ -265,6 +275,27 @@ __device__ __forceinline__ void flex_tma_load3(void *dst, const FlexTmap *tm, in
                " [%0], [%1, {%2, %3, %4}], [%5];\n"
                ::"r"(flex_smem_addr(dst)), "l"((unsigned long long)tm), "r"(x), "r"(y), "r"(z),
                "r"(flex_smem_addr(bar)) : "memory");
+}
+// flex_tma_reduce3 adds the fp32 box at src in shared memory into the box at
+// (x, y, z) of the 3-D tensor map tm (global += shared, element by element,
+// by the copy engine); elements past the tensor's extent are not written.
+// It joins this thread's open bulk group (flex_bulk_commit). The writes that
+// filled src must be ordered before it by flex_fence_async and a barrier.
+__device__ __forceinline__ void flex_tma_reduce3(const FlexTmap *tm, int x, int y, int z, const float *src) {
+  asm volatile("cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group"
+               " [%0, {%1, %2, %3}], [%4];\n"
+               ::"l"((unsigned long long)tm), "r"(x), "r"(y), "r"(z), "r"(flex_smem_addr(src)) : "memory");
+}
+// flex_bulk_commit closes this thread's bulk group; flex_bulk_wait_read<N>
+// returns once at most N of its groups still read their shared memory (the
+// source may be written again), flex_bulk_wait<N> once at most N are still
+// incomplete (their global writes done).
+__device__ __forceinline__ void flex_bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void flex_bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
+template <int N> __device__ __forceinline__ void flex_bulk_wait() {
+  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
 }
 // Named barriers 1 and up (0 is __syncthreads): bar.sync waits until n
 // threads have arrived (bar.arrive arrives without waiting).

@@ -79,8 +79,22 @@ func resolveKernel(k Kernel, env, arch string) (Kernel, error) {
 // Kernel parameters before the FlexArgs slots, and the most a launch takes.
 const (
 	fwdFixedArgs  = 17
-	dkdvFixedArgs = 22
+	dkdvFixedArgs = 21
 )
+
+// dkdvArgs is the number of flex_bwd_dkdv's parameters before the slots:
+// dkdvFixedArgs and the tensor maps of the producer (Q, dO) and of the bulk
+// dQ adds.
+func (s Spec) dkdvArgs() int {
+	n := dkdvFixedArgs
+	if s.bwdWS() {
+		n += 2
+	}
+	if s.bwdDQBulk() {
+		n++
+	}
+	return n
+}
 
 // Attention is flex attention for one mask program, one score program and
 // one Config on NVIDIA GPUs: the forward and backward kernels generated
@@ -112,7 +126,7 @@ type attnDev struct {
 	args                 *cuda.Args
 	slots                []uint64
 	tmaps                [3]*cuda.TensorMap // Hopper forward: Q, K, V
-	btmaps               [2]*cuda.TensorMap // Hopper backward with a producer (Spec.bwdWS): Q, DOut
+	btmaps               [3]*cuda.TensorMap // Hopper backward with a producer (Spec.bwdWS): Q, DOut; dQacc (Spec.bwdDQBulk)
 	dlt, dqacc           gpu.Buffer
 	dkacc, dvacc         gpu.Buffer // fp32 dK, dV of the split backward (GQA)
 }
@@ -158,10 +172,7 @@ func New(cache *jit.Cache, mask *flex.MaskProgram, score *flex.ScoreProgram, cfg
 		return nil, fmt.Errorf("flexcuda: deterministic backward: score program %s has float tensors %v whose gradients are summed with atomics; not supported",
 			score, l.grads)
 	}
-	fixed := dkdvFixedArgs
-	if spec.bwdWS() {
-		fixed += len(attnDev{}.btmaps)
-	}
+	fixed := spec.dkdvArgs()
 	if n := fixed + l.slots(true); n > cuda.MaxKernelArgs {
 		return nil, fmt.Errorf("flexcuda: the programs need %d argument slots; with the backward's %d fixed parameters that is %d kernel arguments, more than the %d a launch takes (too many tensors or scalars)",
 			l.slots(true), fixed, n, cuda.MaxKernelArgs)
@@ -462,6 +473,24 @@ func (a *Attention) encodeMaps(kernel string, maps []*cuda.TensorMap, c *Call, t
 	return nil
 }
 
+// dqMap describes the workspace dQacc ([batch*heads_q][lenq][head dim]
+// fp32) to the copy engine for the Hopper backward's dQ adds
+// (Spec.bwdDQBulk): boxes of 32 columns (128 bytes, swizzled as
+// flex_wg_off32 stores them) by a q tile of rows; rows past lenq are not
+// written.
+func (a *Attention) dqMap(st *attnDev, c *Call) error {
+	dm, D := c.Dims, uint64(a.spec.HeadDim)
+	if st.btmaps[2] == nil {
+		st.btmaps[2] = cuda.NewTensorMap()
+	}
+	err := cuda.EncodeTiled(st.btmaps[2], cuda.TensorMapFloat32, st.dqacc.Ptr, []uint64{D, uint64(dm.LenQ), uint64(dm.Batch * dm.HeadsQ)},
+		[]uint64{D * 4, uint64(dm.LenQ) * D * 4}, []uint32{32, uint32(a.spec.bwdBM()), 1}, cuda.Swizzle128B)
+	if err != nil {
+		return fmt.Errorf("flexcuda: Hopper backward: dQ accumulator: %w", err)
+	}
+	return nil
+}
+
 // Backward computes DQ, DK and DV (and the score tensors' gradients) from
 // DOut and the Out and LSE of Forward, with P = exp(score(s) - LSE):
 //
@@ -540,6 +569,12 @@ func (a *Attention) Backward(d *gpu.Device, c *Call) error {
 			return err
 		}
 		args.TensorMap(st.btmaps[0]).TensorMap(st.btmaps[1])
+	}
+	if a.spec.bwdDQBulk() { // the consumers' dQ adds by the copy engine
+		if err := a.dqMap(st, c); err != nil {
+			return err
+		}
+		args.TensorMap(st.btmaps[2])
 	}
 	slotArgs(args, st.slots[:n])
 	// kv block 0 (the heaviest under causal-like masks) of every head first

@@ -63,8 +63,12 @@
 // DFLASH_FLEX_DEFINES=NAME=v,... sets template switches for experiments:
 // FLEX_WS_PP=0 (the Hopper forward's consumers do not take turns),
 // FLEX_BWD_TWO_PATHS=0 (the Hopper backward evaluates the mask on full tiles
-// too), FLEX_BWD_DQ_COLS=0 (head dim 64: dQ split by kv rows). The source
-// changes, so the kernel cache keeps the variants apart.
+// too), FLEX_BWD_DQ_COLS=0 (head dim 64: dQ split by kv rows),
+// FLEX_BWD_WS=0 (the Hopper backward without its producer warpgroup),
+// FLEX_BWD_DQ_BULK=1 (with the producer: each dQ tile goes through shared
+// memory and the copy engine adds it to the accumulator; two Q/dO stages at
+// head dim 128). The source changes, so the kernel cache keeps the variants
+// apart.
 //
 // # Checked mode
 //

@@ -255,8 +255,9 @@ func b2i(v bool) int {
 
 // tuningKnobs are the template switches that DFLASH_FLEX_DEFINES may set
 // for kernel experiments, each of the Hopper forward (fwd) or backward, with
-// its default. Only FLEX_BWD_WS changes a launch (Spec.bwdWS: threads,
-// shared memory, tensor-map arguments); the others change code only.
+// its default. Only FLEX_BWD_WS and FLEX_BWD_DQ_BULK change a launch
+// (Spec.bwdWS, Spec.bwdDQBulk: threads, stages, shared memory, tensor-map
+// arguments); the others change code only.
 var tuningKnobs = []struct {
 	name string
 	fwd  bool
@@ -266,6 +267,7 @@ var tuningKnobs = []struct {
 	{"FLEX_BWD_TWO_PATHS", false, 1}, // P^T of full tiles without the mask program
 	{"FLEX_BWD_DQ_COLS", false, 1},   // head dim 64: dQ split between the warpgroups by columns
 	{"FLEX_BWD_WS", false, 1},        // head dims 64, 128: a TMA producer warpgroup feeds Q, dO, LSE, Dlt
+	{"FLEX_BWD_DQ_BULK", false, 0},   // with the producer: dQ tiles added to dQacc by the copy engine from shared memory
 }
 
 // tuningValue returns the value of tuning switch name: DFLASH_FLEX_DEFINES's

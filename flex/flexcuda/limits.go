@@ -86,6 +86,30 @@ func (s Spec) bwdThreads() int {
 // change between New and the calls.
 func (s Spec) bwdWS() bool { return s.Bwd == Hopper && !s.bwdHalf() && tuningValue("FLEX_BWD_WS") != 0 }
 
+// bwdDQBulk reports whether the Hopper backward with a producer adds its dQ
+// tiles to dQacc through shared memory and the copy engine (tuning switch
+// FLEX_BWD_DQ_BULK; ignored without the producer, by flex_bwd_wg.cuh alike).
+func (s Spec) bwdDQBulk() bool { return s.bwdWS() && tuningValue("FLEX_BWD_DQ_BULK") != 0 }
+
+// bwdDQCols is the dQ columns each consumer warpgroup of the Hopper backward
+// computes per tile: 32 at head dim 64 split by columns (FLEX_BWD_DQ_COLS),
+// else 64 (head dim 64 split by kv rows: both warpgroups, all 64 columns).
+func (s Spec) bwdDQCols() int {
+	if s.HeadDim == 64 && tuningValue("FLEX_BWD_DQ_COLS") != 0 {
+		return 32
+	}
+	return 64
+}
+
+// bwdDQBufBytes is the shared memory of bwdDQBulk's buffers: a 64-row fp32
+// dQ tile of bwdDQCols columns per consumer warpgroup.
+func (s Spec) bwdDQBufBytes() int {
+	if !s.bwdDQBulk() {
+		return 0
+	}
+	return 2 * s.bwdBM() * s.bwdDQCols() * 4
+}
+
 // bwdHalf reports whether the Hopper backward splits the head dimension
 // over two CTAs per kv block (head dim 256: dK and dV of 64 kv rows x 256
 // would take 256 registers per thread).
@@ -93,8 +117,16 @@ func (s Spec) bwdHalf() bool { return s.Bwd == Hopper && s.HeadDim == 256 }
 
 // bwdStages and bwdDSBufs are the Hopper backward's Q/dO stages and dS^T
 // buffers (one at head dim 256, where dQ runs right after its tile).
+// Stages: 2 at head dim 256, and at head dim 128 with bwdDQBulk: there
+// three stages (33,296 bytes each with LSE, Dlt and the mbarriers) and the
+// 32 KB of dQ buffers come to 231,984 bytes + 8 per q block, which leaves
+// the 232,448 an H100/H200 block may have at 58 q blocks (the DFlash 8B
+// case has 128); with two, 198,688 + 8 per q block. No buffer is dead when
+// dQ is stored (K, both dS^T and the stages in flight are all read then),
+// and with the producer a stage is loaded a whole tile (about 4 µs,
+// docs/PERF.md) ahead of its use.
 func (s Spec) bwdStages() int {
-	if s.bwdHalf() {
+	if s.bwdHalf() || s.HeadDim == 128 && s.bwdDQBulk() {
 		return 2
 	}
 	return 3
@@ -161,14 +193,14 @@ func FwdResources(s Spec, nkvb int) Resources {
 // BwdResources is the launch shape of flex_bwd_dkdv for s with nqb q blocks.
 func BwdResources(s Spec, nqb int) Resources {
 	bm := s.bwdBM()
-	if s.Bwd == Hopper { // flex_bwd_wg.cuh's tiles: K, V, nst stages of Q and dO, nds dS^T buffers, LSE/Dlt; 2 mbarriers per stage (bwdWS); alignment slack
+	if s.Bwd == Hopper { // flex_bwd_wg.cuh's tiles: K, V, nst stages of Q and dO, nds dS^T buffers, dQ buffers (bwdDQBulk), LSE/Dlt; 2 mbarriers per stage (bwdWS); alignment slack
 		nst, nds := s.bwdStages(), s.bwdDSBufs()
 		mbar := 0
 		if s.bwdWS() {
 			mbar = 2 * nst * 8
 		}
 		return Resources{Kernel: "flex_bwd_dkdv",
-			SharedMem: (2*s.BlockKV*s.HeadDim+2*nst*bm*s.HeadDim+nds*s.BlockKV*64)*2 + 2*nst*bm*4 + mbar + 1024 + 8*nqb,
+			SharedMem: (2*s.BlockKV*s.HeadDim+2*nst*bm*s.HeadDim+nds*s.BlockKV*64)*2 + s.bwdDQBufBytes() + 2*nst*bm*4 + mbar + 1024 + 8*nqb,
 			Threads:   s.bwdThreads()}
 	}
 	dsTile := bm * s.BlockKV // the dS tile of the atomic dQ product

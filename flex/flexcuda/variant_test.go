@@ -221,3 +221,83 @@ func TestProducerBackwardShape(t *testing.T) {
 		}
 	}
 }
+
+// TestBulkDQBackwardShape: FLEX_BWD_DQ_BULK=1 gives the Hopper backward with
+// a producer its dQ buffers (a 64-row fp32 tile of each consumer's columns),
+// two Q/dO stages at head dim 128 (where three no longer fit), the copy
+// engine's adds and the dQ accumulator's tensor map in the source, and one
+// more kernel parameter; without the producer (FLEX_BWD_WS=0, head dim 256)
+// the switch changes nothing. The sizes are worked out here from the
+// template's layout, at 128 q blocks (the DFlash 8B case).
+func TestBulkDQBackwardShape(t *testing.T) {
+	t.Setenv("DFLASH_FLEX_FWD", "")
+	t.Setenv("DFLASH_FLEX_BWD", "")
+	const nqb = 128
+	// smem is flex_bwd_wg.cuh's layout: K, V; st stages of Q, dO; two dS^T;
+	// dQ buffers; st x (LSE, Dlt); 2 mbarriers per stage (ws); alignment; q block list.
+	smem := func(d, st, dqBytes int, ws bool) int {
+		mbar := 0
+		if ws {
+			mbar = 2 * st * 8
+		}
+		return (2*128*d+2*st*64*d+2*128*64)*2 + dqBytes + st*2*64*4 + mbar + 1024 + 8*nqb
+	}
+	for _, c := range []struct {
+		d       int
+		env     string
+		bulk    bool
+		stages  int
+		threads int
+		smem    int
+	}{
+		{128, "", false, 3, 384, smem(128, 3, 0, true)},
+		{128, "FLEX_BWD_DQ_BULK=1", true, 2, 384, smem(128, 2, 2*64*64*4, true)},
+		{64, "FLEX_BWD_DQ_BULK=1", true, 3, 384, smem(64, 3, 2*64*32*4, true)},
+		{64, "FLEX_BWD_DQ_BULK=1,FLEX_BWD_DQ_COLS=0", true, 3, 384, smem(64, 3, 2*64*64*4, true)},
+		{128, "FLEX_BWD_WS=0,FLEX_BWD_DQ_BULK=1", false, 3, 256, smem(128, 3, 0, false)},
+		{64, "FLEX_BWD_WS=0,FLEX_BWD_DQ_BULK=1", false, 3, 256, smem(64, 3, 0, false)},
+		{256, "FLEX_BWD_DQ_BULK=1", false, 2, 256, 0},
+	} {
+		t.Setenv("DFLASH_FLEX_DEFINES", c.env)
+		a, err := New(nil, flex.DFlashMask(16), flex.ALiBi(), Config{HeadDim: c.d, Group: 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := a.Spec()
+		name := fmt.Sprintf("d%d %q", c.d, c.env)
+		if s.bwdDQBulk() != c.bulk || s.bwdStages() != c.stages {
+			t.Errorf("%s: bwdDQBulk %v, %d stages; want %v, %d", name, s.bwdDQBulk(), s.bwdStages(), c.bulk, c.stages)
+		}
+		r := BwdResources(s, nqb)
+		if r.Threads != c.threads || c.smem > 0 && r.SharedMem != c.smem {
+			t.Errorf("%s: %d threads, %d bytes; want %d, %d", name, r.Threads, r.SharedMem, c.threads, c.smem)
+		}
+		if r.SharedMem > 227*1024 {
+			t.Errorf("%s: %d bytes of shared memory at %d q blocks, more than an H100/H200 block may have", name, r.SharedMem, nqb)
+		}
+		_, bsrc := a.Sources()
+		if !strings.Contains(bsrc, fmt.Sprintf("#define FLEX_BWD_STAGES %d\n", c.stages)) {
+			t.Errorf("%s: source lacks FLEX_BWD_STAGES %d", name, c.stages)
+		}
+		pre, err := gxx(t, bsrc) // the template's own #if must agree with bwdDQBulk
+		if err != nil {
+			t.Fatalf("%s: preprocessing: %v", name, err)
+		}
+		if got := strings.Contains(pre, "flex_tma_reduce3(&tmdQ"); got != c.bulk {
+			t.Errorf("%s: the copy engine's dQ adds in the preprocessed source: %v, want %v", name, got, c.bulk)
+		}
+		if got := strings.Contains(pre, "flex_red2(gq"); got == c.bulk && c.d != 256 {
+			t.Errorf("%s: the dQ atomics in the preprocessed source: %v, want %v", name, got, !c.bulk)
+		}
+		// The launch appends dkdvArgs parameters, then the slots: the kernel must take as many.
+		i := strings.Index(pre, "flex_bwd_dkdv(")
+		j := strings.Index(pre[i:], ")")
+		if i < 0 || j < 0 {
+			t.Fatalf("%s: no flex_bwd_dkdv parameter list in the preprocessed source", name)
+		}
+		params := strings.Count(pre[i:i+j], ",") + 1
+		if want := s.dkdvArgs() + a.layout.slots(true); params != want {
+			t.Errorf("%s: flex_bwd_dkdv takes %d parameters, the launch passes %d", name, params, want)
+		}
+	}
+}
