@@ -130,6 +130,17 @@ func (a *Allocator) heldLocked(n int64) {
 	a.st.PeakBytes = max(a.st.PeakBytes, a.st.InUseBytes+a.st.CachedBytes+a.st.MappedBytes+n)
 }
 
+// ResetPeaks starts both peaks again from what is held and in use now, as
+// torch.cuda.reset_peak_memory_stats does (the bench measures its timed
+// steps so, as its PyTorch peer does).
+func (a *Allocator) ResetPeaks() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.st.PeakBytes, a.st.PeakInUseBytes = 0, 0
+	a.heldLocked(0)
+	a.usedLocked()
+}
+
 // usedLocked updates the in-use peak with the bytes in use now.
 func (a *Allocator) usedLocked() {
 	a.st.PeakInUseBytes = max(a.st.PeakInUseBytes, a.st.InUseBytes+a.st.MappedBytes-a.st.PoolFreeBytes)
@@ -283,6 +294,9 @@ func (d *Device) Free(b Buffer) { d.alloc.Free(b) }
 
 // AllocStats returns the allocator's counters.
 func (d *Device) AllocStats() AllocStats { return d.alloc.Stats() }
+
+// ResetPeakMemory starts the allocator's peaks (AllocStats) again from now.
+func (d *Device) ResetPeakMemory() { d.alloc.ResetPeaks() }
 
 // ReleaseCached returns the allocator's cached blocks to the driver.
 func (d *Device) ReleaseCached() (int64, error) {

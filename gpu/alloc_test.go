@@ -223,3 +223,36 @@ func TestAllocatorMisuse(t *testing.T) {
 		})
 	}
 }
+
+// TestAllocatorResetPeaks: after ResetPeaks, the held peak is what is held
+// then (the cached block counts) and the in-use peak what is in use then;
+// both grow again from there.
+func TestAllocatorResetPeaks(t *testing.T) {
+	a := newAllocator(0, newFakeMemory(1<<30))
+	big, err := a.Alloc(64 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	small, err := a.Alloc(1 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Free(big)
+	before := a.Stats()
+	a.ResetPeaks()
+	st := a.Stats()
+	held, inUse := st.InUseBytes+st.CachedBytes+st.MappedBytes, st.InUseBytes+st.MappedBytes-st.PoolFreeBytes
+	if st.PeakBytes != held || st.PeakInUseBytes != inUse || inUse >= before.PeakInUseBytes {
+		t.Fatalf("after ResetPeaks: peaks %d held, %d in use; want %d, %d (before: %d, %d)", st.PeakBytes, st.PeakInUseBytes,
+			held, inUse, before.PeakBytes, before.PeakInUseBytes)
+	}
+	again, err := a.Alloc(64 << 20) // the cached block: held stays, in use grows
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st2 := a.Stats(); st2.PeakBytes != held || st2.PeakInUseBytes != st2.InUseBytes+st2.MappedBytes-st2.PoolFreeBytes {
+		t.Fatalf("after a cached allocation: peaks %d held, %d in use; want %d held", st2.PeakBytes, st2.PeakInUseBytes, held)
+	}
+	a.Free(again)
+	a.Free(small)
+}

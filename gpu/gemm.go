@@ -311,7 +311,9 @@ func (d *Device) GemmTo(s *Stream, spec GemmSpec, alpha float32, a, b cuda.Devic
 	if err != nil {
 		return err
 	}
-	if d.tune != nil && !p.tuned && d.rec == nil && !d.capturing && d.stream(s) == d.main {
+	// Deterministic GEMMs keep the heuristic's first: a choice by timing
+	// could differ between machines and runs.
+	if d.tune != nil && !d.detGemm && !p.tuned && d.rec == nil && !d.capturing && d.stream(s) == d.main {
 		if err := d.tunePlan(bs, p, spec, alpha, a, b, beta, c, out); err != nil {
 			return err
 		}

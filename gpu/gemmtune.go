@@ -58,7 +58,11 @@ func (d *Device) tunePlan(bs *blasState, p *gemmPlan, spec GemmSpec, alpha float
 	}
 	key := d.tune.key(bs.wsSize, d.detGemm, spec)
 	i, err := d.tune.choose(key, algos, func() ([]float64, error) {
-		return d.timeOnScratch(bs, p, spec, alpha, a, b, beta, c, out)
+		times, err := d.timeOnScratch(bs, p, spec, alpha, a, b, beta, c, out)
+		// The scratch (up to a GiB for the LM head's logits) goes back to
+		// the driver, not into the cache, where it would stay held.
+		_, rerr := d.alloc.Release()
+		return times, errors.Join(err, rerr)
 	})
 	if err != nil {
 		return fmt.Errorf("gpu %d: tuning gemm %+v: %w", d.info.Ordinal, spec, err)

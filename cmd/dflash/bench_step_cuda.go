@@ -47,6 +47,7 @@ func benchStepCUDA(o stepbench.Options, cacheDir string) (*stepbench.Report, err
 			Free: func() (int64, error) { free, _, err := d.MemInfo(); return free, err },
 			Measure: func() func(*stepbench.Report, int) {
 				before := d.Counters()
+				d.ResetPeakMemory() // the timed steps' peaks, as the peer's torch.cuda.reset_peak_memory_stats
 				return func(r *stepbench.Report, steps int) {
 					c, n := d.Counters().Since(before), int64(max(steps, 1))
 					r.PerStep = gpu.Counters{HtoDCalls: c.HtoDCalls / n, HtoDBytes: c.HtoDBytes / n, DtoHCalls: c.DtoHCalls / n,

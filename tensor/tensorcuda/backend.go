@@ -99,8 +99,8 @@ var (
 // NewBackend returns the backend on d, compiling kernels through cache on
 // first use. Call it on d's worker thread, before d's first GEMM:
 // $DFLASH_GEMM_WORKSPACE_MIB sets the cuBLASLt workspace and
-// $DFLASH_GEMM_TUNE=1 turns on tuning (gemmTuneEnv), its choices saved in
-// cache's directory.
+// $DFLASH_GEMM_TUNE=0 turns off tuning (gemmTuneEnv), whose choices are
+// saved in cache's directory.
 func NewBackend(cache *jit.Cache, d *gpu.Device) (*Backend, error) {
 	if err := applyGemmSettings(d, cache.Dir()); err != nil {
 		return nil, err

@@ -8,10 +8,10 @@ import (
 	"dflash/gpu"
 )
 
-// gemmTuneEnv, set to 1, makes the device time each GEMM plan's cuBLASLt
+// gemmTuneEnv, unset or 1, makes the device time each GEMM plan's cuBLASLt
 // candidates at its first use and keep the fastest (gpu.Device.SetGemmTuning),
-// the choices saved in the kernel cache's directory; unset or 0, GEMMs use
-// the heuristic's first candidate.
+// the choices saved in the kernel cache's directory; 0 keeps the heuristic's
+// first candidate. Deterministic GEMMs are never tuned (gpu.Device.Gemm).
 const gemmTuneEnv = "DFLASH_GEMM_TUNE"
 
 // gemmWorkspaceEnv sets the cuBLASLt workspace in MiB
@@ -22,8 +22,8 @@ const gemmWorkspaceEnv = "DFLASH_GEMM_WORKSPACE_MIB"
 // whether to tune, and the workspace bytes (0: the device's default).
 func gemmSettings(tune, workspaceMiB string) (on bool, workspace int64, err error) {
 	switch tune {
-	case "", "0":
-	case "1":
+	case "0":
+	case "", "1":
 		on = true
 	default:
 		return false, 0, fmt.Errorf("tensorcuda: $%s=%q: want 1 (time each GEMM's algorithms) or 0", gemmTuneEnv, tune)

@@ -12,11 +12,11 @@ func TestGemmSettings(t *testing.T) {
 		bytes    int64
 		err      string // a part of the error; "" for none
 	}{
-		{"", "", false, 0, ""},
+		{"", "", true, 0, ""},
 		{"0", "", false, 0, ""},
 		{"1", "", true, 0, ""},
 		{"1", "128", true, 128 << 20, ""},
-		{"", "256", false, 256 << 20, ""},
+		{"", "256", true, 256 << 20, ""},
 		{"yes", "", false, 0, "$DFLASH_GEMM_TUNE=\"yes\""},
 		{"", "0", false, 0, "$DFLASH_GEMM_WORKSPACE_MIB=\"0\""},
 		{"", "32MiB", false, 0, "$DFLASH_GEMM_WORKSPACE_MIB=\"32MiB\""},

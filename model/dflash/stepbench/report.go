@@ -50,7 +50,10 @@ type Report struct {
 	PeakRSSBytes  uint64 `json:"peak_rss_bytes"`
 	Memory        Memory `json:"memory_estimate"` // the estimate checked before allocating
 	// PeakDeviceBytes, on a GPU (Device.Measure), is the most device memory
-	// the allocator held (parameters, optimizer state, the step arena,
+	// the allocator held over the timed steps (the peaks start again after
+	// the warm-up, as the peer's torch.cuda.reset_peak_memory_stats; the
+	// first step's compilation and GEMM tuning buffers are not in them;
+	// what is held then stays counted): parameters, optimizer state, the step arena,
 	// kernel buffers; mapped ranges included: torch's max_memory_reserved);
 	// PeakDeviceInUseBytes the most of it in use at once, the step arena's
 	// bytes handed out at that moment without its slack, and without the
