@@ -226,22 +226,64 @@ extern "C" __global__ void op_norm_rope_bwd_dx(const op_t *__restrict__ x, const
 }
 
 // op_norm_rope_bwd_dw: block (bx, k) sums g·x·rstd over the head rows
-// [k·rows_per_chunk, (k+1)·rows_per_chunk) ∩ [0, rows) for its column
-// c = bx·blockDim + tid < 2·half (g: dy's row rotated by −angle) and writes
-// partial[k·2·half + c] (overwriting); op_colsum adds the chunks.
+// [k·rows_per_chunk, (k+1)·rows_per_chunk) ∩ [0, rows) (g: dy's row rotated
+// by −angle) and writes partial[k·2·half + c] (overwriting); op_colsum adds
+// the chunks. With vec (the launcher's choice: 16-byte vectors fit half, x's
+// stride and every pointer, one block of at most OP_DW_THREADS threads spans
+// the 2·half columns) the block's threads form groups of half/OP_VEC, a
+// group takes every groups-th row of the chunk and a thread OP_VEC pairs of
+// columns of it, with vector loads; the groups' sums are added through
+// shared memory in group order. Without, a thread sums one column
+// c = bx·blockDim + tid over the chunk's rows.
+#define OP_DW_THREADS 256
 extern "C" __global__ void op_norm_rope_bwd_dw(const op_t *__restrict__ x, const float *__restrict__ rstd,
                                                const float *__restrict__ cos, const float *__restrict__ sin,
                                                const op_t *__restrict__ dy, float *__restrict__ partial,
                                                int batch, int length, int heads, int half, int x_stride,
-                                               int rows_per_chunk) {
+                                               int rows_per_chunk, int vec) {
   int dim = 2 * half;
+  int rows = batch * length * heads; // fewer than 2³¹ (the launcher checks)
+  int r0 = blockIdx.y * rows_per_chunk, r1 = min(rows, r0 + rows_per_chunk);
+  op_head_map map(length, heads, dim);
+  if (vec) {
+    __shared__ float sums[OP_DW_THREADS * 2 * OP_VEC]; // [groups][dim]
+    int per_row = half / OP_VEC, groups = blockDim.x / per_row;
+    int g = threadIdx.x / per_row, c0 = (threadIdx.x % per_row) * OP_VEC;
+    if (g < groups) {
+      float sa[OP_VEC] = {}, sb[OP_VEC] = {};
+      for (int i = r0 + g; i < r1; i += groups) {
+        long long r;
+        const op_t *dyr = dy + map.out(i, &r);
+        const op_t *xr = x + map.in(i, x_stride);
+        float ga[OP_VEC], gb[OP_VEC], xa[OP_VEC], xb[OP_VEC];
+        op_norm_rope_grad(dyr, cos + r * half, sin + r * half, c0, half, ga, gb);
+        op_load_vec(xr + c0, xa);
+        op_load_vec(xr + half + c0, xb);
+        float rs = rstd[i];
+#pragma unroll
+        for (int e = 0; e < OP_VEC; e++) {
+          sa[e] += ga[e] * xa[e] * rs;
+          sb[e] += gb[e] * xb[e] * rs;
+        }
+      }
+#pragma unroll
+      for (int e = 0; e < OP_VEC; e++) {
+        sums[g * dim + c0 + e] = sa[e];
+        sums[g * dim + half + c0 + e] = sb[e];
+      }
+    }
+    __syncthreads();
+    for (int c = threadIdx.x; c < dim; c += blockDim.x) {
+      float acc = 0.0f;
+      for (int q = 0; q < groups; q++) acc += sums[q * dim + c];
+      partial[(long long)blockIdx.y * dim + c] = acc;
+    }
+    return;
+  }
   int c = blockIdx.x * blockDim.x + threadIdx.x;
   if (c >= dim) return;
   bool lo = c < half;
   int p = lo ? c : c - half; // the pair's index
-  int rows = batch * length * heads; // fewer than 2³¹ (the launcher checks)
-  int r0 = blockIdx.y * rows_per_chunk, r1 = min(rows, r0 + rows_per_chunk);
-  op_head_map map(length, heads, dim);
   float acc = 0.0f;
   for (int i = r0; i < r1; i++) {
     long long r;

@@ -75,7 +75,7 @@ var (
 
 	kNormRoPE   = def("op_norm_rope.cu", "op_norm_rope_fwd", "x:p w:p cos:p sin:p y:p rstd:p batch:i32 length:i32 heads:i32 half:i32 x_stride:i32 eps:f32 lanes:i32")
 	kNormRoPEDX = def("op_norm_rope.cu", "op_norm_rope_bwd_dx", "x:p w:p rstd:p cos:p sin:p dy:p dx:p batch:i32 length:i32 heads:i32 half:i32 x_stride:i32 lanes:i32 accumulate:i32")
-	kNormRoPEDW = def("op_norm_rope.cu", "op_norm_rope_bwd_dw", "x:p rstd:p cos:p sin:p dy:p partial:p batch:i32 length:i32 heads:i32 half:i32 x_stride:i32 rows_per_chunk:i32")
+	kNormRoPEDW = def("op_norm_rope.cu", "op_norm_rope_bwd_dw", "x:p rstd:p cos:p sin:p dy:p partial:p batch:i32 length:i32 heads:i32 half:i32 x_stride:i32 rows_per_chunk:i32 vec:i32")
 
 	kRoPE = def("op_rope.cu", "op_rope", "x:p cos:p sin:p y:p rows:i32 heads:i32 half:i32 inverse:i32 accumulate:i32")
 

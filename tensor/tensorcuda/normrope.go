@@ -102,8 +102,13 @@ func (o *Ops) NormRoPEBackward(x, w, rstd, cos, sin, dy gpu.Buffer, batch, lengt
 	}
 	need("NormRoPEBackward", "scratch", scratch, ColumnScratch(rows, headDim)/4, 4)
 	per, nc := chunks(rows, headDim)
+	// Vectors of 16 bytes when they fit (op_norm_rope_bwd_dw; its shared
+	// memory is sized for blocks of threads threads).
+	v := 16 / int(o.es())
+	vec := half%v == 0 && xStride%v == 0 && headDim <= threads && aligned16(x, dy, cos, sin)
 	c := o.begin(kNormRoPEDW).ptr("x", x).ptr("rstd", rstd).ptr("cos", cos).ptr("sin", sin).ptr("dy", dy).ptr("partial", scratch).
-		i32("batch", batch).i32("length", length).i32("heads", heads).i32("half", half).i32("x_stride", xStride).i32("rows_per_chunk", per)
+		i32("batch", batch).i32("length", length).i32("heads", heads).i32("half", half).i32("x_stride", xStride).i32("rows_per_chunk", per).
+		flag("vec", vec)
 	if err := o.launch(c, cuda.Dim(uint32(ceilDiv(headDim, threads)), uint32(nc), 1), threads); err != nil {
 		return err
 	}
@@ -163,4 +168,14 @@ func (b *Backend) NormRoPEBackward(xS, wS, rstdS, dyS tensor.Storage[float32], b
 			b.freeTemp(scratch)
 		})
 	}
+}
+
+// aligned16 reports whether every buffer starts on a 16-byte boundary.
+func aligned16(bs ...gpu.Buffer) bool {
+	for _, b := range bs {
+		if b.Ptr%16 != 0 {
+			return false
+		}
+	}
+	return true
 }

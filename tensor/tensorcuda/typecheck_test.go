@@ -82,7 +82,7 @@ func TestOpKernelsOnHost(t *testing.T) {
 		src := strings.ReplaceAll(Source(c.kernels), "#pragma once", "") + "\n" + string(harness)
 		for _, bf := range []string{"0", "1"} {
 			bin := filepath.Join(t.TempDir(), "host")
-			cmd := exec.Command("g++", "-std=c++17", "-O1", "-fno-strict-aliasing", "-Wall", "-Wno-unknown-pragmas",
+			cmd := exec.Command("g++", "-std=c++20", "-pthread", "-O1", "-fno-strict-aliasing", "-Wall", "-Wno-unknown-pragmas",
 				"-Wno-unused-function", "-x", "c++", "-include", filepath.Join(td, "cuda_host_stub.h"), "-I", td,
 				"-DOP_BF16="+bf, fmt.Sprintf("-DSEED=%dull", seed), "-o", bin, "-")
 			cmd.Stdin = strings.NewReader(src)

@@ -1,6 +1,8 @@
 // cuda_host_stub.h: host stand-ins for the CUDA builtins the tensor-op kernels
 // (kernels/op_*.cu) use, enough for g++ -fsyntax-only to type-check them
-// (TestOpKernelsTypeCheck). Not a CUDA emulation: nothing here runs.
+// (TestOpKernelsTypeCheck), and for the host harnesses to run them
+// (TestOpKernelsOnHost, whose host_grid.h defines the grid variables and
+// __syncthreads). Not a CUDA emulation.
 #include <math.h>
 #include <cstring>
 #define __global__
@@ -9,7 +11,9 @@
 #define __restrict__
 #define __shared__ static
 struct dim3s { unsigned x, y, z; };
-extern dim3s threadIdx, blockIdx, blockDim, gridDim;
+extern thread_local dim3s threadIdx; // each of a block's threads may be a thread of its own
+extern dim3s blockIdx, blockDim, gridDim;
+void __syncthreads();
 struct uint4 { unsigned x, y, z, w; };
 struct float4 { float x, y, z, w; };
 struct uint2 { unsigned x, y; };
@@ -18,7 +22,6 @@ inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; 
 inline float __uint_as_float(unsigned i) { float f; std::memcpy(&f, &i, 4); return f; }
 inline unsigned __float_as_uint(float f) { unsigned u; std::memcpy(&u, &f, 4); return u; }
 template <typename T> inline T __shfl_xor_sync(unsigned, T v, int) { return v; }
-inline void __syncthreads() {}
 inline unsigned __umulhi(unsigned a, unsigned b) { return (unsigned)(((unsigned long long)a * b) >> 32); }
 inline int __clz(int x) { return x == 0 ? 32 : __builtin_clz((unsigned)x); }
 inline double __dmul_rn(double a, double b) { return a * b; }

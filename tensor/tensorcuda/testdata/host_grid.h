@@ -3,12 +3,22 @@
 // random buffers at a chosen alignment and failure counting. Included by the
 // *_host.cc harnesses after the kernel source (it uses op_t).
 #pragma once
+#include <barrier>
 #include <cstdio>
+#include <thread>
 #include <cstdlib>
 #include <random>
 #include <vector>
 
-dim3s threadIdx, blockIdx, blockDim, gridDim;
+thread_local dim3s threadIdx;
+dim3s blockIdx, blockDim, gridDim;
+
+// block_barrier is the barrier of the block block_together runs (none:
+// __syncthreads does nothing, as in grid's one thread after another).
+static std::barrier<> *block_barrier;
+void __syncthreads() {
+  if (block_barrier) block_barrier->arrive_and_wait();
+}
 
 static int failures, checks;
 static std::mt19937_64 rng(SEED);
@@ -17,6 +27,25 @@ static std::mt19937_64 rng(SEED);
   do {                                                                                             \
     if (failures++ < 20) std::printf(__VA_ARGS__);                                                 \
   } while (0)
+
+// block_together runs f on threads threads at once, as block (bx, by) of a
+// grid of gx × gy blocks: a kernel's shared memory (static here) and
+// __syncthreads work as on the device.
+template <typename F> static void block_together(unsigned gx, unsigned gy, unsigned bx, unsigned by, unsigned threads, F f) {
+  gridDim = {gx, gy, 1};
+  blockDim = {threads, 1, 1};
+  blockIdx = {bx, by, 0};
+  std::barrier<> bar(threads);
+  block_barrier = &bar;
+  std::vector<std::thread> ts;
+  for (unsigned t = 0; t < threads; t++)
+    ts.emplace_back([&, t] {
+      threadIdx = {t, 0, 0};
+      f();
+    });
+  for (auto &th : ts) th.join();
+  block_barrier = nullptr;
+}
 
 // grid runs f for every thread of a grid of blocks × threads.
 template <typename F> static void grid(unsigned blocks, unsigned threads, F f) {

@@ -58,8 +58,18 @@ static void test_norm_rope(int batch, int length, int heads, int half, int pad, 
           blockIdx = {bx, by, 0};
           threadIdx = {t, 0, 0};
           op_norm_rope_bwd_dw(x.p, rstd.data(), cs.p, sn.p, dy.p, partial.data(), batch, length, heads, half, stride,
-                              per);
+                              per, 0);
         }
+  }
+  // The vector path (the launcher's choice when vectors fit): blocks of 256
+  // threads run together, their groups' sums added in shared memory.
+  std::vector<float> vpartial((long long)chunks * dim, NAN);
+  bool vec = weight && half % OP_VEC == 0 && stride % OP_VEC == 0 && shift == 0;
+  if (vec) {
+    for (unsigned by = 0; by < (unsigned)chunks; by++)
+      block_together(1, chunks, 0, by, 256, [&] {
+        op_norm_rope_bwd_dw(x.p, rstd.data(), cs.p, sn.p, dy.p, vpartial.data(), batch, length, heads, half, stride, per, 1);
+      });
   }
   std::vector<double> dw(dim * (long long)chunks);
   char what[200];
@@ -130,6 +140,10 @@ static void test_norm_rope(int batch, int length, int heads, int half, int pad, 
     checks++;
     if (!close(partial[k], dw[k], 1, tolF32 * per * 4)) {
       FAIL("%s: dw partial %lld = %g, want %g\n", what, k, partial[k], dw[k]);
+      return;
+    }
+    if (vec && (checks++, !close(vpartial[k], dw[k], 1, tolF32 * per * 4))) {
+      FAIL("%s: dw partial %lld of the vector path = %g, want %g\n", what, k, vpartial[k], dw[k]);
       return;
     }
   }
