@@ -8,7 +8,8 @@
 # Built here first (no Go on the GPU machine):
 #   CGO_ENABLED=0 go test -c -o .devbuild/flexcuda.test ./flex/flexcuda
 #   CGO_ENABLED=0 go build -o .devbuild/dflash ./cmd/dflash
-# then on the device, carry [.devbuild/flexcuda.test, .devbuild/dflash]:
+# then on the device, carry [.devbuild/flexcuda.test, .devbuild/dflash]
+# (or the training build, [".devbuild/train.txz"] of gpu-train.sh --build):
 #   [TEST_VARIANTS="default portable"] [TEST_TIMEOUT=150] [VARIANTS="hopper portable hopper/portable hopper:FLEX_WS_PP=0"] [CASES_ONLY=a_causal_d128,b_dflash]
 #   [PEER=a_causal_d256] [SAVE=b_dflash] [NCU=1] bash scripts/gpu-attn-quick.sh
 # TEST_VARIANTS runs the tests and VARIANTS times each case once per listed
@@ -20,6 +21,10 @@
 # PyTorch's flex_attention on those inputs (bench/flex_peer.py --check).
 set -uo pipefail
 cd "$(dirname "$0")/.."
+if [ ! -x .devbuild/flexcuda.test ]; then # the training build's binaries
+  . scripts/devbuild.sh
+  cp "$B/flexcuda.test" "$B/dflash" .devbuild/ || exit 1
+fi
 . scripts/flex_cases.sh
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv,noheader
 # venv sets env to the environment of kernel choice $1.

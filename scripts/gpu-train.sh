@@ -35,6 +35,7 @@ if [ "${1:-}" = "--build" ]; then
 	go test -c -trimpath -ldflags="-s -w" -o "$B/gpu.test" ./gpu
 	go test -c -trimpath -ldflags="-s -w" -o "$B/model.test" ./model
 	go test -c -trimpath -ldflags="-s -w" -o "$B/dflash.test" ./model/dflash
+	go test -c -trimpath -ldflags="-s -w" -o "$B/flexcuda.test" ./flex/flexcuda
 	go test -count=1 -run TestWriteTrainFixture ./cmd/dflash -train-fixture "$PWD/$B/fixture" >/dev/null
 	du -sh "$B"
 	# The binaries are more than the device tool carries (64 MiB with the tree); compressed they fit.
