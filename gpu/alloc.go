@@ -224,6 +224,45 @@ func (a *Allocator) free(b Buffer, pool *Pool) {
 	a.pooled(pool, -class)
 }
 
+// allocDirect returns a block of at least n bytes from the driver itself,
+// not the cache, for short-lived scratch (GEMM tuning's) that must leave
+// the cache as it was: a graph captured over cached blocks would otherwise
+// find its buffers moved. Give it back with freeDirect.
+func (a *Allocator) allocDirect(n int64) (Buffer, error) {
+	if n <= 0 {
+		panic(fmt.Sprintf("gpu: Alloc of %d bytes", n))
+	}
+	class := sizeClass(n)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	p, err := a.mem.alloc(class)
+	if err != nil {
+		if errors.Is(err, cuda.ErrOutOfMemory) {
+			return Buffer{}, a.oomLocked(n, class, err)
+		}
+		return Buffer{}, fmt.Errorf("gpu %d: alloc %d bytes: %w", a.gpu, n, err)
+	}
+	a.st.DeviceAllocs++
+	a.heldLocked(class)
+	return a.hand(p, n, class, nil), nil
+}
+
+// freeDirect returns a block of allocDirect to the driver.
+func (a *Allocator) freeDirect(b Buffer) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	class, ok := a.live[b.Ptr]
+	if !ok {
+		panic(fmt.Sprintf("gpu %d: Free of %#x, which is not a live buffer of this device (double free?)", a.gpu, b.Ptr))
+	}
+	delete(a.live, b.Ptr)
+	a.st.Frees++
+	a.st.LiveBuffers--
+	a.st.InUseBytes -= class
+	a.st.DeviceFrees++
+	return a.mem.free(b.Ptr)
+}
+
 // Release returns every cached block to the driver and reports the bytes.
 func (a *Allocator) Release() (int64, error) {
 	a.mu.Lock()

@@ -256,3 +256,40 @@ func TestAllocatorResetPeaks(t *testing.T) {
 	a.Free(again)
 	a.Free(small)
 }
+
+// TestAllocatorDirect: a direct block comes from the driver even when the
+// cache holds one of its class, goes back to the driver when freed, and
+// leaves the cache as it was; the held peak counts it.
+func TestAllocatorDirect(t *testing.T) {
+	mem := newFakeMemory(1 << 30)
+	a := newAllocator(0, mem)
+	cached, err := a.Alloc(8 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Free(cached)
+	before := a.Stats()
+	d, err := a.allocDirect(8 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Ptr == cached.Ptr {
+		t.Fatal("allocDirect took the cached block")
+	}
+	if err := a.freeDirect(d); err != nil {
+		t.Fatal(err)
+	}
+	st := a.Stats()
+	if st.CachedBytes != before.CachedBytes || st.InUseBytes != before.InUseBytes || mem.used != before.CachedBytes ||
+		st.DeviceAllocs != before.DeviceAllocs+1 || st.DeviceFrees != before.DeviceFrees+1 || st.PeakBytes < 2*before.CachedBytes {
+		t.Fatalf("after a direct block: %+v (before %+v), driver holds %d", st, before, mem.used)
+	}
+	again, err := a.Alloc(8 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.Ptr != cached.Ptr {
+		t.Fatal("the cached block was not kept for the next allocation")
+	}
+	a.Free(again)
+}

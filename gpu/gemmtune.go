@@ -58,11 +58,7 @@ func (d *Device) tunePlan(bs *blasState, p *gemmPlan, spec GemmSpec, alpha float
 	}
 	key := d.tune.key(bs.wsSize, d.detGemm, spec)
 	i, err := d.tune.choose(key, algos, func() ([]float64, error) {
-		times, err := d.timeOnScratch(bs, p, spec, alpha, a, b, beta, c, out)
-		// The scratch (up to a GiB for the LM head's logits) goes back to
-		// the driver, not into the cache, where it would stay held.
-		_, rerr := d.alloc.Release()
-		return times, errors.Join(err, rerr)
+		return d.timeOnScratch(bs, p, spec, alpha, a, b, beta, c, out)
 	})
 	if err != nil {
 		return fmt.Errorf("gpu %d: tuning gemm %+v: %w", d.info.Ordinal, spec, err)
@@ -72,14 +68,16 @@ func (d *Device) tunePlan(bs *blasState, p *gemmPlan, spec GemmSpec, alpha float
 }
 
 // timeOnScratch times p's candidates on a and b with C and D in scratch
-// buffers of the allocator, freed when the timing has finished.
-func (d *Device) timeOnScratch(bs *blasState, p *gemmPlan, spec GemmSpec, alpha float32, a, b cuda.DevicePtr, beta float32, c, out cuda.DevicePtr) ([]float64, error) {
+// buffers straight from the driver (allocDirect: up to a GiB for the LM
+// head's logits, neither kept held nor taken from the cache), given back
+// when the timing has finished.
+func (d *Device) timeOnScratch(bs *blasState, p *gemmPlan, spec GemmSpec, alpha float32, a, b cuda.DevicePtr, beta float32, c, out cuda.DevicePtr) (_ []float64, err error) {
 	n := spec.cBytes()
-	sc, err := d.alloc.Alloc(n)
+	sc, err := d.alloc.allocDirect(n)
 	if err != nil {
 		return nil, err
 	}
-	defer d.alloc.Free(sc)
+	defer func() { err = errors.Join(err, d.alloc.freeDirect(sc)) }()
 	if beta != 0 { // the epilogue reads C: give it the caller's values
 		if err := d.CopyAsync(sc, Buffer{Ptr: c, Size: n}, n, nil); err != nil {
 			return nil, err
@@ -87,10 +85,10 @@ func (d *Device) timeOnScratch(bs *blasState, p *gemmPlan, spec GemmSpec, alpha 
 	}
 	so := sc
 	if out != c {
-		if so, err = d.alloc.Alloc(n); err != nil {
+		if so, err = d.alloc.allocDirect(n); err != nil {
 			return nil, err
 		}
-		defer d.alloc.Free(so)
+		defer func() { err = errors.Join(err, d.alloc.freeDirect(so)) }()
 	}
 	return d.timeCandidates(bs, p, p.candidates, bs.ws.Ptr, bs.wsSize, alpha, a, b, beta, sc.Ptr, so.Ptr, spec.tuneReps(), 2)
 }
