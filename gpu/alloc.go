@@ -106,8 +106,15 @@ func (a *Allocator) alloc(n int64, pool *Pool) (Buffer, error) {
 		a.st.CachedBytes -= class
 		return a.hand(p, n, class, pool), nil
 	}
+	return a.driverLocked(n, class, pool, true)
+}
+
+// driverLocked hands out a new block of class bytes from the driver for a
+// request of n; with retry, an out-of-memory first gives the cache back to
+// the driver and tries once more.
+func (a *Allocator) driverLocked(n, class int64, pool *Pool, retry bool) (Buffer, error) {
 	p, err := a.mem.alloc(class)
-	if errors.Is(err, cuda.ErrOutOfMemory) && a.st.CachedBytes > 0 {
+	if retry && errors.Is(err, cuda.ErrOutOfMemory) && a.st.CachedBytes > 0 {
 		a.st.OOMRetries++
 		if rerr := a.releaseLocked(); rerr != nil {
 			return Buffer{}, rerr
@@ -232,19 +239,9 @@ func (a *Allocator) allocDirect(n int64) (Buffer, error) {
 	if n <= 0 {
 		panic(fmt.Sprintf("gpu: Alloc of %d bytes", n))
 	}
-	class := sizeClass(n)
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	p, err := a.mem.alloc(class)
-	if err != nil {
-		if errors.Is(err, cuda.ErrOutOfMemory) {
-			return Buffer{}, a.oomLocked(n, class, err)
-		}
-		return Buffer{}, fmt.Errorf("gpu %d: alloc %d bytes: %w", a.gpu, n, err)
-	}
-	a.st.DeviceAllocs++
-	a.heldLocked(class)
-	return a.hand(p, n, class, nil), nil
+	return a.driverLocked(n, sizeClass(n), nil, false)
 }
 
 // freeDirect returns a block of allocDirect to the driver.

@@ -299,15 +299,7 @@ func (d *Device) Gemm(s *Stream, spec GemmSpec, alpha float32, a, b cuda.DeviceP
 // out = alpha·op(A)·op(B) + beta·C, out laid out as C (a residual add in
 // the product's epilogue when beta is 1). out is c or does not overlap it.
 func (d *Device) GemmTo(s *Stream, spec GemmSpec, alpha float32, a, b cuda.DevicePtr, beta float32, c, out cuda.DevicePtr) error {
-	if err := d.check("Gemm"); err != nil {
-		return err
-	}
-	spec = spec.normalized()
-	bs, err := d.blasInit()
-	if err != nil {
-		return err
-	}
-	p, err := d.plan(bs, spec)
+	spec, bs, p, err := d.planned("Gemm", spec)
 	if err != nil {
 		return err
 	}
@@ -335,11 +327,7 @@ func (d *Device) GemmTo(s *Stream, spec GemmSpec, alpha float32, a, b cuda.Devic
 // GemmAlgorithms returns how many heuristic candidates the plan for spec has
 // and the index of the one in use (after TuneGemm, the fastest measured).
 func (d *Device) GemmAlgorithms(spec GemmSpec) (candidates, inUse int, err error) {
-	bs, err := d.blasInit()
-	if err != nil {
-		return 0, 0, err
-	}
-	p, err := d.plan(bs, spec.normalized())
+	_, _, p, err := d.planned("GemmAlgorithms", spec)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -349,4 +337,19 @@ func (d *Device) GemmAlgorithms(spec GemmSpec) (candidates, inUse int, err error
 		}
 	}
 	return len(p.candidates), inUse, nil
+}
+
+// planned checks the call's thread and returns spec normalized, the
+// device's cuBLASLt state and spec's plan (made on first use).
+func (d *Device) planned(call string, spec GemmSpec) (GemmSpec, *blasState, *gemmPlan, error) {
+	if err := d.check(call); err != nil {
+		return spec, nil, nil, err
+	}
+	spec = spec.normalized()
+	bs, err := d.blasInit()
+	if err != nil {
+		return spec, nil, nil, err
+	}
+	p, err := d.plan(bs, spec)
+	return spec, bs, p, err
 }

@@ -173,15 +173,7 @@ func pickGemm(times []float64) (best int, ok bool) {
 // calls. It returns each candidate's seconds per product (+Inf for one that
 // cannot run here).
 func (d *Device) TuneGemm(spec GemmSpec, a, b, c cuda.DevicePtr, reps int) ([]float64, error) {
-	if err := d.check("TuneGemm"); err != nil {
-		return nil, err
-	}
-	spec = spec.normalized()
-	bs, err := d.blasInit()
-	if err != nil {
-		return nil, err
-	}
-	p, err := d.plan(bs, spec)
+	spec, bs, p, err := d.planned("TuneGemm", spec)
 	if err != nil {
 		return nil, err
 	}
@@ -205,15 +197,7 @@ func (d *Device) TuneGemm(spec GemmSpec, a, b, c cuda.DevicePtr, reps int) ([]fl
 // heuristic's first at index 0, +Inf for one that cannot run. The device's
 // plans keep their algorithms.
 func (d *Device) TimeGemmCandidates(spec GemmSpec, workspace int64, beta float32, a, b, c, out cuda.DevicePtr, rounds, reps int) (_ []float64, err error) {
-	if err := d.check("TimeGemmCandidates"); err != nil {
-		return nil, err
-	}
-	spec = spec.normalized()
-	bs, err := d.blasInit()
-	if err != nil {
-		return nil, err
-	}
-	p, err := d.plan(bs, spec)
+	spec, bs, p, err := d.planned("TimeGemmCandidates", spec)
 	if err != nil {
 		return nil, err
 	}
