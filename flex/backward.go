@@ -16,8 +16,9 @@ type bwdScratch[T elem] struct {
 
 // Backward returns the gradients of a loss L with respect to q, k, v (and
 // to the float tensors the score program reads) given dout = ∂L/∂out and
-// the out and lse of Forward. With P_ij = exp(s_ij - lse_i) and the raw
-// score r_ij = scale · q_i·k_j (s_ij = score(r_ij)):
+// the out and lse of Forward (out and dout laid out as d.OutHeadsInner
+// says). With P_ij = exp(s_ij - lse_i) and the raw score r_ij = scale ·
+// q_i·k_j (s_ij = score(r_ij)):
 //
 //	dv_j  = Σ_i P_ij dout_i
 //	dP_ij = dout_i · v_j,  D_i = dout_i · out_i
@@ -105,7 +106,8 @@ func rowDeltas[T elem](d Dims, bq, nq int, out, dout []T) []float64 {
 		row0 := bh*d.LenQ + q0
 		for r := row0; r < row0+m; r++ {
 			s := 0.0
-			o, g := out[r*D:(r+1)*D], dout[r*D:(r+1)*D]
+			at := d.OutRow(bh/d.HeadsQ, bh%d.HeadsQ, r-bh*d.LenQ)
+			o, g := out[at:at+D], dout[at:at+D]
 			for x := range o {
 				s += float64(o[x]) * float64(g[x])
 			}
@@ -243,9 +245,10 @@ func (bp *bwdPass[T]) pair(sc *bwdScratch[T], ti, b, h, qb, k0, n int, kb, vb []
 	m := min(bq, d.LenQ-q0)
 	row0 := (b*d.HeadsQ+h)*d.LenQ + q0
 	tile := (b*d.HeadsQ+h)*bp.nq + qb
-	qt, dot := bp.q[row0*D:(row0+m)*D], bp.dout[row0*D:(row0+m)*D]
+	ldo, o0 := d.OutStride(), d.OutRow(b, h, q0) // dout's rows of the tile
+	qt, dot := bp.q[row0*D:(row0+m)*D], bp.dout[o0:o0+(m-1)*ldo+D]
 	gemmNT(sc.s, bkv, qt, D, kb, D, m, n, D, groups, nil, T(bp.scale), false)
-	gemmNT(sc.dp, bkv, dot, D, vb, D, m, n, D, groups, nil, 1, false)
+	gemmNT(sc.dp, bkv, dot, ldo, vb, D, m, n, D, groups, nil, 1, false)
 	if sc.gev != nil {
 		sc.gev.setBH(b, h)
 	}
@@ -278,7 +281,7 @@ func (bp *bwdPass[T]) pair(sc *bwdScratch[T], ti, b, h, qb, k0, n int, kb, vb []
 	}
 	// dv += Pᵀ·dout, dk += scale·dSᵀ·q, dq = scale·dS·k: P and dS are read
 	// transposed in place (row stride 1, inner stride bkv).
-	gemmAcc(sc.dv, D, sc.s, 1, bkv, dot, D, n, D, m, cols, 1)
+	gemmAcc(sc.dv, D, sc.s, 1, bkv, dot, ldo, n, D, m, cols, 1)
 	gemmAcc(sc.dk, D, sc.dp, 1, bkv, qt, D, n, D, m, cols, T(bp.scale))
 	clear(sc.dq[:m*D])
 	gemmAcc(sc.dq, D, sc.dp, bkv, 1, kb, D, m, D, n, groups, T(bp.scale))

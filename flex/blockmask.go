@@ -10,10 +10,19 @@ import (
 const DefaultBlock = 128
 
 // Dims are the attention dimensions. q is [Batch, HeadsQ, LenQ, HeadDim], k and
-// v are [Batch, HeadsKV, LenKV, HeadDim], out is like q and lse is [Batch,
-// HeadsQ, LenQ]; all row-major. HeadsQ is a multiple of HeadsKV: query head h
-// reads kv head h / (HeadsQ / HeadsKV) (grouped-query attention).
-type Dims struct{ Batch, HeadsQ, HeadsKV, LenQ, LenKV, HeadDim int }
+// v are [Batch, HeadsKV, LenKV, HeadDim], out (and dout, its gradient) is
+// like q, or [Batch, LenQ, HeadsQ, HeadDim] with OutHeadsInner, and lse is
+// [Batch, HeadsQ, LenQ]; all row-major. HeadsQ is a multiple of HeadsKV:
+// query head h reads kv head h / (HeadsQ / HeadsKV) (grouped-query
+// attention).
+type Dims struct {
+	Batch, HeadsQ, HeadsKV, LenQ, LenKV, HeadDim int
+	// OutHeadsInner lays out out and dout with the heads inside the query
+	// rows, [Batch, LenQ, HeadsQ, HeadDim], so that merging the heads
+	// ([Batch·LenQ, HeadsQ·HeadDim]) is a reshape, not a transpose. A block
+	// mask does not depend on it.
+	OutHeadsInner bool
+}
 
 // Check returns an error when d is not a valid attention shape.
 func (d Dims) Check() error {
@@ -28,6 +37,24 @@ func (d Dims) Check() error {
 
 // Group returns HeadsQ / HeadsKV, the number of query heads per kv head.
 func (d Dims) Group() int { return d.HeadsQ / d.HeadsKV }
+
+// OutRow returns the offset in out (and dout) of the first element of row i
+// of query head h in batch b.
+func (d Dims) OutRow(b, h, i int) int {
+	if d.OutHeadsInner {
+		return ((b*d.LenQ+i)*d.HeadsQ + h) * d.HeadDim
+	}
+	return ((b*d.HeadsQ+h)*d.LenQ + i) * d.HeadDim
+}
+
+// OutStride returns the distance in out (and dout) between consecutive rows
+// of one query head: HeadDim, or HeadsQ·HeadDim with OutHeadsInner.
+func (d Dims) OutStride() int {
+	if d.OutHeadsInner {
+		return d.HeadsQ * d.HeadDim
+	}
+	return d.HeadDim
+}
 
 // BlockMask is the block-sparse structure of a mask program for given Dims:
 // for every (batch, head, query block) the key blocks that are partial (some

@@ -130,7 +130,7 @@ func TestBlockMaskLayout(t *testing.T) {
 	if _, err := NewBlockMask(DFlashMask(16), NewArgs(), d, 0, 0); err == nil {
 		t.Fatal("missing args: no error")
 	}
-	if _, err := NewBlockMask(Causal(), nil, Dims{1, 3, 2, 4, 4, 4}, 0, 0); err == nil {
+	if _, err := NewBlockMask(Causal(), nil, Dims{1, 3, 2, 4, 4, 4, false}, 0, 0); err == nil {
 		t.Fatal("HeadsQ not a multiple of HeadsKV: no error")
 	}
 }

@@ -108,9 +108,10 @@ func (s *blockSource) sharedHeads() bool {
 //	lse_i  = log Σ_j exp(s_ij)
 //	out_i  = Σ_j exp(s_ij - lse_i) · v_j
 //
-// Rows with no allowed key give out 0 and lse -Inf. Work is proportional to
-// the non-empty blocks of bm; full blocks skip the mask and partial ones
-// evaluate it per element. score nil is the identity; args supplies the
+// Rows with no allowed key give out 0 and lse -Inf. out is laid out as
+// d.OutHeadsInner says, lse as q without its last dimension. Work is
+// proportional to the non-empty blocks of bm; full blocks skip the mask and
+// partial ones evaluate it per element. score nil is the identity; args supplies the
 // score program's parameters (the mask's are in bm). Query head h reads kv
 // head h / (HeadsQ/HeadsKV) without copying. It runs on up to GOMAXPROCS
 // goroutines. It panics on inconsistent shapes or missing score parameters,
@@ -217,7 +218,7 @@ func forward[T elem](d Dims, q, k, v []T, src *blockSource, score *ScoreProgram,
 			x := h - h0
 			row0 := (b*d.HeadsQ+h)*d.LenQ + q0
 			for i := 0; i < m; i++ {
-				o := out[(row0+i)*D : (row0+i+1)*D]
+				o := out[d.OutRow(b, h, q0+i):][:D]
 				if sc.lrow[x][i] == 0 {
 					lse[row0+i] = T(math.Inf(-1))
 					continue // out stays 0

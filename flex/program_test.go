@@ -193,7 +193,7 @@ func TestArgsErrors(t *testing.T) {
 	mustPanic("zero expression", func() { Int{}.Add(Q()) })
 	mustPanic("kind clash", func() { NewMask("m", IntScalar("n").Lt(IntTensorParam("n", 1).At(Q()))) })
 	mustPanic("forward length", func() {
-		bm, _ := NewBlockMask(Causal(), nil, Dims{1, 1, 1, 4, 4, 2}, 0, 0)
-		Forward(Dims{1, 1, 1, 4, 4, 2}, make([]float64, 7), make([]float64, 8), make([]float64, 8), bm, nil, nil, 1)
+		bm, _ := NewBlockMask(Causal(), nil, Dims{1, 1, 1, 4, 4, 2, false}, 0, 0)
+		Forward(Dims{1, 1, 1, 4, 4, 2, false}, make([]float64, 7), make([]float64, 8), make([]float64, 8), bm, nil, nil, 1)
 	})
 }

@@ -46,12 +46,13 @@ typedef flex_t flex_dkv_t;
 static_assert(FLEX_BQ % FLEX_BMQ == 0, "q block must be a multiple of BMQ");
 static_assert(FLEX_BWD_PRE_ROWS * (FLEX_D / 8) == 256, "flex_bwd_pre: 256 threads, one per 8 elements of a row");
 
-// flex_bwd_pre computes Dlt = rowsum(dO * O) in fp32 for every row, and
-// zeroes the fp32 dQ accumulator when dqacc is not null.
+// flex_bwd_pre computes Dlt = rowsum(dO * O) in fp32 for every row (Dlt
+// and dqacc: [batch, heads_q, lenq] rows; O and dO laid out as o_hi says),
+// and zeroes the fp32 dQ accumulator when dqacc is not null.
 extern "C" __global__ void __launch_bounds__(256)
     flex_bwd_pre(const flex_t *__restrict__ O, const flex_t *__restrict__ dO,
                  float *__restrict__ Dlt, float *__restrict__ dqacc,
-                 long long rows) {
+                 long long rows, int heads_q, int lenq, int o_hi) {
   constexpr int CH = FLEX_D / 8;
   constexpr int RPB = FLEX_BWD_PRE_ROWS; // rows per CTA
   const int tid = threadIdx.x;
@@ -59,8 +60,11 @@ extern "C" __global__ void __launch_bounds__(256)
   const int c = tid % CH;
   float acc = 0.f;
   if (row < rows) {
-    const uint4 o = *(const uint4 *)(O + row * FLEX_D + c * 8);
-    const uint4 g = *(const uint4 *)(dO + row * FLEX_D + c * 8);
+    const long long bh = row / lenq;
+    const long long at = flex_o_head((int)(bh / heads_q), (int)(bh % heads_q), heads_q, lenq, o_hi) +
+                         (row - bh * lenq) * flex_o_ld(heads_q, o_hi) + c * 8;
+    const uint4 o = *(const uint4 *)(O + at);
+    const uint4 g = *(const uint4 *)(dO + at);
     const unsigned ov[4] = {o.x, o.y, o.z, o.w};
     const unsigned gv[4] = {g.x, g.y, g.z, g.w};
 #pragma unroll
@@ -166,14 +170,16 @@ __device__ __forceinline__ FlexKVBlock flex_kv_block() {
 // FlexQStream streams to flex_bwd_dkdv the q tiles (BM rows, NT threads)
 // of one query head at a time: Q and dO into sQ and sdO ([stages][BM][FLEX_D],
 // laid out for wgmma when WG, else for mma.sync), LSE and Dlt into sL and
-// sDl ([stages][BM]), with cp.async.
+// sDl ([stages][BM]), with cp.async. dO is laid out as o_hi says.
 template <int BM, int NT, bool WG> struct FlexQStream {
   flex_t *sQ, *sdO;
   float *sL, *sDl;
   const flex_t *Q, *dO;
   const float *LSE, *Dlt;
-  int lenq, tid;
+  int lenq, tid, o_hi;
   long long qoff; // the head's first row
+  long long ooff; // the offset of the head's first row of dO
+  int old;        // the distance between the head's rows of dO
   FlexBlocks blk; // the head's q-side list of the CTA's kv block
   int ntiles;     // tiles in blk
   // head selects query head hk * FLEX_GROUP + g of the CTA's group and
@@ -183,6 +189,8 @@ template <int BM, int NT, bool WG> struct FlexQStream {
                                       int bm_heads, int nkvb, int nqb, int heads_q) {
     const int h = cta.hk * FLEX_GROUP + g;
     qoff = (long long)(cta.b * heads_q + h) * lenq;
+    ooff = flex_o_head(cta.b, h, heads_q, lenq, o_hi);
+    old = flex_o_ld(heads_q, o_hi);
     blk = flex_blocks(sIdx, num, idx, fnum, fidx, cta.b, h, cta.kb, bm_batch, bm_heads, nkvb, nqb, tid, NT);
     ntiles = blk.tiles<FLEX_BQ, BM>();
     return h;
@@ -197,10 +205,10 @@ template <int BM, int NT, bool WG> struct FlexQStream {
       const int q0 = start(t, f);
       if constexpr (WG) {
         flex_wg_load<BM, NT>(sQ + st * BM * FLEX_D, Q + qoff * FLEX_D, q0, lenq, tid);
-        flex_wg_load<BM, NT>(sdO + st * BM * FLEX_D, dO + qoff * FLEX_D, q0, lenq, tid);
+        flex_wg_load<BM, NT>(sdO + st * BM * FLEX_D, dO + ooff, q0, lenq, tid, old);
       } else {
         flex_load_tile<BM, NT>(sQ + st * BM * FLEX_D, Q + qoff * FLEX_D, q0, lenq, tid);
-        flex_load_tile<BM, NT>(sdO + st * BM * FLEX_D, dO + qoff * FLEX_D, q0, lenq, tid);
+        flex_load_tile<BM, NT>(sdO + st * BM * FLEX_D, dO + ooff, q0, lenq, tid, old);
       }
       flex_load_vec(sL + st * BM, LSE + qoff, q0, BM, lenq, tid);
       flex_load_vec(sDl + st * BM, Dlt + qoff, q0, BM, lenq, tid);
@@ -257,7 +265,7 @@ extern "C" __global__ void __launch_bounds__(FLEX_BWD_NT)
              sDl, 2 * BM, sdS, FLEX_DQ_ATOMIC ? BM * BKV : 0, sIdx);
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  FlexQStream<BM, NT, false> qs{sQ, sdO, sL, sDl, Q, dO, LSE, Dlt, lenq, tid};
+  FlexQStream<BM, NT, false> qs{sQ, sdO, sL, sDl, Q, dO, LSE, Dlt, lenq, tid, o_hi};
   const int heads_kv = heads_q / FLEX_GROUP;
   const FlexKVBlock cta = flex_kv_block();
   const int kb = cta.kb, hk = cta.hk, b = cta.b;

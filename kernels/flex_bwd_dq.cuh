@@ -29,7 +29,7 @@ extern "C" __global__ void __launch_bounds__(FLEX_DQ_NT)
                 const int *__restrict__ kv_idx, const int *__restrict__ full_num,
                 const int *__restrict__ full_idx, int heads_q, int lenq,
                 int lenkv, int bm_batch, int bm_heads, int nqb, int nkvb,
-                float scale FLEX_ARG_PARAMS) {
+                float scale, int o_hi FLEX_ARG_PARAMS) {
   const FlexArgs args = {{FLEX_ARG_VALUES}};
   constexpr int D = FLEX_D, BQ = FLEX_BQ, BN = FLEX_DQ_BN, NT = FLEX_DQ_NT;
   constexpr int NTILE = BN / 8, DT = D / 8;
@@ -53,7 +53,7 @@ extern "C" __global__ void __launch_bounds__(FLEX_DQ_NT)
   const FlexKVStream<BN, NT> kv{sK, sV, K + kvoff, V + kvoff, blk, ntiles, lenkv, tid};
 
   flex_load_tile<BQ, NT>(sQ, Q + qoff * D, q0, lenq, tid);
-  flex_load_tile<BQ, NT>(sdO, dO + qoff * D, q0, lenq, tid);
+  flex_load_tile<BQ, NT>(sdO, dO + flex_o_head(b, h, heads_q, lenq, o_hi), q0, lenq, tid, flex_o_ld(heads_q, o_hi));
   flex_load_vec(sL, LSE + qoff, q0, BQ, lenq, tid);
   flex_load_vec(sDl, Dlt + qoff, q0, BQ, lenq, tid);
   kv.prefetch(0, 0);

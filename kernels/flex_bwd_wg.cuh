@@ -91,13 +91,16 @@ __device__ __forceinline__ void flex_bwd_wg_abt(float (&d)[BM / 2], const flex_t
 #if FLEX_BWD_PROD
 // flex_bwd_produce is the producer warpgroup's work (its first warp; the
 // others leave at once): for every q tile t of qs's list, once stage t %
-// NSTG is empty, lane 0 has Q and dO copied into it by the copy engine
-// (tensor maps tq, tdo over [batch*heads][lenq][D], z = the head's row) and
-// the lanes store LSE and Dlt (0 past lenq), each then arriving on the
-// stage's full barrier.
+// NSTG is empty, lane 0 has Q and dO of query head h in batch b copied into
+// it by the copy engine (tensor maps: tq over [batch*heads][lenq][D], z =
+// b * heads + h; tdo over [batch][heads][lenq][D], coordinates (col, q row,
+// h, b), or with qs.o_hi over [batch][lenq][heads][D], coordinates (col, h,
+// q row, b)) and the lanes store LSE and Dlt (0 past lenq), each then
+// arriving on the stage's full barrier.
 template <int BM, class QS>
 __device__ __forceinline__ void flex_bwd_produce(const QS &qs, unsigned long long *fullb, unsigned long long *emptyb,
-                                                 const FlexTmap *tq, const FlexTmap *tdo, int z, int lane, bool warp0) {
+                                                 const FlexTmap *tq, const FlexTmap *tdo, int b, int h, int heads_q,
+                                                 int lane, bool warp0) {
   constexpr int NSTG = FLEX_BWD_STAGES, D = FLEX_D;
   flex_regs_dec<24>();
   if (!warp0)
@@ -111,8 +114,9 @@ __device__ __forceinline__ void flex_bwd_produce(const QS &qs, unsigned long lon
       flex_mbar_expect(fullb + st, 2 * BM * D * 2);
 #pragma unroll
       for (int c = 0; c < D / 64; c++) {
-        flex_tma_load3(qs.sQ + st * BM * D + c * BM * 64, tq, c * 64, q0, z, fullb + st);
-        flex_tma_load3(qs.sdO + st * BM * D + c * BM * 64, tdo, c * 64, q0, z, fullb + st);
+        flex_tma_load3(qs.sQ + st * BM * D + c * BM * 64, tq, c * 64, q0, b * heads_q + h, fullb + st);
+        flex_tma_load4(qs.sdO + st * BM * D + c * BM * 64, tdo, c * 64, qs.o_hi ? h : q0, qs.o_hi ? q0 : h, b,
+                       fullb + st);
       }
     }
 #pragma unroll
@@ -164,7 +168,7 @@ extern "C" __global__ void __launch_bounds__(FLEX_BWD_NT, 1)
   // tid, wg: the thread and warpgroup among the two consumers (PROD: the
   // producer is warpgroup -1).
   const int tid = threadIdx.x - (PROD ? 128 : 0), lane = threadIdx.x & 31, wg = tid >> 7;
-  FlexQStream<BM, FLEX_BWD_NT, true> qs{sQ, sdO, sL, sDl, Q, dO, LSE, Dlt, lenq, (int)threadIdx.x};
+  FlexQStream<BM, FLEX_BWD_NT, true> qs{sQ, sdO, sL, sDl, Q, dO, LSE, Dlt, lenq, (int)threadIdx.x, o_hi};
   const int wq = (tid >> 5) & 3;
   const int heads_kv = heads_q / FLEX_GROUP;
   const FlexKVBlock cta = flex_kv_block();
@@ -189,7 +193,7 @@ extern "C" __global__ void __launch_bounds__(FLEX_BWD_NT, 1)
     // The one head's list (its barrier also publishes the mbarriers).
     h = qs.head(cta, cta.g0, sIdx, q_num, q_idx, fullq_num, fullq_idx, bm_batch, bm_heads, nkvb, nqb, heads_q);
     if (tid < 0) {
-      flex_bwd_produce<BM>(qs, fullb, emptyb, &tmQ, &tmdO, b * heads_q + h, lane, tid < -96);
+      flex_bwd_produce<BM>(qs, fullb, emptyb, &tmQ, &tmdO, b, h, heads_q, lane, tid < -96);
       return;
     }
     flex_regs_inc<240>();

@@ -34,7 +34,7 @@ typedef unsigned short flex_t; // raw bf16 / fp16 bits
       float *__restrict__ LSE, const int *__restrict__ kv_num,                 \
       const int *__restrict__ kv_idx, const int *__restrict__ full_num,        \
       const int *__restrict__ full_idx, int heads_q, int lenq, int lenkv,      \
-      int bm_batch, int bm_heads, int nqb, int nkvb, float scale
+      int bm_batch, int bm_heads, int nqb, int nkvb, float scale, int o_hi
 #define FLEX_DKDV_PARAMS                                                       \
   const flex_t *__restrict__ Q, const flex_t *__restrict__ K,                  \
       const flex_t *__restrict__ V, const flex_t *__restrict__ dO,             \
@@ -43,7 +43,17 @@ typedef unsigned short flex_t; // raw bf16 / fp16 bits
       float *__restrict__ dQacc, const int *__restrict__ q_num,                \
       const int *__restrict__ q_idx, const int *__restrict__ fullq_num,        \
       const int *__restrict__ fullq_idx, int heads_q, int lenq, int lenkv,     \
-      int bm_batch, int bm_heads, int nqb, int nkvb, float scale
+      int bm_batch, int bm_heads, int nqb, int nkvb, float scale, int o_hi
+
+// O and dO's layout is the run-time argument o_hi (flex.Dims.OutHeadsInner):
+// 0: [batch, heads_q, lenq, FLEX_D] like Q; 1: [batch, lenq, heads_q,
+// FLEX_D], the heads inside the rows. flex_o_head is the element offset of
+// row 0 of query head h in batch b, flex_o_ld the distance between two
+// consecutive rows of one head.
+__device__ __forceinline__ long long flex_o_head(int b, int h, int heads_q, int lenq, int o_hi) {
+  return o_hi ? ((long long)b * lenq * heads_q + h) * FLEX_D : (long long)(b * heads_q + h) * lenq * FLEX_D;
+}
+__device__ __forceinline__ int flex_o_ld(int heads_q, int o_hi) { return o_hi ? heads_q * FLEX_D : FLEX_D; }
 
 // flex_bwd_half is the half of the head dimension whose dK, dV and dQ this
 // CTA computes: with FLEX_BWD_HALF two CTAs share each kv block, told apart
@@ -149,11 +159,12 @@ template <int N> __device__ __forceinline__ void flex_cp_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
-// flex_load_tile copies rows [row0, row0+ROWS) of a [len, FLEX_D] matrix into
-// a swizzled shared tile; rows at or past len are zero-filled.
+// flex_load_tile copies rows [row0, row0+ROWS) of a [len, FLEX_D] matrix
+// (rows ld elements apart) into a swizzled shared tile; rows at or past len
+// are zero-filled.
 template <int ROWS, int NT>
 __device__ __forceinline__ void flex_load_tile(flex_t *sm, const flex_t *g,
-                                               int row0, int len, int tid) {
+                                               int row0, int len, int tid, int ld = FLEX_D) {
   constexpr int CH = FLEX_D / 8;
   constexpr int TOTAL = ROWS * CH;
 #pragma unroll
@@ -161,7 +172,7 @@ __device__ __forceinline__ void flex_load_tile(flex_t *sm, const flex_t *g,
     int r = i / CH, c = i % CH;
     int gr = row0 + r;
     bool ok = gr < len;
-    const flex_t *src = g + (long long)(ok ? gr : 0) * FLEX_D + c * 8;
+    const flex_t *src = g + (long long)(ok ? gr : 0) * ld + c * 8;
     flex_cp16(sm + flex_swz(r, c), src, ok);
   }
 }
@@ -188,11 +199,12 @@ __device__ __forceinline__ int flex_wg_off32(int r, int c) {
   return (c >> 5) * ROWS * 32 + r * 32 + ((((c >> 2) & 7) ^ (r & 7)) << 2) + (c & 3);
 }
 
-// flex_wg_load copies rows [row0, row0+ROWS) of a [len, FLEX_D] matrix into
-// a wgmma tile; rows at or past len are zero-filled.
+// flex_wg_load copies rows [row0, row0+ROWS) of a [len, FLEX_D] matrix
+// (rows ld elements apart) into a wgmma tile; rows at or past len are
+// zero-filled.
 template <int ROWS, int NT>
 __device__ __forceinline__ void flex_wg_load(flex_t *sm, const flex_t *g,
-                                             int row0, int len, int tid) {
+                                             int row0, int len, int tid, int ld = FLEX_D) {
   constexpr int CH = FLEX_D / 8;
 #pragma unroll
   for (int i = tid; i < ROWS * CH; i += NT) {
@@ -200,7 +212,7 @@ __device__ __forceinline__ void flex_wg_load(flex_t *sm, const flex_t *g,
     const int gr = row0 + r;
     const bool ok = gr < len;
     flex_cp16(sm + flex_wg_off<ROWS>(r, c),
-              g + (long long)(ok ? gr : 0) * FLEX_D + c * 8, ok);
+              g + (long long)(ok ? gr : 0) * ld + c * 8, ok);
   }
 }
 
@@ -274,6 +286,15 @@ __device__ __forceinline__ void flex_tma_load3(void *dst, const FlexTmap *tm, in
   asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes"
                " [%0], [%1, {%2, %3, %4}], [%5];\n"
                ::"r"(flex_smem_addr(dst)), "l"((unsigned long long)tm), "r"(x), "r"(y), "r"(z),
+               "r"(flex_smem_addr(bar)) : "memory");
+}
+// flex_tma_load4 is flex_tma_load3 for a 4-D tensor map, the box at (x, y,
+// z, w).
+__device__ __forceinline__ void flex_tma_load4(void *dst, const FlexTmap *tm, int x, int y, int z, int w,
+                                               unsigned long long *bar) {
+  asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes"
+               " [%0], [%1, {%2, %3, %4, %5}], [%6];\n"
+               ::"r"(flex_smem_addr(dst)), "l"((unsigned long long)tm), "r"(x), "r"(y), "r"(z), "r"(w),
                "r"(flex_smem_addr(bar)) : "memory");
 }
 // flex_tma_reduce3 adds the fp32 box at src in shared memory into the box at

@@ -4,12 +4,13 @@
 //   out[b,h,i,:] = sum_j softmax_j(score(q_i . k_j * scale) | mask) v_j
 //   lse[b,h,i]   = log sum_{j allowed} exp(score(q_i . k_j * scale))
 //
-// One CTA computes FLEX_BQ query rows of one (batch, query head); each warp
-// owns FLEX_FWD_MT tiles of 16 rows (two reuse every K and V fragment read
-// from shared memory). The grid is (heads x batch, q blocks), the heaviest
-// q blocks of every head dispatched first. A CTA visits only the non-empty
-// kv blocks of its q block: the partial list (mask evaluated per element)
-// then the full list (no mask). K and V tiles of FLEX_FWD_BN rows are
+// (out laid out as o_hi says, flex_o_head). One CTA computes FLEX_BQ query
+// rows of one (batch, query head); each warp owns FLEX_FWD_MT tiles of 16
+// rows (two reuse every K and V fragment read from shared memory). The grid
+// is (heads x batch, q blocks), the heaviest q blocks of every head
+// dispatched first. A CTA visits only the non-empty kv blocks of its q
+// block: the partial list (mask evaluated per element) then the full list
+// (no mask). K and V tiles of FLEX_FWD_BN rows are
 // double-buffered with cp.async; S = Q K^T and O += P V run on mma.sync
 // m16n8k16 with fp32 accumulation; softmax is online in the log2 domain.
 // Rows with no allowed key get out 0, lse -inf. GQA: query head h reads kv
@@ -175,7 +176,8 @@ extern "C" __global__ void __launch_bounds__(FLEX_FWD_NT)
   }
   flex_cp_wait<0>();
 
-  flex_t *gO = O + ((long long)(b * heads_q + h) * lenq) * D;
+  flex_t *gO = O + flex_o_head(b, h, heads_q, lenq, o_hi);
+  const int ld = flex_o_ld(heads_q, o_hi);
   float *gL = LSE + (long long)(b * heads_q + h) * lenq;
 #pragma unroll
   for (int mt = 0; mt < MT; mt++) {
@@ -188,10 +190,10 @@ extern "C" __global__ void __launch_bounds__(FLEX_FWD_NT)
     for (int n = 0; n < DT; n++) {
       const int col = n * 8 + (lane & 3) * 2;
       if (r0 < lenq)
-        *(unsigned *)(gO + (long long)r0 * D + col) =
+        *(unsigned *)(gO + (long long)r0 * ld + col) =
             flex_pack2(acc[mt][n][0] * inv0, acc[mt][n][1] * inv0);
       if (r1 < lenq)
-        *(unsigned *)(gO + (long long)r1 * D + col) =
+        *(unsigned *)(gO + (long long)r1 * ld + col) =
             flex_pack2(acc[mt][n][2] * inv1, acc[mt][n][3] * inv1);
     }
     if ((lane & 3) == 0) {

@@ -142,9 +142,10 @@ __device__ __forceinline__ void flex_wg_rescale(float (&o)[FLEX_D / 2], float c0
   }
 }
 
-// flex_wg_store writes rows r0 and r1 of O (normalised) and their LSE, or 0
-// and -inf for rows with nothing allowed.
-__device__ __forceinline__ void flex_wg_store(flex_t *gO, float *gL, const float (&o)[FLEX_D / 2],
+// flex_wg_store writes rows r0 and r1 of O (normalised; the head's rows
+// start at gO, ld elements apart) and their LSE, or 0 and -inf for rows with
+// nothing allowed.
+__device__ __forceinline__ void flex_wg_store(flex_t *gO, int ld, float *gL, const float (&o)[FLEX_D / 2],
                                               const FlexRows &rs, int lane, int lenq) {
   constexpr int D = FLEX_D;
   const float lt0 = flex_quad_sum(rs.l0), lt1 = flex_quad_sum(rs.l1);
@@ -155,9 +156,9 @@ __device__ __forceinline__ void flex_wg_store(flex_t *gO, float *gL, const float
   for (int n = 0; n < D / 8; n++) {
     const int col = n * 8 + (lane & 3) * 2;
     if (r0 < lenq)
-      *(unsigned *)(gO + (long long)r0 * D + col) = flex_pack2(o[n * 4] * inv0, o[n * 4 + 1] * inv0);
+      *(unsigned *)(gO + (long long)r0 * ld + col) = flex_pack2(o[n * 4] * inv0, o[n * 4 + 1] * inv0);
     if (r1 < lenq)
-      *(unsigned *)(gO + (long long)r1 * D + col) = flex_pack2(o[n * 4 + 2] * inv1, o[n * 4 + 3] * inv1);
+      *(unsigned *)(gO + (long long)r1 * ld + col) = flex_pack2(o[n * 4 + 2] * inv1, o[n * 4 + 3] * inv1);
   }
   if ((lane & 3) == 0) {
     if (r0 < lenq)

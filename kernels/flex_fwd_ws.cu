@@ -4,7 +4,8 @@
 //   out[b,h,i,:] = sum_j softmax_j(score(q_i . k_j * scale) | mask) v_j
 //   lse[b,h,i]   = log sum_{j allowed} exp(score(q_i . k_j * scale))
 //
-// One CTA computes FLEX_BQ query rows of one (batch, query head) with one
+// (out laid out as o_hi says, flex_o_head). One CTA computes FLEX_BQ query
+// rows of one (batch, query head) with one
 // producer warpgroup and FLEX_BQ/64 consumer warpgroups of 64 rows each;
 // the grid is (heads x batch, q blocks), heaviest q blocks first.
 //
@@ -197,6 +198,6 @@ extern "C" __global__ void __launch_bounds__(FLEX_FWD_NT, 1)
   }
   if (FLEX_WS_TURNS && cw == 0)
     flex_bar_sync(1, 256); // consumer 1's last hand-over
-  flex_wg_store(O + ((long long)(b * heads_q + h) * lenq) * D, LSE + (long long)(b * heads_q + h) * lenq,
-                o, rs, lane, lenq);
+  flex_wg_store(O + flex_o_head(b, h, heads_q, lenq, o_hi), flex_o_ld(heads_q, o_hi),
+                LSE + (long long)(b * heads_q + h) * lenq, o, rs, lane, lenq);
 }

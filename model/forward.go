@@ -105,7 +105,7 @@ func (m *Model) ForwardPrepared(tp *tensor.Tape, in *Prepared) *Output {
 	}
 	out := &Output{States: map[int]*tensor.Tensor{}}
 	att := func(q, k, v *tensor.Tensor) *tensor.Tensor {
-		return tp.Attention(q, k, v, in.mask, nil, 1/math.Sqrt(float64(c.HeadDim)))
+		return tp.AttentionHeadsInner(q, k, v, in.mask, nil, 1/math.Sqrt(float64(c.HeadDim)))
 	}
 	x := tp.Embedding(m.Embed, in.ids)
 	if sm, ok := tp.Backend().(tensor.StepMemory); ok && !tp.Recording() {
@@ -174,7 +174,8 @@ func (m *Model) forwardScoped(tp *tensor.Tape, sm tensor.StepMemory, in *Prepare
 	return out // StatesOnly: the deepest state, stop, is among the kept ones
 }
 
-// attnFn runs attention on q [B, Hq, L, D] and k, v [B, Hkv, Lkv, D].
+// attnFn runs attention on q [B, Hq, L, D] and k, v [B, Hkv, Lkv, D] and
+// returns its output [B, L, Hq, D] (tensor's AttentionHeadsInner).
 type attnFn func(q, k, v *tensor.Tensor) *tensor.Tensor
 
 // layer applies decoder layer i to x [B·L, H], writing the result into out
@@ -187,7 +188,7 @@ type attnFn func(q, k, v *tensor.Tensor) *tensor.Tensor
 func (m *Model) layer(tp *tensor.Tape, i int, x *tensor.Tensor, batch, length int, table *tensor.RopeTable[float32], att attnFn, out *tensor.Tensor) *tensor.Tensor {
 	q, k, v := m.qkv(tp, i, x, batch, length, table)
 	a := att(q, k, tp.Transpose12(v))
-	return m.finishLayer(tp, i, x, tp.Transpose12(a), out)
+	return m.finishLayer(tp, i, x, a, out)
 }
 
 // qkv returns the normed (QK-norm where the model has it), rotated queries

@@ -61,12 +61,24 @@ func AttentionDims[T Float](q, k *Of[T]) flex.Dims {
 // Attention computes flex attention: for query i of head h (kv head
 // g = h/(Hq/Hkv)), with s_j = score(scale·q_i·k_j) over the keys j the mask
 // allows, out_i = Σ_j softmax(s)_j·v_j (0 when no key is allowed).
-// q is [B, Hq, Lq, D]; k and v are [B, Hkv, Lkv, D]; m is built by the
-// tape's backend for AttentionDims(q, k), and the score program reads the
-// mask's arguments. Gradients (P the softmax, dS = P⊙(dP − rowsum(dO⊙O))):
+// q and out are [B, Hq, Lq, D]; k and v are [B, Hkv, Lkv, D]; m is built by
+// the tape's backend for AttentionDims(q, k), and the score program reads
+// the mask's arguments. Gradients (P the softmax, dS = P⊙(dP − rowsum(dO⊙O))):
 // dv = Pᵀ·dO, dq = scale·dS·k, dk = scale·dSᵀ·q. Gradients of tensors read
 // by the score program are not propagated.
 func (tp *TapeOf[T]) Attention(q, k, v *Of[T], m Mask, score *flex.ScoreProgram, scale float64) *Of[T] {
+	return tp.attention(q, k, v, m, score, scale, false)
+}
+
+// AttentionHeadsInner is Attention with out (and so its gradient) laid out
+// [B, Lq, Hq, D], the heads inside the query rows: merging the heads,
+// Reshape(out, B·Lq, Hq·D), is then a view, not a transpose (the kernels
+// store and read that layout directly, flex.Dims.OutHeadsInner).
+func (tp *TapeOf[T]) AttentionHeadsInner(q, k, v *Of[T], m Mask, score *flex.ScoreProgram, scale float64) *Of[T] {
+	return tp.attention(q, k, v, m, score, scale, true)
+}
+
+func (tp *TapeOf[T]) attention(q, k, v *Of[T], m Mask, score *flex.ScoreProgram, scale float64, headsInner bool) *Of[T] {
 	d := AttentionDims(q, k)
 	if !slices.Equal(k.Shape, v.Shape) {
 		panic(fmt.Sprintf("tensor.Attention: k %v and v %v differ", k, v))
@@ -77,8 +89,13 @@ func (tp *TapeOf[T]) Attention(q, k, v *Of[T], m Mask, score *flex.ScoreProgram,
 	if md := m.MaskDims(); md != d {
 		panic(fmt.Sprintf("tensor.Attention: block mask built for %+v, tensors are %+v", md, d))
 	}
+	d.OutHeadsInner = headsInner
+	shape := q.Shape
+	if headsInner {
+		shape = []int{d.Batch, d.LenQ, d.HeadsQ, d.HeadDim}
+	}
 	o, l := tp.b.Attention(d, q.Store, k.Store, v.Store, m, score, scale)
-	out := tp.own(FromStorage("attn", o, q.Shape...))
+	out := tp.own(FromStorage("attn", o, shape...))
 	lse := tp.own(&Of[T]{Name: "attn.lse", Shape: []int{d.Batch, d.HeadsQ, d.LenQ}, Store: l}) // l may be nil (a test backend's)
 	if tp.needs(q, k, v) {
 		tp.Record(out, []*Of[T]{q, k, v, out, lse}, func() {

@@ -144,8 +144,9 @@ type Backend[T Float] interface {
 
 	// Attention computes out = softmax(score(q·kᵀ·scale) masked)·v and the
 	// per-row log-sum-exp lse (a statistic), with package flex's layouts and
-	// semantics (flex.Forward). out and lse are new whole allocations (step
-	// memory on a backend that has it: a tape may FreeStep them).
+	// semantics (flex.Forward; out laid out as d.OutHeadsInner says). out
+	// and lse are new whole allocations (step memory on a backend that has
+	// it: a tape may FreeStep them).
 	Attention(d flex.Dims, q, k, v Storage[T], m Mask, score *flex.ScoreProgram, scale float64) (out, lse Storage[T])
 	// AttentionBackward writes the gradients of Attention for dout into dq,
 	// dk and dv (any may be nil), as flex.Backward computes them, or adds

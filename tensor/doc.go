@@ -44,6 +44,7 @@
 //
 // Layout conventions: a tensor is row-major; "rows" means the product of all
 // but the last dimension. Linear weights use the HF layout [out, in].
-// Attention tensors use flex's layout [batch, heads, len, headDim].
+// Attention tensors use flex's layout [batch, heads, len, headDim]
+// (AttentionHeadsInner's output: [batch, len, heads, headDim]).
 // Programmer errors (shape mismatches) panic with a message naming the op.
 package tensor

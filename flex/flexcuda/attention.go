@@ -78,8 +78,8 @@ func resolveKernel(k Kernel, env, arch string) (Kernel, error) {
 
 // Kernel parameters before the FlexArgs slots, and the most a launch takes.
 const (
-	fwdFixedArgs  = 17
-	dkdvFixedArgs = 21
+	fwdFixedArgs  = 18
+	dkdvFixedArgs = 22
 )
 
 // dkdvArgs is the number of flex_bwd_dkdv's parameters before the slots:
@@ -308,9 +308,10 @@ func (a *Attention) Release(d *gpu.Device) {
 }
 
 // Call is one attention call's arguments. Q is [Batch, HeadsQ, LenQ,
-// HeadDim], K and V [Batch, HeadsKV, LenKV, HeadDim], Out like Q, all in the
-// storage dtype (bf16 or fp16); LSE is [Batch, HeadsQ, LenQ] float32. The
-// backward reads DOut (like Q) and writes DQ, DK, DV, and for each float
+// HeadDim], K and V [Batch, HeadsKV, LenKV, HeadDim], Out like Q or, with
+// Dims.OutHeadsInner, [Batch, LenQ, HeadsQ, HeadDim], all in the storage
+// dtype (bf16 or fp16); LSE is [Batch, HeadsQ, LenQ] float32. The backward
+// reads DOut (like Out) and writes DQ (like Q), DK, DV, and for each float
 // tensor the score program reads, its float32 gradient into TensorGrads.
 type Call struct {
 	Dims   flex.Dims
@@ -473,6 +474,34 @@ func (a *Attention) encodeMaps(kernel string, maps []*cuda.TensorMap, c *Call, t
 	return nil
 }
 
+// doutMap describes c's DOut to the copy engine for the Hopper backward's
+// producer (Spec.bwdWS) as a 4-D tensor: [batch][heads][lenq][head dim]
+// (coordinates column, row, head, batch), or with Dims.OutHeadsInner
+// [batch][lenq][heads][head dim] (column, head, row, batch), in boxes of 64
+// columns (128 bytes, swizzled as warpgroup MMA reads them) by a q tile of
+// rows of one head: the shared-memory tile is the same in both layouts, and
+// rows past lenq arrive as zeros.
+func (a *Attention) doutMap(st *attnDev, c *Call) error {
+	dm, D := c.Dims, uint64(a.spec.HeadDim)
+	if st.btmaps[1] == nil {
+		st.btmaps[1] = cuda.NewTensorMap()
+	}
+	H, L, rows := uint64(dm.HeadsQ), uint64(dm.LenQ), uint32(a.spec.bwdBM())
+	dims := []uint64{D, L, H, uint64(dm.Batch)}
+	strides := []uint64{D * 2, L * D * 2, H * L * D * 2} // bytes, of dims 1..3
+	box := []uint32{64, rows, 1, 1}
+	if dm.OutHeadsInner {
+		dims = []uint64{D, H, L, uint64(dm.Batch)}
+		strides = []uint64{D * 2, H * D * 2, L * H * D * 2}
+		box = []uint32{64, 1, rows, 1}
+	}
+	err := cuda.EncodeTiled(st.btmaps[1], cuda.TensorMapType(a.spec.storage()), c.DOut.Ptr, dims, strides, box, cuda.Swizzle128B)
+	if err != nil {
+		return fmt.Errorf("flexcuda: Hopper backward: Call.DOut: %w", err)
+	}
+	return nil
+}
+
 // dqMap describes the workspace dQacc ([batch*heads_q][lenq][head dim]
 // fp32) to the copy engine for the Hopper backward's dQ adds
 // (Spec.bwdDQBulk): boxes of 32 columns (128 bytes, swizzled as
@@ -554,7 +583,8 @@ func (a *Attention) Backward(d *gpu.Device, c *Call) error {
 	if !det {
 		dqacc = st.dqacc.Ptr
 	}
-	args := st.args.Reset().Ptr(c.Out.Ptr).Ptr(c.DOut.Ptr).Ptr(st.dlt.Ptr).Ptr(dqacc).I64(int64(rows))
+	args := st.args.Reset().Ptr(c.Out.Ptr).Ptr(c.DOut.Ptr).Ptr(st.dlt.Ptr).Ptr(dqacc).I64(int64(rows)).
+		I32(int32(dm.HeadsQ)).I32(int32(dm.LenQ)).I32(outHeadsInner(dm))
 	if err := st.pre.launch(d, c.Stream, cuda.Dim(uint32(ceilDiv(rows, rpb)), 1, 1), 0, args); err != nil {
 		return err
 	}
@@ -564,8 +594,10 @@ func (a *Attention) Backward(d *gpu.Device, c *Call) error {
 	a.shape(args, c)
 	if a.spec.bwdWS() { // the producer warpgroup's copies of Q and dO tiles
 		bm := a.spec.bwdBM()
-		if err := a.encodeMaps("Hopper backward", st.btmaps[:], c, []mapSpec{{"Q", c.Q.Ptr, dm.HeadsQ, dm.LenQ, bm},
-			{"DOut", c.DOut.Ptr, dm.HeadsQ, dm.LenQ, bm}}); err != nil {
+		if err := a.encodeMaps("Hopper backward", st.btmaps[:1], c, []mapSpec{{"Q", c.Q.Ptr, dm.HeadsQ, dm.LenQ, bm}}); err != nil {
+			return err
+		}
+		if err := a.doutMap(st, c); err != nil {
 			return err
 		}
 		args.TensorMap(st.btmaps[0]).TensorMap(st.btmaps[1])
@@ -628,11 +660,20 @@ func (a *Attention) backwardDQ(d *gpu.Device, st *attnDev, c *Call) error {
 
 // shape appends the shape arguments that the forward, dK/dV and dQ
 // kernels take after their pointers: heads_q, lenq, lenkv, bm_batch,
-// bm_heads, nqb, nkvb, scale.
+// bm_heads, nqb, nkvb, scale, o_hi.
 func (a *Attention) shape(args *cuda.Args, c *Call) *cuda.Args {
 	m, dm := c.Mask, c.Dims
 	return args.I32(int32(dm.HeadsQ)).I32(int32(dm.LenQ)).I32(int32(dm.LenKV)).I32(int32(m.MaskBatch)).I32(int32(m.MaskHeads)).
-		I32(int32(m.NumQBlocks)).I32(int32(m.NumKVBlocks)).F32(a.scale(c))
+		I32(int32(m.NumQBlocks)).I32(int32(m.NumKVBlocks)).F32(a.scale(c)).I32(outHeadsInner(dm))
+}
+
+// outHeadsInner is the kernels' o_hi: 1 when Out and DOut are laid out
+// with the heads inner (flex.Dims.OutHeadsInner), else 0.
+func outHeadsInner(d flex.Dims) int32 {
+	if d.OutHeadsInner {
+		return 1
+	}
+	return 0
 }
 
 // slotArgs appends the FlexArgs slots.

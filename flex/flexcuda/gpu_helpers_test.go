@@ -108,10 +108,10 @@ func (r *attnResult) String() string {
 	return s + fmt.Sprintf("empty_rows=%d repeat_bit_diffs=%v", r.emptyRows, r.repeatDiff)
 }
 
-// runAttention runs a's forward and backward on d for dims with random grid
-// inputs, the block mask built on the GPU by bld (and checked equal to the
-// CPU one), and compares everything with flex's float64 Forward and
-// Backward.
+// runAttention runs a's forward and backward on d for dims (Out and DOut in
+// the layout dims.OutHeadsInner says) with random grid inputs, the block
+// mask built on the GPU by bld (and checked equal to the CPU one), and
+// compares everything with flex's float64 Forward and Backward.
 func runAttention(t testing.TB, d *gpu.Device, a *Attention, bld *Builder, dims flex.Dims, hargs *flex.Args, r *rand.Rand) *attnResult {
 	t.Helper()
 	dt := a.spec.storage()
@@ -216,9 +216,10 @@ func runAttention(t testing.TB, d *gpu.Device, a *Attention, bld *Builder, dims 
 			res.problems = append(res.problems, fmt.Sprintf("fully masked row %d: lse %v, want -Inf", i, lse[i]))
 			break
 		}
+		o := dims.OutRow(i/dims.LenQ/dims.HeadsQ, i/dims.LenQ%dims.HeadsQ, i%dims.LenQ) // out's row of lse row i
 		for j := 0; j < D; j++ {
-			if out[i*D+j] != 0 || dq[i*D+j] != 0 {
-				res.problems = append(res.problems, fmt.Sprintf("fully masked row %d: out %v dq %v, want 0", i, out[i*D+j], dq[i*D+j]))
+			if out[o+j] != 0 || dq[i*D+j] != 0 {
+				res.problems = append(res.problems, fmt.Sprintf("fully masked row %d: out %v dq %v, want 0", i, out[o+j], dq[i*D+j]))
 				break
 			}
 		}

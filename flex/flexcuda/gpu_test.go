@@ -112,7 +112,8 @@ func TestGPUAttention(t *testing.T) {
 
 // runGPUCases compiles every case's kernels in parallel, then runs each case
 // twice on random shapes against the CPU float64 reference (errors <= 1e-2,
-// no problems); extra, when not nil, checks more of each result.
+// no problems), the second time with Out and DOut laid out heads inner
+// (flex.Dims.OutHeadsInner); extra, when not nil, checks more of each result.
 func runGPUCases(t *testing.T, cases []attnCase, extra func(t *testing.T, res *attnResult)) {
 	w := gputest.Worker0(t)
 	cache := gputest.NVRTCCache(t, "")
@@ -161,6 +162,7 @@ func runGPUCases(t *testing.T, cases []attnCase, extra func(t *testing.T, res *a
 				}
 				for rep := 0; rep < 2; rep++ {
 					dims := c.dims(r)
+					dims.OutHeadsInner = rep == 1
 					res := runAttention(t, d, bs[i].a, bs[i].b, dims, c.args(r, dims), r)
 					t.Logf("dims %+v: %s", dims, res)
 					for _, p := range res.problems {
@@ -310,8 +312,9 @@ func timeBuild(d *gpu.Device, bld *Builder, dims flex.Dims, hargs *flex.Args, re
 
 // TestGPUSpecialisationStable runs 100 DFlash attention calls (mask built on
 // the GPU, forward and backward) with varying batch, anchor counts, context
-// lengths and anchors, and checks that the kernel cache compiled exactly the
-// static specialisations: one forward, one backward and one builder.
+// lengths, anchors and Out layouts, and checks that the kernel cache
+// compiled exactly the static specialisations: one forward, one backward and
+// one builder.
 func TestGPUSpecialisationStable(t *testing.T) {
 	w := gputest.Worker0(t)
 	cache := gputest.NVRTCCache(t, "")
@@ -331,6 +334,7 @@ func TestGPUSpecialisationStable(t *testing.T) {
 			batch, nb, ctx := 1+r.IntN(3), 1+r.IntN(48), 16+r.IntN(600)
 			shapes[[3]int{batch, nb, ctx}] = true
 			dims := flex.DFlashDims(batch, 4, 2, nb, 16, ctx, 64)
+			dims.OutHeadsInner = i%20 >= 10 // a run-time argument: no compile of its own
 			hargs := dflashHostArgs(r, batch, nb, ctx, true)
 			if i%10 == 0 { // every tenth call checked against the CPU
 				res := runAttention(t, d, a, bld, dims, hargs, r)

@@ -211,13 +211,15 @@ func TestGeneratedSourcesTypeCheck(t *testing.T) {
 			if err != nil {
 				t.Fatalf("%s: %v", c.name, err)
 			}
-			_, bsrc := a.Sources()
+			fsrc, bsrc := a.Sources()
 			t.Run(a.Spec().Key()+"/"+env, func(t *testing.T) {
-				cmd := exec.Command("g++", "-std=c++17", "-fsyntax-only", "-Wall", "-Wno-unknown-pragmas", "-Wno-unused-function",
-					"-Wno-unused-variable", "-Wno-pragma-once-outside-header", "-x", "c++", "-include", stub, "-")
-				cmd.Stdin = strings.NewReader(bsrc)
-				if out, err := cmd.CombinedOutput(); err != nil {
-					t.Fatalf("g++: %v\n%s", err, out)
+				for _, src := range []string{fsrc, bsrc} {
+					cmd := exec.Command("g++", "-std=c++17", "-fsyntax-only", "-Wall", "-Wno-unknown-pragmas", "-Wno-unused-function",
+						"-Wno-unused-variable", "-Wno-pragma-once-outside-header", "-x", "c++", "-include", stub, "-")
+					cmd.Stdin = strings.NewReader(src)
+					if out, err := cmd.CombinedOutput(); err != nil {
+						t.Fatalf("g++: %v\n%s", err, out)
+					}
 				}
 			})
 		}

@@ -141,7 +141,7 @@ func (d *Drafter[T]) ForwardInputs(tp *tensor.TapeOf[T], train bool, head Head[T
 	u := d.contextFeatures(tp, in.Taps)
 	out := &Output[T]{Context: u}
 	att := func(q, k, v *tensor.Of[T]) *tensor.Of[T] {
-		return tp.Attention(q, k, v, in.Mask, nil, 1/math.Sqrt(float64(c.HeadDim)))
+		return tp.AttentionHeadsInner(q, k, v, in.Mask, nil, 1/math.Sqrt(float64(c.HeadDim)))
 	}
 	z := tp.Embedding(head.Embed, in.IDs) // [R*nB, H]
 	for l := range d.Layers {
@@ -193,7 +193,8 @@ func (d *Drafter[T]) contextKV(tp *tensor.TapeOf[T], l int, u *tensor.Of[T], R, 
 // [R, S, n_kv*D] and values vc (R*S rows of n_kv*D) of contextKV and att,
 // the attention of queries [R, nh, nB, D] over [context ; block] keys and
 // values [R, n_kv, S+nB, D] (scale 1/√D; the mask is att's: flex with the
-// DFlash block mask in training, all keys in inference). The block's
+// DFlash block mask in training, all keys in inference), whose output is
+// [R, nB, nh, D] (heads inner: merging them is a view). The block's
 // queries, keys and values are one product over Span(Q, K, V), read in
 // place by the ops that norm, rotate and place them.
 func (d *Drafter[T]) layer(tp *tensor.TapeOf[T], l int, z, kc *tensor.Of[T], vc *tensor.Cols[T], R, nB int, qRope *tensor.RopeTable[T], att func(q, k, v *tensor.Of[T]) *tensor.Of[T]) *tensor.Of[T] {
@@ -215,7 +216,7 @@ func (d *Drafter[T]) layer(tp *tensor.TapeOf[T], l int, z, kc *tensor.Of[T], vc 
 	vv := tp.Transpose12(tp.Reshape(vs, R, S+nB, nkv, D))
 
 	a := att(q, kk, vv)
-	a = tp.Reshape(tp.Transpose12(a), R*nB, nh*D)
+	a = tp.Reshape(a, R*nB, nh*D)
 	z = tp.LinearAdd(a, L.O, nil, z, nil) // the residual adds are in the products' epilogues
 	g2 := tp.Recompute(tp.RMSNorm(z, L.PostNorm, c.RMSNormEps))
 	return tp.MLP(g2, tensor.Span(L.Gate, L.Up), L.Down, z, nil)

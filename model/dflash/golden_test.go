@@ -185,9 +185,16 @@ func (c denseCPU[T]) AttentionBackward(d flex.Dims, q, k, v, out, lse, dout tens
 func host[T tensor.Float](s tensor.Storage[T]) []T { return tensor.HostData(s, "denseCPU") }
 
 // denseAttention is the dense masked attention of the reference (the mask
-// evaluated per element through BlockMask.Allowed).
+// evaluated per element through BlockMask.Allowed), out and dout laid out
+// as d.OutHeadsInner says.
 func denseAttention[T tensor.Float](d flex.Dims, q, k, v []T, bm *flex.BlockMask, scale float64) ([]T, func([]T) ([]T, []T, []T)) {
 	D, g := d.HeadDim, d.Group()
+	orow := func(b, h, i int) int { // out's row of query i of head h
+		if d.OutHeadsInner {
+			return (b*d.LenQ+i)*d.HeadsQ + h
+		}
+		return (b*d.HeadsQ+h)*d.LenQ + i
+	}
 	out := make([]T, len(q))
 	probs := make([][]float64, d.Batch*d.HeadsQ*d.LenQ)
 	for b := 0; b < d.Batch; b++ {
@@ -219,7 +226,7 @@ func denseAttention[T tensor.Float](d flex.Dims, q, k, v []T, bm *flex.BlockMask
 						s[j] = 0
 					}
 				}
-				o := out[((b*d.HeadsQ+h)*d.LenQ+i)*D:][:D]
+				o := out[orow(b, h, i)*D:][:D]
 				for j := range s {
 					if sum > 0 {
 						s[j] /= sum
@@ -244,8 +251,8 @@ func denseAttention[T tensor.Float](d flex.Dims, q, k, v []T, bm *flex.BlockMask
 				for i := 0; i < d.LenQ; i++ {
 					row := (b*d.HeadsQ+h)*d.LenQ + i
 					p := probs[row]
-					do := dout[row*D:][:D]
-					o := out[row*D:][:D]
+					do := dout[orow(b, h, i)*D:][:D]
+					o := out[orow(b, h, i)*D:][:D]
 					var delta float64
 					for x := range D {
 						delta += float64(do[x]) * float64(o[x])

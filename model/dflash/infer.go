@@ -96,7 +96,7 @@ func (d *Drafter[T]) Propose(b tensor.Backend[T], head Head[T], ctx *Context[T],
 		}
 		out := tensor.New[T]("attn", q.Shape...)
 		model.AttendRows(b, q.Data(), ks, vs, c.NumHeads, B, c.HeadDim, func(int) int { return n }, 1/math.Sqrt(float64(c.HeadDim)), out.Data())
-		return out
+		return tp.Transpose12(out) // the layer takes it heads inner
 	}
 	z := tp.Embedding(head.Embed, b.UploadInts(ids))
 	for l := range d.Layers {

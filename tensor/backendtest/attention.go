@@ -8,7 +8,10 @@ import (
 	"dflash/tensor"
 )
 
+// attnOp is tp.Attention, or tp.AttentionHeadsInner when d.OutHeadsInner.
 func attnOp[T tensor.Float](mask *flex.MaskProgram, args *flex.Args, d flex.Dims, scale float64) opFn[T] {
+	inner := d.OutHeadsInner
+	d.OutHeadsInner = false // the mask's dims
 	return func(tp *tp[T], in []*ten[T]) *ten[T] {
 		var m tensor.Mask
 		if _, cpu := tp.Backend().(*tensor.CPU[T]); cpu {
@@ -24,13 +27,18 @@ func attnOp[T tensor.Float](mask *flex.MaskProgram, args *flex.Args, d flex.Dims
 				panic(err)
 			}
 		}
+		if inner {
+			return tp.AttentionHeadsInner(in[0], in[1], in[2], m, nil, scale)
+		}
 		return tp.Attention(in[0], in[1], in[2], m, nil, scale)
 	}
 }
 
 // attentionCases returns the flex attention cases: causal with grouped-query
 // heads, and a decode-style mask where LenQ < LenKV (q + offset ≥ kv), at
-// head dimensions 8 and 4, or both at headDim when it is not 0.
+// head dimensions 8 and 4, or both at headDim when it is not 0; each also
+// with its output laid out [B, Lq, Hq, D] (AttentionHeadsInner, the name's
+// suffix HeadsInner).
 func attentionCases(rng *rand.Rand, headDim int) []opCase {
 	offset := flex.NewMask("causal_offset", flex.Q().Add(flex.IntScalar("offset")).Ge(flex.KV()))
 	var cs []opCase
@@ -46,71 +54,88 @@ func attentionCases(rng *rand.Rand, headDim int) []opCase {
 		{"AttentionCausalOffset", flex.Dims{Batch: 1, HeadsQ: 2, HeadsKV: 1, LenQ: 3, LenKV: 7, HeadDim: 4}, offset, flex.NewArgs().SetInt("offset", 4),
 			func(q, kv int) bool { return q+4 >= kv }},
 	} {
-		d := c.d
-		if headDim != 0 {
-			d.HeadDim = headDim
+		for _, inner := range []bool{false, true} {
+			d := c.d
+			if headDim != 0 {
+				d.HeadDim = headDim
+			}
+			d.OutHeadsInner = inner
+			name := c.name
+			if inner {
+				name += "HeadsInner"
+			}
+			cs = append(cs, attentionCase(name, d, c.mask, c.args, c.allow))
 		}
-		scale := 1 / math.Sqrt(float64(d.HeadDim))
-		qs := []int{d.Batch, d.HeadsQ, d.LenQ, d.HeadDim}
-		ks := []int{d.Batch, d.HeadsKV, d.LenKV, d.HeadDim}
-		allow := c.allow
-		cs = append(cs, opCase{
-			name: c.name,
-			inputs: []input{
-				{name: "q", shape: qs, grad: true},
-				{name: "k", shape: ks, grad: true},
-				{name: "v", shape: ks, grad: true}},
-			f32: attnOp[float32](c.mask, c.args, d, scale),
-			f64: attnOp[float64](c.mask, c.args, d, scale),
-			naive: func(in [][]float64) []float64 {
-				q, k, v := in[0], in[1], in[2]
-				D := d.HeadDim
-				out := make([]float64, len(q))
-				for b := range d.Batch {
-					for h := range d.HeadsQ {
-						g := h / (d.HeadsQ / d.HeadsKV)
-						for i := range d.LenQ {
-							qi := q[((b*d.HeadsQ+h)*d.LenQ+i)*D:][:D]
-							s := make([]float64, d.LenKV)
-							mx := math.Inf(-1)
-							for j := range d.LenKV {
-								s[j] = math.Inf(-1)
-								if !allow(i, j) {
-									continue
-								}
-								kj := k[((b*d.HeadsKV+g)*d.LenKV+j)*D:][:D]
-								var dot float64
-								for x := range D {
-									dot += qi[x] * kj[x]
-								}
-								s[j] = dot * scale
-								mx = math.Max(mx, s[j])
+	}
+	return cs
+}
+
+// attentionCase is the conformance case of attention over d with mask
+// (whose pairs allow admits): the naive reference is dense float64
+// softmax attention, its output in the layout d.OutHeadsInner names.
+func attentionCase(name string, d flex.Dims, mask *flex.MaskProgram, args *flex.Args, allow func(q, kv int) bool) opCase {
+	scale := 1 / math.Sqrt(float64(d.HeadDim))
+	qs := []int{d.Batch, d.HeadsQ, d.LenQ, d.HeadDim}
+	ks := []int{d.Batch, d.HeadsKV, d.LenKV, d.HeadDim}
+	return opCase{
+		name: name,
+		inputs: []input{
+			{name: "q", shape: qs, grad: true},
+			{name: "k", shape: ks, grad: true},
+			{name: "v", shape: ks, grad: true}},
+		f32: attnOp[float32](mask, args, d, scale),
+		f64: attnOp[float64](mask, args, d, scale),
+		naive: func(in [][]float64) []float64 {
+			q, k, v := in[0], in[1], in[2]
+			D := d.HeadDim
+			out := make([]float64, len(q))
+			for b := range d.Batch {
+				for h := range d.HeadsQ {
+					g := h / (d.HeadsQ / d.HeadsKV)
+					for i := range d.LenQ {
+						qi := q[((b*d.HeadsQ+h)*d.LenQ+i)*D:][:D]
+						s := make([]float64, d.LenKV)
+						mx := math.Inf(-1)
+						for j := range d.LenKV {
+							s[j] = math.Inf(-1)
+							if !allow(i, j) {
+								continue
 							}
-							var z float64
-							for j := range s {
-								if !math.IsInf(s[j], -1) {
-									s[j] = math.Exp(s[j] - mx)
-									z += s[j]
-								} else {
-									s[j] = 0
-								}
+							kj := k[((b*d.HeadsKV+g)*d.LenKV+j)*D:][:D]
+							var dot float64
+							for x := range D {
+								dot += qi[x] * kj[x]
 							}
-							o := out[((b*d.HeadsQ+h)*d.LenQ+i)*D:][:D]
-							for j := range s {
-								if s[j] == 0 {
-									continue
-								}
-								vj := v[((b*d.HeadsKV+g)*d.LenKV+j)*D:][:D]
-								for x := range D {
-									o[x] += s[j] / z * vj[x]
-								}
+							s[j] = dot * scale
+							mx = math.Max(mx, s[j])
+						}
+						var z float64
+						for j := range s {
+							if !math.IsInf(s[j], -1) {
+								s[j] = math.Exp(s[j] - mx)
+								z += s[j]
+							} else {
+								s[j] = 0
+							}
+						}
+						row := (b*d.HeadsQ+h)*d.LenQ + i
+						if d.OutHeadsInner {
+							row = (b*d.LenQ+i)*d.HeadsQ + h
+						}
+						o := out[row*D:][:D]
+						for j := range s {
+							if s[j] == 0 {
+								continue
+							}
+							vj := v[((b*d.HeadsKV+g)*d.LenKV+j)*D:][:D]
+							for x := range D {
+								o[x] += s[j] / z * vj[x]
 							}
 						}
 					}
 				}
-				return out
-			},
-		})
+			}
+			return out
+		},
 	}
-	return cs
 }
