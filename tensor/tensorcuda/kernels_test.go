@@ -386,6 +386,9 @@ func TestRMSNormBackwardPaths(t *testing.T) {
 				bx := ceilDiv(c.dim, threads) // the scalar path: a column a thread
 				if c.x.Ptr%16 == 0 && c.dim%v == 0 {
 					bx = ceilDiv(c.dim/v, threads) // the vector path: a vector a thread
+					if c.dim > smallNormDim {
+						_, nc = normChunks(c.rows, c.dim)
+					}
 				}
 				if s[0] != cuda.Dim(uint32(bx), uint32(nc), 1) {
 					t.Errorf("%s: op_rmsnorm_bwd_dw grid %v, want %d×%d", name, s[0], bx, nc)

@@ -132,14 +132,19 @@ func (o *Ops) RMSNormBackward(x, w, rstd, dy gpu.Buffer, rows, dim int, dx, dw, 
 	if dw.Ptr == 0 {
 		return nil
 	}
-	per, nc := chunks(rows, dim)
 	// 16-byte vectors when rows are whole vectors (op_rmsnorm_bwd_dw: a block
-	// of threads threads spans min(vectors, threads) of them).
+	// of threads threads spans min(vectors, threads) of them). With a vector
+	// a thread, rows past smallNormDim take the fused kernel's chunks, which
+	// keep as many loads in flight (chunks' count a thread per column).
 	v := 16 / int(o.es())
 	vec := dim%v == 0 && aligned16(x, dy)
+	per, nc := chunks(rows, dim)
 	bx := ceilDiv(dim, threads)
 	if vec {
 		bx = ceilDiv(dim/v, threads)
+		if dim > smallNormDim {
+			per, nc = normChunks(rows, dim)
+		}
 	}
 	c := o.begin(kRMSNormDW).ptr("x", x).ptr("rstd", rstd).ptr("dy", dy).ptr("partial", scratch).i32("rows", rows).i32("dim", dim).
 		i32("rows_per_chunk", per).flag("vec", vec)
