@@ -21,6 +21,11 @@ typedef float op_t;
 // OP_VEC is the number of storage elements in one 16-byte vector load.
 #define OP_VEC (16 / (int)sizeof(op_t))
 
+// OP_DW_THREADS is the most threads per block of the weight-gradient
+// kernels' vector paths (op_rmsnorm_bwd_dw, op_norm_rope_bwd_dw), whose
+// shared sums are sized for it: the launchers' threads.
+#define OP_DW_THREADS 256
+
 #define OP_NEG_INF (-__int_as_float(0x7f800000))
 
 __device__ __forceinline__ float op_f32(float x) { return x; }

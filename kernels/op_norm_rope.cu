@@ -235,7 +235,6 @@ extern "C" __global__ void op_norm_rope_bwd_dx(const op_t *__restrict__ x, const
 // columns of it, with vector loads; the groups' sums are added through
 // shared memory in group order. Without, a thread sums one column
 // c = bx·blockDim + tid over the chunk's rows.
-#define OP_DW_THREADS 256
 extern "C" __global__ void op_norm_rope_bwd_dw(const op_t *__restrict__ x, const float *__restrict__ rstd,
                                                const float *__restrict__ cos, const float *__restrict__ sin,
                                                const op_t *__restrict__ dy, float *__restrict__ partial,

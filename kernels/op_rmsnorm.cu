@@ -1,9 +1,10 @@
 // op_rmsnorm.cu: RMSNorm forward and backward (tensor.Backend's RMSNorm and
 // RMSNormBackward). x, w, y, dy, dx are storage elements; rstd, the dw
 // partial sums and dw are fp32. The weight gradient is deterministic: each
-// block of op_rmsnorm_bwd_dw sums a fixed chunk of rows per column into
-// partial[chunk, dim], and op_colsum (op_rows.cu) adds the chunks, in order,
-// into dw.
+// block of op_rmsnorm_bwd_dw, or of op_rmsnorm_bwd (dx and dw in one pass
+// over x and dy, for rows of whole vectors), sums a fixed chunk of rows per
+// column into partial[chunk, dim] in a fixed order, and op_colsum
+// (op_rows.cu) adds the chunks, in order, into dw.
 #include "op_common.cuh"
 
 // op_row_vecs returns the 16-byte vectors per row of dim columns when every
@@ -201,22 +202,124 @@ extern "C" __global__ void op_rmsnorm_bwd_dx_small(const op_t *__restrict__ x,
 }
 
 // op_rmsnorm_bwd_dw: block (bx, k) sums dy·x·rstd over the rows
-// [k·rows_per_chunk, (k+1)·rows_per_chunk) ∩ [0, rows) of its columns
-// c = bx·blockDim + tid and writes partial[k·dim + c] (overwriting).
+// [k·rows_per_chunk, (k+1)·rows_per_chunk) ∩ [0, rows) of its columns and
+// writes partial[k·dim + c] (overwriting); op_colsum adds the chunks. With
+// vec (the launcher's choice: rows of whole 16-byte vectors, x and dy
+// aligned, blocks of at most OP_DW_THREADS threads) a block spans
+// span = min(nv, blockDim) vectors from bx·span on; its threads form
+// blockDim/span groups, group g takes the chunk's rows r0 + g, r0 + g +
+// groups, … and a thread one vector of each, and the groups' sums are added
+// through shared memory in group order. Without, a thread sums one column
+// c = bx·blockDim + tid over the chunk's rows in order.
 extern "C" __global__ void op_rmsnorm_bwd_dw(const op_t *__restrict__ x,
                                              const float *__restrict__ rstd,
                                              const op_t *__restrict__ dy,
                                              float *__restrict__ partial,
                                              int rows, int dim,
-                                             int rows_per_chunk) {
-  int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= dim) return;
+                                             int rows_per_chunk, int vec) {
   int k = blockIdx.y;
   int r0 = k * rows_per_chunk, r1 = min(rows, r0 + rows_per_chunk);
+  if (vec) {
+    __shared__ float sums[OP_DW_THREADS * OP_VEC]; // [groups][span·OP_VEC]
+    int nv = dim / OP_VEC, span = min(nv, (int)blockDim.x), groups = blockDim.x / span;
+    int g = threadIdx.x / span, v = blockIdx.x * span + threadIdx.x % span;
+    int width = span * OP_VEC; // the columns of a group's row
+    if (g < groups && v < nv) {
+      float s[OP_VEC] = {};
+      for (int r = r0 + g; r < r1; r += groups) {
+        long long i = (long long)r * dim + v * OP_VEC;
+        float xs[OP_VEC], ds[OP_VEC];
+        op_load_vec(x + i, xs);
+        op_load_vec(dy + i, ds);
+        float rs = rstd[r];
+#pragma unroll
+        for (int e = 0; e < OP_VEC; e++) s[e] += ds[e] * xs[e] * rs;
+      }
+#pragma unroll
+      for (int e = 0; e < OP_VEC; e++) sums[g * width + (threadIdx.x % span) * OP_VEC + e] = s[e];
+    }
+    __syncthreads();
+    for (int c = threadIdx.x; c < width; c += blockDim.x) {
+      int col = blockIdx.x * width + c;
+      if (col >= dim) break;
+      float acc = 0.0f;
+      for (int q = 0; q < groups; q++) acc += sums[q * width + c];
+      partial[(long long)k * dim + col] = acc;
+    }
+    return;
+  }
+  int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= dim) return;
   float acc = 0.0f;
   for (int r = r0; r < r1; r++) {
     long long i = (long long)r * dim + c;
     acc += op_f32(dy[i]) * op_f32(x[i]) * rstd[r];
   }
   partial[(long long)k * dim + c] = acc;
+}
+
+// op_rmsnorm_bwd: op_rmsnorm_bwd_dx and op_rmsnorm_bwd_dw's scalar path in
+// one pass over x and dy, for rows of whole 16-byte vectors (every pointer
+// aligned) that a block holds in registers, nv = dim/OP_VEC ≤
+// OP_NORM_VECS·blockDim (the launcher's choice). Block k takes the rows
+// [k·rows_per_chunk, (k+1)·rows_per_chunk) ∩ [0, rows) one after another,
+// thread t the vectors t + j·blockDim (j < OP_NORM_VECS) of each: it writes
+// (or with accumulate adds) dx as op_rmsnorm_bwd_dx does, in the same
+// order of sums, and sums dy·x·rstd per column over the chunk's rows in
+// order into partial[k·dim + c] (overwriting), as the scalar dw path does.
+#define OP_NORM_VECS 2
+extern "C" __global__ void op_rmsnorm_bwd(const op_t *__restrict__ x,
+                                          const op_t *__restrict__ w,
+                                          const float *__restrict__ rstd,
+                                          const op_t *__restrict__ dy,
+                                          op_t *__restrict__ dx,
+                                          float *__restrict__ partial, int rows,
+                                          int dim, int rows_per_chunk,
+                                          int accumulate) {
+  __shared__ float sh[32];
+  int nv = dim / OP_VEC;
+  int r0 = blockIdx.x * rows_per_chunk, r1 = min(rows, r0 + rows_per_chunk);
+  op_vec16 wv[OP_NORM_VECS]; // raw storage vectors: half the registers of fp32 in bf16
+  float dw[OP_NORM_VECS][OP_VEC] = {};
+#pragma unroll
+  for (int j = 0; j < OP_NORM_VECS; j++) {
+    int v = threadIdx.x + j * blockDim.x;
+    if (v < nv) wv[j].u = *(const uint4 *)(w + v * OP_VEC);
+  }
+  for (int r = r0; r < r1; r++) {
+    long long base = (long long)r * dim;
+    op_vec16 xv[OP_NORM_VECS], dv[OP_NORM_VECS];
+    float rs = rstd[r];
+    float dot = 0.0f; // Σ g·x, times rs below
+#pragma unroll
+    for (int j = 0; j < OP_NORM_VECS; j++) {
+      int v = threadIdx.x + j * blockDim.x;
+      if (v >= nv) continue;
+      xv[j].u = *(const uint4 *)(x + base + v * OP_VEC);
+      dv[j].u = *(const uint4 *)(dy + base + v * OP_VEC);
+#pragma unroll
+      for (int e = 0; e < OP_VEC; e++) dot += op_f32(dv[j].e[e]) * op_f32(wv[j].e[e]) * op_f32(xv[j].e[e]);
+    }
+    dot = op_block_sum(dot, sh);
+    float m = dot * rs / (float)dim;
+#pragma unroll
+    for (int j = 0; j < OP_NORM_VECS; j++) {
+      int v = threadIdx.x + j * blockDim.x;
+      if (v >= nv) continue;
+      float os[OP_VEC] = {};
+      if (accumulate) op_load_vec(dx + base + v * OP_VEC, os);
+#pragma unroll
+      for (int e = 0; e < OP_VEC; e++) {
+        float d = op_f32(dv[j].e[e]), xe = op_f32(xv[j].e[e]);
+        os[e] += rs * (d * op_f32(wv[j].e[e]) - xe * rs * m);
+        dw[j][e] += d * xe * rs;
+      }
+      op_store_vec(dx + base + v * OP_VEC, os);
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < OP_NORM_VECS; j++) {
+    int v = threadIdx.x + j * blockDim.x;
+    if (v < nv) op_store_f32_vec(partial + (long long)blockIdx.x * dim + v * OP_VEC, dw[j]);
+  }
 }

@@ -60,12 +60,12 @@ type opCase struct {
 // four transpose combinations with odd sizes, leading dimensions and
 // alpha/beta; embedding, linear (with, without bias, frozen weight), add
 // (into a new and into a given output), scale, reshape, concat, slice,
-// transpose, RMSNorm, QK-norm, RoPE (default and llama3 scaling), the fused
-// QK-norm + RoPE + head move (NormRoPE; with and without weight or move),
-// SwiGLU (and on one packed product), an MLP block (and tensor.MLP, which
-// recomputes its activation), chunked LM-head cross-entropy (three chunk sizes,
-// masked and weighted rows) and flex attention (causal GQA, and a
-// decode-style offset mask).
+// transpose, RMSNorm (rows of 16 and 1040), QK-norm, RoPE (default and
+// llama3 scaling), the fused QK-norm + RoPE + head move (NormRoPE; with and
+// without weight or move), SwiGLU (and on one packed product), an MLP block
+// (and tensor.MLP, which recomputes its activation), chunked LM-head
+// cross-entropy (three chunk sizes, masked and weighted rows) and flex
+// attention (causal GQA, and a decode-style offset mask).
 func Run(t *testing.T, b tensor.Backend[float32], tol Tolerances) {
 	seed := testseed.Seed(t)
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))

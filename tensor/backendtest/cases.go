@@ -224,6 +224,12 @@ func (l *caseList) layerCases() {
 		{name: "x", shape: []int{5, 16}, grad: true},
 		{name: "w", shape: []int{16}, grad: true, gen: l.near1}},
 		rmsnormOp[float32](1e-6), rmsnormOp[float64](1e-6), naiveRMSNorm(16, 1e-6))
+	// Rows of 1040: past 1024 and whole 16-byte vectors in bf16 and fp32
+	// (the CUDA backend's backward computes dx and dw in one pass there).
+	l.add("RMSNormWide", []input{
+		{name: "x", shape: []int{3, 1040}, grad: true},
+		{name: "w", shape: []int{1040}, grad: true, gen: l.near1}},
+		rmsnormOp[float32](1e-6), rmsnormOp[float64](1e-6), naiveRMSNorm(1040, 1e-6))
 	l.add("QKNorm", []input{
 		{name: "x", shape: []int{3, 4, 8}, grad: true},
 		{name: "w", shape: []int{8}, grad: true, gen: l.near1}},

@@ -77,6 +77,9 @@ func TestGPUOpsBandwidth(t *testing.T) {
 			{"RMSNormBackward dx+dw 16384x4096", 4 * nh * es, func() error {
 				return e.o.RMSNormBackward(x, w, rstd, dy, tokens, hidden, y, dw, scratch, true)
 			}},
+			{"RMSNormBackward dw 16384x4096", 2 * nh * es, func() error {
+				return e.o.RMSNormBackward(x, w, rstd, dy, tokens, hidden, gpu.Buffer{}, dw, scratch, true)
+			}},
 			{"RMSNorm 65536x1024", 2 * nh * es, func() error { return e.o.RMSNorm(x, w, int(nh/1024), 1024, 1e-6, y, qkRstd) }},
 			{"step: RMSNorm 393216x128", 2*flat*es + 4*qkRows, func() error {
 				return e.o.RMSNorm(x, w, qkRows, headDim, 1e-6, y, qkRstd)

@@ -276,19 +276,21 @@ func (b *Backend) RMSNormBackward(xS, wS, rstdS, dyS tensor.Storage[float32], di
 	dt := same("RMSNormBackward", x, w, dy)
 	f32s("RMSNormBackward", rstd)
 	rows := rowCount("RMSNormBackward", x.n, dim)
-	o, none := b.ops(dt), gpu.Buffer{}
-	if dxS != nil {
-		b.intoOut(dx, dt, accumulate, func(out gpu.Buffer, acc bool) {
-			must("RMSNormBackward", o.RMSNormBackward(x.Buffer(), w.Buffer(), rstd.Buffer(), dy.Buffer(), rows, dim, out, none, none, acc))
+	// One call for both, so that the kernels may read x and dy once for dx
+	// and dw; dx or dw of the other dtype goes through a temporary (a null
+	// one is a null Buffer).
+	b.intoOut(dx, dt, accumulate, func(dxOut gpu.Buffer, acc bool) {
+		b.into(dw, dtype.F32, func(dwOut gpu.Buffer) {
+			var scratch Buf
+			if dwS != nil {
+				scratch = b.newBuf(int(ColumnScratch(rows, dim)/4), dtype.F32, false, false)
+			}
+			must("RMSNormBackward", b.ops(dt).RMSNormBackward(x.Buffer(), w.Buffer(), rstd.Buffer(), dy.Buffer(), rows, dim, dxOut, dwOut, scratch.Buffer(), acc))
+			if dwS != nil {
+				b.freeTemp(scratch)
+			}
 		})
-	}
-	if dwS != nil {
-		b.into(dw, dtype.F32, func(out gpu.Buffer) {
-			scratch := b.newBuf(int(ColumnScratch(rows, dim)/4), dtype.F32, false, false)
-			must("RMSNormBackward", o.RMSNormBackward(x.Buffer(), w.Buffer(), rstd.Buffer(), dy.Buffer(), rows, dim, none, out, scratch.Buffer(), true))
-			b.freeTemp(scratch)
-		})
-	}
+	})
 }
 
 // RoPE rotates the heads of x into y (cos, sin fp32), writing y or adding

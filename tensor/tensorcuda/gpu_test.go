@@ -50,8 +50,13 @@ func TestGPURMSNorm(t *testing.T) {
 		// Dims up to smallNormDim run the _small kernels (several rows per
 		// block; 20000 rows of 128 exceed one pass of the grid), larger ones
 		// one block per row; 7 and 100 take the scalar loops, 1000 in bf16 too.
+		// dx with dw takes the fused kernel past smallNormDim when rows are
+		// whole vectors (all of those here but 1030; 3000 rows of 4096 are
+		// 188 chunks, the last of 8 rows), dw alone the dw kernel's vector
+		// path (4096 in bf16: two blocks a row) or, for 7, 100 in bf16 and
+		// 1030, its scalar one.
 		for _, c := range []struct{ rows, dim int }{{1, 1}, {7, 7}, {33, 64}, {129, 64}, {5, 100}, {20000, 128}, {77, 256},
-			{300, 1000}, {50, smallNormDim}, {9, smallNormDim + 8}, {64, 4096}, {3, 5000}} {
+			{300, 1000}, {50, smallNormDim}, {9, smallNormDim + 8}, {5, smallNormDim + 6}, {64, 4096}, {3000, 4096}, {3, 5000}} {
 			name := fmt.Sprintf("rows%d_dim%d", c.rows, c.dim)
 			n := c.rows * c.dim
 			const eps = 1e-6
@@ -74,6 +79,11 @@ func TestGPURMSNorm(t *testing.T) {
 			ref.RMSNormBackward(xv, wv, gr, dyv, c.dim, dxv, dwv, true)
 			e.compare("RMSNormBackward dx "+name, e.load(dx, n), dxv, tol(e.dt, true))
 			e.compare("RMSNormBackward dw "+name, e.loadF32(dw, c.dim), dwv, tolF32Reduce)
+
+			// dw alone (the dw kernel), added to its last value.
+			e.check(e.o.RMSNormBackward(x, w, rstd, dy, c.rows, c.dim, gpu.Buffer{}, dw, scratch, false))
+			ref.RMSNormBackward(xv, wv, gr, dyv, c.dim, nil, dwv, false)
+			e.compare("RMSNormBackward dw alone "+name, e.loadF32(dw, c.dim), dwv, tolF32Reduce)
 
 			// Written, not accumulated: dx starts poisoned.
 			fx, fxv := e.out(n), make([]float64, n)

@@ -67,7 +67,8 @@ var (
 	kRMSNormDX      = def("op_rmsnorm.cu", "op_rmsnorm_bwd_dx", "x:p w:p rstd:p dy:p dx:p rows:i32 dim:i32 accumulate:i32")
 	kRMSNormSmall   = def("op_rmsnorm.cu", "op_rmsnorm_fwd_small", "x:p w:p y:p rstd:p rows:i32 dim:i32 eps:f32 lanes:i32")
 	kRMSNormDXSmall = def("op_rmsnorm.cu", "op_rmsnorm_bwd_dx_small", "x:p w:p rstd:p dy:p dx:p rows:i32 dim:i32 lanes:i32 accumulate:i32")
-	kRMSNormDW      = def("op_rmsnorm.cu", "op_rmsnorm_bwd_dw", "x:p rstd:p dy:p partial:p rows:i32 dim:i32 rows_per_chunk:i32")
+	kRMSNormDW      = def("op_rmsnorm.cu", "op_rmsnorm_bwd_dw", "x:p rstd:p dy:p partial:p rows:i32 dim:i32 rows_per_chunk:i32 vec:i32")
+	kRMSNormBwd     = def("op_rmsnorm.cu", "op_rmsnorm_bwd", "x:p w:p rstd:p dy:p dx:p partial:p rows:i32 dim:i32 rows_per_chunk:i32 accumulate:i32")
 
 	kAddRows = def("op_rows.cu", "op_add_rows", "y:p v:p total:i64 n:i32")
 	kSumRows = def("op_rows.cu", "op_sum_rows", "y:p partial:p rows:i32 n:i32 rows_per_chunk:i32")

@@ -1,6 +1,8 @@
 package tensorcuda
 
 import (
+	"fmt"
+	"maps"
 	"regexp"
 	"strings"
 	"testing"
@@ -113,11 +115,13 @@ type fakeRun struct {
 		grid, block cuda.Dim3
 		args        int
 	}
+	shapes map[string][2]cuda.Dim3 // each kernel's last grid and block
 }
 
 func (f *fakeRun) launch(k *kernel, grid, block cuda.Dim3, args *cuda.Args) error {
 	f.launched[k.name]++
 	f.last.grid, f.last.block, f.last.args = grid, block, args.Len()
+	f.shapes[k.name] = [2]cuda.Dim3{grid, block}
 	return nil
 }
 
@@ -129,7 +133,7 @@ func (f *fakeRun) gemm(spec gpu.GemmSpec, alpha float32, a, b gpu.Buffer, beta f
 }
 
 func fakeOps(dt dtype.DType) (*Ops, *fakeRun) {
-	f := &fakeRun{launched: map[string]int{}}
+	f := &fakeRun{launched: map[string]int{}, shapes: map[string][2]cuda.Dim3{}}
 	return &Ops{dt: dt, sms: 132, run: f}, f
 }
 
@@ -170,6 +174,7 @@ func TestLaunchersMatchKernels(t *testing.T) {
 			if f.last.grid.X != 1000 || f.launched["op_rmsnorm_bwd_dx"] != 1 {
 				t.Errorf("RMSNormBackward dx of dim 5000: grid %v, want op_rmsnorm_bwd_dx on one block per row", f.last.grid)
 			}
+			must(o.RMSNormBackward(big, big, big, big, 1000, 4096, big, big, big, true)) // fused
 			must(o.RMSNormBackward(big, big, big, big, 1000, 65, big, big, big, true))
 			per, nc := chunks(1000, 65)
 			if f.last.grid.X != uint32(ceilDiv(65, colSumCols)) || per*nc < 1000 {
@@ -294,18 +299,100 @@ func TestNormLanes(t *testing.T) {
 }
 
 func TestChunks(t *testing.T) {
-	for _, cols := range []int{10, 128, 4096} {
-		most := max(maxChunks, chunkThreads/cols)
-		for _, rows := range []int{1, 7, 16, 17, 33, 1000, 2048, 2049, 16384, 1 << 20} {
+	for _, cols := range []int{10, 128, 2048, 4096, 1 << 14, 151936} {
+		most, fmost := max(maxChunks, chunkThreads/cols), max(maxChunks, normChunkElems/cols)
+		for _, rows := range []int{1, 7, 16, 17, 33, 1000, 2048, 2049, 16384, 32768, 1 << 20} {
 			per, n := chunks(rows, cols)
 			if per*n < rows || per*(n-1) >= rows || n > most || per < minChunkRows {
 				t.Errorf("rows %d, cols %d: %d chunks of %d (at most %d chunks)", rows, cols, n, per, most)
 			}
-			if rows >= minChunkRows*most && n*cols < chunkThreads && n < maxChunks {
+			// With rows enough, at least half the chunks allowed (per rounds up).
+			if rows >= minChunkRows*most && 2*n < most {
 				t.Errorf("rows %d, cols %d: %d chunks, %d threads for the first stage", rows, cols, n, n*cols)
 			}
-			if got := ColumnScratch(rows, cols); got != int64(n*cols*4) {
-				t.Errorf("rows %d, cols %d: scratch %d", rows, cols, got)
+			fper, fn := normChunks(rows, cols)
+			if fper*fn < rows || fper*(fn-1) >= rows || fn > fmost || fper < minChunkRows {
+				t.Errorf("rows %d, cols %d: fused: %d chunks of %d (at most %d chunks)", rows, cols, fn, fper, fmost)
+			}
+			if rows >= minChunkRows*fmost && 2*fn < fmost {
+				t.Errorf("rows %d, cols %d: fused: %d chunks of %d elements", rows, cols, fn, cols)
+			}
+			// Scratch for either chunking, at most 8 MiB more than chunks' own.
+			got := ColumnScratch(rows, cols)
+			if got < int64(n*cols*4) || got < int64(fn*cols*4) || got > max(int64(n*cols*4), 8<<20) {
+				t.Errorf("rows %d, cols %d: scratch %d for %d and %d chunks", rows, cols, got, n, fn)
+			}
+		}
+	}
+	if _, n := normChunks(32768, 4096); n != 512 {
+		t.Errorf("the 8B drafter's norms: %d fused chunks, want 512", n)
+	}
+}
+
+// TestRMSNormBackwardPaths checks the launcher's choice among the fused
+// kernel, the dx kernels and the dw kernel's vector and scalar paths (told
+// apart by their grids), and their shapes.
+func TestRMSNormBackwardPaths(t *testing.T) {
+	big, none := gpu.Buffer{Ptr: 0x10000, Size: 1 << 40}, gpu.Buffer{}
+	odd := gpu.Buffer{Ptr: 0x10002, Size: 1 << 40}
+	for _, dt := range []dtype.DType{dtype.BF16, dtype.F32} {
+		v := 16 / int(dt.Size())
+		for _, c := range []struct {
+			rows, dim int
+			x, dx, dw gpu.Buffer
+			want      []string // kernels launched, besides op_colsum
+			block     [2]int   // op_rmsnorm_bwd's in bf16 and fp32 (0: not launched)
+		}{
+			// 512 or 1024 vectors, 2 a thread.
+			{32768, 4096, big, big, big, []string{"op_rmsnorm_bwd"}, [2]int{256, 512}},
+			// 625 or 1250 vectors: 313 or 625 threads, in whole warps.
+			{3, 5000, big, big, big, []string{"op_rmsnorm_bwd"}, [2]int{320, 640}},
+			{9, 1032, big, big, big, []string{"op_rmsnorm_bwd"}, [2]int{96, 160}},
+			{32768, 4096, big, none, big, []string{"op_rmsnorm_bwd_dw"}, [2]int{}},
+			{32768, 4096, big, big, none, []string{"op_rmsnorm_bwd_dx"}, [2]int{}},
+			{32768, 4096, odd, big, big, []string{"op_rmsnorm_bwd_dx", "op_rmsnorm_bwd_dw"}, [2]int{}},
+			{300, 1000, big, big, big, []string{"op_rmsnorm_bwd_dx_small", "op_rmsnorm_bwd_dw"}, [2]int{}},
+			{7, 1030, big, big, big, []string{"op_rmsnorm_bwd_dx", "op_rmsnorm_bwd_dw"}, [2]int{}},
+			{7, 1 << 15, big, big, big, []string{"op_rmsnorm_bwd_dx", "op_rmsnorm_bwd_dw"}, [2]int{}}, // over 1024 threads
+		} {
+			block := c.block[0]
+			if dt == dtype.F32 {
+				block = c.block[1]
+			}
+			name := fmt.Sprintf("%v rows %d dim %d x %#x dx %v dw %v", dt, c.rows, c.dim, c.x.Ptr, c.dx.Ptr != 0, c.dw.Ptr != 0)
+			o, f := fakeOps(dt)
+			if err := o.RMSNormBackward(c.x, big, big, big, c.rows, c.dim, c.dx, c.dw, big, false); err != nil {
+				t.Fatal(err)
+			}
+			want := map[string]int{}
+			for _, k := range c.want {
+				want[k]++
+			}
+			if c.dw.Ptr != 0 {
+				want["op_colsum"]++
+			}
+			if !maps.Equal(f.launched, want) {
+				t.Errorf("%s: launched %v, want %v", name, f.launched, want)
+				continue
+			}
+			if block > 0 {
+				_, nc := normChunks(c.rows, c.dim)
+				if s := f.shapes["op_rmsnorm_bwd"]; s[0] != cuda.Dim(uint32(nc), 1, 1) || s[1] != cuda.Dim(uint32(block), 1, 1) {
+					t.Errorf("%s: op_rmsnorm_bwd grid %v block %v, want %d chunks of %d threads", name, s[0], s[1], nc, block)
+				}
+			}
+			if s, ok := f.shapes["op_rmsnorm_bwd_dw"]; ok {
+				_, nc := chunks(c.rows, c.dim)
+				bx := ceilDiv(c.dim, threads) // the scalar path: a column a thread
+				if c.x.Ptr%16 == 0 && c.dim%v == 0 {
+					bx = ceilDiv(c.dim/v, threads) // the vector path: a vector a thread
+					if c.dim > smallNormDim {
+						_, nc = normChunks(c.rows, c.dim)
+					}
+				}
+				if s[0] != cuda.Dim(uint32(bx), uint32(nc), 1) {
+					t.Errorf("%s: op_rmsnorm_bwd_dw grid %v, want %d×%d", name, s[0], bx, nc)
+				}
 			}
 		}
 	}

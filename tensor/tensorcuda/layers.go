@@ -89,7 +89,8 @@ func (o *Ops) RMSNorm(x, w gpu.Buffer, rows, dim int, eps float64, y, rstd gpu.B
 // and dw += Σ_rows dy·x̂ (fp32, always added; deterministic: summed by chunks
 // of rows into scratch, of ColumnScratch(rows, dim) bytes, then over the
 // chunks in order). dx or dw may be null (zero Buffer); scratch is needed
-// only with dw.
+// only with dw. With both, rows of whole 16-byte vectors past smallNormDim
+// take one pass over x and dy for both (op_rmsnorm_bwd).
 func (o *Ops) RMSNormBackward(x, w, rstd, dy gpu.Buffer, rows, dim int, dx, dw, scratch gpu.Buffer, accumulate bool) error {
 	n := int64(rows) * int64(dim)
 	need("RMSNormBackward", "x", x, n, o.es())
@@ -100,6 +101,18 @@ func (o *Ops) RMSNormBackward(x, w, rstd, dy gpu.Buffer, rows, dim int, dx, dw, 
 	optional("RMSNormBackward", "dw", dw, int64(dim), 4)
 	if rows == 0 || dim == 0 {
 		return nil
+	}
+	if dw.Ptr != 0 {
+		need("RMSNormBackward", "scratch", scratch, ColumnScratch(rows, dim)/4, 4)
+	}
+	if bt := o.normFusedThreads(dim); dx.Ptr != 0 && dw.Ptr != 0 && bt > 0 && aligned16(x, w, dy, dx, scratch) {
+		per, nc := normChunks(rows, dim)
+		c := o.begin(kRMSNormBwd).ptr("x", x).ptr("w", w).ptr("rstd", rstd).ptr("dy", dy).ptr("dx", dx).ptr("partial", scratch).
+			i32("rows", rows).i32("dim", dim).i32("rows_per_chunk", per).flag("accumulate", accumulate)
+		if err := o.launch(c, cuda.Dim(uint32(nc), 1, 1), bt); err != nil {
+			return err
+		}
+		return o.colSum(scratch, nc, dim, dw)
 	}
 	if dx.Ptr != 0 {
 		lanes := o.normLanes(dim)
@@ -119,13 +132,46 @@ func (o *Ops) RMSNormBackward(x, w, rstd, dy gpu.Buffer, rows, dim int, dx, dw, 
 	if dw.Ptr == 0 {
 		return nil
 	}
-	need("RMSNormBackward", "scratch", scratch, ColumnScratch(rows, dim)/4, 4)
+	// 16-byte vectors when rows are whole vectors (op_rmsnorm_bwd_dw: a block
+	// of threads threads spans min(vectors, threads) of them). With a vector
+	// a thread, rows past smallNormDim take the fused kernel's chunks, which
+	// keep as many loads in flight (chunks' count a thread per column).
+	v := 16 / int(o.es())
+	vec := dim%v == 0 && aligned16(x, dy)
 	per, nc := chunks(rows, dim)
-	c := o.begin(kRMSNormDW).ptr("x", x).ptr("rstd", rstd).ptr("dy", dy).ptr("partial", scratch).i32("rows", rows).i32("dim", dim).i32("rows_per_chunk", per)
-	if err := o.launch(c, cuda.Dim(uint32(ceilDiv(dim, threads)), uint32(nc), 1), threads); err != nil {
+	bx := ceilDiv(dim, threads)
+	if vec {
+		bx = ceilDiv(dim/v, threads)
+		if dim > smallNormDim {
+			per, nc = normChunks(rows, dim)
+		}
+	}
+	c := o.begin(kRMSNormDW).ptr("x", x).ptr("rstd", rstd).ptr("dy", dy).ptr("partial", scratch).i32("rows", rows).i32("dim", dim).
+		i32("rows_per_chunk", per).flag("vec", vec)
+	if err := o.launch(c, cuda.Dim(uint32(bx), uint32(nc), 1), threads); err != nil {
 		return err
 	}
 	return o.colSum(scratch, nc, dim, dw)
+}
+
+// normVecs is the most 16-byte vectors of a row that a thread of
+// op_rmsnorm_bwd holds (OP_NORM_VECS in op_rmsnorm.cu).
+const normVecs = 2
+
+// normFusedThreads returns the block of op_rmsnorm_bwd for rows of dim
+// columns: whole warps, enough for normVecs vectors each to span the row;
+// 0 when the row is not whole vectors, is small (the _small kernels), or
+// needs more than 1024 threads.
+func (o *Ops) normFusedThreads(dim int) int {
+	v := 16 / int(o.es())
+	if dim <= smallNormDim || dim%v != 0 {
+		return 0
+	}
+	bt := ceilDiv(ceilDiv(dim/v, normVecs), 32) * 32
+	if bt > 1024 {
+		return 0
+	}
+	return bt
 }
 
 // colSum adds the chunks partial rows of n columns, in a fixed order, into

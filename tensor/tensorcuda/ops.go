@@ -219,16 +219,37 @@ const (
 // chunks returns the rows per chunk and the number of chunks for a column
 // sum over rows rows of cols columns.
 func chunks(rows, cols int) (perChunk, n int) {
-	most := max(maxChunks, chunkThreads/max(cols, 1))
+	return chunksOf(rows, max(maxChunks, chunkThreads/max(cols, 1)))
+}
+
+// The fused RMSNorm backward (op_rmsnorm_bwd) runs a block per chunk that
+// holds one row of x and dy at a time, so its chunks are its blocks: enough
+// that together they hold about normChunkElems row elements (4 MiB each of
+// x and dy in bf16, the loads an H200 needs in flight; at dim 4096, 512
+// blocks of 256 threads, about 4 per SM).
+const normChunkElems = 1 << 21
+
+// normChunks returns the rows per chunk and the number of chunks of the
+// fused RMSNorm backward over rows rows of dim columns.
+func normChunks(rows, dim int) (perChunk, n int) {
+	return chunksOf(rows, max(maxChunks, normChunkElems/max(dim, 1)))
+}
+
+// chunksOf splits rows into at most most chunks of at least minChunkRows
+// rows (but one chunk).
+func chunksOf(rows, most int) (perChunk, n int) {
 	perChunk = max(minChunkRows, (rows+most-1)/most)
 	return perChunk, max(1, (rows+perChunk-1)/perChunk)
 }
 
-// ColumnScratch returns the bytes of fp32 scratch that SumRows and
-// RMSNormBackward (with dw) need for rows × cols.
+// ColumnScratch returns the bytes of fp32 scratch that SumRows,
+// RMSNormBackward and NormRoPEBackward (with dw) need for rows × cols: a
+// partial row per chunk of chunks or of normChunks, whichever is more (the
+// latter only below 2¹⁴ columns, and then at most 8 MiB).
 func ColumnScratch(rows, cols int) int64 {
 	_, n := chunks(rows, cols)
-	return int64(n) * int64(cols) * 4
+	_, nf := normChunks(rows, cols)
+	return int64(max(n, nf)) * int64(cols) * 4
 }
 
 // need panics unless b holds elems elements of size bytes.

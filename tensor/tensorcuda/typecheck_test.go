@@ -47,13 +47,17 @@ func TestOpKernelsTypeCheck(t *testing.T) {
 // TestOpKernelsOnHost builds kernel files (as the device compiles them)
 // with a harness of testdata and runs them on the host, in both storage
 // dtypes; each harness runs every thread of small grids in turn, which is
-// exact for kernels without barriers or shuffles:
+// exact for kernels without barriers or shuffles, or a block's threads
+// together (host_grid.h's block_together, with __syncthreads and
+// __shfl_xor_sync among them) for kernels with:
 //   - op_copy_host.cc: op_udiv against the division it replaces; op_copy2d
 //     and op_transpose12, vector and scalar paths, accumulate forms,
 //     against plain loops. Their 64-bit index path (2³¹ elements and more)
 //     differs only in its index type and is not run.
 //   - op_rmsnorm_host.cc: the small-dim RMSNorm kernels with one lane per
-//     row against float64.
+//     row, and the backward's block kernels (dx; dx and dw fused; dw's
+//     vector and scalar paths), against float64 and, where they add the
+//     same terms in the same order, against each other bit for bit.
 //   - op_ew_host.cc: op_add, vector, scalar and in-place, against a plain
 //     loop.
 //   - op_norm_rope_host.cc: the fused QK-norm + RoPE + head move kernels

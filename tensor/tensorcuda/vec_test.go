@@ -65,9 +65,13 @@ func TestGPUMisaligned(t *testing.T) {
 			gr := e.loadF32(rstd, rows)
 			dy, dyv := e.store(e.normal(rows*dim, 1))
 			dx, dxv := e.storeAt1(e.normal(rows*dim, 1))
-			e.check(e.o.RMSNormBackward(x, w, rstd, dy, rows, dim, dx, gpu.Buffer{}, gpu.Buffer{}, true))
-			ref.RMSNormBackward(xv, wv, gr, dyv, dim, dxv, nil, true)
+			dw, dwv := e.f32(e.normal(dim, 1))
+			scratch := e.alloc(ColumnScratch(rows, dim), 0xff)
+			// Misaligned x: the dx kernels' scalar loops and the dw kernel's scalar path, not the fused kernel.
+			e.check(e.o.RMSNormBackward(x, w, rstd, dy, rows, dim, dx, dw, scratch, true))
+			ref.RMSNormBackward(xv, wv, gr, dyv, dim, dxv, dwv, true)
 			e.compare("RMSNormBackward misaligned dx "+name, e.load(dx, rows*dim), dxv, tol(e.dt, true))
+			e.compare("RMSNormBackward misaligned dw "+name, e.loadF32(dw, dim), dwv, tolF32Reduce)
 		}
 
 		for _, acc := range []bool{false, true} {

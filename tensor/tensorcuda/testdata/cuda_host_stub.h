@@ -1,8 +1,8 @@
 // cuda_host_stub.h: host stand-ins for the CUDA builtins the tensor-op kernels
 // (kernels/op_*.cu) use, enough for g++ -fsyntax-only to type-check them
 // (TestOpKernelsTypeCheck), and for the host harnesses to run them
-// (TestOpKernelsOnHost, whose host_grid.h defines the grid variables and
-// __syncthreads). Not a CUDA emulation.
+// (TestOpKernelsOnHost, whose host_grid.h defines the grid variables,
+// __syncthreads and __shfl_xor_sync). Not a CUDA emulation.
 #include <math.h>
 #include <cstring>
 #define __global__
@@ -21,7 +21,9 @@ struct float2 { float x, y; };
 inline float __int_as_float(int i) { float f; std::memcpy(&f, &i, 4); return f; }
 inline float __uint_as_float(unsigned i) { float f; std::memcpy(&f, &i, 4); return f; }
 inline unsigned __float_as_uint(float f) { unsigned u; std::memcpy(&u, &f, 4); return u; }
-template <typename T> inline T __shfl_xor_sync(unsigned, T v, int) { return v; }
+// Defined by host_grid.h for the host harnesses (an exchange among a block's
+// threads run together); the type check needs only the declaration.
+template <typename T> T __shfl_xor_sync(unsigned mask, T v, int lane_mask);
 inline unsigned __umulhi(unsigned a, unsigned b) { return (unsigned)(((unsigned long long)a * b) >> 32); }
 inline int __clz(int x) { return x == 0 ? 32 : __builtin_clz((unsigned)x); }
 inline double __dmul_rn(double a, double b) { return a * b; }

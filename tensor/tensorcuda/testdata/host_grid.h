@@ -1,7 +1,8 @@
 // host_grid.h: what the host runs of the op kernels share
-// (TestOpKernelsOnHost): the grid variables, a loop over a grid's threads,
-// random buffers at a chosen alignment and failure counting. Included by the
-// *_host.cc harnesses after the kernel source (it uses op_t).
+// (TestOpKernelsOnHost): the grid variables, __syncthreads and
+// __shfl_xor_sync, a loop over a grid's threads, a block's threads run
+// together, random buffers at a chosen alignment and failure counting.
+// Included by the *_host.cc harnesses after the kernel source (it uses op_t).
 #pragma once
 #include <barrier>
 #include <cstdio>
@@ -20,6 +21,23 @@ void __syncthreads() {
   if (block_barrier) block_barrier->arrive_and_wait();
 }
 
+// __shfl_xor_sync: in a block run together (block_together) each thread
+// posts v and, after the block's barrier, reads the value of thread
+// tid ^ lane_mask (in its warp for lane_mask < 32); the whole block must
+// call it at once, as op_block_sum's callers do. Calls alternate between
+// two sets of slots, so that one barrier a call keeps a slot from being
+// written before it is read. Run one thread after another (grid), a thread
+// gets its own v back: a sum over groups of one lane.
+template <typename T> T __shfl_xor_sync(unsigned, T v, int lane_mask) {
+  static T slots[2][1024];
+  thread_local unsigned calls;
+  if (!block_barrier) return v;
+  T *s = slots[calls++ & 1];
+  s[threadIdx.x] = v;
+  block_barrier->arrive_and_wait();
+  return s[threadIdx.x ^ lane_mask];
+}
+
 static int failures, checks;
 static std::mt19937_64 rng(SEED);
 
@@ -29,8 +47,8 @@ static std::mt19937_64 rng(SEED);
   } while (0)
 
 // block_together runs f on threads threads at once, as block (bx, by) of a
-// grid of gx × gy blocks: a kernel's shared memory (static here) and
-// __syncthreads work as on the device.
+// grid of gx × gy blocks: a kernel's shared memory (static here),
+// __syncthreads and the warps' shuffles work as on the device.
 template <typename F> static void block_together(unsigned gx, unsigned gy, unsigned bx, unsigned by, unsigned threads, F f) {
   gridDim = {gx, gy, 1};
   blockDim = {threads, 1, 1};
