@@ -193,10 +193,19 @@ func (m *Model) layer(tp *tensor.Tape, i int, x *tensor.Tensor, batch, length in
 
 // qkv returns the normed (QK-norm where the model has it), rotated queries
 // [B, Hq, L, D] and keys [B, Hkv, L, D], in attention's layout, and the
-// values [B, L, Hkv, D].
+// values [B, L, Hkv, D]. Without biases the three projections are one GEMM
+// over Span(Q, K, V), whose column blocks the QK-norms read in place.
 func (m *Model) qkv(tp *tensor.Tape, i int, x *tensor.Tensor, batch, length int, table *tensor.RopeTable[float32]) (q, k, v *tensor.Tensor) {
 	c, l := &m.Config, &m.Layers[i]
 	h := tp.Recompute(tp.RMSNorm(x, l.InputNorm, c.RMSNormEps))
+	if l.QB == nil && l.KB == nil && l.VB == nil { // with biases, QB lies between Q and K
+		D := c.HeadDim
+		p := tp.Projections(h, tensor.Span(l.Q, l.K, l.V), c.NumHeads*D, c.NumKVHeads*D, c.NumKVHeads*D)
+		q = tp.NormRoPEHeadsCols(p[0], batch, l.QNorm, c.RMSNormEps, table)
+		k = tp.NormRoPEHeadsCols(p[1], batch, l.KNorm, c.RMSNormEps, table)
+		v = tp.Reshape(tp.ConcatCols(batch, p[2]), batch, length, c.NumKVHeads, D)
+		return q, k, v
+	}
 	q = tp.Reshape(tp.Linear(h, l.Q, l.QB), batch, length, c.NumHeads, c.HeadDim)
 	k = tp.Reshape(tp.Linear(h, l.K, l.KB), batch, length, c.NumKVHeads, c.HeadDim)
 	v = tp.Reshape(tp.Linear(h, l.V, l.VB), batch, length, c.NumKVHeads, c.HeadDim)

@@ -267,7 +267,7 @@ var tuningKnobs = []struct {
 	{"FLEX_BWD_TWO_PATHS", false, 1}, // P^T of full tiles without the mask program
 	{"FLEX_BWD_DQ_COLS", false, 1},   // head dim 64: dQ split between the warpgroups by columns
 	{"FLEX_BWD_WS", false, 1},        // head dims 64, 128: a TMA producer warpgroup feeds Q, dO, LSE, Dlt
-	{"FLEX_BWD_DQ_BULK", false, 0},   // with the producer: dQ tiles added to dQacc by the copy engine from shared memory
+	{"FLEX_BWD_DQ_BULK", false, 1},   // with the producer: dQ tiles added to dQacc by the copy engine from shared memory
 }
 
 // tuningValue returns the value of tuning switch name: DFLASH_FLEX_DEFINES's

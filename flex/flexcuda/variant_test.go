@@ -103,6 +103,7 @@ func TestParseKernel(t *testing.T) {
 // TestResourcesHopper checks the launch shapes of the Hopper kernels against
 // the shared-memory sizes their templates define.
 func TestResourcesHopper(t *testing.T) {
+	t.Setenv("DFLASH_FLEX_DEFINES", "FLEX_BWD_DQ_BULK=0") // its buffers and stages: TestBulkDQBackwardShape
 	for _, c := range []struct {
 		spec            Spec
 		fwdSmem, fwdThr int
@@ -192,7 +193,8 @@ func TestProducerBackwardShape(t *testing.T) {
 		t.Setenv("DFLASH_FLEX_DEFINES", "FLEX_BWD_WS=0")
 		spec := Spec{HeadDim: c.d, Group: 4, BlockQ: 128, BlockKV: 128, Fwd: Hopper, Bwd: Hopper}
 		base := BwdResources(spec, 64)
-		t.Setenv("DFLASH_FLEX_DEFINES", c.env)
+		// The producer alone: the dQ bulk reduce (TestBulkDQBackwardShape) off.
+		t.Setenv("DFLASH_FLEX_DEFINES", strings.TrimPrefix(c.env+",FLEX_BWD_DQ_BULK=0", ","))
 		r := BwdResources(spec, 64)
 		if r.Threads != c.threads || r.SharedMem != base.SharedMem+c.mbar {
 			t.Errorf("d%d %q: %d threads, %d bytes; want %d, %d", c.d, c.env, r.Threads, r.SharedMem, c.threads, base.SharedMem+c.mbar)
@@ -222,7 +224,7 @@ func TestProducerBackwardShape(t *testing.T) {
 	}
 }
 
-// TestBulkDQBackwardShape: FLEX_BWD_DQ_BULK=1 gives the Hopper backward with
+// TestBulkDQBackwardShape: FLEX_BWD_DQ_BULK=1, the default, gives the Hopper backward with
 // a producer its dQ buffers (a 64-row fp32 tile of each consumer's columns),
 // two Q/dO stages at head dim 128 (where three no longer fit), the copy
 // engine's adds and the dQ accumulator's tensor map in the source, and one
@@ -250,7 +252,8 @@ func TestBulkDQBackwardShape(t *testing.T) {
 		threads int
 		smem    int
 	}{
-		{128, "", false, 3, 384, smem(128, 3, 0, true)},
+		{128, "", true, 2, 384, smem(128, 2, 2*64*64*4, true)}, // the default
+		{128, "FLEX_BWD_DQ_BULK=0", false, 3, 384, smem(128, 3, 0, true)},
 		{128, "FLEX_BWD_DQ_BULK=1", true, 2, 384, smem(128, 2, 2*64*64*4, true)},
 		{64, "FLEX_BWD_DQ_BULK=1", true, 3, 384, smem(64, 3, 2*64*32*4, true)},
 		{64, "FLEX_BWD_DQ_BULK=1,FLEX_BWD_DQ_COLS=0", true, 3, 384, smem(64, 3, 2*64*64*4, true)},
