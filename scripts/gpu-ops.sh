@@ -2,12 +2,12 @@
 # gpu-ops.sh runs the GPU tests of the tensor-op kernels (package
 # tensor/tensorcuda) on the GPU machine and prints a summary table: every op
 # forward and backward in bf16 and fp32 storage against the float64 CPU
-# backend, Gemm/GemmF32Out (cuBLASLt) against the CPU Gemm, AdamW against
-# train.AdamW, and each kernel's bandwidth; then the tensor.Backend on those
-# kernels (TestGPUBackend*, TestGPUStepNoSync, TestGPUAdamWArena): the
-# conformance suite, attention through the tape, a step without copies or
-# synchronisation, AdamW over a placed arena. Their failures show as
-# "--- FAIL" lines and make the summary FAIL.
+# backend, Gemm/GemmF32Out (cuBLASLt) against the CPU Gemm, and each
+# kernel's bandwidth; then the tensor.Backend on those kernels
+# (TestGPUBackend*, TestGPUStepNoSync): the conformance suite, attention
+# through the tape, a step without copies or synchronisation. (The fused
+# AdamW against train.AdamW is train/traincuda's, in scripts/gpu-train.sh.)
+# Their failures show as "--- FAIL" lines and make the summary FAIL.
 #
 # Build here first (the GPU machine has no Go):
 #   CGO_ENABLED=0 go test -c -o .devbuild/tensorcuda.test ./tensor/tensorcuda

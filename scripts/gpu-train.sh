@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # gpu-train.sh is the GPU check of training on the device (issue 13), in one
-# device call: the CUDA backend's GPU tests, the drafter step on CUDA against
+# device call: the CUDA backend's GPU tests and those of training on it
+# (train/traincuda: AdamW and the train.Device against train.AdamW and
+# PyTorch), the drafter step on CUDA against
 # the float64 golden (head dim 64, generated here by bench/drafter_ref.py), the
 # targets' hidden states on CUDA against transformers (scripts/golden_hf_gpu.py),
 # `dflash train` for STEPS steps on the CUDA backend and on the CPU with the same
@@ -32,6 +34,7 @@ if [ "${1:-}" = "--build" ]; then
 	export CGO_ENABLED=0 GOOS=linux GOARCH=amd64
 	go build -trimpath -ldflags="-s -w" -o "$B/dflash" ./cmd/dflash
 	go test -c -trimpath -ldflags="-s -w" -o "$B/tensorcuda.test" ./tensor/tensorcuda
+	go test -c -trimpath -ldflags="-s -w" -o "$B/traincuda.test" ./train/traincuda
 	go test -c -trimpath -ldflags="-s -w" -o "$B/gpu.test" ./gpu
 	go test -c -trimpath -ldflags="-s -w" -o "$B/model.test" ./model
 	go test -c -trimpath -ldflags="-s -w" -o "$B/dflash.test" ./model/dflash
@@ -60,6 +63,10 @@ if has tests; then
 	"$B/tensorcuda.test" -test.run 'GPU' -test.v >"$OUT/tensorcuda.log" 2>&1 || fail "tensorcuda GPU tests"
 	grep -E '^(--- |ok|FAIL|PASS)' "$OUT/tensorcuda.log" | tail -n 30
 	python3 scripts/testfails.py "$OUT/tensorcuda.log" 40
+	echo "== traincuda GPU tests (AdamW, train.Device, against train.AdamW and PyTorch)"
+	"$B/traincuda.test" -test.run 'GPU' -test.v >"$OUT/traincuda.log" 2>&1 || fail "traincuda GPU tests"
+	grep -E '^(--- |ok|FAIL|PASS)' "$OUT/traincuda.log" | tail -n 30
+	python3 scripts/testfails.py "$OUT/traincuda.log" 40
 	echo "== gpu package GPU tests (graphs, Replay, staged uploads, allocator)"
 	(cd gpu && ../"$B/gpu.test" -test.v) >"$OUT/gpu.log" 2>&1 || fail "gpu GPU tests"
 	grep -E '^(--- |ok|FAIL|PASS)' "$OUT/gpu.log" | grep -v SKIP | tail -n 30

@@ -10,6 +10,7 @@ import (
 	"dflash/model/dflash/stepbench"
 	"dflash/tensor/tensorcuda"
 	"dflash/train"
+	"dflash/train/traincuda"
 )
 
 // benchStepCUDA runs the step benchmark o on GPU 0 through the CUDA tensor
@@ -42,7 +43,7 @@ func benchStepCUDA(o stepbench.Options, cacheDir string) (*stepbench.Report, err
 		defer clock.destroy()
 		dev := &stepbench.Device{Backend: b, Sync: d.Synchronize, Reset: b.ResetStep, Clock: clock,
 			Train: func(dr *dflash.Drafter[float32], cfg train.AdamWConfig) (train.Device, error) {
-				return tensorcuda.NewTrainDevice(b, dr.Arena(), cfg)
+				return traincuda.NewDevice(b, dr.Arena(), cfg)
 			},
 			Free: func() (int64, error) { free, _, err := d.MemInfo(); return free, err },
 			Measure: func() func(*stepbench.Report, int) {

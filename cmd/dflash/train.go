@@ -22,8 +22,8 @@ import (
 	"dflash/rendezvous"
 	"dflash/spec"
 	"dflash/tensor"
-	"dflash/tensor/tensorcuda"
 	"dflash/train"
+	"dflash/train/traincuda"
 )
 
 // trainConfig is the configuration of `dflash train`: every field is both a flag
@@ -180,21 +180,21 @@ func interrupted(sig os.Signal, res *train.Result, args []string) error {
 // placement returns the ranks this process trains (one per GPU of --gpus,
 // or this process's rank of a multi-process job), refusing several ranks
 // anywhere but on CUDA.
-func (a *trainArgs) placement() (tensorcuda.Placement, error) {
+func (a *trainArgs) placement() (traincuda.Placement, error) {
 	if a.cfg.Device != "cuda" {
 		if a.cfg.GPUs != "" {
-			return tensorcuda.Placement{}, fmt.Errorf("%s %q needs --device cuda", a.opts.Source("gpus"), a.cfg.GPUs)
+			return traincuda.Placement{}, fmt.Errorf("%s %q needs --device cuda", a.opts.Source("gpus"), a.cfg.GPUs)
 		}
 		if a.launch.WorldSize > 1 {
-			return tensorcuda.Placement{}, fmt.Errorf("world size %d with --device %s: a job of several ranks trains on GPUs (--device cuda, NCCL)", a.launch.WorldSize, a.cfg.Device)
+			return traincuda.Placement{}, fmt.Errorf("world size %d with --device %s: a job of several ranks trains on GPUs (--device cuda, NCCL)", a.launch.WorldSize, a.cfg.Device)
 		}
-		return tensorcuda.Placement{Ranks: []int{0}, World: 1}, nil
+		return traincuda.Placement{Ranks: []int{0}, World: 1}, nil
 	}
 	gpus, err := gpu.ParseOrdinals(a.opts.Source("gpus"), a.cfg.GPUs, gpu.Count)
 	if err != nil {
-		return tensorcuda.Placement{}, err
+		return traincuda.Placement{}, err
 	}
-	return tensorcuda.PlaceRanks(gpus, a.launch, a.opts.Source("gpus"))
+	return traincuda.PlaceRanks(gpus, a.launch, a.opts.Source("gpus"))
 }
 
 func trainDrafter(ctx context.Context, a *trainArgs) (*train.Result, error) {

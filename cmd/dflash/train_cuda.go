@@ -10,19 +10,19 @@ import (
 	"dflash/gpu"
 	"dflash/jit"
 	"dflash/tensor"
-	"dflash/tensor/tensorcuda"
 	"dflash/train"
+	"dflash/train/traincuda"
 )
 
 // trainOnGPU runs train once per rank of place, each on the worker thread
-// of its GPU (every CUDA call of a rank comes from it; tensorcuda.RunRanks):
+// of its GPU (every CUDA call of a rank comes from it; traincuda.RunRanks):
 // the rank's target loaded frozen onto its backend (bf16, a tensor at a time:
 // the host never holds the whole model), its drafter with fp32 master
 // weights, gradient and AdamW state on the device, and with several ranks
 // its NCCL collective. The ranks load one at a time. The trained values of
 // this process's first rank's drafter come back to its host arena at the
 // end, for the export; its result is the one returned.
-func trainOnGPU(ctx context.Context, cfg trainConfig, place tensorcuda.Placement, load func(tensor.Backend[float32], bool) (rankModels, error),
+func trainOnGPU(ctx context.Context, cfg trainConfig, place traincuda.Placement, load func(tensor.Backend[float32], bool) (rankModels, error),
 	run func(rankModels, tensor.Backend[float32], train.Device, train.Collective) (*train.Result, error)) (*train.Result, error) {
 	if cfg.SpecEvalEvery > 0 {
 		return nil, fmt.Errorf("--spec-eval-every %d with --device cuda: speculative decoding runs on the CPU only for now; set --spec-eval-every 0", cfg.SpecEvalEvery)
@@ -40,7 +40,7 @@ func trainOnGPU(ctx context.Context, cfg trainConfig, place tensorcuda.Placement
 		mu  sync.Mutex // one rank loads at a time
 		res *train.Result
 	)
-	err = tensorcuda.RunRanks(ctx, cache, place, 0, func(r tensorcuda.RankEnv) error {
+	err = traincuda.RunRanks(ctx, cache, place, 0, func(r traincuda.RankEnv) error {
 		first := r.Rank == place.Ranks[0]
 		if cfg.Deterministic {
 			if err := r.Backend.SetDeterministic(); err != nil {
@@ -55,7 +55,7 @@ func trainOnGPU(ctx context.Context, cfg trainConfig, place tensorcuda.Placement
 		}
 		d := m.sess.Drafter
 		d.Arena().Place(r.Backend, true)
-		td, err := tensorcuda.NewTrainDevice(r.Backend, d.Arena(), train.AdamWConfig{Beta1: cfg.Beta1, Beta2: cfg.Beta2, Eps: cfg.Eps, WeightDecay: cfg.WeightDecay})
+		td, err := traincuda.NewDevice(r.Backend, d.Arena(), train.AdamWConfig{Beta1: cfg.Beta1, Beta2: cfg.Beta2, Eps: cfg.Eps, WeightDecay: cfg.WeightDecay})
 		if err != nil {
 			return err
 		}

@@ -12,8 +12,8 @@ import (
 	"dflash/internal/gputest"
 	"dflash/internal/testseed"
 	"dflash/model"
-	"dflash/tensor/tensorcuda"
 	"dflash/train"
+	"dflash/train/traincuda"
 )
 
 // dpRun is what one rank of a data-parallel GPU run saw: its master
@@ -25,7 +25,7 @@ type dpRun struct {
 
 // TestGPUDataParallel trains a small drafter (head dim 64, the target of
 // cmd/dflash's TestWriteTrainFixture) for a few steps on two GPUs, two
-// ranks of one process through NCCL (tensorcuda.RunRanks), and on one GPU
+// ranks of one process through NCCL (traincuda.RunRanks), and on one GPU
 // with the same global batch as two micro-batches (gradient accumulation
 // 2: the two ranks' shards, in order), all from the same seed. Anchors
 // cover every candidate position, so that no rank's anchor draw depends on
@@ -68,7 +68,7 @@ func TestGPUDataParallel(t *testing.T) {
 	cfg.EvalEvery, cfg.SaveEvery, cfg.Progress, cfg.Plot = 0, 0, "off", false
 
 	// rank trains one rank on env: its target and same-seed drafter.
-	rank := func(env tensorcuda.RankEnv, cfg train.Config, out *dpRun) error {
+	rank := func(env traincuda.RankEnv, cfg train.Config, out *dpRun) error {
 		target, err := model.New(tc, 5)
 		if err != nil {
 			return err
@@ -78,7 +78,7 @@ func TestGPUDataParallel(t *testing.T) {
 		dc.NumAnchors = 64 // more than any sequence's candidates: every one is an anchor
 		d := New[float32](dc, rand.New(rand.NewPCG(seed, train.StreamInit)))
 		d.Arena().Place(env.Backend, true)
-		td, err := tensorcuda.NewTrainDevice(env.Backend, d.Arena(), train.AdamWConfig{Beta1: cfg.Beta1, Beta2: cfg.Beta2, Eps: cfg.Eps, WeightDecay: cfg.WeightDecay})
+		td, err := traincuda.NewDevice(env.Backend, d.Arena(), train.AdamWConfig{Beta1: cfg.Beta1, Beta2: cfg.Beta2, Eps: cfg.Eps, WeightDecay: cfg.WeightDecay})
 		if err != nil {
 			return err
 		}
@@ -118,8 +118,8 @@ func TestGPUDataParallel(t *testing.T) {
 	dp := make([]dpRun, 2)
 	dpCfg := cfg
 	dpCfg.Out = t.TempDir()
-	two := tensorcuda.Placement{Ranks: []int{0, 1}, GPUs: []int{0, 1}, World: 2, Comm: tensorcuda.LocalComm}
-	if err := tensorcuda.RunRanks(context.Background(), cache, two, 0, func(env tensorcuda.RankEnv) error {
+	two := traincuda.Placement{Ranks: []int{0, 1}, GPUs: []int{0, 1}, World: 2, Comm: traincuda.LocalComm}
+	if err := traincuda.RunRanks(context.Background(), cache, two, 0, func(env traincuda.RankEnv) error {
 		return rank(env, dpCfg, &dp[env.Rank])
 	}); err != nil {
 		t.Fatal(err)
@@ -127,8 +127,8 @@ func TestGPUDataParallel(t *testing.T) {
 	var ref dpRun
 	refCfg := cfg
 	refCfg.Out, refCfg.GradAccum = t.TempDir(), 2
-	one := tensorcuda.Placement{Ranks: []int{0}, GPUs: []int{0}, World: 1, Comm: tensorcuda.NoComm}
-	if err := tensorcuda.RunRanks(context.Background(), cache, one, 0, func(env tensorcuda.RankEnv) error {
+	one := traincuda.Placement{Ranks: []int{0}, GPUs: []int{0}, World: 1, Comm: traincuda.NoComm}
+	if err := traincuda.RunRanks(context.Background(), cache, one, 0, func(env traincuda.RankEnv) error {
 		return rank(env, refCfg, &ref)
 	}); err != nil {
 		t.Fatal(err)

@@ -5,7 +5,6 @@ import (
 
 	"dflash/cuda"
 	"dflash/gpu"
-	"dflash/train"
 )
 
 // AdamWSegment is one parameter's range [Start, End) of the flat buffer and
@@ -51,18 +50,26 @@ func NewAdamWLayout(segs []AdamWSegment, total int64) (*AdamWLayout, error) {
 	return l, nil
 }
 
-// AdamWStep holds one step's hyper-parameters; Step is the 1-based count of
-// updates including this one.
+// AdamWStep holds one step's hyper-parameters: the betas and epsilon, and
+// the step's scalars, which the caller computes for the update count t and
+// learning rate lr (package train's AdamWScalars): StepSize = lr/(1-β1^t),
+// BC2Sqrt = √(1-β2^t) and Shrink = 1-lr·weight decay (applied to the
+// segments that take decay).
 type AdamWStep struct {
-	LR, Beta1, Beta2, Eps, WeightDecay float64
-	Step                               int64
+	Beta1, Beta2, Eps         float64
+	StepSize, BC2Sqrt, Shrink float64
 }
 
-// AdamW applies one step of train.AdamW's update to every segment of the
-// flat fp32 buffers p (master weights), g (gradient), m and v (moments),
-// and writes bf16(p) into p16 unless it is null. The arithmetic is the CPU
-// optimizer's, in float64 with the same operations in the same order, so the
-// results are equal. table holds l.Table on the device.
+// AdamW applies one AdamW step to every segment of the flat fp32 buffers p
+// (master weights), g (gradient), m and v (moments), and writes bf16(p)
+// into p16 unless it is null:
+//
+//	m = β1·m + (1-β1)·g;  v = β2·v + (1-β2)·g²
+//	p = p·Shrink - StepSize·m / (√v/BC2Sqrt + eps)   (Shrink 1 without decay)
+//
+// in float64 on fp32 state, with the operations in the order of package
+// train's CPU optimizer, so the results equal its. table holds l.Table on
+// the device.
 func (o *Ops) AdamW(l *AdamWLayout, table gpu.Buffer, p, g, m, v, p16 gpu.Buffer, h AdamWStep) error {
 	for _, b := range []struct {
 		name string
@@ -72,12 +79,8 @@ func (o *Ops) AdamW(l *AdamWLayout, table gpu.Buffer, p, g, m, v, p16 gpu.Buffer
 	}
 	optional("AdamW", "p16", p16, l.Total, 2)
 	need("AdamW", "table", table, int64(len(l.Table)), 8)
-	if h.Step < 1 {
-		panic(fmt.Sprintf("tensorcuda: AdamW: step %d (counts from 1)", h.Step))
-	}
-	stepSize, bc2Sqrt, shrink := train.AdamWScalars(train.AdamWConfig{Beta1: h.Beta1, Beta2: h.Beta2, Eps: h.Eps, WeightDecay: h.WeightDecay}, h.LR, h.Step)
 	c := o.begin(kAdamW).ptr("p", p).ptr("g", g).ptr("m", m).ptr("v", v).ptr("p16", p16).ptr("seg", table).
-		f64("b1", h.Beta1).f64("b2", h.Beta2).f64("eps", h.Eps).f64("step_size", stepSize).f64("bc2_sqrt", bc2Sqrt).f64("shrink", shrink)
+		f64("b1", h.Beta1).f64("b2", h.Beta2).f64("eps", h.Eps).f64("step_size", h.StepSize).f64("bc2_sqrt", h.BC2Sqrt).f64("shrink", h.Shrink)
 	gx := o.strided(l.MaxLen).X
 	return o.launch(c, cuda.Dim(gx, uint32(l.Segs), 1), threads)
 }

@@ -60,7 +60,8 @@ type Backend struct {
 	gen     uint64 // the current step; storage of another step is stale
 
 	persistent []gpu.Buffer
-	release    []func() // what ResetStep frees besides the arena (masks)
+	partial    gpu.Buffer // SumSquares' per-block sums, allocated at its first call
+	release    []func()   // what ResetStep frees besides the arena (masks)
 	attns      map[attnKey]*flexcuda.Attention
 	builders   map[string]*flexcuda.Builder // by mask program hash
 	det        bool                         // SetDeterministic

@@ -14,7 +14,6 @@ import (
 	"dflash/gpu"
 	"dflash/internal/testseed"
 	"dflash/tensor"
-	"dflash/train"
 )
 
 // These tests run the Backend on a fake device: host bytes behind fake
@@ -374,21 +373,24 @@ func TestDFlashRecognised(t *testing.T) {
 }
 
 // TestAdamWArenaLayout checks the segments NewAdamW makes from an arena
-// (empty parameters skipped, decay as train.AdamW decides it), that Step
-// launches the fused kernel once, and the errors for arenas it cannot take.
+// (empty parameters skipped, decay as the decay function decides it), that
+// Step launches the fused kernel once, and the errors for arenas it cannot
+// take.
 func TestAdamWArenaLayout(t *testing.T) {
 	b, bfRun, _, _ := fakeBackend()
+	var asked []string
+	matrices := func(name string, shape []int) bool { asked = append(asked, name); return len(shape) > 1 }
 	var a tensor.Arena[float32]
 	a.Param("embed.weight", 5, 4)
 	a.Param("empty.weight", 0, 4)
 	a.Param("layers.0.input_norm.weight", 4)
 	a.Param("fc.weight", 3, 4)
 	a.Alloc()
-	if _, err := NewAdamW(b, &a, train.AdamWConfig{}); err == nil || !strings.Contains(err.Error(), "not fp32 parameter memory of this backend") {
+	if _, err := NewAdamW(b, &a, matrices); err == nil || !strings.Contains(err.Error(), "not fp32 parameter memory of this backend") {
 		t.Errorf("host arena: %v", err)
 	}
 	a.Place(b, true)
-	o, err := NewAdamW(b, &a, train.AdamWConfig{Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1})
+	o, err := NewAdamW(b, &a, matrices)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -396,19 +398,23 @@ func TestAdamWArenaLayout(t *testing.T) {
 	if !slices.Equal(o.layout.Table, want) || o.layout.Total != 36 {
 		t.Errorf("table %v over %d, want %v over 36", o.layout.Table, o.layout.Total, want)
 	}
+	if wantAsked := []string{"embed.weight", "layers.0.input_norm.weight", "fc.weight"}; !slices.Equal(asked, wantAsked) {
+		t.Errorf("decay asked of %v, want %v (the non-empty parameters)", asked, wantAsked)
+	}
 	if a.Grad == nil || a.Grad.DType() != dtype.F32 {
 		t.Errorf("gradient %v, want fp32", a.Grad)
 	}
-	o.Step(1e-3)
-	o.Step(1e-3)
-	if bfRun.launched["op_adamw"] != 2 || o.Steps() != 2 {
-		t.Errorf("%d launches of op_adamw, %d steps; want 2", bfRun.launched["op_adamw"], o.Steps())
+	h := AdamWStep{Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, StepSize: 1e-2, BC2Sqrt: 0.2236, Shrink: 1 - 1e-4}
+	o.Step(h)
+	o.Step(h)
+	if bfRun.launched["op_adamw"] != 2 {
+		t.Errorf("%d launches of op_adamw, want 2", bfRun.launched["op_adamw"])
 	}
 	var frozen tensor.Arena[float32]
 	frozen.Param("w", 2)
 	frozen.Alloc()
 	frozen.Place(b, false)
-	if _, err := NewAdamW(b, &frozen, train.AdamWConfig{}); err == nil || !strings.Contains(err.Error(), "frozen") {
+	if _, err := NewAdamW(b, &frozen, matrices); err == nil || !strings.Contains(err.Error(), "frozen") {
 		t.Errorf("frozen arena: %v", err)
 	}
 }

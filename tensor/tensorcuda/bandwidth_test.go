@@ -64,7 +64,7 @@ func TestGPUOpsBandwidth(t *testing.T) {
 		l, err := NewAdamWLayout([]AdamWSegment{{0, params, true}}, params)
 		e.check(err)
 		e.check(gpu.Upload(e.d, table3, l.Table))
-		step := AdamWStep{LR: 1e-4, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.01, Step: 1}
+		step := AdamWStep{Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, StepSize: 1e-3, BC2Sqrt: 0.2236, Shrink: 1 - 1e-6} // lr 1e-4, decay 0.01, step 1
 
 		for _, c := range []struct {
 			name  string

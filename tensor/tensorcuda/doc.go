@@ -39,15 +39,18 @@
 // kernels: the tape's ops run on the device with bf16 activations, fp32
 // statistics, fp32 master weights and parameter gradients (Buf records each
 // storage's dtype, and every op dispatches on them), attention through
-// flexcuda, and AdamW over a placed parameter arena (NewAdamW).
+// flexcuda, and the fused AdamW over a placed parameter arena (NewAdamW;
+// the training loop's side of it, train.Device with the update count and
+// hyper-parameters, is package train/traincuda's, which this package does
+// not know).
 //
 //	b, err := tensorcuda.NewBackend(cache, d) // on the worker thread
 //	arena.Place(b, true)
-//	opt, err := tensorcuda.NewAdamW(b, &arena, cfg)
+//	opt, err := tensorcuda.NewAdamW(b, &arena, decay)
 //	for each step {
 //		tp := tensor.NewTape(b) // upload the step's inputs, then run ops:
 //		tp.Backward(model.Loss(tp, inputs)) // no copy, no synchronisation
-//		opt.Step(lr)
+//		opt.Step(h) // this step's AdamWStep
 //		b.ResetStep() // the step's storage is released; addresses repeat
 //	}
 //

@@ -223,7 +223,7 @@ func TestLaunchersMatchKernels(t *testing.T) {
 			}
 			l, err := NewAdamWLayout([]AdamWSegment{{0, 10, true}, {10, 5000, false}}, 5000)
 			must(err)
-			must(o.AdamW(l, big, big, big, big, big, gpu.Buffer{}, AdamWStep{LR: 1e-3, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, Step: 1}))
+			must(o.AdamW(l, big, big, big, big, big, gpu.Buffer{}, AdamWStep{Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, StepSize: 1e-2, BC2Sqrt: 0.2236, Shrink: 1}))
 			if f.last.grid.Y != 2 || f.last.grid.X != uint32(ceilDiv(4990, threads)) {
 				t.Errorf("AdamW grid %v, want %d×2", f.last.grid, ceilDiv(4990, threads))
 			}

@@ -7,29 +7,25 @@ import (
 	"dflash/dtype"
 	"dflash/gpu"
 	"dflash/tensor"
-	"dflash/train"
 )
 
-// AdamW is train.AdamW over a parameter arena placed on a Backend: one
-// launch of the fused kernel (Ops.AdamW) per step over the whole flat
-// buffer, fp32 master weights, gradient and moments, and the bf16 compute
-// copy refreshed in the same pass. Its results equal train.AdamW's for the
-// same inputs (the kernel repeats the CPU's float64 operations in order).
+// AdamW is the fused AdamW update (Ops.AdamW) over a parameter arena placed
+// on a Backend: one launch per step over the whole flat buffer, fp32 master
+// weights, gradient and moments, and the bf16 compute copy refreshed in the
+// same pass. The update count and the hyper-parameters are the caller's
+// (package train/traincuda's Device keeps them).
 type AdamW struct {
 	be              *Backend
-	cfg             train.AdamWConfig
 	layout          *AdamWLayout
 	table           gpu.Buffer // layout.Table (int64) on the device
 	p, g, m, v, p16 Buf
-	step            int64
 }
 
 // NewAdamW returns the optimizer of arena a, placed on b with master values
 // (tensor.Arena.Place(b, true)); it allocates the arena's gradient if there
-// is none, and zero moments. Weight decay follows cfg.NoDecay (nil:
-// train.DefaultNoDecay) on each parameter's name and shape, as train.AdamW
-// decides it.
-func NewAdamW(b *Backend, a *tensor.Arena[float32], cfg train.AdamWConfig) (*AdamW, error) {
+// is none, and zero moments. decay reports whether the parameter of that
+// name and shape takes weight decay.
+func NewAdamW(b *Backend, a *tensor.Arena[float32], decay func(name string, shape []int) bool) (*AdamW, error) {
 	if a.Values == nil {
 		return nil, fmt.Errorf("tensorcuda: AdamW: the arena is frozen (placed without master values)")
 	}
@@ -41,18 +37,13 @@ func NewAdamW(b *Backend, a *tensor.Arena[float32], cfg train.AdamWConfig) (*Ada
 	if !ok || p16.be != b || p16.dt != dtype.BF16 {
 		return nil, fmt.Errorf("tensorcuda: AdamW: the arena's compute copy is not bf16 storage of this backend")
 	}
-	noDecay := cfg.NoDecay
-	if noDecay == nil {
-		noDecay = train.DefaultNoDecay
-	}
 	var segs []AdamWSegment
 	for i, t := range a.Params() {
 		if t.Numel() == 0 {
 			continue
 		}
 		off := int64(a.Offset(i))
-		decay := cfg.WeightDecay != 0 && !noDecay(&train.Param{Name: t.Name, Shape: t.Shape})
-		segs = append(segs, AdamWSegment{Start: off, End: off + int64(t.Numel()), Decay: decay})
+		segs = append(segs, AdamWSegment{Start: off, End: off + int64(t.Numel()), Decay: decay(t.Name, t.Shape)})
 	}
 	l, err := NewAdamWLayout(segs, int64(a.Len()))
 	if err != nil {
@@ -65,21 +56,16 @@ func NewAdamW(b *Backend, a *tensor.Arena[float32], cfg train.AdamWConfig) (*Ada
 	}
 	table := b.alloc(int64(len(raw)), true, false)
 	must("AdamW table", b.mem.upload(table, raw))
-	return &AdamW{be: b, cfg: cfg, layout: l, table: table, p: p, g: g, p16: p16,
+	return &AdamW{be: b, layout: l, table: table, p: p, g: g, p16: p16,
 		m: b.newBuf(a.Len(), dtype.F32, true, true), v: b.newBuf(a.Len(), dtype.F32, true, true)}, nil
 }
 
-// Step applies one update with learning rate lr to every parameter and
+// Step applies one update of hyper-parameters h to every parameter and
 // refreshes the compute copy; it queues one kernel and returns.
-func (o *AdamW) Step(lr float64) {
-	o.step++
-	c := o.cfg
-	must("AdamW", o.be.bf.AdamW(o.layout, o.table, o.p.Buffer(), o.g.Buffer(), o.m.Buffer(), o.v.Buffer(), o.p16.Buffer(),
-		AdamWStep{LR: lr, Beta1: c.Beta1, Beta2: c.Beta2, Eps: c.Eps, WeightDecay: c.WeightDecay, Step: o.step}))
+func (o *AdamW) Step(h AdamWStep) {
+	defer o.be.span("AdamW", 0, o.g.n)()
+	must("AdamW", o.be.bf.AdamW(o.layout, o.table, o.p.Buffer(), o.g.Buffer(), o.m.Buffer(), o.v.Buffer(), o.p16.Buffer(), h))
 }
-
-// Steps returns the number of updates applied.
-func (o *AdamW) Steps() int64 { return o.step }
 
 // Moments returns the first and second moments (fp32, laid out like the
 // arena).

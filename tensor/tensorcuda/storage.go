@@ -89,6 +89,33 @@ func (s IntBuf) Slice(lo, hi int) tensor.Ints {
 // Buffer returns the device memory of s.
 func (s IntBuf) Buffer() gpu.Buffer { return gpu.Buffer{Ptr: s.ptr, Size: 4 * int64(s.n)} }
 
+// write copies x into dst (len(x) = dst.n), rounded to dst's dtype.
+func (b *Backend) write(dst Buf, x []float32) {
+	checkLen("write", len(x), dst.n)
+	if dst.n == 0 {
+		return
+	}
+	raw := make([]byte, dst.n*dst.dt.Size())
+	dtype.EncodeFloat32(dst.dt, raw, x)
+	must("write", b.mem.upload(dst.Buffer(), raw))
+}
+
+// Memory returns the device memory of s for code outside the backend that
+// hands it to the device itself (an NCCL all-reduce of a gradient range).
+// It returns an error for storage that is not this backend's, and panics
+// for step storage used after its ResetStep, as the ops do.
+func (b *Backend) Memory(s tensor.Storage[float32]) (gpu.Buffer, error) {
+	x, ok := s.(Buf)
+	if !ok {
+		return gpu.Buffer{}, fmt.Errorf("tensorcuda: %T is not CUDA backend storage (Buf)", s)
+	}
+	if x.be != b {
+		return gpu.Buffer{}, fmt.Errorf("tensorcuda: %v belongs to another CUDA backend", x)
+	}
+	b.live("storage", x.step)
+	return x.Buffer(), nil
+}
+
 func checkRange(op string, lo, hi, n int) {
 	if lo < 0 || hi < lo || hi > n {
 		panic(fmt.Sprintf("tensorcuda: %s(%d, %d) of %d elements", op, lo, hi, n))

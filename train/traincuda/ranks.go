@@ -1,4 +1,4 @@
-package tensorcuda
+package traincuda
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"dflash/gpu"
 	"dflash/jit"
 	"dflash/rendezvous"
+	"dflash/tensor/tensorcuda"
 	"dflash/train"
 )
 
@@ -71,7 +72,7 @@ func (p Placement) Lead() bool { return slices.Contains(p.Ranks, 0) }
 type RankEnv struct {
 	Rank, World int
 	Device      *gpu.Device
-	Backend     *Backend
+	Backend     *tensorcuda.Backend
 	// Collective is the rank's NCCLCollective; nil in a job of one rank.
 	Collective train.Collective
 }
@@ -109,8 +110,8 @@ func RunRanks(ctx context.Context, cache *jit.Cache, p Placement, timeout time.D
 					stop.Fail(rank, err)
 				}
 			}()
-			defer RecoverOOM(&err)
-			b, err := NewBackend(cache, d)
+			defer tensorcuda.RecoverOOM(&err)
+			b, err := tensorcuda.NewBackend(cache, d)
 			if err != nil {
 				return err
 			}
@@ -121,10 +122,13 @@ func RunRanks(ctx context.Context, cache *jit.Cache, p Placement, timeout time.D
 			}
 			returned := false // false while panicking
 			defer func() { err = errors.Join(err, closeComm(comms[i], stop, !returned || err != nil)) }()
-			if env.Collective, err = NewNCCLCollective(b, comms[i], timeout, stop); err != nil {
+			coll, err := NewNCCLCollective(b, comms[i], timeout, stop)
+			if err != nil {
 				returned = true
 				return err
 			}
+			defer coll.Close()
+			env.Collective = coll
 			err = fn(env)
 			returned = true
 			return err

@@ -1,4 +1,4 @@
-package tensorcuda
+package traincuda
 
 import (
 	"errors"

@@ -1,4 +1,4 @@
-package tensorcuda
+package traincuda
 
 import (
 	"fmt"
@@ -10,6 +10,7 @@ import (
 	"dflash/gpu"
 	"dflash/safetensors"
 	"dflash/tensor"
+	"dflash/tensor/tensorcuda"
 	"dflash/train"
 )
 
@@ -18,7 +19,7 @@ import (
 // parameter groups: decay 0.1 on a matrix, none on a norm vector;
 // clip_grad_norm_(1.0) before every step; a changing learning rate;
 // train/testdata/adamw_golden.safetensors, recorded with PyTorch):
-// TrainDevice's clipped norm and fused AdamW must give torch's values to
+// Device's clipped norm and fused AdamW must give torch's values to
 // the CPU test's tolerances (norm 1e-6, weights 2e-6, relative to 1+|torch|).
 func TestGPUAdamWMatchesTorch(t *testing.T) {
 	// The test binary runs from its package folder (go test) or from the
@@ -53,9 +54,9 @@ func TestGPUAdamWMatchesTorch(t *testing.T) {
 		vals []float32
 	}
 	var got []stepResult
-	gpuBackend(t, func(d *gpu.Device, b *Backend) error {
+	gpuBackend(t, func(d *gpu.Device, b *tensorcuda.Backend) error {
 		a.Place(b, true)
-		dev, err := NewTrainDevice(b, &a, train.AdamWConfig{Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1})
+		dev, err := NewDevice(b, &a, train.AdamWConfig{Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1})
 		if err != nil {
 			return err
 		}
@@ -63,7 +64,7 @@ func TestGPUAdamWMatchesTorch(t *testing.T) {
 		for s := range steps {
 			copy(grad, get(fmt.Sprintf("gw.%d", s)))
 			copy(grad[a.Offset(1):], get(fmt.Sprintf("gn.%d", s)))
-			b.write(dev.grad, grad)
+			b.WriteParams(a.Grad, grad)
 			norm := dev.ClipGradNorm(1.0)
 			dev.Step(float64(lrs[s]))
 			vals := make([]float32, a.Len())

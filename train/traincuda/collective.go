@@ -1,4 +1,4 @@
-package tensorcuda
+package traincuda
 
 import (
 	"encoding/binary"
@@ -10,13 +10,15 @@ import (
 	"dflash/cuda"
 	"dflash/dtype"
 	"dflash/gpu"
+	"dflash/tensor"
+	"dflash/tensor/tensorcuda"
 	"dflash/train"
 )
 
 // NCCLCollective is train.Collective over one rank of an NCCL
 // communicator (design contract 9), on the worker thread of the rank's
-// GPU: AllReduceSum sums ranges of the fp32 flat gradient of a
-// TrainDevice (its GradRange) in place, AllReduceFloat64 sums host values
+// GPU: AllReduceSum sums ranges of the fp32 flat gradient of a Device (its
+// GradRange) in place, AllReduceFloat64 sums host values
 // through a small persistent device buffer. Each call queues the
 // all-reduce on the default stream and waits for it under a watchdog:
 // past the timeout, on an error NCCL met in the background, or when
@@ -28,12 +30,11 @@ import (
 // of the step synchronises with the device before it), at the price of a
 // host round trip per gradient bucket.
 type NCCLCollective struct {
-	b       *Backend
 	port    commPort
 	timeout time.Duration
 	stop    *Stop
 	clk     clock
-	f64     gpu.Buffer // persistent, for AllReduceFloat64
+	f64     gpu.Buffer // for AllReduceFloat64, until Close
 	seq     int        // collectives started
 	err     error      // set once the group broke
 }
@@ -41,10 +42,21 @@ type NCCLCollective struct {
 var _ train.Collective = (*NCCLCollective)(nil)
 
 // commPort is what NCCLCollective needs of a communicator and its device:
-// gpu.Comm with an event on the worker, or a fake in the CPU tests.
+// gpu.Comm with an event and the rank's backend on the worker, or a fake in
+// the CPU tests.
 type commPort interface {
 	rank() int
 	size() int
+	// memory returns the device memory of x, fp32 storage of the rank's
+	// backend.
+	memory(x train.Buffer) (gpu.Buffer, error)
+	// alloc returns n bytes of device memory, free gives them back;
+	// upload and download copy between it and the host (upload queued on
+	// the default stream, download waiting for it).
+	alloc(n int64) (gpu.Buffer, error)
+	free(b gpu.Buffer)
+	upload(dst gpu.Buffer, src []byte) error
+	download(dst []byte, src gpu.Buffer) error
 	// allReduce queues an in-place sum of count elements of t at buf on
 	// the default stream.
 	allReduce(buf gpu.Buffer, count int, t dtype.DType) error
@@ -63,24 +75,34 @@ const f64Capacity = 64
 // NewNCCLCollective returns the collective of comm, whose device is b's;
 // its calls wait at most timeout (0: train.DefaultCollectiveTimeout) and
 // give up at once when stop (optional) fires. Call it on the worker thread.
-func NewNCCLCollective(b *Backend, comm *gpu.Comm, timeout time.Duration, stop *Stop) (*NCCLCollective, error) {
+func NewNCCLCollective(b *tensorcuda.Backend, comm *gpu.Comm, timeout time.Duration, stop *Stop) (*NCCLCollective, error) {
 	d := b.Device()
 	if d == nil {
-		return nil, errors.New("tensorcuda: NCCLCollective needs a backend on a GPU")
+		return nil, errors.New("traincuda: NCCLCollective needs a backend on a GPU")
 	}
 	ev, err := d.NewEvent()
 	if err != nil {
 		return nil, err
 	}
-	return newNCCLCollective(b, gpuPort{c: comm, ev: ev}, timeout, stop, realClock{}), nil
+	return newNCCLCollective(gpuPort{b: b, c: comm, ev: ev}, timeout, stop, realClock{})
 }
 
-func newNCCLCollective(b *Backend, port commPort, timeout time.Duration, stop *Stop, clk clock) *NCCLCollective {
+func newNCCLCollective(port commPort, timeout time.Duration, stop *Stop, clk clock) (*NCCLCollective, error) {
 	if timeout <= 0 {
 		timeout = train.DefaultCollectiveTimeout
 	}
-	return &NCCLCollective{b: b, port: port, timeout: timeout, stop: stop, clk: clk,
-		f64: b.alloc(8*f64Capacity, true, false)}
+	f64, err := port.alloc(8 * f64Capacity)
+	if err != nil {
+		return nil, fmt.Errorf("collective: rank %d: %w", port.rank(), err)
+	}
+	return &NCCLCollective{port: port, timeout: timeout, stop: stop, clk: clk, f64: f64}, nil
+}
+
+// Close frees the collective's device memory; the communicator is the
+// caller's to destroy.
+func (c *NCCLCollective) Close() {
+	c.port.free(c.f64)
+	c.f64 = gpu.Buffer{}
 }
 
 // Rank returns this rank.
@@ -89,18 +111,14 @@ func (c *NCCLCollective) Rank() int { return c.port.rank() }
 // Size returns the number of ranks.
 func (c *NCCLCollective) Size() int { return c.port.size() }
 
-// AllReduceSum replaces x, fp32 storage of c's backend (a TrainDevice's
+// AllReduceSum replaces x, fp32 storage of c's backend (a Device's
 // GradRange), by its sum over the ranks.
 func (c *NCCLCollective) AllReduceSum(x train.Buffer) error {
-	buf, ok := x.(Buf)
-	if !ok {
-		return fmt.Errorf("collective: rank %d: an NCCLCollective reduces CUDA backend storage (Buf), not %T", c.Rank(), x)
+	buf, err := c.port.memory(x)
+	if err != nil {
+		return fmt.Errorf("collective: rank %d: all-reduce: %w", c.Rank(), err)
 	}
-	if buf.be != c.b || buf.dt != dtype.F32 {
-		return fmt.Errorf("collective: rank %d: all-reduce of %v: want fp32 storage of this rank's backend", c.Rank(), buf)
-	}
-	c.b.live("all-reduce buffer", buf.step)
-	return c.run("all-reduce", buf.Buffer(), buf.n, dtype.F32)
+	return c.run("all-reduce", buf, x.Len(), dtype.F32)
 }
 
 // AllReduceFloat64 replaces the host values x by their sum over the ranks.
@@ -109,20 +127,25 @@ func (c *NCCLCollective) AllReduceFloat64(x []float64) error {
 		return c.err
 	}
 	if need := int64(8 * len(x)); need > c.f64.Size {
-		c.f64 = c.b.alloc(need, true, false)
+		buf, err := c.port.alloc(need)
+		if err != nil {
+			return fmt.Errorf("collective: rank %d: all-reduce (float64): %w", c.Rank(), err)
+		}
+		c.port.free(c.f64)
+		c.f64 = buf
 	}
 	raw := make([]byte, 8*len(x))
 	for i, v := range x {
 		binary.LittleEndian.PutUint64(raw[8*i:], math.Float64bits(v))
 	}
 	buf := gpu.Buffer{Ptr: c.f64.Ptr, Size: int64(len(raw))}
-	if err := c.b.mem.upload(buf, raw); err != nil {
+	if err := c.port.upload(buf, raw); err != nil {
 		return fmt.Errorf("collective: rank %d: all-reduce (float64): %w", c.Rank(), err)
 	}
 	if err := c.run("all-reduce (float64)", buf, len(x), dtype.F64); err != nil {
 		return err
 	}
-	if err := c.b.mem.download(raw, buf); err != nil {
+	if err := c.port.download(raw, buf); err != nil {
 		return fmt.Errorf("collective: rank %d: all-reduce (float64): %w", c.Rank(), err)
 	}
 	for i := range x {
@@ -171,14 +194,33 @@ func (c *NCCLCollective) fail(op string, e *LostError) error {
 	return c.err
 }
 
-// gpuPort is commPort on a gpu.Comm, with ev marking completion.
+// gpuPort is commPort on a gpu.Comm and the rank's backend b, with ev
+// marking completion.
 type gpuPort struct {
+	b  *tensorcuda.Backend
 	c  *gpu.Comm
 	ev *gpu.Event
 }
 
 func (p gpuPort) rank() int { return p.c.Rank() }
 func (p gpuPort) size() int { return p.c.Size() }
+func (p gpuPort) memory(x train.Buffer) (gpu.Buffer, error) {
+	s, ok := x.(tensor.Storage[float32])
+	if !ok || s.DType() != dtype.F32 {
+		return gpu.Buffer{}, fmt.Errorf("want fp32 storage of this rank's backend, not %T %v", x, x)
+	}
+	return p.b.Memory(s)
+}
+func (p gpuPort) alloc(n int64) (gpu.Buffer, error) { return p.b.Device().Alloc(n) }
+func (p gpuPort) free(b gpu.Buffer) {
+	if b.Size > 0 {
+		p.b.Device().Free(b)
+	}
+}
+func (p gpuPort) upload(dst gpu.Buffer, src []byte) error { return gpu.Stage(p.b.Device(), dst, src) }
+func (p gpuPort) download(dst []byte, src gpu.Buffer) error {
+	return gpu.Download(p.b.Device(), dst, src)
+}
 func (p gpuPort) allReduce(buf gpu.Buffer, n int, t dtype.DType) error {
 	return p.c.AllReduce(nil, buf, buf, n, t, cuda.NCCLSum)
 }
@@ -186,9 +228,3 @@ func (p gpuPort) record() error          { return p.ev.Record(nil) }
 func (p gpuPort) reached() (bool, error) { return p.ev.Query() }
 func (p gpuPort) asyncError() error      { return p.c.AsyncError() }
 func (p gpuPort) abort() error           { return p.c.Abort() }
-
-// GradRange returns elements [lo, hi) of the flat fp32 gradient
-// (train.GradRanger), for NCCLCollective.
-func (t *TrainDevice) GradRange(lo, hi int) train.Buffer { return t.grad.Slice(lo, hi).(Buf) }
-
-var _ train.GradRanger = (*TrainDevice)(nil)

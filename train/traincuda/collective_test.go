@@ -1,19 +1,67 @@
-package tensorcuda
+package traincuda
 
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"sync"
 	"testing"
 	"time"
 
+	"dflash/cuda"
 	"dflash/dtype"
 	"dflash/gpu"
-	"dflash/tensor"
 	"dflash/train"
 )
+
+// fakeMem is a rank's device memory in host slices at made-up addresses.
+type fakeMem struct {
+	next   cuda.DevicePtr
+	blocks map[cuda.DevicePtr][]byte
+}
+
+func newFakeMem() *fakeMem { return &fakeMem{next: 0x100000, blocks: map[cuda.DevicePtr][]byte{}} }
+
+func (m *fakeMem) alloc(n int64) (gpu.Buffer, error) {
+	p := m.next
+	m.next += cuda.DevicePtr((n + 4095) / 4096 * 4096)
+	m.blocks[p] = make([]byte, n)
+	return gpu.Buffer{Ptr: p, Size: n}, nil
+}
+
+func (m *fakeMem) free(b gpu.Buffer) {
+	if b.Size > 0 && m.blocks[b.Ptr] == nil {
+		panic(fmt.Sprintf("fakeMem: free of %#x, not allocated", uint64(b.Ptr)))
+	}
+	delete(m.blocks, b.Ptr)
+}
+
+// bytes returns the host bytes behind b, which must lie in one allocation.
+func (m *fakeMem) bytes(b gpu.Buffer) []byte {
+	for p, blk := range m.blocks {
+		if b.Ptr >= p && b.Ptr+cuda.DevicePtr(b.Size) <= p+cuda.DevicePtr(len(blk)) {
+			off := int(b.Ptr - p)
+			return blk[off : off+int(b.Size)]
+		}
+	}
+	panic(fmt.Sprintf("fakeMem: %d bytes at %#x are not allocated", b.Size, uint64(b.Ptr)))
+}
+
+// fakeGrad is a range of a rank's flat fp32 gradient in its fakeMem (what
+// a Device's GradRange is on the GPU).
+type fakeGrad struct {
+	buf gpu.Buffer
+	n   int
+}
+
+func (g fakeGrad) Len() int { return g.n }
+
+// slice returns elements [lo, hi).
+func (g fakeGrad) slice(lo, hi int) fakeGrad {
+	return fakeGrad{gpu.Buffer{Ptr: g.buf.Ptr + cuda.DevicePtr(4*lo), Size: int64(4 * (hi - lo))}, hi - lo}
+}
 
 // fakeWorld is an NCCL group in memory for NCCLCollective's CPU tests:
 // the all-reduce number s completes when every rank has queued its s-th,
@@ -82,9 +130,10 @@ func encodeAny(raw []byte, t dtype.DType, x []float64) {
 	}
 }
 
-// fakePort is one rank of a fakeWorld.
+// fakePort is one rank of a fakeWorld, with its memory.
 type fakePort struct {
 	w        *fakeWorld
+	mem      *fakeMem
 	r        int
 	seq      int // all-reduces queued
 	recorded int
@@ -95,6 +144,20 @@ type fakePort struct {
 
 func (p *fakePort) rank() int { return p.r }
 func (p *fakePort) size() int { return len(p.w.mems) }
+func (p *fakePort) memory(x train.Buffer) (gpu.Buffer, error) {
+	g, ok := x.(fakeGrad)
+	if !ok {
+		return gpu.Buffer{}, fmt.Errorf("want a fakeGrad, not %T", x)
+	}
+	return g.buf, nil
+}
+func (p *fakePort) alloc(n int64) (gpu.Buffer, error)       { return p.mem.alloc(n) }
+func (p *fakePort) free(b gpu.Buffer)                       { p.mem.free(b) }
+func (p *fakePort) upload(dst gpu.Buffer, src []byte) error { copy(p.mem.bytes(dst), src); return nil }
+func (p *fakePort) download(dst []byte, src gpu.Buffer) error {
+	copy(dst, p.mem.bytes(src))
+	return nil
+}
 func (p *fakePort) allReduce(buf gpu.Buffer, n int, t dtype.DType) error {
 	p.seq++
 	p.w.arrive(p.r, p.seq, &fakeCall{buf, n, t})
@@ -119,45 +182,48 @@ type fakeClock struct {
 func (c *fakeClock) now() time.Time        { return c.t }
 func (c *fakeClock) sleep(d time.Duration) { c.t = c.t.Add(d); c.sleeps++ }
 
-// fakeRanks returns n collectives over one fakeWorld, each on its own fake
-// backend, with timeout on the real clock.
-func fakeRanks(n int, timeout time.Duration, stop *Stop) ([]*NCCLCollective, []*fakePort) {
+// fakeRanks returns n collectives over one fakeWorld, each with its own
+// fake memory, with timeout on the real clock.
+func fakeRanks(t *testing.T, n int, timeout time.Duration, stop *Stop) ([]*NCCLCollective, []*fakePort) {
+	t.Helper()
 	mems := make([]*fakeMem, n)
-	bs := make([]*Backend, n)
 	for r := range n {
-		bs[r], _, _, mems[r] = fakeBackend()
+		mems[r] = newFakeMem()
 	}
 	w := newFakeWorld(mems)
 	cs := make([]*NCCLCollective, n)
 	ps := make([]*fakePort, n)
 	for r := range n {
-		ps[r] = &fakePort{w: w, r: r}
-		cs[r] = newNCCLCollective(bs[r], ps[r], timeout, stop, realClock{})
+		ps[r] = &fakePort{w: w, mem: mems[r], r: r}
+		var err error
+		if cs[r], err = newNCCLCollective(ps[r], timeout, stop, realClock{}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return cs, ps
 }
 
-// placedDevice returns a TrainDevice on b over an arena of parameters of
-// the given sizes, its gradient set to grad.
-func placedDevice(t *testing.T, b *Backend, sizes []int, grad []float32) *TrainDevice {
+// fakeGradient returns grad as a flat fp32 gradient in p's memory.
+func fakeGradient(t *testing.T, p *fakePort, grad []float32) fakeGrad {
 	t.Helper()
-	a := &tensor.Arena[float32]{}
-	for i, n := range sizes {
-		a.Param(string(rune('a'+i)), n)
-	}
-	a.Alloc()
-	a.Place(b, true)
-	a.EnsureGrad()
-	td, err := NewTrainDevice(b, a, train.AdamWConfig{Beta1: 0.9, Beta2: 0.95, Eps: 1e-8})
+	buf, err := p.mem.alloc(int64(4 * len(grad)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	b.write(td.grad, grad)
-	return td
+	encodeAny(p.mem.bytes(buf), dtype.F32, widen(grad))
+	return fakeGrad{buf, len(grad)}
 }
 
-// TestNCCLCollectiveSums runs three ranks of TrainDevices whose gradient
-// buckets (train.PlanBuckets) are summed through NCCLCollective, then a
+func widen(x []float32) []float64 {
+	out := make([]float64, len(x))
+	for i, v := range x {
+		out[i] = float64(v)
+	}
+	return out
+}
+
+// TestNCCLCollectiveSums runs three ranks whose flat gradients' buckets
+// (train.PlanBuckets) are summed through NCCLCollective, then a
 // float64 all-reduce: every rank must hold the float64 sum of the ranks'
 // random values (rounded to fp32 for the gradient), and float64 sums
 // exactly.
@@ -168,9 +234,9 @@ func TestNCCLCollectiveSums(t *testing.T) {
 	const n = 3
 	sizes := []int{7, 33, 5, 64}
 	total := 7 + 33 + 5 + 64
-	cs, _ := fakeRanks(n, 10*time.Second, nil)
+	cs, ps := fakeRanks(t, n, 10*time.Second, nil)
 	grads := make([][]float32, n)
-	devs := make([]*TrainDevice, n)
+	devs := make([]fakeGrad, n)
 	f64s := make([][]float64, n)
 	want := make([]float64, total)
 	wantF64 := make([]float64, 5)
@@ -184,7 +250,7 @@ func TestNCCLCollectiveSums(t *testing.T) {
 		for i := range f64s[r] {
 			f64s[r][i] = rng.Float64() * 100
 		}
-		devs[r] = placedDevice(t, cs[r].b, sizes, grads[r])
+		devs[r] = fakeGradient(t, ps[r], grads[r])
 	}
 	for i := range wantF64 {
 		for r := range n {
@@ -202,7 +268,7 @@ func TestNCCLCollectiveSums(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for _, bk := range buckets {
-				if errs[r] = cs[r].AllReduceSum(devs[r].GradRange(bk.Lo, bk.Hi)); errs[r] != nil {
+				if errs[r] = cs[r].AllReduceSum(devs[r].slice(bk.Lo, bk.Hi)); errs[r] != nil {
 					return
 				}
 			}
@@ -214,10 +280,9 @@ func TestNCCLCollectiveSums(t *testing.T) {
 		if errs[r] != nil {
 			t.Fatalf("rank %d: %v", r, errs[r])
 		}
-		got := make([]float32, total)
-		cs[r].b.Download(devs[r].a.Grad, got)
+		got := decodeAny(ps[r].mem.bytes(devs[r].buf), dtype.F32, total)
 		for i := range got {
-			if got[i] != float32(want[i]) {
+			if float32(got[i]) != float32(want[i]) {
 				t.Fatalf("rank %d: gradient[%d] = %g, want %g", r, i, got[i], float32(want[i]))
 			}
 		}
@@ -251,12 +316,12 @@ func TestNCCLCollectiveLost(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			stop := NewStop()
-			cs, ps := fakeRanks(2, time.Minute, stop)
+			cs, ps := fakeRanks(t, 2, time.Minute, stop)
 			clk := &fakeClock{t: time.Unix(0, 0)}
 			cs[0].clk = clk
 			c.setup(ps[0], stop)
-			td := placedDevice(t, cs[0].b, []int{4}, []float32{1, 2, 3, 4})
-			err := cs[0].AllReduceSum(td.GradRange(0, 4)) // rank 1 never joins
+			g := fakeGradient(t, ps[0], []float32{1, 2, 3, 4})
+			err := cs[0].AllReduceSum(g) // rank 1 never joins
 			if err == nil || err.Error() != c.want {
 				t.Fatalf("err = %v\nwant %s", err, c.want)
 			}

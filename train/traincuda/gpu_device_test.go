@@ -1,4 +1,4 @@
-package tensorcuda
+package traincuda
 
 import (
 	"math"
@@ -6,24 +6,25 @@ import (
 
 	"dflash/gpu"
 	"dflash/internal/testseed"
+	"dflash/tensor/tensorcuda"
 	"dflash/train"
 )
 
-// TestGPUTrainDevice runs the train.Device of a placed arena beside
+// TestGPUDevice runs the Device of a placed arena beside
 // train.HostDevice on the same values and gradients: scaled and clipped
 // gradients give the same norm (float64 sums in another order: 1e-9
 // relative), the AdamW steps the same values (1e-6, as TestGPUAdamWArena),
 // and Pull and Push carry values, moments and the step count between the
 // device and host mirrors exactly.
-func TestGPUTrainDevice(t *testing.T) {
+func TestGPUDevice(t *testing.T) {
 	r := testseed.New(t)
 	a, params := testArena(r, []paramSpec{{"fc.weight", []int{64, 300}}, {"norm.weight", []int{64}}, {"layers.0.mlp.up_proj.weight", []int{700, 64}}})
 	cfg := train.AdamWConfig{Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1}
 	ref := train.NewAdamW(params, cfg)
 	host := train.HostDevice(params, ref)
-	gpuBackend(t, func(d *gpu.Device, b *Backend) error {
+	gpuBackend(t, func(d *gpu.Device, b *tensorcuda.Backend) error {
 		a.Place(b, true)
-		dev, err := NewTrainDevice(b, a, cfg)
+		dev, err := NewDevice(b, a, cfg)
 		if err != nil {
 			return err
 		}
@@ -37,7 +38,7 @@ func TestGPUTrainDevice(t *testing.T) {
 			for i, q := range params {
 				copy(q.Grad, flat[a.Offset(i):])
 			}
-			b.write(dev.grad, flat)
+			b.WriteParams(a.Grad, flat)
 			dev.ScaleGrads(0.5)
 			host.ScaleGrads(0.5)
 			maxNorm := []float64{0, 1e9, 3}[k%3] // measure only, no clipping, clipping
