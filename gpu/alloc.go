@@ -218,17 +218,25 @@ func (a *Allocator) Free(b Buffer) { a.free(b, nil) }
 func (a *Allocator) free(b Buffer, pool *Pool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	class := a.takeLocked(b)
+	a.pools[class] = append(a.pools[class], b.Ptr)
+	a.st.CachedBytes += class
+	a.pooled(pool, -class)
+}
+
+// takeLocked ends b's life as a buffer (hand's counterpart) and returns its
+// block's class. Freeing a buffer twice, or one this allocator did not
+// make, panics.
+func (a *Allocator) takeLocked(b Buffer) int64 {
 	class, ok := a.live[b.Ptr]
 	if !ok {
 		panic(fmt.Sprintf("gpu %d: Free of %#x, which is not a live buffer of this device (double free?)", a.gpu, b.Ptr))
 	}
 	delete(a.live, b.Ptr)
-	a.pools[class] = append(a.pools[class], b.Ptr)
 	a.st.Frees++
 	a.st.LiveBuffers--
 	a.st.InUseBytes -= class
-	a.st.CachedBytes += class
-	a.pooled(pool, -class)
+	return class
 }
 
 // allocDirect returns a block of at least n bytes from the driver itself,
@@ -248,14 +256,7 @@ func (a *Allocator) allocDirect(n int64) (Buffer, error) {
 func (a *Allocator) freeDirect(b Buffer) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	class, ok := a.live[b.Ptr]
-	if !ok {
-		panic(fmt.Sprintf("gpu %d: Free of %#x, which is not a live buffer of this device (double free?)", a.gpu, b.Ptr))
-	}
-	delete(a.live, b.Ptr)
-	a.st.Frees++
-	a.st.LiveBuffers--
-	a.st.InUseBytes -= class
+	a.takeLocked(b)
 	a.st.DeviceFrees++
 	return a.mem.free(b.Ptr)
 }

@@ -93,6 +93,18 @@ func TestEightGoroutinesOneCompile(t *testing.T) {
 //go:embed testdata/elementwise.cu
 var elementwiseSource string
 
+// elementwiseImage returns GPU 0's worker and elementwiseSource compiled
+// for it (the test skips without a GPU).
+func elementwiseImage(t *testing.T) (*gpu.Worker, *jit.Image) {
+	w := gputest.Worker0(t)
+	c := gputest.NVRTCCache(t, "")
+	img, err := c.Get(context.Background(), jit.Source{Family: "elementwise", Code: elementwiseSource, Arch: w.Info().Arch()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w, img
+}
+
 // elementwiseSetup loads the three kernels of elementwiseSource from img on
 // d and allocates count buffers of n float32s; free releases them.
 func elementwiseSetup(d *gpu.Device, img *jit.Image, count, n int) (map[string]cuda.Function, []gpu.Buffer, func(), error) {
@@ -124,12 +136,7 @@ func elementwiseSetup(d *gpu.Device, img *jit.Image, count, n int) (map[string]c
 // graph and checks that replaying it gives bit-identical results to plain
 // launches, and both match a float64 CPU reference.
 func TestGraphReplayMatchesLaunches(t *testing.T) {
-	w := gputest.Worker0(t)
-	c := gputest.NVRTCCache(t, "")
-	img, err := c.Get(context.Background(), jit.Source{Family: "elementwise", Code: elementwiseSource, Arch: w.Info().Arch()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	w, img := elementwiseImage(t)
 	rng := testseed.New(t)
 	const n, reps = 50_000, 5
 	const a, b = float32(0.5), float32(0.1)
@@ -139,7 +146,7 @@ func TestGraphReplayMatchesLaunches(t *testing.T) {
 	}
 	var plainX, plainY, graphX, graphY []float32
 	var foreignErr error
-	err = w.Run(func(d *gpu.Device) error {
+	err := w.Run(func(d *gpu.Device) error {
 		fns, bufs, free, err := elementwiseSetup(d, img, 4, n)
 		if err != nil {
 			return err

@@ -1,7 +1,6 @@
 package gpu_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -10,9 +9,7 @@ import (
 
 	"dflash/cuda"
 	"dflash/gpu"
-	"dflash/internal/gputest"
 	"dflash/internal/testseed"
-	"dflash/jit"
 )
 
 // TestGPUReplay runs a region (staged upload of its input, a copy, a
@@ -24,12 +21,7 @@ import (
 // result must equal a float64 reference of the same work, and a host wait
 // inside a dry run must fail.
 func TestGPUReplay(t *testing.T) {
-	w := gputest.Worker0(t)
-	c := gputest.NVRTCCache(t, "")
-	img, err := c.Get(context.Background(), jit.Source{Family: "elementwise", Code: elementwiseSource, Arch: w.Info().Arch()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	w, img := elementwiseImage(t)
 	rng := testseed.New(t)
 	const n = 40_000
 	const a, b, b2 = float32(0.75), float32(-0.2), float32(0.3)
@@ -39,7 +31,7 @@ func TestGPUReplay(t *testing.T) {
 	var kinds []gpu.ReplayKind
 	var waitErr error
 	worst := 0.0
-	err = w.Run(func(d *gpu.Device) error {
+	err := w.Run(func(d *gpu.Device) error {
 		gpu.SetReplaySegment(d, 2)
 		fns, bufs, free, err := elementwiseSetup(d, img, 6, n)
 		if err != nil {

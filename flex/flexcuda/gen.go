@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 
 	"dflash/dtype"
 	"dflash/kernels"
@@ -284,13 +285,33 @@ func tuningValue(name string) int {
 	panic("flexcuda: no tuning switch " + name)
 }
 
+// tuned is the last parse of DFLASH_FLEX_DEFINES: the switches are read at
+// every backward launch (Spec.bwdWS, Spec.bwdDQBulk), so the variable is
+// parsed, and a bad entry warned about, once per value.
+var tuned struct {
+	sync.Mutex
+	env string
+	set map[string]int
+}
+
 // tuning returns the switches set by DFLASH_FLEX_DEFINES ("NAME=value,
 // ..."), for measuring a template switch side by side without a rebuild. The
 // source changes, so the kernel cache keeps the variants apart. Names
-// outside tuningKnobs are ignored with a warning on stderr.
+// outside tuningKnobs are ignored with a warning on stderr. The map is
+// shared: callers only read it.
 func tuning() map[string]int {
-	set := map[string]int{}
 	env := os.Getenv("DFLASH_FLEX_DEFINES")
+	tuned.Lock()
+	defer tuned.Unlock()
+	if tuned.set == nil || tuned.env != env {
+		tuned.env, tuned.set = env, parseTuning(env)
+	}
+	return tuned.set
+}
+
+// parseTuning parses a DFLASH_FLEX_DEFINES value (see tuning).
+func parseTuning(env string) map[string]int {
+	set := map[string]int{}
 	if env == "" {
 		return set
 	}
