@@ -17,6 +17,12 @@ type OpTime struct {
 	FLOPs float64 `json:"flops,omitempty"`
 }
 
+// BetweenOps labels, in each phase, the stream's time outside its ops: from
+// the phase's start to its first op and between one op's end and the next
+// one's start; host-to-device copies, which are not ops, and the GPU waiting
+// for its host to queue work.
+const BetweenOps = "(between ops: uploads, waits for the host)"
+
 // Profiler is implemented by backends that can time each op on the device
 // (the CUDA backend, with a pair of events around every op). Between
 // StartProfile and StopProfile every op is timed and labelled with the

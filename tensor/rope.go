@@ -28,6 +28,15 @@ type Rope struct {
 	// of thousands of positions, always among the same few thousand.
 	mu       sync.Mutex
 	cos, sin []float64
+	// kept holds the table on each backend that keeps statistics across
+	// steps (a StatKeeper): a *keptTable[T] by backend.
+	kept map[any]any
+}
+
+// keptTable is a Rope's table of positions [0, rows) on one backend.
+type keptTable[T Float] struct {
+	rows     int
+	cos, sin Storage[T] // [rows, HeadDim/2]
 }
 
 // NewRope computes the frequencies: InvFreq[i] = theta^(−2i/HeadDim), then
@@ -128,18 +137,24 @@ func (r *Rope) angle(p int32, i int) (cos, sin float64) {
 }
 
 // table returns r's cos and sin table, grown to hold every non-negative
-// position of pos (to at least twice its old size when it grows).
+// position of pos.
 func (r *Rope) table(pos []int32) (cos, sin []float64) {
-	h := r.HeadDim / 2
 	need := 0
 	for _, p := range pos {
 		need = max(need, int(p)+1)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	return r.grow(need)
+}
+
+// grow returns r's cos and sin table, grown to at least n positions (to at
+// least twice its old size when it grows); r.mu is held.
+func (r *Rope) grow(n int) (cos, sin []float64) {
+	h := r.HeadDim / 2
 	have := len(r.cos) / max(h, 1)
-	if need > have {
-		n := max(need, 2*have)
+	if n > have {
+		n = max(n, 2*have)
 		cos, sin := make([]float64, n*h), make([]float64, n*h)
 		copy(cos, r.cos)
 		copy(sin, r.sin)
@@ -153,10 +168,67 @@ func (r *Rope) table(pos []int32) (cos, sin []float64) {
 	return r.cos, r.sin
 }
 
-// Table returns the Angles of pos uploaded to b.
+// StatKeeper is implemented by backends whose Upload is step memory (the
+// CUDA backend): KeepStat uploads x as statistic storage that outlives every
+// step, for a table made once and read by every step.
+type StatKeeper[T Float] interface {
+	KeepStat(x []T) Storage[T]
+}
+
+// Table returns the Angles of pos on b. On a StatKeeper, r's table of
+// every position up to the largest asked for is kept on b (made there once,
+// made anew with at least twice its rows when a larger position comes, the
+// old one left: at most a third of what is kept) and the
+// rows of pos are gathered from it there: a step uploads its positions,
+// not their angles. Elsewhere, or with a negative position, the Angles are
+// uploaded.
 func Table[T Float](b Backend[T], r *Rope, pos []int32) *RopeTable[T] {
+	if k, ok := b.(StatKeeper[T]); ok && len(pos) > 0 {
+		if t := kept(k, b, r, pos); t != nil {
+			h := r.HeadDim / 2
+			ids := b.UploadInts(pos)
+			out := &RopeTable[T]{HeadDim: r.HeadDim, Cos: AllocOut(b, len(pos)*h), Sin: AllocOut(b, len(pos)*h)}
+			b.Gather(t.cos, h, ids, out.Cos)
+			b.Gather(t.sin, h, ids, out.Sin)
+			return out
+		}
+	}
 	cos, sin := Angles[T](r, pos)
 	return &RopeTable[T]{HeadDim: r.HeadDim, Cos: b.Upload(cos, true), Sin: b.Upload(sin, true)}
+}
+
+// kept returns r's table kept on b (k), holding every position of pos, or
+// nil when pos has a negative position.
+func kept[T Float](k StatKeeper[T], b Backend[T], r *Rope, pos []int32) *keptTable[T] {
+	need := 0
+	for _, p := range pos {
+		if p < 0 {
+			return nil
+		}
+		need = max(need, int(p)+1)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t, _ := r.kept[b].(*keptTable[T])
+	if t != nil && t.rows >= need {
+		return t
+	}
+	rows := need
+	if t != nil {
+		rows = max(need, 2*t.rows)
+	}
+	h := r.HeadDim / 2
+	c64, s64 := r.grow(rows)
+	cos, sin := make([]T, rows*h), make([]T, rows*h)
+	for i := range cos {
+		cos[i], sin[i] = T(c64[i]), T(s64[i])
+	}
+	t = &keptTable[T]{rows: rows, cos: k.KeepStat(cos), sin: k.KeepStat(sin)}
+	if r.kept == nil {
+		r.kept = map[any]any{}
+	}
+	r.kept[b] = t
+	return t
 }
 
 // Rows returns the number of positions in the table.

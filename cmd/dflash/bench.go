@@ -300,27 +300,34 @@ func printStepReport(r *stepbench.Report) {
 		meminfo.Format(float64(r.PeakLiveBytes)), meminfo.Format(float64(r.PeakRSSBytes)), meminfo.Format(m.Total()))
 }
 
-// printOpTimes prints a --profile: the device time of each phase's ops
-// against the phase's wall time (the rest is the GPU waiting for the host),
-// then the top ops, largest first, with the GEMMs' TFLOP/s.
+// printOpTimes prints a --profile: each phase's time in ops and between
+// them (uploads, the GPU waiting for its host), then the top kinds of op,
+// largest first, with the GEMMs' TFLOP/s.
 func printOpTimes(ops []tensor.OpTime, top int) {
 	if len(ops) == 0 {
 		return
 	}
 	var total float64
-	phases := map[string]float64{}
+	phases := map[string]*[2]float64{} // in ops, between them
 	var order []string
 	for _, o := range ops {
-		if _, ok := phases[o.Phase]; !ok {
+		ph := phases[o.Phase]
+		if ph == nil {
+			ph = new([2]float64)
+			phases[o.Phase] = ph
 			order = append(order, o.Phase)
 		}
-		phases[o.Phase] += o.MS
+		if o.Op == tensor.BetweenOps {
+			ph[1] += o.MS
+		} else {
+			ph[0] += o.MS
+		}
 		total += o.MS
 	}
 	slices.Sort(order)
-	fmt.Printf("\nprofiled step (one step after the timed ones, every op between two events): %.1f ms of ops\n", total)
+	fmt.Printf("\nprofiled step (one step after the timed ones, every op between two events): %.1f ms from its first op to its last\n", total)
 	for _, ph := range order {
-		fmt.Printf("  %-34s %9.2f ms\n", ph, phases[ph])
+		fmt.Printf("  %-34s %9.2f ms in ops, %7.2f ms between them\n", ph, phases[ph][0], phases[ph][1])
 	}
 	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(w, "phase\top\tcalls\tms\t%\tTFLOP/s\t")

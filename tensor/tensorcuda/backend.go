@@ -296,6 +296,12 @@ func (b *Backend) Upload(x []float32, stat bool) tensor.Storage[float32] {
 	return b.upload(x, dt, false)
 }
 
+// KeepStat uploads x as fp32 storage outside the step's memory, kept for
+// the backend's life (tensor.StatKeeper: the rotary tables).
+func (b *Backend) KeepStat(x []float32) tensor.Storage[float32] {
+	return b.upload(x, dtype.F32, true)
+}
+
 func (b *Backend) upload(x []float32, dt dtype.DType, persistent bool) Buf {
 	s := b.newBuf(len(x), dt, persistent, false)
 	if len(x) > 0 {

@@ -3,6 +3,7 @@ package tensorcuda
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"dflash/gpu"
 	"dflash/tensor"
@@ -13,7 +14,9 @@ import (
 // call under its phase and label, a GEMM carries 2mnk FLOPs per call, the
 // op times are positive and together no longer than the wall time of the
 // whole sequence on the device (events around all of it), and the larger
-// GEMM takes longer than the smaller one.
+// GEMM takes longer than the smaller one. The stream's time between ops is
+// reported under each phase: at least the host's 20 ms sleep on an idle
+// GPU before the last op.
 func TestGPUProfile(t *testing.T) {
 	gpuBackend(t, func(d *gpu.Device, b *Backend) error {
 		const m, n, k = 2048, 2048, 2048
@@ -45,6 +48,11 @@ func TestGPUProfile(t *testing.T) {
 		}
 		b.ProfilePhase("two")
 		b.Gemm(false, true, 256, 256, 256, 1, a, k, w, k, 0, small, 256)
+		if err := d.Synchronize(); err != nil {
+			return err
+		}
+		const sleep = 20 * time.Millisecond
+		time.Sleep(sleep)
 		b.RMSNorm(a, norm, k, 1e-6, c.Slice(0, m*k), rstd)
 		if err := end.Record(nil); err != nil {
 			return err
@@ -65,6 +73,9 @@ func TestGPUProfile(t *testing.T) {
 		for _, o := range ops {
 			byKey[o.Phase+"|"+o.Op] = o
 			sum += o.MS
+			if o.Op == tensor.BetweenOps {
+				continue
+			}
 			if o.MS <= 0 {
 				t.Errorf("%s %s: %g ms", o.Phase, o.Op, o.MS)
 			}
@@ -72,8 +83,19 @@ func TestGPUProfile(t *testing.T) {
 		big, ok1 := byKey["one|Gemm NT bf16 2048x2048x2048"]
 		little, ok2 := byKey["two|Gemm NT bf16 256x256x256"]
 		nrm, ok3 := byKey["two|RMSNorm 2048x2048"]
-		if !ok1 || !ok2 || !ok3 || len(ops) != 3 {
-			t.Fatalf("profile %+v: want the three ops by phase and label", ops)
+		gap1, ok4 := byKey["one|"+tensor.BetweenOps]
+		gap2, ok5 := byKey["two|"+tensor.BetweenOps]
+		if !ok1 || !ok2 || !ok3 || !ok4 || !ok5 || len(ops) != 5 {
+			t.Fatalf("profile %+v: want the three ops and the time between them by phase and label", ops)
+		}
+		// In one: from its start to the first GEMM and between the three.
+		// In two: from one's last op to two's start, to its small GEMM and from
+		// that to RMSNorm.
+		if gap1.Calls != 3 || gap2.Calls != 3 {
+			t.Errorf("between ops: %d and %d times, want 3 and 3", gap1.Calls, gap2.Calls)
+		}
+		if gap1.MS < 0 || gap2.MS < 0.9*float64(sleep.Milliseconds()) {
+			t.Errorf("between ops: %.4f ms in one, %.4f ms in two (a %v sleep on an idle GPU)", gap1.MS, gap2.MS, sleep)
 		}
 		if big.Calls != 3 || little.Calls != 1 || nrm.Calls != 1 {
 			t.Errorf("calls %d, %d, %d: want 3, 1, 1", big.Calls, little.Calls, nrm.Calls)

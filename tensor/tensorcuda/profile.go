@@ -1,7 +1,9 @@
 package tensorcuda
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -22,7 +24,8 @@ type profiler struct {
 	spans []span
 }
 
-// span is one timed op: its label, FLOPs and the pool indices of its events.
+// span is one timed op: its label, FLOPs and the pool indices of its events;
+// with no op, the start of a phase (one event).
 type span struct {
 	phase, op  string
 	flops      float64
@@ -47,7 +50,12 @@ func (b *Backend) StartProfile() {
 // ProfilePhase labels the ops queued from now on (tensor.Profiler).
 func (b *Backend) ProfilePhase(name string) {
 	if b.profiling {
-		b.prof.phase = name
+		p := b.prof
+		p.phase = name
+		// A mark with no op: the stream's time from here to the phase's
+		// first op (the GPU waiting for the host to prepare it) is counted.
+		e := p.event()
+		p.spans = append(p.spans, span{phase: name, begin: e, end: e})
 	}
 }
 
@@ -65,20 +73,39 @@ func (b *Backend) StopProfile() ([]tensor.OpTime, error) {
 		}
 	}
 	totals := map[[2]string]*tensor.OpTime{}
-	for _, s := range p.spans {
-		dt, err := p.pool[s.end].Since(p.pool[s.begin])
+	add := func(phase, op string, begin, end int, flops float64) error {
+		dt, err := p.pool[end].Since(p.pool[begin])
 		if err != nil {
-			return nil, fmt.Errorf("tensorcuda: profile of %s: %w", s.op, err)
+			return fmt.Errorf("tensorcuda: profile of %s: %w", op, err)
 		}
-		k := [2]string{s.phase, s.op}
+		k := [2]string{phase, op}
 		t := totals[k]
 		if t == nil {
-			t = &tensor.OpTime{Phase: s.phase, Op: s.op}
+			t = &tensor.OpTime{Phase: phase, Op: op}
 			totals[k] = t
 		}
 		t.Calls++
 		t.MS += dt.Seconds() * 1e3
-		t.FLOPs += s.flops
+		t.FLOPs += flops
+		return nil
+	}
+	// Spans end in the order their ops return (an op within an op ends
+	// first); in the order they begin, the stream's time from the last end
+	// to the next begin is outside every op.
+	slices.SortFunc(p.spans, func(a, b span) int { return cmp.Compare(a.begin, b.begin) })
+	last := -1 // the pool index of the latest end so far
+	for _, s := range p.spans {
+		if s.op != "" { // not a phase's mark
+			if err := add(s.phase, s.op, s.begin, s.end, s.flops); err != nil {
+				return nil, err
+			}
+		}
+		if last >= 0 && s.begin > last {
+			if err := add(s.phase, tensor.BetweenOps, last, s.begin, 0); err != nil {
+				return nil, err
+			}
+		}
+		last = max(last, s.end)
 	}
 	out := make([]tensor.OpTime, 0, len(totals))
 	for _, t := range totals {

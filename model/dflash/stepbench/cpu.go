@@ -76,7 +76,11 @@ func (s *stepper) timed() ([]stepResult, []time.Duration, error) {
 			return nil, nil, err
 		}
 		steps, walls = append(steps, r), append(walls, r.end.Sub(start))
-		slog.Info("timed step", "i", i+1, "of", s.o.Steps, "ms", msf(walls[i]), "loss", r.loss)
+		queued := make([]float64, len(r.queued))
+		for j, d := range r.queued {
+			queued[j] = msf(d)
+		}
+		slog.Info("timed step", "i", i+1, "of", s.o.Steps, "ms", msf(walls[i]), "loss", r.loss, "host_ms_by_phase", queued)
 	}
 	return steps, walls, nil
 }

@@ -181,6 +181,9 @@ type stepResult struct {
 	blockMask time.Duration
 	end       time.Time // when the optimizer finished
 	replays   []string  // what tensor.Replay did, region by region
+	// queued is the host's time in each phase: queueing its work when the
+	// device has a clock, else the phase itself.
+	queued [NumPhases]time.Duration
 }
 
 // step runs one training step and times its phases: on the device's clock
@@ -200,7 +203,10 @@ func (s *stepper) step() (stepResult, error) {
 	if clock != nil {
 		note(clock.Mark(0))
 	}
+	host := t
 	lap := func(i int) {
+		now := time.Now()
+		res.queued[i], host = now.Sub(host), now
 		if clock != nil {
 			note(clock.Mark(i + 1))
 		} else {
