@@ -123,6 +123,10 @@ func panicText(f func()) (s string) {
 // and the dtypes.
 func TestBackendDispatch(t *testing.T) {
 	b, bfRun, f32Run, _ := fakeBackend()
+	rope, err := tensor.NewRope(8, 1e4, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	bf := func(n int) tensor.Storage[float32] { return b.Alloc(n) }
 	f32 := func(n int) tensor.Storage[float32] { return b.AllocStat(n) }
 	_, param := b.AllocParams(64, true) // the compute copy: bf16, persistent
@@ -162,6 +166,7 @@ func TestBackendDispatch(t *testing.T) {
 		{"Transpose12", func() { b.Transpose12(1, 2, 3, 4, bf(24), bf(24), false) }, []string{"bf16:op_transpose12"}, ""},
 		{"Gather", func() { b.Gather(param, 16, ids, bf(48)) }, []string{"bf16:op_gather"}, ""},
 		{"Gather mixed", func() { b.Gather(param, 16, ids, f32(48)) }, nil, "Gather: dtypes (bf16, f32)"},
+		{"rotary table", func() { tensor.Table[float32](b, rope, []int32{0, 5, 2}) }, []string{"f32:op_gather", "f32:op_gather"}, ""},
 		{"ScatterAdd into f32", func() { b.ScatterAdd(bf(48), 16, ids, pgrad) }, []string{"bf16:op_scatter_add"}, ""},
 		{"ScatterAdd into bf16", func() { b.ScatterAdd(bf(48), 16, ids, bf(64)) }, []string{"bf16:op_axpy_from_f32", "bf16:op_scatter_add"}, ""},
 		{"RMSNorm", func() { b.RMSNorm(bf(32), param.Slice(0, 16), 16, 1e-6, bf(32), f32(2)) }, []string{"bf16:op_rmsnorm_fwd_small"}, ""},
