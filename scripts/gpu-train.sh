@@ -140,12 +140,14 @@ if has resume; then
 	"$B/dflash" "${args[@]}" --out "$WORK/det-a" >"$OUT/det-a.log" 2>&1 || fail "deterministic run"
 	"$B/dflash" "${args[@]}" --out "$WORK/det-b" >"$OUT/det-b.log" 2>&1 &
 	pid=$!
-	for _ in $(seq 600); do ls -d "$WORK/det-b"/checkpoint-* >/dev/null 2>&1 && break; sleep 0.1; done
-	sleep 1
+	# Killed as soon as its first checkpoint is there: a warm run makes 200 steps in seconds.
+	for _ in $(seq 6000); do ls -d "$WORK/det-b"/checkpoint-* >/dev/null 2>&1 && break; sleep 0.01; done
 	kill -9 "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
 	echo "killed after: $(ls -d "$WORK/det-b"/checkpoint-* 2>/dev/null | tr '\n' ' ')"
 	"$B/dflash" "${args[@]}" --out "$WORK/det-b" --resume >"$OUT/det-b-resume.log" 2>&1 || fail "--resume"
 	grep -m1 resumed "$OUT/det-b-resume.log"
+	from=$(grep -m1 -o 'resumed .*step=[0-9]*' "$OUT/det-b-resume.log" | grep -o '[0-9]*$')
+	[ -n "$from" ] && [ "$from" -lt "$STEPS" ] || fail "the resumed run started at step '${from}', not before step $STEPS: the kill came after the run's end"
 	# The killed run logged points past its checkpoint: TensorBoard must drop them (SessionLog START).
 	python3 scripts/tb_check.py "$WORK/det-b" || fail "TensorBoard event files of the resumed run"
 	if cmp -s "$WORK/det-a/drafter/model.safetensors" "$WORK/det-b/drafter/model.safetensors"; then
