@@ -137,6 +137,7 @@ if has resume; then
 		--save-every 20 --eval-every 0 --progress off --plot=false --drafter.layers 2 --drafter.block-size 8
 		--drafter.anchors 32 --data.batch-size 4 --drafter.export F32 $TRAIN_ARGS)
 	echo "== resume after SIGKILL (--deterministic, $STEPS steps)"
+	rm -rf "$WORK/det-a" "$WORK/det-b" # a warm machine keeps the last call's
 	"$B/dflash" "${args[@]}" --out "$WORK/det-a" >"$OUT/det-a.log" 2>&1 || fail "deterministic run"
 	"$B/dflash" "${args[@]}" --out "$WORK/det-b" >"$OUT/det-b.log" 2>&1 &
 	pid=$!
