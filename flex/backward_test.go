@@ -64,10 +64,7 @@ func TestBackwardMatchesReference(t *testing.T) {
 			d := c.d
 			q, k, v, dout := randQKVO(r, d)
 			scale := 1 / math.Sqrt(float64(d.HeadDim))
-			bm, err := NewBlockMask(c.mask, c.args, d, c.bq, c.bkv)
-			if err != nil {
-				t.Fatal(err)
-			}
+			bm := c.blockMask(t)
 			wq, wk, wv := refBackward(d, q, k, v, dout, c, scale)
 			want := [3][]float64{wq, wk, wv}
 			out, lse := Forward(d, q, k, v, bm, c.score, c.args, scale)

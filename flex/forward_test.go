@@ -26,10 +26,7 @@ func TestForwardMatchesReference(t *testing.T) {
 			d := c.d
 			q, k, v, _ := randQKVO(r, d)
 			scale := 1 / math.Sqrt(float64(d.HeadDim))
-			bm, err := NewBlockMask(c.mask, c.args, d, c.bq, c.bkv)
-			if err != nil {
-				t.Fatalf("%v: %v", c, err)
-			}
+			bm := c.blockMask(t)
 			wantO, wantL := refForward(d, q, k, v, c.mask, c.score, c.args, scale)
 			o64, l64 := Forward(d, q, k, v, bm, c.score, c.args, scale)
 			if e, at := maxErr(o64, wantO, 1e-10, 1e-9); e > 1 {

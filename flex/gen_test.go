@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"testing"
 )
 
 // A testCase is a random attention problem: shape, programs and arguments.
@@ -234,6 +235,16 @@ func randScore(r *rand.Rand, d Dims, a *Args) *ScoreProgram {
 	// the float64 reference (a property of the program, not of the kernels).
 	return NewScore("randexp", FloatScalar("fs").Mul(Score().Div(FloatScalar("fs")).Tanh()).
 		Sub(pF1.At(Q()).Mul(pF1.At(Q())).Tanh().Exp().Mul(F(0.1))))
+}
+
+// blockMask builds c's block mask for its dims, failing t when it cannot.
+func (c testCase) blockMask(t *testing.T) *BlockMask {
+	t.Helper()
+	bm, err := NewBlockMask(c.mask, c.args, c.d, c.bq, c.bkv)
+	if err != nil {
+		t.Fatalf("%v: %v", c, err)
+	}
+	return bm
 }
 
 // randCase draws a random problem of at most maxLen positions per side.

@@ -32,10 +32,7 @@ func TestGradientFiniteDifferences(t *testing.T) {
 			d := c.d
 			q, k, v, dout := randQKVO(r, d)
 			scale := 0.7
-			bm, err := NewBlockMask(c.mask, c.args, d, c.bq, c.bkv)
-			if err != nil {
-				t.Fatal(err)
-			}
+			bm := c.blockMask(t)
 			out, lse := Forward(d, q, k, v, bm, c.score, c.args, scale)
 			g := Backward(d, q, k, v, out, lse, dout, bm, c.score, c.args, scale)
 			loss := func() float64 { return refLoss(d, q, k, v, dout, c.mask, c.score, c.args, scale) }

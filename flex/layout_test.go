@@ -33,10 +33,7 @@ func TestOutHeadsInner(t *testing.T) {
 			d := c.d
 			q, k, v, _ := randQKVO(r, d)
 			scale := 1 / math.Sqrt(float64(d.HeadDim))
-			bm, err := NewBlockMask(c.mask, c.args, d, c.bq, c.bkv)
-			if err != nil {
-				t.Fatal(err)
-			}
+			bm := c.blockMask(t)
 			di := d
 			di.OutHeadsInner = true
 			doutI := randSlice(r, len(q)) // dout in di's layout
