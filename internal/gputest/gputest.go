@@ -1,6 +1,6 @@
 // Package gputest holds what the GPU tests of several packages share:
 // the test binary's main (foreign-thread check on, every worker closed at
-// the end), opening GPU 0 or an NVRTC cache or skipping with a message that
+// the end), opening GPU 0 or an NVRTC cache (or the binary's shared one) or skipping with a message that
 // names what is missing, NaN-poisoned allocations, and moving float64 values
 // to and from the device in a storage type (bf16, fp16 or fp32).
 //
@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 	"testing"
 
 	"dflash/dtype"
@@ -54,6 +55,22 @@ func NewNVRTCCache(dir string) (*jit.Cache, error) {
 		return nil, fmt.Errorf("%w: %v", ErrNoNVRTC, err)
 	}
 	return jit.New(jit.Config{Compiler: n, Dir: dir, Budget: 64})
+}
+
+// sharedCache is one memory-only NVRTC cache for the test binary, so that
+// each kernel compiles once in a run.
+var sharedCache = sync.OnceValues(func() (*jit.Cache, error) { return NewNVRTCCache("") })
+
+// Worker0Cache opens GPU 0 and the test binary's one memory-only NVRTC
+// cache, or skips the test when either is missing.
+func Worker0Cache(t testing.TB) (*gpu.Worker, *jit.Cache) {
+	t.Helper()
+	w := Worker0(t)
+	c, err := sharedCache()
+	if err != nil {
+		t.Skip(err)
+	}
+	return w, c
 }
 
 // NVRTCCache is NewNVRTCCache, skipping the test when NVRTC is missing.

@@ -12,6 +12,7 @@ import (
 	"dflash/dtype"
 	"dflash/flex"
 	"dflash/gpu"
+	"dflash/internal/gputest"
 	"dflash/internal/testseed"
 	"dflash/tensor"
 )
@@ -19,58 +20,19 @@ import (
 // These tests run the Backend on a fake device: host bytes behind fake
 // addresses (fakeMem) and the fake kernel runner, which records launches.
 
-// fakeMem is device memory in host slices at made-up addresses.
+// fakeMem is the backend's memory interface on a gputest.FakeMem.
 type fakeMem struct {
-	next   cuda.DevicePtr
-	blocks map[cuda.DevicePtr][]byte
-	allocs int
-	trims  int
-	limit  int64 // bytes the fake device holds at most (0: no limit)
+	*gputest.FakeMem
+	trims int
 }
 
-// used returns the bytes allocated and not freed.
-func (m *fakeMem) used() int64 {
-	var n int64
-	for _, b := range m.blocks {
-		n += int64(len(b))
-	}
-	return n
-}
+func newFakeMem() *fakeMem { return &fakeMem{FakeMem: gputest.NewFakeMem()} }
 
-func newFakeMem() *fakeMem { return &fakeMem{next: 0x100000, blocks: map[cuda.DevicePtr][]byte{}} }
-
-func (m *fakeMem) alloc(n int64) (gpu.Buffer, error) {
-	if m.limit > 0 && m.used()+n > m.limit {
-		return gpu.Buffer{}, fmt.Errorf("fakeMem: out of memory: %d bytes, %d of %d used", n, m.used(), m.limit)
-	}
-	p := m.next
-	m.next += cuda.DevicePtr((n + 4095) / 4096 * 4096)
-	m.blocks[p] = make([]byte, n)
-	m.allocs++
-	return gpu.Buffer{Ptr: p, Size: n}, nil
-}
-
-func (m *fakeMem) free(b gpu.Buffer) {
-	if m.blocks[b.Ptr] == nil {
-		panic(fmt.Sprintf("fakeMem: free of %#x, not allocated", uint64(b.Ptr)))
-	}
-	delete(m.blocks, b.Ptr)
-}
-
-// bytes returns the host bytes behind b, which must lie in one allocation.
-func (m *fakeMem) bytes(b gpu.Buffer) []byte {
-	for p, blk := range m.blocks {
-		if b.Ptr >= p && b.Ptr+cuda.DevicePtr(b.Size) <= p+cuda.DevicePtr(len(blk)) {
-			off := int(b.Ptr - p)
-			return blk[off : off+int(b.Size)]
-		}
-	}
-	panic(fmt.Sprintf("fakeMem: %d bytes at %#x are not allocated", b.Size, uint64(b.Ptr)))
-}
-
-func (m *fakeMem) zero(b gpu.Buffer) error                 { clear(m.bytes(b)); return nil }
-func (m *fakeMem) upload(b gpu.Buffer, src []byte) error   { copy(m.bytes(b), src); return nil }
-func (m *fakeMem) download(dst []byte, b gpu.Buffer) error { copy(dst, m.bytes(b)); return nil }
+func (m *fakeMem) alloc(n int64) (gpu.Buffer, error)       { return m.Alloc(n) }
+func (m *fakeMem) free(b gpu.Buffer)                       { m.Free(b) }
+func (m *fakeMem) zero(b gpu.Buffer) error                 { clear(m.Bytes(b)); return nil }
+func (m *fakeMem) upload(b gpu.Buffer, src []byte) error   { copy(m.Bytes(b), src); return nil }
+func (m *fakeMem) download(dst []byte, b gpu.Buffer) error { copy(dst, m.Bytes(b)); return nil }
 func (m *fakeMem) sync() error                             { return nil }
 func (m *fakeMem) trim() error                             { m.trims++; return nil }
 
@@ -247,10 +209,10 @@ func TestBufViews(t *testing.T) {
 	if b.Download(compute, got); got[1] != 2 {
 		t.Errorf("compute copy after WriteParams: %v, want bf16 roundings", got)
 	}
-	allocs := mem.allocs
+	allocs := mem.Allocs
 	g := values.Like(3).(Buf)
-	if g.step != 0 || g.dt != dtype.F32 || mem.allocs != allocs+1 {
-		t.Errorf("Like of parameter values: %v step %d, %d allocations (want persistent fp32, one allocation)", g, g.step, mem.allocs-allocs)
+	if g.step != 0 || g.dt != dtype.F32 || mem.Allocs != allocs+1 {
+		t.Errorf("Like of parameter values: %v step %d, %d allocations (want persistent fp32, one allocation)", g, g.step, mem.Allocs-allocs)
 	}
 	if v, _ := b.AllocParams(1, false); v != nil {
 		t.Errorf("AllocParams without master: values %v, want nil", v)
@@ -302,8 +264,8 @@ func TestStepArena(t *testing.T) {
 				s = b.AllocStat(n).(Buf)
 			}
 			b.Fill(s, 1) // the fake runner writes nothing; make the memory nonzero by hand
-			for j := range mem.bytes(s.Buffer()) {
-				mem.bytes(s.Buffer())[j] = 0xab
+			for j := range mem.Bytes(s.Buffer()) {
+				mem.Bytes(s.Buffer())[j] = 0xab
 			}
 			ps = append(ps, s.Buffer())
 		}
@@ -322,21 +284,21 @@ func TestStepArena(t *testing.T) {
 	}
 	stale := b.Alloc(4)
 	b.ResetStep() // the first step took several chunks: they become one
-	if len(b.arena.chunks) != 1 || mem.trims != 1 || len(mem.blocks) != 3 {
-		t.Errorf("after a step of several chunks: %d chunks, %d trims, %d device blocks; want 1, 1, 3 (with the two of the parameters)", len(b.arena.chunks), mem.trims, len(mem.blocks))
+	if len(b.arena.chunks) != 1 || mem.trims != 1 || mem.Live() != 3 {
+		t.Errorf("after a step of several chunks: %d chunks, %d trims, %d device blocks; want 1, 1, 3 (with the two of the parameters)", len(b.arena.chunks), mem.trims, mem.Live())
 	}
 	second := step()
 	b.ResetStep()
-	allocs := mem.allocs
+	allocs := mem.Allocs
 	if third := step(); !slices.Equal(third, second) {
 		t.Errorf("addresses after ResetStep %v, want %v", third, second)
 	}
-	if mem.allocs != allocs {
-		t.Errorf("repeating the step allocated %d chunks", mem.allocs-allocs)
+	if mem.Allocs != allocs {
+		t.Errorf("repeating the step allocated %d chunks", mem.Allocs-allocs)
 	}
 	b.ResetStep()
 	z := b.Alloc(sizes[0])
-	for _, v := range mem.bytes(z.(Buf).Buffer()) {
+	for _, v := range mem.Bytes(z.(Buf).Buffer()) {
 		if v != 0 {
 			t.Fatal("Alloc over reused memory is not zero")
 		}
@@ -351,8 +313,8 @@ func TestStepArena(t *testing.T) {
 		t.Errorf("StepBytes: %+v", st)
 	}
 	b.Close()
-	if len(mem.blocks) != 0 {
-		t.Errorf("Close left %d allocations", len(mem.blocks))
+	if mem.Live() != 0 {
+		t.Errorf("Close left %d allocations", mem.Live())
 	}
 }
 
@@ -438,14 +400,14 @@ func TestStepScope(t *testing.T) {
 		first = append(first, b.Alloc(n).(Buf).ptr)
 	}
 	b.ReleaseStep(m)
-	allocs := mem.allocs
+	allocs := mem.Allocs
 	for i, n := range []int{1000, 3000, 9000} {
 		if p := b.Alloc(n).(Buf).ptr; p != first[i] {
 			t.Errorf("allocation %d after ReleaseStep at %#x, before it at %#x", i, uint64(p), uint64(first[i]))
 		}
 	}
-	if mem.allocs != allocs {
-		t.Errorf("the released scope's second run allocated %d chunks", mem.allocs-allocs)
+	if mem.Allocs != allocs {
+		t.Errorf("the released scope's second run allocated %d chunks", mem.Allocs-allocs)
 	}
 	if p := b.Alloc(1).(Buf).ptr; p == keep.ptr {
 		t.Error("storage from before the mark was handed out again")
@@ -458,7 +420,7 @@ func TestStepScope(t *testing.T) {
 	// A device of 4096 + 50000 bytes: chunks of 4096 and 40000 bytes, then a
 	// doubled chunk (44096) does not fit but one of 8000 does.
 	b2, _, _, mem2 := fakeBackend()
-	b2.arena.chunk, mem2.limit = 4096, 4096+50000
+	b2.arena.chunk, mem2.Limit = 4096, 4096+50000
 	b2.Alloc(2000)
 	b2.Alloc(20000)
 	if p := panicText(func() { b2.Alloc(4000) }); p != "" {

@@ -39,12 +39,8 @@ var bf16Tol = backendtest.Tolerances{Fwd: 2e-2, Bwd: 4e-2, Gemm: 8e-3, Scale: 1,
 // gpuBackend opens GPU 0 and a memory-only NVRTC cache and runs f on the
 // worker with a new Backend, or skips the test.
 func gpuBackend(t *testing.T, f func(d *gpu.Device, b *Backend) error) {
-	w := gputest.Worker0(t)
-	cache, err := sharedCache()
-	if err != nil {
-		t.Skip(err)
-	}
-	err = w.Run(func(d *gpu.Device) error {
+	w, cache := gputest.Worker0Cache(t)
+	err := w.Run(func(d *gpu.Device) error {
 		b, err := NewBackend(cache, d)
 		if err != nil {
 			return err
@@ -61,11 +57,7 @@ func gpuBackend(t *testing.T, f func(d *gpu.Device, b *Backend) error) {
 // backend (through onWorker, since the suite's subtests run on goroutines
 // of their own) with the bf16 tolerances above.
 func TestGPUBackendConformance(t *testing.T) {
-	w := gputest.Worker0(t)
-	cache, err := sharedCache()
-	if err != nil {
-		t.Skip(err)
-	}
+	w, cache := gputest.Worker0Cache(t)
 	var b *Backend
 	if err := w.Run(func(d *gpu.Device) (err error) { b, err = NewBackend(cache, d); return err }); err != nil {
 		t.Fatal(err)

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"sync"
 	"testing"
 
 	"dflash/dtype"
@@ -13,7 +12,6 @@ import (
 	"dflash/internal/checkreport"
 	"dflash/internal/gputest"
 	"dflash/internal/testseed"
-	"dflash/jit"
 	"dflash/tensor"
 )
 
@@ -115,18 +113,10 @@ type env struct {
 	bufs []gpu.Buffer
 }
 
-// sharedCache is one memory-only NVRTC cache for all tests, so each kernel
-// file compiles once per dtype in the run.
-var sharedCache = sync.OnceValues(func() (*jit.Cache, error) { return gputest.NewNVRTCCache("") })
-
 // forDTypes runs f for bf16 and fp32 storage on GPU 0 with the shared
 // memory-only NVRTC cache, or skips when there is no GPU or NVRTC.
 func forDTypes(t *testing.T, f func(e *env)) {
-	w := gputest.Worker0(t)
-	cache, err := sharedCache()
-	if err != nil {
-		t.Skip(err)
-	}
+	w, cache := gputest.Worker0Cache(t)
 	for _, dt := range []dtype.DType{dtype.BF16, dtype.F32} {
 		t.Run(dt.String(), func(t *testing.T) {
 			seed := testseed.Seed(t)

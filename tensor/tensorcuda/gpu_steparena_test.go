@@ -18,16 +18,12 @@ import (
 // map nothing more; a larger allocation grows the range further; releasing
 // the arena unmaps everything, and the arena then starts a range afresh.
 func TestGPUStepArenaVMM(t *testing.T) {
-	w := gputest.Worker0(t)
-	cache, err := sharedCache()
-	if err != nil {
-		t.Skip(err)
-	}
+	w, cache := gputest.Worker0Cache(t)
 	t.Setenv(stepVMMEnv, "1")
 	rng := testseed.New(t)
 	const mib = 1 << 20
 	const each = 40 * mib // bytes of each allocation: 20 Mi bf16 elements
-	err = w.Run(func(d *gpu.Device) error {
+	err := w.Run(func(d *gpu.Device) error {
 		ok, err := d.VMMSupported()
 		if err != nil || !ok {
 			return fmt.Errorf("GPU 0 reports virtual memory management supported = %v (%v)", ok, err)

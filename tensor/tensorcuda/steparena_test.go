@@ -107,12 +107,12 @@ func TestStepArenaFreeList(t *testing.T) {
 	}
 	second, most := runStep(t, b, ops)
 	b.reset()
-	allocs := b.mem.(*fakeMem).allocs
+	allocs := b.mem.(*fakeMem).Allocs
 	third, _ := runStep(t, b, ops)
 	if !slices.Equal(second, third) {
 		t.Error("two identical steps with frees got different addresses")
 	}
-	if n := b.mem.(*fakeMem).allocs - allocs; n != 0 || len(b.chunks) != 1 {
+	if n := b.mem.(*fakeMem).Allocs - allocs; n != 0 || len(b.chunks) != 1 {
 		t.Errorf("the repeated step allocated %d chunks and holds %d", n, len(b.chunks))
 	}
 	if b.peak != most || use.most != most {
@@ -157,26 +157,23 @@ type fakeRange struct {
 
 func (r *fakeRange) grow(n int64) (gpu.Buffer, error) {
 	if r.base == 0 {
-		r.base = r.m.next
-		r.m.next += 1 << 40
+		r.base = r.m.Reserve(1 << 40)
 	}
-	old := r.m.blocks[r.base]
+	old := r.m.Size(r.base)
 	n = (n + r.gran - 1) / r.gran * r.gran
-	if n <= int64(len(old)) {
-		return gpu.Buffer{Ptr: r.base, Size: int64(len(old))}, nil
+	if n <= old {
+		return gpu.Buffer{Ptr: r.base, Size: old}, nil
 	}
-	if add := n - int64(len(old)); r.m.limit > 0 && r.m.used()+add > r.m.limit {
-		return gpu.Buffer{}, &gpu.OutOfMemoryError{Requested: add, Block: add, InUse: r.m.used(), Total: r.m.limit, Err: cuda.ErrOutOfMemory}
+	if add := n - old; r.m.Limit > 0 && r.m.Used()+add > r.m.Limit {
+		return gpu.Buffer{}, &gpu.OutOfMemoryError{Requested: add, Block: add, InUse: r.m.Used(), Total: r.m.Limit, Err: cuda.ErrOutOfMemory}
 	}
-	b := make([]byte, n)
-	copy(b, old)
-	r.m.blocks[r.base] = b
+	r.m.Resize(r.base, n)
 	r.grows = append(r.grows, n)
 	return gpu.Buffer{Ptr: r.base, Size: n}, nil
 }
 
 func (r *fakeRange) release() {
-	delete(r.m.blocks, r.base)
+	r.m.Free(gpu.Buffer{Ptr: r.base, Size: r.m.Size(r.base)})
 	r.base = 0
 }
 
@@ -214,7 +211,7 @@ func testFreeList(t *testing.T, a *stepArena) {
 		t.Errorf("after reset an allocation took a block of the last step's free list at %#x", uint64(p))
 	}
 	a.releaseAll()
-	if n := len(a.mem.(*fakeMem).blocks); n != 0 || a.reserved() != 0 {
+	if n := a.mem.(*fakeMem).Live(); n != 0 || a.reserved() != 0 {
 		t.Errorf("releaseAll left %d device blocks, %d bytes reserved", n, a.reserved())
 	}
 }
@@ -240,9 +237,9 @@ func TestStepArenaInPlace(t *testing.T) {
 		}
 	}
 	want := (high + chunk - 1) / chunk * chunk
-	if st := a.reserved(); len(a.chunks) != 1 || st != want || a.most != want || mem.used() != want {
+	if st := a.reserved(); len(a.chunks) != 1 || st != want || a.most != want || mem.Used() != want {
 		t.Errorf("after the step: %d chunks, %d reserved, %d most, %d on the device; want one range of the high-water mark %d rounded up to %d",
-			len(a.chunks), st, a.most, mem.used(), high, want)
+			len(a.chunks), st, a.most, mem.Used(), high, want)
 	}
 	for i, p := range first {
 		if p < r.base || p >= r.base+cuda.DevicePtr(want) {
@@ -262,8 +259,8 @@ func TestStepArenaInPlace(t *testing.T) {
 	}
 	t.Logf("random step: peak %d bytes live, high-water %d bumped, %d reserved in %d growths", most, high, want, grows)
 	a.releaseAll()
-	if len(mem.blocks) != 0 || a.reserved() != 0 {
-		t.Errorf("releaseAll left %d device blocks, %d bytes reserved", len(mem.blocks), a.reserved())
+	if mem.Live() != 0 || a.reserved() != 0 {
+		t.Errorf("releaseAll left %d device blocks, %d bytes reserved", mem.Live(), a.reserved())
 	}
 }
 
@@ -272,7 +269,7 @@ func TestStepArenaInPlace(t *testing.T) {
 // naming the sizes that RecoverOOM turns into the function's error.
 func TestStepArenaInPlaceOOM(t *testing.T) {
 	b, _, _, mem := fakeBackend()
-	b.arena.chunk, b.arena.vm, mem.limit = 4096, &fakeRange{m: mem, gran: 512}, 4096+1000
+	b.arena.chunk, b.arena.vm, mem.Limit = 4096, &fakeRange{m: mem, gran: 512}, 4096+1000
 	b.Alloc(750)  // bf16: 1500 bytes, aligned to 1536
 	b.Alloc(1000) // 2048 more: up to 3584, in the first chunk
 	b.Alloc(450)  // 1024 more: up to 4608, past a chunk; two chunks exceed the device, 4608 fit
@@ -289,8 +286,8 @@ func TestStepArenaInPlaceOOM(t *testing.T) {
 		t.Errorf("an allocation past the device: %v", err)
 	}
 	b.Close()
-	if len(mem.blocks) != 0 {
-		t.Errorf("Close left %d device blocks", len(mem.blocks))
+	if mem.Live() != 0 {
+		t.Errorf("Close left %d device blocks", mem.Live())
 	}
 }
 

@@ -13,41 +13,9 @@ import (
 	"dflash/cuda"
 	"dflash/dtype"
 	"dflash/gpu"
+	"dflash/internal/gputest"
 	"dflash/train"
 )
-
-// fakeMem is a rank's device memory in host slices at made-up addresses.
-type fakeMem struct {
-	next   cuda.DevicePtr
-	blocks map[cuda.DevicePtr][]byte
-}
-
-func newFakeMem() *fakeMem { return &fakeMem{next: 0x100000, blocks: map[cuda.DevicePtr][]byte{}} }
-
-func (m *fakeMem) alloc(n int64) (gpu.Buffer, error) {
-	p := m.next
-	m.next += cuda.DevicePtr((n + 4095) / 4096 * 4096)
-	m.blocks[p] = make([]byte, n)
-	return gpu.Buffer{Ptr: p, Size: n}, nil
-}
-
-func (m *fakeMem) free(b gpu.Buffer) {
-	if b.Size > 0 && m.blocks[b.Ptr] == nil {
-		panic(fmt.Sprintf("fakeMem: free of %#x, not allocated", uint64(b.Ptr)))
-	}
-	delete(m.blocks, b.Ptr)
-}
-
-// bytes returns the host bytes behind b, which must lie in one allocation.
-func (m *fakeMem) bytes(b gpu.Buffer) []byte {
-	for p, blk := range m.blocks {
-		if b.Ptr >= p && b.Ptr+cuda.DevicePtr(b.Size) <= p+cuda.DevicePtr(len(blk)) {
-			off := int(b.Ptr - p)
-			return blk[off : off+int(b.Size)]
-		}
-	}
-	panic(fmt.Sprintf("fakeMem: %d bytes at %#x are not allocated", b.Size, uint64(b.Ptr)))
-}
 
 // fakeGrad is a range of a rank's flat fp32 gradient in its fakeMem (what
 // a Device's GradRange is on the GPU).
@@ -68,7 +36,7 @@ func (g fakeGrad) slice(lo, hi int) fakeGrad {
 // summing the ranks' buffers (float64, in rank order) into each.
 type fakeWorld struct {
 	mu       sync.Mutex
-	mems     []*fakeMem
+	mems     []*gputest.FakeMem
 	calls    map[int][]*fakeCall // by collective number, per rank
 	complete map[int]bool
 }
@@ -79,7 +47,7 @@ type fakeCall struct {
 	t   dtype.DType
 }
 
-func newFakeWorld(mems []*fakeMem) *fakeWorld {
+func newFakeWorld(mems []*gputest.FakeMem) *fakeWorld {
 	return &fakeWorld{mems: mems, calls: map[int][]*fakeCall{}, complete: map[int]bool{}}
 }
 
@@ -98,12 +66,12 @@ func (w *fakeWorld) arrive(r, seq int, c *fakeCall) {
 	}
 	sum := make([]float64, c.n)
 	for q, c := range cs {
-		for i, v := range decodeAny(w.mems[q].bytes(c.buf), c.t, c.n) {
+		for i, v := range decodeAny(w.mems[q].Bytes(c.buf), c.t, c.n) {
 			sum[i] += v
 		}
 	}
 	for q, c := range cs {
-		encodeAny(w.mems[q].bytes(c.buf), c.t, sum)
+		encodeAny(w.mems[q].Bytes(c.buf), c.t, sum)
 	}
 	w.complete[seq] = true
 }
@@ -133,7 +101,7 @@ func encodeAny(raw []byte, t dtype.DType, x []float64) {
 // fakePort is one rank of a fakeWorld, with its memory.
 type fakePort struct {
 	w        *fakeWorld
-	mem      *fakeMem
+	mem      *gputest.FakeMem
 	r        int
 	seq      int // all-reduces queued
 	recorded int
@@ -151,11 +119,11 @@ func (p *fakePort) memory(x train.Buffer) (gpu.Buffer, error) {
 	}
 	return g.buf, nil
 }
-func (p *fakePort) alloc(n int64) (gpu.Buffer, error)       { return p.mem.alloc(n) }
-func (p *fakePort) free(b gpu.Buffer)                       { p.mem.free(b) }
-func (p *fakePort) upload(dst gpu.Buffer, src []byte) error { copy(p.mem.bytes(dst), src); return nil }
+func (p *fakePort) alloc(n int64) (gpu.Buffer, error)       { return p.mem.Alloc(n) }
+func (p *fakePort) free(b gpu.Buffer)                       { p.mem.Free(b) }
+func (p *fakePort) upload(dst gpu.Buffer, src []byte) error { copy(p.mem.Bytes(dst), src); return nil }
 func (p *fakePort) download(dst []byte, src gpu.Buffer) error {
-	copy(dst, p.mem.bytes(src))
+	copy(dst, p.mem.Bytes(src))
 	return nil
 }
 func (p *fakePort) allReduce(buf gpu.Buffer, n int, t dtype.DType) error {
@@ -186,9 +154,9 @@ func (c *fakeClock) sleep(d time.Duration) { c.t = c.t.Add(d); c.sleeps++ }
 // fake memory, with timeout on the real clock.
 func fakeRanks(t *testing.T, n int, timeout time.Duration, stop *Stop) ([]*NCCLCollective, []*fakePort) {
 	t.Helper()
-	mems := make([]*fakeMem, n)
+	mems := make([]*gputest.FakeMem, n)
 	for r := range n {
-		mems[r] = newFakeMem()
+		mems[r] = gputest.NewFakeMem()
 	}
 	w := newFakeWorld(mems)
 	cs := make([]*NCCLCollective, n)
@@ -206,11 +174,11 @@ func fakeRanks(t *testing.T, n int, timeout time.Duration, stop *Stop) ([]*NCCLC
 // fakeGradient returns grad as a flat fp32 gradient in p's memory.
 func fakeGradient(t *testing.T, p *fakePort, grad []float32) fakeGrad {
 	t.Helper()
-	buf, err := p.mem.alloc(int64(4 * len(grad)))
+	buf, err := p.mem.Alloc(int64(4 * len(grad)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	encodeAny(p.mem.bytes(buf), dtype.F32, widen(grad))
+	encodeAny(p.mem.Bytes(buf), dtype.F32, widen(grad))
 	return fakeGrad{buf, len(grad)}
 }
 
@@ -280,7 +248,7 @@ func TestNCCLCollectiveSums(t *testing.T) {
 		if errs[r] != nil {
 			t.Fatalf("rank %d: %v", r, errs[r])
 		}
-		got := decodeAny(ps[r].mem.bytes(devs[r].buf), dtype.F32, total)
+		got := decodeAny(ps[r].mem.Bytes(devs[r].buf), dtype.F32, total)
 		for i := range got {
 			if float32(got[i]) != float32(want[i]) {
 				t.Fatalf("rank %d: gradient[%d] = %g, want %g", r, i, got[i], float32(want[i]))

@@ -22,11 +22,7 @@ import (
 // bitwise equal; the count is logged), and the bf16 copy must be the
 // rounding of the weights.
 func TestGPUAdamW(t *testing.T) {
-	w := gputest.Worker0(t)
-	cache, err := sharedCache()
-	if err != nil {
-		t.Skip(err)
-	}
+	w, cache := gputest.Worker0Cache(t)
 	for _, dt := range []dtype.DType{dtype.BF16, dtype.F32} {
 		t.Run(dt.String(), func(t *testing.T) {
 			r := testseed.New(t)

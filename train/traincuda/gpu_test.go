@@ -3,14 +3,12 @@ package traincuda
 import (
 	"math"
 	"math/rand/v2"
-	"sync"
 	"testing"
 
 	"dflash/dtype"
 	"dflash/gpu"
 	"dflash/internal/gputest"
 	"dflash/internal/testseed"
-	"dflash/jit"
 	"dflash/tensor"
 	"dflash/tensor/tensorcuda"
 	"dflash/train"
@@ -23,19 +21,11 @@ import (
 
 func TestMain(m *testing.M) { gputest.Main(m) }
 
-// sharedCache is one memory-only NVRTC cache for all tests, so each kernel
-// file compiles once per dtype in the run.
-var sharedCache = sync.OnceValues(func() (*jit.Cache, error) { return gputest.NewNVRTCCache("") })
-
 // gpuBackend runs f on GPU 0's worker with a Backend on the shared cache,
 // or skips when there is no GPU or NVRTC.
 func gpuBackend(t *testing.T, f func(d *gpu.Device, b *tensorcuda.Backend) error) {
-	w := gputest.Worker0(t)
-	cache, err := sharedCache()
-	if err != nil {
-		t.Skip(err)
-	}
-	err = w.Run(func(d *gpu.Device) error {
+	w, cache := gputest.Worker0Cache(t)
+	err := w.Run(func(d *gpu.Device) error {
 		b, err := tensorcuda.NewBackend(cache, d)
 		if err != nil {
 			return err
