@@ -120,22 +120,24 @@ func TestArenaGradientFlows(t *testing.T) {
 	}
 }
 
+// mustPanic fails t unless f panics.
+func mustPanic(t *testing.T, name string, f func()) {
+	t.Helper()
+	defer func() {
+		if recover() == nil {
+			t.Errorf("%s did not panic", name)
+		}
+	}()
+	f()
+}
+
 func TestArenaMisuse(t *testing.T) {
-	mustPanic := func(name string, f func()) {
-		t.Helper()
-		defer func() {
-			if recover() == nil {
-				t.Errorf("%s did not panic", name)
-			}
-		}()
-		f()
-	}
 	var a tensor.Arena[float32]
 	a.Param("w", 2)
-	mustPanic("EnsureGrad before Alloc", func() { a.EnsureGrad() })
+	mustPanic(t, "EnsureGrad before Alloc", func() { a.EnsureGrad() })
 	a.Alloc()
-	mustPanic("Param after Alloc", func() { a.Param("late", 1) })
-	mustPanic("second Alloc", a.Alloc)
+	mustPanic(t, "Param after Alloc", func() { a.Param("late", 1) })
+	mustPanic(t, "second Alloc", a.Alloc)
 }
 
 func abs(x float64) float64 {

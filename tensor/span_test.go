@@ -64,21 +64,12 @@ func TestSpan(t *testing.T) {
 		t.Fatalf("the Span's gradient is not its range of the flat gradient")
 	}
 
-	mustPanic := func(name string, f func()) {
-		t.Helper()
-		defer func() {
-			if recover() == nil {
-				t.Errorf("%s did not panic", name)
-			}
-		}()
-		f()
-	}
-	mustPanic("out of order", func() { tensor.Span(u, g) })
-	mustPanic("not adjacent", func() { tensor.Span(g, d) })
-	mustPanic("other shapes", func() { tensor.Span(u, d) })
-	mustPanic("other arena", func() { tensor.Span(g, u2) })
-	mustPanic("not a parameter", func() { tensor.Span(x) })
+	mustPanic(t, "out of order", func() { tensor.Span(u, g) })
+	mustPanic(t, "not adjacent", func() { tensor.Span(g, d) })
+	mustPanic(t, "other shapes", func() { tensor.Span(u, d) })
+	mustPanic(t, "other arena", func() { tensor.Span(g, u2) })
+	mustPanic(t, "not a parameter", func() { tensor.Span(x) })
 	var late tensor.Arena[float64]
 	p, q := late.Param("p", 1, 2), late.Param("q", 1, 2)
-	mustPanic("before Alloc", func() { tensor.Span(p, q) })
+	mustPanic(t, "before Alloc", func() { tensor.Span(p, q) })
 }
