@@ -178,6 +178,13 @@ type StepFreer[T Float] interface {
 	FreeStep(s Storage[T])
 }
 
+// StatKeeper is implemented by backends whose Upload is step memory (the
+// CUDA backend): KeepStat uploads x as statistic storage that outlives every
+// step, for a table made once and read by every step.
+type StatKeeper[T Float] interface {
+	KeepStat(x []T) Storage[T]
+}
+
 // OutAllocator is implemented by backends whose Alloc costs a pass over the
 // memory to zero it (a memset on a GPU): AllocOut returns n elements of
 // activation storage with undefined contents, for an op that writes every

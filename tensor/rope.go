@@ -168,13 +168,6 @@ func (r *Rope) grow(n int) (cos, sin []float64) {
 	return r.cos, r.sin
 }
 
-// StatKeeper is implemented by backends whose Upload is step memory (the
-// CUDA backend): KeepStat uploads x as statistic storage that outlives every
-// step, for a table made once and read by every step.
-type StatKeeper[T Float] interface {
-	KeepStat(x []T) Storage[T]
-}
-
 // Table returns the Angles of pos on b. On a StatKeeper, r's table of
 // every position up to the largest asked for is kept on b (made there once,
 // made anew with at least twice its rows when a larger position comes, the
