@@ -14,7 +14,6 @@ cd "$(dirname "$0")/.."
 . scripts/devbuild.sh
 export OUT=${OUT:-$(mktemp -d)}
 mkdir -p "$OUT"
-export DFLASH_KERNEL_CACHE=${DFLASH_KERNEL_CACHE:-/tmp/dflash-kernels}
 TARGETS=${TARGETS:-qwen3-8b qwen3-1.7b}
 for t in $TARGETS; do
 	for cache in cold warm; do

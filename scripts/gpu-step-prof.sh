@@ -15,7 +15,6 @@ cd "$(dirname "$0")/.."
 BIN=${BIN:-$B/dflash} # the dflash binary
 OUT=${OUT:-$(mktemp -d)}
 mkdir -p "$OUT"
-export DFLASH_KERNEL_CACHE=${DFLASH_KERNEL_CACHE:-/tmp/dflash-kernels}
 ARGS=${ARGS:---target-config qwen3-8b --seq-len 3072 --batch 4 --anchors 512 --block-size 16 --drafter-layers 5}
 # shellcheck disable=SC2086
 timeout "${TIMEOUT:-300}" "$BIN" bench step --device cuda $ARGS --steps "${STEPS:-3}" --warmup "${WARMUP:-1}" --profile \

@@ -26,7 +26,6 @@ WORK=${WORK:-/tmp/gpu-train-multi}
 STEPS=${STEPS:-50}
 mkdir -p "$OUT" "$WORK"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-export DFLASH_KERNEL_CACHE=${DFLASH_KERNEL_CACHE:-/tmp/dflash-kernels}
 status=PASS
 fail() { echo "FAIL: $*"; status=FAIL; }
 if [[ ! -x $B/dflash || ! -x $B/dflash.test || ! -d $B/fixture ]]; then

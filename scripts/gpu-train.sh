@@ -56,7 +56,6 @@ TRAIN_ARGS=${TRAIN_ARGS---data.buckets 3}
 status=PASS
 fail() { echo "FAIL: $*"; status=FAIL; }
 has() { [[ " $PARTS " == *" $1 "* ]]; }
-export DFLASH_KERNEL_CACHE=${DFLASH_KERNEL_CACHE:-/tmp/dflash-kernels}
 
 if has tests; then
 	echo "== tensorcuda GPU tests"
