@@ -304,11 +304,7 @@ func (b *Backend) KeepStat(x []float32) tensor.Storage[float32] {
 
 func (b *Backend) upload(x []float32, dt dtype.DType, persistent bool) Buf {
 	s := b.newBuf(len(x), dt, persistent, false)
-	if len(x) > 0 {
-		raw := make([]byte, len(x)*dt.Size())
-		dtype.EncodeFloat32(dt, raw, x)
-		must("Upload", b.mem.upload(s.Buffer(), raw))
-	}
+	b.write("Upload", s, x)
 	return s
 }
 
@@ -369,7 +365,7 @@ func (b *Backend) AllocParams(n int, master bool) (values, compute tensor.Storag
 // WriteParams copies host into dst (parameter storage of this backend),
 // rounded to its dtype.
 func (b *Backend) WriteParams(dst tensor.Storage[float32], host []float32) {
-	b.write(b.buf(dst, "WriteParams"), host)
+	b.write("WriteParams", b.buf(dst, "WriteParams"), host)
 }
 
 // buf returns s as this backend's live storage; it panics, naming what,

@@ -89,15 +89,16 @@ func (s IntBuf) Slice(lo, hi int) tensor.Ints {
 // Buffer returns the device memory of s.
 func (s IntBuf) Buffer() gpu.Buffer { return gpu.Buffer{Ptr: s.ptr, Size: 4 * int64(s.n)} }
 
-// write copies x into dst (len(x) = dst.n), rounded to dst's dtype.
-func (b *Backend) write(dst Buf, x []float32) {
-	checkLen("write", len(x), dst.n)
+// write copies x into dst (len(x) = dst.n), rounded to dst's dtype; a
+// panic names op.
+func (b *Backend) write(op string, dst Buf, x []float32) {
+	checkLen(op, len(x), dst.n)
 	if dst.n == 0 {
 		return
 	}
 	raw := make([]byte, dst.n*dst.dt.Size())
 	dtype.EncodeFloat32(dst.dt, raw, x)
-	must("write", b.mem.upload(dst.Buffer(), raw))
+	must(op, b.mem.upload(dst.Buffer(), raw))
 }
 
 // Memory returns the device memory of s for code outside the backend that
