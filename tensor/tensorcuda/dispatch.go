@@ -286,9 +286,7 @@ func (b *Backend) RMSNormBackward(xS, wS, rstdS, dyS tensor.Storage[float32], di
 				scratch = b.newBuf(int(ColumnScratch(rows, dim)/4), dtype.F32, false, false)
 			}
 			must("RMSNormBackward", b.ops(dt).RMSNormBackward(x.Buffer(), w.Buffer(), rstd.Buffer(), dy.Buffer(), rows, dim, dxOut, dwOut, scratch.Buffer(), acc))
-			if dwS != nil {
-				b.freeTemp(scratch)
-			}
+			b.freeTemp(scratch) // nothing for the null one
 		})
 	})
 }
