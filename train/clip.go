@@ -19,11 +19,20 @@ func GradNorm(params []*Param) float64 {
 // measures. A non-finite norm is returned and nothing is scaled.
 func ClipGradNorm(params []*Param, maxNorm float64) float64 {
 	norm := GradNorm(params)
-	if maxNorm <= 0 || math.IsNaN(norm) || math.IsInf(norm, 0) {
-		return norm
-	}
-	if c := maxNorm / (norm + 1e-6); c < 1 {
-		ScaleGrads(params, float32(c))
+	if c, ok := ClipScale(norm, maxNorm); ok {
+		ScaleGrads(params, c)
 	}
 	return norm
+}
+
+// ClipScale returns the factor min(1, maxNorm/(norm+1e-6)) by which
+// ClipGradNorm scales gradients of global norm norm, and whether it
+// scales them at all: not when maxNorm <= 0, the norm is not finite or the
+// factor is not below 1. Every train.Device's ClipGradNorm follows it.
+func ClipScale(norm, maxNorm float64) (float32, bool) {
+	if maxNorm <= 0 || math.IsNaN(norm) || math.IsInf(norm, 0) {
+		return 1, false
+	}
+	c := maxNorm / (norm + 1e-6)
+	return float32(c), c < 1
 }

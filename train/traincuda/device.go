@@ -56,15 +56,12 @@ func (t *Device) ScaleGrads(s float32) { t.b.Scale(s, t.a.Grad) }
 // (waiting for the device).
 func (t *Device) GradNorm() float64 { return math.Sqrt(t.b.SumSquares(t.a.Grad)) }
 
-// ClipGradNorm scales the gradient by min(1, maxNorm/(norm+1e-6)) as
-// train.ClipGradNorm does and returns the norm before clipping.
+// ClipGradNorm scales the gradient as train.ClipGradNorm does (by
+// train.ClipScale) and returns the norm before clipping.
 func (t *Device) ClipGradNorm(maxNorm float64) float64 {
 	norm := t.GradNorm()
-	if maxNorm <= 0 || math.IsNaN(norm) || math.IsInf(norm, 0) {
-		return norm
-	}
-	if c := maxNorm / (norm + 1e-6); c < 1 {
-		t.ScaleGrads(float32(c))
+	if c, ok := train.ClipScale(norm, maxNorm); ok {
+		t.ScaleGrads(c)
 	}
 	return norm
 }
