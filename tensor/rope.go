@@ -139,13 +139,21 @@ func (r *Rope) angle(p int32, i int) (cos, sin float64) {
 // table returns r's cos and sin table, grown to hold every non-negative
 // position of pos.
 func (r *Rope) table(pos []int32) (cos, sin []float64) {
-	need := 0
-	for _, p := range pos {
-		need = max(need, int(p)+1)
-	}
+	need, _ := tableRows(pos)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.grow(need)
+}
+
+// tableRows returns the rows of a table holding every non-negative
+// position of pos (the largest plus one; 0 for none) and whether pos has a
+// negative position.
+func tableRows(pos []int32) (rows int, negative bool) {
+	for _, p := range pos {
+		rows = max(rows, int(p)+1)
+		negative = negative || p < 0
+	}
+	return rows, negative
 }
 
 // grow returns r's cos and sin table, grown to at least n positions (to at
@@ -193,12 +201,9 @@ func Table[T Float](b Backend[T], r *Rope, pos []int32) *RopeTable[T] {
 // kept returns r's table kept on b (k), holding every position of pos, or
 // nil when pos has a negative position.
 func kept[T Float](k StatKeeper[T], b Backend[T], r *Rope, pos []int32) *keptTable[T] {
-	need := 0
-	for _, p := range pos {
-		if p < 0 {
-			return nil
-		}
-		need = max(need, int(p)+1)
+	need, negative := tableRows(pos)
+	if negative {
+		return nil
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
