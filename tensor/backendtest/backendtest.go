@@ -144,7 +144,7 @@ func runBackend(t *testing.T, c opCase, b tensor.Backend[float32], tol Tolerance
 	args := make([]*tensor.Tensor, len(c.inputs))
 	start := make([][]float64, len(c.inputs))
 	for i, in := range c.inputs {
-		in32[i] = tensor.FromStorage(in.name, b.Upload(f32s(vals[i]), false), in.shape...)
+		in32[i] = tensor.FromStorage(in.name, b.Upload(to32(vals[i]), false), in.shape...)
 		in32[i].RequiresGrad = in.grad
 		args[i] = in32[i]
 		switch {
@@ -156,7 +156,7 @@ func runBackend(t *testing.T, c opCase, b tensor.Backend[float32], tol Tolerance
 			for j := range start[i] {
 				start[i][j] = rng.NormFloat64()
 			}
-			in32[i].GradStore = b.Upload(f32s(start[i]), false)
+			in32[i].GradStore = b.Upload(to32(start[i]), false)
 		}
 	}
 	got := c.f32(tp, args)
@@ -169,7 +169,7 @@ func runBackend(t *testing.T, c opCase, b tensor.Backend[float32], tol Tolerance
 	}
 	Close(t, "forward "+b.Name(), download(b, got.Store), want, fwd)
 	if tp.Len() > 0 {
-		tp.BackwardFrom(got, b.Upload(f32s(g), false))
+		tp.BackwardFrom(got, b.Upload(to32(g), false))
 	}
 	for i, in := range c.inputs {
 		if !in.grad {
@@ -184,15 +184,6 @@ func runBackend(t *testing.T, c opCase, b tensor.Backend[float32], tol Tolerance
 		}
 		Close(t, "grad "+in.name+" "+b.Name()+" vs finite differences", download(b, in32[i].GradStore), w, bwd)
 	}
-}
-
-// f32s returns x rounded to float32.
-func f32s(x []float64) []float32 {
-	out := make([]float32, len(x))
-	for i, v := range x {
-		out[i] = float32(v)
-	}
-	return out
 }
 
 // finiteDiff returns d/dx Σ g⊙naive(x) for every input that needs a gradient,

@@ -169,6 +169,7 @@ func randVec(rng *rand.Rand, n int) []float64 {
 	return v
 }
 
+// to32 returns v rounded to float32.
 func to32(v []float64) []float32 {
 	out := make([]float32, len(v))
 	for i, x := range v {
