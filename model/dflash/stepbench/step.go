@@ -181,8 +181,8 @@ type stepResult struct {
 	blockMask time.Duration
 	end       time.Time // when the optimizer finished
 	replays   []string  // what tensor.Replay did, region by region
-	// queued is the host's time in each phase: queueing its work when the
-	// device has a clock, else the phase itself.
+	// queued is the host's time queueing each phase's work, without the
+	// wait for the device at its end (when the device has no clock).
 	queued [NumPhases]time.Duration
 }
 
@@ -203,10 +203,9 @@ func (s *stepper) step() (stepResult, error) {
 	if clock != nil {
 		note(clock.Mark(0))
 	}
-	host := t
+	host := t // when the host began queueing the phase
 	lap := func(i int) {
-		now := time.Now()
-		res.queued[i], host = now.Sub(host), now
+		res.queued[i] = time.Since(host)
 		if clock != nil {
 			note(clock.Mark(i + 1))
 		} else {
@@ -217,6 +216,7 @@ func (s *stepper) step() (stepResult, error) {
 		if s.heap != nil {
 			s.heap.mark() // counted in the next phase: about a microsecond
 		}
+		host = time.Now()
 	}
 	defer s.dev.Reset()
 	be := s.dev.Backend
