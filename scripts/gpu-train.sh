@@ -20,7 +20,8 @@
 # it as model/dflash/testdata/golden_drafter_d64.safetensors), the runs' metrics,
 # the loss table (loss.txt) and the bench step JSON; bulky outputs (checkpoints,
 # the transformers models) stay in $WORK. The last line says PASS or FAIL.
-# PARTS (default "tests golden train resume bench"; "profile" adds
+# PARTS (default "tests golden train resume bench"; "base" adds the 8B step beside a previous build's
+# (--build-base REV builds it); "profile" adds
 # scripts/gpu-step-prof.sh, "compare" scripts/gpu-step-compare.sh) chooses what runs; TRAIN_ARGS adds
 # flags to both training runs (default "--data.buckets 3": fixed-shape batches
 # from length buckets, each bucket's passes replayed as CUDA graphs after its
@@ -28,6 +29,18 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 B=.devbuild/train
+if [ "${1:-}" = "--build-base" ]; then
+	# The dflash binary of revision ${2:-HEAD}, for PARTS=base.
+	set -e
+	rev=${2:-HEAD} tmp=$(mktemp -d)
+	git worktree add -q --detach "$tmp" "$rev"
+	(cd "$tmp" && CGO_ENABLED=0 GOOS=linux GOARCH=amd64 go build -trimpath -ldflags="-s -w" -o dflash ./cmd/dflash)
+	mkdir -p .devbuild/base && rm -f .devbuild/base/dflash .devbuild/base/dflash.xz
+	xz -c "$tmp/dflash" >.devbuild/base/dflash.xz
+	git worktree remove --force "$tmp"
+	echo "base build of $(git rev-parse --short "$rev"): .devbuild/base/dflash.xz (carry it)"
+	exit 0
+fi
 if [ "${1:-}" = "--build" ]; then
 	set -e
 	rm -rf "$B" && mkdir -p "$B"
@@ -185,6 +198,33 @@ for name in ("0.6b", "8b", "8b-nographs", "8b-drafter", "1.7b"):
           f"{'in place' if r.get('step_arena_in_place') else 'in chunks'}), "
           f"first step {r.get('first_step_ms', 0)/1e3:.1f} s, loss {r['loss']:.3f}, regions {r.get('replays')}, per step {r.get('per_step')}")
 PY
+fi
+
+if has base; then
+	# The 8B step of this build beside a previous build's (issue 25: a redesign keeps the step within 2%):
+	# BASE (default .devbuild/base/dflash, from `bash scripts/gpu-train.sh --build-base REV`) and this build
+	# alternate, three runs each, and the median step times are compared.
+	BASE=${BASE:-.devbuild/base/dflash}
+	[ -x "$BASE" ] || { [ -f "$BASE.xz" ] && xz -dk "$BASE.xz"; }
+	if [ -x "$BASE" ]; then
+		echo "== bench step qwen3-8b: this build beside $BASE"
+		case8b=(--target-config qwen3-8b --seq-len 3072 --batch 4 --anchors 512 --block-size 16 --drafter-layers 5 --steps 5 --warmup 2 --json)
+		for i in 1 2 3; do
+			"$BASE" bench step --device cuda "${case8b[@]}" >"$OUT/base-8b-old-$i.json" 2>/dev/null || fail "base build bench step"
+			"$B/dflash" bench step --device cuda "${case8b[@]}" >"$OUT/base-8b-new-$i.json" 2>/dev/null || fail "bench step"
+		done
+		python3 - "$OUT" <<'PY' || fail "this build's 8B step is more than 2% slower than the base build's"
+import json, statistics, sys
+out = sys.argv[1]
+def med(kind):
+    return statistics.median(json.load(open(f"{out}/base-8b-{kind}-{i}.json"))["step_ms"] for i in (1, 2, 3))
+old, new = med("old"), med("new")
+print(f"qwen3-8b step: base {old:.1f} ms, this build {new:.1f} ms, ratio {new/old:.4f}")
+sys.exit(0 if new <= 1.02 * old else 1)
+PY
+	else
+		fail "no base build at $BASE"
+	fi
 fi
 
 if has profile; then
