@@ -255,6 +255,7 @@ func trainDrafter(ctx context.Context, a *trainArgs) (*train.Result, error) {
 	if err := dc.Validate(); err != nil {
 		return nil, fmt.Errorf("drafter config: %w", err)
 	}
+	dflash.WarnTaps(slog.Default(), dc.TargetLayerIDs, tc.NumLayers)
 	id, err := runIdentity(targetDir, dataArg, dc, tok, len(examples)-nEval, nEval, cfg.Data.Buckets)
 	if err != nil {
 		return nil, err

@@ -2,6 +2,7 @@ package dflash
 
 import (
 	"fmt"
+	"log/slog"
 
 	"dflash/data/tokenizer"
 )
@@ -30,4 +31,21 @@ func MaskTokenName(tok *tokenizer.Tokenizer, id int) (string, error) {
 		return name, nil
 	}
 	return DefaultMaskToken, nil
+}
+
+// WarnTaps logs a warning on log when a tap is the target's last layer
+// (numTargetLayers-1) and reports whether it did. That tap's state is the
+// final-normed one (HF's hidden_states[L], as here and in z-lab's code), but
+// SGLang captures a tap at the input of the next layer, which the last
+// layer does not have: SGLang fails at start (sgl-project/sglang issue
+// 32204) or would feed the drafter the state before the final norm.
+func WarnTaps(log *slog.Logger, taps []int, numTargetLayers int) bool {
+	for _, t := range taps {
+		if t == numTargetLayers-1 {
+			log.Warn("a tap is the target's last layer: SGLang cannot capture it (its capture reads the next layer's input; sglang issue 32204), so this drafter will not serve there; choose taps below it",
+				"taps", taps, "last_layer", t, "target_layers", numTargetLayers)
+			return true
+		}
+	}
+	return false
 }

@@ -1,7 +1,9 @@
 package dflash
 
 import (
+	"bytes"
 	"encoding/json"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -214,5 +216,26 @@ func TestExportHasEngineKeys(t *testing.T) {
 	err = d2.Export(filepath.Join(t.TempDir(), "d2"), "F32", tok)
 	if err == nil || !strings.Contains(err.Error(), "mask token id 256") || !strings.Contains(err.Error(), "at id 257") {
 		t.Fatalf("export with mask 256: %v, want an error naming ids 256 and 257", err)
+	}
+}
+
+func TestWarnTaps(t *testing.T) {
+	for _, c := range []struct {
+		taps   []int
+		layers int
+		warn   bool
+	}{
+		{[]int{1, 9, 17, 25, 33}, 36, false},
+		{DefaultTaps(4, 2), 4, false},
+		{[]int{0, 2}, 3, true},
+		{[]int{35}, 36, true},
+		{[]int{34}, 36, false},
+	} {
+		var buf bytes.Buffer
+		got := WarnTaps(slog.New(slog.NewTextHandler(&buf, nil)), c.taps, c.layers)
+		logged := strings.Contains(buf.String(), "level=WARN") && strings.Contains(buf.String(), "32204")
+		if got != c.warn || logged != c.warn {
+			t.Errorf("taps %v of %d layers: warned %v, logged %q; want %v", c.taps, c.layers, got, buf.String(), c.warn)
+		}
 	}
 }
