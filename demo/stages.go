@@ -214,7 +214,7 @@ func (r *runner) drafter(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := drafter.WriteDir(filepath.Join(r.dir, "drafter"), "F32"); err != nil {
+	if err := drafter.Export(filepath.Join(r.dir, "drafter"), "F32", r.tok); err != nil {
 		return err
 	}
 	done()

@@ -78,7 +78,8 @@ func (c *Config) Validate() error {
 }
 
 // ReadConfig reads and validates an HF config.json. Both the transformers 4
-// form (rope_theta, rope_scaling) and the 5 form (rope_parameters) are read.
+// form (rope_theta, rope_scaling) and the 5 form (rope_parameters) are read
+// (ParseRope); sliding-window layers are refused (FullAttention).
 // Errors name the file and the field.
 func ReadConfig(path string) (*Config, error) {
 	raw, err := os.ReadFile(path)
@@ -150,11 +151,6 @@ func ParseConfig(raw []byte) (*Config, error) {
 	if act != "" && act != "silu" {
 		p.fail("hidden_act %q is not supported (want silu)", act)
 	}
-	var sliding bool
-	p.bool("use_sliding_window", &sliding, false)
-	if sliding {
-		p.fail("use_sliding_window true is not supported")
-	}
 	if v, ok := m["bos_token_id"]; ok && string(v) != "null" {
 		var id int
 		p.int("bos_token_id", &id, false)
@@ -168,22 +164,15 @@ func ParseConfig(raw []byte) (*Config, error) {
 			p.get("eos_token_id", &c.EOSTokenIDs, false)
 		}
 	}
-	// RoPE: rope_theta and rope_scaling (transformers 4) or rope_parameters (5).
-	c.RopeTheta = 10000
-	p.float("rope_theta", &c.RopeTheta, false)
-	for _, key := range []string{"rope_scaling", "rope_parameters"} {
-		v, ok := m[key]
-		if !ok || string(v) == "null" {
-			continue
-		}
-		s, err := parseRope(key, v, &c.RopeTheta)
-		if err != nil {
-			return nil, err
-		}
-		c.RopeScaling = s
-	}
 	if p.err != nil {
 		return nil, p.err
+	}
+	if err := FullAttention(m); err != nil {
+		return nil, err
+	}
+	var err error
+	if c.RopeTheta, c.RopeScaling, err = ParseRope(m, 10000); err != nil {
+		return nil, err
 	}
 	if err := c.Validate(); err != nil {
 		return nil, err
@@ -192,7 +181,7 @@ func ParseConfig(raw []byte) (*Config, error) {
 }
 
 // RopeScalingJSON returns s as HF's rope_scaling object (nil for nil), the
-// inverse of ParseRopeScaling.
+// inverse of ParseRope's scaling.
 func RopeScalingJSON(s *tensor.RopeScaling) map[string]any {
 	if s == nil {
 		return nil
@@ -206,27 +195,78 @@ func RopeScalingJSON(s *tensor.RopeScaling) map[string]any {
 	return sc
 }
 
-// ParseRopeScaling parses an HF rope_scaling object (null or absent: none).
-// Types default (nil), linear and llama3 are supported; rope_type or the
-// legacy type names the type. Errors name the field under rope_scaling.
-func ParseRopeScaling(raw json.RawMessage) (*tensor.RopeScaling, error) {
-	if len(bytes.TrimSpace(raw)) == 0 || string(bytes.TrimSpace(raw)) == "null" {
-		return nil, nil
+// ParseRope reads the RoPE of a config.json's top-level fields m:
+// rope_theta and rope_scaling (transformers 4) and rope_parameters
+// (transformers 5), with theta when none of them gives a base. A value given
+// in both forms must agree: a conflict is an error naming both fields.
+// Scaling types default (nil), linear and llama3 are supported; rope_type or
+// the legacy type names the type.
+func ParseRope(m map[string]json.RawMessage, theta float64) (float64, *tensor.RopeScaling, error) {
+	thetaFrom := ""
+	if v, ok := m["rope_theta"]; ok && string(v) != "null" {
+		p := parser{m: m}
+		p.float("rope_theta", &theta, false)
+		if p.err != nil {
+			return 0, nil, p.err
+		}
+		thetaFrom = "rope_theta"
 	}
-	var theta float64
-	return parseRope("rope_scaling", raw, &theta)
+	var scaling *tensor.RopeScaling
+	scalingFrom := ""
+	for _, key := range []string{"rope_scaling", "rope_parameters"} {
+		v, ok := m[key]
+		if !ok || string(v) == "null" {
+			continue
+		}
+		s, th, err := parseRope(key, v)
+		if err != nil {
+			return 0, nil, err
+		}
+		if th != nil {
+			if thetaFrom != "" && *th != theta {
+				return 0, nil, fmt.Errorf("%s.rope_theta %g differs from %s %g", key, *th, thetaFrom, theta)
+			}
+			theta, thetaFrom = *th, key+".rope_theta"
+		}
+		if scalingFrom != "" && !sameScaling(s, scaling) {
+			return 0, nil, fmt.Errorf("%s %s differs from %s %s", key, compact(v), scalingFrom, compact(m[scalingFrom]))
+		}
+		scaling, scalingFrom = s, key
+	}
+	return theta, scaling, nil
+}
+
+// compact returns raw JSON on one line.
+func compact(raw json.RawMessage) string {
+	var b bytes.Buffer
+	if json.Compact(&b, raw) != nil {
+		return string(raw)
+	}
+	return b.String()
+}
+
+// sameScaling reports whether a and b scale RoPE alike (nil: none).
+func sameScaling(a, b *tensor.RopeScaling) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
 }
 
 // parseRope reads the rope object under key (rope_scaling or
-// rope_parameters) and returns its scaling (nil for the default type); a
-// rope_theta there is stored in theta.
-func parseRope(key string, raw json.RawMessage, theta *float64) (*tensor.RopeScaling, error) {
+// rope_parameters) and returns its scaling (nil for the default type) and
+// the rope_theta it holds (nil: none).
+func parseRope(key string, raw json.RawMessage) (*tensor.RopeScaling, *float64, error) {
 	var rp map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &rp); err != nil {
-		return nil, fmt.Errorf("%s: %w", key, err)
+		return nil, nil, fmt.Errorf("%s: %w", key, err)
 	}
 	sp := parser{m: rp, prefix: key + "."}
-	sp.float("rope_theta", theta, false)
+	var theta *float64
+	if v, ok := rp["rope_theta"]; ok && string(v) != "null" {
+		theta = new(float64)
+		sp.float("rope_theta", theta, false)
+	}
 	s := &tensor.RopeScaling{}
 	sp.str("rope_type", &s.Type, false)
 	if s.Type == "" {
@@ -237,15 +277,45 @@ func parseRope(key string, raw json.RawMessage, theta *float64) (*tensor.RopeSca
 	sp.float("high_freq_factor", &s.HighFreqFactor, false)
 	sp.int("original_max_position_embeddings", &s.OriginalMaxPositions, false)
 	if sp.err != nil {
-		return nil, sp.err
+		return nil, nil, sp.err
 	}
 	switch s.Type {
 	case "", "default":
-		return nil, nil
+		return nil, theta, nil
 	case "linear", "llama3":
-		return s, nil
+		return s, theta, nil
 	}
-	return nil, fmt.Errorf("%s.rope_type %q is not supported (want default, linear or llama3)", key, s.Type)
+	return nil, nil, fmt.Errorf("%s.rope_type %q is not supported (want default, linear or llama3)", key, s.Type)
+}
+
+// FullAttention checks that the config.json fields m describe layers that
+// all attend fully: use_sliding_window absent or false and every layer_types
+// entry "full_attention". An error names the field and, for a sliding
+// layer, the sliding_window it would use.
+func FullAttention(m map[string]json.RawMessage) error {
+	p := parser{m: m}
+	var sliding bool
+	var layerTypes []string
+	var window *int
+	p.bool("use_sliding_window", &sliding, false)
+	p.get("layer_types", &layerTypes, false)
+	p.get("sliding_window", &window, false)
+	if p.err != nil {
+		return p.err
+	}
+	w := "sliding_window null"
+	if window != nil {
+		w = fmt.Sprintf("sliding_window %d", *window)
+	}
+	if sliding {
+		return fmt.Errorf("use_sliding_window true (%s) is not supported: every layer attends fully", w)
+	}
+	for i, t := range layerTypes {
+		if t != "full_attention" {
+			return fmt.Errorf("layer_types[%d] %q (%s) is not supported: every layer attends fully (full_attention)", i, t, w)
+		}
+	}
+	return nil
 }
 
 // parser reads typed fields from a JSON object and keeps the first error,

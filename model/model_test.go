@@ -34,6 +34,11 @@ func TestParseConfigErrors(t *testing.T) {
 		{"activation", `{"model_type": "llama", ` + base + `, "hidden_act": "gelu"}`, `hidden_act "gelu"`},
 		{"odd head dim", `{"model_type": "llama", ` + base + `, "head_dim": 3}`, `head_dim 3`},
 		{"not json", `{"model_type": `, `config.json`},
+		{"sliding flag", `{"model_type": "qwen3", ` + base + `, "use_sliding_window": true, "sliding_window": 4096}`, `use_sliding_window true (sliding_window 4096)`},
+		{"sliding layer", `{"model_type": "qwen3", ` + base + `, "layer_types": ["full_attention", "sliding_attention"], "sliding_window": 128}`, `layer_types[1] "sliding_attention" (sliding_window 128)`},
+		{"rope theta conflict", `{"model_type": "qwen3", ` + base + `, "rope_theta": 10000, "rope_parameters": {"rope_type": "default", "rope_theta": 1000000}}`, `rope_parameters.rope_theta 1e+06 differs from rope_theta 10000`},
+		{"rope scaling conflict", `{"model_type": "llama", ` + base + `, "rope_scaling": {"rope_type": "linear", "factor": 2}, "rope_parameters": {"rope_type": "linear", "factor": 4, "rope_theta": 10000}}`, `rope_parameters {"rope_type":"linear","factor":4,"rope_theta":10000} differs from rope_scaling {"rope_type":"linear","factor":2}`},
+		{"rope scaling and none", `{"model_type": "llama", ` + base + `, "rope_scaling": {"rope_type": "default"}, "rope_parameters": {"rope_type": "linear", "factor": 4}}`, `differs from rope_scaling`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := ParseConfig([]byte(c.json))
@@ -54,7 +59,12 @@ func TestParseConfigForms(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range []*Config{v4, v5} {
+	// Both forms at once, agreeing (as transformers 5 and our HFConfig write them).
+	both, err := ParseConfig([]byte(`{"model_type": "llama", ` + base + `, "rope_theta": 500000, "rope_scaling": {"rope_type": "llama3", "factor": 8, "low_freq_factor": 1, "high_freq_factor": 4, "original_max_position_embeddings": 64}, "rope_parameters": {"rope_type": "llama3", "rope_theta": 500000, "factor": 8, "low_freq_factor": 1, "high_freq_factor": 4, "original_max_position_embeddings": 64}, "layer_types": ["full_attention"], "sliding_window": 4096}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []*Config{v4, v5, both} {
 		if c.RopeTheta != 500000 || c.RopeScaling == nil || *c.RopeScaling != (tensor.RopeScaling{Type: "llama3", Factor: 8, LowFreqFactor: 1, HighFreqFactor: 4, OriginalMaxPositions: 64}) {
 			t.Errorf("rope: theta %g scaling %+v", c.RopeTheta, c.RopeScaling)
 		}

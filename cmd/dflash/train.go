@@ -221,6 +221,9 @@ func trainDrafter(ctx context.Context, a *trainArgs) (*train.Result, error) {
 		return nil, err
 	}
 	mask, err := maskToken(cfg.Drafter.MaskTokenID, tok, tc.VocabSize)
+	if err == nil {
+		_, err = dflash.MaskTokenName(tok, mask)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", a.opts.Source("drafter.mask-token-id"), err)
 	}
@@ -252,6 +255,7 @@ func trainDrafter(ctx context.Context, a *trainArgs) (*train.Result, error) {
 	if err := dc.Validate(); err != nil {
 		return nil, fmt.Errorf("drafter config: %w", err)
 	}
+	dflash.WarnTaps(slog.Default(), dc.TargetLayerIDs, tc.NumLayers)
 	id, err := runIdentity(targetDir, dataArg, dc, tok, len(examples)-nEval, nEval, cfg.Data.Buckets)
 	if err != nil {
 		return nil, err
@@ -326,7 +330,7 @@ func trainDrafter(ctx context.Context, a *trainArgs) (*train.Result, error) {
 			"graph_recaptured", r["recaptured"], "eager", r["eager"], "ungraphed", r["ungraphed"])
 	}
 	out := filepath.Join(cfg.Out, "drafter")
-	if err := drafter.WriteDir(out, cfg.Drafter.Export); err != nil {
+	if err := drafter.Export(out, cfg.Drafter.Export, tok); err != nil {
 		return nil, err
 	}
 	fmt.Printf("trained %d steps (%d tokens) in %s; drafter written to %s\n", res.Steps, res.Tokens, res.Elapsed.Round(1e9), out)

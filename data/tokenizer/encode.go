@@ -89,6 +89,20 @@ func (t *Tokenizer) Token(id int32) (string, bool) {
 	return t.tokens[id], true
 }
 
+// VocabName returns token id as tokenizer.json and HF's get_vocab() name
+// it: an added token's content, a model vocabulary entry in the byte-level
+// alphabet; ok is false for an id with no token.
+func (t *Tokenizer) VocabName(id int32) (string, bool) {
+	raw, ok := t.Token(id)
+	if !ok {
+		return "", false
+	}
+	if a, ok := t.added.exact(raw); ok && a == id {
+		return raw, true
+	}
+	return toByteLevel(raw), true
+}
+
 // IsSpecial reports whether id is a special added token.
 func (t *Tokenizer) IsSpecial(id int32) bool {
 	return id >= 0 && int(id) < len(t.special) && t.special[id]

@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"dflash/model"
 	"dflash/tensor"
@@ -23,12 +24,16 @@ type Config struct {
 	HeadDim               int
 	RMSNormEps            float64
 	RopeTheta             float64
-	RopeScaling           json.RawMessage // the target's rope_scaling, verbatim (nil or null: none)
+	RopeScaling           *tensor.RopeScaling // the target's RoPE scaling (nil: plain RoPE)
 	MaxPositionEmbeddings int
 	VocabSize             int
 
-	BlockSize      int
-	MaskTokenID    int
+	BlockSize   int
+	MaskTokenID int
+	// MaskToken is the mask token's name in the target's tokenizer,
+	// dflash_config.mask_token ("": not recorded; engines assume
+	// DefaultMaskToken). Export sets it (MaskTokenName).
+	MaskToken      string
 	TargetLayerIDs []int   // taps: 0-based target decoder layers, in concatenation order
 	Gamma          float64 // loss decay; <= 0 means every slot weighs 1
 	NumAnchors     int     // anchors sampled per sequence and step
@@ -133,16 +138,14 @@ func (c *Config) Validate() error {
 }
 
 // Rope returns the drafter's rotary frequencies: the target's rope_theta and
-// rope_scaling (see model.ParseRopeScaling and tensor.NewRope).
+// RoPE scaling (see tensor.NewRope).
 func (c *Config) Rope() (*tensor.Rope, error) {
-	s, err := model.ParseRopeScaling(c.RopeScaling)
-	if err != nil {
-		return nil, err
-	}
-	return tensor.NewRope(c.HeadDim, c.RopeTheta, s)
+	return tensor.NewRope(c.HeadDim, c.RopeTheta, c.RopeScaling)
 }
 
-// configJSON is the on-disk layout of config.json.
+// configJSON is the on-disk layout of config.json. The fields marked "read
+// only" are never written: they are read to refuse what the drafter cannot
+// run or to accept transformers 5's spelling.
 type configJSON struct {
 	Architectures         []string        `json:"architectures"`
 	ModelType             string          `json:"model_type"`
@@ -166,21 +169,39 @@ type configJSON struct {
 	LayerTypes            []string        `json:"layer_types"`
 	InitializerRange      float64         `json:"initializer_range"`
 	TorchDType            string          `json:"torch_dtype"`
+	DType                 string          `json:"dtype,omitempty"`     // read only (transformers 5)
+	IsCausal              *bool           `json:"is_causal,omitempty"` // read only
 	BlockSize             int             `json:"block_size"`
 	NumTargetLayers       int             `json:"num_target_layers"`
+	EagleAuxLayerIDs      []int           `json:"eagle_aux_hidden_state_layer_ids"`
 	DFlash                dflashJSON      `json:"dflash_config"`
 }
 
 type dflashJSON struct {
 	BlockSize      int        `json:"block_size"`
 	MaskTokenID    *int       `json:"mask_token_id"`
+	MaskToken      *string    `json:"mask_token,omitempty"`
 	TargetLayerIDs []int      `json:"target_layer_ids"`
+	Causal         *bool      `json:"causal"`
+	UseSWA         *bool      `json:"use_swa,omitempty"`         // read only
+	SWAWindowSize  *int       `json:"swa_window_size,omitempty"` // read only
 	Gamma          *float64   `json:"loss_decay_gamma"`
 	NumAnchors     int        `json:"num_anchors"`
 	Target         TargetInfo `json:"target"`
 }
 
-// MarshalJSON writes c as config.json.
+// AuxLayerIDs returns the taps as eagle_aux_hidden_state_layer_ids: each
+// tap plus one, the index of the hidden state after that layer counting the
+// embedding output as 0 (the form vLLM's EAGLE-3 capture reads).
+func (c *Config) AuxLayerIDs() []int {
+	ids := make([]int, len(c.TargetLayerIDs))
+	for i, t := range c.TargetLayerIDs {
+		ids[i] = t + 1
+	}
+	return ids
+}
+
+// MarshalJSON writes c as config.json (docs/DRAFTER.md section 6.2).
 func (c *Config) MarshalJSON() ([]byte, error) {
 	layerTypes := make([]string, c.NumLayers)
 	for i := range layerTypes {
@@ -190,10 +211,14 @@ func (c *Config) MarshalJSON() ([]byte, error) {
 	if dt == "" {
 		dt = "float32"
 	}
-	mask, gamma := c.MaskTokenID, c.Gamma
-	rs := c.RopeScaling
-	if len(rs) == 0 {
-		rs = json.RawMessage("null")
+	mask, gamma, causal := c.MaskTokenID, c.Gamma, false
+	var maskName *string
+	if c.MaskToken != "" {
+		maskName = &c.MaskToken
+	}
+	rs, err := json.Marshal(model.RopeScalingJSON(c.RopeScaling)) // null for plain RoPE
+	if err != nil {
+		return nil, err
 	}
 	j := configJSON{
 		Architectures: []string{"DFlashDraftModel"}, ModelType: "qwen3",
@@ -202,18 +227,27 @@ func (c *Config) MarshalJSON() ([]byte, error) {
 		HiddenAct: "silu", RMSNormEps: c.RMSNormEps, RopeTheta: c.RopeTheta, RopeScaling: rs,
 		MaxPositionEmbeddings: c.MaxPositionEmbeddings, VocabSize: c.VocabSize,
 		LayerTypes: layerTypes, InitializerRange: 0.02, TorchDType: dt,
-		BlockSize: c.BlockSize, NumTargetLayers: c.NumTargetLayers,
-		DFlash: dflashJSON{BlockSize: c.BlockSize, MaskTokenID: &mask, TargetLayerIDs: c.TargetLayerIDs,
-			Gamma: &gamma, NumAnchors: c.NumAnchors, Target: c.Target},
+		BlockSize: c.BlockSize, NumTargetLayers: c.NumTargetLayers, EagleAuxLayerIDs: c.AuxLayerIDs(),
+		DFlash: dflashJSON{BlockSize: c.BlockSize, MaskTokenID: &mask, MaskToken: maskName, TargetLayerIDs: c.TargetLayerIDs,
+			Causal: &causal, Gamma: &gamma, NumAnchors: c.NumAnchors, Target: c.Target},
 	}
 	return json.MarshalIndent(j, "", "  ")
 }
 
 // ParseConfig reads a drafter config.json; errors name the missing or
-// inconsistent field.
+// inconsistent field. What the drafter cannot run is refused, naming the
+// field: sliding-window layers (use_sliding_window, layer_types,
+// dflash_config.use_swa), causal attention (is_causal, dflash_config.causal).
+// RoPE and the dtype are read in the transformers 4 spelling (rope_theta,
+// rope_scaling, torch_dtype) and the 5 one (rope_parameters, dtype); a value
+// given in both that differs is an error naming both.
 func ParseConfig(b []byte) (*Config, error) {
 	var j configJSON
 	if err := json.Unmarshal(b, &j); err != nil {
+		return nil, err
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(b, &fields); err != nil {
 		return nil, err
 	}
 	if j.ModelType != "" && j.ModelType != "qwen3" {
@@ -225,10 +259,40 @@ func ParseConfig(b []byte) (*Config, error) {
 	if j.AttentionBias {
 		return nil, fmt.Errorf("field attention_bias: true is not supported")
 	}
-	if j.UseSlidingWindow {
-		return nil, fmt.Errorf("field use_sliding_window: true is not supported")
+	if err := model.FullAttention(fields); err != nil {
+		return nil, fmt.Errorf("field %w", err)
 	}
 	d := j.DFlash
+	if d.UseSWA != nil && *d.UseSWA {
+		w := "no window"
+		switch {
+		case d.SWAWindowSize != nil:
+			w = fmt.Sprintf("dflash_config.swa_window_size %d", *d.SWAWindowSize)
+		case j.SlidingWindow != nil:
+			w = fmt.Sprintf("sliding_window %d", *j.SlidingWindow)
+		}
+		return nil, fmt.Errorf("field dflash_config.use_swa: true (%s) is not supported: every drafter layer attends fully", w)
+	}
+	if j.IsCausal != nil && *j.IsCausal {
+		return nil, fmt.Errorf("field is_causal: true is not supported: the drafter's block attends both ways (docs/DRAFTER.md section 3)")
+	}
+	if d.Causal != nil && *d.Causal {
+		return nil, fmt.Errorf("field dflash_config.causal: true is not supported: the drafter's block attends both ways (docs/DRAFTER.md section 3)")
+	}
+	if len(j.LayerTypes) != 0 && len(j.LayerTypes) != j.NumHiddenLayers {
+		return nil, fmt.Errorf("field layer_types: %d entries for num_hidden_layers %d", len(j.LayerTypes), j.NumHiddenLayers)
+	}
+	theta, scaling, err := model.ParseRope(fields, 0)
+	if err != nil {
+		return nil, fmt.Errorf("field %w", err)
+	}
+	dtype := j.TorchDType
+	if j.DType != "" {
+		if dtype != "" && dtype != j.DType {
+			return nil, fmt.Errorf("field dtype: %q differs from torch_dtype %q", j.DType, dtype)
+		}
+		dtype = j.DType
+	}
 	bs := d.BlockSize
 	if bs == 0 {
 		bs = j.BlockSize
@@ -239,16 +303,22 @@ func ParseConfig(b []byte) (*Config, error) {
 	if d.MaskTokenID == nil {
 		return nil, fmt.Errorf("field dflash_config.mask_token_id: missing")
 	}
+	if d.MaskToken != nil && *d.MaskToken == "" {
+		return nil, fmt.Errorf("field dflash_config.mask_token: empty (the mask token's name in the target's tokenizer)")
+	}
 	if d.TargetLayerIDs == nil {
 		return nil, fmt.Errorf("field dflash_config.target_layer_ids: missing")
 	}
 	c := &Config{
 		HiddenSize: j.HiddenSize, IntermediateSize: j.IntermediateSize, NumLayers: j.NumHiddenLayers,
 		NumHeads: j.NumAttentionHeads, NumKVHeads: j.NumKeyValueHeads, HeadDim: j.HeadDim,
-		RMSNormEps: j.RMSNormEps, RopeTheta: j.RopeTheta, RopeScaling: j.RopeScaling,
+		RMSNormEps: j.RMSNormEps, RopeTheta: theta, RopeScaling: scaling,
 		MaxPositionEmbeddings: j.MaxPositionEmbeddings, VocabSize: j.VocabSize,
 		BlockSize: bs, MaskTokenID: *d.MaskTokenID, TargetLayerIDs: d.TargetLayerIDs,
-		NumAnchors: d.NumAnchors, NumTargetLayers: j.NumTargetLayers, Target: d.Target, DType: j.TorchDType,
+		NumAnchors: d.NumAnchors, NumTargetLayers: j.NumTargetLayers, Target: d.Target, DType: dtype,
+	}
+	if d.MaskToken != nil {
+		c.MaskToken = *d.MaskToken
 	}
 	if c.HeadDim == 0 && c.NumHeads > 0 {
 		c.HeadDim = c.HiddenSize / c.NumHeads
@@ -269,6 +339,10 @@ func ParseConfig(b []byte) (*Config, error) {
 	}
 	if err := c.Validate(); err != nil {
 		return nil, err
+	}
+	if j.EagleAuxLayerIDs != nil && !slices.Equal(j.EagleAuxLayerIDs, c.AuxLayerIDs()) {
+		return nil, fmt.Errorf("field eagle_aux_hidden_state_layer_ids: %v, want dflash_config.target_layer_ids %v plus one, %v",
+			j.EagleAuxLayerIDs, c.TargetLayerIDs, c.AuxLayerIDs())
 	}
 	return c, nil
 }

@@ -1,6 +1,8 @@
 package dflash
 
 import (
+	"encoding/json"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -8,6 +10,7 @@ import (
 	"testing"
 
 	"dflash/internal/testseed"
+	"dflash/tensor"
 )
 
 func testConfig() *Config {
@@ -92,6 +95,36 @@ func TestConfigErrorsNameTheField(t *testing.T) {
   "intermediate_size"`, "field hidden_size: 16 differs from dflash_config.target.hidden_size 32, the drafter's recorded target"},
 		{"heads", `"num_key_value_heads": 2`, `"num_key_value_heads": 3`, "num_attention_heads"},
 		{"rope", `"rope_scaling": null`, `"rope_scaling": {"rope_type": "yarn", "factor": 4}`, "rope_scaling"},
+		// What the drafter cannot run (sliding windows, causal attention) is refused, naming the field.
+		{"sliding layer", `"layer_types": [
+    "full_attention",`, `"layer_types": [
+    "sliding_attention",`, `field layer_types[0] "sliding_attention" (sliding_window null)`},
+		{"sliding layer and window", `"sliding_window": null,
+  "layer_types": [
+    "full_attention",`, `"sliding_window": 2048,
+  "layer_types": [
+    "sliding_attention",`, `field layer_types[0] "sliding_attention" (sliding_window 2048)`},
+		{"sliding flag", `"use_sliding_window": false,
+  "sliding_window": null`, `"use_sliding_window": true,
+  "sliding_window": 64`, "field use_sliding_window true (sliding_window 64)"},
+		{"use_swa", `"causal": false,`, `"causal": false, "use_swa": true, "swa_window_size": 512,`, "field dflash_config.use_swa: true (dflash_config.swa_window_size 512)"},
+		{"dflash causal", `"causal": false,`, `"causal": true,`, "field dflash_config.causal: true"},
+		{"is_causal", `"block_size": 4,
+  "num_target_layers"`, `"is_causal": true, "block_size": 4,
+  "num_target_layers"`, "field is_causal: true"},
+		{"layer count", `"layer_types": [
+    "full_attention",`, `"layer_types": [`, "field layer_types: 1 entries for num_hidden_layers 2"},
+		// Transformers 5 spellings beside the older ones must agree.
+		{"rope theta", `"rope_theta": 10000,`, `"rope_theta": 10000, "rope_parameters": {"rope_type": "default", "rope_theta": 1000000},`,
+			"field rope_parameters.rope_theta 1e+06 differs from rope_theta 10000"},
+		{"rope scaling", `"rope_scaling": null,`, `"rope_scaling": {"rope_type": "linear", "factor": 2}, "rope_parameters": {"rope_type": "default"},`,
+			`field rope_parameters {"rope_type":"default"} differs from rope_scaling {"rope_type":"linear","factor":2}`},
+		{"dtype", `"torch_dtype": "float32",`, `"torch_dtype": "float32", "dtype": "bfloat16",`, `field dtype: "bfloat16" differs from torch_dtype "float32"`},
+		{"eagle ids", `"eagle_aux_hidden_state_layer_ids": [
+    2,
+    4
+  ]`, `"eagle_aux_hidden_state_layer_ids": [1, 3]`, "field eagle_aux_hidden_state_layer_ids: [1 3], want dflash_config.target_layer_ids [1 3] plus one, [2 4]"},
+		{"mask name", `"mask_token_id": 49,`, `"mask_token_id": 49, "mask_token": "",`, "field dflash_config.mask_token: empty"},
 	} {
 		s := strings.Replace(string(base), c.from, c.to, 1)
 		if s == string(base) {
@@ -204,5 +237,75 @@ func TestMetricsBruteForce(t *testing.T) {
 	wantLoss := (1 + .5*2 + .25*3 + 4 + .25*5 + 6 + .5*7 + .25*8) / (1 + .5 + .25 + 1 + .25 + 1 + .5 + .25)
 	if math.Abs(m.Loss()-wantLoss) > 1e-12 {
 		t.Fatalf("loss %v, want %v", m.Loss(), wantLoss)
+	}
+}
+
+// TestConfigReadsBothSpellings reads a config in transformers 5's spelling
+// (rope_parameters, dtype, no rope_theta or torch_dtype) and one with both
+// spellings agreeing, and checks the values against the 4 spelling's.
+func TestConfigReadsBothSpellings(t *testing.T) {
+	c := testConfig()
+	c.RopeTheta, c.DType = 500000, "bfloat16"
+	c.RopeScaling = &tensor.RopeScaling{Type: "llama3", Factor: 8, LowFreqFactor: 1, HighFreqFactor: 4, OriginalMaxPositions: 64}
+	b, err := c.MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	rp := map[string]any{"rope_theta": m["rope_theta"]}
+	for k, v := range m["rope_scaling"].(map[string]any) {
+		rp[k] = v
+	}
+	v5 := maps.Clone(m)
+	delete(v5, "rope_theta")
+	delete(v5, "rope_scaling")
+	delete(v5, "torch_dtype")
+	v5["rope_parameters"], v5["dtype"] = rp, "bfloat16"
+	both := maps.Clone(m)
+	both["rope_parameters"], both["dtype"] = rp, "bfloat16"
+	for name, cfg := range map[string]map[string]any{"4": m, "5": v5, "both": both} {
+		raw, _ := json.Marshal(cfg)
+		got, err := ParseConfig(raw)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if got.RopeTheta != c.RopeTheta || got.RopeScaling == nil || *got.RopeScaling != *c.RopeScaling || got.DType != c.DType {
+			t.Errorf("%s: theta %g scaling %+v dtype %q, want %g %+v %q", name, got.RopeTheta, got.RopeScaling, got.DType,
+				c.RopeTheta, c.RopeScaling, c.DType)
+		}
+	}
+}
+
+// TestConfigExportKeys checks the keys the export adds for the engines:
+// eagle_aux_hidden_state_layer_ids = taps + 1, the mask token's name beside
+// its id, dflash_config.causal false, rope_scaling null for plain RoPE even
+// when the file read spelt it {"rope_type": "default"}.
+func TestConfigExportKeys(t *testing.T) {
+	c := testConfig()
+	c.MaskToken = "<|MASK|>"
+	b, _ := c.MarshalJSON()
+	in := strings.Replace(string(b), `"rope_scaling": null`, `"rope_scaling": {"rope_type": "default"}`, 1)
+	got, err := ParseConfig([]byte(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.MaskToken != "<|MASK|>" || got.RopeScaling != nil {
+		t.Fatalf("read back mask %q scaling %+v", got.MaskToken, got.RopeScaling)
+	}
+	out, _ := got.MarshalJSON()
+	var m struct {
+		Aux         []int           `json:"eagle_aux_hidden_state_layer_ids"`
+		RopeScaling json.RawMessage `json:"rope_scaling"`
+		DFlash      map[string]any  `json:"dflash_config"`
+	}
+	if err := json.Unmarshal(out, &m); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(m.Aux, []int{2, 4}) || string(m.RopeScaling) != "null" || m.DFlash["mask_token"] != "<|MASK|>" ||
+		m.DFlash["causal"] != false || m.DFlash["mask_token_id"] != 49.0 {
+		t.Fatalf("export keys: aux %v rope_scaling %s dflash_config %v", m.Aux, m.RopeScaling, m.DFlash)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 
+	"dflash/data/tokenizer"
 	"dflash/internal/atomicfile"
 	"dflash/model"
 	"dflash/safetensors"
@@ -69,6 +70,19 @@ func (d *Drafter[T]) WriteDir(dir, dtype string) error {
 		os.RemoveAll(old)
 	}
 	return atomicfile.SyncDir(parent)
+}
+
+// Export writes the drafter as WriteDir does, for serving with the target
+// whose tokenizer is tok: dflash_config.mask_token is the mask id's name
+// there (MaskTokenName), and an id that disagrees with the tokenizer's
+// <|MASK|> is an error naming both ids.
+func (d *Drafter[T]) Export(dir, dtype string, tok *tokenizer.Tokenizer) error {
+	name, err := MaskTokenName(tok, d.Cfg.MaskTokenID)
+	if err != nil {
+		return fmt.Errorf("export %s: %w", dir, err)
+	}
+	d.Cfg.MaskToken = name
+	return d.WriteDir(dir, dtype)
 }
 
 // LoadDir reads a drafter directory written by WriteDir (or any directory

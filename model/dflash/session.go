@@ -2,7 +2,6 @@ package dflash
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -158,14 +157,10 @@ func DrafterConfigFor(m *model.Model, layers int, taps []int, blockSize, maskTok
 	if len(taps) == 0 {
 		taps = DefaultTaps(tc.NumLayers, layers)
 	}
-	var scaling json.RawMessage
-	if tc.RopeScaling != nil {
-		scaling, _ = json.Marshal(model.RopeScalingJSON(tc.RopeScaling))
-	}
 	return &Config{
 		HiddenSize: tc.HiddenSize, IntermediateSize: tc.IntermediateSize, NumLayers: layers,
 		NumHeads: tc.NumHeads, NumKVHeads: tc.NumKVHeads, HeadDim: tc.HeadDim,
-		RMSNormEps: tc.RMSNormEps, RopeTheta: tc.RopeTheta, RopeScaling: scaling,
+		RMSNormEps: tc.RMSNormEps, RopeTheta: tc.RopeTheta, RopeScaling: tc.RopeScaling,
 		MaxPositionEmbeddings: tc.MaxPositionEmbeddings, VocabSize: tc.VocabSize,
 		BlockSize: blockSize, MaskTokenID: maskToken, TargetLayerIDs: taps,
 		Gamma: DefaultGamma(blockSize), NumAnchors: 512, NumTargetLayers: tc.NumLayers,
