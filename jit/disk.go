@@ -145,9 +145,7 @@ func readFile(dir string, key Key) (Meta, []byte, error) {
 
 // readRegular reads path when it is a regular file. Anything else (a FIFO,
 // whose open would block until a writer comes, a directory, a device, a
-// symbolic link) is a *corruptError, found by Lstat before opening; the
-// open itself does not block either (O_NONBLOCK) and the opened file is
-// checked again, in case it was swapped in between.
+// symbolic link) is a *corruptError, found by Lstat before opening.
 func readRegular(path string) ([]byte, error) {
 	fi, err := os.Lstat(path)
 	if err != nil {
@@ -156,18 +154,37 @@ func readRegular(path string) ([]byte, error) {
 	if !fi.Mode().IsRegular() {
 		return nil, notRegular(path, fi.Mode())
 	}
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	f, fi, err := openRegular(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	if fi, err = f.Stat(); err != nil {
-		return nil, err
+	return readContent(path, f, fi.Size())
+}
+
+// openRegular opens path for reading and checks that what it opened is a
+// regular file, in case something else was swapped in since an Lstat. The
+// open does not block (O_NONBLOCK).
+func openRegular(path string) (*os.File, fs.FileInfo, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, nil, err
 	}
-	if !fi.Mode().IsRegular() {
-		return nil, notRegular(path, fi.Mode())
+	fi, err := f.Stat()
+	if err == nil && !fi.Mode().IsRegular() {
+		err = notRegular(path, fi.Mode())
 	}
-	return io.ReadAll(f)
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	return f, fi, nil
+}
+
+// readContent reads the cache file path from r, whose size was size when
+// it was opened.
+func readContent(path string, r io.Reader, size int64) ([]byte, error) {
+	return io.ReadAll(r)
 }
 
 func notRegular(path string, mode fs.FileMode) error {
