@@ -163,10 +163,14 @@ func readRegular(path string) ([]byte, error) {
 }
 
 // openRegular opens path for reading and checks that what it opened is a
-// regular file, in case something else was swapped in since an Lstat. The
-// open does not block (O_NONBLOCK).
+// regular file, in case something else was swapped in since an Lstat: a
+// symbolic link is refused by the open itself (O_NOFOLLOW), whatever it
+// points to, and the open does not block on a FIFO (O_NONBLOCK).
 func openRegular(path string) (*os.File, fs.FileInfo, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOFOLLOW, 0)
+	if errors.Is(err, syscall.ELOOP) {
+		return nil, nil, notRegular(path, fs.ModeSymlink)
+	}
 	if err != nil {
 		return nil, nil, err
 	}

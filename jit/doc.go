@@ -41,8 +41,9 @@
 //     that disagree with its size or with recorded arch, compiler or options
 //     that differ from the source's is logged, deleted and rebuilt, never
 //     trusted. Anything but a regular file at a key's path (a FIFO, a
-//     directory, a symbolic link) is found with Lstat before any open, so
-//     nothing blocks; it is removed when it can be, else the kernel stays in
+//     directory, a symbolic link) is found with Lstat before any open, and
+//     the open neither follows a link swapped in since (O_NOFOLLOW) nor
+//     blocks; it is removed when it can be, else the kernel stays in
 //     memory. New removes the temporary files that killed writers left in
 //     the directory (those older than ten minutes).
 //  3. Loaded modules and function handles per device context (a Loader,

@@ -5,6 +5,7 @@ package jit
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -190,5 +191,38 @@ func mkdir(t *testing.T, path string) {
 	t.Helper()
 	if err := os.Mkdir(path, 0o755); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestOpenRegularDoesNotFollowSymlinks opens a key path that was swapped
+// to a symbolic link after the Lstat that found a regular file there (once
+// 59 reads in 650,205 of a path swapped in a loop): the open itself must
+// refuse the link, whatever it points to, rather than open its target and
+// find out after.
+func TestOpenRegularDoesNotFollowSymlinks(t *testing.T) {
+	dir := t.TempDir()
+	pipe := filepath.Join(dir, "pipe")
+	mkfifo(t, pipe)
+	good := filepath.Join(dir, "good")
+	if err := os.WriteFile(good, []byte("a regular file"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, target := range []string{pipe, good} {
+		link := filepath.Join(dir, strings.Repeat("ef", 32)+fileExt)
+		os.Remove(link)
+		if err := os.Symlink(target, link); err != nil {
+			t.Fatal(err)
+		}
+		var err error
+		within(t, "openRegular", func() {
+			var f *os.File
+			if f, _, err = openRegular(link); f != nil {
+				f.Close()
+			}
+		})
+		var ce *corruptError
+		if !errors.As(err, &ce) || ce.reason != "not a regular file (symbolic link)" {
+			t.Errorf("openRegular of a link to %s: %v, want not a regular file (symbolic link)", filepath.Base(target), err)
+		}
 	}
 }
