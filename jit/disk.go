@@ -6,7 +6,6 @@ import (
 	"dflash/internal/atomicfile"
 	"encoding/binary"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -28,27 +27,18 @@ import (
 //	16      8     image length n
 //	24      32    key
 //	56      32    SHA-256 of bytes [0,56) ++ metadata ++ image
-//	88      m     metadata (JSON, Meta)
+//	88      m     metadata (Meta, laid out as meta.go says)
 //	88+m    n     image
+//
+// Format version 1 held the metadata as JSON; this build discards its files
+// (their keys differ too, so Get never looks them up; cache ls lists them
+// as invalid and cache clear removes them).
 const (
 	fileMagic  = "DFLKRNL\x00"
 	headerSize = 88
 	fileExt    = ".kimg"
 	tmpExt     = ".tmp"
 )
-
-// Meta describes a cached image; it is stored in the file's header.
-type Meta struct {
-	Family    string            `json:"family"`
-	Program   string            `json:"program"`
-	Arch      string            `json:"arch"`
-	Compiler  string            `json:"compiler"`
-	Options   []string          `json:"options,omitempty"`
-	Params    map[string]string `json:"params,omitempty"`
-	Created   time.Time         `json:"created"`
-	CompileMS float64           `json:"compile_ms"`
-	Log       string            `json:"log,omitempty"`
-}
 
 // corruptError says why a cache file was not trusted.
 type corruptError struct {
@@ -64,17 +54,14 @@ func filePath(dir string, key Key) string { return filepath.Join(dir, key.String
 
 // encodeFile lays out a cache file.
 func encodeFile(key Key, meta Meta, image []byte) ([]byte, error) {
-	mj, err := json.Marshal(meta)
-	if err != nil {
-		return nil, err
-	}
-	buf := make([]byte, headerSize, headerSize+len(mj)+len(image))
+	m := metaSize(meta)
+	buf := make([]byte, headerSize, headerSize+m+uint64(len(image)))
 	copy(buf[0:8], fileMagic)
 	binary.LittleEndian.PutUint32(buf[8:12], FormatVersion)
-	binary.LittleEndian.PutUint32(buf[12:16], uint32(len(mj)))
+	binary.LittleEndian.PutUint32(buf[12:16], uint32(m))
 	binary.LittleEndian.PutUint64(buf[16:24], uint64(len(image)))
 	copy(buf[24:56], key[:])
-	buf = append(buf, mj...)
+	buf = appendMeta(buf, meta)
 	buf = append(buf, image...)
 	h := sha256.New()
 	h.Write(buf[:56])
@@ -124,8 +111,8 @@ func decodeFile(path string, data []byte, want Key) (Key, Meta, []byte, error) {
 	if !bytes.Equal(h.Sum(nil), data[56:88]) {
 		return bad("checksum mismatch")
 	}
-	var meta Meta
-	if err := json.Unmarshal(data[headerSize:headerSize+m], &meta); err != nil {
+	meta, err := decodeMeta(data[headerSize : headerSize+m])
+	if err != nil {
 		return bad("metadata: %v", err)
 	}
 	return key, meta, data[headerSize+m:], nil

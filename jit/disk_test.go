@@ -5,9 +5,12 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
+	"fmt"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -93,7 +96,7 @@ func TestDiskCorruptionIsDiscardedAndRebuilt(t *testing.T) {
 		{"other format version", func(p string, d []byte) (string, []byte) {
 			binary.LittleEndian.PutUint32(d[8:12], FormatVersion+1)
 			return p, reseal(d)
-		}, "format version 2"},
+		}, fmt.Sprintf("format version %d, this build reads %d", FormatVersion+1, FormatVersion)},
 		// Resealed headers whose lengths disagree with the file: once a
 		// slice-bounds panic, when the sum of the lengths wrapped around.
 		{"metadata length past the end, resealed", func(p string, d []byte) (string, []byte) {
@@ -276,5 +279,45 @@ func TestExcerptAndFirstErrorLine(t *testing.T) {
 	}
 	if excerpt(code, 9, 3) != "" {
 		t.Error("excerpt past the end is not empty")
+	}
+}
+
+// TestDiskKeepsBytesThatAreNotUTF8 stores a kernel whose options, arch,
+// compiler version, params, family and log hold bytes that are not UTF-8
+// (JSON metadata turned them into U+FFFD, so every process discarded the
+// file, recompiled and rewrote it). A second cache must be served from
+// disk, and List must return the metadata byte for byte.
+func TestDiskKeepsBytesThatAreNotUTF8(t *testing.T) {
+	dir := t.TempDir()
+	s := src("caf\xe9", 1)
+	s.Options = []string{"-DNAME=\"caf\xe9\"", "\xff\xfe", ""}
+	s.Arch = "sm_90\x80"
+	s.Params = map[string]string{"\xc3(": "\xa0\xa1", "b": ""}
+	compiler := func() *fakeCompiler {
+		f := newFake(0)
+		f.version, f.log = "fake \xf0\x28\x8c\xbc", "warning: \xfe"
+		return f
+	}
+	a, _ := newCache(t, compiler(), dir)
+	if _, err := a.Get(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+	fb := compiler()
+	b, logs := newCache(t, fb, dir)
+	img, err := b.Get(context.Background(), s)
+	if err != nil || !img.FromDisk || !bytes.Equal(img.Data, fakeImage(s, fb.size)) || img.Log != fb.log {
+		t.Fatalf("second cache: %v, from disk %v", err, img != nil && img.FromDisk)
+	}
+	if st := b.Stats(); fb.calls.Load() != 0 || st.DiskHits != 1 || st.DiskDiscarded != 0 {
+		t.Errorf("second cache: %d compiles, stats %+v; log:\n%s", fb.calls.Load(), st, logs.String())
+	}
+	ents, err := List(dir)
+	if err != nil || len(ents) != 1 || ents[0].Err != nil {
+		t.Fatalf("List: %v %+v", err, ents)
+	}
+	m := ents[0].Meta
+	if m.Family != s.Family || m.Program != s.ProgramName() || m.Arch != s.Arch || m.Compiler != fb.version ||
+		!slices.Equal(m.Options, s.Options) || !maps.Equal(m.Params, s.Params) || m.Log != fb.log {
+		t.Errorf("List's metadata %#v, want the source's bytes", m)
 	}
 }

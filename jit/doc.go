@@ -44,7 +44,8 @@
 //     directory, a symbolic link) is found with Lstat before any open, and
 //     the open neither follows a link swapped in since (O_NOFOLLOW) nor
 //     blocks; it is removed when it can be, else the kernel stays in
-//     memory. New removes the temporary files that killed writers left in
+//     memory. The metadata keeps every byte of the options and names (no
+//     JSON). New removes the temporary files that killed writers left in
 //     the directory (those older than ten minutes).
 //  3. Loaded modules and function handles per device context (a Loader,
 //     implemented by *gpu.Device): Image.Function loads the module once per

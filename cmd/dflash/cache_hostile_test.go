@@ -37,6 +37,24 @@ func cacheFile(key [32]byte, m uint32, n uint64, body []byte) []byte {
 	return d
 }
 
+// cacheMeta lays out a kernel cache file's metadata by the layout
+// documented in jit/meta.go, independently of jit's encoder: the strings
+// family, program, arch and compiler, no options, no params, a zero
+// creation time and compile time, no log.
+func cacheMeta(family, arch, compiler string) []byte {
+	var b []byte
+	for _, s := range []string{family, "", arch, compiler} {
+		b = binary.LittleEndian.AppendUint32(b, uint32(len(s)))
+		b = append(b, s...)
+	}
+	b = binary.LittleEndian.AppendUint32(b, 0) // options
+	b = binary.LittleEndian.AppendUint32(b, 0) // params
+	b = binary.LittleEndian.AppendUint64(b, uint64(time.Time{}.Unix()))
+	b = binary.LittleEndian.AppendUint32(b, 0)
+	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(0))
+	return binary.LittleEndian.AppendUint32(b, 0) // log
+}
+
 // TestCacheCommandsOnHostileFiles runs cache ls, stats and clear on a
 // directory holding one good file and every kind of bad one: a resealed
 // header whose lengths wrap around (once a panic), garbage, a FIFO (once a
@@ -46,7 +64,7 @@ func cacheFile(key [32]byte, m uint32, n uint64, body []byte) []byte {
 func TestCacheCommandsOnHostileFiles(t *testing.T) {
 	dir := t.TempDir()
 	name := func(b byte) string { return hex.EncodeToString(bytes.Repeat([]byte{b}, 32)) + ".kimg" }
-	meta := []byte(`{"family":"good","arch":"sm_90","compiler":"test"}`)
+	meta := cacheMeta("good", "sm_90", "test")
 	image := []byte("CUBIN")
 	good := cacheFile([32]byte(bytes.Repeat([]byte{1}, 32)), uint32(len(meta)), uint64(len(image)), append(meta, image...))
 	wrap := cacheFile([32]byte(bytes.Repeat([]byte{2}, 32)), math.MaxUint32, uint64(len(meta))-math.MaxUint32, meta)
