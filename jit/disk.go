@@ -12,6 +12,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -38,6 +39,16 @@ const (
 	headerSize = 88
 	fileExt    = ".kimg"
 	tmpExt     = ".tmp"
+)
+
+// The longest metadata and image a cache file may hold. A reader refuses a
+// file whose header gives more, from the header alone, so a huge or
+// growing file at a key's path costs no more than these to read. A
+// kernel's metadata is a few kilobytes (most of it the compiler's log) and
+// a CUBIN a few megabytes.
+const (
+	maxMetaBytes  = 16 << 20 // well below the header's uint32 limit
+	maxImageBytes = 256 << 20
 )
 
 // corruptError says why a cache file was not trusted.
@@ -70,35 +81,53 @@ func encodeFile(key Key, meta Meta, image []byte) ([]byte, error) {
 	return buf, nil
 }
 
+// checkHeader checks the header of a cache file of size bytes at path (hdr
+// holds its first headerSize bytes, or all of a shorter file) and returns
+// the lengths of its metadata and image: they must add up to the file's
+// size and stay within maxMetaBytes and maxImageBytes.
+func checkHeader(path string, hdr []byte, size uint64) (m, n uint64, err error) {
+	bad := func(format string, a ...any) (uint64, uint64, error) {
+		return 0, 0, &corruptError{path: path, reason: fmt.Sprintf(format, a...)}
+	}
+	if len(hdr) < headerSize || size < headerSize {
+		return bad("truncated: %d bytes, header needs %d", min(uint64(len(hdr)), size), headerSize)
+	}
+	if string(hdr[0:8]) != fileMagic {
+		return bad("foreign file: magic %q", hdr[0:8])
+	}
+	if v := binary.LittleEndian.Uint32(hdr[8:12]); v != FormatVersion {
+		return bad("format version %d, this build reads %d", v, FormatVersion)
+	}
+	// The lengths are checked against what the file holds without adding
+	// them: a sum could wrap around, and the checksum does not vouch for
+	// a file that someone resealed.
+	m = uint64(binary.LittleEndian.Uint32(hdr[12:16]))
+	n = binary.LittleEndian.Uint64(hdr[16:24])
+	body := size - headerSize
+	switch {
+	case m > body:
+		return bad("truncated: metadata of %d bytes, %d bytes after the header", m, body)
+	case n > body-m:
+		return bad("truncated: image of %d bytes, %d bytes after the metadata", n, body-m)
+	case n < body-m:
+		return bad("%d trailing bytes after the image", body-m-n)
+	case m > maxMetaBytes:
+		return bad("metadata of %d bytes, more than the largest this build reads (%d)", m, maxMetaBytes)
+	case n > maxImageBytes:
+		return bad("image of %d bytes, more than the largest this build reads (%d)", n, maxImageBytes)
+	}
+	return m, n, nil
+}
+
 // decodeFile checks a cache file read from path and returns its parts. want
 // is the key the file must hold; the zero key accepts any (for listing).
 func decodeFile(path string, data []byte, want Key) (Key, Meta, []byte, error) {
 	bad := func(format string, a ...any) (Key, Meta, []byte, error) {
 		return Key{}, Meta{}, nil, &corruptError{path: path, reason: fmt.Sprintf(format, a...)}
 	}
-	if len(data) < headerSize {
-		return bad("truncated: %d bytes, header needs %d", len(data), headerSize)
-	}
-	if string(data[0:8]) != fileMagic {
-		return bad("foreign file: magic %q", data[0:8])
-	}
-	if v := binary.LittleEndian.Uint32(data[8:12]); v != FormatVersion {
-		return bad("format version %d, this build reads %d", v, FormatVersion)
-	}
-	// The lengths are checked against what the file holds without adding
-	// them: a sum could wrap around, and the checksum does not vouch for
-	// a file that someone resealed.
-	m := uint64(binary.LittleEndian.Uint32(data[12:16]))
-	n := binary.LittleEndian.Uint64(data[16:24])
-	body := uint64(len(data) - headerSize)
-	if m > body {
-		return bad("truncated: metadata of %d bytes, %d bytes after the header", m, body)
-	}
-	if n != body-m {
-		if n > body-m {
-			return bad("truncated: image of %d bytes, %d bytes after the metadata", n, body-m)
-		}
-		return bad("%d trailing bytes after the image", body-m-n)
+	m, _, err := checkHeader(path, data[:min(len(data), headerSize)], uint64(len(data)))
+	if err != nil {
+		return Key{}, Meta{}, nil, err
 	}
 	var key Key
 	copy(key[:], data[24:56])
@@ -130,9 +159,10 @@ func readFile(dir string, key Key) (Meta, []byte, error) {
 	return meta, image, err
 }
 
-// readRegular reads path when it is a regular file. Anything else (a FIFO,
-// whose open would block until a writer comes, a directory, a device, a
-// symbolic link) is a *corruptError, found by Lstat before opening.
+// readRegular reads path when it is a regular file, no further than its
+// header allows (readContent). Anything else (a FIFO, whose open would
+// block until a writer comes, a directory, a device, a symbolic link) is a
+// *corruptError, found by Lstat before opening.
 func readRegular(path string) ([]byte, error) {
 	fi, err := os.Lstat(path)
 	if err != nil {
@@ -172,10 +202,38 @@ func openRegular(path string) (*os.File, fs.FileInfo, error) {
 	return f, fi, nil
 }
 
-// readContent reads the cache file path from r, whose size was size when
-// it was opened.
+// readContent reads the cache file path from r, whose size was size when it
+// was opened, no further than its header allows: the header is checked
+// against size first, so a huge file is refused unread, and a file that
+// grows while it is read is read one byte past its header's length, not
+// until it stops. A file that shrank comes back short, for decodeFile to
+// name.
 func readContent(path string, r io.Reader, size int64) ([]byte, error) {
-	return io.ReadAll(r)
+	hdr := make([]byte, headerSize)
+	k, err := io.ReadFull(r, hdr)
+	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	if k < headerSize {
+		size = int64(k)
+	}
+	m, n, err := checkHeader(path, hdr[:k], uint64(max(size, 0)))
+	if err != nil {
+		return nil, err
+	}
+	data := make([]byte, headerSize+m+n)
+	copy(data, hdr)
+	k, err = io.ReadFull(r, data[headerSize:])
+	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+		return data[:headerSize+k], nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if k, _ := r.Read(make([]byte, 1)); k > 0 {
+		return nil, &corruptError{path: path, reason: fmt.Sprintf("grew past the %d bytes its header gives while it was read", len(data))}
+	}
+	return data, nil
 }
 
 func notRegular(path string, mode fs.FileMode) error {
@@ -252,21 +310,13 @@ type DiskEntry struct {
 // cache file's name that is not a regular file is listed as invalid and
 // never opened. A missing dir lists nothing.
 func List(dir string) ([]DiskEntry, error) {
-	ents, err := os.ReadDir(dir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
+	ents, err := cacheFiles(dir)
 	if err != nil {
 		return nil, err
 	}
 	var out []DiskEntry
 	for _, de := range ents {
-		name := de.Name()
-		isTmp := isTempName(name)
-		if !strings.HasSuffix(name, fileExt) && !isTmp {
-			continue
-		}
-		out = append(out, listEntry(dir, de, isTmp))
+		out = append(out, listEntry(dir, de, isTempName(de.Name())))
 	}
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Meta.Family != out[j].Meta.Family {
@@ -275,6 +325,21 @@ func List(dir string) ([]DiskEntry, error) {
 		return out[i].Path < out[j].Path
 	})
 	return out, nil
+}
+
+// cacheFiles returns the entries of dir named as cache files or as
+// writeFile's temporary files, whatever they are; a missing dir has none.
+func cacheFiles(dir string) ([]fs.DirEntry, error) {
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(ents, func(de fs.DirEntry) bool {
+		return !strings.HasSuffix(de.Name(), fileExt) && !isTempName(de.Name())
+	}), nil
 }
 
 // listEntry checks one cache file of a directory listing. Only regular
@@ -358,20 +423,26 @@ func hexKey(s string) (Key, error) {
 }
 
 // Clear removes the cache files (and unfinished temporary files) of dir,
-// nothing else, and reports how many files and bytes it removed.
+// nothing else, and reports how many files and bytes it removed. It goes by
+// their names and never opens them: a huge or hostile file goes as easily
+// as a good one.
 func Clear(dir string) (files int, bytes int64, err error) {
-	ents, err := List(dir)
+	ents, err := cacheFiles(dir)
 	if err != nil {
 		return 0, 0, err
 	}
 	var errs []error
-	for _, e := range ents {
-		if err := os.Remove(e.Path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	for _, de := range ents {
+		var size int64
+		if fi, err := de.Info(); err == nil {
+			size = fi.Size()
+		}
+		if err := os.Remove(filepath.Join(dir, de.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			errs = append(errs, err)
 			continue
 		}
 		files++
-		bytes += e.Size
+		bytes += size
 	}
 	return files, bytes, errors.Join(errs...)
 }

@@ -5,7 +5,9 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"math"
 	"os"
@@ -279,6 +281,68 @@ func TestExcerptAndFirstErrorLine(t *testing.T) {
 	}
 	if excerpt(code, 9, 3) != "" {
 		t.Error("excerpt past the end is not empty")
+	}
+}
+
+// zeros reads as zero bytes without end.
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
+}
+
+// countingReader counts the bytes read through it.
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// TestReadContentIsBoundedByTheHeader reads cache files whose content
+// differs from the size they had when opened: one being appended to (once
+// read until it stopped growing), one already past what its header allows,
+// one that shrank. The read must stop at most one byte past the length
+// the header gives and say why the file is refused.
+func TestReadContentIsBoundedByTheHeader(t *testing.T) {
+	s := src("grow", 1)
+	good, err := encodeFile(KeyOf(s, "fake 1.0"), Meta{Family: s.Family}, fakeImage(s, 4096))
+	if err != nil {
+		t.Fatal(err)
+	}
+	size := int64(len(good))
+	appended := func() io.Reader { return io.MultiReader(bytes.NewReader(good), io.LimitReader(zeros{}, 1<<30)) }
+	cases := []struct {
+		name   string
+		r      io.Reader
+		size   int64 // at the open
+		reason string
+	}{
+		{"appended to after the open", appended(), size, fmt.Sprintf("grew past the %d bytes its header gives while it was read", size)},
+		{"past its header at the open", appended(), size + 1<<30, "1073741824 trailing bytes after the image"},
+		{"shrank after the open", bytes.NewReader(good[:size-10]), size, "truncated: image of 4096 bytes, 4086 bytes after the metadata"},
+		{"shrank below its header", bytes.NewReader(good[:50]), size, "truncated: 50 bytes, header needs 88"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := &countingReader{r: tc.r}
+			data, err := readContent("grow.kimg", r, tc.size)
+			if err == nil {
+				_, _, _, err = decodeFile("grow.kimg", data, Key{})
+			}
+			var ce *corruptError
+			if !errors.As(err, &ce) || ce.reason != tc.reason {
+				t.Errorf("got %v, want %q", err, tc.reason)
+			}
+			if r.n > size+1 {
+				t.Errorf("read %d bytes of a file whose header gives %d", r.n, size)
+			}
+		})
 	}
 }
 
