@@ -43,9 +43,9 @@ const (
 
 // The longest metadata and image a cache file may hold. A reader refuses a
 // file whose header gives more, from the header alone, so a huge or
-// growing file at a key's path costs no more than these to read. A
-// kernel's metadata is a few kilobytes (most of it the compiler's log) and
-// a CUBIN a few megabytes.
+// growing file at a key's path costs no more than these to read; the
+// writer refuses them too. A kernel's metadata is a few kilobytes (most of
+// it the compiler's log) and a CUBIN a few megabytes.
 const (
 	maxMetaBytes  = 16 << 20 // well below the header's uint32 limit
 	maxImageBytes = 256 << 20
@@ -63,9 +63,18 @@ func (e *corruptError) Error() string {
 // filePath returns the file of key in dir.
 func filePath(dir string, key Key) string { return filepath.Join(dir, key.String()+fileExt) }
 
-// encodeFile lays out a cache file.
+// encodeFile lays out a cache file. Metadata longer than maxMetaBytes or an
+// image longer than maxImageBytes is an error: no reader would accept it.
 func encodeFile(key Key, meta Meta, image []byte) ([]byte, error) {
 	m := metaSize(meta)
+	if m > maxMetaBytes {
+		return nil, fmt.Errorf("jit: kernel cache file of key %s: metadata of %d bytes (a compiler log of %d), more than the largest a cache file holds (%d)",
+			key.Short(), m, len(meta.Log), maxMetaBytes)
+	}
+	if len(image) > maxImageBytes {
+		return nil, fmt.Errorf("jit: kernel cache file of key %s: image of %d bytes, more than the largest a cache file holds (%d)",
+			key.Short(), len(image), maxImageBytes)
+	}
 	buf := make([]byte, headerSize, headerSize+m+uint64(len(image)))
 	copy(buf[0:8], fileMagic)
 	binary.LittleEndian.PutUint32(buf[8:12], FormatVersion)

@@ -385,3 +385,51 @@ func TestDiskKeepsBytesThatAreNotUTF8(t *testing.T) {
 		t.Errorf("List's metadata %#v, want the source's bytes", m)
 	}
 }
+
+// TestOversizedPartsAreNotWritten: encodeFile refuses metadata longer than
+// maxMetaBytes (a uint32 in the header, whose length once wrapped at 4 GiB)
+// and images longer than maxImageBytes, which no reader accepts; the cache
+// then keeps the kernel in memory and says why.
+func TestOversizedPartsAreNotWritten(t *testing.T) {
+	if maxMetaBytes > math.MaxUint32 {
+		t.Fatalf("maxMetaBytes %d does not fit the header's uint32", maxMetaBytes)
+	}
+	var key Key
+	empty, err := encodeFile(key, Meta{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The largest metadata is written and read back.
+	room := maxMetaBytes - int(binary.LittleEndian.Uint32(empty[12:16]))
+	full, err := encodeFile(key, Meta{Log: strings.Repeat("x", room)}, []byte("img"))
+	if err != nil {
+		t.Fatalf("metadata of exactly %d bytes: %v", maxMetaBytes, err)
+	}
+	if _, meta, _, err := decodeFile("full.kimg", full, key); err != nil || len(meta.Log) != room {
+		t.Errorf("metadata of exactly %d bytes does not read back: %v", maxMetaBytes, err)
+	}
+	if _, err := encodeFile(key, Meta{Log: strings.Repeat("x", room+1)}, nil); err == nil ||
+		!strings.Contains(err.Error(), fmt.Sprintf("metadata of %d bytes (a compiler log of %d)", maxMetaBytes+1, room+1)) {
+		t.Errorf("metadata of %d bytes: %v", maxMetaBytes+1, err)
+	}
+	if _, err := encodeFile(key, Meta{}, make([]byte, maxImageBytes+1)); err == nil ||
+		!strings.Contains(err.Error(), fmt.Sprintf("image of %d bytes", maxImageBytes+1)) {
+		t.Errorf("image of %d bytes: %v", maxImageBytes+1, err)
+	}
+
+	dir := t.TempDir()
+	fc := newFake(0)
+	fc.log = strings.Repeat("w", maxMetaBytes)
+	c, logs := newCache(t, fc, dir)
+	s := src("big log", 1)
+	img, err := c.Get(context.Background(), s)
+	if err != nil || !bytes.Equal(img.Data, fakeImage(s, fc.size)) {
+		t.Fatalf("Get: %v", err)
+	}
+	if st := c.Stats(); st.DiskWrites != 0 || st.DiskWriteErrors != 1 || !strings.Contains(logs.String(), "metadata of") {
+		t.Errorf("stats %+v; want the write refused; log:\n%.300s", st, logs.String())
+	}
+	if left, _ := os.ReadDir(dir); len(left) != 0 {
+		t.Errorf("files written: %v", left)
+	}
+}

@@ -55,7 +55,7 @@ func metaSize(meta Meta) uint64 {
 }
 
 // appendMeta appends meta's encoding to b; every string must be shorter
-// than 4 GiB.
+// than 4 GiB (encodeFile's limit on the whole is far less).
 func appendMeta(b []byte, meta Meta) []byte {
 	str := func(s string) {
 		b = binary.LittleEndian.AppendUint32(b, uint32(len(s)))
