@@ -229,7 +229,7 @@ func TestKeyParts(t *testing.T) {
 	}
 }
 
-const goldenKey = "77f43e61dcd2fc2324f8ee7a7e2de31201e730273e43dcf551e2678a59b68b24"
+const goldenKey = "5f48b258816703d8f31d9456157d4582d9339b4cbbdcaa0ab39c6670b55592cd"
 
 func TestBudgetWarnsOnceNamingDifferingParts(t *testing.T) {
 	var warnings []BudgetWarning

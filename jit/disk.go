@@ -6,13 +6,13 @@ import (
 	"dflash/internal/atomicfile"
 	"encoding/binary"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -28,8 +28,12 @@ import (
 //	16      8     image length n
 //	24      32    key
 //	56      32    SHA-256 of bytes [0,56) ++ metadata ++ image
-//	88      m     metadata (JSON, Meta)
+//	88      m     metadata (Meta, laid out as meta.go says)
 //	88+m    n     image
+//
+// Format version 1 held the metadata as JSON; this build discards its files
+// (their keys differ too, so Get never looks them up; cache ls lists them
+// as invalid and cache clear removes them).
 const (
 	fileMagic  = "DFLKRNL\x00"
 	headerSize = 88
@@ -37,18 +41,15 @@ const (
 	tmpExt     = ".tmp"
 )
 
-// Meta describes a cached image; it is stored in the file's header.
-type Meta struct {
-	Family    string            `json:"family"`
-	Program   string            `json:"program"`
-	Arch      string            `json:"arch"`
-	Compiler  string            `json:"compiler"`
-	Options   []string          `json:"options,omitempty"`
-	Params    map[string]string `json:"params,omitempty"`
-	Created   time.Time         `json:"created"`
-	CompileMS float64           `json:"compile_ms"`
-	Log       string            `json:"log,omitempty"`
-}
+// The longest metadata and image a cache file may hold. A reader refuses a
+// file whose header gives more, from the header alone, so a huge or
+// growing file at a key's path costs no more than these to read; the
+// writer refuses them too. A kernel's metadata is a few kilobytes (most of
+// it the compiler's log) and a CUBIN a few megabytes.
+const (
+	maxMetaBytes  = 16 << 20 // well below the header's uint32 limit
+	maxImageBytes = 256 << 20
+)
 
 // corruptError says why a cache file was not trusted.
 type corruptError struct {
@@ -62,19 +63,25 @@ func (e *corruptError) Error() string {
 // filePath returns the file of key in dir.
 func filePath(dir string, key Key) string { return filepath.Join(dir, key.String()+fileExt) }
 
-// encodeFile lays out a cache file.
+// encodeFile lays out a cache file. Metadata longer than maxMetaBytes or an
+// image longer than maxImageBytes is an error: no reader would accept it.
 func encodeFile(key Key, meta Meta, image []byte) ([]byte, error) {
-	mj, err := json.Marshal(meta)
-	if err != nil {
-		return nil, err
+	m := metaSize(meta)
+	if m > maxMetaBytes {
+		return nil, fmt.Errorf("jit: kernel cache file of key %s: metadata of %d bytes (a compiler log of %d), more than the largest a cache file holds (%d)",
+			key.Short(), m, len(meta.Log), maxMetaBytes)
 	}
-	buf := make([]byte, headerSize, headerSize+len(mj)+len(image))
+	if len(image) > maxImageBytes {
+		return nil, fmt.Errorf("jit: kernel cache file of key %s: image of %d bytes, more than the largest a cache file holds (%d)",
+			key.Short(), len(image), maxImageBytes)
+	}
+	buf := make([]byte, headerSize, headerSize+m+uint64(len(image)))
 	copy(buf[0:8], fileMagic)
 	binary.LittleEndian.PutUint32(buf[8:12], FormatVersion)
-	binary.LittleEndian.PutUint32(buf[12:16], uint32(len(mj)))
+	binary.LittleEndian.PutUint32(buf[12:16], uint32(m))
 	binary.LittleEndian.PutUint64(buf[16:24], uint64(len(image)))
 	copy(buf[24:56], key[:])
-	buf = append(buf, mj...)
+	buf = appendMeta(buf, meta)
 	buf = append(buf, image...)
 	h := sha256.New()
 	h.Write(buf[:56])
@@ -83,35 +90,53 @@ func encodeFile(key Key, meta Meta, image []byte) ([]byte, error) {
 	return buf, nil
 }
 
+// checkHeader checks the header of a cache file of size bytes at path (hdr
+// holds its first headerSize bytes, or all of a shorter file) and returns
+// the lengths of its metadata and image: they must add up to the file's
+// size and stay within maxMetaBytes and maxImageBytes.
+func checkHeader(path string, hdr []byte, size uint64) (m, n uint64, err error) {
+	bad := func(format string, a ...any) (uint64, uint64, error) {
+		return 0, 0, &corruptError{path: path, reason: fmt.Sprintf(format, a...)}
+	}
+	if len(hdr) < headerSize || size < headerSize {
+		return bad("truncated: %d bytes, header needs %d", min(uint64(len(hdr)), size), headerSize)
+	}
+	if string(hdr[0:8]) != fileMagic {
+		return bad("foreign file: magic %q", hdr[0:8])
+	}
+	if v := binary.LittleEndian.Uint32(hdr[8:12]); v != FormatVersion {
+		return bad("format version %d, this build reads %d", v, FormatVersion)
+	}
+	// The lengths are checked against what the file holds without adding
+	// them: a sum could wrap around, and the checksum does not vouch for
+	// a file that someone resealed.
+	m = uint64(binary.LittleEndian.Uint32(hdr[12:16]))
+	n = binary.LittleEndian.Uint64(hdr[16:24])
+	body := size - headerSize
+	switch {
+	case m > body:
+		return bad("truncated: metadata of %d bytes, %d bytes after the header", m, body)
+	case n > body-m:
+		return bad("truncated: image of %d bytes, %d bytes after the metadata", n, body-m)
+	case n < body-m:
+		return bad("%d trailing bytes after the image", body-m-n)
+	case m > maxMetaBytes:
+		return bad("metadata of %d bytes, more than the largest this build reads (%d)", m, maxMetaBytes)
+	case n > maxImageBytes:
+		return bad("image of %d bytes, more than the largest this build reads (%d)", n, maxImageBytes)
+	}
+	return m, n, nil
+}
+
 // decodeFile checks a cache file read from path and returns its parts. want
 // is the key the file must hold; the zero key accepts any (for listing).
 func decodeFile(path string, data []byte, want Key) (Key, Meta, []byte, error) {
 	bad := func(format string, a ...any) (Key, Meta, []byte, error) {
 		return Key{}, Meta{}, nil, &corruptError{path: path, reason: fmt.Sprintf(format, a...)}
 	}
-	if len(data) < headerSize {
-		return bad("truncated: %d bytes, header needs %d", len(data), headerSize)
-	}
-	if string(data[0:8]) != fileMagic {
-		return bad("foreign file: magic %q", data[0:8])
-	}
-	if v := binary.LittleEndian.Uint32(data[8:12]); v != FormatVersion {
-		return bad("format version %d, this build reads %d", v, FormatVersion)
-	}
-	// The lengths are checked against what the file holds without adding
-	// them: a sum could wrap around, and the checksum does not vouch for
-	// a file that someone resealed.
-	m := uint64(binary.LittleEndian.Uint32(data[12:16]))
-	n := binary.LittleEndian.Uint64(data[16:24])
-	body := uint64(len(data) - headerSize)
-	if m > body {
-		return bad("truncated: metadata of %d bytes, %d bytes after the header", m, body)
-	}
-	if n != body-m {
-		if n > body-m {
-			return bad("truncated: image of %d bytes, %d bytes after the metadata", n, body-m)
-		}
-		return bad("%d trailing bytes after the image", body-m-n)
+	m, _, err := checkHeader(path, data[:min(len(data), headerSize)], uint64(len(data)))
+	if err != nil {
+		return Key{}, Meta{}, nil, err
 	}
 	var key Key
 	copy(key[:], data[24:56])
@@ -124,8 +149,8 @@ func decodeFile(path string, data []byte, want Key) (Key, Meta, []byte, error) {
 	if !bytes.Equal(h.Sum(nil), data[56:88]) {
 		return bad("checksum mismatch")
 	}
-	var meta Meta
-	if err := json.Unmarshal(data[headerSize:headerSize+m], &meta); err != nil {
+	meta, err := decodeMeta(data[headerSize : headerSize+m])
+	if err != nil {
 		return bad("metadata: %v", err)
 	}
 	return key, meta, data[headerSize+m:], nil
@@ -143,11 +168,10 @@ func readFile(dir string, key Key) (Meta, []byte, error) {
 	return meta, image, err
 }
 
-// readRegular reads path when it is a regular file. Anything else (a FIFO,
-// whose open would block until a writer comes, a directory, a device, a
-// symbolic link) is a *corruptError, found by Lstat before opening; the
-// open itself does not block either (O_NONBLOCK) and the opened file is
-// checked again, in case it was swapped in between.
+// readRegular reads path when it is a regular file, no further than its
+// header allows (readContent). Anything else (a FIFO, whose open would
+// block until a writer comes, a directory, a device, a symbolic link) is a
+// *corruptError, found by Lstat before opening.
 func readRegular(path string) ([]byte, error) {
 	fi, err := os.Lstat(path)
 	if err != nil {
@@ -156,18 +180,69 @@ func readRegular(path string) ([]byte, error) {
 	if !fi.Mode().IsRegular() {
 		return nil, notRegular(path, fi.Mode())
 	}
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	f, fi, err := openRegular(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	if fi, err = f.Stat(); err != nil {
+	return readContent(path, f, fi.Size())
+}
+
+// openRegular opens path for reading and checks that what it opened is a
+// regular file, in case something else was swapped in since an Lstat: a
+// symbolic link is refused by the open itself (O_NOFOLLOW), whatever it
+// points to, and the open does not block on a FIFO (O_NONBLOCK).
+func openRegular(path string) (*os.File, fs.FileInfo, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOFOLLOW, 0)
+	if errors.Is(err, syscall.ELOOP) {
+		return nil, nil, notRegular(path, fs.ModeSymlink)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	fi, err := f.Stat()
+	if err == nil && !fi.Mode().IsRegular() {
+		err = notRegular(path, fi.Mode())
+	}
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	return f, fi, nil
+}
+
+// readContent reads the cache file path from r, whose size was size when it
+// was opened, no further than its header allows: the header is checked
+// against size first, so a huge file is refused unread, and a file that
+// grows while it is read is read one byte past its header's length, not
+// until it stops. A file that shrank comes back short, for decodeFile to
+// name.
+func readContent(path string, r io.Reader, size int64) ([]byte, error) {
+	hdr := make([]byte, headerSize)
+	k, err := io.ReadFull(r, hdr)
+	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
 		return nil, err
 	}
-	if !fi.Mode().IsRegular() {
-		return nil, notRegular(path, fi.Mode())
+	if k < headerSize {
+		size = int64(k)
 	}
-	return io.ReadAll(f)
+	m, n, err := checkHeader(path, hdr[:k], uint64(max(size, 0)))
+	if err != nil {
+		return nil, err
+	}
+	data := make([]byte, headerSize+m+n)
+	copy(data, hdr)
+	k, err = io.ReadFull(r, data[headerSize:])
+	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+		return data[:headerSize+k], nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if k, _ := r.Read(make([]byte, 1)); k > 0 {
+		return nil, &corruptError{path: path, reason: fmt.Sprintf("grew past the %d bytes its header gives while it was read", len(data))}
+	}
+	return data, nil
 }
 
 func notRegular(path string, mode fs.FileMode) error {
@@ -244,21 +319,13 @@ type DiskEntry struct {
 // cache file's name that is not a regular file is listed as invalid and
 // never opened. A missing dir lists nothing.
 func List(dir string) ([]DiskEntry, error) {
-	ents, err := os.ReadDir(dir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
+	ents, err := cacheFiles(dir)
 	if err != nil {
 		return nil, err
 	}
 	var out []DiskEntry
 	for _, de := range ents {
-		name := de.Name()
-		isTmp := isTempName(name)
-		if !strings.HasSuffix(name, fileExt) && !isTmp {
-			continue
-		}
-		out = append(out, listEntry(dir, de, isTmp))
+		out = append(out, listEntry(dir, de, isTempName(de.Name())))
 	}
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Meta.Family != out[j].Meta.Family {
@@ -267,6 +334,21 @@ func List(dir string) ([]DiskEntry, error) {
 		return out[i].Path < out[j].Path
 	})
 	return out, nil
+}
+
+// cacheFiles returns the entries of dir named as cache files or as
+// writeFile's temporary files, whatever they are; a missing dir has none.
+func cacheFiles(dir string) ([]fs.DirEntry, error) {
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(ents, func(de fs.DirEntry) bool {
+		return !strings.HasSuffix(de.Name(), fileExt) && !isTempName(de.Name())
+	}), nil
 }
 
 // listEntry checks one cache file of a directory listing. Only regular
@@ -350,20 +432,26 @@ func hexKey(s string) (Key, error) {
 }
 
 // Clear removes the cache files (and unfinished temporary files) of dir,
-// nothing else, and reports how many files and bytes it removed.
+// nothing else, and reports how many files and bytes it removed. It goes by
+// their names and never opens them: a huge or hostile file goes as easily
+// as a good one.
 func Clear(dir string) (files int, bytes int64, err error) {
-	ents, err := List(dir)
+	ents, err := cacheFiles(dir)
 	if err != nil {
 		return 0, 0, err
 	}
 	var errs []error
-	for _, e := range ents {
-		if err := os.Remove(e.Path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	for _, de := range ents {
+		var size int64
+		if fi, err := de.Info(); err == nil {
+			size = fi.Size()
+		}
+		if err := os.Remove(filepath.Join(dir, de.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			errs = append(errs, err)
 			continue
 		}
 		files++
-		bytes += e.Size
+		bytes += size
 	}
 	return files, bytes, errors.Join(errs...)
 }

@@ -5,9 +5,14 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -93,7 +98,7 @@ func TestDiskCorruptionIsDiscardedAndRebuilt(t *testing.T) {
 		{"other format version", func(p string, d []byte) (string, []byte) {
 			binary.LittleEndian.PutUint32(d[8:12], FormatVersion+1)
 			return p, reseal(d)
-		}, "format version 2"},
+		}, fmt.Sprintf("format version %d, this build reads %d", FormatVersion+1, FormatVersion)},
 		// Resealed headers whose lengths disagree with the file: once a
 		// slice-bounds panic, when the sum of the lengths wrapped around.
 		{"metadata length past the end, resealed", func(p string, d []byte) (string, []byte) {
@@ -276,5 +281,155 @@ func TestExcerptAndFirstErrorLine(t *testing.T) {
 	}
 	if excerpt(code, 9, 3) != "" {
 		t.Error("excerpt past the end is not empty")
+	}
+}
+
+// zeros reads as zero bytes without end.
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	clear(p)
+	return len(p), nil
+}
+
+// countingReader counts the bytes read through it.
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// TestReadContentIsBoundedByTheHeader reads cache files whose content
+// differs from the size they had when opened: one being appended to (once
+// read until it stopped growing), one already past what its header allows,
+// one that shrank. The read must stop at most one byte past the length
+// the header gives and say why the file is refused.
+func TestReadContentIsBoundedByTheHeader(t *testing.T) {
+	s := src("grow", 1)
+	good, err := encodeFile(KeyOf(s, "fake 1.0"), Meta{Family: s.Family}, fakeImage(s, 4096))
+	if err != nil {
+		t.Fatal(err)
+	}
+	size := int64(len(good))
+	appended := func() io.Reader { return io.MultiReader(bytes.NewReader(good), io.LimitReader(zeros{}, 1<<30)) }
+	cases := []struct {
+		name   string
+		r      io.Reader
+		size   int64 // at the open
+		reason string
+	}{
+		{"appended to after the open", appended(), size, fmt.Sprintf("grew past the %d bytes its header gives while it was read", size)},
+		{"past its header at the open", appended(), size + 1<<30, "1073741824 trailing bytes after the image"},
+		{"shrank after the open", bytes.NewReader(good[:size-10]), size, "truncated: image of 4096 bytes, 4086 bytes after the metadata"},
+		{"shrank below its header", bytes.NewReader(good[:50]), size, "truncated: 50 bytes, header needs 88"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := &countingReader{r: tc.r}
+			data, err := readContent("grow.kimg", r, tc.size)
+			if err == nil {
+				_, _, _, err = decodeFile("grow.kimg", data, Key{})
+			}
+			var ce *corruptError
+			if !errors.As(err, &ce) || ce.reason != tc.reason {
+				t.Errorf("got %v, want %q", err, tc.reason)
+			}
+			if r.n > size+1 {
+				t.Errorf("read %d bytes of a file whose header gives %d", r.n, size)
+			}
+		})
+	}
+}
+
+// TestDiskKeepsBytesThatAreNotUTF8 stores a kernel whose options, arch,
+// compiler version, params, family and log hold bytes that are not UTF-8
+// (JSON metadata turned them into U+FFFD, so every process discarded the
+// file, recompiled and rewrote it). A second cache must be served from
+// disk, and List must return the metadata byte for byte.
+func TestDiskKeepsBytesThatAreNotUTF8(t *testing.T) {
+	dir := t.TempDir()
+	s := src("caf\xe9", 1)
+	s.Options = []string{"-DNAME=\"caf\xe9\"", "\xff\xfe", ""}
+	s.Arch = "sm_90\x80"
+	s.Params = map[string]string{"\xc3(": "\xa0\xa1", "b": ""}
+	compiler := func() *fakeCompiler {
+		f := newFake(0)
+		f.version, f.log = "fake \xf0\x28\x8c\xbc", "warning: \xfe"
+		return f
+	}
+	a, _ := newCache(t, compiler(), dir)
+	if _, err := a.Get(context.Background(), s); err != nil {
+		t.Fatal(err)
+	}
+	fb := compiler()
+	b, logs := newCache(t, fb, dir)
+	img, err := b.Get(context.Background(), s)
+	if err != nil || !img.FromDisk || !bytes.Equal(img.Data, fakeImage(s, fb.size)) || img.Log != fb.log {
+		t.Fatalf("second cache: %v, from disk %v", err, img != nil && img.FromDisk)
+	}
+	if st := b.Stats(); fb.calls.Load() != 0 || st.DiskHits != 1 || st.DiskDiscarded != 0 {
+		t.Errorf("second cache: %d compiles, stats %+v; log:\n%s", fb.calls.Load(), st, logs.String())
+	}
+	ents, err := List(dir)
+	if err != nil || len(ents) != 1 || ents[0].Err != nil {
+		t.Fatalf("List: %v %+v", err, ents)
+	}
+	m := ents[0].Meta
+	if m.Family != s.Family || m.Program != s.ProgramName() || m.Arch != s.Arch || m.Compiler != fb.version ||
+		!slices.Equal(m.Options, s.Options) || !maps.Equal(m.Params, s.Params) || m.Log != fb.log {
+		t.Errorf("List's metadata %#v, want the source's bytes", m)
+	}
+}
+
+// TestOversizedPartsAreNotWritten: encodeFile refuses metadata longer than
+// maxMetaBytes (a uint32 in the header, whose length once wrapped at 4 GiB)
+// and images longer than maxImageBytes, which no reader accepts; the cache
+// then keeps the kernel in memory and says why.
+func TestOversizedPartsAreNotWritten(t *testing.T) {
+	if maxMetaBytes > math.MaxUint32 {
+		t.Fatalf("maxMetaBytes %d does not fit the header's uint32", maxMetaBytes)
+	}
+	var key Key
+	empty, err := encodeFile(key, Meta{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The largest metadata is written and read back.
+	room := maxMetaBytes - int(binary.LittleEndian.Uint32(empty[12:16]))
+	full, err := encodeFile(key, Meta{Log: strings.Repeat("x", room)}, []byte("img"))
+	if err != nil {
+		t.Fatalf("metadata of exactly %d bytes: %v", maxMetaBytes, err)
+	}
+	if _, meta, _, err := decodeFile("full.kimg", full, key); err != nil || len(meta.Log) != room {
+		t.Errorf("metadata of exactly %d bytes does not read back: %v", maxMetaBytes, err)
+	}
+	if _, err := encodeFile(key, Meta{Log: strings.Repeat("x", room+1)}, nil); err == nil ||
+		!strings.Contains(err.Error(), fmt.Sprintf("metadata of %d bytes (a compiler log of %d)", maxMetaBytes+1, room+1)) {
+		t.Errorf("metadata of %d bytes: %v", maxMetaBytes+1, err)
+	}
+	if _, err := encodeFile(key, Meta{}, make([]byte, maxImageBytes+1)); err == nil ||
+		!strings.Contains(err.Error(), fmt.Sprintf("image of %d bytes", maxImageBytes+1)) {
+		t.Errorf("image of %d bytes: %v", maxImageBytes+1, err)
+	}
+
+	dir := t.TempDir()
+	fc := newFake(0)
+	fc.log = strings.Repeat("w", maxMetaBytes)
+	c, logs := newCache(t, fc, dir)
+	s := src("big log", 1)
+	img, err := c.Get(context.Background(), s)
+	if err != nil || !bytes.Equal(img.Data, fakeImage(s, fc.size)) {
+		t.Fatalf("Get: %v", err)
+	}
+	if st := c.Stats(); st.DiskWrites != 0 || st.DiskWriteErrors != 1 || !strings.Contains(logs.String(), "metadata of") {
+		t.Errorf("stats %+v; want the write refused; log:\n%.300s", st, logs.String())
+	}
+	if left, _ := os.ReadDir(dir); len(left) != 0 {
+		t.Errorf("files written: %v", left)
 	}
 }

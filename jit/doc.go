@@ -40,11 +40,17 @@
 //     truncated, from another format version, for another key, with lengths
 //     that disagree with its size or with recorded arch, compiler or options
 //     that differ from the source's is logged, deleted and rebuilt, never
-//     trusted. Anything but a regular file at a key's path (a FIFO, a
-//     directory, a symbolic link) is found with Lstat before any open, so
-//     nothing blocks; it is removed when it can be, else the kernel stays in
-//     memory. New removes the temporary files that killed writers left in
-//     the directory (those older than ten minutes).
+//     trusted. A file is read no further than its header allows, and a
+//     header that gives more than the file's size or more than a cache
+//     file may hold (16 MiB of metadata, 256 MiB of image) is refused
+//     unread, so a huge or growing file costs no more than a good one.
+//     Anything but a regular file at a key's path (a FIFO, a directory, a
+//     symbolic link) is found with Lstat before any open, and the open
+//     neither follows a link swapped in since (O_NOFOLLOW) nor blocks; it
+//     is removed when it can be, else the kernel stays in memory. The
+//     metadata keeps every byte of the options and names (no JSON). New
+//     removes the temporary files that killed writers left in the
+//     directory (those older than ten minutes).
 //  3. Loaded modules and function handles per device context (a Loader,
 //     implemented by *gpu.Device): Image.Function loads the module once per
 //     loader and remembers each function.

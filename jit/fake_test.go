@@ -21,14 +21,15 @@ import (
 type fakeCompiler struct {
 	version string
 	delay   time.Duration
-	size    int // image size in bytes
+	size    int    // image size in bytes
+	log     string // the log of a successful compile
 	calls   atomic.Int64
 	mu      sync.Mutex
 	perCode map[string]int
 }
 
 func newFake(delay time.Duration) *fakeCompiler {
-	return &fakeCompiler{version: "fake 1.0", delay: delay, size: 4096, perCode: map[string]int{}}
+	return &fakeCompiler{version: "fake 1.0", delay: delay, size: 4096, log: "fake: ok", perCode: map[string]int{}}
 }
 
 func (f *fakeCompiler) Version() string { return f.version }
@@ -46,7 +47,7 @@ func (f *fakeCompiler) Compile(ctx context.Context, src Source) ([]byte, string,
 			return nil, log, &cuda.Error{Call: "nvrtcCompileProgram", Lib: "nvrtc", Code: 6, Name: "NVRTC_ERROR_COMPILATION"}
 		}
 	}
-	return fakeImage(src, f.size), "fake: ok", nil
+	return fakeImage(src, f.size), f.log, nil
 }
 
 // fakeImage is the image the fake compiler makes for src: the expected

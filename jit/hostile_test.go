@@ -5,8 +5,13 @@ package jit
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"syscall"
@@ -190,5 +195,147 @@ func mkdir(t *testing.T, path string) {
 	t.Helper()
 	if err := os.Mkdir(path, 0o755); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// allocated returns the bytes the process allocated while f ran.
+func allocated(f func()) uint64 {
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	f()
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc
+}
+
+// readBound is what reading a hostile cache file may allocate: its header
+// and a good kernel's image and metadata, never the file's size.
+const readBound = 32 << 20
+
+// TestHugeFileAtKeyPath puts sparse files of gigabytes at a key's path
+// (truncate costs no disk): whatever their header says, Get, List, StatDir
+// and Clear must refuse them from the header and the file's size alone,
+// allocating a bounded amount (once: all of the file, twice over), and
+// Clear must remove them.
+func TestHugeFileAtKeyPath(t *testing.T) {
+	s := src("huge", 1)
+	cases := []struct {
+		name   string
+		size   int64
+		header func(c *Cache) []byte // nil: zeros
+		reason string
+	}{
+		{"zeros 1 GiB", 1 << 30, nil, "foreign file"},
+		{"zeros 4 GiB", 4 << 30, nil, "foreign file"},
+		{"good file grown to 1 GiB", 1 << 30, func(c *Cache) []byte {
+			d, err := encodeFile(c.Key(s), Meta{Family: s.Family}, fakeImage(s, 4096))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return d
+		}, "trailing bytes after the image"},
+		{"image length that fills 1 GiB", 1 << 30, func(c *Cache) []byte {
+			d, _ := encodeFile(c.Key(s), Meta{}, nil)
+			binary.LittleEndian.PutUint64(d[16:24], 1<<30-headerSize-uint64(binary.LittleEndian.Uint32(d[12:16])))
+			return reseal(d)
+		}, fmt.Sprintf("bytes, more than the largest this build reads (%d)", maxImageBytes)},
+		{"metadata length that fills 1 GiB", 1 << 30, func(c *Cache) []byte {
+			d, _ := encodeFile(c.Key(s), Meta{}, nil)
+			binary.LittleEndian.PutUint32(d[12:16], 1<<30-headerSize)
+			return reseal(d)
+		}, fmt.Sprintf("metadata of 1073741736 bytes, more than the largest this build reads (%d)", maxMetaBytes)},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			fc := newFake(0)
+			c, logs := newCache(t, fc, dir)
+			path := filePath(dir, c.Key(s))
+			var head []byte
+			if tc.header != nil {
+				head = tc.header(c)
+			}
+			sparse(t, path, head, tc.size)
+
+			var ents []DiskEntry
+			if n := allocated(func() { ents = listWithin(t, dir) }); n > readBound {
+				t.Errorf("List allocated %d bytes", n)
+			}
+			if len(ents) != 1 || ents[0].Err == nil || !strings.Contains(ents[0].Err.Error(), tc.reason) || ents[0].Size != tc.size {
+				t.Errorf("List: %+v, want one invalid entry of %d bytes: %s", ents, tc.size, tc.reason)
+			}
+			var st DirStats
+			if n := allocated(func() { within(t, "StatDir", func() { st, _ = StatDir(dir) }) }); n > readBound || st.Invalid != 1 {
+				t.Errorf("StatDir allocated %d bytes: %+v", n, st)
+			}
+			var img *Image
+			var err error
+			if n := allocated(func() { within(t, "Get", func() { img, err = c.Get(context.Background(), s) }) }); n > readBound {
+				t.Errorf("Get allocated %d bytes", n)
+			}
+			if err != nil || !bytes.Equal(img.Data, fakeImage(s, fc.size)) || img.FromDisk {
+				t.Fatalf("Get: %v, want the compiled image", err)
+			}
+			if st := c.Stats(); st.DiskDiscarded != 1 || st.DiskWrites != 1 || !strings.Contains(logs.String(), tc.reason) {
+				t.Errorf("stats %+v; want the file discarded and rewritten; log:\n%s", st, logs.String())
+			}
+
+			// Clear removes a huge file without reading it.
+			sparse(t, path, head, tc.size)
+			var files int
+			var bytes int64
+			if n := allocated(func() { within(t, "Clear", func() { files, bytes, err = Clear(dir) }) }); n > readBound {
+				t.Errorf("Clear allocated %d bytes", n)
+			}
+			if err != nil || files != 1 || bytes != tc.size {
+				t.Errorf("Clear: %d files, %d bytes, %v; want 1 file of %d bytes", files, bytes, err, tc.size)
+			}
+			if _, err := os.Lstat(path); !errors.Is(err, fs.ErrNotExist) {
+				t.Errorf("after Clear: %v", err)
+			}
+		})
+	}
+}
+
+// sparse makes path a file of size bytes that starts with head.
+func sparse(t *testing.T, path string, head []byte, size int64) {
+	t.Helper()
+	if err := os.WriteFile(path, head, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(path, size); err != nil {
+		t.Skipf("cannot make a sparse file of %d bytes here: %v", size, err)
+	}
+}
+
+// TestOpenRegularDoesNotFollowSymlinks opens a key path that was swapped
+// to a symbolic link after the Lstat that found a regular file there (once
+// 59 reads in 650,205 of a path swapped in a loop): the open itself must
+// refuse the link, whatever it points to, rather than open its target and
+// find out after.
+func TestOpenRegularDoesNotFollowSymlinks(t *testing.T) {
+	dir := t.TempDir()
+	pipe := filepath.Join(dir, "pipe")
+	mkfifo(t, pipe)
+	good := filepath.Join(dir, "good")
+	if err := os.WriteFile(good, []byte("a regular file"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, target := range []string{pipe, good} {
+		link := filepath.Join(dir, strings.Repeat("ef", 32)+fileExt)
+		os.Remove(link)
+		if err := os.Symlink(target, link); err != nil {
+			t.Fatal(err)
+		}
+		var err error
+		within(t, "openRegular", func() {
+			var f *os.File
+			if f, _, err = openRegular(link); f != nil {
+				f.Close()
+			}
+		})
+		var ce *corruptError
+		if !errors.As(err, &ce) || ce.reason != "not a regular file (symbolic link)" {
+			t.Errorf("openRegular of a link to %s: %v, want not a regular file (symbolic link)", filepath.Base(target), err)
+		}
 	}
 }

@@ -10,7 +10,7 @@ import (
 
 // FormatVersion is the cache-format version: part of every key and of every
 // disk file's header. Bump it when the key or the file layout changes.
-const FormatVersion = 1
+const FormatVersion = 2
 
 // Source is one kernel program to compile.
 type Source struct {

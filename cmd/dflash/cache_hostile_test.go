@@ -8,9 +8,11 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -37,6 +39,24 @@ func cacheFile(key [32]byte, m uint32, n uint64, body []byte) []byte {
 	return d
 }
 
+// cacheMeta lays out a kernel cache file's metadata by the layout
+// documented in jit/meta.go, independently of jit's encoder: the strings
+// family, program, arch and compiler, no options, no params, a zero
+// creation time and compile time, no log.
+func cacheMeta(family, arch, compiler string) []byte {
+	var b []byte
+	for _, s := range []string{family, "", arch, compiler} {
+		b = binary.LittleEndian.AppendUint32(b, uint32(len(s)))
+		b = append(b, s...)
+	}
+	b = binary.LittleEndian.AppendUint32(b, 0) // options
+	b = binary.LittleEndian.AppendUint32(b, 0) // params
+	b = binary.LittleEndian.AppendUint64(b, uint64(time.Time{}.Unix()))
+	b = binary.LittleEndian.AppendUint32(b, 0)
+	b = binary.LittleEndian.AppendUint64(b, math.Float64bits(0))
+	return binary.LittleEndian.AppendUint32(b, 0) // log
+}
+
 // TestCacheCommandsOnHostileFiles runs cache ls, stats and clear on a
 // directory holding one good file and every kind of bad one: a resealed
 // header whose lengths wrap around (once a panic), garbage, a FIFO (once a
@@ -46,7 +66,7 @@ func cacheFile(key [32]byte, m uint32, n uint64, body []byte) []byte {
 func TestCacheCommandsOnHostileFiles(t *testing.T) {
 	dir := t.TempDir()
 	name := func(b byte) string { return hex.EncodeToString(bytes.Repeat([]byte{b}, 32)) + ".kimg" }
-	meta := []byte(`{"family":"good","arch":"sm_90","compiler":"test"}`)
+	meta := cacheMeta("good", "sm_90", "test")
 	image := []byte("CUBIN")
 	good := cacheFile([32]byte(bytes.Repeat([]byte{1}, 32)), uint32(len(meta)), uint64(len(image)), append(meta, image...))
 	wrap := cacheFile([32]byte(bytes.Repeat([]byte{2}, 32)), math.MaxUint32, uint64(len(meta))-math.MaxUint32, meta)
@@ -120,5 +140,81 @@ func TestCacheCommandsOnHostileFiles(t *testing.T) {
 	}
 	if left, _ := os.ReadDir(dir); len(left) != 1 || left[0].Name() != name(6) {
 		t.Errorf("left after clear: %v (want only the non-empty directory)", left)
+	}
+}
+
+// TestCacheCommandsOnHugeFiles runs cache ls, stats and clear on sparse
+// files of gigabytes under cache file names (truncate costs no disk): a
+// 4 GiB one of zeros and a good file grown to 1 GiB once killed all three
+// with out of memory under a 2 GiB limit, so clear could not remove them.
+// Each must refuse them from their header and size, allocating a bounded
+// amount, and clear must remove them.
+func TestCacheCommandsOnHugeFiles(t *testing.T) {
+	dir := t.TempDir()
+	name := func(b byte) string { return hex.EncodeToString(bytes.Repeat([]byte{b}, 32)) + ".kimg" }
+	meta := cacheMeta("good", "sm_90", "test")
+	good := cacheFile([32]byte(bytes.Repeat([]byte{1}, 32)), uint32(len(meta)), 5, append(meta, "CUBIN"...))
+	files := []struct {
+		name   string
+		head   []byte
+		size   int64
+		status string
+	}{
+		{name(1), good, int64(len(good)), "ok"},
+		{name(2), nil, 4 << 30, "invalid: kernel cache file " + filepath.Join(dir, name(2)) + ": foreign file"},
+		// name(1)'s key and header, then 1 GiB of zeros: refused by its size
+		{name(3), good, 1 << 30, "invalid: kernel cache file " + filepath.Join(dir, name(3)) + ": " + fmt.Sprint(1<<30-len(good)) + " trailing bytes"},
+		{name(1)[:10] + ".kimg", good, 1 << 30, "invalid: kernel cache file " + filepath.Join(dir, name(1)[:10]+".kimg") + ": file name is not a key"},
+	}
+	for _, f := range files {
+		p := filepath.Join(dir, f.name)
+		if err := os.WriteFile(p, f.head, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Truncate(p, f.size); err != nil {
+			t.Skipf("cannot make a sparse file of %d bytes here: %v", f.size, err)
+		}
+	}
+	run := func(what string, cmd func(*bytes.Buffer) error) string {
+		t.Helper()
+		var out bytes.Buffer
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		err := cmd(&out)
+		runtime.ReadMemStats(&after)
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if n := after.TotalAlloc - before.TotalAlloc; n > 32<<20 {
+			t.Errorf("%s allocated %d bytes", what, n)
+		}
+		return out.String()
+	}
+	out := run("ls", func(b *bytes.Buffer) error { return cacheLs(b, []string{"--cache-dir", dir, "--json"}) })
+	var ls struct{ Entries []cacheEntryJSON }
+	if err := json.Unmarshal([]byte(out), &ls); err != nil {
+		t.Fatalf("ls --json: %v\n%s", err, out)
+	}
+	if len(ls.Entries) != len(files) {
+		t.Errorf("ls lists %d entries, want %d:\n%s", len(ls.Entries), len(files), out)
+	}
+	for _, e := range ls.Entries {
+		for _, f := range files {
+			if filepath.Base(e.Path) == f.name && (!strings.HasPrefix(e.Status, f.status) || e.Bytes != f.size) {
+				t.Errorf("%s: status %q, %d bytes; want %q..., %d bytes", f.name, e.Status, e.Bytes, f.status, f.size)
+			}
+		}
+	}
+	var st jit.DirStats
+	if out := run("stats", func(b *bytes.Buffer) error { return cacheStats(b, []string{"--cache-dir", dir, "--json"}) }); json.Unmarshal([]byte(out), &st) != nil ||
+		st.Entries != 1 || st.Invalid != 3 {
+		t.Errorf("stats: %+v\n%s", st, out)
+	}
+	want := fmt.Sprintf("removed 4 files (%d bytes)", int64(len(good))+4<<30+2<<30)
+	if out := run("clear", func(b *bytes.Buffer) error { return cacheClear(b, []string{"--cache-dir", dir}) }); !strings.Contains(out, want) {
+		t.Errorf("clear: %q, want %q", out, want)
+	}
+	if left, _ := os.ReadDir(dir); len(left) != 0 {
+		t.Errorf("left after clear: %v", left)
 	}
 }
