@@ -94,14 +94,14 @@ func TargetHidden(m *model.Model, taps []int, backend tensor.Backend[float32]) H
 }
 
 // replayed runs fn, a region of a step over b, as a replayed region keyed
-// by key when fixed (b in its bucket's shape), noting what tensor.Replay did
-// in b.Replays, and plainly otherwise.
+// by key when fixed (b in its bucket's shape), noting what
+// tensor.Backend.Replay did in b.Replays, and plainly otherwise.
 func replayed(be tensor.Backend[float32], b *Batch, fixed bool, key any, fn func()) {
 	if !fixed {
 		fn()
 		return
 	}
-	if kind := tensor.Replay(be, key, fn); kind != "" {
+	if kind := be.Replay(key, fn); kind != "" {
 		b.Replays = append(b.Replays, kind)
 	}
 }
@@ -119,9 +119,9 @@ type drafterRegion struct {
 // TrainPass runs the drafter's training pass over in on be: the forward
 // pass with the loss scaled by share, then the backward pass, which
 // accumulates the parameters' gradients. For a batch in a fixed shape
-// (Batch.Fixed, Blocks.Fixed) each is a replayed region (tensor.Replay),
-// what it did appended to the batch's Replays. between, when not nil, runs
-// between the two (outside both regions).
+// (Batch.Fixed, Blocks.Fixed) each is a replayed region
+// (tensor.Backend.Replay), what it did appended to the batch's Replays.
+// between, when not nil, runs between the two (outside both regions).
 func TrainPass(be tensor.Backend[float32], d *Drafter[float32], head Head[float32], in *StepInputs[float32], share float64, between func()) *Output[float32] {
 	tp := tensor.NewTape(be)
 	tp.ReleaseGrads() // only the parameters' gradients are read after Backward
@@ -219,7 +219,7 @@ type Session struct {
 	order       *order.Order
 	sampler     *bucket.Sampler
 	bucketSteps map[int]int            // training batches drawn per bucket length
-	replays     map[int]map[string]int // tensor.Replay's kinds per bucket length (Replays)
+	replays     map[int]map[string]int // tensor.Backend.Replay's kinds per bucket length (Replays)
 }
 
 // cacheKey names an example of the training (eval false) or evaluation set.
@@ -344,7 +344,7 @@ func (s *Session) Step(rng *rand.Rand) (loss float64, m *Metrics, in *StepInputs
 	if in.Blocks.WeightSum == 0 || share == 0 {
 		return 0, m, in, nil // no label in this batch: nothing to learn
 	}
-	defer tensor.EndStep(s.Backend)
+	defer s.Backend.ResetStep()
 	out := TrainPass(s.Backend, s.Drafter, s.Head, in, share, nil)
 	s.countReplays(in.Batch)
 	out.Read(s.Backend)
@@ -388,7 +388,7 @@ func (s *Session) Evaluate() (*Metrics, error) {
 		out := s.Drafter.ForwardInputs(tensor.NewInference(s.Backend), false, s.Head, in)
 		out.Read(s.Backend)
 		m.Add(in.Blocks, out.Pred, out.CE)
-		tensor.EndStep(s.Backend)
+		s.Backend.ResetStep()
 	}
 	return m, nil
 }
