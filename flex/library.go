@@ -93,7 +93,9 @@ func DFlashMask(blockSize int) *MaskProgram {
 	j := Q().Div(bs)
 	inCtx := KV().Lt(ctx).And(KV().Lt(anchors.At(B(), j)))
 	own := KV().Ge(ctx).And(KV().Sub(ctx).Div(bs).Eq(j))
-	return NewMask(fmt.Sprintf("dflash%d", blockSize), j.Lt(valid.At(B())).And(inCtx.Or(own)))
+	p := NewMask(fmt.Sprintf("dflash%d", blockSize), j.Lt(valid.At(B())).And(inCtx.Or(own)))
+	p.dflashBlock = blockSize
+	return p
 }
 
 // DFlashArgs returns the Args of DFlashMask: anchors is row-major [batch,

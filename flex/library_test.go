@@ -91,6 +91,30 @@ func TestDFlashMask(t *testing.T) {
 	}
 }
 
+// TestDFlashBlock checks which mask programs say they are DFlash's, and
+// with what block size: DFlashMask's, not a program that only borrows its
+// name nor a combination of it.
+func TestDFlashBlock(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		p    *MaskProgram
+		bs   int
+		ok   bool
+	}{
+		{"dflash16", DFlashMask(16), 16, true},
+		{"dflash3", DFlashMask(3), 3, true},
+		{"causal", Causal(), 0, false},
+		{"impostor", NewMask("dflash16", Q().Ge(KV())), 0, false},
+		{"combined", DFlashMask(16).And(Causal()), 0, false},
+		{"negated", DFlashMask(16).Not(), 0, false},
+	} {
+		bs, ok := c.p.DFlashBlock()
+		if ok != c.ok || bs != c.bs {
+			t.Errorf("%s: DFlashBlock = %d, %v; want %d, %v", c.name, bs, ok, c.bs, c.ok)
+		}
+	}
+}
+
 // TestDFlashIntervalExact checks that interval evaluation alone classifies
 // the DFlash mask exactly (no block left undecided that is not truly
 // partial) at a realistic size without padding, and that with padding the

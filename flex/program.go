@@ -18,6 +18,10 @@ type MaskProgram struct {
 	name string
 	root *node
 	plan *plan
+	// dflashBlock is the block size of a DFlashMask program, 0 for every
+	// other (a combination of one included): the structure a closed-form
+	// block-mask builder needs (DFlashBlock).
+	dflashBlock int
 }
 
 // ScoreProgram is a compiled score modification (score, b, h, q, kv) -> score
@@ -46,6 +50,13 @@ func NewScore(name string, e Float) *ScoreProgram {
 
 // Name returns the program's name.
 func (m *MaskProgram) Name() string { return m.name }
+
+// DFlashBlock returns the block size of a program made by DFlashMask, and
+// false for any other program (And, Or and Not of one included, whatever
+// its name), so that a backend can build its block mask in closed form.
+func (m *MaskProgram) DFlashBlock() (blockSize int, ok bool) {
+	return m.dflashBlock, m.dflashBlock > 0
+}
 
 // Name returns the program's name.
 func (s *ScoreProgram) Name() string { return s.name }

@@ -93,8 +93,15 @@ func (m *Model) Forward(tp *tensor.Tape, in Input) *Output {
 }
 
 // ForwardPrepared runs the decoder on inputs prepared on tp's backend.
+//
+// Without gradients (an inference tape) each layer runs in a tensor.Scope
+// of its own, released once its last residual add has written its output
+// into one of two buffers used in turn, so that the pass holds one layer's
+// activations at a time instead of every layer's (on the CPU a scope
+// releases nothing, and the results are the same). A requested state that
+// a later layer would overwrite is copied into a buffer of its own.
 func (m *Model) ForwardPrepared(tp *tensor.Tape, in *Prepared) *Output {
-	c := &m.Config
+	c, b := &m.Config, tp.Backend()
 	want := map[int]bool{}
 	for _, s := range in.States {
 		want[s] = true
@@ -108,14 +115,26 @@ func (m *Model) ForwardPrepared(tp *tensor.Tape, in *Prepared) *Output {
 		return tp.AttentionHeadsInner(q, k, v, in.mask, nil, 1/math.Sqrt(float64(c.HeadDim)))
 	}
 	x := tp.Embedding(m.Embed, in.ids)
-	if sm, ok := tp.Backend().(tensor.StepMemory); ok && !tp.Recording() {
-		return m.forwardScoped(tp, sm, in, x, want, stop, att)
+	n := x.Numel()
+	alloc := func(name string) *tensor.Tensor { return tensor.FromStorage(name, b.AllocOut(n), x.Shape...) }
+	var turns [2]*tensor.Tensor // the layers' outputs without gradients
+	if !tp.Recording() {
+		turns = [2]*tensor.Tensor{alloc("layer_out"), alloc("layer_out")}
 	}
 	for i := range stop {
 		if want[i] {
 			out.States[i] = x
+			if turns[0] != nil && i > 0 && i+1 < stop { // layer i+1 writes x's buffer
+				s := alloc(fmt.Sprintf("hidden_states.%d", i))
+				b.Copy2D(1, n, x.Store, n, 0, s.Store, n, 0, false)
+				out.States[i] = s
+			}
 		}
-		x = m.layer(tp, i, x, in.Batch, in.Len, in.rope, att, nil)
+		if turns[0] == nil {
+			x = m.layer(tp, i, x, in.Batch, in.Len, in.rope, att, nil)
+			continue
+		}
+		tensor.Scope(b, func() { x = m.layer(tp, i, x, in.Batch, in.Len, in.rope, att, turns[i%2]) })
 	}
 	if stop < c.NumLayers {
 		out.States[stop] = x
@@ -126,52 +145,6 @@ func (m *Model) ForwardPrepared(tp *tensor.Tape, in *Prepared) *Output {
 		out.States[c.NumLayers] = out.Final
 	}
 	return out
-}
-
-// forwardScoped is ForwardPrepared without gradients on a backend with
-// step memory: each layer runs in a scope of its own (StepMemory) released
-// once its last residual add has written its output into one of two
-// buffers used in turn, so the pass holds one layer's activations at a
-// time instead of every layer's. Requested states are copied into buffers
-// of their own. x is the embedding output.
-func (m *Model) forwardScoped(tp *tensor.Tape, sm tensor.StepMemory, in *Prepared, x *tensor.Tensor, want map[int]bool, stop int, att attnFn) *Output {
-	c, b := &m.Config, tp.Backend()
-	n := x.Numel()
-	out := &Output{States: map[int]*tensor.Tensor{}}
-	alloc := func(name string) *tensor.Tensor { return tensor.FromStorage(name, tensor.AllocOut(b, n), x.Shape...) }
-	copyTo := func(dst, src *tensor.Tensor) { b.Copy2D(1, n, src.Store, n, 0, dst.Store, n, 0, false) }
-	keep := func(i int, x *tensor.Tensor) {
-		s := alloc(fmt.Sprintf("hidden_states.%d", i))
-		copyTo(s, x)
-		out.States[i] = s
-	}
-	if want[0] {
-		keep(0, x)
-	}
-	turns := [2]*tensor.Tensor{alloc("layer_out"), alloc("layer_out")}
-	var final *tensor.Tensor
-	if stop == c.NumLayers {
-		final = alloc("final")
-	}
-	for i := range stop {
-		mark := sm.MarkStep()
-		if i == c.NumLayers-1 {
-			y := m.layer(tp, i, x, in.Batch, in.Len, in.rope, att, nil)
-			copyTo(final, tp.RMSNorm(y, m.Norm, c.RMSNormEps))
-			sm.ReleaseStep(mark)
-			out.Final = final
-			if want[c.NumLayers] {
-				out.States[c.NumLayers] = final
-			}
-			return out
-		}
-		x = m.layer(tp, i, x, in.Batch, in.Len, in.rope, att, turns[i%2])
-		sm.ReleaseStep(mark)
-		if want[i+1] {
-			keep(i+1, x)
-		}
-	}
-	return out // StatesOnly: the deepest state, stop, is among the kept ones
 }
 
 // attnFn runs attention on q [B, Hq, L, D] and k, v [B, Hkv, Lkv, D] and

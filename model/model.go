@@ -210,29 +210,28 @@ func isNorm(name string) bool { return strings.HasSuffix(name, "norm.weight") }
 // tensors the model does not use are logged and ignored.
 func Load(dir string) (*Model, error) { return LoadOn(dir, nil) }
 
-// LoadOn is Load with the model frozen on backend b: on a backend that
-// places parameters (the CUDA backend) the weights go straight into its
-// parameter storage, one tensor at a time through a host buffer of that
-// tensor's size, so the host never holds the whole model (and its memory
-// is not checked: the device's is, by its allocator); on the CPU (or b
-// nil) it is Load.
+// LoadOn is Load with the model frozen on backend b: the weights go
+// straight into b's parameter storage (Backend.AllocParams), one tensor at
+// a time through a host buffer of that tensor's size, so that on a device
+// the host never holds the whole model. The memory is checked where the
+// parameters go on the host (Backend.HostParams: the CPU's); on a device
+// its allocator checks it. With b nil it is Load.
 func LoadOn(dir string, b tensor.Backend[float32]) (*Model, error) {
+	if b == nil {
+		b = tensor.NewCPU[float32](0)
+	}
 	c, err := ReadConfig(filepath.Join(dir, "config.json"))
 	if err != nil {
 		return nil, err
 	}
-	_, device := b.(tensor.ParamPlacer[float32])
-	var m *Model
-	if device {
-		if m, err = declare(c); err == nil {
-			m.arena.AllocOn(b, false)
-		}
-	} else {
-		m, err = build(c)
+	m, err := declare(c)
+	if err == nil && b.HostParams() {
+		err = checkMemory(c)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, "config.json"), err)
 	}
+	m.arena.AllocOn(b, false)
 	w, err := safetensors.OpenDir(dir)
 	if err != nil {
 		return nil, err
@@ -241,19 +240,13 @@ func LoadOn(dir string, b tensor.Backend[float32]) (*Model, error) {
 	used := map[string]bool{}
 	var buf []float32
 	for i, p := range m.Params() {
-		if !device {
-			if err := w.Weight(p.Name, p.Shape, p.Data()); err != nil {
-				return nil, err
-			}
-		} else {
-			if cap(buf) < p.Numel() {
-				buf = make([]float32, p.Numel())
-			}
-			if err := w.Weight(p.Name, p.Shape, buf[:p.Numel()]); err != nil {
-				return nil, err
-			}
-			m.arena.SetParam(b, i, buf[:p.Numel()])
+		if cap(buf) < p.Numel() {
+			buf = make([]float32, p.Numel())
 		}
+		if err := w.Weight(p.Name, p.Shape, buf[:p.Numel()]); err != nil {
+			return nil, err
+		}
+		m.arena.SetParam(b, i, buf[:p.Numel()])
 		used[p.Name] = true
 	}
 	var unused []string

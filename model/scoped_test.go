@@ -20,10 +20,11 @@ type countingCPU struct {
 
 func (c *countingCPU) Alloc(n int) tensor.Storage[float32]     { c.n += n; return c.CPU.Alloc(n) }
 func (c *countingCPU) AllocStat(n int) tensor.Storage[float32] { c.n += n; return c.CPU.AllocStat(n) }
+func (c *countingCPU) AllocOut(n int) tensor.Storage[float32]  { c.n += n; return c.CPU.AllocOut(n) }
 
 // TestForwardScoped: a forward pass without gradients on a backend with
-// step memory (one scope per layer) gives bit for bit the states and final
-// output of the plain pass, for every set of requested states (with and
+// step memory (one scope per layer, released) gives bit for bit the states
+// and final output of the same pass on the CPU (where nothing is released), for every set of requested states (with and
 // without StatesOnly), while holding a fraction of the memory the plain
 // pass allocates.
 func TestForwardScoped(t *testing.T) {
@@ -92,8 +93,9 @@ func sameBits(a, b []float32) bool {
 	return true
 }
 
-// placingCPU is the CPU backend as a ParamPlacer: parameters in host
-// memory it allocates itself, so that the CPU kernels still run on them,
+// placingCPU is the CPU backend placing parameters as a device does:
+// parameters in host memory it allocates itself (no master copy for a
+// frozen model), so that the CPU kernels still run on them,
 // counting what is written.
 type placingCPU struct {
 	*tensor.CPU[float32]

@@ -34,18 +34,6 @@ type Arena[T Float] struct {
 	alloc  bool
 }
 
-// ParamPlacer is implemented by backends whose parameters live apart from
-// host memory (the CUDA backend).
-type ParamPlacer[T Float] interface {
-	// AllocParams returns parameter storage of n elements: the master copy
-	// (nil without master: a frozen model) and the compute copy the ops
-	// read. It lives until the backend is closed.
-	AllocParams(n int, master bool) (values, compute Storage[T])
-	// WriteParams copies host into dst, a range of either, rounding to its
-	// element type.
-	WriteParams(dst Storage[T], host []T)
-}
-
 // Param declares a parameter of the given shape that requires gradients;
 // its values (zero) exist once Alloc has run. It panics after Alloc.
 func (a *Arena[T]) Param(name string, shape ...int) *Of[T] {
@@ -74,9 +62,10 @@ func (a *Arena[T]) Alloc() {
 // Place moves the arena to backend b, keeping master values when master is
 // set (a model that trains) and only the compute copy otherwise (a frozen
 // model). The arena must be in host memory without gradients. On a backend
-// that is not a ParamPlacer (the CPU) nothing moves.
+// whose parameters are host memory (Backend.HostParams: the CPU) nothing
+// moves.
 func (a *Arena[T]) Place(b Backend[T], master bool) {
-	if _, ok := b.(ParamPlacer[T]); !ok {
+	if b.HostParams() {
 		return
 	}
 	if a.Grad != nil {
@@ -90,38 +79,38 @@ func (a *Arena[T]) Place(b Backend[T], master bool) {
 	}
 }
 
-// AllocOn is Alloc on backend b: on a ParamPlacer the parameters are
-// allocated there (master values only with master) and are then written
-// one by one with SetParam, so that a model loads into device memory
-// without a host copy of the whole; elsewhere it is Alloc.
+// AllocOn is Alloc on backend b: the parameters are allocated there
+// (Backend.AllocParams; master values only with master, on a device) and
+// are then written one by one with SetParam, so that a model loads into
+// device memory without a host copy of the whole.
 func (a *Arena[T]) AllocOn(b Backend[T], master bool) {
-	pp, ok := b.(ParamPlacer[T])
-	if !ok {
-		a.Alloc()
-		return
-	}
 	if a.alloc {
 		panic("tensor.Arena: AllocOn after Alloc")
 	}
 	a.alloc = true
-	a.Values, a.Compute = pp.AllocParams(a.size, master)
+	a.Values, a.Compute = b.AllocParams(a.size, master)
 	a.point()
 }
 
 // SetParam sets the values of parameter i (in declaration order) to host
 // on backend b, where the arena was allocated: its master range and its
-// compute copy's.
+// compute copy's (one range on the CPU, where they are one).
 func (a *Arena[T]) SetParam(b Backend[T], i int, host []T) {
 	checkLen("Arena.SetParam "+a.params[i].Name, len(host), numel(a.params[i].Shape))
-	pp, ok := b.(ParamPlacer[T])
-	if !ok {
-		copy(HostData(a.view(a.Values, i), a.params[i].Name), host)
-		return
-	}
 	if a.Values != nil {
-		pp.WriteParams(a.view(a.Values, i), host)
+		b.WriteParams(a.view(a.Values, i), host)
 	}
-	pp.WriteParams(a.view(a.Compute, i), host)
+	if a.Values == nil || !a.computeIsValues() {
+		b.WriteParams(a.view(a.Compute, i), host)
+	}
+}
+
+// computeIsValues reports whether the compute copy is the master values
+// themselves (host parameters: Alloc's, or the CPU's AllocParams).
+func (a *Arena[T]) computeIsValues() bool {
+	v, vok := a.Values.(Host[T])
+	c, cok := a.Compute.(Host[T])
+	return vok && cok && len(v) == len(c) && (len(v) == 0 || &v[0] == &c[0])
 }
 
 // Fetch brings a placed arena's master values back to host memory through

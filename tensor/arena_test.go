@@ -163,6 +163,7 @@ func (s devStore) Slice(lo, hi int) tensor.Storage[float64] {
 func (s devStore) Like(n int) tensor.Storage[float64] {
 	return devStore{make(tensor.Host[float64], n), false}
 }
+func (s devStore) LikeOut(n int) tensor.Storage[float64] { return s.Like(n) }
 
 // fakeDevice places parameters in devStore: masters as given, compute
 // copies rounded to float32.
@@ -185,6 +186,9 @@ func (f fakeDevice) WriteParams(dst tensor.Storage[float64], host []float64) {
 		d.h[i] = x
 	}
 }
+
+// HostParams returns false: fakeDevice's parameters are its own storage.
+func (f fakeDevice) HostParams() bool { return false }
 
 func (f fakeDevice) Download(s tensor.Storage[float64], dst []float64) { copy(dst, s.(devStore).h) }
 

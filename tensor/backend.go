@@ -145,89 +145,93 @@ type Backend[T Float] interface {
 	// Attention computes out = softmax(score(q·kᵀ·scale) masked)·v and the
 	// per-row log-sum-exp lse (a statistic), with package flex's layouts and
 	// semantics (flex.Forward; out laid out as d.OutHeadsInner says). out
-	// and lse are new whole allocations (step memory on a backend that has
-	// it: a tape may FreeStep them).
+	// and lse are new whole allocations of step memory (a tape may
+	// FreeStep them).
 	Attention(d flex.Dims, q, k, v Storage[T], m Mask, score *flex.ScoreProgram, scale float64) (out, lse Storage[T])
 	// AttentionBackward writes the gradients of Attention for dout into dq,
 	// dk and dv (any may be nil), as flex.Backward computes them, or adds
 	// them with accumulate.
 	AttentionBackward(d flex.Dims, q, k, v, out, lse, dout Storage[T], m Mask, score *flex.ScoreProgram, scale float64, dq, dk, dv Storage[T], accumulate bool)
-}
 
-// StepMemory is implemented by backends that release a step's memory in
-// one piece (the CUDA backend's step arena). ResetStep ends a step: storage
-// allocated since the previous ResetStep must not be used after it.
-// MarkStep and ReleaseStep scope a part of a step: ReleaseStep(m) frees
-// everything allocated since MarkStep returned m (a forward pass without
-// gradients keeps only what it copies out before the release). Parameters
-// (Arena.Place) are not step memory.
-type StepMemory interface {
+	// Step memory (see the package doc: one step's storage lives until
+	// ResetStep). On the CPU these do nothing: the garbage collector owns
+	// the memory.
+
+	// ResetStep ends a step: storage allocated since the previous ResetStep
+	// (Alloc, AllocOut, AllocStat, Upload, the Ints and masks, Attention's
+	// results, Like of step storage) must not be used after it. Parameters
+	// (AllocParams) and kept tables (KeepStat) are not step memory.
 	ResetStep()
+	// MarkStep returns the position in the step's memory, for ReleaseStep.
 	MarkStep() StepMark
-	ReleaseStep(StepMark)
-}
-
-// StepFreer is implemented by backends whose step memory can give back one
-// allocation before the step ends (the CUDA backend's step arena), so that
-// a later allocation of the same size reuses it. FreeStep(s) takes a whole
-// allocation of the current step (Alloc, AllocOut, AllocStat, Upload,
-// Attention's results, or Like of step storage); a Slice of one, or
-// parameter storage, is a programmer error and panics. s must not be used
-// afterwards.
-type StepFreer[T Float] interface {
+	// ReleaseStep frees everything allocated since MarkStep returned m (a
+	// pass without gradients keeps only what it copied out before the
+	// release; see Scope).
+	ReleaseStep(m StepMark)
+	// FreeStep gives back s, a whole allocation of the current step (Alloc,
+	// AllocOut, AllocStat, Upload, Attention's results, or Like of step
+	// storage), before the step ends, so that a later allocation of the same
+	// size reuses it; a Slice of one, or parameter storage, is a programmer
+	// error and panics. s must not be used afterwards.
 	FreeStep(s Storage[T])
-}
+	// FreesStep reports whether FreeStep gives memory back for reuse (a
+	// device's step arena), so that a tape that releases memory
+	// (TapeOf.ReleaseGrads) does so: false on the CPU.
+	FreesStep() bool
 
-// StatKeeper is implemented by backends whose Upload is step memory (the
-// CUDA backend): KeepStat uploads x as statistic storage that outlives every
-// step, for a table made once and read by every step.
-type StatKeeper[T Float] interface {
-	KeepStat(x []T) Storage[T]
-}
-
-// OutAllocator is implemented by backends whose Alloc costs a pass over the
-// memory to zero it (a memset on a GPU): AllocOut returns n elements of
-// activation storage with undefined contents, for an op that writes every
-// element before it reads any.
-type OutAllocator[T Float] interface {
+	// AllocOut returns n elements of activation storage with undefined
+	// contents, for an op that writes every element before it reads any
+	// (Alloc on the CPU; on a GPU it spares Alloc's memset).
 	AllocOut(n int) Storage[T]
-}
+	// KeepStat returns x as statistic storage that outlives every step, for
+	// a table made once and read by every step (Upload on the CPU).
+	KeepStat(x []T) Storage[T]
+	// XentChunk returns the logit elements one chunk of LMHeadXent may hold
+	// when it is given no chunk size: DefaultXentChunk on the CPU (a chunk
+	// that stays in its caches); a GPU wants chunks of thousands of rows,
+	// where the three products of a chunk run at full speed instead of
+	// re-reading the LM head for a few rows at a time.
+	XentChunk() int
 
-// AllocOut returns n elements of activation storage on b for an output that
-// is written whole before it is read: b's AllocOut when it has one, Alloc
-// otherwise.
-func AllocOut[T Float](b Backend[T], n int) Storage[T] {
-	if o, ok := b.(OutAllocator[T]); ok {
-		return o.AllocOut(n)
-	}
-	return b.Alloc(n)
-}
+	// Replay runs fn, a region of ops that repeats step after step with the
+	// same shapes, keyed by key (compared with ==), and returns what it did.
+	// The CPU runs fn and returns "". The CUDA backend records the region as
+	// a CUDA graph per key: the first run of a key runs its ops as usual;
+	// later runs run the region's host code and launch the recorded work
+	// when everything it queues (addresses, shapes, scalars) is what was
+	// recorded, and record it anew otherwise, returning "eager", "captured",
+	// "launched", "recaptured" or "ungraphed" (recording failed once; the
+	// reason is in the error log). A replay never runs other work than the
+	// region's. fn must not read values back from the backend (Download)
+	// nor upload: do those before or after the region.
+	Replay(key any, fn func()) string
 
-// OutLiker is implemented by storage whose Like costs a pass over the
-// memory to zero it (a device's): LikeOut returns n elements as Like does
-// (same dtype, backend and lifetime) with undefined contents, for a
-// gradient that a backward step writes whole before anything reads it.
-type OutLiker[T Float] interface {
-	LikeOut(n int) Storage[T]
-}
+	// Parameter placement (Arena.Place, Arena.AllocOn).
 
-// LikeOut returns n elements alike s for a result written whole before it
-// is read: s's LikeOut when it has one, Like otherwise.
-func LikeOut[T Float](s Storage[T], n int) Storage[T] {
-	if o, ok := s.(OutLiker[T]); ok {
-		return o.LikeOut(n)
-	}
-	return s.Like(n)
+	// AllocParams returns parameter storage of n elements that lives as
+	// long as the backend, to be written with WriteParams: the master copy
+	// (nil without master: a frozen model) and the compute copy the ops
+	// read. On the CPU both are one zeroed host slice, master or not.
+	AllocParams(n int, master bool) (values, compute Storage[T])
+	// WriteParams copies host into dst, a range of either copy, rounding to
+	// its element type.
+	WriteParams(dst Storage[T], host []T)
+	// HostParams reports whether AllocParams returns host memory (the CPU):
+	// an arena in host memory then stays where it is (Arena.Place), and a
+	// model checks the host's memory before it allocates its parameters.
+	HostParams() bool
 }
 
 // StepMark is a position in a backend's step memory; its meaning is the
 // backend's.
 type StepMark [3]int64
 
-// EndStep ends a step on b: ResetStep when b has step memory, nothing
-// otherwise (the CPU's memory is the garbage collector's).
-func EndStep[T Float](b Backend[T]) {
-	if m, ok := b.(StepMemory); ok {
-		m.ResetStep()
-	}
+// Scope runs fn, a part of a step whose storage is dead once it returns (a
+// pass without gradients that copies what it keeps into storage allocated
+// before the scope), and then releases everything fn allocated on b
+// (MarkStep, ReleaseStep). On the CPU it only runs fn.
+func Scope[T Float](b Backend[T], fn func()) {
+	m := b.MarkStep()
+	fn()
+	b.ReleaseStep(m)
 }

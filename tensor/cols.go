@@ -100,7 +100,7 @@ func (tp *TapeOf[T]) Projections(x, w *Of[T], widths ...int) []*Cols[T] {
 func (tp *TapeOf[T]) zeroCols(c *Cols[T]) {
 	dst, _ := tp.colsGradDst(c)
 	rows := c.Rows()
-	z := AllocOut(tp.b, rows*c.width)
+	z := tp.b.AllocOut(rows * c.width)
 	tp.b.Fill(z, 0)
 	tp.b.Copy2D(rows, c.width, z, c.width, 0, dst, c.stride, c.off, false)
 	tp.releaseTemp(z)

@@ -27,9 +27,34 @@
 // buffer. Arena.Place moves it to a backend (fp32 masters and a bf16
 // compute copy on CUDA); Arena.Fetch brings the masters back.
 //
-// A backend with StepMemory (CUDA) hands out a step's storage from an
-// arena released at once (EndStep), with scopes inside a step
-// (MarkStep/ReleaseStep) for passes without gradients.
+// Every backend implements the whole Backend contract: the kernels, and
+// the memory methods (step memory, AllocOut and Storage.LikeOut, KeepStat,
+// AllocParams), Replay and XentChunk, which the CPU implements trivially
+// (its memory is the garbage collector's, Replay runs the region). The ops
+// and the models call them without asking what the backend can do; only
+// profiling, a tool rather than part of the contract, is optional
+// (ProfilerOf).
+//
+// A step's storage (every Alloc, AllocOut, AllocStat, Upload, Ints, mask
+// and Attention result, and Like of step storage) lives until the
+// backend's ResetStep; parameters (AllocParams) and kept tables
+// (KeepStat) outlive every step. One owner ends each step: the training
+// session's step (dflash.Session.Step, which ends with ResetStep, as each
+// of Session.Evaluate's batches does; dflash bench step ends the step it
+// assembles itself likewise). Inside a step, memory is given back
+// earlier in two ways, each expressed once:
+//
+//   - Scope(b, fn) runs a part of a step without gradients and releases
+//     everything it allocated (MarkStep, ReleaseStep): the target's forward
+//     pass runs each layer in one (model.Model.ForwardPrepared), copying
+//     out what it keeps.
+//   - A training tape with ReleaseGrads gives back each op output and
+//     gradient once nothing will read it (FreeStep), a layer's dead values
+//     at its end (BeginScope, EndScope: the drafter's layers).
+//
+// On the CPU neither releases anything and results are the same; on CUDA
+// the step's storage is one arena whose addresses repeat step after step
+// (so a replayed region's work matches its graph).
 //
 // The tape records one backward closure per op whose inputs need gradients;
 // Tape.Backward(loss) runs them in reverse and accumulates into each input's

@@ -39,7 +39,7 @@ func (tp *TapeOf[T]) MLP(x, w2, down, res, into *Of[T]) *Of[T] {
 	rows, in, inter, outDim := x.Rows(), w2.Shape[1], down.Shape[1], down.Shape[0]
 	y2 := tp.alloc(w2.Name+".out", rows, 2*inter)
 	tp.b.Gemm(false, true, rows, 2*inter, in, 1, x.Store, in, w2.Store, in, 0, y2.Store, 2*inter)
-	act := AllocOut(tp.b, rows*inter)
+	act := tp.b.AllocOut(rows * inter)
 	tp.b.SwiGLUPacked(y2.Store, inter, act)
 	y := tp.residualOut("MLP", down.Name+".out", append(slices.Clone(x.Shape[:len(x.Shape)-1]), outDim), res, into)
 	if res != nil {
@@ -58,7 +58,7 @@ func (tp *TapeOf[T]) MLP(x, w2, down, res, into *Of[T]) *Of[T] {
 	back := func() {
 		dy := y.GradStore
 		if down.RequiresGrad {
-			act := LikeOut(y2.Store, rows*inter)
+			act := y2.Store.LikeOut(rows * inter)
 			tp.b.SwiGLUPacked(y2.Store, inter, act)
 			dd, acc := tp.GradDst(down)
 			tp.b.Gemm(true, false, outDim, inter, rows, 1, dy, outDim, act, inter, beta[T](acc), dd, inter)
@@ -67,7 +67,7 @@ func (tp *TapeOf[T]) MLP(x, w2, down, res, into *Of[T]) *Of[T] {
 		if !x.RequiresGrad && !w2.RequiresGrad {
 			return
 		}
-		dact := LikeOut(y2.Store, rows*inter)
+		dact := y2.Store.LikeOut(rows * inter)
 		tp.b.Gemm(false, false, rows, inter, outDim, 1, dy, outDim, down.Store, inter, 0, dact, inter)
 		dy2 := y2.Store // y2 is read for the last time here: its gradient overwrites it
 		tp.b.SwiGLUPackedBackward(y2.Store, dact, inter, dy2, false)

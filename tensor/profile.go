@@ -38,10 +38,18 @@ type Profiler interface {
 	StopProfile() ([]OpTime, error)
 }
 
+// ProfilerOf returns b's Profiler and true when b times its ops (the CUDA
+// backend), and false otherwise. Profiling is a tool, not part of the
+// Backend contract: this is the one place that asks.
+func ProfilerOf[T Float](b Backend[T]) (Profiler, bool) {
+	p, ok := b.(Profiler)
+	return p, ok
+}
+
 // SetProfilePhase names the phase of the ops queued next when b is a
 // Profiler that is profiling, and does nothing otherwise.
 func SetProfilePhase[T Float](b Backend[T], name string) {
-	if p, ok := b.(Profiler); ok {
+	if p, ok := ProfilerOf(b); ok {
 		p.ProfilePhase(name)
 	}
 }

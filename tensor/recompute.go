@@ -64,7 +64,7 @@ func (tp *TapeOf[T]) evict(b *stepBuf[T]) {
 	if r == nil || !r.on || r.evicted || r.redone {
 		return
 	}
-	tp.freer.FreeStep(b.store)
+	tp.b.FreeStep(b.store)
 	r.evicted = true
 	b.setStore(nil) // a read before restore is a programmer error: fail loudly
 }
@@ -77,7 +77,7 @@ func (tp *TapeOf[T]) restore(saves []*Of[T]) {
 		if b == nil || b.redo == nil || !b.redo.evicted {
 			continue
 		}
-		s := AllocOut(tp.b, b.store.Len())
+		s := tp.b.AllocOut(b.store.Len())
 		b.redo.fn(s)
 		b.redo.evicted, b.redo.redone = false, true
 		b.store = s

@@ -81,7 +81,7 @@ func TestRecompute(t *testing.T) {
 			grads = append(grads, slices.Clone(l.Grad()))
 			l.DropGrad()
 		}
-		tensor.EndStep(b)
+		b.ResetStep()
 		return grads
 	}
 	ref := run(t, tensor.NewCPU[float32](1), true, false, false)

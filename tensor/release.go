@@ -46,7 +46,7 @@ func (tp *TapeOf[T]) free(b *stepBuf[T]) {
 		return
 	}
 	if b.redo == nil || !b.redo.evicted {
-		tp.freer.FreeStep(b.store)
+		tp.b.FreeStep(b.store)
 	}
 	b.freed = true
 	tp.dropDeps(b)
@@ -81,7 +81,7 @@ func (tp *TapeOf[T]) BeginScope() ScopeMark { return ScopeMark(len(tp.bufs)) }
 // run. A model calls it at the end of a layer, with the layer's result, so
 // that the dead values of one layer are reused by the next.
 func (tp *TapeOf[T]) EndScope(m ScopeMark, live ...*Of[T]) {
-	if tp.freer == nil || int(m) >= len(tp.bufs) {
+	if !tp.frees || int(m) >= len(tp.bufs) {
 		return
 	}
 	for _, b := range tp.bufs[m:] {

@@ -115,7 +115,7 @@ func TestReleaseSaves(t *testing.T) {
 					grads = append(grads, slices.Clone(l.Grad()))
 					l.DropGrad()
 				}
-				tensor.EndStep(b)
+				b.ResetStep()
 				return grads, released
 			}
 			seed := rng.Uint64()

@@ -28,8 +28,8 @@ type Rope struct {
 	// of thousands of positions, always among the same few thousand.
 	mu       sync.Mutex
 	cos, sin []float64
-	// kept holds the table on each backend that keeps statistics across
-	// steps (a StatKeeper): a *keptTable[T] by backend.
+	// kept holds the table kept on each backend (Backend.KeepStat): a
+	// *keptTable[T] by backend.
 	kept map[any]any
 }
 
@@ -176,16 +176,15 @@ func (r *Rope) grow(n int) (cos, sin []float64) {
 	return r.cos, r.sin
 }
 
-// Table returns the Angles of pos on b. On a StatKeeper, r's table of
-// every position up to the largest asked for is kept on b (made there once,
+// Table returns the Angles of pos on b. r's table of every position up to
+// the largest asked for is kept on b (Backend.KeepStat: made there once,
 // made anew with at least twice its rows when a larger position comes, the
-// old one left: at most a third of what is kept) and the
-// rows of pos are gathered from it there: a step uploads its positions,
-// not their angles. Elsewhere, or with a negative position, the Angles are
-// uploaded.
+// old one left: at most a third of what is kept) and the rows of pos are
+// gathered from it there: a step uploads its positions, not their angles.
+// With a negative position the Angles are uploaded.
 func Table[T Float](b Backend[T], r *Rope, pos []int32) *RopeTable[T] {
-	if k, ok := b.(StatKeeper[T]); ok && len(pos) > 0 {
-		if t := kept(k, b, r, pos); t != nil {
+	if len(pos) > 0 {
+		if t := kept(b, r, pos); t != nil {
 			h := r.HeadDim / 2
 			ids := b.UploadInts(pos)
 			out := &RopeTable[T]{HeadDim: r.HeadDim, Cos: b.AllocStat(len(pos) * h), Sin: b.AllocStat(len(pos) * h)}
@@ -198,9 +197,9 @@ func Table[T Float](b Backend[T], r *Rope, pos []int32) *RopeTable[T] {
 	return &RopeTable[T]{HeadDim: r.HeadDim, Cos: b.Upload(cos, true), Sin: b.Upload(sin, true)}
 }
 
-// kept returns r's table kept on b (k), holding every position of pos, or
-// nil when pos has a negative position.
-func kept[T Float](k StatKeeper[T], b Backend[T], r *Rope, pos []int32) *keptTable[T] {
+// kept returns r's table kept on b, holding every position of pos, or nil
+// when pos has a negative position.
+func kept[T Float](b Backend[T], r *Rope, pos []int32) *keptTable[T] {
 	need, negative := tableRows(pos)
 	if negative {
 		return nil
@@ -221,7 +220,7 @@ func kept[T Float](k StatKeeper[T], b Backend[T], r *Rope, pos []int32) *keptTab
 	for i := range cos {
 		cos[i], sin[i] = T(c64[i]), T(s64[i])
 	}
-	t = &keptTable[T]{rows: rows, cos: k.KeepStat(cos), sin: k.KeepStat(sin)}
+	t = &keptTable[T]{rows: rows, cos: b.KeepStat(cos), sin: b.KeepStat(sin)}
 	if r.kept == nil {
 		r.kept = map[any]any{}
 	}

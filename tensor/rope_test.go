@@ -57,7 +57,7 @@ func TestAnglesTable(t *testing.T) {
 	wg.Wait()
 }
 
-// keeper is the CPU backend as a StatKeeper: it counts the tables kept and
+// keeper is the CPU backend counting the tables it keeps (KeepStat) and
 // their elements.
 type keeper[T Float] struct {
 	*CPU[T]
@@ -70,11 +70,10 @@ func (k *keeper[T]) KeepStat(x []T) Storage[T] {
 	return k.Upload(x, true)
 }
 
-// TestTableKept: on a StatKeeper, Table gathers rows from a table kept on
-// the backend and returns, bit for bit, what Angles does for the same
-// positions; the table is made on the first call, kept while the positions
-// fit, made anew with at least twice the rows when one does not, and kept
-// per backend. A negative position takes the Angles path and keeps nothing.
+// TestTableKept: Table gathers rows from a table kept on the backend and
+// returns, bit for bit, what Angles does for the same positions; the table
+// is made on the first call, kept while the positions fit, made anew with
+// at least twice the rows when one does not, and kept per backend. A negative position takes the Angles path and keeps nothing.
 func TestTableKept(t *testing.T) {
 	rng := rand.New(rand.NewPCG(testseed.Seed(t), 0))
 	r, err := NewRope(16, 1e4, nil)

@@ -22,6 +22,11 @@ type Storage[T Float] interface {
 	// Like returns n new zero elements of the same dtype on the same backend
 	// (a gradient's storage).
 	Like(n int) Storage[T]
+	// LikeOut returns n elements as Like does (same dtype, backend and
+	// lifetime) with undefined contents, for a gradient that a backward
+	// step writes whole before anything reads it (Like on the CPU; on a
+	// device it spares Like's memset).
+	LikeOut(n int) Storage[T]
 }
 
 // Ints is int32 data held by a backend: token ids, targets, row indices,
@@ -55,6 +60,9 @@ func (h Host[T]) Slice(lo, hi int) Storage[T] { return h[lo:hi:hi] }
 
 // Like returns make(Host[T], n).
 func (h Host[T]) Like(n int) Storage[T] { return make(Host[T], n) }
+
+// LikeOut returns make(Host[T], n) (Like).
+func (h Host[T]) LikeOut(n int) Storage[T] { return h.Like(n) }
 
 // HostInts is the CPU backend's int32 data.
 type HostInts []int32

@@ -9,7 +9,7 @@ type TapeOf[T Float] struct {
 	record bool
 	steps  []func()
 
-	freer StepFreer[T]    // ReleaseGrads on a backend that can free step memory
+	frees bool            // ReleaseGrads on a backend that frees step memory (FreesStep)
 	keep  map[*Of[T]]bool // KeepGrad
 	loss  *Of[T]          // the tensor Backward started from, while it runs
 
@@ -36,7 +36,7 @@ func (tp *TapeOf[T]) Backend() Backend[T] { return tp.b }
 // the op writes every element before it reads any. The tape may release it
 // (ReleaseGrads).
 func (tp *TapeOf[T]) alloc(name string, shape ...int) *Of[T] {
-	return tp.own(&Of[T]{Name: name, Shape: append([]int(nil), shape...), Store: AllocOut(tp.b, numel(shape))})
+	return tp.own(&Of[T]{Name: name, Shape: append([]int(nil), shape...), Store: tp.b.AllocOut(numel(shape))})
 }
 
 // Recording reports whether the tape records backward steps (NewTape) or
@@ -69,14 +69,14 @@ func (tp *TapeOf[T]) Reset() { tp.steps, tp.bufs = tp.steps[:0], nil }
 // KeepGrad are kept; a Reshape view and its source are one allocation,
 // given back once, when neither is read any more.
 //
-// It takes effect on a backend with step memory that frees one allocation
-// (StepFreer: the CUDA backend), where a later allocation of the same size
-// reuses the memory, and does nothing elsewhere: on the CPU the garbage
+// It takes effect on a backend whose FreeStep gives memory back
+// (Backend.FreesStep: the CUDA backend), where a later allocation of the
+// same size reuses it, and does nothing elsewhere: on the CPU the garbage
 // collector owns the memory and results are the same either way. Call it
 // before the ops it should cover; it lasts for the tape's life.
 func (tp *TapeOf[T]) ReleaseGrads() {
-	if f, ok := tp.b.(StepFreer[T]); ok && tp.record {
-		tp.freer, tp.acts = f, true
+	if tp.b.FreesStep() && tp.record {
+		tp.frees, tp.acts = true, true
 	}
 }
 
@@ -93,18 +93,18 @@ func (tp *TapeOf[T]) KeepGrad(t *Of[T]) {
 // release gives back out's gradient (ReleaseGrads) once out's last backward
 // step has run, unless out's gradient is to be kept.
 func (tp *TapeOf[T]) release(out *Of[T]) {
-	if tp.freer == nil || out.pending > 0 || !out.ownGrad || out == tp.loss || tp.keep[out] {
+	if !tp.frees || out.pending > 0 || !out.ownGrad || out == tp.loss || tp.keep[out] {
 		return
 	}
-	tp.freer.FreeStep(out.GradStore)
+	tp.b.FreeStep(out.GradStore)
 	out.GradStore, out.ownGrad = nil, false
 }
 
 // releaseTemp gives back s, an op's temporary that no step reads any more,
 // when the tape releases memory (ReleaseGrads); s may be nil.
 func (tp *TapeOf[T]) releaseTemp(s Storage[T]) {
-	if tp.freer != nil && s != nil {
-		tp.freer.FreeStep(s)
+	if tp.frees && s != nil {
+		tp.b.FreeStep(s)
 	}
 }
 
@@ -119,7 +119,7 @@ func (tp *TapeOf[T]) releaseTemp(s Storage[T]) {
 // by the first to run and accumulated by the others.
 func (tp *TapeOf[T]) GradDst(t *Of[T]) (s Storage[T], accumulate bool) {
 	if t.GradStore == nil && t.arena == nil && t.pending > 0 {
-		t.GradStore, t.ownGrad = LikeOut(t.Store, t.Store.Len()), true
+		t.GradStore, t.ownGrad = t.Store.LikeOut(t.Store.Len()), true
 		return t.GradStore, false
 	}
 	return t.EnsureGrad(), true
@@ -177,7 +177,7 @@ func (tp *TapeOf[T]) addGrad(t *Of[T], alpha T, g Storage[T]) {
 // last read of dy.
 func (tp *TapeOf[T]) passGrad(y, t *Of[T]) {
 	g := y.GradStore
-	if tp.freer != nil && y.ownGrad && y.pending == 0 && y != tp.loss && !tp.keep[y] &&
+	if tp.frees && y.ownGrad && y.pending == 0 && y != tp.loss && !tp.keep[y] &&
 		t.GradStore == nil && t.arena == nil && t.pending > 0 && g.DType() == t.Store.DType() && g.Len() == t.Store.Len() {
 		t.GradStore, t.ownGrad = g, true
 		y.GradStore, y.ownGrad = nil, false

@@ -39,25 +39,10 @@ func (x *Xent[T]) Read(b Backend[T]) (rowLoss []T, argmax []int32) {
 	return rowLoss, argmax
 }
 
-// DefaultXentChunk is the number of logit elements one chunk may hold when
-// LMHeadXent is given chunk ≤ 0 on a backend without an XentChunker (16 MiB
-// of float32: a chunk that stays in a CPU's caches).
+// DefaultXentChunk is the CPU backend's XentChunk: the logit elements one
+// chunk of LMHeadXent may hold when it is given no chunk size (16 MiB of
+// float32: a chunk that stays in a CPU's caches).
 const DefaultXentChunk = 1 << 22
-
-// XentChunker is implemented by backends whose best cross-entropy chunk is
-// not DefaultXentChunk: XentChunk returns the logit elements one chunk may
-// hold. A GPU wants chunks of thousands of rows, where the three products
-// of a chunk run at full speed instead of re-reading the LM head for a few
-// rows at a time.
-type XentChunker interface{ XentChunk() int }
-
-// XentChunkElems returns the logit elements of one chunk on b.
-func XentChunkElems[T Float](b Backend[T]) int {
-	if c, ok := b.(XentChunker); ok {
-		return c.XentChunk()
-	}
-	return DefaultXentChunk
-}
 
 // XentRows says which rows of a cross-entropy carry loss and with what
 // target and weight, compacted: the preparation of LMHeadXent, done once
@@ -148,7 +133,7 @@ func (tp *TapeOf[T]) LMHeadXent(h, w *Of[T], targets []int32, weights []float64,
 // LMHeadXentRows computes the cross-entropy of logits = h·Wᵀ (h [N, H],
 // W [V, H]) over the active rows of rows without materialising the N×V
 // logits: active rows are processed in chunks of chunkRows (≤ 0: as many as
-// fit XentChunkElems(backend) elements), each chunk's rows gathered, its logits
+// fit the backend's XentChunk elements), each chunk's rows gathered, its logits
 // computed, reduced and dropped. Inactive rows cost nothing.
 //
 //	CE_i = logsumexp(h_i·Wᵀ) − h_i·W_{t_i},  loss = Σ w_i·CE_i / Σ w_i
@@ -167,7 +152,7 @@ func (tp *TapeOf[T]) LMHeadXentRows(h, w *Of[T], rows *XentRows[T], chunkRows in
 	n, hid, vocab := h.Shape[0], h.Shape[1], w.Shape[0]
 	checkLen("LMHeadXent rows", rows.N, n)
 	if chunkRows <= 0 {
-		chunkRows = max(1, XentChunkElems(tp.b)/vocab)
+		chunkRows = max(1, tp.b.XentChunk()/vocab)
 	}
 	na := len(rows.Active)
 	res := &Xent[T]{Loss: &Of[T]{Name: "xent", Shape: []int{1}, Store: tp.b.AllocStat(1)}, Rows: rows, WeightSum: rows.WeightSum,
@@ -176,8 +161,8 @@ func (tp *TapeOf[T]) LMHeadXentRows(h, w *Of[T], rows *XentRows[T], chunkRows in
 		return res
 	}
 	m := min(chunkRows, na)
-	hc := AllocOut(tp.b, m*hid)
-	logits := AllocOut(tp.b, m*vocab)
+	hc := tp.b.AllocOut(m * hid)
+	logits := tp.b.AllocOut(m * vocab)
 	// G·W of every row, of one chunk, and Gᵀ·h, kept as statistics (full
 	// precision: dW sums over every chunk).
 	var dh, dhc, dw Storage[T]

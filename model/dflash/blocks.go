@@ -20,10 +20,11 @@ type Batch struct {
 	Taps []*tensor.Tensor
 	// Fixed marks a batch in its length bucket's shape (MakeFixedBatch):
 	// every batch of the bucket repeats the same work, so the target's and
-	// the drafter's passes over it are replayed regions (tensor.Replay).
+	// the drafter's passes over it are replayed regions
+	// (tensor.Backend.Replay).
 	Fixed bool
-	// Replays lists what tensor.Replay did for the batch's regions, in
-	// order ("eager", "captured", "launched", ...).
+	// Replays lists what tensor.Backend.Replay did for the batch's
+	// regions, in order ("eager", "captured", "launched", ...).
 	Replays []string
 }
 

@@ -73,8 +73,8 @@ func (s *Session) BucketReport() (*bucket.Report, error) {
 // length bucket, by bucket length (nil without buckets).
 func (s *Session) BucketSteps() map[int]int { return maps.Clone(s.bucketSteps) }
 
-// countReplays adds what tensor.Replay did for b's regions to the
-// session's counts, by bucket length.
+// countReplays adds what tensor.Backend.Replay did for b's regions to
+// the session's counts, by bucket length.
 func (s *Session) countReplays(b *Batch) {
 	if len(b.Replays) == 0 {
 		return
@@ -92,9 +92,9 @@ func (s *Session) countReplays(b *Batch) {
 
 // Replays returns, by bucket length, how many times the training passes
 // of its batches ran eagerly, were captured into a CUDA graph, launched
-// one, were captured again or ran without one (tensor.Replay's kinds; two
-// regions a step, the target's and the drafter's). It is empty without
-// buckets or on a backend that does not replay.
+// one, were captured again or ran without one (tensor.Backend.Replay's
+// kinds; two regions a step, the target's and the drafter's). It is empty
+// without buckets or on a backend that does not replay.
 func (s *Session) Replays() map[int]map[string]int {
 	out := map[int]map[string]int{}
 	for l, m := range s.replays {

@@ -53,5 +53,5 @@ func TestBackwardWritesFreshGradients(t *testing.T) {
 		worst = max(worst, e)
 	}
 	t.Logf("largest gradient rel err against float64: %.2e", worst)
-	tensor.EndStep(b)
+	b.ResetStep()
 }

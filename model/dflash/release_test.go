@@ -51,7 +51,7 @@ func stepGrads(t *testing.T, b tensor.Backend[float32], rel release, d *Drafter[
 	for _, p := range d.Params() {
 		gs = append(gs, slices.Clone(p.Grad()))
 	}
-	tensor.EndStep(b)
+	b.ResetStep()
 	return l[0], gs
 }
 

@@ -93,14 +93,14 @@ func TargetHidden(m *model.Model, taps []int, backend tensor.Backend[float32]) H
 }
 
 // replayed runs fn, a region of a step over b, as a replayed region keyed
-// by key when fixed (b in its bucket's shape), noting what tensor.Replay did
-// in b.Replays, and plainly otherwise.
+// by key when fixed (b in its bucket's shape), noting what
+// tensor.Backend.Replay did in b.Replays, and plainly otherwise.
 func replayed(be tensor.Backend[float32], b *Batch, fixed bool, key any, fn func()) {
 	if !fixed {
 		fn()
 		return
 	}
-	if kind := tensor.Replay(be, key, fn); kind != "" {
+	if kind := be.Replay(key, fn); kind != "" {
 		b.Replays = append(b.Replays, kind)
 	}
 }
@@ -118,9 +118,9 @@ type drafterRegion struct {
 // TrainPass runs the drafter's training pass over in on be: the forward
 // pass with the loss scaled by share, then the backward pass, which
 // accumulates the parameters' gradients. For a batch in a fixed shape
-// (Batch.Fixed, Blocks.Fixed) each is a replayed region (tensor.Replay),
-// what it did appended to the batch's Replays. between, when not nil, runs
-// between the two (outside both regions).
+// (Batch.Fixed, Blocks.Fixed) each is a replayed region
+// (tensor.Backend.Replay), what it did appended to the batch's Replays.
+// between, when not nil, runs between the two (outside both regions).
 func TrainPass(be tensor.Backend[float32], d *Drafter[float32], head Head[float32], in *StepInputs[float32], share float64, between func()) *Output[float32] {
 	tp := tensor.NewTape(be)
 	tp.ReleaseGrads() // only the parameters' gradients are read after Backward
@@ -214,7 +214,7 @@ type Session struct {
 	order       *order.Order
 	sampler     *bucket.Sampler
 	bucketSteps map[int]int            // training batches drawn per bucket length
-	replays     map[int]map[string]int // tensor.Replay's kinds per bucket length (Replays)
+	replays     map[int]map[string]int // tensor.Backend.Replay's kinds per bucket length (Replays)
 }
 
 // cacheKey names an example of the training (eval false) or evaluation set.
@@ -318,7 +318,17 @@ func (s *Session) inputs(set []Example, idx []int, eval bool, sh shape, rng *ran
 // Step runs one training micro-batch: anchors drawn from rng, loss and
 // gradients accumulated into the drafter's parameters. It returns the
 // step's inputs too (their Batch and Blocks: tokens, samples, padding,
-// FLOPs).
+// FLOPs: host data; their storage on the backend is gone).
+//
+// Step owns the step's memory: everything it allocates on the backend
+// (the inputs, the target's pass, the drafter's forward and backward
+// passes) lives until it returns, when it ends the step
+// (tensor.Backend.ResetStep). Inside it the target's pass releases each
+// layer as it goes (tensor.Scope, in model.Model.ForwardPrepared) and the
+// drafter's training tape gives back what its backward pass reads no more
+// (TrainPass: ReleaseGrads, with a scope per layer). Nothing else in a
+// training run ends a step; Evaluate, between steps, ends one per
+// evaluation batch. See package tensor's doc.
 //
 // With a Collective of several ranks the loss is the weighted mean over the
 // global batch (§4.4): each rank's is scaled by its share of the global
@@ -327,6 +337,7 @@ func (s *Session) inputs(set []Example, idx []int, eval bool, sh shape, rng *ran
 // with the whole batch. The weight sums are all-reduced on every rank, one
 // float64 per micro-batch.
 func (s *Session) Step(rng *rand.Rand) (loss float64, m *Metrics, in *StepInputs[float32], err error) {
+	defer s.Backend.ResetStep()
 	in, err = s.nextTrain(rng)
 	if err != nil {
 		return 0, nil, nil, err
@@ -339,7 +350,6 @@ func (s *Session) Step(rng *rand.Rand) (loss float64, m *Metrics, in *StepInputs
 	if in.Blocks.WeightSum == 0 || share == 0 {
 		return 0, m, in, nil // no label in this batch: nothing to learn
 	}
-	defer tensor.EndStep(s.Backend)
 	out := TrainPass(s.Backend, s.Drafter, s.Head, in, share, nil)
 	s.countReplays(in.Batch)
 	out.Read(s.Backend)
@@ -376,16 +386,25 @@ func (s *Session) Evaluate() (*Metrics, error) {
 		for j := i; j < min(i+s.BatchSize, len(s.Eval)); j++ {
 			idx = append(idx, j)
 		}
-		in, err := s.inputs(s.Eval, idx, true, shape{}, rng)
-		if err != nil {
+		if err := s.evalBatch(m, idx, rng); err != nil {
 			return nil, err
 		}
-		out := s.Drafter.ForwardInputs(tensor.NewInference(s.Backend), false, s.Head, in)
-		out.Read(s.Backend)
-		m.Add(in.Blocks, out.Pred, out.CE)
-		tensor.EndStep(s.Backend)
 	}
 	return m, nil
+}
+
+// evalBatch adds the metrics of the evaluation examples idx to m, as one
+// step of the backend's memory, ended when it returns (as Step's).
+func (s *Session) evalBatch(m *Metrics, idx []int, rng *rand.Rand) error {
+	defer s.Backend.ResetStep()
+	in, err := s.inputs(s.Eval, idx, true, shape{}, rng)
+	if err != nil {
+		return err
+	}
+	out := s.Drafter.ForwardInputs(tensor.NewInference(s.Backend), false, s.Head, in)
+	out.Read(s.Backend)
+	m.Add(in.Blocks, out.Pred, out.CE)
+	return nil
 }
 
 // MetricsMap flattens m for train's metrics log: loss, acc, tau and acc_<s>.

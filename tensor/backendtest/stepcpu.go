@@ -10,7 +10,8 @@ import (
 )
 
 // StepCPU is the float32 CPU backend with step memory as the CUDA backend
-// has it (tensor.StepMemory and tensor.StepFreer), keeping account of it:
+// has it (ResetStep, MarkStep, ReleaseStep and a FreeStep that gives
+// memory back), keeping account of it:
 // every activation, statistic, upload, attention output and gradient of an
 // activation (Like of its storage) is step memory at a position that
 // bumps, a freed allocation is handed out again, last freed first, to the
@@ -42,13 +43,7 @@ type stepBlock struct {
 // NewStepCPU returns the backend over the float32 CPU backend of workers goroutines.
 func NewStepCPU(workers int) *StepCPU { return &StepCPU{CPU: tensor.NewCPU[float32](workers)} }
 
-var (
-	_ tensor.Backend[float32]      = (*StepCPU)(nil)
-	_ tensor.StepMemory            = (*StepCPU)(nil)
-	_ tensor.StepFreer[float32]    = (*StepCPU)(nil)
-	_ tensor.OutAllocator[float32] = (*StepCPU)(nil)
-	_ tensor.OutLiker[float32]     = stepStore{}
-)
+var _ tensor.Backend[float32] = (*StepCPU)(nil)
 
 // InUse returns the elements allocated and not freed.
 func (c *StepCPU) InUse() int { return c.off - c.freed }
@@ -81,8 +76,7 @@ func (c *StepCPU) alloc(n int) tensor.Storage[float32] {
 	return stepStore{h: b.h, c: c, off: b.off, whole: true}
 }
 
-// AllocOut is tensor.OutAllocator: Alloc with every element NaN instead of
-// zero, so that an op that read its output before writing it would show.
+// AllocOut is Alloc with every element NaN instead of zero, so that an op that read its output before writing it would show.
 func (c *StepCPU) AllocOut(n int) tensor.Storage[float32] {
 	s := c.alloc(n)
 	poison(tensor.HostData(s, "AllocOut"))
@@ -121,6 +115,10 @@ func (c *StepCPU) index(off int) int {
 	}
 	return lo
 }
+
+// FreesStep returns true: FreeStep gives memory back, as a device's step
+// arena does.
+func (c *StepCPU) FreesStep() bool { return true }
 
 // FreeStep poisons s and puts it on the free list. s must be a whole live
 // allocation of this backend's step memory.
@@ -208,5 +206,5 @@ func (s stepStore) Slice(lo, hi int) tensor.Storage[float32] {
 
 func (s stepStore) Like(n int) tensor.Storage[float32] { return s.c.Alloc(n) }
 
-// LikeOut is tensor.OutLiker: AllocOut, NaN-filled.
+// LikeOut is AllocOut, NaN-filled.
 func (s stepStore) LikeOut(n int) tensor.Storage[float32] { return s.c.AllocOut(n) }

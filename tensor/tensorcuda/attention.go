@@ -35,17 +35,6 @@ type attnKey struct {
 	headDim, group int
 }
 
-// dflashBlock returns the block size of p when p is flex.DFlashMask of some
-// block size: its name says which, and its hash must then equal that
-// program's (a program that only borrows the name is not DFlash's).
-func dflashBlock(p *flex.MaskProgram) (int, bool) {
-	var bs int
-	if _, err := fmt.Sscanf(p.Name(), "dflash%d", &bs); err != nil || bs < 1 || p.Name() != fmt.Sprintf("dflash%d", bs) {
-		return 0, false
-	}
-	return bs, p.Hash() == flex.DFlashMask(bs).Hash()
-}
-
 // builder returns the block-mask builder of p, made on first use: the
 // closed-form DFlash builder for flex.DFlashMask programs, the generic one
 // otherwise, both with flexcuda's default blocks (those of the attention).
@@ -56,7 +45,7 @@ func (b *Backend) builder(p *flex.MaskProgram) (*flexcuda.Builder, error) {
 	}
 	var bl *flexcuda.Builder
 	var err error
-	if bs, ok := dflashBlock(p); ok {
+	if bs, ok := p.DFlashBlock(); ok {
 		bl, err = flexcuda.NewDFlashBuilder(b.cache, bs, 0, 0)
 	} else {
 		bl, err = flexcuda.NewBuilder(b.cache, p, 0, 0)

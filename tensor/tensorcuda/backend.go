@@ -13,8 +13,8 @@ import (
 	"dflash/tensor"
 )
 
-// Backend is the CUDA tensor backend: tensor.Backend[float32] and
-// tensor.ParamPlacer[float32] on one gpu.Device, with a bf16 and an fp32
+// Backend is the CUDA tensor backend: tensor.Backend[float32] on one
+// gpu.Device, with a bf16 and an fp32
 // Ops for the op kernels, cuBLASLt for the GEMMs and flexcuda for
 // attention. It belongs to the device's worker thread: every method must
 // be called there.
@@ -90,12 +90,7 @@ func (b *Backend) SetDeterministic() error {
 	return nil
 }
 
-var (
-	_ tensor.Backend[float32]      = (*Backend)(nil)
-	_ tensor.ParamPlacer[float32]  = (*Backend)(nil)
-	_ tensor.XentChunker           = (*Backend)(nil)
-	_ tensor.OutAllocator[float32] = (*Backend)(nil)
-)
+var _ tensor.Backend[float32] = (*Backend)(nil)
 
 // NewBackend returns the backend on d, compiling kernels through cache on
 // first use. Call it on d's worker thread, before d's first GEMM:
@@ -135,7 +130,7 @@ func newBackend(d *gpu.Device, cache *jit.Cache, bf, f32 *Ops, mem memory, vm gr
 // Name returns "cuda-bf16".
 func (b *Backend) Name() string { return "cuda-bf16" }
 
-// XentChunk is tensor.XentChunker: 2^29 logits (1 GiB of bf16) a chunk, so
+// XentChunk returns 2^29 logits (1 GiB of bf16) a chunk, so
 // that the chunk's three products have thousands of rows (3,533 at the
 // Qwen3 vocabulary) and read the LM head once per chunk.
 func (b *Backend) XentChunk() int { return 1 << 29 }
@@ -143,9 +138,9 @@ func (b *Backend) XentChunk() int { return 1 << 29 }
 // Device returns the device the backend runs on.
 func (b *Backend) Device() *gpu.Device { return b.d }
 
-// ResetStep ends a step (tensor.StepMemory): everything allocated since the last ResetStep is released
-// at once (the step arena's memory is kept for the next step) and must not
-// be used again.
+// ResetStep ends a step: everything allocated since the last ResetStep is
+// released at once (the step arena's memory is kept for the next step)
+// and must not be used again.
 func (b *Backend) ResetStep() {
 	b.gen++
 	b.arena.reset()
@@ -158,10 +153,9 @@ func (b *Backend) ResetStep() {
 	b.release = nil
 }
 
-// FreeStep gives s back to the step arena before the step ends
-// (tensor.StepFreer): the next allocation of its size takes its address,
-// and s must not be used afterwards. s must be a whole allocation of this
-// step (Alloc, AllocStat, Upload or Like of step storage); a Slice of one,
+// FreeStep gives s back to the step arena before the step ends: the next
+// allocation of its size takes its address, and s must not be used
+// afterwards. s must be a whole allocation of this step (Alloc, AllocStat, Upload or Like of step storage); a Slice of one,
 // parameter memory or storage of an earlier step panics.
 func (b *Backend) FreeStep(s tensor.Storage[float32]) {
 	x := b.buf(s, "FreeStep storage")
@@ -185,7 +179,10 @@ func (b *Backend) freeTemp(x Buf) {
 	}
 }
 
-// MarkStep returns the step arena's position (tensor.StepMemory).
+// FreesStep returns true: FreeStep gives memory back to the step arena.
+func (b *Backend) FreesStep() bool { return true }
+
+// MarkStep returns the step arena's position.
 func (b *Backend) MarkStep() tensor.StepMark { return b.arena.mark() }
 
 // ReleaseStep frees the step storage allocated since m: it must not be used
@@ -275,8 +272,8 @@ func (b *Backend) newBuf(n int, dt dtype.DType, persistent, zero bool) Buf {
 // Alloc returns n zero bf16 elements.
 func (b *Backend) Alloc(n int) tensor.Storage[float32] { return b.newBuf(n, dtype.BF16, false, true) }
 
-// AllocOut returns n bf16 elements with undefined contents
-// (tensor.OutAllocator): no memset, for outputs written whole.
+// AllocOut returns n bf16 elements with undefined contents: no memset,
+// for outputs written whole.
 func (b *Backend) AllocOut(n int) tensor.Storage[float32] {
 	return b.newBuf(n, dtype.BF16, false, false)
 }
@@ -297,7 +294,7 @@ func (b *Backend) Upload(x []float32, stat bool) tensor.Storage[float32] {
 }
 
 // KeepStat uploads x as fp32 storage outside the step's memory, kept for
-// the backend's life (tensor.StatKeeper: the rotary tables).
+// the backend's life (the rotary tables).
 func (b *Backend) KeepStat(x []float32) tensor.Storage[float32] {
 	return b.upload(x, dtype.F32, true)
 }
@@ -367,6 +364,9 @@ func (b *Backend) AllocParams(n int, master bool) (values, compute tensor.Storag
 func (b *Backend) WriteParams(dst tensor.Storage[float32], host []float32) {
 	b.write("WriteParams", b.buf(dst, "WriteParams"), host)
 }
+
+// HostParams returns false: parameters live in device memory.
+func (b *Backend) HostParams() bool { return false }
 
 // buf returns s as this backend's live storage; it panics, naming what,
 // for storage of another backend or of a step that has been ResetStep.
@@ -455,13 +455,6 @@ type poolMemory struct {
 
 func (m poolMemory) alloc(n int64) (gpu.Buffer, error) { return m.p.Alloc(n) }
 func (m poolMemory) free(b gpu.Buffer)                 { m.p.Free(b) }
-
-var (
-	_ tensor.StepMemory           = (*Backend)(nil)
-	_ tensor.StepFreer[float32]   = (*Backend)(nil)
-	_ tensor.ParamPlacer[float32] = (*Backend)(nil)
-	_ tensor.XentChunker          = (*Backend)(nil)
-)
 
 // RecoverOOM, deferred in a function that runs a model on a Backend, turns
 // the panic of an op that ran out of device memory (the Backend's ops

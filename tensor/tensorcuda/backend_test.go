@@ -318,27 +318,6 @@ func TestStepArena(t *testing.T) {
 	}
 }
 
-// TestDFlashRecognised checks which mask programs get the DFlash builder.
-func TestDFlashRecognised(t *testing.T) {
-	for _, c := range []struct {
-		name string
-		p    *flex.MaskProgram
-		bs   int
-		ok   bool
-	}{
-		{"dflash16", flex.DFlashMask(16), 16, true},
-		{"dflash3", flex.DFlashMask(3), 3, true},
-		{"causal", flex.Causal(), 0, false},
-		{"impostor", flex.NewMask("dflash16", flex.Q().Ge(flex.KV())), 16, false},
-		{"suffix", flex.NewMask("dflash16x", flex.Q().Ge(flex.KV())), 0, false},
-	} {
-		bs, ok := dflashBlock(c.p)
-		if ok != c.ok || ok && bs != c.bs {
-			t.Errorf("%s: dflashBlock = %d, %v; want %d, %v", c.name, bs, ok, c.bs, c.ok)
-		}
-	}
-}
-
 // TestAdamWArenaLayout checks the segments NewAdamW makes from an arena
 // (empty parameters skipped, decay as the decay function decides it), that
 // Step launches the fused kernel once, and the errors for arenas it cannot

@@ -35,7 +35,7 @@
 //
 // # Backend
 //
-// Backend is tensor.Backend[float32] (and tensor.ParamPlacer) on these
+// Backend is tensor.Backend[float32] on these
 // kernels: the tape's ops run on the device with bf16 activations, fp32
 // statistics, fp32 master weights and parameter gradients (Buf records each
 // storage's dtype, and every op dispatches on them), attention through

@@ -36,6 +36,12 @@ func (s wStore) Like(n int) tensor.Storage[float32] {
 	return s.p.wrap(out)
 }
 
+func (s wStore) LikeOut(n int) tensor.Storage[float32] {
+	var out tensor.Storage[float32]
+	s.p.do("LikeOut", func() { out = s.Buf.LikeOut(n) })
+	return s.p.wrap(out)
+}
+
 // do runs f on the worker, failing the test with what f panics with.
 func (p *onWorker) do(op string, f func()) bool {
 	err := p.w.Run(func(*gpu.Device) (err error) {
@@ -75,6 +81,11 @@ func (p *onWorker) Alloc(n int) (s tensor.Storage[float32]) {
 	return p.wrap(s)
 }
 
+func (p *onWorker) AllocOut(n int) (s tensor.Storage[float32]) {
+	p.do("AllocOut", func() { s = p.b.AllocOut(n) })
+	return p.wrap(s)
+}
+
 func (p *onWorker) AllocStat(n int) (s tensor.Storage[float32]) {
 	p.do("AllocStat", func() { s = p.b.AllocStat(n) })
 	return p.wrap(s)
@@ -82,6 +93,11 @@ func (p *onWorker) AllocStat(n int) (s tensor.Storage[float32]) {
 
 func (p *onWorker) Upload(x []float32, stat bool) (s tensor.Storage[float32]) {
 	p.do("Upload", func() { s = p.b.Upload(x, stat) })
+	return p.wrap(s)
+}
+
+func (p *onWorker) KeepStat(x []float32) (s tensor.Storage[float32]) {
+	p.do("KeepStat", func() { s = p.b.KeepStat(x) })
 	return p.wrap(s)
 }
 
@@ -216,3 +232,42 @@ func (p *onWorker) AttentionBackward(d flex.Dims, q, k, v, out, lse, dout tensor
 		p.b.AttentionBackward(d, un(q), un(k), un(v), un(out), un(lse), un(dout), m, score, scale, un(dq), un(dk), un(dv), accumulate)
 	})
 }
+
+func (p *onWorker) ResetStep() { p.do("ResetStep", p.b.ResetStep) }
+
+func (p *onWorker) MarkStep() (m tensor.StepMark) {
+	p.do("MarkStep", func() { m = p.b.MarkStep() })
+	return m
+}
+
+func (p *onWorker) ReleaseStep(m tensor.StepMark) {
+	p.do("ReleaseStep", func() { p.b.ReleaseStep(m) })
+}
+
+func (p *onWorker) FreeStep(s tensor.Storage[float32]) {
+	p.do("FreeStep", func() { p.b.FreeStep(un(s)) })
+}
+
+// FreesStep returns false: the suite's tapes keep what they make, as on
+// the CPU reference (the release of step memory has its own tests).
+func (p *onWorker) FreesStep() bool { return false }
+
+func (p *onWorker) XentChunk() int { return p.b.XentChunk() }
+
+// Replay runs fn plainly: a region recorded on the worker would call back
+// into onWorker from the worker itself.
+func (p *onWorker) Replay(key any, fn func()) string {
+	fn()
+	return ""
+}
+
+func (p *onWorker) AllocParams(n int, master bool) (values, compute tensor.Storage[float32]) {
+	p.do("AllocParams", func() { values, compute = p.b.AllocParams(n, master) })
+	return p.wrap(values), p.wrap(compute)
+}
+
+func (p *onWorker) WriteParams(dst tensor.Storage[float32], host []float32) {
+	p.do("WriteParams", func() { p.b.WriteParams(un(dst), host) })
+}
+
+func (p *onWorker) HostParams() bool { return p.b.HostParams() }

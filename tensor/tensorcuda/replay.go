@@ -5,10 +5,7 @@ import (
 	"log/slog"
 
 	"dflash/gpu"
-	"dflash/tensor"
 )
-
-var _ tensor.Replayer = (*Backend)(nil)
 
 // graphsEnv, set to 0, turns Replay off: every region runs plainly (to
 // measure what the graphs save).

@@ -48,8 +48,7 @@ func (s Buf) Like(n int) tensor.Storage[float32] {
 	return s.be.newBuf(n, s.dt, s.step == 0, true)
 }
 
-// LikeOut is Like without the memset (tensor.OutLiker): the contents are
-// undefined, for a gradient its backward step writes whole.
+// LikeOut is Like without the memset: the contents are undefined, for a gradient its backward step writes whole.
 func (s Buf) LikeOut(n int) tensor.Storage[float32] {
 	return s.be.newBuf(n, s.dt, s.step == 0, false)
 }

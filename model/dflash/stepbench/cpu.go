@@ -88,7 +88,7 @@ func (s *stepper) timed() ([]stepResult, []time.Duration, error) {
 // profile runs one more step with every op timed by the backend (a
 // tensor.Profiler) and returns the op times of that step.
 func (s *stepper) profile() ([]tensor.OpTime, error) {
-	p, ok := s.dev.Backend.(tensor.Profiler)
+	p, ok := tensor.ProfilerOf(s.dev.Backend)
 	if !ok {
 		return nil, fmt.Errorf("--profile: the %s backend does not time its ops (the CUDA backend does)", s.dev.Backend.Name())
 	}

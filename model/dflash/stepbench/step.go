@@ -137,13 +137,8 @@ func givenHidden(be tensor.Backend[float32], taps, rows, hidden int, rng *rand.R
 		for j := range x {
 			x[j] = float32(rng.NormFloat64())
 		}
-		var s tensor.Storage[float32]
-		if pp, ok := be.(tensor.ParamPlacer[float32]); ok {
-			_, s = pp.AllocParams(len(x), false)
-			pp.WriteParams(s, x)
-		} else {
-			s = be.Upload(x, false)
-		}
+		_, s := be.AllocParams(len(x), false)
+		be.WriteParams(s, x)
 		states[i] = tensor.FromStorage(fmt.Sprintf("given_hidden.%d", i), s, rows, hidden)
 	}
 	return func(b *dflash.Batch) error {
