@@ -65,6 +65,41 @@ type Summary struct {
 	Seconds  float64 `json:"seconds"`
 }
 
+// add counts the inputs of s in sum too (Load's several inputs).
+func (sum *Summary) add(s Summary) {
+	sum.Files += s.Files
+	sum.Lines += s.Lines
+	sum.Blank += s.Blank
+	sum.Kept += s.Kept
+	sum.Truncated += s.Truncated
+	sum.Tokens += s.Tokens
+	sum.Supervised += s.Supervised
+	sum.MaxLen = max(sum.MaxLen, s.MaxLen)
+	sum.Crossing += s.Crossing
+	sum.Shards += s.Shards
+	sum.Seconds += s.Seconds
+	addCounts(&sum.BadLines, s.BadLines)
+	addCounts(&sum.Dropped, s.Dropped)
+	for f, m := range s.BadFiles {
+		if sum.BadFiles == nil {
+			sum.BadFiles = map[string]map[string]int{}
+		}
+		c := sum.BadFiles[f]
+		addCounts(&c, m)
+		sum.BadFiles[f] = c
+	}
+}
+
+// addCounts adds the counts of src to *dst, making it when needed.
+func addCounts(dst *map[string]int, src map[string]int) {
+	for k, v := range src {
+		if *dst == nil {
+			*dst = map[string]int{}
+		}
+		(*dst)[k] += v
+	}
+}
+
 // Info is what Prep records in meta.json's "info".
 type Info struct {
 	Tokenizer      string  `json:"tokenizer_dir"`

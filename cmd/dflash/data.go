@@ -33,12 +33,6 @@ func init() {
 		run: func(args []string) error { return subcommands("data", subs, args) }})
 }
 
-// dataFileList is a repeatable string flag.
-type dataFileList []string
-
-func (l *dataFileList) String() string     { return strings.Join(*l, ",") }
-func (l *dataFileList) Set(s string) error { *l = append(*l, s); return nil }
-
 // prepOptions are the flags of `dflash data prep`, bound with train.BindOptions:
 // every number is checked against its range when the flags are parsed, and --help
 // shows it. The sample rules are data.Options, as train's --data.* options.
@@ -56,11 +50,11 @@ type prepOptions struct {
 
 // parsePrep reads and checks the flags of `dflash data prep`; nothing is written.
 func parsePrep(args []string) (prepOptions, []string, error) {
-	fs := newFlagSet("data prep", "data prep --tokenizer DIR --data FILE [--data FILE...] --out DIR [flags]")
+	fs := newFlagSet("data prep", "data prep --tokenizer DIR --data FILE [FILE...] --out DIR [flags]")
 	def := data.DefaultOptions()
 	o := prepOptions{Options: def, Block: def.BlockSize}
-	var files dataFileList
-	fs.Var(&files, "data", "JSONL input, plain, gzip or zstd (repeat for several; extra arguments are inputs too)")
+	var files pathList
+	fs.Var(&files, "data", "JSONL `FILE`s, plain, gzip or zstd: several after one --data, or --data repeated (extra arguments are inputs too)")
 	var thinking *bool
 	fs.BoolFunc("thinking", "older spelling of --enable-thinking", func(s string) error {
 		v, err := strconv.ParseBool(s)

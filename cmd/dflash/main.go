@@ -234,14 +234,15 @@ func newFlagSet(name, synopsis string) *flag.FlagSet {
 	return fs
 }
 
-// parseFlags parses args into fs. Help asked for (-h, --help) is printed and
-// is flag.ErrHelp; a bad flag or value is an error (exit status 1, like every
-// bad input) that says what is wrong and where help is, printed once by
-// runMain, without the listing.
+// parseFlags parses args into fs, flags and arguments in any order (see
+// parseInterspersed); fs.Args are the arguments afterwards. Help asked for (-h,
+// --help) is printed and is flag.ErrHelp; a bad flag or value is an error (exit
+// status 1, like every bad input) that says what is wrong and where help is,
+// printed once by runMain, without the listing.
 func parseFlags(fs *flag.FlagSet, args []string) error {
 	var out bytes.Buffer
 	fs.SetOutput(&out)
-	err := fs.Parse(args)
+	positional, err := parseInterspersed(fs, args)
 	fs.SetOutput(nil) // later fs.Usage calls print to stderr
 	switch {
 	case errors.Is(err, flag.ErrHelp):
@@ -250,7 +251,8 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 	case err != nil:
 		return fmt.Errorf("%v (see dflash %s --help)", err, fs.Name())
 	}
-	return nil
+	// A parse of the terminator alone leaves the arguments in fs.Args.
+	return fs.Parse(append([]string{"--"}, positional...))
 }
 
 // subcommands dispatches args to one of subs, printing a listing when no
