@@ -26,6 +26,9 @@ type Target struct {
 	Tokenizer *tokenizer.Tokenizer
 	Template  *chat.Template
 	Vocab     int
+	// Context is the longest sequence the target attends over
+	// (max_position_embeddings; 0: no limit).
+	Context int
 }
 
 // Load reads training samples from args, in order, for target t under opts:
@@ -34,7 +37,9 @@ type Target struct {
 // *.jsonl.gz and *.jsonl.zst in a directory), all of them read as Prep reads
 // them, as one input. Every id is checked against t before training: a
 // tokenizer larger than the vocabulary, data prepared with another tokenizer, a
-// corrupt shard or an id outside the vocabulary is an error that names it.
+// corrupt shard or an id outside the vocabulary is an error that names it. A
+// sample longer than t's context is cut or dropped as one longer than
+// opts.MaxLen is (Options.Context).
 func Load(ctx context.Context, args []string, opts Options, t Target, workers int) ([]Sample, Summary, error) {
 	if err := CheckVocab(t.Tokenizer, t.Vocab); err != nil {
 		return nil, Summary{}, err
@@ -42,6 +47,7 @@ func Load(ctx context.Context, args []string, opts Options, t Target, workers in
 	if len(args) == 0 {
 		return nil, Summary{}, fmt.Errorf("no input")
 	}
+	opts.Context = t.Context
 	var out []Sample
 	var sum Summary
 	var files []string

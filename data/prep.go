@@ -13,7 +13,7 @@ import (
 
 // Reasons a parsed conversation is dropped; they key Summary.Dropped.
 const (
-	DropTooLong      = "longer than max-len"
+	DropTooLong      = "longer than max-len or the target's context"
 	DropFewTokens    = "fewer than 2 x block-size supervised tokens"
 	ReasonTemplate   = "chat template failed"
 	defaultBatchSize = 64

@@ -10,6 +10,7 @@ import (
 	"os"
 	"strings"
 
+	"dflash/data"
 	"dflash/data/chat"
 	"dflash/data/jsonl"
 	"dflash/data/tokenizer"
@@ -229,7 +230,7 @@ func readSpecPrompts(o specOptions, limit int, tok *tokenizer.Tokenizer, tmpl *c
 			return nil, fmt.Errorf("%s:%d: %w", ln.File, ln.N, err)
 		}
 		ids := tok.Encode(text)
-		if len(ids) > limit {
+		if !data.FitsContext(len(ids), limit) {
 			long = append(long, fmt.Sprintf("%s:%d: prompt of %d tokens", ln.File, ln.N, len(ids)))
 			continue
 		}

@@ -231,7 +231,7 @@ func trainDrafter(ctx context.Context, a *trainArgs) (*train.Result, error) {
 				cfg.Drafter.Taps, l, tc.NumLayers, tc.NumLayers-1)
 		}
 	}
-	examples, err := readConversations(ctx, dataArg, cfg, data.Target{Tokenizer: tok, Template: tmpl, Vocab: tc.VocabSize}, cfg.Workers)
+	examples, err := readConversations(ctx, dataArg, cfg, data.Target{Tokenizer: tok, Template: tmpl, Vocab: tc.VocabSize, Context: tc.MaxPositionEmbeddings}, cfg.Workers)
 	if err != nil {
 		return nil, err
 	}
