@@ -76,7 +76,7 @@ func Load(ctx context.Context, args []string, opts Options, t Target, workers in
 	if err != nil {
 		return nil, Summary{}, err
 	}
-	p.files, p.workers = files, workers
+	p.files, p.workers, p.skipFlag = files, workers, "--data.skip-bad-lines"
 	s, err := p.run(ctx, func(ids []int32, mask []uint8) error {
 		out = append(out, Sample{IDs: ids, Mask: mask})
 		return nil

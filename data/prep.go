@@ -123,7 +123,7 @@ func Prep(ctx context.Context, cfg PrepConfig) (Summary, error) {
 	if err != nil {
 		return Summary{}, err
 	}
-	p.files, p.workers, p.progress = cfg.Files, cfg.Workers, cfg.Progress
+	p.files, p.workers, p.progress, p.skipFlag = cfg.Files, cfg.Workers, cfg.Progress, "--skip-bad-lines"
 	w, err := shard.Create(cfg.Out, cfg.ShardTokens, cfg.Force)
 	if err != nil {
 		return Summary{}, err
