@@ -86,7 +86,6 @@ func parseSpec(args []string) (specOptions, error) {
 		return o, err
 	}
 	if o.Target == "" || o.Drafter == "" || o.Prompts == "" {
-		fs.Usage()
 		return o, fmt.Errorf("--target, --drafter and --prompts are required")
 	}
 	if o.Device == "cuda" {

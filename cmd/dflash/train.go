@@ -121,7 +121,7 @@ func parseTrain(args []string) (*trainArgs, error) {
 		return nil, fmt.Errorf("--target and --data are required (see dflash train --help)")
 	}
 	if err := a.opts.Validate(); err != nil {
-		return nil, err
+		return nil, usageError(err)
 	}
 	if a.cfg.Out == "" {
 		return nil, fmt.Errorf("--out is empty: an output directory is required")
