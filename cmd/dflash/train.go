@@ -318,7 +318,7 @@ func trainDrafter(ctx context.Context, a *trainArgs) (*train.Result, error) {
 		}
 	}
 	if err != nil || !place.Lead() {
-		return res, err
+		return res, drafterNotWritten(err, cfg.Out)
 	}
 	steps, replays := lead.BucketSteps(), lead.Replays()
 	for _, l := range slices.Sorted(maps.Keys(steps)) {
@@ -328,7 +328,7 @@ func trainDrafter(ctx context.Context, a *trainArgs) (*train.Result, error) {
 	}
 	out := filepath.Join(cfg.Out, "drafter")
 	if err := drafter.WriteDir(out, cfg.Drafter.Export); err != nil {
-		return nil, err
+		return res, drafterNotWritten(err, cfg.Out)
 	}
 	fmt.Printf("trained %d steps (%d tokens) in %s; drafter written to %s\n", res.Steps, res.Tokens, res.Elapsed.Round(1e9), out)
 	for _, k := range slices.Sorted(maps.Keys(res.LastEval)) {
