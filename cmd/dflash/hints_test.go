@@ -1,9 +1,11 @@
 package main
 
 import (
+	"flag"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -46,5 +48,31 @@ func TestBadLineHintNamesTheFlag(t *testing.T) {
 		if again := run(append(args, m[1])); strings.Contains(again, "to skip bad lines") || strings.Contains(again, "not defined") {
 			t.Errorf("%s %s: the hint names %s, which does not skip the line:\n%s", args[0], args[1], m[1], again)
 		}
+	}
+}
+
+// TestConfigKeysOfHelp: every flag that train --help lists is, as a key of the
+// config file, either an option or refused as a flag only, never "unknown".
+func TestConfigKeysOfHelp(t *testing.T) {
+	a := &trainArgs{}
+	fs, _ := trainFlags(a)
+	n := 0
+	fs.VisitAll(func(f *flag.Flag) {
+		err := a.opts.DecodeYAML("c.yaml", []byte(f.Name+": 1\n"))
+		if err != nil && strings.Contains(err.Error(), "unknown option") {
+			t.Errorf("--%s: %v", f.Name, err)
+		}
+		if !slices.Contains(a.opts.Names(), f.Name) {
+			n++
+			if err == nil || !strings.Contains(err.Error(), "--"+f.Name+" is a flag only") && !strings.Contains(err.Error(), "--"+f.Name+" itself is a flag only") {
+				t.Errorf("--%s in the file: %v, want it named a flag only", f.Name, err)
+			}
+		}
+	})
+	if n == 0 {
+		t.Fatal("train has no flag-only flags: --target, --data and --config are")
+	}
+	if err := a.opts.DecodeYAML("c.yaml", []byte("nonsense: 1\n")); err == nil || !strings.Contains(err.Error(), "but for the flags only: --config, --data, --target") {
+		t.Fatalf("unknown key: %v", err)
 	}
 }
