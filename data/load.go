@@ -26,42 +26,62 @@ type Target struct {
 	Tokenizer *tokenizer.Tokenizer
 	Template  *chat.Template
 	Vocab     int
+	// Context is the longest sequence the target attends over
+	// (max_position_embeddings; 0: no limit).
+	Context int
 }
 
-// Load reads training samples from arg for target t under opts: a
-// directory written by Prep (opened with OpenFor, then Options.Fit applied
-// to each sample), or JSONL conversations (a file, or every *.jsonl,
-// *.jsonl.gz and *.jsonl.zst in a directory) read as Prep reads them. Every
-// id is checked against t before training: a tokenizer larger than the
-// vocabulary, data prepared with another tokenizer, a corrupt shard or an
-// id outside the vocabulary is an error that names it.
-func Load(ctx context.Context, arg string, opts Options, t Target, workers int) ([]Sample, Summary, error) {
+// Load reads training samples from args, in order, for target t under opts:
+// each a directory written by Prep (opened with OpenFor, then Options.Fit
+// applied to each sample), or JSONL conversations (a file, or every *.jsonl,
+// *.jsonl.gz and *.jsonl.zst in a directory), all of them read as Prep reads
+// them, as one input. Every id is checked against t before training: a
+// tokenizer larger than the vocabulary, data prepared with another tokenizer, a
+// corrupt shard or an id outside the vocabulary is an error that names it. A
+// sample longer than t's context is cut or dropped as one longer than
+// opts.MaxLen is (Options.Context).
+func Load(ctx context.Context, args []string, opts Options, t Target, workers int) ([]Sample, Summary, error) {
 	if err := CheckVocab(t.Tokenizer, t.Vocab); err != nil {
 		return nil, Summary{}, err
 	}
-	files, prepared, err := InputFiles(arg)
-	if err != nil {
-		return nil, Summary{}, err
+	if len(args) == 0 {
+		return nil, Summary{}, fmt.Errorf("no input")
 	}
-	if prepared {
+	opts.Context = t.Context
+	var out []Sample
+	var sum Summary
+	var files []string
+	for _, arg := range args {
+		fs, prepared, err := InputFiles(arg)
+		if err != nil {
+			return nil, Summary{}, err
+		}
+		if !prepared {
+			files = append(files, fs...)
+			continue
+		}
 		d, err := OpenFor(arg, t.Tokenizer, t.Vocab)
 		if err != nil {
 			return nil, Summary{}, err
 		}
-		defer d.Close()
-		samples, sum := ReadPrepared(d, opts)
-		return samples, sum, nil
+		samples, s := ReadPrepared(d, opts)
+		d.Close()
+		out = append(out, samples...)
+		sum.add(s)
+	}
+	if len(files) == 0 {
+		return out, sum, nil
 	}
 	p, err := newPipeline(opts, "", t.Tokenizer, t.Template)
 	if err != nil {
 		return nil, Summary{}, err
 	}
-	p.files, p.workers = files, workers
-	var out []Sample
-	sum, err := p.run(ctx, func(ids []int32, mask []uint8) error {
+	p.files, p.workers, p.skipFlag = files, workers, "--data.skip-bad-lines"
+	s, err := p.run(ctx, func(ids []int32, mask []uint8) error {
 		out = append(out, Sample{IDs: ids, Mask: mask})
 		return nil
 	})
+	sum.add(s)
 	return out, sum, err
 }
 

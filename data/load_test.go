@@ -50,22 +50,42 @@ func TestSameSamplesBothPaths(t *testing.T) {
 		prepared = append(prepared, Sample{ids, mask})
 	}
 	defer d.Close()
-	raw, rsum, err := Load(context.Background(), inputs[0], opts, target(t), 2)
+	raw, rsum, err := Load(context.Background(), inputs[:1], opts, target(t), 2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	raw2, _, err := Load(context.Background(), inputs[1], opts, target(t), 1)
+	raw2, _, err := Load(context.Background(), inputs[1:2], opts, target(t), 1)
 	if err != nil {
 		t.Fatal(err)
 	}
 	raw = append(raw, raw2...)
-	viaDir, _, err := Load(context.Background(), out, opts, target(t), 0)
+	viaDir, _, err := Load(context.Background(), []string{out}, opts, target(t), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := keys(prepared)
 	if len(raw) != sum.Kept || fmt.Sprint(keys(raw)) != fmt.Sprint(want) || fmt.Sprint(keys(viaDir)) != fmt.Sprint(want) {
 		t.Fatalf("prep kept %d samples, raw JSONL %d, prepared dir %d; the sets differ", sum.Kept, len(raw), len(viaDir))
+	}
+	// Several inputs are one input: both files at once, and the prepared
+	// directory beside the files again (every sample twice).
+	both, bsum, err := Load(context.Background(), inputs[:2], opts, target(t), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(keys(both)) != fmt.Sprint(want) || bsum.Kept != sum.Kept || bsum.Files != 2 {
+		t.Fatalf("Load of both files: %d samples (summary %+v), want prep's %d", len(both), bsum, sum.Kept)
+	}
+	mixed, msum, err := Load(context.Background(), []string{out, inputs[0], inputs[1]}, opts, target(t), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	twice := keys(prepared)
+	for k := range twice {
+		twice[k] *= 2
+	}
+	if fmt.Sprint(keys(mixed)) != fmt.Sprint(twice) || msum.Kept != 2*sum.Kept {
+		t.Fatalf("Load of the prepared directory and the files: %d samples (summary kept %d), want %d", len(mixed), msum.Kept, 2*sum.Kept)
 	}
 	if rsum.Kept == 0 || rsum.Lines == 0 {
 		t.Fatalf("raw summary %+v", rsum)
@@ -89,7 +109,7 @@ func TestEmptyInput(t *testing.T) {
 	if _, err := os.Stat(out); err == nil {
 		t.Fatal("an empty run wrote its output")
 	}
-	_, _, err = Load(context.Background(), blank, DefaultOptions(), target(t), 1)
+	_, _, err = Load(context.Background(), []string{blank}, DefaultOptions(), target(t), 1)
 	if err == nil || !strings.Contains(err.Error(), "no usable conversation") {
 		t.Fatalf("Load: got %v", err)
 	}

@@ -14,8 +14,8 @@ import (
 //  1. a line that is not a valid conversation is bad (jsonl.LineError);
 //  2. a conversation the template cannot render (or whose rendered text
 //     holds more or fewer assistant turns than it has) is bad too;
-//  3. a sample longer than MaxLen is truncated to MaxLen, or dropped with
-//     DropLong;
+//  3. a sample longer than MaxLen, or than the target's Context, is truncated
+//     to the shorter of the two, or dropped with DropLong;
 //  4. a sample with fewer than 2 x BlockSize supervised tokens is dropped
 //     (it cannot hold one DFlash block after an anchor).
 //
@@ -31,7 +31,17 @@ type Options struct {
 	// BlockSize is the DFlash block size; it is the drafter's, so it has no
 	// key of its own here.
 	BlockSize int `yaml:"-"`
+	// Context is the target's context (max_position_embeddings; 0: no
+	// limit), which no sample may pass whatever MaxLen says (FitsContext);
+	// Load sets it from the target.
+	Context int `yaml:"-"`
 }
+
+// FitsContext reports whether a sequence of n tokens fits a target whose
+// context is limit tokens (max_position_embeddings; 0 or less: no limit): the
+// one rule by which training cuts or drops samples (Options.Fit) and spec
+// refuses prompts.
+func FitsContext(n, limit int) bool { return limit <= 0 || n <= limit }
 
 // DefaultOptions returns the defaults of `data prep` and `train`.
 func DefaultOptions() Options {
@@ -55,14 +65,18 @@ func (o Options) Validate() (jsonl.Format, error) {
 }
 
 // Fit applies rules 3 and 4 to an encoded sample: it returns the sample
-// (truncated when longer than MaxLen without DropLong) and its supervised
+// (truncated when longer than MaxLen or Context without DropLong) and its supervised
 // token count, or the reason it is dropped (DropTooLong, DropFewTokens).
 func (o Options) Fit(ids []int32, mask []uint8) (fitIDs []int32, fitMask []uint8, supervised int, truncated bool, drop string) {
-	if o.MaxLen > 0 && len(ids) > o.MaxLen {
+	limit := o.MaxLen
+	if o.Context > 0 && (limit == 0 || o.Context < limit) {
+		limit = o.Context
+	}
+	if !FitsContext(len(ids), limit) {
 		if o.DropLong {
 			return nil, nil, 0, false, DropTooLong
 		}
-		ids, mask, truncated = ids[:o.MaxLen], mask[:o.MaxLen], true
+		ids, mask, truncated = ids[:limit], mask[:limit], true
 	}
 	for _, m := range mask {
 		supervised += int(m)

@@ -27,6 +27,10 @@ type pipeline struct {
 	files    []string
 	workers  int            // 0: GOMAXPROCS
 	progress func(Progress) // optional, about every 100 ms
+	// skipFlag is the flag that sets SkipBadLines in the command that runs
+	// the pipeline (data prep's --skip-bad-lines, train's
+	// --data.skip-bad-lines), named by the error of a bad line.
+	skipFlag string
 }
 
 type job struct {
@@ -186,7 +190,7 @@ func (p *pipeline) count(sum *Summary, r result, keep func([]int32, []uint8) err
 	switch {
 	case r.bad != nil:
 		if !p.opts.SkipBadLines {
-			return fmt.Errorf("%w (use --skip-bad-lines to skip bad lines)", r.bad)
+			return fmt.Errorf("%w (use %s to skip bad lines)", r.bad, p.skipFlag)
 		}
 		sum.BadLines[r.bad.Reason]++
 		if sum.BadFiles[r.bad.File] == nil {

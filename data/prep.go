@@ -13,7 +13,7 @@ import (
 
 // Reasons a parsed conversation is dropped; they key Summary.Dropped.
 const (
-	DropTooLong      = "longer than max-len"
+	DropTooLong      = "longer than max-len or the target's context"
 	DropFewTokens    = "fewer than 2 x block-size supervised tokens"
 	ReasonTemplate   = "chat template failed"
 	defaultBatchSize = 64
@@ -65,6 +65,41 @@ type Summary struct {
 	Seconds  float64 `json:"seconds"`
 }
 
+// add counts the inputs of s in sum too (Load's several inputs).
+func (sum *Summary) add(s Summary) {
+	sum.Files += s.Files
+	sum.Lines += s.Lines
+	sum.Blank += s.Blank
+	sum.Kept += s.Kept
+	sum.Truncated += s.Truncated
+	sum.Tokens += s.Tokens
+	sum.Supervised += s.Supervised
+	sum.MaxLen = max(sum.MaxLen, s.MaxLen)
+	sum.Crossing += s.Crossing
+	sum.Shards += s.Shards
+	sum.Seconds += s.Seconds
+	addCounts(&sum.BadLines, s.BadLines)
+	addCounts(&sum.Dropped, s.Dropped)
+	for f, m := range s.BadFiles {
+		if sum.BadFiles == nil {
+			sum.BadFiles = map[string]map[string]int{}
+		}
+		c := sum.BadFiles[f]
+		addCounts(&c, m)
+		sum.BadFiles[f] = c
+	}
+}
+
+// addCounts adds the counts of src to *dst, making it when needed.
+func addCounts(dst *map[string]int, src map[string]int) {
+	for k, v := range src {
+		if *dst == nil {
+			*dst = map[string]int{}
+		}
+		(*dst)[k] += v
+	}
+}
+
 // Info is what Prep records in meta.json's "info".
 type Info struct {
 	Tokenizer      string  `json:"tokenizer_dir"`
@@ -88,7 +123,7 @@ func Prep(ctx context.Context, cfg PrepConfig) (Summary, error) {
 	if err != nil {
 		return Summary{}, err
 	}
-	p.files, p.workers, p.progress = cfg.Files, cfg.Workers, cfg.Progress
+	p.files, p.workers, p.progress, p.skipFlag = cfg.Files, cfg.Workers, cfg.Progress, "--skip-bad-lines"
 	w, err := shard.Create(cfg.Out, cfg.ShardTokens, cfg.Force)
 	if err != nil {
 		return Summary{}, err

@@ -241,8 +241,10 @@ func (op *option) describe() string {
 		return "a comma-separated list of " + op.typeName() + ", each " + op.rng.String()
 	case op.rng != nil && op.typeName() == "float":
 		return "a finite float " + op.rng.String()
+	case op.rng != nil && op.typeName() == "int":
+		return "an int " + op.rng.String()
 	case op.rng != nil:
-		return "an " + op.typeName() + " " + op.rng.String()
+		return "a " + op.typeName() + " " + op.rng.String()
 	}
 	return "a " + op.typeName()
 }

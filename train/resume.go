@@ -48,6 +48,16 @@ func resume(l *Loaded, st *TrainerState, cfg Config, h Hooks, opt *AdamW, rng *R
 	return nil
 }
 
+// withSkipped adds to err, which refused the checkpoint that resume chose, the newer
+// checkpoints it passed over as invalid (Loaded.Skipped), each with why, so that a
+// refusal does not hide them.
+func withSkipped(err error, skipped []string) error {
+	if len(skipped) == 0 {
+		return err
+	}
+	return fmt.Errorf("%w\nnewer checkpoints, skipped as invalid:\n  %s", err, strings.Join(skipped, "\n  "))
+}
+
 // identityDiff lists, one per line, the entries in which a checkpoint's identity and
 // the current run's differ ("" when they agree).
 func identityDiff(ckpt, now map[string]string) string {

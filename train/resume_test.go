@@ -49,6 +49,21 @@ func TestResumeChecks(t *testing.T) {
 	if err != nil && strings.Contains(err.Error(), "tokenizer") {
 		t.Errorf("an equal entry is listed: %v", err)
 	}
+	// A newer checkpoint skipped as corrupt is named beside the refusal of the older.
+	newer := testConfig(t.TempDir(), 8)
+	newer.Seed, newer.StopAt, newer.SaveEvery, newer.KeepCheckpoints = seed, 4, 2, 0
+	mustRun(t, context.Background(), newer, withID(newTask(seed, 8), id))
+	bad := filepath.Join(newer.Out, CheckpointName(4), "model.safetensors")
+	if err := os.Truncate(bad, 10); err != nil {
+		t.Fatal(err)
+	}
+	newer.StopAt, newer.Resume = 0, true
+	_, err = run(context.Background(), newer, withID(newTask(seed, 8), other), &bytes.Buffer{})
+	for _, want := range []string{"checkpoint-2 belongs to another run", "newer checkpoints, skipped as invalid:", CheckpointName(4)} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Fatalf("err %v lacks %q", err, want)
+		}
+	}
 	_, err = run(context.Background(), cfg, newTask(seed, 8).hooks(), &bytes.Buffer{})
 	if err != nil {
 		t.Fatalf("a run without identity resumes anything: %v", err)

@@ -249,7 +249,7 @@ func (r *runner) start() error {
 		return err
 	}
 	if err := resume(l, &r.st, cfg, r.h, r.opt, r.rng); err != nil {
-		return err
+		return withSkipped(err, l.Skipped)
 	}
 	if err := r.dev.Push(r.h.Params, r.opt); err != nil {
 		return fmt.Errorf("%s: %w", l.Dir, err)

@@ -3,10 +3,12 @@ package train
 import (
 	"bytes"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
 	"reflect"
+	"slices"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -72,7 +74,11 @@ func (o *Options) decodeMapping(file string, m *yaml.Node, prefix string, seen m
 		seen[key] = k.Line
 		if o.groups[key] {
 			if v.Kind != yaml.MappingNode {
-				fail("is a group of options: give a mapping of its option names to values")
+				if o.fs != nil && o.fs.Lookup(key) != nil {
+					fail("is a group of options (give a mapping of its option names to values); --%s itself is a flag only (give it on the command line)", key)
+				} else {
+					fail("is a group of options: give a mapping of its option names to values")
+				}
 				continue
 			}
 			o.decodeMapping(file, v, key+".", seen, errs)
@@ -97,6 +103,20 @@ func (o *Options) decodeMapping(file string, m *yaml.Node, prefix string, seen m
 func (o *Options) unknown(key string) string {
 	if op, ok := o.byName[strings.ReplaceAll(key, "_", "-")]; ok {
 		return fmt.Sprintf("unknown option (did you mean %s? keys are spelled as the flags are)", op.name)
+	}
+	var only []string // flags of the command that are not options
+	if o.fs != nil {
+		o.fs.VisitAll(func(f *flag.Flag) {
+			if _, ok := o.byName[f.Name]; !ok {
+				only = append(only, "--"+f.Name)
+			}
+		})
+	}
+	if slices.Contains(only, "--"+key) {
+		return fmt.Sprintf("not an option of the file: --%s is a flag only (give it on the command line)", key)
+	}
+	if len(only) > 0 {
+		return "unknown option (keys are the flag names that --help lists, but for the flags only: " + strings.Join(only, ", ") + ")"
 	}
 	return "unknown option (keys are the flag names that --help lists)"
 }

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -13,6 +12,7 @@ import (
 	"dflash/internal/meminfo"
 	"dflash/model/dflash/stepbench"
 	"dflash/tensor"
+	"dflash/train"
 )
 
 func init() {
@@ -24,45 +24,56 @@ func init() {
 	}})
 }
 
+// attentionFlags are the flags of `dflash bench attention`, bound with
+// train.BindOptions (every number checked against its range when the flags are
+// parsed, and shown by --help), then copied into flexbench.Options.
+type attentionFlags struct {
+	Device        string `yaml:"device" choice:"cpu,cuda" help:"device: cpu or cuda (GPU 0)"`
+	Mask          string `yaml:"mask" choice:"causal,dflash,document,window" help:"mask"`
+	JSON          bool   `yaml:"json" help:"print one JSON object instead of a table"`
+	Batch         int    `yaml:"batch" range:">=1" help:"batch size"`
+	Heads         int    `yaml:"heads" range:">=1" help:"query heads"`
+	KVHeads       int    `yaml:"kv-heads" range:">=1" help:"key/value heads (divides --heads)"`
+	HeadDim       int    `yaml:"head-dim" range:">=1" help:"head dimension (cuda: 64, 128 or 256)"`
+	Anchors       int    `yaml:"anchors" range:">=1" help:"dflash: draft blocks (anchors) per sequence, distinct, the same in every sequence"`
+	BlockSize     int    `yaml:"block-size" range:">=1" help:"dflash: draft block size"`
+	Context       int    `yaml:"context" range:">=1" help:"dflash: context length"`
+	Seq           int    `yaml:"seq" range:">=1" help:"causal, document, window: sequence length (queries = keys)"`
+	Window        int    `yaml:"window" range:">=1" help:"window: sliding window size"`
+	DocLen        int    `yaml:"doc-len" range:">=1" help:"document: document length (documents of equal length, packed)"`
+	Block         int    `yaml:"block" range:">=1" help:"block-mask q block (the kv block is 128)"`
+	Reps          int    `yaml:"reps" range:">=0" help:"timed forward passes, the median is reported (0: 3 on cpu, 30 on cuda)"`
+	RepsFB        int    `yaml:"reps-fb" range:">=0" help:"timed forward+backward passes (0: 3 on cpu, 20 on cuda)"`
+	Warmup        int    `yaml:"warmup" range:">=-1" help:"untimed passes before each timing (-1: 1 on cpu, 5 on cuda)"`
+	Seed          uint64 `yaml:"seed" range:">=0" help:"random seed for inputs and anchors"`
+	ForwardOnly   bool   `yaml:"forward-only" help:"time the forward pass only"`
+	Dense         bool   `yaml:"dense" help:"cpu: also time the dense masked reference (slow at full sizes)"`
+	FullSizeMask  bool   `yaml:"full-size-mask" help:"cpu, dflash: also report the block mask at 512 anchors x 16, context 3072"`
+	BuildReps     int    `yaml:"build-reps" range:">=1" help:"cuda: timed GPU block-mask builds"`
+	CompileOnly   bool   `yaml:"compile-only" help:"cuda: only compile or load the kernels and report the time (cold or warm from disk)"`
+	CPUBlockMask  bool   `yaml:"cpu-block-mask" help:"cuda: attend with the CPU-built block mask instead of the GPU-built one"`
+	Deterministic bool   `yaml:"deterministic" help:"cuda: time the deterministic backward (no atomics: bit-identical dQ, dK, dV)"`
+	Save          string `yaml:"save" help:"cuda: after timing, write one call's inputs and outputs to this safetensors file (bench/flex_peer.py --check compares them with PyTorch)"`
+}
+
 // benchAttention runs `dflash bench attention`: one flag set for both
 // devices, parsed into flexbench.Options.
 func benchAttention(args []string) error {
 	fs := newFlagSet("bench attention", "bench attention --device cpu|cuda --mask causal|dflash|document|window [--json] [flags]")
+	f := attentionFlags{Device: "cpu", Mask: "dflash", Batch: 1, Heads: 4, KVHeads: 1, HeadDim: 128, Anchors: 128, BlockSize: 16,
+		Context: 768, Seq: 2048, Window: 256, DocLen: 256, Block: flex.DefaultBlock, Warmup: -1, Seed: 1, Dense: true,
+		FullSizeMask: true, BuildReps: 50}
 	var o flexbench.Options
-	fs.StringVar(&o.Device, "device", "cpu", "device: cpu or cuda (GPU 0)")
-	fs.StringVar(&o.Mask, "mask", "dflash", "mask: causal, dflash, document or window")
-	asJSON := fs.Bool("json", false, "print one JSON object instead of a table")
 	fs.Var(&o.DType, "dtype", "element type: f32 or f64 on cpu (default f32), bf16 or f16 on cuda (default bf16)")
-	fs.IntVar(&o.Batch, "batch", 1, "batch size")
-	fs.IntVar(&o.Heads, "heads", 4, "query heads")
-	fs.IntVar(&o.KVHeads, "kv-heads", 1, "key/value heads (divides --heads)")
-	fs.IntVar(&o.HeadDim, "head-dim", 128, "head dimension (cuda: 64, 128 or 256)")
-	fs.IntVar(&o.Anchors, "anchors", 128, "dflash: draft blocks (anchors) per sequence, distinct, the same in every sequence")
-	fs.IntVar(&o.BlockSize, "block-size", 16, "dflash: draft block size")
-	fs.IntVar(&o.Context, "context", 768, "dflash: context length")
-	fs.IntVar(&o.Seq, "seq", 2048, "causal, document, window: sequence length (queries = keys)")
-	fs.IntVar(&o.Window, "window", 256, "window: sliding window size")
-	fs.IntVar(&o.DocLen, "doc-len", 256, "document: document length (documents of equal length, packed)")
-	fs.IntVar(&o.Block, "block", flex.DefaultBlock, "block-mask q block (the kv block is 128)")
-	fs.IntVar(&o.Reps, "reps", 0, "timed forward passes, the median is reported (0: 3 on cpu, 30 on cuda)")
-	fs.IntVar(&o.RepsFB, "reps-fb", 0, "timed forward+backward passes (0: 3 on cpu, 20 on cuda)")
-	fs.IntVar(&o.Warmup, "warmup", -1, "untimed passes before each timing (-1: 1 on cpu, 5 on cuda)")
-	fs.Uint64Var(&o.Seed, "seed", 1, "random seed for inputs and anchors")
-	fs.BoolVar(&o.ForwardOnly, "forward-only", false, "time the forward pass only")
-	fs.BoolVar(&o.Dense, "dense", true, "cpu: also time the dense masked reference (slow at full sizes)")
-	fs.BoolVar(&o.FullSizeMask, "full-size-mask", true, "cpu, dflash: also report the block mask at 512 anchors x 16, context 3072")
-	fs.IntVar(&o.BuildReps, "build-reps", 50, "cuda: timed GPU block-mask builds")
 	cacheDir := fs.String("cache-dir", "", "cuda: "+cacheDirUsage)
-	fs.BoolVar(&o.CompileOnly, "compile-only", false, "cuda: only compile or load the kernels and report the time (cold or warm from disk)")
-	fs.BoolVar(&o.CPUBlockMask, "cpu-block-mask", false, "cuda: attend with the CPU-built block mask instead of the GPU-built one")
-	fs.BoolVar(&o.Deterministic, "deterministic", false, "cuda: time the deterministic backward (no atomics: bit-identical dQ, dK, dV)")
-	fs.StringVar(&o.Save, "save", "", "cuda: after timing, write one call's inputs and outputs to this safetensors `file` (bench/flex_peer.py --check compares them with PyTorch)")
-	if err := parseFlags(fs, args); err != nil {
+	if err := parseOptions(fs, train.BindOptions(fs, &f), args); err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
-	}
+	o.Device, o.Mask, o.Batch, o.Heads, o.KVHeads, o.HeadDim = f.Device, f.Mask, f.Batch, f.Heads, f.KVHeads, f.HeadDim
+	o.Anchors, o.BlockSize, o.Context, o.Seq, o.Window, o.DocLen, o.Block = f.Anchors, f.BlockSize, f.Context, f.Seq, f.Window, f.DocLen, f.Block
+	o.Reps, o.RepsFB, o.Warmup, o.Seed, o.BuildReps = f.Reps, f.RepsFB, f.Warmup, f.Seed, f.BuildReps
+	o.ForwardOnly, o.Dense, o.FullSizeMask, o.CompileOnly = f.ForwardOnly, f.Dense, f.FullSizeMask, f.CompileOnly
+	o.CPUBlockMask, o.Deterministic, o.Save = f.CPUBlockMask, f.Deterministic, f.Save
 	if o.Device == "cuda" {
 		dir, _, err := kernelCacheDir(*cacheDir)
 		if err != nil {
@@ -74,7 +85,7 @@ func benchAttention(args []string) error {
 	if err != nil {
 		return err
 	}
-	if *asJSON {
+	if f.JSON {
 		return writeJSON(os.Stdout, rep)
 	}
 	printAttnReport(rep, o.CompileOnly)
@@ -159,43 +170,41 @@ func printPasses(rep *flexbench.Report) {
 	}
 }
 
+// stepFlags are the flags of `dflash bench step`, bound with train.BindOptions
+// (every number checked against its range when the flags are parsed, and shown
+// by --help), then copied into stepbench.Options.
+type stepFlags struct {
+	Device        string  `yaml:"device" choice:"cpu,cuda" help:"device: cpu or cuda (GPU 0)"`
+	TargetName    string  `yaml:"target-config" help:"target shape, random weights: a name of the usage line"`
+	JSON          bool    `yaml:"json" help:"print one JSON object instead of a table"`
+	SeqLen        int     `yaml:"seq-len" range:">=2" help:"tokens per sequence (the last 7/8 are the assistant's)"`
+	Batch         int     `yaml:"batch" range:">=1" help:"sequences per step"`
+	Anchors       int     `yaml:"anchors" range:">=1" help:"draft blocks (anchors) per sequence"`
+	BlockSize     int     `yaml:"block-size" range:">=2" help:"draft block size"`
+	DrafterLayers int     `yaml:"drafter-layers" range:">=1" help:"drafter decoder layers"`
+	Taps          []int   `yaml:"taps" range:">=0" help:"0-based target layers to tap (default: one per drafter layer, spread from 1 to L-3)"`
+	Steps         int     `yaml:"steps" range:">=1" help:"timed steps (their means are reported)"`
+	Warmup        int     `yaml:"warmup" range:">=0" help:"untimed steps first"`
+	Seed          uint64  `yaml:"seed" range:">=0" help:"random seed for weights, tokens and anchors"`
+	PeakTFLOPS    float64 `yaml:"peak-tflops" range:">=0" help:"peak TFLOP/s for the MFU (0: the device's, see docs/PERF.md)"`
+	LossChunk     int     `yaml:"loss-chunk" range:">=0" help:"block slots whose logits exist at once in the cross-entropy (0: the backend's default, 4M logits on the CPU and 512M on CUDA)"`
+	DryRun        bool    `yaml:"dry-run" help:"allocate and time nothing: print the FLOP count and the memory estimate of the shape"`
+	DrafterOnly   bool    `yaml:"drafter-only" help:"time the drafter alone: its hidden states are given (random, kept on the device), the target does not run"`
+	Profile       bool    `yaml:"profile" help:"cuda: one more step with every op timed on the GPU (events around each op): a table of ops by phase, largest first"`
+}
+
 // benchStep runs `dflash bench step`: flags parsed into stepbench.Options.
 func benchStep(args []string) error {
-	fs := newFlagSet("bench step", "bench step --device cpu|cuda --target-config NAME [--json] [flags]")
-	var o stepbench.Options
-	fs.StringVar(&o.Device, "device", "cpu", "device: cpu or cuda (GPU 0)")
-	fs.StringVar(&o.TargetName, "target-config", "qwen3-0.6b", "target shape, random weights: "+strings.Join(stepbench.TargetNames(), ", "))
-	asJSON := fs.Bool("json", false, "print one JSON object instead of a table")
-	fs.IntVar(&o.SeqLen, "seq-len", 512, "tokens per sequence (the last 7/8 are the assistant's)")
-	fs.IntVar(&o.Batch, "batch", 1, "sequences per step")
-	fs.IntVar(&o.Anchors, "anchors", 64, "draft blocks (anchors) per sequence")
-	fs.IntVar(&o.BlockSize, "block-size", 16, "draft block size")
-	fs.IntVar(&o.DrafterLayers, "drafter-layers", 1, "drafter decoder layers")
-	fs.Func("taps", "comma-separated 0-based target layers to tap (default: one per drafter layer, spread from 1 to L-3)", func(v string) error {
-		for _, f := range strings.Split(v, ",") {
-			t, err := strconv.Atoi(strings.TrimSpace(f))
-			if err != nil {
-				return fmt.Errorf("%q is not a comma-separated list of layer numbers", v)
-			}
-			o.Taps = append(o.Taps, t)
-		}
-		return nil
-	})
-	fs.IntVar(&o.Steps, "steps", 3, "timed steps (their means are reported)")
-	fs.IntVar(&o.Warmup, "warmup", 1, "untimed steps first")
-	fs.Uint64Var(&o.Seed, "seed", 1, "random seed for weights, tokens and anchors")
-	fs.Float64Var(&o.PeakTFLOPS, "peak-tflops", 0, "peak TFLOP/s for the MFU (0: the device's, see docs/PERF.md)")
-	fs.IntVar(&o.LossChunk, "loss-chunk", 0, "block slots whose logits exist at once in the cross-entropy (0: the backend's default, 4M logits on the CPU and 512M on CUDA)")
-	fs.BoolVar(&o.DryRun, "dry-run", false, "allocate and time nothing: print the FLOP count and the memory estimate of the shape")
-	fs.BoolVar(&o.DrafterOnly, "drafter-only", false, "time the drafter alone: its hidden states are given (random, kept on the device), the target does not run")
-	fs.BoolVar(&o.Profile, "profile", false, "cuda: one more step with every op timed on the GPU (events around each op): a table of ops by phase, largest first")
+	fs := newFlagSet("bench step", "bench step --device cpu|cuda --target-config "+strings.Join(stepbench.TargetNames(), "|")+" [--json] [flags]")
+	f := stepFlags{Device: "cpu", TargetName: "qwen3-0.6b", SeqLen: 512, Batch: 1, Anchors: 64, BlockSize: 16, DrafterLayers: 1,
+		Steps: 3, Warmup: 1, Seed: 1}
 	cacheDir := fs.String("cache-dir", "", "cuda: "+cacheDirUsage)
-	if err := fs.Parse(args); err != nil {
+	if err := parseOptions(fs, train.BindOptions(fs, &f), args); err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
-	}
+	o := stepbench.Options{Device: f.Device, TargetName: f.TargetName, SeqLen: f.SeqLen, Batch: f.Batch, Anchors: f.Anchors,
+		BlockSize: f.BlockSize, DrafterLayers: f.DrafterLayers, Taps: f.Taps, Steps: f.Steps, Warmup: f.Warmup, Seed: f.Seed,
+		PeakTFLOPS: f.PeakTFLOPS, LossChunk: f.LossChunk, DryRun: f.DryRun, DrafterOnly: f.DrafterOnly, Profile: f.Profile}
 	if o.Profile && o.Device != "cuda" {
 		return fmt.Errorf("--profile times ops on the GPU: it needs --device cuda")
 	}
@@ -219,7 +228,7 @@ func benchStep(args []string) error {
 	if err != nil {
 		return err
 	}
-	if *asJSON {
+	if f.JSON {
 		return writeJSON(os.Stdout, rep)
 	}
 	printStepReport(rep)

@@ -17,7 +17,7 @@ func TestBenchStepErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"--target-config", "qwen2-7b"}, `--target-config "qwen2-7b": unknown`},
-		{[]string{"--taps", "1,x"}, `"1,x" is not a comma-separated list of layer numbers`},
+		{[]string{"--taps", "1,x"}, `"x" is not an integer: must be a comma-separated list of ints, each >= 0`},
 		{[]string{"--taps", "3,30"}, "--taps [3 30]: layer 30 is outside the target's 28 layers"},
 		{[]string{"extra"}, `unexpected argument "extra"`},
 		{[]string{"--profile"}, "--profile times ops on the GPU: it needs --device cuda"},

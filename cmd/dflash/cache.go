@@ -49,8 +49,7 @@ func cacheFlags(name string, args []string) (dir string, asJSON bool, err error)
 		return "", false, err
 	}
 	if fs.NArg() > 0 {
-		fs.Usage()
-		return "", false, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+		return "", false, usageError(fmt.Errorf("unexpected argument %q", fs.Arg(0)))
 	}
 	dir, _, err = kernelCacheDir(*flagDir)
 	if err == nil && dir == "" {

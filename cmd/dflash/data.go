@@ -33,12 +33,6 @@ func init() {
 		run: func(args []string) error { return subcommands("data", subs, args) }})
 }
 
-// dataFileList is a repeatable string flag.
-type dataFileList []string
-
-func (l *dataFileList) String() string     { return strings.Join(*l, ",") }
-func (l *dataFileList) Set(s string) error { *l = append(*l, s); return nil }
-
 // prepOptions are the flags of `dflash data prep`, bound with train.BindOptions:
 // every number is checked against its range when the flags are parsed, and --help
 // shows it. The sample rules are data.Options, as train's --data.* options.
@@ -56,11 +50,11 @@ type prepOptions struct {
 
 // parsePrep reads and checks the flags of `dflash data prep`; nothing is written.
 func parsePrep(args []string) (prepOptions, []string, error) {
-	fs := newFlagSet("data prep", "data prep --tokenizer DIR --data FILE [--data FILE...] --out DIR [flags]")
+	fs := newFlagSet("data prep", "data prep --tokenizer DIR --data FILE [FILE...] --out DIR [flags]")
 	def := data.DefaultOptions()
 	o := prepOptions{Options: def, Block: def.BlockSize}
-	var files dataFileList
-	fs.Var(&files, "data", "JSONL input, plain, gzip or zstd (repeat for several; extra arguments are inputs too)")
+	var files pathList
+	fs.Var(&files, "data", "JSONL `FILE`s, plain, gzip or zstd: several after one --data, or --data repeated (extra arguments are inputs too)")
 	var thinking *bool
 	fs.BoolFunc("thinking", "older spelling of --enable-thinking", func(s string) error {
 		v, err := strconv.ParseBool(s)
@@ -68,11 +62,7 @@ func parsePrep(args []string) (prepOptions, []string, error) {
 		return err
 	})
 	opts := train.BindOptions(fs, &o)
-	if err := parseFlags(fs, args); err != nil {
-		return o, nil, err
-	}
-	opts.Apply()
-	if err := opts.Validate(); err != nil {
+	if err := parseOptionArgs(fs, opts, args); err != nil {
 		return o, nil, err
 	}
 	files = append(files, fs.Args()...)
@@ -93,7 +83,7 @@ func parsePrep(args []string) (prepOptions, []string, error) {
 	}
 	o.Options.BlockSize = o.Block
 	if _, err := o.Options.Validate(); err != nil {
-		return o, nil, fmt.Errorf("--max-len %d, --block-size %d: %w", o.MaxLen, o.Block, err)
+		return o, nil, usageError(fmt.Errorf("--max-len %d, --block-size %d: %w", o.MaxLen, o.Block, err))
 	}
 	return o, files, nil
 }
@@ -207,28 +197,30 @@ func (b *dataBar) finish() {
 	}
 }
 
+// statsFlags are the flags of `dflash data stats`, bound with train.BindOptions.
+type statsFlags struct {
+	Edge    int  `yaml:"edge" range:">=1" help:"bucket granularity (the attention block)"`
+	Budget  int  `yaml:"budget" range:">=1" help:"padded tokens per batch"`
+	Buckets int  `yaml:"buckets" range:">=0" help:"at most this many bucket lengths, chosen to pad least (0: one per multiple of --edge)"`
+	Verify  bool `yaml:"verify" help:"recompute every shard's checksum"`
+	JSON    bool `yaml:"json" help:"print one JSON object"`
+}
+
 func dataStats(args []string) error {
 	fs := newFlagSet("data stats", "data stats [flags] DIR")
-	edge := fs.Int("edge", bucket.DefaultEdge, "bucket granularity (the attention block)")
-	budget := fs.Int("budget", 16384, "padded tokens per batch")
-	nBuckets := fs.Int("buckets", 0, "at most this many bucket lengths, chosen to pad least (0: one per multiple of --edge)")
-	verify := fs.Bool("verify", false, "recompute every shard's checksum")
-	asJSON := fs.Bool("json", false, "print one JSON object")
-	if err := parseFlags(fs, args); err != nil {
+	f := statsFlags{Edge: bucket.DefaultEdge, Budget: 16384}
+	if err := parseOptionArgs(fs, train.BindOptions(fs, &f), args); err != nil {
 		return err
 	}
 	if fs.NArg() != 1 {
-		return errors.New("want one prepared directory")
-	}
-	if *nBuckets < 0 {
-		return fmt.Errorf("--buckets %d: must be an int >= 0", *nBuckets)
+		return usageError(errors.New("want one prepared directory"))
 	}
 	d, err := data.Open(fs.Arg(0))
 	if err != nil {
 		return err
 	}
 	defer d.Close()
-	if *verify {
+	if f.Verify {
 		if err := d.Verify(); err != nil {
 			return err
 		}
@@ -254,44 +246,49 @@ func dataStats(args []string) error {
 		Verified   bool           `json:"verified"`
 	}
 	st := statsOut{Dir: fs.Arg(0), Samples: meta.Samples, Tokens: meta.Tokens, Supervised: meta.Supervised,
-		Shards: len(meta.Shards), Verified: *verify,
+		Shards: len(meta.Shards), Verified: f.Verify,
 		Lengths: map[string]int{"min": pct(0), "p50": pct(0.5), "p90": pct(0.9), "p99": pct(0.99), "max": pct(1)}}
 	if len(lengths) > 0 {
-		s, err := bucket.New(lengths, bucket.Config{Edge: *edge, TokenBudget: *budget, MaxBuckets: *nBuckets})
+		s, err := bucket.New(lengths, bucket.Config{Edge: f.Edge, TokenBudget: f.Budget, MaxBuckets: f.Buckets})
 		if err != nil {
 			return err
 		}
 		r := s.Report()
 		st.Buckets = &r
 	}
-	if *asJSON {
+	if f.JSON {
 		return json.NewEncoder(os.Stdout).Encode(st)
 	}
 	fmt.Printf("%s: %d samples in %d shard%s, %d tokens, %d supervised (%.1f%%)\n", st.Dir, st.Samples, st.Shards, plural(st.Shards),
 		st.Tokens, st.Supervised, 100*float64(st.Supervised)/float64(max(st.Tokens, 1)))
 	fmt.Printf("lengths: min %d, median %d, p90 %d, p99 %d, max %d\n", pct(0), pct(0.5), pct(0.9), pct(0.99), pct(1))
-	if *verify {
+	if f.Verify {
 		fmt.Println("checksums: ok")
 	}
 	if st.Buckets != nil {
-		fmt.Printf("\n%d buckets (edge %d, budget %d tokens per batch):\n", len(st.Buckets.Buckets), *edge, *budget)
+		fmt.Printf("\n%d buckets (edge %d, budget %d tokens per batch):\n", len(st.Buckets.Buckets), f.Edge, f.Budget)
 		st.Buckets.Print(os.Stdout)
 	}
 	return nil
 }
 
+// showFlags are the flags of `dflash data show`, bound with train.BindOptions.
+type showFlags struct {
+	Tokenizer string `yaml:"tokenizer" help:"model directory of the tokenizer the data was prepared with (required)"`
+	First     int    `yaml:"i" range:">=0" help:"first sample index"`
+	Count     int    `yaml:"n" range:">=1" help:"number of samples"`
+}
+
 func dataShow(args []string) error {
 	fs := newFlagSet("data show", "data show --tokenizer DIR [-i N] [-n COUNT] PREPARED_DIR")
-	tokDir := fs.String("tokenizer", "", "model directory of the tokenizer the data was prepared with (required)")
-	first := fs.Int("i", 0, "first sample index")
-	count := fs.Int("n", 1, "number of samples")
-	if err := parseFlags(fs, args); err != nil {
+	f := showFlags{Count: 1}
+	if err := parseOptionArgs(fs, train.BindOptions(fs, &f), args); err != nil {
 		return err
 	}
-	if fs.NArg() != 1 || *tokDir == "" {
-		return errors.New("want --tokenizer DIR and one prepared directory")
+	if fs.NArg() != 1 || f.Tokenizer == "" {
+		return usageError(errors.New("want --tokenizer DIR and one prepared directory"))
 	}
-	tok, err := tokenizer.LoadDir(*tokDir)
+	tok, err := tokenizer.LoadDir(f.Tokenizer)
 	if err != nil {
 		return err
 	}
@@ -300,10 +297,10 @@ func dataShow(args []string) error {
 		return err
 	}
 	defer d.Close()
-	if *first < 0 || *first >= d.Len() {
-		return fmt.Errorf("-i %d: %s holds samples 0 to %d", *first, fs.Arg(0), d.Len()-1)
+	if f.First < 0 || f.First >= d.Len() {
+		return fmt.Errorf("-i %d: %s holds samples 0 to %d", f.First, fs.Arg(0), d.Len()-1)
 	}
-	for i := *first; i < min(d.Len(), *first+*count); i++ {
+	for i := f.First; i < min(d.Len(), f.First+f.Count); i++ {
 		ids, mask := d.Sample(i)
 		fmt.Printf("=== sample %d: %d tokens; supervised text between ⟦ and ⟧\n", i, len(ids))
 		for k := 0; k < len(ids); {

@@ -48,10 +48,11 @@ func register(c *command) {
 	commands[c.name] = c
 }
 
-func usage() {
-	fmt.Fprintf(os.Stderr, "dflash trains speculative-decoding (DFlash) drafters.\n\nUsage:\n  dflash <command> [flags]\n\nCommands:\n")
-	listCommands(os.Stderr, commands)
-	fmt.Fprintf(os.Stderr, "\nRun 'dflash <command> --help' for a command's flags.\nLogs go to stderr; set DFLASH_LOG=debug|info|warn|error to choose the level.\n")
+// usage prints the commands to w: stdout when help was asked for, else stderr.
+func usage(w io.Writer) {
+	fmt.Fprintf(w, "dflash trains speculative-decoding (DFlash) drafters.\n\nUsage:\n  dflash <command> [flags]\n\nCommands:\n")
+	listCommands(w, commands)
+	fmt.Fprintf(w, "\nRun 'dflash <command> --help' for a command's flags.\nLogs go to stderr; set DFLASH_LOG=debug|info|warn|error to choose the level.\n")
 }
 
 // listCommands prints one line per command, name and summary, in name order.
@@ -83,7 +84,7 @@ func main() {
 // exit status: 0, 1 for an error, 2 for a usage error, 128+n after signal n.
 func runMain(args []string) int {
 	if len(args) < 1 {
-		usage()
+		usage(os.Stderr)
 		return 2
 	}
 	name := args[0]
@@ -95,13 +96,13 @@ func runMain(args []string) int {
 				return 0
 			}
 		}
-		usage()
+		usage(os.Stdout)
 		return 0
 	}
 	c, ok := commands[name]
 	if !ok {
 		fmt.Fprintf(os.Stderr, "dflash: unknown command %q\n\n", name)
-		usage()
+		usage(os.Stderr)
 		return 2
 	}
 	if err := c.run(args[1:]); err != nil {
@@ -234,43 +235,49 @@ func newFlagSet(name, synopsis string) *flag.FlagSet {
 	return fs
 }
 
-// parseFlags parses args into fs. Help asked for (-h, --help) is printed and
-// is flag.ErrHelp; a bad flag or value is an error (exit status 1, like every
-// bad input) that says what is wrong and where help is, printed once by
-// runMain, without the listing.
+// parseFlags parses args into fs, flags and arguments in any order (see
+// parseInterspersed); fs.Args are the arguments afterwards. Help asked for (-h,
+// --help) is printed to stdout and is flag.ErrHelp; a bad flag or value is a
+// usage error (exit status 2) that says what is wrong and where help is,
+// printed once by runMain, without the listing.
 func parseFlags(fs *flag.FlagSet, args []string) error {
 	var out bytes.Buffer
 	fs.SetOutput(&out)
-	err := fs.Parse(args)
+	positional, err := parseInterspersed(fs, args)
 	fs.SetOutput(nil) // later fs.Usage calls print to stderr
 	switch {
 	case errors.Is(err, flag.ErrHelp):
-		os.Stderr.Write(out.Bytes())
+		os.Stdout.Write(out.Bytes())
 		return err
 	case err != nil:
-		return fmt.Errorf("%v (see dflash %s --help)", err, fs.Name())
+		return usageError(fmt.Errorf("%v (see dflash %s --help)", err, fs.Name()))
 	}
-	return nil
+	// A parse of the terminator alone leaves the arguments in fs.Args.
+	return fs.Parse(append([]string{"--"}, positional...))
 }
+
+// usageError gives err the exit status of a usage error, 2.
+func usageError(err error) error { return &exitError{code: 2, err: err} }
 
 // subcommands dispatches args to one of subs, printing a listing when no
 // known subcommand is given.
 func subcommands(parent string, subs map[string]*command, args []string) error {
-	list := func() {
-		fmt.Fprintf(os.Stderr, "Usage: dflash %s <subcommand> [flags]\n\nSubcommands:\n", parent)
-		listCommands(os.Stderr, subs)
+	list := func(w io.Writer) {
+		fmt.Fprintf(w, "Usage: dflash %s <subcommand> [flags]\n\nSubcommands:\n", parent)
+		listCommands(w, subs)
 	}
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
-		list()
-		if len(args) == 0 {
-			return fmt.Errorf("missing subcommand")
-		}
+	if len(args) == 0 {
+		list(os.Stderr)
+		return usageError(fmt.Errorf("missing subcommand"))
+	}
+	if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		list(os.Stdout)
 		return flag.ErrHelp
 	}
 	s, ok := subs[args[0]]
 	if !ok {
-		list()
-		return fmt.Errorf("unknown subcommand %q", args[0])
+		list(os.Stderr)
+		return usageError(fmt.Errorf("unknown subcommand %q", args[0]))
 	}
 	if err := s.run(args[1:]); err != nil {
 		return &commandError{cmd: parent + " " + s.name, err: err}
@@ -279,17 +286,30 @@ func subcommands(parent string, subs map[string]*command, args []string) error {
 }
 
 // parseOptions parses args into fs, whose options o binds (train.BindOptions), and
-// checks every option against its range: an error names the flag as typed.
-// Arguments after the flags are an error.
+// checks every option against its range (parseOptionArgs). Arguments after the
+// flags are an error.
 func parseOptions(fs *flag.FlagSet, o *train.Options, args []string) error {
-	if err := parseFlags(fs, args); err != nil {
+	if err := parseOptionArgs(fs, o, args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
-		return fmt.Errorf("unexpected argument %q (every option is a --flag)", fs.Arg(0))
+		return usageError(fmt.Errorf("unexpected argument %q (every option is a --flag)", fs.Arg(0)))
+	}
+	return nil
+}
+
+// parseOptionArgs parses args into fs, whose options o binds, and checks every
+// option against its range: a value out of range is a usage error that names the
+// flag as typed, the value and the range. fs.Args are the other arguments.
+func parseOptionArgs(fs *flag.FlagSet, o *train.Options, args []string) error {
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
 	o.Apply()
-	return o.Validate()
+	if err := o.Validate(); err != nil {
+		return usageError(err)
+	}
+	return nil
 }
 
 // writeJSON prints v to w as one indented JSON object (the --json output of

@@ -85,7 +85,8 @@ func startUntil(t *testing.T, cmd *exec.Cmd, until func(line string) bool) ([]st
 	return lines, stderr
 }
 
-// TestBadOptionExit: a bad option exits 1 with a one-line message, no stack trace.
+// TestBadOptionExit: a bad option is a usage error: exit 2 with a one-line message,
+// no stack trace.
 func TestBadOptionExit(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "out")
 	cmd := dflashCommand(t, "train", "--target", "t", "--data", "d", "--out", out, "--data.batch-size", "0")
@@ -94,8 +95,8 @@ func TestBadOptionExit(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	if code := exitCode(t, cmd); code != 1 {
-		t.Fatalf("exit %d, want 1; stderr:\n%s", code, stderr.String())
+	if code := exitCode(t, cmd); code != 2 {
+		t.Fatalf("exit %d, want 2; stderr:\n%s", code, stderr.String())
 	}
 	if s := stderr.String(); s != "dflash train: --data.batch-size 0: must be an int >= 1\n" {
 		t.Fatalf("stderr %q", s)
@@ -206,13 +207,13 @@ func TestErrorMessages(t *testing.T) {
 	}{
 		{[]string{"data", "prep", "--tokenizer", targetDir, "--data", empty, "--out", filepath.Join(dir, "p1")}, 1,
 			"dflash data prep: no usable conversation in " + empty + ": 0 lines read (and 2 blank)\n"},
-		{[]string{"data", "prep", "--tokenizer", targetDir, "--data", empty, "--out", filepath.Join(dir, "p2"), "--max-len", "-1"}, 1,
+		{[]string{"data", "prep", "--tokenizer", targetDir, "--data", empty, "--out", filepath.Join(dir, "p2"), "--max-len", "-1"}, 2,
 			"dflash data prep: --max-len -1: must be an int >= 0\n"},
-		{[]string{"data", "prep", "--tokenizer", targetDir, "--data", empty, "--block", "4"}, 1,
+		{[]string{"data", "prep", "--tokenizer", targetDir, "--data", empty, "--block", "4"}, 2,
 			"dflash data prep: flag provided but not defined: -block (see dflash data prep --help)\n"},
 		{[]string{"train", "--target", targetDir, "--data", missing, "--out", filepath.Join(dir, "t1")}, 1,
 			"dflash train: stat " + missing + ": no such file or directory\n"},
-		{[]string{"cache", "ls", "--dir", dir}, 1,
+		{[]string{"cache", "ls", "--dir", dir}, 2,
 			"dflash cache ls: flag provided but not defined: -dir (see dflash cache ls --help)\n"},
 	} {
 		t.Run(strings.Join(c.args[:2], " "), func(t *testing.T) {

@@ -15,6 +15,7 @@ import (
 	"dflash/gpu"
 	"dflash/ncclcheck"
 	"dflash/rendezvous"
+	"dflash/train"
 )
 
 func init() {
@@ -59,28 +60,30 @@ against exact sums; bus bandwidth is NCCL's 2(n-1)/n * bytes / time.
 NVLink multicast is kept off (NCCL_NVLS_ENABLE=0 and friends); a run with it
 turned on is refused.`
 
+// ncclFlags are the flags of `dflash nccl check`, bound with train.BindOptions.
+type ncclFlags struct {
+	GPUs        int           `yaml:"gpus" range:">=0" help:"GPUs to use in single-process mode, from ordinal 0 (0: all)"`
+	Sizes       string        `yaml:"sizes" help:"all-reduce sizes in bytes: SIZE, FROM..TO[:FACTOR], comma-separated (K, M, G = KiB, MiB, GiB)"`
+	DType       string        `yaml:"dtype" help:"element types, comma-separated: bf16, f32"`
+	Iters       int           `yaml:"iters" range:">=0" help:"timed all-reduces per size (0: enough for about 1 GiB, 20..500)"`
+	Warmup      int           `yaml:"warmup" range:">=-1" help:"untimed all-reduces before timing (0: ncclcheck.DefaultWarmup, -1: none)"`
+	JSON        bool          `yaml:"json" help:"print one JSON object instead of a table"`
+	NoCache     bool          `yaml:"no-kernel-cache" help:"skip the kernel-cache check"`
+	Rank        int           `yaml:"rank" range:">=-1" help:"multi-process mode: this process's rank"`
+	NRanks      int           `yaml:"nranks" range:">=0" help:"multi-process mode: number of ranks (processes)"`
+	Coordinator string        `yaml:"coordinator" help:"multi-process mode: HOST:PORT where rank 0 listens"`
+	Token       string        `yaml:"token" help:"multi-process mode: job token, the same on every rank (default $DFLASH_JOB_TOKEN)"`
+	Device      int           `yaml:"device" range:">=-1" help:"multi-process mode: local GPU ordinal (-1: rank modulo the GPUs present)"`
+	RdvTimeout  time.Duration `yaml:"rendezvous-timeout" range:">0" help:"multi-process mode: how long ranks wait for each other"`
+	Deadline    time.Duration `yaml:"timeout" range:">0" help:"end the process with an error if the whole check takes longer (a hung collective)"`
+}
+
 func ncclCheck(args []string) error {
 	fs := newFlagSet("nccl check", ncclCheckSynopsis)
-	gpus := fs.Int("gpus", 0, "GPUs to use in single-process mode, from ordinal 0 (0: all)")
-	sizesArg := fs.String("sizes", "4K..1G", "all-reduce sizes in bytes: SIZE, FROM..TO[:FACTOR], comma-separated (K, M, G = KiB, MiB, GiB)")
-	dtypeArg := fs.String("dtype", "bf16,f32", "element types, comma-separated: bf16, f32")
-	iters := fs.Int("iters", 0, "timed all-reduces per size (0: enough for about 1 GiB, 20..500)")
-	warmup := fs.Int("warmup", 0, fmt.Sprintf("untimed all-reduces before timing (0: %d, -1: none)", ncclcheck.DefaultWarmup))
-	asJSON := fs.Bool("json", false, "print one JSON object instead of a table")
-	noCache := fs.Bool("no-kernel-cache", false, "skip the kernel-cache check")
-	rank := fs.Int("rank", -1, "multi-process mode: this process's rank")
-	nranks := fs.Int("nranks", 0, "multi-process mode: number of ranks (processes)")
-	coord := fs.String("coordinator", "", "multi-process mode: HOST:PORT where rank 0 listens")
-	token := fs.String("token", os.Getenv("DFLASH_JOB_TOKEN"), "multi-process mode: job token, the same on every rank (default $DFLASH_JOB_TOKEN)")
-	device := fs.Int("device", -1, "multi-process mode: local GPU ordinal (default: rank modulo the GPUs present)")
-	rdvTimeout := fs.Duration("rendezvous-timeout", 2*time.Minute, "multi-process mode: how long ranks wait for each other")
-	deadline := fs.Duration("timeout", 15*time.Minute, "end the process with an error if the whole check takes longer (a hung collective)")
-	if err := parseFlags(fs, args); err != nil {
+	f := ncclFlags{Sizes: "4K..1G", DType: "bf16,f32", Rank: -1, Token: os.Getenv("DFLASH_JOB_TOKEN"), Device: -1,
+		RdvTimeout: 2 * time.Minute, Deadline: 15 * time.Minute}
+	if err := parseOptions(fs, train.BindOptions(fs, &f), args); err != nil {
 		return err
-	}
-	if fs.NArg() > 0 {
-		fs.Usage()
-		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	// Before anything can load NCCL.
 	set, err := cuda.GuardMulticast()
@@ -90,24 +93,24 @@ func ncclCheck(args []string) error {
 	if err := cuda.CheckCEnv(); err != nil {
 		return err
 	}
-	sizes, err := ncclcheck.ParseSizes(*sizesArg)
+	sizes, err := ncclcheck.ParseSizes(f.Sizes)
 	if err != nil {
 		return fmt.Errorf("--sizes: %w", err)
 	}
-	dtypes, err := ncclcheck.ParseDTypes(*dtypeArg)
+	dtypes, err := ncclcheck.ParseDTypes(f.DType)
 	if err != nil {
 		return fmt.Errorf("--dtype: %w", err)
 	}
-	plan := ncclcheck.Plan{Sizes: sizes, DTypes: dtypes, Iters: *iters, Warmup: *warmup}
+	plan := ncclcheck.Plan{Sizes: sizes, DTypes: dtypes, Iters: f.Iters, Warmup: f.Warmup}
 	if err := plan.Validate(); err != nil {
 		return fmt.Errorf("--sizes/--dtype: %w", err)
 	}
-	multi := *rank >= 0 || *nranks > 0 || *coord != ""
-	if multi && (*rank < 0 || *nranks < 1 || *coord == "") {
-		return fmt.Errorf("multi-process mode needs --rank, --nranks and --coordinator together (got rank %d, nranks %d, coordinator %q)", *rank, *nranks, *coord)
+	multi := f.Rank >= 0 || f.NRanks > 0 || f.Coordinator != ""
+	if multi && (f.Rank < 0 || f.NRanks < 1 || f.Coordinator == "") {
+		return fmt.Errorf("multi-process mode needs --rank, --nranks and --coordinator together (got rank %d, nranks %d, coordinator %q)", f.Rank, f.NRanks, f.Coordinator)
 	}
-	watchdog := time.AfterFunc(*deadline, func() {
-		slog.Error("nccl check: still running after --timeout; a collective is probably waiting for a rank that is gone", "timeout", *deadline)
+	watchdog := time.AfterFunc(f.Deadline, func() {
+		slog.Error("nccl check: still running after --timeout; a collective is probably waiting for a rank that is gone", "timeout", f.Deadline)
 		os.Exit(3)
 	})
 	defer watchdog.Stop()
@@ -125,9 +128,9 @@ func ncclCheck(args []string) error {
 	}
 	ctx := context.Background()
 	if multi {
-		err = ncclMulti(ctx, rep, plan, rendezvous.Config{Addr: *coord, Rank: *rank, NRanks: *nranks, Token: *token, Timeout: *rdvTimeout}, *device, !*noCache)
+		err = ncclMulti(ctx, rep, plan, rendezvous.Config{Addr: f.Coordinator, Rank: f.Rank, NRanks: f.NRanks, Token: f.Token, Timeout: f.RdvTimeout}, f.Device, !f.NoCache)
 	} else {
-		err = ncclSingle(ctx, rep, plan, *gpus, !*noCache)
+		err = ncclSingle(ctx, rep, plan, f.GPUs, !f.NoCache)
 	}
 	if err != nil {
 		return err
@@ -141,7 +144,7 @@ func ncclCheck(args []string) error {
 		rep.Failures = append(rep.Failures, "kernel cache: "+kc.Detail)
 	}
 	rep.Seconds = time.Since(t0).Seconds()
-	if *asJSON {
+	if f.JSON {
 		if err := writeJSON(os.Stdout, rep); err != nil {
 			return err
 		}

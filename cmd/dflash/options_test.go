@@ -1,8 +1,11 @@
 package main
 
 import (
+	"maps"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -75,28 +78,62 @@ func TestCommandsRejectBadOptions(t *testing.T) {
 	}
 }
 
-// TestHelpShowsRanges: --help of each command lists the range of its numeric flags.
+// TestHelpShowsRanges: --help of every command and subcommand goes to stdout with
+// exit status 0, and every numeric flag it lists shows its range.
 func TestHelpShowsRanges(t *testing.T) {
+	help := func(args ...string) string {
+		cmd := dflashCommand(t, append(args, "--help")...)
+		var stdout, stderr strings.Builder
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		if code := exitCode(t, cmd); code != 0 || stderr.Len() > 0 || stdout.Len() == 0 {
+			t.Fatalf("%v --help: exit %d, stdout %d bytes, stderr %q", args, code, stdout.Len(), stderr.String())
+		}
+		return stdout.String()
+	}
+	flagLine := regexp.MustCompile(`^  -(\S+) (int|uint|float|duration|ints|floats)$`)
+	ranged := regexp.MustCompile(`\((int|uint|float|duration|ints|floats) (>=|>|<=|<|in) `)
+	var checked []string
+	for _, name := range slices.Sorted(maps.Keys(commands)) {
+		paths := [][]string{{name}}
+		if top := help(name); strings.Contains(top, "Subcommands:") {
+			paths = nil
+			for _, l := range strings.Split(top[strings.Index(top, "Subcommands:"):], "\n")[1:] {
+				if f := strings.Fields(l); len(f) > 0 {
+					paths = append(paths, []string{name, f[0]})
+				}
+			}
+		}
+		for _, p := range paths {
+			lines := strings.Split(help(p...), "\n")
+			for i, l := range lines {
+				if m := flagLine.FindStringSubmatch(l); m != nil && (i+1 == len(lines) || !ranged.MatchString(lines[i+1])) {
+					t.Errorf("dflash %s --help: -%s, a number, shows no range", strings.Join(p, " "), m[1])
+				}
+			}
+			checked = append(checked, strings.Join(p, " "))
+		}
+	}
+	for _, want := range []string{"bench attention", "bench step", "data prep", "data show", "data stats", "demo", "nccl check", "spec", "train"} {
+		if !slices.Contains(checked, want) {
+			t.Errorf("dflash %s --help was not checked (checked: %q)", want, checked)
+		}
+	}
 	for _, c := range []struct {
 		args []string
 		want []string
 	}{
-		{[]string{"spec", "--help"}, []string{"-temperature float", "(0: greedy) (float >= 0)", "(int >= 1) (default 256)", "-top-k int"}},
-		{[]string{"data", "prep", "--help"}, []string{"-shard-tokens int", "(int >= 0)", "-block-size int", "(int >= 1) (default 16)"}},
-		{[]string{"demo", "--help"}, []string{"-prompts int", "(int >= 8) (default 224)", "-draft-steps int", "unless those flags are given"}},
+		{[]string{"spec"}, []string{"-temperature float", "(0: greedy) (float >= 0)", "(int >= 1) (default 256)", "-top-k int"}},
+		{[]string{"data", "prep"}, []string{"-shard-tokens int", "(int >= 0)", "-block-size int", "(int >= 1) (default 16)"}},
+		{[]string{"demo"}, []string{"-prompts int", "(int >= 8) (default 224)", "-draft-steps int", "unless those flags are given"}},
+		{[]string{"data", "stats"}, []string{"-edge int", "(int >= 1) (default 128)"}},
 	} {
-		cmd := dflashCommand(t, c.args...)
-		var stderr strings.Builder
-		cmd.Stderr = &stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		if code := exitCode(t, cmd); code != 0 {
-			t.Fatalf("%v: exit %d\n%s", c.args, code, stderr.String())
-		}
+		out := help(c.args...)
 		for _, w := range c.want {
-			if !strings.Contains(stderr.String(), w) {
-				t.Fatalf("%v lacks %q:\n%s", c.args, w, stderr.String())
+			if !strings.Contains(out, w) {
+				t.Fatalf("%v lacks %q:\n%s", c.args, w, out)
 			}
 		}
 	}
@@ -121,7 +158,8 @@ func TestDemoQuickKeepsExplicitValues(t *testing.T) {
 }
 
 // TestBadValueExits: a value that once reached a panic (spec --temperature NaN) or
-// was accepted is one line on stderr and exit status 1, from the real process.
+// was accepted is one line on stderr and exit status 2 (a usage error), from the
+// real process.
 func TestBadValueExits(t *testing.T) {
 	for _, c := range []struct {
 		args []string
@@ -132,6 +170,12 @@ func TestBadValueExits(t *testing.T) {
 		{[]string{"data", "prep", "--tokenizer", "t", "--data", "p", "--out", "o", "--shard-tokens=-5"},
 			"dflash data prep: --shard-tokens -5: must be an int >= 0\n"},
 		{[]string{"demo", "--draft-steps=-1"}, "dflash demo: --draft-steps -1: must be an int >= 1\n"},
+		{[]string{"data", "stats", "--edge", "-1", "dir"}, "dflash data stats: --edge -1: must be an int >= 1\n"},
+		{[]string{"data", "show", "--tokenizer", "t", "-n", "-5", "dir"}, "dflash data show: --n -5: must be an int >= 1\n"},
+		{[]string{"bench", "step", "--seq-len", "x"},
+			"dflash bench step: invalid value \"x\" for flag -seq-len: \"x\" is not an integer: must be an int >= 2 (see dflash bench step --help)\n"},
+		{[]string{"bench", "attention", "--reps=-3"}, "dflash bench attention: --reps -3: must be an int >= 0\n"},
+		{[]string{"nccl", "check", "--timeout", "0s"}, "dflash nccl check: --timeout 0s: must be a duration > 0\n"},
 	} {
 		cmd := dflashCommand(t, c.args...)
 		cmd.Dir = t.TempDir()
@@ -140,8 +184,8 @@ func TestBadValueExits(t *testing.T) {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		if code := exitCode(t, cmd); code != 1 || stderr.String() != c.want {
-			t.Fatalf("%v: exit %d, stderr %q; want 1, %q", c.args, code, stderr.String(), c.want)
+		if code := exitCode(t, cmd); code != 2 || stderr.String() != c.want {
+			t.Fatalf("%v: exit %d, stderr %q; want 2, %q", c.args, code, stderr.String(), c.want)
 		}
 	}
 }

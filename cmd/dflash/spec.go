@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,9 +11,11 @@ import (
 	"os"
 	"strings"
 
+	"dflash/data"
 	"dflash/data/chat"
 	"dflash/data/jsonl"
 	"dflash/data/tokenizer"
+	"dflash/internal/atomicfile"
 	"dflash/model"
 	"dflash/model/dflash"
 	"dflash/spec"
@@ -85,7 +88,6 @@ func parseSpec(args []string) (specOptions, error) {
 		return o, err
 	}
 	if o.Target == "" || o.Drafter == "" || o.Prompts == "" {
-		fs.Usage()
 		return o, fmt.Errorf("--target, --drafter and --prompts are required")
 	}
 	if o.Device == "cuda" {
@@ -147,40 +149,40 @@ func specDecode(ctx context.Context, o specOptions, stdout io.Writer) error {
 	for _, e := range target.Config.EOSTokenIDs {
 		stopIDs = append(stopIDs, int32(e))
 	}
-	var out *os.File
-	var enc *json.Encoder
-	if o.Out != "" {
-		if out, err = os.Create(o.Out); err != nil {
-			return err
-		}
-		defer out.Close()
-		enc = json.NewEncoder(out)
-	}
 	slog.Info("spec", "prompts", len(prompts), "block", d.Cfg.BlockSize, "max_new_tokens", o.MaxNew, "temperature", o.Temperature)
-	each := func(g spec.Generation) error {
+	var r *spec.Report
+	// decode runs the prompts, writing each generation to gen when not nil.
+	decode := func(gen io.Writer) error {
+		var enc *json.Encoder
+		if gen != nil {
+			enc = json.NewEncoder(gen)
+		}
+		each := func(g spec.Generation) error {
+			if !o.JSON && len(prompts) > 1 {
+				fmt.Fprintf(os.Stderr, "\rspec %d/%d prompts", g.Index+1, len(prompts))
+			}
+			if enc == nil {
+				return nil
+			}
+			p := prompts[g.Index]
+			return enc.Encode(map[string]any{"file": p.file, "line": p.line, "prompt": p.text,
+				"completion": tok.Decode(g.Tokens, false), "tokens": g.Tokens, "baseline_tokens": g.Baseline,
+				"rounds": g.Rounds, "acceptance_length": g.AcceptanceLength})
+		}
+		r, err = spec.Run(ctx, backend, target, drafter, ids,
+			spec.Options{MaxNewTokens: o.MaxNew, Temperature: o.Temperature, TopK: o.TopK, Seed: o.Seed, Stop: stopIDs}, o.Baseline, each)
 		if !o.JSON && len(prompts) > 1 {
-			fmt.Fprintf(os.Stderr, "\rspec %d/%d prompts", g.Index+1, len(prompts))
+			fmt.Fprintln(os.Stderr)
 		}
-		if enc == nil {
-			return nil
-		}
-		p := prompts[g.Index]
-		return enc.Encode(map[string]any{"file": p.file, "line": p.line, "prompt": p.text,
-			"completion": tok.Decode(g.Tokens, false), "tokens": g.Tokens, "baseline_tokens": g.Baseline,
-			"rounds": g.Rounds, "acceptance_length": g.AcceptanceLength})
+		return err
 	}
-	r, err := spec.Run(ctx, backend, target, drafter, ids,
-		spec.Options{MaxNewTokens: o.MaxNew, Temperature: o.Temperature, TopK: o.TopK, Seed: o.Seed, Stop: stopIDs}, o.Baseline, each)
-	if !o.JSON && len(prompts) > 1 {
-		fmt.Fprintln(os.Stderr)
+	if o.Out == "" {
+		err = decode(nil)
+	} else {
+		err = writeWhole(o.Out, len(prompts), decode)
 	}
 	if err != nil {
 		return err
-	}
-	if out != nil {
-		if err := out.Close(); err != nil {
-			return err
-		}
 	}
 	if o.JSON {
 		return writeJSON(stdout, struct {
@@ -229,7 +231,7 @@ func readSpecPrompts(o specOptions, limit int, tok *tokenizer.Tokenizer, tmpl *c
 			return nil, fmt.Errorf("%s:%d: %w", ln.File, ln.N, err)
 		}
 		ids := tok.Encode(text)
-		if len(ids) > limit {
+		if !data.FitsContext(len(ids), limit) {
 			long = append(long, fmt.Sprintf("%s:%d: prompt of %d tokens", ln.File, ln.N, len(ids)))
 			continue
 		}
@@ -247,6 +249,33 @@ func readSpecPrompts(o specOptions, limit int, tok *tokenizer.Tokenizer, tmpl *c
 		return nil, fmt.Errorf("%s: no prompts", o.Prompts)
 	}
 	return out, nil
+}
+
+// writeWhole runs fill, which writes n JSON lines, with path as its writer,
+// written whole or not at all (atomicfile: a temporary file beside path, renamed
+// over it once complete and synced). When fill or a write fails (a full disk),
+// path is as it was and the error says so, with the lines that were written.
+func writeWhole(path string, n int, fill func(w io.Writer) error) error {
+	var lines int
+	err := atomicfile.Write(path, func(w io.Writer) error {
+		return fill(lineCounter{w, &lines})
+	})
+	if err != nil {
+		return fmt.Errorf("--out %s not written (it is replaced only when complete; %d of %d lines had been written): %w", path, lines, n, err)
+	}
+	return nil
+}
+
+// lineCounter counts the complete lines written through it.
+type lineCounter struct {
+	w     io.Writer
+	lines *int
+}
+
+func (c lineCounter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	*c.lines += bytes.Count(p[:n], []byte("\n"))
+	return n, err
 }
 
 func printSpec(w io.Writer, r *spec.Report) {

@@ -82,17 +82,18 @@ func init() {
 
 // trainArgs is a parsed `dflash train` command line.
 type trainArgs struct {
-	target, data string
-	cfg          trainConfig
-	opts         *train.Options
-	launch       rendezvous.Launch
+	target string
+	data   pathList
+	cfg    trainConfig
+	opts   *train.Options
+	launch rendezvous.Launch
 }
 
 // trainFlags returns the flag set of `dflash train`, bound to a.
 func trainFlags(a *trainArgs) (*flag.FlagSet, *string) {
 	fs := newFlagSet("train", "train --target DIR --data DIR|FILE --out DIR [--config FILE.yaml] [flags]")
 	fs.StringVar(&a.target, "target", "", "target model `DIR` (HF: config.json, safetensors, tokenizer.json, tokenizer_config.json)")
-	fs.StringVar(&a.data, "data", "", "conversations: a JSONL `FILE` (.jsonl, .gz, .zst), a DIR of them, or a data prep DIR")
+	fs.Var(&a.data, "data", "conversations: JSONL `FILE`s (.jsonl, .gz, .zst), DIRs of them, or data prep DIRs: several after one --data, or --data repeated")
 	configPath := fs.String("config", "", "YAML `FILE` of options, keyed by the flag names (docs/CONFIG.md); flags override it")
 	a.cfg = defaultTrainConfig()
 	a.opts = train.BindOptions(fs, &a.cfg)
@@ -116,11 +117,11 @@ func parseTrain(args []string) (*trainArgs, error) {
 		}
 	}
 	a.opts.Apply()
-	if a.target == "" || a.data == "" {
+	if a.target == "" || len(a.data) == 0 {
 		return nil, fmt.Errorf("--target and --data are required (see dflash train --help)")
 	}
 	if err := a.opts.Validate(); err != nil {
-		return nil, err
+		return nil, usageError(err)
 	}
 	if a.cfg.Out == "" {
 		return nil, fmt.Errorf("--out is empty: an output directory is required")
@@ -233,7 +234,7 @@ func trainDrafter(ctx context.Context, a *trainArgs) (*train.Result, error) {
 				cfg.Drafter.Taps, l, tc.NumLayers, tc.NumLayers-1)
 		}
 	}
-	examples, err := readConversations(ctx, dataArg, cfg, data.Target{Tokenizer: tok, Template: tmpl, Vocab: tc.VocabSize}, cfg.Workers)
+	examples, err := readConversations(ctx, dataArg, cfg, data.Target{Tokenizer: tok, Template: tmpl, Vocab: tc.VocabSize, Context: tc.MaxPositionEmbeddings}, cfg.Workers)
 	if err != nil {
 		return nil, err
 	}
@@ -321,7 +322,7 @@ func trainDrafter(ctx context.Context, a *trainArgs) (*train.Result, error) {
 		}
 	}
 	if err != nil || !place.Lead() {
-		return res, err
+		return res, drafterNotWritten(err, cfg.Out)
 	}
 	steps, replays := lead.BucketSteps(), lead.Replays()
 	for _, l := range slices.Sorted(maps.Keys(steps)) {
@@ -331,7 +332,7 @@ func trainDrafter(ctx context.Context, a *trainArgs) (*train.Result, error) {
 	}
 	out := filepath.Join(cfg.Out, "drafter")
 	if err := drafter.Export(out, cfg.Drafter.Export, tok); err != nil {
-		return nil, err
+		return res, drafterNotWritten(err, cfg.Out)
 	}
 	fmt.Printf("trained %d steps (%d tokens) in %s; drafter written to %s\n", res.Steps, res.Tokens, res.Elapsed.Round(1e9), out)
 	for _, k := range slices.Sorted(maps.Keys(res.LastEval)) {
@@ -386,14 +387,14 @@ func maskToken(id int, tok *tokenizer.Tokenizer, vocab int) (int, error) {
 
 // readConversations reads the training samples (data.Load: a prepared
 // directory or JSONL, every id checked against the target) as examples.
-func readConversations(ctx context.Context, arg string, cfg trainConfig, t data.Target, workers int) ([]dflash.Example, error) {
+func readConversations(ctx context.Context, args []string, cfg trainConfig, t data.Target, workers int) ([]dflash.Example, error) {
 	opts := cfg.Data.Options
 	opts.BlockSize = cfg.Drafter.BlockSize
-	samples, sum, err := data.Load(ctx, arg, opts, t, workers)
+	samples, sum, err := data.Load(ctx, args, opts, t, workers)
 	if err != nil {
 		return nil, err
 	}
-	slog.Info("data", "input", arg, "read", sum.Lines, "kept", sum.Kept, "truncated", sum.Truncated,
+	slog.Info("data", "input", args, "read", sum.Lines, "kept", sum.Kept, "truncated", sum.Truncated,
 		"bad_lines", sum.BadFiles, "dropped", sum.Dropped)
 	out := make([]dflash.Example, len(samples))
 	for i, s := range samples {

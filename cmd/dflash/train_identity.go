@@ -19,12 +19,12 @@ import (
 // the drafter's shape and taps, the target, the tokenizer, the data and the split,
 // and the number of length buckets (--data.buckets) when there are any: recorded
 // only then, so that checkpoints of runs without buckets stay of the same run.
-func runIdentity(targetDir, dataArg string, dc *dflash.Config, tok *tokenizer.Tokenizer, nTrain, nEval, buckets int) (map[string]string, error) {
+func runIdentity(targetDir string, dataArgs []string, dc *dflash.Config, tok *tokenizer.Tokenizer, nTrain, nEval, buckets int) (map[string]string, error) {
 	target, err := hashFiles([]string{filepath.Join(targetDir, "config.json")})
 	if err != nil {
 		return nil, err
 	}
-	data, err := dataIdentity(dataArg)
+	data, err := dataIdentity(dataArgs)
 	if err != nil {
 		return nil, err
 	}
@@ -49,17 +49,22 @@ func runIdentity(targetDir, dataArg string, dc *dflash.Config, tok *tokenizer.To
 	return id, nil
 }
 
-// dataIdentity names the data behind --data: a prepared directory by its meta.json
-// (which lists every shard with its size), JSONL input by the content of its files.
-func dataIdentity(arg string) (string, error) {
-	paths, prepared, err := data.InputFiles(arg)
-	if err != nil {
-		return "", err
+// dataIdentity names the data behind --data, its inputs in order: a prepared
+// directory by its meta.json (which lists every shard with its size), JSONL
+// input by the content of its files.
+func dataIdentity(args []string) (string, error) {
+	var all []string
+	for _, arg := range args {
+		paths, prepared, err := data.InputFiles(arg)
+		if err != nil {
+			return "", err
+		}
+		if prepared {
+			paths = []string{filepath.Join(arg, "meta.json")}
+		}
+		all = append(all, paths...)
 	}
-	if prepared {
-		paths = []string{filepath.Join(arg, "meta.json")}
-	}
-	return hashFiles(paths)
+	return hashFiles(all)
 }
 
 // hashFiles returns "sha256:<hex>" of the files' contents, each preceded by its length.

@@ -1,0 +1,78 @@
+package main
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// TestBadLineHintNamesTheFlag: the flag that a bad line's error tells to use is a
+// flag of the command that printed it (data prep's --skip-bad-lines, train's
+// --data.skip-bad-lines): given, the bad line is skipped.
+func TestBadLineHintNamesTheFlag(t *testing.T) {
+	targetDir, dataPath := trainFixture(t)
+	good, err := os.ReadFile(dataPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.jsonl")
+	if err := os.WriteFile(bad, append([]byte("{\"messages\": 3}\n"), good...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	hint := regexp.MustCompile(`\(use (--\S+) to skip bad lines\)`)
+	for _, args := range [][]string{
+		{"data", "prep", "--tokenizer", targetDir, "--data", bad, "--out", filepath.Join(dir, "prep"), "--block-size", "4", "--max-len", "400"},
+		{"train", "--target", targetDir, "--data", bad, "--out", filepath.Join(dir, "run"), "--steps", "1", "--progress", "off", "--plot=false",
+			"--drafter.block-size", "4", "--drafter.anchors", "4", "--data.batch-size", "2", "--data.max-len", "400"},
+	} {
+		run := func(args []string) string {
+			cmd := dflashCommand(t, args...)
+			var stderr strings.Builder
+			cmd.Stderr = &stderr
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			exitCode(t, cmd)
+			return stderr.String()
+		}
+		out := run(args)
+		m := hint.FindStringSubmatch(out)
+		if m == nil {
+			t.Fatalf("%s %s: no hint in\n%s", args[0], args[1], out)
+		}
+		if again := run(append(args, m[1])); strings.Contains(again, "to skip bad lines") || strings.Contains(again, "not defined") {
+			t.Errorf("%s %s: the hint names %s, which does not skip the line:\n%s", args[0], args[1], m[1], again)
+		}
+	}
+}
+
+// TestConfigKeysOfHelp: every flag that train --help lists is, as a key of the
+// config file, either an option or refused as a flag only, never "unknown".
+func TestConfigKeysOfHelp(t *testing.T) {
+	a := &trainArgs{}
+	fs, _ := trainFlags(a)
+	n := 0
+	fs.VisitAll(func(f *flag.Flag) {
+		err := a.opts.DecodeYAML("c.yaml", []byte(f.Name+": 1\n"))
+		if err != nil && strings.Contains(err.Error(), "unknown option") {
+			t.Errorf("--%s: %v", f.Name, err)
+		}
+		if !slices.Contains(a.opts.Names(), f.Name) {
+			n++
+			if err == nil || !strings.Contains(err.Error(), "--"+f.Name+" is a flag only") && !strings.Contains(err.Error(), "--"+f.Name+" itself is a flag only") {
+				t.Errorf("--%s in the file: %v, want it named a flag only", f.Name, err)
+			}
+		}
+	})
+	if n == 0 {
+		t.Fatal("train has no flag-only flags: --target, --data and --config are")
+	}
+	if err := a.opts.DecodeYAML("c.yaml", []byte("nonsense: 1\n")); err == nil || !strings.Contains(err.Error(), "but for the flags only: --config, --data, --target") {
+		t.Fatalf("unknown key: %v", err)
+	}
+}
