@@ -364,9 +364,9 @@ func Settings() []Setting {
 	return out
 }
 
-// Validate checks the value of every switch: nil when all parse, else one
-// error per bad value (each naming the variable, the value and what is
-// accepted).
+// Validate checks the value of every switch: nil when all parse, else an
+// error of one line naming each bad variable, its value and what is
+// accepted.
 func Validate() error {
 	var errs []error
 	for _, s := range all {
@@ -374,7 +374,20 @@ func Validate() error {
 			errs = append(errs, err)
 		}
 	}
-	return errors.Join(errs...)
+	return oneLine(errs)
+}
+
+// oneLine joins errs into one error of one line ("; " between them), nil
+// for none.
+func oneLine(errs []error) error {
+	if len(errs) == 0 {
+		return nil
+	}
+	msgs := make([]string, len(errs))
+	for i, err := range errs {
+		msgs[i] = err.Error()
+	}
+	return errors.New(strings.Join(msgs, "; "))
 }
 
 // IdentityPrefix starts the identity key of a switch: "switch.DFLASH_NOASM".
@@ -398,5 +411,5 @@ func Identity() (map[string]string, error) {
 			id[IdentityPrefix+st.Name] = st.Value
 		}
 	}
-	return id, errors.Join(errs...)
+	return id, oneLine(errs)
 }
