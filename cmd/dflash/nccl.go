@@ -13,6 +13,7 @@ import (
 
 	"dflash/cuda"
 	"dflash/gpu"
+	"dflash/internal/switches"
 	"dflash/ncclcheck"
 	"dflash/rendezvous"
 )
@@ -71,7 +72,7 @@ func ncclCheck(args []string) error {
 	rank := fs.Int("rank", -1, "multi-process mode: this process's rank")
 	nranks := fs.Int("nranks", 0, "multi-process mode: number of ranks (processes)")
 	coord := fs.String("coordinator", "", "multi-process mode: HOST:PORT where rank 0 listens")
-	token := fs.String("token", os.Getenv("DFLASH_JOB_TOKEN"), "multi-process mode: job token, the same on every rank (default $DFLASH_JOB_TOKEN)")
+	token := fs.String("token", switches.JobToken.Value(), "multi-process mode: job token, the same on every rank (default $DFLASH_JOB_TOKEN)")
 	device := fs.Int("device", -1, "multi-process mode: local GPU ordinal (default: rank modulo the GPUs present)")
 	rdvTimeout := fs.Duration("rendezvous-timeout", 2*time.Minute, "multi-process mode: how long ranks wait for each other")
 	deadline := fs.Duration("timeout", 15*time.Minute, "end the process with an error if the whole check takes longer (a hung collective)")
