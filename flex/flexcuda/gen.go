@@ -311,6 +311,7 @@ func mustTuning() map[string]int {
 	return set
 }
 
+// init gives the registry the names DFLASH_FLEX_DEFINES may set.
 func init() {
 	names := make([]string, len(tuningKnobs))
 	for i, k := range tuningKnobs {
