@@ -10,6 +10,8 @@ import (
 	"sync"
 
 	"github.com/ebitengine/purego"
+
+	"dflash/internal/switches"
 )
 
 // ErrLibraryNotFound is matched (errors.Is) by every error that reports a
@@ -38,11 +40,11 @@ func (e *LibraryError) Unwrap() error { return ErrLibraryNotFound }
 
 // library describes one shared library and, once loaded, its handle.
 type library struct {
-	name    string   // short name
-	env     string   // override variable; "" for none
-	sonames []string // preferred file names, best first
-	glob    string   // file-name pattern for any other version, e.g. libnvrtc.so.*
-	pyGlob  []string // folders under site-packages/nvidia holding it
+	name     string           // short name
+	override *switches.String // the variable naming the file; nil for none
+	sonames  []string         // preferred file names, best first
+	glob     string           // file-name pattern for any other version, e.g. libnvrtc.so.*
+	pyGlob   []string         // folders under site-packages/nvidia holding it
 
 	once   sync.Once
 	handle uintptr
@@ -52,15 +54,15 @@ type library struct {
 }
 
 var (
-	libCUDA = &library{name: "cuda", env: "DFLASH_LIBCUDA",
+	libCUDA = &library{name: "cuda", override: switches.LibCUDA,
 		sonames: []string{"libcuda.so.1", "libcuda.so"}, glob: "libcuda.so*"}
-	libNVRTC = &library{name: "nvrtc", env: "DFLASH_LIBNVRTC",
+	libNVRTC = &library{name: "nvrtc", override: switches.LibNVRTC,
 		sonames: []string{"libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"}, glob: "libnvrtc.so.*",
 		pyGlob: []string{"cu13", "cuda_nvrtc", "*"}}
-	libCublasLt = &library{name: "cublasLt", env: "DFLASH_LIBCUBLASLT",
+	libCublasLt = &library{name: "cublasLt", override: switches.LibCublasLt,
 		sonames: []string{"libcublasLt.so.13", "libcublasLt.so.12", "libcublasLt.so"}, glob: "libcublasLt.so.*",
 		pyGlob: []string{"cu13", "cublas", "*"}}
-	libNCCL = &library{name: "nccl", env: "DFLASH_LIBNCCL",
+	libNCCL = &library{name: "nccl", override: switches.LibNCCL,
 		sonames: []string{"libnccl.so.2", "libnccl.so"}, glob: "libnccl.so*",
 		pyGlob: []string{"cu13", "nccl", "*"}}
 	// libC is the C library, for its environment (CEnv); no override.
@@ -85,24 +87,36 @@ func (l *library) load() (uintptr, error) {
 				return
 			}
 		}
-		l.handle, l.path, l.how, l.err = l.find(dlopen, os.Getenv, globDirs)
+		l.handle, l.path, l.how, l.err = l.find(dlopen, l.overridePath(), os.Getenv, globDirs)
 	})
 	return l.handle, l.err
 }
 
-// find runs the search described in the package documentation.
-func (l *library) find(open opener, getenv func(string) string, glob func(string) []string) (h uintptr, path, how string, err error) {
+// overridePath returns the file the library's override switch names ("" when
+// unset or when the library has none).
+func (l *library) overridePath() string {
+	if l.override == nil {
+		return ""
+	}
+	return l.override.Value()
+}
+
+// find runs the search described in the package documentation: the file
+// override names (the value of l.override) when not empty, else the other
+// places, with getenv for CUDA_HOME, HOME and the like.
+func (l *library) find(open opener, override string, getenv func(string) string, glob func(string) []string) (h uintptr, path, how string, err error) {
 	var searched []string
-	if l.env != "" {
-		if p := getenv(l.env); p != "" {
-			h, err := open(p)
+	if l.override != nil {
+		env := l.override.Name
+		if override != "" {
+			h, err := open(override)
 			if err == nil {
-				return h, p, "env " + l.env, nil
+				return h, override, "env " + env, nil
 			}
 			return 0, "", "", &LibraryError{Library: l.name,
-				Searched: []string{fmt.Sprintf("$%s=%s: %v (the variable is set, so no other place is tried)", l.env, p, err)}}
+				Searched: []string{fmt.Sprintf("$%s=%s: %v (the variable is set, so no other place is tried)", env, override, err)}}
 		}
-		searched = append(searched, fmt.Sprintf("$%s: not set", l.env))
+		searched = append(searched, fmt.Sprintf("$%s: not set", env))
 	}
 	for _, so := range l.sonames {
 		h, err := open(so)
@@ -283,7 +297,7 @@ func Libraries() []LibraryStatus {
 	var out []LibraryStatus
 	for _, l := range []*library{libCUDA, libNVRTC, libCublasLt, libNCCL} {
 		_, err := l.load()
-		s := LibraryStatus{Name: l.name, Env: l.env, Path: l.path, How: l.how, Err: err}
+		s := LibraryStatus{Name: l.name, Env: l.override.Name, Path: l.path, How: l.how, Err: err}
 		if err == nil {
 			s.Version, s.Err = libVersion(l)
 		}

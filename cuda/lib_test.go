@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"dflash/internal/switches"
 )
 
 // fakeFS answers globs and opens over a fixed set of files.
@@ -48,7 +50,7 @@ func env(kv map[string]string) func(string) string { return func(k string) strin
 func TestFindOrder(t *testing.T) {
 	defer func(f func(string) string) { resolveLoaded = f }(resolveLoaded)
 	resolveLoaded = func(so string) string { return so }
-	nvrtc := &library{name: "nvrtc", env: "DFLASH_LIBNVRTC",
+	nvrtc := &library{name: "nvrtc", override: switches.LibNVRTC,
 		sonames: []string{"libnvrtc.so.13", "libnvrtc.so.12"}, glob: "libnvrtc.so.*", pyGlob: []string{"*"}}
 	cases := []struct {
 		name     string
@@ -75,7 +77,7 @@ func TestFindOrder(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			fs := &fakeFS{files: c.files}
-			h, path, how, err := nvrtc.find(fs.open, env(c.env), fs.glob)
+			h, path, how, err := nvrtc.find(fs.open, c.env["DFLASH_LIBNVRTC"], env(c.env), fs.glob)
 			if err != nil {
 				t.Fatalf("find: %v (opened %v)", err, fs.opened)
 			}
@@ -88,7 +90,7 @@ func TestFindOrder(t *testing.T) {
 
 func TestFindEnvOverrideDoesNotFallBack(t *testing.T) {
 	fs := &fakeFS{files: map[string]bool{"libcuda.so.1": true}}
-	_, _, _, err := libCUDA.find(fs.open, env(map[string]string{"DFLASH_LIBCUDA": "/nope/libcuda.so.1"}), fs.glob)
+	_, _, _, err := libCUDA.find(fs.open, "/nope/libcuda.so.1", env(nil), fs.glob)
 	if !errors.Is(err, ErrLibraryNotFound) {
 		t.Fatalf("err = %v, want ErrLibraryNotFound", err)
 	}
@@ -102,7 +104,7 @@ func TestFindEnvOverrideDoesNotFallBack(t *testing.T) {
 
 func TestFindNothingListsEveryPlace(t *testing.T) {
 	fs := &fakeFS{files: map[string]bool{"/usr/lib/python3.12/site-packages/nvidia/nccl/lib/README": true}}
-	_, _, _, err := libNCCL.find(fs.open, env(map[string]string{"CUDA_HOME": "/ct"}), fs.glob)
+	_, _, _, err := libNCCL.find(fs.open, "", env(map[string]string{"CUDA_HOME": "/ct"}), fs.glob)
 	var le *LibraryError
 	if !errors.As(err, &le) || !errors.Is(err, ErrLibraryNotFound) {
 		t.Fatalf("err = %v, want *LibraryError", err)
@@ -138,7 +140,7 @@ func TestErrorFormatAndIs(t *testing.T) {
 }
 
 func TestMissingLibraryErrorNamesCall(t *testing.T) {
-	l := &library{name: "none", env: "DFLASH_TEST_NONE", sonames: []string{"libdflash-none.so.9"}, glob: "libdflash-none.so*"}
+	l := &library{name: "none", sonames: []string{"libdflash-none.so.9"}, glob: "libdflash-none.so*"}
 	p := newProc(l, "noneCall")
 	_, err := p.invoke()
 	if !errors.Is(err, ErrLibraryNotFound) || !strings.HasPrefix(err.Error(), "noneCall: none library not found") {

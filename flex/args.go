@@ -132,7 +132,11 @@ func bind(p *plan, what string, a *Args) (*frame, error) {
 	if a == nil {
 		a = &Args{}
 	}
-	if checkedMode(a) {
+	checked, err := checkedMode(a)
+	if err != nil {
+		return nil, err
+	}
+	if checked {
 		f.check = &indexCheck{what: what}
 	}
 	for i, prm := range p.params {

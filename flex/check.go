@@ -2,13 +2,10 @@ package flex
 
 import (
 	"fmt"
-	"os"
 	"sync"
-)
 
-// CheckEnv is the environment variable that turns the checked mode on for
-// every call (any value but "" and "0"); Args.Check turns it on per call.
-const CheckEnv = "DFLASH_FLEX_CHECK"
+	"dflash/internal/switches"
+)
 
 // IndexError reports a tensor read outside the tensor's shape, found in
 // the checked mode. Outside it such reads are clamped into range.
@@ -22,7 +19,7 @@ type IndexError struct {
 
 func (e *IndexError) Error() string {
 	return fmt.Sprintf("flex: %s reads tensor %q at index %v, outside its shape %v in dimension %d (checked mode, %s; without it the index is clamped)",
-		e.Program, e.Tensor, e.Index, e.Shape, e.Dim, CheckEnv)
+		e.Program, e.Tensor, e.Index, e.Shape, e.Dim, switches.FlexCheck.Name)
 }
 
 // indexCheck records the first out-of-range read of a frame's tensors.
@@ -32,9 +29,11 @@ type indexCheck struct {
 	err  *IndexError
 }
 
-func checkedMode(a *Args) bool {
-	v := os.Getenv(CheckEnv)
-	return (a != nil && a.Check) || (v != "" && v != "0")
+// checkedMode reports whether a call with a is in the checked mode:
+// Args.Check, or DFLASH_FLEX_CHECK on for every call.
+func checkedMode(a *Args) (bool, error) {
+	on, err := switches.FlexCheck.Value()
+	return (a != nil && a.Check) || on, err
 }
 
 // at checks the index idx[args[d]][k] (vector) of tensor t.

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"dflash/internal/switches"
 )
 
 // TestCheckedMode checks the CPU side of the checked mode: clamped reads
@@ -34,7 +36,7 @@ func TestCheckedMode(t *testing.T) {
 	}
 	for _, env := range []bool{false, true} {
 		if env {
-			t.Setenv(CheckEnv, "1")
+			t.Setenv(switches.FlexCheck.Name, "1")
 		}
 		_, err := NewBlockMask(m, mk(!env), d, 8, 8)
 		var ie *IndexError
@@ -46,7 +48,11 @@ func TestCheckedMode(t *testing.T) {
 			t.Fatalf("env %v: %v (tensor of %d, kv + %d read)", env, err, n, off)
 		}
 	}
-	t.Setenv(CheckEnv, "0")
+	t.Setenv(switches.FlexCheck.Name, "sometimes")
+	if _, err := NewBlockMask(m, mk(false), d, 8, 8); err == nil || !strings.Contains(err.Error(), `DFLASH_FLEX_CHECK="sometimes"`) {
+		t.Fatalf("DFLASH_FLEX_CHECK=sometimes: %v, want an error naming it", err)
+	}
+	t.Setenv(switches.FlexCheck.Name, "0")
 
 	// A score program reading ft1[kv] (3 entries) panics in Forward and
 	// in Backward, with a message naming the program, tensor and index.

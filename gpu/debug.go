@@ -3,17 +3,19 @@ package gpu
 import (
 	"errors"
 	"fmt"
-	"os"
 	"sync"
 	"sync/atomic"
 
 	"dflash/cuda"
+	"dflash/internal/switches"
 )
 
 var debugOn atomic.Bool
 
+// init turns the check on when DFLASH_GPU_DEBUG is on; a value that is not
+// a boolean panics, naming the variable.
 func init() {
-	if v := os.Getenv("DFLASH_GPU_DEBUG"); v == "1" || v == "true" {
+	if switches.GPUDebug.MustValue() {
 		SetDebug(true)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"dflash/internal/atomicfile"
+	"dflash/internal/switches"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
@@ -288,7 +289,7 @@ func writeFile(dir string, key Key, meta Meta, image []byte) error {
 // DefaultDir returns the kernel cache directory chosen by the environment
 // ("" when $DFLASH_KERNEL_CACHE is "off") and which rule chose it.
 func DefaultDir() (dir, why string, err error) {
-	if d := os.Getenv("DFLASH_KERNEL_CACHE"); d != "" {
+	if d := switches.KernelCache.Value(); d != "" {
 		if d == "off" {
 			return "", "$DFLASH_KERNEL_CACHE=off (memory only)", nil
 		}

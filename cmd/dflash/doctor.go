@@ -13,12 +13,13 @@ import (
 
 	"dflash/cuda"
 	"dflash/gpu"
+	"dflash/internal/switches"
 	"dflash/jit"
 	"dflash/kernels"
 )
 
 func init() {
-	register(&command{name: "doctor", summary: "report GPUs, CUDA libraries and the kernel cache", run: runDoctor})
+	register(&command{name: "doctor", summary: "report GPUs, CUDA libraries, the kernel cache and the DFLASH_* switches", run: runDoctor})
 }
 
 type doctorLib struct {
@@ -51,18 +52,19 @@ type doctorSmoke struct {
 }
 
 type doctorReport struct {
-	Go        string       `json:"go"`
-	Platform  string       `json:"platform"`
-	CPUs      int          `json:"cpus"`
-	Libraries []doctorLib  `json:"libraries"`
-	GPUCount  int          `json:"gpu_count"`
-	GPUError  string       `json:"gpu_error,omitempty"`
-	GPUs      []doctorGPU  `json:"gpus"`
-	CacheDir  string       `json:"cache_dir"`
-	CacheWhy  string       `json:"cache_dir_from"`
-	Cache     jit.DirStats `json:"cache"`
-	CacheErr  string       `json:"cache_error,omitempty"`
-	Smoke     doctorSmoke  `json:"smoke"`
+	Go        string             `json:"go"`
+	Platform  string             `json:"platform"`
+	CPUs      int                `json:"cpus"`
+	Libraries []doctorLib        `json:"libraries"`
+	GPUCount  int                `json:"gpu_count"`
+	GPUError  string             `json:"gpu_error,omitempty"`
+	GPUs      []doctorGPU        `json:"gpus"`
+	CacheDir  string             `json:"cache_dir"`
+	CacheWhy  string             `json:"cache_dir_from"`
+	Cache     jit.DirStats       `json:"cache"`
+	CacheErr  string             `json:"cache_error,omitempty"`
+	Smoke     doctorSmoke        `json:"smoke"`
+	Switches  []switches.Setting `json:"switches"`
 }
 
 func runDoctor(args []string) error {
@@ -73,7 +75,8 @@ func runDoctor(args []string) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	r := doctorReport{Go: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH, CPUs: runtime.NumCPU()}
+	r := doctorReport{Go: runtime.Version(), Platform: runtime.GOOS + "/" + runtime.GOARCH, CPUs: runtime.NumCPU(),
+		Switches: switches.Settings()}
 	for _, l := range cuda.Libraries() {
 		d := doctorLib{Name: l.Name, Env: l.Env, Found: l.Path != "", Path: l.Path, How: l.How, Version: l.Version}
 		if l.Err != nil {
@@ -227,6 +230,8 @@ func printDoctor(r doctorReport) {
 		fmt.Println("kernel cache counters of this run:")
 		r.Smoke.Stats.WriteTable(os.Stdout)
 	}
+	fmt.Println("\nswitches (docs/SWITCHES.md):")
+	printSwitches(os.Stdout, r.Switches)
 }
 
 func indent(s string) string { return strings.ReplaceAll(s, "\n", "\n  ") }

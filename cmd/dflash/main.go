@@ -26,6 +26,7 @@ import (
 	"sync"
 	"syscall"
 
+	"dflash/internal/switches"
 	"dflash/train"
 )
 
@@ -62,9 +63,12 @@ func listCommands(w io.Writer, cmds map[string]*command) {
 	}
 }
 
+// setupLogging logs to stderr at DFLASH_LOG's level; a bad value leaves it
+// at info, and runMain refuses it before any command runs.
 func setupLogging() {
 	level := slog.LevelInfo
-	switch strings.ToLower(os.Getenv("DFLASH_LOG")) {
+	name, _ := switches.Log.Value()
+	switch name {
 	case "debug":
 		level = slog.LevelDebug
 	case "warn":
@@ -104,6 +108,10 @@ func runMain(args []string) int {
 		fmt.Fprintf(os.Stderr, "dflash: unknown command %q\n\n", name)
 		usage(os.Stderr)
 		return 2
+	}
+	if err := switches.Validate(); err != nil {
+		fmt.Fprintf(os.Stderr, "dflash %s: %v\n", name, err)
+		return 1
 	}
 	if err := c.run(args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {

@@ -13,6 +13,7 @@ import (
 
 	"dflash/cuda"
 	"dflash/gpu"
+	"dflash/internal/switches"
 	"dflash/ncclcheck"
 	"dflash/rendezvous"
 	"dflash/train"
@@ -80,7 +81,7 @@ type ncclFlags struct {
 
 func ncclCheck(args []string) error {
 	fs := newFlagSet("nccl check", ncclCheckSynopsis)
-	f := ncclFlags{Sizes: "4K..1G", DType: "bf16,f32", Rank: -1, Token: os.Getenv("DFLASH_JOB_TOKEN"), Device: -1,
+	f := ncclFlags{Sizes: "4K..1G", DType: "bf16,f32", Rank: -1, Token: switches.JobToken.Value(), Device: -1,
 		RdvTimeout: 2 * time.Minute, Deadline: 15 * time.Minute}
 	if err := parseOptions(fs, train.BindOptions(fs, &f), args); err != nil {
 		return err

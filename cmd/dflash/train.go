@@ -146,6 +146,7 @@ func runTrain(args []string) error {
 	if err != nil {
 		return err
 	}
+	logSwitches()
 	// Rank 0 alone writes the output directory; the other processes of a
 	// job (which may share it) read the checkpoint they resume from.
 	if a.launch.Rank == 0 {

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -12,13 +13,16 @@ import (
 
 	"dflash/data"
 	"dflash/data/tokenizer"
+	"dflash/internal/switches"
 	"dflash/model/dflash"
 )
 
 // runIdentity is what makes a training run the same run on resume (train.Hooks.Identity):
 // the drafter's shape and taps, the target, the tokenizer, the data and the split,
 // and the number of length buckets (--data.buckets) when there are any: recorded
-// only then, so that checkpoints of runs without buckets stay of the same run.
+// only then, so that checkpoints of runs without buckets stay of the same run. The
+// same holds for the switches that change numbers (switches.Identity): each is
+// recorded when it is not at its default.
 func runIdentity(targetDir string, dataArgs []string, dc *dflash.Config, tok *tokenizer.Tokenizer, nTrain, nEval, buckets int) (map[string]string, error) {
 	target, err := hashFiles([]string{filepath.Join(targetDir, "config.json")})
 	if err != nil {
@@ -46,6 +50,11 @@ func runIdentity(targetDir string, dataArgs []string, dc *dflash.Config, tok *to
 	if buckets > 0 {
 		id["data.buckets"] = strconv.Itoa(buckets)
 	}
+	sw, err := switches.Identity()
+	if err != nil {
+		return nil, err
+	}
+	maps.Copy(id, sw)
 	return id, nil
 }
 

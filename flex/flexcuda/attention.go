@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
 	"strconv"
 	"sync"
 
@@ -13,6 +12,7 @@ import (
 	"dflash/dtype"
 	"dflash/flex"
 	"dflash/gpu"
+	"dflash/internal/switches"
 	"dflash/jit"
 )
 
@@ -51,24 +51,26 @@ type Config struct {
 	Check bool
 }
 
-// checkMode reports whether the checked mode is on for cfg.
-func checkMode(cfg Config) bool {
-	v := os.Getenv(flex.CheckEnv)
-	return cfg.Check || (v != "" && v != "0")
+// checkMode reports whether the checked mode is on for cfg: Config.Check,
+// or DFLASH_FLEX_CHECK on.
+func checkMode(cfg Config) (bool, error) {
+	on, err := switches.FlexCheck.Value()
+	return cfg.Check || on, err
 }
 
-// resolveKernel returns k, or for KernelAuto the environment's choice in
-// env, else Hopper unless arch names an architecture other than sm_90.
-func resolveKernel(k Kernel, env, arch string) (Kernel, error) {
+// resolveKernel returns k, or for KernelAuto the choice of the switch env
+// (DFLASH_FLEX_FWD or DFLASH_FLEX_BWD) unless it is auto, else Hopper unless
+// arch names an architecture other than sm_90.
+func resolveKernel(k Kernel, env *switches.Enum, arch string) (Kernel, error) {
 	if k != KernelAuto {
 		return k, nil
 	}
-	if e := os.Getenv(env); e != "" {
-		k, err := ParseKernel(e)
-		if err != nil {
-			return 0, fmt.Errorf("flexcuda: %s=%q: want hopper or portable", env, e)
-		}
-		return k, nil
+	e, err := env.Value()
+	if err != nil {
+		return 0, fmt.Errorf("flexcuda: %w", err)
+	}
+	if e != "auto" {
+		return ParseKernel(e)
 	}
 	if arch == "" || arch == "sm_90" || arch == "sm_90a" {
 		return Hopper, nil
@@ -143,19 +145,26 @@ func New(cache *jit.Cache, mask *flex.MaskProgram, score *flex.ScoreProgram, cfg
 	if cfg.BlockKV == 0 {
 		cfg.BlockKV = flex.DefaultBlock
 	}
-	fk, err := resolveKernel(cfg.Fwd, "DFLASH_FLEX_FWD", cfg.Arch)
+	fk, err := resolveKernel(cfg.Fwd, switches.FlexFwd, cfg.Arch)
 	if err != nil {
 		return nil, err
 	}
-	bk, err := resolveKernel(cfg.Bwd, "DFLASH_FLEX_BWD", cfg.Arch)
+	bk, err := resolveKernel(cfg.Bwd, switches.FlexBwd, cfg.Arch)
 	if err != nil {
+		return nil, err
+	}
+	check, err := checkMode(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("flexcuda: %w", err)
+	}
+	if _, err := tuning(); err != nil {
 		return nil, err
 	}
 	if cfg.Bwd == KernelAuto && cfg.Deterministic {
 		bk = Portable // the Hopper backward has atomic dQ only
 	}
 	spec := Spec{HeadDim: cfg.HeadDim, DType: cfg.DType, Group: cfg.Group, BlockQ: cfg.BlockQ, BlockKV: cfg.BlockKV, MaskHash: mask.Hash(),
-		Fwd: fk, Bwd: bk, Deterministic: cfg.Deterministic, Check: checkMode(cfg)}
+		Fwd: fk, Bwd: bk, Deterministic: cfg.Deterministic, Check: check}
 	var sp []flex.Param
 	if score != nil {
 		spec.ScoreHash = score.Hash()

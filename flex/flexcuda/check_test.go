@@ -11,6 +11,7 @@ import (
 	"dflash/flex"
 	"dflash/gpu"
 	"dflash/internal/gputest"
+	"dflash/internal/switches"
 )
 
 // shiftedBias is score + bias[kv + shift]: with bias of LenKV entries, the
@@ -27,7 +28,7 @@ func shiftedBias(shift int) *flex.ScoreProgram {
 // every template constant defined.
 func TestCheckedSource(t *testing.T) {
 	t.Setenv("DFLASH_FLEX_DEFINES", "")
-	t.Setenv(flex.CheckEnv, "")
+	t.Setenv(switches.FlexCheck.Name, "")
 	for _, k := range []Kernel{Hopper, Portable} {
 		cfg := Config{HeadDim: 64, Group: 2, Fwd: k, Bwd: k}
 		plain, err := New(nil, flex.Causal(), shiftedBias(3), cfg)
@@ -60,14 +61,18 @@ func TestCheckedSource(t *testing.T) {
 		}
 	}
 	for env, want := range map[string]bool{"1": true, "0": false, "": false} {
-		t.Setenv(flex.CheckEnv, env)
+		t.Setenv(switches.FlexCheck.Name, env)
 		a, err := New(nil, flex.Causal(), shiftedBias(1), Config{HeadDim: 64})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if a.Spec().Check != want {
-			t.Errorf("%s=%q: Spec.Check %v, want %v", flex.CheckEnv, env, a.Spec().Check, want)
+			t.Errorf("%s=%q: Spec.Check %v, want %v", switches.FlexCheck.Name, env, a.Spec().Check, want)
 		}
+	}
+	t.Setenv(switches.FlexCheck.Name, "sometimes")
+	if _, err := New(nil, flex.Causal(), shiftedBias(1), Config{HeadDim: 64}); err == nil || !strings.Contains(err.Error(), `DFLASH_FLEX_CHECK="sometimes"`) {
+		t.Errorf("DFLASH_FLEX_CHECK=sometimes: %v, want an error naming it", err)
 	}
 }
 

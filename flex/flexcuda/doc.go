@@ -73,7 +73,7 @@
 // # Checked mode
 //
 // Tensor indices of the programs are clamped into range. Config.Check (or
-// DFLASH_FLEX_CHECK=1, flex.CheckEnv, which the CPU side reads too) prints
+// DFLASH_FLEX_CHECK=1, which the CPU side reads too) prints
 // the programs with flex.Checked instead: the first out-of-range read of a
 // launch is recorded in the module's flex_check_word, and Forward and
 // Backward read it back after the call and return it as a *flex.IndexError

@@ -2,13 +2,11 @@ package flexcuda
 
 import (
 	"fmt"
-	"os"
 	"regexp"
-	"strconv"
 	"strings"
-	"sync"
 
 	"dflash/dtype"
+	"dflash/internal/switches"
 	"dflash/kernels"
 )
 
@@ -18,7 +16,7 @@ type Kernel uint8
 
 const (
 	// KernelAuto, the zero value, lets New choose: DFLASH_FLEX_FWD or
-	// DFLASH_FLEX_BWD when set ("hopper" or "portable"), else Hopper unless
+	// DFLASH_FLEX_BWD when not auto ("hopper" or "portable"), else Hopper unless
 	// Config.Arch names an architecture other than sm_90, where Portable.
 	// The deterministic backward is Portable.
 	KernelAuto Kernel = iota
@@ -178,7 +176,7 @@ func (s Spec) defines(hasScore, bwd bool) []define {
 			ds = append(ds, define{"FLEX_DQ_NT", s.dqThreads()}, define{"FLEX_DQ_BN", s.dqBN()})
 		}
 	}
-	set := tuning()
+	set := mustTuning()
 	for _, k := range tuningKnobs {
 		if k.fwd == bwd || k.fwd && s.Fwd != Hopper || !k.fwd && s.Bwd != Hopper {
 			continue
@@ -198,6 +196,9 @@ var programBlock = regexp.MustCompile(`(?s)// @flex-program-begin.*?// @flex-pro
 // backward kernels for the programs p, with the headers inlined.
 func Source(s Spec, p Program, bwd bool) (string, error) {
 	if err := s.Validate(); err != nil {
+		return "", err
+	}
+	if _, err := tuning(); err != nil {
 		return "", err
 	}
 	name := "flex_bwd.cu"
@@ -274,7 +275,7 @@ var tuningKnobs = []struct {
 // tuningValue returns the value of tuning switch name: DFLASH_FLEX_DEFINES's
 // or the default.
 func tuningValue(name string) int {
-	if v, ok := tuning()[name]; ok {
+	if v, ok := mustTuning()[name]; ok {
 		return v
 	}
 	for _, k := range tuningKnobs {
@@ -285,52 +286,36 @@ func tuningValue(name string) int {
 	panic("flexcuda: no tuning switch " + name)
 }
 
-// tuned is the last parse of DFLASH_FLEX_DEFINES: the switches are read at
-// every backward launch (Spec.bwdWS, Spec.bwdDQBulk), so the variable is
-// parsed, and a bad entry warned about, once per value.
-var tuned struct {
-	sync.Mutex
-	env string
-	set map[string]int
-}
-
 // tuning returns the switches set by DFLASH_FLEX_DEFINES ("NAME=value,
 // ..."), for measuring a template switch side by side without a rebuild. The
-// source changes, so the kernel cache keeps the variants apart. Names
-// outside tuningKnobs are ignored with a warning on stderr. The map is
-// shared: callers only read it.
-func tuning() map[string]int {
-	env := os.Getenv("DFLASH_FLEX_DEFINES")
-	tuned.Lock()
-	defer tuned.Unlock()
-	if tuned.set == nil || tuned.env != env {
-		tuned.env, tuned.set = env, parseTuning(env)
+// source changes, so the kernel cache keeps the variants apart. The registry
+// takes only the names of tuningKnobs (init) and parses a value once; a bad
+// one is an error naming the variable and the entry. The map is shared:
+// callers only read it.
+func tuning() (map[string]int, error) {
+	set, err := switches.FlexDefines.Value()
+	if err != nil {
+		return nil, fmt.Errorf("flexcuda: %w", err)
 	}
-	return tuned.set
+	return set, nil
 }
 
-// parseTuning parses a DFLASH_FLEX_DEFINES value (see tuning).
-func parseTuning(env string) map[string]int {
-	set := map[string]int{}
-	if env == "" {
-		return set
-	}
-	var names []string
-	for _, k := range tuningKnobs {
-		names = append(names, k.name)
-	}
-	for _, kv := range strings.Split(env, ",") {
-		name, val, _ := strings.Cut(strings.TrimSpace(kv), "=")
-		v, err := strconv.Atoi(val)
-		known := false
-		for _, k := range tuningKnobs {
-			known = known || k.name == name
-		}
-		if !known || err != nil {
-			fmt.Fprintf(os.Stderr, "flexcuda: DFLASH_FLEX_DEFINES: %q is not NAME=integer with NAME a tuning switch of the kernels (%v); ignored\n", kv, names)
-			continue
-		}
-		set[name] = v
+// mustTuning is tuning where no error can be returned (a launch's shape):
+// New and Source refuse a bad DFLASH_FLEX_DEFINES first, so a bad one here
+// was set after them, and panics.
+func mustTuning() map[string]int {
+	set, err := tuning()
+	if err != nil {
+		panic(err)
 	}
 	return set
+}
+
+// init gives the registry the names DFLASH_FLEX_DEFINES may set.
+func init() {
+	names := make([]string, len(tuningKnobs))
+	for i, k := range tuningKnobs {
+		names[i] = k.name
+	}
+	switches.FlexDefines.Accept(names...)
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"dflash/flex"
+	"dflash/internal/switches"
 	"dflash/jit"
 )
 
@@ -98,6 +99,14 @@ func TestParseKernel(t *testing.T) {
 			t.Errorf("ParseKernel(%q) accepted", bad)
 		}
 	}
+	// Every kernel the switches offer besides auto is one ParseKernel knows.
+	for _, sw := range []*switches.Enum{switches.FlexFwd, switches.FlexBwd} {
+		for _, v := range sw.Values {
+			if _, err := ParseKernel(v); (err == nil) == (v == "auto") {
+				t.Errorf("%s offers %q: ParseKernel says %v", sw.Name, v, err)
+			}
+		}
+	}
 }
 
 // TestResourcesHopper checks the launch shapes of the Hopper kernels against
@@ -141,7 +150,8 @@ func TestResourcesHopper(t *testing.T) {
 
 // TestTuningDefines: DFLASH_FLEX_DEFINES sets the tuning switches' values
 // in the generated sources (so the kernel cache keys differ), and anything
-// but NAME=integer with a known switch is dropped.
+// but NAME=integer with a known switch is an error of New and Source that
+// names the variable and the entry.
 func TestTuningDefines(t *testing.T) {
 	t.Setenv("DFLASH_FLEX_FWD", "")
 	t.Setenv("DFLASH_FLEX_BWD", "")
@@ -168,8 +178,14 @@ func TestTuningDefines(t *testing.T) {
 		t.Error("sources with and without switches are equal: the cache could not tell them apart")
 	}
 	for _, bad := range []string{"FLEX_D=32", "FLEX_WS_PP=0;int x", "FLEX_WS_PP", "FLEX_WS_PP=x"} {
-		if f, b := src(bad); f != f0 || b != b0 {
-			t.Errorf("DFLASH_FLEX_DEFINES=%q changed the sources", bad)
+		t.Setenv("DFLASH_FLEX_DEFINES", bad)
+		_, err := New(nil, flex.Causal(), nil, Config{HeadDim: 64})
+		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("DFLASH_FLEX_DEFINES=%q: entry", bad)) || !strings.Contains(err.Error(), "FLEX_BWD_WS") {
+			t.Errorf("DFLASH_FLEX_DEFINES=%q: New: %v, want an error naming the entry and the switches", bad, err)
+		}
+		spec := Spec{HeadDim: 64, Group: 1, BlockQ: 128, BlockKV: 128, Fwd: Hopper, Bwd: Hopper}
+		if _, err := Source(spec, Program{}, true); err == nil || !strings.Contains(err.Error(), "DFLASH_FLEX_DEFINES") {
+			t.Errorf("DFLASH_FLEX_DEFINES=%q: Source: %v, want an error naming it", bad, err)
 		}
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"os"
 	"testing"
+
+	"dflash/internal/switches"
 )
 
 // Write logs one check result on t and, when $DFLASH_RESULTS names a file,
@@ -14,7 +16,7 @@ import (
 func Write(t testing.TB, pkg, check string, pass bool, detail string, metrics map[string]float64) {
 	t.Helper()
 	t.Logf("check %q pass=%v %s %v", check, pass, detail, metrics)
-	path := os.Getenv("DFLASH_RESULTS")
+	path := switches.Results.Value()
 	if path == "" {
 		return
 	}

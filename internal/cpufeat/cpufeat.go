@@ -4,12 +4,13 @@
 package cpufeat
 
 import (
-	"os"
-
 	"golang.org/x/sys/cpu"
+
+	"dflash/internal/switches"
 )
 
 // AVX2FMA reports whether the CPU and the operating system support AVX2 and
-// FMA, the build is for amd64, and DFLASH_NOASM is unset (setting it forces
-// the portable kernels, for tests and comparisons).
-var AVX2FMA = cpu.X86.HasAVX2 && cpu.X86.HasFMA && os.Getenv("DFLASH_NOASM") == ""
+// FMA, the build is for amd64, and DFLASH_NOASM is not on (on forces the
+// portable kernels, for tests and comparisons). A DFLASH_NOASM that is not a
+// boolean panics at initialisation, naming the variable.
+var AVX2FMA = cpu.X86.HasAVX2 && cpu.X86.HasFMA && !switches.NoASM.MustValue()

@@ -5,29 +5,25 @@ package testseed
 
 import (
 	"math/rand/v2"
-	"os"
-	"strconv"
 	"testing"
 	"time"
-)
 
-// Env is the environment variable that fixes the seed.
-const Env = "DFLASH_SEED"
+	"dflash/internal/switches"
+)
 
 // Seed returns the test's seed, DFLASH_SEED if set, else the clock, and logs
 // "seed N (DFLASH_SEED=N to replay)". A DFLASH_SEED that is not an unsigned
 // integer fails the test.
 func Seed(t testing.TB) uint64 {
 	t.Helper()
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv(Env); s != "" {
-		v, err := strconv.ParseUint(s, 10, 64)
-		if err != nil {
-			t.Fatalf("%s=%q: want an unsigned integer: %v", Env, s, err)
-		}
-		seed = v
+	seed, set, err := switches.Seed.Lookup()
+	if err != nil {
+		t.Fatalf("%v", err)
 	}
-	t.Logf("seed %d (%s=%d to replay)", seed, Env, seed)
+	if !set {
+		seed = uint64(time.Now().UnixNano())
+	}
+	t.Logf("seed %d (%s=%d to replay)", seed, switches.Seed.Name, seed)
 	return seed
 }
 

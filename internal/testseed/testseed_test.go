@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"dflash/internal/switches"
 )
 
 // recorder captures what Seed logs and whether it failed.
@@ -35,7 +37,7 @@ func seedOf(r *recorder) (seed uint64) {
 
 func TestSeed(t *testing.T) {
 	t.Run("env", func(t *testing.T) {
-		t.Setenv(Env, "12345")
+		t.Setenv(switches.Seed.Name, "12345")
 		r := &recorder{TB: t}
 		if got := seedOf(r); got != 12345 {
 			t.Fatalf("seed %d, want 12345", got)
@@ -49,7 +51,7 @@ func TestSeed(t *testing.T) {
 		}
 	})
 	t.Run("clock", func(t *testing.T) {
-		t.Setenv(Env, "")
+		t.Setenv(switches.Seed.Name, "")
 		r := &recorder{TB: t}
 		seed := seedOf(r)
 		if want := fmt.Sprintf("seed %d (DFLASH_SEED=%d to replay)", seed, seed); len(r.logs) != 1 || r.logs[0] != want {
@@ -57,7 +59,7 @@ func TestSeed(t *testing.T) {
 		}
 	})
 	t.Run("bad", func(t *testing.T) {
-		t.Setenv(Env, "-3")
+		t.Setenv(switches.Seed.Name, "-3")
 		r := &recorder{TB: t}
 		seedOf(r)
 		if !strings.Contains(r.failed, `DFLASH_SEED="-3"`) {

@@ -4,11 +4,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"os"
 
 	"dflash/dtype"
 	"dflash/flex/flexcuda"
 	"dflash/gpu"
+	"dflash/internal/switches"
 	"dflash/jit"
 	"dflash/tensor"
 )
@@ -34,7 +34,7 @@ import (
 // Everything allocated between two Resets (storage, int data, masks,
 // temporaries of the ops) comes from a step arena (one range of addresses
 // grown in place where the device supports virtual memory management and
-// $DFLASH_STEP_VMM is not 0, else chunks) and is released at once
+// DFLASH_STEP_VMM is not off, else chunks) and is released at once
 // by the next ResetStep: storage must not be used after the ResetStep that follows
 // its allocation (the ops panic when it is). FreeStep gives one allocation
 // back earlier (a gradient once the backward pass has consumed it: see
@@ -66,7 +66,7 @@ type Backend struct {
 	builders   map[string]*flexcuda.Builder // by mask program hash
 	det        bool                         // SetDeterministic
 	prof       *profiler                    // StartProfile
-	noGraphs   bool                         // $DFLASH_CUDA_GRAPHS=0: Replay runs regions plainly
+	noGraphs   bool                         // DFLASH_CUDA_GRAPHS off: Replay runs regions plainly
 	warned     map[replayWarning]bool       // what Replay has logged
 	profiling  bool
 }
@@ -94,10 +94,14 @@ var _ tensor.Backend[float32] = (*Backend)(nil)
 
 // NewBackend returns the backend on d, compiling kernels through cache on
 // first use. Call it on d's worker thread, before d's first GEMM:
-// $DFLASH_GEMM_WORKSPACE_MIB sets the cuBLASLt workspace and
-// $DFLASH_GEMM_TUNE=0 turns off tuning (gemmTuneEnv), whose choices are
-// saved in cache's directory.
+// DFLASH_GEMM_WORKSPACE_MIB sets the cuBLASLt workspace, DFLASH_GEMM_TUNE
+// off turns off tuning (gemmSettings), whose choices are saved in cache's
+// directory, and DFLASH_CUDA_GRAPHS off runs Replay's regions plainly.
 func NewBackend(cache *jit.Cache, d *gpu.Device) (*Backend, error) {
+	graphs, err := switches.CUDAGraphs.Value()
+	if err != nil {
+		return nil, fmt.Errorf("tensorcuda: %w", err)
+	}
 	if err := applyGemmSettings(d, cache.Dir()); err != nil {
 		return nil, err
 	}
@@ -116,7 +120,7 @@ func NewBackend(cache *jit.Cache, d *gpu.Device) (*Backend, error) {
 	}
 	b := newBackend(d, cache, bf, f32, devMemory{d}, vm)
 	b.arena.mem, b.arena.use = poolMemory{devMemory{d}, pool}, pool
-	b.noGraphs = os.Getenv(graphsEnv) == "0"
+	b.noGraphs = !graphs
 	return b, nil
 }
 

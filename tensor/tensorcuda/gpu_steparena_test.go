@@ -7,6 +7,7 @@ import (
 	"dflash/dtype"
 	"dflash/gpu"
 	"dflash/internal/gputest"
+	"dflash/internal/switches"
 	"dflash/internal/testseed"
 )
 
@@ -19,7 +20,7 @@ import (
 // the arena unmaps everything, and the arena then starts a range afresh.
 func TestGPUStepArenaVMM(t *testing.T) {
 	w, cache := gputest.Worker0Cache(t)
-	t.Setenv(stepVMMEnv, "1")
+	t.Setenv(switches.StepVMM.Name, "1")
 	rng := testseed.New(t)
 	const mib = 1 << 20
 	const each = 40 * mib // bytes of each allocation: 20 Mi bf16 elements

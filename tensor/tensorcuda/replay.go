@@ -7,14 +7,10 @@ import (
 	"dflash/gpu"
 )
 
-// graphsEnv, set to 0, turns Replay off: every region runs plainly (to
-// measure what the graphs save).
-const graphsEnv = "DFLASH_CUDA_GRAPHS"
-
 // Replay runs fn through gpu.Device.Replay: a CUDA graph per key after the
 // key's first run. A profiling backend runs fn plainly (its per-op events
 // cannot be recorded), as does the CPU tests' fake memory and a process
-// with $DFLASH_CUDA_GRAPHS=0. A failed recording is logged once per key and
+// with DFLASH_CUDA_GRAPHS off. A failed recording is logged once per key and
 // the region runs plainly from then on.
 func (b *Backend) Replay(key any, fn func()) string {
 	if b.d == nil || b.profiling || b.noGraphs {

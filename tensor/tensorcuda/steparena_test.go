@@ -8,6 +8,7 @@ import (
 
 	"dflash/cuda"
 	"dflash/gpu"
+	"dflash/internal/switches"
 	"dflash/internal/testseed"
 )
 
@@ -348,9 +349,10 @@ func TestFreeStep(t *testing.T) {
 	}
 }
 
-// TestStepInPlace: $DFLASH_STEP_VMM chooses the step arena's memory: 0
-// chunks, 1 the range (an error naming the GPU where it has no VMM), unset
-// whatever the GPU supports; another value is an error naming the variable.
+// TestStepInPlace: DFLASH_STEP_VMM chooses the step arena's memory: off
+// chunks, on the range (an error naming the GPU where it has no VMM), unset
+// whatever the GPU supports; a value that is not a boolean is an error
+// naming the variable.
 func TestStepInPlace(t *testing.T) {
 	yes := func() (bool, error) { return true, nil }
 	no := func() (bool, error) { return false, nil }
@@ -361,14 +363,16 @@ func TestStepInPlace(t *testing.T) {
 		want      bool
 		err       string
 	}{
-		{"", yes, true, ""}, {"", no, false, ""}, {"1", yes, true, ""}, {"0", yes, false, ""}, {"0", broken, false, ""},
-		{"1", no, false, "$DFLASH_STEP_VMM=1, but GPU 3 does not support"},
+		{"", yes, true, ""}, {"", no, false, ""}, {"1", yes, true, ""}, {"on", yes, true, ""}, {"0", yes, false, ""},
+		{"off", yes, false, ""}, {"0", broken, false, ""},
+		{"1", no, false, "DFLASH_STEP_VMM is on, but GPU 3 does not support"},
 		{"", broken, false, "step memory on GPU 3: cuDeviceGetAttribute"},
-		{"yes", yes, false, `$DFLASH_STEP_VMM="yes": want 0`},
+		{"maybe", yes, false, `DFLASH_STEP_VMM="maybe": want a boolean`},
 	} {
-		got, err := stepInPlace(c.env, 3, c.supported)
+		t.Setenv(switches.StepVMM.Name, c.env)
+		got, err := stepInPlace(3, c.supported)
 		if got != c.want || (err == nil) != (c.err == "") || err != nil && !strings.Contains(err.Error(), c.err) {
-			t.Errorf("$DFLASH_STEP_VMM=%q: %v, %v; want %v, error containing %q", c.env, got, err, c.want, c.err)
+			t.Errorf("DFLASH_STEP_VMM=%q: %v, %v; want %v, error containing %q", c.env, got, err, c.want, c.err)
 		}
 	}
 }

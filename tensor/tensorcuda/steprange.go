@@ -3,21 +3,16 @@ package tensorcuda
 import (
 	"fmt"
 	"log/slog"
-	"os"
 
 	"dflash/gpu"
+	"dflash/internal/switches"
 )
 
-// stepVMMEnv chooses the step arena's memory: "0" chunks from the device
-// allocator; "1" a range grown in place (an error where the device cannot);
-// unset, the range where the device supports virtual memory management.
-const stepVMMEnv = "DFLASH_STEP_VMM"
-
 // stepMemory returns the growable memory of d's step arena, or nil for
-// chunks from the device allocator, as $DFLASH_STEP_VMM and the device
+// chunks from the device allocator, as DFLASH_STEP_VMM and the device
 // decide.
 func stepMemory(d *gpu.Device, pool *gpu.Pool) (growable, error) {
-	in, err := stepInPlace(os.Getenv(stepVMMEnv), d.Ordinal(), d.VMMSupported)
+	in, err := stepInPlace(d.Ordinal(), d.VMMSupported)
 	if !in || err != nil {
 		return nil, err
 	}
@@ -25,22 +20,23 @@ func stepMemory(d *gpu.Device, pool *gpu.Pool) (growable, error) {
 }
 
 // stepInPlace says whether the step arena of GPU gpu is a range grown in
-// place, from the value of $DFLASH_STEP_VMM and whether the GPU supports
-// virtual memory management.
-func stepInPlace(env string, gpu int, supported func() (bool, error)) (bool, error) {
-	switch env {
-	case "0":
+// place, from DFLASH_STEP_VMM (off: chunks from the device allocator; on: a
+// range, an error where the GPU cannot; unset: a range where it can) and
+// whether the GPU supports virtual memory management.
+func stepInPlace(gpu int, supported func() (bool, error)) (bool, error) {
+	want, set, err := switches.StepVMM.Lookup()
+	switch {
+	case err != nil:
+		return false, fmt.Errorf("tensorcuda: %w", err)
+	case set && !want:
 		return false, nil
-	case "", "1":
-	default:
-		return false, fmt.Errorf("tensorcuda: $%s=%q: want 0 (step memory in chunks) or 1 (one range grown in place)", stepVMMEnv, env)
 	}
 	ok, err := supported()
 	switch {
 	case err != nil:
 		return false, fmt.Errorf("tensorcuda: step memory on GPU %d: %w", gpu, err)
-	case !ok && env == "1":
-		return false, fmt.Errorf("tensorcuda: $%s=1, but GPU %d does not support virtual memory management", stepVMMEnv, gpu)
+	case !ok && set:
+		return false, fmt.Errorf("tensorcuda: %s is on, but GPU %d does not support virtual memory management", switches.StepVMM.Name, gpu)
 	case !ok:
 		slog.Info("tensorcuda: step memory in chunks: the GPU does not support virtual memory management", "gpu", gpu)
 	}
