@@ -271,5 +271,3 @@ func optional(op, arg string, b gpu.Buffer, elems, size int64) {
 
 // es returns the storage element size.
 func (o *Ops) es() int64 { return int64(o.dt.Size()) }
-
-func ceilDiv(a, b int) int { return (a + b - 1) / b }
