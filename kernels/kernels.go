@@ -21,10 +21,11 @@ import (
 	"sort"
 )
 
-// Every file of the folder is embedded (a pattern such as *.cuh would break
-// the build the day no header is left); Names lists only the .cu sources.
+// The .cu sources and .cuh headers of this folder are embedded, not its
+// subfolders: dev/ holds superseded variants for reading (dev/README.md).
+// Names lists only the .cu sources.
 //
-//go:embed *
+//go:embed *.cu *.cuh
 var files embed.FS
 
 // Source returns the text of the named file, e.g. "saxpy.cu". It panics if

@@ -256,38 +256,20 @@ func b2i(v bool) int {
 
 // tuningKnobs are the template switches that DFLASH_FLEX_DEFINES may set
 // for kernel experiments, each of the Hopper forward (fwd) or backward, with
-// its default. Only FLEX_BWD_WS and FLEX_BWD_DQ_BULK change a launch
-// (Spec.bwdWS, Spec.bwdDQBulk: threads, stages, shared memory, tensor-map
-// arguments); the others change code only.
+// its default. There are none now: the last five (FLEX_WS_PP,
+// FLEX_BWD_TWO_PATHS, FLEX_BWD_DQ_COLS, FLEX_BWD_WS, FLEX_BWD_DQ_BULK) were
+// settled at 1 and their other branches left the templates for
+// kernels/dev/README.md. A new switch that changes code only is an entry
+// here and an #if in its template; one that changes a launch (threads,
+// stages, shared memory, arguments) must be read by limits.go too.
 var tuningKnobs = []struct {
 	name string
 	fwd  bool
 	def  int
-}{
-	{"FLEX_WS_PP", true, 1},          // the two consumer warpgroups take turns
-	{"FLEX_BWD_TWO_PATHS", false, 1}, // P^T of full tiles without the mask program
-	{"FLEX_BWD_DQ_COLS", false, 1},   // head dim 64: dQ split between the warpgroups by columns
-	{"FLEX_BWD_WS", false, 1},        // head dims 64, 128: a TMA producer warpgroup feeds Q, dO, LSE, Dlt
-	{"FLEX_BWD_DQ_BULK", false, 1},   // with the producer: dQ tiles added to dQacc by the copy engine from shared memory
-}
+}{}
 
-// tuningValue returns the value of tuning switch name: DFLASH_FLEX_DEFINES's
-// or the default.
-func tuningValue(name string) int {
-	if v, ok := tuning()[name]; ok {
-		return v
-	}
-	for _, k := range tuningKnobs {
-		if k.name == name {
-			return k.def
-		}
-	}
-	panic("flexcuda: no tuning switch " + name)
-}
-
-// tuned is the last parse of DFLASH_FLEX_DEFINES: the switches are read at
-// every backward launch (Spec.bwdWS, Spec.bwdDQBulk), so the variable is
-// parsed, and a bad entry warned about, once per value.
+// tuned is the last parse of DFLASH_FLEX_DEFINES: the variable is parsed,
+// and a bad entry warned about, once per value.
 var tuned struct {
 	sync.Mutex
 	env string
