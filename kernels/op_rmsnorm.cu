@@ -5,7 +5,22 @@
 // over x and dy, for rows of whole vectors), sums a fixed chunk of rows per
 // column into partial[chunk, dim] in a fixed order, and op_colsum
 // (op_rows.cu) adds the chunks, in order, into dw.
+//
+// Block shapes from the Go launcher (tensor/tensorcuda compileOptions); a
+// standalone build: nvcc -arch=sm_90 -Xptxas -v -c -DOP_BF16=1
+// -DOP_DW_THREADS=256 -DOP_NORM_VECS=2 kernels/op_rmsnorm.cu
 #include "op_common.cuh"
+
+// OP_DW_THREADS: the most threads per block of op_rmsnorm_bwd_dw's vector
+// path, whose shared sums are sized for it (the launcher's threads).
+#ifndef OP_DW_THREADS
+#error "OP_DW_THREADS is set by the Go launcher (-DOP_DW_THREADS=256)"
+#endif
+// OP_NORM_VECS: the most 16-byte vectors of a row per thread of
+// op_rmsnorm_bwd (the launcher's normVecs).
+#ifndef OP_NORM_VECS
+#error "OP_NORM_VECS is set by the Go launcher (-DOP_NORM_VECS=2)"
+#endif
 
 // op_row_vecs returns the 16-byte vectors per row of dim columns when every
 // row of the given pointers starts aligned, else 0 (scalar loops only).
@@ -267,7 +282,6 @@ extern "C" __global__ void op_rmsnorm_bwd_dw(const op_t *__restrict__ x,
 // (or with accumulate adds) dx as op_rmsnorm_bwd_dx does, in the same
 // order of sums, and sums dy·x·rstd per column over the chunk's rows in
 // order into partial[k·dim + c] (overwriting), as the scalar dw path does.
-#define OP_NORM_VECS 2
 extern "C" __global__ void op_rmsnorm_bwd(const op_t *__restrict__ x,
                                           const op_t *__restrict__ w,
                                           const float *__restrict__ rstd,

@@ -3,6 +3,8 @@ package tensorcuda
 import (
 	"fmt"
 	"maps"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -418,5 +420,60 @@ func TestAdamWLayoutErrors(t *testing.T) {
 func TestNewRejectsDType(t *testing.T) {
 	if _, err := New(nil, nil, dtype.F16); err == nil || !strings.Contains(err.Error(), "f16") {
 		t.Fatalf("New with f16 storage: %v", err)
+	}
+}
+
+// requiredMacro matches a kernel source's demand for a compile option:
+// #ifndef X followed by an #error.
+var requiredMacro = regexp.MustCompile(`(?m)^#ifndef (\w+)\n#error `)
+
+// TestOpMacrosSupplied checks, for every op kernel file as NVRTC gets it
+// (op_common.cuh spliced in), that each macro it requires (#ifndef X,
+// #error) is among the -D options compileOptions passes in both storage
+// dtypes, that no source #defines one of them itself (a second copy of the
+// value), and that scripts/gpu-ops.sh builds the files with the same block
+// shapes.
+func TestOpMacrosSupplied(t *testing.T) {
+	supplied := func(dt dtype.DType) map[string]string {
+		m := map[string]string{}
+		for _, o := range compileOptions(dt) {
+			if d, ok := strings.CutPrefix(o, "-D"); ok {
+				name, val, _ := strings.Cut(d, "=")
+				m[name] = val
+			}
+		}
+		return m
+	}
+	files := map[string]bool{}
+	for _, k := range allKernels {
+		files[k.file] = true
+	}
+	for f := range files {
+		src := Source(f)
+		req := requiredMacro.FindAllStringSubmatch(src, -1)
+		if f == "op_rmsnorm.cu" && len(req) < 3 {
+			t.Errorf("%s requires %d macros, want OP_BF16, OP_DW_THREADS and OP_NORM_VECS at least", f, len(req))
+		}
+		for _, m := range req {
+			for _, dt := range []dtype.DType{dtype.F32, dtype.BF16} {
+				if _, ok := supplied(dt)[m[1]]; !ok {
+					t.Errorf("%s requires %s, which compileOptions(%v) does not pass", f, m[1], dt)
+				}
+			}
+			if regexp.MustCompile(`(?m)^\s*#define ` + m[1] + `\b`).MatchString(src) {
+				t.Errorf("%s #defines %s, which the launcher passes", f, m[1])
+			}
+		}
+	}
+	script, err := os.ReadFile(filepath.Join("..", "..", "scripts", "gpu-ops.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for _, d := range blockShapes {
+		want = append(want, fmt.Sprintf("-D%s=%d", d.name, d.value))
+	}
+	if line := `shapes="` + strings.Join(want, " ") + `"`; !strings.Contains(string(script), "\n"+line+"\n") {
+		t.Errorf("scripts/gpu-ops.sh lacks the line %s", line)
 	}
 }

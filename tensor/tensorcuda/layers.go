@@ -156,7 +156,7 @@ func (o *Ops) RMSNormBackward(x, w, rstd, dy gpu.Buffer, rows, dim int, dx, dw, 
 }
 
 // normVecs is the most 16-byte vectors of a row that a thread of
-// op_rmsnorm_bwd holds (OP_NORM_VECS in op_rmsnorm.cu).
+// op_rmsnorm_bwd holds (OP_NORM_VECS in op_rmsnorm.cu, compileOptions).
 const normVecs = 2
 
 // normFusedThreads returns the block of op_rmsnorm_bwd for rows of dim
@@ -182,7 +182,8 @@ func (o *Ops) colSum(partial gpu.Buffer, chunks, n int, v gpu.Buffer) error {
 	return o.launch(c, cuda.Dim(uint32(ceil.Div(n, colSumCols)), 1, 1), colSumCols*colSumLanes)
 }
 
-// op_colsum's block shape (OP_COLSUM_COLS, OP_COLSUM_LANES in op_rows.cu).
+// op_colsum's block shape (OP_COLSUM_COLS, OP_COLSUM_LANES in op_rows.cu,
+// compileOptions).
 const colSumCols, colSumLanes = 32, 8
 
 // RoPE rotates each head of x ([rows, heads, headDim], storage dtype) by the
