@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"sync/atomic"
 	"time"
+
+	"dflash/internal/ceil"
 )
 
 // DefaultBlock is the default block edge (queries and keys) of a BlockMask.
@@ -148,7 +150,7 @@ func NewBlockMask(m *MaskProgram, args *Args, d Dims, blockQ, blockKV int, opts 
 		return nil, err
 	}
 	bm := &BlockMask{Dims: d, BlockQ: blockQ, BlockKV: blockKV,
-		NumQBlocks: ceilDiv(d.LenQ, blockQ), NumKVBlocks: ceilDiv(d.LenKV, blockKV),
+		NumQBlocks: ceil.Div(d.LenQ, blockQ), NumKVBlocks: ceil.Div(d.LenKV, blockKV),
 		MaskBatch: 1, MaskHeads: 1, mask: m, args: args, frame: f, rows: compileRows(m.plan, blockKV)}
 	if m.plan.readsB {
 		bm.MaskBatch = d.Batch
@@ -355,5 +357,3 @@ func (bm *BlockMask) Allowed(b, h, q, kv int) bool {
 	ev.mask(kv, 1, out[:])
 	return out[0]
 }
-
-func ceilDiv(a, b int) int { return (a + b - 1) / b }

@@ -1,6 +1,10 @@
 package flex
 
-import "fmt"
+import (
+	"fmt"
+
+	"dflash/internal/ceil"
+)
 
 // DenseMask is a mask program evaluated densely: one bool per (q, kv) pair
 // for each batch element and head it depends on. It is the input of the
@@ -85,7 +89,7 @@ func (dm *DenseMask) tile(t *tileMask, b, h, q0, m, k0, n int) {
 
 func denseSource(d Dims, dm *DenseMask) *blockSource {
 	return &blockSource{d: d, bq: DefaultBlock, bkv: DefaultBlock,
-		nq: ceilDiv(d.LenQ, DefaultBlock), nkv: ceilDiv(d.LenKV, DefaultBlock), dense: dm}
+		nq: ceil.Div(d.LenQ, DefaultBlock), nkv: ceil.Div(d.LenKV, DefaultBlock), dense: dm}
 }
 
 func checkDense(d Dims, dm *DenseMask) { checkMask("dense mask", d, dm.Dims, dm.MaskHeads) }

@@ -108,8 +108,8 @@
 // query heads of a kv head are processed together, so K/V tiles and the
 // evaluated masks of partial blocks are shared between them. Inside a
 // partial block, each group of four query rows computes only the span of
-// keys its rows may see. float32 tiles use AVX2/FMA kernels (Go assembly,
-// no cgo) where the CPU has them, unless DFLASH_NOASM is on; float64 and
+// keys its rows may see. float32 tiles use the AVX2/FMA kernels of package
+// internal/avx2 (Go assembly, no cgo) where the CPU has them, unless DFLASH_NOASM is on; float64 and
 // other CPUs use the portable Go kernels. Both passes are deterministic:
 // Backward adds the kv-block tasks' dq tiles and score tensor gradients in
 // a fixed order (the task order, which does not depend on GOMAXPROCS), so

@@ -3,6 +3,8 @@ package flex
 import (
 	"math"
 	"sort"
+
+	"dflash/internal/ceil"
 )
 
 // blockSource enumerates the (kv block, kind) pairs of each q tile: from a
@@ -91,7 +93,7 @@ func headTasks(d Dims, nq int) (chunk, chunks int) {
 	for chunk > 1 && d.Batch*d.HeadsKV*nq*(g/chunk) < 2*workerCount(1<<30) {
 		chunk = (chunk + 1) / 2
 	}
-	return chunk, ceilDiv(g, chunk)
+	return chunk, ceil.Div(g, chunk)
 }
 
 func (s *blockSource) sharedHeads() bool {

@@ -1,5 +1,7 @@
 package flex
 
+import "dflash/internal/avx2"
+
 // elem is the element type of the CPU kernels.
 type elem interface{ float32 | float64 }
 
@@ -113,7 +115,7 @@ func gemmAcc[T elem](C []T, ldc int, A []T, rs, ts int, B []T, ldb int, m, N, k 
 		}
 		x0 := 0
 		if simd && rows == rowGroup && n16 > 0 {
-			acc4x16N32(a32[i0*rs+t0*ts:], rs, ts, b32[t0*ldb:], ldb, t1-t0, n16/16, c32[i0*ldc:], ldc, float32(alpha))
+			avx2.Acc4x16(a32[i0*rs+t0*ts:], rs, ts, b32[t0*ldb:], ldb, t1-t0, n16/16, c32[i0*ldc:], ldc, float32(alpha))
 			x0 = n16
 		}
 		if x0 == N {
@@ -185,7 +187,7 @@ func accRows[T elem](C []T, ldc int, A []T, rs, ts int, B []T, ldb int, i0, i1, 
 func group4x32(C []float32, ldc int, A []float32, lda int, B []float32, ldb int, i0, j0, j1, t0, t1 int, alpha float32, acc bool) {
 	pairs := (j1 - j0) / 2
 	if pairs > 0 {
-		gemm4x2N32(A[i0*lda+t0:], lda, B[j0*ldb+t0:], ldb, t1-t0, pairs, C[i0*ldc+j0:], ldc, alpha, acc)
+		avx2.Gemm4x2(A[i0*lda+t0:], lda, B[j0*ldb+t0:], ldb, t1-t0, pairs, C[i0*ldc+j0:], ldc, alpha, acc)
 	}
 	if j := j0 + 2*pairs; j < j1 {
 		col4(C, ldc, A, lda, B, ldb, i0, j, t0, t1, alpha, acc)

@@ -3,6 +3,8 @@ package flex
 import (
 	"fmt"
 	"math"
+
+	"dflash/internal/ceil"
 )
 
 // blockKind says how a (q block, kv block) pair is masked inside a kernel.
@@ -26,7 +28,7 @@ type tileMask struct {
 
 func newTileMask(bq, bkv int) *tileMask {
 	return &tileMask{ok: make([]bool, bq*bkv), lo: make([]int32, bq), hi: make([]int32, bq),
-		groups: make([]span, ceilDiv(bq, rowGroup)), cols: make([]span, ceilDiv(bkv, rowGroup))}
+		groups: make([]span, ceil.Div(bq, rowGroup)), cols: make([]span, ceil.Div(bkv, rowGroup))}
 }
 
 // evalProgram fills the mask of queries [q0, q0+m) x keys [k0, k0+n) of

@@ -12,16 +12,16 @@
 //   dQ   += dS K                          dS^T through shared memory (A
 //                                         transposed, rows padded to 64),
 //                                         K transposed; D 128: warpgroup w
-//                                         takes columns [64w,+64), D 64: kv
-//                                         rows [64w,+64); fp32 vector
-//                                         atomics into dQacc
+//                                         takes columns [64w,+64), D 64:
+//                                         [32w,+32); fp32 vector atomics
+//                                         into dQacc (or FLEX_BWD_BULK)
 // FLEX_BWD_HALF (head dim 256): dK and dV of 64 kv rows x 256 would take 256
 // registers per thread, so two CTAs share each kv block, CTA half hd
 // (flex_bwd_half) computing dK, dV and dQ for columns [128hd, 128hd+128);
 // both compute the full S^T, dP^T and dS^T, and only half 0 adds the score
 // tensors' gradients (flex_common.cuh).
 //
-// FLEX_BWD_WS (head dims 64 and 128; the "v7 treatment" of the forward,
+// FLEX_BWD_PROD (head dims 64 and 128; the "v7 treatment" of the forward,
 // flex_fwd_ws.cu): a third, producer warpgroup feeds the two above. One of
 // its threads issues tensor-memory-access copies (TMA, tensor maps tmQ and
 // tmdO of 64-column boxes by FLEX_BMQ rows) of Q and dO into the stages, and
@@ -34,9 +34,9 @@
 // Needs one query head per CTA (FLEX_BWD_SPLIT with GQA, as the Hopper
 // backward always has).
 //
-// FLEX_BWD_DQ_BULK (with the producer only): a consumer warpgroup stores its
-// dQ product of a tile (64 q rows by its columns, fp32, already scaled) into
-// its own shared buffer instead of issuing 16 vector atomics per thread; one
+// FLEX_BWD_BULK (with the producer, so head dims 64 and 128): a consumer
+// warpgroup stores its dQ product of a tile (64 q rows by its columns, fp32,
+// already scaled) into its own shared buffer instead of issuing 16 vector atomics per thread; one
 // of its threads then has the copy engine add the buffer to dQacc
 // (cp.reduce.async.bulk.tensor through tensor map tmdQ over [batch*heads][
 // lenq][D] fp32, which leaves rows past lenq alone) and the warpgroup goes
@@ -46,25 +46,25 @@
 // third Q/dO stage's room (flex/flexcuda Spec.bwdStages).
 //
 // Tiles (flex/flexcuda Spec.defines): FLEX_BMQ q rows per tile, FLEX_BWD_STAGES
-// Q/dO stages, FLEX_BWD_DS_BUFS dS^T buffers. Tuning switches:
-// FLEX_BWD_DQ_COLS (head dim 64: dQ split between the warpgroups by columns,
-// else by kv rows), FLEX_BWD_TWO_PATHS (P^T of full tiles without the mask
-// program), FLEX_BWD_WS (the producer warpgroup; ignored at head dim 256),
-// FLEX_BWD_DQ_BULK (dQ added by the copy engine; ignored without the
-// producer).
+// Q/dO stages, FLEX_BWD_DS_BUFS dS^T buffers. The superseded variants (no
+// producer or dQ by atomics at head dims 64 and 128, dQ of head dim 64 split
+// by kv rows, full tiles through the mask program: the tuning switches
+// FLEX_BWD_WS, FLEX_BWD_DQ_BULK, FLEX_BWD_DQ_COLS and FLEX_BWD_TWO_PATHS set
+// to 0) are described in kernels/dev/README.md.
 #pragma once
 #include "flex_wgmma.cuh"
 
-#if !defined(FLEX_BWD_STAGES) || !defined(FLEX_BWD_DS_BUFS) || !defined(FLEX_BWD_DQ_COLS) || !defined(FLEX_BWD_TWO_PATHS) || \
-    !defined(FLEX_BWD_WS) || !defined(FLEX_BWD_DQ_BULK)
-#error "flex_bwd_wg.cuh: FLEX_BWD_STAGES, FLEX_BWD_DS_BUFS, FLEX_BWD_DQ_COLS, FLEX_BWD_TWO_PATHS, FLEX_BWD_WS and FLEX_BWD_DQ_BULK come from the generator (flex/flexcuda)"
+#if !defined(FLEX_BWD_STAGES) || !defined(FLEX_BWD_DS_BUFS)
+#error "flex_bwd_wg.cuh: FLEX_BWD_STAGES and FLEX_BWD_DS_BUFS come from the generator (flex/flexcuda)"
 #endif
-// FLEX_BWD_PROD: the producer warpgroup is on (flex/flexcuda Spec.bwdWS
-// decides alike: the launch passes the tensor maps and 384 threads).
-#define FLEX_BWD_PROD (FLEX_BWD_WS && !FLEX_BWD_HALF)
-// FLEX_BWD_BULK: dQ through shared memory and the copy engine (Spec.bwdDQBulk
-// alike: the launch passes tensor map tmdQ and sizes the buffers).
-#define FLEX_BWD_BULK (FLEX_BWD_PROD && FLEX_BWD_DQ_BULK)
+// FLEX_BWD_PROD: the producer warpgroup is on, at head dims 64 and 128
+// (flex/flexcuda Spec.bwdWS decides alike: the launch passes the tensor maps
+// and 384 threads).
+#define FLEX_BWD_PROD (!FLEX_BWD_HALF)
+// FLEX_BWD_BULK: dQ through shared memory and the copy engine, with the
+// producer (Spec.bwdDQBulk alike: the launch passes tensor map tmdQ and
+// sizes the buffers).
+#define FLEX_BWD_BULK FLEX_BWD_PROD
 static_assert(FLEX_D == 64 || FLEX_D == 128 || FLEX_D == 256, "Hopper backward: head dim 64, 128 or 256");
 static_assert(FLEX_BKV == 128 && FLEX_BWD_NT == (FLEX_BWD_PROD ? 384 : 256) && (FLEX_BMQ == 32 || FLEX_BMQ == 64),
               "Hopper backward: kv block 128, two consumer warpgroups (and the producer), q tile 32 or 64");
@@ -147,12 +147,10 @@ extern "C" __global__ void __launch_bounds__(FLEX_BWD_NT, 1)
   constexpr int NSDS = FLEX_BWD_DS_BUFS; // dS^T buffers
   constexpr bool PROD = FLEX_BWD_PROD;   // a producer warpgroup (warpgroup 0) feeds the stages
   constexpr bool BULK = FLEX_BWD_BULK;   // dQ tiles added to dQacc by the copy engine
-  // The dQ product's split: D 64 with FLEX_BWD_DQ_COLS, warpgroup w takes
-  // columns [32w, +32) over all kv rows (half the atomics of splitting the kv
-  // rows); otherwise D 64: kv rows [64w, +64), all 64 columns; D 128: all kv
-  // rows, columns [hd DD + 64 wg, +64).
-  constexpr bool DQCOLS = FLEX_D != 64 || FLEX_BWD_DQ_COLS;
-  constexpr int DQN = FLEX_D == 64 && FLEX_BWD_DQ_COLS ? 32 : 64; // dQ columns per warpgroup
+  // The dQ product's split: warpgroup w takes all kv rows and columns
+  // [hd DD + w DQN, +DQN): 32 of them at D 64 (half the atomics of splitting
+  // the kv rows), 64 otherwise.
+  constexpr int DQN = FLEX_D == 64 ? 32 : 64; // dQ columns per warpgroup
 
   extern __shared__ __align__(1024) unsigned char flex_smem_raw[];
   flex_t *sK, *sV;   // [D/64][BKV][64] each
@@ -221,13 +219,12 @@ extern "C" __global__ void __launch_bounds__(FLEX_BWD_NT, 1)
     // warpgroup and adds its part of dQ with vector atomics, or (BULK) has
     // the copy engine add it from shared memory.
     auto dq_product = [&](const flex_t *dS, int q0d) {
-      constexpr int KS = DQCOLS ? BKV / 16 : 64 / 16;
-      const int kvb = DQCOLS ? 0 : wg * 64, colb = DQCOLS ? hd * DD + wg * DQN : 0;
+      const int colb = hd * DD + wg * DQN;
       float dq[DQN / 2];
       flex_wg_fence();
 #pragma unroll
-      for (int kk = 0; kk < KS; kk++) {
-        const int kr = kvb + kk * 16;
+      for (int kk = 0; kk < BKV / 16; kk++) {
+        const int kr = kk * 16;
         const unsigned long long da = flex_wg_desc(dS + kr * 64, 64 * 128, 1024);
         const unsigned long long db = flex_wg_desc(sK + (colb >> 6) * BKV * 64 + (colb & 63) + kr * 64, BKV * 128, 1024);
         flex_wgmma_ss<DQN, 1, 1>(dq, da, db, kk > 0);
@@ -316,7 +313,7 @@ extern "C" __global__ void __launch_bounds__(FLEX_BWD_NT, 1)
       flex_wg_wait<1>();
 #endif
       // (Written out for partial and full tiles, so that a full tile never
-      // pays for the mask; FLEX_BWD_TWO_PATHS 0 selects per element.)
+      // pays for the mask.)
       auto probs = [&](const bool full_tile) {
 #pragma unroll
       for (int n = 0; n < NTILE; n++) {
@@ -337,14 +334,10 @@ extern "C" __global__ void __launch_bounds__(FLEX_BWD_NT, 1)
         pa[n >> 1][(n & 1) * 2 + 1] = flex_pack2(pv[2], pv[3]);
       }
       };
-#if FLEX_BWD_TWO_PATHS
       if (full)
         probs(true);
       else
         probs(false);
-#else
-      probs(full);
-#endif
 
       // dV_w += P^T dO (k = q rows; B transposed: 8-row groups 1024 bytes
       // apart, 64-column atoms BM*128 bytes apart; this CTA's columns).

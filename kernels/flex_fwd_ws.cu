@@ -29,18 +29,18 @@
 // tensor maps' extents are the lengths).
 //
 // Tiles (flex/flexcuda Spec.defines): FLEX_FWD_NT threads, FLEX_WG_BN kv rows
-// per tile, FLEX_WS_ST K and V stages; FLEX_WS_PP 0 stops the consumers
-// taking turns (a tuning switch).
+// per tile, FLEX_WS_ST K and V stages. (The variant whose two consumers do
+// not take turns was tuning switch FLEX_WS_PP=0: kernels/dev/README.md.)
 #include "flex_common.cuh"
 #include "flex_wgmma.cuh"
 #include "flex_fwd_wg.cuh" // the products, softmax and store of one warpgroup
 
-#if !defined(FLEX_FWD_NT) || !defined(FLEX_WS_ST) || !defined(FLEX_WS_PP)
-#error "flex_fwd_ws.cu: FLEX_FWD_NT, FLEX_WS_ST and FLEX_WS_PP come from the generator (flex/flexcuda)"
+#if !defined(FLEX_FWD_NT) || !defined(FLEX_WS_ST)
+#error "flex_fwd_ws.cu: FLEX_FWD_NT and FLEX_WS_ST come from the generator (flex/flexcuda)"
 #endif
 #define FLEX_WG_NWG (FLEX_BQ / 64) // consumer warpgroups
 static_assert((FLEX_WG_NWG + 1) * 128 == FLEX_FWD_NT, "a producer and a consumer warpgroup per 64 q rows");
-#define FLEX_WS_TURNS (FLEX_WS_PP && FLEX_WG_NWG == 2)
+#define FLEX_WS_TURNS (FLEX_WG_NWG == 2) // the consumers take turns (ping-pong)
 
 extern "C" __global__ void __launch_bounds__(FLEX_FWD_NT, 1)
     flex_fwd(FLEX_FWD_PARAMS, FLEX_TMAP_PARAMS FLEX_ARG_PARAMS) {

@@ -4,7 +4,10 @@
 // Kernels are extern "C" so their names need no mangling. Names lists the
 // .cu files; Source also serves the .cuh headers. A plain kernel (saxpy.cu,
 // the op_*.cu files) builds on its own with `nvcc -arch=sm_90 -Xptxas -v -c
-// kernels/NAME.cu`, so registers, spills and SASS can be read. The flex
+// kernels/NAME.cu`, so registers, spills and SASS can be read; the op_*.cu
+// files take their storage type and block shapes as -D options, which
+// package tensor/tensorcuda passes and each file's header names (they
+// #error without them). The flex
 // attention templates (flex_*.cu, flex_*.cuh) are completed by package
 // flex/flexcuda, which prepends every specialisation and tile constant (the
 // templates #error without them), inlines the headers and splices in the
@@ -21,10 +24,11 @@ import (
 	"sort"
 )
 
-// Every file of the folder is embedded (a pattern such as *.cuh would break
-// the build the day no header is left); Names lists only the .cu sources.
+// The .cu sources and .cuh headers of this folder are embedded, not its
+// subfolders: dev/ holds superseded variants for reading (dev/README.md).
+// Names lists only the .cu sources.
 //
-//go:embed *
+//go:embed *.cu *.cuh
 var files embed.FS
 
 // Source returns the text of the named file, e.g. "saxpy.cu". It panics if

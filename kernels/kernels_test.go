@@ -1,6 +1,10 @@
 package kernels
 
 import (
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -39,4 +43,24 @@ func TestSourceMissingPanics(t *testing.T) {
 		}
 	}()
 	Source("no-such.cu")
+}
+
+// TestEmbedLeavesDevOut checks that the embedded files are this folder's
+// .cu and .cuh files only: the superseded variants of dev/ stay out.
+func TestEmbedLeavesDevOut(t *testing.T) {
+	if _, err := os.Stat(filepath.Join("dev", "README.md")); err != nil {
+		t.Fatalf("dev/README.md: %v", err)
+	}
+	err := fs.WalkDir(files, ".", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || p == "." {
+			return err
+		}
+		if d.IsDir() || strings.Contains(p, "/") || path.Ext(p) != ".cu" && path.Ext(p) != ".cuh" {
+			t.Errorf("embedded %s: only the folder's .cu and .cuh files should be", p)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }

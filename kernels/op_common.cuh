@@ -5,11 +5,16 @@
 //
 // No CUDA headers are included so the same text compiles under nvcc and
 // NVRTC alike; package tensor/tensorcuda splices this file in place of the
-// #include line and prepends -DOP_BF16 through the compile options.
+// #include line and passes -DOP_BF16 and the kernels' block shapes through
+// its compile options (compileOptions). A standalone build gives them too,
+// e.g. for bf16 storage:
+//   nvcc -arch=sm_90 -Xptxas -v -c -DOP_BF16=1 -DOP_DW_THREADS=256
+//     -DOP_NORM_VECS=2 -DOP_COLSUM_COLS=32 -DOP_COLSUM_LANES=8 kernels/op_X.cu
+// (each op_X.cu names the ones it needs).
 #pragma once
 
 #ifndef OP_BF16
-#define OP_BF16 1
+#error "OP_BF16 is set by the Go launcher (-DOP_BF16=1 for bf16 storage, 0 for fp32)"
 #endif
 
 #if OP_BF16
@@ -20,11 +25,6 @@ typedef float op_t;
 
 // OP_VEC is the number of storage elements in one 16-byte vector load.
 #define OP_VEC (16 / (int)sizeof(op_t))
-
-// OP_DW_THREADS is the most threads per block of the weight-gradient
-// kernels' vector paths (op_rmsnorm_bwd_dw, op_norm_rope_bwd_dw), whose
-// shared sums are sized for it: the launchers' threads.
-#define OP_DW_THREADS 256
 
 #define OP_NEG_INF (-__int_as_float(0x7f800000))
 

@@ -15,7 +15,17 @@
 // (k, k + half) of vectors k = lane, lane + lanes, … when half is a whole
 // number of vectors, x_stride too and every pointer is aligned, else of
 // single elements.
+//
+// Block shapes from the Go launcher (tensor/tensorcuda compileOptions); a
+// standalone build: nvcc -arch=sm_90 -Xptxas -v -c -DOP_BF16=1
+// -DOP_DW_THREADS=256 kernels/op_norm_rope.cu
 #include "op_common.cuh"
+
+// OP_DW_THREADS: the most threads per block of op_norm_rope_bwd_dw's vector
+// path, whose shared sums are sized for it (the launcher's threads).
+#ifndef OP_DW_THREADS
+#error "OP_DW_THREADS is set by the Go launcher (-DOP_DW_THREADS=256)"
+#endif
 
 // op_head_map locates head rows (fewer than 2³¹: the launcher checks) with
 // op_udiv's divisions, built once per thread.

@@ -5,12 +5,101 @@
 // over x and dy, for rows of whole vectors), sums a fixed chunk of rows per
 // column into partial[chunk, dim] in a fixed order, and op_colsum
 // (op_rows.cu) adds the chunks, in order, into dw.
+//
+// Block shapes from the Go launcher (tensor/tensorcuda compileOptions); a
+// standalone build: nvcc -arch=sm_90 -Xptxas -v -c -DOP_BF16=1
+// -DOP_DW_THREADS=256 -DOP_NORM_VECS=2 kernels/op_rmsnorm.cu
 #include "op_common.cuh"
+
+// OP_DW_THREADS: the most threads per block of op_rmsnorm_bwd_dw's vector
+// path, whose shared sums are sized for it (the launcher's threads).
+#ifndef OP_DW_THREADS
+#error "OP_DW_THREADS is set by the Go launcher (-DOP_DW_THREADS=256)"
+#endif
+// OP_NORM_VECS: the most 16-byte vectors of a row per thread of
+// op_rmsnorm_bwd (the launcher's normVecs).
+#ifndef OP_NORM_VECS
+#error "OP_NORM_VECS is set by the Go launcher (-DOP_NORM_VECS=2)"
+#endif
 
 // op_row_vecs returns the 16-byte vectors per row of dim columns when every
 // row of the given pointers starts aligned, else 0 (scalar loops only).
 __device__ __forceinline__ int op_row_vecs(int dim, bool aligned) {
   return aligned && dim % OP_VEC == 0 ? dim / OP_VEC : 0;
+}
+
+// The row phases that the one-block-per-row kernels and the _small kernels
+// share: a thread t of a row's step threads (a block's threads, or a row's
+// lanes) takes the vectors k = t, t + step, … < nv in order, then the
+// columns nv·OP_VEC + t, + step, … < dim.
+
+// op_row_sumsq returns this thread's part of Σ x² over row xr.
+__device__ __forceinline__ float op_row_sumsq(const op_t *xr, int nv, int dim, int t, int step) {
+  float ss = 0.0f;
+  for (int k = t; k < nv; k += step) {
+    float xs[OP_VEC];
+    op_load_vec(xr + k * OP_VEC, xs);
+#pragma unroll
+    for (int e = 0; e < OP_VEC; e++) ss += xs[e] * xs[e];
+  }
+  for (int c = nv * OP_VEC + t; c < dim; c += step) {
+    float v = op_f32(xr[c]);
+    ss += v * v;
+  }
+  return ss;
+}
+
+// op_row_norm writes this thread's part of yr = xr·rs·w.
+__device__ __forceinline__ void op_row_norm(const op_t *xr, const op_t *w, op_t *yr, float rs, int nv, int dim, int t,
+                                            int step) {
+  for (int k = t; k < nv; k += step) {
+    float xs[OP_VEC], ws[OP_VEC];
+    op_load_vec(xr + k * OP_VEC, xs);
+    op_load_vec(w + k * OP_VEC, ws);
+#pragma unroll
+    for (int e = 0; e < OP_VEC; e++) xs[e] = xs[e] * rs * ws[e];
+    op_store_vec(yr + k * OP_VEC, xs);
+  }
+  for (int c = nv * OP_VEC + t; c < dim; c += step)
+    op_put(yr + c, op_f32(xr[c]) * rs * op_f32(w[c]));
+}
+
+// op_row_gdot returns this thread's part of Σ dy·w·x over a row.
+__device__ __forceinline__ float op_row_gdot(const op_t *xr, const op_t *w, const op_t *dyr, int nv, int dim, int t,
+                                             int step) {
+  float dot = 0.0f;
+  for (int k = t; k < nv; k += step) {
+    float xs[OP_VEC], ws[OP_VEC], ds[OP_VEC];
+    op_load_vec(xr + k * OP_VEC, xs);
+    op_load_vec(w + k * OP_VEC, ws);
+    op_load_vec(dyr + k * OP_VEC, ds);
+#pragma unroll
+    for (int e = 0; e < OP_VEC; e++) dot += ds[e] * ws[e] * xs[e];
+  }
+  for (int c = nv * OP_VEC + t; c < dim; c += step)
+    dot += op_f32(dyr[c]) * op_f32(w[c]) * op_f32(xr[c]);
+  return dot;
+}
+
+// op_row_dx writes (or with accumulate adds) this thread's part of
+// dx = rs·(dy·w − x·rs·m).
+__device__ __forceinline__ void op_row_dx(const op_t *xr, const op_t *w, const op_t *dyr, op_t *dxr, float rs, float m,
+                                          int accumulate, int nv, int dim, int t, int step) {
+  for (int k = t; k < nv; k += step) {
+    float xs[OP_VEC], ws[OP_VEC], ds[OP_VEC], os[OP_VEC] = {};
+    op_load_vec(xr + k * OP_VEC, xs);
+    op_load_vec(w + k * OP_VEC, ws);
+    op_load_vec(dyr + k * OP_VEC, ds);
+    if (accumulate) op_load_vec(dxr + k * OP_VEC, os);
+#pragma unroll
+    for (int e = 0; e < OP_VEC; e++) os[e] += rs * (ds[e] * ws[e] - xs[e] * rs * m);
+    op_store_vec(dxr + k * OP_VEC, os);
+  }
+  for (int c = nv * OP_VEC + t; c < dim; c += step) {
+    float g = op_f32(dyr[c]) * op_f32(w[c]);
+    float v = op_f32(xr[c]);
+    op_put(dxr + c, (accumulate ? op_f32(dxr[c]) : 0.0f) + rs * (g - v * rs * m));
+  }
 }
 
 // op_rmsnorm_fwd: one block per row r < rows of dim columns (large dims):
@@ -26,30 +115,10 @@ extern "C" __global__ void op_rmsnorm_fwd(const op_t *__restrict__ x,
   const op_t *xr = x + (long long)r * dim;
   op_t *yr = y + (long long)r * dim;
   int nv = op_row_vecs(dim, op_aligned16(x) && op_aligned16(w) && op_aligned16(y));
-  float ss = 0.0f;
-  for (int k = threadIdx.x; k < nv; k += blockDim.x) {
-    float xs[OP_VEC];
-    op_load_vec(xr + k * OP_VEC, xs);
-#pragma unroll
-    for (int e = 0; e < OP_VEC; e++) ss += xs[e] * xs[e];
-  }
-  for (int c = nv * OP_VEC + threadIdx.x; c < dim; c += blockDim.x) {
-    float v = op_f32(xr[c]);
-    ss += v * v;
-  }
-  ss = op_block_sum(ss, sh);
+  float ss = op_block_sum(op_row_sumsq(xr, nv, dim, threadIdx.x, blockDim.x), sh);
   float rs = 1.0f / sqrtf(ss / (float)dim + eps);
   if (threadIdx.x == 0) rstd[r] = rs;
-  for (int k = threadIdx.x; k < nv; k += blockDim.x) {
-    float xs[OP_VEC], ws[OP_VEC];
-    op_load_vec(xr + k * OP_VEC, xs);
-    op_load_vec(w + k * OP_VEC, ws);
-#pragma unroll
-    for (int e = 0; e < OP_VEC; e++) xs[e] = xs[e] * rs * ws[e];
-    op_store_vec(yr + k * OP_VEC, xs);
-  }
-  for (int c = nv * OP_VEC + threadIdx.x; c < dim; c += blockDim.x)
-    op_put(yr + c, op_f32(xr[c]) * rs * op_f32(w[c]));
+  op_row_norm(xr, w, yr, rs, nv, dim, threadIdx.x, blockDim.x);
 }
 
 // op_rmsnorm_bwd_dx: one block per row; with x̂ = x·rstd and g = dy·w,
@@ -69,34 +138,9 @@ extern "C" __global__ void op_rmsnorm_bwd_dx(const op_t *__restrict__ x,
   op_t *dxr = dx + base;
   int nv = op_row_vecs(dim, op_aligned16(x) && op_aligned16(w) && op_aligned16(dy) && op_aligned16(dx));
   float rs = rstd[r];
-  float dot = 0.0f; // Σ g·x, times rs below
-  for (int k = threadIdx.x; k < nv; k += blockDim.x) {
-    float xs[OP_VEC], ws[OP_VEC], ds[OP_VEC];
-    op_load_vec(xr + k * OP_VEC, xs);
-    op_load_vec(w + k * OP_VEC, ws);
-    op_load_vec(dyr + k * OP_VEC, ds);
-#pragma unroll
-    for (int e = 0; e < OP_VEC; e++) dot += ds[e] * ws[e] * xs[e];
-  }
-  for (int c = nv * OP_VEC + threadIdx.x; c < dim; c += blockDim.x)
-    dot += op_f32(dyr[c]) * op_f32(w[c]) * op_f32(xr[c]);
-  dot = op_block_sum(dot, sh);
+  float dot = op_block_sum(op_row_gdot(xr, w, dyr, nv, dim, threadIdx.x, blockDim.x), sh); // Σ g·x, times rs below
   float m = dot * rs / (float)dim;
-  for (int k = threadIdx.x; k < nv; k += blockDim.x) {
-    float xs[OP_VEC], ws[OP_VEC], ds[OP_VEC], os[OP_VEC] = {};
-    op_load_vec(xr + k * OP_VEC, xs);
-    op_load_vec(w + k * OP_VEC, ws);
-    op_load_vec(dyr + k * OP_VEC, ds);
-    if (accumulate) op_load_vec(dxr + k * OP_VEC, os);
-#pragma unroll
-    for (int e = 0; e < OP_VEC; e++) os[e] += rs * (ds[e] * ws[e] - xs[e] * rs * m);
-    op_store_vec(dxr + k * OP_VEC, os);
-  }
-  for (int c = nv * OP_VEC + threadIdx.x; c < dim; c += blockDim.x) {
-    float g = op_f32(dyr[c]) * op_f32(w[c]);
-    float v = op_f32(xr[c]);
-    op_put(dxr + c, (accumulate ? op_f32(dxr[c]) : 0.0f) + rs * (g - v * rs * m));
-  }
+  op_row_dx(xr, w, dyr, dxr, rs, m, accumulate, nv, dim, threadIdx.x, blockDim.x);
 }
 
 // Small dims (the per-head QK norm: dim 128) run the _small kernels: lanes
@@ -122,33 +166,11 @@ extern "C" __global__ void op_rmsnorm_fwd_small(const op_t *__restrict__ x,
     bool live = r < rows; // the whole warp stays for the shuffles
     const op_t *xr = x + r * dim;
     op_t *yr = y + r * dim;
-    float ss = 0.0f;
-    if (live) {
-      for (int k = lane; k < nv; k += lanes) {
-        float xs[OP_VEC];
-        op_load_vec(xr + k * OP_VEC, xs);
-#pragma unroll
-        for (int e = 0; e < OP_VEC; e++) ss += xs[e] * xs[e];
-      }
-      for (int c = nv * OP_VEC + lane; c < dim; c += lanes) {
-        float v = op_f32(xr[c]);
-        ss += v * v;
-      }
-    }
-    ss = op_group_sum(ss, lanes);
+    float ss = op_group_sum(live ? op_row_sumsq(xr, nv, dim, lane, lanes) : 0.0f, lanes);
     if (!live) continue;
     float rs = 1.0f / sqrtf(ss / (float)dim + eps);
     if (lane == 0) rstd[r] = rs;
-    for (int k = lane; k < nv; k += lanes) {
-      float xs[OP_VEC], ws[OP_VEC];
-      op_load_vec(xr + k * OP_VEC, xs);
-      op_load_vec(w + k * OP_VEC, ws);
-#pragma unroll
-      for (int e = 0; e < OP_VEC; e++) xs[e] = xs[e] * rs * ws[e];
-      op_store_vec(yr + k * OP_VEC, xs);
-    }
-    for (int c = nv * OP_VEC + lane; c < dim; c += lanes)
-      op_put(yr + c, op_f32(xr[c]) * rs * op_f32(w[c]));
+    op_row_norm(xr, w, yr, rs, nv, dim, lane, lanes);
   }
 }
 
@@ -166,38 +188,11 @@ extern "C" __global__ void op_rmsnorm_bwd_dx_small(const op_t *__restrict__ x,
     bool live = r < rows; // the whole warp stays for the shuffles
     const op_t *xr = x + r * dim, *dyr = dy + r * dim;
     op_t *dxr = dx + r * dim;
-    float dot = 0.0f; // Σ g·x, times rs below
-    if (live) {
-      for (int k = lane; k < nv; k += lanes) {
-        float xs[OP_VEC], ws[OP_VEC], ds[OP_VEC];
-        op_load_vec(xr + k * OP_VEC, xs);
-        op_load_vec(w + k * OP_VEC, ws);
-        op_load_vec(dyr + k * OP_VEC, ds);
-#pragma unroll
-        for (int e = 0; e < OP_VEC; e++) dot += ds[e] * ws[e] * xs[e];
-      }
-      for (int c = nv * OP_VEC + lane; c < dim; c += lanes)
-        dot += op_f32(dyr[c]) * op_f32(w[c]) * op_f32(xr[c]);
-    }
-    dot = op_group_sum(dot, lanes);
+    float dot = op_group_sum(live ? op_row_gdot(xr, w, dyr, nv, dim, lane, lanes) : 0.0f, lanes); // Σ g·x, times rs below
     if (!live) continue;
     float rs = rstd[r];
     float m = dot * rs / (float)dim;
-    for (int k = lane; k < nv; k += lanes) {
-      float xs[OP_VEC], ws[OP_VEC], ds[OP_VEC], os[OP_VEC] = {};
-      op_load_vec(xr + k * OP_VEC, xs);
-      op_load_vec(w + k * OP_VEC, ws);
-      op_load_vec(dyr + k * OP_VEC, ds);
-      if (accumulate) op_load_vec(dxr + k * OP_VEC, os);
-#pragma unroll
-      for (int e = 0; e < OP_VEC; e++) os[e] += rs * (ds[e] * ws[e] - xs[e] * rs * m);
-      op_store_vec(dxr + k * OP_VEC, os);
-    }
-    for (int c = nv * OP_VEC + lane; c < dim; c += lanes) {
-      float g = op_f32(dyr[c]) * op_f32(w[c]);
-      float v = op_f32(xr[c]);
-      op_put(dxr + c, (accumulate ? op_f32(dxr[c]) : 0.0f) + rs * (g - v * rs * m));
-    }
+    op_row_dx(xr, w, dyr, dxr, rs, m, accumulate, nv, dim, lane, lanes);
   }
 }
 
@@ -267,7 +262,6 @@ extern "C" __global__ void op_rmsnorm_bwd_dw(const op_t *__restrict__ x,
 // (or with accumulate adds) dx as op_rmsnorm_bwd_dx does, in the same
 // order of sums, and sums dy·x·rstd per column over the chunk's rows in
 // order into partial[k·dim + c] (overwriting), as the scalar dw path does.
-#define OP_NORM_VECS 2
 extern "C" __global__ void op_rmsnorm_bwd(const op_t *__restrict__ x,
                                           const op_t *__restrict__ w,
                                           const float *__restrict__ rstd,

@@ -1,7 +1,20 @@
 // op_rows.cu: row broadcasts and column sums (tensor.Backend's AddRows and
 // SumRows), and op_colsum, the second, ordered stage of every deterministic
 // column sum (SumRows here, RMSNorm's weight gradient in op_rmsnorm.cu).
+//
+// Block shapes from the Go launcher (tensor/tensorcuda compileOptions); a
+// standalone build: nvcc -arch=sm_90 -Xptxas -v -c -DOP_BF16=1
+// -DOP_COLSUM_COLS=32 -DOP_COLSUM_LANES=8 kernels/op_rows.cu
 #include "op_common.cuh"
+
+// OP_COLSUM_COLS, OP_COLSUM_LANES: op_colsum's block of columns × lanes
+// (the launcher's colSumCols, colSumLanes).
+#ifndef OP_COLSUM_COLS
+#error "OP_COLSUM_COLS is set by the Go launcher (-DOP_COLSUM_COLS=32)"
+#endif
+#ifndef OP_COLSUM_LANES
+#error "OP_COLSUM_LANES is set by the Go launcher (-DOP_COLSUM_LANES=8)"
+#endif
 
 // op_add_rows: y[r,:] += v for the total/n rows of y (n columns); 16 bytes
 // per access when y and v are aligned and n is a whole number of vectors.
@@ -44,8 +57,6 @@ extern "C" __global__ void op_sum_rows(const op_t *__restrict__ y,
 // chunks k ≡ j (mod OP_COLSUM_LANES) in order, then the lanes' sums added in
 // lane order. The lanes keep thousands of chunks (a narrow sum over many
 // rows) from being one long serial loop per column.
-#define OP_COLSUM_COLS 32
-#define OP_COLSUM_LANES 8
 extern "C" __global__ void op_colsum(const float *__restrict__ partial,
                                      float *__restrict__ v, int chunks, int n) {
   __shared__ float sh[OP_COLSUM_LANES][OP_COLSUM_COLS + 1];

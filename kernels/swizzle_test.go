@@ -19,7 +19,7 @@ var wgOff32 = regexp.MustCompile(`(?s)template <int ROWS>\n__device__ __forceinl
 // with g++, runs it over every element of a 64-row fp32 tile of 64 columns,
 // and checks it against the copy engine's 128-byte swizzle as CUDA defines
 // it on addresses (byte address bits 4-6 XOR bits 7-9) of the unswizzled
-// [cols/32][64][32] layout: the bulk dQ adds (FLEX_BWD_DQ_BULK) read the
+// [cols/32][64][32] layout: the bulk dQ adds (FLEX_BWD_BULK) read the
 // tile through a tensor map with that swizzle. It also checks what the
 // comment claims of the stores: a warp's float2 stores of one 8-column
 // block (rows r, r+8.. by lane/4, column pairs by lane%4) hit every bank

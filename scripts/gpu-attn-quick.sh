@@ -10,13 +10,13 @@
 #   CGO_ENABLED=0 go build -o .devbuild/dflash ./cmd/dflash
 # then on the device, carry [.devbuild/flexcuda.test, .devbuild/dflash]
 # (or the training build, [".devbuild/train.txz"] of gpu-train.sh --build):
-#   [TEST_VARIANTS="default portable"] [TEST_TIMEOUT=150] [VARIANTS="hopper portable hopper/portable hopper:FLEX_WS_PP=0"] [CASES_ONLY=a_causal_d128,b_dflash]
+#   [TEST_VARIANTS="default portable"] [TEST_TIMEOUT=150] [VARIANTS="hopper portable hopper/portable"] [CASES_ONLY=a_causal_d128,b_dflash]
 #   [PEER=a_causal_d256] [SAVE=b_dflash] [NCU=1] bash scripts/gpu-attn-quick.sh
 # TEST_VARIANTS runs the tests and VARIANTS times each case once per listed
 # kernel choice, side by side in the same call. A choice is "default"
 # (nothing set), "K" (DFLASH_FLEX_FWD and DFLASH_FLEX_BWD both K, hopper or
-# portable), "F/B" (forward F, backward B), and
-# any of these followed by ":NAME=v,..." (DFLASH_FLEX_DEFINES). SAVE saves
+# portable) or "F/B" (forward F, backward B); the tuning switches that once
+# followed a choice are gone (kernels/dev/README.md). SAVE saves
 # one call of each listed case (default version) and compares it with
 # PyTorch's flex_attention on those inputs (bench/flex_peer.py --check).
 set -uo pipefail
@@ -30,9 +30,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=cs
 # venv sets env to the environment of kernel choice $1.
 venv() {
   env=()
-  local v=${1%%:*} defs=
-  [[ $1 == *:* ]] && defs=${1#*:}
-  [ -n "$defs" ] && env+=(DFLASH_FLEX_DEFINES=$defs)
+  local v=$1
   [ "$v" = default ] && return
   env+=(DFLASH_FLEX_FWD=${v%%/*} DFLASH_FLEX_BWD=${v##*/})
 }

@@ -28,13 +28,16 @@ if [ ! -x "$BIN" ]; then
 	exit 1
 fi
 
-# Each kernel file builds alone with nvcc (registers and spills in the log).
+# Each kernel file builds alone with nvcc (registers and spills in the log),
+# with the block shapes the Go launcher passes (tensorcuda's blockShapes;
+# TestOpMacrosSupplied checks this line against them).
+shapes="-DOP_DW_THREADS=256 -DOP_NORM_VECS=2 -DOP_COLSUM_COLS=32 -DOP_COLSUM_LANES=8"
 nvcc_ok=1
 if command -v nvcc >/dev/null; then
 	tmp=$(mktemp -d)
 	for f in kernels/op_*.cu; do
 		for bf in 1 0; do
-			if ! nvcc -arch=sm_90 -std=c++17 -DOP_BF16=$bf -Xptxas -v -cubin -o "$tmp/k.cubin" "$f" >>"$LOG" 2>&1; then
+			if ! nvcc -arch=sm_90 -std=c++17 -DOP_BF16=$bf $shapes -Xptxas -v -cubin -o "$tmp/k.cubin" "$f" >>"$LOG" 2>&1; then
 				echo "nvcc failed: $f OP_BF16=$bf" | tee -a "$LOG"
 				nvcc_ok=0
 			fi

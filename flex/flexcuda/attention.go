@@ -145,6 +145,13 @@ func New(cache *jit.Cache, mask *flex.MaskProgram, score *flex.ScoreProgram, cfg
 	if cfg.BlockKV == 0 {
 		cfg.BlockKV = flex.DefaultBlock
 	}
+	// The choices, each for one purpose: Hopper or Portable per direction
+	// (Hopper, wgmma and TMA, is the fast kernel of sm_90; Portable,
+	// mma.sync, runs on every GPU from sm_80 and is what Hopper is checked
+	// against); Deterministic, a backward without atomics for bit-identical
+	// gradients (resumable runs, tests), which only Portable has; Check,
+	// the programs' tensor reads checked on the device, for debugging a mask
+	// or score program.
 	fk, err := resolveKernel(cfg.Fwd, switches.FlexFwd, cfg.Arch)
 	if err != nil {
 		return nil, err
@@ -156,9 +163,6 @@ func New(cache *jit.Cache, mask *flex.MaskProgram, score *flex.ScoreProgram, cfg
 	check, err := checkMode(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("flexcuda: %w", err)
-	}
-	if _, err := tuning(); err != nil {
-		return nil, err
 	}
 	if cfg.Bwd == KernelAuto && cfg.Deterministic {
 		bk = Portable // the Hopper backward has atomic dQ only

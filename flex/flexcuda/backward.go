@@ -6,6 +6,7 @@ import (
 
 	"dflash/cuda"
 	"dflash/gpu"
+	"dflash/internal/ceil"
 )
 
 // Backward computes DQ, DK and DV (and the score tensors' gradients) from
@@ -73,7 +74,7 @@ func (a *Attention) Backward(d *gpu.Device, c *Call) error {
 	}
 	args := st.args.Reset().Ptr(c.Out.Ptr).Ptr(c.DOut.Ptr).Ptr(st.dlt.Ptr).Ptr(dqacc).I64(int64(rows)).
 		I32(int32(dm.HeadsQ)).I32(int32(dm.LenQ)).I32(outHeadsInner(dm))
-	if err := st.pre.launch(d, c.Stream, cuda.Dim(uint32(ceilDiv(rows, rpb)), 1, 1), 0, args); err != nil {
+	if err := st.pre.launch(d, c.Stream, cuda.Dim(uint32(ceil.Div(rows, rpb)), 1, 1), 0, args); err != nil {
 		return err
 	}
 	args = st.args.Reset().Ptr(c.Q.Ptr).Ptr(c.K.Ptr).Ptr(c.V.Ptr).Ptr(c.DOut.Ptr).Ptr(c.LSE.Ptr).Ptr(st.dlt.Ptr).
@@ -115,7 +116,7 @@ func (a *Attention) Backward(d *gpu.Device, c *Call) error {
 		}
 		for _, p := range [][2]gpu.Buffer{{st.dkacc, c.DK}, {st.dvacc, c.DV}} {
 			args = st.args.Reset().Ptr(p[0].Ptr).Ptr(p[1].Ptr).I64(int64(kvElems))
-			if err := f.launch(d, c.Stream, cuda.Dim(uint32(ceilDiv(kvElems, 512)), 1, 1), 0, args); err != nil {
+			if err := f.launch(d, c.Stream, cuda.Dim(uint32(ceil.Div(kvElems, 512)), 1, 1), 0, args); err != nil {
 				return err
 			}
 		}
@@ -128,7 +129,7 @@ func (a *Attention) Backward(d *gpu.Device, c *Call) error {
 	}
 	total := rows * D
 	args = st.args.Reset().Ptr(st.dqacc.Ptr).Ptr(c.DQ.Ptr).I64(int64(total))
-	if err := st.conv.launch(d, c.Stream, cuda.Dim(uint32(ceilDiv(total, 512)), 1, 1), 0, args); err != nil {
+	if err := st.conv.launch(d, c.Stream, cuda.Dim(uint32(ceil.Div(total, 512)), 1, 1), 0, args); err != nil {
 		return err
 	}
 	return a.checked(d, st.bwdWord, c.Stream)

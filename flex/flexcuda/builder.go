@@ -9,6 +9,7 @@ import (
 	"dflash/cuda"
 	"dflash/flex"
 	"dflash/gpu"
+	"dflash/internal/ceil"
 	"dflash/jit"
 )
 
@@ -189,7 +190,7 @@ func (b *Builder) Build(d *gpu.Device, s *gpu.Stream, dims flex.Dims, args *Args
 	a := st.args.Reset().Ptr(st.cls.Ptr).I32(int32(dims.LenQ)).I32(int32(dims.LenKV)).I32(int32(mh)).I32(int32(nbh)).
 		I32(int32(m.NumQBlocks)).I32(int32(m.NumKVBlocks)).I32(int32(b.blockQ)).I32(int32(b.blockKV))
 	slotArgs(a, st.slots)
-	if err := st.classify.launch(d, s, cuda.Dim(uint32(ceilDiv(blocks, 8)), 1, 1), 0, a); err != nil {
+	if err := st.classify.launch(d, s, cuda.Dim(uint32(ceil.Div(blocks, 8)), 1, 1), 0, a); err != nil {
 		return nil, err
 	}
 	a = st.args.Reset().Ptr(st.cls.Ptr).I32(int32(nbh)).I32(int32(m.NumQBlocks)).I32(int32(m.NumKVBlocks))
@@ -207,7 +208,7 @@ func listsLaunch(d *gpu.Device, s *gpu.Stream, f *fn, a *cuda.Args, m *BlockMask
 		a.Ptr(l.Ptr)
 	}
 	warps := nbh * (m.NumQBlocks + m.NumKVBlocks)
-	return f.launch(d, s, cuda.Dim(uint32(ceilDiv(warps, 8)), 1, 1), 0, a)
+	return f.launch(d, s, cuda.Dim(uint32(ceil.Div(warps, 8)), 1, 1), 0, a)
 }
 
 // checkDFlash returns an error naming a missing or malformed DFlash argument.

@@ -27,7 +27,6 @@ func shiftedBias(shift int) *flex.ScoreProgram {
 // flex_check_word and test the tensor's index, and still preprocess with
 // every template constant defined.
 func TestCheckedSource(t *testing.T) {
-	t.Setenv("DFLASH_FLEX_DEFINES", "")
 	t.Setenv(switches.FlexCheck.Name, "")
 	for _, k := range []Kernel{Hopper, Portable} {
 		cfg := Config{HeadDim: 64, Group: 2, Fwd: k, Bwd: k}

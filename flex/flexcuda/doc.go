@@ -45,9 +45,11 @@
 // copying Q, K and V tiles with the tensor memory accelerator (TMA; the
 // tensor maps are encoded per call, see cuda.EncodeTiled) into stages
 // guarded by mbarriers, and two consumer warpgroups that take turns on the
-// tensor cores; the backward kernels/flex_bwd_wg.cuh adds dQ with atomics,
-// and at head dim 256 runs two CTAs per kv block, one per half of the head
-// dimension (only one of them adds the score tensors' gradients). Both use
+// tensor cores; the backward kernels/flex_bwd_wg.cuh at head dims 64 and
+// 128 has a producer warpgroup too and adds each dQ tile through shared
+// memory with the copy engine, and at head dim 256 runs two CTAs per kv
+// block, one per half of the head dimension (only one of them adds the
+// score tensors' gradients), adding dQ with atomics. Both use
 // warpgroup MMA (wgmma) on 128-byte-swizzled shared-memory tiles; on a GPU
 // other than sm_90 they refuse to load with an error naming Portable.
 //
@@ -60,15 +62,10 @@
 // templates (which #error without them), and the Resources functions size
 // shared memory from the same values.
 //
-// DFLASH_FLEX_DEFINES=NAME=v,... sets template switches for experiments:
-// FLEX_WS_PP=0 (the Hopper forward's consumers do not take turns),
-// FLEX_BWD_TWO_PATHS=0 (the Hopper backward evaluates the mask on full tiles
-// too), FLEX_BWD_DQ_COLS=0 (head dim 64: dQ split by kv rows),
-// FLEX_BWD_WS=0 (the Hopper backward without its producer warpgroup),
-// FLEX_BWD_DQ_BULK=1 (with the producer: each dQ tile goes through shared
-// memory and the copy engine adds it to the accumulator; two Q/dO stages at
-// head dim 128). The source changes, so the kernel cache keeps the variants
-// apart.
+// These are the only choices: one production kernel per direction and
+// choice. The variants they superseded (once tuning switches of a
+// DFLASH_FLEX_DEFINES variable, now gone) are described, with their
+// timings, in kernels/dev/README.md.
 //
 // # Checked mode
 //

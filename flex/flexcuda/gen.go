@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	"dflash/dtype"
-	"dflash/internal/switches"
 	"dflash/kernels"
 )
 
@@ -154,9 +153,9 @@ type define struct {
 
 // defines returns the #defines of s's forward (bwd false) or backward
 // kernels: the specialisation and every tile constant of their templates
-// (limits.go chooses them, the one place), then the tuning switches with
-// their values from DFLASH_FLEX_DEFINES or their defaults. The templates
-// #error when one is missing rather than choose one themselves.
+// (limits.go chooses them, the one place). The templates #error when one is
+// missing rather than choose one themselves. The variants that tuning
+// switches once chose between are described in kernels/dev/README.md.
 func (s Spec) defines(hasScore, bwd bool) []define {
 	ds := []define{{"FLEX_D", s.HeadDim}, {"FLEX_FP16", b2i(s.storage() == dtype.F16)}, {"FLEX_GROUP", s.Group},
 		{"FLEX_BQ", s.BlockQ}, {"FLEX_BKV", s.BlockKV}, {"FLEX_HAS_SCORE", b2i(hasScore)}, {"FLEX_BWD_HALF", b2i(s.bwdHalf())}}
@@ -176,17 +175,6 @@ func (s Spec) defines(hasScore, bwd bool) []define {
 			ds = append(ds, define{"FLEX_DQ_NT", s.dqThreads()}, define{"FLEX_DQ_BN", s.dqBN()})
 		}
 	}
-	set := mustTuning()
-	for _, k := range tuningKnobs {
-		if k.fwd == bwd || k.fwd && s.Fwd != Hopper || !k.fwd && s.Bwd != Hopper {
-			continue
-		}
-		v, ok := set[k.name]
-		if !ok {
-			v = k.def
-		}
-		ds = append(ds, define{k.name, v})
-	}
 	return ds
 }
 
@@ -196,9 +184,6 @@ var programBlock = regexp.MustCompile(`(?s)// @flex-program-begin.*?// @flex-pro
 // backward kernels for the programs p, with the headers inlined.
 func Source(s Spec, p Program, bwd bool) (string, error) {
 	if err := s.Validate(); err != nil {
-		return "", err
-	}
-	if _, err := tuning(); err != nil {
 		return "", err
 	}
 	name := "flex_bwd.cu"
@@ -253,69 +238,4 @@ func b2i(v bool) int {
 		return 1
 	}
 	return 0
-}
-
-// tuningKnobs are the template switches that DFLASH_FLEX_DEFINES may set
-// for kernel experiments, each of the Hopper forward (fwd) or backward, with
-// its default. Only FLEX_BWD_WS and FLEX_BWD_DQ_BULK change a launch
-// (Spec.bwdWS, Spec.bwdDQBulk: threads, stages, shared memory, tensor-map
-// arguments); the others change code only.
-var tuningKnobs = []struct {
-	name string
-	fwd  bool
-	def  int
-}{
-	{"FLEX_WS_PP", true, 1},          // the two consumer warpgroups take turns
-	{"FLEX_BWD_TWO_PATHS", false, 1}, // P^T of full tiles without the mask program
-	{"FLEX_BWD_DQ_COLS", false, 1},   // head dim 64: dQ split between the warpgroups by columns
-	{"FLEX_BWD_WS", false, 1},        // head dims 64, 128: a TMA producer warpgroup feeds Q, dO, LSE, Dlt
-	{"FLEX_BWD_DQ_BULK", false, 1},   // with the producer: dQ tiles added to dQacc by the copy engine from shared memory
-}
-
-// tuningValue returns the value of tuning switch name: DFLASH_FLEX_DEFINES's
-// or the default.
-func tuningValue(name string) int {
-	if v, ok := mustTuning()[name]; ok {
-		return v
-	}
-	for _, k := range tuningKnobs {
-		if k.name == name {
-			return k.def
-		}
-	}
-	panic("flexcuda: no tuning switch " + name)
-}
-
-// tuning returns the switches set by DFLASH_FLEX_DEFINES ("NAME=value,
-// ..."), for measuring a template switch side by side without a rebuild. The
-// source changes, so the kernel cache keeps the variants apart. The registry
-// takes only the names of tuningKnobs (init) and parses a value once; a bad
-// one is an error naming the variable and the entry. The map is shared:
-// callers only read it.
-func tuning() (map[string]int, error) {
-	set, err := switches.FlexDefines.Value()
-	if err != nil {
-		return nil, fmt.Errorf("flexcuda: %w", err)
-	}
-	return set, nil
-}
-
-// mustTuning is tuning where no error can be returned (a launch's shape):
-// New and Source refuse a bad DFLASH_FLEX_DEFINES first, so a bad one here
-// was set after them, and panics.
-func mustTuning() map[string]int {
-	set, err := tuning()
-	if err != nil {
-		panic(err)
-	}
-	return set
-}
-
-// init gives the registry the names DFLASH_FLEX_DEFINES may set.
-func init() {
-	names := make([]string, len(tuningKnobs))
-	for i, k := range tuningKnobs {
-		names[i] = k.name
-	}
-	switches.FlexDefines.Accept(names...)
 }

@@ -79,23 +79,20 @@ func (s Spec) bwdThreads() int {
 	return s.BlockKV / 16 * 32
 }
 
-// bwdWS reports whether the Hopper backward runs with a producer warpgroup
-// (tuning switch FLEX_BWD_WS; not at head dim 256, where flex_bwd_wg.cuh
-// ignores it alike). It is read from the environment, like every switch:
-// the sources and the launch agree as long as DFLASH_FLEX_DEFINES does not
-// change between New and the calls.
-func (s Spec) bwdWS() bool { return s.Bwd == Hopper && !s.bwdHalf() && tuningValue("FLEX_BWD_WS") != 0 }
+// bwdWS reports whether the Hopper backward runs with a producer warpgroup:
+// at head dims 64 and 128 (flex_bwd_wg.cuh's FLEX_BWD_PROD alike; at 256 the
+// two CTAs of a kv block load their own tiles).
+func (s Spec) bwdWS() bool { return s.Bwd == Hopper && !s.bwdHalf() }
 
-// bwdDQBulk reports whether the Hopper backward with a producer adds its dQ
-// tiles to dQacc through shared memory and the copy engine (tuning switch
-// FLEX_BWD_DQ_BULK; ignored without the producer, by flex_bwd_wg.cuh alike).
-func (s Spec) bwdDQBulk() bool { return s.bwdWS() && tuningValue("FLEX_BWD_DQ_BULK") != 0 }
+// bwdDQBulk reports whether the Hopper backward adds its dQ tiles to dQacc
+// through shared memory and the copy engine: whenever it has the producer
+// (flex_bwd_wg.cuh's FLEX_BWD_BULK alike).
+func (s Spec) bwdDQBulk() bool { return s.bwdWS() }
 
 // bwdDQCols is the dQ columns each consumer warpgroup of the Hopper backward
-// computes per tile: 32 at head dim 64 split by columns (FLEX_BWD_DQ_COLS),
-// else 64 (head dim 64 split by kv rows: both warpgroups, all 64 columns).
+// computes per tile: 32 at head dim 64 (the two split the columns), else 64.
 func (s Spec) bwdDQCols() int {
-	if s.HeadDim == 64 && tuningValue("FLEX_BWD_DQ_COLS") != 0 {
+	if s.HeadDim == 64 {
 		return 32
 	}
 	return 64

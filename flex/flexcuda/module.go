@@ -167,5 +167,3 @@ func (f *fn) launchSmem(d *gpu.Device, s *gpu.Stream, grid cuda.Dim3, smem int, 
 	}
 	return f.launch(d, s, grid, smem, args)
 }
-
-func ceilDiv(a, b int) int { return (a + b - 1) / b }

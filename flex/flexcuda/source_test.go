@@ -75,7 +75,6 @@ var staticAssert = regexp.MustCompile(`(?s)static_assert\(.*?"\);`)
 // Spec.defines makes preprocessing fail: no template falls back to a
 // constant of its own.
 func TestGeneratedSourcesPreprocess(t *testing.T) {
-	t.Setenv("DFLASH_FLEX_DEFINES", "")
 	define := regexp.MustCompile(`(?m)^#define (FLEX_[A-Z0-9_]+) -?[0-9]+\n`)
 	for _, c := range sourceSpecs() {
 		a, err := New(nil, flex.Causal(), c.score, c.cfg)
@@ -186,15 +185,11 @@ func TestWriteSources(t *testing.T) {
 	}
 }
 
-// TestGeneratedSourcesTypeCheck type-checks the generated backward sources
-// of every spec of sourceSpecs, with the producer warpgroup switch
-// (FLEX_BWD_WS) off and on, and on with the copy engine's dQ adds
-// (FLEX_BWD_DQ_BULK, head dim 64 split by columns and by kv rows), with
-// g++ -fsyntax-only over host stand-ins for
-// the CUDA builtins (testdata/flex_host_stub.h): a variant that the lead
-// flips on the GPU machine must at least be well-formed C++ here. The
-// inline PTX is not checked (NVRTC does that on the device,
-// TestGeneratedSourcesCompile).
+// TestGeneratedSourcesTypeCheck type-checks the generated forward and
+// backward sources of every spec of sourceSpecs with g++ -fsyntax-only over
+// host stand-ins for the CUDA builtins (testdata/flex_host_stub.h): a
+// template edited here must at least be well-formed C++. The inline PTX is
+// not checked (NVRTC does that on the device, TestGeneratedSourcesCompile).
 func TestGeneratedSourcesTypeCheck(t *testing.T) {
 	if _, err := exec.LookPath("g++"); err != nil {
 		t.Skip("no g++ to type-check the generated sources")
@@ -203,25 +198,21 @@ func TestGeneratedSourcesTypeCheck(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, env := range []string{"FLEX_BWD_WS=0", "FLEX_BWD_WS=1", "FLEX_BWD_WS=1,FLEX_BWD_DQ_BULK=1",
-		"FLEX_BWD_WS=1,FLEX_BWD_DQ_BULK=1,FLEX_BWD_DQ_COLS=0"} {
-		t.Setenv("DFLASH_FLEX_DEFINES", env)
-		for _, c := range sourceSpecs() {
-			a, err := New(nil, flex.DFlashMask(16), c.score, c.cfg)
-			if err != nil {
-				t.Fatalf("%s: %v", c.name, err)
-			}
-			fsrc, bsrc := a.Sources()
-			t.Run(a.Spec().Key()+"/"+env, func(t *testing.T) {
-				for _, src := range []string{fsrc, bsrc} {
-					cmd := exec.Command("g++", "-std=c++17", "-fsyntax-only", "-Wall", "-Wno-unknown-pragmas", "-Wno-unused-function",
-						"-Wno-unused-variable", "-Wno-pragma-once-outside-header", "-x", "c++", "-include", stub, "-")
-					cmd.Stdin = strings.NewReader(src)
-					if out, err := cmd.CombinedOutput(); err != nil {
-						t.Fatalf("g++: %v\n%s", err, out)
-					}
-				}
-			})
+	for _, c := range sourceSpecs() {
+		a, err := New(nil, flex.DFlashMask(16), c.score, c.cfg)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
 		}
+		fsrc, bsrc := a.Sources()
+		t.Run(a.Spec().Key(), func(t *testing.T) {
+			for _, src := range []string{fsrc, bsrc} {
+				cmd := exec.Command("g++", "-std=c++17", "-fsyntax-only", "-Wall", "-Wno-unknown-pragmas", "-Wno-unused-function",
+					"-Wno-unused-variable", "-Wno-pragma-once-outside-header", "-x", "c++", "-include", stub, "-")
+				cmd.Stdin = strings.NewReader(src)
+				if out, err := cmd.CombinedOutput(); err != nil {
+					t.Fatalf("g++: %v\n%s", err, out)
+				}
+			}
+		})
 	}
 }

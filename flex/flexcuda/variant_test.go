@@ -110,37 +110,33 @@ func TestParseKernel(t *testing.T) {
 }
 
 // TestResourcesHopper checks the launch shapes of the Hopper kernels against
-// the shared-memory sizes their templates define.
+// the shared-memory sizes their templates define, at 10 q and kv blocks.
 func TestResourcesHopper(t *testing.T) {
-	t.Setenv("DFLASH_FLEX_DEFINES", "FLEX_BWD_DQ_BULK=0") // its buffers and stages: TestBulkDQBackwardShape
 	for _, c := range []struct {
 		spec            Spec
 		fwdSmem, fwdThr int
-		bwdSmem         int
+		bwdSmem, bwdThr int
 	}{
 		// Q, 2 stages of K and V tiles of 128 rows, 1+4x2 mbarriers, 1024 alignment, 8 per kv block; a producer warpgroup.
-		// Backward: K, V of 128 rows, 3 stages of Q and dO of 64 rows, two dS^T 128x64, 3 x (LSE, Dlt) of 64, alignment, 8 per q block
+		// Backward: K, V of 128 rows, 2 stages of Q and dO of 64 rows, two dS^T 128x64, the two consumers'
+		// fp32 dQ tiles of 64x64, 2 x (LSE, Dlt) of 64, 2 mbarriers per stage, alignment, 8 per q block; the producer.
 		{Spec{HeadDim: 128, Group: 1, BlockQ: 128, BlockKV: 128, Fwd: Hopper, Bwd: Hopper}, (128+2*2*128)*128*2 + 8*9 + 1024 + 8*10, 384,
-			(2*128*128+6*64*128+2*128*64)*2 + 24*64 + 1024 + 8*10},
-		// head dim 64: 4 stages
+			(2*128*128+4*64*128+2*128*64)*2 + 2*64*64*4 + 16*64 + 2*2*8 + 1024 + 8*10, 384},
+		// head dim 64: 4 stages; backward 3 stages, dQ tiles of 64x32
 		{Spec{HeadDim: 64, Group: 4, BlockQ: 128, BlockKV: 128, Fwd: Hopper, Bwd: Hopper}, (128+2*4*128)*64*2 + 8*17 + 1024 + 8*10, 384,
-			(2*128*64+6*64*64+2*128*64)*2 + 24*64 + 1024 + 8*10},
+			(2*128*64+6*64*64+2*128*64)*2 + 2*64*32*4 + 24*64 + 2*3*8 + 1024 + 8*10, 384},
 		// head dim 256: kv tiles of 64 rows; q block 64 is one consumer warpgroup;
-		// backward q tiles of 32 rows in 2 stages, one dS^T buffer
+		// backward q tiles of 32 rows in 2 stages, one dS^T buffer, no producer, dQ by atomics
 		{Spec{HeadDim: 256, Group: 2, BlockQ: 64, BlockKV: 128, Fwd: Hopper, Bwd: Hopper}, (64+2*2*64)*256*2 + 8*9 + 1024 + 8*10, 256,
-			(2*128*256+2*2*32*256+128*64)*2 + 4*32*4 + 1024 + 8*10},
+			(2*128*256+2*2*32*256+128*64)*2 + 4*32*4 + 1024 + 8*10, 256},
 	} {
 		f := FwdResources(c.spec, 10)
 		if f.SharedMem != c.fwdSmem || f.Threads != c.fwdThr {
 			t.Errorf("%s: forward %d bytes, %d threads; want %d, %d", c.spec.Key(), f.SharedMem, f.Threads, c.fwdSmem, c.fwdThr)
 		}
 		b := BwdResources(c.spec, 10)
-		bwdThr := 256
-		if c.spec.HeadDim < 256 { // the producer warpgroup and its 2 mbarriers per stage
-			c.bwdSmem, bwdThr = c.bwdSmem+2*3*8, 384
-		}
-		if b.SharedMem != c.bwdSmem || b.Threads != bwdThr {
-			t.Errorf("%s: backward %d bytes, %d threads; want %d, %d", c.spec.Key(), b.SharedMem, b.Threads, c.bwdSmem, bwdThr)
+		if b.SharedMem != c.bwdSmem || b.Threads != c.bwdThr {
+			t.Errorf("%s: backward %d bytes, %d threads; want %d, %d", c.spec.Key(), b.SharedMem, b.Threads, c.bwdSmem, c.bwdThr)
 		}
 		if f.SharedMem > 227*1024 || b.SharedMem > 227*1024 {
 			t.Errorf("%s: %d / %d bytes, more than an H100/H200 block may have", c.spec.Key(), f.SharedMem, b.SharedMem)
@@ -148,106 +144,16 @@ func TestResourcesHopper(t *testing.T) {
 	}
 }
 
-// TestTuningDefines: DFLASH_FLEX_DEFINES sets the tuning switches' values
-// in the generated sources (so the kernel cache keys differ), and anything
-// but NAME=integer with a known switch is an error of New and Source that
-// names the variable and the entry.
-func TestTuningDefines(t *testing.T) {
-	t.Setenv("DFLASH_FLEX_FWD", "")
-	t.Setenv("DFLASH_FLEX_BWD", "")
-	src := func(env string) (string, string) {
-		t.Setenv("DFLASH_FLEX_DEFINES", env)
-		a, err := New(nil, flex.Causal(), nil, Config{HeadDim: 64})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return a.Sources()
-	}
-	f0, b0 := src("")
-	if !strings.Contains(f0, "#define FLEX_WS_PP 1\n") || !strings.Contains(b0, "#define FLEX_BWD_DQ_COLS 1\n") {
-		t.Error("switches' defaults missing from the sources")
-	}
-	f1, b1 := src("FLEX_WS_PP=0, FLEX_BWD_DQ_COLS=0")
-	if !strings.Contains(f1, "#define FLEX_WS_PP 0\n") || !strings.Contains(b1, "#define FLEX_BWD_DQ_COLS 0\n") {
-		t.Error("switches missing from the sources")
-	}
-	if strings.Contains(f1, "#define FLEX_WS_PP 1\n") || strings.Contains(b1, "#define FLEX_BWD_DQ_COLS 1\n") {
-		t.Error("a switch is defined twice")
-	}
-	if f0 == f1 || b0 == b1 {
-		t.Error("sources with and without switches are equal: the cache could not tell them apart")
-	}
-	for _, bad := range []string{"FLEX_D=32", "FLEX_WS_PP=0;int x", "FLEX_WS_PP", "FLEX_WS_PP=x"} {
-		t.Setenv("DFLASH_FLEX_DEFINES", bad)
-		_, err := New(nil, flex.Causal(), nil, Config{HeadDim: 64})
-		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("DFLASH_FLEX_DEFINES=%q: entry", bad)) || !strings.Contains(err.Error(), "FLEX_BWD_WS") {
-			t.Errorf("DFLASH_FLEX_DEFINES=%q: New: %v, want an error naming the entry and the switches", bad, err)
-		}
-		spec := Spec{HeadDim: 64, Group: 1, BlockQ: 128, BlockKV: 128, Fwd: Hopper, Bwd: Hopper}
-		if _, err := Source(spec, Program{}, true); err == nil || !strings.Contains(err.Error(), "DFLASH_FLEX_DEFINES") {
-			t.Errorf("DFLASH_FLEX_DEFINES=%q: Source: %v, want an error naming it", bad, err)
-		}
-	}
-}
-
-// TestProducerBackwardShape: FLEX_BWD_WS=1, the default, gives the Hopper
-// backward at head dims 64 and 128 a producer warpgroup (384 threads, two
-// mbarriers per Q/dO stage, TMA copies in the source) and leaves head dim
-// 256, whose template ignores the switch, alone; FLEX_BWD_WS=0 turns it off.
-func TestProducerBackwardShape(t *testing.T) {
-	t.Setenv("DFLASH_FLEX_FWD", "")
-	t.Setenv("DFLASH_FLEX_BWD", "")
-	for _, c := range []struct {
-		d       int
-		env     string
-		threads int
-		mbar    int // mbarrier bytes over the default's shared memory
-	}{
-		{128, "", 384, 2 * 3 * 8}, {128, "FLEX_BWD_WS=0", 256, 0}, {128, "FLEX_BWD_WS=1", 384, 2 * 3 * 8},
-		{64, "FLEX_BWD_WS=1", 384, 2 * 3 * 8}, {64, "FLEX_BWD_WS=0", 256, 0}, {256, "FLEX_BWD_WS=1", 256, 0}, {256, "", 256, 0},
-	} {
-		t.Setenv("DFLASH_FLEX_DEFINES", "FLEX_BWD_WS=0")
-		spec := Spec{HeadDim: c.d, Group: 4, BlockQ: 128, BlockKV: 128, Fwd: Hopper, Bwd: Hopper}
-		base := BwdResources(spec, 64)
-		// The producer alone: the dQ bulk reduce (TestBulkDQBackwardShape) off.
-		t.Setenv("DFLASH_FLEX_DEFINES", strings.TrimPrefix(c.env+",FLEX_BWD_DQ_BULK=0", ","))
-		r := BwdResources(spec, 64)
-		if r.Threads != c.threads || r.SharedMem != base.SharedMem+c.mbar {
-			t.Errorf("d%d %q: %d threads, %d bytes; want %d, %d", c.d, c.env, r.Threads, r.SharedMem, c.threads, base.SharedMem+c.mbar)
-		}
-		if r.SharedMem > 227*1024 {
-			t.Errorf("d%d %q: %d bytes of shared memory, more than an H100/H200 block may have", c.d, c.env, r.SharedMem)
-		}
-		a, err := New(nil, flex.DFlashMask(16), nil, Config{HeadDim: c.d, Group: 4})
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, bsrc := a.Sources()
-		prod := c.threads == 384
-		if got := strings.Contains(bsrc, fmt.Sprintf("#define FLEX_BWD_NT %d\n", c.threads)); !got {
-			t.Errorf("d%d %q: source lacks FLEX_BWD_NT %d", c.d, c.env, c.threads)
-		}
-		pre, err := gxx(t, bsrc) // the template's own #if must agree with bwdWS
-		if err != nil {
-			t.Fatalf("d%d %q: preprocessing: %v", c.d, c.env, err)
-		}
-		if got := strings.Contains(pre, "flex_tma_load3(qs.sQ"); got != prod {
-			t.Errorf("d%d %q: producer's copies in the preprocessed source: %v, want %v", c.d, c.env, got, prod)
-		}
-		if got := a.Spec().bwdWS(); got != prod {
-			t.Errorf("d%d %q: bwdWS %v, want %v", c.d, c.env, got, prod)
-		}
-	}
-}
-
-// TestBulkDQBackwardShape: FLEX_BWD_DQ_BULK=1, the default, gives the Hopper backward with
-// a producer its dQ buffers (a 64-row fp32 tile of each consumer's columns),
-// two Q/dO stages at head dim 128 (where three no longer fit), the copy
-// engine's adds and the dQ accumulator's tensor map in the source, and one
-// more kernel parameter; without the producer (FLEX_BWD_WS=0, head dim 256)
-// the switch changes nothing. The sizes are worked out here from the
-// template's layout, at 128 q blocks (the DFlash 8B case).
-func TestBulkDQBackwardShape(t *testing.T) {
+// TestHopperBackwardShape: the Hopper backward at head dims 64 and 128 has
+// a producer warpgroup (384 threads, two mbarriers per Q/dO stage, TMA
+// copies in the source) and adds dQ through its buffers (a 64-row fp32 tile
+// of each consumer's columns: 32 at head dim 64, 64 at 128) by the copy
+// engine, with two Q/dO stages at head dim 128 (where three no longer fit),
+// the dQ accumulator's tensor map in the source and one more kernel
+// parameter; head dim 256 has neither, and adds dQ by atomics. The sizes are
+// worked out here from the template's layout, at 128 q blocks (the DFlash 8B
+// case).
+func TestHopperBackwardShape(t *testing.T) {
 	t.Setenv("DFLASH_FLEX_FWD", "")
 	t.Setenv("DFLASH_FLEX_BWD", "")
 	const nqb = 128
@@ -262,30 +168,23 @@ func TestBulkDQBackwardShape(t *testing.T) {
 	}
 	for _, c := range []struct {
 		d       int
-		env     string
-		bulk    bool
+		prod    bool // the producer and the copy engine's dQ adds
 		stages  int
 		threads int
 		smem    int
 	}{
-		{128, "", true, 2, 384, smem(128, 2, 2*64*64*4, true)}, // the default
-		{128, "FLEX_BWD_DQ_BULK=0", false, 3, 384, smem(128, 3, 0, true)},
-		{128, "FLEX_BWD_DQ_BULK=1", true, 2, 384, smem(128, 2, 2*64*64*4, true)},
-		{64, "FLEX_BWD_DQ_BULK=1", true, 3, 384, smem(64, 3, 2*64*32*4, true)},
-		{64, "FLEX_BWD_DQ_BULK=1,FLEX_BWD_DQ_COLS=0", true, 3, 384, smem(64, 3, 2*64*64*4, true)},
-		{128, "FLEX_BWD_WS=0,FLEX_BWD_DQ_BULK=1", false, 3, 256, smem(128, 3, 0, false)},
-		{64, "FLEX_BWD_WS=0,FLEX_BWD_DQ_BULK=1", false, 3, 256, smem(64, 3, 0, false)},
-		{256, "FLEX_BWD_DQ_BULK=1", false, 2, 256, 0},
+		{128, true, 2, 384, smem(128, 2, 2*64*64*4, true)},
+		{64, true, 3, 384, smem(64, 3, 2*64*32*4, true)},
+		{256, false, 2, 256, 0},
 	} {
-		t.Setenv("DFLASH_FLEX_DEFINES", c.env)
 		a, err := New(nil, flex.DFlashMask(16), flex.ALiBi(), Config{HeadDim: c.d, Group: 4})
 		if err != nil {
 			t.Fatal(err)
 		}
 		s := a.Spec()
-		name := fmt.Sprintf("d%d %q", c.d, c.env)
-		if s.bwdDQBulk() != c.bulk || s.bwdStages() != c.stages {
-			t.Errorf("%s: bwdDQBulk %v, %d stages; want %v, %d", name, s.bwdDQBulk(), s.bwdStages(), c.bulk, c.stages)
+		name := fmt.Sprintf("d%d", c.d)
+		if s.bwdWS() != c.prod || s.bwdDQBulk() != c.prod || s.bwdStages() != c.stages {
+			t.Errorf("%s: bwdWS %v, bwdDQBulk %v, %d stages; want %v, %v, %d", name, s.bwdWS(), s.bwdDQBulk(), s.bwdStages(), c.prod, c.prod, c.stages)
 		}
 		r := BwdResources(s, nqb)
 		if r.Threads != c.threads || c.smem > 0 && r.SharedMem != c.smem {
@@ -295,18 +194,23 @@ func TestBulkDQBackwardShape(t *testing.T) {
 			t.Errorf("%s: %d bytes of shared memory at %d q blocks, more than an H100/H200 block may have", name, r.SharedMem, nqb)
 		}
 		_, bsrc := a.Sources()
-		if !strings.Contains(bsrc, fmt.Sprintf("#define FLEX_BWD_STAGES %d\n", c.stages)) {
-			t.Errorf("%s: source lacks FLEX_BWD_STAGES %d", name, c.stages)
+		for _, def := range []string{fmt.Sprintf("#define FLEX_BWD_STAGES %d\n", c.stages), fmt.Sprintf("#define FLEX_BWD_NT %d\n", c.threads)} {
+			if !strings.Contains(bsrc, def) {
+				t.Errorf("%s: source lacks %q", name, def)
+			}
 		}
-		pre, err := gxx(t, bsrc) // the template's own #if must agree with bwdDQBulk
+		pre, err := gxx(t, bsrc) // the template's own #if must agree with bwdWS and bwdDQBulk
 		if err != nil {
 			t.Fatalf("%s: preprocessing: %v", name, err)
 		}
-		if got := strings.Contains(pre, "flex_tma_reduce3(&tmdQ"); got != c.bulk {
-			t.Errorf("%s: the copy engine's dQ adds in the preprocessed source: %v, want %v", name, got, c.bulk)
+		if got := strings.Contains(pre, "flex_tma_load3(qs.sQ"); got != c.prod {
+			t.Errorf("%s: producer's copies in the preprocessed source: %v, want %v", name, got, c.prod)
 		}
-		if got := strings.Contains(pre, "flex_red2(gq"); got == c.bulk && c.d != 256 {
-			t.Errorf("%s: the dQ atomics in the preprocessed source: %v, want %v", name, got, !c.bulk)
+		if got := strings.Contains(pre, "flex_tma_reduce3(&tmdQ"); got != c.prod {
+			t.Errorf("%s: the copy engine's dQ adds in the preprocessed source: %v, want %v", name, got, c.prod)
+		}
+		if got := strings.Contains(pre, "flex_red2(gq"); got == c.prod {
+			t.Errorf("%s: the dQ atomics in the preprocessed source: %v, want %v", name, got, !c.prod)
 		}
 		// The launch appends dkdvArgs parameters, then the slots: the kernel must take as many.
 		i := strings.Index(pre, "flex_bwd_dkdv(")

@@ -1,6 +1,7 @@
 // Package cpufeat decides once per process which CPU fast paths dflash's
-// pure-Go backend may use. The assembly kernels of flex and tensor run only
-// when AVX2FMA is true; otherwise the portable Go kernels run.
+// pure-Go backend may use. flex and tensor call the assembly kernels of
+// internal/avx2 only when AVX2FMA is true; otherwise their portable Go
+// kernels run.
 package cpufeat
 
 import (

@@ -12,8 +12,6 @@
 //   - Uint: a decimal unsigned 64-bit integer.
 //   - Enum: one of the switch's values, in any case.
 //   - String: any text (a path, a token).
-//   - Defines: NAME=integer entries separated by commas, each name once,
-//     NAME one that the reading package accepts (Defines.Accept).
 //
 // Surrounding spaces are dropped, and an empty value is the default. A value
 // that does not parse is an error naming the variable, the value and what

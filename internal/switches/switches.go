@@ -3,13 +3,10 @@ package switches
 import (
 	"errors"
 	"fmt"
-	"maps"
 	"os"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 )
 
 // Info is what every switch declares besides its type and default.
@@ -234,89 +231,6 @@ func (s *String) Value() string { return s.Raw() }
 func (s *String) kind() string                         { return s.What }
 func (s *String) defaultValue() string                 { return "" }
 func (s *String) canonical(raw string) (string, error) { return raw, nil }
-
-// Defines is a list of NAME=integer entries for a package's named
-// parameters; the package lists the names it takes with Accept.
-type Defines struct {
-	Info
-
-	mu        sync.Mutex
-	names     []string // what Accept was given
-	accepting bool     // Accept was called: only names holds valid names
-	last      string   // the raw value of the last parse, and its result
-	set       map[string]int
-	err       error
-}
-
-var cName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-
-// Accept makes names the only names the switch takes; before it is called
-// any C identifier is taken.
-func (d *Defines) Accept(names ...string) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.names, d.accepting, d.set, d.err = slices.Clone(names), true, nil, nil
-}
-
-func (d *Defines) want() string {
-	if !d.accepting {
-		return "NAME=integer entries separated by commas"
-	}
-	names := "(none)"
-	if len(d.names) > 0 {
-		names = strings.Join(d.names, ", ")
-	}
-	return "NAME=integer entries separated by commas, each NAME once and one of " + names
-}
-
-// parse parses raw; d.mu is held.
-func (d *Defines) parse(raw string) (map[string]int, error) {
-	set := map[string]int{}
-	if raw == "" {
-		return set, nil
-	}
-	for _, kv := range strings.Split(raw, ",") {
-		name, val, ok := strings.Cut(strings.TrimSpace(kv), "=")
-		v, err := strconv.Atoi(strings.TrimSpace(val))
-		name = strings.TrimSpace(name)
-		_, dup := set[name]
-		if !ok || err != nil || dup || !cName.MatchString(name) || d.accepting && !slices.Contains(d.names, name) {
-			return nil, fmt.Errorf("%s=%q: entry %q: want %s", d.Name, raw, strings.TrimSpace(kv), d.want())
-		}
-		set[name] = v
-	}
-	return set, nil
-}
-
-// Value returns the entries set, by name (empty when unset). The map is
-// shared: callers only read it.
-func (d *Defines) Value() (map[string]int, error) {
-	raw := d.Raw()
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if d.set == nil && d.err == nil || d.last != raw {
-		d.last = raw
-		d.set, d.err = d.parse(raw)
-	}
-	return d.set, d.err
-}
-
-func (d *Defines) kind() string         { return "NAME=int,..." }
-func (d *Defines) defaultValue() string { return "" }
-
-func (d *Defines) canonical(raw string) (string, error) {
-	d.mu.Lock()
-	set, err := d.parse(raw)
-	d.mu.Unlock()
-	if err != nil {
-		return "", err
-	}
-	entries := make([]string, 0, len(set))
-	for _, name := range slices.Sorted(maps.Keys(set)) {
-		entries = append(entries, fmt.Sprintf("%s=%d", name, set[name]))
-	}
-	return strings.Join(entries, ","), nil
-}
 
 // Setting is one switch as the process sees it.
 type Setting struct {

@@ -15,13 +15,11 @@ var (
 	tUint = &Uint{Info: Info{Name: "DFLASH_T_UINT"}, Default: 7}
 	tEnum = &Enum{Info: Info{Name: "DFLASH_T_ENUM"}, Values: []string{"auto", "hopper", "portable"}, Default: "auto"}
 	tStr  = &String{Info: Info{Name: "DFLASH_T_STR"}, What: "path"}
-	tDefs = &Defines{Info: Info{Name: "DFLASH_T_DEFS"}}
 )
 
 // TestParse: each type's parse rule on good and bad values; a bad value's
 // error names the variable, the value and what is accepted.
 func TestParse(t *testing.T) {
-	tDefs.Accept("FLEX_A", "FLEX_B")
 	for _, c := range []struct {
 		s    declared
 		raw  string
@@ -36,9 +34,6 @@ func TestParse(t *testing.T) {
 		{tUint, "", "7", ""}, {tUint, "18446744073709551615", "18446744073709551615", ""}, {tUint, "-1", "", "unsigned"}, {tUint, "x", "", "unsigned"},
 		{tEnum, "", "auto", ""}, {tEnum, "portable", "portable", ""}, {tEnum, "Hopper", "hopper", ""}, {tEnum, "v7", "", "one of auto, hopper, portable"},
 		{tStr, "", "", ""}, {tStr, "/x/lib.so", "/x/lib.so", ""},
-		{tDefs, "", "", ""}, {tDefs, "FLEX_B=0, FLEX_A=1", "FLEX_A=1,FLEX_B=0", ""}, {tDefs, "FLEX_A=-3", "FLEX_A=-3", ""},
-		{tDefs, "FLEX_C=1", "", "one of FLEX_A, FLEX_B"}, {tDefs, "FLEX_A", "", "NAME=integer"}, {tDefs, "FLEX_A=x", "", "NAME=integer"},
-		{tDefs, "FLEX_A=0;int x", "", "NAME=integer"}, {tDefs, "FLEX_A=1,FLEX_A=0", "", "each NAME once"}, {tDefs, "FLEX_A=1,", "", "NAME=integer"},
 	} {
 		name := c.s.info().Name
 		t.Setenv(name, c.raw)
@@ -109,20 +104,6 @@ func TestTypedValues(t *testing.T) {
 	t.Setenv(tStr.Name, " /x ")
 	if v := tStr.Value(); v != "/x" {
 		t.Errorf("string: %q", v)
-	}
-	tDefs.Accept("FLEX_A", "FLEX_B")
-	t.Setenv(tDefs.Name, "FLEX_A=0")
-	if v, err := tDefs.Value(); err != nil || !maps.Equal(v, map[string]int{"FLEX_A": 0}) {
-		t.Errorf("defines: %v %v", v, err)
-	}
-	t.Setenv(tDefs.Name, "FLEX_Z=0")
-	if _, err := tDefs.Value(); err == nil || !strings.Contains(err.Error(), "DFLASH_T_DEFS") {
-		t.Errorf("defines with an unknown name: %v", err)
-	}
-	tDefs.Accept() // a package that takes no names refuses every entry
-	t.Setenv(tDefs.Name, "FLEX_A=0")
-	if _, err := tDefs.Value(); err == nil || !strings.Contains(err.Error(), "one of (none)") {
-		t.Errorf("defines with no names accepted: %v", err)
 	}
 }
 

@@ -16,9 +16,6 @@ var (
 	FlexBwd = declare(&Enum{Info: Info{Name: "DFLASH_FLEX_BWD", Numeric: true,
 		Doc: "the GPU flex-attention backward kernel, as DFLASH_FLEX_FWD (a deterministic run keeps the portable one)"},
 		Values: []string{"auto", "hopper", "portable"}, Default: "auto"})
-	FlexDefines = declare(&Defines{Info: Info{Name: "DFLASH_FLEX_DEFINES", Numeric: true,
-		Doc:        "template switches of the Hopper flex kernels, for kernel experiments (the names package flexcuda takes, e.g. FLEX_BWD_WS=0)",
-		DefaultDoc: "none: the kernels' own values"}})
 	GemmTune = declare(&Bool{Info: Info{Name: "DFLASH_GEMM_TUNE", Numeric: true,
 		Doc: "time each GEMM shape's cuBLASLt candidates at first use and keep the fastest (saved in gemm-algos.json); off: the heuristic's first"},
 		Default: true})

@@ -5,6 +5,7 @@ import (
 
 	"dflash/cuda"
 	"dflash/gpu"
+	"dflash/internal/ceil"
 )
 
 // Add computes out = a + b over n storage elements (out may be a or b).
@@ -102,7 +103,7 @@ func (o *Ops) SumRows(y gpu.Buffer, rows, n int, v, scratch gpu.Buffer) error {
 	need("SumRows", "scratch", scratch, ColumnScratch(rows, n)/4, 4)
 	per, nc := chunks(rows, n)
 	c := o.begin(kSumRows).ptr("y", y).ptr("partial", scratch).i32("rows", rows).i32("n", n).i32("rows_per_chunk", per)
-	if err := o.launch(c, cuda.Dim(uint32(ceilDiv(n, threads)), uint32(nc), 1), threads); err != nil {
+	if err := o.launch(c, cuda.Dim(uint32(ceil.Div(n, threads)), uint32(nc), 1), threads); err != nil {
 		return err
 	}
 	return o.colSum(scratch, nc, n, v)

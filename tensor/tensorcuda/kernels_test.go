@@ -3,6 +3,8 @@ package tensorcuda
 import (
 	"fmt"
 	"maps"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -10,6 +12,7 @@ import (
 	"dflash/cuda"
 	"dflash/dtype"
 	"dflash/gpu"
+	"dflash/internal/ceil"
 	"dflash/kernels"
 )
 
@@ -167,7 +170,7 @@ func TestLaunchersMatchKernels(t *testing.T) {
 				t.Errorf("RMSNorm of dim 128: grid %v, launched %v, want op_rmsnorm_fwd_small on %d blocks", f.last.grid, f.launched, want)
 			}
 			must(o.RMSNorm(big, big, 9, 65, 1e-6, big, big))
-			if want := uint32(ceilDiv(9*o.normLanes(65), threads)); f.last.grid.X != want {
+			if want := uint32(ceil.Div(9*o.normLanes(65), threads)); f.last.grid.X != want {
 				t.Errorf("RMSNorm of 9 rows of dim 65: grid %v, want %d blocks", f.last.grid, want)
 			}
 			must(o.RMSNormBackward(big, big, big, big, 1000, 5000, big, gpu.Buffer{}, gpu.Buffer{}, true))
@@ -177,7 +180,7 @@ func TestLaunchersMatchKernels(t *testing.T) {
 			must(o.RMSNormBackward(big, big, big, big, 1000, 4096, big, big, big, true)) // fused
 			must(o.RMSNormBackward(big, big, big, big, 1000, 65, big, big, big, true))
 			per, nc := chunks(1000, 65)
-			if f.last.grid.X != uint32(ceilDiv(65, colSumCols)) || per*nc < 1000 {
+			if f.last.grid.X != uint32(ceil.Div(65, colSumCols)) || per*nc < 1000 {
 				t.Errorf("colsum grid %v, chunks %d×%d", f.last.grid, nc, per)
 			}
 			must(o.RoPE(big, 5, 3, 8, big, big, big, true, true))
@@ -190,7 +193,7 @@ func TestLaunchersMatchKernels(t *testing.T) {
 			must(o.NormRoPE(big, gpu.Buffer{}, 2, 3, 4, 8, 32, 1e-6, big, big, big, gpu.Buffer{}))
 			must(o.NormRoPEBackward(gpu.Buffer{}, gpu.Buffer{}, gpu.Buffer{}, big, big, big, 2, 3, 4, 8, 32, big, gpu.Buffer{}, gpu.Buffer{}, false))
 			must(o.NormRoPEBackward(big, big, big, big, big, big, 2, 3, 4, 4096, 4*4096, big, big, big, true))
-			if f.last.grid.X != uint32(ceilDiv(4096, colSumCols)) || f.launched["op_norm_rope_bwd_dw"] != 1 {
+			if f.last.grid.X != uint32(ceil.Div(4096, colSumCols)) || f.launched["op_norm_rope_bwd_dw"] != 1 {
 				t.Errorf("NormRoPEBackward dw: colsum grid %v, launched %v", f.last.grid, f.launched)
 			}
 			must(o.SwiGLU(big, big, big, 1001))
@@ -224,8 +227,8 @@ func TestLaunchersMatchKernels(t *testing.T) {
 			l, err := NewAdamWLayout([]AdamWSegment{{0, 10, true}, {10, 5000, false}}, 5000)
 			must(err)
 			must(o.AdamW(l, big, big, big, big, big, gpu.Buffer{}, AdamWStep{Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, StepSize: 1e-2, BC2Sqrt: 0.2236, Shrink: 1}))
-			if f.last.grid.Y != 2 || f.last.grid.X != uint32(ceilDiv(4990, threads)) {
-				t.Errorf("AdamW grid %v, want %d×2", f.last.grid, ceilDiv(4990, threads))
+			if f.last.grid.Y != 2 || f.last.grid.X != uint32(ceil.Div(4990, threads)) {
+				t.Errorf("AdamW grid %v, want %d×2", f.last.grid, ceil.Div(4990, threads))
 			}
 			for _, k := range allKernels {
 				if f.launched[k.name] == 0 {
@@ -383,9 +386,9 @@ func TestRMSNormBackwardPaths(t *testing.T) {
 			}
 			if s, ok := f.shapes["op_rmsnorm_bwd_dw"]; ok {
 				_, nc := chunks(c.rows, c.dim)
-				bx := ceilDiv(c.dim, threads) // the scalar path: a column a thread
+				bx := ceil.Div(c.dim, threads) // the scalar path: a column a thread
 				if c.x.Ptr%16 == 0 && c.dim%v == 0 {
-					bx = ceilDiv(c.dim/v, threads) // the vector path: a vector a thread
+					bx = ceil.Div(c.dim/v, threads) // the vector path: a vector a thread
 					if c.dim > smallNormDim {
 						_, nc = normChunks(c.rows, c.dim)
 					}
@@ -417,5 +420,60 @@ func TestAdamWLayoutErrors(t *testing.T) {
 func TestNewRejectsDType(t *testing.T) {
 	if _, err := New(nil, nil, dtype.F16); err == nil || !strings.Contains(err.Error(), "f16") {
 		t.Fatalf("New with f16 storage: %v", err)
+	}
+}
+
+// requiredMacro matches a kernel source's demand for a compile option:
+// #ifndef X followed by an #error.
+var requiredMacro = regexp.MustCompile(`(?m)^#ifndef (\w+)\n#error `)
+
+// TestOpMacrosSupplied checks, for every op kernel file as NVRTC gets it
+// (op_common.cuh spliced in), that each macro it requires (#ifndef X,
+// #error) is among the -D options compileOptions passes in both storage
+// dtypes, that no source #defines one of them itself (a second copy of the
+// value), and that scripts/gpu-ops.sh builds the files with the same block
+// shapes.
+func TestOpMacrosSupplied(t *testing.T) {
+	supplied := func(dt dtype.DType) map[string]string {
+		m := map[string]string{}
+		for _, o := range compileOptions(dt) {
+			if d, ok := strings.CutPrefix(o, "-D"); ok {
+				name, val, _ := strings.Cut(d, "=")
+				m[name] = val
+			}
+		}
+		return m
+	}
+	files := map[string]bool{}
+	for _, k := range allKernels {
+		files[k.file] = true
+	}
+	for f := range files {
+		src := Source(f)
+		req := requiredMacro.FindAllStringSubmatch(src, -1)
+		if f == "op_rmsnorm.cu" && len(req) < 3 {
+			t.Errorf("%s requires %d macros, want OP_BF16, OP_DW_THREADS and OP_NORM_VECS at least", f, len(req))
+		}
+		for _, m := range req {
+			for _, dt := range []dtype.DType{dtype.F32, dtype.BF16} {
+				if _, ok := supplied(dt)[m[1]]; !ok {
+					t.Errorf("%s requires %s, which compileOptions(%v) does not pass", f, m[1], dt)
+				}
+			}
+			if regexp.MustCompile(`(?m)^\s*#define ` + m[1] + `\b`).MatchString(src) {
+				t.Errorf("%s #defines %s, which the launcher passes", f, m[1])
+			}
+		}
+	}
+	script, err := os.ReadFile(filepath.Join("..", "..", "scripts", "gpu-ops.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []string
+	for _, d := range blockShapes {
+		want = append(want, fmt.Sprintf("-D%s=%d", d.name, d.value))
+	}
+	if line := `shapes="` + strings.Join(want, " ") + `"`; !strings.Contains(string(script), "\n"+line+"\n") {
+		t.Errorf("scripts/gpu-ops.sh lacks the line %s", line)
 	}
 }

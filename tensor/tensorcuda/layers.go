@@ -3,6 +3,7 @@ package tensorcuda
 import (
 	"dflash/cuda"
 	"dflash/gpu"
+	"dflash/internal/ceil"
 )
 
 // Gather copies table rows: out[i,:] = table[ids[i],:] for i < n, with table
@@ -45,7 +46,7 @@ func (o *Ops) normLanes(dim int) int {
 	if dim > smallNormDim {
 		return 0
 	}
-	v, lanes := ceilDiv(dim, int(16/o.es())), 1
+	v, lanes := ceil.Div(dim, int(16/o.es())), 1
 	for lanes < v && lanes < 32 {
 		lanes *= 2
 	}
@@ -139,9 +140,9 @@ func (o *Ops) RMSNormBackward(x, w, rstd, dy gpu.Buffer, rows, dim int, dx, dw, 
 	v := 16 / int(o.es())
 	vec := dim%v == 0 && aligned16(x, dy)
 	per, nc := chunks(rows, dim)
-	bx := ceilDiv(dim, threads)
+	bx := ceil.Div(dim, threads)
 	if vec {
-		bx = ceilDiv(dim/v, threads)
+		bx = ceil.Div(dim/v, threads)
 		if dim > smallNormDim {
 			per, nc = normChunks(rows, dim)
 		}
@@ -155,7 +156,7 @@ func (o *Ops) RMSNormBackward(x, w, rstd, dy gpu.Buffer, rows, dim int, dx, dw, 
 }
 
 // normVecs is the most 16-byte vectors of a row that a thread of
-// op_rmsnorm_bwd holds (OP_NORM_VECS in op_rmsnorm.cu).
+// op_rmsnorm_bwd holds (OP_NORM_VECS in op_rmsnorm.cu, compileOptions).
 const normVecs = 2
 
 // normFusedThreads returns the block of op_rmsnorm_bwd for rows of dim
@@ -167,7 +168,7 @@ func (o *Ops) normFusedThreads(dim int) int {
 	if dim <= smallNormDim || dim%v != 0 {
 		return 0
 	}
-	bt := ceilDiv(ceilDiv(dim/v, normVecs), 32) * 32
+	bt := ceil.Div(ceil.Div(dim/v, normVecs), 32) * 32
 	if bt > 1024 {
 		return 0
 	}
@@ -178,10 +179,11 @@ func (o *Ops) normFusedThreads(dim int) int {
 // v (fp32): op_colsum's blocks of colSumCols columns × colSumLanes lanes.
 func (o *Ops) colSum(partial gpu.Buffer, chunks, n int, v gpu.Buffer) error {
 	c := o.begin(kColSum).ptr("partial", partial).ptr("v", v).i32("chunks", chunks).i32("n", n)
-	return o.launch(c, cuda.Dim(uint32(ceilDiv(n, colSumCols)), 1, 1), colSumCols*colSumLanes)
+	return o.launch(c, cuda.Dim(uint32(ceil.Div(n, colSumCols)), 1, 1), colSumCols*colSumLanes)
 }
 
-// op_colsum's block shape (OP_COLSUM_COLS, OP_COLSUM_LANES in op_rows.cu).
+// op_colsum's block shape (OP_COLSUM_COLS, OP_COLSUM_LANES in op_rows.cu,
+// compileOptions).
 const colSumCols, colSumLanes = 32, 8
 
 // RoPE rotates each head of x ([rows, heads, headDim], storage dtype) by the

@@ -6,6 +6,7 @@ import (
 	"dflash/cuda"
 	"dflash/dtype"
 	"dflash/gpu"
+	"dflash/internal/ceil"
 	"dflash/tensor"
 )
 
@@ -109,7 +110,7 @@ func (o *Ops) NormRoPEBackward(x, w, rstd, cos, sin, dy gpu.Buffer, batch, lengt
 	c := o.begin(kNormRoPEDW).ptr("x", x).ptr("rstd", rstd).ptr("cos", cos).ptr("sin", sin).ptr("dy", dy).ptr("partial", scratch).
 		i32("batch", batch).i32("length", length).i32("heads", heads).i32("half", half).i32("x_stride", xStride).i32("rows_per_chunk", per).
 		flag("vec", vec)
-	if err := o.launch(c, cuda.Dim(uint32(ceilDiv(headDim, threads)), uint32(nc), 1), threads); err != nil {
+	if err := o.launch(c, cuda.Dim(uint32(ceil.Div(headDim, threads)), uint32(nc), 1), threads); err != nil {
 		return err
 	}
 	return o.colSum(scratch, nc, headDim, dw)

@@ -65,13 +65,35 @@ func Source(file string) string {
 	return strings.Replace(src, inc, kernels.Source("op_common.cuh"), 1)
 }
 
-// compileOptions are the NVRTC options of the kernels of storage dtype dt.
+// compileOptions are the NVRTC options of the kernels of storage dtype dt:
+// the storage (OP_BF16) and the block shapes that the launchers choose and
+// the kernels size arrays by (blockShapes), as -D defines. The kernels
+// #error without them rather than keep a second copy of a value.
 func compileOptions(dt dtype.DType) []string {
-	bf16 := "0"
-	if dt == dtype.BF16 {
-		bf16 = "1"
+	opts := []string{"-std=c++17", fmt.Sprintf("-DOP_BF16=%d", b2i(dt == dtype.BF16))}
+	for _, d := range blockShapes {
+		opts = append(opts, fmt.Sprintf("-D%s=%d", d.name, d.value))
 	}
-	return []string{"-std=c++17", "-DOP_BF16=" + bf16}
+	return opts
+}
+
+// blockShapes are the op kernels' compile-time block shapes, each the Go
+// constant its launcher uses.
+var blockShapes = []struct {
+	name  string
+	value int
+}{
+	{"OP_DW_THREADS", threads},       // op_rmsnorm_bwd_dw, op_norm_rope_bwd_dw: the most threads of their vector paths
+	{"OP_NORM_VECS", normVecs},       // op_rmsnorm_bwd: 16-byte vectors of a row per thread
+	{"OP_COLSUM_COLS", colSumCols},   // op_colsum: columns per block
+	{"OP_COLSUM_LANES", colSumLanes}, // op_colsum: lanes per column
+}
+
+func b2i(v bool) int {
+	if v {
+		return 1
+	}
+	return 0
 }
 
 // devRunner compiles each kernel file once per device architecture through
@@ -271,5 +293,3 @@ func optional(op, arg string, b gpu.Buffer, elems, size int64) {
 
 // es returns the storage element size.
 func (o *Ops) es() int64 { return int64(o.dt.Size()) }
-
-func ceilDiv(a, b int) int { return (a + b - 1) / b }

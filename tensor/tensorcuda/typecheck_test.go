@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"dflash/dtype"
 	"dflash/internal/testseed"
 )
 
@@ -30,15 +31,17 @@ func TestOpKernelsTypeCheck(t *testing.T) {
 		files[k.file] = true
 	}
 	for f := range files {
-		for _, bf := range []string{"0", "1"} {
-			cmd := exec.Command("g++", "-std=c++17", "-fsyntax-only", "-Wall", "-Wno-unknown-pragmas", "-Wno-unused-function",
-				"-x", "c++", "-include", stub, "-DOP_BF16="+bf, "-")
+		for _, dt := range []dtype.DType{dtype.F32, dtype.BF16} {
+			bf := compileOptions(dt)[1]
+			args := append([]string{"-fsyntax-only", "-Wall", "-Wno-unknown-pragmas", "-Wno-unused-function",
+				"-x", "c++", "-include", stub}, compileOptions(dt)...)
+			cmd := exec.Command("g++", append(args, "-")...)
 			// The spliced header's #pragma once is in the main file here.
 			cmd.Stdin = strings.NewReader(strings.ReplaceAll(Source(f), "#pragma once", ""))
 			var out bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &out, &out
 			if err := cmd.Run(); err != nil || out.Len() > 0 {
-				t.Errorf("%s (OP_BF16=%s): g++: %v\n%s", f, bf, err, out.String())
+				t.Errorf("%s (%s): g++: %v\n%s", f, bf, err, out.String())
 			}
 		}
 	}
@@ -84,21 +87,24 @@ func TestOpKernelsOnHost(t *testing.T) {
 			t.Fatal(err)
 		}
 		src := strings.ReplaceAll(Source(c.kernels), "#pragma once", "") + "\n" + string(harness)
-		for _, bf := range []string{"0", "1"} {
+		for _, dt := range []dtype.DType{dtype.F32, dtype.BF16} {
+			bf := compileOptions(dt)[1]
 			bin := filepath.Join(t.TempDir(), "host")
-			cmd := exec.Command("g++", "-std=c++20", "-pthread", "-O1", "-fno-strict-aliasing", "-Wall", "-Wno-unknown-pragmas",
+			// The kernels' -D options, after which -std=c++20 (the harnesses') wins over their -std.
+			args := append(compileOptions(dt), "-std=c++20", "-pthread", "-O1", "-fno-strict-aliasing", "-Wall", "-Wno-unknown-pragmas",
 				"-Wno-unused-function", "-x", "c++", "-include", filepath.Join(td, "cuda_host_stub.h"), "-I", td,
-				"-DOP_BF16="+bf, fmt.Sprintf("-DSEED=%dull", seed), "-o", bin, "-")
+				fmt.Sprintf("-DSEED=%dull", seed), "-o", bin, "-")
+			cmd := exec.Command("g++", args...)
 			cmd.Stdin = strings.NewReader(src)
 			if out, err := cmd.CombinedOutput(); err != nil || len(out) > 0 {
-				t.Fatalf("%s (OP_BF16=%s): g++: %v\n%s", c.harness, bf, err, out)
+				t.Fatalf("%s (%s): g++: %v\n%s", c.harness, bf, err, out)
 			}
 			out, err := exec.Command(bin).CombinedOutput()
 			if err != nil || !strings.HasPrefix(string(out), "ok ") {
-				t.Errorf("%s (OP_BF16=%s): %v\n%s", c.harness, bf, err, out)
+				t.Errorf("%s (%s): %v\n%s", c.harness, bf, err, out)
 				continue
 			}
-			t.Logf("%s (OP_BF16=%s): %s", c.harness, bf, strings.TrimSpace(string(out)))
+			t.Logf("%s (%s): %s", c.harness, bf, strings.TrimSpace(string(out)))
 		}
 	}
 }

@@ -1,9 +1,22 @@
-//go:build amd64
-
 package tensor
 
-//go:noescape
-func sdot32(n int, x, y *float32) float32
+import (
+	"dflash/internal/avx2"
+	"dflash/internal/cpufeat"
+)
+
+// hasAVX2FMA selects the AVX2/FMA kernels of package avx2 (see package
+// cpufeat).
+var hasAVX2FMA = cpufeat.AVX2FMA
+
+// fastKernel returns the AVX2/FMA 6×16 float32 micro-kernel when the CPU has it.
+func fastKernel[T Float]() (microKernel[T], bool) {
+	if !hasAVX2FMA {
+		return microKernel[T]{}, false
+	}
+	k, ok := any(microKernel[float32]{6, 16, avx2.Gemm6x16}).(microKernel[T])
+	return k, ok
+}
 
 // fastDot returns the AVX2/FMA float32 dot product when the CPU has it.
 func fastDot[T Float]() (func(x, y []T) T, bool) {
@@ -21,13 +34,10 @@ func sdotAVX(x, y []float32) float32 {
 	n := len(x) &^ 31
 	var s float32
 	if n > 0 {
-		s = sdot32(n, &x[0], &y[0])
+		s = avx2.Dot32(x[:n], y[:n])
 	}
 	return s + dot(x[n:], y[n:])
 }
-
-//go:noescape
-func sdot4x8(n int, p *float32, stride int, q *float32, out *float32)
 
 // fastDot4 returns the AVX2/FMA float32 dot4 when the CPU has it.
 func fastDot4[T Float]() (func(p []T, stride int, q []T, out *[4]T), bool) {
@@ -45,7 +55,7 @@ func sdot4AVX(p []float32, stride int, q []float32, out *[4]float32) {
 	n := k &^ 7
 	*out = [4]float32{}
 	if n > 0 {
-		sdot4x8(n, &p[0], stride, &q[0], &out[0])
+		avx2.Dot4x8(p, stride, q[:n], out)
 	}
 	if n < k {
 		for r := range out {
@@ -53,9 +63,6 @@ func sdot4AVX(p []float32, stride int, q []float32, out *[4]float32) {
 		}
 	}
 }
-
-//go:noescape
-func sgemv4x2(k int, a *float32, lda int, b *float32, ldb int, n int, c *float32, ldc int)
 
 // fastGemv4 returns the AVX2/FMA float32 gemv4 when the CPU has it.
 func fastGemv4[T Float]() (func(k int, a []T, lda int, b []T, ldb, n int, c []T, ldc int), bool) {
@@ -66,25 +73,22 @@ func fastGemv4[T Float]() (func(k int, a []T, lda int, b []T, ldb, n int, c []T,
 	return f, ok
 }
 
-// sgemv4AVX is gemv4 with pairs of rows of b in assembly (k a multiple of
-// 8) and the rest through dot4.
+// sgemv4AVX is gemv4 with pairs of rows of b through avx2.Gemm4x2 and an
+// odd last row through dot4.
 func sgemv4AVX(k int, a []float32, lda int, b []float32, ldb, n int, c []float32, ldc int) {
 	if n == 0 {
 		return
 	}
 	_, _, _ = a[3*lda+k-1], b[(n-1)*ldb+k-1], c[3*ldc+n-1]
 	even := n &^ 1
-	if k%8 != 0 {
-		even = 0
-	}
 	if even > 0 {
-		sgemv4x2(k, &a[0], lda, &b[0], ldb, even, &c[0], ldc)
+		avx2.Gemm4x2(a, lda, b, ldb, k, even/2, c, ldc, 1, false)
 	}
-	var out [4]float32
-	for j := even; j < n; j++ {
-		sdot4AVX(a, lda, b[j*ldb:j*ldb+k], &out)
+	if even < n {
+		var out [4]float32
+		sdot4AVX(a, lda, b[even*ldb:even*ldb+k], &out)
 		for r, v := range out {
-			c[r*ldc+j] = v
+			c[r*ldc+even] = v
 		}
 	}
 }

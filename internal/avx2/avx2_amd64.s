@@ -1,5 +1,18 @@
 #include "textflag.h"
 
+// ZERO8 clears the accumulators Y0-Y7.
+#define ZERO8 \
+	VXORPS Y0, Y0, Y0; VXORPS Y1, Y1, Y1; VXORPS Y2, Y2, Y2; VXORPS Y3, Y3, Y3; \
+	VXORPS Y4, Y4, Y4; VXORPS Y5, Y5, Y5; VXORPS Y6, Y6, Y6; VXORPS Y7, Y7, Y7
+
+// ROW16 adds alpha (broadcast in Y14) times the accumulators lo and hi to
+// the 16 floats of C at DX, with Y12 and Y13 as scratch: the store of one
+// row of sgemm4x16's and sgemm6x16's tiles.
+#define ROW16(lo, hi) \
+	VMOVUPS (DX), Y12; VMOVUPS 32(DX), Y13; \
+	VFMADD231PS lo, Y14, Y12; VFMADD231PS hi, Y14, Y13; \
+	VMOVUPS Y12, (DX); VMOVUPS Y13, 32(DX)
+
 // Lane masks for the last partial chunk: 8 words of -1 then 8 of 0; the
 // mask for r remaining elements is the 8 words at offset 4*(8-r).
 DATA tailmask<>+0(SB)/4, $0xffffffff
@@ -58,14 +71,7 @@ pair:
 	TESTQ BX, BX
 	JZ done
 	LEAQ (DI)(R13*1), SI
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
-	VXORPS Y6, Y6, Y6
-	VXORPS Y7, Y7, Y7
+	ZERO8
 	XORQ AX, AX
 	CMPQ AX, CX
 	JAE tail
@@ -251,14 +257,7 @@ TEXT ·sgemm4x16(SB), NOSPLIT, $0-68
 	MOVQ c+48(FP), DX
 	MOVQ ldc+56(FP), R14
 	SHLQ $2, R14
-	VXORPS Y0, Y0, Y0
-	VXORPS Y1, Y1, Y1
-	VXORPS Y2, Y2, Y2
-	VXORPS Y3, Y3, Y3
-	VXORPS Y4, Y4, Y4
-	VXORPS Y5, Y5, Y5
-	VXORPS Y6, Y6, Y6
-	VXORPS Y7, Y7, Y7
+	ZERO8
 	TESTQ CX, CX
 	JZ store
 
@@ -287,32 +286,176 @@ step:
 
 store:
 	VBROADCASTSS alpha+64(FP), Y14
-	VMOVUPS (DX), Y12
-	VMOVUPS 32(DX), Y13
-	VFMADD231PS Y0, Y14, Y12
-	VFMADD231PS Y1, Y14, Y13
-	VMOVUPS Y12, (DX)
-	VMOVUPS Y13, 32(DX)
+	ROW16(Y0, Y1)
 	ADDQ R14, DX
-	VMOVUPS (DX), Y12
-	VMOVUPS 32(DX), Y13
-	VFMADD231PS Y2, Y14, Y12
-	VFMADD231PS Y3, Y14, Y13
-	VMOVUPS Y12, (DX)
-	VMOVUPS Y13, 32(DX)
+	ROW16(Y2, Y3)
 	ADDQ R14, DX
-	VMOVUPS (DX), Y12
-	VMOVUPS 32(DX), Y13
-	VFMADD231PS Y4, Y14, Y12
-	VFMADD231PS Y5, Y14, Y13
-	VMOVUPS Y12, (DX)
-	VMOVUPS Y13, 32(DX)
+	ROW16(Y4, Y5)
 	ADDQ R14, DX
-	VMOVUPS (DX), Y12
-	VMOVUPS 32(DX), Y13
-	VFMADD231PS Y6, Y14, Y12
-	VFMADD231PS Y7, Y14, Y13
-	VMOVUPS Y12, (DX)
-	VMOVUPS Y13, 32(DX)
+	ROW16(Y6, Y7)
+	VZEROUPPER
+	RET
+
+// func sgemm6x16(k int, ap, bp, c *float32, ldc int, alpha float32)
+// C[0:6, 0:16] += alpha · Σ_p ap[p·6+i]·bp[p·16+j]; requires AVX2 and FMA.
+// Twelve ymm accumulators (6 rows × two 8-wide halves), two for the B row,
+// two alternating for broadcasts of A.
+TEXT ·sgemm6x16(SB), NOSPLIT, $0-44
+	MOVQ k+0(FP), CX
+	MOVQ ap+8(FP), SI
+	MOVQ bp+16(FP), DI
+	MOVQ c+24(FP), DX
+	MOVQ ldc+32(FP), R8
+	SHLQ $2, R8
+	ZERO8
+	VXORPS Y8, Y8, Y8
+	VXORPS Y9, Y9, Y9
+	VXORPS Y10, Y10, Y10
+	VXORPS Y11, Y11, Y11
+	TESTQ CX, CX
+	JZ store
+
+loop:
+	VMOVUPS (DI), Y12
+	VMOVUPS 32(DI), Y13
+	VBROADCASTSS (SI), Y14
+	VFMADD231PS Y12, Y14, Y0
+	VFMADD231PS Y13, Y14, Y1
+	VBROADCASTSS 4(SI), Y15
+	VFMADD231PS Y12, Y15, Y2
+	VFMADD231PS Y13, Y15, Y3
+	VBROADCASTSS 8(SI), Y14
+	VFMADD231PS Y12, Y14, Y4
+	VFMADD231PS Y13, Y14, Y5
+	VBROADCASTSS 12(SI), Y15
+	VFMADD231PS Y12, Y15, Y6
+	VFMADD231PS Y13, Y15, Y7
+	VBROADCASTSS 16(SI), Y14
+	VFMADD231PS Y12, Y14, Y8
+	VFMADD231PS Y13, Y14, Y9
+	VBROADCASTSS 20(SI), Y15
+	VFMADD231PS Y12, Y15, Y10
+	VFMADD231PS Y13, Y15, Y11
+	ADDQ $24, SI
+	ADDQ $64, DI
+	DECQ CX
+	JNZ loop
+
+store:
+	VBROADCASTSS alpha+40(FP), Y14
+	ROW16(Y0, Y1)
+	ADDQ R8, DX
+	ROW16(Y2, Y3)
+	ADDQ R8, DX
+	ROW16(Y4, Y5)
+	ADDQ R8, DX
+	ROW16(Y6, Y7)
+	ADDQ R8, DX
+	ROW16(Y8, Y9)
+	ADDQ R8, DX
+	ROW16(Y10, Y11)
+	VZEROUPPER
+	RET
+
+// func sdot32(n int, x, y *float32) float32
+// Returns Σ_{i<n} x[i]·y[i] for n > 0 a multiple of 32; requires AVX2 and FMA.
+// Four ymm accumulators of 8 lanes, summed at the end.
+TEXT ·sdot32(SB), NOSPLIT, $0-28
+	MOVQ n+0(FP), CX
+	MOVQ x+8(FP), SI
+	MOVQ y+16(FP), DI
+	VXORPS Y0, Y0, Y0
+	VXORPS Y1, Y1, Y1
+	VXORPS Y2, Y2, Y2
+	VXORPS Y3, Y3, Y3
+
+loop:
+	VMOVUPS (SI), Y4
+	VMOVUPS 32(SI), Y5
+	VMOVUPS 64(SI), Y6
+	VMOVUPS 96(SI), Y7
+	VFMADD231PS (DI), Y4, Y0
+	VFMADD231PS 32(DI), Y5, Y1
+	VFMADD231PS 64(DI), Y6, Y2
+	VFMADD231PS 96(DI), Y7, Y3
+	ADDQ $128, SI
+	ADDQ $128, DI
+	SUBQ $32, CX
+	JNZ loop
+
+	VADDPS Y1, Y0, Y0
+	VADDPS Y3, Y2, Y2
+	VADDPS Y2, Y0, Y0
+	VEXTRACTF128 $1, Y0, X1
+	VADDPS X1, X0, X0
+	VHADDPS X0, X0, X0
+	VHADDPS X0, X0, X0
+	VZEROUPPER
+	MOVSS X0, ret+24(FP)
+	RET
+
+// func sdot4x8(n int, p *float32, stride int, q *float32, out *float32)
+// Writes out[r] = Σ_{i<n} p[r·stride+i]·q[i] for r = 0..3 and n > 0 a
+// multiple of 8; requires AVX2 and FMA. Each 8-lane chunk of q is loaded
+// once for the four rows; eight ymm accumulators (two per row) keep the
+// FMA pipes busy, summed at the end.
+TEXT ·sdot4x8(SB), NOSPLIT, $0-40
+	MOVQ n+0(FP), CX
+	MOVQ p+8(FP), SI
+	MOVQ stride+16(FP), DX
+	MOVQ q+24(FP), DI
+	MOVQ out+32(FP), R8
+	SHLQ $2, DX
+	SHLQ $2, CX
+	LEAQ (SI)(DX*1), R9
+	LEAQ (R9)(DX*1), R10
+	LEAQ (R10)(DX*1), R11
+	ZERO8
+	XORQ AX, AX
+	MOVQ CX, BX
+	ANDQ $-64, BX
+
+loop16:
+	CMPQ AX, BX
+	JGE tail8
+	VMOVUPS (DI)(AX*1), Y8
+	VMOVUPS 32(DI)(AX*1), Y9
+	VFMADD231PS (SI)(AX*1), Y8, Y0
+	VFMADD231PS (R9)(AX*1), Y8, Y1
+	VFMADD231PS (R10)(AX*1), Y8, Y2
+	VFMADD231PS (R11)(AX*1), Y8, Y3
+	VFMADD231PS 32(SI)(AX*1), Y9, Y4
+	VFMADD231PS 32(R9)(AX*1), Y9, Y5
+	VFMADD231PS 32(R10)(AX*1), Y9, Y6
+	VFMADD231PS 32(R11)(AX*1), Y9, Y7
+	ADDQ $64, AX
+	JMP loop16
+
+tail8:
+	CMPQ AX, CX
+	JGE reduce
+	VMOVUPS (DI)(AX*1), Y8
+	VFMADD231PS (SI)(AX*1), Y8, Y0
+	VFMADD231PS (R9)(AX*1), Y8, Y1
+	VFMADD231PS (R10)(AX*1), Y8, Y2
+	VFMADD231PS (R11)(AX*1), Y8, Y3
+
+reduce:
+	VADDPS Y4, Y0, Y0
+	VADDPS Y5, Y1, Y1
+	VADDPS Y6, Y2, Y2
+	VADDPS Y7, Y3, Y3
+	VEXTRACTF128 $1, Y0, X4
+	VADDPS X4, X0, X0
+	VEXTRACTF128 $1, Y1, X5
+	VADDPS X5, X1, X1
+	VEXTRACTF128 $1, Y2, X6
+	VADDPS X6, X2, X2
+	VEXTRACTF128 $1, Y3, X7
+	VADDPS X7, X3, X3
+	VHADDPS X1, X0, X0
+	VHADDPS X3, X2, X2
+	VHADDPS X2, X0, X0
+	VMOVUPS X0, (R8)
 	VZEROUPPER
 	RET

@@ -1,5 +1,0 @@
-//go:build !amd64
-
-package tensor
-
-func fastKernel[T Float]() (microKernel[T], bool) { return microKernel[T]{}, false }
