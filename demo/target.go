@@ -56,7 +56,8 @@ func TrainTarget(ctx context.Context, m *model.Model, seqs [][]int32, batch int,
 		return nil, err
 	}
 	h := train.Hooks{
-		Params: m.TrainParams(),
+		Backend: backend,
+		Arena:   m.Arena(),
 		Step: func(ctx context.Context, s train.StepInfo) (float64, map[string]float64, int, error) {
 			ids, targets, L := d.next()
 			tp := tensor.NewTape(backend)

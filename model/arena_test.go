@@ -62,7 +62,7 @@ func TestParamsArena(t *testing.T) {
 				t.Fatalf("Params order\n got %v\nwant %v", got, want)
 			}
 			a := m.Arena()
-			m.TrainParams() // allocates the flat gradient
+			a.EnsureGrad()
 			off := 0
 			for _, p := range m.Params() {
 				if &p.Data()[0] != &tensor.HostData(a.Values, "values")[off] || &p.Grad()[0] != &tensor.HostData(a.Grad, "grad")[off] {

@@ -7,14 +7,12 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strings"
 	"sync"
 
 	"dflash/internal/atomicfile"
 	"dflash/safetensors"
 	"dflash/tensor"
-	"dflash/train"
 )
 
 // Layer holds one decoder layer's parameters (HF names in comments, under
@@ -284,31 +282,4 @@ func (m *Model) Save(dir, dtype string) error {
 		return err
 	}
 	return atomicfile.WriteFile(filepath.Join(dir, "config.json"), cfg)
-}
-
-// TrainParams returns m's parameters as train.Params that share their values
-// and gradients, allocating the arena's flat gradient: the optimizer and the
-// checkpoints then work on the arena.
-func (m *Model) TrainParams() []*train.Param { return TrainParams(m.Params()) }
-
-// MirrorParams returns host mirrors of ps for a run whose parameters live
-// on a device (train.Hooks.Device): the same names and shapes, zero values,
-// no gradients.
-func MirrorParams(ps []*tensor.Tensor) []*train.Param {
-	out := make([]*train.Param, len(ps))
-	for i, p := range ps {
-		out[i] = &train.Param{Name: p.Name, Shape: slices.Clone(p.Shape), Data: make([]float32, p.Numel())}
-	}
-	return out
-}
-
-// TrainParams returns ps as train.Params that share their values and
-// gradients (allocated if missing; for parameters of an arena, as views of
-// its flat gradient).
-func TrainParams(ps []*tensor.Tensor) []*train.Param {
-	out := make([]*train.Param, len(ps))
-	for i, p := range ps {
-		out[i] = &train.Param{Name: p.Name, Shape: slices.Clone(p.Shape), Data: p.Data(), Grad: tensor.HostData(p.EnsureGrad(), p.Name+".grad")}
-	}
-	return out
 }

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # gpu-train.sh is the GPU check of training on the device (issue 13), in one
 # device call: the CUDA backend's GPU tests and those of training on it
-# (train/traincuda: AdamW and the train.Device against train.AdamW and
-# PyTorch), the drafter step on CUDA against
+# (train/traincuda: train.Params on the CUDA backend, its fused AdamW,
+# norm and checkpoints, against the CPU backend's and PyTorch), the drafter step on CUDA against
 # the float64 golden (head dim 64, generated here by bench/drafter_ref.py), the
 # targets' hidden states on CUDA against transformers (scripts/golden_hf_gpu.py),
 # `dflash train` for STEPS steps on the CUDA backend and on the CPU with the same
@@ -75,7 +75,7 @@ if has tests; then
 	"$B/tensorcuda.test" -test.run 'GPU' -test.v >"$OUT/tensorcuda.log" 2>&1 || fail "tensorcuda GPU tests"
 	grep -E '^(--- |ok|FAIL|PASS)' "$OUT/tensorcuda.log" | tail -n 30
 	python3 scripts/testfails.py "$OUT/tensorcuda.log" 40
-	echo "== traincuda GPU tests (AdamW, train.Device, against train.AdamW and PyTorch)"
+	echo "== traincuda GPU tests (AdamW, train.Params, against the CPU backend and PyTorch)"
 	"$B/traincuda.test" -test.run 'GPU' -test.v >"$OUT/traincuda.log" 2>&1 || fail "traincuda GPU tests"
 	grep -E '^(--- |ok|FAIL|PASS)' "$OUT/traincuda.log" | tail -n 30
 	python3 scripts/testfails.py "$OUT/traincuda.log" 40

@@ -27,6 +27,8 @@ import "dflash/flex"
 // backend (package tensor/tensorcuda) implements Backend[float32]. Both are
 // checked by the conformance suite, package tensor/backendtest.
 type Backend[T Float] interface {
+	Optimizer[T] // AdamW and the gradient's norm over a parameter arena (optim.go)
+
 	// Name identifies the backend in logs and test names.
 	Name() string
 

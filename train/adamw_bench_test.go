@@ -3,6 +3,8 @@ package train
 import (
 	"fmt"
 	"testing"
+
+	"dflash/tensor"
 )
 
 // BenchmarkAdamWStep times one AdamW step over a demo-target-sized parameter
@@ -10,17 +12,20 @@ import (
 //
 //	go test -run '^$' -bench AdamWStep ./train/
 func BenchmarkAdamWStep(b *testing.B) {
-	var ps []*Param
+	var decls []any
 	for i := range 10 {
-		for _, p := range []*Param{NewParam(fmt.Sprintf("l%d.proj.weight", i), 96, 192), NewParam(fmt.Sprintf("l%d.norm.weight", i), 96), NewParam(fmt.Sprintf("l%d.out.weight", i), 32, 64)} {
-			for j := range p.Data {
-				p.Data[j], p.Grad[j] = float32(j%7)*0.1, float32(j%5)*0.01-0.02
-			}
-			ps = append(ps, p)
-		}
+		decls = append(decls, fmt.Sprintf("l%d.proj.weight", i), []int{96, 192}, fmt.Sprintf("l%d.norm.weight", i), []int{96},
+			fmt.Sprintf("l%d.out.weight", i), []int{32, 64})
 	}
-	opt := NewAdamW(ps, AdamWConfig{Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1})
+	a := testArena(decls...)
+	for j := range a.HostValues() {
+		a.HostValues()[j], a.HostGrad()[j] = float32(j%7)*0.1, float32(j%5)*0.01-0.02
+	}
+	p, err := NewParams(testCPU, a, tensor.AdamW{Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1})
+	if err != nil {
+		b.Fatal(err)
+	}
 	for b.Loop() {
-		opt.Step(1e-3)
+		p.Step(1e-3)
 	}
 }

@@ -11,16 +11,47 @@ import (
 
 	"dflash/internal/testseed"
 	"dflash/safetensors"
+	"dflash/tensor"
 )
 
 func close32(a, b float32, tol float64) bool {
 	return math.Abs(float64(a)-float64(b)) <= tol*(1+math.Abs(float64(b)))
 }
 
+// testArena returns an arena in host memory with parameters of the given
+// names and shapes (name, shape, name, shape...), allocated with its
+// gradient.
+func testArena(decls ...any) *tensor.Arena[float32] {
+	a := &tensor.Arena[float32]{}
+	for i := 0; i < len(decls); i += 2 {
+		a.Param(decls[i].(string), decls[i+1].([]int)...)
+	}
+	a.Alloc()
+	a.EnsureGrad()
+	return a
+}
+
+// mustParams returns NewParams of a on the CPU with h.
+func mustParams(t *testing.T, a *tensor.Arena[float32], h tensor.AdamW) *Params {
+	t.Helper()
+	p, err := NewParams(testCPU, a, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// moments returns parameter i's range of the host moments of p.
+func moments(p *Params, i int) (m, v []float32) {
+	off, n := p.a.Offset(i), p.a.Params()[i].Numel()
+	return tensor.HostData(p.state.M, "m")[off : off+n], tensor.HostData(p.state.V, "v")[off : off+n]
+}
+
 // TestAdamWMatchesTorch replays a trajectory of torch.optim.AdamW (two parameter
 // groups: decay 0.1 on a matrix, none on a norm vector) with clip_grad_norm_(1.0)
 // before every step and a changing learning rate, recorded on the GPU machine by
-// scripts/safetensors_golden.py into testdata/adamw_golden.safetensors.
+// scripts/safetensors_golden.py into testdata/adamw_golden.safetensors, through
+// Params on the CPU backend.
 func TestAdamWMatchesTorch(t *testing.T) {
 	f, err := safetensors.Open("testdata/adamw_golden.safetensors")
 	if err != nil {
@@ -36,39 +67,41 @@ func TestAdamWMatchesTorch(t *testing.T) {
 	}
 	meta := f.Metadata()
 	steps, _ := strconv.Atoi(meta["steps"])
-	w := &Param{Name: "layer.weight", Shape: []int{6, 5}, Data: get("w0"), Grad: make([]float32, 30)}
-	n := &Param{Name: "layer.norm.weight", Shape: []int{5}, Data: get("n0"), Grad: make([]float32, 5)}
-	params := []*Param{w, n}
-	opt := NewAdamW(params, AdamWConfig{Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1})
-	if !opt.Decays(w.Name) || opt.Decays(n.Name) {
+	a := testArena("layer.weight", []int{6, 5}, "layer.norm.weight", []int{5})
+	w, n := a.Params()[0], a.Params()[1]
+	copy(w.Data(), get("w0"))
+	copy(n.Data(), get("n0"))
+	p := mustParams(t, a, tensor.AdamW{Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1})
+	if !p.Decays(0) || p.Decays(1) {
 		t.Fatal("decay rule: the matrix decays, the norm does not")
 	}
 	lrs, norms := get("lrs"), get("norms")
 	for s := range steps {
-		copy(w.Grad, get(fmt.Sprintf("gw.%d", s)))
-		copy(n.Grad, get(fmt.Sprintf("gn.%d", s)))
-		norm := ClipGradNorm(params, 1.0)
+		copy(w.Grad(), get(fmt.Sprintf("gw.%d", s)))
+		copy(n.Grad(), get(fmt.Sprintf("gn.%d", s)))
+		norm := p.ClipGradNorm(1.0)
 		if !close32(float32(norm), norms[s], 1e-6) {
 			t.Fatalf("step %d: grad norm %g, torch %g", s, norm, norms[s])
 		}
-		opt.Step(float64(lrs[s]))
+		p.Step(float64(lrs[s]))
 		for _, c := range []struct {
-			p    *Param
+			p    *tensor.Tensor
 			want string
 		}{{w, fmt.Sprintf("w.%d", s)}, {n, fmt.Sprintf("n.%d", s)}} {
 			want := get(c.want)
 			for i := range want {
-				if !close32(c.p.Data[i], want[i], 2e-6) {
-					t.Fatalf("step %d %s[%d] = %.9g, torch %.9g", s, c.p.Name, i, c.p.Data[i], want[i])
+				if !close32(c.p.Data()[i], want[i], 2e-6) {
+					t.Fatalf("step %d %s[%d] = %.9g, torch %.9g", s, c.p.Name, i, c.p.Data()[i], want[i])
 				}
 			}
 		}
 	}
 	for i, name := range []string{"w", "n"} {
+		m, v := moments(p, i)
 		for _, mv := range []struct {
 			got  []float32
 			want string
-		}{{opt.m[i], name + ".exp_avg"}, {opt.v[i], name + ".exp_avg_sq"}} {
+		}{{m, name + ".exp_avg"}, {v, name + ".exp_avg_sq"}} {
 			want := get(mv.want)
 			for j := range want {
 				if !close32(mv.got[j], want[j], 1e-5) {
@@ -86,32 +119,30 @@ func TestAdamWMatchesTorch(t *testing.T) {
 func TestAdamWReference(t *testing.T) {
 	seed := testseed.Seed(t)
 	r := NewRNG(seed, 0)
-	p := NewParam("proj.weight", 3, 7)
-	q := NewParam("proj.bias", 7)
-	for _, x := range []*Param{p, q} {
-		for i := range x.Data {
-			x.Data[i] = float32(r.NormFloat64())
-		}
+	a := testArena("proj.weight", []int{3, 7}, "proj.bias", []int{7})
+	ps := a.Params()
+	for i := range a.HostValues() {
+		a.HostValues()[i] = float32(r.NormFloat64())
 	}
-	cfg := AdamWConfig{Beta1: 0.8, Beta2: 0.99, Eps: 1e-6, WeightDecay: 0.05}
-	opt := NewAdamW([]*Param{p, q}, cfg)
+	cfg := tensor.AdamW{Beta1: 0.8, Beta2: 0.99, Eps: 1e-6, WeightDecay: 0.05}
+	opt := mustParams(t, a, cfg)
 	type ref struct{ p, m, v []float64 }
 	refs := []ref{}
-	for _, x := range []*Param{p, q} {
-		rr := ref{make([]float64, len(x.Data)), make([]float64, len(x.Data)), make([]float64, len(x.Data))}
-		for i, v := range x.Data {
+	for _, x := range ps {
+		rr := ref{make([]float64, x.Numel()), make([]float64, x.Numel()), make([]float64, x.Numel())}
+		for i, v := range x.Data() {
 			rr.p[i] = float64(v)
 		}
 		refs = append(refs, rr)
 	}
 	for step := 1; step <= 25; step++ {
 		lr := 0.01 * (1 + r.Float64())
-		for k, x := range []*Param{p, q} {
+		for k, x := range ps {
 			decay := k == 0
-			for i := range x.Grad {
+			for i := range x.Grad() {
 				g := r.NormFloat64() * math.Exp(r.NormFloat64())
-				x.Grad[i] = float32(g)
-				g = float64(x.Grad[i])
+				x.Grad()[i] = float32(g)
+				g = float64(x.Grad()[i])
 				rr := refs[k]
 				rr.m[i] = cfg.Beta1*rr.m[i] + (1-cfg.Beta1)*g
 				rr.v[i] = cfg.Beta2*rr.v[i] + (1-cfg.Beta2)*g*g
@@ -124,111 +155,144 @@ func TestAdamWReference(t *testing.T) {
 			}
 		}
 		opt.Step(lr)
-		for k, x := range []*Param{p, q} {
-			for i, v := range x.Data {
+		for k, x := range ps {
+			for i, v := range x.Data() {
 				if math.Abs(float64(v)-refs[k].p[i]) > 1e-5*(1+math.Abs(refs[k].p[i])) {
 					t.Fatalf("step %d %s[%d] = %g, reference %g", step, x.Name, i, v, refs[k].p[i])
 				}
 			}
 		}
 	}
-	if opt.Steps("proj.weight") != 25 {
-		t.Errorf("step count %d", opt.Steps("proj.weight"))
+	if opt.Steps() != 25 {
+		t.Errorf("step count %d", opt.Steps())
 	}
 }
 
-func TestDefaultNoDecay(t *testing.T) {
+func TestNoDecay(t *testing.T) {
 	cases := []struct {
-		p    *Param
-		want bool
+		name  string
+		shape []int
+		want  bool
 	}{
-		{&Param{Name: "layers.0.mlp.up_proj.weight", Shape: []int{4, 4}}, false},
-		{&Param{Name: "fc.weight", Shape: []int{4, 8}}, false},
-		{&Param{Name: "layers.0.input_layernorm.weight", Shape: []int{4}}, true},
-		{&Param{Name: "hidden_norm.weight", Shape: []int{4, 1}}, true},
-		{&Param{Name: "q_proj.bias", Shape: []int{4}}, true},
-		{&Param{Name: "conv.bias", Shape: []int{4, 1}}, true},
-		{&Param{Name: "scale", Shape: []int{}}, true},
-		{&Param{Name: "custom.weight", Shape: []int{4, 4}, NoDecay: true}, true},
+		{"layers.0.mlp.up_proj.weight", []int{4, 4}, false},
+		{"fc.weight", []int{4, 8}, false},
+		{"layers.0.input_layernorm.weight", []int{4}, true},
+		{"hidden_norm.weight", []int{4, 1}, true},
+		{"q_proj.bias", []int{4}, true},
+		{"conv.bias", []int{4, 1}, true},
+		{"scale", []int{}, true},
 	}
 	for _, c := range cases {
-		t.Run(c.p.Name, func(t *testing.T) {
-			if got := DefaultNoDecay(c.p); got != c.want {
-				t.Fatalf("DefaultNoDecay = %v, want %v", got, c.want)
+		t.Run(c.name, func(t *testing.T) {
+			if got := NoDecay(c.name, c.shape); got != c.want {
+				t.Fatalf("NoDecay = %v, want %v", got, c.want)
 			}
 		})
 	}
 }
 
-func TestAdamWSaveLoad(t *testing.T) {
-	mk := func() []*Param {
-		a, b := NewParam("a.weight", 2, 3), NewParam("b.norm", 3)
-		for i := range a.Data {
-			a.Data[i] = float32(i) - 2.5
-		}
-		for i := range b.Data {
-			b.Data[i] = 1 + float32(i)
-		}
-		return []*Param{a, b}
+// saveParams writes p's values and optimizer files into dir, as a checkpoint holds them.
+func saveParams(t *testing.T, p *Params, dir string) {
+	t.Helper()
+	if err := p.saveValues(filepath.Join(dir, ModelFile)); err != nil {
+		t.Fatal(err)
 	}
-	cfg := AdamWConfig{Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1}
-	ps := mk()
-	opt := NewAdamW(ps, cfg)
+	if err := p.saveOptimizer(dir); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestAdamWSaveLoad(t *testing.T) {
+	mk := func(decls ...any) *tensor.Arena[float32] {
+		if decls == nil {
+			decls = []any{"a.weight", []int{2, 3}, "b.norm", []int{3}}
+		}
+		a := testArena(decls...)
+		for i := range a.HostValues() {
+			a.HostValues()[i] = float32(i) - 2.5
+		}
+		return a
+	}
+	cfg := tensor.AdamW{Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1}
+	a := mk()
+	opt := mustParams(t, a, cfg)
 	for s := range 3 {
-		for _, p := range ps {
-			for i := range p.Grad {
-				p.Grad[i] = float32(math.Sin(float64(s*7 + i)))
-			}
+		for i := range a.HostGrad() {
+			a.HostGrad()[i] = float32(math.Sin(float64(s*7 + i)))
 		}
 		opt.Step(0.01)
 	}
 	dir := t.TempDir()
-	if err := opt.Save(dir); err != nil {
-		t.Fatal(err)
-	}
-	ps2 := mk()
-	opt2 := NewAdamW(ps2, cfg)
+	saveParams(t, opt, dir)
+	a2 := testArena("a.weight", []int{2, 3}, "b.norm", []int{3})
+	opt2 := mustParams(t, a2, cfg)
 	if err := opt2.Load(dir); err != nil {
 		t.Fatal(err)
 	}
-	for i := range ps {
-		copy(ps2[i].Data, ps[i].Data)
-		assertSameBits(t, "exp_avg", [][]float32{opt.m[i]}, [][]float32{opt2.m[i]})
-		assertSameBits(t, "exp_avg_sq", [][]float32{opt.v[i]}, [][]float32{opt2.v[i]})
-		if opt.steps[i] != opt2.steps[i] {
-			t.Fatalf("steps %d vs %d", opt.steps[i], opt2.steps[i])
-		}
+	assertSameBits(t, "values", snapshot(a.Params()), snapshot(a2.Params()))
+	for i := range a.Params() {
+		m, v := moments(opt, i)
+		m2, v2 := moments(opt2, i)
+		assertSameBits(t, "exp_avg", [][]float32{m}, [][]float32{m2})
+		assertSameBits(t, "exp_avg_sq", [][]float32{v}, [][]float32{v2})
+	}
+	if opt.Steps() != opt2.Steps() {
+		t.Fatalf("steps %d vs %d", opt.Steps(), opt2.Steps())
 	}
 	// Same next step from both.
-	for k, p := range [][]*Param{ps, ps2} {
-		for _, x := range p {
-			for i := range x.Grad {
-				x.Grad[i] = 0.5 - float32(i)
-			}
+	for k, x := range []*tensor.Arena[float32]{a, a2} {
+		for i := range x.HostGrad() {
+			x.HostGrad()[i] = 0.5 - float32(i)
 		}
-		[]*AdamW{opt, opt2}[k].Step(0.02)
+		[]*Params{opt, opt2}[k].Step(0.02)
 	}
-	assertSameBits(t, "after load", snapshot(ps), snapshot(ps2))
+	assertSameBits(t, "after load", snapshot(a.Params()), snapshot(a2.Params()))
 
+	// withOptimizerOf returns a checkpoint directory holding other's values
+	// and the optimizer files of dir, so that other's Load reaches them.
+	withOptimizerOf := func(t *testing.T, other *Params) string {
+		d := t.TempDir()
+		if err := other.saveValues(filepath.Join(d, ModelFile)); err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range []string{OptimizerTensorsFile, OptimizerStateFile} {
+			b, err := os.ReadFile(filepath.Join(dir, f))
+			if err != nil {
+				t.Fatal(err)
+			}
+			os.WriteFile(filepath.Join(d, f), b, 0o644)
+		}
+		return d
+	}
 	t.Run("hyper-parameter-mismatch", func(t *testing.T) {
 		c := cfg
 		c.Beta2 = 0.999
-		err := NewAdamW(mk(), c).Load(dir)
+		err := mustParams(t, mk(), c).Load(dir)
 		if err == nil || !strings.Contains(err.Error(), "beta2") || !strings.Contains(err.Error(), OptimizerStateFile) {
 			t.Fatalf("err %v", err)
 		}
 	})
 	t.Run("shape-mismatch", func(t *testing.T) {
-		other := []*Param{NewParam("a.weight", 3, 2), NewParam("b.norm", 3)}
-		err := NewAdamW(other, cfg).Load(dir)
-		if err == nil || !strings.Contains(err.Error(), `"a.weight.exp_avg"`) {
-			t.Fatalf("err %v", err)
+		other := mustParams(t, mk("a.weight", []int{3, 2}, "b.norm", []int{3}), cfg)
+		if err := other.Load(dir); err == nil || !strings.Contains(err.Error(), `"a.weight"`) || !strings.Contains(err.Error(), ModelFile) {
+			t.Fatalf("values: err %v", err)
+		}
+		if err := other.Load(withOptimizerOf(t, other)); err == nil || !strings.Contains(err.Error(), `"a.weight.exp_avg"`) {
+			t.Fatalf("moments: err %v", err)
 		}
 	})
 	t.Run("missing-param", func(t *testing.T) {
-		other := append(mk(), NewParam("c.weight", 2))
-		err := NewAdamW(other, cfg).Load(dir)
-		if err == nil || !strings.Contains(err.Error(), `"c.weight"`) {
+		other := mustParams(t, mk("a.weight", []int{2, 3}, "b.norm", []int{3}, "c.weight", []int{2}), cfg)
+		if err := other.Load(withOptimizerOf(t, other)); err == nil || !strings.Contains(err.Error(), `"c.weight"`) || !strings.Contains(err.Error(), OptimizerStateFile) {
+			t.Fatalf("err %v", err)
+		}
+	})
+	t.Run("step-counts-differ", func(t *testing.T) {
+		d := withOptimizerOf(t, opt)
+		p := filepath.Join(d, OptimizerStateFile)
+		raw, _ := os.ReadFile(p)
+		os.WriteFile(p, []byte(strings.Replace(string(raw), `"b.norm": 3`, `"b.norm": 2`, 1)), 0o644)
+		if err := mustParams(t, mk(), cfg).Load(d); err == nil || !strings.Contains(err.Error(), `"b.norm"`) {
 			t.Fatalf("err %v", err)
 		}
 	})

@@ -57,10 +57,9 @@ type FileSum struct {
 
 // Checkpoint is what SaveCheckpoint writes.
 type Checkpoint struct {
-	Config    []byte   // config.json, verbatim ("{}" when nil)
-	Params    []*Param // written to model.safetensors in F32
-	Optimizer *AdamW   // nil: no optimizer files
-	State     TrainerState
+	Config []byte  // config.json, verbatim ("{}" when nil)
+	Params *Params // values to model.safetensors in F32, moments and step count to the optimizer files
+	State  TrainerState
 }
 
 // checkpointHook, when set (tests only), is called between the stages of a save.
@@ -105,20 +104,14 @@ func SaveCheckpoint(outDir string, c *Checkpoint, keep int) (string, error) {
 		return "", err
 	}
 	hook("config")
-	ts := make([]safetensors.Tensor, len(c.Params))
-	for i, p := range c.Params {
-		ts[i] = safetensors.Tensor{Name: p.Name, Shape: p.Shape, DType: "F32", Data: p.Data}
-	}
-	if err := safetensors.Write(filepath.Join(tmp, ModelFile), ts, map[string]string{"format": "pt"}); err != nil {
+	if err := c.Params.saveValues(filepath.Join(tmp, ModelFile)); err != nil {
 		return "", err
 	}
 	hook("model")
-	if c.Optimizer != nil {
-		if err := c.Optimizer.Save(tmp); err != nil {
-			return "", err
-		}
-		hook("optimizer")
+	if err := c.Params.saveOptimizer(tmp); err != nil {
+		return "", err
 	}
+	hook("optimizer")
 	st := c.State
 	st.Files = map[string]FileSum{}
 	ents, err := os.ReadDir(tmp)
@@ -354,36 +347,6 @@ func validate(dir string, step int) (*Loaded, error) {
 		return nil, err
 	}
 	return &Loaded{Dir: dir, State: st, Config: cfg}, nil
-}
-
-// LoadParams reads dir/model.safetensors into params: every parameter must be present
-// as F32 with its shape. Tensors the file has beyond params are an error too.
-func LoadParams(dir string, params []*Param) error {
-	f, err := safetensors.Open(filepath.Join(dir, ModelFile))
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	for _, p := range params {
-		if err := readParamTensor(f, p.Name, p.Shape, p.Data); err != nil {
-			return err
-		}
-	}
-	if n := len(f.Names()); n != len(params) {
-		return fmt.Errorf("%s: %d tensors, %d parameters to load", f.Path(), n, len(params))
-	}
-	return nil
-}
-
-// Restore loads the checkpoint's parameters and, when opt is not nil, its optimizer state.
-func (l *Loaded) Restore(params []*Param, opt *AdamW) error {
-	if err := LoadParams(l.Dir, params); err != nil {
-		return err
-	}
-	if opt != nil {
-		return opt.Load(l.Dir)
-	}
-	return nil
 }
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)

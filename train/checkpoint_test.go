@@ -6,15 +6,21 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"dflash/tensor"
 )
 
-func saveSteps(t *testing.T, out string, tk *task, opt *AdamW, keep int, steps ...int) {
+// testAdamW is the optimizer of the checkpoint tests.
+var testAdamW = tensor.AdamW{Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1}
+
+func saveSteps(t *testing.T, out string, tk *task, keep int, steps ...int) {
 	t.Helper()
+	params := mustParams(t, tk.m.arena, testAdamW)
 	for _, s := range steps {
 		for _, p := range tk.m.params() {
-			p.Data[0] = float32(s) // make each checkpoint's values tell its step
+			p.Data()[0] = float32(s) // make each checkpoint's values tell its step
 		}
-		_, err := SaveCheckpoint(out, &Checkpoint{Config: []byte(`{"model_type":"t"}`), Params: tk.m.params(), Optimizer: opt,
+		_, err := SaveCheckpoint(out, &Checkpoint{Config: []byte(`{"model_type":"t"}`), Params: params,
 			State: TrainerState{Step: s, Seed: 42, RNG: []byte{1, 2, 3}}}, keep)
 		if err != nil {
 			t.Fatal(err)
@@ -25,8 +31,7 @@ func saveSteps(t *testing.T, out string, tk *task, opt *AdamW, keep int, steps .
 func TestCheckpointRoundTrip(t *testing.T) {
 	out := t.TempDir()
 	tk := newTask(5, 8)
-	opt := NewAdamW(tk.m.params(), AdamWConfig{Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1})
-	saveSteps(t, out, tk, opt, 0, 3, 6)
+	saveSteps(t, out, tk, 0, 3, 6)
 	want := snapshot(tk.m.params())
 	l, err := LoadLatest(out)
 	if err != nil {
@@ -41,7 +46,7 @@ func TestCheckpointRoundTrip(t *testing.T) {
 		}
 	}
 	fresh := newMLP(0, 4, 8)
-	if err := l.Restore(fresh.params(), NewAdamW(fresh.params(), AdamWConfig{Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1})); err != nil {
+	if err := mustParams(t, fresh.arena, testAdamW).Load(l.Dir); err != nil {
 		t.Fatal(err)
 	}
 	assertSameBits(t, "params", want, snapshot(fresh.params()))
@@ -49,16 +54,17 @@ func TestCheckpointRoundTrip(t *testing.T) {
 		t.Errorf("latest %q", latest)
 	}
 	// Re-saving a step replaces it.
-	saveSteps(t, out, tk, opt, 0, 6)
+	saveSteps(t, out, tk, 0, 6)
 	if steps, _ := listCheckpoints(out); len(steps) != 2 {
 		t.Errorf("checkpoints %v after re-save", steps)
 	}
-	t.Run("load-params-errors", func(t *testing.T) {
+	t.Run("load-values-errors", func(t *testing.T) {
 		other := newMLP(0, 4, 9) // different hidden size
-		if err := LoadParams(l.Dir, other.params()); err == nil || !strings.Contains(err.Error(), `"layers.0.weight"`) {
+		if err := LoadValues(l.Dir, testCPU, other.arena); err == nil || !strings.Contains(err.Error(), `"layers.0.weight"`) {
 			t.Errorf("shape mismatch: %v", err)
 		}
-		if err := LoadParams(l.Dir, newMLP(0, 4, 8).params()[:3]); err == nil || !strings.Contains(err.Error(), "4 tensors, 3 parameters") {
+		fewer := testArena("layers.0.weight", []int{8, 4}, "layers.0.bias", []int{8}, "head.weight", []int{1, 8})
+		if err := LoadValues(l.Dir, testCPU, fewer); err == nil || !strings.Contains(err.Error(), "4 tensors, 3 parameters") {
 			t.Errorf("extra tensor: %v", err)
 		}
 	})
@@ -67,7 +73,7 @@ func TestCheckpointRoundTrip(t *testing.T) {
 func TestCheckpointKeep(t *testing.T) {
 	out := t.TempDir()
 	tk := newTask(5, 4)
-	saveSteps(t, out, tk, nil, 3, 1, 2, 3, 4, 5)
+	saveSteps(t, out, tk, 3, 1, 2, 3, 4, 5)
 	steps, _ := listCheckpoints(out)
 	if len(steps) != 3 || steps[0] != 5 || steps[2] != 3 {
 		t.Fatalf("kept %v, want [5 4 3]", steps)
@@ -115,8 +121,7 @@ func TestLoadLatestRecovery(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			out := t.TempDir()
 			tk := newTask(5, 4)
-			opt := NewAdamW(tk.m.params(), AdamWConfig{Beta1: 0.9, Beta2: 0.95, Eps: 1e-8})
-			saveSteps(t, out, tk, opt, 0, 2, 4)
+			saveSteps(t, out, tk, 0, 2, 4)
 			os.MkdirAll(filepath.Join(out, tmpPrefix+"123", "x"), 0o755)
 			os.WriteFile(filepath.Join(out, "."+LatestFile+".tmp-55"), []byte("x"), 0o644)
 			c.damage(t, filepath.Join(out, "checkpoint-4"))
@@ -148,7 +153,7 @@ func TestLoadLatestRecovery(t *testing.T) {
 	})
 	t.Run("all-invalid", func(t *testing.T) {
 		out := t.TempDir()
-		saveSteps(t, out, newTask(5, 4), nil, 0, 1)
+		saveSteps(t, out, newTask(5, 4), 0, 1)
 		os.Remove(filepath.Join(out, "checkpoint-1", ConfigFile))
 		_, err := LoadLatest(out)
 		if !errors.Is(err, ErrNoCheckpoint) || !strings.Contains(err.Error(), ConfigFile) {

@@ -5,24 +5,23 @@ import (
 	"testing"
 
 	"dflash/internal/testseed"
+	"dflash/tensor"
 )
 
 func TestClipGradNorm(t *testing.T) {
 	seed := testseed.Seed(t)
 	r := NewRNG(seed, 0)
-	mk := func(scale float64) []*Param {
-		ps := []*Param{NewParam("a", 5, 3), NewParam("b", 4), NewParam("c")}
-		for _, p := range ps {
-			for i := range p.Grad {
-				p.Grad[i] = float32(scale * r.NormFloat64())
-			}
+	mk := func(t *testing.T, scale float64) (*Params, []*tensor.Tensor) {
+		a := testArena("a", []int{5, 3}, "b", []int{4}, "c", []int{})
+		for i := range a.HostGrad() {
+			a.HostGrad()[i] = float32(scale * r.NormFloat64())
 		}
-		return ps
+		return mustParams(t, a, tensor.AdamW{Beta1: 0.9, Beta2: 0.95, Eps: 1e-8}), a.Params()
 	}
-	brute := func(ps []*Param) float64 {
+	brute := func(ps []*tensor.Tensor) float64 {
 		var s float64
 		for _, p := range ps {
-			for _, g := range p.Grad {
+			for _, g := range p.Grad() {
 				s += float64(g) * float64(g)
 			}
 		}
@@ -40,10 +39,10 @@ func TestClipGradNorm(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			ps := mk(c.scale)
+			params, ps := mk(t, c.scale)
 			before := snapshotGrads(ps)
 			want := brute(ps)
-			got := ClipGradNorm(ps, c.max)
+			got := params.ClipGradNorm(c.max)
 			if math.Abs(got-want) > 1e-12*want {
 				t.Fatalf("norm %g, brute force %g", got, want)
 			}
@@ -53,9 +52,9 @@ func TestClipGradNorm(t *testing.T) {
 					t.Fatalf("norm after clipping %g, want %g", after, c.wantNormAfter)
 				}
 				// Direction kept: every gradient scaled by the same factor.
-				f := float64(ps[0].Grad[0]) / float64(before[0][0])
+				f := float64(ps[0].Grad()[0]) / float64(before[0][0])
 				for i, p := range ps {
-					for j, g := range p.Grad {
+					for j, g := range p.Grad() {
 						if math.Abs(float64(g)-f*float64(before[i][j])) > 1e-6*math.Abs(float64(before[i][j])) {
 							t.Fatalf("%s[%d] not scaled uniformly", p.Name, j)
 						}
@@ -67,18 +66,18 @@ func TestClipGradNorm(t *testing.T) {
 		})
 	}
 	t.Run("non-finite", func(t *testing.T) {
-		ps := mk(1)
-		ps[1].Grad[2] = float32(math.Inf(1))
-		if n := ClipGradNorm(ps, 1); !math.IsInf(n, 1) {
+		params, ps := mk(t, 1)
+		ps[1].Grad()[2] = float32(math.Inf(1))
+		if n := params.ClipGradNorm(1); !math.IsInf(n, 1) {
 			t.Fatalf("norm %g, want +Inf", n)
 		}
 	})
 }
 
-func snapshotGrads(ps []*Param) [][]float32 {
+func snapshotGrads(ps []*tensor.Tensor) [][]float32 {
 	out := make([][]float32, len(ps))
 	for i, p := range ps {
-		out[i] = append([]float32(nil), p.Grad...)
+		out[i] = append([]float32(nil), p.Grad()...)
 	}
 	return out
 }

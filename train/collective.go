@@ -1,7 +1,5 @@
 package train
 
-import "fmt"
-
 // Collective is one rank's part in a group of ranks that train one model
 // together, data parallel (design contract 9): each rank computes the
 // gradient of its share of every global batch, and the collective sums
@@ -27,53 +25,11 @@ type Collective interface {
 	AllReduceFloat64(x []float64) error
 }
 
-// Buffer is a range of float32 elements a Collective reduces in place:
-// HostBuffer in host memory, or a device range of a GPU collective's own
-// type. A Collective rejects a Buffer of a kind it cannot reach.
+// Buffer is a range of float32 elements a Collective reduces in place: a
+// range of a flat gradient (Params.GradRange), tensor.Host[float32] in host
+// memory or a device's storage. A Collective rejects a Buffer of a kind it
+// cannot reach.
 type Buffer interface {
 	// Len returns the number of float32 elements.
 	Len() int
-}
-
-// HostBuffer is a Buffer in host memory: the concatenation of its
-// segments (a range of a flat gradient that spans several parameters).
-type HostBuffer [][]float32
-
-// Len returns the total number of elements of the segments.
-func (h HostBuffer) Len() int {
-	n := 0
-	for _, s := range h {
-		n += len(s)
-	}
-	return n
-}
-
-// GradRanger is a Device whose flat gradient (the parameters' gradients
-// concatenated in order, the layout of a parameter arena) a Collective can
-// reach, one contiguous range at a time. Run needs it of Hooks.Device when
-// Hooks.Collective has more than one rank.
-type GradRanger interface {
-	// GradRange returns elements [lo, hi) of the flat gradient.
-	GradRange(lo, hi int) Buffer
-}
-
-// hostGrads returns ranges of the flat gradient of params, which need not
-// share one buffer: a range is the list of the pieces of each parameter's
-// Grad that it covers.
-func hostGrads(params []*Param) func(lo, hi int) Buffer {
-	return func(lo, hi int) Buffer {
-		var out HostBuffer
-		off := 0
-		for _, p := range params {
-			a, b := max(lo, off), min(hi, off+len(p.Grad))
-			if a < b {
-				out = append(out, p.Grad[a-off:b-off])
-			}
-			off += len(p.Grad)
-		}
-		if lo < 0 || hi > off || lo > hi {
-			panic(fmt.Sprintf("train: gradient range [%d, %d) outside [0, %d)", lo, hi, off))
-		}
-		return out
-	}
 }

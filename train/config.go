@@ -1,6 +1,10 @@
 package train
 
-import "fmt"
+import (
+	"fmt"
+
+	"dflash/tensor"
+)
 
 // Config is the trainer's configuration. Field tags give the option name (the flag
 // --name and the YAML key name are the same), its help and the values it takes (see
@@ -39,6 +43,12 @@ func DefaultConfig() Config {
 		Seed: 0, EvalEvery: 0, SaveEvery: 200, KeepCheckpoints: 3, Progress: "auto", Plot: true, TensorBoard: true,
 		SpecEval: DefaultSpecEval(),
 	}
+}
+
+// AdamW returns the optimizer's hyper-parameters: Beta1, Beta2, Eps and
+// WeightDecay.
+func (c *Config) AdamW() tensor.AdamW {
+	return tensor.AdamW{Beta1: c.Beta1, Beta2: c.Beta2, Eps: c.Eps, WeightDecay: c.WeightDecay}
 }
 
 // Validate checks every field against the range in its tag and names the bad ones.

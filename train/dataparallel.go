@@ -52,29 +52,22 @@ type gradSync struct {
 	buckets []Bucket
 }
 
-// newGradSync returns the gradient sync of h, or nil when h.Collective has
+// newGradSync returns the gradient sync of h over the gradient of params, or nil when h.Collective has
 // one rank (or none): then Run makes no collective call at all.
-func newGradSync(h Hooks) *gradSync {
+func newGradSync(h Hooks, params *Params) *gradSync {
 	if h.Collective == nil || h.Collective.Size() == 1 {
 		return nil
 	}
-	grads := hostGrads(h.Params)
-	if h.Device != nil {
-		gr, ok := h.Device.(GradRanger)
-		if !ok {
-			panic(fmt.Sprintf("train: Hooks.Device %T cannot reach its gradient (GradRanger) for a Collective of %d ranks", h.Device, h.Collective.Size()))
-		}
-		grads = gr.GradRange
-	}
-	sizes := make([]int, len(h.Params))
-	for i, p := range h.Params {
+	ps := params.Arena().Params()
+	sizes := make([]int, len(ps))
+	for i, p := range ps {
 		sizes[i] = p.Numel()
 	}
 	bytes := h.BucketBytes
 	if bytes <= 0 {
 		bytes = DefaultBucketBytes
 	}
-	return &gradSync{coll: h.Collective, grads: grads, buckets: PlanBuckets(sizes, 4, bytes)}
+	return &gradSync{coll: h.Collective, grads: params.GradRange, buckets: PlanBuckets(sizes, 4, bytes)}
 }
 
 // allReduce sums the gradient over the ranks, bucket by bucket.

@@ -1,11 +1,15 @@
-// Package train is the model-agnostic trainer: parameters, AdamW, the learning-rate
-// schedule, gradient clipping and accumulation, seeded random streams, evaluation over
-// draft blocks, atomic checkpoints, metrics, progress and the training loop.
+// Package train is the model-agnostic trainer: the parameters and AdamW over a
+// backend (Params), the learning-rate schedule, gradient clipping and accumulation,
+// seeded random streams, evaluation over draft blocks, atomic checkpoints, metrics,
+// progress and the training loop.
 //
-// A model takes part through []*Param (name, shape, values, gradient) and the Hooks
-// that Run calls: Step computes one micro-batch's loss and adds its gradient into each
-// Param.Grad, Eval evaluates on held-out data, and DataState/RestoreData save and
-// restore the data iterator's position as opaque JSON.
+// A model takes part through its parameter arena (tensor.Arena: flat values and
+// gradient) on a backend, and the Hooks that Run calls: Step computes one
+// micro-batch's loss and adds its gradient into the arena's, Eval evaluates on
+// held-out data, and DataState/RestoreData save and restore the data iterator's
+// position as opaque JSON. Params keeps AdamW's state beside the arena on the same
+// backend and does everything the optimizer does through the backend's methods
+// (tensor.Optimizer, Fill, Scale, Download), so one Params serves the CPU and a GPU.
 //
 // Resuming is exact: Run with Steps=N gives bit-identical parameters to Run stopped
 // at N/2 (StopAt) and resumed, provided the hooks are deterministic given the RNG
@@ -28,7 +32,7 @@
 //	    config.json         the caller's model config, verbatim
 //	    model.safetensors   the trainable parameters (F32)
 //	    optimizer.safetensors  AdamW moments: "<param>.exp_avg", "<param>.exp_avg_sq" (F32)
-//	    optimizer.json      AdamW hyper-parameters and per-parameter step counts
+//	    optimizer.json      AdamW hyper-parameters and per-parameter step counts (all equal)
 //	    trainer_state.json  step, tokens, RNG state, data position, schedule, best
 //	                        metrics, and the size and CRC-32C of every other file
 //	latest                  the name of the newest checkpoint (informational; LoadLatest

@@ -114,7 +114,7 @@ func TestKillDuringCheckpoint(t *testing.T) {
 		t.Fatalf("final checkpoint %v, %v", l, err)
 	}
 	m := newMLP(0, 4, killHid)
-	if err := l.Restore(m.params(), nil); err != nil {
+	if err := LoadValues(l.Dir, testCPU, m.arena); err != nil {
 		t.Fatal(err)
 	}
 	assertSameBits(t, "final", ref[killSteps], snapshot(m.params()))
@@ -251,7 +251,7 @@ func checkResumable(t *testing.T, out string, iter int, k killedRun, ref map[int
 		}
 	}
 	m := newMLP(0, 4, killHid)
-	if err := l.Restore(m.params(), nil); err != nil {
+	if err := LoadValues(l.Dir, testCPU, m.arena); err != nil {
 		t.Fatal(err)
 	}
 	want, ok := ref[l.State.Step]

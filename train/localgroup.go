@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"dflash/tensor"
 )
 
 // DefaultCollectiveTimeout bounds a collective call of a LocalGroup made
@@ -121,26 +123,23 @@ type localRank struct {
 func (c localRank) Rank() int { return c.r }
 func (c localRank) Size() int { return c.g.n }
 
-// AllReduceSum sums host buffers over the ranks (float32, in rank order).
+// AllReduceSum sums host buffers (tensor.Host[float32]) over the ranks
+// (float32, in rank order).
 func (c localRank) AllReduceSum(x Buffer) error {
-	h, ok := x.(HostBuffer)
+	h, ok := x.(tensor.Host[float32])
 	if !ok {
-		return fmt.Errorf("collective: rank %d: a LocalGroup reduces host memory (HostBuffer), not %T", c.r, x)
+		return fmt.Errorf("collective: rank %d: a LocalGroup reduces host memory (tensor.Host[float32]), not %T", c.r, x)
 	}
-	all, err := c.exchange(slot{op: "all-reduce", f32: slices.Concat(h...)})
+	all, err := c.exchange(slot{op: "all-reduce", f32: slices.Clone(h)})
 	if err != nil {
 		return err
 	}
-	off := 0
-	for _, seg := range h {
-		for i := range seg {
-			s := all[0].f32[off+i]
-			for _, o := range all[1:] {
-				s += o.f32[off+i]
-			}
-			seg[i] = s
+	for i := range h {
+		s := all[0].f32[i]
+		for _, o := range all[1:] {
+			s += o.f32[i]
 		}
-		off += len(seg)
+		h[i] = s
 	}
 	return nil
 }

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"dflash/internal/testseed"
+
+	"dflash/tensor"
 )
 
 // TestLocalGroupSum: for 1..4 ranks, AllReduceSum over buffers split into
@@ -41,7 +43,7 @@ func TestLocalGroupSum(t *testing.T) {
 				c := g.Rank(r)
 				for k := range rounds {
 					x := slices.Clone(in[k][r])
-					if err := c.AllReduceSum(HostBuffer{x[:5], x[5:5], x[5:30], x[30:]}); err != nil {
+					if err := c.AllReduceSum(tensor.Host[float32](x)); err != nil {
 						errs[r] = err
 						return
 					}
@@ -104,15 +106,15 @@ func TestLocalGroupLostRank(t *testing.T) {
 				c := g.Rank(r)
 				start := time.Now()
 				x := []float32{1}
-				if errs[r] = c.AllReduceSum(HostBuffer{x}); errs[r] != nil {
+				if errs[r] = c.AllReduceSum(tensor.Host[float32](x)); errs[r] != nil {
 					return // the lost rank took part in the first
 				}
-				errs[r] = c.AllReduceSum(HostBuffer{x})
+				errs[r] = c.AllReduceSum(tensor.Host[float32](x))
 				took[r] = time.Since(start)
 			})
 		}
 		c := g.Rank(lost)
-		if err := c.AllReduceSum(HostBuffer{{1}}); err != nil {
+		if err := c.AllReduceSum(tensor.Host[float32]{1}); err != nil {
 			t.Fatal(err)
 		}
 		if leave {
@@ -132,7 +134,7 @@ func TestLocalGroupLostRank(t *testing.T) {
 				t.Errorf("rank %d failed after %s, timeout %s", r, took[r], timeout)
 			}
 		}
-		if err := c.AllReduceSum(HostBuffer{{1}}); !errors.Is(err, ErrRankLost) {
+		if err := c.AllReduceSum(tensor.Host[float32]{1}); !errors.Is(err, ErrRankLost) {
 			t.Fatalf("leave %v: a call after the failure: %v", leave, err)
 		}
 	}
@@ -145,7 +147,7 @@ func TestLocalGroupMismatch(t *testing.T) {
 	errs := make([]error, 2)
 	var wg sync.WaitGroup
 	for r := range 2 {
-		wg.Go(func() { errs[r] = g.Rank(r).AllReduceSum(HostBuffer{make([]float32, 3+r)}) })
+		wg.Go(func() { errs[r] = g.Rank(r).AllReduceSum(make(tensor.Host[float32], 3+r)) })
 	}
 	wg.Wait()
 	for r, err := range errs {

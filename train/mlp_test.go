@@ -6,29 +6,39 @@ import (
 	"math"
 	"testing"
 	"time"
+
+	"dflash/tensor"
 )
 
 // mlp is the synthetic model of the trainer tests: y = w2 . tanh(W1 x + b1) + b2,
-// squared-error loss, forward and backward in float64 over Params.
+// squared-error loss, forward and backward in float64 over the host values
+// of a parameter arena on the CPU backend.
 type mlp struct {
 	in, hid        int
-	w1, b1, w2, b2 *Param
+	arena          *tensor.Arena[float32]
+	w1, b1, w2, b2 *tensor.Tensor
 }
 
+// testCPU is the backend of the trainer tests' models.
+var testCPU = tensor.NewCPU[float32](0)
+
 func newMLP(seed uint64, in, hid int) *mlp {
-	m := &mlp{in: in, hid: hid,
-		w1: NewParam("layers.0.weight", hid, in), b1: NewParam("layers.0.bias", hid),
-		w2: NewParam("head.weight", 1, hid), b2: NewParam("head.bias", 1)}
+	a := &tensor.Arena[float32]{}
+	m := &mlp{in: in, hid: hid, arena: a,
+		w1: a.Param("layers.0.weight", hid, in), b1: a.Param("layers.0.bias", hid),
+		w2: a.Param("head.weight", 1, hid), b2: a.Param("head.bias", 1)}
+	a.Alloc()
+	a.EnsureGrad()
 	r := NewRNG(seed, StreamInit)
 	for _, p := range m.params() {
-		for i := range p.Data {
-			p.Data[i] = float32(r.NormFloat64() / math.Sqrt(float64(p.Shape[len(p.Shape)-1])))
+		for i := range p.Data() {
+			p.Data()[i] = float32(r.NormFloat64() / math.Sqrt(float64(p.Shape[len(p.Shape)-1])))
 		}
 	}
 	return m
 }
 
-func (m *mlp) params() []*Param { return []*Param{m.w1, m.b1, m.w2, m.b2} }
+func (m *mlp) params() []*tensor.Tensor { return m.arena.Params() }
 
 // flops is the work of one example's forward and backward pass: the
 // multiply-adds of its two layers, once forward and twice backward.
@@ -36,21 +46,21 @@ func (m *mlp) flops() float64 { return 3 * 2 * float64(m.hid*m.in+m.hid) }
 
 func (m *mlp) forward(x []float64) (y float64, h []float64) {
 	h = make([]float64, m.hid)
-	y = float64(m.b2.Data[0])
+	y = float64(m.b2.Data()[0])
 	for j := range m.hid {
-		a := float64(m.b1.Data[j])
+		a := float64(m.b1.Data()[j])
 		for i, xi := range x {
-			a += float64(m.w1.Data[j*m.in+i]) * xi
+			a += float64(m.w1.Data()[j*m.in+i]) * xi
 		}
 		h[j] = math.Tanh(a)
-		y += float64(m.w2.Data[j]) * h[j]
+		y += float64(m.w2.Data()[j]) * h[j]
 	}
 	return y, h
 }
 
 // lossGrad returns the mean of (y-t)^2/2 over the batch and adds its gradient into Grad.
 func (m *mlp) lossGrad(xs [][]float64, ts []float64) (loss, acc float64) {
-	gw1 := make([]float64, len(m.w1.Data))
+	gw1 := make([]float64, m.w1.Numel())
 	gb1 := make([]float64, m.hid)
 	gw2 := make([]float64, m.hid)
 	var gb2 float64
@@ -66,7 +76,7 @@ func (m *mlp) lossGrad(xs [][]float64, ts []float64) (loss, acc float64) {
 		gb2 += dy
 		for j := range m.hid {
 			gw2[j] += dy * h[j]
-			da := dy * float64(m.w2.Data[j]) * (1 - h[j]*h[j])
+			da := dy * float64(m.w2.Data()[j]) * (1 - h[j]*h[j])
 			gb1[j] += da
 			for i, xi := range x {
 				gw1[j*m.in+i] += da * xi
@@ -74,13 +84,13 @@ func (m *mlp) lossGrad(xs [][]float64, ts []float64) (loss, acc float64) {
 		}
 	}
 	for i, g := range gw1 {
-		m.w1.Grad[i] += float32(g)
+		m.w1.Grad()[i] += float32(g)
 	}
 	for j := range m.hid {
-		m.b1.Grad[j] += float32(gb1[j])
-		m.w2.Grad[j] += float32(gw2[j])
+		m.b1.Grad()[j] += float32(gb1[j])
+		m.w2.Grad()[j] += float32(gw2[j])
 	}
-	m.b2.Grad[0] += float32(gb2)
+	m.b2.Grad()[0] += float32(gb2)
 	return loss, acc
 }
 
@@ -180,7 +190,8 @@ func newTask(seed uint64, hid int) *task {
 
 func (t *task) hooks() Hooks {
 	return Hooks{
-		Params: t.m.params(),
+		Backend: testCPU,
+		Arena:   t.m.arena,
 		Step: func(ctx context.Context, s StepInfo) (float64, map[string]float64, int, error) {
 			if t.onStep != nil {
 				t.onStep(s)
@@ -228,10 +239,10 @@ func (t *task) hooks() Hooks {
 }
 
 // snapshot copies the parameter values.
-func snapshot(ps []*Param) [][]float32 {
+func snapshot(ps []*tensor.Tensor) [][]float32 {
 	out := make([][]float32, len(ps))
 	for i, p := range ps {
-		out[i] = append([]float32(nil), p.Data...)
+		out[i] = append([]float32(nil), p.Data()...)
 	}
 	return out
 }

@@ -8,9 +8,9 @@ import (
 	"strings"
 )
 
-// resume restores a run from the checkpoint l into st, the parameters, opt and rng,
-// after checking that l belongs to the same run.
-func resume(l *Loaded, st *TrainerState, cfg Config, h Hooks, opt *AdamW, rng *RNG) error {
+// resume restores a run from the checkpoint l into st, params (values,
+// moments, step count) and rng, after checking that l belongs to the same run.
+func resume(l *Loaded, st *TrainerState, cfg Config, h Hooks, params *Params, rng *RNG) error {
 	ls := l.State
 	if ls.Seed != cfg.Seed {
 		return fmt.Errorf("%s: seed %d, config says %d", l.Dir, ls.Seed, cfg.Seed)
@@ -27,7 +27,7 @@ func resume(l *Loaded, st *TrainerState, cfg Config, h Hooks, opt *AdamW, rng *R
 	if ls.Step > cfg.Steps {
 		return fmt.Errorf("%s: checkpoint is at step %d, past steps = %d", l.Dir, ls.Step, cfg.Steps)
 	}
-	if err := l.Restore(h.Params, opt); err != nil {
+	if err := params.Load(l.Dir); err != nil {
 		return err
 	}
 	if err := rng.UnmarshalBinary(ls.RNG); err != nil {

@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"dflash/tensor"
 )
 
 // StepInfo is what Run tells Step about the micro-batch to compute.
@@ -34,12 +36,18 @@ type EvalInfo struct {
 
 // Hooks connect a model to Run.
 type Hooks struct {
-	// Params are the trainable parameters (their Data is restored on resume).
-	Params []*Param
-	// Step computes one micro-batch: it adds the gradient of its loss into each
-	// Param.Grad (Run zeroes them before a step's first micro-batch and divides by
-	// the micro-batch count after the last) and returns the loss, optional metrics
-	// (an "acc" entry shows in the progress line) and the tokens processed.
+	// Backend holds Arena and runs the optimizer (tensor.Optimizer): the
+	// CPU, or a device the arena was placed on with master values.
+	Backend tensor.Backend[float32]
+	// Arena holds the trainable parameters (their values are restored on
+	// resume); Run allocates its flat gradient when it has none and keeps
+	// AdamW's state beside it on Backend (Params).
+	Arena *tensor.Arena[float32]
+	// Step computes one micro-batch: it adds the gradient of its loss into
+	// the arena's gradient (Run zeroes it before a step's first micro-batch
+	// and divides by the micro-batch count after the last) and returns the
+	// loss, optional metrics (an "acc" entry shows in the progress line)
+	// and the tokens processed.
 	Step func(ctx context.Context, s StepInfo) (loss float64, metrics map[string]float64, tokens int, err error)
 	// Eval, optional, evaluates on held-out data.
 	Eval func(ctx context.Context, e EvalInfo) (map[string]float64, error)
@@ -50,11 +58,6 @@ type Hooks struct {
 	ModelConfig func() ([]byte, error)
 	// OnCheckpoint, optional, is called after each checkpoint is durable.
 	OnCheckpoint func(dir string, step int)
-	// Device, optional, holds the parameters, gradients and optimizer state
-	// on an accelerator; Params are then host mirrors, written by Pull before
-	// each checkpoint and read by Push after a resume, and their Grad may be
-	// nil. Without it Run updates Params on the host.
-	Device Device
 	// Identity, optional, names what makes this run this run (shapes, taps, data and
 	// tokenizer hashes...). It is stored in every checkpoint, and a resume whose
 	// identity differs is refused, listing the differing entries, unless
@@ -67,7 +70,9 @@ type Hooks struct {
 	// are the same on every rank, and averages the loss and metrics. Only
 	// rank 0 evaluates and writes checkpoints, metrics, progress and the
 	// plot; every rank reads the checkpoint it resumes from. With one rank
-	// Run makes no collective call. Device, when set, must be a GradRanger.
+	// Run makes no collective call. The collective must reach the arena's
+	// gradient (Params.GradRange): host memory for a LocalGroup, the
+	// device's for an NCCL collective.
 	Collective Collective
 	// BucketBytes is the size of the gradient buckets of the all-reduce
 	// (0: DefaultBucketBytes).
@@ -110,7 +115,11 @@ func run(ctx context.Context, cfg Config, h Hooks, stderr io.Writer) (*Result, e
 		return nil, err
 	}
 	checkHooks(h)
-	r := newRunner(cfg, h)
+	params, err := NewParams(h.Backend, h.Arena, cfg.AdamW())
+	if err != nil {
+		return nil, err
+	}
+	r := newRunner(cfg, h, params)
 	if !r.lead {
 		stderr, cfg.Progress = io.Discard, "off"
 	} else if err := CheckOutDir(cfg.Out); err != nil {
@@ -139,13 +148,12 @@ func run(ctx context.Context, cfg Config, h Hooks, stderr io.Writer) (*Result, e
 
 // checkHooks panics on hooks that break Run's contract (programmer errors).
 func checkHooks(h Hooks) {
-	if h.Step == nil || len(h.Params) == 0 {
-		panic("train: Run needs Hooks.Step and Hooks.Params")
+	if h.Step == nil || h.Backend == nil || h.Arena == nil || len(h.Arena.Params()) == 0 {
+		panic("train: Run needs Hooks.Step, Hooks.Backend and Hooks.Arena with parameters")
 	}
 	if (h.DataState == nil) != (h.RestoreData == nil) {
 		panic("train: Hooks.DataState and Hooks.RestoreData go together")
 	}
-	checkParams(h.Params, h.Device == nil)
 }
 
 // CheckOutDir creates dir when needed and checks that files can be written in it.
@@ -167,8 +175,7 @@ func CheckOutDir(dir string) error {
 type runner struct {
 	cfg         Config
 	h           Hooks
-	opt         *AdamW
-	dev         Device    // h.Device, or the host's
+	params      *Params   // h.Arena on h.Backend, with AdamW's state
 	sync        *gradSync // nil on one rank
 	lead        bool      // rank 0 (or the only one): writes the output directory
 	sched       Schedule
@@ -191,21 +198,16 @@ type boundary struct {
 	data json.RawMessage
 }
 
-func newRunner(cfg Config, h Hooks) *runner {
+func newRunner(cfg Config, h Hooks, params *Params) *runner {
 	sched := Schedule{BaseLR: cfg.LR, WarmupSteps: cfg.WarmupSteps, TotalSteps: cfg.Steps, MinLRRatio: cfg.MinLRRatio}
-	r := &runner{cfg: cfg, h: h, sched: sched, began: time.Now(), res: &Result{},
-		opt:         NewAdamW(h.Params, AdamWConfig{Beta1: cfg.Beta1, Beta2: cfg.Beta2, Eps: cfg.Eps, WeightDecay: cfg.WeightDecay}),
+	r := &runner{cfg: cfg, h: h, params: params, sched: sched, began: time.Now(), res: &Result{},
 		rng:         NewRNG(cfg.Seed, StreamTrain),
 		st:          TrainerState{Seed: cfg.Seed, Schedule: sched, Best: map[string]float64{}, BestStep: map[string]int{}, Identity: h.Identity},
 		metricsPath: filepath.Join(cfg.Out, MetricsFile),
 		end:         cfg.Steps,
 	}
-	r.dev = h.Device
-	r.sync = newGradSync(h)
+	r.sync = newGradSync(h, params)
 	r.lead = h.Collective == nil || h.Collective.Rank() == 0
-	if r.dev == nil {
-		r.dev = hostDevice{h.Params, r.opt}
-	}
 	if cfg.StopAt > 0 {
 		r.end = min(r.end, cfg.StopAt)
 	}
@@ -248,11 +250,8 @@ func (r *runner) start() error {
 	if err != nil {
 		return err
 	}
-	if err := resume(l, &r.st, cfg, r.h, r.opt, r.rng); err != nil {
+	if err := resume(l, &r.st, cfg, r.h, r.params, r.rng); err != nil {
 		return withSkipped(err, l.Skipped)
-	}
-	if err := r.dev.Push(r.h.Params, r.opt); err != nil {
-		return fmt.Errorf("%s: %w", l.Dir, err)
 	}
 	for _, s := range l.Skipped {
 		slog.Warn("skipped invalid checkpoint", "why", s)
@@ -308,7 +307,7 @@ func (r *runner) step(ctx context.Context) (bool, error) {
 	step := r.st.Step
 	stepStart := time.Now()
 	lr := r.sched.LR(step)
-	r.dev.ZeroGrads()
+	r.params.ZeroGrad()
 	var loss float64
 	var tokens int
 	var work stepWork
@@ -348,13 +347,13 @@ func (r *runner) step(ctx context.Context) (bool, error) {
 	}
 	loss *= inv
 	if scale != 1 {
-		r.dev.ScaleGrads(float32(scale))
+		r.params.ScaleGrad(float32(scale))
 	}
-	norm := r.dev.ClipGradNorm(cfg.GradClip)
+	norm := r.params.ClipGradNorm(cfg.GradClip)
 	if math.IsNaN(loss) || math.IsInf(loss, 0) || math.IsNaN(norm) || math.IsInf(norm, 0) {
 		return false, fmt.Errorf("step %d: non-finite loss %g or gradient norm %g", step+1, loss, norm)
 	}
-	r.dev.Step(lr)
+	r.params.Step(lr)
 	r.st.Step++
 	r.st.Tokens += int64(tokens)
 	r.st.LR = lr
@@ -435,10 +434,7 @@ func (r *runner) save(b boundary) error {
 	s := r.st
 	s.RNG, s.DataPosition = b.rng, b.data
 	s.ElapsedSec = r.elapsed + time.Since(r.began).Seconds()
-	if err := r.dev.Pull(r.h.Params, r.opt); err != nil {
-		return fmt.Errorf("checkpoint at step %d: %w", r.st.Step, err)
-	}
-	dir, err := SaveCheckpoint(r.cfg.Out, &Checkpoint{Config: modelCfg, Params: r.h.Params, Optimizer: r.opt, State: s}, r.cfg.KeepCheckpoints)
+	dir, err := SaveCheckpoint(r.cfg.Out, &Checkpoint{Config: modelCfg, Params: r.params, State: s}, r.cfg.KeepCheckpoints)
 	if err != nil {
 		return fmt.Errorf("checkpoint at step %d: %w", r.st.Step, err)
 	}

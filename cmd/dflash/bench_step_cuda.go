@@ -6,11 +6,8 @@ import (
 
 	"dflash/gpu"
 	"dflash/jit"
-	"dflash/model/dflash"
 	"dflash/model/dflash/stepbench"
 	"dflash/tensor/tensorcuda"
-	"dflash/train"
-	"dflash/train/traincuda"
 )
 
 // benchStepCUDA runs the step benchmark o on GPU 0 through the CUDA tensor
@@ -42,9 +39,6 @@ func benchStepCUDA(o stepbench.Options, cacheDir string) (*stepbench.Report, err
 		}
 		defer clock.destroy()
 		dev := &stepbench.Device{Backend: b, Sync: d.Synchronize, Reset: b.ResetStep, Clock: clock,
-			Train: func(dr *dflash.Drafter[float32], cfg train.AdamWConfig) (train.Device, error) {
-				return traincuda.NewDevice(b, dr.Arena(), cfg)
-			},
 			Free: func() (int64, error) { free, _, err := d.MemInfo(); return free, err },
 			Measure: func() func(*stepbench.Report, int) {
 				before := d.Counters()

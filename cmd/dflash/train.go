@@ -285,12 +285,11 @@ func trainDrafter(ctx context.Context, a *trainArgs) (*train.Result, error) {
 	if err := logBuckets(lead); err != nil {
 		return nil, fmt.Errorf("%s: %w", a.opts.Source("data.buckets"), err)
 	}
-	// run trains m on backend b, the models placed there (dev: the
-	// drafter's train.Device, nil on the CPU; coll: the rank's collective,
-	// nil for one rank).
-	run := func(m rankModels, b tensor.Backend[float32], dev train.Device, coll train.Collective) (*train.Result, error) {
+	// run trains m on backend b, the models placed there (coll: the rank's
+	// collective, nil for one rank).
+	run := func(m rankModels, b tensor.Backend[float32], coll train.Collective) (*train.Result, error) {
 		sess := m.sess
-		sess.Backend, sess.Device, sess.Collective = b, dev, coll
+		sess.Backend, sess.Collective = b, coll
 		sess.Head, sess.Hidden = dflash.HeadOf(m.target), dflash.TargetHidden(m.target, dc.TargetLayerIDs, b)
 		if cfg.SpecEvalEvery > 0 {
 			if sess.SpecEval, err = spec.EvalFunc(b, m.target, sess.Drafter, sess.Eval, cfg.SpecPrompts, cfg.SpecMaxNewTokens); err != nil {
@@ -319,7 +318,7 @@ func trainDrafter(ctx context.Context, a *trainArgs) (*train.Result, error) {
 		cpu := tensor.NewCPU[float32](cfg.Workers)
 		var m rankModels
 		if m, err = load(cpu, true); err == nil {
-			res, err = run(m, cpu, nil, nil)
+			res, err = run(m, cpu, nil)
 		}
 	}
 	if err != nil || !place.Lead() {

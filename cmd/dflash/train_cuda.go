@@ -23,7 +23,7 @@ import (
 // this process's first rank's drafter come back to its host arena at the
 // end, for the export; its result is the one returned.
 func trainOnGPU(ctx context.Context, cfg trainConfig, place traincuda.Placement, load func(tensor.Backend[float32], bool) (rankModels, error),
-	run func(rankModels, tensor.Backend[float32], train.Device, train.Collective) (*train.Result, error)) (*train.Result, error) {
+	run func(rankModels, tensor.Backend[float32], train.Collective) (*train.Result, error)) (*train.Result, error) {
 	if cfg.SpecEvalEvery > 0 {
 		return nil, fmt.Errorf("--spec-eval-every %d with --device cuda: speculative decoding runs on the CPU only for now; set --spec-eval-every 0", cfg.SpecEvalEvery)
 	}
@@ -55,12 +55,8 @@ func trainOnGPU(ctx context.Context, cfg trainConfig, place traincuda.Placement,
 		}
 		d := m.sess.Drafter
 		d.Arena().Place(r.Backend, true)
-		td, err := traincuda.NewDevice(r.Backend, d.Arena(), train.AdamWConfig{Beta1: cfg.Beta1, Beta2: cfg.Beta2, Eps: cfg.Eps, WeightDecay: cfg.WeightDecay})
-		if err != nil {
-			return err
-		}
 		m.gauges = deviceGauges(r.Device, cache)
-		rr, err := run(m, r.Backend, td, r.Collective)
+		rr, err := run(m, r.Backend, r.Collective)
 		if first {
 			res = rr
 			d.Arena().Fetch(r.Backend)

@@ -7,9 +7,9 @@ import (
 	"dflash/tensor"
 )
 
-// TestDrafterArena checks that the drafter's parameters, their gradients
-// after a training step and the train.Params handed to the optimizer are
-// all views of the drafter's one arena, at running offsets in Params order.
+// TestDrafterArena checks that the drafter's parameters and their
+// gradients after a training step are views of the drafter's one arena
+// (what the optimizer updates), at running offsets in Params order.
 func TestDrafterArena(t *testing.T) {
 	rng := testseed.New(t)
 	d, head, b, bl := randomDrafter[float32](rng, 40, []int{40, 31}, 6)
@@ -20,14 +20,10 @@ func TestDrafterArena(t *testing.T) {
 	}
 	tp.Backward(out.Loss)
 	a := d.Arena()
-	tps := d.TrainParams()
 	off := 0
-	for i, p := range d.Params() {
+	for _, p := range d.Params() {
 		if &p.Data()[0] != &a.HostValues()[off] || &p.Grad()[0] != &a.HostGrad()[off] {
 			t.Fatalf("%s is not the arena's range at offset %d", p.Name, off)
-		}
-		if tps[i].Name != p.Name || &tps[i].Data[0] != &a.HostValues()[off] || &tps[i].Grad[0] != &a.HostGrad()[off] {
-			t.Fatalf("train parameter %s is not the arena's range at offset %d", tps[i].Name, off)
 		}
 		off += p.Numel()
 	}

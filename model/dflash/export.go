@@ -8,10 +8,8 @@ import (
 
 	"dflash/data/tokenizer"
 	"dflash/internal/atomicfile"
-	"dflash/model"
 	"dflash/safetensors"
 	"dflash/tensor"
-	"dflash/train"
 )
 
 // WriteDir writes the drafter as an HF-style directory (docs/DRAFTER.md §6):
@@ -111,14 +109,4 @@ func LoadDir[T tensor.Float](dir string) (*Drafter[T], error) {
 		}
 	}
 	return d, nil
-}
-
-// TrainParams returns the float32 parameters as train.Params sharing their
-// values and gradients (views of the arena), for the optimizer and checkpoints.
-func (d *Drafter[T]) TrainParams() []*train.Param {
-	a, ok := any(d.arena).(*tensor.Arena[float32])
-	if !ok {
-		panic("dflash: TrainParams needs a float32 drafter")
-	}
-	return model.TrainParams(a.Params())
 }

@@ -78,12 +78,8 @@ func TestGPUDataParallel(t *testing.T) {
 		dc.NumAnchors = 64 // more than any sequence's candidates: every one is an anchor
 		d := New[float32](dc, rand.New(rand.NewPCG(seed, train.StreamInit)))
 		d.Arena().Place(env.Backend, true)
-		td, err := traincuda.NewDevice(env.Backend, d.Arena(), train.AdamWConfig{Beta1: cfg.Beta1, Beta2: cfg.Beta2, Eps: cfg.Eps, WeightDecay: cfg.WeightDecay})
-		if err != nil {
-			return err
-		}
 		s := &Session{Drafter: d, Head: HeadOf(target), Hidden: TargetHidden(target, dc.TargetLayerIDs, env.Backend), Backend: env.Backend,
-			Train: ex, Eval: ex[:2], BatchSize: batch, Seed: seed, Device: td, Collective: env.Collective}
+			Train: ex, Eval: ex[:2], BatchSize: batch, Seed: seed, Collective: env.Collective}
 		snap := func() {
 			w := make([]float32, d.Arena().Len())
 			env.Backend.Download(d.Arena().Values, w)

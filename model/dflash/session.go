@@ -197,10 +197,6 @@ type Session struct {
 	// CacheHidden keeps every batch's hidden states in memory after the
 	// first use (small data sets: the target runs once per sequence).
 	CacheHidden bool
-	// Device, optional, holds the drafter's parameters, gradients and
-	// optimizer state on an accelerator (its arena placed on Backend);
-	// train.Run then works on host mirrors of the parameters.
-	Device train.Device
 	// SpecEval, optional, measures real speculative decoding (package spec
 	// provides it); evaluations that train.Run marks Spec merge its metrics.
 	SpecEval func(ctx context.Context) (map[string]float64, error)
@@ -420,13 +416,9 @@ func MetricsMap(m *Metrics) map[string]float64 {
 
 // Hooks connects the session to train.Run.
 func (s *Session) Hooks() train.Hooks {
-	params := s.Drafter.TrainParams
-	if s.Device != nil {
-		params = func() []*train.Param { return model.MirrorParams(s.Drafter.Params()) }
-	}
 	return train.Hooks{
-		Params:     params(),
-		Device:     s.Device,
+		Backend:    s.Backend,
+		Arena:      s.Drafter.Arena(),
 		Collective: s.Collective,
 		Step: func(ctx context.Context, si train.StepInfo) (float64, map[string]float64, int, error) {
 			loss, m, in, err := s.Step(si.RNG.Rand)

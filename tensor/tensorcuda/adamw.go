@@ -52,7 +52,7 @@ func NewAdamWLayout(segs []AdamWSegment, total int64) (*AdamWLayout, error) {
 
 // AdamWStep holds one step's hyper-parameters: the betas and epsilon, and
 // the step's scalars, which the caller computes for the update count t and
-// learning rate lr (package train's AdamWScalars): StepSize = lr/(1-β1^t),
+// learning rate lr (tensor.AdamW.Scalars): StepSize = lr/(1-β1^t),
 // BC2Sqrt = √(1-β2^t) and Shrink = 1-lr·weight decay (applied to the
 // segments that take decay).
 type AdamWStep struct {
@@ -67,8 +67,8 @@ type AdamWStep struct {
 //	m = β1·m + (1-β1)·g;  v = β2·v + (1-β2)·g²
 //	p = p·Shrink - StepSize·m / (√v/BC2Sqrt + eps)   (Shrink 1 without decay)
 //
-// in float64 on fp32 state, with the operations in the order of package
-// train's CPU optimizer, so the results equal its. table holds l.Table on
+// in float64 on fp32 state, with the operations in the order of the CPU
+// backend's AdamWStep, so the results equal its. table holds l.Table on
 // the device.
 func (o *Ops) AdamW(l *AdamWLayout, table gpu.Buffer, p, g, m, v, p16 gpu.Buffer, h AdamWStep) error {
 	for _, b := range []struct {

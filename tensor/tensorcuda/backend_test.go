@@ -318,49 +318,52 @@ func TestStepArena(t *testing.T) {
 	}
 }
 
-// TestAdamWArenaLayout checks the segments NewAdamW makes from an arena
-// (empty parameters skipped, decay as the decay function decides it), that
-// Step launches the fused kernel once, and the errors for arenas it cannot
-// take.
+// TestAdamWArenaLayout checks the segments NewAdamState makes from an
+// arena (empty parameters skipped, decay as the flags say), that
+// AdamWStep counts the steps and launches the fused kernel once each, and
+// the errors for arenas it cannot take.
 func TestAdamWArenaLayout(t *testing.T) {
 	b, bfRun, _, _ := fakeBackend()
-	var asked []string
-	matrices := func(name string, shape []int) bool { asked = append(asked, name); return len(shape) > 1 }
 	var a tensor.Arena[float32]
 	a.Param("embed.weight", 5, 4)
 	a.Param("empty.weight", 0, 4)
 	a.Param("layers.0.input_norm.weight", 4)
 	a.Param("fc.weight", 3, 4)
 	a.Alloc()
-	if _, err := NewAdamW(b, &a, matrices); err == nil || !strings.Contains(err.Error(), "not fp32 parameter memory of this backend") {
+	decay := []bool{true, true, false, true}
+	h := tensor.AdamW{Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1}
+	if _, err := b.NewAdamState(&a, h, decay); err == nil || !strings.Contains(err.Error(), "not fp32 parameter memory of this backend") {
 		t.Errorf("host arena: %v", err)
 	}
 	a.Place(b, true)
-	o, err := NewAdamW(b, &a, matrices)
+	if _, err := b.NewAdamState(&a, h, decay[:3]); err == nil || !strings.Contains(err.Error(), "3 decay flags for 4 parameters") {
+		t.Errorf("too few flags: %v", err)
+	}
+	a.EnsureGrad()
+	st, err := b.NewAdamState(&a, h, decay)
 	if err != nil {
 		t.Fatal(err)
 	}
+	l := st.Table.(*adamTable).layout
 	want := []int64{0, 20, 1, 20, 24, 0, 24, 36, 1}
-	if !slices.Equal(o.layout.Table, want) || o.layout.Total != 36 {
-		t.Errorf("table %v over %d, want %v over 36", o.layout.Table, o.layout.Total, want)
+	if !slices.Equal(l.Table, want) || l.Total != 36 {
+		t.Errorf("table %v over %d, want %v over 36", l.Table, l.Total, want)
 	}
-	if wantAsked := []string{"embed.weight", "layers.0.input_norm.weight", "fc.weight"}; !slices.Equal(asked, wantAsked) {
-		t.Errorf("decay asked of %v, want %v (the non-empty parameters)", asked, wantAsked)
+	for _, m := range []tensor.Storage[float32]{st.M, st.V} {
+		if m.Len() != 36 || m.DType() != dtype.F32 {
+			t.Errorf("moment of %d %v, want 36 fp32", m.Len(), m.DType())
+		}
 	}
-	if a.Grad == nil || a.Grad.DType() != dtype.F32 {
-		t.Errorf("gradient %v, want fp32", a.Grad)
-	}
-	h := AdamWStep{Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, StepSize: 1e-2, BC2Sqrt: 0.2236, Shrink: 1 - 1e-4}
-	o.Step(h)
-	o.Step(h)
-	if bfRun.launched["op_adamw"] != 2 {
-		t.Errorf("%d launches of op_adamw, want 2", bfRun.launched["op_adamw"])
+	b.AdamWStep(&a, st, 1e-2)
+	b.AdamWStep(&a, st, 1e-2)
+	if bfRun.launched["op_adamw"] != 2 || st.Steps != 2 {
+		t.Errorf("%d launches of op_adamw and %d steps counted, want 2", bfRun.launched["op_adamw"], st.Steps)
 	}
 	var frozen tensor.Arena[float32]
 	frozen.Param("w", 2)
 	frozen.Alloc()
 	frozen.Place(b, false)
-	if _, err := NewAdamW(b, &frozen, matrices); err == nil || !strings.Contains(err.Error(), "frozen") {
+	if _, err := b.NewAdamState(&frozen, h, []bool{true}); err == nil || !strings.Contains(err.Error(), "frozen") {
 		t.Errorf("frozen arena: %v", err)
 	}
 }

@@ -39,18 +39,18 @@
 // kernels: the tape's ops run on the device with bf16 activations, fp32
 // statistics, fp32 master weights and parameter gradients (Buf records each
 // storage's dtype, and every op dispatches on them), attention through
-// flexcuda, and the fused AdamW over a placed parameter arena (NewAdamW;
-// the training loop's side of it, train.Device with the update count and
-// hyper-parameters, is package train/traincuda's, which this package does
-// not know).
+// flexcuda, and tensor.Optimizer over a placed parameter arena: the fused
+// AdamW (fp32 moments in parameter memory, the bf16 compute copy refreshed
+// in the same pass) and the gradient's sum of squares.
 //
 //	b, err := tensorcuda.NewBackend(cache, d) // on the worker thread
 //	arena.Place(b, true)
-//	opt, err := tensorcuda.NewAdamW(b, &arena, decay)
+//	arena.EnsureGrad()
+//	st, err := b.NewAdamState(&arena, h, decay)
 //	for each step {
 //		tp := tensor.NewTape(b) // upload the step's inputs, then run ops:
 //		tp.Backward(model.Loss(tp, inputs)) // no copy, no synchronisation
-//		opt.Step(h) // this step's AdamWStep
+//		b.AdamWStep(&arena, st, lr)
 //		b.ResetStep() // the step's storage is released; addresses repeat
 //	}
 //

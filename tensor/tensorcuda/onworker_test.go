@@ -271,3 +271,24 @@ func (p *onWorker) WriteParams(dst tensor.Storage[float32], host []float32) {
 }
 
 func (p *onWorker) HostParams() bool { return p.b.HostParams() }
+
+// The optimizer's methods take an arena placed on the Backend itself (its
+// storage, not onWorker's): they run on the worker.
+
+func (p *onWorker) NewAdamState(a *tensor.Arena[float32], h tensor.AdamW, decay []bool) (s *tensor.AdamState[float32], err error) {
+	p.do("NewAdamState", func() { s, err = p.b.NewAdamState(a, h, decay) })
+	return s, err
+}
+
+func (p *onWorker) AdamWStep(a *tensor.Arena[float32], s *tensor.AdamState[float32], lr float64) {
+	p.do("AdamWStep", func() { p.b.AdamWStep(a, s, lr) })
+}
+
+func (p *onWorker) WriteAdamState(s *tensor.AdamState[float32], m, v []float32) {
+	p.do("WriteAdamState", func() { p.b.WriteAdamState(s, m, v) })
+}
+
+func (p *onWorker) SumSquares(s tensor.Storage[float32]) (sum float64) {
+	p.do("SumSquares", func() { sum = p.b.SumSquares(un(s)) })
+	return sum
+}

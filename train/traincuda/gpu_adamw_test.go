@@ -15,8 +15,9 @@ import (
 )
 
 // TestGPUAdamW runs several steps of the fused kernel (tensorcuda's
-// Ops.AdamW, with train.AdamWScalars) and of train.AdamW (float64
-// arithmetic on fp32 state) on the same fp32 weights and gradients, for
+// Ops.AdamW, with tensor.AdamW.Scalars) and of the CPU backend's AdamWStep
+// (float64 arithmetic on fp32 state, through train.Params) on the same
+// fp32 weights and gradients, for
 // each storage dtype's Ops: the weights must agree to 1e-6 relative (the
 // kernel repeats the CPU's operations in order, so they are expected to be
 // bitwise equal; the count is logged), and the bf16 copy must be the
@@ -28,25 +29,21 @@ func TestGPUAdamW(t *testing.T) {
 			r := testseed.New(t)
 			shapes := []paramSpec{{"layers.0.mlp.weight", []int{33, 7}}, {"layers.0.input_norm.weight", []int{33}},
 				{"fc.weight", []int{300, 250}}, {"head.bias", []int{1}}, {"layers.1.q.weight", []int{17, 64}}}
-			_, params := testArena(r, shapes)
-			cfg := train.AdamWConfig{Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1}
-			opt := train.NewAdamW(params, cfg)
+			_, host := testArenas(r, shapes)
+			cfg := testAdamW
+			opt, err := train.NewParams(hostCPU, host, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
 			var segs []tensorcuda.AdamWSegment
 			total := int64(0)
-			for _, p := range params {
-				segs = append(segs, tensorcuda.AdamWSegment{Start: total, End: total + int64(len(p.Data)), Decay: opt.Decays(p.Name)})
-				total += int64(len(p.Data))
-			}
-			flat := func(get func(*train.Param) []float32) []float32 {
-				var f []float32
-				for _, p := range params {
-					f = append(f, get(p)...)
-				}
-				return f
+			for i, p := range host.Params() {
+				segs = append(segs, tensorcuda.AdamWSegment{Start: total, End: total + int64(p.Numel()), Decay: opt.Decays(i)})
+				total += int64(p.Numel())
 			}
 			var got []float32
 			var p16 []uint16
-			err := w.Run(func(d *gpu.Device) error {
+			err = w.Run(func(d *gpu.Device) error {
 				o, err := tensorcuda.New(cache, d, dt)
 				if err != nil {
 					return err
@@ -78,7 +75,7 @@ func TestGPUAdamW(t *testing.T) {
 					return err
 				}
 				for _, e := range []error{gpu.Upload(d, table, l.Table), gpu.Upload(d, mb, make([]float32, total)),
-					gpu.Upload(d, vb, make([]float32, total)), gpu.Upload(d, pb, flat(func(p *train.Param) []float32 { return p.Data }))} {
+					gpu.Upload(d, vb, make([]float32, total)), gpu.Upload(d, pb, host.HostValues())} {
 					if e != nil {
 						return e
 					}
@@ -86,17 +83,15 @@ func TestGPUAdamW(t *testing.T) {
 				const steps = 6
 				for k := int64(1); k <= steps; k++ {
 					gs := math.Pow(10, float64(r.IntN(5)-3)) // gradients of 1e-3 .. 10
-					for _, p := range params {
-						for i := range p.Grad {
-							p.Grad[i] = float32(r.NormFloat64() * gs)
-						}
+					for i := range host.HostGrad() {
+						host.HostGrad()[i] = float32(r.NormFloat64() * gs)
 					}
-					if err := gpu.Upload(d, gb, flat(func(p *train.Param) []float32 { return p.Grad })); err != nil {
+					if err := gpu.Upload(d, gb, host.HostGrad()); err != nil {
 						return err
 					}
 					lr := 1e-3 * float64(k)
 					opt.Step(lr)
-					stepSize, bc2Sqrt, shrink := train.AdamWScalars(cfg, lr, k)
+					stepSize, bc2Sqrt, shrink := cfg.Scalars(lr, k)
 					if err := o.AdamW(l, table, pb, gb, mb, vb, p16b, tensorcuda.AdamWStep{Beta1: cfg.Beta1, Beta2: cfg.Beta2, Eps: cfg.Eps,
 						StepSize: stepSize, BC2Sqrt: bc2Sqrt, Shrink: shrink}); err != nil {
 						return err
@@ -115,7 +110,7 @@ func TestGPUAdamW(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want := flat(func(p *train.Param) []float32 { return p.Data })
+			want := host.HostValues()
 			worst, equal := 0.0, 0
 			for i := range want {
 				if got[i] == want[i] {
@@ -128,10 +123,10 @@ func TestGPUAdamW(t *testing.T) {
 				worst = max(worst, e)
 			}
 			detail := fmt.Sprintf("6 steps, %d weights, %d bitwise equal, max rel err %.3g (tol 1e-6)", total, equal, worst)
-			checkreport.Write(t, "tensorcuda", dt.String()+" AdamW vs train.AdamW", worst <= 1e-6, detail,
+			checkreport.Write(t, "tensorcuda", dt.String()+" AdamW vs CPU AdamWStep", worst <= 1e-6, detail,
 				map[string]float64{"max_rel_err": worst, "bitwise_equal_frac": float64(equal) / float64(total)})
 			if worst > 1e-6 {
-				t.Errorf("AdamW weights differ from train.AdamW: %s", detail)
+				t.Errorf("AdamW weights differ from the CPU backend's: %s", detail)
 			}
 			for i, v := range got[:len(p16)] {
 				if p16[i] != dtype.Float32ToBF16(v) {

@@ -1,98 +1,117 @@
 package traincuda
 
 import (
+	"bytes"
 	"math"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"dflash/gpu"
 	"dflash/internal/testseed"
+	"dflash/safetensors"
 	"dflash/tensor/tensorcuda"
 	"dflash/train"
 )
 
-// TestGPUDevice runs the Device of a placed arena beside
-// train.HostDevice on the same values and gradients: scaled and clipped
-// gradients give the same norm (float64 sums in another order: 1e-9
-// relative), the AdamW steps the same values (1e-6, as TestGPUAdamWArena),
-// and Pull and Push carry values, moments and the step count between the
-// device and host mirrors exactly.
-func TestGPUDevice(t *testing.T) {
+// TestGPUParams runs train.Params of an arena placed on the CUDA backend
+// beside train.Params of a copy on the CPU backend, on the same values and
+// gradients: scaled and clipped gradients give the same norm (float64 sums
+// in another order: 1e-9 relative), the AdamW steps the same values and
+// moments (1e-6, as TestGPUAdamWArena), and the checkpoints carry values,
+// moments and the step count between the device and the files exactly:
+// the CPU's checkpoint loaded on the device and saved again is the same
+// bytes.
+func TestGPUParams(t *testing.T) {
 	r := testseed.New(t)
-	a, params := testArena(r, []paramSpec{{"fc.weight", []int{64, 300}}, {"norm.weight", []int{64}}, {"layers.0.mlp.up_proj.weight", []int{700, 64}}})
-	cfg := train.AdamWConfig{Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1}
-	ref := train.NewAdamW(params, cfg)
-	host := train.HostDevice(params, ref)
+	a, host := testArenas(r, []paramSpec{{"fc.weight", []int{64, 300}}, {"norm.weight", []int{64}}, {"layers.0.mlp.up_proj.weight", []int{700, 64}}})
+	ref, err := train.NewParams(hostCPU, host, testAdamW)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := t.TempDir()
+	save := func(p *train.Params, name string) (string, error) {
+		return train.SaveCheckpoint(filepath.Join(out, name), &train.Checkpoint{Params: p, State: train.TrainerState{Step: 4}}, 0)
+	}
+	var hostDir, devDir, againDir string
 	gpuBackend(t, func(d *gpu.Device, b *tensorcuda.Backend) error {
 		a.Place(b, true)
-		dev, err := NewDevice(b, a, cfg)
+		dev, err := train.NewParams(b, a, testAdamW)
 		if err != nil {
 			return err
 		}
 		flat := make([]float32, a.Len())
 		for k := 1; k <= 4; k++ {
-			dev.ZeroGrads()
-			host.ZeroGrads()
+			dev.ZeroGrad()
+			ref.ZeroGrad()
 			for i := range flat {
 				flat[i] = float32(r.NormFloat64())
 			}
-			for i, q := range params {
-				copy(q.Grad, flat[a.Offset(i):])
-			}
+			copy(host.HostGrad(), flat)
 			b.WriteParams(a.Grad, flat)
-			dev.ScaleGrads(0.5)
-			host.ScaleGrads(0.5)
+			dev.ScaleGrad(0.5)
+			ref.ScaleGrad(0.5)
 			maxNorm := []float64{0, 1e9, 3}[k%3] // measure only, no clipping, clipping
-			got, want := dev.ClipGradNorm(maxNorm), host.ClipGradNorm(maxNorm)
+			got, want := dev.ClipGradNorm(maxNorm), ref.ClipGradNorm(maxNorm)
 			if math.Abs(got-want) > 1e-9*want {
-				t.Fatalf("step %d: gradient norm %.12g, host %.12g", k, got, want)
+				t.Fatalf("step %d: gradient norm %.12g, CPU %.12g", k, got, want)
 			}
 			dev.Step(1e-3 * float64(k))
-			host.Step(1e-3 * float64(k))
+			ref.Step(1e-3 * float64(k))
 		}
-		mirrors := make([]*train.Param, len(params))
-		for i, p := range params {
-			mirrors[i] = &train.Param{Name: p.Name, Shape: p.Shape, Data: make([]float32, len(p.Data))}
+		if dev.Steps() != ref.Steps() {
+			t.Fatalf("step count %d on the device, %d on the CPU", dev.Steps(), ref.Steps())
 		}
-		pulled := train.NewAdamW(mirrors, cfg)
-		if err := dev.Pull(mirrors, pulled); err != nil {
+		if hostDir, err = save(ref, "host"); err != nil {
 			return err
 		}
-		for i, q := range params {
-			for j, want := range q.Data {
-				if g := mirrors[i].Data[j]; math.Abs(float64(g-want)) > 1e-6*math.Abs(float64(want)) {
-					t.Fatalf("%s[%d]: %g after 4 device steps, host %g", q.Name, j, g, want)
-				}
-			}
-		}
-		pm, pv, ps := pulled.State()
-		rm, rv, rs := ref.State()
-		for i := range rm {
-			if math.Abs(float64(pm[i]-rm[i])) > 1e-6*math.Abs(float64(rm[i]))+1e-12 || math.Abs(float64(pv[i]-rv[i])) > 1e-6*math.Abs(float64(rv[i]))+1e-15 {
-				t.Fatalf("moment %d: device m %g v %g, host m %g v %g", i, pm[i], pv[i], rm[i], rv[i])
-			}
-		}
-		for i := range ps {
-			if ps[i] != rs[i] {
-				t.Fatalf("step count of parameter %d: %d pulled, %d on the host", i, ps[i], rs[i])
-			}
-		}
-		// Push what the host holds, pull it back: the same bits.
-		if err := dev.Push(params, ref); err != nil {
+		if devDir, err = save(dev, "device"); err != nil {
 			return err
 		}
-		if err := dev.Pull(mirrors, pulled); err != nil {
+		// A fresh arena on the device resumes from the CPU's checkpoint.
+		a2, _ := testArenas(r, []paramSpec{{"fc.weight", []int{64, 300}}, {"norm.weight", []int{64}}, {"layers.0.mlp.up_proj.weight", []int{700, 64}}})
+		a2.Place(b, true)
+		again, err := train.NewParams(b, a2, testAdamW)
+		if err != nil {
 			return err
 		}
-		for i, q := range params {
-			for j, want := range q.Data {
-				if mirrors[i].Data[j] != want {
-					t.Fatalf("%s[%d]: %g after Push and Pull, pushed %g", q.Name, j, mirrors[i].Data[j], want)
-				}
-			}
+		if err := again.Load(hostDir); err != nil {
+			return err
 		}
-		if pm, _, _ := pulled.State(); pm[7] != rm[7] {
-			t.Fatalf("moment 7: %g after Push and Pull, pushed %g", pm[7], rm[7])
-		}
-		return nil
+		againDir, err = save(again, "again")
+		return err
 	})
+	for _, f := range []string{train.ModelFile, train.OptimizerTensorsFile, train.OptimizerStateFile} {
+		want, err := os.ReadFile(filepath.Join(hostDir, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := os.ReadFile(filepath.Join(againDir, f)); err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("%s: the CPU's checkpoint loaded on the device and saved again differs (%v)", f, err)
+		}
+	}
+	for _, f := range []string{train.ModelFile, train.OptimizerTensorsFile} {
+		hf, err := safetensors.Open(filepath.Join(hostDir, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		df, err := safetensors.Open(filepath.Join(devDir, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range hf.Names() {
+			want, err1 := hf.Float32(name)
+			got, err2 := df.Float32(name)
+			if err1 != nil || err2 != nil {
+				t.Fatalf("%s %s: %v %v", f, name, err1, err2)
+			}
+			for i := range want {
+				if math.Abs(float64(got[i]-want[i])) > 1e-6*math.Abs(float64(want[i]))+1e-15 {
+					t.Fatalf("%s %s[%d]: %g after 4 device steps, CPU %g", f, name, i, got[i], want[i])
+				}
+			}
+		}
+		hf.Close()
+		df.Close()
+	}
 }

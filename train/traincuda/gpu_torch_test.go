@@ -19,8 +19,9 @@ import (
 // parameter groups: decay 0.1 on a matrix, none on a norm vector;
 // clip_grad_norm_(1.0) before every step; a changing learning rate;
 // train/testdata/adamw_golden.safetensors, recorded with PyTorch):
-// Device's clipped norm and fused AdamW must give torch's values to
-// the CPU test's tolerances (norm 1e-6, weights 2e-6, relative to 1+|torch|).
+// train.Params' clipped norm and fused AdamW on the CUDA backend must give
+// torch's values to the CPU test's tolerances (norm 1e-6, weights 2e-6,
+// relative to 1+|torch|).
 func TestGPUAdamWMatchesTorch(t *testing.T) {
 	// The test binary runs from its package folder (go test) or from the
 	// repository root (the GPU scripts).
@@ -56,7 +57,7 @@ func TestGPUAdamWMatchesTorch(t *testing.T) {
 	var got []stepResult
 	gpuBackend(t, func(d *gpu.Device, b *tensorcuda.Backend) error {
 		a.Place(b, true)
-		dev, err := NewDevice(b, &a, train.AdamWConfig{Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1})
+		dev, err := train.NewParams(b, &a, testAdamW)
 		if err != nil {
 			return err
 		}

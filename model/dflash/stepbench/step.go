@@ -39,7 +39,7 @@ type stepper struct {
 	head     dflash.Head[float32]
 	hidden   dflash.HiddenFunc
 	dev      *Device
-	train    train.Device // the drafter's gradients and AdamW, where the step runs
+	train    *train.Params // the drafter's gradients and AdamW, where the step runs
 	cfg      train.Config
 	examples []dflash.Example
 	rows     []int
@@ -47,14 +47,12 @@ type stepper struct {
 	heap     *heapPeak // marks the heap at phase boundaries when set
 }
 
-// Device is where a step runs: its backend, how the drafter is trained
-// there, how its queued work is waited for and its memory released between
-// steps. CPUDevice is the CPU's; a caller that opens a GPU builds its own
+// Device is where a step runs: its backend (which also runs the drafter's
+// optimizer), how its queued work is waited for and its memory released
+// between steps. CPUDevice is the CPU's; a caller that opens a GPU builds its own
 // and calls RunOn on the GPU's worker thread.
 type Device struct {
 	Backend tensor.Backend[float32]
-	// Train returns the drafter's train.Device once its arena is placed.
-	Train func(d *dflash.Drafter[float32], cfg train.AdamWConfig) (train.Device, error)
 	// Sync waits for the queued work (phases are timed between syncs).
 	Sync func() error
 	// Reset releases the memory of the step that ended.
@@ -87,13 +85,9 @@ type PhaseClock interface {
 	Between(i, j int) (time.Duration, error)
 }
 
-// CPUDevice is the CPU backend b: host parameters, train.AdamW.
+// CPUDevice is the CPU backend b.
 func CPUDevice(b tensor.Backend[float32]) *Device {
-	return &Device{Backend: b, Sync: func() error { return nil }, Reset: func() {},
-		Train: func(d *dflash.Drafter[float32], cfg train.AdamWConfig) (train.Device, error) {
-			ps := d.TrainParams()
-			return train.HostDevice(ps, train.NewAdamW(ps, cfg)), nil
-		}}
+	return &Device{Backend: b, Sync: func() error { return nil }, Reset: func() {}}
 }
 
 // newStepper allocates the target (random weights) and the drafter, places
@@ -119,7 +113,7 @@ func newStepper(o Options, dc *dflash.Config, dev *Device) (*stepper, error) {
 		s.hidden = dflash.TargetHidden(target, dc.TargetLayerIDs, dev.Backend)
 	}
 	s.drafter.LossChunk = o.LossChunk
-	if s.train, err = dev.Train(d, train.AdamWConfig{Beta1: s.cfg.Beta1, Beta2: s.cfg.Beta2, Eps: s.cfg.Eps, WeightDecay: s.cfg.WeightDecay}); err != nil {
+	if s.train, err = train.NewParams(dev.Backend, d.Arena(), s.cfg.AdamW()); err != nil {
 		return nil, err
 	}
 	s.examples, s.rows = examples(o, dc, rng)
@@ -239,7 +233,7 @@ func (s *stepper) step() (stepResult, error) {
 	tensor.SetProfilePhase(be, "optimizer")
 	s.train.ClipGradNorm(s.cfg.GradClip)
 	s.train.Step(s.cfg.LR)
-	s.train.ZeroGrads()
+	s.train.ZeroGrad()
 	lap(4)
 	if clock != nil {
 		note(s.dev.Sync())
