@@ -267,7 +267,7 @@ func trainDrafter(ctx context.Context, a *trainArgs) (*train.Result, error) {
 		return &dflash.Session{Drafter: d, Train: examples[nEval:], Eval: examples[:nEval], BatchSize: cfg.Data.BatchSize, Pad: pad,
 			Seed: cfg.Seed, CacheHidden: cfg.Data.CacheHidden, Buckets: cfg.Data.Buckets,
 			StepFLOPs: func(b *dflash.Batch, bl *dflash.Blocks) float64 {
-				return stepbench.StepFLOPs(tc, dc, b.Rows, b.Len, bl).Total()
+				return dflash.StepFLOPs(tc, dc, b.Rows, b.Len, bl).Total()
 			}}
 	}
 	peak, peakSource := stepbench.DevicePeak(cfg.Device)

@@ -8,7 +8,7 @@
 //
 // Phase times are means over the timed steps and add up to the mean step
 // time. The report adds tokens/s, samples/s, the peak memory, the step's
-// FLOPs (StepFLOPs, written out in docs/PERF.md) and the MFU against the
+// FLOPs (dflash.StepFLOPs, written out in docs/PERF.md) and the MFU against the
 // device's peak FLOP rate. Before allocating, Run refuses a shape whose
 // estimated memory exceeds what the host has, giving both numbers.
 //

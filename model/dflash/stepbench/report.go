@@ -1,6 +1,9 @@
 package stepbench
 
-import "dflash/tensor"
+import (
+	"dflash/model/dflash"
+	"dflash/tensor"
+)
 
 // Report is the result of one benchmark (the JSON of `dflash bench step
 // --json`). Times are means over the timed steps, in milliseconds.
@@ -91,10 +94,10 @@ type Report struct {
 	// graphs are captured; empty on a backend that does not replay.
 	Replays map[string]int `json:"replays,omitempty"`
 
-	FLOPs      FLOPs   `json:"flops"` // per step, mean over the timed steps
-	PeakTFLOPS float64 `json:"peak_tflops"`
-	PeakSource string  `json:"peak_source"`
-	MFU        MFU     `json:"mfu"`
+	FLOPs      dflash.FLOPs `json:"flops"` // per step, mean over the timed steps
+	PeakTFLOPS float64      `json:"peak_tflops"`
+	PeakSource string       `json:"peak_source"`
+	MFU        MFU          `json:"mfu"`
 
 	Loss float64 `json:"loss"` // the last step's loss (random weights: about ln(vocab))
 }

@@ -176,7 +176,7 @@ func examples(o Options, dc *dflash.Config, rng *rand.Rand) ([]dflash.Example, [
 // separate build of its block mask.
 type stepResult struct {
 	phases    [NumPhases]time.Duration
-	flops     FLOPs
+	flops     dflash.FLOPs
 	loss      float64
 	blockMask time.Duration
 	end       time.Time // when the optimizer finished
@@ -263,7 +263,7 @@ func (s *stepper) step() (stepResult, error) {
 	var loss [1]float32
 	s.dev.Backend.Download(out.Loss.Store, loss[:])
 	res.loss = float64(loss[0])
-	res.flops = StepFLOPs(&s.o.Target, s.dc, b.Rows, b.Len, bl)
+	res.flops = dflash.StepFLOPs(&s.o.Target, s.dc, b.Rows, b.Len, bl)
 	if s.o.DrafterOnly {
 		res.flops.TargetForward = 0
 	}
