@@ -8,6 +8,7 @@ import (
 	"dflash/jit"
 	"dflash/model/dflash"
 	"dflash/model/dflash/stepbench"
+	"dflash/recipe"
 	"dflash/tensor/tensorcuda"
 	"dflash/train"
 	"dflash/train/traincuda"
@@ -41,7 +42,7 @@ func benchStepCUDA(o stepbench.Options, cacheDir string) (*stepbench.Report, err
 			return err
 		}
 		defer clock.destroy()
-		dev := &stepbench.Device{Backend: b, Sync: d.Synchronize, Reset: b.ResetStep, Clock: clock,
+		dev := &stepbench.Env{Backend: b, Sync: d.Synchronize, Reset: b.ResetStep, Clock: clock, Peak: func() (float64, string) { return recipe.MFUPeak(0, d, 0) },
 			Train: func(dr *dflash.Drafter[float32], cfg train.AdamWConfig) (train.Device, error) {
 				return traincuda.NewDevice(b, dr.Arena(), cfg)
 			},

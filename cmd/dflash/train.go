@@ -18,7 +18,7 @@ import (
 	"dflash/internal/dirlock"
 	"dflash/model"
 	"dflash/model/dflash"
-	"dflash/model/dflash/stepbench"
+	"dflash/recipe"
 	"dflash/rendezvous"
 	"dflash/spec"
 	"dflash/tensor"
@@ -30,13 +30,14 @@ import (
 // (--drafter.block-size) and a YAML key (block-size under drafter:); docs/CONFIG.md
 // is its table, generated from these tags (go test ./cmd/dflash -run TestConfigDoc -update).
 type trainConfig struct {
-	Workers       int    `yaml:"workers" range:">=0" help:"CPU goroutines (0: all cores)"`
-	Device        string `yaml:"device" choice:"cpu,cuda" help:"where the target and the drafter run: cpu, or cuda (the GPUs of --gpus, bf16 activations, fp32 master weights and optimizer)"`
-	Deterministic bool   `yaml:"deterministic" help:"cuda: bit-identical runs and resumes (the deterministic attention backward, no atomic GEMM reductions; slower); the CPU always is"`
-	GPUs          string `yaml:"gpus" help:"with --device cuda, the GPUs this process trains on, one data-parallel rank each (NCCL): ordinals 0,1,... or all (empty: GPU 0; a job of several processes takes each process's LOCAL_RANK)"`
-	Rank          int    `yaml:"rank" range:">=-1" help:"this process's rank in a data-parallel job (-1: RANK from the environment, else 0)"`
-	WorldSize     int    `yaml:"world-size" range:">=-1" help:"ranks in a data-parallel job, one per GPU (-1: WORLD_SIZE from the environment, else 1)"`
-	Rendezvous    string `yaml:"rendezvous" help:"host:port where rank 0 hands out the NCCL id (empty: MASTER_ADDR and MASTER_PORT from the environment)"`
+	Workers       int     `yaml:"workers" range:">=0" help:"CPU goroutines (0: all cores)"`
+	Device        string  `yaml:"device" choice:"cpu,cuda" help:"where the target and the drafter run: cpu, or cuda (the GPUs of --gpus, bf16 activations, fp32 master weights and optimizer)"`
+	Deterministic bool    `yaml:"deterministic" help:"cuda: bit-identical runs and resumes (the deterministic attention backward, no atomic GEMM reductions; slower); the CPU always is"`
+	PeakTFLOPS    float64 `yaml:"peak-tflops" range:">=0" help:"peak TFLOP/s of a rank's device that the mfu metric divides by (0: derived from the device: a GPU's architecture, SMs and clock, the CPU's cores, clock and FLOP/cycle; the log names the source)"`
+	GPUs          string  `yaml:"gpus" help:"with --device cuda, the GPUs this process trains on, one data-parallel rank each (NCCL): ordinals 0,1,... or all (empty: GPU 0; a job of several processes takes each process's LOCAL_RANK)"`
+	Rank          int     `yaml:"rank" range:">=-1" help:"this process's rank in a data-parallel job (-1: RANK from the environment, else 0)"`
+	WorldSize     int     `yaml:"world-size" range:">=-1" help:"ranks in a data-parallel job, one per GPU (-1: WORLD_SIZE from the environment, else 1)"`
+	Rendezvous    string  `yaml:"rendezvous" help:"host:port where rank 0 hands out the NCCL id (empty: MASTER_ADDR and MASTER_PORT from the environment)"`
 	train.Config  `yaml:",inline"`
 	Drafter       drafterOptions `yaml:"drafter"`
 	Data          dataOptions    `yaml:"data"`
@@ -270,12 +271,10 @@ func trainDrafter(ctx context.Context, a *trainArgs) (*train.Result, error) {
 				return dflash.StepFLOPs(tc, dc, b.Rows, b.Len, bl).Total()
 			}}
 	}
-	peak, peakSource := stepbench.DevicePeak(cfg.Device)
 	lead := newSession() // the session of this process's first rank, whose drafter is exported
 	drafter := lead.Drafter
 	slog.Info("drafter", "layers", dc.NumLayers, "taps", dc.TargetLayerIDs, "block", dc.BlockSize, "mask", dc.MaskTokenID,
-		"gamma", dc.Gamma, "train", len(lead.Train), "eval", len(lead.Eval), "device", cfg.Device, "ranks", place.World,
-		"mfu_peak_tflops", peak, "mfu_peak_source", peakSource)
+		"gamma", dc.Gamma, "train", len(lead.Train), "eval", len(lead.Eval), "device", cfg.Device, "ranks", place.World)
 	if err := logBuckets(lead); err != nil {
 		return nil, fmt.Errorf("%s: %w", a.opts.Source("data.buckets"), err)
 	}
@@ -292,6 +291,10 @@ func trainDrafter(ctx context.Context, a *trainArgs) (*train.Result, error) {
 			}
 		}
 		hooks := sess.Hooks()
+		peak, source := recipe.MFUPeak(cfg.PeakTFLOPS, m.gpu, cfg.Workers)
+		if m.sess == lead {
+			slog.Info("mfu peak", "mfu_peak_tflops", peak, "mfu_peak_source", source)
+		}
 		hooks.Identity, hooks.PeakTFLOPS, hooks.Gauges = id, peak, m.gauges
 		return train.Run(ctx, cfg.Config, hooks)
 	}
@@ -343,6 +346,7 @@ type rankModels struct {
 	target *model.Model
 	sess   *dflash.Session
 	gauges func() map[string]float64
+	gpu    *gpu.Device // the rank's GPU (nil on the CPU): its MFU peak
 }
 
 // logBuckets logs the length buckets of the training batches, each with its

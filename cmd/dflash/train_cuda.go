@@ -59,7 +59,7 @@ func trainOnGPU(ctx context.Context, cfg trainConfig, place traincuda.Placement,
 		if err != nil {
 			return err
 		}
-		m.gauges = deviceGauges(r.Device, cache)
+		m.gauges, m.gpu = deviceGauges(r.Device, cache), r.Device
 		rr, err := run(m, r.Backend, td, r.Collective)
 		if first {
 			res = rr

@@ -15,7 +15,7 @@ import (
 	"dflash/gpu"
 	"dflash/model"
 	"dflash/model/dflash"
-	"dflash/model/dflash/stepbench"
+	"dflash/recipe"
 	"dflash/rendezvous"
 	"dflash/train"
 )
@@ -213,7 +213,7 @@ func TestTrainBuckets(t *testing.T) {
 		if n := math.Round(samples); math.Abs(samples-n) > 1e-6 || n < 1 || n > 3 {
 			t.Fatalf("step %d: %v samples (samples/s %v, tokens/s %v)", r.Step, samples, v["samples_per_s"], v["tokens_per_s"])
 		}
-		if peak, _ := stepbench.DevicePeak("cpu"); !(v["tflops"] > 0) || math.Abs(v["mfu"]-v["tflops"]/peak) > 1e-12*v["mfu"] {
+		if peak, _ := recipe.MFUPeak(0, nil, 0); !(v["tflops"] > 0) || math.Abs(v["mfu"]-v["tflops"]/peak) > 1e-12*v["mfu"] {
 			t.Fatalf("step %d: tflops %v, mfu %v", r.Step, v["tflops"], v["mfu"])
 		}
 	}

@@ -92,7 +92,7 @@ func TestStepFLOPsMatchesCountedGEMMs(t *testing.T) {
 			o.Taps, o.DrafterLayers, o.Anchors, o.Seed = c.taps, c.layers, c.anchors, testseed.Seed(t)
 			dc := drafterConfig(o)
 			cb := &countingBackend{Backend: tensor.NewCPU[float32](1)}
-			s, err := newStepper(o, dc, CPUDevice(cb))
+			s, err := newStepper(o, dc, CPUEnv(cb))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -157,7 +157,7 @@ func TestDrafterParams(t *testing.T) {
 // TestAdamWConfigIsTrainDefault guards the optimizer the step times: the
 // trainer's defaults.
 func TestAdamWConfigIsTrainDefault(t *testing.T) {
-	s, err := newStepper(tinyOptions(), drafterConfig(tinyOptions()), CPUDevice(tensor.NewCPU[float32](1)))
+	s, err := newStepper(tinyOptions(), drafterConfig(tinyOptions()), CPUEnv(tensor.NewCPU[float32](1)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,7 @@
 // device's peak FLOP rate. Before allocating, Run refuses a shape whose
 // estimated memory exceeds what the host has, giving both numbers.
 //
-// Run is the CPU's. A GPU's is RunOn, with a Device the caller opened
+// Run is the CPU's. A GPU's is RunOn, with an Env the caller made
 // (cmd/dflash: the CUDA tensor backend on GPU 0); the package itself never
 // names a device. The report then adds the device's numbers and the first
 // step (kernel compilation or cache loads included).
@@ -38,7 +38,7 @@ type Options struct {
 	Steps, Warmup int    // timed steps, untimed steps before them
 	Seed          uint64 // weights, token ids and anchors
 	// PeakTFLOPS is the peak FLOP rate the MFU divides by; 0 means the
-	// device's (CPUPeak or H200BF16Peak).
+	// device's (Env.Peak).
 	PeakTFLOPS float64
 	// LossChunk is the number of block slots whose logits exist at once
 	// (Drafter.LossChunk; 0: the cross-entropy's default).
@@ -54,19 +54,6 @@ type Options struct {
 	// on the device (a backend that is a tensor.Profiler): Report.Ops.
 	Profile bool
 }
-
-// Peak FLOP rates the MFU divides by, each with its source.
-const (
-	// CPUPeakGFLOPS is the float32 GEMM rate of the 2-core development VM
-	// (AMD EPYC, AVX2/FMA kernel, both cores): the best shape of
-	// `go test -run '^$' -bench 'Gemm/^dflash$/' -benchtime 10x ./tensor/`
-	// (docs/PERF.md, "Drafter training step").
-	CPUPeakGFLOPS = 93.1
-	// H200BF16PeakTFLOPS is the H200's dense bf16 tensor-core rate from
-	// NVIDIA's datasheet; cuBLASLt measured 731-798 TFLOP/s at 8192³ on our
-	// H200 (docs/PERF.md, issue 3).
-	H200BF16PeakTFLOPS = 989
-)
 
 // normalized checks every field, naming the flag of a bad one, and fills
 // the defaults.

@@ -52,7 +52,7 @@ type Report struct {
 	PeakLiveBytes uint64 `json:"peak_live_bytes"`
 	PeakRSSBytes  uint64 `json:"peak_rss_bytes"`
 	Memory        Memory `json:"memory_estimate"` // the estimate checked before allocating
-	// PeakDeviceBytes, on a GPU (Device.Measure), is the most device memory
+	// PeakDeviceBytes, on a GPU (Env.Measure), is the most device memory
 	// the allocator held over the timed steps (the peaks start again after
 	// the warm-up, as the peer's torch.cuda.reset_peak_memory_stats; the
 	// first step's compilation and GEMM tuning buffers are not in them;
@@ -86,7 +86,7 @@ type Report struct {
 	// PerStep, on a GPU, is the host<->device copies and host waits of a
 	// timed step, on average (its inputs' uploads, the phase timing's
 	// synchronisations, the clipping norm, the loss and metrics read back),
-	// as the device counts them (Device.Measure).
+	// as the device counts them (Env.Measure).
 	PerStep any `json:"per_step,omitempty"`
 	// Replays counts what tensor.Replay did for the timed steps' regions
 	// (the target's pass, the drafter's forward and backward): on the CUDA

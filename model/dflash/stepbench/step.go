@@ -3,11 +3,13 @@ package stepbench
 import (
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"time"
 
 	"dflash/flex"
 	"dflash/model"
 	"dflash/model/dflash"
+	"dflash/recipe"
 	"dflash/tensor"
 	"dflash/train"
 )
@@ -38,7 +40,7 @@ type stepper struct {
 	drafter  *dflash.Drafter[float32]
 	head     dflash.Head[float32]
 	hidden   dflash.HiddenFunc
-	dev      *Device
+	dev      *Env
 	train    train.Device // the drafter's gradients and AdamW, where the step runs
 	cfg      train.Config
 	examples []dflash.Example
@@ -47,11 +49,12 @@ type stepper struct {
 	heap     *heapPeak // marks the heap at phase boundaries when set
 }
 
-// Device is where a step runs: its backend, how the drafter is trained
-// there, how its queued work is waited for and its memory released between
-// steps. CPUDevice is the CPU's; a caller that opens a GPU builds its own
-// and calls RunOn on the GPU's worker thread.
-type Device struct {
+// Env is the benchmark's placement of a step: the backend it runs on, how
+// the drafter is trained there, how its queued work is waited for and its
+// memory released between steps, and the peak FLOP rate its MFU divides
+// by. CPUEnv is the CPU's; a caller that opens a GPU builds its own and
+// calls RunOn on the GPU's worker thread.
+type Env struct {
 	Backend tensor.Backend[float32]
 	// Train returns the drafter's train.Device once its arena is placed.
 	Train func(d *dflash.Drafter[float32], cfg train.AdamWConfig) (train.Device, error)
@@ -71,6 +74,10 @@ type Device struct {
 	// is called after them with the report and the step count, to add the
 	// device's own numbers (memory, copies and synchronisations).
 	Measure func() func(rep *Report, steps int)
+	// Peak, optional, returns the peak FLOP rate of the device in TFLOP/s
+	// and its source (0: unknown, the source says why); Options.PeakTFLOPS
+	// overrides it.
+	Peak func() (tflops float64, source string)
 }
 
 // NumPhases is the number of phases of a step (Phases' fields, in order):
@@ -87,9 +94,11 @@ type PhaseClock interface {
 	Between(i, j int) (time.Duration, error)
 }
 
-// CPUDevice is the CPU backend b: host parameters, train.AdamW.
-func CPUDevice(b tensor.Backend[float32]) *Device {
-	return &Device{Backend: b, Sync: func() error { return nil }, Reset: func() {},
+// CPUEnv is the CPU backend b: host parameters, train.AdamW, the float32
+// peak of the process's cores (GOMAXPROCS; recipe.MFUPeak).
+func CPUEnv(b tensor.Backend[float32]) *Env {
+	return &Env{Backend: b, Sync: func() error { return nil }, Reset: func() {},
+		Peak: func() (float64, string) { return recipe.MFUPeak(0, nil, runtime.GOMAXPROCS(0)) },
 		Train: func(d *dflash.Drafter[float32], cfg train.AdamWConfig) (train.Device, error) {
 			ps := d.TrainParams()
 			return train.HostDevice(ps, train.NewAdamW(ps, cfg)), nil
@@ -99,7 +108,7 @@ func CPUDevice(b tensor.Backend[float32]) *Device {
 // newStepper allocates the target (random weights) and the drafter, places
 // both on dev (the target frozen), and makes AdamW and o.Batch random
 // sequences of o.SeqLen tokens.
-func newStepper(o Options, dc *dflash.Config, dev *Device) (*stepper, error) {
+func newStepper(o Options, dc *dflash.Config, dev *Env) (*stepper, error) {
 	tc := o.Target
 	if o.DrafterOnly {
 		tc.NumLayers = 1 // the drafter reads the embedding and the LM head only

@@ -1,0 +1,15 @@
+// Package recipe is the DFlash drafter training job as a library call:
+// Run(ctx, Spec) reads the target's shape, tokenizer and chat template,
+// chooses the mask token, the taps and the pad token, reads the
+// conversations and holds out the evaluation split, builds the drafter's
+// config and the run's identity, places the ranks (one on the CPU, one per
+// GPU on CUDA), runs train.Run on each through a dflash.Session over the
+// target loaded on the rank's backend, and exports the drafter. It logs
+// with log/slog and prints nothing; `dflash train` parses the flags into a
+// Spec and prints the Result.
+//
+// The pieces of the recipe that other callers share are exported:
+// DrafterConfig, CheckTaps, MaskToken, PadToken, Split and MFUPeak (the
+// demo's drafter stage and `bench step` use them, each saying where it
+// chooses differently).
+package recipe
