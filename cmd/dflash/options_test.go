@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"dflash/demo"
+	"dflash/recipe/recipetest"
 )
 
 // TestCommandsRejectBadOptions: every numeric option of spec, data prep and demo is
@@ -149,7 +150,7 @@ func TestBadValueExits(t *testing.T) {
 // TestDataPrepSignals: data prep stopped by SIGINT or SIGTERM exits 128+signal with
 // a message naming the signal, and leaves neither the output nor a partial directory.
 func TestDataPrepSignals(t *testing.T) {
-	targetDir, dataPath := trainFixture(t)
+	targetDir, dataPath := recipetest.Fixture(t)
 	// An input large enough that prep is still reading when the signal comes.
 	one := readFile(t, dataPath)
 	big := filepath.Join(t.TempDir(), "big.jsonl")
