@@ -15,7 +15,7 @@ import (
 // dflash.DefaultTaps, spread from 1 to L-3), o.BlockSize, o.Anchors anchors
 // a sequence, and o.Gamma and o.Intermediate when set (else the block
 // size's default gamma and the target's MLP width). The taps are checked
-// by CheckTaps, the whole by dflash.Config.Validate.
+// by dflash.CheckTaps, the whole by dflash.Config.Validate.
 func DrafterConfig(tc *model.Config, o DrafterOptions, mask int) *dflash.Config {
 	dc := dflash.DrafterConfigFor(&model.Model{Config: *tc}, o.Layers, o.Taps, o.BlockSize, mask)
 	if o.Gamma != 0 {
@@ -26,17 +26,6 @@ func DrafterConfig(tc *model.Config, o DrafterOptions, mask int) *dflash.Config 
 	}
 	dc.NumAnchors = o.Anchors
 	return dc
-}
-
-// CheckTaps returns an error naming the first of taps that is not a layer
-// of a target of layers layers.
-func CheckTaps(taps []int, layers int) error {
-	for _, l := range taps {
-		if l < 0 || l >= layers {
-			return fmt.Errorf("layer %d is outside the target's %d layers (0..%d)", l, layers, layers-1)
-		}
-	}
-	return nil
 }
 
 // MaskToken chooses the mask token: id when >= 0, else the tokenizer's

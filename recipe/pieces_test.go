@@ -92,18 +92,6 @@ func TestPadToken(t *testing.T) {
 	}
 }
 
-// TestCheckTaps: every tap must be a layer of the target.
-func TestCheckTaps(t *testing.T) {
-	if err := recipe.CheckTaps([]int{0, 3}, 4); err != nil {
-		t.Fatal(err)
-	}
-	for _, taps := range [][]int{{4}, {1, 9}, {-1}} {
-		if err := recipe.CheckTaps(taps, 4); err == nil || !strings.Contains(err.Error(), "outside the target's 4 layers (0..3)") {
-			t.Errorf("taps %v: %v", taps, err)
-		}
-	}
-}
-
 // TestSplit: the held-out share is min(max, max(1, n·fraction)) of a
 // shuffle that the seed decides, and the two parts are the examples.
 func TestSplit(t *testing.T) {

@@ -119,7 +119,7 @@ func prepare(ctx context.Context, s Spec) (*job, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", s.source("drafter.mask-token-id"), err)
 	}
-	if err := CheckTaps(s.Drafter.Taps, tc.NumLayers); err != nil {
+	if err := dflash.CheckTaps(s.Drafter.Taps, tc.NumLayers); err != nil {
 		return nil, fmt.Errorf("%s %v: %w", s.source("drafter.taps"), s.Drafter.Taps, err)
 	}
 	examples, err := readConversations(ctx, s, data.Target{Tokenizer: tok, Template: tmpl, Vocab: tc.VocabSize})

@@ -10,8 +10,8 @@ import (
 	"slices"
 	"time"
 
+	"dflash/internal/cpufeat"
 	"dflash/model/dflash"
-	"dflash/recipe"
 	"dflash/tensor"
 )
 
@@ -143,7 +143,7 @@ func peak(o Options, env *Env) (tflops float64, source string) {
 	case env != nil && env.Peak != nil:
 		return env.Peak()
 	case env == nil && o.Device == "cpu":
-		return recipe.MFUPeak(0, nil, runtime.GOMAXPROCS(0))
+		return cpufeat.PeakTFLOPS(runtime.GOMAXPROCS(0))
 	}
 	return 0, fmt.Sprintf("unknown (%s opened no device to read it from): give --peak-tflops", o.Device)
 }

@@ -23,6 +23,7 @@ import (
 	"slices"
 
 	"dflash/model"
+	"dflash/model/dflash"
 )
 
 // Options describes one benchmark.
@@ -81,11 +82,8 @@ func (o Options) normalized() (Options, error) {
 		return o, fmt.Errorf("--anchors %d: a --seq-len %d sequence has only %d anchor candidates (its last %d tokens are the assistant's)",
 			o.Anchors, o.SeqLen, cands, o.SeqLen-promptLen(o.SeqLen))
 	}
-	L := o.Target.NumLayers
-	for _, t := range o.Taps {
-		if t < 0 || t >= L {
-			return o, fmt.Errorf("--taps %v: layer %d is outside the target's %d layers (0..%d)", o.Taps, t, L, L-1)
-		}
+	if err := dflash.CheckTaps(o.Taps, o.Target.NumLayers); err != nil {
+		return o, fmt.Errorf("--taps %v: %w", o.Taps, err)
 	}
 	o.Taps = slices.Clone(o.Taps)
 	if !(o.PeakTFLOPS >= 0) {

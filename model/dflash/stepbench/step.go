@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"dflash/flex"
+	"dflash/internal/cpufeat"
 	"dflash/model"
 	"dflash/model/dflash"
-	"dflash/recipe"
 	"dflash/tensor"
 	"dflash/train"
 )
@@ -22,9 +22,15 @@ func promptLen(seqLen int) int { return seqLen / 8 }
 // positions t >= promptLen with t+1 < seqLen (dflash.Candidates).
 func candidates(seqLen int) int { return seqLen - 1 - promptLen(seqLen) }
 
-// drafterConfig returns the drafter of o: the target's attention shape,
-// o.DrafterLayers layers, o.Taps (default: the recipe's spread), the last
-// vocabulary id as the mask token.
+// drafterConfig returns the drafter of o, made as the training recipe
+// makes it (recipe.DrafterConfig, which model/ cannot import: it depends on
+// the trainer) without its options the benchmark lacks (gamma, MLP width:
+// their defaults): the target's attention shape, o.DrafterLayers layers,
+// o.Taps or the recipe's spread. The mask token differs deliberately: the
+// benchmark has no tokenizer for recipe.MaskToken to ask (its data is
+// random ids below the mask), so it is the last id of the vocabulary. Its
+// sequences are all o.SeqLen long: nothing is padded, no pad token
+// (recipe.PadToken) is needed, and it holds nothing out (recipe.Split).
 func drafterConfig(o Options) *dflash.Config {
 	dc := dflash.DrafterConfigFor(&model.Model{Config: o.Target}, o.DrafterLayers, o.Taps, o.BlockSize, o.Target.VocabSize-1)
 	dc.NumAnchors = o.Anchors
@@ -95,10 +101,10 @@ type PhaseClock interface {
 }
 
 // CPUEnv is the CPU backend b: host parameters, train.AdamW, the float32
-// peak of the process's cores (GOMAXPROCS; recipe.MFUPeak).
+// peak of the process's cores (GOMAXPROCS; cpufeat.PeakTFLOPS).
 func CPUEnv(b tensor.Backend[float32]) *Env {
 	return &Env{Backend: b, Sync: func() error { return nil }, Reset: func() {},
-		Peak: func() (float64, string) { return recipe.MFUPeak(0, nil, runtime.GOMAXPROCS(0)) },
+		Peak: func() (float64, string) { return cpufeat.PeakTFLOPS(runtime.GOMAXPROCS(0)) },
 		Train: func(d *dflash.Drafter[float32], cfg train.AdamWConfig) (train.Device, error) {
 			ps := d.TrainParams()
 			return train.HostDevice(ps, train.NewAdamW(ps, cfg)), nil
