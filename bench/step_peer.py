@@ -55,7 +55,7 @@ TARGETS = {
 }
 # The check-only shape: small enough to compile and run in seconds on a CPU.
 CHECK_SHAPE = (64, 128, 6, 4, 2, False)
-H200_BF16_PEAK_TFLOPS = 989  # stepbench.H200BF16PeakTFLOPS (NVIDIA datasheet, dense bf16)
+H200_BF16_PEAK_TFLOPS = 989  # NVIDIA datasheet, dense bf16, as the PyTorch trainer states its MFU
 
 
 def default_taps(L, k):

@@ -11,6 +11,7 @@ import (
 	"dflash/data/tokenizer"
 	"dflash/model"
 	"dflash/model/dflash"
+	"dflash/recipe"
 	"dflash/tensor"
 	"dflash/train"
 )
@@ -25,12 +26,13 @@ type runner struct {
 	backend tensor.Backend[float32]
 
 	// tokenizer
-	docs             []Document
-	bpe              *BPE
-	tok              *tokenizer.Tokenizer
-	tmpl             *chat.Template
-	tokDir           string
-	imEnd, pad, mask int
+	docs   []Document
+	bpe    *BPE
+	tok    *tokenizer.Tokenizer
+	tmpl   *chat.Template
+	tokDir string
+	imEnd  int
+	pad    int32
 	// target, conversations, drafter
 	targetModel *model.Model
 	tcfg        model.Config
@@ -95,8 +97,7 @@ func (r *runner) tokenizer(context.Context) error {
 	}
 	res.Vocab = r.tok.VocabSize()
 	r.imEnd, _ = r.bpe.SpecialID(TokImEnd)
-	r.pad, _ = r.bpe.SpecialID(TokEndOfText)
-	r.mask, _ = r.bpe.SpecialID(TokMask)
+	r.pad = recipe.PadToken(r.tok)
 	done()
 	return nil
 }
@@ -133,7 +134,7 @@ func (r *runner) target(ctx context.Context) error {
 	tc := train.DefaultConfig()
 	tc.Out, tc.Steps, tc.LR, tc.WarmupSteps, tc.Seed = filepath.Join(r.dir, "target-train"), o.TargetSteps, 3e-3, 20, o.Seed
 	tc.SaveEvery, tc.KeepCheckpoints, tc.Plot, tc.Progress, tc.WeightDecay = 0, 1, false, o.Progress, 0.0
-	tr, err := TrainTarget(ctx, target, seqs, o.TargetBatch, int32(r.pad), tc, r.backend)
+	tr, err := TrainTarget(ctx, target, seqs, o.TargetBatch, r.pad, tc, r.backend)
 	if err != nil {
 		return fmt.Errorf("train target: %w", err)
 	}
@@ -166,23 +167,45 @@ func (r *runner) conversations(ctx context.Context) error {
 func (r *runner) drafter(ctx context.Context) error {
 	o, res := r.o, r.res
 	done := r.st.begin("drafter")
-	// Taps: the DraftLayers+1 deepest layers but the last, ascending.
+	// The drafter as the training recipe makes it, but for its taps: the
+	// DraftLayers+1 deepest layers but the last, ascending, given as
+	// --drafter.taps would give them. The recipe's default spreads the taps
+	// from layer 1 to L-3, an empty range for the demo's target of a few
+	// layers.
 	taps := make([]int, min(o.DraftLayers+1, r.tcfg.NumLayers-1))
 	for i := range taps {
 		taps[i] = r.tcfg.NumLayers - 1 - len(taps) + i
 	}
-	dc := dflash.DrafterConfigFor(r.targetModel, o.DraftLayers, taps, o.BlockSize, r.mask)
-	dc.NumAnchors = o.Anchors
+	mask, err := recipe.MaskToken(-1, r.tok, r.tcfg.VocabSize)
+	if err != nil {
+		return err
+	}
+	dc := recipe.DrafterConfig(&r.targetModel.Config, recipe.DrafterOptions{Layers: o.DraftLayers, Taps: taps, BlockSize: o.BlockSize, Anchors: o.Anchors}, mask)
 	drafter := dflash.New[float32](dc, rand.New(rand.NewPCG(o.Seed, train.StreamInit)))
 	r.draft = drafter
 	res.Taps, res.BlockSize = taps, o.BlockSize
 	for _, p := range drafter.Params() {
 		res.DrafterParams += p.Numel()
 	}
-	nEval := max(1, len(r.convs)/8)
+	// The recipe's split, an eighth held out: each conversation keeps its
+	// user message (the held-out prompts the spec stage decodes).
+	order := make([]int, len(r.convs))
+	for i := range order {
+		order[i] = i
+	}
+	trainIDs, evalIDs := recipe.Split(order, o.Seed, 1.0/8, len(order))
+	var trainSet, evalSet []dflash.Example
+	users := make([]string, 0, len(r.users))
+	for _, i := range evalIDs {
+		evalSet, users = append(evalSet, r.convs[i]), append(users, r.users[i])
+	}
+	for _, i := range trainIDs {
+		trainSet, users = append(trainSet, r.convs[i]), append(users, r.users[i])
+	}
+	r.users = users
 	sess := &dflash.Session{Drafter: drafter, Head: dflash.HeadOf(r.targetModel),
 		Hidden: dflash.TargetHidden(r.targetModel, taps, r.backend), Backend: r.backend,
-		Train: r.convs[nEval:], Eval: r.convs[:nEval], BatchSize: o.DraftBatch, Pad: int32(r.pad), Seed: o.Seed, CacheHidden: true}
+		Train: trainSet, Eval: evalSet, BatchSize: o.DraftBatch, Pad: r.pad, Seed: o.Seed, CacheHidden: true}
 	r.sess = sess
 	before, err := sess.Evaluate()
 	if err != nil {

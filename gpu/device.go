@@ -16,6 +16,7 @@ type Info struct {
 	Name                string
 	Major, Minor        int   // compute capability
 	SMs                 int   // multiprocessors
+	ClockKHz            int   // the SMs' highest clock (CU_DEVICE_ATTRIBUTE_CLOCK_RATE)
 	TotalMem            int64 // bytes
 	SharedPerBlockOptin int   // most dynamic shared memory a kernel may opt in to
 	L2Bytes             int
@@ -46,6 +47,7 @@ func QueryInfo(ordinal int) (Info, error) {
 		dst  *int
 	}{
 		{cuda.AttrMultiprocessorCount, &info.SMs},
+		{cuda.AttrClockRate, &info.ClockKHz},
 		{cuda.AttrMaxSharedMemoryPerBlockOptin, &info.SharedPerBlockOptin},
 		{cuda.AttrL2CacheSize, &info.L2Bytes},
 	} {

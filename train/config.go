@@ -41,7 +41,6 @@ func DefaultConfig() Config {
 		Out: "out", Steps: 1000, LR: 6e-4, MinLRRatio: 0.1, WarmupSteps: 50,
 		WeightDecay: 0.01, Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, GradClip: 1.0, GradAccum: 1,
 		Seed: 0, EvalEvery: 0, SaveEvery: 200, KeepCheckpoints: 3, Progress: "auto", Plot: true, TensorBoard: true,
-		SpecEval: DefaultSpecEval(),
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"dflash/gpu"
 	"dflash/jit"
 	"dflash/model/dflash/stepbench"
+	"dflash/recipe"
 	"dflash/tensor/tensorcuda"
 )
 
@@ -38,7 +39,7 @@ func benchStepCUDA(o stepbench.Options, cacheDir string) (*stepbench.Report, err
 			return err
 		}
 		defer clock.destroy()
-		dev := &stepbench.Device{Backend: b, Sync: d.Synchronize, Reset: b.ResetStep, Clock: clock,
+		dev := &stepbench.Env{Backend: b, Sync: d.Synchronize, Reset: b.ResetStep, Clock: clock, Peak: func() (float64, string) { return recipe.MFUPeak(0, d, 0) },
 			Free: func() (int64, error) { free, _, err := d.MemInfo(); return free, err },
 			Measure: func() func(*stepbench.Report, int) {
 				before := d.Counters()

@@ -63,7 +63,7 @@ func TestExampleConfig(t *testing.T) {
 			t.Errorf("%s does not set %s", exampleYAML, name)
 		}
 	}
-	if a.cfg.Drafter.BlockSize != 16 || a.cfg.Data.BatchSize != 4 || filepath.Base(a.cfg.Out) != "run" {
-		t.Errorf("example values not applied: %+v", a.cfg)
+	if a.spec.Drafter.BlockSize != 16 || a.spec.Data.BatchSize != 4 || filepath.Base(a.spec.Out) != "run" {
+		t.Errorf("example values not applied: %+v", a.spec)
 	}
 }

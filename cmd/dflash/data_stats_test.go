@@ -8,13 +8,14 @@ import (
 
 	"dflash/data"
 	"dflash/data/bucket"
+	"dflash/recipe/recipetest"
 )
 
 // TestDataStatsBuckets: data stats --buckets N reports at most N buckets
 // whose padded tokens are those of the sample lengths padded to the chosen
 // lengths, in JSON and in the table, and refuses a negative count.
 func TestDataStatsBuckets(t *testing.T) {
-	targetDir, dataPath := trainFixture(t)
+	targetDir, dataPath := recipetest.Fixture(t)
 	prep := filepath.Join(t.TempDir(), "prep")
 	if err := dataPrep([]string{"--tokenizer", targetDir, "--data", dataPath, "--out", prep, "--block-size", "4", "--max-len", "400"}); err != nil {
 		t.Fatal(err)

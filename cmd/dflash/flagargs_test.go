@@ -35,7 +35,7 @@ func TestSeveralInputs(t *testing.T) {
 		switch {
 		case c.rest != nil && err == nil:
 			t.Errorf("train %q: arguments %q accepted", c.args, c.rest)
-		case c.rest == nil && (err != nil || !slices.Equal(a.data, c.data) || a.cfg.Out != "c"):
+		case c.rest == nil && (err != nil || !slices.Equal(a.spec.DataPaths, c.data) || a.spec.Out != "c"):
 			t.Errorf("train %q: %+v, %v; want --data %q, --out c", c.args, a, err, c.data)
 		}
 	}

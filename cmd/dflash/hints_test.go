@@ -1,6 +1,7 @@
 package main
 
 import (
+	"dflash/recipe/recipetest"
 	"flag"
 	"os"
 	"path/filepath"
@@ -14,7 +15,7 @@ import (
 // flag of the command that printed it (data prep's --skip-bad-lines, train's
 // --data.skip-bad-lines): given, the bad line is skipped.
 func TestBadLineHintNamesTheFlag(t *testing.T) {
-	targetDir, dataPath := trainFixture(t)
+	targetDir, dataPath := recipetest.Fixture(t)
 	good, err := os.ReadFile(dataPath)
 	if err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"testing"
 
+	"dflash/recipe/recipetest"
 	"dflash/train"
 )
 
@@ -108,7 +109,7 @@ func TestBadOptionExit(t *testing.T) {
 // the last finished step, a message naming the checkpoint and the resume command,
 // and the exit status 128+signal; the checkpoint resumes.
 func TestTrainSignals(t *testing.T) {
-	targetDir, dataPath := trainFixture(t)
+	targetDir, dataPath := recipetest.Fixture(t)
 	for _, c := range stopSignals {
 		t.Run(c.name, func(t *testing.T) {
 			out := filepath.Join(t.TempDir(), "run")
@@ -193,7 +194,7 @@ func TestDemoSignals(t *testing.T) {
 // with the subcommand named and no layer repeating a prefix; a bad flag is a
 // usage error (exit 2) without the flag listing.
 func TestErrorMessages(t *testing.T) {
-	targetDir, _ := trainFixture(t)
+	targetDir, _ := recipetest.Fixture(t)
 	dir := t.TempDir()
 	empty := filepath.Join(dir, "empty.jsonl")
 	if err := os.WriteFile(empty, []byte("\n\n"), 0o644); err != nil {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"dflash/demo"
+	"dflash/recipe/recipetest"
 )
 
 // TestCommandsRejectBadOptions: every numeric option of spec, data prep and demo is
@@ -41,8 +42,8 @@ func TestCommandsRejectBadOptions(t *testing.T) {
 		{"spec", []string{"--workers=-2"}, "--workers -2: must be an int >= 0"},
 		{"spec", []string{"--seed=-1"}, `"-1" is not a non-negative integer`},
 		{"spec", []string{"--format", "csv"}, "--format csv: must be one of auto, messages, sharegpt"},
-		{"spec", []string{"--device", "tpu"}, "--device tpu: must be one of cpu, cuda"},
-		{"spec", []string{"--device", "cuda"}, "--device cuda: not yet"},
+		{"spec", []string{"--device", "tpu"}, "--device tpu: must be one of cpu"},
+		{"spec", []string{"--device", "cuda"}, "--device cuda: must be one of cpu"},
 		{"spec", []string{"--top-k", "1.5"}, `"1.5" is not an integer: must be an int >= 0`},
 		{"spec", []string{"stray"}, `unexpected argument "stray"`},
 		{"prep", []string{"--shard-tokens=-5"}, "--shard-tokens -5: must be an int >= 0"},
@@ -193,7 +194,7 @@ func TestBadValueExits(t *testing.T) {
 // TestDataPrepSignals: data prep stopped by SIGINT or SIGTERM exits 128+signal with
 // a message naming the signal, and leaves neither the output nor a partial directory.
 func TestDataPrepSignals(t *testing.T) {
-	targetDir, dataPath := trainFixture(t)
+	targetDir, dataPath := recipetest.Fixture(t)
 	// An input large enough that prep is still reading when the signal comes.
 	one := readFile(t, dataPath)
 	big := filepath.Join(t.TempDir(), "big.jsonl")

@@ -15,14 +15,15 @@ import (
 	"dflash/data/tokenizer"
 	"dflash/model"
 	"dflash/model/dflash"
+	"dflash/recipe/recipetest"
 	"dflash/train"
 )
 
-// specFixture returns trainFixture's target and conversations and a random
+// specFixture returns recipetest.Fixture's target and conversations and a random
 // drafter for the target written to a directory.
 func specFixture(t *testing.T, hidden int) (targetDir, drafterDir, dataPath string) {
 	t.Helper()
-	targetDir, dataPath = trainFixture(t)
+	targetDir, dataPath = recipetest.Fixture(t)
 	m, err := model.Load(targetDir)
 	if err != nil {
 		t.Fatal(err)
@@ -78,7 +79,7 @@ func TestSpecBadInput(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "hidden_size 48, the target's is 32") {
 		t.Fatalf("a drafter of another hidden size: %v", err)
 	}
-	if err := runSpec([]string{"--target", targetDir, "--drafter", drafterDir, "--prompts", dataPath, "--device", "cuda"}); err == nil || !strings.Contains(err.Error(), "not yet") {
+	if err := runSpec([]string{"--target", targetDir, "--drafter", drafterDir, "--prompts", dataPath, "--device", "cuda"}); err == nil || !strings.Contains(err.Error(), "--device cuda: must be one of cpu") {
 		t.Fatalf("--device cuda: %v", err)
 	}
 	tok, err := tokenizer.LoadDir(targetDir)
@@ -118,7 +119,7 @@ func readFile(t *testing.T, path string) string {
 // it names (and the last) carry the real acceptance length spec_tau beside
 // the simulated tau; the others do not.
 func TestTrainSpecEval(t *testing.T) {
-	targetDir, dataPath := trainFixture(t)
+	targetDir, dataPath := recipetest.Fixture(t)
 	out := filepath.Join(t.TempDir(), "run")
 	err := runTrain([]string{"--target", targetDir, "--data", dataPath, "--out", out, "--progress", "off", "--plot=false",
 		"--steps", "5", "--eval-every", "1", "--spec-eval-every", "2", "--spec-prompts", "2", "--spec-max-new-tokens", "6",

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"dflash/recipe/recipetest"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -121,7 +122,7 @@ func TestBadSwitchRefused(t *testing.T) {
 // written without it by a resume with it, each naming the switch;
 // --resume-anyway continues both times.
 func TestTrainResumeSwitches(t *testing.T) {
-	targetDir, dataPath := trainFixture(t)
+	targetDir, dataPath := recipetest.Fixture(t)
 	out := filepath.Join(t.TempDir(), "run")
 	train := func(stopAt string, extra ...string) error {
 		args := []string{"--target", targetDir, "--data", dataPath, "--out", out, "--progress", "off", "--plot=false",

@@ -10,92 +10,32 @@ import (
 	"strings"
 	"testing"
 
-	"dflash/data/chat"
-	"dflash/demo"
 	"dflash/gpu"
 	"dflash/model"
 	"dflash/model/dflash"
-	"dflash/model/dflash/stepbench"
+	"dflash/recipe"
+	"dflash/recipe/recipetest"
 	"dflash/rendezvous"
 	"dflash/train"
 )
 
-// trainFixture writes a tiny random Qwen3 target with the demo tokenizer and
-// a JSONL file of conversations made from Go source.
-func trainFixture(t *testing.T) (targetDir, dataPath string) {
-	t.Helper()
-	return writeTrainFixture(t, t.TempDir(), model.Config{Arch: model.Qwen3, VocabSize: 300, HiddenSize: 32, IntermediateSize: 64,
-		NumLayers: 4, NumHeads: 2, NumKVHeads: 1, HeadDim: 16, RMSNormEps: 1e-6, RopeTheta: 10000,
-		MaxPositionEmbeddings: 1024}, 60<<10)
-}
-
 var fixtureDir = flag.String("train-fixture", "", "TestWriteTrainFixture: write the GPU training fixture (target, conversations) under this directory")
 
 // TestWriteTrainFixture writes, when -train-fixture is given, the fixture
-// of the GPU training check (scripts/gpu-train.sh): trainFixture's
+// of the GPU training check (scripts/gpu-train.sh): recipetest.Fixture's
 // conversations and tokenizer with a small Qwen3 target whose head
 // dimension (64) the GPU attention kernels take.
 func TestWriteTrainFixture(t *testing.T) {
 	if *fixtureDir == "" {
 		t.Skip("no -train-fixture directory")
 	}
-	target, data := writeTrainFixture(t, *fixtureDir, model.Config{Arch: model.Qwen3, VocabSize: 300, HiddenSize: 128, IntermediateSize: 256,
+	target, data := recipetest.WriteFixture(t, *fixtureDir, model.Config{Arch: model.Qwen3, VocabSize: 300, HiddenSize: 128, IntermediateSize: 256,
 		NumLayers: 4, NumHeads: 2, NumKVHeads: 1, HeadDim: 64, RMSNormEps: 1e-6, RopeTheta: 10000, MaxPositionEmbeddings: 1024}, 1<<20)
 	t.Logf("wrote %s and %s", target, data)
 }
 
-// writeTrainFixture writes the target of config c (random weights) with
-// the demo tokenizer to dir/target and conversations made from up to
-// corpus bytes of Go source (one per file of 12 lines or more) to
-// dir/conv.jsonl.
-func writeTrainFixture(t *testing.T, dir string, c model.Config, corpus int) (targetDir, dataPath string) {
-	t.Helper()
-	docs, err := demo.GoCorpus(demo.CorpusOptions{MaxBytes: corpus})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var texts []string
-	for _, d := range docs {
-		texts = append(texts, d.Text)
-	}
-	bpe, err := demo.TrainBPE(texts, demo.BPEOptions{VocabSize: 300, Specials: demo.DemoSpecials})
-	if err != nil {
-		t.Fatal(err)
-	}
-	targetDir = filepath.Join(dir, "target")
-	if err := bpe.WriteTokenizerDir(targetDir); err != nil {
-		t.Fatal(err)
-	}
-	m, err := model.New(c, 5)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := m.Save(targetDir, "F32"); err != nil {
-		t.Fatal(err)
-	}
-	dataPath = filepath.Join(dir, "conv.jsonl")
-	var sb strings.Builder
-	for i, d := range docs {
-		lines := strings.Split(d.Text, "\n")
-		if len(lines) < 12 {
-			continue
-		}
-		msgs := []chat.Message{{Role: "user", Content: strings.Join(lines[:4], "\n")}, {Role: "assistant", Content: strings.Join(lines[4:12], "\n")}}
-		b, _ := json.Marshal(map[string]any{"messages": msgs})
-		sb.Write(b)
-		sb.WriteByte('\n')
-		if corpus < 1<<20 && i > 40 {
-			break
-		}
-	}
-	if err := os.WriteFile(dataPath, []byte(sb.String()), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return targetDir, dataPath
-}
-
 func TestTrainCommand(t *testing.T) {
-	targetDir, dataPath := trainFixture(t)
+	targetDir, dataPath := recipetest.Fixture(t)
 	out := filepath.Join(t.TempDir(), "run")
 	common := []string{"--target", targetDir, "--data", dataPath, "--out", out, "--progress", "off", "--plot=false",
 		"--drafter.block-size", "4", "--drafter.anchors", "6", "--data.batch-size", "2", "--data.max-len", "400",
@@ -156,7 +96,7 @@ func TestTrainCommand(t *testing.T) {
 // the drafter of 4 straight steps bit for bit, every step record carries
 // pad_frac, and resuming without buckets is refused as another run.
 func TestTrainBuckets(t *testing.T) {
-	targetDir, dataPath := trainFixture(t)
+	targetDir, dataPath := recipetest.Fixture(t)
 	out := filepath.Join(t.TempDir(), "run")
 	common := []string{"--target", targetDir, "--data", dataPath, "--out", out, "--progress", "off", "--plot=false",
 		"--drafter.block-size", "4", "--drafter.anchors", "6", "--data.batch-size", "3", "--data.max-len", "400",
@@ -213,7 +153,7 @@ func TestTrainBuckets(t *testing.T) {
 		if n := math.Round(samples); math.Abs(samples-n) > 1e-6 || n < 1 || n > 3 {
 			t.Fatalf("step %d: %v samples (samples/s %v, tokens/s %v)", r.Step, samples, v["samples_per_s"], v["tokens_per_s"])
 		}
-		if peak, _ := stepbench.DevicePeak("cpu"); !(v["tflops"] > 0) || math.Abs(v["mfu"]-v["tflops"]/peak) > 1e-12*v["mfu"] {
+		if peak, _ := recipe.MFUPeak(0, nil, 0); !(v["tflops"] > 0) || math.Abs(v["mfu"]-v["tflops"]/peak) > 1e-12*v["mfu"] {
 			t.Fatalf("step %d: tflops %v, mfu %v", r.Step, v["tflops"], v["mfu"])
 		}
 	}
@@ -227,7 +167,7 @@ func TestTrainBuckets(t *testing.T) {
 
 // TestTrainOnPreparedData trains from a `dflash data prep` directory.
 func TestTrainOnPreparedData(t *testing.T) {
-	targetDir, dataPath := trainFixture(t)
+	targetDir, dataPath := recipetest.Fixture(t)
 	prep := filepath.Join(t.TempDir(), "prep")
 	if err := dataPrep([]string{"--tokenizer", targetDir, "--data", dataPath, "--out", prep, "--block-size", "4", "--max-len", "400"}); err != nil {
 		t.Fatal(err)
@@ -308,7 +248,7 @@ func TestTrainRejectsBadOptions(t *testing.T) {
 // and a checkpoint of another run, naming the differing fields; --resume-anyway
 // continues.
 func TestTrainResumeChecks(t *testing.T) {
-	targetDir, dataPath := trainFixture(t)
+	targetDir, dataPath := recipetest.Fixture(t)
 	out := filepath.Join(t.TempDir(), "run")
 	common := []string{"--target", targetDir, "--data", dataPath, "--out", out, "--progress", "off", "--plot=false",
 		"--drafter.block-size", "4", "--drafter.anchors", "4", "--data.batch-size", "2", "--data.max-len", "300", "--steps", "4"}
@@ -346,7 +286,7 @@ func TestTrainCUDAMissing(t *testing.T) {
 	if _, err := gpu.Count(); err == nil {
 		t.Skip("a GPU is present (scripts/gpu-train.sh runs the CUDA training)")
 	}
-	targetDir, dataPath := trainFixture(t)
+	targetDir, dataPath := recipetest.Fixture(t)
 	out := filepath.Join(t.TempDir(), "run")
 	err := runTrain([]string{"--target", targetDir, "--data", dataPath, "--out", out, "--progress", "off", "--plot=false",
 		"--steps", "2", "--drafter.block-size", "4", "--drafter.anchors", "4", "--data.batch-size", "2", "--device", "cuda"})

@@ -71,6 +71,17 @@ func DefaultTaps(numTargetLayers, k int) []int {
 	return out
 }
 
+// CheckTaps returns an error naming the first of taps that is not a layer
+// of a target of numTargetLayers layers.
+func CheckTaps(taps []int, numTargetLayers int) error {
+	for _, l := range taps {
+		if l < 0 || l >= numTargetLayers {
+			return fmt.Errorf("layer %d is outside the target's %d layers (0..%d)", l, numTargetLayers, numTargetLayers-1)
+		}
+	}
+	return nil
+}
+
 // DefaultGamma returns the default loss decay for a block size: 7 for 16,
 // 5 for 10, 4 for 8, otherwise blockSize/2.
 func DefaultGamma(blockSize int) float64 {

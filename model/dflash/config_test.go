@@ -309,3 +309,15 @@ func TestConfigExportKeys(t *testing.T) {
 		t.Fatalf("export keys: aux %v rope_scaling %s dflash_config %v", m.Aux, m.RopeScaling, m.DFlash)
 	}
 }
+
+// TestCheckTaps: every tap must be a layer of the target.
+func TestCheckTaps(t *testing.T) {
+	if err := CheckTaps([]int{0, 3}, 4); err != nil {
+		t.Fatal(err)
+	}
+	for _, taps := range [][]int{{4}, {1, 9}, {-1}} {
+		if err := CheckTaps(taps, 4); err == nil || !strings.Contains(err.Error(), "outside the target's 4 layers (0..3)") {
+			t.Errorf("taps %v: %v", taps, err)
+		}
+	}
+}

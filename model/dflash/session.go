@@ -201,8 +201,8 @@ type Session struct {
 	// provides it); evaluations that train.Run marks Spec merge its metrics.
 	SpecEval func(ctx context.Context) (map[string]float64, error)
 	// StepFLOPs, optional, counts the floating-point operations of a
-	// training micro-batch of batch b with blocks bl (cmd/dflash:
-	// stepbench.StepFLOPs); train.Run then reports tflops and mfu.
+	// training micro-batch of batch b with blocks bl (the training recipe:
+	// StepFLOPs); train.Run then reports tflops and mfu.
 	StepFLOPs func(b *Batch, bl *Blocks) float64
 
 	mu          sync.Mutex

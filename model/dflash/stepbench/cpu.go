@@ -10,6 +10,7 @@ import (
 	"slices"
 	"time"
 
+	"dflash/internal/cpufeat"
 	"dflash/model/dflash"
 	"dflash/tensor"
 )
@@ -30,11 +31,12 @@ func runCPU(o Options) (*Report, error) {
 		// the live heap (GOGC), unless GOMEMLIMIT chose a limit.
 		defer debug.SetMemoryLimit(debug.SetMemoryLimit(int64(avail)))
 	}
-	rep := newReport(o, dc, mem)
+	env := CPUEnv(tensor.NewCPU[float32](0))
+	rep := newReport(o, dc, mem, env)
 	rep.Threads = runtime.GOMAXPROCS(0)
 	slog.Info("bench step", "device", "cpu", "target", o.TargetName, "taps", dc.TargetLayerIDs, "drafter_layers", o.DrafterLayers,
 		"seq_len", o.SeqLen, "batch", o.Batch, "anchors", o.Anchors, "memory_estimate_GiB", mem.Total()/(1<<30))
-	s, err := newStepper(o, dc, CPUDevice(tensor.NewCPU[float32](0)))
+	s, err := newStepper(o, dc, env)
 	if err != nil {
 		return nil, err
 	}
@@ -108,38 +110,42 @@ func (s *stepper) profile() ([]tensor.OpTime, error) {
 // estimate and the FLOPs of one step with anchors drawn from o.Seed.
 func plan(o Options) *Report {
 	dc := drafterConfig(o)
-	rep := newReport(o, dc, estimateMemory(o, dc))
+	rep := newReport(o, dc, estimateMemory(o, dc), nil)
 	rep.Steps, rep.Warmup = 0, 0
 	rng := rand.New(rand.NewPCG(o.Seed, 0x57e9))
 	ex, rows := examples(o, dc, rng)
 	b := dflash.MakeBatch(ex, rows, 0)
-	rep.FLOPs = StepFLOPs(&o.Target, dc, b.Rows, b.Len, dflash.BuildBlocks(dc, b, dflash.SampleBatchAnchors(rng, b, o.Anchors)))
+	rep.FLOPs = dflash.StepFLOPs(&o.Target, dc, b.Rows, b.Len, dflash.BuildBlocks(dc, b, dflash.SampleBatchAnchors(rng, b, o.Anchors)))
 	return rep
 }
 
-// newReport starts the report of o: the shapes, parameter counts, the
-// memory estimate and the peak FLOP rate.
-func newReport(o Options, dc *dflash.Config, mem Memory) *Report {
+// newReport starts the report of o on env (nil: a dry run): the shapes,
+// parameter counts, the memory estimate and the peak FLOP rate.
+func newReport(o Options, dc *dflash.Config, mem Memory, env *Env) *Report {
 	t := &o.Target
 	r := &Report{Device: o.Device, Target: o.TargetName, TargetParams: t.ParamCount(),
 		TargetShape: Shape{Hidden: t.HiddenSize, Intermediate: t.IntermediateSize, Layers: t.NumLayers, Heads: t.NumHeads,
 			KVHeads: t.NumKVHeads, HeadDim: t.HeadDim, Vocab: t.VocabSize, Tied: t.TieWordEmbeddings},
 		TargetLayers: slices.Max(dc.TargetLayerIDs) + 1, Taps: dc.TargetLayerIDs, DrafterLayers: dc.NumLayers,
 		DrafterParams: DrafterParams(dc), SeqLen: o.SeqLen, Batch: o.Batch, Anchors: o.Anchors, BlockSize: o.BlockSize, LossChunk: o.LossChunk,
-		Steps: o.Steps, Warmup: o.Warmup, Memory: mem, PeakTFLOPS: o.PeakTFLOPS, PeakSource: "--peak-tflops", DrafterOnly: o.DrafterOnly}
-	if o.PeakTFLOPS == 0 {
-		r.PeakTFLOPS, r.PeakSource = DevicePeak(o.Device)
-	}
+		Steps: o.Steps, Warmup: o.Warmup, Memory: mem, DrafterOnly: o.DrafterOnly}
+	r.PeakTFLOPS, r.PeakSource = peak(o, env)
 	return r
 }
 
-// DevicePeak returns the peak FLOP rate (TFLOP/s) the MFU of device (cpu
-// or cuda) divides by, and where it comes from.
-func DevicePeak(device string) (tflops float64, source string) {
-	if device == "cpu" {
-		return CPUPeakGFLOPS / 1000, "float32 GEMM of the 2-core development VM (CPUPeakGFLOPS, docs/PERF.md)"
+// peak returns the peak FLOP rate (TFLOP/s) the MFU divides by and its
+// source: o.PeakTFLOPS when given, else env's; a dry run (env nil) reads
+// this CPU's on the CPU and, opening no GPU, leaves a GPU's unknown (0).
+func peak(o Options, env *Env) (tflops float64, source string) {
+	switch {
+	case o.PeakTFLOPS > 0:
+		return o.PeakTFLOPS, "--peak-tflops"
+	case env != nil && env.Peak != nil:
+		return env.Peak()
+	case env == nil && o.Device == "cpu":
+		return cpufeat.PeakTFLOPS(runtime.GOMAXPROCS(0))
 	}
-	return H200BF16PeakTFLOPS, "H200 dense bf16, NVIDIA datasheet (cuBLASLt measured 731-798 at 8192³)"
+	return 0, fmt.Sprintf("unknown (%s opened no device to read it from): give --peak-tflops", o.Device)
 }
 
 // finish fills the means, rates and MFU from the timed steps and their
@@ -172,7 +178,7 @@ func (r *Report) finish(steps []stepResult, walls []time.Duration) {
 	r.TokensPerS = float64(r.Batch*r.SeqLen) / sec
 	r.SamplesPerS = float64(r.Batch) / sec
 	mfu := func(flops, ms float64) float64 {
-		if ms <= 0 {
+		if ms <= 0 || r.PeakTFLOPS <= 0 {
 			return 0
 		}
 		return flops / (ms / 1e3) / (r.PeakTFLOPS * 1e12)

@@ -13,7 +13,7 @@ import (
 // from): the models made and placed (timed as setup), a first step (kernel
 // compilation or cache loads included), o.Warmup and then o.Steps timed
 // steps, their phases timed on dev.Clock (or separated by dev.Sync).
-func RunOn(o Options, dev *Device) (*Report, error) {
+func RunOn(o Options, dev *Env) (*Report, error) {
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
@@ -25,7 +25,7 @@ func RunOn(o Options, dev *Device) (*Report, error) {
 			return nil, err
 		}
 	}
-	rep := newReport(o, dc, mem)
+	rep := newReport(o, dc, mem, dev)
 	slog.Info("bench step", "device", o.Device, "backend", dev.Backend.Name(), "target", o.TargetName, "taps", dc.TargetLayerIDs,
 		"drafter_layers", o.DrafterLayers, "seq_len", o.SeqLen, "batch", o.Batch, "anchors", o.Anchors)
 	start := time.Now()

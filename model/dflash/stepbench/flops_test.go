@@ -92,7 +92,7 @@ func TestStepFLOPsMatchesCountedGEMMs(t *testing.T) {
 			o.Taps, o.DrafterLayers, o.Anchors, o.Seed = c.taps, c.layers, c.anchors, testseed.Seed(t)
 			dc := drafterConfig(o)
 			cb := &countingBackend{Backend: tensor.NewCPU[float32](1)}
-			s, err := newStepper(o, dc, CPUDevice(cb))
+			s, err := newStepper(o, dc, CPUEnv(cb))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -112,7 +112,7 @@ func TestStepFLOPsMatchesCountedGEMMs(t *testing.T) {
 			tp.Backward(out.Loss)
 			bg, _ := cb.reset(t)
 
-			want := StepFLOPs(&o.Target, dc, b.Rows, b.Len, bl)
+			want := dflash.StepFLOPs(&o.Target, dc, b.Rows, b.Len, bl)
 			if got := tg + ta; got != want.TargetForward {
 				t.Errorf("target forward: counted %g (GEMM %g + attention %g), StepFLOPs %g", got, tg, ta, want.TargetForward)
 			}
@@ -157,7 +157,7 @@ func TestDrafterParams(t *testing.T) {
 // TestAdamWConfigIsTrainDefault guards the optimizer the step times: the
 // trainer's defaults.
 func TestAdamWConfigIsTrainDefault(t *testing.T) {
-	s, err := newStepper(tinyOptions(), drafterConfig(tinyOptions()), CPUDevice(tensor.NewCPU[float32](1)))
+	s, err := newStepper(tinyOptions(), drafterConfig(tinyOptions()), CPUEnv(tensor.NewCPU[float32](1)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -86,7 +86,7 @@ func TestStepOpCounts(t *testing.T) {
 	o.Seed = testseed.Seed(t)
 	dc := drafterConfig(o)
 	oc := &opCounter{StepCPU: backendtest.NewStepCPU(1)}
-	s, err := newStepper(o, dc, CPUDevice(oc))
+	s, err := newStepper(o, dc, CPUEnv(oc))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,11 +8,11 @@
 //
 // Phase times are means over the timed steps and add up to the mean step
 // time. The report adds tokens/s, samples/s, the peak memory, the step's
-// FLOPs (StepFLOPs, written out in docs/PERF.md) and the MFU against the
+// FLOPs (dflash.StepFLOPs, written out in docs/PERF.md) and the MFU against the
 // device's peak FLOP rate. Before allocating, Run refuses a shape whose
 // estimated memory exceeds what the host has, giving both numbers.
 //
-// Run is the CPU's. A GPU's is RunOn, with a Device the caller opened
+// Run is the CPU's. A GPU's is RunOn, with an Env the caller made
 // (cmd/dflash: the CUDA tensor backend on GPU 0); the package itself never
 // names a device. The report then adds the device's numbers and the first
 // step (kernel compilation or cache loads included).
@@ -23,6 +23,7 @@ import (
 	"slices"
 
 	"dflash/model"
+	"dflash/model/dflash"
 )
 
 // Options describes one benchmark.
@@ -38,7 +39,7 @@ type Options struct {
 	Steps, Warmup int    // timed steps, untimed steps before them
 	Seed          uint64 // weights, token ids and anchors
 	// PeakTFLOPS is the peak FLOP rate the MFU divides by; 0 means the
-	// device's (CPUPeak or H200BF16Peak).
+	// device's (Env.Peak).
 	PeakTFLOPS float64
 	// LossChunk is the number of block slots whose logits exist at once
 	// (Drafter.LossChunk; 0: the cross-entropy's default).
@@ -54,19 +55,6 @@ type Options struct {
 	// on the device (a backend that is a tensor.Profiler): Report.Ops.
 	Profile bool
 }
-
-// Peak FLOP rates the MFU divides by, each with its source.
-const (
-	// CPUPeakGFLOPS is the float32 GEMM rate of the 2-core development VM
-	// (AMD EPYC, AVX2/FMA kernel, both cores): the best shape of
-	// `go test -run '^$' -bench 'Gemm/^dflash$/' -benchtime 10x ./tensor/`
-	// (docs/PERF.md, "Drafter training step").
-	CPUPeakGFLOPS = 93.1
-	// H200BF16PeakTFLOPS is the H200's dense bf16 tensor-core rate from
-	// NVIDIA's datasheet; cuBLASLt measured 731-798 TFLOP/s at 8192³ on our
-	// H200 (docs/PERF.md, issue 3).
-	H200BF16PeakTFLOPS = 989
-)
 
 // normalized checks every field, naming the flag of a bad one, and fills
 // the defaults.
@@ -94,11 +82,8 @@ func (o Options) normalized() (Options, error) {
 		return o, fmt.Errorf("--anchors %d: a --seq-len %d sequence has only %d anchor candidates (its last %d tokens are the assistant's)",
 			o.Anchors, o.SeqLen, cands, o.SeqLen-promptLen(o.SeqLen))
 	}
-	L := o.Target.NumLayers
-	for _, t := range o.Taps {
-		if t < 0 || t >= L {
-			return o, fmt.Errorf("--taps %v: layer %d is outside the target's %d layers (0..%d)", o.Taps, t, L, L-1)
-		}
+	if err := dflash.CheckTaps(o.Taps, o.Target.NumLayers); err != nil {
+		return o, fmt.Errorf("--taps %v: %w", o.Taps, err)
 	}
 	o.Taps = slices.Clone(o.Taps)
 	if !(o.PeakTFLOPS >= 0) {

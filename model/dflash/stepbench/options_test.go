@@ -120,8 +120,13 @@ func TestDryRunIssueCase(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.StepMS != 0 || r.Steps != 0 || !slices.Equal(r.Taps, []int{1, 9, 17, 25, 33}) || r.PeakTFLOPS != H200BF16PeakTFLOPS {
+	// A dry run opens no GPU: its peak is unknown unless given.
+	if r.StepMS != 0 || r.Steps != 0 || !slices.Equal(r.Taps, []int{1, 9, 17, 25, 33}) || r.PeakTFLOPS != 0 || !strings.Contains(r.PeakSource, "--peak-tflops") {
 		t.Errorf("dry run report %+v", r)
+	}
+	o.PeakTFLOPS = 989
+	if g, err := Run(o); err != nil || g.PeakTFLOPS != 989 || g.PeakSource != "--peak-tflops" {
+		t.Errorf("dry run with --peak-tflops 989: peak %v (%s), %v", g.PeakTFLOPS, g.PeakSource, err)
 	}
 	implied := 0.40 * 989e12 * 1.24
 	if ratio := r.FLOPs.Total() / implied; ratio < 0.9 || ratio > 1.1 {

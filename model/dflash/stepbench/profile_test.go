@@ -41,7 +41,7 @@ func TestProfileNamesEveryPhase(t *testing.T) {
 	o := tinyOptions()
 	o.Steps, o.Warmup, o.Profile = 1, 0, true
 	rec := &phaseRecorder{CPU: tensor.NewCPU[float32](1)}
-	rep, err := RunOn(o, CPUDevice(rec))
+	rep, err := RunOn(o, CPUEnv(rec))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +52,7 @@ func TestProfileNamesEveryPhase(t *testing.T) {
 	if len(rep.Ops) != len(want) || rep.Ops[0].Phase != want[0] {
 		t.Errorf("report ops %+v: want the backend's %d", rep.Ops, len(want))
 	}
-	_, err = RunOn(o, CPUDevice(tensor.NewCPU[float32](1)))
+	_, err = RunOn(o, CPUEnv(tensor.NewCPU[float32](1)))
 	if err == nil || !strings.Contains(err.Error(), "--profile: the cpu") {
 		t.Errorf("profile on the CPU backend: %v, want an error naming the backend", err)
 	}
@@ -66,7 +66,7 @@ func TestDrafterOnly(t *testing.T) {
 	o := tinyOptions()
 	o.Steps, o.Warmup, o.DrafterOnly = 2, 0, true
 	dc := drafterConfig(o)
-	s, err := newStepper(o, dc, CPUDevice(tensor.NewCPU[float32](1)))
+	s, err := newStepper(o, dc, CPUEnv(tensor.NewCPU[float32](1)))
 	if err != nil {
 		t.Fatal(err)
 	}

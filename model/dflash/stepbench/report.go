@@ -1,6 +1,9 @@
 package stepbench
 
-import "dflash/tensor"
+import (
+	"dflash/model/dflash"
+	"dflash/tensor"
+)
 
 // Report is the result of one benchmark (the JSON of `dflash bench step
 // --json`). Times are means over the timed steps, in milliseconds.
@@ -49,7 +52,7 @@ type Report struct {
 	PeakLiveBytes uint64 `json:"peak_live_bytes"`
 	PeakRSSBytes  uint64 `json:"peak_rss_bytes"`
 	Memory        Memory `json:"memory_estimate"` // the estimate checked before allocating
-	// PeakDeviceBytes, on a GPU (Device.Measure), is the most device memory
+	// PeakDeviceBytes, on a GPU (Env.Measure), is the most device memory
 	// the allocator held over the timed steps (the peaks start again after
 	// the warm-up, as the peer's torch.cuda.reset_peak_memory_stats; the
 	// first step's compilation and GEMM tuning buffers are not in them;
@@ -83,7 +86,7 @@ type Report struct {
 	// PerStep, on a GPU, is the host<->device copies and host waits of a
 	// timed step, on average (its inputs' uploads, the phase timing's
 	// synchronisations, the clipping norm, the loss and metrics read back),
-	// as the device counts them (Device.Measure).
+	// as the device counts them (Env.Measure).
 	PerStep any `json:"per_step,omitempty"`
 	// Replays counts what tensor.Replay did for the timed steps' regions
 	// (the target's pass, the drafter's forward and backward): on the CUDA
@@ -91,10 +94,10 @@ type Report struct {
 	// graphs are captured; empty on a backend that does not replay.
 	Replays map[string]int `json:"replays,omitempty"`
 
-	FLOPs      FLOPs   `json:"flops"` // per step, mean over the timed steps
-	PeakTFLOPS float64 `json:"peak_tflops"`
-	PeakSource string  `json:"peak_source"`
-	MFU        MFU     `json:"mfu"`
+	FLOPs      dflash.FLOPs `json:"flops"` // per step, mean over the timed steps
+	PeakTFLOPS float64      `json:"peak_tflops"`
+	PeakSource string       `json:"peak_source"`
+	MFU        MFU          `json:"mfu"`
 
 	Loss float64 `json:"loss"` // the last step's loss (random weights: about ln(vocab))
 }

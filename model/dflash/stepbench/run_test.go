@@ -6,12 +6,14 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"dflash/internal/cpufeat"
 	"dflash/internal/testseed"
 	"dflash/tensor"
 )
@@ -66,8 +68,11 @@ func TestTinyRunOnCPU(t *testing.T) {
 	}
 	near("tokens/s", r.TokensPerS, float64(o.Batch*o.SeqLen)/(r.StepMS/1e3))
 	near("samples/s", r.SamplesPerS, float64(o.Batch)/(r.StepMS/1e3))
-	near("step MFU", r.MFU.Step, r.FLOPs.Total()/(r.StepMS/1e3)/(CPUPeakGFLOPS*1e9))
-	near("target MFU", r.MFU.TargetForward, r.FLOPs.TargetForward/(p.TargetForward/1e3)/(CPUPeakGFLOPS*1e9))
+	if peak, _ := cpufeat.PeakTFLOPS(runtime.GOMAXPROCS(0)); r.PeakTFLOPS != peak || peak == 0 {
+		t.Errorf("peak %v TFLOP/s (%s), this CPU's is %v", r.PeakTFLOPS, r.PeakSource, peak)
+	}
+	near("step MFU", r.MFU.Step, r.FLOPs.Total()/(r.StepMS/1e3)/(r.PeakTFLOPS*1e12))
+	near("target MFU", r.MFU.TargetForward, r.FLOPs.TargetForward/(p.TargetForward/1e3)/(r.PeakTFLOPS*1e12))
 	if lnV := math.Log(float64(o.Target.VocabSize)); math.Abs(r.Loss-lnV) > 0.5 {
 		t.Errorf("loss %v of random weights, want near ln(vocab) = %v", r.Loss, lnV)
 	}
@@ -160,7 +165,7 @@ func TestClockStepHasNoPhaseSyncs(t *testing.T) {
 	o := tinyOptions()
 	o.Seed = testseed.Seed(t)
 	clock := &hostClock{t: t}
-	dev := CPUDevice(tensor.NewCPU[float32](1))
+	dev := CPUEnv(tensor.NewCPU[float32](1))
 	dev.Clock = clock
 	dev.Sync = func() error {
 		if clock.open {

@@ -3,9 +3,11 @@ package stepbench
 import (
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"time"
 
 	"dflash/flex"
+	"dflash/internal/cpufeat"
 	"dflash/model"
 	"dflash/model/dflash"
 	"dflash/tensor"
@@ -20,9 +22,15 @@ func promptLen(seqLen int) int { return seqLen / 8 }
 // positions t >= promptLen with t+1 < seqLen (dflash.Candidates).
 func candidates(seqLen int) int { return seqLen - 1 - promptLen(seqLen) }
 
-// drafterConfig returns the drafter of o: the target's attention shape,
-// o.DrafterLayers layers, o.Taps (default: the recipe's spread), the last
-// vocabulary id as the mask token.
+// drafterConfig returns the drafter of o, made as the training recipe
+// makes it (recipe.DrafterConfig, which model/ cannot import: it depends on
+// the trainer) without its options the benchmark lacks (gamma, MLP width:
+// their defaults): the target's attention shape, o.DrafterLayers layers,
+// o.Taps or the recipe's spread. The mask token differs deliberately: the
+// benchmark has no tokenizer for recipe.MaskToken to ask (its data is
+// random ids below the mask), so it is the last id of the vocabulary. Its
+// sequences are all o.SeqLen long: nothing is padded, no pad token
+// (recipe.PadToken) is needed, and it holds nothing out (recipe.Split).
 func drafterConfig(o Options) *dflash.Config {
 	dc := dflash.DrafterConfigFor(&model.Model{Config: o.Target}, o.DrafterLayers, o.Taps, o.BlockSize, o.Target.VocabSize-1)
 	dc.NumAnchors = o.Anchors
@@ -38,7 +46,7 @@ type stepper struct {
 	drafter  *dflash.Drafter[float32]
 	head     dflash.Head[float32]
 	hidden   dflash.HiddenFunc
-	dev      *Device
+	dev      *Env
 	train    *train.Params // the drafter's gradients and AdamW, where the step runs
 	cfg      train.Config
 	examples []dflash.Example
@@ -47,11 +55,12 @@ type stepper struct {
 	heap     *heapPeak // marks the heap at phase boundaries when set
 }
 
-// Device is where a step runs: its backend (which also runs the drafter's
-// optimizer), how its queued work is waited for and its memory released
-// between steps. CPUDevice is the CPU's; a caller that opens a GPU builds its own
+// Env is the benchmark's placement of a step: the backend it runs on
+// (which also runs the drafter's optimizer), how its queued work is waited
+// for and its memory released between steps, and the peak FLOP rate its MFU
+// divides by. CPUEnv is the CPU's; a caller that opens a GPU builds its own
 // and calls RunOn on the GPU's worker thread.
-type Device struct {
+type Env struct {
 	Backend tensor.Backend[float32]
 	// Sync waits for the queued work (phases are timed between syncs).
 	Sync func() error
@@ -69,6 +78,10 @@ type Device struct {
 	// is called after them with the report and the step count, to add the
 	// device's own numbers (memory, copies and synchronisations).
 	Measure func() func(rep *Report, steps int)
+	// Peak, optional, returns the peak FLOP rate of the device in TFLOP/s
+	// and its source (0: unknown, the source says why); Options.PeakTFLOPS
+	// overrides it.
+	Peak func() (tflops float64, source string)
 }
 
 // NumPhases is the number of phases of a step (Phases' fields, in order):
@@ -85,15 +98,17 @@ type PhaseClock interface {
 	Between(i, j int) (time.Duration, error)
 }
 
-// CPUDevice is the CPU backend b.
-func CPUDevice(b tensor.Backend[float32]) *Device {
-	return &Device{Backend: b, Sync: func() error { return nil }, Reset: func() {}}
+// CPUEnv is the CPU backend b, with the float32 peak of the process's
+// cores (GOMAXPROCS; cpufeat.PeakTFLOPS).
+func CPUEnv(b tensor.Backend[float32]) *Env {
+	return &Env{Backend: b, Sync: func() error { return nil }, Reset: func() {},
+		Peak: func() (float64, string) { return cpufeat.PeakTFLOPS(runtime.GOMAXPROCS(0)) }}
 }
 
 // newStepper allocates the target (random weights) and the drafter, places
 // both on dev (the target frozen), and makes AdamW and o.Batch random
 // sequences of o.SeqLen tokens.
-func newStepper(o Options, dc *dflash.Config, dev *Device) (*stepper, error) {
+func newStepper(o Options, dc *dflash.Config, dev *Env) (*stepper, error) {
 	tc := o.Target
 	if o.DrafterOnly {
 		tc.NumLayers = 1 // the drafter reads the embedding and the LM head only
@@ -165,7 +180,7 @@ func examples(o Options, dc *dflash.Config, rng *rand.Rand) ([]dflash.Example, [
 // separate build of its block mask.
 type stepResult struct {
 	phases    [NumPhases]time.Duration
-	flops     FLOPs
+	flops     dflash.FLOPs
 	loss      float64
 	blockMask time.Duration
 	end       time.Time // when the optimizer finished
@@ -252,7 +267,7 @@ func (s *stepper) step() (stepResult, error) {
 	var loss [1]float32
 	s.dev.Backend.Download(out.Loss.Store, loss[:])
 	res.loss = float64(loss[0])
-	res.flops = StepFLOPs(&s.o.Target, s.dc, b.Rows, b.Len, bl)
+	res.flops = dflash.StepFLOPs(&s.o.Target, s.dc, b.Rows, b.Len, bl)
 	if s.o.DrafterOnly {
 		res.flops.TargetForward = 0
 	}

@@ -1,10 +1,9 @@
-package stepbench
+package dflash
 
 import (
 	"slices"
 
 	"dflash/model"
-	"dflash/model/dflash"
 )
 
 // FLOPs is the work of one training step in floating-point operations (a
@@ -37,7 +36,7 @@ func (f FLOPs) Total() float64 { return f.TargetForward + f.DrafterForward + f.D
 // StepFLOPs counts the FLOPs of one step of drafter dc over target tc for
 // rows sequences of seqLen tokens with the blocks bl (their anchors, valid
 // counts and labels decide the attention pairs and the LM-head rows).
-func StepFLOPs(tc *model.Config, dc *dflash.Config, rows, seqLen int, bl *dflash.Blocks) FLOPs {
+func StepFLOPs(tc *model.Config, dc *Config, rows, seqLen int, bl *Blocks) FLOPs {
 	H, I, D := float64(tc.HiddenSize), float64(tc.IntermediateSize), float64(tc.HeadDim)
 	q, kv := float64(tc.NumHeads)*D, float64(tc.NumKVHeads)*D
 	T, S := float64(rows*seqLen), float64(seqLen)
@@ -52,8 +51,8 @@ func StepFLOPs(tc *model.Config, dc *dflash.Config, rows, seqLen int, bl *dflash
 	ctxKV := 2 * T * 2 * kv * H
 	blockRows := float64(bl.Rows * bl.N * bl.B)
 	block := 2 * blockRows * layerW
-	attn := 4 * D * float64(tc.NumHeads) * DFlashPairs(bl, seqLen)
-	labels := float64(LabelRows(bl))
+	attn := 4 * D * float64(tc.NumHeads) * maskPairs(bl, seqLen)
+	labels := float64(labelRows(bl))
 	head := 2 * labels * H * float64(tc.VocabSize)
 	layers := float64(dc.NumLayers) * (ctxKV + block + attn)
 	f.DrafterForward = fc + layers + head + 2*labels
@@ -61,11 +60,11 @@ func StepFLOPs(tc *model.Config, dc *dflash.Config, rows, seqLen int, bl *dflash
 	return f
 }
 
-// DFlashPairs returns the allowed (query, key) pairs of the DFlash mask of
+// maskPairs returns the allowed (query, key) pairs of the DFlash mask of
 // bl over a context of seqLen tokens, per head: each slot of a live block
 // with anchor a sees the a context positions before it (a < seqLen) and the
 // B slots of its own block; dead blocks see nothing.
-func DFlashPairs(bl *dflash.Blocks, seqLen int) float64 {
+func maskPairs(bl *Blocks, seqLen int) float64 {
 	var pairs float64
 	for r := range bl.Rows {
 		for j := range int(bl.NumValid[r]) {
@@ -76,9 +75,9 @@ func DFlashPairs(bl *dflash.Blocks, seqLen int) float64 {
 	return pairs
 }
 
-// LabelRows returns the number of block slots that carry a label with a
+// labelRows returns the number of block slots that carry a label with a
 // positive weight: the rows the LM head and cross-entropy compute.
-func LabelRows(bl *dflash.Blocks) int {
+func labelRows(bl *Blocks) int {
 	n := 0
 	for i, l := range bl.Labels {
 		if l >= 0 && bl.Weights[i] > 0 {

@@ -1,4 +1,4 @@
-package main
+package recipe
 
 import (
 	"errors"
@@ -11,14 +11,14 @@ import (
 	"dflash/train"
 )
 
-// drafterNotWritten is the error of a `dflash train` that ends without writing
+// notWritten is the error of a training job that ends without writing
 // its drafter to OUT/drafter because a file could not be written (err: the
 // export itself, or a checkpoint or metrics write during training, as on a full
 // disk): err, then that the drafter was not written and the newest valid
 // checkpoint in out that --resume continues from, or that there is none.
 // Other errors (a refused resume, a bad option) and nil are returned as they
 // are.
-func drafterNotWritten(err error, out string) error {
+func notWritten(err error, out string) error {
 	var pe *fs.PathError
 	var le *os.LinkError
 	if err == nil || !errors.As(err, &pe) && !errors.As(err, &le) && !errors.Is(err, syscall.ENOSPC) && !errors.Is(err, syscall.EDQUOT) {
