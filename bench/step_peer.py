@@ -2,7 +2,7 @@
 """step_peer.py: the PyTorch peer of `dflash bench step` (issue 14, "Speed, side by side").
 
 One DFlash drafter training step (docs/DRAFTER.md) done the way the PyTorch trainers do it
-(/work/shared/PEERS.md), timed phase by phase, for the shapes of model/dflash/stepbench:
+(/work/shared/PEERS.md), timed phase by phase, for the shapes of recipe/stepbench:
 
 - target: HF transformers Qwen3ForCausalLM with random weights, bf16, eval, no grad, built on the
   device. --mode shipped runs the whole forward with the LM head and output_hidden_states=True (as
@@ -46,7 +46,7 @@ from step_peer_model import (Drafter, MasterAdamW, assemble, chunked_loss, dflas
                              init_drafter, make_batch, rope_cos_sin, sample_anchors)
 
 QWEN3_VOCAB = 151936
-# name: hidden, intermediate, layers, heads, kv heads, tied (model/dflash/stepbench/targets.go)
+# name: hidden, intermediate, layers, heads, kv heads, tied (recipe/stepbench/targets.go)
 TARGETS = {
     "qwen3-0.6b": (1024, 3072, 28, 16, 8, True),
     "qwen3-1.7b": (2048, 6144, 28, 16, 8, True),

@@ -9,6 +9,7 @@ import (
 
 	"dflash/data/chat"
 	"dflash/data/tokenizer"
+	"dflash/internal/rngstream"
 	"dflash/model"
 	"dflash/model/dflash"
 	"dflash/recipe"
@@ -181,7 +182,7 @@ func (r *runner) drafter(ctx context.Context) error {
 		return err
 	}
 	dc := recipe.DrafterConfig(&r.targetModel.Config, recipe.DrafterOptions{Layers: o.DraftLayers, Taps: taps, BlockSize: o.BlockSize, Anchors: o.Anchors}, mask)
-	drafter := dflash.New[float32](dc, rand.New(rand.NewPCG(o.Seed, train.StreamInit)))
+	drafter := dflash.New[float32](dc, rand.New(rand.NewPCG(o.Seed, rngstream.Init)))
 	r.draft = drafter
 	res.Taps, res.BlockSize = taps, o.BlockSize
 	for _, p := range drafter.Params() {
@@ -215,7 +216,7 @@ func (r *runner) drafter(ctx context.Context) error {
 	dcfg.Out, dcfg.Steps, dcfg.LR, dcfg.WarmupSteps, dcfg.Seed = filepath.Join(r.dir, "drafter-train"), o.DraftSteps, o.DraftLR, 20, o.Seed
 	dcfg.SaveEvery, dcfg.KeepCheckpoints, dcfg.Plot, dcfg.Progress, dcfg.EvalEvery = 0, 1, o.Dir != "", o.Progress, 0
 	var losses []float64
-	hooks := sess.Hooks()
+	hooks := recipe.Hooks(sess, nil)
 	step := hooks.Step
 	hooks.Step = func(ctx context.Context, s train.StepInfo) (float64, map[string]float64, int, error) {
 		l, m, n, err := step(ctx, s)

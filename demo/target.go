@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"dflash/data/order"
+	"dflash/internal/rngstream"
 	"dflash/model"
 	"dflash/tensor"
 	"dflash/train"
@@ -50,7 +51,7 @@ func TrainTarget(ctx context.Context, m *model.Model, seqs [][]int32, batch int,
 	if len(seqs) == 0 {
 		return nil, fmt.Errorf("demo: no target training sequences")
 	}
-	d := &lmData{seqs: seqs, pad: pad, order: order.New(len(seqs), batch, cfg.Seed, train.StreamData)}
+	d := &lmData{seqs: seqs, pad: pad, order: order.New(len(seqs), batch, cfg.Seed, rngstream.Data)}
 	cj, err := m.Config.HFConfig("float32")
 	if err != nil {
 		return nil, err

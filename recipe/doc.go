@@ -9,11 +9,11 @@
 // Spec and prints the Result.
 //
 // The pieces of the recipe that other callers share are exported:
-// DrafterConfig, MaskToken, PadToken, Split and MFUPeak (the demo's
+// DrafterConfig, MaskToken, PadToken, Split, Hooks and MFUPeak (the demo's
 // drafter stage uses them and `dflash bench step` MFUPeak, each saying
-// where it chooses differently). The pieces the step benchmark
-// (model/dflash/stepbench) shares live below it, in model/dflash
-// (DrafterConfigFor, DefaultTaps, CheckTaps, StepFLOPs), gpu and
-// internal/cpufeat (the peaks), so that model/ does not depend on the
+// where it chooses differently). The step benchmark, recipe/stepbench,
+// times one step of this recipe; the pieces it shares with the model live
+// in model/dflash (DrafterConfigFor, DefaultTaps, CheckTaps, StepFLOPs), gpu
+// and internal/cpufeat (the peaks), so that model/ does not depend on the
 // trainer.
 package recipe

@@ -5,9 +5,9 @@ import (
 	"math/rand/v2"
 
 	"dflash/data/tokenizer"
+	"dflash/internal/rngstream"
 	"dflash/model"
 	"dflash/model/dflash"
-	"dflash/train"
 )
 
 // DrafterConfig returns the drafter of o for target tc with mask token
@@ -58,11 +58,11 @@ func PadToken(tok *tokenizer.Tokenizer) int32 {
 }
 
 // Split shuffles examples in place with the data stream of seed
-// (train.StreamData) and holds out the first min(maxEval, max(1,
+// (rngstream.Data) and holds out the first min(maxEval, max(1,
 // ⌊len·fraction⌋)) for evaluation: it returns the training and the
 // evaluation examples, both sharing examples' array.
 func Split[E any](examples []E, seed uint64, fraction float64, maxEval int) (trainSet, eval []E) {
-	rng := rand.New(rand.NewPCG(seed, train.StreamData))
+	rng := rand.New(rand.NewPCG(seed, rngstream.Data))
 	rng.Shuffle(len(examples), func(i, j int) { examples[i], examples[j] = examples[j], examples[i] })
 	n := min(maxEval, max(1, int(float64(len(examples))*fraction)))
 	return examples[n:], examples[:n]

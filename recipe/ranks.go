@@ -76,9 +76,6 @@ func (j *job) trainRank(ctx context.Context, r rankEnv) (*train.Result, error) {
 	}
 	fetch := placeDrafter(r, sess.Drafter)
 	sess.Backend = r.backend
-	if r.cuda != nil {
-		sess.Collective = r.cuda.Collective
-	}
 	sess.Head, sess.Hidden = dflash.HeadOf(target), dflash.TargetHidden(target, j.dc.TargetLayerIDs, r.backend)
 	if s.SpecEvalEvery > 0 {
 		if sess.SpecEval, err = spec.EvalFunc(r.backend, target, sess.Drafter, sess.Eval, s.SpecPrompts, s.SpecMaxNewTokens); err != nil {
@@ -86,14 +83,15 @@ func (j *job) trainRank(ctx context.Context, r rankEnv) (*train.Result, error) {
 		}
 	}
 	var g *gpu.Device
+	var coll train.Collective
 	if r.cuda != nil {
-		g = r.cuda.Device
+		g, coll = r.cuda.Device, r.cuda.Collective
 	}
 	peak, source := MFUPeak(s.PeakTFLOPS, g, s.Workers)
 	if r.first {
 		slog.Info("mfu peak", "mfu_peak_tflops", peak, "mfu_peak_source", source)
 	}
-	hooks := sess.Hooks()
+	hooks := Hooks(sess, coll)
 	hooks.Identity, hooks.PeakTFLOPS, hooks.Gauges = j.id, peak, r.gauges
 	res, err := train.Run(ctx, s.Config, hooks)
 	if r.first {

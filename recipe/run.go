@@ -13,6 +13,7 @@ import (
 	"dflash/data"
 	"dflash/data/chat"
 	"dflash/data/tokenizer"
+	"dflash/internal/rngstream"
 	"dflash/model"
 	"dflash/model/dflash"
 	"dflash/tensor"
@@ -159,7 +160,7 @@ func prepare(ctx context.Context, s Spec) (*job, error) {
 // target yet (trainRank gives it the rank's).
 func (j *job) newSession() *dflash.Session {
 	s, dc, tc := &j.spec, j.dc, j.targetCfg
-	d := dflash.New[float32](dc, rand.New(rand.NewPCG(s.Seed, train.StreamInit)))
+	d := dflash.New[float32](dc, rand.New(rand.NewPCG(s.Seed, rngstream.Init)))
 	return &dflash.Session{Drafter: d, Train: j.train, Eval: j.eval, BatchSize: s.Data.BatchSize, Pad: j.pad,
 		Seed: s.Seed, CacheHidden: s.Data.CacheHidden, Buckets: s.Data.Buckets,
 		StepFLOPs: func(b *dflash.Batch, bl *dflash.Blocks) float64 {

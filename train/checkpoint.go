@@ -35,7 +35,7 @@ type TrainerState struct {
 	Step         int                `json:"step"` // optimizer steps completed
 	Tokens       int64              `json:"tokens"`
 	Seed         uint64             `json:"seed"`
-	RNG          []byte             `json:"rng"`                     // StreamTrain state (RNG.MarshalBinary)
+	RNG          []byte             `json:"rng"`                     // rngstream.Train state (RNG.MarshalBinary)
 	DataPosition json.RawMessage    `json:"data_position,omitempty"` // from Hooks.DataState, opaque
 	Schedule     Schedule           `json:"schedule"`
 	LR           float64            `json:"lr"` // learning rate of the last step taken

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"dflash/data/order"
+	"dflash/internal/rngstream"
 	"dflash/internal/testseed"
 )
 
@@ -35,7 +36,7 @@ type dpTask struct {
 
 func newDPTask(seed uint64, rank, ranks int) *dpTask {
 	const in, hid, n = 4, 12, 40
-	t := &dpTask{m: newMLP(seed, in, hid), ord: order.New(n, dpGlobalBatch, seed, StreamData).Shard(rank, ranks)}
+	t := &dpTask{m: newMLP(seed, in, hid), ord: order.New(n, dpGlobalBatch, seed, rngstream.Data).Shard(rank, ranks)}
 	r := NewRNG(seed, 100)
 	for range n {
 		x := make([]float64, in)

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"dflash/internal/rngstream"
 	"dflash/tensor"
 )
 
@@ -29,7 +30,7 @@ func newMLP(seed uint64, in, hid int) *mlp {
 		w2: a.Param("head.weight", 1, hid), b2: a.Param("head.bias", 1)}
 	a.Alloc()
 	a.EnsureGrad()
-	r := NewRNG(seed, StreamInit)
+	r := NewRNG(seed, rngstream.Init)
 	for _, p := range m.params() {
 		for i := range p.Data() {
 			p.Data()[i] = float32(r.NormFloat64() / math.Sqrt(float64(p.Shape[len(p.Shape)-1])))
@@ -115,7 +116,7 @@ type pool struct {
 
 func newPool(seed uint64, n, in int) *pool {
 	r := NewRNG(seed, 100)
-	p := &pool{rng: NewRNG(seed, StreamData)}
+	p := &pool{rng: NewRNG(seed, rngstream.Data)}
 	for range n {
 		x := make([]float64, in)
 		for i := range x {

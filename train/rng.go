@@ -6,15 +6,6 @@ import (
 	"math/rand/v2"
 )
 
-// Stream numbers of the RNGs Run makes from Config.Seed; callers that draw their own
-// streams (model initialisation, data shuffling) should use other numbers.
-const (
-	StreamTrain uint64 = 1 // handed to Step
-	StreamEval  uint64 = 2 // base of Eval's per-evaluation streams
-	StreamInit  uint64 = 3 // suggested for parameter initialisation
-	StreamData  uint64 = 4 // suggested for data shuffling
-)
-
 // RNG is a PCG generator (math/rand/v2) whose complete state can be saved and
 // restored, so a resumed run draws exactly the numbers the uninterrupted run would.
 type RNG struct {

@@ -3,10 +3,12 @@ package train
 import (
 	"encoding/json"
 	"testing"
+
+	"dflash/internal/rngstream"
 )
 
 func TestRNGStateRoundTrip(t *testing.T) {
-	r := NewRNG(99, StreamTrain)
+	r := NewRNG(99, rngstream.Train)
 	for range 17 {
 		r.NormFloat64()
 	}

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"dflash/internal/rngstream"
 	"dflash/tensor"
 )
 
@@ -201,7 +202,7 @@ type boundary struct {
 func newRunner(cfg Config, h Hooks, params *Params) *runner {
 	sched := Schedule{BaseLR: cfg.LR, WarmupSteps: cfg.WarmupSteps, TotalSteps: cfg.Steps, MinLRRatio: cfg.MinLRRatio}
 	r := &runner{cfg: cfg, h: h, params: params, sched: sched, began: time.Now(), res: &Result{},
-		rng:         NewRNG(cfg.Seed, StreamTrain),
+		rng:         NewRNG(cfg.Seed, rngstream.Train),
 		st:          TrainerState{Seed: cfg.Seed, Schedule: sched, Best: map[string]float64{}, BestStep: map[string]int{}, Identity: h.Identity},
 		metricsPath: filepath.Join(cfg.Out, MetricsFile),
 		end:         cfg.Steps,
@@ -388,7 +389,7 @@ func (r *runner) evaluate(ctx context.Context) error {
 	if r.h.Eval == nil || !r.lead || !(r.cfg.EvalEvery > 0 && st.Step%r.cfg.EvalEvery == 0 || st.Step == r.end || spec) {
 		return nil
 	}
-	ev, err := r.h.Eval(ctx, EvalInfo{Step: st.Step, RNG: NewRNG(r.cfg.Seed, StreamEval<<32|uint64(st.Step)), Spec: spec})
+	ev, err := r.h.Eval(ctx, EvalInfo{Step: st.Step, RNG: NewRNG(r.cfg.Seed, rngstream.Eval<<32|uint64(st.Step)), Spec: spec})
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil

@@ -10,7 +10,7 @@ import (
 	"dflash/flex"
 	"dflash/flex/flexbench"
 	"dflash/internal/meminfo"
-	"dflash/model/dflash/stepbench"
+	"dflash/recipe/stepbench"
 	"dflash/tensor"
 	"dflash/train"
 )

@@ -6,7 +6,7 @@ import (
 
 	"dflash/gpu"
 	"dflash/jit"
-	"dflash/model/dflash/stepbench"
+	"dflash/recipe/stepbench"
 	"dflash/recipe"
 	"dflash/tensor/tensorcuda"
 )

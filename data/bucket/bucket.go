@@ -40,7 +40,7 @@ type Config struct {
 	TokenBudget int    // padded tokens per batch: batch size x bucket length <= TokenBudget
 	MaxBatch    int    // at most this many samples per batch (0: no limit)
 	Seed        uint64 // shuffling seed
-	Stream      uint64 // random stream of the seed (trainers pass train.StreamData)
+	Stream      uint64 // random stream of the seed (trainers pass rngstream.Data)
 	DropLast    bool   // drop each bucket's last, partly filled batch
 	// MaxBuckets, when positive, bounds the number of bucket lengths: they
 	// are chosen by ChooseLens to pad the data set least. 0: one bucket per

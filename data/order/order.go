@@ -32,7 +32,7 @@ type Order struct {
 }
 
 // New returns the order of n items in batches of batch (at most n), drawn
-// from the random stream (seed, stream); trainers pass train.StreamData.
+// from the random stream (seed, stream); trainers pass rngstream.Data.
 func New(n, batch int, seed, stream uint64) *Order {
 	return &Order{n: n, batch: batch, seed: seed, stream: stream, ranks: 1}
 }

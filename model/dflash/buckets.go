@@ -7,7 +7,7 @@ import (
 	"math/rand/v2"
 
 	"dflash/data/bucket"
-	"dflash/train"
+	"dflash/internal/rngstream"
 )
 
 // Fixed-shape training batches (Session.Buckets > 0). The training examples
@@ -36,8 +36,8 @@ func (s *Session) trainSampler() (*bucket.Sampler, error) {
 	if s.sampler != nil {
 		return s.sampler, nil
 	}
-	if s.Collective != nil && s.Collective.Size() > 1 {
-		return nil, fmt.Errorf("training batches: length buckets with %d ranks: not yet (the bucket sampler is not sharded across ranks)", s.Collective.Size())
+	if s.Ranks != nil && s.Ranks.Size() > 1 {
+		return nil, fmt.Errorf("training batches: length buckets with %d ranks: not yet (the bucket sampler is not sharded across ranks)", s.Ranks.Size())
 	}
 	lengths := make([]int, len(s.Train))
 	longest := 1
@@ -47,7 +47,7 @@ func (s *Session) trainSampler() (*bucket.Sampler, error) {
 	}
 	sp, err := bucket.New(lengths, bucket.Config{Edge: bucket.DefaultEdge, MaxBuckets: s.Buckets, PadRows: true,
 		TokenBudget: s.BatchSize * bucket.RoundUp(longest, bucket.DefaultEdge), MaxBatch: s.BatchSize,
-		Seed: s.Seed, Stream: train.StreamData})
+		Seed: s.Seed, Stream: rngstream.Data})
 	if err != nil {
 		return nil, fmt.Errorf("training batches: %w", err)
 	}
@@ -103,9 +103,9 @@ func (s *Session) Replays() map[int]map[string]int {
 	return out
 }
 
-// replayTotals returns the session's captures (first and again) and graph
+// ReplayTotals returns the session's captures (first and again) and graph
 // launches so far, over every bucket.
-func (s *Session) replayTotals() (captures, launches int) {
+func (s *Session) ReplayTotals() (captures, launches int) {
 	for _, m := range s.replays {
 		captures += m["captured"] + m["recaptured"]
 		launches += m["captured"] + m["recaptured"] + m["launched"]
@@ -132,9 +132,9 @@ func (s *Session) nextTrain(rng *rand.Rand) (*StepInputs[float32], error) {
 	return s.inputs(s.Train, b.Indices, false, sh, rng)
 }
 
-// dataState is Hooks.DataState: the position of the data order, or the
-// bucket sampler's State.
-func (s *Session) dataState() (json.RawMessage, error) {
+// DataState returns the position of the training data: the data order's,
+// or the bucket sampler's State (what a checkpoint keeps).
+func (s *Session) DataState() (json.RawMessage, error) {
 	if s.Buckets <= 0 {
 		return s.trainOrder().State()
 	}
@@ -145,10 +145,10 @@ func (s *Session) dataState() (json.RawMessage, error) {
 	return json.Marshal(sp.State())
 }
 
-// restoreData is Hooks.RestoreData. A position of batches in buckets (it
+// RestoreData restores a position DataState returned. A position of batches in buckets (it
 // lists them) restores only into a session with buckets, and the other way
 // round.
-func (s *Session) restoreData(raw json.RawMessage) error {
+func (s *Session) RestoreData(raw json.RawMessage) error {
 	var probe struct {
 		Buckets []int `json:"buckets"`
 	}

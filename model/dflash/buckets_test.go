@@ -177,12 +177,12 @@ func TestBucketDataPosition(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	raw, err := a.dataState()
+	raw, err := a.DataState()
 	if err != nil {
 		t.Fatal(err)
 	}
 	b := bucketSession(t, seed, 20, 3)
-	if err := b.restoreData(raw); err != nil {
+	if err := b.RestoreData(raw); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 10 {
@@ -192,15 +192,15 @@ func TestBucketDataPosition(t *testing.T) {
 		}
 	}
 	plain := bucketSession(t, seed, 20, 0)
-	if err := plain.restoreData(raw); err == nil || !strings.Contains(err.Error(), "this run has no buckets") {
+	if err := plain.RestoreData(raw); err == nil || !strings.Contains(err.Error(), "this run has no buckets") {
 		t.Fatalf("bucketed position into a session without buckets: %v", err)
 	}
-	praw, _ := plain.dataState()
-	if err := b.restoreData(praw); err == nil || !strings.Contains(err.Error(), "without length buckets") {
+	praw, _ := plain.DataState()
+	if err := b.RestoreData(praw); err == nil || !strings.Contains(err.Error(), "without length buckets") {
 		t.Fatalf("unbucketed position into a session with buckets: %v", err)
 	}
 	other := bucketSession(t, seed, 20, 2)
-	if err := other.restoreData(raw); err == nil || !strings.Contains(err.Error(), "buckets") {
+	if err := other.RestoreData(raw); err == nil || !strings.Contains(err.Error(), "buckets") {
 		t.Fatalf("position of 3 buckets into 2: %v", err)
 	}
 	var st map[string]any

@@ -1,4 +1,4 @@
-package dflash
+package dflash_test
 
 import (
 	"context"
@@ -10,8 +10,11 @@ import (
 
 	"dflash/gpu"
 	"dflash/internal/gputest"
+	"dflash/internal/rngstream"
 	"dflash/internal/testseed"
 	"dflash/model"
+	"dflash/model/dflash"
+	"dflash/recipe"
 	"dflash/train"
 	"dflash/train/traincuda"
 )
@@ -51,10 +54,10 @@ func TestGPUDataParallel(t *testing.T) {
 	tc := model.Config{Arch: model.Qwen3, VocabSize: 300, HiddenSize: 128, IntermediateSize: 256,
 		NumLayers: 4, NumHeads: 2, NumKVHeads: 1, HeadDim: 64, RMSNormEps: 1e-6, RopeTheta: 10000, MaxPositionEmbeddings: 1024}
 	rng := rand.New(rand.NewPCG(seed, 7))
-	ex := make([]Example, 24)
+	ex := make([]dflash.Example, 24)
 	for i := range ex {
 		n := 16 + rng.IntN(25)
-		ex[i] = Example{IDs: make([]int32, n), Mask: make([]uint8, n)}
+		ex[i] = dflash.Example{IDs: make([]int32, n), Mask: make([]uint8, n)}
 		for j := range n {
 			ex[i].IDs[j] = int32(rng.IntN(tc.VocabSize - 1))
 			if j >= n/3 {
@@ -74,18 +77,18 @@ func TestGPUDataParallel(t *testing.T) {
 			return err
 		}
 		target.Arena().Place(env.Backend, false)
-		dc := DrafterConfigFor(target, 2, nil, 8, tc.VocabSize-1)
+		dc := dflash.DrafterConfigFor(target, 2, nil, 8, tc.VocabSize-1)
 		dc.NumAnchors = 64 // more than any sequence's candidates: every one is an anchor
-		d := New[float32](dc, rand.New(rand.NewPCG(seed, train.StreamInit)))
+		d := dflash.New[float32](dc, rand.New(rand.NewPCG(seed, rngstream.Init)))
 		d.Arena().Place(env.Backend, true)
-		s := &Session{Drafter: d, Head: HeadOf(target), Hidden: TargetHidden(target, dc.TargetLayerIDs, env.Backend), Backend: env.Backend,
-			Train: ex, Eval: ex[:2], BatchSize: batch, Seed: seed, Collective: env.Collective}
+		s := &dflash.Session{Drafter: d, Head: dflash.HeadOf(target), Hidden: dflash.TargetHidden(target, dc.TargetLayerIDs, env.Backend), Backend: env.Backend,
+			Train: ex, Eval: ex[:2], BatchSize: batch, Seed: seed}
 		snap := func() {
 			w := make([]float32, d.Arena().Len())
 			env.Backend.Download(d.Arena().Values, w)
 			out.weights = append(out.weights, w)
 		}
-		h := s.Hooks()
+		h := recipe.Hooks(s, env.Collective)
 		step := h.Step
 		h.Step = func(ctx context.Context, si train.StepInfo) (float64, map[string]float64, int, error) {
 			if si.Micro == 0 {

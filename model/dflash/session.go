@@ -3,16 +3,15 @@ package dflash
 import (
 	"context"
 	"fmt"
-	"maps"
 	"math/rand/v2"
 	"slices"
 	"sync"
 
 	"dflash/data/bucket"
 	"dflash/data/order"
+	"dflash/internal/rngstream"
 	"dflash/model"
 	"dflash/tensor"
-	"dflash/train"
 )
 
 // Example is one training sequence: token ids and the loss mask (1 on
@@ -182,14 +181,14 @@ type Session struct {
 	// Buckets, when positive, draws the training batches from length
 	// buckets (at most Buckets bucket lengths, chosen to pad least) so that
 	// every step of a bucket has one shape; 0 batches in data order, padded
-	// to each batch's longest (see buckets.go). Not with Collective yet.
+	// to each batch's longest (see buckets.go). Not with Ranks yet.
 	Buckets int
-	// Collective, optional, makes the session one rank of data-parallel
-	// training (train.Hooks.Collective): the global batch is BatchSize times
-	// the rank count, in one order shared by every rank, and this rank
-	// trains on its share of each, with the anchors one rank with the whole
-	// batch would draw for those examples (ExampleAnchors).
-	Collective train.Collective
+	// Ranks, optional, makes the session one rank of data-parallel training
+	// (the trainer's collective, train.Collective, is one): the global batch
+	// is BatchSize times the rank count, in one order shared by every rank,
+	// and this rank trains on its share of each, with the anchors one rank
+	// with the whole batch would draw for those examples (ExampleAnchors).
+	Ranks Ranks
 	// Pad is the padding token id.
 	Pad int32
 	// Seed seeds the data order and the evaluation anchors.
@@ -213,6 +212,15 @@ type Session struct {
 	replays     map[int]map[string]int // tensor.Backend.Replay's kinds per bucket length (Replays)
 }
 
+// Ranks is what a session needs of data-parallel training: this rank, the
+// number of ranks, and the sum over the ranks of a few host values (the
+// loss weights of a step).
+type Ranks interface {
+	Rank() int
+	Size() int
+	AllReduceFloat64(x []float64) error
+}
+
 // cacheKey names an example of the training (eval false) or evaluation set.
 type cacheKey struct {
 	eval bool
@@ -223,10 +231,10 @@ type cacheKey struct {
 func (s *Session) trainOrder() *order.Order {
 	if s.order == nil {
 		rank, ranks := 0, 1
-		if s.Collective != nil {
-			rank, ranks = s.Collective.Rank(), s.Collective.Size()
+		if s.Ranks != nil {
+			rank, ranks = s.Ranks.Rank(), s.Ranks.Size()
 		}
-		s.order = order.New(len(s.Train), s.BatchSize*ranks, s.Seed, train.StreamData).Shard(rank, ranks)
+		s.order = order.New(len(s.Train), s.BatchSize*ranks, s.Seed, rngstream.Data).Shard(rank, ranks)
 	}
 	return s.order
 }
@@ -359,24 +367,24 @@ func (s *Session) Step(rng *rand.Rand) (loss float64, m *Metrics, in *StepInputs
 // over ranks the global batch's weighted mean: ws·ranks/Σ ws (1 with one
 // rank, 0 when no rank has a label).
 func (s *Session) lossShare(ws float64) (float64, error) {
-	if s.Collective == nil || s.Collective.Size() == 1 {
+	if s.Ranks == nil || s.Ranks.Size() == 1 {
 		return 1, nil
 	}
 	g := []float64{ws}
-	if err := s.Collective.AllReduceFloat64(g); err != nil {
+	if err := s.Ranks.AllReduceFloat64(g); err != nil {
 		return 0, fmt.Errorf("loss weights: %w", err)
 	}
 	if g[0] == 0 {
 		return 0, nil
 	}
-	return ws * float64(s.Collective.Size()) / g[0], nil
+	return ws * float64(s.Ranks.Size()) / g[0], nil
 }
 
 // Evaluate computes the metrics of docs/DRAFTER.md §5 on the evaluation
 // examples, with anchors from a fixed seed (the same at every call).
 func (s *Session) Evaluate() (*Metrics, error) {
 	m := NewMetrics(s.Drafter.Cfg.BlockSize)
-	rng := rand.New(rand.NewPCG(s.Seed, train.StreamEval<<32|0xe7a1))
+	rng := rand.New(rand.NewPCG(s.Seed, rngstream.Eval<<32|0xe7a1))
 	for i := 0; i < len(s.Eval); i += s.BatchSize {
 		var idx []int
 		for j := i; j < min(i+s.BatchSize, len(s.Eval)); j++ {
@@ -412,49 +420,4 @@ func MetricsMap(m *Metrics) map[string]float64 {
 		}
 	}
 	return out
-}
-
-// Hooks connects the session to train.Run.
-func (s *Session) Hooks() train.Hooks {
-	return train.Hooks{
-		Backend:    s.Backend,
-		Arena:      s.Drafter.Arena(),
-		Collective: s.Collective,
-		Step: func(ctx context.Context, si train.StepInfo) (float64, map[string]float64, int, error) {
-			loss, m, in, err := s.Step(si.RNG.Rand)
-			if err != nil {
-				return 0, nil, 0, err
-			}
-			b := in.Batch
-			var flops float64
-			if s.StepFLOPs != nil {
-				flops = s.StepFLOPs(b, in.Blocks)
-			}
-			si.Count(b.Samples(), flops)
-			vals := map[string]float64{"acc": m.Accuracy(), "tau": m.Acceptance(), "pad_frac": b.PadFraction()}
-			if len(s.replays) > 0 {
-				c, l := s.replayTotals()
-				vals["graph_captures"], vals["graph_launches"] = float64(c), float64(l)
-			}
-			return loss, vals, b.Tokens(), nil
-		},
-		Eval: func(ctx context.Context, e train.EvalInfo) (map[string]float64, error) {
-			m, err := s.Evaluate()
-			if err != nil {
-				return nil, err
-			}
-			out := MetricsMap(m)
-			if e.Spec && s.SpecEval != nil {
-				sm, err := s.SpecEval(ctx)
-				if err != nil {
-					return nil, fmt.Errorf("spec evaluation: %w", err)
-				}
-				maps.Copy(out, sm)
-			}
-			return out, nil
-		},
-		DataState:   s.dataState,
-		RestoreData: s.restoreData,
-		ModelConfig: func() ([]byte, error) { return s.Drafter.Cfg.MarshalJSON() },
-	}
 }
