@@ -53,6 +53,7 @@ import (
 // none).
 type Backend struct {
 	d       *gpu.Device // nil with the CPU tests' fake memory
+	arch    string      // d's architecture ("sm_90"), that the kernels compile for
 	cache   *jit.Cache
 	bf, f32 *Ops
 	mem     memory
@@ -127,7 +128,11 @@ func NewBackend(cache *jit.Cache, d *gpu.Device) (*Backend, error) {
 // newBackend returns the backend over mem, with its step arena over vm
 // when it is not nil.
 func newBackend(d *gpu.Device, cache *jit.Cache, bf, f32 *Ops, mem memory, vm growable) *Backend {
-	return &Backend{d: d, cache: cache, bf: bf, f32: f32, mem: mem, arena: stepArena{mem: mem, vm: vm, chunk: defaultChunk}, gen: 1,
+	var arch string
+	if d != nil {
+		arch = d.Arch()
+	}
+	return &Backend{d: d, arch: arch, cache: cache, bf: bf, f32: f32, mem: mem, arena: stepArena{mem: mem, vm: vm, chunk: defaultChunk}, gen: 1,
 		attns: map[attnKey]*flexcuda.Attention{}, builders: map[string]*flexcuda.Builder{}}
 }
 
