@@ -94,7 +94,7 @@ func (b *Backend) SetDeterministic() error {
 var _ tensor.Backend[float32] = (*Backend)(nil)
 
 // NewBackend returns the backend on d, compiling kernels through cache on
-// first use. Call it on d's worker thread, before d's first GEMM:
+// first use, or all at once in Prepare. Call it on d's worker thread, before d's first GEMM:
 // DFLASH_GEMM_WORKSPACE_MIB sets the cuBLASLt workspace, DFLASH_GEMM_TUNE
 // off turns off tuning (gemmSettings), whose choices are saved in cache's
 // directory, and DFLASH_CUDA_GRAPHS off runs Replay's regions plainly.
