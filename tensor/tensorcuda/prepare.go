@@ -22,8 +22,8 @@ import (
 // A kernel that cannot be compiled is an error that names it (the op
 // kernel and dtype; the use's mask, head dimension, group and direction)
 // and wraps the *jit.CompileError with the NVRTC log; a score program, not
-// yet on CUDA, is an error too. After SetDeterministic only: the
-// attentions are made with the backend's determinism.
+// yet on CUDA, is an error too. Call it after SetDeterministic, which
+// refuses once an attention exists (Prepare makes them).
 //
 // GEMM plans are not prepared: cuBLASLt plans a product per shape, and a
 // step's shapes are known only from its batch (the rows of the loss
