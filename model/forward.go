@@ -84,6 +84,14 @@ func (m *Model) Prepare(b tensor.Backend[float32], in Input) *Prepared {
 	return &Prepared{Input: in, ids: b.UploadInts(in.IDs), rope: tensor.Table(b, m.rope, pos), mask: mask}
 }
 
+// ForwardAttentions returns the attention calls of a forward pass
+// (Forward), for tensor.Backend.Prepare: causal over the config's head
+// dimension and GQA group, without gradients (a target is frozen).
+func (m *Model) ForwardAttentions() []tensor.AttentionUse {
+	c := &m.Config
+	return []tensor.AttentionUse{{Mask: flex.Causal(), HeadDim: c.HeadDim, Group: c.NumHeads / c.NumKVHeads}}
+}
+
 // Forward runs the decoder on tp (record gradients with a training tape,
 // none with an inference tape): Prepare on tp's backend, then
 // ForwardPrepared. Attention is causal within each sequence. It panics on

@@ -74,6 +74,11 @@ func (j *job) trainRank(ctx context.Context, r rankEnv) (*train.Result, error) {
 	if !r.first {
 		sess = j.newSession()
 	}
+	// Every kernel before the first step: a compile failure is the run's
+	// error, naming the kernel, before train.Run writes anything.
+	if err := r.backend.Prepare(ctx, append(target.ForwardAttentions(), sess.Drafter.StepAttentions()...)); err != nil {
+		return nil, err
+	}
 	fetch := placeDrafter(r, sess.Drafter)
 	sess.Backend = r.backend
 	sess.Head, sess.Hidden = dflash.HeadOf(target), dflash.TargetHidden(target, j.dc.TargetLayerIDs, r.backend)

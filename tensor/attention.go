@@ -1,11 +1,45 @@
 package tensor
 
 import (
+	"context"
 	"fmt"
 	"slices"
 
 	"dflash/flex"
 )
+
+// AttentionUse is one kind of attention call that a run makes, told by
+// what its kernels specialise on and never by a size: the mask and score
+// programs, the head dimension, the GQA group and whether gradients flow
+// back through it. A model says which it makes (model.Model's
+// ForwardAttentions, model/dflash.Drafter's StepAttentions), so that a
+// caller prepares them (Backend.Prepare) with no knowledge of the kernels.
+type AttentionUse struct {
+	Mask  *flex.MaskProgram
+	Score *flex.ScoreProgram // nil: the identity
+	// HeadDim is the head dimension; Group the query heads per kv head
+	// (flex.Dims.Group).
+	HeadDim, Group int
+	// Backward is set when the backward pass runs too (AttentionBackward).
+	Backward bool
+}
+
+// String names u as an error message does: its mask, score, head
+// dimension, group and the directions it runs.
+func (u AttentionUse) String() string {
+	s := fmt.Sprintf("mask %s", u.Mask.Name())
+	if u.Score != nil {
+		s += fmt.Sprintf(", score %s", u.Score.Name())
+	}
+	dir := "forward"
+	if u.Backward {
+		dir = "forward and backward"
+	}
+	return s + fmt.Sprintf(", head dim %d, group %d, %s", u.HeadDim, u.Group, dir)
+}
+
+// Prepare does nothing: the CPU backend compiles no kernels.
+func (c *CPU[T]) Prepare(context.Context, []AttentionUse) error { return nil }
 
 // NewMask builds the block mask of mask program p with args for d on the CPU.
 func (c *CPU[T]) NewMask(p *flex.MaskProgram, args *flex.Args, d flex.Dims) (Mask, error) {

@@ -1,6 +1,10 @@
 package tensor
 
-import "dflash/flex"
+import (
+	"context"
+
+	"dflash/flex"
+)
 
 // Backend is the memory and kernel set that ops run on, for element type T
 // (the host type of the values: float32 in training, float64 for the
@@ -51,6 +55,12 @@ type Backend[T Float] interface {
 	Fill(s Storage[T], v float64)
 	// NewMask builds the block mask of mask program p with args for d.
 	NewMask(p *flex.MaskProgram, args *flex.Args, d flex.Dims) (Mask, error)
+	// Prepare makes ready, before a run's first step, every kernel that its
+	// steps will launch: those of every op and those of the attention calls
+	// in uses (their block masks' too), so that a kernel that cannot be
+	// compiled is an error here that names it (with the compiler's log)
+	// rather than a panic inside a step. The CPU has nothing to prepare.
+	Prepare(ctx context.Context, uses []AttentionUse) error
 
 	// Gemm computes C = alpha·op(A)·op(B) + beta·C where op(X) is X or Xᵀ,
 	// op(A) is m×k, op(B) is k×n and C is m×n, with leading dimensions lda,

@@ -223,19 +223,18 @@ func (a *Attention) Sources() (fwd, bwd string) { return a.fwd.code, a.bwd.code 
 // Compile compiles (or loads from the cache's disk tier) the forward
 // kernels, and the backward ones when backward is set, for arch ("sm_90"),
 // without a device; several goroutines may compile different Attentions at
-// once.
+// once. An error says which direction failed.
 func (a *Attention) Compile(ctx context.Context, arch string, backward bool) error {
 	if !backward {
-		_, err := a.fwd.image(ctx, arch)
-		return err
+		return a.fwd.compile(ctx, arch, "forward")
 	}
 	var bwdErr error
 	done := make(chan struct{})
 	go func() { // the two modules compile in parallel
 		defer close(done)
-		_, bwdErr = a.bwd.image(ctx, arch)
+		bwdErr = a.bwd.compile(ctx, arch, "backward")
 	}()
-	_, err := a.fwd.image(ctx, arch)
+	err := a.fwd.compile(ctx, arch, "forward")
 	<-done
 	return errors.Join(err, bwdErr)
 }

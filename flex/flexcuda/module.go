@@ -64,6 +64,15 @@ func (m *module) image(ctx context.Context, arch string) (*jit.Image, error) {
 	return m.kernel(t).Image(ctx)
 }
 
+// compile is image for an error that says what m is (dir: "forward",
+// "backward").
+func (m *module) compile(ctx context.Context, arch, dir string) error {
+	if _, err := m.image(ctx, arch); err != nil {
+		return fmt.Errorf("flexcuda: %s kernels: %w", dir, err)
+	}
+	return nil
+}
+
 // global returns the __device__ variable name of m on d as a buffer.
 func (m *module) global(ctx context.Context, d *gpu.Device, name string) (gpu.Buffer, error) {
 	img, err := m.image(ctx, d.Arch())

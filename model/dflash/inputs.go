@@ -69,6 +69,17 @@ func (d *Drafter[T]) Inputs(be tensor.Backend[T], b *Batch, bl *Blocks) (*StepIn
 	return in, nil
 }
 
+// StepAttentions returns the attention calls of a training step of the
+// drafter (a forward pass with train, then its backward), for
+// tensor.Backend.Prepare: the DFlash block mask of the config's block size
+// (the one Inputs builds) over its head dimension and GQA group, forward
+// and backward. An evaluation's forward makes the same call without the
+// backward.
+func (d *Drafter[T]) StepAttentions() []tensor.AttentionUse {
+	c := d.Cfg
+	return []tensor.AttentionUse{{Mask: flex.DFlashMask(c.BlockSize), HeadDim: c.HeadDim, Group: c.NumHeads / c.NumKVHeads, Backward: true}}
+}
+
 // tapTensors returns the taps as tensors of T on be: the batch's own when T
 // is float32 (they are on be already), converted and uploaded otherwise
 // (the float64 reference drafter of the tests, from host taps).

@@ -90,28 +90,37 @@ func (b *Backend) mask(m tensor.Mask) *Mask {
 	return x
 }
 
-// attention returns the compiled attention of m's program for d, made on
-// first use and kept for every later step.
-func (b *Backend) attention(m *Mask, d flex.Dims) *flexcuda.Attention {
-	key := attnKey{m.prog.Hash(), d.HeadDim, d.Group()}
+// attention returns the attention of mask program p (identity score) over
+// head dimension headDim and GQA group, made on first use (Prepare, or the
+// first step) and kept for every later step.
+func (b *Backend) attention(p *flex.MaskProgram, headDim, group int) (*flexcuda.Attention, error) {
+	key := attnKey{p.Hash(), headDim, group}
 	if a := b.attns[key]; a != nil {
-		return a
+		return a, nil
 	}
-	a, err := flexcuda.New(b.cache, m.prog, nil, b.attnConfig(d))
+	a, err := flexcuda.New(b.cache, p, nil, b.attnConfig(headDim, group))
 	if err != nil {
-		panic(fmt.Errorf("tensorcuda: attention with mask %s, head dim %d, group %d: %w", m.prog.Name(), d.HeadDim, d.Group(), err))
+		return nil, err
 	}
 	b.attns[key] = a
-	return a
+	return a, nil
 }
 
-// attnConfig is the flexcuda configuration of attention over d.
-func (b *Backend) attnConfig(d flex.Dims) flexcuda.Config {
-	c := flexcuda.Config{HeadDim: d.HeadDim, Group: d.Group(), DType: dtype.BF16, Deterministic: b.det}
-	if b.d != nil {
-		c.Arch = b.d.Arch()
+// attnConfig is the flexcuda configuration of attention over head
+// dimension headDim and GQA group.
+func (b *Backend) attnConfig(headDim, group int) flexcuda.Config {
+	return flexcuda.Config{HeadDim: headDim, Group: group, DType: dtype.BF16, Deterministic: b.det, Arch: b.arch}
+}
+
+// mustAttend panics with err, when not nil, from the kernels of direction
+// dir ("forward", "backward") of the attention of m over d: a kernel that
+// Prepare was not given and that failed to compile now, or a launch error.
+// The message names the kernel (mask, head dimension, group, direction)
+// and wraps err, a *jit.CompileError with the NVRTC log for a compile.
+func mustAttend(op, dir string, m *Mask, d flex.Dims, err error) {
+	if err != nil {
+		panic(fmt.Errorf("tensorcuda: %s: %s kernels of mask %s, head dim %d, group %d: %w", op, dir, m.prog.Name(), d.HeadDim, d.Group(), err))
 	}
-	return c
 }
 
 // noScore panics for a score program: they are not yet on CUDA.
@@ -142,7 +151,9 @@ func (b *Backend) Attention(d flex.Dims, q, k, v tensor.Storage[float32], m tens
 	o := b.newBuf(q.Len(), dtype.BF16, false, false)
 	l := b.newBuf(d.Batch*d.HeadsQ*d.LenQ, dtype.F32, false, false)
 	c.Out, c.LSE = o.Buffer(), l.Buffer()
-	must("Attention", b.attention(mk, d).Forward(b.d, c))
+	a, err := b.attention(mk.prog, d.HeadDim, d.Group())
+	mustAttend("Attention", "forward", mk, d, err)
+	mustAttend("Attention", "forward", mk, d, a.Forward(b.d, c))
 	return o, l
 }
 
@@ -176,7 +187,9 @@ func (b *Backend) AttentionBackward(d flex.Dims, q, k, v, out, lse, dout tensor.
 		}
 	}
 	c.DQ, c.DK, c.DV = grads[0].Buffer(), grads[1].Buffer(), grads[2].Buffer()
-	must("AttentionBackward", b.attention(mk, d).Backward(b.d, c))
+	a, err := b.attention(mk.prog, d.HeadDim, d.Group())
+	mustAttend("AttentionBackward", "backward", mk, d, err)
+	mustAttend("AttentionBackward", "backward", mk, d, a.Backward(b.d, c))
 	for i, dst := range dsts {
 		if !temp[i] {
 			continue

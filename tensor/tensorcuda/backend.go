@@ -53,6 +53,7 @@ import (
 // none).
 type Backend struct {
 	d       *gpu.Device // nil with the CPU tests' fake memory
+	arch    string      // d's architecture ("sm_90"), that the kernels compile for
 	cache   *jit.Cache
 	bf, f32 *Ops
 	mem     memory
@@ -93,7 +94,7 @@ func (b *Backend) SetDeterministic() error {
 var _ tensor.Backend[float32] = (*Backend)(nil)
 
 // NewBackend returns the backend on d, compiling kernels through cache on
-// first use. Call it on d's worker thread, before d's first GEMM:
+// first use, or all at once in Prepare. Call it on d's worker thread, before d's first GEMM:
 // DFLASH_GEMM_WORKSPACE_MIB sets the cuBLASLt workspace, DFLASH_GEMM_TUNE
 // off turns off tuning (gemmSettings), whose choices are saved in cache's
 // directory, and DFLASH_CUDA_GRAPHS off runs Replay's regions plainly.
@@ -127,7 +128,11 @@ func NewBackend(cache *jit.Cache, d *gpu.Device) (*Backend, error) {
 // newBackend returns the backend over mem, with its step arena over vm
 // when it is not nil.
 func newBackend(d *gpu.Device, cache *jit.Cache, bf, f32 *Ops, mem memory, vm growable) *Backend {
-	return &Backend{d: d, cache: cache, bf: bf, f32: f32, mem: mem, arena: stepArena{mem: mem, vm: vm, chunk: defaultChunk}, gen: 1,
+	var arch string
+	if d != nil {
+		arch = d.Arch()
+	}
+	return &Backend{d: d, arch: arch, cache: cache, bf: bf, f32: f32, mem: mem, arena: stepArena{mem: mem, vm: vm, chunk: defaultChunk}, gen: 1,
 		attns: map[attnKey]*flexcuda.Attention{}, builders: map[string]*flexcuda.Builder{}}
 }
 

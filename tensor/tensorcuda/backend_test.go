@@ -434,14 +434,13 @@ func TestRecoverOOM(t *testing.T) {
 // error (it would not apply to it).
 func TestSetDeterministic(t *testing.T) {
 	b, _, _, _ := fakeBackend()
-	d := flex.Dims{Batch: 1, HeadsQ: 4, HeadsKV: 2, LenQ: 8, LenKV: 8, HeadDim: 64}
-	if c := b.attnConfig(d); c.Deterministic || c.Group != 2 || c.HeadDim != 64 {
+	if c := b.attnConfig(64, 2); c.Deterministic || c.Group != 2 || c.HeadDim != 64 {
 		t.Fatalf("default attention config %+v", c)
 	}
 	if err := b.SetDeterministic(); err != nil {
 		t.Fatal(err)
 	}
-	if c := b.attnConfig(d); !c.Deterministic {
+	if c := b.attnConfig(64, 2); !c.Deterministic {
 		t.Fatalf("deterministic backend's attention config %+v", c)
 	}
 	b.attns[attnKey{}] = nil

@@ -44,6 +44,7 @@
 // in the same pass) and the gradient's sum of squares.
 //
 //	b, err := tensorcuda.NewBackend(cache, d) // on the worker thread
+//	err = b.Prepare(ctx, uses) // every kernel, before the first step
 //	arena.Place(b, true)
 //	arena.EnsureGrad()
 //	st, err := b.NewAdamState(&arena, h, decay)
@@ -56,4 +57,11 @@
 //
 // Storage allocated between two Resets must not be used after the next
 // one; parameters live until Close.
+//
+// Kernels compile at first use unless Prepare, given the attention calls
+// a run makes (model.Model.ForwardAttentions, and
+// model/dflash.Drafter.StepAttentions), has compiled and loaded them and
+// every op kernel before the first step: a kernel that cannot be compiled
+// is then Prepare's error, naming it, with the NVRTC log (design contract
+// 4), instead of a panic in a step.
 package tensorcuda

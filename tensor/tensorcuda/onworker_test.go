@@ -1,6 +1,7 @@
 package tensorcuda
 
 import (
+	"context"
 	"fmt"
 	"testing"
 
@@ -126,6 +127,11 @@ func (p *onWorker) Fill(s tensor.Storage[float32], v float64) {
 func (p *onWorker) NewMask(prog *flex.MaskProgram, args *flex.Args, d flex.Dims) (m tensor.Mask, err error) {
 	p.do("NewMask", func() { m, err = p.b.NewMask(prog, args, d) })
 	return m, err
+}
+
+func (p *onWorker) Prepare(ctx context.Context, uses []tensor.AttentionUse) (err error) {
+	p.do("Prepare", func() { err = p.b.Prepare(ctx, uses) })
+	return err
 }
 
 func (p *onWorker) Gemm(transA, transB bool, m, n, k int, alpha float32, a tensor.Storage[float32], lda int, b tensor.Storage[float32], ldb int, beta float32, c tensor.Storage[float32], ldc int) {
