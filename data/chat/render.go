@@ -2,6 +2,7 @@ package chat
 
 import (
 	"fmt"
+	"maps"
 	"strings"
 
 	"dflash/data/tokenizer"
@@ -16,26 +17,13 @@ func (t *Template) Render(msgs []Message, opts Options) (string, []Span, error) 
 	if len(msgs) == 0 {
 		return "", nil, fmt.Errorf("chat: empty conversation")
 	}
-	list := make([]any, len(msgs))
 	nAssistant := 0
-	for i, m := range msgs {
-		mm := map[string]any{"role": m.Role, "content": m.Content}
-		if m.ReasoningContent != nil {
-			mm["reasoning_content"] = *m.ReasoningContent
-		}
-		list[i] = mm
+	for _, m := range msgs {
 		if m.Role == "assistant" {
 			nAssistant++
 		}
 	}
-	vars := make(map[string]any, len(t.vars)+3)
-	for k, v := range t.vars {
-		vars[k] = v
-	}
-	vars["messages"] = list
-	vars["add_generation_prompt"] = opts.AddGenerationPrompt
-	vars["enable_thinking"] = opts.EnableThinking
-	text, err := t.tmpl.Render(vars)
+	text, err := t.tmpl.Render(t.data(msgs, opts))
 	if err != nil {
 		return "", nil, fmt.Errorf("chat: rendering %s: %w", t.name(), err)
 	}
@@ -45,6 +33,30 @@ func (t *Template) Render(msgs []Message, opts Options) (string, []Span, error) 
 			len(spans), nAssistant, t.fam.header, t.fam.eot)
 	}
 	return text, spans, nil
+}
+
+// data is the template's variables for msgs: those HF apply_chat_template
+// passes (tools and documents none, as without tools), Qwen3's
+// enable_thinking, and the special tokens.
+func (t *Template) data(msgs []Message, opts Options) map[string]any {
+	list := make([]any, len(msgs))
+	for i, m := range msgs {
+		mm := map[string]any{"role": m.Role, "content": m.Content}
+		if m.ReasoningContent != nil {
+			mm["reasoning_content"] = *m.ReasoningContent
+		}
+		list[i] = mm
+	}
+	vars := maps.Clone(t.vars)
+	if vars == nil {
+		vars = map[string]any{}
+	}
+	vars["messages"] = list
+	vars["tools"] = nil
+	vars["documents"] = nil
+	vars["add_generation_prompt"] = opts.AddGenerationPrompt
+	vars["enable_thinking"] = opts.EnableThinking
+	return vars
 }
 
 func (t *Template) name() string {
