@@ -7,7 +7,15 @@
 // apply_chat_template gives (golden-tested for Qwen3 and Llama-3). A
 // template the engine cannot compile or render is an error naming the
 // template and the engine's message; so is a template whose turn markers
-// dflash does not know (see below).
+// dflash does not know (see below). The engine renders an undefined name as
+// empty and has no strict mode, so Load refuses a template that reads a
+// variable it does not set, dflash does not pass (messages, tools and
+// documents as none, add_generation_prompt, enable_thinking, the special
+// tokens of tokenizer_config.json) and Jinja does not define, unless the
+// template guards it (is defined, default); the error names each such
+// variable and its line. An undefined attribute (message.contnet) is not
+// caught: messages lack optional keys by design and the engine cannot tell
+// a miss from a typo.
 //
 // # Loss mask rule
 //

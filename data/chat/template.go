@@ -3,8 +3,10 @@ package chat
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/ardanlabs/jinja"
@@ -90,7 +92,11 @@ func Load(dir string, tok *tokenizer.Tokenizer) (*Template, error) {
 	}
 	t, err := New(src, vars)
 	if err != nil {
-		return nil, fmt.Errorf("chat template: %s: %w", path, err)
+		where := path
+		if path == cfgPath {
+			where += ": chat_template" // lines count from the field's first
+		}
+		return nil, fmt.Errorf("chat template: %s: %w", where, err)
 	}
 	t.path = path
 	if tok != nil {
@@ -102,7 +108,9 @@ func Load(dir string, tok *tokenizer.Tokenizer) (*Template, error) {
 }
 
 // New compiles a template source; vars are extra template variables (the
-// special tokens bos_token, eos_token...).
+// special tokens bos_token, eos_token...). A variable the template reads
+// that neither it, dflash nor Jinja defines is an error naming it and its
+// line (see checkNames).
 func New(source string, vars map[string]any) (*Template, error) {
 	fam, ok := detect(source)
 	if !ok {
@@ -115,7 +123,11 @@ func New(source string, vars map[string]any) (*Template, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cannot compile the Jinja template: %w", err)
 	}
-	return &Template{source: source, tmpl: tmpl, fam: fam, vars: vars}, nil
+	t := &Template{source: source, tmpl: tmpl, fam: fam, vars: vars}
+	if err := checkNames(source, slices.Collect(maps.Keys(t.data(nil, Options{})))); err != nil {
+		return nil, err
+	}
+	return t, nil
 }
 
 func detect(src string) (family, bool) {
