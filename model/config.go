@@ -62,6 +62,9 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("%s must be positive, got %d", f.name, f.v)
 		}
 	}
+	if err := CheckParams(c.sizes()+fmt.Sprintf(", num_attention_heads %d, num_key_value_heads %d, head_dim %d", c.NumHeads, c.NumKVHeads, c.HeadDim), c.ParamCount()); err != nil {
+		return err
+	}
 	if c.NumHeads%c.NumKVHeads != 0 {
 		return fmt.Errorf("num_attention_heads %d is not a multiple of num_key_value_heads %d", c.NumHeads, c.NumKVHeads)
 	}
