@@ -62,6 +62,9 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("%s must be positive, got %d", f.name, f.v)
 		}
 	}
+	if err := CheckParams(c.sizes()+fmt.Sprintf(", num_attention_heads %d, num_key_value_heads %d, head_dim %d", c.NumHeads, c.NumKVHeads, c.HeadDim), c.ParamCount()); err != nil {
+		return err
+	}
 	if c.NumHeads%c.NumKVHeads != 0 {
 		return fmt.Errorf("num_attention_heads %d is not a multiple of num_key_value_heads %d", c.NumHeads, c.NumKVHeads)
 	}
@@ -161,7 +164,7 @@ func ParseConfig(raw []byte) (*Config, error) {
 		if json.Unmarshal(v, &one) == nil {
 			c.EOSTokenIDs = []int{one}
 		} else {
-			p.get("eos_token_id", &c.EOSTokenIDs, false)
+			p.decode("eos_token_id", &c.EOSTokenIDs, "an integer or a list of integers", false)
 		}
 	}
 	if p.err != nil {
@@ -332,7 +335,12 @@ func (p *parser) fail(format string, args ...any) {
 	}
 }
 
-func (p *parser) get(key string, dst any, required bool) {
+// get decodes field key into dst; a value of another JSON type is an
+// error saying what the field holds (kind).
+func (p *parser) get(key string, dst any, required bool) { p.decode(key, dst, kind(dst), required) }
+
+// decode is get with want, what the field must hold ("a number").
+func (p *parser) decode(key string, dst any, want string, required bool) {
 	v, ok := p.m[key]
 	if !ok || string(v) == "null" {
 		if required {
@@ -341,14 +349,35 @@ func (p *parser) get(key string, dst any, required bool) {
 		return
 	}
 	if err := json.Unmarshal(v, dst); err != nil {
-		p.fail("%s%s: %s is not a %T", p.prefix, key, v, dst)
+		p.fail("%s%s: %s is not %s", p.prefix, key, v, want)
 	}
+}
+
+// kind names in words the JSON value that a pointer of parser's field
+// types decodes: "a number", "an integer", "true or false", "a string" or
+// a list of them. Another type is a programmer error.
+func kind(dst any) string {
+	switch dst.(type) {
+	case *float64:
+		return "a number"
+	case *int, **int:
+		return "an integer"
+	case *bool:
+		return "true or false"
+	case *string:
+		return "a string"
+	case *[]int:
+		return "a list of integers"
+	case *[]string:
+		return "a list of strings"
+	}
+	panic(fmt.Sprintf("model: parser: no kind for %T", dst))
 }
 
 func (p *parser) int(key string, dst *int, required bool) {
 	var f float64
 	v, ok := p.m[key]
-	p.get(key, &f, required)
+	p.decode(key, &f, "an integer", required)
 	if ok && p.err == nil && string(v) != "null" {
 		if f != math.Trunc(f) {
 			p.fail("%s%s: %s is not an integer", p.prefix, key, v)

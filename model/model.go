@@ -49,11 +49,11 @@ type Model struct {
 // name and shape, in HF order (see Params), as views of one arena in host
 // memory, after checking that the host has the memory.
 func build(c *Config) (*Model, error) {
-	if err := checkMemory(c); err != nil {
-		return nil, err
-	}
 	m, err := declare(c)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkMemory(c); err != nil {
 		return nil, err
 	}
 	m.arena.Alloc()

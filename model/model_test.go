@@ -49,6 +49,43 @@ func TestParseConfigErrors(t *testing.T) {
 	}
 }
 
+// TestParseConfigWrongTypes checks that a value of the wrong JSON type is
+// refused in words, for every kind of field ParseConfig reads: a number, an
+// integer (top level and in rope_scaling), true or false, a string, a
+// list, an integer or a list.
+func TestParseConfigWrongTypes(t *testing.T) {
+	base := `"vocab_size": 10, "hidden_size": 8, "intermediate_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2`
+	for _, c := range []struct{ field, want string }{
+		{`"rope_theta": "abc"`, `rope_theta: "abc" is not a number`},
+		{`"rms_norm_eps": true`, `rms_norm_eps: true is not a number`},
+		{`"max_position_embeddings": "4096"`, `max_position_embeddings: "4096" is not an integer`},
+		{`"bos_token_id": [1]`, `bos_token_id: [1] is not an integer`},
+		{`"sliding_window": "none"`, `sliding_window: "none" is not an integer`},
+		{`"rope_scaling": {"rope_type": "llama3", "factor": 8, "original_max_position_embeddings": "8192"}`, `rope_scaling.original_max_position_embeddings: "8192" is not an integer`},
+		{`"rope_scaling": {"rope_type": "linear", "factor": "2"}`, `rope_scaling.factor: "2" is not a number`},
+		{`"tie_word_embeddings": "yes"`, `tie_word_embeddings: "yes" is not true or false`},
+		{`"use_sliding_window": 0`, `use_sliding_window: 0 is not true or false`},
+		{`"hidden_act": 1`, `hidden_act: 1 is not a string`},
+		{`"rope_scaling": {"rope_type": 3}`, `rope_scaling.rope_type: 3 is not a string`},
+		{`"layer_types": "full_attention"`, `layer_types: "full_attention" is not a list of strings`},
+		{`"architectures": "LlamaForCausalLM"`, `architectures: "LlamaForCausalLM" is not a list of strings`},
+		{`"eos_token_id": "2"`, `eos_token_id: "2" is not an integer or a list of integers`},
+	} {
+		t.Run(c.field, func(t *testing.T) {
+			_, err := ParseConfig([]byte(`{"model_type": "llama", ` + base + `, ` + c.field + `}`))
+			if err == nil || err.Error() != c.want {
+				t.Fatalf("error %v, want %q", err, c.want)
+			}
+		})
+	}
+	defer func() {
+		if recover() == nil {
+			t.Error("kind of an unsupported type did not panic")
+		}
+	}()
+	kind(new(float32))
+}
+
 func TestParseConfigForms(t *testing.T) {
 	base := `"vocab_size": 10, "hidden_size": 8, "intermediate_size": 16, "num_hidden_layers": 1, "num_attention_heads": 2`
 	v4, err := ParseConfig([]byte(`{"model_type": "llama", ` + base + `, "rope_theta": 500000, "rope_scaling": {"type": "llama3", "factor": 8, "low_freq_factor": 1, "high_freq_factor": 4, "original_max_position_embeddings": 64}, "eos_token_id": [2, 3]}`))

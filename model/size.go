@@ -31,21 +31,38 @@ func (c *Config) ParamCount() float64 {
 // availableMemory is meminfo.Available, replaced in tests.
 var availableMemory = meminfo.Available
 
-// checkMemory refuses a config whose float32 weights (how the CPU backend
-// holds them) cannot fit in the memory available, before anything is
-// allocated, giving both numbers.
+// sizes names c's fields that its parameter count grows with.
+func (c *Config) sizes() string {
+	return fmt.Sprintf("vocab_size %d, hidden_size %d, intermediate_size %d, num_hidden_layers %d",
+		c.VocabSize, c.HiddenSize, c.IntermediateSize, c.NumLayers)
+}
+
+// checkMemory refuses a valid config whose float32 weights (how the CPU
+// backend holds them) cannot fit in the memory available, before anything
+// is allocated, giving both numbers.
 func checkMemory(c *Config) error {
 	n := c.ParamCount()
 	need := 4 * n
-	sizes := fmt.Sprintf("vocab_size %d, hidden_size %d, intermediate_size %d, num_hidden_layers %d",
-		c.VocabSize, c.HiddenSize, c.IntermediateSize, c.NumLayers)
+	sizes := c.sizes()
 	if avail, ok := availableMemory(); ok && need > float64(avail) {
 		return fmt.Errorf("%s: the weights need %s as float32 (%.4g parameters), more than the %s available (MemAvailable)",
 			sizes, meminfo.Format(need), n, meminfo.Format(float64(avail)))
 	}
-	const maxSlice = 1 << 46 // far above any host; keeps element counts inside int
-	if n >= maxSlice {
-		return fmt.Errorf("%s: %.4g parameters (%s as float32) cannot be allocated", sizes, n, meminfo.Format(need))
+	return nil
+}
+
+// MaxParams is the most parameters a config may define: 2^46, far above
+// any host's memory, so that every element and byte count of them (float64
+// weights, gradients, AdamW moments) is exact in float64 and fits in int64
+// and in what Go can allocate. Config.Validate and the drafter's refuse
+// more, before any size is multiplied in int.
+const MaxParams = 1 << 46
+
+// CheckParams refuses n parameters (a ParamCount) above MaxParams, naming
+// sizes (the config's fields and their values).
+func CheckParams(sizes string, n float64) error {
+	if n > MaxParams {
+		return fmt.Errorf("%s: %.4g parameters (%s as float32) cannot be allocated (at most 2^46)", sizes, n, meminfo.Format(4*n))
 	}
 	return nil
 }

@@ -37,7 +37,7 @@ func TestAbsurdSizes(t *testing.T) {
 	unknown := tinyConfig(Qwen3, false)
 	unknown.VocabSize = 1_000_000_000_000_000
 	availableMemory = func() (uint64, bool) { return 0, false } // no /proc/meminfo
-	if err := checkMemory(&unknown); err == nil || !strings.Contains(err.Error(), "6.4e+16 parameters (227.4 PiB as float32) cannot be allocated") {
+	if err := unknown.Validate(); err == nil || !strings.Contains(err.Error(), "6.4e+16 parameters (227.4 PiB as float32) cannot be allocated") {
 		t.Fatalf("without MemAvailable: %v", err)
 	}
 	availableMemory = func() (uint64, bool) { return 8 << 30, true }
@@ -86,5 +86,33 @@ func TestAbsurdSizes(t *testing.T) {
 				t.Fatalf("Load: %v, want %q naming %s", err, c.want, path)
 			}
 		})
+	}
+}
+
+// TestSizesBeyondInt64 checks that a config.json whose shapes multiply past
+// any allocation (here past int64: hidden_size 4e9 by a 4e9 head_dim) is
+// refused when read, naming the fields, whatever memory the host has.
+func TestSizesBeyondInt64(t *testing.T) {
+	c := tinyConfig(Qwen3, false)
+	m, err := New(c, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := m.Save(dir, "F32"); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "config.json")
+	raw, _ := os.ReadFile(path)
+	edited := strings.Replace(string(raw), `"hidden_size": `+strconv.Itoa(c.HiddenSize), `"hidden_size": 4000000000`, 1)
+	edited = strings.Replace(edited, `"head_dim": `+strconv.Itoa(c.HeadDim), `"head_dim": 4e9`, 1)
+	if err := os.WriteFile(path, []byte(edited), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err = ReadConfig(path)
+	for _, want := range []string{path, "hidden_size 4000000000", "head_dim 4000000000", "parameters", "cannot be allocated (at most 2^46)"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("ReadConfig: %v, want %q", err, want)
+		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 
 	"dflash/recipe"
@@ -44,5 +45,31 @@ func TestPrepareFailureWritesNothing(t *testing.T) {
 	want := []string{"mask causal, head dim 16, group 2, forward", "mask dflash4, head dim 16, group 2, forward and backward"}
 	if !slices.Equal(uses, want) {
 		t.Errorf("prepared %q, want %q", uses, want)
+	}
+}
+
+// TestRunRefusedBeyondMemory: a run whose step (target and drafter weights,
+// the drafter's gradients and AdamW moments, activations) needs more memory
+// than the host has is refused before any drafter is made, naming the sizes
+// and the numbers, and writes nothing.
+func TestRunRefusedBeyondMemory(t *testing.T) {
+	s := tinySpec(t)
+	defer recipe.SetAvailableMemory(func() (uint64, bool) { return 1 << 20, true })()
+	_, err := recipe.Run(context.Background(), s)
+	if err == nil {
+		t.Fatal("a run needing more than 1 MiB accepted on a 1 MiB host")
+	}
+	for _, want := range []string{"config.json (vocab_size 300, hidden_size 32", "--data.batch-size 2 rows", "the step needs about",
+		"drafter weights, gradients and AdamW moments", "more than the 1.0 MiB available (MemAvailable)"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q lacks %q", err, want)
+		}
+	}
+	if _, err := os.Stat(s.Out); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("a refused run made %s (%v)", s.Out, err)
+	}
+	defer recipe.SetAvailableMemory(func() (uint64, bool) { return 1 << 30, true })()
+	if _, err := recipe.Run(context.Background(), s); err != nil {
+		t.Fatalf("a run that fits in 1 GiB refused: %v", err)
 	}
 }

@@ -60,6 +60,11 @@ type rankEnv struct {
 // training state on the rank's device and runs train.Run.
 func (j *job) trainRank(ctx context.Context, r rankEnv) (*train.Result, error) {
 	s := &j.spec
+	if r.cuda != nil {
+		if err := j.checkDeviceMemory(r.cuda.Device); err != nil {
+			return nil, err
+		}
+	}
 	if r.loading != nil {
 		r.loading.Lock()
 	}

@@ -142,6 +142,9 @@ func prepare(ctx context.Context, s Spec) (*job, error) {
 		return nil, fmt.Errorf("drafter config: %w", err)
 	}
 	dflash.WarnTaps(slog.Default(), j.dc.TargetLayerIDs, tc.NumLayers)
+	if err := j.checkMemory(); err != nil {
+		return nil, err
+	}
 	if j.id, err = runIdentity(s.TargetDir, s.DataPaths, j.dc, tok, len(j.train), len(j.eval), s.Data.Buckets); err != nil {
 		return nil, err
 	}

@@ -133,6 +133,11 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("field dflash_config.target_layer_ids[%d]: layer %d is outside the %d layers of num_target_layers", i, t, c.NumTargetLayers)
 		}
 	}
+	sizes := fmt.Sprintf("fields hidden_size %d, intermediate_size %d, num_hidden_layers %d, num_attention_heads %d, num_key_value_heads %d, head_dim %d, %d dflash_config.target_layer_ids",
+		c.HiddenSize, c.IntermediateSize, c.NumLayers, c.NumHeads, c.NumKVHeads, c.HeadDim, len(c.TargetLayerIDs))
+	if err := model.CheckParams(sizes, c.ParamCount()); err != nil {
+		return err
+	}
 	if c.Target.HiddenSize != 0 && c.Target.HiddenSize != c.HiddenSize {
 		return fmt.Errorf("field hidden_size: %d differs from dflash_config.target.hidden_size %d, the drafter's recorded target (the drafter shares its embedding and head)", c.HiddenSize, c.Target.HiddenSize)
 	}

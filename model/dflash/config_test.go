@@ -93,6 +93,10 @@ func TestConfigErrorsNameTheField(t *testing.T) {
 		{"hidden mismatch", `"hidden_size": 32,
   "intermediate_size"`, `"hidden_size": 16,
   "intermediate_size"`, "field hidden_size: 16 differs from dflash_config.target.hidden_size 32, the drafter's recorded target"},
+		// Shapes past any allocation (fc.weight alone [4e9, 2 x 4e9]) are refused when read.
+		{"sizes", `"hidden_size": 32,
+  "intermediate_size"`, `"hidden_size": 4000000000,
+  "intermediate_size"`, "fields hidden_size 4000000000, intermediate_size 64, num_hidden_layers 2, num_attention_heads 4, num_key_value_heads 2, head_dim 8, 2 dflash_config.target_layer_ids: 3.2e+19 parameters (111.0 EiB as float32) cannot be allocated (at most 2^46)"},
 		{"heads", `"num_key_value_heads": 2`, `"num_key_value_heads": 3`, "num_attention_heads"},
 		{"rope", `"rope_scaling": null`, `"rope_scaling": {"rope_type": "yarn", "factor": 4}`, "rope_scaling"},
 		// What the drafter cannot run (sliding windows, causal attention) is refused, naming the field.

@@ -121,13 +121,13 @@ func plan(o Options) *Report {
 
 // newReport starts the report of o on env (nil: a dry run): the shapes,
 // parameter counts, the memory estimate and the peak FLOP rate.
-func newReport(o Options, dc *dflash.Config, mem Memory, env *Env) *Report {
+func newReport(o Options, dc *dflash.Config, mem dflash.Memory, env *Env) *Report {
 	t := &o.Target
 	r := &Report{Device: o.Device, Target: o.TargetName, TargetParams: t.ParamCount(),
 		TargetShape: Shape{Hidden: t.HiddenSize, Intermediate: t.IntermediateSize, Layers: t.NumLayers, Heads: t.NumHeads,
 			KVHeads: t.NumKVHeads, HeadDim: t.HeadDim, Vocab: t.VocabSize, Tied: t.TieWordEmbeddings},
 		TargetLayers: slices.Max(dc.TargetLayerIDs) + 1, Taps: dc.TargetLayerIDs, DrafterLayers: dc.NumLayers,
-		DrafterParams: DrafterParams(dc), SeqLen: o.SeqLen, Batch: o.Batch, Anchors: o.Anchors, BlockSize: o.BlockSize, LossChunk: o.LossChunk,
+		DrafterParams: dc.ParamCount(), SeqLen: o.SeqLen, Batch: o.Batch, Anchors: o.Anchors, BlockSize: o.BlockSize, LossChunk: o.LossChunk,
 		Steps: o.Steps, Warmup: o.Warmup, Memory: mem, DrafterOnly: o.DrafterOnly}
 	r.PeakTFLOPS, r.PeakSource = peak(o, env)
 	return r

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"dflash/internal/meminfo"
+	"dflash/model/dflash"
 )
 
 // RunOn runs the benchmark o on dev, a device the caller opened (on a GPU:
@@ -65,15 +66,14 @@ func RunOn(o Options, dev *Env) (*Report, error) {
 	return rep, nil
 }
 
-// checkDeviceMemory refuses a shape whose estimate (bf16 target weights,
-// the drafter's fp32 state and bf16 copy, bf16 activations: half the
-// float32 estimate) exceeds the device's free memory.
-func checkDeviceMemory(o Options, free func() (int64, error), m Memory) error {
+// checkDeviceMemory refuses a shape whose device estimate (Memory.Device)
+// exceeds the device's free memory.
+func checkDeviceMemory(o Options, free func() (int64, error), m dflash.Memory) error {
 	f, err := free()
 	if err != nil {
 		return err
 	}
-	need := m.TargetWeights/2 + m.DrafterState*18/16 + m.Activations/2
+	need := m.Device()
 	if need <= float64(f) {
 		return nil
 	}

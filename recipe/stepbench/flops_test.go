@@ -137,7 +137,7 @@ func TestStepFLOPsMatchesCountedGEMMs(t *testing.T) {
 	}
 }
 
-// TestDrafterParams compares DrafterParams with the parameters dflash.New
+// TestDrafterParams compares dflash.Config.ParamCount with the parameters dflash.New
 // allocates.
 func TestDrafterParams(t *testing.T) {
 	for _, layers := range []int{1, 3} {
@@ -148,8 +148,8 @@ func TestDrafterParams(t *testing.T) {
 		for _, p := range dflash.New[float32](dc, rand.New(rand.NewPCG(1, 2))).Params() {
 			n += p.Numel()
 		}
-		if got := DrafterParams(dc); got != float64(n) {
-			t.Errorf("%d layers: DrafterParams %g, allocated %d", layers, got, n)
+		if got := dc.ParamCount(); got != float64(n) {
+			t.Errorf("%d layers: ParamCount %g, allocated %d", layers, got, n)
 		}
 	}
 }

@@ -35,7 +35,7 @@ func TestRefusesShapeThatDoesNotFit(t *testing.T) {
 	// state 16, and a shape that fits passes.
 	dc := drafterConfig(o)
 	m := estimateMemory(o, dc)
-	if m.TargetWeights != 4*tc.ParamCount() || m.DrafterState != 16*DrafterParams(dc) || !(m.Activations > 0) {
+	if m.TargetWeights != 4*tc.ParamCount() || m.DrafterState != 16*dc.ParamCount() || !(m.Activations > 0) {
 		t.Errorf("estimate %+v", m)
 	}
 	small, _ := Target("qwen3-0.6b")

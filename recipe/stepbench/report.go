@@ -48,10 +48,10 @@ type Report struct {
 	// heap a GC marked live (/gc/heap/live:bytes), the number to compare
 	// with the estimate. PeakRSSBytes is the process's resident
 	// high-water mark (VmHWM, Linux; 0 elsewhere).
-	PeakHeapBytes uint64 `json:"peak_heap_bytes"`
-	PeakLiveBytes uint64 `json:"peak_live_bytes"`
-	PeakRSSBytes  uint64 `json:"peak_rss_bytes"`
-	Memory        Memory `json:"memory_estimate"` // the estimate checked before allocating
+	PeakHeapBytes uint64        `json:"peak_heap_bytes"`
+	PeakLiveBytes uint64        `json:"peak_live_bytes"`
+	PeakRSSBytes  uint64        `json:"peak_rss_bytes"`
+	Memory        dflash.Memory `json:"memory_estimate"` // the estimate checked before allocating
 	// PeakDeviceBytes, on a GPU (Env.Measure), is the most device memory
 	// the allocator held over the timed steps (the peaks start again after
 	// the warm-up, as the peer's torch.cuda.reset_peak_memory_stats; the

@@ -1,0 +1,65 @@
+package dflash
+
+import (
+	"dflash/model"
+	"dflash/tensor"
+)
+
+// Memory is the estimate, in bytes, of what one training step holds on the
+// CPU (float32 throughout), made before anything is allocated.
+type Memory struct {
+	TargetWeights float64 `json:"target_weights"`
+	// DrafterState is the drafter's weights, gradients and the two AdamW
+	// moments: 16 bytes a parameter.
+	DrafterState float64 `json:"drafter_state"`
+	// Activations is a rough upper estimate: the target's tapped hidden
+	// states and one layer's working set, plus the drafter's forward
+	// activations and as much again for their gradients, plus the
+	// cross-entropy's chunks (docs/PERF.md compares it with measured peaks).
+	Activations float64 `json:"activations"`
+}
+
+// Total returns the estimated bytes on the CPU.
+func (m Memory) Total() float64 { return m.TargetWeights + m.DrafterState + m.Activations }
+
+// Device returns the estimated bytes on a GPU: bf16 target weights, the
+// drafter's fp32 state and its bf16 compute copy, bf16 activations (half
+// the float32 estimate).
+func (m Memory) Device() float64 { return m.TargetWeights/2 + m.DrafterState*18/16 + m.Activations/2 }
+
+// ParamCount returns the number of parameters of a drafter of c: fc,
+// hidden_norm, the layers (norms, projections, QK-norms) and the final
+// norm, in float64 so that an absurd config cannot overflow it (exact below
+// 2^53).
+func (c *Config) ParamCount() float64 {
+	H, I, D := float64(c.HiddenSize), float64(c.IntermediateSize), float64(c.HeadDim)
+	q, kv := float64(c.NumHeads)*D, float64(c.NumKVHeads)*D
+	layer := 2*H + 2*q*H + 2*kv*H + 3*I*H + 2*D
+	return float64(len(c.TargetLayerIDs))*H*H + H + float64(c.NumLayers)*layer + H
+}
+
+// StepMemory estimates the bytes of a training step of drafter dc (its
+// NumAnchors anchors a sequence) over target tc for rows sequences of
+// seqLen tokens, lossChunk block slots a cross-entropy chunk (<= 0: the
+// default chunk).
+func StepMemory(tc *model.Config, dc *Config, rows, seqLen, lossChunk int) Memory {
+	const f32 = 4
+	chunk := float64(tensor.DefaultXentChunk)
+	if lossChunk > 0 {
+		chunk = float64(lossChunk) * float64(tc.VocabSize)
+	}
+	H, I, D := float64(tc.HiddenSize), float64(tc.IntermediateSize), float64(tc.HeadDim)
+	q, kv := float64(tc.NumHeads)*D, float64(tc.NumKVHeads)*D
+	T := float64(rows) * float64(seqLen)
+	nb := float64(rows) * float64(dc.NumAnchors) * float64(dc.BlockSize)
+	k := float64(len(dc.TargetLayerIDs))
+	taps := k * T * H
+	target := taps + T*(4*H+3*q+4*kv+3*I)
+	perLayer := 4*T*kv + 4*(T+nb)*kv + nb*(6*H+5*q+3*I)
+	drafter := 2*taps + 3*T*H + 2*float64(dc.NumLayers)*perLayer + nb*H + 2*chunk
+	return Memory{
+		TargetWeights: f32 * tc.ParamCount(),
+		DrafterState:  4 * f32 * dc.ParamCount(),
+		Activations:   f32 * (target + drafter),
+	}
+}

@@ -1,0 +1,76 @@
+package recipe
+
+import (
+	"fmt"
+
+	"dflash/gpu"
+	"dflash/internal/meminfo"
+	"dflash/model/dflash"
+)
+
+// availableMemory is meminfo.Available, replaced in tests.
+var availableMemory = meminfo.Available
+
+// stepMemory estimates a training step of the job (dflash.StepMemory) for
+// its batches: --data.batch-size rows of its longest sample.
+func (j *job) stepMemory() (dflash.Memory, int) {
+	longest := 0
+	for _, set := range [][]dflash.Example{j.train, j.eval} {
+		for _, e := range set {
+			longest = max(longest, len(e.IDs))
+		}
+	}
+	return dflash.StepMemory(j.targetCfg, j.dc, j.spec.Data.BatchSize, longest, 0), longest
+}
+
+// checkMemory refuses, before any session, target or drafter is made, a
+// run whose memory estimate exceeds the host's available memory: on the
+// CPU the whole step (the target's and the drafter's weights, the
+// drafter's gradients and AdamW moments, a step's activations); on CUDA
+// the drafter's host weights, the device's share being checked on each
+// rank (checkDeviceMemory).
+func (j *job) checkMemory() error {
+	avail, ok := availableMemory()
+	if !ok {
+		return nil
+	}
+	m, longest := j.stepMemory()
+	need, what := m.Total(), "the step needs about %s on the CPU (target weights %s as float32, %.4g parameters; drafter weights, gradients and AdamW moments %s, %.4g parameters; activations %s)"
+	what = fmt.Sprintf(what, meminfo.Format(need), meminfo.Format(m.TargetWeights), j.targetCfg.ParamCount(),
+		meminfo.Format(m.DrafterState), j.dc.ParamCount(), meminfo.Format(m.Activations))
+	if j.spec.Device == "cuda" {
+		need = m.DrafterState / 4
+		what = fmt.Sprintf("the drafter's weights need %s on the host (%.4g parameters as float32)", meminfo.Format(need), j.dc.ParamCount())
+	}
+	if need <= float64(avail) {
+		return nil
+	}
+	return fmt.Errorf("%s: %s, more than the %s available (MemAvailable)", j.shape(longest), what, meminfo.Format(float64(avail)))
+}
+
+// checkDeviceMemory refuses a rank's step whose device estimate
+// (dflash.Memory.Device) exceeds dev's free memory, before the rank loads
+// its target.
+func (j *job) checkDeviceMemory(dev *gpu.Device) error {
+	free, _, err := dev.MemInfo()
+	if err != nil {
+		return err
+	}
+	m, longest := j.stepMemory()
+	if m.Device() <= float64(free) {
+		return nil
+	}
+	return fmt.Errorf("%s: the step needs about %s on the device (bf16 target weights %s, fp32 drafter state and bf16 copy %s, bf16 activations %s), more than the %s free",
+		j.shape(longest), meminfo.Format(m.Device()), meminfo.Format(m.TargetWeights/2), meminfo.Format(m.DrafterState*18/16),
+		meminfo.Format(m.Activations/2), meminfo.Format(float64(free)))
+}
+
+// shape names the sizes a step's memory grows with: the target's config
+// fields, the drafter's and the batch's.
+func (j *job) shape(longest int) string {
+	tc, dc, s := j.targetCfg, j.dc, &j.spec
+	return fmt.Sprintf("target %s/config.json (vocab_size %d, hidden_size %d, intermediate_size %d, num_hidden_layers %d), "+
+		"drafter (%d layers, intermediate_size %d, %d taps, %s %d), %s %d rows of up to %d tokens (the longest sample)",
+		s.TargetDir, tc.VocabSize, tc.HiddenSize, tc.IntermediateSize, tc.NumLayers, dc.NumLayers, dc.IntermediateSize,
+		len(dc.TargetLayerIDs), s.source("drafter.anchors"), dc.NumAnchors, s.source("data.batch-size"), s.Data.BatchSize, longest)
+}
