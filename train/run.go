@@ -187,9 +187,10 @@ type runner struct {
 	prog        *progress
 	metricsPath string
 	began       time.Time
-	elapsed     float64 // seconds of the run before this call (resume)
-	lastSaved   int     // step of the last checkpoint written or resumed from
-	end         int     // step after which this call stops
+	elapsed     float64       // seconds of the run before this call (resume)
+	lastSaved   int           // step of the last checkpoint written or resumed from
+	lastStep    time.Duration // how long the last finished step took (0: none yet)
+	end         int           // step after which this call stops
 }
 
 // boundary is the RNG and data position at a step boundary, so that a checkpoint
@@ -274,6 +275,7 @@ func (r *runner) loop(ctx context.Context) error {
 		return err
 	}
 	for r.st.Step < r.end && ctx.Err() == nil {
+		t0 := time.Now()
 		done, err := r.step(ctx)
 		if err != nil {
 			return err
@@ -281,6 +283,7 @@ func (r *runner) loop(ctx context.Context) error {
 		if !done {
 			break // cancelled mid-step: the step is dropped, cur is its start
 		}
+		r.lastStep = time.Since(t0)
 		if err := r.evaluate(ctx); err != nil {
 			return err
 		}
@@ -300,6 +303,21 @@ func (r *runner) loop(ctx context.Context) error {
 	return nil
 }
 
+// stopping logs that a stop was asked for during step (0-based), begun at
+// start: the step runs to its end and is dropped, a checkpoint of the step
+// before is written, and a second signal exits at once without one. last,
+// the previous step's time, estimates how long that takes.
+func stopping(step int, start time.Time, last time.Duration) {
+	attrs := []any{"step", step + 1, "running_s", roundS(time.Since(start))}
+	if last > 0 {
+		attrs = append(attrs, "expected_left_s", roundS(max(0, last-time.Since(start))))
+	}
+	slog.Warn("stop asked for: the current step runs to its end and is dropped, then the last finished step is checkpointed (a second signal exits at once, without a checkpoint)", attrs...)
+}
+
+// roundS returns d in seconds, to 0.1 s.
+func roundS(d time.Duration) float64 { return d.Round(100 * time.Millisecond).Seconds() }
+
 // step runs one optimizer step: the micro-batches, clipping, the update, the
 // metrics record and the progress line. It returns false when ctx was cancelled
 // during the step, which is then dropped.
@@ -307,6 +325,10 @@ func (r *runner) step(ctx context.Context) (bool, error) {
 	cfg, h := r.cfg, r.h
 	step := r.st.Step
 	stepStart := time.Now()
+	// A step is not stopped between its layers: a stop asked for during it
+	// waits for its end. Say so at once, and about how long that is.
+	last := r.lastStep
+	defer context.AfterFunc(ctx, func() { stopping(step, stepStart, last) })()
 	lr := r.sched.LR(step)
 	r.params.ZeroGrad()
 	var loss float64

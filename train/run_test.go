@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"math"
 	"os"
 	"path/filepath"
@@ -112,9 +113,16 @@ func TestCancelAndResume(t *testing.T) {
 		}
 		return l, m, n, err
 	}
+	var logs bytes.Buffer
+	defer slog.SetDefault(slog.Default())
+	slog.SetDefault(slog.New(slog.NewTextHandler(&logs, nil)))
 	res, err := run(ctx, cfg, h, &bytes.Buffer{})
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("err %v, want context.Canceled", err)
+	}
+	// The stop is announced during step 7, with the time the step before took.
+	if l := logs.String(); !strings.Contains(l, "stop asked for") || !strings.Contains(l, "step=7 ") || !strings.Contains(l, "expected_left_s=") {
+		t.Fatalf("log of the stop:\n%s", l)
 	}
 	if res.Steps != 6 || filepath.Base(res.Checkpoint) != "checkpoint-6" {
 		t.Fatalf("stopped at %d with checkpoint %q, want 6", res.Steps, res.Checkpoint)
