@@ -18,11 +18,7 @@ func TestDecodeTruncate(t *testing.T) {
 	cpu := tensor.NewCPU[float32](0)
 	for _, arch := range []Architecture{Qwen3, Llama} {
 		t.Run(string(arch), func(t *testing.T) {
-			m, err := New(tinyConfig(arch, arch == Llama), rng.Uint64())
-			if err != nil {
-				t.Fatal(err)
-			}
-			perturb(m, rng.Uint64())
+			m := perturbed(t, tinyConfig(arch, arch == Llama), rng.Uint64(), rng.Uint64())
 			c := m.Config
 			V, H := c.VocabSize, c.HiddenSize
 			ids := make([]int32, 14)

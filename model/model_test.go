@@ -88,11 +88,7 @@ func TestSaveLoadRoundTrip(t *testing.T) {
 		{"F16", 1.0 / 1024, func() Config { c := tinyConfig(Llama, true); c.AttentionBias, c.MLPBias = true, true; return c }()},
 	} {
 		t.Run(string(c.cfg.Arch)+"-"+c.dtype, func(t *testing.T) {
-			m, err := New(c.cfg, 11)
-			if err != nil {
-				t.Fatal(err)
-			}
-			perturb(m, 5)
+			m := perturbed(t, c.cfg, 11, 5)
 			dir := t.TempDir()
 			if err := m.Save(dir, c.dtype); err != nil {
 				t.Fatal(err)
@@ -198,11 +194,7 @@ func TestCacheMatchesForward(t *testing.T) {
 	cpu := tensor.NewCPU[float32](0)
 	for _, arch := range []Architecture{Qwen3, Llama} {
 		t.Run(string(arch), func(t *testing.T) {
-			m, err := New(tinyConfig(arch, arch == Qwen3), rng.Uint64())
-			if err != nil {
-				t.Fatal(err)
-			}
-			perturb(m, rng.Uint64())
+			m := perturbed(t, tinyConfig(arch, arch == Qwen3), rng.Uint64(), rng.Uint64())
 			ids := make([]int32, 11)
 			for i := range ids {
 				ids[i] = int32(rng.IntN(m.Config.VocabSize))
@@ -280,11 +272,7 @@ func TestStatesOnly(t *testing.T) {
 	cpu := tensor.NewCPU[float32](0)
 	cfg := tinyConfig(Qwen3, true)
 	cfg.NumLayers = 4
-	m, err := New(cfg, rng.Uint64())
-	if err != nil {
-		t.Fatal(err)
-	}
-	perturb(m, rng.Uint64())
+	m := perturbed(t, cfg, rng.Uint64(), rng.Uint64())
 	const batch, length = 2, 9
 	ids := make([]int32, batch*length)
 	for i := range ids {

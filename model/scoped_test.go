@@ -31,11 +31,7 @@ func TestForwardScoped(t *testing.T) {
 	rng := testseed.New(t)
 	c := tinyConfig(Qwen3, false)
 	c.NumLayers = 6
-	m, err := New(c, rng.Uint64())
-	if err != nil {
-		t.Fatal(err)
-	}
-	perturb(m, rng.Uint64())
+	m := perturbed(t, c, rng.Uint64(), rng.Uint64())
 	const batch, length = 2, 11
 	ids := make([]int32, batch*length)
 	for i := range ids {
