@@ -13,6 +13,15 @@ func tinyConfig(a Architecture, tied bool) Config {
 		BOSTokenID: &bos, EOSTokenIDs: []int{2}}
 }
 
+// randIDs returns n token ids drawn uniformly from [0, vocab).
+func randIDs(rng *rand.Rand, n, vocab int) []int32 {
+	ids := make([]int32, n)
+	for i := range ids {
+		ids[i] = int32(rng.IntN(vocab))
+	}
+	return ids
+}
+
 // perturbed returns New(c, seed) with random values (drawn from
 // perturbSeed) added to its norm weights and biases, so that tests do not run
 // on the ones and zeros of a fresh model.

@@ -195,10 +195,7 @@ func TestCacheMatchesForward(t *testing.T) {
 	for _, arch := range []Architecture{Qwen3, Llama} {
 		t.Run(string(arch), func(t *testing.T) {
 			m := perturbed(t, tinyConfig(arch, arch == Qwen3), rng.Uint64(), rng.Uint64())
-			ids := make([]int32, 11)
-			for i := range ids {
-				ids[i] = int32(rng.IntN(m.Config.VocabSize))
-			}
+			ids := randIDs(rng, 11, m.Config.VocabSize)
 			tp := tensor.NewInference(cpu)
 			full := m.Logits(tp, m.Forward(tp, Input{IDs: ids, Batch: 1, Len: len(ids)}).Final)
 			V := m.Config.VocabSize
@@ -274,10 +271,7 @@ func TestStatesOnly(t *testing.T) {
 	cfg.NumLayers = 4
 	m := perturbed(t, cfg, rng.Uint64(), rng.Uint64())
 	const batch, length = 2, 9
-	ids := make([]int32, batch*length)
-	for i := range ids {
-		ids[i] = int32(rng.IntN(cfg.VocabSize))
-	}
+	ids := randIDs(rng, batch*length, cfg.VocabSize)
 	for _, states := range [][]int{{2}, {1, 3}, {0}, {2, 4}} {
 		t.Run(fmt.Sprint(states), func(t *testing.T) {
 			fullTape, partTape := tensor.NewTape(cpu), tensor.NewTape(cpu)

@@ -30,10 +30,7 @@ func TestGradientsFiniteDifferences(t *testing.T) {
 				}
 			}
 			const batch, length = 2, 6
-			ids := make([]int32, batch*length)
-			for i := range ids {
-				ids[i] = int32(rng.IntN(cfg.VocabSize))
-			}
+			ids := randIDs(rng, batch*length, cfg.VocabSize)
 			targets := NextTokenTargets(ids, batch, length)
 			weights := make([]float64, len(ids))
 			for i := range weights {
