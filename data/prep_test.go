@@ -34,11 +34,7 @@ func needModel(t *testing.T) {
 
 // model loads the tokenizer and template once for all tests.
 var model = sync.OnceValues(func() (*tokenizer.Tokenizer, *chat.Template) {
-	tok, err := tokenizer.LoadDir(modelDir)
-	if err != nil {
-		panic(err)
-	}
-	tmpl, err := chat.Load(modelDir, tok)
+	tok, tmpl, err := chat.LoadModel(modelDir)
 	if err != nil {
 		panic(err)
 	}

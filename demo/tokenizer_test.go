@@ -76,8 +76,13 @@ func splitSpecials(b *BPE, text string) []string {
 	return out
 }
 
-func TestTokenizerRoundTripWithDataPackage(t *testing.T) {
-	docs, err := GoCorpus(CorpusOptions{MaxBytes: 400 << 10})
+// corpusTokenizer trains a BPE of vocab ids (with DemoSpecials) on maxBytes
+// of the Go corpus, writes its tokenizer directory and loads that with
+// package data/tokenizer. It returns the corpus texts, the BPE, the
+// directory and the loaded tokenizer.
+func corpusTokenizer(t *testing.T, maxBytes, vocab int) ([]string, *BPE, string, *tokenizer.Tokenizer) {
+	t.Helper()
+	docs, err := GoCorpus(CorpusOptions{MaxBytes: maxBytes})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,12 +90,12 @@ func TestTokenizerRoundTripWithDataPackage(t *testing.T) {
 	for _, d := range docs {
 		texts = append(texts, d.Text)
 	}
-	b, err := TrainBPE(texts, BPEOptions{VocabSize: 1024, Specials: DemoSpecials})
+	b, err := TrainBPE(texts, BPEOptions{VocabSize: vocab, Specials: DemoSpecials})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b.VocabSize() != 1024 {
-		t.Fatalf("vocab %d, want 1024", b.VocabSize())
+	if b.VocabSize() != vocab {
+		t.Fatalf("vocab %d, want %d", b.VocabSize(), vocab)
 	}
 	dir := t.TempDir()
 	if err := b.WriteTokenizerDir(dir); err != nil {
@@ -100,6 +105,11 @@ func TestTokenizerRoundTripWithDataPackage(t *testing.T) {
 	if err != nil {
 		t.Fatalf("data/tokenizer cannot load the demo tokenizer: %v", err)
 	}
+	return texts, b, dir, tok
+}
+
+func TestTokenizerRoundTripWithDataPackage(t *testing.T) {
+	texts, b, _, tok := corpusTokenizer(t, 400<<10, 1024)
 	if tok.VocabSize() != b.VocabSize() {
 		t.Fatalf("loaded vocab %d, trained %d", tok.VocabSize(), b.VocabSize())
 	}
@@ -147,26 +157,7 @@ func TestTokenizerRoundTripWithDataPackage(t *testing.T) {
 func utf8Start(c byte) bool { return c&0xC0 != 0x80 }
 
 func TestChatTemplateWithDataPackage(t *testing.T) {
-	docs, err := GoCorpus(CorpusOptions{MaxBytes: 100 << 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var texts []string
-	for _, d := range docs {
-		texts = append(texts, d.Text)
-	}
-	b, err := TrainBPE(texts, BPEOptions{VocabSize: 600, Specials: DemoSpecials})
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	if err := b.WriteTokenizerDir(dir); err != nil {
-		t.Fatal(err)
-	}
-	tok, err := tokenizer.LoadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, _, dir, tok := corpusTokenizer(t, 100<<10, 600)
 	tmpl, err := chat.Load(dir, tok)
 	if err != nil {
 		t.Fatalf("data/chat cannot load the demo chat template: %v", err)

@@ -220,3 +220,35 @@ func TestConvertInParallel(t *testing.T) {
 		}
 	}
 }
+
+// TestConvert: float32 values widen to the same numbers (bit for bit back
+// after narrowing), and float64 values narrow to a float32 no farther from
+// them than either float32 neighbour of the result.
+func TestConvert(t *testing.T) {
+	r := testseed.New(t)
+	x := make([]float64, 1000)
+	for i := range x {
+		x[i] = r.NormFloat64() * math.Exp2(float64(r.IntN(60)-30))
+	}
+	n := Convert[float32](x)
+	if len(n) != len(x) {
+		t.Fatalf("%d values for %d", len(n), len(x))
+	}
+	for i, v := range n {
+		e := math.Abs(float64(v) - x[i])
+		for _, dir := range []float32{float32(math.Inf(1)), float32(math.Inf(-1))} {
+			if o := math.Abs(float64(math.Nextafter32(v, dir)) - x[i]); o < e {
+				t.Fatalf("x[%d] = %v narrowed to %v, but %v is nearer", i, x[i], v, math.Nextafter32(v, dir))
+			}
+		}
+	}
+	w := Convert[float64](n)
+	for i, v := range w {
+		if math.Float32bits(float32(v)) != math.Float32bits(n[i]) || v != float64(n[i]) {
+			t.Fatalf("n[%d] = %v widened to %v", i, n[i], v)
+		}
+	}
+	if got := Convert[float64]([]float32(nil)); len(got) != 0 {
+		t.Fatalf("nil converted to %v", got)
+	}
+}

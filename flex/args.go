@@ -2,8 +2,8 @@ package flex
 
 import (
 	"fmt"
+	"maps"
 	"slices"
-	"sort"
 )
 
 // Args holds the run-time values that programs read by name: scalars (for
@@ -144,19 +144,19 @@ func bind(p *plan, what string, a *Args) (*frame, error) {
 		case ParamIntScalar:
 			v, ok := a.Ints[prm.Name]
 			if !ok {
-				return nil, fmt.Errorf("flex: %s reads int scalar %q, missing from Args.Ints (have %v)", what, prm.Name, keys(a.Ints))
+				return nil, fmt.Errorf("flex: %s reads int scalar %q, missing from Args.Ints (have %v)", what, prm.Name, slices.Sorted(maps.Keys(a.Ints)))
 			}
 			f.ints[i] = int64(v)
 		case ParamFloatScalar:
 			v, ok := a.Floats[prm.Name]
 			if !ok {
-				return nil, fmt.Errorf("flex: %s reads float scalar %q, missing from Args.Floats (have %v)", what, prm.Name, keys(a.Floats))
+				return nil, fmt.Errorf("flex: %s reads float scalar %q, missing from Args.Floats (have %v)", what, prm.Name, slices.Sorted(maps.Keys(a.Floats)))
 			}
 			f.floats[i] = v
 		case ParamIntTensor:
 			t, ok := a.IntTensors[prm.Name]
 			if !ok {
-				return nil, fmt.Errorf("flex: %s reads int tensor %q (rank %d), missing from Args.IntTensors (have %v)", what, prm.Name, prm.Rank, keys(a.IntTensors))
+				return nil, fmt.Errorf("flex: %s reads int tensor %q (rank %d), missing from Args.IntTensors (have %v)", what, prm.Name, prm.Rank, slices.Sorted(maps.Keys(a.IntTensors)))
 			}
 			if err := checkBound(what, prm, t.Shape, len(t.Data)); err != nil {
 				return nil, err
@@ -165,7 +165,7 @@ func bind(p *plan, what string, a *Args) (*frame, error) {
 		case ParamFloatTensor:
 			t, ok := a.FloatTensors[prm.Name]
 			if !ok {
-				return nil, fmt.Errorf("flex: %s reads float tensor %q (rank %d), missing from Args.FloatTensors (have %v)", what, prm.Name, prm.Rank, keys(a.FloatTensors))
+				return nil, fmt.Errorf("flex: %s reads float tensor %q (rank %d), missing from Args.FloatTensors (have %v)", what, prm.Name, prm.Rank, slices.Sorted(maps.Keys(a.FloatTensors)))
 			}
 			if err := checkBound(what, prm, t.Shape, len(t.Data)); err != nil {
 				return nil, err
@@ -201,15 +201,6 @@ func strides(shape []int) []int {
 		acc *= shape[i]
 	}
 	return s
-}
-
-func keys[V any](m map[string]V) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	sort.Strings(ks)
-	return ks
 }
 
 // clampIndex clamps i into [0, n-1].

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"testing"
+
+	"dflash/dtype"
 )
 
 // refBackward is brute-force dense backward in float64; ∂score/∂r comes
@@ -70,11 +72,11 @@ func TestBackwardMatchesReference(t *testing.T) {
 			out, lse := Forward(d, q, k, v, bm, c.score, c.args, scale)
 			g := Backward(d, q, k, v, out, lse, dout, bm, c.score, c.args, scale)
 			checkGrads(t, c, "float64", g, want, 1e-6)
-			q32, k32, v32 := to32(q), to32(k), to32(v)
+			q32, k32, v32 := dtype.Convert[float32](q), dtype.Convert[float32](k), dtype.Convert[float32](v)
 			for _, simd := range simdModes() {
 				hasAVX2FMA = simd
 				o32, l32 := Forward(d, q32, k32, v32, bm, c.score, c.args, scale)
-				g32 := Backward(d, q32, k32, v32, o32, l32, to32(dout), bm, c.score, c.args, scale)
+				g32 := Backward(d, q32, k32, v32, o32, l32, dtype.Convert[float32](dout), bm, c.score, c.args, scale)
 				checkGrads(t, c, fmt.Sprintf("float32 (simd %v)", simd), g32, want, 1e-3)
 			}
 			dm, err := NewDenseMask(c.mask, c.args, d, 0)
@@ -92,7 +94,7 @@ func TestBackwardMatchesReference(t *testing.T) {
 func checkGrads[T elem](t *testing.T, c testCase, label string, g Grads[T], want [3][]float64, tol float64) {
 	t.Helper()
 	for i, x := range [3][]T{g.DQ, g.DK, g.DV} {
-		got := to64(x)
+		got := dtype.Convert[float64](x)
 		if e, at := maxErr(got, want[i], tol, tol); e > 1 {
 			t.Fatalf("%v\n%s %s[%d] = %v, want %v", c, label, [3]string{"dq", "dk", "dv"}[i], at, got[at], want[i][at])
 		}

@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"flag"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -185,17 +187,17 @@ func gxxArgs(r *rand.Rand, d Dims) *Args {
 // the gradient of each float tensor).
 func writeGxxParams(src *bytes.Buffer, a *Args) {
 	// Parameters as globals, named as the programs name them.
-	for _, n := range keys(a.Ints) {
+	for _, n := range slices.Sorted(maps.Keys(a.Ints)) {
 		fmt.Fprintf(src, "static int P_%s = %d;\n", n, a.Ints[n])
 	}
-	for _, n := range keys(a.Floats) {
+	for _, n := range slices.Sorted(maps.Keys(a.Floats)) {
 		fmt.Fprintf(src, "static float P_%s = %s;\n", n, cudaFloat(a.Floats[n]))
 	}
-	for _, n := range keys(a.IntTensors) {
+	for _, n := range slices.Sorted(maps.Keys(a.IntTensors)) {
 		tn := a.IntTensors[n]
 		fmt.Fprintf(src, "static int P_%s[] = {%s};\n", n, joinInts(tn.Data))
 	}
-	for _, n := range keys(a.FloatTensors) {
+	for _, n := range slices.Sorted(maps.Keys(a.FloatTensors)) {
 		tn := a.FloatTensors[n]
 		fmt.Fprintf(src, "static float P_%s[] = {%s};\nstatic float G_%s[%d];\n", n, joinFloats(tn.Data), n, len(tn.Data))
 	}

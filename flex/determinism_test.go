@@ -6,6 +6,8 @@ import (
 	"runtime"
 	"slices"
 	"testing"
+
+	"dflash/dtype"
 )
 
 // TestBackwardDeterministic runs Forward and Backward many times under
@@ -69,7 +71,7 @@ func TestBackwardDeterministic(t *testing.T) {
 					if f64 {
 						return fwdBwdBits(d, q, k, v, dout, bm, c.score, c.args)
 					}
-					return fwdBwdBits(d, to32(q), to32(k), to32(v), to32(dout), bm, c.score, c.args)
+					return fwdBwdBits(d, dtype.Convert[float32](q), dtype.Convert[float32](k), dtype.Convert[float32](v), dtype.Convert[float32](dout), bm, c.score, c.args)
 				}
 				runtime.GOMAXPROCS(1)
 				want := run()

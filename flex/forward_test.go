@@ -3,6 +3,8 @@ package flex
 import (
 	"math"
 	"testing"
+
+	"dflash/dtype"
 )
 
 // simdModes returns the float32 kernel variants to test: the pure-Go one
@@ -37,11 +39,11 @@ func TestForwardMatchesReference(t *testing.T) {
 			}
 			for _, simd := range simdModes() {
 				hasAVX2FMA = simd
-				o32, l32 := Forward(d, to32(q), to32(k), to32(v), bm, c.score, c.args, scale)
-				if e, at := maxErr(to64(o32), wantO, 2e-4, 2e-4); e > 1 {
+				o32, l32 := Forward(d, dtype.Convert[float32](q), dtype.Convert[float32](k), dtype.Convert[float32](v), bm, c.score, c.args, scale)
+				if e, at := maxErr(dtype.Convert[float64](o32), wantO, 2e-4, 2e-4); e > 1 {
 					t.Fatalf("%v\nfloat32 (simd %v) out[%d] = %v, want %v", c, simd, at, o32[at], wantO[at])
 				}
-				if e, at := maxErr(to64(l32), wantL, 2e-4, 2e-4); e > 1 {
+				if e, at := maxErr(dtype.Convert[float64](l32), wantL, 2e-4, 2e-4); e > 1 {
 					t.Fatalf("%v\nfloat32 (simd %v) lse[%d] = %v, want %v", c, simd, at, l32[at], wantL[at])
 				}
 			}

@@ -5,18 +5,24 @@ import (
 	"testing"
 )
 
-func BenchmarkGemmNT(b *testing.B) {
-	const m, n, k = 128, 128, 128
+// gemmBenchInputs returns the operands of the GEMM benchmarks, m = n = k =
+// 128: A (m×k) and B (k×n, or n×k) of uniform random values and a zero C
+// (m×n).
+func gemmBenchInputs() (m, n, k int, A, B, C []float32) {
+	m, n, k = 128, 128, 128
 	r := rand.New(rand.NewPCG(1, 2))
-	A := make([]float32, m*k)
-	B := make([]float32, n*k)
-	C := make([]float32, m*n)
+	A, B, C = make([]float32, m*k), make([]float32, k*n), make([]float32, m*n)
 	for i := range A {
 		A[i] = r.Float32()
 	}
 	for i := range B {
 		B[i] = r.Float32()
 	}
+	return m, n, k, A, B, C
+}
+
+func BenchmarkGemmNT(b *testing.B) {
+	m, n, k, A, B, C := gemmBenchInputs()
 	b.SetBytes(0)
 	for b.Loop() {
 		gemmNT(C, n, A, k, B, k, m, n, k, nil, nil, 1, false)
@@ -25,17 +31,7 @@ func BenchmarkGemmNT(b *testing.B) {
 }
 
 func benchGemmAcc(b *testing.B, trans bool) {
-	const m, n, k = 128, 128, 128
-	r := rand.New(rand.NewPCG(1, 2))
-	A := make([]float32, m*k)
-	B := make([]float32, k*n)
-	C := make([]float32, m*n)
-	for i := range A {
-		A[i] = r.Float32()
-	}
-	for i := range B {
-		B[i] = r.Float32()
-	}
+	m, n, k, A, B, C := gemmBenchInputs()
 	rs, ts := k, 1
 	if trans {
 		rs, ts = 1, m

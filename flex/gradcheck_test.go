@@ -3,6 +3,8 @@ package flex
 import (
 	"math"
 	"testing"
+
+	"dflash/dtype"
 )
 
 // TestGradientFiniteDifferences checks Backward in float64 against central
@@ -100,10 +102,10 @@ func TestFullyMaskedRows(t *testing.T) {
 			var out, lse []float64
 			var g Grads[float64]
 			if f32 {
-				o, l := Forward(d, to32(q), to32(k), to32(v), bm, score, a, 0.5)
-				g32 := Backward(d, to32(q), to32(k), to32(v), o, l, to32(dout), bm, score, a, 0.5)
-				out, lse = to64(o), to64(l)
-				g = Grads[float64]{DQ: to64(g32.DQ), DK: to64(g32.DK), DV: to64(g32.DV)}
+				o, l := Forward(d, dtype.Convert[float32](q), dtype.Convert[float32](k), dtype.Convert[float32](v), bm, score, a, 0.5)
+				g32 := Backward(d, dtype.Convert[float32](q), dtype.Convert[float32](k), dtype.Convert[float32](v), o, l, dtype.Convert[float32](dout), bm, score, a, 0.5)
+				out, lse = dtype.Convert[float64](o), dtype.Convert[float64](l)
+				g = Grads[float64]{DQ: dtype.Convert[float64](g32.DQ), DK: dtype.Convert[float64](g32.DK), DV: dtype.Convert[float64](g32.DV)}
 			} else {
 				out, lse = Forward(d, q, k, v, bm, score, a, 0.5)
 				g = Backward(d, q, k, v, out, lse, dout, bm, score, a, 0.5)

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"testing"
+
+	"dflash/dtype"
 )
 
 // headsInner returns x, laid out [batch, heads, len, dim], as [batch, len,
@@ -63,11 +65,11 @@ func TestOutHeadsInner(t *testing.T) {
 			checkGrads(t, c, "float64", Backward(di, q, k, v, o64, l64, doutI, bm, c.score, c.args, scale), want, 1e-6)
 			for _, simd := range simdModes() {
 				hasAVX2FMA = simd
-				o32, l32 := Forward(di, to32(q), to32(k), to32(v), bm, c.score, c.args, scale)
-				if e, at := maxErr(to64(o32), wantO, 2e-4, 2e-4); e > 1 {
+				o32, l32 := Forward(di, dtype.Convert[float32](q), dtype.Convert[float32](k), dtype.Convert[float32](v), bm, c.score, c.args, scale)
+				if e, at := maxErr(dtype.Convert[float64](o32), wantO, 2e-4, 2e-4); e > 1 {
 					t.Fatalf("%v\nfloat32 (simd %v) out[%d] = %v, want %v", c, simd, at, o32[at], wantO[at])
 				}
-				g32 := Backward(di, to32(q), to32(k), to32(v), o32, l32, to32(doutI), bm, c.score, c.args, scale)
+				g32 := Backward(di, dtype.Convert[float32](q), dtype.Convert[float32](k), dtype.Convert[float32](v), o32, l32, dtype.Convert[float32](doutI), bm, c.score, c.args, scale)
 				checkGrads(t, c, fmt.Sprintf("float32 (simd %v)", simd), g32, want, 1e-3)
 			}
 			dm, err := NewDenseMask(c.mask, c.args, d, 0)

@@ -333,22 +333,6 @@ func randSlice(r *rand.Rand, n int) []float64 {
 	return x
 }
 
-func to32(x []float64) []float32 {
-	y := make([]float32, len(x))
-	for i, v := range x {
-		y[i] = float32(v)
-	}
-	return y
-}
-
-func to64[T elem](x []T) []float64 {
-	y := make([]float64, len(x))
-	for i, v := range x {
-		y[i] = float64(v)
-	}
-	return y
-}
-
 // maxErr returns the largest |got - want| / (atol + rtol*|want|) over the
 // elements, treating equal infinities as exact; > 1 fails.
 func maxErr(got, want []float64, atol, rtol float64) (worst float64, at int) {

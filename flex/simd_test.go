@@ -3,6 +3,8 @@ package flex
 import (
 	"math"
 	"testing"
+
+	"dflash/dtype"
 )
 
 // TestExp32 checks the float32 exponential against math.Exp.
@@ -36,10 +38,10 @@ func TestGemmAcc(t *testing.T) {
 				lda = m + r.IntN(3)
 				rs, ts, arows = 1, lda, k
 			}
-			A := to32(randSlice(r, arows*lda))
+			A := dtype.Convert[float32](randSlice(r, arows*lda))
 			ldb, ldc := N+r.IntN(3), N+r.IntN(3)
-			B := to32(randSlice(r, k*ldb))
-			C := to32(randSlice(r, m*ldc))
+			B := dtype.Convert[float32](randSlice(r, k*ldb))
+			C := dtype.Convert[float32](randSlice(r, m*ldc))
 			old := append([]float32(nil), C...)
 			var inner []span
 			if r.IntN(2) == 0 {

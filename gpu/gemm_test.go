@@ -36,11 +36,7 @@ func randomMatrix(rng *rand.Rand, n int, t dtype.DType) hostMatrix {
 func decode(b []byte, t dtype.DType) []float64 {
 	f := make([]float32, len(b)/t.Size())
 	dtype.DecodeFloat32(t, f, b)
-	out := make([]float64, len(f))
-	for i, v := range f {
-		out[i] = float64(v)
-	}
-	return out
+	return dtype.Convert[float64](f)
 }
 
 // TestGemmMatchesFloat64 runs cuBLASLt products on random data and compares

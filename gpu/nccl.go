@@ -110,17 +110,7 @@ func (d *Device) NCCLGroup(fn func() error) error {
 // Abort frees the communicator without waiting for its queued
 // collectives, which then fail: the way out of one that a lost rank never
 // completes. Destroy afterwards does nothing.
-func (c *Comm) Abort() error {
-	if err := c.d.check("Comm.Abort"); err != nil {
-		return err
-	}
-	if c.c == 0 {
-		return nil
-	}
-	err := c.c.Abort()
-	c.c = 0
-	return err
-}
+func (c *Comm) Abort() error { return c.free("Comm.Abort", cuda.Comm.Abort) }
 
 // AsyncError returns the error a collective of c met in the background
 // (a peer that left, a network failure), or nil; nil after Abort.
@@ -132,14 +122,18 @@ func (c *Comm) AsyncError() error {
 }
 
 // Destroy frees the communicator.
-func (c *Comm) Destroy() error {
-	if err := c.d.check("Comm.Destroy"); err != nil {
+func (c *Comm) Destroy() error { return c.free("Comm.Destroy", cuda.Comm.Destroy) }
+
+// free frees the communicator with how (Destroy or Abort), once: a freed
+// one is left alone.
+func (c *Comm) free(op string, how func(cuda.Comm) error) error {
+	if err := c.d.check(op); err != nil {
 		return err
 	}
 	if c.c == 0 {
 		return nil
 	}
-	err := c.c.Destroy()
+	err := how(c.c)
 	c.c = 0
 	return err
 }

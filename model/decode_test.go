@@ -18,17 +18,10 @@ func TestDecodeTruncate(t *testing.T) {
 	cpu := tensor.NewCPU[float32](0)
 	for _, arch := range []Architecture{Qwen3, Llama} {
 		t.Run(string(arch), func(t *testing.T) {
-			m, err := New(tinyConfig(arch, arch == Llama), rng.Uint64())
-			if err != nil {
-				t.Fatal(err)
-			}
-			perturb(m, rng.Uint64())
+			m := perturbed(t, tinyConfig(arch, arch == Llama), rng.Uint64(), rng.Uint64())
 			c := m.Config
 			V, H := c.VocabSize, c.HiddenSize
-			ids := make([]int32, 14)
-			for i := range ids {
-				ids[i] = int32(rng.IntN(V))
-			}
+			ids := randIDs(rng, 14, V)
 			states := []int{1, c.NumLayers}
 			full := func(seq []int32) (*tensor.Tensor, *Output) {
 				tp := tensor.NewInference(cpu)
@@ -78,10 +71,7 @@ func TestGenerateContextLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	cpu := tensor.NewCPU[float32](1)
-	prompt := make([]int32, 13)
-	for i := range prompt {
-		prompt[i] = int32(rng.IntN(cfg.VocabSize))
-	}
+	prompt := randIDs(rng, 13, cfg.VocabSize)
 	for _, n := range []int{9, 11, 12} {
 		out, err := m.Generate(cpu, prompt[:n], GenerateOptions{MaxNewTokens: 10})
 		if err != nil || len(out) != 12-n {

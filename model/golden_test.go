@@ -177,11 +177,7 @@ func TestWriteGoSaved(t *testing.T) {
 			return c
 		}()},
 	} {
-		m, err := New(c.cfg, 7)
-		if err != nil {
-			t.Fatal(err)
-		}
-		perturb(m, 3)
+		m := perturbed(t, c.cfg, 7, 3)
 		dir := filepath.Join(*goSave, c.name)
 		if err := m.Save(dir, c.dtype); err != nil {
 			t.Fatal(err)

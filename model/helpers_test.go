@@ -2,6 +2,7 @@ package model
 
 import (
 	"math/rand/v2"
+	"testing"
 )
 
 // tinyConfig returns a small config of the given architecture.
@@ -12,10 +13,25 @@ func tinyConfig(a Architecture, tied bool) Config {
 		BOSTokenID: &bos, EOSTokenIDs: []int{2}}
 }
 
-// perturb gives norm weights and biases random values so that tests do not
-// run on the ones and zeros of a fresh model.
-func perturb(m *Model, seed uint64) {
-	rng := rand.New(rand.NewPCG(seed, 1))
+// randIDs returns n token ids drawn uniformly from [0, vocab).
+func randIDs(rng *rand.Rand, n, vocab int) []int32 {
+	ids := make([]int32, n)
+	for i := range ids {
+		ids[i] = int32(rng.IntN(vocab))
+	}
+	return ids
+}
+
+// perturbed returns New(c, seed) with random values (drawn from
+// perturbSeed) added to its norm weights and biases, so that tests do not run
+// on the ones and zeros of a fresh model.
+func perturbed(t testing.TB, c Config, seed, perturbSeed uint64) *Model {
+	t.Helper()
+	m, err := New(c, seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(perturbSeed, 1))
 	for _, p := range m.Params() {
 		if len(p.Shape) == 1 {
 			for i := range p.Data() {
@@ -23,4 +39,5 @@ func perturb(m *Model, seed uint64) {
 			}
 		}
 	}
+	return m
 }

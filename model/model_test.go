@@ -125,11 +125,7 @@ func TestSaveLoadRoundTrip(t *testing.T) {
 		{"F16", 1.0 / 1024, func() Config { c := tinyConfig(Llama, true); c.AttentionBias, c.MLPBias = true, true; return c }()},
 	} {
 		t.Run(string(c.cfg.Arch)+"-"+c.dtype, func(t *testing.T) {
-			m, err := New(c.cfg, 11)
-			if err != nil {
-				t.Fatal(err)
-			}
-			perturb(m, 5)
+			m := perturbed(t, c.cfg, 11, 5)
 			dir := t.TempDir()
 			if err := m.Save(dir, c.dtype); err != nil {
 				t.Fatal(err)
@@ -235,15 +231,8 @@ func TestCacheMatchesForward(t *testing.T) {
 	cpu := tensor.NewCPU[float32](0)
 	for _, arch := range []Architecture{Qwen3, Llama} {
 		t.Run(string(arch), func(t *testing.T) {
-			m, err := New(tinyConfig(arch, arch == Qwen3), rng.Uint64())
-			if err != nil {
-				t.Fatal(err)
-			}
-			perturb(m, rng.Uint64())
-			ids := make([]int32, 11)
-			for i := range ids {
-				ids[i] = int32(rng.IntN(m.Config.VocabSize))
-			}
+			m := perturbed(t, tinyConfig(arch, arch == Qwen3), rng.Uint64(), rng.Uint64())
+			ids := randIDs(rng, 11, m.Config.VocabSize)
 			tp := tensor.NewInference(cpu)
 			full := m.Logits(tp, m.Forward(tp, Input{IDs: ids, Batch: 1, Len: len(ids)}).Final)
 			V := m.Config.VocabSize
@@ -317,16 +306,9 @@ func TestStatesOnly(t *testing.T) {
 	cpu := tensor.NewCPU[float32](0)
 	cfg := tinyConfig(Qwen3, true)
 	cfg.NumLayers = 4
-	m, err := New(cfg, rng.Uint64())
-	if err != nil {
-		t.Fatal(err)
-	}
-	perturb(m, rng.Uint64())
+	m := perturbed(t, cfg, rng.Uint64(), rng.Uint64())
 	const batch, length = 2, 9
-	ids := make([]int32, batch*length)
-	for i := range ids {
-		ids[i] = int32(rng.IntN(cfg.VocabSize))
-	}
+	ids := randIDs(rng, batch*length, cfg.VocabSize)
 	for _, states := range [][]int{{2}, {1, 3}, {0}, {2, 4}} {
 		t.Run(fmt.Sprint(states), func(t *testing.T) {
 			fullTape, partTape := tensor.NewTape(cpu), tensor.NewTape(cpu)

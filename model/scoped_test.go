@@ -31,16 +31,9 @@ func TestForwardScoped(t *testing.T) {
 	rng := testseed.New(t)
 	c := tinyConfig(Qwen3, false)
 	c.NumLayers = 6
-	m, err := New(c, rng.Uint64())
-	if err != nil {
-		t.Fatal(err)
-	}
-	perturb(m, rng.Uint64())
+	m := perturbed(t, c, rng.Uint64(), rng.Uint64())
 	const batch, length = 2, 11
-	ids := make([]int32, batch*length)
-	for i := range ids {
-		ids[i] = int32(rng.IntN(c.VocabSize))
-	}
+	ids := randIDs(rng, batch*length, c.VocabSize)
 	for _, in := range []Input{
 		{States: []int{0, 2, 6}},
 		{States: []int{3}},

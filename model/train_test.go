@@ -21,11 +21,7 @@ func TestGradientsFiniteDifferences(t *testing.T) {
 		t.Run(string(arch), func(t *testing.T) {
 			cfg := tinyConfig(arch, arch == Qwen3)
 			cfg.AttentionBias = arch == Llama
-			m, err := New(cfg, rng.Uint64())
-			if err != nil {
-				t.Fatal(err)
-			}
-			perturb(m, rng.Uint64())
+			m := perturbed(t, cfg, rng.Uint64(), rng.Uint64())
 			for _, p := range m.Params() { // larger weights give larger, better-conditioned gradients
 				if len(p.Shape) == 2 {
 					for i := range p.Data() {
@@ -34,10 +30,7 @@ func TestGradientsFiniteDifferences(t *testing.T) {
 				}
 			}
 			const batch, length = 2, 6
-			ids := make([]int32, batch*length)
-			for i := range ids {
-				ids[i] = int32(rng.IntN(cfg.VocabSize))
-			}
+			ids := randIDs(rng, batch*length, cfg.VocabSize)
 			targets := NextTokenTargets(ids, batch, length)
 			weights := make([]float64, len(ids))
 			for i := range weights {

@@ -11,7 +11,6 @@ import (
 
 	"dflash/data/chat"
 	"dflash/data/jsonl"
-	"dflash/data/tokenizer"
 	"dflash/internal/cputime"
 	"dflash/model"
 	"dflash/model/dflash"
@@ -41,11 +40,7 @@ func BenchmarkDemoDir(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	tok, err := tokenizer.LoadDir(tdir)
-	if err != nil {
-		b.Fatal(err)
-	}
-	tmpl, err := chat.Load(tdir, tok)
+	tok, tmpl, err := chat.LoadModel(tdir)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"dflash/dtype"
 	"dflash/internal/testseed"
 	"dflash/tensor"
 	"dflash/tensor/backendtest"
@@ -44,7 +45,7 @@ func TestResidualInPlace(t *testing.T) {
 			if &got.Data()[0] != &r.Data()[0] {
 				t.Fatalf("in place: the result is not in the residual's storage")
 			}
-			backendtest.Close(t, c.name+" in place", got.Data(), f64(want), 1e-6)
+			backendtest.Close(t, c.name+" in place", got.Data(), dtype.Convert[float64](want), 1e-6)
 			defer func() {
 				if s, _ := recover().(string); !strings.Contains(s, "in place into the residual") {
 					t.Errorf("in place on a recording tape: panic %q, want one about the residual", s)
@@ -53,12 +54,4 @@ func TestResidualInPlace(t *testing.T) {
 			c.op(tensor.NewTape(backendtest.NewStepCPU(1)), r, r)
 		})
 	}
-}
-
-func f64(x []float32) []float64 {
-	out := make([]float64, len(x))
-	for i, v := range x {
-		out[i] = float64(v)
-	}
-	return out
 }

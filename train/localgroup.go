@@ -134,13 +134,7 @@ func (c localRank) AllReduceSum(x Buffer) error {
 	if err != nil {
 		return err
 	}
-	for i := range h {
-		s := all[0].f32[i]
-		for _, o := range all[1:] {
-			s += o.f32[i]
-		}
-		h[i] = s
-	}
+	sumInRankOrder(h, all, func(s slot) []float32 { return s.f32 })
 	return nil
 }
 
@@ -150,14 +144,20 @@ func (c localRank) AllReduceFloat64(x []float64) error {
 	if err != nil {
 		return err
 	}
+	sumInRankOrder(x, all, func(s slot) []float64 { return s.f64 })
+	return nil
+}
+
+// sumInRankOrder sets x[i] to the sum of values(all[r])[i] over the ranks r,
+// added in rank order.
+func sumInRankOrder[T float32 | float64](x []T, all []slot, values func(slot) []T) {
 	for i := range x {
-		s := all[0].f64[i]
+		s := values(all[0])[i]
 		for _, o := range all[1:] {
-			s += o.f64[i]
+			s += values(o)[i]
 		}
 		x[i] = s
 	}
-	return nil
 }
 
 // exchange deposits mine, waits until every rank has deposited (or the

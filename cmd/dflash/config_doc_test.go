@@ -25,24 +25,8 @@ func TestConfigDoc(t *testing.T) {
 	fs, _ := trainFlags(&a)
 	var table bytes.Buffer
 	a.opts.Markdown(&table)
-	raw, err := os.ReadFile(configDoc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	doc := string(raw)
-	i, j := strings.Index(doc, docBegin), strings.Index(doc, docEnd)
-	if i < 0 || j < i {
-		t.Fatalf("%s lacks the markers %q and %q", configDoc, docBegin, docEnd)
-	}
-	want := doc[:i+len(docBegin)] + table.String() + doc[j:]
-	if *update {
-		if err := os.WriteFile(configDoc, []byte(want), 0o644); err != nil {
-			t.Fatal(err)
-		}
+	if generatedTable(t, configDoc, docBegin, docEnd, table.String(), "TestConfigDoc") {
 		return
-	}
-	if doc != want {
-		t.Fatalf("%s is out of date: run go test ./cmd/dflash -run TestConfigDoc -update\nwant table:\n%s", configDoc, table.String())
 	}
 	// Every flag is in the table.
 	fs.VisitAll(func(f *flag.Flag) {
@@ -50,6 +34,33 @@ func TestConfigDoc(t *testing.T) {
 			t.Errorf("flag --%s missing from the table", f.Name)
 		}
 	})
+}
+
+// generatedTable fails t unless the text of doc between the lines begin and
+// end is table, or with -update rewrites it there and reports true; test is
+// the test to run with -update.
+func generatedTable(t *testing.T, doc, begin, end, table, test string) (updated bool) {
+	t.Helper()
+	raw, err := os.ReadFile(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(raw)
+	i, j := strings.Index(text, begin), strings.Index(text, end)
+	if i < 0 || j < i {
+		t.Fatalf("%s lacks the markers %q and %q", doc, begin, end)
+	}
+	want := text[:i+len(begin)] + table + text[j:]
+	if *update {
+		if err := os.WriteFile(doc, []byte(want), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return true
+	}
+	if text != want {
+		t.Fatalf("%s is out of date: run go test ./cmd/dflash -run %s -update\nwant table:\n%s", doc, test, table)
+	}
+	return false
 }
 
 // TestExampleConfig: docs/train.example.yaml is accepted as is and sets every option.

@@ -121,11 +121,7 @@ func specDecode(ctx context.Context, o specOptions, stdout io.Writer) error {
 	if err := spec.Check(target, d.Cfg); err != nil {
 		return fmt.Errorf("--drafter %s, --target %s: %w", o.Drafter, o.Target, err)
 	}
-	tok, err := tokenizer.LoadDir(o.Target)
-	if err != nil {
-		return err
-	}
-	tmpl, err := chat.Load(o.Target, tok)
+	tok, tmpl, err := chat.LoadModel(o.Target)
 	if err != nil {
 		return err
 	}

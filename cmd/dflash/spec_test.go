@@ -12,7 +12,6 @@ import (
 	"testing"
 
 	"dflash/data/chat"
-	"dflash/data/tokenizer"
 	"dflash/model"
 	"dflash/model/dflash"
 	"dflash/recipe/recipetest"
@@ -82,11 +81,7 @@ func TestSpecBadInput(t *testing.T) {
 	if err := runSpec([]string{"--target", targetDir, "--drafter", drafterDir, "--prompts", dataPath, "--device", "cuda"}); err == nil || !strings.Contains(err.Error(), "--device cuda: must be one of cpu") {
 		t.Fatalf("--device cuda: %v", err)
 	}
-	tok, err := tokenizer.LoadDir(targetDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl, err := chat.Load(targetDir, tok)
+	tok, tmpl, err := chat.LoadModel(targetDir)
 	if err != nil {
 		t.Fatal(err)
 	}

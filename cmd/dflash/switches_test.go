@@ -2,12 +2,12 @@ package main
 
 import (
 	"bytes"
-	"dflash/recipe/recipetest"
 	"encoding/json"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"dflash/recipe/recipetest"
 
 	"dflash/internal/switches"
 )
@@ -23,24 +23,8 @@ const (
 func TestSwitchesDoc(t *testing.T) {
 	var table bytes.Buffer
 	switches.Markdown(&table)
-	raw, err := os.ReadFile(switchesDoc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	doc := string(raw)
-	i, j := strings.Index(doc, switchesDocBegin), strings.Index(doc, switchesDocEnd)
-	if i < 0 || j < i {
-		t.Fatalf("%s lacks the markers %q and %q", switchesDoc, switchesDocBegin, switchesDocEnd)
-	}
-	want := doc[:i+len(switchesDocBegin)] + table.String() + doc[j:]
-	if *update {
-		if err := os.WriteFile(switchesDoc, []byte(want), 0o644); err != nil {
-			t.Fatal(err)
-		}
+	if generatedTable(t, switchesDoc, switchesDocBegin, switchesDocEnd, table.String(), "TestSwitchesDoc") {
 		return
-	}
-	if doc != want {
-		t.Fatalf("%s is out of date: run go test ./cmd/dflash -run TestSwitchesDoc -update\nwant table:\n%s", switchesDoc, table.String())
 	}
 	for _, s := range switches.Settings() {
 		if !strings.Contains(table.String(), "| `"+s.Name+"` |") {

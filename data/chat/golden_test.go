@@ -30,11 +30,7 @@ func loadModel(t *testing.T, name string) (*tokenizer.Tokenizer, *Template) {
 	if _, err := os.Stat(filepath.Join(dir, "tokenizer.json")); err != nil {
 		t.Skipf("%s is missing: run scripts/fetch-testdata.sh first", dir)
 	}
-	tok, err := tokenizer.LoadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl, err := Load(dir, tok)
+	tok, tmpl, err := LoadModel(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -60,6 +60,20 @@ func (t *Template) Family() string { return t.fam.name }
 // Source is the Jinja text of the template.
 func (t *Template) Source() string { return t.source }
 
+// LoadModel reads the tokenizer (tokenizer.LoadDir) and the chat template
+// (Load) of the model directory dir.
+func LoadModel(dir string) (*tokenizer.Tokenizer, *Template, error) {
+	tok, err := tokenizer.LoadDir(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	tmpl, err := Load(dir, tok)
+	if err != nil {
+		return nil, nil, err
+	}
+	return tok, tmpl, nil
+}
+
 // Load reads the chat template of a model directory: chat_template.jinja
 // when present, else tokenizer_config.json's chat_template (a string, or a
 // list of named templates of which "default" is used). tok, when not nil,

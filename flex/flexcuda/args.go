@@ -2,8 +2,9 @@ package flexcuda
 
 import (
 	"fmt"
+	"maps"
 	"math"
-	"sort"
+	"slices"
 
 	"dflash/flex"
 	"dflash/gpu"
@@ -76,7 +77,7 @@ func UploadArgs(d *gpu.Device, h *flex.Args) (*Args, error) {
 	for k, v := range h.Floats {
 		a.floats[k] = v
 	}
-	for _, name := range sortedKeys(h.IntTensors) {
+	for _, name := range slices.Sorted(maps.Keys(h.IntTensors)) {
 		t := h.IntTensors[name]
 		buf, err := d.Alloc(int64(4 * max(len(t.Data), 1)))
 		if err != nil {
@@ -90,7 +91,7 @@ func UploadArgs(d *gpu.Device, h *flex.Args) (*Args, error) {
 		}
 		a.tensors[name] = Tensor{Buf: buf, Shape: append([]int(nil), t.Shape...)}
 	}
-	for _, name := range sortedKeys(h.FloatTensors) {
+	for _, name := range slices.Sorted(maps.Keys(h.FloatTensors)) {
 		t := h.FloatTensors[name]
 		f := make([]float32, len(t.Data))
 		for i, v := range t.Data {
@@ -119,15 +120,6 @@ func (a *Args) Free(d *gpu.Device) {
 	a.owned = nil
 }
 
-func sortedKeys[V any](m map[string]V) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	sort.Strings(ks)
-	return ks
-}
-
 // pack fills slots with the values of l's parameters from a (the backward
 // adds the gradient pointers from grads). It returns an error naming a
 // missing parameter, a wrong kind or rank, or a value outside int32.
@@ -152,7 +144,7 @@ func (l *argLayout) pack(slots []uint64, a *Args, bwd bool, grads map[string]gpu
 		case flex.ParamIntScalar:
 			v, ok := a.ints[p.Name]
 			if !ok {
-				return fmt.Errorf("flexcuda: the programs read int scalar %q, missing from Args (have %v)", p.Name, sortedKeys(a.ints))
+				return fmt.Errorf("flexcuda: the programs read int scalar %q, missing from Args (have %v)", p.Name, slices.Sorted(maps.Keys(a.ints)))
 			}
 			if v < math.MinInt32 || v > math.MaxInt32 {
 				return fmt.Errorf("flexcuda: int scalar %q = %d is outside int32 (CUDA programs use 32-bit ints)", p.Name, v)
@@ -161,13 +153,13 @@ func (l *argLayout) pack(slots []uint64, a *Args, bwd bool, grads map[string]gpu
 		case flex.ParamFloatScalar:
 			v, ok := a.floats[p.Name]
 			if !ok {
-				return fmt.Errorf("flexcuda: the programs read float scalar %q, missing from Args (have %v)", p.Name, sortedKeys(a.floats))
+				return fmt.Errorf("flexcuda: the programs read float scalar %q, missing from Args (have %v)", p.Name, slices.Sorted(maps.Keys(a.floats)))
 			}
 			put(w, math.Float32bits(float32(v)))
 		case flex.ParamIntTensor, flex.ParamFloatTensor:
 			t, ok := a.tensors[p.Name]
 			if !ok {
-				return fmt.Errorf("flexcuda: the programs read %s %q (rank %d), missing from Args (have %v)", p.Kind, p.Name, p.Rank, sortedKeys(a.tensors))
+				return fmt.Errorf("flexcuda: the programs read %s %q (rank %d), missing from Args (have %v)", p.Kind, p.Name, p.Rank, slices.Sorted(maps.Keys(a.tensors)))
 			}
 			if t.Float != (p.Kind == flex.ParamFloatTensor) {
 				return fmt.Errorf("flexcuda: %s %q given as a tensor of the other element type", p.Kind, p.Name)

@@ -106,10 +106,7 @@ func Alloc(d *gpu.Device, n int64) (gpu.Buffer, error) {
 // Upload stores x in storage type dt (BF16, F16 or F32) in a new buffer on
 // d and returns it with the values the device holds: x rounded to dt.
 func Upload(d *gpu.Device, dt dtype.DType, x []float64) (gpu.Buffer, []float64, error) {
-	f := make([]float32, len(x))
-	for i, v := range x {
-		f[i] = float32(v)
-	}
+	f := dtype.Convert[float32](x)
 	b, err := Alloc(d, int64(len(x))*int64(dt.Size()))
 	if err != nil {
 		return gpu.Buffer{}, nil, err
@@ -126,7 +123,7 @@ func Upload(d *gpu.Device, dt dtype.DType, x []float64) (gpu.Buffer, []float64, 
 		d.Free(b)
 		return gpu.Buffer{}, nil, err
 	}
-	return b, widen(f), nil
+	return b, dtype.Convert[float64](f), nil
 }
 
 // Download reads n elements of storage type dt (BF16, F16 or F32) from b.
@@ -143,13 +140,5 @@ func Download(d *gpu.Device, dt dtype.DType, b gpu.Buffer, n int) ([]float64, er
 		}
 		dtype.DecodeHalves(dt, f, h)
 	}
-	return widen(f), nil
-}
-
-func widen(f []float32) []float64 {
-	x := make([]float64, len(f))
-	for i, v := range f {
-		x[i] = float64(v)
-	}
-	return x
+	return dtype.Convert[float64](f), nil
 }

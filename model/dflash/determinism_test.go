@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"dflash/internal/testseed"
-	"dflash/tensor"
 )
 
 // TestStepDeterministic requires a float32 training step (forward, loss,
@@ -21,22 +20,7 @@ func TestStepDeterministic(t *testing.T) {
 	// keys, so 2 q tiles and 4 kv blocks of the default 128.
 	const S = 300
 	d, head, b, bl := randomDrafter[float32](rng, S, []int{S, S - 37}, 48)
-	step := func() (float32, [][]float32) {
-		for _, p := range d.Params() {
-			p.ZeroGrad()
-		}
-		tp := tensor.NewTape(tensor.NewCPU[float32](0))
-		out, err := d.Forward(tp, true, head, b, bl)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tp.Backward(out.Loss)
-		var gs [][]float32
-		for _, p := range d.Params() {
-			gs = append(gs, append([]float32(nil), p.Grad()...))
-		}
-		return out.Loss.Data()[0], gs
-	}
+	step := func() (float32, [][]float32) { return lossAndGrads(t, 0, d, head, b, bl) }
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
 	runtime.GOMAXPROCS(1)
 	l0, g0 := step()

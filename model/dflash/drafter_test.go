@@ -56,20 +56,23 @@ func randomDrafter[T tensor.Float](rng *rand.Rand, S int, seqLens []int, anchors
 	return d, head, b, BuildBlocks(c, b, SampleBatchAnchors(rng, b, anchors))
 }
 
-func lossAndGrads(t *testing.T, d *Drafter[float64], head Head[float64], b *Batch, bl *Blocks) (float64, [][]float64) {
+// lossAndGrads runs d's training forward and backward pass from zeroed
+// gradients on a new CPU backend of cpuWorkers goroutines and returns the
+// loss and copies of the parameters' gradients.
+func lossAndGrads[T tensor.Float](t *testing.T, cpuWorkers int, d *Drafter[T], head Head[T], b *Batch, bl *Blocks) (T, [][]T) {
 	t.Helper()
 	for _, p := range d.Params() {
 		p.ZeroGrad()
 	}
-	tp := tensor.NewTape[float64](tensor.NewCPU[float64](2))
+	tp := tensor.NewTape(tensor.NewCPU[T](cpuWorkers))
 	out, err := d.Forward(tp, true, head, b, bl)
 	if err != nil {
 		t.Fatal(err)
 	}
 	tp.Backward(out.Loss)
-	var gs [][]float64
+	var gs [][]T
 	for _, p := range d.Params() {
-		gs = append(gs, append([]float64(nil), p.Grad()...))
+		gs = append(gs, append([]T(nil), p.Grad()...))
 	}
 	return out.Loss.Data()[0], gs
 }
@@ -80,10 +83,10 @@ func TestLossChunkIndependent(t *testing.T) {
 	seed := testseed.Seed(t)
 	d, head, b, bl := randomSetup[float64](t, seed)
 	d.LossChunk = 100000
-	l0, g0 := lossAndGrads(t, d, head, b, bl)
+	l0, g0 := lossAndGrads(t, 2, d, head, b, bl)
 	for _, chunk := range []int{1, 3, 17} {
 		d.LossChunk = chunk
-		l, g := lossAndGrads(t, d, head, b, bl)
+		l, g := lossAndGrads(t, 2, d, head, b, bl)
 		if math.Abs(l-l0) > 1e-12*l0 {
 			t.Errorf("chunk %d: loss %v, whole %v", chunk, l, l0)
 		}
@@ -100,7 +103,7 @@ func TestLossChunkIndependent(t *testing.T) {
 func TestFiniteDifferences(t *testing.T) {
 	seed := testseed.Seed(t)
 	d, head, b, bl := randomSetup[float64](t, seed)
-	_, g := lossAndGrads(t, d, head, b, bl)
+	_, g := lossAndGrads(t, 2, d, head, b, bl)
 	rng := rand.New(rand.NewPCG(seed, 5))
 	inf := tensor.NewInference[float64](tensor.NewCPU[float64](2))
 	loss := func() float64 {

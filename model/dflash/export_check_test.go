@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"dflash/dtype"
 	"dflash/safetensors"
 	"dflash/tensor"
 )
@@ -37,13 +38,7 @@ func TestWriteExportCheck(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f32 := func(x []float64) []float32 {
-		o := make([]float32, len(x))
-		for i, v := range x {
-			o[i] = float32(v)
-		}
-		return o
-	}
+	f32 := dtype.Convert[float32, float64]
 	k, H := len(b.Taps), d.Cfg.HiddenSize
 	hid := make([]float32, 0, k*b.Rows*b.Len*H)
 	for _, h := range b.Taps {

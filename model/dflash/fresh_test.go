@@ -39,7 +39,7 @@ func TestBackwardWritesFreshGradients(t *testing.T) {
 	}
 
 	d64, head64, bat64, bl64 := randomSetup[float64](t, seed)
-	_, want := lossAndGrads(t, d64, head64, bat64, bl64)
+	_, want := lossAndGrads(t, 2, d64, head64, bat64, bl64)
 	var worst float64
 	for i, p := range d.Params() {
 		got := make([]float64, p.Numel())

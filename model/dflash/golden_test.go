@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"testing"
 
+	"dflash/dtype"
 	"dflash/flex"
 	"dflash/safetensors"
 	"dflash/tensor"
@@ -319,11 +320,7 @@ func runGolden[T tensor.Float](t *testing.T, g *golden, backend tensor.Backend[T
 	if e := math.Abs(out.WeightSum - g.f64(t, "out.weight_sum")[0]); e > 1e-9 {
 		t.Errorf("weight sum %v, reference %v", out.WeightSum, g.f64(t, "out.weight_sum")[0])
 	}
-	ctx := make([]float64, out.Context.Numel())
-	for i, v := range out.Context.Data() {
-		ctx[i] = float64(v)
-	}
-	if e := relErr(ctx, g.f64(t, "out.context")); e > tol {
+	if e := relErr(dtype.Convert[float64](out.Context.Data()), g.f64(t, "out.context")); e > tol {
 		t.Errorf("context u: rel err %.2e", e)
 	}
 	// Block hidden states of live blocks after each layer.
@@ -351,11 +348,7 @@ func runGolden[T tensor.Float](t *testing.T, g *golden, backend tensor.Backend[T
 			t.Errorf("%s: no gradient", p.Name)
 			continue
 		}
-		got := make([]float64, len(p.Grad()))
-		for i, v := range p.Grad() {
-			got[i] = float64(v)
-		}
-		e := relErr(got, want)
+		e := relErr(dtype.Convert[float64](p.Grad()), want)
 		worst = math.Max(worst, e)
 		if e > tol {
 			t.Errorf("grad %s: rel err %.2e (tolerance %.0e)", p.Name, e, tol)

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"testing"
 
+	"dflash/dtype"
 	"dflash/gpu"
 	"dflash/internal/gputest"
 	"dflash/tensor"
@@ -92,13 +93,7 @@ func TestGPUGolden(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f64 := func(x []float32) []float64 {
-		out := make([]float64, len(x))
-		for i, v := range x {
-			out[i] = float64(v)
-		}
-		return out
-	}
+	f64 := dtype.Convert[float64, float32]
 	wantLoss := g.f64(t, "out.loss")[0]
 	lossErr := math.Abs(float64(res.loss)-wantLoss) / wantLoss
 	if lossErr > 1e-2 {

@@ -13,6 +13,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
+	"dflash/dtype"
 	"dflash/internal/testseed"
 	"dflash/tensor"
 )
@@ -144,7 +145,7 @@ func runBackend(t *testing.T, c opCase, b tensor.Backend[float32], tol Tolerance
 	args := make([]*tensor.Tensor, len(c.inputs))
 	start := make([][]float64, len(c.inputs))
 	for i, in := range c.inputs {
-		in32[i] = tensor.FromStorage(in.name, b.Upload(to32(vals[i]), false), in.shape...)
+		in32[i] = tensor.FromStorage(in.name, b.Upload(dtype.Convert[float32](vals[i]), false), in.shape...)
 		in32[i].RequiresGrad = in.grad
 		args[i] = in32[i]
 		switch {
@@ -156,7 +157,7 @@ func runBackend(t *testing.T, c opCase, b tensor.Backend[float32], tol Tolerance
 			for j := range start[i] {
 				start[i][j] = rng.NormFloat64()
 			}
-			in32[i].GradStore = b.Upload(to32(start[i]), false)
+			in32[i].GradStore = b.Upload(dtype.Convert[float32](start[i]), false)
 		}
 	}
 	got := c.f32(tp, args)
@@ -169,7 +170,7 @@ func runBackend(t *testing.T, c opCase, b tensor.Backend[float32], tol Tolerance
 	}
 	Close(t, "forward "+b.Name(), download(b, got.Store), want, fwd)
 	if tp.Len() > 0 {
-		tp.BackwardFrom(got, b.Upload(to32(g), false))
+		tp.BackwardFrom(got, b.Upload(dtype.Convert[float32](g), false))
 	}
 	for i, in := range c.inputs {
 		if !in.grad {

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"testing"
 
+	"dflash/dtype"
 	"dflash/tensor"
 )
 
@@ -28,7 +29,7 @@ func runGemm(t *testing.T, b tensor.Backend[float32], tol Tolerances, rng *rand.
 			name := fmt.Sprintf("m%d_n%d_k%d_tA%v_tB%v", m, n, k, tr[0], tr[1])
 			t.Run(name, func(t *testing.T) {
 				g := newGemmCase(rng, tr, m, n, k, alpha, beta)
-				c := to32(g.c0)
+				c := dtype.Convert[float32](g.c0)
 				if beta == 0 {
 					for i := range c { // beta = 0 must ignore what C held
 						c[i] = float32(nanIfZeroBeta())
@@ -37,7 +38,7 @@ func runGemm(t *testing.T, b tensor.Backend[float32], tol Tolerances, rng *rand.
 				cs := b.Upload(c, false)
 				stored := make([]float32, len(c)) // C as the backend holds it (rounded to its storage type)
 				b.Download(cs, stored)
-				b.Gemm(tr[0], tr[1], m, n, k, float32(alpha), b.Upload(to32(g.a), false), g.lda, b.Upload(to32(g.b), false), g.ldb, float32(beta), cs, g.ldc)
+				b.Gemm(tr[0], tr[1], m, n, k, float32(alpha), b.Upload(dtype.Convert[float32](g.a), false), g.lda, b.Upload(dtype.Convert[float32](g.b), false), g.ldb, float32(beta), cs, g.ldc)
 				b.Download(cs, c)
 				g.check(t, "Gemm "+b.Name(), c, stored, beta == 0, tol)
 			})
@@ -56,7 +57,7 @@ func runGemmAdd(t *testing.T, b tensor.Backend[float32], tol Tolerances, rng *ra
 				alpha := rng.NormFloat64()
 				t.Run(fmt.Sprintf("m%d_n%d_k%d_tA%v_tB%v_inplace%v", m, n, k, tr[0], tr[1], inPlace), func(t *testing.T) {
 					g := newGemmCase(rng, tr, m, n, k, alpha, 1)
-					cs := b.Upload(to32(g.c0), false)
+					cs := b.Upload(dtype.Convert[float32](g.c0), false)
 					stored := make([]float32, len(g.c0))
 					b.Download(cs, stored)
 					ds := cs
@@ -67,7 +68,7 @@ func runGemmAdd(t *testing.T, b tensor.Backend[float32], tol Tolerances, rng *ra
 						}
 						ds = b.Upload(nan, false)
 					}
-					b.GemmAdd(tr[0], tr[1], m, n, k, float32(alpha), b.Upload(to32(g.a), false), g.lda, b.Upload(to32(g.b), false), g.ldb, cs, ds, g.ldc)
+					b.GemmAdd(tr[0], tr[1], m, n, k, float32(alpha), b.Upload(dtype.Convert[float32](g.a), false), g.lda, b.Upload(dtype.Convert[float32](g.b), false), g.ldb, cs, ds, g.ldc)
 					d := make([]float32, len(g.c0))
 					b.Download(ds, d)
 					g.check(t, "GemmAdd "+b.Name(), d, stored, !inPlace, tol)
@@ -167,13 +168,4 @@ func randVec(rng *rand.Rand, n int) []float64 {
 		v[i] = rng.NormFloat64()
 	}
 	return v
-}
-
-// to32 returns v rounded to float32.
-func to32(v []float64) []float32 {
-	out := make([]float32, len(v))
-	for i, x := range v {
-		out[i] = float32(x)
-	}
-	return out
 }

@@ -167,21 +167,13 @@ func TestGPUStepNoSync(t *testing.T) {
 		}
 		head := make([]float32, m.head.Numel())
 		b.Download(m.head.GradStore, head)
-		if err := backendtest.CloseErr(head, widen32(wantHead), 4e-2); err != nil {
+		if err := backendtest.CloseErr(head, dtype.Convert[float64](wantHead), 4e-2); err != nil {
 			t.Errorf("head gradient vs CPU: %v", err)
 		}
 		st := b.StepBytes()
 		t.Logf("loss %g (CPU %g); step arena %d bytes reserved, %d peak", loss[0], wantLoss, st.Reserved, st.Peak)
 		return nil
 	})
-}
-
-func widen32(x []float32) []float64 {
-	out := make([]float64, len(x))
-	for i, v := range x {
-		out[i] = float64(v)
-	}
-	return out
 }
 
 // TestGPUBackendAttention checks attention through the tape on the CUDA
@@ -269,9 +261,5 @@ func attnThrough[T tensor.Float](b tensor.Backend[T], mask *flex.MaskProgram, ar
 func read[T tensor.Float](b tensor.Backend[T], s tensor.Storage[T]) []float64 {
 	x := make([]T, s.Len())
 	b.Download(s, x)
-	out := make([]float64, len(x))
-	for i, v := range x {
-		out[i] = float64(v)
-	}
-	return out
+	return dtype.Convert[float64](x)
 }

@@ -178,16 +178,8 @@ func fakeGradient(t *testing.T, p *fakePort, grad []float32) fakeGrad {
 	if err != nil {
 		t.Fatal(err)
 	}
-	encodeAny(p.mem.Bytes(buf), dtype.F32, widen(grad))
+	encodeAny(p.mem.Bytes(buf), dtype.F32, dtype.Convert[float64](grad))
 	return fakeGrad{buf, len(grad)}
-}
-
-func widen(x []float32) []float64 {
-	out := make([]float64, len(x))
-	for i, v := range x {
-		out[i] = float64(v)
-	}
-	return out
 }
 
 // TestNCCLCollectiveSums runs three ranks whose flat gradients' buckets

@@ -65,17 +65,22 @@ template <typename F> static void block_together(unsigned gx, unsigned gy, unsig
   block_barrier = nullptr;
 }
 
-// grid runs f for every thread of a grid of blocks × threads.
-template <typename F> static void grid(unsigned blocks, unsigned threads, F f) {
-  gridDim = {blocks, 1, 1};
+// grid2d runs f for every thread of a grid of gx × gy blocks of threads
+// threads, one thread after another (row by row of blocks).
+template <typename F> static void grid2d(unsigned gx, unsigned gy, unsigned threads, F f) {
+  gridDim = {gx, gy, 1};
   blockDim = {threads, 1, 1};
-  for (unsigned b = 0; b < blocks; b++)
-    for (unsigned t = 0; t < threads; t++) {
-      blockIdx = {b, 0, 0};
-      threadIdx = {t, 0, 0};
-      f();
-    }
+  for (unsigned by = 0; by < gy; by++)
+    for (unsigned bx = 0; bx < gx; bx++)
+      for (unsigned t = 0; t < threads; t++) {
+        blockIdx = {bx, by, 0};
+        threadIdx = {t, 0, 0};
+        f();
+      }
 }
+
+// grid runs f for every thread of a grid of blocks × threads.
+template <typename F> static void grid(unsigned blocks, unsigned threads, F f) { grid2d(blocks, 1, threads, f); }
 
 static op_t element(float f) {
   op_t e;

@@ -50,16 +50,9 @@ static void test_norm_rope(int batch, int length, int heads, int half, int pad, 
   const int per = 5, chunks = (int)((rows + per - 1) / per);
   std::vector<float> partial((long long)chunks * dim, NAN);
   if (weight) {
-    gridDim = {(unsigned)((dim + 31) / 32), (unsigned)chunks, 1};
-    blockDim = {32, 1, 1};
-    for (unsigned by = 0; by < gridDim.y; by++)
-      for (unsigned bx = 0; bx < gridDim.x; bx++)
-        for (unsigned t = 0; t < 32; t++) {
-          blockIdx = {bx, by, 0};
-          threadIdx = {t, 0, 0};
-          op_norm_rope_bwd_dw(x.p, rstd.data(), cs.p, sn.p, dy.p, partial.data(), batch, length, heads, half, stride,
-                              per, 0);
-        }
+    grid2d((unsigned)((dim + 31) / 32), (unsigned)chunks, 32, [&] {
+      op_norm_rope_bwd_dw(x.p, rstd.data(), cs.p, sn.p, dy.p, partial.data(), batch, length, heads, half, stride, per, 0);
+    });
   }
   // The vector path (the launcher's choice when vectors fit): blocks of 256
   // threads run together, their groups' sums added in shared memory.

@@ -134,15 +134,8 @@ static void test_bwd(int rows, int dim, int per, int shift, int acc) {
   if (!check_dx(what, dxa.p, wdx)) return;
 
   std::vector<float> ps((long long)chunks * dim, NAN); // the scalar path, thread by thread
-  gridDim = {(unsigned)(dim + 31) / 32, (unsigned)chunks, 1};
-  blockDim = {32, 1, 1};
-  for (unsigned by = 0; by < gridDim.y; by++)
-    for (unsigned bx = 0; bx < gridDim.x; bx++)
-      for (unsigned t = 0; t < 32; t++) {
-        blockIdx = {bx, by, 0};
-        threadIdx = {t, 0, 0};
-        op_rmsnorm_bwd_dw(x.p, rstd.data(), dy.p, ps.data(), rows, dim, per, 0);
-      }
+  grid2d((unsigned)(dim + 31) / 32, (unsigned)chunks, 32,
+         [&] { op_rmsnorm_bwd_dw(x.p, rstd.data(), dy.p, ps.data(), rows, dim, per, 0); });
   if (!check_dw(what, ps, wdw, per) || !vec) return;
 
   // The vector path at the launcher's 256 threads (a block spans the row
