@@ -327,8 +327,15 @@ func (r *runner) step(ctx context.Context) (bool, error) {
 	stepStart := time.Now()
 	// A step is not stopped between its layers: a stop asked for during it
 	// waits for its end. Say so at once, and about how long that is.
-	last := r.lastStep
-	defer context.AfterFunc(ctx, func() { stopping(step, stepStart, last) })()
+	// The step waits for the message when it has begun, so that it is
+	// logged before anything the step's end logs.
+	last, said := r.lastStep, make(chan struct{})
+	stop := context.AfterFunc(ctx, func() { stopping(step, stepStart, last); close(said) })
+	defer func() {
+		if !stop() {
+			<-said
+		}
+	}()
 	lr := r.sched.LR(step)
 	r.params.ZeroGrad()
 	var loss float64
