@@ -31,7 +31,7 @@ type Result struct {
 	// but in the process of rank 0 after a run that ended well).
 	Drafter string
 	// Buckets is each length bucket's steps and what became of its graph
-	// regions (tensor.Replay's kinds: captured, launched, recaptured,
+	// regions (tensor.Backend.Replay's kinds: captured, launched, recaptured,
 	// eager, ungraphed), by bucket length; nil without buckets.
 	Buckets []BucketSteps
 }

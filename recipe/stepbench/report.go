@@ -88,7 +88,7 @@ type Report struct {
 	// synchronisations, the clipping norm, the loss and metrics read back),
 	// as the device counts them (Env.Measure).
 	PerStep any `json:"per_step,omitempty"`
-	// Replays counts what tensor.Replay did for the timed steps' regions
+	// Replays counts what tensor.Backend.Replay did for the timed steps' regions
 	// (the target's pass, the drafter's forward and backward): on the CUDA
 	// backend "launched" for every region of every timed step once its
 	// graphs are captured; empty on a backend that does not replay.

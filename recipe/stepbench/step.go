@@ -184,7 +184,7 @@ type stepResult struct {
 	loss      float64
 	blockMask time.Duration
 	end       time.Time // when the optimizer finished
-	replays   []string  // what tensor.Replay did, region by region
+	replays   []string  // what tensor.Backend.Replay did, region by region
 	// queued is the host's time queueing each phase's work, without the
 	// wait for the device at its end (when the device has no clock).
 	queued [NumPhases]time.Duration
