@@ -6,8 +6,8 @@ import (
 
 	"dflash/gpu"
 	"dflash/jit"
-	"dflash/recipe/stepbench"
 	"dflash/recipe"
+	"dflash/recipe/stepbench"
 	"dflash/tensor/tensorcuda"
 )
 
