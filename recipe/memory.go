@@ -35,12 +35,11 @@ func (j *job) checkMemory() error {
 		return nil
 	}
 	m, longest := j.stepMemory()
-	need, what := m.Total(), "the step needs about %s on the CPU (target weights %s as float32, %.4g parameters; drafter weights, gradients and AdamW moments %s, %.4g parameters; activations %s)"
-	what = fmt.Sprintf(what, meminfo.Format(need), meminfo.Format(m.TargetWeights), j.targetCfg.ParamCount(),
-		meminfo.Format(m.DrafterState), j.dc.ParamCount(), meminfo.Format(m.Activations))
+	tp, dp := j.targetCfg.ParamCount(), j.dc.ParamCount()
+	need, what := m.Total(), fmt.Sprintf("the step needs about %s on the CPU (%s)", meminfo.Format(m.Total()), m.Parts("float32", tp, dp))
 	if j.spec.Device == "cuda" {
-		need = m.DrafterState / 4
-		what = fmt.Sprintf("the drafter's weights need %s on the host (%.4g parameters as float32)", meminfo.Format(need), j.dc.ParamCount())
+		need = 4 * dp // the float32 master weights, made on the host
+		what = fmt.Sprintf("the drafter's weights need %s on the host (%.4g parameters as float32)", meminfo.Format(need), dp)
 	}
 	if need <= float64(avail) {
 		return nil
@@ -57,12 +56,12 @@ func (j *job) checkDeviceMemory(dev *gpu.Device) error {
 		return err
 	}
 	m, longest := j.stepMemory()
-	if m.Device() <= float64(free) {
+	d := m.OnDevice()
+	if d.Total() <= float64(free) {
 		return nil
 	}
-	return fmt.Errorf("%s: the step needs about %s on the device (bf16 target weights %s, fp32 drafter state and bf16 copy %s, bf16 activations %s), more than the %s free",
-		j.shape(longest), meminfo.Format(m.Device()), meminfo.Format(m.TargetWeights/2), meminfo.Format(m.DrafterState*18/16),
-		meminfo.Format(m.Activations/2), meminfo.Format(float64(free)))
+	return fmt.Errorf("%s: the step needs about %s on the device (the drafter state in fp32 with its bf16 copy, the activations in bf16: %s), more than the %s free",
+		j.shape(longest), meminfo.Format(d.Total()), d.Parts("bf16", j.targetCfg.ParamCount(), j.dc.ParamCount()), meminfo.Format(float64(free)))
 }
 
 // shape names the sizes a step's memory grows with: the target's config

@@ -1,6 +1,9 @@
 package dflash
 
 import (
+	"fmt"
+
+	"dflash/internal/meminfo"
 	"dflash/model"
 	"dflash/tensor"
 )
@@ -22,10 +25,23 @@ type Memory struct {
 // Total returns the estimated bytes on the CPU.
 func (m Memory) Total() float64 { return m.TargetWeights + m.DrafterState + m.Activations }
 
-// Device returns the estimated bytes on a GPU: bf16 target weights, the
+// OnDevice returns the estimate on a GPU: bf16 target weights, the
 // drafter's fp32 state and its bf16 compute copy, bf16 activations (half
 // the float32 estimate).
-func (m Memory) Device() float64 { return m.TargetWeights/2 + m.DrafterState*18/16 + m.Activations/2 }
+func (m Memory) OnDevice() Memory {
+	return Memory{TargetWeights: m.TargetWeights / 2, DrafterState: m.DrafterState * 18 / 16, Activations: m.Activations / 2}
+}
+
+// Device returns the estimated bytes on a GPU, OnDevice's total.
+func (m Memory) Device() float64 { return m.OnDevice().Total() }
+
+// Parts names each part of the estimate, for a message that refuses a step:
+// the target's weights (as weights, "float32" or "bf16") and the drafter's
+// state with their parameter counts, and the activations.
+func (m Memory) Parts(weights string, targetParams, drafterParams float64) string {
+	return fmt.Sprintf("target weights %s as %s, %.3g parameters; drafter weights, gradients and AdamW moments %s, %.3g parameters; activations %s",
+		meminfo.Format(m.TargetWeights), weights, targetParams, meminfo.Format(m.DrafterState), drafterParams, meminfo.Format(m.Activations))
+}
 
 // ParamCount returns the number of parameters of a drafter of c: fc,
 // hidden_norm, the layers (norms, projections, QK-norms) and the final

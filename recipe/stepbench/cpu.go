@@ -23,7 +23,7 @@ const heapPeriod = 5 * time.Millisecond
 func runCPU(o Options) (*Report, error) {
 	dc := drafterConfig(o)
 	mem := estimateMemory(o, dc)
-	if err := checkMemory(o, &o.Target, mem); err != nil {
+	if err := checkMemory(o, dc, mem); err != nil {
 		return nil, err
 	}
 	if avail, ok := availableMemory(); ok && debug.SetMemoryLimit(-1) == math.MaxInt64 {

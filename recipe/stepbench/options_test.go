@@ -40,7 +40,8 @@ func TestRefusesShapeThatDoesNotFit(t *testing.T) {
 	}
 	small, _ := Target("qwen3-0.6b")
 	o = Options{TargetName: "qwen3-0.6b", Target: small, SeqLen: 512, Batch: 1, Anchors: 64, BlockSize: 16, DrafterLayers: 1}
-	if err := checkMemory(o, &small, estimateMemory(o, drafterConfig(o))); err != nil {
+	dc = drafterConfig(o)
+	if err := checkMemory(o, dc, estimateMemory(o, dc)); err != nil {
 		t.Errorf("qwen3-0.6b at 512 tokens refused on 24 GiB: %v", err)
 	}
 }
