@@ -111,7 +111,7 @@ func TestBlockMaskLayout(t *testing.T) {
 	for i := range anchors {
 		anchors[i] = int32(i * 29)
 	}
-	a := DFlashArgs(300, anchors, 10, []int32{10, 7})
+	a := DFlashArgs(300, anchors, nil, 10, []int32{10, 7})
 	bm, err := NewBlockMask(DFlashMask(16), a, d, 0, 0)
 	if err != nil {
 		t.Fatal(err)

@@ -13,6 +13,9 @@ const (
 	DFlashAnchors = "anchors"
 	// DFlashNumValid is the int tensor [Batch] of valid (non-padding) blocks.
 	DFlashNumValid = "num_valid"
+	// DFlashStarts is the int tensor [Batch, NumBlocks] of the first context
+	// position each block may see (its sample's start in a packed row).
+	DFlashStarts = "block_starts"
 	// DocIDs is the int tensor [Batch, Len] of document ids for Document.
 	DocIDs = "doc_ids"
 	// PrefixLen is the int tensor [Batch] of prefix lengths for PrefixLM.
@@ -90,8 +93,9 @@ func DFlashMask(blockSize int) *MaskProgram {
 	ctx := IntScalar(DFlashCtxLen)
 	anchors := IntTensorParam(DFlashAnchors, 2)
 	valid := IntTensorParam(DFlashNumValid, 1)
+	starts := IntTensorParam(DFlashStarts, 2)
 	j := Q().Div(bs)
-	inCtx := KV().Lt(ctx).And(KV().Lt(anchors.At(B(), j)))
+	inCtx := KV().Lt(ctx).And(KV().Lt(anchors.At(B(), j))).And(KV().Ge(starts.At(B(), j)))
 	own := KV().Ge(ctx).And(KV().Sub(ctx).Div(bs).Eq(j))
 	p := NewMask(fmt.Sprintf("dflash%d", blockSize), j.Lt(valid.At(B())).And(inCtx.Or(own)))
 	p.dflashBlock = blockSize
@@ -101,7 +105,7 @@ func DFlashMask(blockSize int) *MaskProgram {
 // DFlashArgs returns the Args of DFlashMask: anchors is row-major [batch,
 // numBlocks] and numValid has one entry per batch element (nil means every
 // block is valid). It panics on inconsistent lengths.
-func DFlashArgs(ctxLen int, anchors []int32, numBlocks int, numValid []int32) *Args {
+func DFlashArgs(ctxLen int, anchors, starts []int32, numBlocks int, numValid []int32) *Args {
 	if numBlocks < 1 || len(anchors)%numBlocks != 0 || len(anchors) == 0 {
 		panic(fmt.Sprintf("flex: DFlashArgs: %d anchors is not a positive multiple of %d blocks", len(anchors), numBlocks))
 	}
@@ -115,8 +119,15 @@ func DFlashArgs(ctxLen int, anchors []int32, numBlocks int, numValid []int32) *A
 	if len(numValid) != batch {
 		panic(fmt.Sprintf("flex: DFlashArgs: %d num_valid entries for batch %d", len(numValid), batch))
 	}
+	if starts == nil {
+		starts = make([]int32, len(anchors))
+	}
+	if len(starts) != len(anchors) {
+		panic(fmt.Sprintf("flex: DFlashArgs: %d block starts for %d anchors", len(starts), len(anchors)))
+	}
 	return NewArgs().SetInt(DFlashCtxLen, ctxLen).
 		SetIntTensor(DFlashAnchors, anchors, batch, numBlocks).
+		SetIntTensor(DFlashStarts, starts, batch, numBlocks).
 		SetIntTensor(DFlashNumValid, numValid, batch)
 }
 

@@ -64,7 +64,7 @@ func TestDFlashMask(t *testing.T) {
 			anchors[i] = int32(r.IntN(ctx))
 		}
 		valid := []int32{int32(nb), int32(r.IntN(nb + 1)), 0}
-		a := DFlashArgs(ctx, anchors, nb, valid)
+		a := DFlashArgs(ctx, anchors, nil, nb, valid)
 		dm, err := NewDenseMask(DFlashMask(bs), a, d, 0)
 		if err != nil {
 			t.Fatal(err)
@@ -136,7 +136,7 @@ func TestDFlashIntervalExact(t *testing.T) {
 		valid []int32
 		opt   BlockMaskOption
 	}{{[]int32{int32(nb), int32(nb)}, NoRefine()}, {[]int32{int32(nb), int32(nb) - 14}, func(*buildConfig) {}}} {
-		a := DFlashArgs(600, anchors, nb, c.valid)
+		a := DFlashArgs(600, anchors, nil, nb, c.valid)
 		iv, err := NewBlockMask(DFlashMask(16), a, d, 0, 0, c.opt)
 		if err != nil {
 			t.Fatal(err)

@@ -157,7 +157,7 @@ func TestScoreGradMatchesFiniteDifferences(t *testing.T) {
 // that name them, and that malformed programs panic.
 func TestArgsErrors(t *testing.T) {
 	d := DFlashDims(1, 1, 1, 2, 4, 10, 2)
-	good := DFlashArgs(10, []int32{1, 5}, 2, nil)
+	good := DFlashArgs(10, []int32{1, 5}, nil, 2, nil)
 	for _, c := range []struct {
 		name string
 		args *Args

@@ -17,6 +17,11 @@ type Input struct {
 	// Pos are the RoPE positions of every token ([Batch, Len]); nil means
 	// 0..Len−1 for every sequence.
 	Pos []int32
+	// Docs, when not nil, are the document of every token ([Batch, Len]):
+	// a row holds several sequences packed back to back, and a token
+	// attends causally to the earlier tokens of its own document only
+	// (flex.Document). Give each its positions from 0 in Pos.
+	Docs []int32
 	// States lists the hidden states to return, by HF index (0 = embeddings,
 	// i = after layer i−1, NumLayers = final-normed; see the package doc).
 	States []int
@@ -77,19 +82,31 @@ func (m *Model) Prepare(b tensor.Backend[float32], in Input) *Prepared {
 		panic("model.Forward: StatesOnly without States")
 	}
 	d := flex.Dims{Batch: in.Batch, HeadsQ: c.NumHeads, HeadsKV: c.NumKVHeads, LenQ: in.Len, LenKV: in.Len, HeadDim: c.HeadDim}
-	mask, err := b.NewMask(flex.Causal(), flex.NewArgs(), d)
+	prog, args := flex.Causal(), flex.NewArgs()
+	if in.Docs != nil {
+		if len(in.Docs) != n {
+			panic(fmt.Sprintf("model.Forward: %d document ids for %d tokens", len(in.Docs), n))
+		}
+		prog, args = flex.Document(true), flex.NewArgs().SetIntTensor(flex.DocIDs, in.Docs, in.Batch, in.Len)
+	}
+	mask, err := b.NewMask(prog, args, d)
 	if err != nil {
-		panic("model.Forward: causal block mask: " + err.Error())
+		panic("model.Forward: " + prog.Name() + " block mask: " + err.Error())
 	}
 	return &Prepared{Input: in, ids: b.UploadInts(in.IDs), rope: tensor.Table(b, m.rope, pos), mask: mask}
 }
 
 // ForwardAttentions returns the attention calls of a forward pass
-// (Forward), for tensor.Backend.Prepare: causal over the config's head
-// dimension and GQA group, without gradients (a target is frozen).
-func (m *Model) ForwardAttentions() []tensor.AttentionUse {
+// (Forward), for tensor.Backend.Prepare: causal, or with docs (Input.Docs)
+// causal within documents, over the config's head dimension and GQA group,
+// without gradients (a target is frozen).
+func (m *Model) ForwardAttentions(docs bool) []tensor.AttentionUse {
 	c := &m.Config
-	return []tensor.AttentionUse{{Mask: flex.Causal(), HeadDim: c.HeadDim, Group: c.NumHeads / c.NumKVHeads}}
+	mask := flex.Causal()
+	if docs {
+		mask = flex.Document(true)
+	}
+	return []tensor.AttentionUse{{Mask: mask, HeadDim: c.HeadDim, Group: c.NumHeads / c.NumKVHeads}}
 }
 
 // Forward runs the decoder on tp (record gradients with a training tape,

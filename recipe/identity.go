@@ -19,11 +19,12 @@ import (
 
 // runIdentity is what makes a training run the same run on resume (train.Hooks.Identity):
 // the drafter's shape and taps, the target, the tokenizer, the data and the split,
-// and the number of length buckets (--data.buckets) when there are any: recorded
-// only then, so that checkpoints of runs without buckets stay of the same run. The
+// the number of length buckets (--data.buckets) when there are any and the
+// packed row length when batches are packed: recorded only then, so that
+// checkpoints of runs with batches padded per sample stay of the same run. The
 // same holds for the switches that change numbers (switches.Identity): each is
 // recorded when it is not at its default.
-func runIdentity(targetDir string, dataArgs []string, dc *dflash.Config, tok *tokenizer.Tokenizer, nTrain, nEval, buckets int) (map[string]string, error) {
+func runIdentity(targetDir string, dataArgs []string, dc *dflash.Config, tok *tokenizer.Tokenizer, nTrain, nEval, buckets, packLen int) (map[string]string, error) {
 	target, err := hashFiles([]string{filepath.Join(targetDir, "config.json")})
 	if err != nil {
 		return nil, err
@@ -49,6 +50,9 @@ func runIdentity(targetDir string, dataArgs []string, dc *dflash.Config, tok *to
 	}
 	if buckets > 0 {
 		id["data.buckets"] = strconv.Itoa(buckets)
+	}
+	if packLen > 0 {
+		id["data.pack-len"] = strconv.Itoa(packLen)
 	}
 	sw, err := switches.Identity()
 	if err != nil {

@@ -12,15 +12,19 @@ import (
 var availableMemory = meminfo.Available
 
 // stepMemory estimates a training step of the job (dflash.StepMemory) for
-// its batches: --data.batch-size rows of its longest sample.
+// its batches: --data.batch-size packed rows, or rows of its longest
+// sample; it returns the row length too.
 func (j *job) stepMemory() (dflash.Memory, int) {
+	if j.pack != nil {
+		return dflash.StepMemory(j.targetCfg, j.dc, j.spec.Data.BatchSize, j.pack.Len, j.pack.Blocks, 0), j.pack.Len
+	}
 	longest := 0
 	for _, set := range [][]dflash.Example{j.train, j.eval} {
 		for _, e := range set {
 			longest = max(longest, len(e.IDs))
 		}
 	}
-	return dflash.StepMemory(j.targetCfg, j.dc, j.spec.Data.BatchSize, longest, 0), longest
+	return dflash.StepMemory(j.targetCfg, j.dc, j.spec.Data.BatchSize, longest, j.dc.NumAnchors, 0), longest
 }
 
 // checkMemory refuses, before any session, target or drafter is made, a
@@ -69,7 +73,15 @@ func (j *job) checkDeviceMemory(dev *gpu.Device) error {
 func (j *job) shape(longest int) string {
 	tc, dc, s := j.targetCfg, j.dc, &j.spec
 	return fmt.Sprintf("target %s/config.json (vocab_size %d, hidden_size %d, intermediate_size %d, num_hidden_layers %d), "+
-		"drafter (%d layers, intermediate_size %d, %d taps, %s %d), %s %d rows of up to %d tokens (the longest sample)",
+		"drafter (%d layers, intermediate_size %d, %d taps, %s %d), %s %d rows of up to %d tokens (%s)",
 		s.TargetDir, tc.VocabSize, tc.HiddenSize, tc.IntermediateSize, tc.NumLayers, dc.NumLayers, dc.IntermediateSize,
-		len(dc.TargetLayerIDs), s.source("drafter.anchors"), dc.NumAnchors, s.source("data.batch-size"), s.Data.BatchSize, longest)
+		len(dc.TargetLayerIDs), s.source("drafter.anchors"), dc.NumAnchors, s.source("data.batch-size"), s.Data.BatchSize, longest, j.rowsAre())
+}
+
+// rowsAre says what sets the length of a step's rows.
+func (j *job) rowsAre() string {
+	if j.pack != nil {
+		return fmt.Sprintf("packed rows, %d anchor blocks each; %s", j.pack.Blocks, j.spec.source("data.pack-len"))
+	}
+	return "the longest sample"
 }

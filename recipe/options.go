@@ -78,10 +78,13 @@ type DrafterOptions struct {
 // BlockSize is the drafter's), and how training batches and holds out.
 type DataOptions struct {
 	data.Options `yaml:",inline"`
-	BatchSize    int     `yaml:"batch-size" range:">=1" help:"sequences per micro-batch"`
-	Buckets      int     `yaml:"buckets" range:">=0" help:"group training batches into at most N length buckets chosen to pad least, each batch of a bucket one shape: batch-size rows, the bucket's length, min(anchors, length-1) anchor blocks (0: batches in data order, padded to their longest)"`
+	BatchSize    int     `yaml:"batch-size" range:">=1" help:"rows per micro-batch: packed rows (several conversations each), or with pack false one conversation each"`
+	Pack         bool    `yaml:"pack" help:"pack several conversations into each row of pack-len tokens, attention kept inside each: every step one shape, almost no padding (false: a conversation a row, padded to the batch's longest, or to its bucket's with buckets)"`
+	PackLen      int     `yaml:"pack-len" range:">=0" help:"tokens per packed row (0: the longest conversation, rounded up to 128)"`
+	Buckets      int     `yaml:"buckets" range:">=0" help:"with pack false: group training batches into at most N length buckets chosen to pad least, each batch of a bucket one shape: batch-size rows, the bucket's length, min(anchors, length-1) anchor blocks (0: batches in data order, padded to their longest)"`
 	EvalFraction float64 `yaml:"eval-fraction" range:"[0,1)" help:"fraction of conversations held out for evaluation (at least one is)"`
 	EvalMax      int     `yaml:"eval-max" range:">=1" help:"at most this many held-out conversations"`
+	EvalAnchors  int     `yaml:"eval-anchors" range:">=1" help:"anchors per held-out conversation in an evaluation (at most drafter.anchors)"`
 	CacheHidden  bool    `yaml:"cache-hidden" help:"keep target hidden states in memory after first use (small data sets)"`
 }
 
@@ -91,6 +94,6 @@ func DefaultOptions() Options {
 		SpecDecode: SpecDecode{SpecPrompts: 8, SpecMaxNewTokens: 64}}
 	o.EvalEvery = 100
 	o.Drafter = DrafterOptions{Layers: 1, BlockSize: 16, MaskTokenID: -1, Anchors: 512, Export: "BF16"}
-	o.Data = DataOptions{Options: data.DefaultOptions(), BatchSize: 4, EvalFraction: 0.05, EvalMax: 256}
+	o.Data = DataOptions{Options: data.DefaultOptions(), BatchSize: 4, Pack: true, EvalFraction: 0.05, EvalMax: 64, EvalAnchors: 64}
 	return o
 }

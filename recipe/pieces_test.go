@@ -158,7 +158,7 @@ func TestRunIdentity(t *testing.T) {
 		t.Fatal(err)
 	}
 	dc := recipe.DrafterConfig(tc, recipe.DefaultOptions().Drafter, 299)
-	id, err := recipe.RunIdentity(targetDir, []string{dataPath}, dc, tok, 40, 2, 0)
+	id, err := recipe.RunIdentity(targetDir, []string{dataPath}, dc, tok, 40, 2, 0, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,7 +172,7 @@ func TestRunIdentity(t *testing.T) {
 	if _, ok := id["data.buckets"]; ok || !strings.HasPrefix(id["data"], "sha256:") || !strings.HasPrefix(id["target config.json"], "sha256:") {
 		t.Errorf("identity %v", id)
 	}
-	withBuckets, _ := recipe.RunIdentity(targetDir, []string{dataPath}, dc, tok, 40, 2, 3)
+	withBuckets, _ := recipe.RunIdentity(targetDir, []string{dataPath}, dc, tok, 40, 2, 3, 0)
 	if withBuckets["data.buckets"] != "3" {
 		t.Errorf("with 3 buckets: %v", withBuckets)
 	}
@@ -184,10 +184,10 @@ func TestRunIdentity(t *testing.T) {
 	if err := os.WriteFile(fewer, raw[:bytes.LastIndexByte(raw[:len(raw)-1], '\n')+1], 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if other, err := recipe.RunIdentity(targetDir, []string{fewer}, dc, tok, 40, 2, 0); err != nil || other["data"] == id["data"] {
+	if other, err := recipe.RunIdentity(targetDir, []string{fewer}, dc, tok, 40, 2, 0, 0); err != nil || other["data"] == id["data"] {
 		t.Errorf("one conversation fewer: data %s, the whole file's %s (%v)", other["data"], id["data"], err)
 	}
-	if _, err := recipe.RunIdentity(targetDir, []string{filepath.Join(t.TempDir(), "none.jsonl")}, dc, tok, 40, 2, 0); err == nil {
+	if _, err := recipe.RunIdentity(targetDir, []string{filepath.Join(t.TempDir(), "none.jsonl")}, dc, tok, 40, 2, 0, 0); err == nil {
 		t.Error("missing data: no error")
 	}
 }

@@ -29,8 +29,9 @@ func (u unpreparable) Prepare(_ context.Context, uses []tensor.AttentionUse) err
 }
 
 // TestPrepareFailureWritesNothing: a rank prepares the attention of the
-// target's forward and of the drafter's step before its first step, and a
-// failure there is the rank's error before the output directory exists.
+// target's forward (within documents: batches are packed by default) and
+// of the drafter's step before its first step, and a failure there is the
+// rank's error before the output directory exists.
 func TestPrepareFailureWritesNothing(t *testing.T) {
 	s := tinySpec(t)
 	var uses []string
@@ -42,7 +43,7 @@ func TestPrepareFailureWritesNothing(t *testing.T) {
 	if _, err := os.Stat(s.Out); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("a run whose kernels failed to prepare made %s (%v)", s.Out, err)
 	}
-	want := []string{"mask causal, head dim 16, group 2, forward", "mask dflash4, head dim 16, group 2, forward and backward"}
+	want := []string{"mask document_causal, head dim 16, group 2, forward", "mask dflash4, head dim 16, group 2, forward and backward"}
 	if !slices.Equal(uses, want) {
 		t.Errorf("prepared %q, want %q", uses, want)
 	}

@@ -81,7 +81,7 @@ func (j *job) trainRank(ctx context.Context, r rankEnv) (*train.Result, error) {
 	}
 	// Every kernel before the first step: a compile failure is the run's
 	// error, naming the kernel, before train.Run writes anything.
-	if err := r.backend.Prepare(ctx, append(target.ForwardAttentions(), sess.Drafter.StepAttentions()...)); err != nil {
+	if err := r.backend.Prepare(ctx, append(target.ForwardAttentions(sess.Pack != nil), sess.Drafter.StepAttentions()...)); err != nil {
 		return nil, err
 	}
 	fetch := placeDrafter(r, sess.Drafter)

@@ -51,6 +51,7 @@ type job struct {
 	train, eval []dflash.Example
 	tok         *tokenizer.Tokenizer
 	pad         int32
+	pack        *dflash.Packing   // the packed rows (nil: batches of a sample a row)
 	id          map[string]string // the run's identity (train.Hooks.Identity)
 	lead        *dflash.Session   // the session of this process's first rank; its drafter is exported
 }
@@ -103,6 +104,9 @@ func prepare(ctx context.Context, s Spec) (*job, error) {
 	if err != nil {
 		return nil, err
 	}
+	if s.Data.Pack && s.Data.Buckets > 0 {
+		return nil, fmt.Errorf("%s %d: length buckets are for batches of a conversation a row; with packed rows (the default) every batch has one shape already: add --data.pack=false to use buckets", s.source("data.buckets"), s.Data.Buckets)
+	}
 	if place.World > 1 && s.Data.Buckets > 0 {
 		return nil, fmt.Errorf("%s %d with %d ranks: not yet (the bucket sampler is not sharded across ranks); set it to 0", s.source("data.buckets"), s.Data.Buckets, place.World)
 	}
@@ -142,10 +146,18 @@ func prepare(ctx context.Context, s Spec) (*job, error) {
 		return nil, fmt.Errorf("drafter config: %w", err)
 	}
 	dflash.WarnTaps(slog.Default(), j.dc.TargetLayerIDs, tc.NumLayers)
+	packLen := 0
+	if s.Data.Pack {
+		p, err := dflash.NewPacking(j.train, j.eval, j.dc.NumAnchors, s.Data.PackLen)
+		if err != nil {
+			return nil, fmt.Errorf("%s %d: %w", s.source("data.pack-len"), s.Data.PackLen, err)
+		}
+		j.pack, packLen = &p, p.Len
+	}
 	if err := j.checkMemory(); err != nil {
 		return nil, err
 	}
-	if j.id, err = runIdentity(s.TargetDir, s.DataPaths, j.dc, tok, len(j.train), len(j.eval), s.Data.Buckets); err != nil {
+	if j.id, err = runIdentity(s.TargetDir, s.DataPaths, j.dc, tok, len(j.train), len(j.eval), s.Data.Buckets, packLen); err != nil {
 		return nil, err
 	}
 	j.lead = j.newSession()
@@ -154,6 +166,9 @@ func prepare(ctx context.Context, s Spec) (*job, error) {
 		"gamma", dc.Gamma, "train", len(j.train), "eval", len(j.eval), "device", s.Device, "ranks", place.World)
 	if err := logBuckets(j.lead); err != nil {
 		return nil, fmt.Errorf("%s: %w", s.source("data.buckets"), err)
+	}
+	if err := logPacking(j.lead); err != nil {
+		return nil, fmt.Errorf("%s: %w", s.source("data.pack"), err)
 	}
 	return j, nil
 }
@@ -165,9 +180,9 @@ func (j *job) newSession() *dflash.Session {
 	s, dc, tc := &j.spec, j.dc, j.targetCfg
 	d := dflash.New[float32](dc, rand.New(rand.NewPCG(s.Seed, rngstream.Init)))
 	return &dflash.Session{Drafter: d, Train: j.train, Eval: j.eval, BatchSize: s.Data.BatchSize, Pad: j.pad,
-		Seed: s.Seed, CacheHidden: s.Data.CacheHidden, Buckets: s.Data.Buckets,
+		Seed: s.Seed, CacheHidden: s.Data.CacheHidden, Buckets: s.Data.Buckets, Pack: j.pack, EvalAnchors: s.Data.EvalAnchors,
 		StepFLOPs: func(b *dflash.Batch, bl *dflash.Blocks) float64 {
-			return dflash.StepFLOPs(tc, dc, b.Rows, b.Len, bl).Total()
+			return dflash.StepFLOPs(tc, dc, b, bl).Total()
 		}}
 }
 
@@ -184,6 +199,19 @@ func logBuckets(sess *dflash.Session) error {
 	}
 	slog.Info("buckets", "n", len(r.Buckets), "batches", r.Batches, "tokens", r.Tokens, "padded", r.Padded,
 		"pad_frac", fmt.Sprintf("%.3f", r.Waste), "pad_frac_all_longest", fmt.Sprintf("%.3f", r.WasteUnbucketed))
+	return nil
+}
+
+// logPacking logs the packed rows of the training batches: their shape,
+// samples a row, padding, and the share of the anchors they keep.
+func logPacking(sess *dflash.Session) error {
+	r, err := sess.PackReport()
+	if err != nil || r == nil {
+		return err
+	}
+	slog.Info("packed rows", "len", r.RowLen, "blocks", r.Blocks, "rows_per_epoch", r.Rows, "batches", r.Batches,
+		"samples_per_row", fmt.Sprintf("%.2f", r.PerRow), "pad_frac", fmt.Sprintf("%.3f", r.Waste),
+		"anchors_kept", fmt.Sprintf("%.3f", r.AnchorsKept), "block_use", fmt.Sprintf("%.3f", r.BlockUse))
 	return nil
 }
 

@@ -100,7 +100,7 @@ func TestTrainBuckets(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "run")
 	common := []string{"--target", targetDir, "--data", dataPath, "--out", out, "--progress", "off", "--plot=false",
 		"--drafter.block-size", "4", "--drafter.anchors", "6", "--data.batch-size", "3", "--data.max-len", "400",
-		"--data.buckets", "2", "--save-every", "2", "--eval-every", "0", "--warmup-steps", "1", "--drafter.export", "F32"}
+		"--data.pack=false", "--data.buckets", "2", "--save-every", "2", "--eval-every", "0", "--warmup-steps", "1", "--drafter.export", "F32"}
 	if err := runTrain(append([]string{"--steps", "4", "--stop-at", "2"}, common...)); err != nil {
 		t.Fatal(err)
 	}
@@ -162,6 +162,63 @@ func TestTrainBuckets(t *testing.T) {
 	}
 	if steps != 4 {
 		t.Fatalf("%d step records, want 4: %v", steps, recs)
+	}
+}
+
+// TestTrainPacked: with packed rows (the default), 2 steps + --resume + 2
+// steps give the drafter of 4 straight steps bit for bit, every step is
+// one shape (rows of 512 tokens: its tokens / (1 - pad_frac) are 3 x 512)
+// and holds more samples than rows, and resuming unpacked is refused as
+// another run.
+func TestTrainPacked(t *testing.T) {
+	targetDir, dataPath := recipetest.Fixture(t)
+	out := filepath.Join(t.TempDir(), "run")
+	common := []string{"--target", targetDir, "--data", dataPath, "--out", out, "--progress", "off", "--plot=false",
+		"--drafter.block-size", "4", "--drafter.anchors", "6", "--data.batch-size", "3", "--data.max-len", "400",
+		"--data.pack-len", "512", "--save-every", "2", "--eval-every", "2", "--warmup-steps", "1", "--drafter.export", "F32"}
+	if err := runTrain(append([]string{"--steps", "4", "--stop-at", "2"}, common...)); err != nil {
+		t.Fatal(err)
+	}
+	err := runTrain(append([]string{"--steps", "4", "--resume"}, append(common, "--data.pack=false")...))
+	if err == nil || !strings.Contains(err.Error(), "data.pack-len: checkpoint 512, now (not given)") {
+		t.Fatalf("resume unpacked: %v", err)
+	}
+	if err := runTrain(append([]string{"--steps", "4", "--resume"}, common...)); err != nil {
+		t.Fatalf("resume: %v", err)
+	}
+	straight := filepath.Join(t.TempDir(), "straight")
+	args := append([]string{"--steps", "4"}, common...)
+	args[slices.Index(args, out)] = straight
+	if err := runTrain(args); err != nil {
+		t.Fatal(err)
+	}
+	d, err := dflash.LoadDir[float32](filepath.Join(out, "drafter"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameDrafter(t, d, filepath.Join(straight, "drafter"))
+	recs, err := train.ReadMetrics(filepath.Join(straight, "metrics.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps, more, prev := 0, 0, 0.0
+	for _, r := range recs {
+		if r.Kind != "train" {
+			continue
+		}
+		steps++
+		v := r.Values
+		tok := v["tokens"] - prev
+		prev = v["tokens"]
+		if padded := tok / (1 - v["pad_frac"]); math.Abs(padded-1536) > 1e-6 {
+			t.Fatalf("step %d: %v tokens, pad_frac %v: %v positions, want 3 x 512", r.Step, tok, v["pad_frac"], padded)
+		}
+		if samples := math.Round(tok * v["samples_per_s"] / v["tokens_per_s"]); samples > 3 {
+			more++
+		}
+	}
+	if steps != 4 || more == 0 {
+		t.Fatalf("%d step records (want 4), %d of them with more samples than rows (want some)", steps, more)
 	}
 }
 
@@ -326,8 +383,10 @@ func TestTrainRanksRefused(t *testing.T) {
 		{"bad gpus", []string{"--device", "cuda", "--gpus", "0,zero"}, `--gpus "0,zero": "zero" is not a GPU ordinal (0, 1, ...; or all)`},
 		{"gpus and processes", append([]string{"--device", "cuda", "--gpus", "0,1"}, multi...),
 			"--gpus [0 1] with a world of 2 processes: each process drives one GPU, its local rank (LOCAL_RANK, else the rank); leave --gpus out"},
-		{"buckets", []string{"--device", "cuda", "--gpus", "0,1", "--data.buckets", "3"},
+		{"buckets", []string{"--device", "cuda", "--gpus", "0,1", "--data.pack=false", "--data.buckets", "3"},
 			"--data.buckets 3 with 2 ranks: not yet (the bucket sampler is not sharded across ranks); set it to 0"},
+		{"buckets packed", []string{"--device", "cuda", "--gpus", "0,1", "--data.buckets", "3"},
+			"--data.buckets 3: length buckets are for batches of a conversation a row; with packed rows (the default) every batch has one shape already: add --data.pack=false to use buckets"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if err := runTrain(append(slices.Clone(args), c.extra...)); err == nil || err.Error() != c.want {

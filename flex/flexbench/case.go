@@ -65,7 +65,7 @@ func (o Options) problem(r *rand.Rand) (*attnCase, error) {
 		for b := 0; b < o.Batch; b++ {
 			an = append(an, row...)
 		}
-		c.args, c.anchors = flex.DFlashArgs(o.Context, an, o.Anchors, nil), an
+		c.args, c.anchors = flex.DFlashArgs(o.Context, an, nil, o.Anchors, nil), an
 		for _, a := range row { // a block sees the a context positions before it and itself
 			c.pairs += float64(o.BlockSize) * float64(int(a)+o.BlockSize)
 		}

@@ -283,5 +283,5 @@ func dflashHostArgs(r *rand.Rand, batch, nb, ctx int, sorted bool) *flex.Args {
 			nv[i] = int32(r.IntN(nb + 2))
 		}
 	}
-	return flex.DFlashArgs(ctx, an, nb, nv)
+	return flex.DFlashArgs(ctx, an, nil, nb, nv)
 }

@@ -84,7 +84,7 @@ func TestStepAttentions(t *testing.T) {
 	b := newAttnRecorder()
 	s := &Session{Drafter: New[float32](c, rand.New(rand.NewPCG(seed, 2))), Head: HeadOf(m),
 		Hidden: TargetHidden(m, c.TargetLayerIDs, b), Backend: b, Train: ex, Eval: ex[:3], BatchSize: 3, Seed: seed}
-	uses := append(m.ForwardAttentions(), s.Drafter.StepAttentions()...)
+	uses := append(m.ForwardAttentions(false), s.Drafter.StepAttentions()...)
 	var said, forwards []string
 	for _, u := range uses {
 		said = append(said, useKey(u))

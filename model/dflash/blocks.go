@@ -8,13 +8,22 @@ import (
 	"dflash/tensor"
 )
 
-// Batch is the drafter's training input: R token sequences padded to a common
-// length S, their loss masks, and the target's hidden states at the taps.
+// Batch is the drafter's training input: R rows of S tokens, each holding
+// one sample padded to S or, packed, several back to back; their loss masks,
+// and the target's hidden states at the taps.
 type Batch struct {
 	Rows, Len int
 	IDs       []int32 // [Rows*Len]
 	LossMask  []uint8 // [Rows*Len], 1 on positions whose token is a label (assistant tokens)
-	SeqLen    []int   // [Rows], true lengths (<= Len; 0 for an empty pad row)
+	SeqLen    []int   // [Rows], the tokens a row's samples take (<= Len; 0 for an empty pad row)
+	// Segs lists the samples of each row in order (RowSegs): nil means one
+	// sample a row, [0, SeqLen[r]).
+	Segs [][]Seg
+	// Packed marks rows of several samples (MakePackedBatch): attention stays
+	// inside each sample, for the target (a document mask, TargetHidden)
+	// and the drafter (the blocks' context starts, Blocks.Starts), and
+	// positions restart at each sample's start (Positions).
+	Packed bool
 	// Taps are the target's hidden states at the taps, one [Rows*Len, H]
 	// tensor per tap, in tap order, on the backend of the step.
 	Taps []*tensor.Tensor
@@ -37,16 +46,66 @@ func (b *Batch) Tokens() int {
 	return n
 }
 
-// Samples returns the number of sequences of the batch: its rows that
-// are not empty padding rows.
+// Seg is one sample of a batch row: the row's positions [Start,
+// Start+Len), example Example of its set (-1 when unknown).
+type Seg struct{ Start, Len, Example int }
+
+// End returns the position after the sample.
+func (s Seg) End() int { return s.Start + s.Len }
+
+// RowSegs returns the samples of row r: Segs[r], or without Segs the one
+// sample [0, SeqLen[r]) (none for an empty row).
+func (b *Batch) RowSegs(r int) []Seg {
+	if b.Segs != nil {
+		return b.Segs[r]
+	}
+	if b.SeqLen[r] == 0 {
+		return nil
+	}
+	return []Seg{{0, b.SeqLen[r], -1}}
+}
+
+// Samples returns the number of samples of the batch.
 func (b *Batch) Samples() int {
 	n := 0
-	for _, l := range b.SeqLen {
-		if l > 0 {
-			n++
-		}
+	for r := range b.Rows {
+		n += len(b.RowSegs(r))
 	}
 	return n
+}
+
+// Positions returns the RoPE position of every token, [Rows*Len]: its
+// offset in its sample, the positions after a row's last sample continuing
+// that sample's (0..Len−1 in a row of one sample or none).
+func (b *Batch) Positions() []int32 {
+	pos := make([]int32, 0, b.Rows*b.Len)
+	for r := range b.Rows {
+		segs, k, start := b.RowSegs(r), 0, 0
+		for i := range b.Len {
+			if k < len(segs) && segs[k].Start == i {
+				start, k = i, k+1
+			}
+			pos = append(pos, int32(i-start))
+		}
+	}
+	return pos
+}
+
+// DocIDs returns the sample of every token within its row, [Rows*Len]: 0,
+// 1, ... in row order, and the number of the row's samples after its last
+// one (the padding is a document of its own).
+func (b *Batch) DocIDs() []int32 {
+	ids := make([]int32, 0, b.Rows*b.Len)
+	for r := range b.Rows {
+		segs, k := b.RowSegs(r), 0
+		for i := range b.Len {
+			for k < len(segs) && i >= segs[k].End() {
+				k++
+			}
+			ids = append(ids, int32(k))
+		}
+	}
+	return ids
 }
 
 // PadFraction returns the padded share of the batch's Rows×Len positions:
@@ -74,6 +133,18 @@ func (b *Batch) Check(hidden, taps int) {
 	for r, n := range b.SeqLen {
 		if n < 0 || n > b.Len {
 			panic(fmt.Sprintf("dflash: Batch row %d: length %d outside [0, %d]", r, n, b.Len))
+		}
+	}
+	if b.Segs != nil && len(b.Segs) != b.Rows {
+		panic(fmt.Sprintf("dflash: Batch has samples of %d rows, %d rows", len(b.Segs), b.Rows))
+	}
+	for r := range b.Segs {
+		end := 0
+		for _, s := range b.Segs[r] {
+			if s.Start < end || s.Len < 1 || s.End() > b.Len {
+				panic(fmt.Sprintf("dflash: Batch row %d: samples %v overlap or leave the row of %d", r, b.Segs[r], b.Len))
+			}
+			end = s.End()
 		}
 	}
 }
@@ -105,26 +176,88 @@ func SampleAnchors(rng *rand.Rand, cands []int32, n int) []int32 {
 	return out
 }
 
-// ExampleAnchors samples the anchors of every row of b, row r (example
-// examples[r]; rows past len(examples) are padding and get none) from its
-// own stream (seed, examples[r]): an example's anchors depend on the seed
-// and the example alone, not on the batch it is in, so that data-parallel
-// ranks, which split a global batch, draw what one rank with the whole
-// batch draws, and a resume on another rank count continues alike.
-func ExampleAnchors(seed uint64, examples []int, b *Batch, n int) [][]int32 {
-	out := make([][]int32, b.Rows)
-	for r := range min(b.Rows, len(examples)) {
-		rng := rand.New(rand.NewPCG(seed, uint64(examples[r])))
-		out[r] = SampleAnchors(rng, Candidates(b.LossMask[r*b.Len:(r+1)*b.Len], b.SeqLen[r]), n)
+// rowCandidates returns the anchor candidates of each sample of row r of
+// b, at their positions in the row.
+func rowCandidates(b *Batch, r int) [][]int32 {
+	segs := b.RowSegs(r)
+	out := make([][]int32, len(segs))
+	for k, sg := range segs {
+		c := Candidates(b.LossMask[r*b.Len+sg.Start:r*b.Len+sg.End()], sg.Len)
+		for i := range c {
+			c[i] += int32(sg.Start)
+		}
+		out[k] = c
 	}
 	return out
 }
 
-// SampleBatchAnchors samples the anchors of every row of b in row order.
+// ExampleAnchors samples the anchors of every row of b: each sample at
+// most n of its candidates, drawn from its own stream (seed, its example):
+// an example's anchors depend on the seed and the example alone, not on the
+// batch or the row it is in, so that data-parallel ranks, which split a
+// global batch, draw what one rank with the whole batch draws, a resume on
+// another rank count continues alike, and a packed row draws what rows of
+// one sample each would. With blocks > 0 a row's samples share at most
+// blocks anchors: when they want more, each keeps its share in proportion to
+// what it wants (AnchorShares), the first of the anchors it would draw.
+func ExampleAnchors(seed uint64, b *Batch, n, blocks int) [][]int32 {
+	out := make([][]int32, b.Rows)
+	for r := range b.Rows {
+		segs, cands := b.RowSegs(r), rowCandidates(b, r)
+		want := make([]int, len(segs))
+		for k := range segs {
+			want[k] = min(n, len(cands[k]))
+		}
+		for k, keep := range AnchorShares(want, blocks) {
+			rng := rand.New(rand.NewPCG(seed, uint64(segs[k].Example)))
+			out[r] = append(out[r], SampleAnchors(rng, cands[k], keep)...)
+		}
+	}
+	return out
+}
+
+// AnchorShares returns how many of the anchors want[k] each sample of a row
+// keeps when the row has room for blocks (0: no limit): all of them when
+// they fit, else shares of blocks in proportion to want, floored, the
+// blocks left over going one each to the largest remainders (the earlier
+// sample on a tie).
+func AnchorShares(want []int, blocks int) []int {
+	total := 0
+	for _, w := range want {
+		total += w
+	}
+	if blocks <= 0 || total <= blocks {
+		return want
+	}
+	keep := make([]int, len(want))
+	rem := make([]int, len(want))
+	left := blocks
+	for k, w := range want {
+		keep[k] = w * blocks / total
+		rem[k] = w * blocks % total
+		left -= keep[k]
+	}
+	for ; left > 0; left-- {
+		best := -1
+		for k := range want {
+			if keep[k] < want[k] && (best < 0 || rem[k] > rem[best]) {
+				best = k
+			}
+		}
+		keep[best]++
+		rem[best] = -1
+	}
+	return keep
+}
+
+// SampleBatchAnchors samples the anchors of every row of b in row order,
+// at most n for each of its samples.
 func SampleBatchAnchors(rng *rand.Rand, b *Batch, n int) [][]int32 {
 	out := make([][]int32, b.Rows)
 	for r := 0; r < b.Rows; r++ {
-		out[r] = SampleAnchors(rng, Candidates(b.LossMask[r*b.Len:(r+1)*b.Len], b.SeqLen[r]), n)
+		for _, c := range rowCandidates(b, r) {
+			out[r] = append(out[r], SampleAnchors(rng, c, n)...)
+		}
 	}
 	return out
 }
@@ -135,9 +268,10 @@ func SampleBatchAnchors(rng *rand.Rand, b *Batch, n int) [][]int32 {
 type Blocks struct {
 	Rows, N, B int
 	Anchors    []int32   // [Rows*N]
+	Starts     []int32   // [Rows*N] the start of each anchor's sample: the first context position its block sees
 	NumValid   []int32   // [Rows]
 	IDs        []int32   // [Rows*N*B] block input ids
-	Pos        []int32   // [Rows*N*B] RoPE positions a+s
+	Pos        []int32   // [Rows*N*B] RoPE positions a+s, from the sample's start
 	Labels     []int32   // [Rows*N*B] label ids, -1 where not valid
 	Weights    []float64 // [Rows*N*B] v·w_s (0 where not valid)
 	WeightSum  float64
@@ -177,7 +311,7 @@ func BuildBlocksN(c *Config, b *Batch, anchors [][]int32, n int) *Blocks {
 	B := c.BlockSize
 	w := c.SlotWeights()
 	bl := &Blocks{Rows: b.Rows, N: n, B: B,
-		Anchors: make([]int32, b.Rows*n), NumValid: make([]int32, b.Rows),
+		Anchors: make([]int32, b.Rows*n), Starts: make([]int32, b.Rows*n), NumValid: make([]int32, b.Rows),
 		IDs: make([]int32, b.Rows*n*B), Pos: make([]int32, b.Rows*n*B),
 		Labels: make([]int32, b.Rows*n*B), Weights: make([]float64, b.Rows*n*B)}
 	for i := range bl.IDs {
@@ -187,24 +321,30 @@ func BuildBlocksN(c *Config, b *Batch, anchors [][]int32, n int) *Blocks {
 	for r := 0; r < b.Rows; r++ {
 		ids := b.IDs[r*b.Len : (r+1)*b.Len]
 		mask := b.LossMask[r*b.Len : (r+1)*b.Len]
-		L := b.SeqLen[r]
+		segs, k := b.RowSegs(r), 0
 		bl.NumValid[r] = int32(len(anchors[r]))
 		for j := 0; j < n; j++ {
 			var a int32
+			var sg Seg
 			live := j < len(anchors[r])
 			if live {
 				a = anchors[r][j]
-				if a < 0 || int(a)+1 >= L || mask[a] == 0 || mask[a+1] == 0 {
+				for k < len(segs) && int(a) >= segs[k].End() {
+					k++
+				}
+				if k == len(segs) || int(a) < segs[k].Start || int(a)+1 >= segs[k].End() || mask[a] == 0 || mask[a+1] == 0 {
 					panic(fmt.Sprintf("dflash: BuildBlocks: row %d anchor %d is not a candidate", r, a))
 				}
 				if j > 0 && a <= anchors[r][j-1] {
 					panic(fmt.Sprintf("dflash: BuildBlocks: row %d anchors not strictly ascending", r))
 				}
+				sg = segs[k]
 			}
 			bl.Anchors[r*n+j] = a
+			bl.Starts[r*n+j] = int32(sg.Start)
 			base := (r*n + j) * B
 			for s := 0; s < B; s++ {
-				bl.Pos[base+s] = a + int32(s)
+				bl.Pos[base+s] = a - int32(sg.Start) + int32(s)
 			}
 			if !live {
 				continue
@@ -212,7 +352,7 @@ func BuildBlocksN(c *Config, b *Batch, anchors [][]int32, n int) *Blocks {
 			bl.IDs[base] = ids[a]
 			for s := 1; s < B; s++ {
 				p := int(a) + s
-				if p < L && mask[p] != 0 {
+				if p < sg.End() && mask[p] != 0 {
 					bl.Labels[base+s] = ids[p]
 					bl.Weights[base+s] = w[s]
 					bl.WeightSum += w[s]

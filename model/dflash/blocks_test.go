@@ -28,7 +28,7 @@ func TestExampleAnchors(t *testing.T) {
 		if rows > len(idx) {
 			b = MakeFixedBatch(ex, idx, 0, rows, b.Len)
 		}
-		got := ExampleAnchors(seed, idx, b, 6)
+		got := ExampleAnchors(seed, b, 6, 0)
 		out := map[int][]int32{}
 		for r, a := range got {
 			if r >= len(idx) {

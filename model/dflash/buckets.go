@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 
 	"dflash/data/bucket"
+	"dflash/data/pack"
 	"dflash/internal/rngstream"
 )
 
@@ -26,9 +27,13 @@ import (
 // the drafter's work and memory per step; the longest bucket is the largest
 // step, as with batches padded to their longest.
 
-// shape fixes a batch's rows, padded length and anchor blocks per row; the
-// zero shape lets the batch take its examples' own.
-type shape struct{ rows, len, blocks int }
+// shape fixes a batch's rows, padded length and anchor blocks per row, and
+// whether its rows are packed; the zero shape lets the batch take its
+// examples' own.
+type shape struct {
+	rows, len, blocks int
+	packed            bool
+}
 
 // trainSampler returns the bucket sampler of the training examples, made on
 // first use.
@@ -113,11 +118,19 @@ func (s *Session) ReplayTotals() (captures, launches int) {
 	return captures, launches
 }
 
-// nextTrain returns the inputs of the next training batch: from the data
-// order, or from the bucket sampler in its bucket's shape.
+// nextTrain returns the inputs of the next training batch: packed, from
+// the data order, or from the bucket sampler in its bucket's shape.
 func (s *Session) nextTrain(rng *rand.Rand) (*StepInputs[float32], error) {
+	n := s.Drafter.Cfg.NumAnchors
+	if s.Pack != nil {
+		p, err := s.packer()
+		if err != nil {
+			return nil, err
+		}
+		return s.inputs(s.Train, p.Next().Rows, false, s.packShape(), n, rng)
+	}
 	if s.Buckets <= 0 {
-		return s.inputs(s.Train, s.trainOrder().Next(), false, shape{}, rng)
+		return s.inputs(s.Train, singles(s.trainOrder().Next()), false, shape{}, n, rng)
 	}
 	sp, err := s.trainSampler()
 	if err != nil {
@@ -128,13 +141,20 @@ func (s *Session) nextTrain(rng *rand.Rand) (*StepInputs[float32], error) {
 		s.bucketSteps = map[int]int{}
 	}
 	s.bucketSteps[b.Len]++
-	sh := shape{rows: b.Rows, len: b.Len, blocks: max(1, min(s.Drafter.Cfg.NumAnchors, b.Len-1))}
-	return s.inputs(s.Train, b.Indices, false, sh, rng)
+	sh := shape{rows: b.Rows, len: b.Len, blocks: max(1, min(n, b.Len-1))}
+	return s.inputs(s.Train, singles(b.Indices), false, sh, n, rng)
 }
 
-// DataState returns the position of the training data: the data order's,
-// or the bucket sampler's State (what a checkpoint keeps).
+// DataState returns the position of the training data: the packer's, the
+// data order's, or the bucket sampler's State (what a checkpoint keeps).
 func (s *Session) DataState() (json.RawMessage, error) {
+	if s.Pack != nil {
+		p, err := s.packer()
+		if err != nil {
+			return nil, err
+		}
+		return json.Marshal(p.State())
+	}
 	if s.Buckets <= 0 {
 		return s.trainOrder().State()
 	}
@@ -145,15 +165,31 @@ func (s *Session) DataState() (json.RawMessage, error) {
 	return json.Marshal(sp.State())
 }
 
-// RestoreData restores a position DataState returned. A position of batches in buckets (it
-// lists them) restores only into a session with buckets, and the other way
-// round.
+// RestoreData restores a position DataState returned. A position of packed
+// batches (it names the row length) or of batches in buckets (it lists
+// them) restores only into a session of the same kind of batches.
 func (s *Session) RestoreData(raw json.RawMessage) error {
 	var probe struct {
 		Buckets []int `json:"buckets"`
+		RowLen  int   `json:"row_len"`
 	}
 	if err := json.Unmarshal(raw, &probe); err != nil {
 		return fmt.Errorf("data position %s: %w", raw, err)
+	}
+	if (probe.RowLen > 0) != (s.Pack != nil) {
+		kinds := map[bool]string{true: "packed", false: "not packed"}
+		return fmt.Errorf("the data position is of batches %s; this run's are %s", kinds[probe.RowLen > 0], kinds[s.Pack != nil])
+	}
+	if s.Pack != nil {
+		p, err := s.packer()
+		if err != nil {
+			return err
+		}
+		var st pack.State
+		if err := json.Unmarshal(raw, &st); err != nil {
+			return fmt.Errorf("data position %s: %w", raw, err)
+		}
+		return p.Restore(st)
 	}
 	if s.Buckets <= 0 {
 		if probe.Buckets != nil {

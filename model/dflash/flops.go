@@ -34,15 +34,18 @@ type FLOPs struct {
 func (f FLOPs) Total() float64 { return f.TargetForward + f.DrafterForward + f.DrafterBackward }
 
 // StepFLOPs counts the FLOPs of one step of drafter dc over target tc for
-// rows sequences of seqLen tokens with the blocks bl (their anchors, valid
-// counts and labels decide the attention pairs and the LM-head rows).
-func StepFLOPs(tc *model.Config, dc *Config, rows, seqLen int, bl *Blocks) FLOPs {
+// batch b (its rows of b.Len tokens; packed, its samples' documents decide
+// the target's attention pairs) with the blocks bl (their anchors, context
+// starts, valid counts and labels decide the drafter's attention pairs and
+// the LM-head rows).
+func StepFLOPs(tc *model.Config, dc *Config, b *Batch, bl *Blocks) FLOPs {
 	H, I, D := float64(tc.HiddenSize), float64(tc.IntermediateSize), float64(tc.HeadDim)
 	q, kv := float64(tc.NumHeads)*D, float64(tc.NumKVHeads)*D
-	T, S := float64(rows*seqLen), float64(seqLen)
+	seqLen := b.Len
+	T := float64(b.Rows * seqLen)
 	depth := float64(slices.Max(dc.TargetLayerIDs) + 1)
 	layerW := 2*q*H + 2*kv*H + 3*H*I // q and o, k and v, gate up down
-	causalPairs := float64(rows) * S * (S + 1) / 2
+	causalPairs := targetPairs(b)
 
 	var f FLOPs
 	f.TargetForward = depth * (2*layerW*T + 4*D*float64(tc.NumHeads)*causalPairs)
@@ -60,15 +63,38 @@ func StepFLOPs(tc *model.Config, dc *Config, rows, seqLen int, bl *Blocks) FLOPs
 	return f
 }
 
+// targetPairs returns the (query, key) pairs the target's attention allows
+// over b, per head: causal over each whole row (its padding too, which the
+// pass computes), or packed, causal within each sample and within the
+// padding after a row's last one.
+func targetPairs(b *Batch) float64 {
+	tri := func(n int) float64 { return float64(n) * float64(n+1) / 2 }
+	if !b.Packed {
+		return float64(b.Rows) * tri(b.Len)
+	}
+	var pairs float64
+	for r := range b.Rows {
+		for _, sg := range b.RowSegs(r) {
+			pairs += tri(sg.Len)
+		}
+		pairs += tri(b.Len - b.SeqLen[r])
+	}
+	return pairs
+}
+
 // maskPairs returns the allowed (query, key) pairs of the DFlash mask of
 // bl over a context of seqLen tokens, per head: each slot of a live block
-// with anchor a sees the a context positions before it (a < seqLen) and the
-// B slots of its own block; dead blocks see nothing.
+// with anchor a, in a sample starting at s, sees the a−s context positions
+// of its sample before it (a < seqLen) and the B slots of its own block;
+// dead blocks see nothing.
 func maskPairs(bl *Blocks, seqLen int) float64 {
 	var pairs float64
 	for r := range bl.Rows {
 		for j := range int(bl.NumValid[r]) {
 			a := min(int(bl.Anchors[r*bl.N+j]), seqLen)
+			if bl.Starts != nil {
+				a -= int(bl.Starts[r*bl.N+j])
+			}
 			pairs += float64(bl.B) * float64(a+bl.B)
 		}
 	}

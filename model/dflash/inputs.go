@@ -22,7 +22,8 @@ type StepInputs[T tensor.Float] struct {
 	// in tap order (the forward pass concatenates them with an op).
 	Taps []*tensor.Of[T]
 	// QRope rotates the block slots (positions Blocks.Pos); CtxRope the
-	// context rows (positions 0..Len−1 of every row).
+	// context rows (Batch.Positions: 0..Len−1 of a row of one sample, from
+	// each sample's start in a packed row).
 	QRope, CtxRope *tensor.RopeTable[T]
 	// Mask is the DFlash block mask over [context ; block] keys (§3).
 	Mask tensor.Mask
@@ -53,16 +54,10 @@ func (d *Drafter[T]) Inputs(be tensor.Backend[T], b *Batch, bl *Blocks) (*StepIn
 	in.Taps = tapTensors(be, b.Taps)
 	rope := d.rope()
 	in.QRope = tensor.Table(be, rope, bl.Pos)
-	ctxPos := make([]int32, 0, R*S)
-	for range R {
-		for i := range S {
-			ctxPos = append(ctxPos, int32(i))
-		}
-	}
-	in.CtxRope = tensor.Table(be, rope, ctxPos)
+	in.CtxRope = tensor.Table(be, rope, b.Positions())
 	dims := flex.DFlashDims(R, c.NumHeads, c.NumKVHeads, bl.N, bl.B, S, c.HeadDim)
 	var err error
-	in.Mask, err = be.NewMask(flex.DFlashMask(bl.B), flex.DFlashArgs(S, bl.Anchors, bl.N, bl.NumValid), dims)
+	in.Mask, err = be.NewMask(flex.DFlashMask(bl.B), flex.DFlashArgs(S, bl.Anchors, bl.Starts, bl.N, bl.NumValid), dims)
 	if err != nil {
 		return nil, fmt.Errorf("dflash: block mask: %w", err)
 	}

@@ -54,11 +54,11 @@ func (c *Config) ParamCount() float64 {
 	return float64(len(c.TargetLayerIDs))*H*H + H + float64(c.NumLayers)*layer + H
 }
 
-// StepMemory estimates the bytes of a training step of drafter dc (its
-// NumAnchors anchors a sequence) over target tc for rows sequences of
-// seqLen tokens, lossChunk block slots a cross-entropy chunk (<= 0: the
-// default chunk).
-func StepMemory(tc *model.Config, dc *Config, rows, seqLen, lossChunk int) Memory {
+// StepMemory estimates the bytes of a training step of drafter dc over
+// target tc for rows rows of seqLen tokens with blocks anchor blocks each
+// (dc.NumAnchors for a sample a row; a packed row's Packing.Blocks),
+// lossChunk block slots a cross-entropy chunk (<= 0: the default chunk).
+func StepMemory(tc *model.Config, dc *Config, rows, seqLen, blocks, lossChunk int) Memory {
 	const f32 = 4
 	chunk := float64(tensor.DefaultXentChunk)
 	if lossChunk > 0 {
@@ -67,7 +67,7 @@ func StepMemory(tc *model.Config, dc *Config, rows, seqLen, lossChunk int) Memor
 	H, I, D := float64(tc.HiddenSize), float64(tc.IntermediateSize), float64(tc.HeadDim)
 	q, kv := float64(tc.NumHeads)*D, float64(tc.NumKVHeads)*D
 	T := float64(rows) * float64(seqLen)
-	nb := float64(rows) * float64(dc.NumAnchors) * float64(dc.BlockSize)
+	nb := float64(rows) * float64(blocks) * float64(dc.BlockSize)
 	k := float64(len(dc.TargetLayerIDs))
 	taps := k * T * H
 	target := taps + T*(4*H+3*q+4*kv+3*I)

@@ -9,6 +9,7 @@ import (
 
 	"dflash/data/bucket"
 	"dflash/data/order"
+	"dflash/data/pack"
 	"dflash/internal/rngstream"
 	"dflash/model"
 	"dflash/tensor"
@@ -39,21 +40,48 @@ func MakeFixedBatch(ex []Example, idx []int, pad int32, rows, L int) *Batch {
 	if len(idx) > rows {
 		panic(fmt.Sprintf("dflash: MakeFixedBatch: %d examples for %d rows", len(idx), rows))
 	}
-	b := &Batch{Rows: rows, Len: L, IDs: make([]int32, rows*L), LossMask: make([]uint8, rows*L), SeqLen: make([]int, rows), Fixed: true}
+	one := make([][]int, len(idx))
+	for r, i := range idx {
+		one[r] = []int{i}
+	}
+	return fillBatch(ex, one, pad, rows, L)
+}
+
+// MakePackedBatch returns a packed batch of rows rows of length L: row r
+// holds the examples ex[pick[r][k]] back to back from position 0 (the rest
+// of the row padding: id pad, mask 0), rows past len(pick) empty. It panics
+// when a row's examples pass L or pick has more than rows rows.
+func MakePackedBatch(ex []Example, pick [][]int, pad int32, rows, L int) *Batch {
+	if len(pick) > rows {
+		panic(fmt.Sprintf("dflash: MakePackedBatch: %d rows of examples for %d rows", len(pick), rows))
+	}
+	b := fillBatch(ex, pick, pad, rows, L)
+	b.Packed = true
+	return b
+}
+
+// fillBatch lays out the examples of each row of pick back to back in a
+// fixed batch of rows × L.
+func fillBatch(ex []Example, pick [][]int, pad int32, rows, L int) *Batch {
+	b := &Batch{Rows: rows, Len: L, IDs: make([]int32, rows*L), LossMask: make([]uint8, rows*L), SeqLen: make([]int, rows),
+		Segs: make([][]Seg, rows), Fixed: true}
 	for j := range b.IDs {
 		b.IDs[j] = pad
 	}
-	for r, i := range idx {
-		e := ex[i]
-		if len(e.Mask) != len(e.IDs) {
-			panic(fmt.Sprintf("dflash: example %d: %d ids, %d mask entries", i, len(e.IDs), len(e.Mask)))
+	for r, idx := range pick {
+		for _, i := range idx {
+			e, at := ex[i], b.SeqLen[r]
+			if len(e.Mask) != len(e.IDs) {
+				panic(fmt.Sprintf("dflash: example %d: %d ids, %d mask entries", i, len(e.IDs), len(e.Mask)))
+			}
+			if at+len(e.IDs) > L {
+				panic(fmt.Sprintf("dflash: batch row %d: example %d (%d ids) ends past the length %d", r, i, len(e.IDs), L))
+			}
+			copy(b.IDs[r*L+at:], e.IDs)
+			copy(b.LossMask[r*L+at:], e.Mask)
+			b.Segs[r] = append(b.Segs[r], Seg{Start: at, Len: len(e.IDs), Example: i})
+			b.SeqLen[r] += len(e.IDs)
 		}
-		if len(e.IDs) > L {
-			panic(fmt.Sprintf("dflash: MakeFixedBatch: example %d has %d ids, over the length %d", i, len(e.IDs), L))
-		}
-		copy(b.IDs[r*L:], e.IDs)
-		copy(b.LossMask[r*L:], e.Mask)
-		b.SeqLen[r] = len(e.IDs)
 	}
 	return b
 }
@@ -79,10 +107,13 @@ func TargetHidden(m *model.Model, taps []int, backend tensor.Backend[float32]) H
 			return err
 		}
 		in := model.Input{IDs: b.IDs, Batch: b.Rows, Len: b.Len, States: states, StatesOnly: len(states) > 0}
+		if b.Packed {
+			in.Pos, in.Docs = b.Positions(), b.DocIDs()
+		}
 		tp := tensor.NewInference(backend)
 		var out *model.Output
 		p := m.Prepare(backend, in) // uploads: before the replayed region
-		replayed(backend, b, b.Fixed, targetRegion{b.Rows, b.Len}, func() { out = m.ForwardPrepared(tp, p) })
+		replayed(backend, b, b.Fixed, targetRegion{b.Rows, b.Len, b.Packed}, func() { out = m.ForwardPrepared(tp, p) })
 		b.Taps = b.Taps[:0]
 		for _, s := range states {
 			b.Taps = append(b.Taps, out.States[s])
@@ -105,14 +136,27 @@ func replayed(be tensor.Backend[float32], b *Batch, fixed bool, key any, fn func
 }
 
 // targetRegion keys the target's replayed pass over batches of one shape.
-type targetRegion struct{ rows, len int }
+type targetRegion struct {
+	rows, len int
+	packed    bool
+}
 
-// drafterRegion keys one of the drafter's replayed training passes over
-// batches of one shape (backward: the backward pass, else the forward).
+// drafterRegion keys one of the drafter's replayed passes over batches of
+// one shape: a training pass's forward or backward, or an evaluation's
+// forward (without a tape).
 type drafterRegion struct {
 	rows, len, blocks int
-	backward          bool
+	pass              drafterPass
 }
+
+// drafterPass names a replayed pass of the drafter.
+type drafterPass int
+
+const (
+	trainForward drafterPass = iota
+	trainBackward
+	evalForward
+)
 
 // TrainPass runs the drafter's training pass over in on be: the forward
 // pass with the loss scaled by share, then the backward pass, which
@@ -131,11 +175,11 @@ func TrainPass(be tensor.Backend[float32], d *Drafter[float32], head Head[float3
 		}
 	}
 	b, fixed := in.Batch, in.Batch.Fixed && in.Blocks.Fixed
-	replayed(be, b, fixed, drafterRegion{b.Rows, b.Len, in.Blocks.N, false}, forward)
+	replayed(be, b, fixed, drafterRegion{b.Rows, b.Len, in.Blocks.N, trainForward}, forward)
 	if between != nil {
 		between()
 	}
-	replayed(be, b, fixed, drafterRegion{b.Rows, b.Len, in.Blocks.N, true}, func() { tp.Backward(out.Loss) })
+	replayed(be, b, fixed, drafterRegion{b.Rows, b.Len, in.Blocks.N, trainBackward}, func() { tp.Backward(out.Loss) })
 	return out
 }
 
@@ -181,8 +225,15 @@ type Session struct {
 	// Buckets, when positive, draws the training batches from length
 	// buckets (at most Buckets bucket lengths, chosen to pad least) so that
 	// every step of a bucket has one shape; 0 batches in data order, padded
-	// to each batch's longest (see buckets.go). Not with Ranks yet.
+	// to each batch's longest (see buckets.go). Not with Ranks yet, nor
+	// with Pack.
 	Buckets int
+	// Pack, when not nil, packs the training and evaluation batches
+	// (pack.go): BatchSize rows of Pack.Len tokens, each several samples.
+	Pack *Packing
+	// EvalAnchors bounds the anchors of a held-out sample in an evaluation
+	// (0: the drafter's NumAnchors).
+	EvalAnchors int
 	// Ranks, optional, makes the session one rank of data-parallel training
 	// (the trainer's collective, train.Collective, is one): the global batch
 	// is BatchSize times the rank count, in one order shared by every rank,
@@ -208,6 +259,9 @@ type Session struct {
 	cache       map[cacheKey][][]float32
 	order       *order.Order
 	sampler     *bucket.Sampler
+	trainPack   *pack.Packer
+	evalPlan    [][][]int // the evaluation's batches, each its rows' examples
+	evalShape   shape
 	bucketSteps map[int]int            // training batches drawn per bucket length
 	replays     map[int]map[string]int // tensor.Backend.Replay's kinds per bucket length (Replays)
 }
@@ -239,18 +293,26 @@ func (s *Session) trainOrder() *order.Order {
 	return s.order
 }
 
-// batch pads set[idx] to shape sh (sh.rows 0: to the examples' own
-// rows and longest length) and fills its hidden states.
-func (s *Session) batch(set []Example, idx []int, eval bool, sh shape) (*Batch, error) {
-	b := MakeBatch(set, idx, s.Pad)
-	if sh.rows > 0 {
-		b = MakeFixedBatch(set, idx, s.Pad, sh.rows, sh.len)
+// batch lays out the examples of pick (each row's examples of set) in shape
+// sh: packed, a sample a row padded to sh.len, or (sh.rows 0) a sample a
+// row padded to their longest; and fills its hidden states.
+func (s *Session) batch(set []Example, pick [][]int, eval bool, sh shape) (*Batch, error) {
+	var b *Batch
+	switch {
+	case sh.packed:
+		b = MakePackedBatch(set, pick, s.Pad, sh.rows, sh.len)
+	case sh.rows > 0:
+		b = MakeFixedBatch(set, firsts(pick), s.Pad, sh.rows, sh.len)
+	default:
+		b = MakeBatch(set, firsts(pick), s.Pad)
 	}
 	if !s.CacheHidden {
 		return b, s.Hidden(b)
 	}
-	// Per-example cache: rows of each example's hidden states, per tap. A
-	// batch with any example missing runs the target once for the batch.
+	// Per-example cache: each example's rows of hidden states, per tap (the
+	// same whatever row or batch it is in: attention stays inside a
+	// sample). A batch with any example missing runs the target once for
+	// the batch.
 	H := s.Drafter.Cfg.HiddenSize
 	key := func(i int) cacheKey { return cacheKey{eval, i} }
 	s.mu.Lock()
@@ -258,9 +320,11 @@ func (s *Session) batch(set []Example, idx []int, eval bool, sh shape) (*Batch, 
 		s.cache = map[cacheKey][][]float32{}
 	}
 	hit := true
-	for _, i := range idx {
-		if _, ok := s.cache[key(i)]; !ok {
-			hit = false
+	for r := range b.Rows {
+		for _, sg := range b.RowSegs(r) {
+			if _, ok := s.cache[key(sg.Example)]; !ok {
+				hit = false
+			}
 		}
 	}
 	s.mu.Unlock()
@@ -274,12 +338,14 @@ func (s *Session) batch(set []Example, idx []int, eval bool, sh shape) (*Batch, 
 			s.Backend.Download(x.Store, hidden[t])
 		}
 		s.mu.Lock()
-		for r, i := range idx {
-			rows := make([][]float32, len(hidden))
-			for t, h := range hidden {
-				rows[t] = slices.Clone(h[r*b.Len*H : (r*b.Len+b.SeqLen[r])*H])
+		for r := range b.Rows {
+			for _, sg := range b.RowSegs(r) {
+				rows := make([][]float32, len(hidden))
+				for t, h := range hidden {
+					rows[t] = slices.Clone(h[(r*b.Len+sg.Start)*H : (r*b.Len+sg.End())*H])
+				}
+				s.cache[key(sg.Example)] = rows
 			}
-			s.cache[key(i)] = rows
 		}
 		s.mu.Unlock()
 		return b, nil
@@ -289,9 +355,11 @@ func (s *Session) batch(set []Example, idx []int, eval bool, sh shape) (*Batch, 
 		hidden[t] = make([]float32, b.Rows*b.Len*H)
 	}
 	s.mu.Lock()
-	for r, i := range idx {
-		for t, rows := range s.cache[key(i)] {
-			copy(hidden[t][r*b.Len*H:], rows)
+	for r := range b.Rows {
+		for _, sg := range b.RowSegs(r) {
+			for t, rows := range s.cache[key(sg.Example)] {
+				copy(hidden[t][(r*b.Len+sg.Start)*H:], rows)
+			}
 		}
 	}
 	s.mu.Unlock()
@@ -299,18 +367,43 @@ func (s *Session) batch(set []Example, idx []int, eval bool, sh shape) (*Batch, 
 	return b, nil
 }
 
-// inputs assembles everything one forward pass over set[idx] reads: the
-// padded batch with the target's hidden states, anchors per example from a
-// seed drawn from rng (ExampleAnchors), the
-// block layout and the drafter's StepInputs (rotary tables, block mask,
-// loss rows), of shape sh when sh.rows > 0. It is the one place a step's
-// inputs are built.
-func (s *Session) inputs(set []Example, idx []int, eval bool, sh shape, rng *rand.Rand) (*StepInputs[float32], error) {
-	b, err := s.batch(set, idx, eval, sh)
+// firsts returns the one example of each row of pick.
+func firsts(pick [][]int) []int {
+	idx := make([]int, len(pick))
+	for r, row := range pick {
+		if len(row) != 1 {
+			panic(fmt.Sprintf("dflash: a row of %d examples in a batch that is not packed", len(row)))
+		}
+		idx[r] = row[0]
+	}
+	return idx
+}
+
+// singles returns pick with one example a row.
+func singles(idx []int) [][]int {
+	pick := make([][]int, len(idx))
+	for r, i := range idx {
+		pick[r] = []int{i}
+	}
+	return pick
+}
+
+// inputs assembles everything one forward pass over the examples of pick
+// reads: the batch of shape sh with the target's hidden states, at most n
+// anchors per example from a seed drawn from rng (ExampleAnchors; a packed
+// row's at most sh.blocks), the block layout and the drafter's StepInputs
+// (rotary tables, block mask, loss rows), of shape sh when sh.rows > 0. It
+// is the one place a step's inputs are built.
+func (s *Session) inputs(set []Example, pick [][]int, eval bool, sh shape, n int, rng *rand.Rand) (*StepInputs[float32], error) {
+	b, err := s.batch(set, pick, eval, sh)
 	if err != nil {
 		return nil, err
 	}
-	anchors := ExampleAnchors(rng.Uint64(), idx, b, s.Drafter.Cfg.NumAnchors)
+	room := 0
+	if sh.packed {
+		room = sh.blocks
+	}
+	anchors := ExampleAnchors(rng.Uint64(), b, n, room)
 	if sh.rows > 0 {
 		bl := BuildBlocksN(s.Drafter.Cfg, b, anchors, sh.blocks)
 		bl.Fixed = true
@@ -381,31 +474,37 @@ func (s *Session) lossShare(ws float64) (float64, error) {
 }
 
 // Evaluate computes the metrics of docs/DRAFTER.md §5 on the evaluation
-// examples, with anchors from a fixed seed (the same at every call).
+// examples, with anchors from a fixed seed (the same at every call), at
+// most EvalAnchors per example. Packed, its batches have one shape, and
+// the drafter's forward pass over them is a replayed region of its own.
 func (s *Session) Evaluate() (*Metrics, error) {
 	m := NewMetrics(s.Drafter.Cfg.BlockSize)
 	rng := rand.New(rand.NewPCG(s.Seed, rngstream.Eval<<32|0xe7a1))
-	for i := 0; i < len(s.Eval); i += s.BatchSize {
-		var idx []int
-		for j := i; j < min(i+s.BatchSize, len(s.Eval)); j++ {
-			idx = append(idx, j)
-		}
-		if err := s.evalBatch(m, idx, rng); err != nil {
+	plan, sh, err := s.evalBatches()
+	if err != nil {
+		return nil, err
+	}
+	for _, pick := range plan {
+		if err := s.evalBatch(m, pick, sh, rng); err != nil {
 			return nil, err
 		}
 	}
 	return m, nil
 }
 
-// evalBatch adds the metrics of the evaluation examples idx to m, as one
-// step of the backend's memory, ended when it returns (as Step's).
-func (s *Session) evalBatch(m *Metrics, idx []int, rng *rand.Rand) error {
+// evalBatch adds the metrics of the evaluation examples of pick to m, as
+// one step of the backend's memory, ended when it returns (as Step's).
+func (s *Session) evalBatch(m *Metrics, pick [][]int, sh shape, rng *rand.Rand) error {
 	defer s.Backend.ResetStep()
-	in, err := s.inputs(s.Eval, idx, true, shape{}, rng)
+	in, err := s.inputs(s.Eval, pick, true, sh, s.evalAnchors(), rng)
 	if err != nil {
 		return err
 	}
-	out := s.Drafter.ForwardInputs(tensor.NewInference(s.Backend), false, s.Head, in)
+	var out *Output[float32]
+	b := in.Batch
+	replayed(s.Backend, b, b.Fixed && in.Blocks.Fixed, drafterRegion{b.Rows, b.Len, in.Blocks.N, evalForward}, func() {
+		out = s.Drafter.ForwardInputs(tensor.NewInference(s.Backend), false, s.Head, in)
+	})
 	out.Read(s.Backend)
 	m.Add(in.Blocks, out.Pred, out.CE)
 	return nil

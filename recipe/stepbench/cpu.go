@@ -115,7 +115,7 @@ func plan(o Options) *Report {
 	rng := rand.New(rand.NewPCG(o.Seed, 0x57e9))
 	ex, rows := examples(o, dc, rng)
 	b := dflash.MakeBatch(ex, rows, 0)
-	rep.FLOPs = dflash.StepFLOPs(&o.Target, dc, b.Rows, b.Len, dflash.BuildBlocks(dc, b, dflash.SampleBatchAnchors(rng, b, o.Anchors)))
+	rep.FLOPs = dflash.StepFLOPs(&o.Target, dc, b, dflash.BuildBlocks(dc, b, dflash.SampleBatchAnchors(rng, b, o.Anchors)))
 	return rep
 }
 

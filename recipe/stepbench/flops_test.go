@@ -112,7 +112,7 @@ func TestStepFLOPsMatchesCountedGEMMs(t *testing.T) {
 			tp.Backward(out.Loss)
 			bg, _ := cb.reset(t)
 
-			want := dflash.StepFLOPs(&o.Target, dc, b.Rows, b.Len, bl)
+			want := dflash.StepFLOPs(&o.Target, dc, b, bl)
 			if got := tg + ta; got != want.TargetForward {
 				t.Errorf("target forward: counted %g (GEMM %g + attention %g), StepFLOPs %g", got, tg, ta, want.TargetForward)
 			}

@@ -10,7 +10,7 @@ import (
 // estimateMemory estimates the bytes of a step of drafter dc over o's
 // target, sequences and anchors.
 func estimateMemory(o Options, dc *dflash.Config) dflash.Memory {
-	return dflash.StepMemory(&o.Target, dc, o.Batch, o.SeqLen, o.LossChunk)
+	return dflash.StepMemory(&o.Target, dc, o.Batch, o.SeqLen, dc.NumAnchors, o.LossChunk)
 }
 
 // availableMemory is meminfo.Available, replaced in tests.

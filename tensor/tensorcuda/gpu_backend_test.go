@@ -193,7 +193,7 @@ func TestGPUBackendAttention(t *testing.T) {
 		d    flex.Dims
 	}{
 		{"causal", flex.Causal(), flex.NewArgs(), flex.Dims{Batch: 2, HeadsQ: 4, HeadsKV: 2, LenQ: 200, LenKV: 200, HeadDim: 64}},
-		{"dflash", flex.DFlashMask(bs), flex.DFlashArgs(ctx, anchors, blocks, []int32{3, 2}), flex.DFlashDims(2, 4, 1, blocks, bs, ctx, 128)},
+		{"dflash", flex.DFlashMask(bs), flex.DFlashArgs(ctx, anchors, nil, blocks, []int32{3, 2}), flex.DFlashDims(2, 4, 1, blocks, bs, ctx, 128)},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			d := c.d
