@@ -23,9 +23,9 @@
 # PARTS (default "tests golden train resume bench"; "base" adds the 8B step beside a previous build's
 # (--build-base REV builds it); "profile" adds
 # scripts/gpu-step-prof.sh, "compare" scripts/gpu-step-compare.sh) chooses what runs; TRAIN_ARGS adds
-# flags to both training runs (default "--data.buckets 3": fixed-shape batches
-# from length buckets, each bucket's passes replayed as CUDA graphs after its
-# first step; each step's pad_frac in the metrics; TRAIN_ARGS= for none).
+# flags to both training runs (default none: packed batches, one shape, the
+# passes replayed as CUDA graphs after the first step; each step's pad_frac in
+# the metrics; TRAIN_ARGS="--data.pack=false --data.buckets 3" for length buckets).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 B=.devbuild/train
@@ -65,7 +65,7 @@ WORK=${WORK:-/tmp/gpu-train}
 mkdir -p "$OUT" "$WORK"
 PARTS=${PARTS:-tests golden train resume bench}
 STEPS=${STEPS:-200}
-TRAIN_ARGS=${TRAIN_ARGS---data.buckets 3}
+TRAIN_ARGS=${TRAIN_ARGS-}
 status=PASS
 fail() { echo "FAIL: $*"; status=FAIL; }
 has() { [[ " $PARTS " == *" $1 "* ]]; }

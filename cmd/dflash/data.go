@@ -16,6 +16,7 @@ import (
 
 	"dflash/data"
 	"dflash/data/bucket"
+	"dflash/data/pack"
 	"dflash/data/tokenizer"
 	"dflash/internal/dirlock"
 	"dflash/internal/termbar"
@@ -202,13 +203,15 @@ type statsFlags struct {
 	Edge    int  `yaml:"edge" range:">=1" help:"bucket granularity (the attention block)"`
 	Budget  int  `yaml:"budget" range:">=1" help:"padded tokens per batch"`
 	Buckets int  `yaml:"buckets" range:">=0" help:"at most this many bucket lengths, chosen to pad least (0: one per multiple of --edge)"`
+	PackLen int  `yaml:"pack-len" range:">=0" help:"tokens per packed row (0: the longest sample, rounded up to --edge)"`
+	Rows    int  `yaml:"rows" range:">=1" help:"packed rows per batch (train's --data.batch-size)"`
 	Verify  bool `yaml:"verify" help:"recompute every shard's checksum"`
 	JSON    bool `yaml:"json" help:"print one JSON object"`
 }
 
 func dataStats(args []string) error {
 	fs := newFlagSet("data stats", "data stats [flags] DIR")
-	f := statsFlags{Edge: bucket.DefaultEdge, Budget: 16384}
+	f := statsFlags{Edge: bucket.DefaultEdge, Budget: 16384, Rows: 4}
 	if err := parseOptionArgs(fs, train.BindOptions(fs, &f), args); err != nil {
 		return err
 	}
@@ -243,6 +246,7 @@ func dataStats(args []string) error {
 		Shards     int            `json:"shards"`
 		Lengths    map[string]int `json:"lengths"`
 		Buckets    *bucket.Report `json:"buckets,omitempty"`
+		Packed     *pack.Report   `json:"packed,omitempty"`
 		Verified   bool           `json:"verified"`
 	}
 	st := statsOut{Dir: fs.Arg(0), Samples: meta.Samples, Tokens: meta.Tokens, Supervised: meta.Supervised,
@@ -255,6 +259,16 @@ func dataStats(args []string) error {
 		}
 		r := s.Report()
 		st.Buckets = &r
+		rowLen := f.PackLen
+		if rowLen == 0 {
+			rowLen = bucket.RoundUp(pct(1), f.Edge)
+		}
+		p, err := pack.New(lengths, pack.Config{RowLen: rowLen, Rows: f.Rows})
+		if err != nil {
+			return fmt.Errorf("--pack-len %d: %w", f.PackLen, err)
+		}
+		pr := p.Report()
+		st.Packed = &pr
 	}
 	if f.JSON {
 		return json.NewEncoder(os.Stdout).Encode(st)
@@ -268,6 +282,10 @@ func dataStats(args []string) error {
 	if st.Buckets != nil {
 		fmt.Printf("\n%d buckets (edge %d, budget %d tokens per batch):\n", len(st.Buckets.Buckets), f.Edge, f.Budget)
 		st.Buckets.Print(os.Stdout)
+	}
+	if st.Packed != nil {
+		fmt.Printf("\npacked (train's default, %d rows a batch):\n", f.Rows)
+		st.Packed.Print(os.Stdout)
 	}
 	return nil
 }
