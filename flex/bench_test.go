@@ -17,7 +17,7 @@ func dflashBenchProblem(b *testing.B) (Dims, *BlockMask, *DenseMask, []float32, 
 		a[i] = int32(r.IntN(768))
 	}
 	slices.Sort(a)
-	args := DFlashArgs(768, a, 128, nil)
+	args := DFlashArgs(768, a, nil, 128, nil)
 	bm, err := NewBlockMask(DFlashMask(16), args, d, 0, 0)
 	if err != nil {
 		b.Fatal(err)
@@ -68,7 +68,7 @@ func BenchmarkDFlashBlockMask(b *testing.B) {
 		a[i] = int32(r.IntN(3072))
 	}
 	slices.Sort(a)
-	args := DFlashArgs(3072, a, 512, nil)
+	args := DFlashArgs(3072, a, nil, 512, nil)
 	m := DFlashMask(16)
 	for b.Loop() {
 		if _, err := NewBlockMask(m, args, d, 0, 0); err != nil {
@@ -113,7 +113,7 @@ func BenchmarkRowEval(b *testing.B) {
 	for i := range docs {
 		docs[i] = int32(i / 77)
 	}
-	args := DFlashArgs(lenKV-lenQ, anchors, len(anchors), nil).
+	args := DFlashArgs(lenKV-lenQ, anchors, nil, len(anchors), nil).
 		SetIntTensor("doc", docs, lenKV).
 		SetFloatTensor("slopes", []float64{0.5, 0.25}, 2).
 		SetFloatTensor(RelBiasName, make([]float64, 2*17), 2, 17)

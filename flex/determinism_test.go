@@ -37,7 +37,7 @@ func TestBackwardDeterministic(t *testing.T) {
 			}
 			slices.Sort(row)
 		}
-		return DFlashArgs(ctx, a, blocks, nil)
+		return DFlashArgs(ctx, a, nil, blocks, nil)
 	}
 	seq := 96 + 96*scaleLen
 	nb := 8 + 8*scaleLen

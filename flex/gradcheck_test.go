@@ -83,7 +83,7 @@ func TestFullyMaskedRows(t *testing.T) {
 	r := newRand(t)
 	d := DFlashDims(2, 4, 2, 5, 4, 37, 8)
 	anchors := []int32{0, 3, 9, 20, 30, 1, 2, 5, 6, 36}
-	a := DFlashArgs(37, anchors, 5, []int32{3, 0}) // batch 1 is all padding
+	a := DFlashArgs(37, anchors, nil, 5, []int32{3, 0}) // batch 1 is all padding
 	a.SetFloatTensor(ALiBiSlopesName, ALiBiSlopes(4), 4)
 	for _, score := range []*ScoreProgram{nil, ALiBi(), Softcap(2)} {
 		bm, err := NewBlockMask(DFlashMask(4), a, d, 8, 16)

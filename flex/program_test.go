@@ -157,15 +157,20 @@ func TestScoreGradMatchesFiniteDifferences(t *testing.T) {
 // that name them, and that malformed programs panic.
 func TestArgsErrors(t *testing.T) {
 	d := DFlashDims(1, 1, 1, 2, 4, 10, 2)
-	good := DFlashArgs(10, []int32{1, 5}, 2, nil)
+	good := DFlashArgs(10, []int32{1, 5}, nil, 2, nil)
 	for _, c := range []struct {
 		name string
 		args *Args
 		want string
 	}{
-		{"no scalar", NewArgs().SetIntTensor(DFlashAnchors, []int32{1, 2}, 1, 2).SetIntTensor(DFlashNumValid, []int32{2}, 1), `int scalar "ctx_len"`},
-		{"no tensor", NewArgs().SetInt(DFlashCtxLen, 10).SetIntTensor(DFlashNumValid, []int32{2}, 1), `int tensor "anchors"`},
-		{"wrong rank", NewArgs().SetInt(DFlashCtxLen, 10).SetIntTensor(DFlashAnchors, []int32{1, 2}, 2).SetIntTensor(DFlashNumValid, []int32{2}, 1), `tensor "anchors" with rank 2`},
+		{"no scalar", NewArgs().SetIntTensor(DFlashAnchors, []int32{1, 2}, 1, 2).SetIntTensor(DFlashStarts, []int32{0, 0}, 1, 2).
+			SetIntTensor(DFlashNumValid, []int32{2}, 1), `int scalar "ctx_len"`},
+		{"no tensor", NewArgs().SetInt(DFlashCtxLen, 10).SetIntTensor(DFlashStarts, []int32{0, 0}, 1, 2).
+			SetIntTensor(DFlashNumValid, []int32{2}, 1), `int tensor "anchors"`},
+		{"no starts", NewArgs().SetInt(DFlashCtxLen, 10).SetIntTensor(DFlashAnchors, []int32{1, 2}, 1, 2).
+			SetIntTensor(DFlashNumValid, []int32{2}, 1), `int tensor "block_starts"`},
+		{"wrong rank", NewArgs().SetInt(DFlashCtxLen, 10).SetIntTensor(DFlashAnchors, []int32{1, 2}, 2).
+			SetIntTensor(DFlashStarts, []int32{0, 0}, 1, 2).SetIntTensor(DFlashNumValid, []int32{2}, 1), `tensor "anchors" with rank 2`},
 		{"nil args", nil, "missing"},
 	} {
 		_, err := NewBlockMask(DFlashMask(4), c.args, d, 0, 0)

@@ -62,7 +62,7 @@ func (d *Drafter[T]) Inputs(be tensor.Backend[T], b *Batch, bl *Blocks) (*StepIn
 	in.CtxRope = tensor.Table(be, rope, ctxPos)
 	dims := flex.DFlashDims(R, c.NumHeads, c.NumKVHeads, bl.N, bl.B, S, c.HeadDim)
 	var err error
-	in.Mask, err = be.NewMask(flex.DFlashMask(bl.B), flex.DFlashArgs(S, bl.Anchors, bl.N, bl.NumValid), dims)
+	in.Mask, err = be.NewMask(flex.DFlashMask(bl.B), flex.DFlashArgs(S, bl.Anchors, nil, bl.N, bl.NumValid), dims)
 	if err != nil {
 		return nil, fmt.Errorf("dflash: block mask: %w", err)
 	}

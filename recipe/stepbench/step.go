@@ -275,7 +275,7 @@ func (s *stepper) step() (stepResult, error) {
 	tensor.SetProfilePhase(be, "block_mask (built again, apart)")
 	start := time.Now()
 	dims := flex.DFlashDims(b.Rows, s.dc.NumHeads, s.dc.NumKVHeads, bl.N, bl.B, b.Len, s.dc.HeadDim)
-	if _, err := s.dev.Backend.NewMask(flex.DFlashMask(bl.B), flex.DFlashArgs(b.Len, bl.Anchors, bl.N, bl.NumValid), dims); err != nil {
+	if _, err := s.dev.Backend.NewMask(flex.DFlashMask(bl.B), flex.DFlashArgs(b.Len, bl.Anchors, nil, bl.N, bl.NumValid), dims); err != nil {
 		return res, fmt.Errorf("block mask: %w", err)
 	}
 	if err := s.dev.Sync(); err != nil {

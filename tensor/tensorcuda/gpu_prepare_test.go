@@ -67,7 +67,7 @@ func TestGPUPrepareThenStep(t *testing.T) {
 		blocks, ctxLen := 3, 150
 		dd := flex.DFlashDims(2, 8, 2, blocks, 16, ctxLen, 128)
 		qs, ks, vals = shapes(dd)
-		args := flex.DFlashArgs(ctxLen, []int32{20, 77, 140, 5, 60, 149}, blocks, []int32{3, 2})
+		args := flex.DFlashArgs(ctxLen, []int32{20, 77, 140, 5, 60, 149}, nil, blocks, []int32{3, 2})
 		if _, err := attnThrough[float32](b, flex.DFlashMask(16), args, dd, qs, ks, vals, 1/math.Sqrt(128)); err != nil {
 			return err
 		}
