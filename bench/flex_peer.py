@@ -35,11 +35,14 @@ class Case:
         self.ctx, self.blk, self.n_anchor = ctx, blk, n_anchor
         self.n_valid = n_anchor if n_valid is None else n_valid
         gen = torch.Generator().manual_seed(seed)
-        self.anchors = None
+        self.anchors = self.starts = None
         self.docs = None
         if mask == "dflash":
             a = dflash_anchors(n_anchor, ctx, gen)
             self.anchors = a.view(1, -1).repeat(B, 1).contiguous()
+            # flex.DFlashStarts: the first context position each block sees
+            # (its packed conversation's start); 0, one conversation a row.
+            self.starts = torch.zeros_like(self.anchors)
         if mask == "document":
             ids = torch.arange(Lq, dtype=torch.int32) // doc_len
             self.docs = ids.view(1, -1).repeat(B, 1).contiguous()
@@ -55,13 +58,13 @@ class Case:
             docs = self.docs.to(dev)
             return lambda b, h, q, kv: (docs[b, q] == docs[b, kv]) & (kv <= q)
         if self.mask == "dflash":
-            anchors = self.anchors.to(dev)
+            anchors, starts = self.anchors.to(dev), self.starts.to(dev)
             ctx, blk, nv = self.ctx, self.blk, self.n_valid
 
             def m(b, h, q, kv):
                 j = q // blk
                 a = anchors[b, j]
-                in_ctx = (kv < ctx) & (kv < a)
+                in_ctx = (kv < ctx) & (kv >= starts[b, j]) & (kv < a)
                 own = (kv >= ctx) & ((kv - ctx) // blk == j)
                 return (j < nv) & (in_ctx | own)
             return m
@@ -79,10 +82,12 @@ class Case:
             d = self.docs.to(dev).long()
             m = (d[:, :, None] == d[:, None, :]) & (kv <= q)
         elif self.mask == "dflash":
-            a = self.anchors.to(dev).long()
+            a, s = self.anchors.to(dev).long(), self.starts.to(dev).long()
             j = q // self.blk
-            aj = a[:, (torch.arange(self.Lq, device=dev) // self.blk)].view(self.B, -1, 1)
-            m = (j < self.n_valid) & (((kv < self.ctx) & (kv < aj)) |
+            blocks = torch.arange(self.Lq, device=dev) // self.blk
+            aj = a[:, blocks].view(self.B, -1, 1)
+            sj = s[:, blocks].view(self.B, -1, 1)
+            m = (j < self.n_valid) & (((kv < self.ctx) & (kv >= sj) & (kv < aj)) |
                                      ((kv >= self.ctx) & ((kv - self.ctx) // self.blk == j)))
         return m.expand(self.B, self.Lq, self.Lkv)
 
@@ -228,6 +233,7 @@ def check_saved(case, path, dev):
     # The saved mask tensors replace the case's own draws.
     if "anchors" in t:
         case.anchors = t["anchors"].to(torch.int32).cpu()
+        case.starts = t["block_starts"].to(torch.int32).cpu()
         case.n_valid = int(meta["n_valid"])
     if "doc_ids" in t:
         case.docs = t["doc_ids"].to(torch.int32).cpu()

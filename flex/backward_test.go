@@ -56,12 +56,16 @@ func refBackward(d Dims, q, k, v, dout []float64, c testCase, scale float64) (dq
 }
 
 // TestBackwardMatchesReference compares Backward (float64 and float32)
-// with brute-force dense backward on random problems.
+// with brute-force dense backward on random problems, DFlash masks over
+// packed rows among them.
 func TestBackwardMatchesReference(t *testing.T) {
 	r := newRand(t)
 	n := trials(50, 20)
 	for i := 0; i < n; i++ {
 		c := randCase(r, 60)
+		if i%10 == 0 { // one case in ten at least: DFlash rows packed with conversations
+			c = randDFlashCase(r, 60, 2+r.IntN(3))
+		}
 		t.Run(c.name, func(t *testing.T) {
 			d := c.d
 			q, k, v, dout := randQKVO(r, d)

@@ -1,6 +1,7 @@
 package flex
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -101,6 +102,39 @@ func FuzzBlockMask(f *testing.F) {
 	f.Fuzz(func(t *testing.T, seed uint64) {
 		blockMaskCase(t, rand.New(rand.NewPCG(seed, ^seed)))
 	})
+}
+
+// TestDFlashPackedBlockMask checks the block mask of the DFlash mask over
+// context rows packed with several conversations (block starts the
+// conversations' starts, some dead blocks) against the dense evaluation,
+// pair by pair, with interval, refined and exact classification, at draft
+// and attention block sizes small enough for a block to straddle
+// conversations and the training ones.
+func TestDFlashPackedBlockMask(t *testing.T) {
+	r := newRand(t)
+	n := trials(24, 8)
+	for i := 0; i < n; i++ {
+		bs, bq, bkv := []int{4, 16}[i%2], []int{8, 32, 128}[i%3], []int{16, 64}[i%2]
+		batch, nb, ctx, convs := 1+r.IntN(2), 1+r.IntN(24), 2+r.IntN(300), 2+r.IntN(4)
+		d := DFlashDims(batch, 2, 1, nb, bs, ctx, 4)
+		anchors, starts := randPackedDFlash(r, batch, nb, ctx, convs)
+		valid := make([]int32, batch)
+		for b := range valid {
+			valid[b] = int32(nb - r.IntN(min(nb, 4)+1)) // up to 4 dead blocks
+		}
+		c := testCase{name: fmt.Sprintf("dflash%d packed %d conversations, starts %v", bs, convs, starts), d: d,
+			mask: DFlashMask(bs), args: DFlashArgs(ctx, anchors, starts, nb, valid), bq: bq, bkv: bkv}
+		for _, mode := range []struct {
+			opts  []BlockMaskOption
+			exact bool
+		}{{[]BlockMaskOption{NoRefine()}, false}, {nil, true}, {[]BlockMaskOption{Exact()}, true}} {
+			bm, err := NewBlockMask(c.mask, c.args, d, bq, bkv, mode.opts...)
+			if err != nil {
+				t.Fatalf("%v: %v", c, err)
+			}
+			checkBlockMask(t, c, bm, mode.exact)
+		}
+	}
 }
 
 // TestBlockMaskLayout checks shapes, defaults, broadcasting and stats on

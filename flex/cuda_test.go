@@ -173,7 +173,8 @@ func gxxArgs(r *rand.Rand, d Dims) *Args {
 	for i := range anchors {
 		anchors[i] = int32(r.IntN(22))
 	}
-	a.SetInt(DFlashCtxLen, 22).SetIntTensor(DFlashAnchors, anchors, 2, 3).SetIntTensor(DFlashNumValid, []int32{3, 2}, 2)
+	a.SetInt(DFlashCtxLen, 22).SetIntTensor(DFlashAnchors, anchors, 2, 3).
+		SetIntTensor(DFlashStarts, []int32{0, 4, 9, 0, 0, 13}, 2, 3).SetIntTensor(DFlashNumValid, []int32{3, 2}, 2)
 	a.SetFloat(SoftcapName, 4.5).SetFloatTensor(ALiBiSlopesName, ALiBiSlopes(4), 4)
 	rb := make([]float64, 4*17)
 	for i := range rb {

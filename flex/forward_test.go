@@ -18,12 +18,15 @@ func simdModes() []bool {
 
 // TestForwardMatchesReference compares Forward in float64 and float32 with
 // brute-force dense float64 attention on random shapes, programs, block
-// sizes and GQA groups.
+// sizes and GQA groups, DFlash masks over packed rows among them.
 func TestForwardMatchesReference(t *testing.T) {
 	r := newRand(t)
 	n := trials(60, 25)
 	for i := 0; i < n; i++ {
 		c := randCase(r, 70)
+		if i%10 == 0 { // one case in ten at least: DFlash rows packed with conversations
+			c = randDFlashCase(r, 70, 2+r.IntN(3))
+		}
 		t.Run(c.name, func(t *testing.T) {
 			d := c.d
 			q, k, v, _ := randQKVO(r, d)

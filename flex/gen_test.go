@@ -247,34 +247,82 @@ func (c testCase) blockMask(t *testing.T) *BlockMask {
 	return bm
 }
 
-// randCase draws a random problem of at most maxLen positions per side.
+// randCase draws a random problem of at most maxLen positions per side: a
+// quarter of the time a DFlash one (randDFlashCase) of 1 to 4 conversations
+// a row, otherwise a library or random mask.
 func randCase(r *rand.Rand, maxLen int) testCase {
-	hkv := 1 + r.IntN(2)
-	d := Dims{Batch: 1 + r.IntN(2), HeadsKV: hkv, HeadsQ: hkv * (1 + r.IntN(3)),
-		LenQ: 1 + r.IntN(maxLen), LenKV: 1 + r.IntN(maxLen), HeadDim: 1 + r.IntN(19)}
-	blocks := []int{1, 3, 4, 8, 16, 32, 0}
-	c := testCase{name: "random", d: d, bq: blocks[r.IntN(len(blocks))], bkv: blocks[r.IntN(len(blocks))]}
-	c.args = randArgs(r, d)
-	if r.IntN(4) == 0 { // the DFlash layout
-		bs := 1 + r.IntN(6)
-		nb := 1 + r.IntN(max(1, maxLen/bs))
-		ctx := 1 + r.IntN(maxLen)
-		d = DFlashDims(d.Batch, d.HeadsQ, d.HeadsKV, nb, bs, ctx, d.HeadDim)
-		anchors := make([]int32, d.Batch*nb)
-		valid := make([]int32, d.Batch)
-		for b := range valid {
-			for j := 0; j < nb; j++ {
-				anchors[b*nb+j] = int32(r.IntN(ctx))
-			}
-			slices.Sort(anchors[b*nb : (b+1)*nb])
-			valid[b] = int32(r.IntN(nb + 1))
-		}
-		c.d, c.mask, c.name = d, DFlashMask(bs), "dflash"
-		c.args = randArgs(r, d).SetInt(DFlashCtxLen, ctx).
-			SetIntTensor(DFlashAnchors, anchors, d.Batch, nb).SetIntTensor(DFlashNumValid, valid, d.Batch)
-	} else {
-		c.mask = randMask(r, d, c.args)
+	if r.IntN(4) == 0 {
+		return randDFlashCase(r, maxLen, 1+r.IntN(4))
 	}
+	d := randDims(r, maxLen)
+	c := testCase{name: "random", d: d, bq: randBlock(r), bkv: randBlock(r)}
+	c.args = randArgs(r, d)
+	c.mask = randMask(r, d, c.args)
 	c.score = randScore(r, c.d, c.args)
 	return c
+}
+
+// randDFlashCase draws a DFlash problem with convs conversations packed in
+// each context row (randPackedDFlash; 1: unpacked, every block start 0),
+// sorted anchors and num_valid in [0, NumBlocks] (dead blocks).
+func randDFlashCase(r *rand.Rand, maxLen, convs int) testCase {
+	d := randDims(r, maxLen)
+	bs := 1 + r.IntN(6)
+	nb := 1 + r.IntN(max(1, maxLen/bs))
+	ctx := 1 + r.IntN(maxLen)
+	d = DFlashDims(d.Batch, d.HeadsQ, d.HeadsKV, nb, bs, ctx, d.HeadDim)
+	anchors, starts := randPackedDFlash(r, d.Batch, nb, ctx, convs)
+	valid := make([]int32, d.Batch)
+	for b := range valid {
+		valid[b] = int32(r.IntN(nb + 1))
+	}
+	c := testCase{name: fmt.Sprintf("dflash_convs%d", convs), d: d, mask: DFlashMask(bs), bq: randBlock(r), bkv: randBlock(r)}
+	c.args = randArgs(r, d).SetInt(DFlashCtxLen, ctx).SetIntTensor(DFlashAnchors, anchors, d.Batch, nb).
+		SetIntTensor(DFlashStarts, starts, d.Batch, nb).SetIntTensor(DFlashNumValid, valid, d.Batch)
+	c.score = randScore(r, c.d, c.args)
+	return c
+}
+
+// randPackedDFlash draws the anchors and block starts of batch context rows
+// of ctx positions, nb blocks a row, each row cut at random points into
+// convs conversations (fewer when ctx is too short): anchors uniform in [0,
+// ctx), sorted ascending per row, each block's start the first position of
+// the conversation that holds its anchor.
+func randPackedDFlash(r *rand.Rand, batch, nb, ctx, convs int) (anchors, starts []int32) {
+	anchors, starts = make([]int32, batch*nb), make([]int32, batch*nb)
+	for b := 0; b < batch; b++ {
+		cuts := []int32{0}
+		if ctx > 1 {
+			for _, p := range r.Perm(ctx - 1)[:min(convs-1, ctx-1)] {
+				cuts = append(cuts, int32(p+1))
+			}
+		}
+		slices.Sort(cuts)
+		row := anchors[b*nb : (b+1)*nb]
+		for j := range row {
+			row[j] = int32(r.IntN(ctx))
+		}
+		slices.Sort(row)
+		for j, a := range row {
+			i, found := slices.BinarySearch(cuts, a)
+			if !found {
+				i--
+			}
+			starts[b*nb+j] = cuts[i]
+		}
+	}
+	return anchors, starts
+}
+
+// randDims draws attention dimensions of at most maxLen positions per side.
+func randDims(r *rand.Rand, maxLen int) Dims {
+	hkv := 1 + r.IntN(2)
+	return Dims{Batch: 1 + r.IntN(2), HeadsKV: hkv, HeadsQ: hkv * (1 + r.IntN(3)),
+		LenQ: 1 + r.IntN(maxLen), LenKV: 1 + r.IntN(maxLen), HeadDim: 1 + r.IntN(19)}
+}
+
+// randBlock draws a block size (0: DefaultBlock).
+func randBlock(r *rand.Rand) int {
+	blocks := []int{1, 3, 4, 8, 16, 32, 0}
+	return blocks[r.IntN(len(blocks))]
 }

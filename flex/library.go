@@ -11,11 +11,12 @@ const (
 	DFlashCtxLen = "ctx_len"
 	// DFlashAnchors is the int tensor [Batch, NumBlocks] of anchor positions.
 	DFlashAnchors = "anchors"
+	// DFlashStarts is the int tensor [Batch, NumBlocks] of the first context
+	// position each draft block may see: the start of its packed
+	// conversation.
+	DFlashStarts = "block_starts"
 	// DFlashNumValid is the int tensor [Batch] of valid (non-padding) blocks.
 	DFlashNumValid = "num_valid"
-	// DFlashStarts is the int tensor [Batch, NumBlocks] of the first context
-	// position each block may see (its sample's start in a packed row).
-	DFlashStarts = "block_starts"
 	// DocIDs is the int tensor [Batch, Len] of document ids for Document.
 	DocIDs = "doc_ids"
 	// PrefixLen is the int tensor [Batch] of prefix lengths for PrefixLM.
@@ -72,19 +73,25 @@ func Document(causal bool) *MaskProgram {
 // kv - CtxLen, so LenKV = CtxLen + NumBlocks*blockSize and LenQ =
 // NumBlocks*blockSize. A query of block j of batch element b may see
 //
-//   - context positions strictly before its block's anchor: kv < CtxLen and
-//     kv < anchors[b, j];
+//   - context positions of its own conversation strictly before its block's
+//     anchor: kv < CtxLen and block_starts[b, j] <= kv < anchors[b, j];
 //   - every position of its own block (bidirectional): kv >= CtxLen and
 //     (kv - CtxLen) / blockSize == j;
 //
 // and nothing at all when j >= num_valid[b] (padding blocks; their rows give
 // output 0 and lse -Inf).
 //
+// A context row may hold several conversations packed back to back; the
+// block of an anchor in conversation [s, e) of the row has block_starts s,
+// so that it sees nothing of the conversations before its own (those after
+// it lie past the anchor). An unpacked row has block_starts 0.
+//
 // Args: int scalar DFlashCtxLen (CtxLen, a run-time value), int tensor
 // DFlashAnchors [Batch, NumBlocks] (anchor positions in [0, CtxLen); sort
 // them ascending per row for the tightest block masks), int tensor
-// DFlashNumValid [Batch] (number of valid blocks, the first ones). DFlashArgs
-// builds them.
+// DFlashStarts [Batch, NumBlocks] (the first context position of each
+// block's conversation), int tensor DFlashNumValid [Batch] (number of valid
+// blocks, the first ones). DFlashArgs builds them.
 func DFlashMask(blockSize int) *MaskProgram {
 	if blockSize < 1 {
 		panic(fmt.Sprintf("flex: DFlashMask(%d): block size < 1", blockSize))
@@ -92,24 +99,31 @@ func DFlashMask(blockSize int) *MaskProgram {
 	bs := Const(blockSize)
 	ctx := IntScalar(DFlashCtxLen)
 	anchors := IntTensorParam(DFlashAnchors, 2)
-	valid := IntTensorParam(DFlashNumValid, 1)
 	starts := IntTensorParam(DFlashStarts, 2)
+	valid := IntTensorParam(DFlashNumValid, 1)
 	j := Q().Div(bs)
-	inCtx := KV().Lt(ctx).And(KV().Lt(anchors.At(B(), j))).And(KV().Ge(starts.At(B(), j)))
+	inCtx := KV().Lt(ctx).And(KV().Ge(starts.At(B(), j))).And(KV().Lt(anchors.At(B(), j)))
 	own := KV().Ge(ctx).And(KV().Sub(ctx).Div(bs).Eq(j))
 	p := NewMask(fmt.Sprintf("dflash%d", blockSize), j.Lt(valid.At(B())).And(inCtx.Or(own)))
 	p.dflashBlock = blockSize
 	return p
 }
 
-// DFlashArgs returns the Args of DFlashMask: anchors is row-major [batch,
-// numBlocks] and numValid has one entry per batch element (nil means every
-// block is valid). It panics on inconsistent lengths.
+// DFlashArgs returns the Args of DFlashMask: anchors and starts are
+// row-major [batch, numBlocks] (starts nil means every block's conversation
+// starts at 0: unpacked rows) and numValid has one entry per batch element
+// (nil means every block is valid). It panics on inconsistent lengths.
 func DFlashArgs(ctxLen int, anchors, starts []int32, numBlocks int, numValid []int32) *Args {
 	if numBlocks < 1 || len(anchors)%numBlocks != 0 || len(anchors) == 0 {
 		panic(fmt.Sprintf("flex: DFlashArgs: %d anchors is not a positive multiple of %d blocks", len(anchors), numBlocks))
 	}
 	batch := len(anchors) / numBlocks
+	if starts == nil {
+		starts = make([]int32, len(anchors))
+	}
+	if len(starts) != len(anchors) {
+		panic(fmt.Sprintf("flex: DFlashArgs: %d block starts for %d anchors", len(starts), len(anchors)))
+	}
 	if numValid == nil {
 		numValid = make([]int32, batch)
 		for i := range numValid {
@@ -118,12 +132,6 @@ func DFlashArgs(ctxLen int, anchors, starts []int32, numBlocks int, numValid []i
 	}
 	if len(numValid) != batch {
 		panic(fmt.Sprintf("flex: DFlashArgs: %d num_valid entries for batch %d", len(numValid), batch))
-	}
-	if starts == nil {
-		starts = make([]int32, len(anchors))
-	}
-	if len(starts) != len(anchors) {
-		panic(fmt.Sprintf("flex: DFlashArgs: %d block starts for %d anchors", len(starts), len(anchors)))
 	}
 	return NewArgs().SetInt(DFlashCtxLen, ctxLen).
 		SetIntTensor(DFlashAnchors, anchors, batch, numBlocks).

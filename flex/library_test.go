@@ -52,42 +52,73 @@ func TestLibraryMasks(t *testing.T) {
 }
 
 // TestDFlashMask checks the DFlash training mask against its definition in
-// DESIGN.md: a query of block j sees context positions strictly before
-// anchor j and its own block bidirectionally; padding blocks see nothing.
+// DESIGN.md: a query of block j sees the context positions of its own
+// conversation (from block_starts[b, j]) strictly before anchor j and its own
+// block bidirectionally; padding blocks see nothing.
 func TestDFlashMask(t *testing.T) {
 	r := newRand(t)
 	for _, bs := range []int{1, 4, 16} {
-		nb, ctx := 1+r.IntN(9), 1+r.IntN(80)
-		d := DFlashDims(3, 2, 1, nb, bs, ctx, 4)
-		anchors := make([]int32, 3*nb)
-		for i := range anchors {
-			anchors[i] = int32(r.IntN(ctx))
-		}
-		valid := []int32{int32(nb), int32(r.IntN(nb + 1)), 0}
-		a := DFlashArgs(ctx, anchors, nil, nb, valid)
-		dm, err := NewDenseMask(DFlashMask(bs), a, d, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for b := 0; b < 3; b++ {
-			for q := 0; q < d.LenQ; q++ {
-				j := q / bs
-				for kv := 0; kv < d.LenKV; kv++ {
-					want := false
-					if j < int(valid[b]) {
-						if kv < ctx {
-							want = kv < int(anchors[b*nb+j])
-						} else {
-							pos := kv - ctx // draft position
-							want = pos >= j*bs && pos < (j+1)*bs
+		for _, convs := range []int{1, 3} {
+			nb, ctx := 1+r.IntN(9), 1+r.IntN(80)
+			d := DFlashDims(3, 2, 1, nb, bs, ctx, 4)
+			anchors, starts := randPackedDFlash(r, 3, nb, ctx, convs)
+			valid := []int32{int32(nb), int32(r.IntN(nb + 1)), 0}
+			a := DFlashArgs(ctx, anchors, starts, nb, valid)
+			dm, err := NewDenseMask(DFlashMask(bs), a, d, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for b := 0; b < 3; b++ {
+				for q := 0; q < d.LenQ; q++ {
+					j := q / bs
+					for kv := 0; kv < d.LenKV; kv++ {
+						want := false
+						if j < int(valid[b]) {
+							if kv < ctx {
+								want = kv >= int(starts[b*nb+j]) && kv < int(anchors[b*nb+j])
+							} else {
+								pos := kv - ctx // draft position
+								want = pos >= j*bs && pos < (j+1)*bs
+							}
 						}
-					}
-					if got := dm.At(b, 0, q, kv); got != want {
-						t.Fatalf("bs %d b%d q%d (block %d, anchor %d) kv%d: %v, want %v", bs, b, q, j, anchors[b*nb+j], kv, got, want)
+						if got := dm.At(b, 0, q, kv); got != want {
+							t.Fatalf("bs %d b%d q%d (block %d, start %d, anchor %d) kv%d: %v, want %v",
+								bs, b, q, j, starts[b*nb+j], anchors[b*nb+j], kv, got, want)
+						}
 					}
 				}
 			}
 		}
+	}
+}
+
+// TestDFlashArgs checks DFlashArgs' defaults (block starts 0, every block
+// valid) and that it panics on a block-start or num_valid slice of the wrong
+// length.
+func TestDFlashArgs(t *testing.T) {
+	a := DFlashArgs(10, []int32{1, 5, 2, 7}, nil, 2, nil)
+	if st := a.IntTensors[DFlashStarts]; !slices.Equal(st.Data, []int32{0, 0, 0, 0}) || !slices.Equal(st.Shape, []int{2, 2}) {
+		t.Errorf("nil starts: %v shape %v, want zeros of shape [2 2]", st.Data, st.Shape)
+	}
+	if nv := a.IntTensors[DFlashNumValid]; !slices.Equal(nv.Data, []int32{2, 2}) {
+		t.Errorf("nil num_valid: %v, want [2 2]", nv.Data)
+	}
+	st := []int32{0, 3, 0, 4}
+	if got := DFlashArgs(10, []int32{1, 5, 2, 7}, st, 2, nil).IntTensors[DFlashStarts].Data; !slices.Equal(got, st) {
+		t.Errorf("starts %v, want %v", got, st)
+	}
+	for _, c := range []struct {
+		name          string
+		starts, valid []int32
+	}{{"short starts", []int32{0, 0, 0}, nil}, {"long starts", make([]int32, 5), nil}, {"short num_valid", nil, []int32{2}}} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("%s: no panic", c.name)
+				}
+			}()
+			DFlashArgs(10, []int32{1, 5, 2, 7}, c.starts, 2, c.valid)
+		}()
 	}
 }
 
@@ -117,8 +148,9 @@ func TestDFlashBlock(t *testing.T) {
 
 // TestDFlashIntervalExact checks that interval evaluation alone classifies
 // the DFlash mask exactly (no block left undecided that is not truly
-// partial) at a realistic size without padding, and that with padding the
-// default (refined) classification is exact.
+// partial) at a realistic size without padding nor packing, and that with
+// padding or rows packed with conversations the default (refined)
+// classification is exact.
 func TestDFlashIntervalExact(t *testing.T) {
 	r := newRand(t)
 	nb := 64
@@ -126,17 +158,21 @@ func TestDFlashIntervalExact(t *testing.T) {
 		nb = 24
 	}
 	d := DFlashDims(2, 4, 1, nb, 16, 600, 8)
-	anchors := make([]int32, 2*nb)
-	for i := range anchors {
-		anchors[i] = int32(r.IntN(600))
-	}
-	slices.Sort(anchors[:nb])
-	slices.Sort(anchors[nb:])
+	anchors, _ := randPackedDFlash(r, 2, nb, 600, 1)
+	packedAnchors, packedStarts := randPackedDFlash(r, 2, nb, 600, 5)
+	all := []int32{int32(nb), int32(nb)}
+	refined := func(*buildConfig) {}
 	for _, c := range []struct {
-		valid []int32
-		opt   BlockMaskOption
-	}{{[]int32{int32(nb), int32(nb)}, NoRefine()}, {[]int32{int32(nb), int32(nb) - 14}, func(*buildConfig) {}}} {
-		a := DFlashArgs(600, anchors, nil, nb, c.valid)
+		name            string
+		anchors, starts []int32
+		valid           []int32
+		opt             BlockMaskOption
+	}{
+		{"interval", anchors, nil, all, NoRefine()},
+		{"padding", anchors, nil, []int32{int32(nb), int32(nb) - 14}, refined},
+		{"packed", packedAnchors, packedStarts, []int32{int32(nb) - 3, int32(nb)}, refined},
+	} {
+		a := DFlashArgs(600, c.anchors, c.starts, nb, c.valid)
 		iv, err := NewBlockMask(DFlashMask(16), a, d, 0, 0, c.opt)
 		if err != nil {
 			t.Fatal(err)
@@ -146,10 +182,10 @@ func TestDFlashIntervalExact(t *testing.T) {
 			t.Fatal(err)
 		}
 		if iv.Stats.Partial != ex.Stats.Partial || iv.Stats.Full != ex.Stats.Full {
-			t.Fatalf("valid %v: %+v, exact %+v", c.valid, iv.Stats, ex.Stats)
+			t.Fatalf("%s: %+v, exact %+v", c.name, iv.Stats, ex.Stats)
 		}
 		if !slices.Equal(iv.KVIdx, ex.KVIdx) || !slices.Equal(iv.FullKVIdx, ex.FullKVIdx) {
-			t.Fatalf("valid %v: block lists differ from exact classification", c.valid)
+			t.Fatalf("%s: block lists differ from exact classification", c.name)
 		}
 	}
 }

@@ -163,9 +163,14 @@ func TestArgsErrors(t *testing.T) {
 		args *Args
 		want string
 	}{
-		{"no scalar", NewArgs().SetIntTensor(DFlashAnchors, []int32{1, 2}, 1, 2).SetIntTensor(DFlashNumValid, []int32{2}, 1), `int scalar "ctx_len"`},
-		{"no tensor", NewArgs().SetInt(DFlashCtxLen, 10).SetIntTensor(DFlashNumValid, []int32{2}, 1), `int tensor "anchors"`},
-		{"wrong rank", NewArgs().SetInt(DFlashCtxLen, 10).SetIntTensor(DFlashAnchors, []int32{1, 2}, 2).SetIntTensor(DFlashNumValid, []int32{2}, 1), `tensor "anchors" with rank 2`},
+		{"no scalar", NewArgs().SetIntTensor(DFlashAnchors, []int32{1, 2}, 1, 2).SetIntTensor(DFlashStarts, []int32{0, 0}, 1, 2).
+			SetIntTensor(DFlashNumValid, []int32{2}, 1), `int scalar "ctx_len"`},
+		{"no tensor", NewArgs().SetInt(DFlashCtxLen, 10).SetIntTensor(DFlashStarts, []int32{0, 0}, 1, 2).
+			SetIntTensor(DFlashNumValid, []int32{2}, 1), `int tensor "anchors"`},
+		{"no starts", NewArgs().SetInt(DFlashCtxLen, 10).SetIntTensor(DFlashAnchors, []int32{1, 2}, 1, 2).
+			SetIntTensor(DFlashNumValid, []int32{2}, 1), `int tensor "block_starts"`},
+		{"wrong rank", NewArgs().SetInt(DFlashCtxLen, 10).SetIntTensor(DFlashAnchors, []int32{1, 2}, 2).
+			SetIntTensor(DFlashStarts, []int32{0, 0}, 1, 2).SetIntTensor(DFlashNumValid, []int32{2}, 1), `tensor "anchors" with rank 2`},
 		{"nil args", nil, "missing"},
 	} {
 		_, err := NewBlockMask(DFlashMask(4), c.args, d, 0, 0)

@@ -14,8 +14,9 @@
 //
 // DFlash path (FLEX_DFLASH_BLOCK defined: the mask is flex.DFlashMask with
 // that draft block size): flex_bm_dflash classifies each block in closed form
-// from the minimum and maximum anchor of the block's draft blocks, the
-// context length and num_valid, and writes the lists in the same launch.
+// from the context interval [block_starts, anchor) of each of the block's
+// draft blocks, the context length and num_valid, and writes the lists in the
+// same launch.
 //
 // Builds alone: nvcc -arch=sm_90 -cubin -DFLEX_DFLASH_BLOCK=16 kernels/flex_blockmask.cu
 #include "flex_args.cuh"
@@ -129,16 +130,18 @@ __device__ __forceinline__ int flex_bm_clamp(int i, int n) {
 
 // flex_dflash_class classifies block (b, qb, kvb) of the DFlash mask
 //   j = q / BS valid (j < num_valid[b]) and
-//   (kv < ctx and kv < anchors[b, j]  or  kv >= ctx and (kv - ctx) / BS == j)
-// exactly: with the block's draft blocks j0..j1 (valid ones j0..jv1) and the
-// minimum and maximum of their anchors, some pair is allowed iff a valid row
-// sees the block's first context key or its own draft positions meet the
-// block's, and every pair is allowed iff every row is valid, every context key
-// of the block precedes the smallest anchor and the block's draft keys all
-// belong to the one draft block that all its rows are in. Tensor indices are
-// clamped as the program clamps them.
+//   (kv < ctx and starts[b, j] <= kv < anchors[b, j]
+//    or  kv >= ctx and (kv - ctx) / BS == j)
+// exactly: with the block's draft blocks j0..j1 (valid ones j0..jv1), each
+// seeing the context interval [s_j, a_j), some pair is allowed iff a valid
+// draft block's interval meets the block's context keys [k0, kc1) or its own
+// draft positions meet the block's, and every pair is allowed iff every row is
+// valid, every draft block's interval holds all the block's context keys and
+// the block's draft keys all belong to the one draft block that all its rows
+// are in. Tensor indices are clamped as the program clamps them.
 __device__ __forceinline__ int
 flex_dflash_class(const int *__restrict__ anchors, int ad0, int ad1,
+                  const int *__restrict__ starts, int sd0, int sd1,
                   const int *__restrict__ valid, int vd0, int ctx, int lenq,
                   int lenkv, int bq, int bkv, int b, int qb, int kvb) {
   constexpr int BS = FLEX_DFLASH_BLOCK;
@@ -149,23 +152,25 @@ flex_dflash_class(const int *__restrict__ anchors, int ad0, int ad1,
   const int jv1 = min(j1, nv - 1);
   if (jv1 < j0)
     return 0;
-  const int *arow = anchors + (long long)flex_bm_clamp(b, ad0) * ad1;
-  int amin = 0x7fffffff, amax = -0x7fffffff - 1;
-  for (int j = j0; j <= jv1; j++) {
-    const int a = arow[flex_bm_clamp(j, ad1)];
-    amin = min(amin, a);
-    amax = max(amax, a);
-  }
   const int kc1 = min(k1, ctx);
   const bool hasC = k0 < kc1;
+  bool anyC = false, allC = true;
+  if (hasC) {
+    const int *arow = anchors + (long long)flex_bm_clamp(b, ad0) * ad1;
+    const int *srow = starts + (long long)flex_bm_clamp(b, sd0) * sd1;
+    for (int j = j0; j <= jv1; j++) {
+      const int a = arow[flex_bm_clamp(j, ad1)];
+      const int st = srow[flex_bm_clamp(j, sd1)];
+      anyC |= max(k0, st) < min(kc1, a);
+      allC &= st <= k0 && kc1 <= a;
+    }
+  }
   const int kd0 = max(k0, ctx);
   const bool hasD = kd0 < k1;
-  const bool anyC = hasC && k0 < amax;
   const int pd0 = kd0 - ctx, pd1 = k1 - ctx;
   const bool anyD = hasD && max(BS * j0, pd0) < min(BS * (jv1 + 1), pd1);
   if (!anyC && !anyD)
     return 0;
-  const bool allC = !hasC || kc1 <= amin;
   const bool allD =
       !hasD || (j0 == j1 && pd0 / BS == j0 && (pd1 - 1) / BS == j0);
   return (j1 < nv && allC && allD) ? 2 : 1;
@@ -175,13 +180,15 @@ flex_dflash_class(const int *__restrict__ anchors, int ad0, int ad1,
 // per batch element) in one launch (flex_bm_lists over batch masks).
 extern "C" __global__ void __launch_bounds__(256)
     flex_bm_dflash(const int *__restrict__ anchors, int ad0, int ad1,
+                   const int *__restrict__ starts, int sd0, int sd1,
                    const int *__restrict__ valid, int vd0, int ctx, int lenq,
                    int lenkv, int batch, int nqb, int nkvb, int bq, int bkv,
                    FLEX_BM_LIST_PARAMS) {
   flex_bm_lists(
       batch, nqb, nkvb,
       [&](int b, int qb, int kvb) {
-        return flex_dflash_class(anchors, ad0, ad1, valid, vd0, ctx, lenq, lenkv, bq, bkv, b, qb, kvb);
+        return flex_dflash_class(anchors, ad0, ad1, starts, sd0, sd1, valid, vd0, ctx, lenq, lenkv,
+                                 bq, bkv, b, qb, kvb);
       },
       FLEX_BM_LISTS);
 }

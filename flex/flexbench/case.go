@@ -16,13 +16,15 @@ type attnCase struct {
 	pairs   float64 // allowed (q, kv) pairs summed over the batch, per head
 	dflash  bool
 	anchors []int32 // dflash: [batch, anchors]
+	starts  []int32 // dflash: [batch, anchors], each block's flex.DFlashStarts (0: one conversation a row)
 	docIDs  []int32 // document: [batch, seq]
 }
 
 // problem builds the case of o (normalized) with the mask arguments drawn
 // from r: documents of DocLen tokens packed one after another; for dflash,
 // Anchors distinct sorted anchors in [1, Context), the same in every
-// sequence (as bench/flex_peer.py draws them).
+// sequence, and block starts 0 (unpacked rows), as bench/flex_peer.py draws
+// them.
 func (o Options) problem(r *rand.Rand) (*attnCase, error) {
 	sq := flex.Dims{Batch: o.Batch, HeadsQ: o.Heads, HeadsKV: o.KVHeads, LenQ: o.Seq, LenKV: o.Seq, HeadDim: o.HeadDim}
 	c := &attnCase{dims: sq, args: flex.NewArgs()}
@@ -65,7 +67,8 @@ func (o Options) problem(r *rand.Rand) (*attnCase, error) {
 		for b := 0; b < o.Batch; b++ {
 			an = append(an, row...)
 		}
-		c.args, c.anchors = flex.DFlashArgs(o.Context, an, nil, o.Anchors, nil), an
+		c.anchors, c.starts = an, make([]int32, len(an))
+		c.args = flex.DFlashArgs(o.Context, c.anchors, c.starts, o.Anchors, nil)
 		for _, a := range row { // a block sees the a context positions before it and itself
 			c.pairs += float64(o.BlockSize) * float64(int(a)+o.BlockSize)
 		}

@@ -19,7 +19,7 @@ type attnDump struct {
 	dtype  dtype.DType          // of the halves: bf16 or f16
 	meta   map[string]string    // the mask and its parameters
 	halves map[string][]uint16  // q, k, v, dout, out, dq, dk, dv
-	floats map[string][]float32 // lse; the mask's tensors (anchors, doc_ids) as exact small integers
+	floats map[string][]float32 // lse; the mask's tensors (anchors, block_starts, doc_ids) as exact small integers
 	shapes map[string][]int     // shapes of the floats
 }
 
@@ -73,6 +73,7 @@ func (o Options) dumpMeta(pc *attnCase) (map[string]string, map[string][]float32
 		meta["context"], meta["block_size"] = strconv.Itoa(o.Context), strconv.Itoa(o.BlockSize)
 		meta["n_valid"] = strconv.Itoa(o.Anchors)
 		floats["anchors"], shapes["anchors"] = exactFloats(pc.anchors), []int{d.Batch, o.Anchors}
+		floats["block_starts"], shapes["block_starts"] = exactFloats(pc.starts), []int{d.Batch, o.Anchors}
 	}
 	return meta, floats, shapes
 }

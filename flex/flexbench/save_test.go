@@ -66,13 +66,18 @@ func TestAttnDumpRoundTrip(t *testing.T) {
 				}
 			}
 		}
-		an, err := f.Float32("anchors")
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i, a := range pc.anchors {
-			if an[i] != float32(a) {
-				t.Fatalf("anchors[%d] = %v, want %d", i, an[i], a)
+		for name, want := range map[string][]int32{"anchors": pc.anchors, "block_starts": pc.starts} {
+			got, err := f.Float32(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != len(want) {
+				t.Fatalf("%s: %d values, want %d", name, len(got), len(want))
+			}
+			for i, a := range want {
+				if got[i] != float32(a) {
+					t.Fatalf("%s[%d] = %v, want %d", name, i, got[i], a)
+				}
 			}
 		}
 		got, _ := f.Float32("lse")

@@ -18,8 +18,8 @@ import (
 // A generic builder evaluates the program on each block's pairs (one warp
 // per block, stopping at the first allowed and masked pair) and compacts the
 // classes into the lists; the DFlash builder (NewDFlashBuilder) classifies
-// each block in closed form from its anchors and writes the lists in one
-// launch. Both give exactly the lists of flex.NewBlockMask.
+// each block in closed form from its anchors and block starts and writes the
+// lists in one launch. Both give exactly the lists of flex.NewBlockMask.
 type Builder struct {
 	mask            *flex.MaskProgram
 	dflash          int // draft block size of the DFlash builder; 0: generic
@@ -46,7 +46,8 @@ func NewBuilder(cache *jit.Cache, mask *flex.MaskProgram, blockQ, blockKV int) (
 
 // NewDFlashBuilder returns the closed-form builder of flex.DFlashMask(blockSize).
 // Its Args are those of flex.DFlashArgs: int scalar flex.DFlashCtxLen and int
-// tensors flex.DFlashAnchors [Batch, NumBlocks] and flex.DFlashNumValid [Batch].
+// tensors flex.DFlashAnchors and flex.DFlashStarts [Batch, NumBlocks] and
+// flex.DFlashNumValid [Batch].
 func NewDFlashBuilder(cache *jit.Cache, blockSize, blockQ, blockKV int) (*Builder, error) {
 	if blockSize < 1 {
 		return nil, fmt.Errorf("flexcuda: DFlash block size %d < 1", blockSize)
@@ -173,9 +174,11 @@ func (b *Builder) Build(d *gpu.Device, s *gpu.Stream, dims flex.Dims, args *Args
 	nbh := mb * mh
 	if b.dflash > 0 {
 		an, _ := args.Tensor(flex.DFlashAnchors)
+		sts, _ := args.Tensor(flex.DFlashStarts)
 		nv, _ := args.Tensor(flex.DFlashNumValid)
 		ctx, _ := args.Int(flex.DFlashCtxLen)
 		a := st.args.Reset().Ptr(an.Buf.Ptr).I32(int32(an.Shape[0])).I32(int32(an.Shape[1])).
+			Ptr(sts.Buf.Ptr).I32(int32(sts.Shape[0])).I32(int32(sts.Shape[1])).
 			Ptr(nv.Buf.Ptr).I32(int32(nv.Shape[0])).I32(int32(ctx)).I32(int32(dims.LenQ)).I32(int32(dims.LenKV)).
 			I32(int32(mb)).I32(int32(m.NumQBlocks)).I32(int32(m.NumKVBlocks)).I32(int32(b.blockQ)).I32(int32(b.blockKV))
 		if err := listsLaunch(d, s, st.dflash, a, m, nbh); err != nil {
@@ -219,7 +222,7 @@ func (b *Builder) checkDFlash(args *Args) error {
 	if _, ok := args.Int(flex.DFlashCtxLen); !ok {
 		return fmt.Errorf("flexcuda: DFlash block mask: int scalar %q missing from Args", flex.DFlashCtxLen)
 	}
-	for name, rank := range map[string]int{flex.DFlashAnchors: 2, flex.DFlashNumValid: 1} {
+	for name, rank := range map[string]int{flex.DFlashAnchors: 2, flex.DFlashStarts: 2, flex.DFlashNumValid: 1} {
 		t, ok := args.Tensor(name)
 		if !ok {
 			return fmt.Errorf("flexcuda: DFlash block mask: int tensor %q missing from Args", name)

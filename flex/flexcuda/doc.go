@@ -6,7 +6,7 @@
 //	att, err := flexcuda.New(cache, flex.DFlashMask(16), nil, flexcuda.Config{HeadDim: 128, Group: 4})
 //	bld, err := flexcuda.NewDFlashBuilder(cache, 16, 0, 0)
 //	err = w.Run(func(d *gpu.Device) error {
-//		args, _ := flexcuda.UploadArgs(d, flex.DFlashArgs(ctx, anchors, nil, n, nil))
+//		args, _ := flexcuda.UploadArgs(d, flex.DFlashArgs(ctx, anchors, starts, n, nil))
 //		bm, _ := bld.Build(d, nil, dims, args, nil)           // every step, on the GPU
 //		c := &flexcuda.Call{Dims: dims, Mask: bm, Args: args, Q: q, K: k, V: v, Out: o, LSE: lse}
 //		if err := att.Forward(d, c); err != nil { return err }

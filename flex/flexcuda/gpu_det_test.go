@@ -20,12 +20,12 @@ func detCases() []attnCase {
 		{"det/dflash16/g4/padding/d128/bf16", flex.DFlashMask(16), nil, det(Config{HeadDim: 128, Group: 4}),
 			func(r *rand.Rand) flex.Dims { return flex.DFlashDims(2, 8, 2, 14+r.IntN(10), 16, 200+r.IntN(200), 128) },
 			func(r *rand.Rand, d flex.Dims) *flex.Args {
-				return dflashHostArgs(r, d.Batch, d.LenQ/16, d.LenKV-d.LenQ, true)
+				return dflashHostArgs(r, d.Batch, d.LenQ/16, d.LenKV-d.LenQ, true, 0)
 			}},
 		{"det/dflash16/g4/unsorted/portable-fwd/d128/bf16", flex.DFlashMask(16), nil, det(Config{HeadDim: 128, Group: 4, Fwd: Portable}),
 			func(r *rand.Rand) flex.Dims { return flex.DFlashDims(1, 8, 2, 10+r.IntN(10), 16, 150+r.IntN(200), 128) },
 			func(r *rand.Rand, d flex.Dims) *flex.Args {
-				return dflashHostArgs(r, d.Batch, d.LenQ/16, d.LenKV-d.LenQ, false)
+				return dflashHostArgs(r, d.Batch, d.LenQ/16, d.LenKV-d.LenQ, false, 0)
 			}},
 		{"det/causal/g2/d128/bf16", flex.Causal(), nil, det(Config{HeadDim: 128, Group: 2}), square(2, 4, 2, 200, 420, 128), noArgs},
 		{"det/causal/g4/lq!=lkv/d64/fp16", flex.Causal(), nil, det(Config{HeadDim: 64, Group: 4, DType: dtype.F16}),

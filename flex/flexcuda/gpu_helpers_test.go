@@ -264,8 +264,14 @@ func bitDiffs(t testing.TB, d *gpu.Device, x, y gpu.Buffer, n int) int {
 }
 
 // dflashHostArgs draws DFlash arguments for batch sequences of nb blocks:
-// anchors in [0, ctx+extra) (sorted or not), num_valid in [0, nb+1].
-func dflashHostArgs(r *rand.Rand, batch, nb, ctx int, sorted bool) *flex.Args {
+// anchors in [0, ctx+extra) (sorted or not), num_valid in [0, nb+1], and
+// block starts: 0 when convs is 0, else those of rows cut at random points
+// into convs conversations (each block's start the first position of the
+// conversation that holds its anchor) and, when not sorted, one block in
+// eight with an arbitrary start in [-4, ctx+8) (past its anchor, negative or
+// past the context): the closed form must match the program on every input,
+// not only on those training makes.
+func dflashHostArgs(r *rand.Rand, batch, nb, ctx int, sorted bool, convs int) *flex.Args {
 	an := make([]int32, batch*nb)
 	for i := range an {
 		an[i] = int32(r.IntN(ctx + 8))
@@ -276,6 +282,27 @@ func dflashHostArgs(r *rand.Rand, batch, nb, ctx int, sorted bool) *flex.Args {
 			sort.Slice(row, func(i, j int) bool { return row[i] < row[j] })
 		}
 	}
+	var st []int32
+	if convs > 0 {
+		st = make([]int32, batch*nb)
+		for b := 0; b < batch; b++ {
+			cuts := []int32{0}
+			if ctx > 1 {
+				for _, p := range r.Perm(ctx - 1)[:min(convs-1, ctx-1)] {
+					cuts = append(cuts, int32(p+1))
+				}
+			}
+			sort.Slice(cuts, func(i, j int) bool { return cuts[i] < cuts[j] })
+			for j := 0; j < nb; j++ {
+				i := b*nb + j
+				c := sort.Search(len(cuts), func(k int) bool { return cuts[k] > an[i] }) - 1
+				st[i] = cuts[c]
+				if !sorted && r.IntN(8) == 0 {
+					st[i] = int32(r.IntN(ctx+12) - 4)
+				}
+			}
+		}
+	}
 	nv := make([]int32, batch)
 	for i := range nv {
 		nv[i] = int32(nb)
@@ -283,5 +310,5 @@ func dflashHostArgs(r *rand.Rand, batch, nb, ctx int, sorted bool) *flex.Args {
 			nv[i] = int32(r.IntN(nb + 2))
 		}
 	}
-	return flex.DFlashArgs(ctx, an, nil, nb, nv)
+	return flex.DFlashArgs(ctx, an, st, nb, nv)
 }

@@ -2,6 +2,7 @@ package flexcuda
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -68,7 +69,12 @@ func gpuCases() []attnCase {
 			func(r *rand.Rand) flex.Dims { return flex.DFlashDims(2, 8, 2, 14+r.IntN(10), 16, 200+r.IntN(200), 128) },
 			func(r *rand.Rand, d flex.Dims) *flex.Args {
 				nb := d.LenQ / 16
-				return dflashHostArgs(r, d.Batch, nb, d.LenKV-d.LenQ, true)
+				return dflashHostArgs(r, d.Batch, nb, d.LenKV-d.LenQ, true, 0)
+			}},
+		{"dflash16/g4/packed/d128/bf16", flex.DFlashMask(16), nil, Config{HeadDim: 128, Group: 4},
+			func(r *rand.Rand) flex.Dims { return flex.DFlashDims(2, 8, 2, 14+r.IntN(10), 16, 200+r.IntN(200), 128) },
+			func(r *rand.Rand, d flex.Dims) *flex.Args {
+				return dflashHostArgs(r, d.Batch, d.LenQ/16, d.LenKV-d.LenQ, true, 4)
 			}},
 		{"prefixlm/g4/d64/fp16", flex.PrefixLM(), nil, Config{HeadDim: 64, Group: 4, DType: dtype.F16}, square(2, 4, 1, 200, 330, 64),
 			func(r *rand.Rand, d flex.Dims) *flex.Args {
@@ -252,7 +258,7 @@ func TestGPUBlockMaskBuilders(t *testing.T) {
 			key := [][2]int{{16, 64}, {16, 128}, {8, 128}}[i%3]
 			nb, ctx, batch := 1+r.IntN(40), 1+r.IntN(700), 1+r.IntN(3)
 			dims := flex.DFlashDims(batch, 4, 2, nb, key[0], ctx, 64)
-			check("dflash", dfl[key], flex.DFlashMask(key[0]), dims, dflashHostArgs(r, batch, nb, ctx, i%2 == 0))
+			check("dflash", dfl[key], flex.DFlashMask(key[0]), dims, dflashHostArgs(r, batch, nb, ctx, i%2 == 0, i%4))
 		}
 		for _, gc := range generic {
 			bld, err := NewBuilder(cache, gc.mask, 128, 128)
@@ -272,11 +278,11 @@ func TestGPUBlockMaskBuilders(t *testing.T) {
 		for i := 0; i < 6; i++ {
 			nb, ctx := 1+r.IntN(60), 1+r.IntN(900)
 			dims := flex.DFlashDims(2, 4, 2, nb, 16, ctx, 64)
-			check("dflash generic", gd, flex.DFlashMask(16), dims, dflashHostArgs(r, 2, nb, ctx, true))
+			check("dflash generic", gd, flex.DFlashMask(16), dims, dflashHostArgs(r, 2, nb, ctx, i%2 == 0, 3))
 		}
 		// Timing at the size.
 		dims := flex.DFlashDims(1, 32, 8, 512, 16, 3072, 128)
-		hargs := dflashHostArgs(r, 1, 512, 3072, true)
+		hargs := dflashHostArgs(r, 1, 512, 3072, true, 0)
 		for _, x := range []struct {
 			name string
 			bld  *Builder
@@ -289,6 +295,77 @@ func TestGPUBlockMaskBuilders(t *testing.T) {
 			if x.name == "closed form" && ms > 0.27 {
 				t.Errorf("closed-form DFlash builder takes %.4f ms, more than PyTorch's 0.27 ms", ms)
 			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestGPUDFlashPackedBuilders checks the closed-form DFlash builder on
+// context rows packed with 2 to 6 conversations (block starts those of the
+// anchors' conversations; with unsorted anchors some starts arbitrary) and
+// padding, list by list, against flex.NewBlockMask and so does the generic
+// GPU builder of the same program on the same device arguments: draft
+// blocks of 16 and 8, q blocks of 64 and 128.
+func TestGPUDFlashPackedBuilders(t *testing.T) {
+	w := gputest.Worker0(t)
+	cache := gputest.NVRTCCache(t, "")
+	r := newRand(t)
+	type builders struct {
+		bs, bq          int
+		closed, generic *Builder
+	}
+	var all []builders
+	for _, k := range [][2]int{{16, 64}, {16, 128}, {8, 128}} {
+		cf, err := NewDFlashBuilder(cache, k[0], k[1], 128)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gb, err := NewBuilder(cache, flex.DFlashMask(k[0]), k[1], 128)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, builders{k[0], k[1], cf, gb})
+	}
+	err := w.Run(func(d *gpu.Device) error {
+		for i := 0; i < 36; i++ {
+			x := all[i%len(all)]
+			batch, nb, ctx := 1+r.IntN(3), 1+r.IntN(60), 2+r.IntN(900)
+			dims := flex.DFlashDims(batch, 4, 2, nb, x.bs, ctx, 64)
+			hargs := dflashHostArgs(r, batch, nb, ctx, i%3 != 0, 2+r.IntN(5))
+			cm, err := flex.NewBlockMask(flex.DFlashMask(x.bs), hargs, dims, x.bq, 128)
+			if err != nil {
+				return err
+			}
+			dargs, err := UploadArgs(d, hargs)
+			if err != nil {
+				return err
+			}
+			for _, b := range []struct {
+				name string
+				bld  *Builder
+			}{{"closed form", x.closed}, {"generic", x.generic}} {
+				gm, err := b.bld.Build(d, nil, dims, dargs, nil)
+				if err != nil {
+					dargs.Free(d)
+					return fmt.Errorf("%s builder: %w", b.name, err)
+				}
+				h, err := gm.Download(d)
+				if err == nil {
+					if diff := h.Compare(gm, cm); diff != "" {
+						t.Errorf("%s builder, draft block %d, q block %d, dims %+v, block starts %v: %s",
+							b.name, x.bs, x.bq, dims, hargs.IntTensors[flex.DFlashStarts].Data, diff)
+					}
+				}
+				gm.Free(d)
+				if err != nil {
+					dargs.Free(d)
+					return err
+				}
+			}
+			dargs.Free(d)
 		}
 		return nil
 	})
@@ -343,7 +420,7 @@ func TestGPUSpecialisationStable(t *testing.T) {
 			shapes[[3]int{batch, nb, ctx}] = true
 			dims := flex.DFlashDims(batch, 4, 2, nb, 16, ctx, 64)
 			dims.OutHeadsInner = i%20 >= 10 // a run-time argument: no compile of its own
-			hargs := dflashHostArgs(r, batch, nb, ctx, true)
+			hargs := dflashHostArgs(r, batch, nb, ctx, true, 0)
 			if i%10 == 0 { // every tenth call checked against the CPU
 				res := runAttention(t, d, a, bld, dims, hargs, r)
 				for _, p := range res.problems {

@@ -20,24 +20,26 @@ func TestLayoutPacksSlots(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// alibi_slopes, anchors, ctx_len, num_valid: 3 pointers; words: alibi d0,
-	// anchors d0 d1, ctx_len, num_valid d0 = 5 words = 3 slots; 1 gradient.
-	if got, want := l.slots(false), 6; got != want {
+	// alibi_slopes, anchors, block_starts, ctx_len, num_valid: 4 pointers;
+	// words: alibi d0, anchors d0 d1, block_starts d0 d1, ctx_len, num_valid
+	// d0 = 7 words = 4 slots; 1 gradient.
+	if got, want := l.slots(false), 8; got != want {
 		t.Fatalf("forward slots %d, want %d", got, want)
 	}
-	if got, want := l.slots(true), 7; got != want {
+	if got, want := l.slots(true), 9; got != want {
 		t.Fatalf("backward slots %d, want %d", got, want)
 	}
 	buf := func(p uint64, n int64) gpu.Buffer { return gpu.Buffer{Ptr: cuda.DevicePtr(p), Size: n} }
 	a := NewArgs().SetInt(flex.DFlashCtxLen, 3072).
 		SetTensor(flex.DFlashAnchors, Tensor{Buf: buf(0x1000, 4*2*512), Shape: []int{2, 512}}).
+		SetTensor(flex.DFlashStarts, Tensor{Buf: buf(0x5000, 4*2*512), Shape: []int{2, 512}}).
 		SetTensor(flex.DFlashNumValid, Tensor{Buf: buf(0x2000, 8), Shape: []int{2}}).
 		SetTensor(flex.ALiBiSlopesName, Tensor{Buf: buf(0x3000, 4*32), Shape: []int{32}, Float: true})
-	slots := make([]uint64, 7)
+	slots := make([]uint64, 9)
 	if err := l.pack(slots, a, true, map[string]gpu.Buffer{flex.ALiBiSlopesName: buf(0x4000, 4*32)}); err != nil {
 		t.Fatal(err)
 	}
-	want := []uint64{0x3000, 0x1000, 0x2000, 32 | 2<<32, 512 | 3072<<32, 2, 0x4000}
+	want := []uint64{0x3000, 0x1000, 0x5000, 0x2000, 32 | 2<<32, 512 | 2<<32, 512 | 3072<<32, 2, 0x4000}
 	for i := range want {
 		if slots[i] != want[i] {
 			t.Errorf("slot %d = %#x, want %#x", i, slots[i], want[i])
@@ -45,9 +47,9 @@ func TestLayoutPacksSlots(t *testing.T) {
 	}
 	p := l.program(mask, score, true)
 	for _, s := range []string{
-		"flex_user_mask(b, h, q, kv, (const int *)A.s[1], flex_hi(A, 3), flex_lo(A, 4), flex_hi(A, 4), (const int *)A.s[2], flex_lo(A, 5))",
-		"flex_user_score(s, b, h, q, kv, (const float *)A.s[0], flex_lo(A, 3))",
-		"(float *)A.s[6]",
+		"flex_user_mask(b, h, q, kv, (const int *)A.s[1], flex_hi(A, 4), flex_lo(A, 5), (const int *)A.s[2], flex_hi(A, 5), flex_lo(A, 6), flex_hi(A, 6), (const int *)A.s[3], flex_lo(A, 7))",
+		"flex_user_score(s, b, h, q, kv, (const float *)A.s[0], flex_lo(A, 4))",
+		"(float *)A.s[8]",
 	} {
 		if !strings.Contains(p.CUDA, s) {
 			t.Errorf("generated program lacks %q", s)
@@ -72,8 +74,9 @@ func TestLayoutPacksSlots(t *testing.T) {
 	}
 	big := NewArgs().SetInt(flex.DFlashCtxLen, math.MaxInt32+1)
 	ls, _ := newLayout(flex.DFlashMask(16).Params(), nil)
-	big.SetTensor(flex.DFlashAnchors, Tensor{Buf: buf(1, 8), Shape: []int{1, 2}}).SetTensor(flex.DFlashNumValid, Tensor{Buf: buf(1, 4), Shape: []int{1}})
-	if err := ls.pack(make([]uint64, 4), big, false, nil); err == nil || !strings.Contains(err.Error(), "int32") {
+	big.SetTensor(flex.DFlashAnchors, Tensor{Buf: buf(1, 8), Shape: []int{1, 2}}).SetTensor(flex.DFlashStarts, Tensor{Buf: buf(1, 8), Shape: []int{1, 2}}).
+		SetTensor(flex.DFlashNumValid, Tensor{Buf: buf(1, 4), Shape: []int{1}})
+	if err := ls.pack(make([]uint64, ls.slots(false)), big, false, nil); err == nil || !strings.Contains(err.Error(), "int32") {
 		t.Errorf("ctx_len past int32: got %v", err)
 	}
 }

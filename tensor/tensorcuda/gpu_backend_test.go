@@ -179,9 +179,10 @@ func TestGPUStepNoSync(t *testing.T) {
 // TestGPUBackendAttention checks attention through the tape on the CUDA
 // backend at a head dimension flexcuda compiles (the conformance suite's
 // attention cases use head dims 4 and 8, which it does not), with the
-// generic block-mask builder (causal, GQA) and the DFlash one, against the
-// float64 CPU backend: output and the gradients of q, k and v for a random
-// output gradient, to the suite's bf16 tolerances.
+// generic block-mask builder (causal, GQA) and the DFlash one (rows unpacked
+// and packed with conversations), against the float64 CPU backend: output
+// and the gradients of q, k and v for a random output gradient, to the
+// suite's bf16 tolerances.
 func TestGPUBackendAttention(t *testing.T) {
 	r := testseed.New(t)
 	ctx, blocks, bs := 150, 3, 16
@@ -194,6 +195,9 @@ func TestGPUBackendAttention(t *testing.T) {
 	}{
 		{"causal", flex.Causal(), flex.NewArgs(), flex.Dims{Batch: 2, HeadsQ: 4, HeadsKV: 2, LenQ: 200, LenKV: 200, HeadDim: 64}},
 		{"dflash", flex.DFlashMask(bs), flex.DFlashArgs(ctx, anchors, nil, blocks, []int32{3, 2}), flex.DFlashDims(2, 4, 1, blocks, bs, ctx, 128)},
+		// rows packed with conversations starting at 0, 41 and 0, 33, 100
+		{"dflash packed", flex.DFlashMask(bs), flex.DFlashArgs(ctx, anchors, []int32{0, 41, 41, 0, 33, 100}, blocks, []int32{3, 3}),
+			flex.DFlashDims(2, 4, 1, blocks, bs, ctx, 128)},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			d := c.d
