@@ -79,6 +79,10 @@ if has tests; then
 	"$B/traincuda.test" -test.run 'GPU' -test.v >"$OUT/traincuda.log" 2>&1 || fail "traincuda GPU tests"
 	grep -E '^(--- |ok|FAIL|PASS)' "$OUT/traincuda.log" | tail -n 30
 	python3 scripts/testfails.py "$OUT/traincuda.log" 40
+	echo "== flexcuda GPU tests of the block-mask builders and attention (packed DFlash masks)"
+	"$B/flexcuda.test" -test.v -test.timeout 300s -test.run 'TestGPUDFlashPackedBuilders|TestGPUBlockMaskBuilders|TestGPUAttention$' >"$OUT/flexcuda.log" 2>&1 || fail "flexcuda GPU tests"
+	grep -E '^(--- |ok|FAIL|PASS)' "$OUT/flexcuda.log" | tail -n 30
+	python3 scripts/testfails.py "$OUT/flexcuda.log" 40
 	echo "== gpu package GPU tests (graphs, Replay, staged uploads, allocator)"
 	(cd gpu && ../"$B/gpu.test" -test.v) >"$OUT/gpu.log" 2>&1 || fail "gpu GPU tests"
 	grep -E '^(--- |ok|FAIL|PASS)' "$OUT/gpu.log" | grep -v SKIP | tail -n 30
