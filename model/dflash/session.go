@@ -29,7 +29,9 @@ func MakeBatch(ex []Example, idx []int, pad int32) *Batch {
 	for _, i := range idx {
 		L = max(L, len(ex[i].IDs))
 	}
-	return MakeFixedBatch(ex, idx, pad, len(idx), L)
+	b := MakeFixedBatch(ex, idx, pad, len(idx), L)
+	b.Fixed = false // its shape is its examples': no replayed region repeats it
+	return b
 }
 
 // MakeFixedBatch is MakeBatch with a given shape: the examples ex[idx[i]]
