@@ -317,6 +317,35 @@ func Download[T Element](d *Device, dst []T, b Buffer) error {
 	return err
 }
 
+// AllocHost returns n bytes of page-locked (pinned) host memory: a copy
+// between it and the device is one DMA transfer at the link's full speed,
+// where pageable memory goes through the driver's staging buffers. Give it
+// back with FreeHost, on this device's worker.
+func (d *Device) AllocHost(n int64) ([]byte, error) {
+	if n == 0 {
+		return nil, nil
+	}
+	if err := d.check("AllocHost"); err != nil {
+		return nil, err
+	}
+	b, err := cuda.MemAllocHost(n)
+	if err != nil {
+		return nil, fmt.Errorf("gpu %d: %d bytes of page-locked host memory: %w", d.info.Ordinal, n, err)
+	}
+	return b, nil
+}
+
+// FreeHost gives back memory from AllocHost.
+func (d *Device) FreeHost(b []byte) error {
+	if len(b) == 0 {
+		return nil
+	}
+	if err := d.check("FreeHost"); err != nil {
+		return err
+	}
+	return cuda.MemFreeHost(b)
+}
+
 // Memset sets n bytes of b to v on s (the default stream when nil).
 func (d *Device) Memset(b Buffer, v byte, s *Stream) error {
 	if err := d.check("Memset"); err != nil {

@@ -45,6 +45,17 @@ type Backend[T Float] interface {
 	// Download copies s into dst (len(dst) = s.Len()), waiting for the
 	// queued work on a device.
 	Download(s Storage[T], dst []T)
+	// AllocHost returns n elements of host memory into which Download
+	// copies at the full speed of the link to the device, for large copies
+	// repeated through the same buffer (a checkpoint's snapshot):
+	// page-locked memory on a device, so that the copy of storage held in
+	// T's precision is one transfer without the driver's staging, and
+	// plain memory on the CPU. It returns an error when the memory cannot
+	// be had. Give it back with FreeHost.
+	AllocHost(n int) ([]T, error)
+	// FreeHost gives back memory from AllocHost; h must not be used
+	// afterwards.
+	FreeHost(h []T) error
 	// AllocInts returns n zero int32 elements.
 	AllocInts(n int) Ints
 	// UploadInts returns new int32 storage holding x.

@@ -412,6 +412,12 @@ func (c *CPU[T]) Download(s Storage[T], dst []T) {
 	copy(dst, src)
 }
 
+// AllocHost returns n zero elements of host memory.
+func (c *CPU[T]) AllocHost(n int) ([]T, error) { return make([]T, n), nil }
+
+// FreeHost does nothing: host memory is the garbage collector's.
+func (c *CPU[T]) FreeHost([]T) error { return nil }
+
 // AllocInts returns n zero int32 elements of host memory.
 func (c *CPU[T]) AllocInts(n int) Ints { return make(HostInts, n) }
 

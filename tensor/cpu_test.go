@@ -9,6 +9,10 @@ import (
 	"dflash/tensor/backendtest"
 )
 
+// TestCPUHostSnapshot is the conformance suite's HostSnapshot alone, on
+// the CPU backend (whose master values are the host memory the ops use).
+func TestCPUHostSnapshot(t *testing.T) { backendtest.HostSnapshot(t, tensor.NewCPU[float32](2)) }
+
 func TestCPUConformance(t *testing.T) {
 	for _, c := range []struct {
 		name string

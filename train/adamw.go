@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"slices"
 
-	"dflash/internal/atomicfile"
 	"dflash/safetensors"
 	"dflash/tensor"
 )
@@ -25,50 +24,6 @@ type adamwState struct {
 	Kind   string           `json:"kind"`
 	Config tensor.AdamW     `json:"config"`
 	Steps  map[string]int64 `json:"steps"`
-}
-
-// saveValues writes the master values to path (model.safetensors), F32
-// tensors named as the parameters, read from the backend in one copy.
-func (p *Params) saveValues(path string) error {
-	vals := make([]float32, p.a.Len())
-	p.b.Download(p.a.Values, vals)
-	return safetensors.Write(path, p.tensors(vals, ""), map[string]string{"format": "pt"})
-}
-
-// tensors returns flat's range of every parameter as a tensor named after
-// it with suffix.
-func (p *Params) tensors(flat []float32, suffix string) []safetensors.Tensor {
-	ps := p.a.Params()
-	ts := make([]safetensors.Tensor, len(ps))
-	for i, t := range ps {
-		off := p.a.Offset(i)
-		ts[i] = safetensors.Tensor{Name: t.Name + suffix, Shape: t.Shape, DType: "F32", Data: flat[off : off+t.Numel()]}
-	}
-	return ts
-}
-
-// saveOptimizer writes the moments to dir/optimizer.safetensors
-// (NAME.exp_avg and NAME.exp_avg_sq for every parameter, in order) and the
-// hyper-parameters and step counts to dir/optimizer.json (each file synced).
-func (p *Params) saveOptimizer(dir string) error {
-	m, v := make([]float32, p.a.Len()), make([]float32, p.a.Len())
-	p.b.Download(p.state.M, m)
-	p.b.Download(p.state.V, v)
-	ms, vs := p.tensors(m, ".exp_avg"), p.tensors(v, ".exp_avg_sq")
-	var ts []safetensors.Tensor
-	st := adamwState{Kind: "adamw", Config: p.state.Config, Steps: map[string]int64{}}
-	for i, t := range p.a.Params() {
-		ts = append(ts, ms[i], vs[i])
-		st.Steps[t.Name] = p.state.Steps
-	}
-	if err := safetensors.Write(filepath.Join(dir, OptimizerTensorsFile), ts, map[string]string{"optimizer": "adamw"}); err != nil {
-		return err
-	}
-	b, err := json.MarshalIndent(st, "", " ")
-	if err != nil {
-		return err
-	}
-	return atomicfile.WriteFile(filepath.Join(dir, OptimizerStateFile), b)
 }
 
 // Load restores the values (dir/model.safetensors, LoadValues), the moments

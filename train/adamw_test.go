@@ -194,10 +194,11 @@ func TestNoDecay(t *testing.T) {
 // saveParams writes p's values and optimizer files into dir, as a checkpoint holds them.
 func saveParams(t *testing.T, p *Params, dir string) {
 	t.Helper()
-	if err := p.saveValues(filepath.Join(dir, ModelFile)); err != nil {
+	s := p.hostSnapshot()
+	if err := s.saveValues(filepath.Join(dir, ModelFile)); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.saveOptimizer(dir); err != nil {
+	if err := s.saveOptimizer(dir); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -252,7 +253,7 @@ func TestAdamWSaveLoad(t *testing.T) {
 	// and the optimizer files of dir, so that other's Load reaches them.
 	withOptimizerOf := func(t *testing.T, other *Params) string {
 		d := t.TempDir()
-		if err := other.saveValues(filepath.Join(d, ModelFile)); err != nil {
+		if err := other.hostSnapshot().saveValues(filepath.Join(d, ModelFile)); err != nil {
 			t.Fatal(err)
 		}
 		for _, f := range []string{OptimizerTensorsFile, OptimizerStateFile} {

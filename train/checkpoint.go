@@ -62,13 +62,15 @@ type Checkpoint struct {
 	State  TrainerState
 }
 
-// checkpointHook, when set (tests only), is called between the stages of a save.
-var checkpointHook func(stage string)
+// checkpointHook, when set (tests only), is called between the stages of a
+// save; an error it returns fails the save at that stage.
+var checkpointHook func(stage string) error
 
-func hook(stage string) {
+func hook(stage string) error {
 	if checkpointHook != nil {
-		checkpointHook(stage)
+		return checkpointHook(stage)
 	}
+	return nil
 }
 
 // CheckpointName returns the directory name of the checkpoint after step steps.
@@ -78,14 +80,31 @@ func CheckpointName(step int) string { return checkpointPrefix + strconv.Itoa(st
 // goes into a fresh outDir/.tmp-ckpt-* directory and is synced, the directory is synced
 // and renamed into place, outDir is synced, and then outDir/latest is replaced (temp
 // file + rename) by the new name. Afterwards only the newest keep checkpoints remain
-// (keep <= 0 keeps all). It returns the checkpoint's path.
+// (keep <= 0 keeps all). It returns the checkpoint's path. The parameters are read
+// from c.Params into host memory first (Run instead reads them into memory kept for
+// the run and writes the files in the background: ckptwrite.go).
 func SaveCheckpoint(outDir string, c *Checkpoint, keep int) (string, error) {
+	w, err := writeCheckpoint(outDir, c.Config, c.Params.hostSnapshot(), c.State, keep)
+	return w.dir, err
+}
+
+// written is what writeCheckpoint did.
+type written struct {
+	dir   string // the checkpoint's path
+	bytes int64  // the size of its files
+}
+
+// writeCheckpoint writes the checkpoint of model config cfg ("{}" when nil),
+// parameters s and trainer state st as SaveCheckpoint says. It reads only
+// its arguments, so that it can run beside the training that produced them.
+func writeCheckpoint(outDir string, cfg []byte, s *paramSnapshot, st TrainerState, keep int) (written, error) {
+	var w written
 	if err := os.MkdirAll(outDir, 0o755); err != nil {
-		return "", err
+		return w, err
 	}
 	tmp, err := os.MkdirTemp(outDir, tmpPrefix)
 	if err != nil {
-		return "", err
+		return w, err
 	}
 	done := false
 	defer func() {
@@ -94,72 +113,85 @@ func SaveCheckpoint(outDir string, c *Checkpoint, keep int) (string, error) {
 		}
 	}()
 	if err := os.Chmod(tmp, 0o755); err != nil {
-		return "", err
+		return w, err
 	}
-	cfg := c.Config
 	if cfg == nil {
 		cfg = []byte("{}")
 	}
 	if err := atomicfile.WriteFile(filepath.Join(tmp, ConfigFile), cfg); err != nil {
-		return "", err
+		return w, err
 	}
-	hook("config")
-	if err := c.Params.saveValues(filepath.Join(tmp, ModelFile)); err != nil {
-		return "", err
+	if err := hook("config"); err != nil {
+		return w, err
 	}
-	hook("model")
-	if err := c.Params.saveOptimizer(tmp); err != nil {
-		return "", err
+	if err := s.saveValues(filepath.Join(tmp, ModelFile)); err != nil {
+		return w, err
 	}
-	hook("optimizer")
-	st := c.State
+	if err := hook("model"); err != nil {
+		return w, err
+	}
+	if err := s.saveOptimizer(tmp); err != nil {
+		return w, err
+	}
+	if err := hook("optimizer"); err != nil {
+		return w, err
+	}
 	st.Files = map[string]FileSum{}
 	ents, err := os.ReadDir(tmp)
 	if err != nil {
-		return "", err
+		return w, err
 	}
 	for _, e := range ents {
 		sum, err := fileSum(filepath.Join(tmp, e.Name()))
 		if err != nil {
-			return "", err
+			return w, err
 		}
 		st.Files[e.Name()] = sum
+		w.bytes += sum.Size
 	}
 	b, err := json.MarshalIndent(st, "", " ")
 	if err != nil {
-		return "", err
+		return w, err
 	}
 	// Written last, this file's directory sync also makes every other file's entry durable.
 	if err := atomicfile.WriteFile(filepath.Join(tmp, TrainerStateFile), b); err != nil {
-		return "", err
+		return w, err
 	}
-	hook("synced")
+	w.bytes += int64(len(b))
+	if err := hook("synced"); err != nil {
+		return w, err
+	}
 	name := CheckpointName(st.Step)
 	final := filepath.Join(outDir, name)
 	if _, err := os.Stat(final); err == nil {
 		// Re-saving a step (after a resume): move the old one aside first.
 		if err := discard(outDir, final); err != nil {
-			return "", err
+			return w, err
 		}
 	}
 	if err := os.Rename(tmp, final); err != nil {
-		return "", err
+		return w, err
 	}
 	done = true
 	if err := atomicfile.SyncDir(outDir); err != nil {
-		return "", err
+		return w, err
 	}
-	hook("renamed")
+	w.dir = final
+	if err := hook("renamed"); err != nil {
+		return w, err
+	}
 	if err := atomicfile.WriteFile(filepath.Join(outDir, LatestFile), []byte(name+"\n")); err != nil {
-		return "", err
+		return w, err
 	}
-	hook("latest")
+	if err := hook("latest"); err != nil {
+		return w, err
+	}
 	if keep > 0 {
 		if err := prune(outDir, keep, st.Step); err != nil {
-			return final, err
+			return w, err
 		}
 	}
-	return final, nil
+	return w, nil
 }
 
 // discard renames dir to a temporary name (so no checkpoint-* is ever half deleted)

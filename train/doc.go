@@ -26,6 +26,13 @@
 // Collective (CPU ranks, tests); a rank that stops taking part fails the others'
 // collectives within its timeout with a RankLostError naming it.
 //
+// Checkpoints do not stop training for their writes: at the step boundary Run copies
+// the master values and AdamW's moments into host memory it allocated once
+// (Backend.AllocHost: page-locked on a device) and writes the files from that copy in
+// the background, one write at a time; the end of the run and a stop wait for it, and
+// a write that fails fails the run. Result.Time and the run's last log line split
+// its wall time into start, steps, evaluation, checkpoint stalls and the final wait.
+//
 // An output directory holds:
 //
 //	checkpoint-<step>/      one per saved step, written whole or not at all:

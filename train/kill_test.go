@@ -34,18 +34,20 @@ func killConfig(out string) Config {
 
 // TestKillChild is the training process that TestKillDuringCheckpoint starts and kills;
 // it does nothing unless started that way. It prints "begin N" when step N (0-based)
-// starts, "stage S" at each stage of a checkpoint save, "ckpt N" once checkpoint N is
-// durable and "done" at the end, and sleeps a little at each stage so that kills land
-// inside saves.
+// starts, "stage S" at each stage of a checkpoint save (the snapshot on the training
+// goroutine, then the stages of its write in the background), "ckpt N" once
+// checkpoint N is durable and "done" at the end, and sleeps a little at each stage so
+// that kills land inside saves, while training goes on beside the write.
 func TestKillChild(t *testing.T) {
 	out := os.Getenv(envKillChild)
 	if out == "" {
 		t.Skip("helper process of TestKillDuringCheckpoint")
 	}
 	r := testseed.New(t)
-	checkpointHook = func(stage string) {
+	checkpointHook = func(stage string) error {
 		fmt.Printf("stage %s\n", stage)
 		time.Sleep(time.Duration(r.IntN(3000)) * time.Microsecond)
+		return nil
 	}
 	tk := newTask(killSeed, killHid)
 	tk.stepDelay = 2 * time.Millisecond
@@ -69,11 +71,13 @@ func TestKillChild(t *testing.T) {
 }
 
 // TestKillDuringCheckpoint starts the training process, kills it (SIGKILL) at random
-// moments, many inside checkpoint writes, and after each kill checks that the newest
-// checkpoint loads and validates, that no checkpoint-* directory is half written, that
-// it is at least as new as the last one the process reported durable, that at most the
-// steps since it are lost, and that its parameters equal those of an uninterrupted run
-// at that step, bit for bit. Finally the process runs to the end and matches too.
+// moments, many inside checkpoint writes and some while steps ran beside a write in
+// the background, and after each kill checks that the newest checkpoint loads and
+// validates, that no checkpoint-* directory is half written, that it is at least as
+// new as the last one the process reported durable, that at most the steps since the
+// checkpoint before the last snapshot are lost (one write in flight), and that its
+// parameters equal those of an uninterrupted run at that step, bit for bit. Finally
+// the process resumes and runs to the end, and matches too.
 func TestKillDuringCheckpoint(t *testing.T) {
 	if os.Getenv(envKillChild) != "" {
 		t.Skip("inside the child")
@@ -81,7 +85,7 @@ func TestKillDuringCheckpoint(t *testing.T) {
 	ref := killReference(t)
 	r := testseed.New(t)
 	out := t.TempDir()
-	var kills, midWrite int
+	var kills, midWrite, besideWrite int
 	finished := false
 	const maxKills = 16
 	for iter := 0; iter <= maxKills && !finished; iter++ {
@@ -99,15 +103,18 @@ func TestKillDuringCheckpoint(t *testing.T) {
 			if strings.HasPrefix(k.last, "stage ") {
 				midWrite++
 			}
+			if k.besideWrite() {
+				besideWrite++
+			}
 		}
 		checkResumable(t, out, iter, k, ref)
 	}
 	if !finished {
 		t.Fatal("training did not finish")
 	}
-	t.Logf("%d kills, %d inside a checkpoint save", kills, midWrite)
-	if kills < 4 || midWrite < 2 {
-		t.Fatalf("only %d kills (%d mid-write): the test did not exercise interruption", kills, midWrite)
+	t.Logf("%d kills, %d inside a checkpoint save, %d while steps ran beside a write", kills, midWrite, besideWrite)
+	if kills < 4 || midWrite < 2 || besideWrite < 2 {
+		t.Fatalf("only %d kills (%d mid-write, %d beside a background write): the test did not exercise interruption", kills, midWrite, besideWrite)
 	}
 	l, err := LoadLatest(out)
 	if err != nil || l.State.Step != killSteps {
@@ -122,14 +129,32 @@ func TestKillDuringCheckpoint(t *testing.T) {
 
 // killReference returns the parameters after every step of an uninterrupted run.
 func killReference(t *testing.T) map[int][][]float32 {
+	return stepReference(t, newTask(killSeed, killHid), killConfig(t.TempDir()))
+}
+
+// stepReference runs tk under cfg and returns its parameters after every step
+// (taken as the next step begins, and at the end).
+func stepReference(t *testing.T, tk *task, cfg Config) map[int][][]float32 {
+	t.Helper()
 	ref := map[int][][]float32{}
-	rt := newTask(killSeed, killHid)
-	h := rt.hooks()
-	h.OnCheckpoint = func(dir string, step int) { ref[step] = snapshot(rt.m.params()) }
-	cfg := killConfig(t.TempDir())
-	cfg.SaveEvery = 1
-	mustRun(t, context.Background(), cfg, h)
+	tk.onStep = chain(tk.onStep, func(s StepInfo) {
+		if s.Micro == 0 {
+			ref[s.Step] = snapshot(tk.m.params())
+		}
+	})
+	res := mustRun(t, context.Background(), cfg, tk.hooks())
+	ref[res.Steps] = snapshot(tk.m.params())
 	return ref
+}
+
+// chain returns a step callback that calls f (if any), then g.
+func chain(f, g func(StepInfo)) func(StepInfo) {
+	return func(s StepInfo) {
+		if f != nil {
+			f(s)
+		}
+		g(s)
+	}
 }
 
 // killedRun is what one start of the child printed and how it ended.
@@ -143,8 +168,9 @@ type killedRun struct {
 	done    bool // it printed "done"
 }
 
-// killStages are the stages of a checkpoint save that TestKillChild prints.
-var killStages = []string{"config", "model", "optimizer", "synced", "renamed"}
+// killStages are the stages of a checkpoint save that TestKillChild prints: the
+// snapshot, then those of the write.
+var killStages = []string{"snapshot", "config", "model", "optimizer", "synced", "renamed"}
 
 // runKilled starts the child on out and, unless final, kills it: even
 // iterations at a random time after the first step began, odd ones right after
@@ -225,10 +251,28 @@ func (k *killedRun) parse() {
 	}
 }
 
+// besideWrite reports whether k was killed while a checkpoint's write ran in
+// the background and a step had begun after its snapshot.
+func (k *killedRun) besideWrite() bool {
+	stepped := false
+	for i := len(k.got) - 1; i >= 0; i-- {
+		switch l := k.got[i]; {
+		case l == "stage latest":
+			return false
+		case l == "stage snapshot":
+			return stepped
+		case strings.HasPrefix(l, "begin "):
+			stepped = true
+		}
+	}
+	return false
+}
+
 // checkResumable checks the newest checkpoint in out after run k: it loads
 // with nothing half written, is no older than what k reported durable (nor
-// than killSave steps before the newest step k began), and holds exactly the
-// reference parameters of its step.
+// than the checkpoint before the last snapshot k took before the newest step
+// it began: that snapshot's write may have been in flight, the one before had
+// to be durable), and holds exactly the reference parameters of its step.
 func checkResumable(t *testing.T, out string, iter int, k killedRun, ref map[int][][]float32) {
 	t.Helper()
 	l, err := LoadLatest(out)
@@ -241,7 +285,7 @@ func checkResumable(t *testing.T, out string, iter int, k killedRun, ref map[int
 	if len(l.Skipped) > 0 {
 		t.Fatalf("iteration %d: half-written checkpoints: %v", iter, l.Skipped)
 	}
-	if s := l.State.Step; s < k.maxCkpt || k.begun >= 0 && s < k.begun-killSave {
+	if s := l.State.Step; s < k.maxCkpt || k.begun >= 0 && s < k.begun-k.begun%killSave-killSave {
 		t.Fatalf("iteration %d: loaded step %d, but checkpoint %d was durable and step %d had begun", iter, s, k.maxCkpt, k.begun)
 	}
 	ents, _ := os.ReadDir(out)

@@ -13,9 +13,9 @@ import (
 // with master values), and AdamW's state there. Run zeroes, scales, clips
 // and updates the arena's flat gradient through it, and checkpoints read
 // and write the values and moments through it; every operation is one of
-// the backend's (tensor.Optimizer, Fill, Scale, Download), so one Params
-// serves every backend. Only GradNorm (and ClipGradNorm) and Save wait for
-// a device.
+// the backend's (tensor.Optimizer, Fill, Scale, Download, AllocHost), so one
+// Params serves every backend. Only GradNorm (and ClipGradNorm) and a
+// checkpoint's snapshot wait for a device.
 type Params struct {
 	b     tensor.Backend[float32]
 	a     *tensor.Arena[float32]

@@ -10,7 +10,10 @@ import (
 )
 
 // progress draws the training progress on stderr: a bar redrawn in place on a
-// terminal, plain lines otherwise.
+// terminal, plain lines otherwise. Its rates are the current one, over the
+// last rateSteps steps or rateSpan seconds (whichever is shorter, and at
+// least the last step), and the average since the first step; both count
+// the time between steps (evaluations, checkpoint stalls) too.
 type progress struct {
 	w         io.Writer
 	bar       bool // redraw in place
@@ -19,17 +22,37 @@ type progress struct {
 	interval  time.Duration // lines mode with every == 0; bar mode redraw limit
 	total     int
 	startStep int
-	start     time.Time
-	last      time.Time
-	tokens    int64
+	first     time.Time   // when the first step began
+	last      time.Time   // the last line drawn
+	window    []ratePoint // the start of the window, then the ends of the steps in it
+	tokens    int64       // since the first step
 	samples   int64
 	lossSum   float64
 	accSum    float64
 	n, nAcc   int
 }
 
+// The current rate's window.
+const (
+	rateSteps = 20
+	rateSpan  = 30 * time.Second
+)
+
+// ratePoint is the count of tokens and samples at a time.
+type ratePoint struct {
+	t               time.Time
+	tokens, samples int64
+}
+
+// stepLine is what a finished step shows.
+type stepLine struct {
+	loss, acc       float64
+	hasAcc          bool
+	tokens, samples int // samples 0: not counted
+}
+
 func newProgress(w io.Writer, mode string, every, startStep, total int) *progress {
-	p := &progress{w: w, every: every, total: total, startStep: startStep, start: time.Now(), interval: 5 * time.Second}
+	p := &progress{w: w, every: every, total: total, startStep: startStep, interval: 5 * time.Second}
 	switch mode {
 	case "off":
 		p.off = true
@@ -44,21 +67,33 @@ func newProgress(w io.Writer, mode string, every, startStep, total int) *progres
 	return p
 }
 
-// update records a finished step (done = steps completed) of tokens and
-// samples (0: not counted) and draws when due.
-func (p *progress) update(done int, loss float64, acc float64, hasAcc bool, tokens, samples int) {
+// begin marks the start of the first step, from which the rates count.
+func (p *progress) begin(t time.Time) {
+	p.first = t
+	p.window = []ratePoint{{t: t}}
+}
+
+// update records step done (steps completed), finished at now, and draws
+// when due.
+func (p *progress) update(done int, now time.Time, s stepLine) {
 	if p.off {
 		return
 	}
-	p.tokens += int64(tokens)
-	p.samples += int64(samples)
-	p.lossSum += loss
+	if p.window == nil {
+		p.begin(now) // no begin: the rates count from the first step's end
+	}
+	p.tokens += int64(s.tokens)
+	p.samples += int64(s.samples)
+	p.window = append(p.window, ratePoint{now, p.tokens, p.samples})
+	for len(p.window) > rateSteps+1 || len(p.window) > 2 && now.Sub(p.window[1].t) >= rateSpan {
+		p.window = p.window[1:]
+	}
+	p.lossSum += s.loss
 	p.n++
-	if hasAcc {
-		p.accSum += acc
+	if s.hasAcc {
+		p.accSum += s.acc
 		p.nAcc++
 	}
-	now := time.Now()
 	final := done == p.total
 	due := now.Sub(p.last) >= p.interval
 	if !p.bar && p.every > 0 {
@@ -99,6 +134,8 @@ func (p *progress) finish(done int) {
 	}
 }
 
+// format returns the line of step done at now: the current rate and, in
+// parentheses, the average since the first step.
 func (p *progress) format(done int, now time.Time) string {
 	var b strings.Builder
 	pct := float64(done) / float64(p.total)
@@ -113,11 +150,13 @@ func (p *progress) format(done int, now time.Time) string {
 	if p.nAcc > 0 {
 		fmt.Fprintf(&b, " acc %.3f", p.accSum/float64(p.nAcc))
 	}
-	el := now.Sub(p.start).Seconds()
-	if el > 0 {
-		fmt.Fprintf(&b, " %.0f tok/s", float64(p.tokens)/el)
+	w0, w1 := p.window[0], p.window[len(p.window)-1]
+	cur, el := w1.t.Sub(w0.t).Seconds(), now.Sub(p.first).Seconds()
+	if cur > 0 && el > 0 {
 		if p.samples > 0 {
-			fmt.Fprintf(&b, " %.2f samples/s", float64(p.samples)/el)
+			fmt.Fprintf(&b, " %.0f tok/s %.2f samples/s (avg %.2f)", float64(w1.tokens-w0.tokens)/cur, float64(w1.samples-w0.samples)/cur, float64(p.samples)/el)
+		} else {
+			fmt.Fprintf(&b, " %.0f tok/s (avg %.0f)", float64(w1.tokens-w0.tokens)/cur, float64(p.tokens)/el)
 		}
 	}
 	if steps := done - p.startStep; steps > 0 && done < p.total {

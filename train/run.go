@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -98,20 +99,26 @@ type Result struct {
 	Best       map[string]float64 // best eval metrics over the run
 	Checkpoint string             // the last checkpoint written
 	Elapsed    time.Duration      // wall time of this call
+	Time       TimeSplit          // where that time went
 }
 
 // Run trains for cfg.Steps optimizer steps (or until cfg.StopAt) with AdamW,
 // warmup+cosine learning rate, gradient accumulation and clipping, evaluating every
 // cfg.EvalEvery steps and checkpointing every cfg.SaveEvery steps, at the end and when
-// ctx is cancelled (then it returns ctx's error). With cfg.Resume it continues from
+// ctx is cancelled (then it returns ctx's error). Checkpoints are written in the
+// background from a copy in host memory taken at the step boundary (ckptwrite.go);
+// Run returns once the last one is durable, and a checkpoint that failed to be
+// written fails the run at its end. With cfg.Resume it continues from
 // the newest valid checkpoint in cfg.Out; without, it refuses an output directory that
 // already holds checkpoints. Progress goes to stderr, metrics to cfg.Out/metrics.jsonl
-// and (cfg.TensorBoard) to TensorBoard event files beside it.
+// and (cfg.TensorBoard) to TensorBoard event files beside it; the run ends with a log
+// line that splits its time (Result.Time).
 func Run(ctx context.Context, cfg Config, h Hooks) (*Result, error) {
 	return run(ctx, cfg, h, os.Stderr)
 }
 
-func run(ctx context.Context, cfg Config, h Hooks, stderr io.Writer) (*Result, error) {
+func run(ctx context.Context, cfg Config, h Hooks, stderr io.Writer) (_ *Result, err error) {
+	began := time.Now()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -120,7 +127,7 @@ func run(ctx context.Context, cfg Config, h Hooks, stderr io.Writer) (*Result, e
 	if err != nil {
 		return nil, err
 	}
-	r := newRunner(cfg, h, params)
+	r := newRunner(cfg, h, params, began)
 	if !r.lead {
 		stderr, cfg.Progress = io.Discard, "off"
 	} else if err := CheckOutDir(cfg.Out); err != nil {
@@ -141,6 +148,12 @@ func run(ctx context.Context, cfg Config, h Hooks, stderr io.Writer) (*Result, e
 		}
 	}
 	r.prog = newProgress(stderr, cfg.Progress, cfg.LogEvery, r.st.Step, cfg.Steps)
+	if err := r.allocSnapshot(); err != nil {
+		return nil, err
+	}
+	// Whatever ends the run (a panic too), the write in flight reads the
+	// snapshot memory until it is done.
+	defer func() { err = errors.Join(err, r.endWrites()) }()
 	if err := r.loop(ctx); err != nil {
 		return nil, err
 	}
@@ -187,10 +200,17 @@ type runner struct {
 	prog        *progress
 	metricsPath string
 	began       time.Time
+	firstStep   time.Time     // when this call's first step began (zero: none yet)
+	time        TimeSplit     // this call's so far
 	elapsed     float64       // seconds of the run before this call (resume)
-	lastSaved   int           // step of the last checkpoint written or resumed from
+	lastSaved   int           // step of the last checkpoint snapshot taken or resumed from
+	lastDurable int           // step of the last checkpoint written or resumed from
 	lastStep    time.Duration // how long the last finished step took (0: none yet)
 	end         int           // step after which this call stops
+
+	snap      *paramSnapshot // the checkpoints' host memory (lead rank)
+	inflight  *bgWrite       // the checkpoint write in flight (nil: none)
+	writeErrs []error        // the writes that failed, for the end of the run
 }
 
 // boundary is the RNG and data position at a step boundary, so that a checkpoint
@@ -200,9 +220,9 @@ type boundary struct {
 	data json.RawMessage
 }
 
-func newRunner(cfg Config, h Hooks, params *Params) *runner {
+func newRunner(cfg Config, h Hooks, params *Params, began time.Time) *runner {
 	sched := Schedule{BaseLR: cfg.LR, WarmupSteps: cfg.WarmupSteps, TotalSteps: cfg.Steps, MinLRRatio: cfg.MinLRRatio}
-	r := &runner{cfg: cfg, h: h, params: params, sched: sched, began: time.Now(), res: &Result{},
+	r := &runner{cfg: cfg, h: h, params: params, sched: sched, began: began, res: &Result{},
 		rng:         NewRNG(cfg.Seed, rngstream.Train),
 		st:          TrainerState{Seed: cfg.Seed, Schedule: sched, Best: map[string]float64{}, BestStep: map[string]int{}, Identity: h.Identity},
 		metricsPath: filepath.Join(cfg.Out, MetricsFile),
@@ -260,7 +280,7 @@ func (r *runner) start() error {
 	}
 	slog.Info("resumed", "checkpoint", l.Dir, "step", r.st.Step)
 	r.res.StartStep, r.res.Checkpoint = r.st.Step, l.Dir
-	r.elapsed, r.lastSaved = r.st.ElapsedSec, r.st.Step
+	r.elapsed, r.lastSaved, r.lastDurable = r.st.ElapsedSec, r.st.Step, r.st.Step
 	if !r.lead {
 		return nil
 	}
@@ -268,7 +288,9 @@ func (r *runner) start() error {
 }
 
 // loop runs steps until the end, the stop step or cancellation; it checkpoints
-// every cfg.SaveEvery steps, at the end, and after a cancellation.
+// every cfg.SaveEvery steps, at the end, and after a cancellation. It adds the
+// time of each phase to r.time: the steps, the evaluations, and the checkpoints'
+// stalls (snapshots, waits for the write before, OnCheckpoint).
 func (r *runner) loop(ctx context.Context) error {
 	cur, err := r.capture()
 	if err != nil {
@@ -276,28 +298,42 @@ func (r *runner) loop(ctx context.Context) error {
 	}
 	for r.st.Step < r.end && ctx.Err() == nil {
 		t0 := time.Now()
-		done, err := r.step(ctx)
+		if r.firstStep.IsZero() {
+			r.firstStep, r.time.Start = t0, t0.Sub(r.began)
+			r.prog.begin(t0)
+		}
+		done, err := r.step(ctx, t0)
+		r.lastStep = time.Since(t0)
+		r.time.Steps += r.lastStep
 		if err != nil {
 			return err
 		}
 		if !done {
 			break // cancelled mid-step: the step is dropped, cur is its start
 		}
-		r.lastStep = time.Since(t0)
+		t1 := time.Now()
+		r.pollWrite()
+		r.time.Checkpoint += time.Since(t1)
 		if err := r.evaluate(ctx); err != nil {
 			return err
 		}
+		t2 := time.Now()
 		if cur, err = r.capture(); err != nil {
 			return err
 		}
+		t3 := time.Now()
+		r.time.Steps += t3.Sub(t2)
 		if r.cfg.SaveEvery > 0 && r.st.Step%r.cfg.SaveEvery == 0 || r.st.Step == r.end {
 			if err := r.save(cur); err != nil {
 				return err
 			}
 		}
+		r.time.Checkpoint += time.Since(t3)
 	}
 	r.prog.finish(r.st.Step)
 	if ctx.Err() != nil {
+		t := time.Now()
+		defer func() { r.time.Checkpoint += time.Since(t) }()
 		return r.save(cur)
 	}
 	return nil
@@ -321,10 +357,9 @@ func roundS(d time.Duration) float64 { return d.Round(100 * time.Millisecond).Se
 // step runs one optimizer step: the micro-batches, clipping, the update, the
 // metrics record and the progress line. It returns false when ctx was cancelled
 // during the step, which is then dropped.
-func (r *runner) step(ctx context.Context) (bool, error) {
+func (r *runner) step(ctx context.Context, stepStart time.Time) (bool, error) {
 	cfg, h := r.cfg, r.h
 	step := r.st.Step
-	stepStart := time.Now()
 	// A step is not stopped between its layers: a stop asked for during it
 	// waits for its end. Say so at once, and about how long that is.
 	// The step waits for the message when it has begun, so that it is
@@ -390,6 +425,8 @@ func (r *runner) step(ctx context.Context) (bool, error) {
 	r.res.LastLoss = loss
 	vals := map[string]float64{"loss": loss, "lr": lr, "grad_norm": norm, "tokens": float64(r.st.Tokens)}
 	work.rates(vals, tokens, time.Since(stepStart).Seconds(), ranks, h.PeakTFLOPS)
+	r.time.Samples += work.samples
+	r.times(vals, time.Since(stepStart), 0)
 	for k, v := range sums {
 		if _, clash := vals[k]; !clash {
 			vals[k] = v * inv
@@ -406,7 +443,7 @@ func (r *runner) step(ctx context.Context) (bool, error) {
 		return false, err
 	}
 	acc, hasAcc := vals["acc"]
-	r.prog.update(r.st.Step, loss, acc, hasAcc, tokens, int(work.samples))
+	r.prog.update(r.st.Step, time.Now(), stepLine{loss: loss, acc: acc, hasAcc: hasAcc, tokens: tokens, samples: int(work.samples)})
 	return true, nil
 }
 
@@ -418,6 +455,8 @@ func (r *runner) evaluate(ctx context.Context) error {
 	if r.h.Eval == nil || !r.lead || !(r.cfg.EvalEvery > 0 && st.Step%r.cfg.EvalEvery == 0 || st.Step == r.end || spec) {
 		return nil
 	}
+	t0 := time.Now()
+	defer func() { r.time.Eval += time.Since(t0) }()
 	ev, err := r.h.Eval(ctx, EvalInfo{Step: st.Step, RNG: NewRNG(r.cfg.Seed, rngstream.Eval<<32|uint64(st.Step)), Spec: spec})
 	if err != nil {
 		if ctx.Err() != nil {
@@ -425,12 +464,15 @@ func (r *runner) evaluate(ctx context.Context) error {
 		}
 		return fmt.Errorf("eval at step %d: %w", st.Step, err)
 	}
+	took := time.Since(t0)
 	r.res.LastEval = ev
 	updateBest(st, ev)
-	if err := r.mlog.write(Record{Kind: "eval", Step: st.Step, Time: time.Since(r.began).Seconds(), Values: ev}); err != nil {
+	vals := maps.Clone(ev)
+	r.times(vals, 0, took)
+	if err := r.mlog.write(Record{Kind: "eval", Step: st.Step, Time: time.Since(r.began).Seconds(), Values: vals}); err != nil {
 		return err
 	}
-	r.prog.note(formatEval(st.Step, ev))
+	r.prog.note(formatEval(st.Step, ev, took))
 	return nil
 }
 
@@ -448,47 +490,31 @@ func (r *runner) capture() (boundary, error) {
 	return b, nil
 }
 
-// save writes a checkpoint of the current step with the RNG and data position of
-// b, unless this step is already saved.
-func (r *runner) save(b boundary) error {
-	if r.st.Step == r.lastSaved || !r.lead {
-		return nil
-	}
-	var modelCfg []byte
-	if r.h.ModelConfig != nil {
-		var err error
-		if modelCfg, err = r.h.ModelConfig(); err != nil {
-			return fmt.Errorf("model config: %w", err)
-		}
-	}
-	s := r.st
-	s.RNG, s.DataPosition = b.rng, b.data
-	s.ElapsedSec = r.elapsed + time.Since(r.began).Seconds()
-	dir, err := SaveCheckpoint(r.cfg.Out, &Checkpoint{Config: modelCfg, Params: r.params, State: s}, r.cfg.KeepCheckpoints)
-	if err != nil {
-		return fmt.Errorf("checkpoint at step %d: %w", r.st.Step, err)
-	}
-	r.lastSaved = r.st.Step
-	r.res.Checkpoint = dir
-	if r.h.OnCheckpoint != nil {
-		r.h.OnCheckpoint(dir, r.st.Step)
-	}
-	return nil
-}
-
-// finish fills the result, and at the natural end of the run writes the plot.
+// finish waits for the last checkpoint's write, at the natural end of the run
+// writes the plot, fills the result and logs the split of the run's time. It
+// returns ctx's error after a stop and the failures of the checkpoint writes.
 func (r *runner) finish(ctx context.Context) (*Result, error) {
-	res, st := r.res, r.st
-	res.Steps, res.Tokens, res.Best, res.Elapsed = st.Step, st.Tokens, st.Best, time.Since(r.began)
-	if ctx.Err() != nil {
-		return res, ctx.Err()
+	t0 := time.Now()
+	if r.firstStep.IsZero() {
+		r.time.Start = t0.Sub(r.began)
 	}
-	if r.cfg.Plot && st.Step == r.cfg.Steps && r.lead {
+	err := r.endWrites()
+	res, st := r.res, r.st
+	if ctx.Err() != nil {
+		err = errors.Join(ctx.Err(), err)
+	} else if r.cfg.Plot && st.Step == r.cfg.Steps && r.lead {
 		if err := PlotMetrics(r.metricsPath, filepath.Join(r.cfg.Out, PlotFile)); err != nil {
 			slog.Warn("plot not written", "err", err)
 		}
 	}
-	return res, nil
+	r.time.Final = time.Since(t0)
+	res.Steps, res.Tokens, res.Best, res.Elapsed = st.Step, st.Tokens, st.Best, time.Since(r.began)
+	r.time.Wall = res.Elapsed
+	res.Time = r.time
+	if r.lead {
+		r.time.log()
+	}
+	return res, err
 }
 
 // updateBest keeps, per eval metric, the best value: the lowest for names that are
@@ -507,12 +533,12 @@ func updateBest(st *TrainerState, ev map[string]float64) {
 	}
 }
 
-func formatEval(step int, ev map[string]float64) string {
+func formatEval(step int, ev map[string]float64, took time.Duration) string {
 	var parts []string
 	for _, k := range []string{"loss", "acc", "tau", "spec_tau"} {
 		if v, ok := ev[k]; ok {
 			parts = append(parts, fmt.Sprintf("%s %.4f", k, v))
 		}
 	}
-	return fmt.Sprintf("eval @ %d: %s", step, strings.Join(parts, " "))
+	return fmt.Sprintf("eval @ %d: %s (%.1f s)", step, strings.Join(parts, " "), took.Seconds())
 }

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func mustRun(t *testing.T, ctx context.Context, cfg Config, h Hooks) *Result {
@@ -273,8 +274,10 @@ func TestProgressBar(t *testing.T) {
 	var b bytes.Buffer
 	p := newProgress(&b, "bar", 0, 0, 4)
 	p.interval = 0
+	t0 := time.Now()
+	p.begin(t0)
 	for s := 1; s <= 4; s++ {
-		p.update(s, 1.5, 0.25, true, 100, 4)
+		p.update(s, t0.Add(time.Duration(s)*time.Second), stepLine{loss: 1.5, acc: 0.25, hasAcc: true, tokens: 100, samples: 4})
 	}
 	out := b.String()
 	if !strings.Contains(out, "\r") || !strings.Contains(out, "[########################]") || !strings.Contains(out, "step 4/4") {

@@ -65,14 +65,16 @@ type opCase struct {
 // llama3 scaling), the fused QK-norm + RoPE + head move (NormRoPE; with and
 // without weight or move), SwiGLU (and on one packed product), an MLP block
 // (and tensor.MLP, which recomputes its activation), chunked LM-head
-// cross-entropy (three chunk sizes, masked and weighted rows) and flex
-// attention (causal GQA, and a decode-style offset mask).
+// cross-entropy (three chunk sizes, masked and weighted rows), flex
+// attention (causal GQA, and a decode-style offset mask) and the snapshot
+// of master values into AllocHost's memory (HostSnapshot).
 func Run(t *testing.T, b tensor.Backend[float32], tol Tolerances) {
 	seed := testseed.Seed(t)
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
 	ref := tensor.NewCPU[float64](0)
 	t.Run("Gemm", func(t *testing.T) { runGemm(t, b, tol, rng) })
 	t.Run("GemmAdd", func(t *testing.T) { runGemmAdd(t, b, tol, rng) })
+	t.Run("HostSnapshot", func(t *testing.T) { HostSnapshot(t, b) })
 	for _, c := range opCases(rng, tol.HeadDim) {
 		t.Run(c.name, func(t *testing.T) { runOp(t, c, b, tol, ref, rng) })
 	}
@@ -215,6 +217,44 @@ func finiteDiff(c opCase, vals [][]float64, g []float64) [][]float64 {
 		}
 	}
 	return out
+}
+
+// HostSnapshot checks AllocHost as a checkpoint uses it: master values
+// (AllocParams with master) downloaded into AllocHost's memory come back
+// bit for bit, the copy does not follow later writes of the values, the
+// same buffer takes a second snapshot, and FreeHost gives it back.
+func HostSnapshot(t *testing.T, b tensor.Backend[float32]) {
+	rng := rand.New(rand.NewPCG(testseed.Seed(t), 0x4057))
+	const n = 4099
+	values, _ := b.AllocParams(n, true)
+	draw := func() []float32 {
+		x := make([]float32, n)
+		for i := range x {
+			x[i] = float32(rng.NormFloat64())
+		}
+		b.WriteParams(values, x)
+		return x
+	}
+	h, err := b.AllocHost(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(h) != n {
+		t.Fatalf("AllocHost(%d) returned %d elements", n, len(h))
+	}
+	for round := range 2 {
+		x := draw()
+		b.Download(values, h)
+		draw() // the training after the snapshot
+		for i, v := range x {
+			if math.Float32bits(h[i]) != math.Float32bits(v) {
+				t.Fatalf("snapshot %d: element %d is %g, the values at the snapshot %g", round, i, h[i], v)
+			}
+		}
+	}
+	if err := b.FreeHost(h); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // Close fails t unless max|got − want| ≤ tol·max(1e-3, max|want|). It reports the worst element.

@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
+	"unsafe"
 
 	"dflash/dtype"
 	"dflash/flex/flexcuda"
@@ -61,8 +63,9 @@ type Backend struct {
 	gen     uint64 // the current step; storage of another step is stale
 
 	persistent []gpu.Buffer
-	partial    gpu.Buffer // SumSquares' per-block sums, allocated at its first call
-	release    []func()   // what ResetStep frees besides the arena (masks)
+	hosts      map[*float32][]byte // AllocHost's page-locked memory not yet freed, by its first element
+	partial    gpu.Buffer          // SumSquares' per-block sums, allocated at its first call
+	release    []func()            // what ResetStep frees besides the arena (masks)
 	attns      map[attnKey]*flexcuda.Attention
 	builders   map[string]*flexcuda.Builder // by mask program hash
 	det        bool                         // SetDeterministic
@@ -214,8 +217,8 @@ func (b *Backend) StepBytes() StepStats {
 		InPlace: b.arena.vm != nil}
 }
 
-// Close resets the backend and frees all of its memory, parameters
-// included, and the attention kernels' workspaces.
+// Close resets the backend and frees all of its memory, parameters and
+// AllocHost's host memory included, and the attention kernels' workspaces.
 func (b *Backend) Close() {
 	b.ResetStep()
 	b.arena.releaseAll()
@@ -223,6 +226,12 @@ func (b *Backend) Close() {
 		b.mem.free(p)
 	}
 	b.persistent = nil
+	for p, raw := range b.hosts {
+		if err := b.mem.freeHost(raw); err != nil {
+			slog.Warn("tensorcuda: free page-locked host memory at Close", "err", err)
+		}
+		delete(b.hosts, p)
+	}
 	for _, a := range b.attns {
 		a.Release(b.d)
 	}
@@ -321,9 +330,52 @@ func (b *Backend) Download(s tensor.Storage[float32], dst []float32) {
 	if x.n == 0 {
 		return
 	}
+	if x.dt == dtype.F32 {
+		// One copy straight into dst: at the link's full speed when dst
+		// is AllocHost's page-locked memory.
+		must("Download", b.mem.download(unsafe.Slice((*byte)(unsafe.Pointer(&dst[0])), 4*len(dst)), x.Buffer()))
+		return
+	}
 	raw := make([]byte, x.n*x.dt.Size())
 	must("Download", b.mem.download(raw, x.Buffer()))
 	dtype.DecodeFloat32(x.dt, dst, raw)
+}
+
+// AllocHost returns n float32 elements of page-locked host memory, into
+// which Download copies fp32 storage (the master values, the gradient,
+// AdamW's moments) in one transfer at the link's full speed. What FreeHost
+// has not given back by Close, Close frees.
+func (b *Backend) AllocHost(n int) ([]float32, error) {
+	if n == 0 {
+		return nil, nil
+	}
+	raw, err := b.mem.allocHost(4 * int64(n))
+	if err != nil {
+		return nil, fmt.Errorf("tensorcuda: AllocHost: %w", err)
+	}
+	h := unsafe.Slice((*float32)(unsafe.Pointer(&raw[0])), n)
+	if b.hosts == nil {
+		b.hosts = map[*float32][]byte{}
+	}
+	b.hosts[&h[0]] = raw
+	return h, nil
+}
+
+// FreeHost gives back memory from AllocHost; other memory is a programmer
+// error and panics.
+func (b *Backend) FreeHost(h []float32) error {
+	if len(h) == 0 {
+		return nil
+	}
+	raw, ok := b.hosts[&h[0]]
+	if !ok {
+		panic("tensorcuda: FreeHost of memory that AllocHost did not return (or freed already)")
+	}
+	delete(b.hosts, &h[0])
+	if err := b.mem.freeHost(raw); err != nil {
+		return fmt.Errorf("tensorcuda: FreeHost: %w", err)
+	}
+	return nil
 }
 
 // AllocInts returns n zero int32 values.
@@ -441,6 +493,8 @@ type memory interface {
 	zero(b gpu.Buffer) error // queued on the default stream
 	upload(b gpu.Buffer, src []byte) error
 	download(dst []byte, b gpu.Buffer) error
+	allocHost(n int64) ([]byte, error) // page-locked host memory
+	freeHost(b []byte) error
 	sync() error
 	trim() error // return cached free blocks to the device
 }
@@ -452,6 +506,8 @@ func (m devMemory) free(b gpu.Buffer)                       { m.d.Free(b) }
 func (m devMemory) zero(b gpu.Buffer) error                 { return m.d.Memset(b, 0, nil) }
 func (m devMemory) upload(b gpu.Buffer, src []byte) error   { return gpu.Stage(m.d, b, src) }
 func (m devMemory) download(dst []byte, b gpu.Buffer) error { return gpu.Download(m.d, dst, b) }
+func (m devMemory) allocHost(n int64) ([]byte, error)       { return m.d.AllocHost(n) }
+func (m devMemory) freeHost(b []byte) error                 { return m.d.FreeHost(b) }
 func (m devMemory) sync() error                             { return m.d.Synchronize() }
 func (m devMemory) trim() error                             { _, err := m.d.ReleaseCached(); return err }
 

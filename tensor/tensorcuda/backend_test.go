@@ -23,18 +23,44 @@ import (
 // fakeMem is the backend's memory interface on a gputest.FakeMem.
 type fakeMem struct {
 	*gputest.FakeMem
-	trims int
+	trims     int
+	hosts     map[*byte]bool // host memory from allocHost not yet freed
+	downloads []*byte        // the destination of every download, in order
 }
 
 func newFakeMem() *fakeMem { return &fakeMem{FakeMem: gputest.NewFakeMem()} }
 
-func (m *fakeMem) alloc(n int64) (gpu.Buffer, error)       { return m.Alloc(n) }
-func (m *fakeMem) free(b gpu.Buffer)                       { m.Free(b) }
-func (m *fakeMem) zero(b gpu.Buffer) error                 { clear(m.Bytes(b)); return nil }
-func (m *fakeMem) upload(b gpu.Buffer, src []byte) error   { copy(m.Bytes(b), src); return nil }
-func (m *fakeMem) download(dst []byte, b gpu.Buffer) error { copy(dst, m.Bytes(b)); return nil }
-func (m *fakeMem) sync() error                             { return nil }
-func (m *fakeMem) trim() error                             { m.trims++; return nil }
+func (m *fakeMem) alloc(n int64) (gpu.Buffer, error)     { return m.Alloc(n) }
+func (m *fakeMem) free(b gpu.Buffer)                     { m.Free(b) }
+func (m *fakeMem) zero(b gpu.Buffer) error               { clear(m.Bytes(b)); return nil }
+func (m *fakeMem) upload(b gpu.Buffer, src []byte) error { copy(m.Bytes(b), src); return nil }
+func (m *fakeMem) sync() error                           { return nil }
+func (m *fakeMem) trim() error                           { m.trims++; return nil }
+
+func (m *fakeMem) download(dst []byte, b gpu.Buffer) error {
+	if len(dst) > 0 {
+		m.downloads = append(m.downloads, &dst[0])
+	}
+	copy(dst, m.Bytes(b))
+	return nil
+}
+
+func (m *fakeMem) allocHost(n int64) ([]byte, error) {
+	h := make([]byte, n)
+	if m.hosts == nil {
+		m.hosts = map[*byte]bool{}
+	}
+	m.hosts[&h[0]] = true
+	return h, nil
+}
+
+func (m *fakeMem) freeHost(b []byte) error {
+	if !m.hosts[&b[0]] {
+		return errors.New("fakeMem: freeHost of memory allocHost did not return")
+	}
+	delete(m.hosts, &b[0])
+	return nil
+}
 
 // fakeBackend returns a Backend on fake memory with fake bf16 and fp32 Ops.
 func fakeBackend() (*Backend, *fakeRun, *fakeRun, *fakeMem) {

@@ -106,6 +106,16 @@ func (p *onWorker) Download(s tensor.Storage[float32], dst []float32) {
 	p.do("Download", func() { p.b.Download(un(s), dst) })
 }
 
+func (p *onWorker) AllocHost(n int) (h []float32, err error) {
+	p.do("AllocHost", func() { h, err = p.b.AllocHost(n) })
+	return h, err
+}
+
+func (p *onWorker) FreeHost(h []float32) (err error) {
+	p.do("FreeHost", func() { err = p.b.FreeHost(h) })
+	return err
+}
+
 func (p *onWorker) AllocInts(n int) (s tensor.Ints) {
 	p.do("AllocInts", func() { s = p.b.AllocInts(n) })
 	return s

@@ -1,0 +1,126 @@
+package train
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"slices"
+
+	"dflash/internal/atomicfile"
+	"dflash/safetensors"
+	"dflash/tensor"
+)
+
+// paramSnapshot is what a checkpoint holds of a Params, in host memory: the
+// master values, AdamW's two moments and step count, and the arena's
+// layout, so that the files can be written from it while training goes on
+// (the snapshot is a copy: later steps do not reach it).
+type paramSnapshot struct {
+	values, m, v []float32
+	steps        int64
+	config       tensor.AdamW
+	layout       []paramSpan
+}
+
+// paramSpan is one parameter's place in the flat buffers.
+type paramSpan struct {
+	name  string
+	shape []int
+	off   int
+}
+
+// newSnapshot returns an empty snapshot of p's layout whose three flat
+// buffers come from alloc (Backend.AllocHost for a run's snapshots, which
+// it takes again and again into the same buffers).
+func (p *Params) newSnapshot(alloc func(n int) ([]float32, error)) (*paramSnapshot, error) {
+	s := &paramSnapshot{config: p.state.Config}
+	for i, t := range p.a.Params() {
+		s.layout = append(s.layout, paramSpan{name: t.Name, shape: slices.Clone(t.Shape), off: p.a.Offset(i)})
+	}
+	for _, buf := range []*[]float32{&s.values, &s.m, &s.v} {
+		var err error
+		if *buf, err = alloc(p.a.Len()); err != nil {
+			s.free(p.b)
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// hostSnapshot returns a snapshot of p in fresh Go memory (SaveCheckpoint).
+func (p *Params) hostSnapshot() *paramSnapshot {
+	s, _ := p.newSnapshot(func(n int) ([]float32, error) { return make([]float32, n), nil })
+	p.take(s)
+	return s
+}
+
+// take copies p's master values, moments and step count into s: one
+// Download per flat buffer, waiting for the queued work on a device.
+func (p *Params) take(s *paramSnapshot) {
+	p.b.Download(p.a.Values, s.values)
+	p.b.Download(p.state.M, s.m)
+	p.b.Download(p.state.V, s.v)
+	s.steps = p.state.Steps
+}
+
+// free gives s's buffers back to b (Backend.FreeHost).
+func (s *paramSnapshot) free(b tensor.Backend[float32]) error {
+	var first error
+	for _, buf := range []*[]float32{&s.values, &s.m, &s.v} {
+		if *buf == nil {
+			continue
+		}
+		if err := b.FreeHost(*buf); err != nil && first == nil {
+			first = err
+		}
+		*buf = nil
+	}
+	return first
+}
+
+// bytes returns the size of the snapshot's flat buffers.
+func (s *paramSnapshot) bytes() int64 { return snapshotBytes(len(s.values)) }
+
+// snapshotBytes returns the size of the snapshot of n parameters: three
+// float32 buffers.
+func snapshotBytes(n int) int64 { return 3 * 4 * int64(n) }
+
+// tensors returns flat's range of every parameter as a tensor named after
+// it with suffix.
+func (s *paramSnapshot) tensors(flat []float32, suffix string) []safetensors.Tensor {
+	ts := make([]safetensors.Tensor, len(s.layout))
+	for i, p := range s.layout {
+		n := 1
+		for _, d := range p.shape {
+			n *= d
+		}
+		ts[i] = safetensors.Tensor{Name: p.name + suffix, Shape: p.shape, DType: "F32", Data: flat[p.off : p.off+n]}
+	}
+	return ts
+}
+
+// saveValues writes the master values to path (model.safetensors), F32
+// tensors named as the parameters.
+func (s *paramSnapshot) saveValues(path string) error {
+	return safetensors.Write(path, s.tensors(s.values, ""), map[string]string{"format": "pt"})
+}
+
+// saveOptimizer writes the moments to dir/optimizer.safetensors
+// (NAME.exp_avg and NAME.exp_avg_sq for every parameter, in order) and the
+// hyper-parameters and step counts to dir/optimizer.json (each file synced).
+func (s *paramSnapshot) saveOptimizer(dir string) error {
+	ms, vs := s.tensors(s.m, ".exp_avg"), s.tensors(s.v, ".exp_avg_sq")
+	var ts []safetensors.Tensor
+	st := adamwState{Kind: "adamw", Config: s.config, Steps: map[string]int64{}}
+	for i, p := range s.layout {
+		ts = append(ts, ms[i], vs[i])
+		st.Steps[p.name] = s.steps
+	}
+	if err := safetensors.Write(filepath.Join(dir, OptimizerTensorsFile), ts, map[string]string{"optimizer": "adamw"}); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(st, "", " ")
+	if err != nil {
+		return err
+	}
+	return atomicfile.WriteFile(filepath.Join(dir, OptimizerStateFile), b)
+}
