@@ -42,17 +42,10 @@ import torch
 import torch.nn as nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from qwen3_shapes import QWEN3_VOCAB, TARGETS  # noqa: E402  (recipe/stepbench/targets.go's shapes)
 from step_peer_model import (Drafter, MasterAdamW, assemble, chunked_loss, dflash_mask_mod,  # noqa: E402
                              init_drafter, make_batch, rope_cos_sin, sample_anchors)
 
-QWEN3_VOCAB = 151936
-# name: hidden, intermediate, layers, heads, kv heads, tied (recipe/stepbench/targets.go)
-TARGETS = {
-    "qwen3-0.6b": (1024, 3072, 28, 16, 8, True),
-    "qwen3-1.7b": (2048, 6144, 28, 16, 8, True),
-    "qwen3-4b": (2560, 9728, 36, 32, 8, True),
-    "qwen3-8b": (4096, 12288, 36, 32, 8, False),
-}
 # The check-only shape: small enough to compile and run in seconds on a CPU.
 CHECK_SHAPE = (64, 128, 6, 4, 2, False)
 H200_BF16_PEAK_TFLOPS = 989  # NVIDIA datasheet, dense bf16, as the PyTorch trainer states its MFU

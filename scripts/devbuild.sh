@@ -1,9 +1,10 @@
 # devbuild.sh is sourced by the device scripts: the build of
 # `bash scripts/gpu-train.sh --build` is carried to the device compressed
 # (.devbuild/train.txz; uncompressed it passes the device tool's carry
-# limit), and unpacked there the first time a script needs it. The scripts
-# of one call share one kernel cache.
-B=.devbuild/train
+# limit), and unpacked there the first time a script needs it. DEVBUILD
+# names another build (scripts/gpu-run-bench.sh: .devbuild/runbench). The
+# scripts of one call share one kernel cache.
+B=${DEVBUILD:-.devbuild/train}
 if [ ! -x "$B/dflash" ] && [ -f "$B.txz" ]; then
 	tar -xJf "$B.txz" -C "$(dirname "$B")" || { echo "FAIL: unpacking $B.txz" >&2; exit 1; }
 fi
