@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"dflash/internal/testerr"
 	"dflash/internal/testseed"
 )
 
@@ -140,14 +141,8 @@ func TestCorruption(t *testing.T) {
 			writeDataset(t, dir, samples, 0)
 			c.damage(filepath.Join(dir, "shard-00000.bin"))
 			d, err := Open(dir)
-			if c.want != "" {
-				if err == nil || !strings.Contains(err.Error(), c.want) {
-					t.Fatalf("Open: got %v, want %q", err, c.want)
-				}
+			if testerr.Want(t, err, c.want) {
 				return
-			}
-			if err != nil {
-				t.Fatalf("Open: %v", err)
 			}
 			defer d.Close()
 			if err := d.Verify(); err == nil || !strings.Contains(err.Error(), "checksum") {
