@@ -172,14 +172,7 @@ func TestCreateRules(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.Add([]int32{1, 2, 3}, []uint8{0, 1, 1})
-	if _, err := w.Finish(nil); err != nil {
-		t.Fatal(err)
-	}
-	d, err := Open(dir)
-	if err != nil || d.Len() != 1 {
-		t.Fatalf("replaced dataset: %v", err)
-	}
-	d.Close()
+	finishLen(t, w, dir, 1, "replaced dataset")
 	// Abort leaves no trace.
 	w, _ = Create(filepath.Join(filepath.Dir(dir), "other"), 0, false)
 	w.Add([]int32{1}, []uint8{1})
@@ -198,14 +191,24 @@ func TestCreateRules(t *testing.T) {
 func TestEmptyDataset(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "prep")
 	w, _ := Create(dir, 0, false)
+	finishLen(t, w, dir, 0, "empty dataset")
+}
+
+// finishLen finishes w, the writer of the dataset in dir, and fails t
+// (naming what) unless the dataset then opens with n samples.
+func finishLen(t *testing.T, w *Writer, dir string, n int, what string) {
+	t.Helper()
 	if _, err := w.Finish(nil); err != nil {
-		t.Fatal(err)
+		t.Fatalf("%s: %v", what, err)
 	}
 	d, err := Open(dir)
-	if err != nil || d.Len() != 0 {
-		t.Fatalf("empty dataset: %v", err)
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
 	}
-	d.Close()
+	defer d.Close()
+	if d.Len() != n {
+		t.Fatalf("%s: %d samples, want %d", what, d.Len(), n)
+	}
 }
 
 // TestCheckIDs writes ids in [0, 1000) with one id planted at a random
