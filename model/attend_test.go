@@ -16,7 +16,7 @@ import (
 // attention on random shapes: GQA groups 1, 2 and 4, rows that see no key,
 // one key or every key, and more rows than one chunk of scores.
 func TestAttendRows(t *testing.T) {
-	rng := rand.New(rand.NewPCG(testseed.Seed(t), 11))
+	rng := testseed.New(t)
 	cpu := tensor.NewCPU[float32](2)
 	for _, c := range []struct{ hq, hkv, n, D, keys, first int }{
 		{4, 2, 1, 32, 70, 70}, {4, 2, 8, 32, 90, 83}, {2, 2, 3, 16, 5, 0}, {8, 2, 16, 64, 300, 285}, {4, 1, 4, 8, 1, 1},
