@@ -79,6 +79,16 @@ func (p *proc) invoke(args ...uintptr) (uintptr, error) {
 	return r, nil
 }
 
+// status is invoke for the libraries whose functions return an int32
+// status, 0 on success: it returns that status, or 0 and the error that
+// kept p from being called.
+//
+//go:uintptrescapes
+func (p *proc) status(args ...uintptr) (int32, error) {
+	r, err := p.invoke(args...)
+	return int32(r), err
+}
+
 // cString copies the NUL-terminated C string at p.
 func cString(p uintptr) string {
 	if p == 0 {

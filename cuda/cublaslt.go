@@ -81,11 +81,11 @@ var cublasStatusNames = map[int32]string{
 //
 //go:uintptrescapes
 func lt(p *proc, args ...uintptr) error {
-	r, err := p.invoke(args...)
+	code, err := p.status(args...)
 	if err != nil {
 		return err
 	}
-	return cublasError(p.name, int32(r))
+	return cublasError(p.name, code)
 }
 
 func cublasError(call string, code int32) error {

@@ -51,13 +51,9 @@ var ncclResultNames = map[int32]string{
 //
 //go:uintptrescapes
 func nccl(p *proc, comm Comm, args ...uintptr) error {
-	r, err := p.invoke(args...)
-	if err != nil {
-		return err
-	}
-	code := int32(r)
+	code, err := p.status(args...)
 	if code == 0 {
-		return nil
+		return err
 	}
 	e := &Error{Call: p.name, Lib: "nccl", Code: int(code), Name: ncclResultNames[code]}
 	if e.Name == "" {

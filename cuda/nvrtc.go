@@ -11,13 +11,9 @@ import (
 //
 //go:uintptrescapes
 func nvrtc(p *proc, args ...uintptr) error {
-	r, err := p.invoke(args...)
-	if err != nil {
-		return err
-	}
-	code := int32(r)
+	code, err := p.status(args...)
 	if code == 0 {
-		return nil
+		return err
 	}
 	name := fmt.Sprintf("nvrtcResult %d", code)
 	if s, err := pNvrtcGetErrorString.invoke(uintptr(code)); err == nil && s != 0 {

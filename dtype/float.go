@@ -241,24 +241,25 @@ func EncodeFloat32(t DType, dst []byte, src []float32) {
 // EncodeHalves writes src as t (BF16 or F16) bit patterns into dst, rounding
 // to nearest even. It panics when the lengths differ or t is not a 16-bit float.
 func EncodeHalves(t DType, dst []uint16, src []float32) {
-	if len(dst) != len(src) {
-		panic(fmt.Sprintf("dtype: EncodeHalves: %d halves for %d values", len(dst), len(src)))
-	}
 	enc, _ := halfCodec(t, "EncodeHalves")
-	for i, v := range src {
-		dst[i] = enc(v)
-	}
+	convertInto("EncodeHalves", dst, src, enc)
 }
 
 // DecodeHalves writes the values of src, t (BF16 or F16) bit patterns, into
 // dst. It panics when the lengths differ or t is not a 16-bit float.
 func DecodeHalves(t DType, dst []float32, src []uint16) {
-	if len(dst) != len(src) {
-		panic(fmt.Sprintf("dtype: DecodeHalves: %d values for %d halves", len(dst), len(src)))
-	}
 	_, dec := halfCodec(t, "DecodeHalves")
-	for i, h := range src {
-		dst[i] = dec(h)
+	convertInto("DecodeHalves", dst, src, dec)
+}
+
+// convertInto writes f of each element of src into dst; it panics, naming
+// caller, when their lengths differ.
+func convertInto[S, D any](caller string, dst []D, src []S, f func(S) D) {
+	if len(dst) != len(src) {
+		panic(fmt.Sprintf("dtype: %s: %d elements into %d", caller, len(src), len(dst)))
+	}
+	for i, v := range src {
+		dst[i] = f(v)
 	}
 }
 

@@ -59,38 +59,23 @@ func refBackward(d Dims, q, k, v, dout []float64, c testCase, scale float64) (dq
 // with brute-force dense backward on random problems, DFlash masks over
 // packed rows among them.
 func TestBackwardMatchesReference(t *testing.T) {
-	r := newRand(t)
-	n := trials(50, 20)
-	for i := 0; i < n; i++ {
-		c := randCase(r, 60)
-		if i%10 == 0 { // one case in ten at least: DFlash rows packed with conversations
-			c = randDFlashCase(r, 60, 2+r.IntN(3))
+	forRandProblems(t, newRand(t), 50, 20, 60, func(t *testing.T, c testCase, p problem) {
+		d := c.d
+		wq, wk, wv := refBackward(d, p.q, p.k, p.v, p.dout, c, p.scale)
+		want := [3][]float64{wq, wk, wv}
+		out, lse := Forward(d, p.q, p.k, p.v, p.bm, c.score, c.args, p.scale)
+		g := Backward(d, p.q, p.k, p.v, out, lse, p.dout, p.bm, c.score, c.args, p.scale)
+		checkGrads(t, c, "float64", g, want, 1e-6)
+		q32, k32, v32 := dtype.Convert[float32](p.q), dtype.Convert[float32](p.k), dtype.Convert[float32](p.v)
+		for _, simd := range simdModes() {
+			hasAVX2FMA = simd
+			o32, l32 := Forward(d, q32, k32, v32, p.bm, c.score, c.args, p.scale)
+			g32 := Backward(d, q32, k32, v32, o32, l32, dtype.Convert[float32](p.dout), p.bm, c.score, c.args, p.scale)
+			checkGrads(t, c, fmt.Sprintf("float32 (simd %v)", simd), g32, want, 1e-3)
 		}
-		t.Run(c.name, func(t *testing.T) {
-			d := c.d
-			q, k, v, dout := randQKVO(r, d)
-			scale := 1 / math.Sqrt(float64(d.HeadDim))
-			bm := c.blockMask(t)
-			wq, wk, wv := refBackward(d, q, k, v, dout, c, scale)
-			want := [3][]float64{wq, wk, wv}
-			out, lse := Forward(d, q, k, v, bm, c.score, c.args, scale)
-			g := Backward(d, q, k, v, out, lse, dout, bm, c.score, c.args, scale)
-			checkGrads(t, c, "float64", g, want, 1e-6)
-			q32, k32, v32 := dtype.Convert[float32](q), dtype.Convert[float32](k), dtype.Convert[float32](v)
-			for _, simd := range simdModes() {
-				hasAVX2FMA = simd
-				o32, l32 := Forward(d, q32, k32, v32, bm, c.score, c.args, scale)
-				g32 := Backward(d, q32, k32, v32, o32, l32, dtype.Convert[float32](dout), bm, c.score, c.args, scale)
-				checkGrads(t, c, fmt.Sprintf("float32 (simd %v)", simd), g32, want, 1e-3)
-			}
-			dm, err := NewDenseMask(c.mask, c.args, d, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			gd := DenseBackward(d, q, k, v, out, lse, dout, dm, c.score, c.args, scale)
-			checkGrads(t, c, "dense", gd, want, 1e-6)
-		})
-	}
+		gd := DenseBackward(d, p.q, p.k, p.v, out, lse, p.dout, c.denseMask(t), c.score, c.args, p.scale)
+		checkGrads(t, c, "dense", gd, want, 1e-6)
+	})
 }
 
 // checkGrads fails t when g's dq, dk or dv differs from want (in that

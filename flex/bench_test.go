@@ -4,6 +4,8 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+
+	"dflash/dtype"
 )
 
 // dflashBenchProblem is the default DFlash benchmark problem of
@@ -12,12 +14,7 @@ import (
 func dflashBenchProblem(b *testing.B) (Dims, *BlockMask, *DenseMask, []float32, []float32, []float32, []float32) {
 	r := rand.New(rand.NewPCG(1, 2))
 	d := DFlashDims(1, 4, 1, 128, 16, 768, 128)
-	a := make([]int32, 128)
-	for i := range a {
-		a[i] = int32(r.IntN(768))
-	}
-	slices.Sort(a)
-	args := DFlashArgs(768, a, nil, 128, nil)
+	args := randDFlashArgs(r, 128, 768)
 	bm, err := NewBlockMask(DFlashMask(16), args, d, 0, 0)
 	if err != nil {
 		b.Fatal(err)
@@ -26,16 +23,20 @@ func dflashBenchProblem(b *testing.B) (Dims, *BlockMask, *DenseMask, []float32, 
 	if err != nil {
 		b.Fatal(err)
 	}
-	gen := func(n int) []float32 {
-		x := make([]float32, n)
-		for i := range x {
-			x[i] = float32(r.NormFloat64())
-		}
-		return x
+	q, k, v, dout := randQKVO(r, d)
+	f32 := dtype.Convert[float32, float64]
+	return d, bm, dm, f32(q), f32(k), f32(v), f32(dout)
+}
+
+// randDFlashArgs returns the DFlash arguments of one row: n sorted anchors
+// drawn from r in a context of ctx tokens, every one valid.
+func randDFlashArgs(r *rand.Rand, n, ctx int) *Args {
+	a := make([]int32, n)
+	for i := range a {
+		a[i] = int32(r.IntN(ctx))
 	}
-	q := gen(d.Batch * d.HeadsQ * d.LenQ * d.HeadDim)
-	k := gen(d.Batch * d.HeadsKV * d.LenKV * d.HeadDim)
-	return d, bm, dm, q, k, gen(len(k)), gen(len(q))
+	slices.Sort(a)
+	return DFlashArgs(ctx, a, nil, n, nil)
 }
 
 func BenchmarkDFlashForward(b *testing.B) {
@@ -61,14 +62,8 @@ func BenchmarkDFlashDenseForward(b *testing.B) {
 }
 
 func BenchmarkDFlashBlockMask(b *testing.B) {
-	r := rand.New(rand.NewPCG(3, 4))
 	d := DFlashDims(1, 32, 8, 512, 16, 3072, 128)
-	a := make([]int32, 512)
-	for i := range a {
-		a[i] = int32(r.IntN(3072))
-	}
-	slices.Sort(a)
-	args := DFlashArgs(3072, a, nil, 512, nil)
+	args := randDFlashArgs(rand.New(rand.NewPCG(3, 4)), 512, 3072)
 	m := DFlashMask(16)
 	for b.Loop() {
 		if _, err := NewBlockMask(m, args, d, 0, 0); err != nil {

@@ -182,10 +182,7 @@ func TestBlockMaskDensity(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			dm, err := NewDenseMask(c.mask, c.args, d, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
+			dm := c.denseMask(t)
 			area := 0
 			for b := 0; b < bm.MaskBatch; b++ {
 				for h := 0; h < bm.MaskHeads; h++ {

@@ -1,7 +1,7 @@
 package flex
 
 import (
-	"math"
+	"fmt"
 	"testing"
 
 	"dflash/dtype"
@@ -20,47 +20,29 @@ func simdModes() []bool {
 // brute-force dense float64 attention on random shapes, programs, block
 // sizes and GQA groups, DFlash masks over packed rows among them.
 func TestForwardMatchesReference(t *testing.T) {
-	r := newRand(t)
-	n := trials(60, 25)
-	for i := 0; i < n; i++ {
-		c := randCase(r, 70)
-		if i%10 == 0 { // one case in ten at least: DFlash rows packed with conversations
-			c = randDFlashCase(r, 70, 2+r.IntN(3))
+	forRandProblems(t, newRand(t), 60, 25, 70, func(t *testing.T, c testCase, p problem) {
+		d := c.d
+		wantO, wantL := refForward(d, p.q, p.k, p.v, c.mask, c.score, c.args, p.scale)
+		o64, l64 := Forward(d, p.q, p.k, p.v, p.bm, c.score, c.args, p.scale)
+		checkForward(t, c, "float64", o64, l64, wantO, wantL, 1e-10, 1e-9)
+		for _, simd := range simdModes() {
+			hasAVX2FMA = simd
+			o32, l32 := Forward(d, dtype.Convert[float32](p.q), dtype.Convert[float32](p.k), dtype.Convert[float32](p.v), p.bm, c.score, c.args, p.scale)
+			checkForward(t, c, fmt.Sprintf("float32 (simd %v)", simd), o32, l32, wantO, wantL, 2e-4, 2e-4)
 		}
-		t.Run(c.name, func(t *testing.T) {
-			d := c.d
-			q, k, v, _ := randQKVO(r, d)
-			scale := 1 / math.Sqrt(float64(d.HeadDim))
-			bm := c.blockMask(t)
-			wantO, wantL := refForward(d, q, k, v, c.mask, c.score, c.args, scale)
-			o64, l64 := Forward(d, q, k, v, bm, c.score, c.args, scale)
-			if e, at := maxErr(o64, wantO, 1e-10, 1e-9); e > 1 {
-				t.Fatalf("%v\nfloat64 out[%d] = %v, want %v", c, at, o64[at], wantO[at])
-			}
-			if e, at := maxErr(l64, wantL, 1e-10, 1e-9); e > 1 {
-				t.Fatalf("%v\nfloat64 lse[%d] = %v, want %v", c, at, l64[at], wantL[at])
-			}
-			for _, simd := range simdModes() {
-				hasAVX2FMA = simd
-				o32, l32 := Forward(d, dtype.Convert[float32](q), dtype.Convert[float32](k), dtype.Convert[float32](v), bm, c.score, c.args, scale)
-				if e, at := maxErr(dtype.Convert[float64](o32), wantO, 2e-4, 2e-4); e > 1 {
-					t.Fatalf("%v\nfloat32 (simd %v) out[%d] = %v, want %v", c, simd, at, o32[at], wantO[at])
-				}
-				if e, at := maxErr(dtype.Convert[float64](l32), wantL, 2e-4, 2e-4); e > 1 {
-					t.Fatalf("%v\nfloat32 (simd %v) lse[%d] = %v, want %v", c, simd, at, l32[at], wantL[at])
-				}
-			}
-			dm, err := NewDenseMask(c.mask, c.args, d, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			od, ld := DenseForward(d, q, k, v, dm, c.score, c.args, scale)
-			if e, at := maxErr(od, wantO, 1e-10, 1e-9); e > 1 {
-				t.Fatalf("%v\ndense out[%d] = %v, want %v", c, at, od[at], wantO[at])
-			}
-			if e, at := maxErr(ld, wantL, 1e-10, 1e-9); e > 1 {
-				t.Fatalf("%v\ndense lse[%d] = %v, want %v", c, at, ld[at], wantL[at])
-			}
-		})
+		od, ld := DenseForward(d, p.q, p.k, p.v, c.denseMask(t), c.score, c.args, p.scale)
+		checkForward(t, c, "dense", od, ld, wantO, wantL, 1e-10, 1e-9)
+	})
+}
+
+// checkForward fails t when out or lse differs from wantO or wantL by more
+// than atol + rtol·|want|.
+func checkForward[T elem](t *testing.T, c testCase, label string, out, lse []T, wantO, wantL []float64, atol, rtol float64) {
+	t.Helper()
+	for i, x := range [2][]T{out, lse} {
+		got, want := dtype.Convert[float64](x), [2][]float64{wantO, wantL}[i]
+		if e, at := maxErr(got, want, atol, rtol); e > 1 {
+			t.Fatalf("%v\n%s %s[%d] = %v, want %v", c, label, [2]string{"out", "lse"}[i], at, got[at], want[at])
+		}
 	}
 }

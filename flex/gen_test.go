@@ -2,6 +2,7 @@ package flex
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -245,6 +246,42 @@ func (c testCase) blockMask(t *testing.T) *BlockMask {
 		t.Fatalf("%v: %v", c, err)
 	}
 	return bm
+}
+
+// problem holds the inputs of a random case: q, k, v and dout of its dims
+// (float64, normal), the softmax scale 1/√HeadDim and its block mask.
+type problem struct {
+	q, k, v, dout []float64
+	scale         float64
+	bm            *BlockMask
+}
+
+// forRandProblems runs check as a subtest on trials(full, short) random
+// cases of at most maxLen positions per side, each with its problem, all
+// drawn from r; one case in ten at least is of DFlash rows packed with
+// conversations.
+func forRandProblems(t *testing.T, r *rand.Rand, full, short, maxLen int, check func(t *testing.T, c testCase, p problem)) {
+	for i := range trials(full, short) {
+		c := randCase(r, maxLen)
+		if i%10 == 0 {
+			c = randDFlashCase(r, maxLen, 2+r.IntN(3))
+		}
+		t.Run(c.name, func(t *testing.T) {
+			q, k, v, dout := randQKVO(r, c.d)
+			p := problem{q: q, k: k, v: v, dout: dout, scale: 1 / math.Sqrt(float64(c.d.HeadDim)), bm: c.blockMask(t)}
+			check(t, c, p)
+		})
+	}
+}
+
+// denseMask builds c's dense mask, failing t when it cannot.
+func (c testCase) denseMask(t *testing.T) *DenseMask {
+	t.Helper()
+	dm, err := NewDenseMask(c.mask, c.args, c.d, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dm
 }
 
 // randCase draws a random problem of at most maxLen positions per side: a

@@ -2,7 +2,6 @@ package flex
 
 import (
 	"fmt"
-	"math"
 	"testing"
 
 	"dflash/dtype"
@@ -28,61 +27,42 @@ func headsInner(x []float64, batch, heads, length, dim int) []float64 {
 // shapes, programs, block sizes and GQA groups; lse keeps q's layout.
 func TestOutHeadsInner(t *testing.T) {
 	r := newRand(t)
-	n := trials(40, 15)
-	for i := 0; i < n; i++ {
-		c := randCase(r, 50)
-		t.Run(c.name, func(t *testing.T) {
-			d := c.d
-			q, k, v, _ := randQKVO(r, d)
-			scale := 1 / math.Sqrt(float64(d.HeadDim))
-			bm := c.blockMask(t)
-			di := d
-			di.OutHeadsInner = true
-			doutI := randSlice(r, len(q)) // dout in di's layout
-			perm := func(x []float64) []float64 { return headsInner(x, d.Batch, d.HeadsQ, d.LenQ, d.HeadDim) }
-			// back permutes dout to q's layout for the reference: out's
-			// rows of one head are LenQ apart in q's layout.
-			back := make([]float64, len(q))
-			for b := range d.Batch {
-				for h := range d.HeadsQ {
-					for i := range d.LenQ {
-						copy(back[((b*d.HeadsQ+h)*d.LenQ+i)*d.HeadDim:][:d.HeadDim], doutI[((b*d.LenQ+i)*d.HeadsQ+h)*d.HeadDim:][:d.HeadDim])
-					}
+	forRandProblems(t, r, 40, 15, 50, func(t *testing.T, c testCase, p problem) {
+		d, q, k, v := c.d, p.q, p.k, p.v
+		di := d
+		di.OutHeadsInner = true
+		doutI := randSlice(r, len(q)) // dout in di's layout
+		perm := func(x []float64) []float64 { return headsInner(x, d.Batch, d.HeadsQ, d.LenQ, d.HeadDim) }
+		// back permutes dout to q's layout for the reference: out's
+		// rows of one head are LenQ apart in q's layout.
+		back := make([]float64, len(q))
+		for b := range d.Batch {
+			for h := range d.HeadsQ {
+				for i := range d.LenQ {
+					copy(back[((b*d.HeadsQ+h)*d.LenQ+i)*d.HeadDim:][:d.HeadDim], doutI[((b*d.LenQ+i)*d.HeadsQ+h)*d.HeadDim:][:d.HeadDim])
 				}
 			}
-			refO, refL := refForward(d, q, k, v, c.mask, c.score, c.args, scale)
-			wantO := perm(refO)
-			wq, wk, wv := refBackward(d, q, k, v, back, c, scale)
-			want := [3][]float64{wq, wk, wv}
+		}
+		refO, refL := refForward(d, q, k, v, c.mask, c.score, c.args, p.scale)
+		wantO := perm(refO)
+		wq, wk, wv := refBackward(d, q, k, v, back, c, p.scale)
+		want := [3][]float64{wq, wk, wv}
 
-			o64, l64 := Forward(di, q, k, v, bm, c.score, c.args, scale)
-			if e, at := maxErr(o64, wantO, 1e-10, 1e-9); e > 1 {
-				t.Fatalf("%v\nfloat64 out[%d] = %v, want %v", c, at, o64[at], wantO[at])
-			}
-			if e, at := maxErr(l64, refL, 1e-10, 1e-9); e > 1 {
-				t.Fatalf("%v\nfloat64 lse[%d] = %v, want %v", c, at, l64[at], refL[at])
-			}
-			checkGrads(t, c, "float64", Backward(di, q, k, v, o64, l64, doutI, bm, c.score, c.args, scale), want, 1e-6)
-			for _, simd := range simdModes() {
-				hasAVX2FMA = simd
-				o32, l32 := Forward(di, dtype.Convert[float32](q), dtype.Convert[float32](k), dtype.Convert[float32](v), bm, c.score, c.args, scale)
-				if e, at := maxErr(dtype.Convert[float64](o32), wantO, 2e-4, 2e-4); e > 1 {
-					t.Fatalf("%v\nfloat32 (simd %v) out[%d] = %v, want %v", c, simd, at, o32[at], wantO[at])
-				}
-				g32 := Backward(di, dtype.Convert[float32](q), dtype.Convert[float32](k), dtype.Convert[float32](v), o32, l32, dtype.Convert[float32](doutI), bm, c.score, c.args, scale)
-				checkGrads(t, c, fmt.Sprintf("float32 (simd %v)", simd), g32, want, 1e-3)
-			}
-			dm, err := NewDenseMask(c.mask, c.args, d, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
-			od, ld := DenseForward(di, q, k, v, dm, c.score, c.args, scale)
-			if e, at := maxErr(od, wantO, 1e-10, 1e-9); e > 1 {
-				t.Fatalf("%v\ndense out[%d] = %v, want %v", c, at, od[at], wantO[at])
-			}
-			checkGrads(t, c, "dense", DenseBackward(di, q, k, v, od, ld, doutI, dm, c.score, c.args, scale), want, 1e-6)
-		})
-	}
+		o64, l64 := Forward(di, q, k, v, p.bm, c.score, c.args, p.scale)
+		checkForward(t, c, "float64", o64, l64, wantO, refL, 1e-10, 1e-9)
+		checkGrads(t, c, "float64", Backward(di, q, k, v, o64, l64, doutI, p.bm, c.score, c.args, p.scale), want, 1e-6)
+		for _, simd := range simdModes() {
+			hasAVX2FMA = simd
+			o32, l32 := Forward(di, dtype.Convert[float32](q), dtype.Convert[float32](k), dtype.Convert[float32](v), p.bm, c.score, c.args, p.scale)
+			checkForward(t, c, fmt.Sprintf("float32 (simd %v)", simd), o32, l32, wantO, refL, 2e-4, 2e-4)
+			g32 := Backward(di, dtype.Convert[float32](q), dtype.Convert[float32](k), dtype.Convert[float32](v), o32, l32, dtype.Convert[float32](doutI), p.bm, c.score, c.args, p.scale)
+			checkGrads(t, c, fmt.Sprintf("float32 (simd %v)", simd), g32, want, 1e-3)
+		}
+		dm := c.denseMask(t)
+		od, ld := DenseForward(di, q, k, v, dm, c.score, c.args, p.scale)
+		checkForward(t, c, "dense", od, ld, wantO, refL, 1e-10, 1e-9)
+		checkGrads(t, c, "dense", DenseBackward(di, q, k, v, od, ld, doutI, dm, c.score, c.args, p.scale), want, 1e-6)
+	})
 }
 
 // TestOutRow checks Dims.OutRow and OutStride against the two layouts'

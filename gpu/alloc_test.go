@@ -47,6 +47,16 @@ func (m *fakeMemory) free(p cuda.DevicePtr) error {
 
 func (m *fakeMemory) info() (int64, int64, error) { return m.capacity - m.used, m.capacity, nil }
 
+// mustAlloc returns a's allocation of n bytes, failing t when it fails.
+func mustAlloc(t *testing.T, a *Allocator, n int64) Buffer {
+	t.Helper()
+	b, err := a.Alloc(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
 func TestSizeClass(t *testing.T) {
 	rng := testseed.New(t)
 	for _, c := range []struct{ n, want int64 }{
@@ -82,10 +92,7 @@ func TestAllocatorReusesAcrossSteps(t *testing.T) {
 	for step := 0; step < 5; step++ {
 		var bufs []Buffer
 		for _, n := range sizes {
-			b, err := a.Alloc(n)
-			if err != nil {
-				t.Fatal(err)
-			}
+			b := mustAlloc(t, a, n)
 			if b.Size != n {
 				t.Fatalf("buffer size %d, want %d", b.Size, n)
 			}
@@ -125,14 +132,8 @@ func TestAllocatorReusesAcrossSteps(t *testing.T) {
 func TestAllocatorOOMReleasesCacheThenReports(t *testing.T) {
 	mem := newFakeMemory(64 << 20)
 	a := newAllocator(3, mem)
-	keep, err := a.Alloc(20 << 20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cached, err := a.Alloc(30 << 20)
-	if err != nil {
-		t.Fatal(err)
-	}
+	keep := mustAlloc(t, a, 20<<20)
+	cached := mustAlloc(t, a, 30<<20)
 	a.Free(cached) // 30 MiB cached, 20 MiB in use, 14 MiB never allocated
 	// 40 MiB fits only after the cache is released
 	b, err := a.Alloc(40 << 20)
@@ -178,10 +179,7 @@ func TestAllocatorMapped(t *testing.T) {
 	if err := a.mapped(16<<20, nil, create(16<<20)); err != nil {
 		t.Fatal(err)
 	}
-	b, err := a.Alloc(30 << 20)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := mustAlloc(t, a, 30<<20)
 	a.Free(b) // 30 MiB cached, 16 MiB mapped, 18 MiB never allocated
 	if st := a.Stats(); st.MappedBytes != 16<<20 || st.PeakBytes != 46<<20 {
 		t.Errorf("after a mapping and a cached block: %+v", st)
@@ -192,7 +190,7 @@ func TestAllocatorMapped(t *testing.T) {
 	if st := a.Stats(); st.OOMRetries != 1 || st.CachedBytes != 0 || st.MappedBytes != 48<<20 || st.PeakBytes != 48<<20 {
 		t.Errorf("after the retried mapping: %+v", st)
 	}
-	err = a.mapped(32<<20, nil, create(32<<20))
+	err := a.mapped(32<<20, nil, create(32<<20))
 	var oom *OutOfMemoryError
 	if !errors.As(err, &oom) || !errors.Is(err, cuda.ErrOutOfMemory) || oom.Requested != 32<<20 || oom.InUse != 48<<20 || oom.Free != 16<<20 {
 		t.Fatalf("a mapping past the device: %v (%+v)", err, oom)
@@ -229,14 +227,8 @@ func TestAllocatorMisuse(t *testing.T) {
 // both grow again from there.
 func TestAllocatorResetPeaks(t *testing.T) {
 	a := newAllocator(0, newFakeMemory(1<<30))
-	big, err := a.Alloc(64 << 20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	small, err := a.Alloc(1 << 20)
-	if err != nil {
-		t.Fatal(err)
-	}
+	big := mustAlloc(t, a, 64<<20)
+	small := mustAlloc(t, a, 1<<20)
 	a.Free(big)
 	before := a.Stats()
 	a.ResetPeaks()
@@ -246,10 +238,7 @@ func TestAllocatorResetPeaks(t *testing.T) {
 		t.Fatalf("after ResetPeaks: peaks %d held, %d in use; want %d, %d (before: %d, %d)", st.PeakBytes, st.PeakInUseBytes,
 			held, inUse, before.PeakBytes, before.PeakInUseBytes)
 	}
-	again, err := a.Alloc(64 << 20) // the cached block: held stays, in use grows
-	if err != nil {
-		t.Fatal(err)
-	}
+	again := mustAlloc(t, a, 64<<20) // the cached block: held stays, in use grows
 	if st2 := a.Stats(); st2.PeakBytes != held || st2.PeakInUseBytes != st2.InUseBytes+st2.MappedBytes-st2.PoolFreeBytes {
 		t.Fatalf("after a cached allocation: peaks %d held, %d in use; want %d held", st2.PeakBytes, st2.PeakInUseBytes, held)
 	}
@@ -263,10 +252,7 @@ func TestAllocatorResetPeaks(t *testing.T) {
 func TestAllocatorDirect(t *testing.T) {
 	mem := newFakeMemory(1 << 30)
 	a := newAllocator(0, mem)
-	cached, err := a.Alloc(8 << 20)
-	if err != nil {
-		t.Fatal(err)
-	}
+	cached := mustAlloc(t, a, 8<<20)
 	a.Free(cached)
 	before := a.Stats()
 	d, err := a.allocDirect(8 << 20)
@@ -284,10 +270,7 @@ func TestAllocatorDirect(t *testing.T) {
 		st.DeviceAllocs != before.DeviceAllocs+1 || st.DeviceFrees != before.DeviceFrees+1 || st.PeakBytes < 2*before.CachedBytes {
 		t.Fatalf("after a direct block: %+v (before %+v), driver holds %d", st, before, mem.used)
 	}
-	again, err := a.Alloc(8 << 20)
-	if err != nil {
-		t.Fatal(err)
-	}
+	again := mustAlloc(t, a, 8<<20)
 	if again.Ptr != cached.Ptr {
 		t.Fatal("the cached block was not kept for the next allocation")
 	}

@@ -267,53 +267,58 @@ type Element interface {
 // the default stream, and returns when the copy is done: it counts as one
 // host->device copy and one synchronisation (Counters).
 func Upload[T Element](d *Device, b Buffer, src []T) error {
-	n := int64(len(src)) * int64(unsafe.Sizeof(*new(T)))
-	if n > b.Size {
-		panic(fmt.Sprintf("gpu: Upload of %d bytes into a %d-byte buffer", n, b.Size))
-	}
-	if n == 0 {
-		return nil
-	}
-	if err := d.check("Upload"); err != nil {
-		return err
-	}
-	if d.rec != nil {
-		return ErrReplayHostWait
-	}
-	d.count.htod(n)
-	d.count.sync()
-	err := cuda.MemcpyHtoDAsync(b.Ptr, unsafe.Pointer(&src[0]), n, d.main.h)
-	if err == nil {
-		err = cuda.StreamSynchronize(d.main.h)
-	}
-	runtime.KeepAlive(src) // the copy reads src until the stream is synchronised
-	return err
+	return waitedCopy(d, "Upload", b, src, true)
 }
 
 // Download copies the start of b into dst, in order with the work queued on
 // the default stream, and returns when the copy is done: it counts as one
 // device->host copy and one synchronisation (Counters).
 func Download[T Element](d *Device, dst []T, b Buffer) error {
-	n := int64(len(dst)) * int64(unsafe.Sizeof(*new(T)))
+	return waitedCopy(d, "Download", b, dst, false)
+}
+
+// hostCopy returns the bytes of a copy (call names it) between host and the
+// start of b, 0 when there is nothing to copy. It panics when host does not
+// fit in b, and returns the error that forbids the copy now: a call off the
+// device's worker (debug mode), or a copy inside a replayed region, where
+// the host cannot wait for the device (ErrReplayHostWait).
+func hostCopy[T Element](d *Device, call string, b Buffer, host []T) (int64, error) {
+	n := int64(len(host)) * int64(unsafe.Sizeof(*new(T)))
 	if n > b.Size {
-		panic(fmt.Sprintf("gpu: Download of %d bytes from a %d-byte buffer", n, b.Size))
+		panic(fmt.Sprintf("gpu: %s of %d bytes with a %d-byte buffer", call, n, b.Size))
 	}
 	if n == 0 {
-		return nil
+		return 0, nil
 	}
-	if err := d.check("Download"); err != nil {
-		return err
+	if err := d.check(call); err != nil {
+		return 0, err
 	}
 	if d.rec != nil {
-		return ErrReplayHostWait
+		return 0, ErrReplayHostWait
 	}
-	d.count.dtoh(n)
+	return n, nil
+}
+
+// waitedCopy copies host into b (up) or b into host on the default stream
+// and waits for the copy: the body of Upload and Download.
+func waitedCopy[T Element](d *Device, call string, b Buffer, host []T, up bool) error {
+	n, err := hostCopy(d, call, b, host)
+	if n == 0 || err != nil {
+		return err
+	}
+	p := unsafe.Pointer(&host[0])
 	d.count.sync()
-	err := cuda.MemcpyDtoHAsync(unsafe.Pointer(&dst[0]), b.Ptr, n, d.main.h)
+	if up {
+		d.count.htod(n)
+		err = cuda.MemcpyHtoDAsync(b.Ptr, p, n, d.main.h)
+	} else {
+		d.count.dtoh(n)
+		err = cuda.MemcpyDtoHAsync(p, b.Ptr, n, d.main.h)
+	}
 	if err == nil {
 		err = cuda.StreamSynchronize(d.main.h)
 	}
-	runtime.KeepAlive(dst) // the copy writes dst until the stream is synchronised
+	runtime.KeepAlive(host) // the copy uses host until the stream is synchronised
 	return err
 }
 

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"dflash/internal/atomicfile"
+	"dflash/internal/parsefile"
 )
 
 // GemmTuneFile is the file, in the directory given to SetGemmTuning, that
@@ -185,15 +186,7 @@ func readGemmChoices(path string) (map[string]gemmChoice, error) {
 	if !fi.Mode().IsRegular() {
 		return nil, fmt.Errorf("%s: not a regular file (%v)", path, fi.Mode().Type())
 	}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	choices, err := decodeGemmChoices(data)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return choices, nil
+	return parsefile.Read(path, decodeGemmChoices)
 }
 
 // decodeGemmChoices parses and checks GemmTuneFile's content.

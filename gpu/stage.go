@@ -147,21 +147,12 @@ var ErrStageInCapture = errors.New("gpu: host->device copy inside a CUDA graph c
 // It counts as one host->device copy, plus one synchronisation when the
 // host had to wait for staging memory (it is 64 MiB of copies ahead).
 func Stage[T Element](d *Device, b Buffer, src []T) error {
-	n := int64(len(src)) * int64(unsafe.Sizeof(*new(T)))
-	if n > b.Size {
-		panic(fmt.Sprintf("gpu: Stage of %d bytes into a %d-byte buffer", n, b.Size))
-	}
-	if n == 0 {
-		return nil
-	}
-	if err := d.check("Stage"); err != nil {
+	n, err := hostCopy(d, "Stage", b, src)
+	if n == 0 || err != nil {
 		return err
 	}
 	if d.capturing {
 		return ErrStageInCapture
-	}
-	if d.rec != nil {
-		return ErrReplayHostWait
 	}
 	if d.stage == nil {
 		d.stageDev = &cudaStage{d: d}

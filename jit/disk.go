@@ -3,8 +3,6 @@ package jit
 import (
 	"bytes"
 	"crypto/sha256"
-	"dflash/internal/atomicfile"
-	"dflash/internal/switches"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
@@ -18,6 +16,9 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"dflash/internal/atomicfile"
+	"dflash/internal/switches"
 )
 
 // Disk file layout (little-endian):

@@ -1,10 +1,11 @@
 package model
 
 import (
-	"dflash/tensor"
 	"fmt"
 	"slices"
 	"testing"
+
+	"dflash/tensor"
 )
 
 // TestParamsArena checks, for every optional part (tied head, biases,
@@ -13,11 +14,7 @@ import (
 // every parameter, and its gradient, is the view of the model's arena at
 // its running offset.
 func TestParamsArena(t *testing.T) {
-	for _, c := range []Config{
-		tinyConfig(Qwen3, true), tinyConfig(Llama, false),
-		func() Config { c := tinyConfig(Llama, true); c.AttentionBias, c.MLPBias = true, true; return c }(),
-		func() Config { c := tinyConfig(Qwen3, false); c.AttentionBias, c.MLPBias = true, true; return c }(),
-	} {
+	for _, c := range partConfigs() {
 		name := fmt.Sprintf("%s/tied=%v/bias=%v", c.Arch, c.TieWordEmbeddings, c.AttentionBias)
 		t.Run(name, func(t *testing.T) {
 			m, err := New(c, 1)

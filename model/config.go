@@ -5,8 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"os"
 
+	"dflash/internal/parsefile"
 	"dflash/tensor"
 )
 
@@ -85,15 +85,7 @@ func (c *Config) Validate() error {
 // (ParseRope); sliding-window layers are refused (FullAttention).
 // Errors name the file and the field.
 func ReadConfig(path string) (*Config, error) {
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	c, err := ParseConfig(raw)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return c, nil
+	return parsefile.Read(path, ParseConfig)
 }
 
 // ParseConfig parses and validates config.json contents.

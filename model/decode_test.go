@@ -1,7 +1,6 @@
 package model
 
 import (
-	"math/rand/v2"
 	"strconv"
 	"testing"
 
@@ -14,7 +13,7 @@ import (
 // passes: a block's logits and hidden states at every position, then a
 // rollback of part of the block and a different continuation.
 func TestDecodeTruncate(t *testing.T) {
-	rng := rand.New(rand.NewPCG(testseed.Seed(t), 5))
+	rng := testseed.New(t)
 	cpu := tensor.NewCPU[float32](0)
 	for _, arch := range []Architecture{Qwen3, Llama} {
 		t.Run(string(arch), func(t *testing.T) {
@@ -63,7 +62,7 @@ func TestDecodeTruncate(t *testing.T) {
 // TestGenerateContextLimit checks that generation stops at
 // max_position_embeddings and that a longer prompt is refused.
 func TestGenerateContextLimit(t *testing.T) {
-	rng := rand.New(rand.NewPCG(testseed.Seed(t), 6))
+	rng := testseed.New(t)
 	cfg := tinyConfig(Qwen3, true)
 	cfg.MaxPositionEmbeddings = 12
 	m, err := New(cfg, rng.Uint64())

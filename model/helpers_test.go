@@ -13,6 +13,14 @@ func tinyConfig(a Architecture, tied bool) Config {
 		BOSTokenID: &bos, EOSTokenIDs: []int{2}}
 }
 
+// partConfigs returns tiny configs with every optional part on and off:
+// tied and untied heads, biases, QK-norm (Qwen3).
+func partConfigs() []Config {
+	biased := func(c Config) Config { c.AttentionBias, c.MLPBias = true, true; return c }
+	return []Config{tinyConfig(Qwen3, true), tinyConfig(Qwen3, false), tinyConfig(Llama, false),
+		biased(tinyConfig(Llama, true)), biased(tinyConfig(Qwen3, false))}
+}
+
 // randIDs returns n token ids drawn uniformly from [0, vocab).
 func randIDs(rng *rand.Rand, n, vocab int) []int32 {
 	ids := make([]int32, n)

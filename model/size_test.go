@@ -11,11 +11,7 @@ import (
 // TestParamCount checks ParamCount against the parameters build allocates,
 // for every optional part (tied head, biases, QK-norm).
 func TestParamCount(t *testing.T) {
-	for _, c := range []Config{
-		tinyConfig(Qwen3, true), tinyConfig(Qwen3, false), tinyConfig(Llama, false),
-		func() Config { c := tinyConfig(Llama, true); c.AttentionBias, c.MLPBias = true, true; return c }(),
-		func() Config { c := tinyConfig(Qwen3, false); c.AttentionBias, c.MLPBias = true, true; return c }(),
-	} {
+	for _, c := range partConfigs() {
 		m, err := New(c, 1)
 		if err != nil {
 			t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"dflash/dtype"
+	"dflash/internal/testerr"
 	"dflash/internal/testseed"
 )
 
@@ -285,14 +286,8 @@ func TestParseSizes(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.in, func(t *testing.T) {
 			got, err := ParseSizes(c.in)
-			if c.err != "" {
-				if err == nil || !strings.Contains(err.Error(), c.err) {
-					t.Fatalf("err = %v, want %q", err, c.err)
-				}
+			if testerr.Want(t, err, c.err) {
 				return
-			}
-			if err != nil {
-				t.Fatal(err)
 			}
 			if c.in == "4K..1G" {
 				if len(got) != 19 || got[0] != 4096 || got[18] != 1<<30 || got[10] != 4096<<10 {

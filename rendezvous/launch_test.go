@@ -1,8 +1,9 @@
 package rendezvous
 
 import (
-	"strings"
 	"testing"
+
+	"dflash/internal/testerr"
 )
 
 // TestParseLaunch: flags over the torchrun environment, defaults for a job
@@ -49,14 +50,8 @@ func TestParseLaunch(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			got, err := ParseLaunch(c.flags, func(k string) string { return c.env[k] })
-			if c.err != "" {
-				if err == nil || !strings.Contains(err.Error(), c.err) {
-					t.Fatalf("error %v, want one containing %q", err, c.err)
-				}
+			if testerr.Want(t, err, c.err) {
 				return
-			}
-			if err != nil {
-				t.Fatal(err)
 			}
 			if got != c.want {
 				t.Fatalf("got %+v, want %+v", got, c.want)

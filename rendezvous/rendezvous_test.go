@@ -126,15 +126,30 @@ func TestExchangeGoroutines(t *testing.T) {
 	}
 }
 
-// TestClientsBeforeServer starts the other ranks before rank 0 listens:
-// they retry until it does.
-func TestClientsBeforeServer(t *testing.T) {
+// listen returns a listener on a free port of 127.0.0.1, failing t when
+// there is none.
+func listen(t *testing.T) net.Listener {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := ln.Addr().String()
-	ln.Close()
+	return ln
+}
+
+// freeAddr returns an address of 127.0.0.1 that nothing listens on: a
+// listener's, closed.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln := listen(t)
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// TestClientsBeforeServer starts the other ranks before rank 0 listens:
+// they retry until it does.
+func TestClientsBeforeServer(t *testing.T) {
+	addr := freeAddr(t)
 	id := randomID(t)
 	cfg := Config{Addr: addr, NRanks: 3, Timeout: 10 * time.Second}
 	type res struct {
@@ -301,14 +316,9 @@ func TestTimeouts(t *testing.T) {
 		}
 	})
 	t.Run("a rank waits for a rank 0 that never listens", func(t *testing.T) {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := ln.Addr().String()
-		ln.Close()
+		addr := freeAddr(t)
 		t0 := time.Now()
-		_, err = ReceiveID(context.Background(), Config{Addr: addr, Rank: 1, NRanks: 2, Timeout: 700 * time.Millisecond})
+		_, err := ReceiveID(context.Background(), Config{Addr: addr, Rank: 1, NRanks: 2, Timeout: 700 * time.Millisecond})
 		took := time.Since(t0)
 		if !errors.Is(err, ErrTimeout) {
 			t.Fatalf("err = %v, want ErrTimeout", err)
@@ -323,10 +333,7 @@ func TestTimeouts(t *testing.T) {
 		}
 	})
 	t.Run("a silent peer is dropped", func(t *testing.T) {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
+		ln := listen(t)
 		defer ln.Close()
 		go func() { // accepts and never answers
 			for {
@@ -337,7 +344,7 @@ func TestTimeouts(t *testing.T) {
 				defer c.Close()
 			}
 		}()
-		_, err = ReceiveID(context.Background(), Config{Addr: ln.Addr().String(), Rank: 1, NRanks: 2, Timeout: 500 * time.Millisecond})
+		_, err := ReceiveID(context.Background(), Config{Addr: ln.Addr().String(), Rank: 1, NRanks: 2, Timeout: 500 * time.Millisecond})
 		if !errors.Is(err, ErrTimeout) {
 			t.Fatalf("err = %v, want ErrTimeout", err)
 		}
@@ -376,10 +383,7 @@ func TestDroppedConnections(t *testing.T) {
 		}
 	})
 	t.Run("rank 0 drops the connection, then comes back", func(t *testing.T) {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
+		ln := listen(t)
 		addr := ln.Addr().String()
 		id := randomID(t)
 		got := make(chan error, 1)

@@ -2,7 +2,6 @@ package spec
 
 import (
 	"context"
-	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -16,7 +15,7 @@ import (
 // token counts, rounds, the histogram's mean, and that greedy outputs match
 // the baseline's.
 func TestRunReport(t *testing.T) {
-	rng := rand.New(rand.NewPCG(testseed.Seed(t), 10))
+	rng := testseed.New(t)
 	cpu := tensor.NewCPU[float32](2)
 	m := loadTarget(t, "qwen3-tiny")
 	d := randomDFlash(t, m, 1, 4, rng, cpu)

@@ -108,12 +108,8 @@ func (c *CPU[T]) Scale(alpha T, xS Storage[T]) {
 
 // AddRows computes y[r,:] += v.
 func (c *CPU[T]) AddRows(yS Storage[T], vS Storage[T]) {
-	y := HostData(yS, "AddRows y")
-	v := HostData(vS, "AddRows v")
+	y, v := rowsData("AddRows", yS, vS)
 	n := len(v)
-	if n == 0 || len(y)%n != 0 {
-		panic(fmt.Sprintf("tensor: AddRows: %d elements are not rows of %d", len(y), n))
-	}
 	c.parallel(len(y)/n, 1<<15/n+1, func(lo, hi int) {
 		for r := lo; r < hi; r++ {
 			row := y[r*n : r*n+n]
@@ -124,14 +120,20 @@ func (c *CPU[T]) AddRows(yS Storage[T], vS Storage[T]) {
 	})
 }
 
+// rowsData returns the host data of y and v; it panics, naming op, unless y
+// is whole rows of v's length.
+func rowsData[T Float](op string, yS, vS Storage[T]) (y, v []T) {
+	y, v = HostData(yS, op+" y"), HostData(vS, op+" v")
+	if len(v) == 0 || len(y)%len(v) != 0 {
+		panic(fmt.Sprintf("tensor: %s: %d elements are not rows of %d", op, len(y), len(v)))
+	}
+	return y, v
+}
+
 // SumRows computes v += Σ_r y[r,:].
 func (c *CPU[T]) SumRows(yS Storage[T], vS Storage[T]) {
-	y := HostData(yS, "SumRows y")
-	v := HostData(vS, "SumRows v")
+	y, v := rowsData("SumRows", yS, vS)
 	n := len(v)
-	if n == 0 || len(y)%n != 0 {
-		panic(fmt.Sprintf("tensor: SumRows: %d elements are not rows of %d", len(y), n))
-	}
 	c.parallel(n, 64, func(lo, hi int) {
 		acc := make([]float64, hi-lo)
 		for r := 0; r < len(y)/n; r++ {

@@ -35,14 +35,7 @@ func BenchmarkGemm(b *testing.B) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	cpu := tensor.NewCPU[float32](0)
 	for _, s := range gemmBenchShapes {
-		ar, ac := s.m, s.k
-		if s.ta {
-			ar, ac = s.k, s.m
-		}
-		br, bc := s.k, s.n
-		if s.tb {
-			br, bc = s.n, s.k
-		}
+		ar, ac, br, bc := tensor.GemmOperands(s.ta, s.tb, s.m, s.n, s.k)
 		a, bb, c := randF32(rng, ar*ac), randF32(rng, br*bc), make(tensor.Host[float32], s.m*s.n)
 		name := fmt.Sprintf("%dx%dx%d_%s", s.m, s.n, s.k, transName(s.ta, s.tb))
 		flops := 2 * float64(s.m) * float64(s.n) * float64(s.k)

@@ -92,13 +92,13 @@ func gonumSgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, ld
 		}
 		return
 	}
-	ar, ac, ta := m, k, blas.NoTrans
+	ar, ac, br, bc := GemmOperands(transA, transB, m, n, k)
+	ta, tb := blas.NoTrans, blas.NoTrans
 	if transA {
-		ar, ac, ta = k, m, blas.Trans
+		ta = blas.Trans
 	}
-	br, bc, tb := k, n, blas.NoTrans
 	if transB {
-		br, bc, tb = n, k, blas.Trans
+		tb = blas.Trans
 	}
 	blas32.Gemm(ta, tb, alpha,
 		blas32.General{Rows: ar, Cols: ac, Stride: lda, Data: a[:(ar-1)*lda+ac]},

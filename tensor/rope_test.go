@@ -2,7 +2,6 @@ package tensor
 
 import (
 	"math"
-	"math/rand/v2"
 	"sync"
 	"testing"
 
@@ -15,7 +14,7 @@ import (
 // larger one comes), for negative positions (not in the table) and from
 // concurrent goroutines.
 func TestAnglesTable(t *testing.T) {
-	rng := rand.New(rand.NewPCG(testseed.Seed(t), 0))
+	rng := testseed.New(t)
 	r, err := NewRope(64, 1e6, &RopeScaling{Type: "llama3", Factor: 8, LowFreqFactor: 1, HighFreqFactor: 4, OriginalMaxPositions: 8192})
 	if err != nil {
 		t.Fatal(err)
@@ -75,7 +74,7 @@ func (k *keeper[T]) KeepStat(x []T) Storage[T] {
 // is made on the first call, kept while the positions fit, made anew with
 // at least twice the rows when one does not, and kept per backend. A negative position takes the Angles path and keeps nothing.
 func TestTableKept(t *testing.T) {
-	rng := rand.New(rand.NewPCG(testseed.Seed(t), 0))
+	rng := testseed.New(t)
 	r, err := NewRope(16, 1e4, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"dflash/internal/testseed"
-
 	"dflash/tensor"
 )
 

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"dflash/recipe/recipetest"
 	"flag"
 	"os"
 	"path/filepath"
@@ -9,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"dflash/recipe/recipetest"
 )
 
 // TestBadLineHintNamesTheFlag: the flag that a bad line's error tells to use is a

@@ -7,9 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"dflash/recipe/recipetest"
-
 	"dflash/internal/switches"
+	"dflash/recipe/recipetest"
 )
 
 const (

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"dflash/internal/testerr"
 	"dflash/internal/testseed"
 )
 
@@ -140,14 +141,8 @@ func TestCorruption(t *testing.T) {
 			writeDataset(t, dir, samples, 0)
 			c.damage(filepath.Join(dir, "shard-00000.bin"))
 			d, err := Open(dir)
-			if c.want != "" {
-				if err == nil || !strings.Contains(err.Error(), c.want) {
-					t.Fatalf("Open: got %v, want %q", err, c.want)
-				}
+			if testerr.Want(t, err, c.want) {
 				return
-			}
-			if err != nil {
-				t.Fatalf("Open: %v", err)
 			}
 			defer d.Close()
 			if err := d.Verify(); err == nil || !strings.Contains(err.Error(), "checksum") {
@@ -177,14 +172,7 @@ func TestCreateRules(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.Add([]int32{1, 2, 3}, []uint8{0, 1, 1})
-	if _, err := w.Finish(nil); err != nil {
-		t.Fatal(err)
-	}
-	d, err := Open(dir)
-	if err != nil || d.Len() != 1 {
-		t.Fatalf("replaced dataset: %v", err)
-	}
-	d.Close()
+	finishLen(t, w, dir, 1, "replaced dataset")
 	// Abort leaves no trace.
 	w, _ = Create(filepath.Join(filepath.Dir(dir), "other"), 0, false)
 	w.Add([]int32{1}, []uint8{1})
@@ -203,14 +191,24 @@ func TestCreateRules(t *testing.T) {
 func TestEmptyDataset(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "prep")
 	w, _ := Create(dir, 0, false)
+	finishLen(t, w, dir, 0, "empty dataset")
+}
+
+// finishLen finishes w, the writer of the dataset in dir, and fails t
+// (naming what) unless the dataset then opens with n samples.
+func finishLen(t *testing.T, w *Writer, dir string, n int, what string) {
+	t.Helper()
 	if _, err := w.Finish(nil); err != nil {
-		t.Fatal(err)
+		t.Fatalf("%s: %v", what, err)
 	}
 	d, err := Open(dir)
-	if err != nil || d.Len() != 0 {
-		t.Fatalf("empty dataset: %v", err)
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
 	}
-	d.Close()
+	defer d.Close()
+	if d.Len() != n {
+		t.Fatalf("%s: %d samples, want %d", what, d.Len(), n)
+	}
 }
 
 // TestCheckIDs writes ids in [0, 1000) with one id planted at a random

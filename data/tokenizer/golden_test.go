@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"runtime"
+	"slices"
 	"sync"
 	"testing"
 
@@ -63,88 +64,77 @@ func readGolden(t *testing.T) *goldenFile {
 }
 
 func TestGoldenIDs(t *testing.T) {
+	forEachGolden(t, "id", func(g *goldenFile) map[string][][]int32 { return g.IDs }, func(t *testing.T, g *goldenFile, tok *Tokenizer, want [][]int32) {
+		bad := 0
+		for i, tx := range g.Texts {
+			got := tok.Encode(tx.Text)
+			if !slices.Equal(got, want[i]) {
+				bad++
+				if bad <= 5 {
+					t.Errorf("%s %q:\n got %v\nwant %v", tx.Name, tx.Text, got, want[i])
+				}
+				continue
+			}
+			// Round trip: decode gives the text, in NFC where the tokenizer normalises.
+			wantText := tx.Text
+			if tok.NFC() {
+				wantText = norm.NFC.String(wantText)
+			}
+			if d := tok.Decode(got, false); d != wantText {
+				t.Errorf("%s: decode %q, want %q", tx.Name, d, wantText)
+			}
+		}
+		if bad > 0 {
+			t.Fatalf("%d of %d texts differ from HF tokenizers %s", bad, len(g.Texts), g.Version)
+		}
+		// The batch path gives the same ids.
+		texts := make([]string, len(g.Texts))
+		for i := range texts {
+			texts[i] = g.Texts[i].Text
+		}
+		for i, ids := range tok.EncodeBatch(texts, runtime.GOMAXPROCS(0)) {
+			if !slices.Equal(ids, want[i]) {
+				t.Fatalf("EncodeBatch %s differs from golden", g.Texts[i].Name)
+			}
+		}
+	})
+}
+
+// forEachGolden runs check as a subtest on each tokenizer of the golden
+// file with its golden lists (what names them), which must hold one list
+// per text.
+func forEachGolden[T any](t *testing.T, what string, lists func(*goldenFile) map[string][][]T, check func(t *testing.T, g *goldenFile, tok *Tokenizer, want [][]T)) {
 	g := readGolden(t)
 	for _, name := range []string{"qwen3", "llama3"} {
 		t.Run(name, func(t *testing.T) {
 			tok := loadCached(t, name)
-			want := g.IDs[name]
+			want := lists(g)[name]
 			if len(want) != len(g.Texts) {
-				t.Fatalf("golden has %d id lists for %d texts", len(want), len(g.Texts))
+				t.Fatalf("golden has %d %s lists for %d texts", len(want), what, len(g.Texts))
 			}
-			bad := 0
-			for i, tx := range g.Texts {
-				got := tok.Encode(tx.Text)
-				if !equalIDs(got, want[i]) {
-					bad++
-					if bad <= 5 {
-						t.Errorf("%s %q:\n got %v\nwant %v", tx.Name, tx.Text, got, want[i])
-					}
-					continue
-				}
-				// Round trip: decode gives the text, in NFC where the tokenizer normalises.
-				wantText := tx.Text
-				if tok.NFC() {
-					wantText = norm.NFC.String(wantText)
-				}
-				if d := tok.Decode(got, false); d != wantText {
-					t.Errorf("%s: decode %q, want %q", tx.Name, d, wantText)
-				}
-			}
-			if bad > 0 {
-				t.Fatalf("%d of %d texts differ from HF tokenizers %s", bad, len(g.Texts), g.Version)
-			}
-			// The batch path gives the same ids.
-			texts := make([]string, len(g.Texts))
-			for i := range texts {
-				texts[i] = g.Texts[i].Text
-			}
-			for i, ids := range tok.EncodeBatch(texts, runtime.GOMAXPROCS(0)) {
-				if !equalIDs(ids, want[i]) {
-					t.Fatalf("EncodeBatch %s differs from golden", g.Texts[i].Name)
-				}
-			}
+			check(t, g, tok, want)
 		})
 	}
-}
-
-func equalIDs(a, b []int32) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // TestGoldenPieces compares the split stages alone with HF's
 // pre_tokenize_str on the normalised texts.
 func TestGoldenPieces(t *testing.T) {
-	g := readGolden(t)
-	for _, name := range []string{"qwen3", "llama3"} {
-		t.Run(name, func(t *testing.T) {
-			tok := loadCached(t, name)
-			want := g.Pieces[name]
-			if len(want) != len(g.Texts) {
-				t.Fatalf("golden has %d piece lists for %d texts", len(want), len(g.Texts))
+	forEachGolden(t, "piece", func(g *goldenFile) map[string][][]string { return g.Pieces }, func(t *testing.T, g *goldenFile, tok *Tokenizer, want [][]string) {
+		for i, tx := range g.Texts {
+			text := tx.Text
+			if tok.NFC() {
+				text = norm.NFC.String(text)
 			}
-			for i, tx := range g.Texts {
-				text := tx.Text
-				if tok.NFC() {
-					text = norm.NFC.String(text)
-				}
-				var got []string
-				for _, p := range splitAll(tok, text) {
-					got = append(got, toByteLevel(p))
-				}
-				if !reflect.DeepEqual(got, want[i]) && !(len(got) == 0 && len(want[i]) == 0) {
-					t.Fatalf("%s %q:\n got %q\nwant %q", tx.Name, tx.Text, got, want[i])
-				}
+			var got []string
+			for _, p := range splitAll(tok, text) {
+				got = append(got, toByteLevel(p))
 			}
-		})
-	}
+			if !reflect.DeepEqual(got, want[i]) && !(len(got) == 0 && len(want[i]) == 0) {
+				t.Fatalf("%s %q:\n got %q\nwant %q", tx.Name, tx.Text, got, want[i])
+			}
+		}
+	})
 }
 
 // splitAll applies every split stage of tok to s.

@@ -3,6 +3,7 @@ package tokenizer
 import (
 	"encoding/json"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -226,7 +227,7 @@ func TestEncodeMatchesReference(t *testing.T) {
 		m := toyJSON(ignore)
 		tok := mustParse(t, m)
 		toyAddedBase = int32(len(m["model"].(map[string]any)["vocab"].(map[string]any)))
-		if id, ok := tok.TokenID("xyzzy"); ignore && (!ok || !equalIDs(tok.Encode("xyzzy"), []int32{id})) {
+		if id, ok := tok.TokenID("xyzzy"); ignore && (!ok || !slices.Equal(tok.Encode("xyzzy"), []int32{id})) {
 			t.Fatalf("ignore_merges: xyzzy is not one token")
 		}
 		t.Logf("ignore_merges %v", ignore)
@@ -239,7 +240,7 @@ func TestEncodeMatchesReference(t *testing.T) {
 			text := b.String()
 			got := tok.Encode(text)
 			want := refEncode(t, m, text)
-			if !equalIDs(got, want) {
+			if !slices.Equal(got, want) {
 				t.Fatalf("text %q:\n got %v\nwant %v", text, got, want)
 			}
 			if d := tok.Decode(got, false); d != norm.NFC.String(text) {
@@ -266,7 +267,7 @@ func TestLinearAndHeapAgree(t *testing.T) {
 		}
 		lin := tok.bpe(e, w, nil)
 		hp := tok.bpeHeap(e, w, nil)
-		if !equalIDs(lin, hp) {
+		if !slices.Equal(lin, hp) {
 			t.Fatalf("%q: linear %v heap %v", w, lin, hp)
 		}
 	}
@@ -281,7 +282,7 @@ func TestRoundTripAndOffsets(t *testing.T) {
 			for i := 0; i < 300; i++ {
 				text := randomText(rng, 1+rng.IntN(60))
 				ids, starts := tok.EncodeOffsets(text)
-				if !equalIDs(ids, tok.Encode(text)) {
+				if !slices.Equal(ids, tok.Encode(text)) {
 					t.Fatalf("EncodeOffsets ids differ from Encode for %q", text)
 				}
 				want := text
@@ -343,7 +344,7 @@ func TestRegexFallback(t *testing.T) {
 			b.WriteString(toyPalette[rng.IntN(len(toyPalette))])
 		}
 		text := strings.ReplaceAll(b.String(), "'ſ", "'s")
-		if !equalIDs(fast.Encode(text), slow.Encode(text)) {
+		if !slices.Equal(fast.Encode(text), slow.Encode(text)) {
 			t.Fatalf("%q: scanner %v regexp2 %v", text, fast.Encode(text), slow.Encode(text))
 		}
 	}
@@ -355,7 +356,7 @@ func TestAddedTokens(t *testing.T) {
 	base := int32(len(m["model"].(map[string]any)["vocab"].(map[string]any)))
 	ids := tok.Encode("a<|end|>x<|end|><t><|end")
 	want := []int32{tok.byteID['a'], base + 1, base, base + 2}
-	if !equalIDs(ids[:4], want) {
+	if !slices.Equal(ids[:4], want) {
 		t.Fatalf("got %v, want prefix %v", ids, want)
 	}
 	if tok.Decode(ids, true) != "a<t><|end" {
@@ -441,7 +442,7 @@ func TestMergesAsStrings(t *testing.T) {
 	model["merges"] = strs
 	b := mustParse(t, m)
 	text := "the thinking tokenizer merges aaaaaaaa 你好世界"
-	if !equalIDs(a.Encode(text), b.Encode(text)) {
+	if !slices.Equal(a.Encode(text), b.Encode(text)) {
 		t.Fatal("merge forms disagree")
 	}
 }
@@ -516,7 +517,7 @@ func TestSplitStages(t *testing.T) {
 		for _, p := range pieces(text, literalSplitter("in").split(text, nil)) {
 			want = append(want, single.Encode(p)...)
 		}
-		if got := multi.Encode(text); !equalIDs(got, want) {
+		if got := multi.Encode(text); !slices.Equal(got, want) {
 			t.Fatalf("%q: got %v want %v", text, got, want)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 
 	"dflash/flex"
 	"dflash/internal/switches"
+	"dflash/internal/testerr"
 	"dflash/jit"
 )
 
@@ -41,14 +42,8 @@ func TestKernelChoice(t *testing.T) {
 			t.Setenv("DFLASH_FLEX_FWD", c.env[0])
 			t.Setenv("DFLASH_FLEX_BWD", c.env[1])
 			a, err := New(cache, flex.Causal(), nil, c.cfg)
-			if c.errSubstring != "" {
-				if err == nil || !strings.Contains(err.Error(), c.errSubstring) {
-					t.Fatalf("err = %v, want one containing %q", err, c.errSubstring)
-				}
+			if testerr.Want(t, err, c.errSubstring) {
 				return
-			}
-			if err != nil {
-				t.Fatal(err)
 			}
 			s := a.Spec()
 			if s.Fwd != c.fwd || s.Bwd != c.bwd {

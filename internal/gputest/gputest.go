@@ -73,6 +73,26 @@ func Worker0Cache(t testing.TB) (*gpu.Worker, *jit.Cache) {
 	return w, c
 }
 
+// OnBackend runs f on GPU 0's worker with a backend that open makes on the
+// test binary's shared NVRTC cache (tensorcuda.NewBackend), and closes it
+// after f; it skips the test when the GPU or NVRTC is missing and fails it
+// with f's error.
+func OnBackend[B interface{ Close() }](t testing.TB, open func(*jit.Cache, *gpu.Device) (B, error), f func(*gpu.Device, B) error) {
+	t.Helper()
+	w, cache := Worker0Cache(t)
+	err := w.Run(func(d *gpu.Device) error {
+		b, err := open(cache, d)
+		if err != nil {
+			return err
+		}
+		defer b.Close()
+		return f(d, b)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 // NVRTCCache is NewNVRTCCache, skipping the test when NVRTC is missing.
 func NVRTCCache(t testing.TB, dir string) *jit.Cache {
 	t.Helper()

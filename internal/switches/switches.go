@@ -27,6 +27,15 @@ func (i *Info) Raw() string { return strings.TrimSpace(os.Getenv(i.Name)) }
 
 func (i *Info) info() *Info { return i }
 
+// unlessDoc returns v, a default in canonical form, or "" when DefaultDoc
+// gives the default in words.
+func (i *Info) unlessDoc(v string) string {
+	if i.DefaultDoc != "" {
+		return ""
+	}
+	return v
+}
+
 func (i *Info) refuse(raw, want string) error {
 	return fmt.Errorf("%s=%q: want %s", i.Name, raw, want)
 }
@@ -96,12 +105,7 @@ func (b *Bool) MustValue() bool {
 
 func (b *Bool) kind() string { return "bool" }
 
-func (b *Bool) defaultValue() string {
-	if b.DefaultDoc != "" {
-		return ""
-	}
-	return strconv.FormatBool(b.Default)
-}
+func (b *Bool) defaultValue() string { return b.unlessDoc(strconv.FormatBool(b.Default)) }
 
 func (b *Bool) canonical(raw string) (string, error) {
 	v, err := b.parse(raw)
@@ -133,12 +137,7 @@ func (n *Int) Value() (int, error) {
 
 func (n *Int) kind() string { return fmt.Sprintf("int %d..%d", n.Min, n.Max) }
 
-func (n *Int) defaultValue() string {
-	if n.DefaultDoc != "" {
-		return ""
-	}
-	return strconv.Itoa(n.Default)
-}
+func (n *Int) defaultValue() string { return n.unlessDoc(strconv.Itoa(n.Default)) }
 
 func (n *Int) canonical(raw string) (string, error) {
 	v, err := n.parse(raw)
@@ -172,12 +171,7 @@ func (u *Uint) Lookup() (v uint64, set bool, err error) {
 
 func (u *Uint) kind() string { return "uint" }
 
-func (u *Uint) defaultValue() string {
-	if u.DefaultDoc != "" {
-		return ""
-	}
-	return strconv.FormatUint(u.Default, 10)
-}
+func (u *Uint) defaultValue() string { return u.unlessDoc(strconv.FormatUint(u.Default, 10)) }
 
 func (u *Uint) canonical(raw string) (string, error) {
 	v, err := u.parse(raw)
@@ -210,12 +204,7 @@ func (e *Enum) Value() (string, error) {
 
 func (e *Enum) kind() string { return strings.Join(e.Values, "|") }
 
-func (e *Enum) defaultValue() string {
-	if e.DefaultDoc != "" {
-		return ""
-	}
-	return e.Default
-}
+func (e *Enum) defaultValue() string { return e.unlessDoc(e.Default) }
 
 func (e *Enum) canonical(raw string) (string, error) { return e.parse(raw) }
 

@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"dflash/internal/testseed"
-	"dflash/model"
 	"dflash/tensor"
 )
 
@@ -19,28 +18,15 @@ import (
 // given number of buckets.
 func bucketSession(t *testing.T, seed uint64, n, buckets int) *Session {
 	t.Helper()
-	m, err := model.New(model.Config{Arch: model.Qwen3, VocabSize: 60, HiddenSize: 32, IntermediateSize: 48,
-		NumLayers: 4, NumHeads: 2, NumKVHeads: 1, HeadDim: 16, RMSNormEps: 1e-6, RopeTheta: 10000,
-		MaxPositionEmbeddings: 1024}, seed)
-	if err != nil {
-		t.Fatal(err)
-	}
+	m := tinyTarget(t, seed, 1024)
 	rng := rand.New(rand.NewPCG(seed, 1))
-	var ex []Example
-	for i := range n {
+	ex := randomExamples(rng, n, func(i int) int {
 		l := 10 + rng.IntN(590)
 		if i == 0 {
 			l = 599 // the longest bucket is always 640
 		}
-		e := Example{IDs: make([]int32, l), Mask: make([]uint8, l)}
-		for j := range e.IDs {
-			e.IDs[j] = int32(rng.IntN(58))
-			if j >= l/3 {
-				e.Mask[j] = 1
-			}
-		}
-		ex = append(ex, e)
-	}
+		return l
+	}, false)
 	backend := tensor.NewCPU[float32](2)
 	c := DrafterConfigFor(m, 1, []int{1, 2}, 4, 59)
 	c.NumAnchors = 200 // more than a 128-token row has candidates: buckets of 128 get 127 blocks

@@ -4,10 +4,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"os"
 	"path/filepath"
 	"slices"
 
+	"dflash/internal/parsefile"
 	"dflash/model"
 	"dflash/tensor"
 )
@@ -365,16 +365,7 @@ func ParseConfig(b []byte) (*Config, error) {
 
 // ReadConfig reads dir/config.json.
 func ReadConfig(dir string) (*Config, error) {
-	path := filepath.Join(dir, "config.json")
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	c, err := ParseConfig(b)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return c, nil
+	return parsefile.Read(filepath.Join(dir, "config.json"), ParseConfig)
 }
 
 // SlotWeights returns w_s = exp(-(s-1)/gamma) for s = 1..B-1 and w_0 = 0

@@ -12,6 +12,7 @@ import (
 	"dflash/flex"
 	"dflash/safetensors"
 	"dflash/tensor"
+	"dflash/tensor/backendtest"
 )
 
 // The golden file is written by bench/drafter_ref.py (PyTorch, float64, dense
@@ -204,7 +205,6 @@ func denseAttention[T tensor.Float](d flex.Dims, q, k, v []T, bm *flex.BlockMask
 			for i := 0; i < d.LenQ; i++ {
 				qi := q[((b*d.HeadsQ+h)*d.LenQ+i)*D:][:D]
 				s := make([]float64, d.LenKV)
-				mx := math.Inf(-1)
 				for j := 0; j < d.LenKV; j++ {
 					if !bm.Allowed(b, h, i, j) {
 						s[j] = math.Inf(-1)
@@ -216,22 +216,10 @@ func denseAttention[T tensor.Float](d flex.Dims, q, k, v []T, bm *flex.BlockMask
 						acc += float64(qi[x]) * float64(kj[x])
 					}
 					s[j] = acc * scale
-					mx = math.Max(mx, s[j])
 				}
-				var sum float64
-				for j := range s {
-					if !math.IsInf(s[j], -1) {
-						s[j] = math.Exp(s[j] - mx)
-						sum += s[j]
-					} else {
-						s[j] = 0
-					}
-				}
+				backendtest.Softmax(s)
 				o := out[orow(b, h, i)*D:][:D]
 				for j := range s {
-					if sum > 0 {
-						s[j] /= sum
-					}
 					if s[j] == 0 {
 						continue
 					}

@@ -105,21 +105,34 @@ func TestSessionShards(t *testing.T) {
 	}
 }
 
-// tinyTargetData returns a small random Qwen3 target (vocabulary 60; the
-// drafter's mask token is 59) and n examples of 12 to 31 tokens whose last
-// two thirds are the assistant's, with holes in the mask when holes is set.
+// tinyTargetData returns a small random Qwen3 target (tinyTarget, 512
+// positions) and n examples of 12 to 31 tokens (randomExamples).
 func tinyTargetData(t *testing.T, seed uint64, n int, holes bool) (*model.Model, []Example) {
+	t.Helper()
+	rng := rand.New(rand.NewPCG(seed, 1))
+	return tinyTarget(t, seed, 512), randomExamples(rng, n, func(int) int { return 12 + rng.IntN(20) }, holes)
+}
+
+// tinyTarget returns a small random Qwen3 target of maxPos positions,
+// vocabulary 60 (the drafter's mask token is 59).
+func tinyTarget(t *testing.T, seed uint64, maxPos int) *model.Model {
 	t.Helper()
 	m, err := model.New(model.Config{Arch: model.Qwen3, VocabSize: 60, HiddenSize: 32, IntermediateSize: 48,
 		NumLayers: 4, NumHeads: 2, NumKVHeads: 1, HeadDim: 16, RMSNormEps: 1e-6, RopeTheta: 10000,
-		MaxPositionEmbeddings: 512}, seed)
+		MaxPositionEmbeddings: maxPos}, seed)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rng := rand.New(rand.NewPCG(seed, 1))
+	return m
+}
+
+// randomExamples returns n examples, the i-th of length(i) tokens, of
+// random ids below 58 from rng, whose last two thirds are the assistant's,
+// with holes in the mask when holes is set.
+func randomExamples(rng *rand.Rand, n int, length func(i int) int, holes bool) []Example {
 	var ex []Example
-	for range n {
-		l := 12 + rng.IntN(20)
+	for i := range n {
+		l := length(i)
 		e := Example{IDs: make([]int32, l), Mask: make([]uint8, l)}
 		for j := range e.IDs {
 			e.IDs[j] = int32(rng.IntN(58))
@@ -129,5 +142,5 @@ func tinyTargetData(t *testing.T, seed uint64, n int, holes bool) (*model.Model,
 		}
 		ex = append(ex, e)
 	}
-	return m, ex
+	return ex
 }

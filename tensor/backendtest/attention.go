@@ -8,6 +8,30 @@ import (
 	"dflash/tensor"
 )
 
+// Softmax replaces the scores s by softmax(s) in place: exp(s_j − max s) / Σ
+// over the finite scores, 0 for a score of −Inf (a masked pair); a row
+// whose scores are all −Inf becomes all 0.
+func Softmax(s []float64) {
+	mx := math.Inf(-1)
+	for _, x := range s {
+		mx = math.Max(mx, x)
+	}
+	var z float64
+	for j, x := range s {
+		if math.IsInf(x, -1) {
+			s[j] = 0
+			continue
+		}
+		s[j] = math.Exp(x - mx)
+		z += s[j]
+	}
+	if z > 0 {
+		for j := range s {
+			s[j] /= z
+		}
+	}
+}
+
 // attnOp is tp.Attention, or tp.AttentionHeadsInner when d.OutHeadsInner.
 func attnOp[T tensor.Float](mask *flex.MaskProgram, args *flex.Args, d flex.Dims, scale float64) opFn[T] {
 	inner := d.OutHeadsInner
@@ -95,7 +119,6 @@ func attentionCase(name string, d flex.Dims, mask *flex.MaskProgram, args *flex.
 					for i := range d.LenQ {
 						qi := q[((b*d.HeadsQ+h)*d.LenQ+i)*D:][:D]
 						s := make([]float64, d.LenKV)
-						mx := math.Inf(-1)
 						for j := range d.LenKV {
 							s[j] = math.Inf(-1)
 							if !allow(i, j) {
@@ -107,17 +130,8 @@ func attentionCase(name string, d flex.Dims, mask *flex.MaskProgram, args *flex.
 								dot += qi[x] * kj[x]
 							}
 							s[j] = dot * scale
-							mx = math.Max(mx, s[j])
 						}
-						var z float64
-						for j := range s {
-							if !math.IsInf(s[j], -1) {
-								s[j] = math.Exp(s[j] - mx)
-								z += s[j]
-							} else {
-								s[j] = 0
-							}
-						}
+						Softmax(s)
 						row := (b*d.HeadsQ+h)*d.LenQ + i
 						if d.OutHeadsInner {
 							row = (b*d.LenQ+i)*d.HeadsQ + h
@@ -129,7 +143,7 @@ func attentionCase(name string, d flex.Dims, mask *flex.MaskProgram, args *flex.
 							}
 							vj := v[((b*d.HeadsKV+g)*d.LenKV+j)*D:][:D]
 							for x := range D {
-								o[x] += s[j] / z * vj[x]
+								o[x] += s[j] * vj[x]
 							}
 						}
 					}

@@ -432,15 +432,7 @@ func (b *Backend) HostParams() bool { return false }
 // buf returns s as this backend's live storage; it panics, naming what,
 // for storage of another backend or of a step that has been ResetStep.
 func (b *Backend) buf(s tensor.Storage[float32], what string) Buf {
-	x, ok := s.(Buf)
-	if !ok {
-		panic(fmt.Sprintf("tensorcuda: %s is %T, not CUDA backend storage", what, s))
-	}
-	if x.be != b {
-		panic(fmt.Sprintf("tensorcuda: %s belongs to another CUDA backend", what))
-	}
-	b.live(what, x.step)
-	return x
+	return own[Buf](b, s, what, "storage")
 }
 
 // opt is buf for storage that may be nil (an output not computed).
@@ -453,14 +445,28 @@ func (b *Backend) opt(s tensor.Storage[float32], what string) Buf {
 
 // ints is buf for int data.
 func (b *Backend) ints(s tensor.Ints, what string) IntBuf {
-	x, ok := s.(IntBuf)
+	return own[IntBuf](b, s, what, "int data")
+}
+
+// owned is the storage a backend hands out: Buf and IntBuf.
+type owned interface {
+	Buf | IntBuf
+	owner() (be *Backend, step uint64)
+}
+
+// own returns s as b's live storage of type S (kind names it); it panics,
+// naming what, for anything else, for storage of another backend, or of a
+// step that has been ResetStep.
+func own[S owned](b *Backend, s any, what, kind string) S {
+	x, ok := s.(S)
 	if !ok {
-		panic(fmt.Sprintf("tensorcuda: %s is %T, not CUDA backend int data", what, s))
+		panic(fmt.Sprintf("tensorcuda: %s is %T, not CUDA backend %s", what, s, kind))
 	}
-	if x.be != b {
+	be, step := x.owner()
+	if be != b {
 		panic(fmt.Sprintf("tensorcuda: %s belongs to another CUDA backend", what))
 	}
-	b.live(what, x.step)
+	b.live(what, step)
 	return x
 }
 

@@ -36,23 +36,6 @@ import (
 // kernels take.
 var bf16Tol = backendtest.Tolerances{Fwd: 2e-2, Bwd: 4e-2, Gemm: 8e-3, Scale: 1, HeadDim: 64}
 
-// gpuBackend opens GPU 0 and a memory-only NVRTC cache and runs f on the
-// worker with a new Backend, or skips the test.
-func gpuBackend(t *testing.T, f func(d *gpu.Device, b *Backend) error) {
-	w, cache := gputest.Worker0Cache(t)
-	err := w.Run(func(d *gpu.Device) error {
-		b, err := NewBackend(cache, d)
-		if err != nil {
-			return err
-		}
-		defer b.Close()
-		return f(d, b)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-}
-
 // TestGPUBackendConformance runs the tensor conformance suite on the CUDA
 // backend (through onWorker, since the suite's subtests run on goroutines
 // of their own) with the bf16 tolerances above.
@@ -140,7 +123,7 @@ func TestGPUStepNoSync(t *testing.T) {
 		p.DropGrad()
 	}
 
-	gpuBackend(t, func(d *gpu.Device, b *Backend) error {
+	gputest.OnBackend(t, NewBackend, func(d *gpu.Device, b *Backend) error {
 		m.arena.Place(b, true)
 		grad := m.arena.EnsureGrad()
 		var ptrs [2]uintptr
@@ -216,7 +199,7 @@ func TestGPUBackendAttention(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			gpuBackend(t, func(_ *gpu.Device, b *Backend) error {
+			gputest.OnBackend(t, NewBackend, func(_ *gpu.Device, b *Backend) error {
 				got, err := attnThrough[float32](b, c.mask, c.args, d, qs, ks, vals, scale)
 				if err != nil {
 					return err

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"dflash/gpu"
+	"dflash/internal/gputest"
 	"dflash/tensor"
 )
 
@@ -18,7 +19,7 @@ import (
 // reported under each phase: at least the host's 20 ms sleep on an idle
 // GPU before the last op.
 func TestGPUProfile(t *testing.T) {
-	gpuBackend(t, func(d *gpu.Device, b *Backend) error {
+	gputest.OnBackend(t, NewBackend, func(d *gpu.Device, b *Backend) error {
 		const m, n, k = 2048, 2048, 2048
 		a, w, c := b.Alloc(m*k), b.Alloc(n*k), b.Alloc(m*n)
 		small := b.Alloc(256 * 256)

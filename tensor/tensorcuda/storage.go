@@ -30,6 +30,8 @@ type Buf struct {
 // Len returns the number of elements.
 func (s Buf) Len() int { return s.n }
 
+func (s Buf) owner() (*Backend, uint64) { return s.be, s.step }
+
 // DType returns dtype.BF16 or dtype.F32.
 func (s Buf) DType() dtype.DType { return s.dt }
 
@@ -76,6 +78,8 @@ type IntBuf struct {
 
 // Len returns the number of elements.
 func (s IntBuf) Len() int { return s.n }
+
+func (s IntBuf) owner() (*Backend, uint64) { return s.be, s.step }
 
 // Slice returns the view of elements [lo, hi).
 func (s IntBuf) Slice(lo, hi int) tensor.Ints {

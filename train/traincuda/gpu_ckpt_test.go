@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"dflash/gpu"
+	"dflash/internal/gputest"
 	"dflash/internal/testseed"
 	"dflash/safetensors"
 	"dflash/tensor/tensorcuda"
@@ -34,7 +35,7 @@ func TestGPUCheckpointSnapshot(t *testing.T) {
 	cfg.WarmupSteps, cfg.Progress, cfg.Plot, cfg.TensorBoard = 0, "off", false, false
 	ref := map[int][]float32{}
 	var res *train.Result
-	gpuBackend(t, func(d *gpu.Device, b *tensorcuda.Backend) error {
+	gputest.OnBackend(t, tensorcuda.NewBackend, func(d *gpu.Device, b *tensorcuda.Backend) error {
 		a.Place(b, true)
 		h := train.Hooks{Backend: b, Arena: a,
 			Step: func(ctx context.Context, s train.StepInfo) (float64, map[string]float64, int, error) {

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"dflash/gpu"
+	"dflash/internal/gputest"
 	"dflash/internal/testseed"
 	"dflash/safetensors"
 	"dflash/tensor/tensorcuda"
@@ -34,7 +35,7 @@ func TestGPUParams(t *testing.T) {
 		return train.SaveCheckpoint(filepath.Join(out, name), &train.Checkpoint{Params: p, State: train.TrainerState{Step: 4}}, 0)
 	}
 	var hostDir, devDir, againDir string
-	gpuBackend(t, func(d *gpu.Device, b *tensorcuda.Backend) error {
+	gputest.OnBackend(t, tensorcuda.NewBackend, func(d *gpu.Device, b *tensorcuda.Backend) error {
 		a.Place(b, true)
 		dev, err := train.NewParams(b, a, testAdamW)
 		if err != nil {

@@ -27,23 +27,6 @@ var hostCPU = tensor.NewCPU[float32](0)
 // testAdamW is the optimizer of the GPU tests.
 var testAdamW = tensor.AdamW{Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, WeightDecay: 0.1}
 
-// gpuBackend runs f on GPU 0's worker with a Backend on the shared cache,
-// or skips when there is no GPU or NVRTC.
-func gpuBackend(t *testing.T, f func(d *gpu.Device, b *tensorcuda.Backend) error) {
-	w, cache := gputest.Worker0Cache(t)
-	err := w.Run(func(d *gpu.Device) error {
-		b, err := tensorcuda.NewBackend(cache, d)
-		if err != nil {
-			return err
-		}
-		defer b.Close()
-		return f(d, b)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-}
-
 // TestGPUAdamWArena runs train.Params' AdamW steps over an arena placed on
 // the backend and over a copy of it on the CPU backend, on the same values
 // and gradients for several steps (weight decay on the matrices only, as
@@ -58,7 +41,7 @@ func TestGPUAdamWArena(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gpuBackend(t, func(d *gpu.Device, b *tensorcuda.Backend) error {
+	gputest.OnBackend(t, tensorcuda.NewBackend, func(d *gpu.Device, b *tensorcuda.Backend) error {
 		a.Place(b, true)
 		opt, err := train.NewParams(b, a, testAdamW)
 		if err != nil {

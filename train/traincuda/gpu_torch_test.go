@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"dflash/gpu"
+	"dflash/internal/gputest"
 	"dflash/safetensors"
 	"dflash/tensor"
 	"dflash/tensor/tensorcuda"
@@ -55,7 +56,7 @@ func TestGPUAdamWMatchesTorch(t *testing.T) {
 		vals []float32
 	}
 	var got []stepResult
-	gpuBackend(t, func(d *gpu.Device, b *tensorcuda.Backend) error {
+	gputest.OnBackend(t, tensorcuda.NewBackend, func(d *gpu.Device, b *tensorcuda.Backend) error {
 		a.Place(b, true)
 		dev, err := train.NewParams(b, &a, testAdamW)
 		if err != nil {
