@@ -87,8 +87,12 @@ func (m *Model) Prepare(b tensor.Backend[float32], in Input) *Prepared {
 // ForwardAttentions returns the attention calls of a forward pass
 // (Forward), for tensor.Backend.Prepare: causal over the config's head
 // dimension and GQA group, without gradients (a target is frozen).
-func (m *Model) ForwardAttentions() []tensor.AttentionUse {
-	c := &m.Config
+func (m *Model) ForwardAttentions() []tensor.AttentionUse { return m.Config.ForwardAttentions() }
+
+// ForwardAttentions returns the attention calls of the forward pass of a
+// model of config c (Model.ForwardAttentions), known before its weights
+// are loaded: a device compiles them while the weights load.
+func (c *Config) ForwardAttentions() []tensor.AttentionUse {
 	return []tensor.AttentionUse{{Mask: flex.Causal(), HeadDim: c.HeadDim, Group: c.NumHeads / c.NumKVHeads}}
 }
 
