@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"sync"
 	"unsafe"
 
 	"dflash/cuda"
@@ -59,7 +60,7 @@ func (s *stager) stage(dst cuda.DevicePtr, src []byte) (waits int, err error) {
 		}
 		n := min(int64(len(src)), stageSlotBytes-s.off)
 		buf := s.slots[s.cur][s.off : s.off+n]
-		copy(buf, src[:n])
+		copyParallel(buf, src[:n])
 		if err := s.c.copyAsync(dst, buf); err != nil {
 			return waits, err
 		}
@@ -68,6 +69,37 @@ func (s *stager) stage(dst cuda.DevicePtr, src []byte) (waits int, err error) {
 		src = src[n:]
 	}
 	return waits, nil
+}
+
+// stageCopyGrain is the piece of a copy into staging memory that one
+// goroutine makes: a large upload (a model's weights, slot after slot) is
+// copied by several cores, not only by the worker's thread, so that the
+// copy keeps up with the device's transfers.
+const stageCopyGrain = 4 << 20
+
+// copyParallel copies src into dst (as long), in pieces of stageCopyGrain
+// on up to GOMAXPROCS goroutines when it is at least two pieces long.
+func copyParallel(dst, src []byte) {
+	pieces := (len(src) + stageCopyGrain - 1) / stageCopyGrain
+	if pieces < 2 {
+		copy(dst, src)
+		return
+	}
+	var wg sync.WaitGroup
+	next := make(chan int, pieces)
+	for lo := 0; lo < len(src); lo += stageCopyGrain {
+		next <- lo
+	}
+	close(next)
+	for range min(runtime.GOMAXPROCS(0), pieces) {
+		wg.Go(func() {
+			for lo := range next {
+				hi := min(len(src), lo+stageCopyGrain)
+				copy(dst[lo:hi], src[lo:hi])
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // next closes the current slot (marks its copies) and moves to the next,

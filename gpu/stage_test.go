@@ -46,9 +46,10 @@ func (l *lazyDevice) drain() {
 }
 
 // TestStagerReusesSlotsOnlyWhenRead stages uploads of random sizes (some
-// larger than a slot, so split, and enough in all to go round the slots
-// several times) into random places of a fake device's memory, whose copies
-// run only when the host waits; every byte must arrive as uploaded.
+// larger than a slot, so split, many of several stageCopyGrain pieces,
+// copied in parallel, and enough in all to go round the slots several
+// times) into random places of a fake device's memory, whose copies run
+// only when the host waits; every byte must arrive as uploaded.
 func TestStagerReusesSlotsOnlyWhenRead(t *testing.T) {
 	seed := uint64(7)
 	rng := rand.New(rand.NewPCG(seed, 1))

@@ -3,7 +3,10 @@
 // (config.json plus model.safetensors or shards listed in
 // model.safetensors.index.json; BF16, F16 and F32 weights converted to
 // float32), built from package tensor's ops so that they also train, and
-// saved back as HF directories that transformers loads.
+// saved back as HF directories that transformers loads. LoadOn loads onto
+// a backend at disk speed: several goroutines read the shards in large
+// pieces while the caller (a device's worker) writes each piece as it
+// arrives, a bf16 file's bytes straight into a bf16 device copy.
 //
 // Hidden states follow HF's output_hidden_states indexing for a model of L
 // decoder layers: state 0 is the token embeddings; state i for 1 ≤ i < L is

@@ -2,7 +2,6 @@ package model
 
 import (
 	"fmt"
-	"log/slog"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -199,65 +198,6 @@ func New(c Config, seed uint64) (*Model, error) {
 const initChunk = 1 << 20
 
 func isNorm(name string) bool { return strings.HasSuffix(name, "norm.weight") }
-
-// Load reads an HF model directory: config.json and its safetensors
-// weights (single file or sharded with an index), converting BF16, F16, F32
-// and F64 to float32. A missing tensor, a shape mismatch, another dtype (an
-// integer or 8-bit tensor), an unsupported architecture or weights larger
-// than the memory available is an error naming the tensor, file or field;
-// tensors the model does not use are logged and ignored.
-func Load(dir string) (*Model, error) { return LoadOn(dir, nil) }
-
-// LoadOn is Load with the model frozen on backend b: the weights go
-// straight into b's parameter storage (Backend.AllocParams), one tensor at
-// a time through a host buffer of that tensor's size, so that on a device
-// the host never holds the whole model. The memory is checked where the
-// parameters go on the host (Backend.HostParams: the CPU's); on a device
-// its allocator checks it. With b nil it is Load.
-func LoadOn(dir string, b tensor.Backend[float32]) (*Model, error) {
-	if b == nil {
-		b = tensor.NewCPU[float32](0)
-	}
-	c, err := ReadConfig(filepath.Join(dir, "config.json"))
-	if err != nil {
-		return nil, err
-	}
-	m, err := declare(c)
-	if err == nil && b.HostParams() {
-		err = checkMemory(c)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, "config.json"), err)
-	}
-	m.arena.AllocOn(b, false)
-	w, err := safetensors.OpenDir(dir)
-	if err != nil {
-		return nil, err
-	}
-	defer w.Close()
-	used := map[string]bool{}
-	var buf []float32
-	for i, p := range m.Params() {
-		if cap(buf) < p.Numel() {
-			buf = make([]float32, p.Numel())
-		}
-		if err := w.Weight(p.Name, p.Shape, buf[:p.Numel()]); err != nil {
-			return nil, err
-		}
-		m.arena.SetParam(b, i, buf[:p.Numel()])
-		used[p.Name] = true
-	}
-	var unused []string
-	for _, n := range w.Names() {
-		if !used[n] && !(n == "lm_head.weight" && c.TieWordEmbeddings) {
-			unused = append(unused, n)
-		}
-	}
-	if len(unused) > 0 {
-		slog.Warn("model: tensors not used", "dir", dir, "count", len(unused), "first", unused[0])
-	}
-	return m, nil
-}
 
 // Save writes the model as an HF directory that transformers loads:
 // config.json and model.safetensors (dtype "F32", "BF16" or "F16"; empty

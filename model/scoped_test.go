@@ -6,6 +6,7 @@ import (
 	"slices"
 	"testing"
 
+	"dflash/dtype"
 	"dflash/internal/testseed"
 	"dflash/tensor"
 	"dflash/tensor/backendtest"
@@ -108,8 +109,14 @@ func (p *placingCPU) WriteParams(dst tensor.Storage[float32], host []float32) {
 	copy(tensor.HostData(dst, "WriteParams"), host)
 }
 
+func (p *placingCPU) WriteParamBytes(dst tensor.Storage[float32], dt dtype.DType, raw []byte) {
+	p.writes++
+	p.CPU.WriteParamBytes(dst, dt, raw)
+}
+
 // TestLoadOn: a model loaded onto a backend that places parameters gets
-// them written there one tensor at a time, frozen (no master values), and
+// them written there one tensor at a time (each smaller than a piece),
+// frozen (no master values), and
 // computes exactly what the model Load reads into host memory computes.
 func TestLoadOn(t *testing.T) {
 	dir := filepath.Join("testdata", "qwen3-tiny")

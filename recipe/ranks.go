@@ -9,7 +9,6 @@ import (
 
 	"dflash/gpu"
 	"dflash/jit"
-	"dflash/model"
 	"dflash/model/dflash"
 	"dflash/spec"
 	"dflash/tensor"
@@ -51,27 +50,27 @@ type rankEnv struct {
 	// loading, when not nil, is held while the rank loads its target (the
 	// ranks of a process load one at a time).
 	loading *sync.Mutex
+	// kernels is the process's kernel cache on CUDA (its counts go into the
+	// start line); nil on the CPU.
+	kernels *jit.Cache
 }
 
 // trainRank trains one rank: it loads the target onto the rank's backend
-// (on a GPU straight into device memory, a tensor at a time: the host never
-// holds the whole model), makes the rank's session (the lead's for the
-// first rank, else a new replica of the drafter), places the drafter's
-// training state on the rank's device and runs train.Run.
+// (on a GPU straight into device memory, the shards' bytes in pieces: the
+// host never holds the whole model) while the kernels compile
+// (loadTarget), makes the rank's session (the lead's for the first rank,
+// else a new replica of the drafter), places the drafter's training state
+// on the rank's device and runs train.Run. The first rank logs where the
+// time to its first step went (startClock) at that step's record.
 func (j *job) trainRank(ctx context.Context, r rankEnv) (*train.Result, error) {
 	s := &j.spec
+	clock := &startClock{prepare: j.prepared, prepared: j.preparedAt, rank: time.Now(), hasDevice: r.cuda != nil}
 	if r.cuda != nil {
 		if err := j.checkDeviceMemory(r.cuda.Device); err != nil {
 			return nil, err
 		}
 	}
-	if r.loading != nil {
-		r.loading.Lock()
-	}
-	target, err := model.LoadOn(s.TargetDir, r.backend)
-	if r.loading != nil {
-		r.loading.Unlock()
-	}
+	target, err := j.loadTarget(ctx, r, clock)
 	if err != nil {
 		return nil, err
 	}
@@ -80,10 +79,14 @@ func (j *job) trainRank(ctx context.Context, r rankEnv) (*train.Result, error) {
 		sess = j.newSession()
 	}
 	// Every kernel before the first step: a compile failure is the run's
-	// error, naming the kernel, before train.Run writes anything.
+	// error, naming the kernel, before train.Run writes anything (on a GPU
+	// loadTarget compiled them; Prepare loads them).
+	t := time.Now()
 	if err := r.backend.Prepare(ctx, append(target.ForwardAttentions(sess.Pack != nil), sess.Drafter.StepAttentions()...)); err != nil {
 		return nil, err
 	}
+	clock.kernels = time.Since(t)
+	t = time.Now()
 	fetch := placeDrafter(r, sess.Drafter)
 	sess.Backend = r.backend
 	sess.Head, sess.Hidden = dflash.HeadOf(target), dflash.TargetHidden(target, j.dc.TargetLayerIDs, r.backend)
@@ -103,6 +106,11 @@ func (j *job) trainRank(ctx context.Context, r rankEnv) (*train.Result, error) {
 	}
 	hooks := Hooks(sess, coll)
 	hooks.Identity, hooks.PeakTFLOPS, hooks.Gauges = j.id, peak, r.gauges
+	clock.drafter = time.Since(t)
+	if r.first {
+		hooks.Gauges = clock.gauges(r, r.gauges)
+	}
+	clock.run = time.Now()
 	res, err := train.Run(ctx, s.Config, hooks)
 	if r.first {
 		fetch()
@@ -152,7 +160,8 @@ func (j *job) trainOnGPUs(ctx context.Context) (*train.Result, error) {
 			}
 		}
 		first := r.Rank == j.place.Ranks[0]
-		rr, err := j.trainRank(ctx, rankEnv{backend: r.Backend, cuda: &r, gauges: deviceGauges(r.Device, cache), first: first, loading: &loading})
+		rr, err := j.trainRank(ctx, rankEnv{backend: r.Backend, cuda: &r, gauges: deviceGauges(r.Device, cache), first: first, loading: &loading,
+			kernels: cache})
 		if first {
 			res = rr
 		}

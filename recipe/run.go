@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"dflash/data"
 	"dflash/data/chat"
@@ -54,6 +55,10 @@ type job struct {
 	pack        *dflash.Packing   // the packed rows (nil: batches of a sample a row)
 	id          map[string]string // the run's identity (train.Hooks.Identity)
 	lead        *dflash.Session   // the session of this process's first rank; its drafter is exported
+	// prepared is how long prepare took, preparedAt when it ended (Run
+	// sets them, for the start line).
+	prepared   time.Duration
+	preparedAt time.Time
 }
 
 // Run trains the drafter of s: it checks the placement of the ranks, reads
@@ -65,10 +70,13 @@ type job struct {
 // the drafter to OUT/drafter. Everything before the first step is checked
 // first, and errors name the option as the user gave it (Spec.Source).
 func Run(ctx context.Context, s Spec) (*Result, error) {
+	began := time.Now()
 	j, err := prepare(ctx, s)
 	if err != nil {
 		return nil, err
 	}
+	j.preparedAt = time.Now()
+	j.prepared = j.preparedAt.Sub(began)
 	var res *train.Result
 	if s.Device == "cuda" {
 		res, err = j.trainOnGPUs(ctx)

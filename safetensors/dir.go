@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"sort"
 )
 
@@ -155,14 +154,11 @@ func (d *Dir) Float32Into(name string, dst []float32) error {
 // exist, have shape (what the model's config implies) and a float dtype
 // (File.WeightInto). Errors name the directory or the file, and the tensor.
 func (d *Dir) Weight(name string, shape []int, dst []float32) error {
-	f, ok := d.byName[name]
-	if !ok {
-		return fmt.Errorf("%s: tensor %q is missing", d.path, name)
+	w, err := d.RawWeight(name, shape)
+	if err != nil {
+		return err
 	}
-	if info, _ := f.Info(name); !slices.Equal(info.Shape, shape) {
-		return fmt.Errorf("%s: tensor %q has shape %v, config.json implies %v", d.path, name, info.Shape, shape)
-	}
-	return f.WeightInto(name, dst)
+	return w.file.Float32Into(name, dst)
 }
 
 // Bytes returns the raw little-endian bytes of the named tensor.

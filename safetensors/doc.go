@@ -10,7 +10,9 @@
 // JSON parses, every dtype is known, every shape's byte size equals its offsets' span,
 // and the spans lie inside the file without overlapping. A violation is a *FormatError
 // naming the file and, where there is one, the tensor. Tensor data is read lazily, one
-// tensor at a time, so opening a large checkpoint costs only its header.
+// tensor at a time, so opening a large checkpoint costs only its header; Dir.RawWeight
+// gives a weight's place in its shard, so that several goroutines read its bytes in
+// pieces (a model's load at disk speed).
 //
 // OpenDir presents an HF model directory (model.safetensors, or the shards listed in
 // model.safetensors.index.json) as one name space. Write produces a file atomically:

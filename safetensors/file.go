@@ -296,10 +296,18 @@ func (sf *File) WeightInto(name string, dst []float32) error {
 	if !ok {
 		return fmt.Errorf("%s: tensor %q: %w", sf.path, name, ErrNotFound)
 	}
+	if err := sf.checkWeight(name, e); err != nil {
+		return err
+	}
+	return sf.Float32Into(name, dst)
+}
+
+// checkWeight refuses a tensor whose dtype is not a weight's (weightDTypes).
+func (sf *File) checkWeight(name string, e entry) error {
 	if !slices.Contains(weightDTypes, e.dt) {
 		return fmt.Errorf("%s: tensor %q has dtype %s; a float weight is expected (F32, BF16, F16 or F64)", sf.path, name, e.DType)
 	}
-	return sf.Float32Into(name, dst)
+	return nil
 }
 
 func (sf *File) readFloat32(name string, e entry, dst []float32) ([]float32, error) {

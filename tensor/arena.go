@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"dflash/dtype"
 )
 
 // Arena holds the parameters of one model in one flat buffer (llm.c's
@@ -102,6 +104,27 @@ func (a *Arena[T]) SetParam(b Backend[T], i int, host []T) {
 	}
 	if a.Values == nil || !a.computeIsValues() {
 		b.WriteParams(a.view(a.Compute, i), host)
+	}
+}
+
+// SetParamBytes sets elements [off, off+n) of parameter i to raw, the
+// little-endian bytes of n elements of dtype dt (n = len(raw)/dt.Size()),
+// on backend b, where the arena was allocated: its master range and its
+// compute copy's, each converted by Backend.WriteParamBytes (a compute
+// copy of dtype dt takes the bytes as they are). A model loads a weight
+// in pieces with it, straight from its file's bytes.
+func (a *Arena[T]) SetParamBytes(b Backend[T], i, off int, dt dtype.DType, raw []byte) {
+	p := a.params[i]
+	n := len(raw) / dt.Size()
+	if n*dt.Size() != len(raw) || off < 0 || off+n > numel(p.Shape) {
+		panic(fmt.Sprintf("tensor.Arena.SetParamBytes %s: %d bytes of %v at element %d of %d", p.Name, len(raw), dt, off, numel(p.Shape)))
+	}
+	lo := a.offs[i] + off
+	if a.Values != nil {
+		b.WriteParamBytes(a.Values.Slice(lo, lo+n), dt, raw)
+	}
+	if a.Values == nil || !a.computeIsValues() {
+		b.WriteParamBytes(a.Compute.Slice(lo, lo+n), dt, raw)
 	}
 }
 

@@ -3,6 +3,7 @@ package tensor
 import (
 	"context"
 
+	"dflash/dtype"
 	"dflash/flex"
 )
 
@@ -239,6 +240,15 @@ type Backend[T Float] interface {
 	// WriteParams copies host into dst, a range of either copy, rounding to
 	// its element type.
 	WriteParams(dst Storage[T], host []T)
+	// WriteParamBytes copies raw, the little-endian bytes of dst.Len()
+	// elements of dtype dt (a float dtype of safetensors), into dst, a range
+	// of either copy, converting each to dst's element type by value,
+	// rounding to nearest: it writes what WriteParams writes of the values
+	// that dtype.DecodeFloat32 reads from raw (a float64 destination takes
+	// F64 values exactly). Storage of dtype dt takes the bytes as they are,
+	// with no conversion on the host: a bf16 model loads into CUDA's bf16
+	// compute copy by copies alone. raw may be reused once it returns.
+	WriteParamBytes(dst Storage[T], dt dtype.DType, raw []byte)
 	// HostParams reports whether AllocParams returns host memory (the CPU):
 	// an arena in host memory then stays where it is (Arena.Place), and a
 	// model checks the host's memory before it allocates its parameters.

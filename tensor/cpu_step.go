@@ -1,5 +1,12 @@
 package tensor
 
+import (
+	"encoding/binary"
+	"math"
+
+	"dflash/dtype"
+)
+
 // The CPU's part of the step-memory, output-allocation, kept-table,
 // chunking, replay and parameter-placement contract of Backend: the
 // garbage collector owns host memory, so the step methods do nothing and
@@ -47,6 +54,34 @@ func (c *CPU[T]) WriteParams(dst Storage[T], host []T) {
 	d := HostData(dst, "WriteParams destination")
 	checkLen("WriteParams", len(host), len(d))
 	copy(d, host)
+}
+
+// WriteParamBytes decodes raw (elements of dt) into dst.
+func (c *CPU[T]) WriteParamBytes(dst Storage[T], dt dtype.DType, raw []byte) {
+	d := HostData(dst, "WriteParamBytes destination")
+	checkLen("WriteParamBytes", len(raw), len(d)*dt.Size())
+	decodeInto(d, dt, raw)
+}
+
+// decodeInto sets dst to the values of raw, elements of dt, by value:
+// through dtype.DecodeFloat32 but for F64 into float64, taken exactly.
+func decodeInto[T Float](dst []T, dt dtype.DType, raw []byte) {
+	switch d := any(dst).(type) {
+	case []float32:
+		dtype.DecodeFloat32(dt, d, raw)
+	case []float64:
+		if dt == dtype.F64 {
+			for i := range d {
+				d[i] = math.Float64frombits(binary.LittleEndian.Uint64(raw[8*i:]))
+			}
+			return
+		}
+		f := make([]float32, len(d))
+		dtype.DecodeFloat32(dt, f, raw)
+		for i, v := range f {
+			d[i] = float64(v)
+		}
+	}
 }
 
 // HostParams returns true.

@@ -25,7 +25,11 @@
 // flat value buffer, and its gradient a view of one flat gradient buffer,
 // so optimizers, all-reduces and checkpoints can treat the model as one
 // buffer. Arena.Place moves it to a backend (fp32 masters and a bf16
-// compute copy on CUDA); Arena.Fetch brings the masters back.
+// compute copy on CUDA); Arena.Fetch brings the masters back. A model
+// loaded from its files is allocated on the backend at once (AllocOn) and
+// written there piece by piece from the files' bytes (SetParamBytes,
+// Backend.WriteParamBytes: a device that stores the file's dtype takes
+// the bytes unconverted).
 //
 // Every backend implements the whole Backend contract: the kernels, and
 // the memory methods (step memory, AllocOut and Storage.LikeOut, KeepStat,

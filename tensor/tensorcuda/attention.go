@@ -43,6 +43,16 @@ func (b *Backend) builder(p *flex.MaskProgram) (*flexcuda.Builder, error) {
 	if bl := b.builders[key]; bl != nil {
 		return bl, nil
 	}
+	bl, err := b.newBuilder(p)
+	if err != nil {
+		return nil, err
+	}
+	b.builders[key] = bl
+	return bl, nil
+}
+
+// newBuilder makes the block-mask builder of p that builder keeps.
+func (b *Backend) newBuilder(p *flex.MaskProgram) (*flexcuda.Builder, error) {
 	var bl *flexcuda.Builder
 	var err error
 	if bs, ok := p.DFlashBlock(); ok {
@@ -53,7 +63,6 @@ func (b *Backend) builder(p *flex.MaskProgram) (*flexcuda.Builder, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tensorcuda: block mask builder for %s: %w", p.Name(), err)
 	}
-	b.builders[key] = bl
 	return bl, nil
 }
 
@@ -98,12 +107,17 @@ func (b *Backend) attention(p *flex.MaskProgram, headDim, group int) (*flexcuda.
 	if a := b.attns[key]; a != nil {
 		return a, nil
 	}
-	a, err := flexcuda.New(b.cache, p, nil, b.attnConfig(headDim, group))
+	a, err := b.newAttention(p, headDim, group)
 	if err != nil {
 		return nil, err
 	}
 	b.attns[key] = a
 	return a, nil
+}
+
+// newAttention makes the attention that attention keeps.
+func (b *Backend) newAttention(p *flex.MaskProgram, headDim, group int) (*flexcuda.Attention, error) {
+	return flexcuda.New(b.cache, p, nil, b.attnConfig(headDim, group))
 }
 
 // attnConfig is the flexcuda configuration of attention over head

@@ -426,6 +426,25 @@ func (b *Backend) WriteParams(dst tensor.Storage[float32], host []float32) {
 	b.write("WriteParams", b.buf(dst, "WriteParams"), host)
 }
 
+// WriteParamBytes copies raw, elements of dt, into dst (parameter storage
+// of this backend): as they are when dst stores dt (a bf16 weight into
+// the bf16 compute copy: one staged copy, nothing converted on the host),
+// else decoded to float32 and rounded to dst's dtype as WriteParams does.
+func (b *Backend) WriteParamBytes(dst tensor.Storage[float32], dt dtype.DType, raw []byte) {
+	x := b.buf(dst, "WriteParamBytes")
+	checkLen("WriteParamBytes", len(raw), x.n*dt.Size())
+	if x.n == 0 {
+		return
+	}
+	if dt == x.dt {
+		must("WriteParamBytes", b.mem.upload(x.Buffer(), raw))
+		return
+	}
+	host := make([]float32, x.n)
+	dtype.DecodeFloat32(dt, host, raw)
+	b.write("WriteParamBytes", x, host)
+}
+
 // HostParams returns false: parameters live in device memory.
 func (b *Backend) HostParams() bool { return false }
 

@@ -63,5 +63,7 @@
 // model/dflash.Drafter.StepAttentions), has compiled and loaded them and
 // every op kernel before the first step: a kernel that cannot be compiled
 // is then Prepare's error, naming it, with the NVRTC log (design contract
-// 4), instead of a panic in a step.
+// 4), instead of a panic in a step. Compile, the compiling half of
+// Prepare, may run on another goroutine while the worker loads the
+// target, so that the Prepare after it only loads modules.
 package tensorcuda

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"dflash/dtype"
 	"dflash/flex"
 	"dflash/gpu"
 	"dflash/internal/gputest"
@@ -134,5 +135,55 @@ func TestGPUAttentionUnprepared(t *testing.T) {
 		if !strings.Contains(perr.Error(), w) {
 			t.Errorf("panic lacks %q:\n%v", w, perr)
 		}
+	}
+}
+
+// TestGPUCompileWhileLoading: Compile on another goroutine while the
+// worker uploads parameters (a target's load) compiles every module of the
+// training step's uses and of the op kernels, and the Prepare after it
+// compiles nothing and only loads them: the start costs the longer of the
+// load and the compile. The cache is a fresh one in memory.
+func TestGPUCompileWhileLoading(t *testing.T) {
+	w := gputest.Worker0(t)
+	cache := gputest.NVRTCCache(t, "")
+	err := w.Run(func(d *gpu.Device) error {
+		b, err := NewBackend(cache, d)
+		if err != nil {
+			return err
+		}
+		defer b.Close()
+		ctx := context.Background()
+		base := cache.Stats()
+		compiled := make(chan error, 1)
+		go func() { compiled <- b.Compile(ctx, trainingUses()) }()
+		const n = 64 << 20 // 128 MiB of bf16, in pieces as a load writes them
+		_, compute := b.AllocParams(n, false)
+		raw := make([]byte, 2*n/16)
+		for i := range raw {
+			raw[i] = byte(i)
+		}
+		for off := 0; off < n; off += n / 16 {
+			b.WriteParamBytes(compute.Slice(off, off+n/16), dtype.BF16, raw)
+		}
+		if err := <-compiled; err != nil {
+			return err
+		}
+		before := cache.Stats()
+		if before.Compiles == base.Compiles || before.ModuleLoads != base.ModuleLoads {
+			return fmt.Errorf("Compile compiled %d modules and loaded %d: want some compiled, none loaded",
+				before.Compiles-base.Compiles, before.ModuleLoads-base.ModuleLoads)
+		}
+		if err := b.Prepare(ctx, trainingUses()); err != nil {
+			return err
+		}
+		after := cache.Stats()
+		if after.Compiles != before.Compiles || after.ModuleLoads == before.ModuleLoads {
+			return fmt.Errorf("Prepare after Compile compiled %d modules and loaded %d: want none compiled, the modules loaded",
+				after.Compiles-before.Compiles, after.ModuleLoads-before.ModuleLoads)
+		}
+		return b.Sync()
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

@@ -2,6 +2,7 @@ package tensorcuda
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -57,6 +58,17 @@ func def(file, name, sig string) *kernel {
 
 // allKernels lists every declared kernel (filled by def).
 var allKernels []*kernel
+
+// kernelFiles returns the files of allKernels, each once, in order.
+func kernelFiles() []string {
+	var files []string
+	for _, k := range allKernels {
+		if !slices.Contains(files, k.file) {
+			files = append(files, k.file)
+		}
+	}
+	return files
+}
 
 // The kernels, with their parameter lists as the .cu files declare them.
 var (

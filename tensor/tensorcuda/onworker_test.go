@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"testing"
 
+	"dflash/dtype"
 	"dflash/flex"
 	"dflash/gpu"
 	"dflash/tensor"
@@ -284,6 +285,10 @@ func (p *onWorker) AllocParams(n int, master bool) (values, compute tensor.Stora
 
 func (p *onWorker) WriteParams(dst tensor.Storage[float32], host []float32) {
 	p.do("WriteParams", func() { p.b.WriteParams(un(dst), host) })
+}
+
+func (p *onWorker) WriteParamBytes(dst tensor.Storage[float32], dt dtype.DType, raw []byte) {
+	p.do("WriteParamBytes", func() { p.b.WriteParamBytes(un(dst), dt, raw) })
 }
 
 func (p *onWorker) HostParams() bool { return p.b.HostParams() }

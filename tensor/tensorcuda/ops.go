@@ -2,9 +2,11 @@ package tensorcuda
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"strings"
+	"sync"
 
 	"dflash/cuda"
 	"dflash/dtype"
@@ -35,11 +37,12 @@ func New(cache *jit.Cache, d *gpu.Device, dt dtype.DType) (*Ops, error) {
 	if dt != dtype.BF16 && dt != dtype.F32 {
 		return nil, fmt.Errorf("tensorcuda: storage dtype %v is not supported (bf16 or f32)", dt)
 	}
-	r := &devRunner{cache: cache, d: d, dt: dt, mods: map[string]*jit.Kernel{}, fns: map[*kernel]cuda.Function{}}
+	r := &devRunner{cache: cache, d: d, arch: d.Arch(), dt: dt, mods: map[string]*jit.Kernel{}, fns: map[*kernel]cuda.Function{}}
 	return &Ops{dt: dt, sms: d.Info().SMs, run: r}, nil
 }
 
-// Warm compiles (or fetches from the cache) and loads every kernel.
+// Warm compiles (or fetches from the cache) and loads every kernel; after
+// compile (Backend.Compile) it only loads.
 func (o *Ops) Warm(ctx context.Context) error {
 	r, ok := o.run.(*devRunner)
 	if !ok {
@@ -101,9 +104,36 @@ func b2i(v bool) int {
 type devRunner struct {
 	cache *jit.Cache
 	d     *gpu.Device
+	arch  string // d's
 	dt    dtype.DType
 	mods  map[string]*jit.Kernel // by file
 	fns   map[*kernel]cuda.Function
+}
+
+// source is the kernel cache's source of kernel file (e.g. "op_xent.cu")
+// for the runner's dtype and architecture.
+func (r *devRunner) source(file string) jit.Source {
+	return jit.Source{Family: strings.TrimSuffix(file, ".cu"), Code: Source(file), Options: compileOptions(r.dt),
+		Arch: r.arch, Params: map[string]string{"dtype": r.dt.String()}}
+}
+
+// compile compiles every kernel file through the cache, or finds it there,
+// a goroutine each, loading nothing: it touches no state of the runner, so
+// that it may run on any goroutine while the worker launches. Errors name
+// the file and the dtype.
+func (r *devRunner) compile(ctx context.Context) error {
+	files := kernelFiles()
+	errs := make([]error, len(files))
+	var wg sync.WaitGroup
+	for i, f := range files {
+		wg.Go(func() {
+			if _, err := r.cache.Get(ctx, r.source(f)); err != nil {
+				errs[i] = fmt.Errorf("tensorcuda: %s (%s): %w", f, r.dt, err)
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 func (r *devRunner) function(ctx context.Context, k *kernel) (cuda.Function, error) {
@@ -112,9 +142,7 @@ func (r *devRunner) function(ctx context.Context, k *kernel) (cuda.Function, err
 	}
 	m := r.mods[k.file]
 	if m == nil {
-		fam := strings.TrimSuffix(k.file, ".cu")
-		m = r.cache.Kernel(jit.Source{Family: fam, Code: Source(k.file), Options: compileOptions(r.dt),
-			Arch: r.d.Arch(), Params: map[string]string{"dtype": r.dt.String()}})
+		m = r.cache.Kernel(r.source(k.file))
 		r.mods[k.file] = m
 	}
 	f, err := m.Function(ctx, r.d, k.name)
