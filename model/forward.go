@@ -100,7 +100,9 @@ func (m *Model) Prepare(b tensor.Backend[float32], in Input) *Prepared {
 // (Forward), for tensor.Backend.Prepare: causal, or with docs (Input.Docs)
 // causal within documents, over the config's head dimension and GQA group,
 // without gradients (a target is frozen).
-func (m *Model) ForwardAttentions(docs bool) []tensor.AttentionUse { return m.Config.ForwardAttentions(docs) }
+func (m *Model) ForwardAttentions(docs bool) []tensor.AttentionUse {
+	return m.Config.ForwardAttentions(docs)
+}
 
 // ForwardAttentions returns the attention calls of the forward pass of a
 // model of config c (Model.ForwardAttentions), known before its weights
