@@ -324,31 +324,52 @@ func waitedCopy[T Element](d *Device, call string, b Buffer, host []T, up bool) 
 
 // AllocHost returns n bytes of page-locked (pinned) host memory: a copy
 // between it and the device is one DMA transfer at the link's full speed,
-// where pageable memory goes through the driver's staging buffers. Give it
-// back with FreeHost, on this device's worker.
+// where pageable memory goes through the driver's staging buffers. It may
+// be called from any goroutine: off the worker's thread it runs on an OS
+// thread of its own with the device's context current, so that a large
+// allocation (seconds for many GB) goes on beside the worker's work. Give
+// it back with FreeHost.
 func (d *Device) AllocHost(n int64) ([]byte, error) {
 	if n == 0 {
 		return nil, nil
 	}
-	if err := d.check("AllocHost"); err != nil {
-		return nil, err
-	}
-	b, err := cuda.MemAllocHost(n)
+	var b []byte
+	err := d.hostCall(func() (err error) {
+		b, err = cuda.MemAllocHost(n)
+		return err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("gpu %d: %d bytes of page-locked host memory: %w", d.info.Ordinal, n, err)
 	}
 	return b, nil
 }
 
-// FreeHost gives back memory from AllocHost.
+// FreeHost gives back memory from AllocHost, from any goroutine.
 func (d *Device) FreeHost(b []byte) error {
 	if len(b) == 0 {
 		return nil
 	}
-	if err := d.check("FreeHost"); err != nil {
-		return err
+	return d.hostCall(func() error { return cuda.MemFreeHost(b) })
+}
+
+// hostCall runs fn, a driver call that needs the device's context but no
+// stream, on the worker's thread when called there, else on a new OS
+// thread with the context current (a goroutine's own thread may be another
+// device's worker, whose context must stay).
+func (d *Device) hostCall(fn func() error) error {
+	if gettid() == d.w.tid {
+		return fn()
 	}
-	return cuda.MemFreeHost(b)
+	done := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // the thread ends with the goroutine: its context binding goes with it
+		if err := cuda.CtxSetCurrent(d.ctx); err != nil {
+			done <- err
+			return
+		}
+		done <- fn()
+	}()
+	return <-done
 }
 
 // Memset sets n bytes of b to v on s (the default stream when nil).

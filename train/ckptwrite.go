@@ -32,21 +32,39 @@ type bgWrite struct {
 	took time.Duration
 }
 
-// allocSnapshot allocates the host memory of the run's checkpoint
-// snapshots before the first step (the lead rank, when a step is left to
-// run), so that no checkpoint stalls for it.
-func (r *runner) allocSnapshot() error {
+// allocSnapshot starts allocating the host memory of the run's checkpoint
+// snapshots (the lead rank, when a step is left to run) beside the first
+// steps: page-locked, many GB take seconds, which the start of the run
+// does not wait for. The first checkpoint takes it (snapshot), waiting for
+// it only if it is not ready by then.
+func (r *runner) allocSnapshot() {
 	if !r.lead || r.st.Step >= r.end {
+		return
+	}
+	done := make(chan error, 1)
+	r.snapAlloc = done
+	go func() {
+		t0 := time.Now()
+		s, err := r.params.newSnapshot(r.h.Backend.AllocHost)
+		if err != nil {
+			done <- fmt.Errorf("checkpoint snapshot memory (%.2f GB): %w", float64(snapshotBytes(r.params.a.Len()))/1e9, err)
+			return
+		}
+		r.snap = s
+		slog.Info("checkpoint snapshot memory", "gb", gb(s.bytes()), "pinned", !r.h.Backend.HostParams(), "alloc_s", secs(time.Since(t0)))
+		done <- nil
+	}()
+}
+
+// snapshot waits for allocSnapshot's memory (the first time) and returns
+// its error.
+func (r *runner) snapshot() error {
+	if r.snapAlloc == nil {
 		return nil
 	}
-	t0 := time.Now()
-	s, err := r.params.newSnapshot(r.h.Backend.AllocHost)
-	if err != nil {
-		return fmt.Errorf("checkpoint snapshot memory (%.2f GB): %w", float64(snapshotBytes(r.params.a.Len()))/1e9, err)
-	}
-	r.snap = s
-	slog.Info("checkpoint snapshot memory", "gb", gb(s.bytes()), "pinned", !r.h.Backend.HostParams(), "alloc_s", secs(time.Since(t0)))
-	return nil
+	err := <-r.snapAlloc
+	r.snapAlloc = nil
+	return err
 }
 
 // save checkpoints the current step with the RNG and data position of b,
@@ -58,6 +76,9 @@ func (r *runner) save(b boundary) error {
 	}
 	t0 := time.Now()
 	r.awaitWrite()
+	if err := r.snapshot(); err != nil {
+		return err
+	}
 	waited := time.Since(t0)
 	var modelCfg []byte
 	if r.h.ModelConfig != nil {
@@ -143,10 +164,10 @@ func (r *runner) awaitWrite() {
 // returns nil).
 func (r *runner) endWrites() error {
 	r.awaitWrite()
-	var err error
+	err := r.snapshot()
 	if r.snap != nil {
-		if err = r.snap.free(r.h.Backend); err != nil {
-			err = fmt.Errorf("checkpoint snapshot memory: %w", err)
+		if ferr := r.snap.free(r.h.Backend); ferr != nil {
+			err = errors.Join(err, fmt.Errorf("checkpoint snapshot memory: %w", ferr))
 		}
 		r.snap = nil
 	}

@@ -148,9 +148,7 @@ func run(ctx context.Context, cfg Config, h Hooks, stderr io.Writer) (_ *Result,
 		}
 	}
 	r.prog = newProgress(stderr, cfg.Progress, cfg.LogEvery, r.st.Step, cfg.Steps)
-	if err := r.allocSnapshot(); err != nil {
-		return nil, err
-	}
+	r.allocSnapshot()
 	// Whatever ends the run (a panic too), the write in flight reads the
 	// snapshot memory until it is done.
 	defer func() { err = errors.Join(err, r.endWrites()) }()
@@ -209,6 +207,7 @@ type runner struct {
 	end         int           // step after which this call stops
 
 	snap      *paramSnapshot // the checkpoints' host memory (lead rank)
+	snapAlloc chan error     // allocSnapshot's result, until snapshot takes it
 	inflight  *bgWrite       // the checkpoint write in flight (nil: none)
 	writeErrs []error        // the writes that failed, for the end of the run
 }

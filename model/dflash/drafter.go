@@ -50,7 +50,7 @@ func New[T tensor.Float](c *Config, rng *rand.Rand) *Drafter[T] {
 		if len(p.Shape) == 1 {
 			p.Fill(1)
 		} else {
-			p.FillNormal(rng, 0, 0.02)
+			p.FillNormalSeeded(rng.Uint64(), 0, 0.02)
 		}
 	}
 	return d

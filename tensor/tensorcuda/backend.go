@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"unsafe"
 
 	"dflash/dtype"
@@ -63,6 +64,7 @@ type Backend struct {
 	gen     uint64 // the current step; storage of another step is stale
 
 	persistent []gpu.Buffer
+	hostsMu    sync.Mutex          // AllocHost and FreeHost may be called from any goroutine
 	hosts      map[*float32][]byte // AllocHost's page-locked memory not yet freed, by its first element
 	partial    gpu.Buffer          // SumSquares' per-block sums, allocated at its first call
 	release    []func()            // what ResetStep frees besides the arena (masks)
@@ -343,8 +345,9 @@ func (b *Backend) Download(s tensor.Storage[float32], dst []float32) {
 
 // AllocHost returns n float32 elements of page-locked host memory, into
 // which Download copies fp32 storage (the master values, the gradient,
-// AdamW's moments) in one transfer at the link's full speed. What FreeHost
-// has not given back by Close, Close frees.
+// AdamW's moments) in one transfer at the link's full speed. It may be
+// called from any goroutine (gpu.Device.AllocHost), beside the worker's
+// work. What FreeHost has not given back by Close, Close frees.
 func (b *Backend) AllocHost(n int) ([]float32, error) {
 	if n == 0 {
 		return nil, nil
@@ -354,6 +357,8 @@ func (b *Backend) AllocHost(n int) ([]float32, error) {
 		return nil, fmt.Errorf("tensorcuda: AllocHost: %w", err)
 	}
 	h := unsafe.Slice((*float32)(unsafe.Pointer(&raw[0])), n)
+	b.hostsMu.Lock()
+	defer b.hostsMu.Unlock()
 	if b.hosts == nil {
 		b.hosts = map[*float32][]byte{}
 	}
@@ -367,11 +372,13 @@ func (b *Backend) FreeHost(h []float32) error {
 	if len(h) == 0 {
 		return nil
 	}
+	b.hostsMu.Lock()
 	raw, ok := b.hosts[&h[0]]
+	delete(b.hosts, &h[0])
+	b.hostsMu.Unlock()
 	if !ok {
 		panic("tensorcuda: FreeHost of memory that AllocHost did not return (or freed already)")
 	}
-	delete(b.hosts, &h[0])
 	if err := b.mem.freeHost(raw); err != nil {
 		return fmt.Errorf("tensorcuda: FreeHost: %w", err)
 	}
