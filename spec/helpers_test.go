@@ -72,10 +72,10 @@ func newOracle(t *testing.T, m *model.Model, prompt, ref []int32, taps []int, B,
 	return o
 }
 
-func (o *oracle) BlockSize() int  { return o.B }
-func (o *oracle) Taps() []int     { return o.taps }
+func (o *oracle) BlockSize() int     { return o.B }
+func (o *oracle) Taps() []int        { return o.taps }
 func (o *oracle) Start(int) Sequence { o.pos = 0; return o }
-func (o *oracle) Free()               {}
+func (o *oracle) Free()              {}
 
 // Extend checks the hidden states against the full forward pass's when
 // the oracle has them (want; the CPU), and counts the positions.

@@ -28,7 +28,9 @@ const (
 // activations' dtype: the keys and values a cache holds are bf16 already,
 // so fp32 would keep no more of them and double the bytes that decoding's
 // attention reads).
-func (b *Backend) AllocKeep(n int) tensor.Storage[float32] { return b.newBuf(n, dtype.BF16, true, true) }
+func (b *Backend) AllocKeep(n int) tensor.Storage[float32] {
+	return b.newBuf(n, dtype.BF16, true, true)
+}
 
 // FreeKeep frees a whole allocation of AllocKeep.
 func (b *Backend) FreeKeep(s tensor.Storage[float32]) {
