@@ -132,13 +132,16 @@ func (m *Model) decode(b tensor.Backend[float32], cache *Cache, tokens []int32, 
 }
 
 // ContextLimit is the longest sequence (prompt and generated tokens) that
-// Generate and speculative decoding produce: max_position_embeddings, or
-// unlimited (math.MaxInt) when the config leaves it 0.
-func (m *Model) ContextLimit() int {
-	if m.Config.MaxPositionEmbeddings <= 0 {
+// Generate and speculative decoding produce: Config.ContextLimit.
+func (m *Model) ContextLimit() int { return m.Config.ContextLimit() }
+
+// ContextLimit is max_position_embeddings, or unlimited (math.MaxInt) when
+// the config leaves it 0.
+func (c *Config) ContextLimit() int {
+	if c.MaxPositionEmbeddings <= 0 {
 		return math.MaxInt
 	}
-	return m.Config.MaxPositionEmbeddings
+	return c.MaxPositionEmbeddings
 }
 
 // ErrPromptTooLong is returned for a prompt longer than the context limit.
