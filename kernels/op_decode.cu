@@ -65,8 +65,7 @@ __device__ __forceinline__ float dec_warp_sum(float v) {
 // part_o[s, r, :] = Σ_j 2^(x_j − m)·v_j with x_j = log2(e)·scale·q·k_j, and
 // part_ml[s, r] = (m, Σ_j 2^(x_j − m)); m = −inf and zeros when the split
 // holds no visible key of the row.
-extern "C" __global__ void __launch_bounds__(OP_DEC_WARPS * 32)
-    op_decode_attn(const op_t *__restrict__ q, const op_t *__restrict__ k,
+extern "C" __global__ void op_decode_attn(const op_t *__restrict__ q, const op_t *__restrict__ k,
                    const op_t *__restrict__ v, float *__restrict__ part_o,
                    float *__restrict__ part_ml, int heads, int n, int head_dim,
                    int kv_heads, int max_len, int length, int causal,
