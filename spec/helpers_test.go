@@ -56,6 +56,17 @@ type oracle struct {
 	phase int // correct-prefix length of the first proposal
 	pos   int // context length
 	calls int
+	// fail reports a misuse; t.Fatalf when nil (t.Errorf off the test's
+	// goroutine: a GPU worker's).
+	fail func(format string, args ...any)
+}
+
+func (o *oracle) fatalf(format string, args ...any) {
+	if o.fail != nil {
+		o.fail(format, args...)
+		return
+	}
+	o.t.Fatalf(format, args...)
 }
 
 func newOracle(t *testing.T, m *model.Model, prompt, ref []int32, taps []int, B, phase int, rng *rand.Rand) *oracle {
@@ -91,7 +102,7 @@ func (o *oracle) Extend(hidden []*tensor.Tensor) {
 		w := o.want[i][o.pos*H : (o.pos+n)*H]
 		for j := range h {
 			if math.Abs(float64(h[j]-w[j])) > 1e-4*(1+math.Abs(float64(w[j]))) {
-				o.t.Fatalf("Extend of positions %d..%d, tap %d: value %d is %v, the target's state is %v", o.pos, o.pos+n-1, o.taps[i], j, h[j], w[j])
+				o.fatalf("Extend of positions %d..%d, tap %d: value %d is %v, the target's state is %v", o.pos, o.pos+n-1, o.taps[i], j, h[j], w[j])
 			}
 		}
 	}
@@ -101,7 +112,7 @@ func (o *oracle) Extend(hidden []*tensor.Tensor) {
 func (o *oracle) Propose(last int32) []float32 {
 	o.calls++
 	if o.pos >= len(o.seq) || last != o.seq[o.pos] {
-		o.t.Fatalf("Propose(%d) at position %d: the sequence there is %v", last, o.pos, o.seq[min(o.pos, len(o.seq)-1):])
+		o.fatalf("Propose(%d) at position %d: the sequence there is %v", last, o.pos, o.seq[min(o.pos, len(o.seq)-1):])
 	}
 	l := make([]float32, o.B*o.V)
 	run := (o.phase + o.calls - 1) % o.B // slots 1..run hold the true tokens
