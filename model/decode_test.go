@@ -35,7 +35,7 @@ func TestDecodeTruncate(t *testing.T) {
 				}
 				backendtest.Close(t, what, got.Data(), w, 1e-5)
 			}
-			cache := m.NewCache()
+			cache := m.NewCache(cpu, 16)
 			m.Step(cpu, cache, ids[:5])
 			logits, hidden := m.Decode(cpu, cache, ids[5:12], states)
 			wantLogits, wantOut := full(ids[:12])

@@ -24,62 +24,44 @@ type GenerateOptions struct {
 	Stop []int32
 }
 
-// Cache is a KV cache for one sequence: per layer and kv head, the rotated
-// keys and the values of every position processed so far, and the RoPE
-// table of those positions.
+// Cache is a KV cache for one sequence on a backend, allocated once for
+// at most Max() positions: per layer, the rotated keys and the values of
+// the Len positions processed so far (tensor.KVCache). Free gives its
+// memory back.
 type Cache struct {
-	k, v     [][][]float32 // [layer][kvHead] → len·HeadDim
-	Len      int
-	cos, sin []float32 // RoPE angles of positions 0, 1, ..., [positions, HeadDim/2], in host memory
+	kv  *tensor.KVCache[float32]
+	Len int
 }
 
-// NewCache returns an empty cache for m.
-func (m *Model) NewCache() *Cache {
-	c := &Cache{k: make([][][]float32, m.Config.NumLayers), v: make([][][]float32, m.Config.NumLayers)}
-	for i := range c.k {
-		c.k[i] = make([][]float32, m.Config.NumKVHeads)
-		c.v[i] = make([][]float32, m.Config.NumKVHeads)
-	}
-	return c
+// NewCache returns an empty cache for m on b holding up to maxLen
+// positions (a prompt and the tokens generated after it).
+func (m *Model) NewCache(b tensor.Backend[float32], maxLen int) *Cache {
+	c := &m.Config
+	return &Cache{kv: tensor.NewKVCache(b, c.NumLayers, c.NumKVHeads, maxLen, c.HeadDim)}
 }
 
-// ropeRows returns the RoPE table of positions past..past+n−1, a view of
-// the cache's table, which grows (doubling) to cover them: a position's
-// angles are computed once per sequence, not once per step.
-func (c *Cache) ropeRows(r *tensor.Rope, past, n int) *tensor.RopeTable[float32] {
-	h := r.HeadDim / 2
-	if have := len(c.cos) / h; past+n > have {
-		pos := make([]int32, max(past+n, 2*have)-have)
-		for i := range pos {
-			pos[i] = int32(have + i)
-		}
-		cos, sin := tensor.Angles[float32](r, pos)
-		c.cos, c.sin = append(c.cos, cos...), append(c.sin, sin...)
-	}
-	return &tensor.RopeTable[float32]{HeadDim: r.HeadDim, Cos: tensor.Host[float32](c.cos[past*h : (past+n)*h]), Sin: tensor.Host[float32](c.sin[past*h : (past+n)*h])}
-}
+// Max returns the positions the cache holds at most.
+func (c *Cache) Max() int { return c.kv.Max }
+
+// Free gives the cache's memory back to its backend; c must not be used
+// afterwards.
+func (c *Cache) Free() { c.kv.Free() }
 
 // Truncate drops every position from n on (n ≤ Len), as if only the first
 // n tokens had been processed: speculative decoding rolls rejected draft
-// tokens back with it. It panics when n is out of range.
+// tokens back with it (the rows stay; the next tokens overwrite them). It
+// panics when n is out of range.
 func (c *Cache) Truncate(n int) {
 	if n < 0 || n > c.Len {
 		panic(fmt.Sprintf("model.Cache.Truncate(%d) with %d positions cached", n, c.Len))
-	}
-	for i := range c.k {
-		for h := range c.k[i] {
-			if len(c.k[i][h]) > 0 {
-				d := len(c.k[i][h]) / c.Len
-				c.k[i][h], c.v[i][h] = c.k[i][h][:n*d], c.v[i][h][:n*d]
-			}
-		}
 	}
 	c.Len = n
 }
 
 // Step runs tokens (at positions cache.Len, cache.Len+1, ...) through the
 // model with the cache, appends their keys and values to it and returns the
-// logits of the last token [Vocab]. Nothing is recorded for gradients.
+// logits of the last token [Vocab] in host memory. Nothing is recorded for
+// gradients. The step's storage is b's step memory: scope it (tensor.Scope).
 func (m *Model) Step(b tensor.Backend[float32], cache *Cache, tokens []int32) []float32 {
 	logits, _ := m.Prefill(b, cache, tokens, nil)
 	return logits
@@ -93,7 +75,7 @@ func (m *Model) Prefill(b tensor.Backend[float32], cache *Cache, tokens []int32,
 	x, hidden := m.decode(b, cache, tokens, states)
 	tp := tensor.NewInference(b)
 	last := tp.Slice(x, 0, len(tokens)-1, len(tokens))
-	return m.Logits(tp, tp.RMSNorm(last, m.Norm, m.Config.RMSNormEps)).Data(), hidden
+	return tensor.Values(b, m.Logits(tp, tp.RMSNorm(last, m.Norm, m.Config.RMSNormEps))), hidden
 }
 
 // Decode is Prefill for a block of tokens that all need their logits, as
@@ -121,26 +103,25 @@ func (m *Model) decode(b tensor.Backend[float32], cache *Cache, tokens []int32, 
 			panic(fmt.Sprintf("model.Decode: hidden state %d out of range [0, %d]", s, c.NumLayers))
 		}
 	}
+	if past+n > cache.Max() {
+		panic(fmt.Sprintf("model.Decode: %d tokens after %d positions overflow a cache of %d", n, past, cache.Max()))
+	}
 	tp := tensor.NewInference(b)
-	table := cache.ropeRows(m.rope, past, n)
+	pos := make([]int32, n)
+	for i := range pos {
+		pos[i] = int32(past + i)
+	}
+	table := tensor.Table(b, m.rope, pos)
 	total := past + n
 	scale := 1 / math.Sqrt(float64(c.HeadDim))
-	D := c.HeadDim
-	keys := func(i int) int { return past + i + 1 } // causal: token i sees the cache and tokens 0..i
-	x := tp.Embedding(m.Embed, tensor.HostInts(tokens))
+	x := tp.Embedding(m.Embed, b.UploadInts(tokens))
 	for i := range m.Layers {
 		if slices.Contains(states, i) {
 			hidden[i] = x
 		}
 		q, k, v := m.qkv(tp, i, x, 1, n, table) // q, k [1, H, n, D], v [1, n, H, D]
-		for h := range c.NumKVHeads {
-			cache.k[i][h] = append(cache.k[i][h], k.Data()[h*n*D:][:n*D]...)
-			for t := range n {
-				cache.v[i][h] = append(cache.v[i][h], v.Data()[(t*c.NumKVHeads+h)*D:][:D]...)
-			}
-		}
-		a := tensor.New[float32]("attn", q.Shape...)
-		AttendRows(b, q.Data(), cache.k[i], cache.v[i], c.NumHeads, n, D, keys, scale, a.Data())
+		tp.CachePut(cache.kv, i, k, false, v, true, past)
+		a := tp.CacheAttend(cache.kv, i, q, total, true, scale) // token i sees the cache and tokens 0..i
 		x = m.finishLayer(tp, i, x, tp.Transpose12(a), nil)
 	}
 	cache.Len = total
@@ -151,13 +132,16 @@ func (m *Model) decode(b tensor.Backend[float32], cache *Cache, tokens []int32, 
 }
 
 // ContextLimit is the longest sequence (prompt and generated tokens) that
-// Generate and speculative decoding produce: max_position_embeddings, or
-// unlimited (math.MaxInt) when the config leaves it 0.
-func (m *Model) ContextLimit() int {
-	if m.Config.MaxPositionEmbeddings <= 0 {
+// Generate and speculative decoding produce: Config.ContextLimit.
+func (m *Model) ContextLimit() int { return m.Config.ContextLimit() }
+
+// ContextLimit is max_position_embeddings, or unlimited (math.MaxInt) when
+// the config leaves it 0.
+func (c *Config) ContextLimit() int {
+	if c.MaxPositionEmbeddings <= 0 {
 		return math.MaxInt
 	}
-	return m.Config.MaxPositionEmbeddings
+	return c.MaxPositionEmbeddings
 }
 
 // ErrPromptTooLong is returned for a prompt longer than the context limit.
@@ -194,8 +178,10 @@ func (m *Model) Generate(b tensor.Backend[float32], prompt []int32, opts Generat
 		return nil, nil
 	}
 	rng := rand.New(rand.NewPCG(opts.Seed, 0x6e6))
-	cache := m.NewCache()
-	logits := m.Step(b, cache, prompt)
+	cache := m.NewCache(b, len(prompt)+maxNew)
+	defer cache.Free()
+	var logits []float32
+	tensor.Scope(b, func() { logits = m.Step(b, cache, prompt) })
 	var out []int32
 	for {
 		next := Sample(logits, opts.Temperature, opts.TopK, rng)
@@ -203,7 +189,7 @@ func (m *Model) Generate(b tensor.Backend[float32], prompt []int32, opts Generat
 		if slices.Contains(opts.Stop, next) || len(out) == maxNew {
 			return out, nil
 		}
-		logits = m.Step(b, cache, []int32{next})
+		tensor.Scope(b, func() { logits = m.Step(b, cache, []int32{next}) })
 	}
 }
 

@@ -236,7 +236,7 @@ func TestCacheMatchesForward(t *testing.T) {
 			tp := tensor.NewInference(cpu)
 			full := m.Logits(tp, m.Forward(tp, Input{IDs: ids, Batch: 1, Len: len(ids)}).Final)
 			V := m.Config.VocabSize
-			cache := m.NewCache()
+			cache := m.NewCache(cpu, len(ids))
 			const prompt = 4
 			got := m.Step(cpu, cache, ids[:prompt])
 			check := func(pos int, got []float32) {

@@ -52,6 +52,7 @@ if [ "${1:-}" = "--build" ]; then
 	go test -c -trimpath -ldflags="-s -w" -o "$B/model.test" ./model
 	go test -c -trimpath -ldflags="-s -w" -o "$B/dflash.test" ./model/dflash
 	go test -c -trimpath -ldflags="-s -w" -o "$B/flexcuda.test" ./flex/flexcuda
+	go test -c -trimpath -ldflags="-s -w" -o "$B/spec.test" ./spec
 	go test -count=1 -run TestWriteTrainFixture ./cmd/dflash -train-fixture "$PWD/$B/fixture" >/dev/null
 	du -sh "$B"
 	# The binaries are more than the device tool carries (64 MiB with the tree); compressed they fit.
@@ -83,6 +84,12 @@ if has tests; then
 	"$B/flexcuda.test" -test.v -test.timeout 300s -test.run 'TestGPUDFlashPackedBuilders|TestGPUBlockMaskBuilders|TestGPUAttention$' >"$OUT/flexcuda.log" 2>&1 || fail "flexcuda GPU tests"
 	grep -E '^(--- |ok|FAIL|PASS)' "$OUT/flexcuda.log" | tail -n 30
 	python3 scripts/testfails.py "$OUT/flexcuda.log" 40
+	echo "== decoding on CUDA: the target against the CPU, greedy speculative decoding lossless"
+	(cd model && "../$B/model.test" -test.run 'TestGPUDecode$' -test.v) >"$OUT/model-decode.log" 2>&1 || fail "TestGPUDecode"
+	grep -E '^(--- |ok|FAIL|PASS)' "$OUT/model-decode.log" | tail -n 10
+	(cd spec && "../$B/spec.test" -test.run 'TestGPUGreedyLossless' -test.v) >"$OUT/spec.log" 2>&1 || fail "TestGPUGreedyLossless"
+	grep -E '^(--- |ok|FAIL|PASS)|oracle:' "$OUT/spec.log" | tail -n 10
+	python3 scripts/testfails.py "$OUT/spec.log" 40
 	echo "== gpu package GPU tests (graphs, Replay, staged uploads, allocator)"
 	(cd gpu && ../"$B/gpu.test" -test.v) >"$OUT/gpu.log" 2>&1 || fail "gpu GPU tests"
 	grep -E '^(--- |ok|FAIL|PASS)' "$OUT/gpu.log" | grep -v SKIP | tail -n 30

@@ -65,9 +65,9 @@ func benchRound(b *testing.B, cfg model.Config, generate bool) {
 	}
 	states := []int{cfg.NumLayers - 2, cfg.NumLayers - 1}
 	prefill := func() (*model.Cache, Sequence) {
-		cache := m.NewCache()
+		cache := m.NewCache(cpu, len(prompt)+8)
 		_, hidden := m.Prefill(cpu, cache, prompt, states)
-		seq := d.Start()
+		seq := d.Start(len(prompt) + 8)
 		seq.Extend(taps(hidden, states, 0, len(prompt)))
 		return cache, seq
 	}
@@ -103,7 +103,7 @@ func benchRound(b *testing.B, cfg model.Config, generate bool) {
 		_, hidden := m.Prefill(cpu, cache, prompt[:3], states)
 		h := taps(hidden, states, 0, 3)
 		for b.Loop() {
-			seq := &dflashSeq{f: d, ctx: d.D.NewContext()} // a fresh context: Extend never rolls back
+			seq := &dflashSeq{f: d, ctx: d.D.NewContext(cpu, 3)} // a fresh context: Extend never rolls back
 			seq.Extend(h)
 		}
 	})

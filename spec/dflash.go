@@ -65,16 +65,21 @@ func (f *DFlash) BlockSize() int { return f.D.Cfg.BlockSize }
 // Taps returns the drafter's tapped target layers.
 func (f *DFlash) Taps() []int { return f.D.Cfg.TargetLayerIDs }
 
-// Start returns a sequence with an empty drafter context.
-func (f *DFlash) Start() Sequence { return &dflashSeq{f: f, ctx: f.D.NewContext()} }
+// Start returns a sequence with an empty drafter context of up to maxLen
+// positions on f.Backend.
+func (f *DFlash) Start(maxLen int) Sequence {
+	return &dflashSeq{f: f, ctx: f.D.NewContext(f.Backend, maxLen)}
+}
 
 type dflashSeq struct {
 	f   *DFlash
 	ctx *dflash.Context[float32]
 }
 
-func (s *dflashSeq) Extend(hidden [][]float32) { s.f.D.Extend(s.f.Backend, s.ctx, hidden) }
+func (s *dflashSeq) Extend(hidden []*tensor.Tensor) { s.f.D.Extend(s.f.Backend, s.ctx, hidden) }
 
 func (s *dflashSeq) Propose(last int32) []float32 {
-	return s.f.D.Propose(s.f.Backend, s.f.Head, s.ctx, last).Data()
+	return tensor.Values(s.f.Backend, s.f.D.Propose(s.f.Backend, s.f.Head, s.ctx, last))
 }
+
+func (s *dflashSeq) Free() { s.ctx.Free() }

@@ -56,6 +56,17 @@ type oracle struct {
 	phase int // correct-prefix length of the first proposal
 	pos   int // context length
 	calls int
+	// fail reports a misuse; t.Fatalf when nil (t.Errorf off the test's
+	// goroutine: a GPU worker's).
+	fail func(format string, args ...any)
+}
+
+func (o *oracle) fatalf(format string, args ...any) {
+	if o.fail != nil {
+		o.fail(format, args...)
+		return
+	}
+	o.t.Fatalf(format, args...)
 }
 
 func newOracle(t *testing.T, m *model.Model, prompt, ref []int32, taps []int, B, phase int, rng *rand.Rand) *oracle {
@@ -72,18 +83,26 @@ func newOracle(t *testing.T, m *model.Model, prompt, ref []int32, taps []int, B,
 	return o
 }
 
-func (o *oracle) BlockSize() int  { return o.B }
-func (o *oracle) Taps() []int     { return o.taps }
-func (o *oracle) Start() Sequence { o.pos = 0; return o }
+func (o *oracle) BlockSize() int     { return o.B }
+func (o *oracle) Taps() []int        { return o.taps }
+func (o *oracle) Start(int) Sequence { o.pos = 0; return o }
+func (o *oracle) Free()              {}
 
-func (o *oracle) Extend(hidden [][]float32) {
+// Extend checks the hidden states against the full forward pass's when
+// the oracle has them (want; the CPU), and counts the positions.
+func (o *oracle) Extend(hidden []*tensor.Tensor) {
+	n := hidden[0].Rows()
+	if o.want == nil {
+		o.pos += n
+		return
+	}
 	H := len(o.want[0]) / len(o.seq)
-	n := len(hidden[0]) / H
-	for i, h := range hidden {
+	for i, x := range hidden {
+		h := x.Data()
 		w := o.want[i][o.pos*H : (o.pos+n)*H]
 		for j := range h {
 			if math.Abs(float64(h[j]-w[j])) > 1e-4*(1+math.Abs(float64(w[j]))) {
-				o.t.Fatalf("Extend of positions %d..%d, tap %d: value %d is %v, the target's state is %v", o.pos, o.pos+n-1, o.taps[i], j, h[j], w[j])
+				o.fatalf("Extend of positions %d..%d, tap %d: value %d is %v, the target's state is %v", o.pos, o.pos+n-1, o.taps[i], j, h[j], w[j])
 			}
 		}
 	}
@@ -93,7 +112,7 @@ func (o *oracle) Extend(hidden [][]float32) {
 func (o *oracle) Propose(last int32) []float32 {
 	o.calls++
 	if o.pos >= len(o.seq) || last != o.seq[o.pos] {
-		o.t.Fatalf("Propose(%d) at position %d: the sequence there is %v", last, o.pos, o.seq[min(o.pos, len(o.seq)-1):])
+		o.fatalf("Propose(%d) at position %d: the sequence there is %v", last, o.pos, o.seq[min(o.pos, len(o.seq)-1):])
 	}
 	l := make([]float32, o.B*o.V)
 	run := (o.phase + o.calls - 1) % o.B // slots 1..run hold the true tokens

@@ -64,6 +64,20 @@ type Generation struct {
 	AcceptanceLength float64 `json:"acceptance_length"`
 }
 
+// Warm decodes a few tokens of prompt with d and with the target alone,
+// untimed and unreported: a device compiles its kernels on first use,
+// which Run would otherwise time.
+func Warm(ctx context.Context, b tensor.Backend[float32], target *model.Model, d Drafter, prompt []int32, o Options) error {
+	o.MaxNewTokens = min(o.MaxNewTokens, 2*d.BlockSize())
+	if _, _, err := Generate(ctx, b, target, d, prompt, o); err != nil {
+		return fmt.Errorf("warm-up: %w", err)
+	}
+	if _, err := target.Generate(b, prompt, model.GenerateOptions{MaxNewTokens: 2, Temperature: o.Temperature, TopK: o.TopK, Seed: o.Seed}); err != nil {
+		return fmt.Errorf("warm-up: %w", err)
+	}
+	return nil
+}
+
 // Run decodes every prompt with d (seed o.Seed+i for prompt i) and, with
 // baseline, again with the target alone (model.Generate, same options), one
 // prompt at a time on b, and reports acceptance and speed. each, when not

@@ -20,9 +20,10 @@ type fixedQ struct {
 
 func (f *fixedQ) BlockSize() int               { return f.B }
 func (f *fixedQ) Taps() []int                  { return []int{f.taps} }
-func (f *fixedQ) Start() Sequence              { return f }
-func (f *fixedQ) Extend([][]float32)           {}
+func (f *fixedQ) Start(int) Sequence           { return f }
+func (f *fixedQ) Extend([]*tensor.Tensor)      {}
 func (f *fixedQ) Propose(last int32) []float32 { return f.logits }
+func (f *fixedQ) Free()                        {}
 
 // TestSamplingDistribution checks the speculative sampling rule: over many
 // runs, the joint distribution of the first four generated tokens equals the

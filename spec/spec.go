@@ -21,19 +21,24 @@ type Drafter interface {
 	// Taps are the target decoder layers (0-based) whose outputs Extend
 	// receives, in order.
 	Taps() []int
-	// Start returns the state of a new sequence with an empty context.
-	Start() Sequence
+	// Start returns the state of a new sequence with an empty context of
+	// up to maxLen positions.
+	Start(maxLen int) Sequence
 }
 
 // Sequence is a drafter's state for one sequence.
 type Sequence interface {
 	// Extend appends the next positions to the context: one [n, Hidden]
-	// slice per tap (the outputs of the tapped target layers).
-	Extend(hidden [][]float32)
+	// tensor per tap (the outputs of the tapped target layers), on the
+	// backend the target decodes on.
+	Extend(hidden []*tensor.Tensor)
 	// Propose returns the logits [B, V] of a block whose slot 0 holds last
-	// at the position just after the context; row s ≥ 1 is the draft
-	// distribution of the token s positions later (row 0 is ignored).
+	// at the position just after the context, in host memory; row s ≥ 1 is
+	// the draft distribution of the token s positions later (row 0 is
+	// ignored).
 	Propose(last int32) []float32
+	// Free gives back what the sequence holds; it is not used afterwards.
+	Free()
 }
 
 // Options control Generate. Temperature 0 decodes greedily.
@@ -138,21 +143,30 @@ func Generate(ctx context.Context, b tensor.Backend[float32], target *model.Mode
 	pick := func(logits []float32) int32 { return model.Sample(logits, o.Temperature, o.TopK, rng) }
 
 	t0 := time.Now()
-	cache := target.NewCache()
-	logits, hidden := target.Prefill(b, cache, prompt, states)
-	seq := d.Start()
-	seq.Extend(taps(hidden, states, 0, len(prompt)))
-	out := []int32{pick(logits)}
+	// The target's cache holds every position the rounds verify (the last
+	// is the maxNew-th token's predecessor); the drafter's context the
+	// positions before the last token.
+	cache := target.NewCache(b, len(prompt)+maxNew)
+	defer cache.Free()
+	seq := d.Start(len(prompt) + maxNew)
+	defer seq.Free()
+	var out []int32
+	tensor.Scope(b, func() {
+		logits, hidden := target.Prefill(b, cache, prompt, states)
+		seq.Extend(taps(hidden, states, 0, len(prompt)))
+		out = []int32{pick(logits)}
+	})
 	st.PrefillSeconds = time.Since(t0).Seconds()
+	V := target.Config.VocabSize
 	for !done(out, maxNew, o.Stop) {
 		if err := ctx.Err(); err != nil {
 			return nil, nil, err
 		}
 		start := len(prompt) + len(out) - 1 // position of the last token, not yet seen by the target
 		n := min(B, maxNew-len(out), limit-1-start)
+		m := b.MarkStep() // the round's storage is released when it ends
 		t1 := time.Now()
 		draftLogits := seq.Propose(out[len(out)-1])
-		V := target.Config.VocabSize
 		if len(draftLogits) != B*V {
 			panic(fmt.Sprintf("spec: drafter returned %d logits for a block of %d × vocab %d", len(draftLogits), B, V))
 		}
@@ -163,7 +177,7 @@ func Generate(ctx context.Context, b tensor.Backend[float32], target *model.Mode
 		}
 		t2 := time.Now()
 		vl, vh := target.Decode(b, cache, block, states)
-		accepted, next := verify(vl.Data(), draftLogits, block, V, o, rng)
+		accepted, next := verify(tensor.Values(b, vl), draftLogits, block, V, o, rng)
 		st.DraftSeconds += t2.Sub(t1).Seconds()
 		st.VerifySeconds += time.Since(t2).Seconds()
 		st.Rounds++
@@ -184,6 +198,7 @@ func Generate(ctx context.Context, b tensor.Backend[float32], target *model.Mode
 			cache.Truncate(start + accepted + 1)
 			seq.Extend(taps(vh, states, 0, accepted+1))
 		}
+		b.ReleaseStep(m)
 	}
 	st.Tokens = len(out)
 	return out, st, nil
@@ -194,13 +209,14 @@ func done(out []int32, maxNew int, stop []int32) bool {
 	return len(out) >= maxNew || len(out) > 0 && slices.Contains(stop, out[len(out)-1])
 }
 
-// taps returns rows lo..hi−1 of each hidden state in states, in order.
-func taps(hidden map[int]*tensor.Tensor, states []int, lo, hi int) [][]float32 {
-	out := make([][]float32, len(states))
+// taps returns rows lo..hi−1 of each hidden state in states ([n, H]), in
+// order: views of their storage, nothing copied.
+func taps(hidden map[int]*tensor.Tensor, states []int, lo, hi int) []*tensor.Tensor {
+	out := make([]*tensor.Tensor, len(states))
 	for i, s := range states {
 		h := hidden[s]
 		H := h.Cols()
-		out[i] = h.Data()[lo*H : hi*H]
+		out[i] = tensor.FromStorage(h.Name, h.Store.Slice(lo*H, hi*H), hi-lo, H)
 	}
 	return out
 }

@@ -177,6 +177,32 @@ type Backend[T Float] interface {
 	// them with accumulate.
 	AttentionBackward(d flex.Dims, q, k, v, out, lse, dout Storage[T], m Mask, score *flex.ScoreProgram, scale float64, dq, dk, dv Storage[T], accumulate bool)
 
+	// Decoding: a KV cache allocated once for a maximum context (see
+	// KVCache), rows appended to it and attention over it.
+
+	// AllocKeep returns n zero elements of activation storage that
+	// outlives every step until FreeKeep gives it back: a decoding's KV
+	// cache (bf16 on CUDA, as the keys and values that fill it).
+	AllocKeep(n int) Storage[T]
+	// FreeKeep gives back a whole allocation of AllocKeep; s must not be
+	// used afterwards.
+	FreeKeep(s Storage[T])
+	// CacheRows writes n rows of heads·headDim values into cache, laid out
+	// [heads, maxLen, headDim], at rows past..past+n−1:
+	// cache[h, past+t, :] = src[h, t, :] (src [heads, n, headDim]) or, with
+	// headsInner, src[t, h, :] (src [n, heads, headDim]).
+	CacheRows(src Storage[T], heads, n, headDim int, headsInner bool, cache Storage[T], maxLen, past int)
+	// DecodeAttention attends n query rows to the first length keys of a
+	// cache: for q and out [heads, n, headDim], k and v [kvHeads, maxLen,
+	// headDim] (query head h reads kv head g = h/(heads/kvHeads)) and m_i
+	// visible keys of row i (length − n + i + 1 with causal: the rows are
+	// the cache's last n positions; length without),
+	//
+	//	out[h,i] = Σ_{j<m_i} softmax_j(scale·q[h,i]·k[g,j]) · v[g,j].
+	//
+	// It has no gradient (decoding only).
+	DecodeAttention(q Storage[T], heads, n, headDim int, k, v Storage[T], kvHeads, maxLen, length int, causal bool, scale float64, out Storage[T])
+
 	// Step memory (see the package doc: one step's storage lives until
 	// ResetStep). On the CPU these do nothing: the garbage collector owns
 	// the memory.

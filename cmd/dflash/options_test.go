@@ -43,7 +43,7 @@ func TestCommandsRejectBadOptions(t *testing.T) {
 		{"spec", []string{"--seed=-1"}, `"-1" is not a non-negative integer`},
 		{"spec", []string{"--format", "csv"}, "--format csv: must be one of auto, messages, sharegpt"},
 		{"spec", []string{"--device", "tpu"}, "--device tpu: must be one of cpu"},
-		{"spec", []string{"--device", "cuda"}, "--device cuda: must be one of cpu"},
+		{"spec", []string{"--device", "tpu"}, "--device tpu: must be one of cpu, cuda"},
 		{"spec", []string{"--top-k", "1.5"}, `"1.5" is not an integer: must be an int >= 0`},
 		{"spec", []string{"stray"}, `unexpected argument "stray"`},
 		{"prep", []string{"--shard-tokens=-5"}, "--shard-tokens -5: must be an int >= 0"},

@@ -9,18 +9,23 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"dflash/data"
 	"dflash/data/chat"
 	"dflash/data/jsonl"
 	"dflash/data/tokenizer"
+	"dflash/gpu"
 	"dflash/internal/atomicfile"
+	"dflash/jit"
 	"dflash/model"
 	"dflash/model/dflash"
+	"dflash/rendezvous"
 	"dflash/spec"
 	"dflash/tensor"
 	"dflash/train"
+	"dflash/train/traincuda"
 )
 
 func init() {
@@ -64,7 +69,8 @@ type specOptions struct {
 	Temperature float64 `yaml:"temperature" range:">=0" help:"sampling temperature (0: greedy)"`
 	TopK        int     `yaml:"top-k" range:">=0" help:"sample among the K most likely tokens (0: all)"`
 	Seed        uint64  `yaml:"seed" range:">=0" help:"sampling seed (prompt i uses seed+i)"`
-	Device      string  `yaml:"device" choice:"cpu" help:"backend: cpu (speculative decoding runs on the CPU backend only, until the target and the drafter decode on GPU tensors)"`
+	Device      string  `yaml:"device" choice:"cpu,cuda" help:"backend: cpu, or cuda (the target and the drafter in bf16 on one GPU)"`
+	GPU         int     `yaml:"gpu" range:">=0" help:"the GPU of --device cuda"`
 	Workers     int     `yaml:"workers" range:">=0" help:"CPU goroutines (0: all cores)"`
 	Baseline    bool    `yaml:"baseline" help:"also decode without the drafter, for tokens/s and the speedup"`
 	Thinking    bool    `yaml:"enable-thinking" help:"render with enable_thinking (Qwen3)"`
@@ -110,16 +116,13 @@ type specPrompt struct {
 }
 
 func specDecode(ctx context.Context, o specOptions, stdout io.Writer) error {
-	target, err := model.Load(o.Target)
+	target, err := model.ReadConfig(filepath.Join(o.Target, "config.json"))
 	if err != nil {
 		return err
 	}
 	d, err := dflash.LoadDir[float32](o.Drafter)
 	if err != nil {
 		return err
-	}
-	if err := spec.Check(target, d.Cfg); err != nil {
-		return fmt.Errorf("--drafter %s, --target %s: %w", o.Drafter, o.Target, err)
 	}
 	tok, tmpl, err := chat.LoadModel(o.Target)
 	if err != nil {
@@ -129,7 +132,54 @@ func specDecode(ctx context.Context, o specOptions, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if o.Device == "cuda" {
+		return specOnGPU(ctx, o, d, prompts, tok, stdout)
+	}
 	backend := tensor.NewCPU[float32](o.Workers)
+	m, err := model.LoadOn(o.Target, backend)
+	if err != nil {
+		return err
+	}
+	return specRun(ctx, o, backend, m, d, prompts, tok, stdout)
+}
+
+// specOnGPU runs specRun on the worker thread of GPU o.GPU with its CUDA
+// backend (kernels through the process's kernel cache), the target loaded
+// onto it in bf16 and the drafter's parameters placed there, frozen.
+func specOnGPU(ctx context.Context, o specOptions, d *dflash.Drafter[float32], prompts []specPrompt, tok *tokenizer.Tokenizer, stdout io.Writer) error {
+	dir, _, err := jit.DefaultDir()
+	if err != nil {
+		return err
+	}
+	cache, err := jit.NewNVRTCCache(dir)
+	if err != nil {
+		return fmt.Errorf("--device cuda: %w", err)
+	}
+	defer gpu.CloseAll()
+	place, err := traincuda.PlaceRanks([]int{o.GPU}, rendezvous.Launch{}, "--gpu")
+	if err != nil {
+		return err
+	}
+	err = traincuda.RunRanks(ctx, cache, place, 0, func(r traincuda.RankEnv) error {
+		m, err := model.LoadOn(o.Target, r.Backend)
+		if err != nil {
+			return err
+		}
+		d.Arena().Place(r.Backend, false)
+		return specRun(ctx, o, r.Backend, m, d, prompts, tok, stdout)
+	})
+	if err != nil {
+		return fmt.Errorf("--device cuda: %w", err)
+	}
+	return nil
+}
+
+// specRun decodes the prompts on backend, where target and d live, and
+// prints the report.
+func specRun(ctx context.Context, o specOptions, backend tensor.Backend[float32], target *model.Model, d *dflash.Drafter[float32], prompts []specPrompt, tok *tokenizer.Tokenizer, stdout io.Writer) error {
+	if err := spec.Check(target, d.Cfg); err != nil {
+		return fmt.Errorf("--drafter %s, --target %s: %w", o.Drafter, o.Target, err)
+	}
 	drafter, err := spec.NewDFlash(target, d, backend)
 	if err != nil {
 		return err
@@ -142,7 +192,15 @@ func specDecode(ctx context.Context, o specOptions, stdout io.Writer) error {
 	for _, e := range target.Config.EOSTokenIDs {
 		stopIDs = append(stopIDs, int32(e))
 	}
-	slog.Info("spec", "prompts", len(prompts), "block", d.Cfg.BlockSize, "max_new_tokens", o.MaxNew, "temperature", o.Temperature)
+	opts := spec.Options{MaxNewTokens: o.MaxNew, Temperature: o.Temperature, TopK: o.TopK, Seed: o.Seed, Stop: stopIDs}
+	if !backend.HostParams() {
+		// A device compiles its kernels on first use: a few untimed tokens
+		// of the first prompt both ways, so that the timings are decoding's.
+		if err := spec.Warm(ctx, backend, target, drafter, ids[0], opts); err != nil {
+			return err
+		}
+	}
+	slog.Info("spec", "prompts", len(prompts), "block", d.Cfg.BlockSize, "max_new_tokens", o.MaxNew, "temperature", o.Temperature, "device", backend.Name())
 	var r *spec.Report
 	// decode runs the prompts, writing each generation to gen when not nil.
 	decode := func(gen io.Writer) error {
@@ -162,8 +220,7 @@ func specDecode(ctx context.Context, o specOptions, stdout io.Writer) error {
 				"completion": tok.Decode(g.Tokens, false), "tokens": g.Tokens, "baseline_tokens": g.Baseline,
 				"rounds": g.Rounds, "acceptance_length": g.AcceptanceLength})
 		}
-		r, err = spec.Run(ctx, backend, target, drafter, ids,
-			spec.Options{MaxNewTokens: o.MaxNew, Temperature: o.Temperature, TopK: o.TopK, Seed: o.Seed, Stop: stopIDs}, o.Baseline, each)
+		r, err = spec.Run(ctx, backend, target, drafter, ids, opts, o.Baseline, each)
 		if !o.JSON && len(prompts) > 1 {
 			fmt.Fprintln(os.Stderr)
 		}

@@ -198,25 +198,43 @@ func (d *Drafter[T]) contextKV(tp *tensor.TapeOf[T], l int, u *tensor.Of[T], R, 
 // queries, keys and values are one product over Span(Q, K, V), read in
 // place by the ops that norm, rotate and place them.
 func (d *Drafter[T]) layer(tp *tensor.TapeOf[T], l int, z, kc *tensor.Of[T], vc *tensor.Cols[T], R, nB int, qRope *tensor.RopeTable[T], att func(q, k, v *tensor.Of[T]) *tensor.Of[T]) *tensor.Of[T] {
-	c, L := d.Cfg, &d.Layers[l]
-	D, nh, nkv := c.HeadDim, c.NumHeads, c.NumKVHeads
+	c := d.Cfg
+	D, nkv := c.HeadDim, c.NumKVHeads
 	S := kc.Shape[1]
 	// The normed inputs of the projections are recomputed in the backward
 	// pass, not kept (tensor.Recompute: z and rstd are kept anyway); g is
 	// given back once q, k and v are made (EndScope).
 	mg := tp.BeginScope()
-	g := tp.Recompute(tp.RMSNorm(z, L.InputNorm, c.RMSNormEps))
-	p := tp.Projections(g, tensor.Span(L.Q, L.K, L.V), nh*D, nkv*D, nkv*D)
-	q := tp.NormRoPEHeadsCols(p[0], R, L.QNorm, c.RMSNormEps, qRope) // [R, nh, nB, D]
-	kb := tp.NormRoPECols(p[1], L.KNorm, c.RMSNormEps, qRope)        // [R*nB, nkv*D]
+	q, kb, vb := d.blockQKV(tp, l, z, R, qRope)
 	// [R, nkv, S+nB, D]: context rows then block rows.
 	kk := tp.Transpose12(tp.Reshape(tp.Concat(1, kc, tp.Reshape(kb, R, nB, nkv*D)), R, S+nB, nkv, D))
-	vs := tp.ConcatCols(R, vc, p[2]) // [R, S+nB, nkv*D]
+	vs := tp.ConcatCols(R, vc, vb) // [R, S+nB, nkv*D]
 	tp.EndScope(mg, q, kk, vs)
 	vv := tp.Transpose12(tp.Reshape(vs, R, S+nB, nkv, D))
+	return d.layerOut(tp, l, z, att(q, kk, vv), R*nB)
+}
 
-	a := att(q, kk, vv)
-	a = tp.Reshape(a, R*nB, nh*D)
+// blockQKV returns the block's queries q [R, nh, nB, D], keys kb
+// [R*nB, n_kv*D] (normed and rotated, heads inner) and values vb (R*nB
+// rows of n_kv*D, a block of the product's columns) for layer l: one
+// product over Span(Q, K, V), read in place by the ops that norm, rotate
+// and place them.
+func (d *Drafter[T]) blockQKV(tp *tensor.TapeOf[T], l int, z *tensor.Of[T], R int, qRope *tensor.RopeTable[T]) (q, kb *tensor.Of[T], vb *tensor.Cols[T]) {
+	c, L := d.Cfg, &d.Layers[l]
+	D, nh, nkv := c.HeadDim, c.NumHeads, c.NumKVHeads
+	g := tp.Recompute(tp.RMSNorm(z, L.InputNorm, c.RMSNormEps))
+	p := tp.Projections(g, tensor.Span(L.Q, L.K, L.V), nh*D, nkv*D, nkv*D)
+	q = tp.NormRoPEHeadsCols(p[0], R, L.QNorm, c.RMSNormEps, qRope) // [R, nh, nB, D]
+	kb = tp.NormRoPECols(p[1], L.KNorm, c.RMSNormEps, qRope)        // [R*nB, nkv*D]
+	return q, kb, p[2]
+}
+
+// layerOut finishes layer l from the attention output a ([R, nB, nh, D]
+// heads inner, rows = R·nB block rows): the output projection with the
+// residual z, then the MLP with its residual.
+func (d *Drafter[T]) layerOut(tp *tensor.TapeOf[T], l int, z, a *tensor.Of[T], rows int) *tensor.Of[T] {
+	c, L := d.Cfg, &d.Layers[l]
+	a = tp.Reshape(a, rows, c.NumHeads*c.HeadDim)
 	z = tp.LinearAdd(a, L.O, nil, z, nil) // the residual adds are in the products' epilogues
 	g2 := tp.Recompute(tp.RMSNorm(z, L.PostNorm, c.RMSNormEps))
 	return tp.MLP(g2, tensor.Span(L.Gate, L.Up), L.Down, z, nil)

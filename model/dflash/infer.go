@@ -4,56 +4,65 @@ import (
 	"fmt"
 	"math"
 
-	"dflash/model"
 	"dflash/tensor"
 )
 
 // Context is the drafter's inference state for one sequence
-// (docs/DRAFTER.md §7): for every drafter layer, the keys and values of the
-// context features of positions 0..Len−1. Context rows never change once
-// added (a position enters only after the target accepted it), so the cache
-// only grows.
+// (docs/DRAFTER.md §7), on a backend: for every drafter layer, the keys
+// and values of the context features of positions 0..Len−1 in a
+// tensor.KVCache allocated once for Max positions and a block after them
+// (Propose writes the block's keys and values there without counting
+// them). Context rows never change once added (a position enters only
+// after the target accepted it), so the context only grows. Free gives its
+// memory back.
 type Context[T tensor.Float] struct {
-	k, v [][]T // [layer] → Len·n_kv·D, rows in position order
-	Len  int
+	kv  *tensor.KVCache[T]
+	Len int
+	Max int
 }
 
-// NewContext returns an empty inference context for d.
-func (d *Drafter[T]) NewContext() *Context[T] {
-	n := len(d.Layers)
-	return &Context[T]{k: make([][]T, n), v: make([][]T, n)}
+// NewContext returns an empty inference context for d on b holding up to
+// maxLen positions.
+func (d *Drafter[T]) NewContext(b tensor.Backend[T], maxLen int) *Context[T] {
+	c := d.Cfg
+	return &Context[T]{kv: tensor.NewKVCache(b, len(d.Layers), c.NumKVHeads, maxLen+c.BlockSize, c.HeadDim), Max: maxLen}
 }
+
+// Free gives the context's memory back; ctx must not be used afterwards.
+func (ctx *Context[T]) Free() { ctx.kv.Free() }
 
 // Extend appends positions ctx.Len.. to ctx from the target's hidden
-// states at the taps: hidden holds one [n, H] row-major slice per tap, in
-// tap order (the outputs of the tapped target layers for the n new
+// states at the taps: hidden holds one [n, H] tensor on b per tap, in tap
+// order (the outputs of the tapped target layers for the n new
 // positions). It computes u = RMSNorm(fc(concat taps)) for the new rows
 // and every layer's context keys and values (§2.1, §2.3).
-func (d *Drafter[T]) Extend(b tensor.Backend[T], ctx *Context[T], hidden [][]float32) {
+func (d *Drafter[T]) Extend(b tensor.Backend[T], ctx *Context[T], hidden []*tensor.Of[T]) {
 	c := d.Cfg
 	H, k := c.HiddenSize, len(c.TargetLayerIDs)
 	if len(hidden) != k {
 		panic(fmt.Sprintf("dflash: Extend: %d hidden-state taps, the drafter reads %d", len(hidden), k))
 	}
-	n := len(hidden[0]) / H
+	n := hidden[0].Numel() / H
 	for t, h := range hidden {
-		if len(h) != n*H {
-			panic(fmt.Sprintf("dflash: Extend: tap %d has %d values, want %d", t, len(h), n*H))
+		if h.Numel() != n*H || h.Cols() != H {
+			panic(fmt.Sprintf("dflash: Extend: tap %d is %v, want [%d, %d]", t, h, n, H))
 		}
 	}
 	if n == 0 {
 		return
 	}
-	cat := tensor.New[T]("context", n, k*H)
-	for t, h := range hidden {
-		for r := range n {
-			dst := cat.Data()[r*k*H+t*H : r*k*H+(t+1)*H]
-			for i, v := range h[r*H : (r+1)*H] {
-				dst[i] = T(v)
-			}
-		}
+	if ctx.Len+n > ctx.Max {
+		panic(fmt.Sprintf("dflash: Extend: %d positions after %d overflow a context of %d", n, ctx.Len, ctx.Max))
 	}
 	tp := tensor.NewInference(b)
+	rows := make([]*tensor.Of[T], k)
+	for t, h := range hidden {
+		rows[t] = tp.Reshape(h, n, H)
+	}
+	cat := rows[0]
+	if k > 1 {
+		cat = tp.Concat(1, rows...) // [n, k·H]: row r holds every tap's row r, in tap order
+	}
 	u := tp.RMSNorm(tp.Linear(cat, d.FC, nil), d.HiddenNorm, c.RMSNormEps)
 	pos := make([]int32, n)
 	for i := range pos {
@@ -62,8 +71,7 @@ func (d *Drafter[T]) Extend(b tensor.Backend[T], ctx *Context[T], hidden [][]flo
 	table := tensor.Table(b, d.rope(), pos)
 	for l := range d.Layers {
 		kc, vc := d.contextKV(tp, l, u, 1, n, table)
-		ctx.k[l] = append(ctx.k[l], kc.Data()...)
-		ctx.v[l] = append(ctx.v[l], vc.Data()...)
+		tp.CachePut(ctx.kv, l, kc, true, tp.ConcatCols(1, vc), true, ctx.Len)
 	}
 	ctx.Len += n
 }
@@ -76,7 +84,7 @@ func (d *Drafter[T]) Extend(b tensor.Backend[T], ctx *Context[T], hidden [][]flo
 // ctx.Len with the context cached.
 func (d *Drafter[T]) Propose(b tensor.Backend[T], head Head[T], ctx *Context[T], last int32) *tensor.Of[T] {
 	c := d.Cfg
-	B, S, KV := c.BlockSize, ctx.Len, c.NumKVHeads*c.HeadDim
+	B, S := c.BlockSize, ctx.Len
 	ids := make([]int32, B)
 	pos := make([]int32, B)
 	for s := range ids {
@@ -85,24 +93,17 @@ func (d *Drafter[T]) Propose(b tensor.Backend[T], head Head[T], ctx *Context[T],
 	ids[0] = last
 	tp := tensor.NewInference(b)
 	table := tensor.Table(b, d.rope(), pos)
-	// One block anchored at the end of the context sees every key (the
-	// DFlash mask: the context before the anchor and its own block), so
-	// attention needs no mask.
-	att := func(q, k, v *tensor.Of[T]) *tensor.Of[T] {
-		n := S + B
-		ks, vs := make([][]T, c.NumKVHeads), make([][]T, c.NumKVHeads)
-		for g := range ks {
-			ks[g], vs[g] = k.Data()[g*n*c.HeadDim:(g+1)*n*c.HeadDim], v.Data()[g*n*c.HeadDim:(g+1)*n*c.HeadDim]
-		}
-		out := tensor.New[T]("attn", q.Shape...)
-		model.AttendRows(b, q.Data(), ks, vs, c.NumHeads, B, c.HeadDim, func(int) int { return n }, 1/math.Sqrt(float64(c.HeadDim)), out.Data())
-		return tp.Transpose12(out) // the layer takes it heads inner
-	}
+	scale := 1 / math.Sqrt(float64(c.HeadDim))
 	z := tp.Embedding(head.Embed, b.UploadInts(ids))
 	for l := range d.Layers {
-		kc := tensor.FromData(fmt.Sprintf("ctx_k%d", l), ctx.k[l], 1, S, KV)
-		vc := tensor.ColsOf(tensor.FromData(fmt.Sprintf("ctx_v%d", l), ctx.v[l], S, KV))
-		z = d.layer(tp, l, z, kc, vc, 1, B, table, att)
+		q, kb, vb := d.blockQKV(tp, l, z, 1, table)
+		// The block's keys and values go after the context, uncounted (the
+		// next Extend overwrites them). One block anchored at the end of
+		// the context sees every key (the DFlash mask: the context before
+		// the anchor and its own block), so attention needs no mask.
+		tp.CachePut(ctx.kv, l, kb, true, tp.ConcatCols(1, vb), true, S)
+		a := tp.CacheAttend(ctx.kv, l, q, S+B, false, scale)
+		z = d.layerOut(tp, l, z, tp.Transpose12(a), B) // the layer takes it heads inner
 	}
 	return tp.Linear(tp.RMSNorm(z, d.Norm, c.RMSNormEps), head.LMHead, nil)
 }

@@ -26,16 +26,20 @@ func TestProposeMatchesForward(t *testing.T) {
 	c := d.Cfg
 	want := tp.Linear(tp.RMSNorm(out.Hidden[len(out.Hidden)-1], d.Norm, c.RMSNormEps), head.LMHead, nil)
 	H, B, V := c.HiddenSize, c.BlockSize, c.VocabSize
-	rows := func(lo, hi int) [][]float32 {
-		var hs [][]float32
+	rows := func(lo, hi int) []*tensor.Of[float64] {
+		var hs []*tensor.Of[float64]
 		for _, h := range b.Taps {
-			hs = append(hs, h.Data()[lo*H:hi*H])
+			x := make([]float64, (hi-lo)*H)
+			for i, v := range h.Data()[lo*H : hi*H] {
+				x[i] = float64(v)
+			}
+			hs = append(hs, tensor.FromData("tap", x, hi-lo, H))
 		}
 		return hs
 	}
 	for j := range int(bl.NumValid[0]) {
 		a := int(bl.Anchors[j])
-		ctx := d.NewContext()
+		ctx := d.NewContext(cpu, a)
 		cut := rng.IntN(a + 1)
 		d.Extend(cpu, ctx, rows(0, cut))
 		d.Extend(cpu, ctx, rows(cut, a))

@@ -180,6 +180,25 @@ func (p *onWorker) Copy2D(rows, cols int, src tensor.Storage[float32], srcStride
 	p.do("Copy2D", func() { p.b.Copy2D(rows, cols, un(src), srcStride, srcOff, un(dst), dstStride, dstOff, accumulate) })
 }
 
+func (p *onWorker) AllocKeep(n int) (s tensor.Storage[float32]) {
+	p.do("AllocKeep", func() { s = p.b.AllocKeep(n) })
+	return p.wrap(s)
+}
+
+func (p *onWorker) FreeKeep(s tensor.Storage[float32]) {
+	p.do("FreeKeep", func() { p.b.FreeKeep(un(s)) })
+}
+
+func (p *onWorker) CacheRows(src tensor.Storage[float32], heads, n, headDim int, headsInner bool, cache tensor.Storage[float32], maxLen, past int) {
+	p.do("CacheRows", func() { p.b.CacheRows(un(src), heads, n, headDim, headsInner, un(cache), maxLen, past) })
+}
+
+func (p *onWorker) DecodeAttention(q tensor.Storage[float32], heads, n, headDim int, k, v tensor.Storage[float32], kvHeads, maxLen, length int, causal bool, scale float64, out tensor.Storage[float32]) {
+	p.do("DecodeAttention", func() {
+		p.b.DecodeAttention(un(q), heads, n, headDim, un(k), un(v), kvHeads, maxLen, length, causal, scale, un(out))
+	})
+}
+
 func (p *onWorker) Transpose12(a, b, c, d int, src, dst tensor.Storage[float32], accumulate bool) {
 	p.do("Transpose12", func() { p.b.Transpose12(a, b, c, d, un(src), un(dst), accumulate) })
 }

@@ -90,6 +90,9 @@ var blockShapes = []struct {
 	{"OP_NORM_VECS", normVecs},       // op_rmsnorm_bwd: 16-byte vectors of a row per thread
 	{"OP_COLSUM_COLS", colSumCols},   // op_colsum: columns per block
 	{"OP_COLSUM_LANES", colSumLanes}, // op_colsum: lanes per column
+	{"OP_DEC_ROWS", decRows},         // op_decode_attn: query rows per block
+	{"OP_DEC_WARPS", decWarps},       // op_decode_attn: warps per block
+	{"OP_DEC_MAX_D", decMaxD},        // op_decode_attn: the largest head dimension
 }
 
 func b2i(v bool) int {

@@ -24,6 +24,7 @@ inline unsigned __float_as_uint(float f) { unsigned u; std::memcpy(&u, &f, 4); r
 // Defined by host_grid.h for the host harnesses (an exchange among a block's
 // threads run together); the type check needs only the declaration.
 template <typename T> T __shfl_xor_sync(unsigned mask, T v, int lane_mask);
+template <typename T> T __shfl_sync(unsigned mask, T v, int src_lane);
 inline unsigned __umulhi(unsigned a, unsigned b) { return (unsigned)(((unsigned long long)a * b) >> 32); }
 inline int __clz(int x) { return x == 0 ? 32 : __builtin_clz((unsigned)x); }
 inline double __dmul_rn(double a, double b) { return a * b; }

@@ -1,0 +1,76 @@
+package tensor
+
+import "fmt"
+
+// KVCache holds the keys and values of one decoding sequence on a backend,
+// allocated once for at most Max positions: per layer, keys and values
+// [KVHeads, Max, HeadDim] (Backend.AllocKeep). It holds no length: its
+// owner (the target's model.Cache, the drafter's context) counts the
+// positions written, and rolls back by counting fewer.
+type KVCache[T Float] struct {
+	K, V                  []Storage[T] // [layer]
+	KVHeads, HeadDim, Max int
+	b                     Backend[T]
+}
+
+// NewKVCache allocates the cache of layers layers on b.
+func NewKVCache[T Float](b Backend[T], layers, kvHeads, maxLen, headDim int) *KVCache[T] {
+	if layers <= 0 || kvHeads <= 0 || maxLen <= 0 || headDim <= 0 {
+		panic(fmt.Sprintf("tensor.NewKVCache: %d layers, %d kv heads, %d positions, head dim %d", layers, kvHeads, maxLen, headDim))
+	}
+	c := &KVCache[T]{K: make([]Storage[T], layers), V: make([]Storage[T], layers), KVHeads: kvHeads, HeadDim: headDim, Max: maxLen, b: b}
+	for l := range c.K {
+		c.K[l], c.V[l] = b.AllocKeep(kvHeads*maxLen*headDim), b.AllocKeep(kvHeads*maxLen*headDim)
+	}
+	return c
+}
+
+// Free gives the cache's memory back; c must not be used afterwards.
+func (c *KVCache[T]) Free() {
+	for l := range c.K {
+		c.b.FreeKeep(c.K[l])
+		c.b.FreeKeep(c.V[l])
+	}
+	c.K, c.V = nil, nil
+}
+
+// CachePut writes the keys k and values v of n new positions into layer
+// l of c at positions past..past+n−1. Each is [heads, n, HeadDim] (with
+// leading dimensions of 1 allowed: attention's layout) or, when its
+// headsInner flag is set, [n, heads, HeadDim] in any shape of that size.
+// Nothing is recorded for gradients.
+func (tp *TapeOf[T]) CachePut(c *KVCache[T], l int, k *Of[T], kHeadsInner bool, v *Of[T], vHeadsInner bool, past int) {
+	for _, x := range []*Of[T]{k, v} {
+		if x.Numel()%(c.KVHeads*c.HeadDim) != 0 {
+			panic(fmt.Sprintf("tensor.CachePut: %v is not rows of %d kv heads × %d", x, c.KVHeads, c.HeadDim))
+		}
+	}
+	n := k.Numel() / (c.KVHeads * c.HeadDim)
+	if v.Numel() != k.Numel() {
+		panic(fmt.Sprintf("tensor.CachePut: keys %v and values %v differ in size", k, v))
+	}
+	tp.b.CacheRows(k.Store, c.KVHeads, n, c.HeadDim, kHeadsInner, c.K[l], c.Max, past)
+	tp.b.CacheRows(v.Store, c.KVHeads, n, c.HeadDim, vHeadsInner, c.V[l], c.Max, past)
+}
+
+// CacheAttend returns the attention of q [1, heads, n, HeadDim] over the
+// first length positions of layer l of c (Backend.DecodeAttention: with
+// causal, query row i is position length−n+i and sees the positions up to
+// it; without, every row sees all length), [1, heads, n, HeadDim]. Nothing
+// is recorded for gradients.
+func (tp *TapeOf[T]) CacheAttend(c *KVCache[T], l int, q *Of[T], length int, causal bool, scale float64) *Of[T] {
+	if len(q.Shape) != 4 || q.Shape[0] != 1 || q.Shape[3] != c.HeadDim {
+		panic(fmt.Sprintf("tensor.CacheAttend: queries %v are not [1, heads, n, %d]", q, c.HeadDim))
+	}
+	out := tp.alloc("attn", q.Shape...)
+	tp.b.DecodeAttention(q.Store, q.Shape[1], q.Shape[2], c.HeadDim, c.K[l], c.V[l], c.KVHeads, c.Max, length, causal, scale, out.Store)
+	return out
+}
+
+// Values returns the values of t in host memory: a copy downloaded from
+// its backend (the rows of logits a decoding samples from).
+func Values[T Float](b Backend[T], t *Of[T]) []T {
+	x := make([]T, t.Numel())
+	b.Download(t.Store, x)
+	return x
+}

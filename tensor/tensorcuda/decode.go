@@ -1,0 +1,140 @@
+package tensorcuda
+
+import (
+	"fmt"
+
+	"dflash/cuda"
+	"dflash/dtype"
+	"dflash/gpu"
+	"dflash/tensor"
+)
+
+// Decoding's block shapes (kernels/op_decode.cu): op_decode_attn runs
+// decWarps warps over decRows query rows of one kv head's group and one
+// split of the cache, for head dimensions up to decMaxD (its shared tiles
+// are sized by it: 40.5 KiB of fp32 at 128, under the 48 KiB a block gets
+// without opting in).
+const (
+	decRows  = 16
+	decWarps = 4
+	decMaxD  = 128
+	decTile  = 32 // keys per tile: one per lane (the kernel's DEC_TILE)
+	// decBlocksPerSM is the grid op_decode_attn aims at: this many blocks
+	// per multiprocessor, so that one sequence's few heads fill the GPU.
+	decBlocksPerSM = 2
+)
+
+// AllocKeep returns n zero bf16 elements of persistent memory (the
+// activations' dtype: the keys and values a cache holds are bf16 already,
+// so fp32 would keep no more of them and double the bytes that decoding's
+// attention reads).
+func (b *Backend) AllocKeep(n int) tensor.Storage[float32] {
+	return b.newBuf(n, dtype.BF16, true, true)
+}
+
+// FreeKeep frees a whole allocation of AllocKeep.
+func (b *Backend) FreeKeep(s tensor.Storage[float32]) {
+	x := b.buf(s, "FreeKeep storage")
+	if x.step != 0 || !x.whole {
+		panic(fmt.Sprintf("tensorcuda: FreeKeep of %v, not a whole allocation of AllocKeep", x))
+	}
+	if x.n == 0 {
+		return
+	}
+	for i, p := range b.persistent {
+		if p.Ptr == x.ptr {
+			b.mem.free(p)
+			b.persistent = append(b.persistent[:i], b.persistent[i+1:]...)
+			return
+		}
+	}
+	panic(fmt.Sprintf("tensorcuda: FreeKeep of %v, which is not (or no longer) allocated", x))
+}
+
+// CacheRows writes n rows of every head into the cache (same dtypes).
+func (b *Backend) CacheRows(srcS tensor.Storage[float32], heads, n, headDim int, headsInner bool, cacheS tensor.Storage[float32], maxLen, past int) {
+	src, cache := b.buf(srcS, "CacheRows src"), b.buf(cacheS, "CacheRows cache")
+	defer b.span("CacheRows", 0, heads, n, headDim)()
+	dt := same("CacheRows", src, cache)
+	must("CacheRows", b.ops(dt).CacheRows(src.Buffer(), heads, n, headDim, headsInner, cache.Buffer(), maxLen, past))
+}
+
+// DecodeAttention attends the query rows to the cache in splits of the
+// cache (flash-decoding) with fp32 partials in step memory.
+func (b *Backend) DecodeAttention(qS tensor.Storage[float32], heads, n, headDim int, kS, vS tensor.Storage[float32], kvHeads, maxLen, length int, causal bool, scale float64, outS tensor.Storage[float32]) {
+	q, k, v, out := b.buf(qS, "DecodeAttention q"), b.buf(kS, "DecodeAttention k"), b.buf(vS, "DecodeAttention v"), b.buf(outS, "DecodeAttention out")
+	defer b.span("DecodeAttention", 4*float64(heads)*float64(n)*float64(length)*float64(headDim), heads, n, length, headDim)()
+	dt := same("DecodeAttention", q, k, v, out)
+	o := b.ops(dt)
+	g := o.decodeGrid(heads, n, kvHeads, length)
+	po := b.newBuf(g.splits*heads*n*headDim, dtype.F32, false, false)
+	pml := b.newBuf(g.splits*heads*n*2, dtype.F32, false, false)
+	must("DecodeAttention", o.DecodeAttention(q.Buffer(), heads, n, headDim, k.Buffer(), v.Buffer(), kvHeads, maxLen, length, causal, scale, po.Buffer(), pml.Buffer(), g, out.Buffer()))
+	b.freeTemp(pml)
+	b.freeTemp(po)
+}
+
+// CacheRows launches op_cache_rows: cache[h, past+t, :] = src[h, t, :], or
+// src[t, h, :] with headsInner.
+func (o *Ops) CacheRows(src gpu.Buffer, heads, n, headDim int, headsInner bool, cache gpu.Buffer, maxLen, past int) error {
+	if heads <= 0 || n < 0 || headDim <= 0 || past < 0 || past+n > maxLen {
+		panic(fmt.Sprintf("tensorcuda: CacheRows: %d heads × %d rows × %d at row %d of %d", heads, n, headDim, past, maxLen))
+	}
+	total := int64(heads) * int64(n) * int64(headDim)
+	if total == 0 {
+		return nil
+	}
+	need("CacheRows", "src", src, total, o.es())
+	need("CacheRows", "cache", cache, int64(heads)*int64(maxLen)*int64(headDim), o.es())
+	c := o.begin(kCacheRows).ptr("src", src).ptr("cache", cache).i32("heads", heads).i32("n", n).i32("head_dim", headDim).
+		flag("heads_inner", headsInner).i32("max_len", maxLen).i32("past", past)
+	return o.launch(c, o.strided(total), threads)
+}
+
+// decodeGrid is op_decode_attn's split of the cache: splits ranges of kps
+// keys (a whole number of tiles) for each of kvHeads kv heads and chunks
+// chunks of decRows group rows.
+type decodeGrid struct {
+	splits, kps, chunks int
+}
+
+// decodeGrid returns the split of length keys that gives about
+// decBlocksPerSM blocks per multiprocessor (no split shorter than a tile).
+func (o *Ops) decodeGrid(heads, n, kvHeads, length int) decodeGrid {
+	chunks := (heads/max(kvHeads, 1)*n + decRows - 1) / decRows
+	tiles := max(1, (length+decTile-1)/decTile)
+	per := kvHeads * chunks // blocks of one split
+	splits := min(tiles, max(1, (decBlocksPerSM*max(o.sms, 1)+per-1)/per))
+	kps := (tiles + splits - 1) / splits * decTile
+	return decodeGrid{splits: max(1, (length+kps-1)/kps), kps: kps, chunks: chunks}
+}
+
+// DecodeAttention launches op_decode_attn over grid g, writing fp32
+// partials into po [g.splits, heads·n, headDim] and pml [g.splits, heads·n,
+// 2], then op_decode_combine into out [heads, n, headDim].
+func (o *Ops) DecodeAttention(q gpu.Buffer, heads, n, headDim int, k, v gpu.Buffer, kvHeads, maxLen, length int, causal bool, scale float64, po, pml gpu.Buffer, g decodeGrid, out gpu.Buffer) error {
+	switch {
+	case kvHeads <= 0 || heads%kvHeads != 0 || n <= 0 || length < 1 || length > maxLen || causal && length < n:
+		panic(fmt.Sprintf("tensorcuda: DecodeAttention: %d heads over %d kv heads, %d rows, %d of %d keys (causal %v)", heads, kvHeads, n, length, maxLen, causal))
+	case headDim%32 != 0 || headDim > decMaxD:
+		panic(fmt.Sprintf("tensorcuda: DecodeAttention: head dimension %d is not a multiple of 32 up to %d", headDim, decMaxD))
+	case g.chunks > 65535 || kvHeads > 65535:
+		panic(fmt.Sprintf("tensorcuda: DecodeAttention: %d kv heads × %d row chunks exceed the grid", kvHeads, g.chunks))
+	}
+	rows := int64(heads) * int64(n)
+	need("DecodeAttention", "q", q, rows*int64(headDim), o.es())
+	need("DecodeAttention", "out", out, rows*int64(headDim), o.es())
+	need("DecodeAttention", "k", k, int64(kvHeads)*int64(maxLen)*int64(headDim), o.es())
+	need("DecodeAttention", "v", v, int64(kvHeads)*int64(maxLen)*int64(headDim), o.es())
+	need("DecodeAttention", "part_o", po, int64(g.splits)*rows*int64(headDim), 4)
+	need("DecodeAttention", "part_ml", pml, int64(g.splits)*rows*2, 4)
+	c := o.begin(kDecodeAttn).ptr("q", q).ptr("k", k).ptr("v", v).ptr("part_o", po).ptr("part_ml", pml).
+		i32("heads", heads).i32("n", n).i32("head_dim", headDim).i32("kv_heads", kvHeads).i32("max_len", maxLen).
+		i32("length", length).flag("causal", causal).f32("scale", float32(scale)).i32("kps", g.kps)
+	if err := o.launch(c, cuda.Dim(uint32(g.splits), uint32(kvHeads), uint32(g.chunks)), decWarps*32); err != nil {
+		return err
+	}
+	c = o.begin(kDecodeCombine).ptr("part_o", po).ptr("part_ml", pml).ptr("out", out).i32("rows", int(rows)).
+		i32("head_dim", headDim).i32("splits", g.splits)
+	return o.launch(c, cuda.Dim(uint32(rows), 1, 1), decMaxD)
+}
