@@ -16,6 +16,9 @@
 #   step (PACK_LEN sets --data.pack-len; PACKED_ARGS replaces both);
 # - buckets: the same run with --data.pack=false --data.buckets 3 --data.batch-size 4 (BUCKET_ARGS
 #   replaces them);
+# - start: the start alone, `dflash train` killed at its first step's record, with an empty kernel
+#   cache and then a warm one (its `start` log line: the target's read and upload, the compiles, the
+#   GEMM tuning, the first step);
 # - peer: bench/run_peer.py, the PyTorch peer's step (bench/step_peer.py, --mode ${PEER_MODE:-shipped})
 #   at padded lengths 256..3072, weighted by the longest rows of batches of 4 drawn from the data set.
 # Before a training part, whatever is missing from $WORK (${WORK:-/tmp/runbench}, local disk; a warm
@@ -109,7 +112,7 @@ train() {
 	cp -r "$res" "$WORK/out/"
 }
 
-if has setup || has packed || has buckets; then
+if has setup || has packed || has buckets || has start; then
 	model && data || { echo "-> FAIL"; exit 1; }
 fi
 if has packed; then
@@ -121,6 +124,28 @@ fi
 if has buckets; then
 	read -ra args <<<"${BUCKET_ARGS:---data.pack=false --data.buckets 3 --data.batch-size 4}"
 	train buckets "${args[@]}"
+fi
+if has start; then
+	# The start alone, cold (an empty kernel cache) then warm: each run is
+	# killed once its first step's record has logged the start's split.
+	mkdir -p "$OUT/start"
+	for cache in cold warm; do
+		[ "$cache" = cold ] && rm -rf "$DFLASH_KERNEL_CACHE"
+		rm -rf "$WORK/run-start"
+		"$B/dflash" train --device cuda --target "$MODEL" --data "$PREP" --out "$WORK/run-start" --drafter.layers 5 \
+			--steps 5 --data.batch-size "${PACK_ROWS:-2}" --progress off --plot=false >"$OUT/start/$cache.log" 2>&1 &
+		pid=$!
+		for _ in $(seq 120); do
+			grep -q 'msg=start' "$OUT/start/$cache.log" && break
+			kill -0 "$pid" 2>/dev/null || break
+			sleep 1
+		done
+		kill -9 "$pid" 2>/dev/null
+		wait "$pid" 2>/dev/null
+		echo "start ($cache kernel cache): $(grep -o 'msg=start.*' "$OUT/start/$cache.log" || echo none)"
+		grep -q 'msg=start' "$OUT/start/$cache.log" || { fail "start ($cache): no start line"; tail -n 5 "$OUT/start/$cache.log"; }
+	done
+	rm -rf "$WORK/run-start"
 fi
 if has peer; then
 	echo "== peer: bench/run_peer.py on the data set's lengths"
