@@ -363,6 +363,9 @@ func (d *Device) hostCall(fn func() error) error {
 	done := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread() // the thread ends with the goroutine: its context binding goes with it
+		tid := gettid()
+		workerThreads.Store(tid, d.w) // a thread of the device's, for the foreign-thread check
+		defer workerThreads.Delete(tid)
 		if err := cuda.CtxSetCurrent(d.ctx); err != nil {
 			done <- err
 			return

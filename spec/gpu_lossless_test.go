@@ -40,7 +40,7 @@ func TestGPUGreedyLossless(t *testing.T) {
 		heads, kv   int
 		tied        bool
 		layers, ffn int
-	}{{model.Qwen3, 8, 2, true, 2, 512}, {model.Llama, 4, 4, false, 3, 384}} {
+	}{{model.Qwen3, 8, 2, true, 5, 512}, {model.Llama, 4, 4, false, 5, 384}} {
 		t.Run(string(c.arch), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, uint64(len(c.arch))))
 			bos := 1
