@@ -4,7 +4,7 @@
     python3 bench/run_peer.py --lengths FILE [--grid 256,512,...,3072] [--mode shipped] [--json OUT]
 
 The PyTorch trainers (/work/shared/PEERS.md) pad each batch's rows to its longest, batch 4. This times
-bench/step_peer.py's step (its Peer and run, unchanged: the target built once and reused) at each
+bench/step_peer.py's step (its Peer and run, unchanged; the target built anew for each length) at each
 padded length of --grid, with min(512, the candidates) anchors a row as the peer draws them, then
 replays --epochs epochs of the data set: the lengths of FILE (one a line, the token counts of the
 prepared samples) shuffled with --seed and cut into batches of --batch, each batch costing the step time
@@ -30,21 +30,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from qwen3_shapes import TARGETS  # noqa: E402
 
 MAX_ANCHORS = 512
-
-
-def cache_target(step_peer):
-    """Makes step_peer build its target once per (shape, mode, taps); each Peer gets it without the
-    forward hooks of the Peers before."""
-    built, build = {}, step_peer.build_target
-
-    def cached(shape, V, D, dev, mode, taps):
-        key = (shape, V, D, str(dev), mode, tuple(taps))
-        if key not in built:
-            built[key] = build(shape, V, D, dev, mode, taps)
-        for layer in built[key][0].model.layers:
-            layer._forward_hooks.clear()
-        return built[key]
-    step_peer.build_target = cached
 
 
 def peer_args(a, seq_len):
@@ -100,7 +85,6 @@ def main():
     import step_peer  # torch and transformers: the GPU machine's
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     shape, V, D = TARGETS[a.target_config], step_peer.QWEN3_VOCAB, 128
-    cache_target(step_peer)
     t0, points = time.perf_counter(), []
     for n in grid:
         pa = peer_args(a, n)
