@@ -12,6 +12,7 @@ import (
 	"dflash/internal/gputest"
 	"dflash/internal/testseed"
 	"dflash/model"
+	"dflash/model/dflash"
 	"dflash/tensor"
 	"dflash/tensor/tensorcuda"
 )
@@ -63,6 +64,7 @@ func TestGPUGreedyLossless(t *testing.T) {
 				m.Arena().Place(b, false)
 				random.D.Arena().Place(b, false)
 				random.Backend = b
+				random.Head = dflash.HeadOf(m) // the target's embedding and head where they are now
 				return gpuLossless(t, b, m, random, rng)
 			})
 			if err != nil {
