@@ -195,11 +195,19 @@ func TestNoDecay(t *testing.T) {
 func saveParams(t *testing.T, p *Params, dir string) {
 	t.Helper()
 	s := p.hostSnapshot()
-	if err := s.saveValues(filepath.Join(dir, ModelFile)); err != nil {
+	values, err := s.saveValues(filepath.Join(dir, ModelFile))
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.saveOptimizer(dir); err != nil {
+	moments, err := s.saveOptimizer(dir)
+	if err != nil {
 		t.Fatal(err)
+	}
+	// The sums computed while writing are the files'.
+	for name, sum := range map[string]FileSum{ModelFile: values, OptimizerTensorsFile: moments} {
+		if got, err := fileSum(filepath.Join(dir, name)); err != nil || got != sum {
+			t.Fatalf("%s: written with sum %+v, reads back %+v (%v)", name, sum, got, err)
+		}
 	}
 }
 
@@ -253,7 +261,7 @@ func TestAdamWSaveLoad(t *testing.T) {
 	// and the optimizer files of dir, so that other's Load reaches them.
 	withOptimizerOf := func(t *testing.T, other *Params) string {
 		d := t.TempDir()
-		if err := other.hostSnapshot().saveValues(filepath.Join(d, ModelFile)); err != nil {
+		if _, err := other.hostSnapshot().saveValues(filepath.Join(d, ModelFile)); err != nil {
 			t.Fatal(err)
 		}
 		for _, f := range []string{OptimizerTensorsFile, OptimizerStateFile} {

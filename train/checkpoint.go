@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 
 	"dflash/internal/atomicfile"
 	"dflash/safetensors"
@@ -124,29 +125,36 @@ func writeCheckpoint(outDir string, cfg []byte, s *paramSnapshot, st TrainerStat
 	if err := hook("config"); err != nil {
 		return w, err
 	}
-	if err := s.saveValues(filepath.Join(tmp, ModelFile)); err != nil {
+	// The two large files at once: each goroutine's encoding and copying
+	// into the page cache overlap the other's writing back to the disk.
+	var modelSum, optSum FileSum
+	var modelErr, optErr error
+	var wg sync.WaitGroup
+	wg.Go(func() { modelSum, modelErr = s.saveValues(filepath.Join(tmp, ModelFile)) })
+	wg.Go(func() { optSum, optErr = s.saveOptimizer(tmp) })
+	wg.Wait()
+	if err := errors.Join(modelErr, optErr); err != nil {
 		return w, err
 	}
 	if err := hook("model"); err != nil {
 		return w, err
 	}
-	if err := s.saveOptimizer(tmp); err != nil {
-		return w, err
-	}
 	if err := hook("optimizer"); err != nil {
 		return w, err
 	}
-	st.Files = map[string]FileSum{}
+	st.Files = map[string]FileSum{ModelFile: modelSum, OptimizerTensorsFile: optSum}
 	ents, err := os.ReadDir(tmp)
 	if err != nil {
 		return w, err
 	}
 	for _, e := range ents {
-		sum, err := fileSum(filepath.Join(tmp, e.Name()))
-		if err != nil {
-			return w, err
+		sum, ok := st.Files[e.Name()]
+		if !ok { // the small files: read back
+			if sum, err = fileSum(filepath.Join(tmp, e.Name())); err != nil {
+				return w, err
+			}
+			st.Files[e.Name()] = sum
 		}
-		st.Files[e.Name()] = sum
 		w.bytes += sum.Size
 	}
 	b, err := json.MarshalIndent(st, "", " ")

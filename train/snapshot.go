@@ -1,7 +1,10 @@
 package train
 
 import (
+	"bufio"
 	"encoding/json"
+	"hash/crc32"
+	"io"
 	"path/filepath"
 	"slices"
 
@@ -98,16 +101,17 @@ func (s *paramSnapshot) tensors(flat []float32, suffix string) []safetensors.Ten
 	return ts
 }
 
-// saveValues writes the master values to path (model.safetensors), F32
-// tensors named as the parameters.
-func (s *paramSnapshot) saveValues(path string) error {
-	return safetensors.Write(path, s.tensors(s.values, ""), map[string]string{"format": "pt"})
+// saveValues writes the master values to path (model.safetensors), F32,
+// and returns the file's size and checksum, computed as it is written.
+func (s *paramSnapshot) saveValues(path string) (FileSum, error) {
+	return writeSummed(path, s.tensors(s.values, ""), map[string]string{"format": "pt"})
 }
 
 // saveOptimizer writes the moments to dir/optimizer.safetensors
-// (NAME.exp_avg and NAME.exp_avg_sq for every parameter, in order) and the
-// hyper-parameters and step counts to dir/optimizer.json (each file synced).
-func (s *paramSnapshot) saveOptimizer(dir string) error {
+// (NAME.exp_avg and NAME.exp_avg_sq for every parameter, in order), whose
+// size and checksum it returns, and the hyper-parameters and step counts to
+// dir/optimizer.json (each file synced).
+func (s *paramSnapshot) saveOptimizer(dir string) (FileSum, error) {
 	ms, vs := s.tensors(s.m, ".exp_avg"), s.tensors(s.v, ".exp_avg_sq")
 	var ts []safetensors.Tensor
 	st := adamwState{Kind: "adamw", Config: s.config, Steps: map[string]int64{}}
@@ -115,12 +119,46 @@ func (s *paramSnapshot) saveOptimizer(dir string) error {
 		ts = append(ts, ms[i], vs[i])
 		st.Steps[p.name] = s.steps
 	}
-	if err := safetensors.Write(filepath.Join(dir, OptimizerTensorsFile), ts, map[string]string{"optimizer": "adamw"}); err != nil {
-		return err
+	sum, err := writeSummed(filepath.Join(dir, OptimizerTensorsFile), ts, map[string]string{"optimizer": "adamw"})
+	if err != nil {
+		return sum, err
 	}
 	b, err := json.MarshalIndent(st, "", " ")
 	if err != nil {
-		return err
+		return sum, err
 	}
-	return atomicfile.WriteFile(filepath.Join(dir, OptimizerStateFile), b)
+	return sum, atomicfile.WriteFile(filepath.Join(dir, OptimizerStateFile), b)
+}
+
+// writeSummed writes tensors to path as safetensors.Write does (atomically,
+// synced) and returns the file's size and CRC-32C, computed from the bytes
+// as they go out rather than by reading the file again.
+func writeSummed(path string, ts []safetensors.Tensor, metadata map[string]string) (FileSum, error) {
+	var sum FileSum
+	err := atomicfile.Write(path, func(w io.Writer) error {
+		h := crc32.New(castagnoli)
+		cw := &countingWriter{w: io.MultiWriter(w, h)}
+		bw := bufio.NewWriterSize(cw, 1<<20)
+		if err := safetensors.Encode(bw, ts, metadata); err != nil {
+			return err
+		}
+		if err := bw.Flush(); err != nil {
+			return err
+		}
+		sum = FileSum{Size: cw.n, CRC32C: h.Sum32()}
+		return nil
+	})
+	return sum, err
+}
+
+// countingWriter counts the bytes written through it.
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
 }
