@@ -45,15 +45,6 @@ type Batch struct {
 	Rows [][]int
 }
 
-// Samples returns the number of samples of the batch.
-func (b Batch) Samples() int {
-	n := 0
-	for _, r := range b.Rows {
-		n += len(r)
-	}
-	return n
-}
-
 // State is the position of a Packer: the next batch is batch Batch of
 // epoch Epoch. Seed, Samples and RowLen guard against restoring into
 // another run.
