@@ -42,12 +42,7 @@ func TestGPUGoldenHF(t *testing.T) {
 				states[i] = i
 			}
 			got := make([][]float32, L+1)
-			err = w.Run(func(d *gpu.Device) error {
-				b, err := tensorcuda.NewBackend(cache, d)
-				if err != nil {
-					return err
-				}
-				defer b.Close()
+			err = gputest.RunBackend(w, cache, tensorcuda.NewBackend, func(_ *gpu.Device, b *tensorcuda.Backend) error {
 				m.Arena().Place(b, false)
 				out := m.Forward(tensor.NewInference[float32](b), Input{IDs: ids, Batch: batch, Len: len(ids) / batch, States: states})
 				for i := range states {

@@ -55,12 +55,7 @@ func TestGPUGreedyLossless(t *testing.T) {
 			random := randomDFlash(t, m, 2, 8, rng, nil)
 			// t.Fatal ends the test's goroutine only: on the worker's, the
 			// test returns an error instead.
-			err = w.Run(func(d *gpu.Device) error {
-				b, err := tensorcuda.NewBackend(cache, d)
-				if err != nil {
-					return err
-				}
-				defer b.Close()
+			err = gputest.RunBackend(w, cache, tensorcuda.NewBackend, func(_ *gpu.Device, b *tensorcuda.Backend) error {
 				m.Arena().Place(b, false)
 				random.D.Arena().Place(b, false)
 				random.Backend = b
