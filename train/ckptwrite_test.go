@@ -1,45 +1,18 @@
 package train
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"log/slog"
 	"math"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"dflash/internal/testlog"
 )
-
-// logBuffer collects the progress lines and the log of a run, which come
-// from the training goroutine and the checkpoint writer.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
-
-// captureLog sends the default logger to l until the test ends.
-func captureLog(t *testing.T, l *logBuffer) {
-	old := slog.Default()
-	slog.SetDefault(slog.New(slog.NewTextHandler(l, nil)))
-	t.Cleanup(func() { slog.SetDefault(old) })
-}
 
 // setCheckpointHook sets checkpointHook until the test ends.
 func setCheckpointHook(t *testing.T, f func(stage string) error) {
@@ -147,9 +120,8 @@ func TestCheckpointWriteFailure(t *testing.T) {
 			time.Sleep(200 * time.Millisecond)
 		}
 	}
-	var log logBuffer
-	captureLog(t, &log)
-	res, err := run(context.Background(), cfg, tk.hooks(), &log)
+	log := testlog.Capture(t)
+	res, err := run(context.Background(), cfg, tk.hooks(), log)
 	t.Logf("log:\n%s", log.String())
 	if err == nil || !strings.Contains(err.Error(), "checkpoint at step 4") || !strings.Contains(err.Error(), "disk on fire") {
 		t.Fatalf("run returned %v, want the failed write of checkpoint 4", err)

@@ -4,13 +4,14 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"log/slog"
 	"math"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"dflash/internal/testlog"
 )
 
 func mustRun(t *testing.T, ctx context.Context, cfg Config, h Hooks) *Result {
@@ -114,9 +115,7 @@ func TestCancelAndResume(t *testing.T) {
 		}
 		return l, m, n, err
 	}
-	var logs bytes.Buffer
-	defer slog.SetDefault(slog.Default())
-	slog.SetDefault(slog.New(slog.NewTextHandler(&logs, nil)))
+	logs := testlog.Capture(t)
 	res, err := run(ctx, cfg, h, &bytes.Buffer{})
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("err %v, want context.Canceled", err)
