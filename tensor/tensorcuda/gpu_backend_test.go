@@ -259,10 +259,9 @@ func read[T tensor.Float](b tensor.Backend[T], s tensor.Storage[T]) []float64 {
 // The cache rows after the attended ones hold NaN, so a read past length
 // shows. The tolerance covers the output's bf16 rounding and fp32 sums.
 func TestGPUDecodeAttention(t *testing.T) {
-	w, cache := gputest.Worker0Cache(t)
 	rng := testseed.New(t)
 	const kvHeads = 2
-	err := gputest.RunBackend(w, cache, NewBackend, func(_ *gpu.Device, b *Backend) error {
+	gputest.OnBackend(t, NewBackend, func(_ *gpu.Device, b *Backend) error {
 		up := func(x []float32) (tensor.Storage[float32], []float32) { // bf16 storage and the values it holds
 			s := b.Upload(x, false)
 			r := make([]float32, len(x))
@@ -306,19 +305,15 @@ func TestGPUDecodeAttention(t *testing.T) {
 		}
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 }
 
 // TestGPUCacheRows compares op_cache_rows with the CPU backend for both
 // source layouts, on a cache whose other rows keep their values.
 func TestGPUCacheRows(t *testing.T) {
-	w, cache := gputest.Worker0Cache(t)
 	rng := testseed.New(t)
 	const heads, n, D, maxLen, past = 3, 5, 64, 20, 9
 	cpu := tensor.NewCPU[float32](1)
-	err := gputest.RunBackend(w, cache, NewBackend, func(_ *gpu.Device, b *Backend) error {
+	gputest.OnBackend(t, NewBackend, func(_ *gpu.Device, b *Backend) error {
 		for _, inner := range []bool{false, true} {
 			src, dst := make([]float32, heads*n*D), make([]float32, heads*maxLen*D)
 			for i := range src {
@@ -345,9 +340,6 @@ func TestGPUCacheRows(t *testing.T) {
 		}
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 }
 
 // TestGPUWriteParamBytes: on the device, a parameter copy written from the
@@ -356,9 +348,8 @@ func TestGPUCacheRows(t *testing.T) {
 // back as WriteParams of the decoded values does, bit for bit, for a
 // parameter larger than a staging slot (split over slots) and a small one.
 func TestGPUWriteParamBytes(t *testing.T) {
-	w, cache := gputest.Worker0Cache(t)
 	rng := testseed.New(t)
-	err := gputest.RunBackend(w, cache, NewBackend, func(_ *gpu.Device, b *Backend) error {
+	gputest.OnBackend(t, NewBackend, func(_ *gpu.Device, b *Backend) error {
 		for _, n := range []int{37, 9<<20 + 3} {
 			for _, raw := range []dtype.DType{dtype.BF16, dtype.F16, dtype.F32, dtype.F64} {
 				vals := make([]float32, n)
@@ -392,7 +383,4 @@ func TestGPUWriteParamBytes(t *testing.T) {
 		}
 		return nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 }
