@@ -1,9 +1,7 @@
 package gpu
 
 import (
-	"bytes"
 	"encoding/json"
-	"log/slog"
 	"math"
 	"os"
 	"path/filepath"
@@ -12,17 +10,9 @@ import (
 	"testing"
 
 	"dflash/dtype"
+	"dflash/internal/testlog"
 	"dflash/internal/testseed"
 )
-
-// captureWarnings sends slog's output to a buffer for the test's length.
-func captureWarnings(t *testing.T) *bytes.Buffer {
-	var buf bytes.Buffer
-	old := slog.Default()
-	slog.SetDefault(slog.New(slog.NewTextHandler(&buf, nil)))
-	t.Cleanup(func() { slog.SetDefault(old) })
-	return &buf
-}
 
 // randomAlgos returns n distinct candidate signatures.
 func randomAlgos(t *testing.T, n int) [][8]uint64 {
@@ -182,7 +172,7 @@ func TestGemmTunePersists(t *testing.T) {
 	if got, _ := newGemmTuner(dir, "gpu", 1).choose(key, reordered, nil); got != 0 {
 		t.Errorf("reordered candidates: choose = %d, want 0", got)
 	}
-	warn := captureWarnings(t)
+	warn := testlog.Capture(t)
 	t3 := newGemmTuner(dir, "gpu", 1)
 	calls = 0
 	got, err = t3.choose(key, algos[:3], func() ([]float64, error) { calls++; return timesFor(3, 2), nil })
@@ -231,7 +221,7 @@ func TestGemmTuneCorruptFile(t *testing.T) {
 			if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			warn := captureWarnings(t)
+			warn := testlog.Capture(t)
 			tu := newGemmTuner(dir, "gpu", 1)
 			if !strings.Contains(warn.String(), "ignoring the GEMM tuning file") || !strings.Contains(warn.String(), path) {
 				t.Errorf("no warning naming %s: %q", path, warn)
@@ -256,7 +246,7 @@ func TestGemmTuneCorruptFile(t *testing.T) {
 		if err := syscall.Mkfifo(filepath.Join(dir, GemmTuneFile), 0o644); err != nil {
 			t.Skipf("mkfifo: %v", err)
 		}
-		warn := captureWarnings(t)
+		warn := testlog.Capture(t)
 		tu := newGemmTuner(dir, "gpu", 1)
 		got, err := tu.choose("k", algos, func() ([]float64, error) { return timesFor(4, 2), nil })
 		if err != nil || got != 2 || !strings.Contains(warn.String(), "not a regular file") {
@@ -268,7 +258,7 @@ func TestGemmTuneCorruptFile(t *testing.T) {
 		if err := os.Mkdir(filepath.Join(dir, GemmTuneFile), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		warn := captureWarnings(t)
+		warn := testlog.Capture(t)
 		tu := newGemmTuner(dir, "gpu", 1)
 		got, err := tu.choose("k", algos, func() ([]float64, error) { return timesFor(4, 1), nil })
 		if err != nil || got != 1 || !strings.Contains(warn.String(), "could not save") {

@@ -10,13 +10,14 @@ import (
 	"testing"
 	"time"
 
+	"dflash/internal/testlog"
 	"dflash/internal/testseed"
 )
 
-func newCache(t *testing.T, comp Compiler, dir string) (*Cache, *logBuffer) {
+func newCache(t *testing.T, comp Compiler, dir string) (*Cache, *testlog.Buffer) {
 	t.Helper()
-	lb := &logBuffer{}
-	c, err := New(Config{Compiler: comp, Dir: dir, Logger: lb.logger()})
+	lb := &testlog.Buffer{}
+	c, err := New(Config{Compiler: comp, Dir: dir, Logger: lb.Logger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,8 +235,8 @@ const goldenKey = "5f48b258816703d8f31d9456157d4582d9339b4cbbdcaa0ab39c6670b5559
 func TestBudgetWarnsOnceNamingDifferingParts(t *testing.T) {
 	var warnings []BudgetWarning
 	var mu sync.Mutex
-	lb := &logBuffer{}
-	c, err := New(Config{Compiler: newFake(0), Budget: 3, Logger: lb.logger(), OnBudget: func(w BudgetWarning) {
+	lb := &testlog.Buffer{}
+	c, err := New(Config{Compiler: newFake(0), Budget: 3, Logger: lb.Logger(), OnBudget: func(w BudgetWarning) {
 		mu.Lock()
 		warnings = append(warnings, w)
 		mu.Unlock()

@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -70,26 +69,6 @@ func src(family string, i int) Source {
 		Code:   fmt.Sprintf("extern \"C\" __global__ void k%d(float* x) { x[0] = %d; }\n", i, i),
 		Params: map[string]string{"variant": fmt.Sprint(i)}}
 }
-
-// logBuffer captures a cache's warnings.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.String()
-}
-
-func (l *logBuffer) logger() *slog.Logger { return slog.New(slog.NewTextHandler(l, nil)) }
 
 // fakeLoader is a device context that counts loads.
 type fakeLoader struct {

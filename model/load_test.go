@@ -28,17 +28,24 @@ func loadSerial(t testing.TB, dir string) *Model {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := safetensors.OpenDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
+	w := openWeights(t, dir)
 	for _, p := range m.Params() {
 		if err := w.Weight(p.Name, p.Shape, p.Data()); err != nil {
 			t.Fatal(err)
 		}
 	}
 	return m
+}
+
+// openWeights opens the safetensors files of dir until t ends.
+func openWeights(t testing.TB, dir string) *safetensors.Dir {
+	t.Helper()
+	w, err := safetensors.OpenDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close() })
+	return w
 }
 
 // saveSharded writes m as an HF directory of shards shards of dtype dt
@@ -100,16 +107,12 @@ func TestLoadParallelMatchesSerial(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			want := loadSerial(t, dir)
 			var bytes int64
-			w, err := safetensors.OpenDir(dir)
-			if err != nil {
-				t.Fatal(err)
-			}
+			w := openWeights(t, dir)
 			for _, p := range want.Params() {
 				info, _ := w.Info(p.Name)
 				dt, _ := dtype.FromSafetensors(info.DType)
 				bytes += int64(info.Numel() * dt.Size())
 			}
-			w.Close()
 			for _, o := range []LoadOptions{{Readers: 1}, {}, {Readers: 8, Piece: 30}, {Readers: 3, Piece: 1}} {
 				got, st, err := LoadWith(dir, nil, o)
 				if err != nil {
@@ -158,11 +161,7 @@ func TestLoadCorruptShard(t *testing.T) {
 	}
 	// past returns the tensors of shard whose data end beyond size.
 	past := func(t *testing.T, dir, shard string, size int64) (names []string, first string) {
-		w, err := safetensors.OpenDir(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer w.Close()
+		w := openWeights(t, dir)
 		firstAt := int64(math.MaxInt64)
 		for _, n := range w.Names() {
 			f, _ := w.File(n)
@@ -205,12 +204,7 @@ func TestLoadCorruptShard(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		w, err := safetensors.OpenDir(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer w.Close()
-		ps, err := planPieces(m, w, DefaultPiece) // a piece per weight: the readers fail on distinct tensors
+		ps, err := planPieces(m, openWeights(t, dir), DefaultPiece) // a piece per weight: the readers fail on distinct tensors
 		if err != nil {
 			t.Fatal(err)
 		}

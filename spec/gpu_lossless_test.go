@@ -1,8 +1,6 @@
 package spec
 
 import (
-	"context"
-	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -55,91 +53,23 @@ func TestGPUGreedyLossless(t *testing.T) {
 			random := randomDFlash(t, m, 2, 8, rng, nil)
 			// t.Fatal ends the test's goroutine only: on the worker's, the
 			// test returns an error instead.
-			err = w.Run(func(d *gpu.Device) error {
-				b, err := tensorcuda.NewBackend(cache, d)
-				if err != nil {
-					return err
-				}
-				defer b.Close()
+			err = gputest.RunBackend(w, cache, tensorcuda.NewBackend, func(_ *gpu.Device, b *tensorcuda.Backend) error {
 				m.Arena().Place(b, false)
 				random.D.Arena().Place(b, false)
 				random.Backend = b
 				random.Head = dflash.HeadOf(m) // the target's embedding and head where they are now
-				return gpuLossless(t, b, m, random, rng)
+				// The oracle checks no hidden state here (no full forward on the CPU).
+				return lossless(t, b, m, random, rng, losslessCase{prompts: 24, maxPrompt: 120, allLengths: true,
+					oracle: func(i int, prompt, ref []int32) *oracle {
+						return &oracle{t: t, seq: slices.Concat(prompt, ref), taps: random.Taps(), B: 8, V: m.Config.VocabSize, rng: rng, phase: i, fail: t.Errorf}
+					},
+					gap: func(seq []int32) float64 { return gpuTopGap(m, b, seq) }, tie: gpuTieGap})
 			})
 			if err != nil {
 				t.Fatal(err)
 			}
 		})
 	}
-}
-
-func gpuLossless(t *testing.T, b tensor.Backend[float32], m *model.Model, random *DFlash, rng *rand.Rand) error {
-	limit, V := m.ContextLimit(), m.Config.VocabSize
-	const prompts = 24
-	var rounds, ties int
-	hist := make([]int, 8)
-	for i := range prompts {
-		n := 1 + rng.IntN(120)
-		switch i % 6 {
-		case 1:
-			n = limit // no room for a token
-		case 2:
-			n = limit - 1 - rng.IntN(9) // the context limit falls inside a block
-		}
-		prompt := make([]int32, n)
-		for j := range prompt {
-			prompt[j] = int32(rng.IntN(V))
-		}
-		maxNew := 1 + rng.IntN(40)
-		ref, err := m.Generate(b, prompt, model.GenerateOptions{MaxNewTokens: maxNew})
-		if err != nil {
-			return err
-		}
-		var stop []int32
-		if i%3 == 0 && len(ref) > 4 { // a stop token that first appears mid-output
-			stop = []int32{ref[2+rng.IntN(len(ref)-3)]}
-			ref = ref[:slices.Index(ref, stop[0])+1]
-		}
-		o := Options{MaxNewTokens: maxNew, Stop: stop}
-		// The oracle checks no hidden state here (no full forward on the CPU).
-		orc := &oracle{t: t, seq: append(slices.Clone(prompt), ref...), taps: random.Taps(), B: 8, V: V, rng: rng, phase: i, fail: t.Errorf}
-		for _, d := range []Drafter{random, orc} {
-			got, st, err := Generate(context.Background(), b, m, d, prompt, o)
-			if err != nil {
-				return err
-			}
-			label := fmt.Sprintf("prompt %d (%d tokens, max %d, stop %v), block %d", i, n, maxNew, stop, d.BlockSize())
-			if k := firstDiff(got, ref); k >= 0 {
-				gap := gpuTopGap(m, b, append(slices.Clone(prompt), ref[:k]...))
-				if k >= len(got) || k >= len(ref) || gap > gpuTieGap {
-					return fmt.Errorf("%s: output differs from the target's greedy output at token %d (top-2 relative gap %.3g):\n got %v\nwant %v", label, k, gap, got, ref)
-				}
-				ties++
-				t.Logf("%s: argmax tie at token %d (relative gap %.2g) broken differently", label, k, gap)
-				continue
-			}
-			if st.Tokens != len(got) {
-				return fmt.Errorf("%s: stats count %d tokens, %d generated", label, st.Tokens, len(got))
-			}
-			if d == Drafter(orc) {
-				rounds += st.Rounds
-				for a, c := range st.Histogram {
-					hist[a] += c
-				}
-			}
-		}
-	}
-	t.Logf("oracle: %d rounds, acceptance lengths 1..8: %v; %d argmax ties", rounds, hist, ties)
-	for a := 1; a <= 8; a++ {
-		if hist[a-1] == 0 {
-			t.Errorf("no round accepted %d tokens: rollback of that length untested", a)
-		}
-	}
-	if ties > prompts/4 {
-		return fmt.Errorf("%d argmax ties in %d prompts: more than bf16 rounding explains", ties, prompts)
-	}
-	return nil
 }
 
 // gpuTopGap returns the gap between the two largest next-token logits after

@@ -28,11 +28,11 @@ func TestDecodeAttention(t *testing.T) {
 		{2, 1, 2000, 8, 2000, 2000, true}, // causal over 2000 rows: 4000 query rows × 2000 keys, attended in chunks
 	} {
 		t.Run(fmt.Sprintf("%+v", c), func(t *testing.T) {
-			q := randVec(rng, c.hq*c.n*c.D)
-			k, v := randVec(rng, c.hkv*c.maxLen*c.D), randVec(rng, c.hkv*c.maxLen*c.D)
+			q := randF32(rng, c.hq*c.n*c.D)
+			k, v := randF32(rng, c.hkv*c.maxLen*c.D), randF32(rng, c.hkv*c.maxLen*c.D)
 			scale := 1 / math.Sqrt(float64(c.D))
 			got := make(tensor.Host[float32], len(q))
-			cpu.DecodeAttention(tensor.Host[float32](q), c.hq, c.n, c.D, tensor.Host[float32](k), tensor.Host[float32](v), c.hkv, c.maxLen, c.length, c.causal, scale, got)
+			cpu.DecodeAttention(q, c.hq, c.n, c.D, k, v, c.hkv, c.maxLen, c.length, c.causal, scale, got)
 			want := backendtest.DecodeAttention(q, c.hq, c.n, c.D, k, v, c.hkv, c.maxLen, c.length, c.causal, scale)
 			backendtest.Close(t, "DecodeAttention", got, want, 1e-5)
 		})
@@ -72,14 +72,6 @@ func TestCacheRows(t *testing.T) {
 	}
 }
 
-func randVec(rng *rand.Rand, n int) []float32 {
-	x := make([]float32, n)
-	for i := range x {
-		x[i] = float32(rng.NormFloat64())
-	}
-	return x
-}
-
 // BenchmarkDecodeAttention times one decode step's attention on the CPU
 // (demo shape: 4 query and 2 KV heads of 32, 150 cached positions, 1 and 8
 // new rows).
@@ -89,8 +81,8 @@ func BenchmarkDecodeAttention(b *testing.B) {
 	const hq, hkv, D, past = 4, 2, 32, 150
 	for _, n := range []int{1, 8} {
 		total := past + n
-		q := tensor.Host[float32](randVec(rng, hq*n*D))
-		k, v := tensor.Host[float32](randVec(rng, hkv*total*D)), tensor.Host[float32](randVec(rng, hkv*total*D))
+		q := randF32(rng, hq*n*D)
+		k, v := randF32(rng, hkv*total*D), randF32(rng, hkv*total*D)
 		out := make(tensor.Host[float32], len(q))
 		b.Run(fmt.Sprint(n), func(b *testing.B) {
 			c0 := cputime.Seconds()

@@ -82,6 +82,7 @@ func transName(ta, tb bool) string {
 	return string(s)
 }
 
+// randF32 returns n values drawn from the standard normal.
 func randF32(rng *rand.Rand, n int) tensor.Host[float32] {
 	v := make(tensor.Host[float32], n)
 	for i := range v {

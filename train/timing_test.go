@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"dflash/internal/testlog"
 )
 
 // TestTimeSplit runs with slow steps, evaluations and checkpoint writes:
@@ -36,10 +38,9 @@ func TestTimeSplit(t *testing.T) {
 		}
 		return nil
 	})
-	var log logBuffer
-	captureLog(t, &log)
+	log := testlog.Capture(t)
 	t0 := time.Now()
-	res, err := run(context.Background(), cfg, h, &log)
+	res, err := run(context.Background(), cfg, h, log)
 	wall := time.Since(t0)
 	if err != nil {
 		t.Fatal(err)

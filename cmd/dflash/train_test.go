@@ -36,16 +36,8 @@ func TestWriteTrainFixture(t *testing.T) {
 
 func TestTrainCommand(t *testing.T) {
 	targetDir, dataPath := recipetest.Fixture(t)
-	out := filepath.Join(t.TempDir(), "run")
-	common := []string{"--target", targetDir, "--data", dataPath, "--out", out, "--progress", "off", "--plot=false",
-		"--drafter.block-size", "4", "--drafter.anchors", "6", "--data.batch-size", "2", "--data.max-len", "400",
-		"--save-every", "2", "--eval-every", "2", "--warmup-steps", "1", "--drafter.export", "F32"}
-	if err := runTrain(append([]string{"--steps", "4", "--stop-at", "2"}, common...)); err != nil {
-		t.Fatal(err)
-	}
-	if err := runTrain(append([]string{"--steps", "4", "--resume"}, common...)); err != nil {
-		t.Fatalf("resume: %v", err)
-	}
+	// Resume is exact: 4 steps straight give the same drafter as 2 + resume + 2.
+	out, _ := resumeExact(t, targetDir, dataPath, []string{"--data.batch-size", "2", "--eval-every", "2"}, nil, "")
 	d, err := dflash.LoadDir[float32](filepath.Join(out, "drafter"))
 	if err != nil {
 		t.Fatal(err)
@@ -54,18 +46,6 @@ func TestTrainCommand(t *testing.T) {
 	if d.Cfg.BlockSize != 4 || d.Cfg.NumLayers != 1 || len(d.Cfg.TargetLayerIDs) != 1 || d.Cfg.MaskTokenID != 299 {
 		t.Fatalf("drafter config %+v", d.Cfg)
 	}
-	// Resume is exact: 4 steps straight give the same drafter as 2 + resume + 2.
-	straight := filepath.Join(t.TempDir(), "straight")
-	args := append([]string{"--steps", "4"}, common...)
-	for i := range args {
-		if args[i] == out {
-			args[i] = straight
-		}
-	}
-	if err := runTrain(args); err != nil {
-		t.Fatal(err)
-	}
-	sameDrafter(t, d, filepath.Join(straight, "drafter"))
 	recs, err := train.ReadMetrics(filepath.Join(out, "metrics.jsonl"))
 	if err != nil {
 		t.Fatal(err)
@@ -97,31 +77,8 @@ func TestTrainCommand(t *testing.T) {
 // pad_frac, and resuming without buckets is refused as another run.
 func TestTrainBuckets(t *testing.T) {
 	targetDir, dataPath := recipetest.Fixture(t)
-	out := filepath.Join(t.TempDir(), "run")
-	common := []string{"--target", targetDir, "--data", dataPath, "--out", out, "--progress", "off", "--plot=false",
-		"--drafter.block-size", "4", "--drafter.anchors", "6", "--data.batch-size", "3", "--data.max-len", "400",
-		"--data.pack=false", "--data.buckets", "2", "--save-every", "2", "--eval-every", "0", "--warmup-steps", "1", "--drafter.export", "F32"}
-	if err := runTrain(append([]string{"--steps", "4", "--stop-at", "2"}, common...)); err != nil {
-		t.Fatal(err)
-	}
-	err := runTrain(append([]string{"--steps", "4", "--resume"}, append(common, "--data.buckets", "0")...))
-	if err == nil || !strings.Contains(err.Error(), "data.buckets: checkpoint 2, now (not given)") {
-		t.Fatalf("resume without buckets: %v", err)
-	}
-	if err := runTrain(append([]string{"--steps", "4", "--resume"}, common...)); err != nil {
-		t.Fatalf("resume: %v", err)
-	}
-	straight := filepath.Join(t.TempDir(), "straight")
-	args := append([]string{"--steps", "4"}, common...)
-	args[slices.Index(args, out)] = straight
-	if err := runTrain(args); err != nil {
-		t.Fatal(err)
-	}
-	d, err := dflash.LoadDir[float32](filepath.Join(out, "drafter"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sameDrafter(t, d, filepath.Join(straight, "drafter"))
+	_, straight := resumeExact(t, targetDir, dataPath, []string{"--data.batch-size", "3", "--data.pack=false", "--data.buckets", "2", "--eval-every", "0"},
+		[]string{"--data.buckets", "0"}, "data.buckets: checkpoint 2, now (not given)")
 	recs, err := train.ReadMetrics(filepath.Join(straight, "metrics.jsonl"))
 	if err != nil {
 		t.Fatal(err)
@@ -172,31 +129,8 @@ func TestTrainBuckets(t *testing.T) {
 // another run.
 func TestTrainPacked(t *testing.T) {
 	targetDir, dataPath := recipetest.Fixture(t)
-	out := filepath.Join(t.TempDir(), "run")
-	common := []string{"--target", targetDir, "--data", dataPath, "--out", out, "--progress", "off", "--plot=false",
-		"--drafter.block-size", "4", "--drafter.anchors", "6", "--data.batch-size", "3", "--data.max-len", "400",
-		"--data.pack-len", "512", "--save-every", "2", "--eval-every", "2", "--warmup-steps", "1", "--drafter.export", "F32"}
-	if err := runTrain(append([]string{"--steps", "4", "--stop-at", "2"}, common...)); err != nil {
-		t.Fatal(err)
-	}
-	err := runTrain(append([]string{"--steps", "4", "--resume"}, append(common, "--data.pack=false")...))
-	if err == nil || !strings.Contains(err.Error(), "data.pack-len: checkpoint 512, now (not given)") {
-		t.Fatalf("resume unpacked: %v", err)
-	}
-	if err := runTrain(append([]string{"--steps", "4", "--resume"}, common...)); err != nil {
-		t.Fatalf("resume: %v", err)
-	}
-	straight := filepath.Join(t.TempDir(), "straight")
-	args := append([]string{"--steps", "4"}, common...)
-	args[slices.Index(args, out)] = straight
-	if err := runTrain(args); err != nil {
-		t.Fatal(err)
-	}
-	d, err := dflash.LoadDir[float32](filepath.Join(out, "drafter"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	sameDrafter(t, d, filepath.Join(straight, "drafter"))
+	_, straight := resumeExact(t, targetDir, dataPath, []string{"--data.batch-size", "3", "--data.pack-len", "512", "--eval-every", "2"},
+		[]string{"--data.pack=false"}, "data.pack-len: checkpoint 512, now (not given)")
 	recs, err := train.ReadMetrics(filepath.Join(straight, "metrics.jsonl"))
 	if err != nil {
 		t.Fatal(err)
@@ -404,6 +338,42 @@ func TestTrainRanksRefused(t *testing.T) {
 	if err := runTrain(append(args, "--world-size", "1", "--rank", "0")); err == nil || strings.Contains(err.Error(), "world size") {
 		t.Fatalf("flags --world-size 1 over WORLD_SIZE=4: %v (want the missing target)", err)
 	}
+}
+
+// resumeExact trains the drafter of target on data for 2 of 4 steps with
+// flags (past those every such run shares), checks that a --resume adding
+// refused is refused with an error containing refusal (where refused is
+// given), resumes to step 4, trains 4 steps straight in another directory
+// and fails t unless the two drafters are the same bit for bit. It returns
+// the two runs' output directories.
+func resumeExact(t *testing.T, target, data string, flags, refused []string, refusal string) (out, straight string) {
+	t.Helper()
+	out, straight = filepath.Join(t.TempDir(), "run"), filepath.Join(t.TempDir(), "straight")
+	run := func(dir string, extra ...string) error {
+		return runTrain(slices.Concat([]string{"--target", target, "--data", data, "--out", dir, "--steps", "4", "--progress", "off", "--plot=false",
+			"--drafter.block-size", "4", "--drafter.anchors", "6", "--data.max-len", "400", "--save-every", "2", "--warmup-steps", "1",
+			"--drafter.export", "F32"}, flags, extra))
+	}
+	if err := run(out, "--stop-at", "2"); err != nil {
+		t.Fatal(err)
+	}
+	if refused != nil {
+		if err := run(out, append([]string{"--resume"}, refused...)...); err == nil || !strings.Contains(err.Error(), refusal) {
+			t.Fatalf("resume with %v: %v", refused, err)
+		}
+	}
+	if err := run(out, "--resume"); err != nil {
+		t.Fatalf("resume: %v", err)
+	}
+	if err := run(straight); err != nil {
+		t.Fatal(err)
+	}
+	d, err := dflash.LoadDir[float32](filepath.Join(out, "drafter"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sameDrafter(t, d, filepath.Join(straight, "drafter"))
+	return out, straight
 }
 
 // sameDrafter fails t unless the drafter exported in dir holds d's values

@@ -1,7 +1,8 @@
 // Package gputest holds what the GPU tests of several packages share:
 // the test binary's main (foreign-thread check on, every worker closed at
 // the end), opening GPU 0 or an NVRTC cache (or the binary's shared one) or skipping with a message that
-// names what is missing, NaN-poisoned allocations, and moving float64 values
+// names what is missing, running a function on a fresh backend,
+// NaN-poisoned allocations, and moving float64 values
 // to and from the device in a storage type (bf16, fp16 or fp32).
 //
 // GPU tests run on the GPU machine as compiled test binaries; elsewhere they
@@ -80,7 +81,16 @@ func Worker0Cache(t testing.TB) (*gpu.Worker, *jit.Cache) {
 func OnBackend[B interface{ Close() }](t testing.TB, open func(*jit.Cache, *gpu.Device) (B, error), f func(*gpu.Device, B) error) {
 	t.Helper()
 	w, cache := Worker0Cache(t)
-	err := w.Run(func(d *gpu.Device) error {
+	if err := RunBackend(w, cache, open, f); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// RunBackend runs f on w with a backend that open makes on cache, closes
+// it after f, and returns open's or f's error: OnBackend for a test that
+// needs a cache of its own.
+func RunBackend[B interface{ Close() }](w *gpu.Worker, cache *jit.Cache, open func(*jit.Cache, *gpu.Device) (B, error), f func(*gpu.Device, B) error) error {
+	return w.Run(func(d *gpu.Device) error {
 		b, err := open(cache, d)
 		if err != nil {
 			return err
@@ -88,9 +98,6 @@ func OnBackend[B interface{ Close() }](t testing.TB, open func(*jit.Cache, *gpu.
 		defer b.Close()
 		return f(d, b)
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 }
 
 // NVRTCCache is NewNVRTCCache, skipping the test when NVRTC is missing.

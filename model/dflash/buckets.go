@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 
 	"dflash/data/bucket"
-	"dflash/data/pack"
 	"dflash/internal/rngstream"
 )
 
@@ -185,11 +184,7 @@ func (s *Session) RestoreData(raw json.RawMessage) error {
 		if err != nil {
 			return err
 		}
-		var st pack.State
-		if err := json.Unmarshal(raw, &st); err != nil {
-			return fmt.Errorf("data position %s: %w", raw, err)
-		}
-		return p.Restore(st)
+		return restoreState(raw, p.Restore)
 	}
 	if s.Buckets <= 0 {
 		if probe.Buckets != nil {
@@ -204,9 +199,15 @@ func (s *Session) RestoreData(raw json.RawMessage) error {
 	if err != nil {
 		return err
 	}
-	var st bucket.State
+	return restoreState(raw, sp.Restore)
+}
+
+// restoreState decodes raw, a position of DataState, into a State of its
+// kind and gives it to restore.
+func restoreState[S any](raw json.RawMessage, restore func(S) error) error {
+	var st S
 	if err := json.Unmarshal(raw, &st); err != nil {
 		return fmt.Errorf("data position %s: %w", raw, err)
 	}
-	return sp.Restore(st)
+	return restore(st)
 }

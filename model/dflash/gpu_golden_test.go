@@ -48,12 +48,7 @@ func TestGPUGolden(t *testing.T) {
 		grads   [][]float32
 	}
 	var res result
-	err := w.Run(func(dev *gpu.Device) error {
-		be, err := tensorcuda.NewBackend(cache, dev)
-		if err != nil {
-			return err
-		}
-		defer be.Close()
+	err := gputest.RunBackend(w, cache, tensorcuda.NewBackend, func(_ *gpu.Device, be *tensorcuda.Backend) error {
 		d.Arena().Place(be, true)
 		up := func(x *tensor.Tensor) *tensor.Tensor {
 			return tensor.FromStorage(x.Name, be.Upload(x.Data(), false), x.Shape...)

@@ -27,12 +27,7 @@ func TestGPUPrepareThenStep(t *testing.T) {
 	w := gputest.Worker0(t)
 	cache := gputest.NVRTCCache(t, "")
 	r := testseed.New(t)
-	err := w.Run(func(d *gpu.Device) error {
-		b, err := NewBackend(cache, d)
-		if err != nil {
-			return err
-		}
-		defer b.Close()
+	err := gputest.RunBackend(w, cache, NewBackend, func(_ *gpu.Device, b *Backend) error {
 		if err := b.Prepare(context.Background(), trainingUses()); err != nil {
 			return err
 		}
@@ -102,12 +97,7 @@ func TestGPUAttentionUnprepared(t *testing.T) {
 		t.Fatal(err)
 	}
 	var got any
-	err = w.Run(func(d *gpu.Device) error {
-		b, err := NewBackend(cache, d)
-		if err != nil {
-			return err
-		}
-		defer b.Close()
+	err = gputest.RunBackend(w, cache, NewBackend, func(_ *gpu.Device, b *Backend) error {
 		dims := flex.Dims{Batch: 1, HeadsQ: 4, HeadsKV: 1, LenQ: 64, LenKV: 64, HeadDim: 128}
 		m, err := b.NewMask(flex.Causal(), flex.NewArgs(), dims)
 		if err != nil {
@@ -146,12 +136,7 @@ func TestGPUAttentionUnprepared(t *testing.T) {
 func TestGPUCompileWhileLoading(t *testing.T) {
 	w := gputest.Worker0(t)
 	cache := gputest.NVRTCCache(t, "")
-	err := w.Run(func(d *gpu.Device) error {
-		b, err := NewBackend(cache, d)
-		if err != nil {
-			return err
-		}
-		defer b.Close()
+	err := gputest.RunBackend(w, cache, NewBackend, func(_ *gpu.Device, b *Backend) error {
 		ctx := context.Background()
 		base := cache.Stats()
 		compiled := make(chan error, 1)

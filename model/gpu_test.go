@@ -1,0 +1,175 @@
+package model
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+
+	"dflash/gpu"
+	"dflash/internal/gputest"
+	"dflash/internal/testseed"
+	"dflash/tensor"
+	"dflash/tensor/backendtest"
+	"dflash/tensor/tensorcuda"
+)
+
+// TestGPUDecode checks the target's decoding with a KV cache on the CUDA
+// backend against the CPU's float32 decoding of the same model (Qwen3 with
+// GQA group 4, Llama without; head dim 64): a prefill of 150 tokens, a
+// verification block of 9, a rollback to 3 of them and 4 more, one token
+// at a time: every logit within bf16 tolerance (of the largest, per call),
+// and the hidden states of the block too.
+func TestGPUDecode(t *testing.T) {
+	w, cache := gputest.Worker0Cache(t)
+	rng := testseed.New(t)
+	for _, arch := range []Architecture{Qwen3, Llama} {
+		t.Run(string(arch), func(t *testing.T) {
+			c := tinyConfig(arch, arch == Qwen3)
+			c.VocabSize, c.HiddenSize, c.IntermediateSize, c.HeadDim, c.NumHeads, c.NumKVHeads = 300, 256, 384, 64, 8, 2
+			if arch == Llama {
+				c.NumHeads, c.NumKVHeads = 4, 4
+			}
+			c.InitializerRange = 1 / math.Sqrt(256)
+			m := perturbed(t, c, rng.Uint64(), rng.Uint64())
+			ids := randIDs(rng, 170, c.VocabSize)
+			states := []int{1, c.NumLayers}
+			// run decodes on b: prefill, block, rollback, then one at a time.
+			run := func(b tensor.Backend[float32]) (logits [][]float32) {
+				cache := m.NewCache(b, len(ids))
+				defer cache.Free()
+				tensor.Scope(b, func() { logits = append(logits, m.Step(b, cache, ids[:150])) })
+				tensor.Scope(b, func() {
+					l, h := m.Decode(b, cache, ids[150:159], states)
+					logits = append(logits, tensor.Values(b, l))
+					for _, s := range states {
+						logits = append(logits, tensor.Values(b, h[s]))
+					}
+				})
+				cache.Truncate(153)
+				for p := 153; p < 157; p++ {
+					tensor.Scope(b, func() { logits = append(logits, m.Step(b, cache, ids[p:p+1])) })
+				}
+				return logits
+			}
+			want := run(tensor.NewCPU[float32](0))
+			var got [][]float32
+			err := gputest.RunBackend(w, cache, tensorcuda.NewBackend, func(_ *gpu.Device, b *tensorcuda.Backend) error {
+				m.Arena().Place(b, false)
+				got = run(b)
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range want {
+				w := make([]float64, len(want[i]))
+				for j, x := range want[i] {
+					w[j] = float64(x)
+				}
+				backendtest.Close(t, fmt.Sprintf("decode output %d", i), got[i], w, 5e-2)
+			}
+		})
+	}
+}
+
+// TestGPULoadOn: a target loaded onto the CUDA backend by LoadWith (the
+// files' bytes in pieces from several readers, bf16 straight into the
+// compute copy, other dtypes converted on the host) holds on the device
+// the compute copy that the old path left there (the serial reference
+// load into host float32, then Arena.Place: WriteParams rounding to
+// bf16), bit for bit, for every fixture of TestLoadParallelMatchesSerial.
+func TestGPULoadOn(t *testing.T) {
+	w, cache := gputest.Worker0Cache(t)
+	for name, dir := range loadFixtures(t) {
+		t.Run(name, func(t *testing.T) {
+			old := loadSerial(t, dir)
+			err := gputest.RunBackend(w, cache, tensorcuda.NewBackend, func(_ *gpu.Device, b *tensorcuda.Backend) error {
+				old.Arena().Place(b, false)
+				for _, o := range []LoadOptions{{}, {Readers: 8, Piece: 30}} {
+					m, st, err := LoadWith(dir, b, o)
+					if err != nil {
+						return err
+					}
+					if m.Arena().Values != nil {
+						return fmt.Errorf("%+v: the loaded target keeps master values", o)
+					}
+					got, want := make([]float32, m.Arena().Len()), make([]float32, old.Arena().Len())
+					b.Download(m.Arena().Compute, got)
+					b.Download(old.Arena().Compute, want)
+					if len(got) != len(want) {
+						return fmt.Errorf("%+v: %d parameter elements, the old path %d", o, len(got), len(want))
+					}
+					for i := range got {
+						if math.Float32bits(got[i]) != math.Float32bits(want[i]) {
+							return fmt.Errorf("%+v: compute copy [%d] = %v, the old path's %v", o, i, got[i], want[i])
+						}
+					}
+					t.Logf("%+v: %d bytes in %v (%v writing)", o, st.Bytes, st.Elapsed, st.Write)
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestGPUGoldenHF runs the targets of scripts/golden_hf_gpu.py (Qwen3 at
+// head dim 128, Llama with biases and llama3 RoPE at 64; bf16 weights;
+// 2 × 300 tokens) on the CUDA backend and compares every hidden state with
+// transformers' float32 forward on CUDA. Our forward keeps bf16
+// activations, as transformers' bf16 forward does, so its error is bounded
+// by transformers' own bf16 error on the same state: at most twice that,
+// plus 2⁻⁹ (one bf16 rounding) for the embeddings, which both store
+// exactly. DFLASH_HF_GPU_GOLDEN names the script's output directory.
+func TestGPUGoldenHF(t *testing.T) {
+	dir := os.Getenv("DFLASH_HF_GPU_GOLDEN")
+	if dir == "" {
+		t.Skip("DFLASH_HF_GPU_GOLDEN is not set (scripts/golden_hf_gpu.py --out DIR writes it)")
+	}
+	w := gputest.Worker0(t)
+	cache := gputest.NVRTCCache(t, "")
+	for _, name := range []string{"qwen3-d128", "llama-d64"} {
+		t.Run(name, func(t *testing.T) {
+			m, err := Load(filepath.Join(dir, name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			g := readGolden(t, filepath.Join(dir, name+".golden.safetensors"))
+			ids := toIDs(g["ids"])
+			const batch = 2
+			L := m.Config.NumLayers
+			states := make([]int, L+1)
+			for i := range states {
+				states[i] = i
+			}
+			got := make([][]float32, L+1)
+			err = gputest.RunBackend(w, cache, tensorcuda.NewBackend, func(_ *gpu.Device, b *tensorcuda.Backend) error {
+				m.Arena().Place(b, false)
+				out := m.Forward(tensor.NewInference[float32](b), Input{IDs: ids, Batch: batch, Len: len(ids) / batch, States: states})
+				for i := range states {
+					got[i] = make([]float32, out.States[i].Numel())
+					b.Download(out.States[i].Store, got[i])
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range states {
+				want, hf := g["hidden_states."+strconv.Itoa(i)], g["hidden_states_bf16."+strconv.Itoa(i)]
+				ours, theirs := relErr(got[i], want), relErr(hf, want)
+				tol := 2*theirs + 1.0/512
+				if ours > tol {
+					t.Errorf("hidden state %d: error %.3g against float32, transformers' bf16 %.3g (bound %.3g)", i, ours, theirs, tol)
+				} else {
+					t.Logf("hidden state %d: error %.3g against float32, transformers' bf16 %.3g", i, ours, theirs)
+				}
+			}
+		})
+	}
+}
