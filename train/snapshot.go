@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"hash/crc32"
 	"io"
+	"os"
 	"path/filepath"
 	"slices"
 
@@ -134,31 +135,20 @@ func (s *paramSnapshot) saveOptimizer(dir string) (FileSum, error) {
 // synced) and returns the file's size and CRC-32C, computed from the bytes
 // as they go out rather than by reading the file again.
 func writeSummed(path string, ts []safetensors.Tensor, metadata map[string]string) (FileSum, error) {
-	var sum FileSum
+	h := crc32.New(castagnoli)
 	err := atomicfile.Write(path, func(w io.Writer) error {
-		h := crc32.New(castagnoli)
-		cw := &countingWriter{w: io.MultiWriter(w, h)}
-		bw := bufio.NewWriterSize(cw, 1<<20)
+		bw := bufio.NewWriterSize(io.MultiWriter(w, h), 1<<20)
 		if err := safetensors.Encode(bw, ts, metadata); err != nil {
 			return err
 		}
-		if err := bw.Flush(); err != nil {
-			return err
-		}
-		sum = FileSum{Size: cw.n, CRC32C: h.Sum32()}
-		return nil
+		return bw.Flush()
 	})
-	return sum, err
-}
-
-// countingWriter counts the bytes written through it.
-type countingWriter struct {
-	w io.Writer
-	n int64
-}
-
-func (c *countingWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
-	c.n += int64(n)
-	return n, err
+	if err != nil {
+		return FileSum{}, err
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return FileSum{}, err
+	}
+	return FileSum{Size: fi.Size(), CRC32C: h.Sum32()}, nil
 }
