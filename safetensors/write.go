@@ -143,7 +143,16 @@ func jsonString(s string) string {
 // directory synced. A crash leaves either the old file or the new one, never a partial
 // file at path.
 func Write(path string, tensors []Tensor, metadata map[string]string) error {
+	return WriteTee(path, tensors, metadata, nil)
+}
+
+// WriteTee is Write that also writes every byte of the file to tee (a
+// hash, say, so that a checksum needs no second read); nil means none.
+func WriteTee(path string, tensors []Tensor, metadata map[string]string, tee io.Writer) error {
 	return atomicfile.Write(path, func(w io.Writer) error {
+		if tee != nil {
+			w = io.MultiWriter(w, tee)
+		}
 		bw := bufio.NewWriterSize(w, 1<<20)
 		if err := Encode(bw, tensors, metadata); err != nil {
 			return err

@@ -1,10 +1,8 @@
 package train
 
 import (
-	"bufio"
 	"encoding/json"
 	"hash/crc32"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -136,14 +134,7 @@ func (s *paramSnapshot) saveOptimizer(dir string) (FileSum, error) {
 // as they go out rather than by reading the file again.
 func writeSummed(path string, ts []safetensors.Tensor, metadata map[string]string) (FileSum, error) {
 	h := crc32.New(castagnoli)
-	err := atomicfile.Write(path, func(w io.Writer) error {
-		bw := bufio.NewWriterSize(io.MultiWriter(w, h), 1<<20)
-		if err := safetensors.Encode(bw, ts, metadata); err != nil {
-			return err
-		}
-		return bw.Flush()
-	})
-	if err != nil {
+	if err := safetensors.WriteTee(path, ts, metadata, h); err != nil {
 		return FileSum{}, err
 	}
 	fi, err := os.Stat(path)
