@@ -42,11 +42,7 @@ func MakeFixedBatch(ex []Example, idx []int, pad int32, rows, L int) *Batch {
 	if len(idx) > rows {
 		panic(fmt.Sprintf("dflash: MakeFixedBatch: %d examples for %d rows", len(idx), rows))
 	}
-	one := make([][]int, len(idx))
-	for r, i := range idx {
-		one[r] = []int{i}
-	}
-	return fillBatch(ex, one, pad, rows, L)
+	return fillBatch(ex, singles(idx), pad, rows, L)
 }
 
 // MakePackedBatch returns a packed batch of rows rows of length L: row r
