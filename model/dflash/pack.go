@@ -54,7 +54,7 @@ func NewPacking(train, eval []Example, numAnchors, packLen int) (Packing, error)
 	var tokens, want float64
 	for _, e := range train {
 		tokens += float64(len(e.IDs))
-		want += float64(min(numAnchors, len(Candidates(e.Mask, len(e.IDs)))))
+		want += float64(e.anchors(numAnchors))
 	}
 	n := 16
 	if tokens > 0 {
@@ -63,6 +63,10 @@ func NewPacking(train, eval []Example, numAnchors, packLen int) (Packing, error)
 	p.Blocks = max(16, (n+15)/16*16)
 	return p, nil
 }
+
+// anchors returns the anchors e draws at most n of: its candidates, at
+// most n (ExampleAnchors).
+func (e Example) anchors(n int) int { return min(n, len(Candidates(e.Mask, len(e.IDs)))) }
 
 // packer returns the packer of the training examples, made on first use.
 func (s *Session) packer() (*pack.Packer, error) {
@@ -126,8 +130,7 @@ func (s *Session) evalBatches() ([][][]int, shape, error) {
 		for _, row := range b {
 			want := 0
 			for _, i := range row {
-				e := s.Eval[i]
-				want += min(n, len(Candidates(e.Mask, len(e.IDs))))
+				want += s.Eval[i].anchors(n)
 			}
 			blocks = max(blocks, want)
 		}
@@ -169,8 +172,7 @@ func (s *Session) PackReport() (*PackReport, error) {
 		for _, row := range b {
 			w := make([]int, len(row))
 			for k, i := range row {
-				e := s.Train[i]
-				w[k] = min(s.Drafter.Cfg.NumAnchors, len(Candidates(e.Mask, len(e.IDs))))
+				w[k] = s.Train[i].anchors(s.Drafter.Cfg.NumAnchors)
 				want += w[k]
 			}
 			for _, n := range AnchorShares(w, s.Pack.Blocks) {
