@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/bits"
 	"sync"
+	"time"
 
 	"dflash/cuda"
 	"dflash/internal/meminfo"
@@ -36,12 +37,16 @@ type AllocStats struct {
 	Reuses       int64 // Allocs served from the cache
 	DeviceAllocs int64 // cuMemAlloc calls
 	DeviceFrees  int64 // cuMemFree calls
-	OOMRetries   int64 // allocations retried after releasing the cache
-	LiveBuffers  int64 // buffers allocated and not freed
-	InUseBytes   int64 // bytes of live buffers
-	CachedBytes  int64 // bytes held for reuse
-	MappedBytes  int64 // bytes mapped into the device's Ranges (outside the cache)
-	PeakBytes    int64 // most bytes ever held from the device (in use + cached + mapped)
+	Maps         int64 // Range.Grow's allocations mapped into a range
+	// DriverSeconds is the wall time of the driver's allocation calls:
+	// cuMemAlloc, cuMemFree and a Range's create, map and access calls.
+	DriverSeconds float64
+	OOMRetries    int64 // allocations retried after releasing the cache
+	LiveBuffers   int64 // buffers allocated and not freed
+	InUseBytes    int64 // bytes of live buffers
+	CachedBytes   int64 // bytes held for reuse
+	MappedBytes   int64 // bytes mapped into the device's Ranges (outside the cache)
+	PeakBytes     int64 // most bytes ever held from the device (in use + cached + mapped)
 
 	// PoolFreeBytes are bytes that Pools hold (in InUseBytes or
 	// MappedBytes) and have not handed out. Bytes in use are
@@ -113,13 +118,13 @@ func (a *Allocator) alloc(n int64, pool *Pool) (Buffer, error) {
 // request of n; with retry, an out-of-memory first gives the cache back to
 // the driver and tries once more.
 func (a *Allocator) driverLocked(n, class int64, pool *Pool, retry bool) (Buffer, error) {
-	p, err := a.mem.alloc(class)
+	p, err := a.driverAllocLocked(class)
 	if retry && errors.Is(err, cuda.ErrOutOfMemory) && a.st.CachedBytes > 0 {
 		a.st.OOMRetries++
 		if rerr := a.releaseLocked(); rerr != nil {
 			return Buffer{}, rerr
 		}
-		p, err = a.mem.alloc(class)
+		p, err = a.driverAllocLocked(class)
 	}
 	if err != nil {
 		if errors.Is(err, cuda.ErrOutOfMemory) {
@@ -131,6 +136,21 @@ func (a *Allocator) driverLocked(n, class int64, pool *Pool, retry bool) (Buffer
 	a.heldLocked(class)
 	return a.hand(p, n, class, pool), nil
 }
+
+// driverAllocLocked and driverFreeLocked call the driver, timed
+// (AllocStats.DriverSeconds).
+func (a *Allocator) driverAllocLocked(n int64) (cuda.DevicePtr, error) {
+	defer a.timedLocked(time.Now())
+	return a.mem.alloc(n)
+}
+
+func (a *Allocator) driverFreeLocked(p cuda.DevicePtr) error {
+	defer a.timedLocked(time.Now())
+	return a.mem.free(p)
+}
+
+// timedLocked adds the time since t to the driver's.
+func (a *Allocator) timedLocked(t time.Time) { a.st.DriverSeconds += time.Since(t).Seconds() }
 
 // heldLocked updates the peak with n more bytes held from the device.
 func (a *Allocator) heldLocked(n int64) {
@@ -170,13 +190,17 @@ func (a *Allocator) oomLocked(n, block int64, err error) error {
 func (a *Allocator) mapped(n int64, pool *Pool, create func() error) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	err := create()
+	timed := func() error {
+		defer a.timedLocked(time.Now())
+		return create()
+	}
+	err := timed()
 	if errors.Is(err, cuda.ErrOutOfMemory) && a.st.CachedBytes > 0 {
 		a.st.OOMRetries++
 		if rerr := a.releaseLocked(); rerr != nil {
 			return rerr
 		}
-		err = create()
+		err = timed()
 	}
 	if errors.Is(err, cuda.ErrOutOfMemory) {
 		return a.oomLocked(n, n, err)
@@ -185,6 +209,7 @@ func (a *Allocator) mapped(n int64, pool *Pool, create func() error) error {
 		return err
 	}
 	a.heldLocked(n)
+	a.st.Maps++
 	a.st.MappedBytes += n
 	a.pooled(pool, n)
 	a.usedLocked()
@@ -258,7 +283,7 @@ func (a *Allocator) freeDirect(b Buffer) error {
 	defer a.mu.Unlock()
 	a.takeLocked(b)
 	a.st.DeviceFrees++
-	return a.mem.free(b.Ptr)
+	return a.driverFreeLocked(b.Ptr)
 }
 
 // Release returns every cached block to the driver and reports the bytes.
@@ -273,7 +298,7 @@ func (a *Allocator) releaseLocked() error {
 	var errs []error
 	for class, free := range a.pools {
 		for _, p := range free {
-			if err := a.mem.free(p); err != nil {
+			if err := a.driverFreeLocked(p); err != nil {
 				errs = append(errs, err)
 				continue
 			}

@@ -111,6 +111,9 @@ func (j *job) trainRank(ctx context.Context, r rankEnv) (*train.Result, error) {
 		hooks.Gauges = clock.gauges(r, r.gauges)
 	}
 	clock.run = time.Now()
+	if r.cuda != nil {
+		clock.allocRun = r.cuda.Device.AllocStats()
+	}
 	res, err := train.Run(ctx, s.Config, hooks)
 	if r.first {
 		fetch()

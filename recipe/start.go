@@ -27,6 +27,8 @@ type startClock struct {
 	drafter   time.Duration // the rank's drafter placed on its backend, its session wired to the target
 	run       time.Time     // when train.Run began
 	gemm      gpu.GemmTuneStats
+	allocRun  gpu.AllocStats // the device's allocator when train.Run began
+	alloc     gpu.AllocStats // and at the first step's record
 	cache     jit.Stats
 	hasDevice bool
 }
@@ -51,7 +53,11 @@ func (c *startClock) log() {
 		"drafter_s", s(c.drafter), "first_step_s", s(now.Sub(c.run)))
 	if c.hasDevice {
 		attrs = append(attrs, "gemm_tune_s", round3(c.gemm.Seconds), "gemm_timed", c.gemm.Timed, "gemm_tuned_from_file", c.gemm.Loaded,
-			"compiles", c.cache.Compiles, "kernel_disk_hits", c.cache.DiskHits)
+			"compiles", c.cache.Compiles, "kernel_disk_hits", c.cache.DiskHits,
+			// the first step's driver allocations: the step arena's maps and the cached allocator's cuMemAlloc calls
+			"first_step_alloc_s", round3(c.alloc.DriverSeconds-c.allocRun.DriverSeconds),
+			"first_step_maps", c.alloc.Maps-c.allocRun.Maps, "first_step_device_allocs", c.alloc.DeviceAllocs-c.allocRun.DeviceAllocs,
+			"first_step_mapped_gb", round3(float64(c.alloc.MappedBytes-c.allocRun.MappedBytes)/1e9))
 	}
 	slog.Info("start", attrs...)
 }
@@ -106,7 +112,7 @@ func (c *startClock) gauges(r rankEnv, inner func() map[string]float64) func() m
 		if !logged {
 			logged = true
 			if r.cuda != nil {
-				c.gemm = r.cuda.Device.GemmTuneStats()
+				c.gemm, c.alloc = r.cuda.Device.GemmTuneStats(), r.cuda.Device.AllocStats()
 			}
 			if r.kernels != nil {
 				c.cache = r.kernels.Stats()

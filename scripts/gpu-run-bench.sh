@@ -16,9 +16,9 @@
 #   step (PACK_LEN sets --data.pack-len; PACKED_ARGS replaces both);
 # - buckets: the same run with --data.pack=false --data.buckets 3 --data.batch-size 4 (BUCKET_ARGS
 #   replaces them);
-# - start: the start alone, `dflash train` killed at its first step's record, with an empty kernel
-#   cache and then a warm one (its `start` log line: the target's read and upload, the compiles, the
-#   GEMM tuning, the first step);
+# - start: the start alone, `dflash train` killed once its fourth step's record is written, with an
+#   empty kernel cache and then a warm one (its `start` log line: the target's read and upload, the
+#   compiles, the GEMM tuning, the first step and its driver allocations; the steps' cumulative times);
 # - peer: bench/run_peer.py, the PyTorch peer's step (bench/step_peer.py, --mode ${PEER_MODE:-shipped})
 #   at padded lengths 256..3072, weighted by the longest rows of batches of 4 drawn from the data set.
 # Before a training part, whatever is missing from $WORK (${WORK:-/tmp/runbench}, local disk; a warm
@@ -135,14 +135,18 @@ if has start; then
 		"$B/dflash" train --device cuda --target "$MODEL" --data "$PREP" --out "$WORK/run-start" --drafter.layers 5 \
 			--steps 5 --data.batch-size "${PACK_ROWS:-2}" --progress off --plot=false >"$OUT/start/$cache.log" 2>&1 &
 		pid=$!
-		for _ in $(seq 120); do
-			grep -q 'msg=start' "$OUT/start/$cache.log" && break
+		for _ in $(seq 240); do
+			[ "$(wc -l <"$WORK/run-start/metrics.jsonl" 2>/dev/null || echo 0)" -ge 4 ] && break
 			kill -0 "$pid" 2>/dev/null || break
-			sleep 1
+			sleep 0.5
 		done
 		kill -9 "$pid" 2>/dev/null
 		wait "$pid" 2>/dev/null
 		echo "start ($cache kernel cache): $(grep -o 'msg=start.*' "$OUT/start/$cache.log" || echo none)"
+		grep -o 'msg="checkpoint snapshot memory".*' "$OUT/start/$cache.log"
+		cp "$WORK/run-start/metrics.jsonl" "$OUT/start/$cache-metrics.jsonl" 2>/dev/null
+		python3 -c 'import json,sys; print("steps 1-4 s:", [round(json.loads(l)["time_steps_s"],3) for l in open(sys.argv[1])])' \
+			"$OUT/start/$cache-metrics.jsonl" 2>/dev/null
 		grep -q 'msg=start' "$OUT/start/$cache.log" || { fail "start ($cache): no start line"; tail -n 5 "$OUT/start/$cache.log"; }
 	done
 	rm -rf "$WORK/run-start"

@@ -32,13 +32,20 @@ type bgWrite struct {
 	took time.Duration
 }
 
+// snapshotAfter is how many steps of a call to Run go before the
+// checkpoint snapshot's memory is allocated: the first steps back the step
+// arena and capture the replayed regions, and a page-locked allocation
+// of many GB beside them holds the driver for seconds (12.6 GB took 7 s
+// in the 8B run), slowing the run's first steps; later steps replay.
+const snapshotAfter = 2
+
 // allocSnapshot starts allocating the host memory of the run's checkpoint
-// snapshots (the lead rank, when a step is left to run) beside the first
-// steps: page-locked, many GB take seconds, which the start of the run
-// does not wait for. The first checkpoint takes it (snapshot), waiting for
-// it only if it is not ready by then.
+// snapshots (on the lead rank, once) beside the steps: page-locked, many
+// GB take seconds, which training does not wait for. The loop starts it
+// snapshotAfter steps in; a checkpoint before then starts it itself. The
+// checkpoint takes it (snapshot), waiting for it if it is not ready.
 func (r *runner) allocSnapshot() {
-	if !r.lead || r.st.Step >= r.end {
+	if !r.lead || r.snapAlloc != nil || r.snap != nil { // snapAlloc first: the goroutine sets snap
 		return
 	}
 	done := make(chan error, 1)
@@ -76,6 +83,7 @@ func (r *runner) save(b boundary) error {
 	}
 	t0 := time.Now()
 	r.awaitWrite()
+	r.allocSnapshot()
 	if err := r.snapshot(); err != nil {
 		return err
 	}

@@ -148,7 +148,7 @@ func run(ctx context.Context, cfg Config, h Hooks, stderr io.Writer) (_ *Result,
 		}
 	}
 	r.prog = newProgress(stderr, cfg.Progress, cfg.LogEvery, r.st.Step, cfg.Steps)
-	r.allocSnapshot()
+	r.snapAt = r.st.Step + snapshotAfter
 	// Whatever ends the run (a panic too), the write in flight reads the
 	// snapshot memory until it is done.
 	defer func() { err = errors.Join(err, r.endWrites()) }()
@@ -207,6 +207,7 @@ type runner struct {
 	end         int           // step after which this call stops
 
 	snap      *paramSnapshot // the checkpoints' host memory (lead rank)
+	snapAt    int            // the step after which allocSnapshot starts (snapshotAfter steps into this call)
 	snapAlloc chan error     // allocSnapshot's result, until snapshot takes it
 	inflight  *bgWrite       // the checkpoint write in flight (nil: none)
 	writeErrs []error        // the writes that failed, for the end of the run
@@ -309,6 +310,9 @@ func (r *runner) loop(ctx context.Context) error {
 		}
 		if !done {
 			break // cancelled mid-step: the step is dropped, cur is its start
+		}
+		if r.st.Step >= r.snapAt {
+			r.allocSnapshot()
 		}
 		t1 := time.Now()
 		r.pollWrite()
