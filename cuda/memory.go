@@ -30,6 +30,24 @@ func MemFreeHost(b []byte) error {
 	return drv(pMemFreeHost, uintptr(unsafe.Pointer(&b[0])))
 }
 
+// MemHostRegister page-locks host memory b for the device (as
+// MemAllocHost's): copies between it and the device are DMA transfers.
+// Undo it with MemHostUnregister before b is freed.
+func MemHostRegister(b []byte) error {
+	if len(b) == 0 {
+		return nil
+	}
+	return drv(pMemHostRegister, uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)), 0)
+}
+
+// MemHostUnregister undoes MemHostRegister of b.
+func MemHostUnregister(b []byte) error {
+	if len(b) == 0 {
+		return nil
+	}
+	return drv(pMemHostUnregister, uintptr(unsafe.Pointer(&b[0])))
+}
+
 // MemcpyHtoD copies n bytes from host memory at src to dst; it returns once
 // src has been read.
 func MemcpyHtoD(dst DevicePtr, src unsafe.Pointer, n int64) error {

@@ -33,6 +33,8 @@ var (
 	pMemFree                     = newProc(libCUDA, "cuMemFree_v2")
 	pMemAllocHost                = newProc(libCUDA, "cuMemAllocHost_v2")
 	pMemFreeHost                 = newProc(libCUDA, "cuMemFreeHost")
+	pMemHostRegister             = newProc(libCUDA, "cuMemHostRegister_v2")
+	pMemHostUnregister           = newProc(libCUDA, "cuMemHostUnregister")
 	pMemGetAllocationGranularity = newProc(libCUDA, "cuMemGetAllocationGranularity")
 	pMemAddressReserve           = newProc(libCUDA, "cuMemAddressReserve")
 	pMemAddressFree              = newProc(libCUDA, "cuMemAddressFree")

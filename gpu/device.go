@@ -82,7 +82,8 @@ type Device struct {
 	ranges  map[*Range]struct{}
 	comms   []*Comm
 
-	count counters // copies and synchronisations (Counters)
+	count  counters   // copies and synchronisations (Counters)
+	pinned pinnedHost // AllocHost's memory
 
 	stage     *stager    // Stage's staging memory, made on first use
 	stageDev  *cudaStage // its copies and events
@@ -310,46 +311,20 @@ func waitedCopy[T Element](d *Device, call string, b Buffer, host []T, up bool) 
 	d.count.sync()
 	if up {
 		d.count.htod(n)
-		err = cuda.MemcpyHtoDAsync(b.Ptr, p, n, d.main.h)
 	} else {
 		d.count.dtoh(n)
-		err = cuda.MemcpyDtoHAsync(p, b.Ptr, n, d.main.h)
 	}
+	err = d.hostPieces(p, n, func(off, n int64) error {
+		if up {
+			return cuda.MemcpyHtoDAsync(b.Ptr+cuda.DevicePtr(off), unsafe.Add(p, off), n, d.main.h)
+		}
+		return cuda.MemcpyDtoHAsync(unsafe.Add(p, off), b.Ptr+cuda.DevicePtr(off), n, d.main.h)
+	})
 	if err == nil {
 		err = cuda.StreamSynchronize(d.main.h)
 	}
 	runtime.KeepAlive(host) // the copy uses host until the stream is synchronised
 	return err
-}
-
-// AllocHost returns n bytes of page-locked (pinned) host memory: a copy
-// between it and the device is one DMA transfer at the link's full speed,
-// where pageable memory goes through the driver's staging buffers. It may
-// be called from any goroutine: off the worker's thread it runs on an OS
-// thread of its own with the device's context current, so that a large
-// allocation (seconds for many GB) goes on beside the worker's work. Give
-// it back with FreeHost.
-func (d *Device) AllocHost(n int64) ([]byte, error) {
-	if n == 0 {
-		return nil, nil
-	}
-	var b []byte
-	err := d.hostCall(func() (err error) {
-		b, err = cuda.MemAllocHost(n)
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("gpu %d: %d bytes of page-locked host memory: %w", d.info.Ordinal, n, err)
-	}
-	return b, nil
-}
-
-// FreeHost gives back memory from AllocHost, from any goroutine.
-func (d *Device) FreeHost(b []byte) error {
-	if len(b) == 0 {
-		return nil
-	}
-	return d.hostCall(func() error { return cuda.MemFreeHost(b) })
 }
 
 // hostCall runs fn, a driver call that needs the device's context but no
