@@ -2,6 +2,7 @@ package recipe
 
 import (
 	"fmt"
+	"log/slog"
 
 	"dflash/gpu"
 	"dflash/internal/meminfo"
@@ -13,18 +14,49 @@ var availableMemory = meminfo.Available
 
 // stepMemory estimates a training step of the job (dflash.StepMemory) for
 // its batches: --data.batch-size packed rows, or rows of its longest
-// sample; it returns the row length too.
+// sample; with the evaluation cache beside it; it returns the row length
+// too.
 func (j *job) stepMemory() (dflash.Memory, int) {
-	if j.pack != nil {
-		return dflash.StepMemory(j.targetCfg, j.dc, j.spec.Data.BatchSize, j.pack.Len, j.pack.Blocks, 0), j.pack.Len
-	}
+	var m dflash.Memory
 	longest := 0
-	for _, set := range [][]dflash.Example{j.train, j.eval} {
-		for _, e := range set {
-			longest = max(longest, len(e.IDs))
+	if j.pack != nil {
+		m, longest = dflash.StepMemory(j.targetCfg, j.dc, j.spec.Data.BatchSize, j.pack.Len, j.pack.Blocks, 0), j.pack.Len
+	} else {
+		for _, set := range [][]dflash.Example{j.train, j.eval} {
+			for _, e := range set {
+				longest = max(longest, len(e.IDs))
+			}
 		}
+		m = dflash.StepMemory(j.targetCfg, j.dc, j.spec.Data.BatchSize, longest, j.dc.NumAnchors, 0)
 	}
-	return dflash.StepMemory(j.targetCfg, j.dc, j.spec.Data.BatchSize, longest, j.dc.NumAnchors, 0), longest
+	m.EvalCache = 4 * j.evalElems
+	return m, longest
+}
+
+// fitEvalCache decides whether the evaluation cache (dflash.Session.
+// EvalCache: the target's hidden states of the evaluation batches, kept
+// after the first evaluation so that later ones run only the drafter) fits
+// beside the step of estimate m in free bytes (free < 0: unknown, it fits)
+// on where ("host" or "device"), and logs the decision. It returns m
+// without the cache when the cache is off. An evaluation without it
+// computes the same metrics, running the target again.
+func (j *job) fitEvalCache(m dflash.Memory, free float64, where string) (dflash.Memory, bool) {
+	if m.EvalCache == 0 {
+		return m, false
+	}
+	cache := m.EvalCache
+	m.EvalCache = 0
+	if free >= 0 && m.Total() > free {
+		return m, false // the step alone does not fit: the caller refuses it
+	}
+	if free >= 0 && m.Total()+cache > free {
+		slog.Warn("eval cache off: every evaluation runs the target", "batches", j.evalBatches, "size", meminfo.Format(cache),
+			"why", fmt.Sprintf("the step needs about %s on the %s, with the cache more than the %s free", meminfo.Format(m.Total()), where, meminfo.Format(free)))
+		return m, false
+	}
+	slog.Info("eval cache", "batches", j.evalBatches, "size", meminfo.Format(cache), "on", where)
+	m.EvalCache = cache
+	return m, true
 }
 
 // checkMemory refuses, before any session, target or drafter is made, a
@@ -35,10 +67,17 @@ func (j *job) stepMemory() (dflash.Memory, int) {
 // rank (checkDeviceMemory).
 func (j *job) checkMemory() error {
 	avail, ok := availableMemory()
+	m, longest := j.stepMemory()
+	if j.spec.Device != "cuda" {
+		free := -1.0
+		if ok {
+			free = float64(avail)
+		}
+		m, j.evalCache = j.fitEvalCache(m, free, "host")
+	}
 	if !ok {
 		return nil
 	}
-	m, longest := j.stepMemory()
 	tp, dp := j.targetCfg.ParamCount(), j.dc.ParamCount()
 	need, what := m.Total(), fmt.Sprintf("the step needs about %s on the CPU (%s)", meminfo.Format(m.Total()), m.Parts("float32", tp, dp))
 	if j.spec.Device == "cuda" {
@@ -53,18 +92,25 @@ func (j *job) checkMemory() error {
 
 // checkDeviceMemory refuses a rank's step whose device estimate
 // (dflash.Memory.Device) exceeds dev's free memory, before the rank loads
-// its target.
-func (j *job) checkDeviceMemory(dev *gpu.Device) error {
+// its target. On the lead rank, the one that evaluates, it decides whether
+// the evaluation cache fits beside the step (fitEvalCache) and returns the
+// decision; the other ranks keep none.
+func (j *job) checkDeviceMemory(dev *gpu.Device, lead bool) (evalCache bool, err error) {
 	free, _, err := dev.MemInfo()
 	if err != nil {
-		return err
+		return false, err
 	}
 	m, longest := j.stepMemory()
 	d := m.OnDevice()
-	if d.Total() <= float64(free) {
-		return nil
+	if lead {
+		d, evalCache = j.fitEvalCache(d, float64(free), "device")
+	} else {
+		d.EvalCache = 0
 	}
-	return fmt.Errorf("%s: the step needs about %s on the device (the drafter state in fp32 with its bf16 copy, the activations in bf16: %s), more than the %s free",
+	if d.Total() <= float64(free) {
+		return evalCache, nil
+	}
+	return false, fmt.Errorf("%s: the step needs about %s on the device (the drafter state in fp32 with its bf16 copy, the activations in bf16: %s), more than the %s free",
 		j.shape(longest), meminfo.Format(d.Total()), d.Parts("bf16", j.targetCfg.ParamCount(), j.dc.ParamCount()), meminfo.Format(float64(free)))
 }
 

@@ -5,12 +5,15 @@ import (
 	"errors"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
+	"dflash/internal/testlog"
 	"dflash/recipe"
 	"dflash/tensor"
+	"dflash/train"
 )
 
 // unpreparable is the CPU backend with a Prepare that records its uses and
@@ -72,5 +75,42 @@ func TestRunRefusedBeyondMemory(t *testing.T) {
 	defer recipe.SetAvailableMemory(func() (uint64, bool) { return 1 << 30, true })()
 	if _, err := recipe.Run(context.Background(), s); err != nil {
 		t.Fatalf("a run that fits in 1 GiB refused: %v", err)
+	}
+}
+
+// TestRunEvalCache: a run keeps its evaluation batches' hidden states
+// (logged once with their batches and size) and its evaluations equal
+// those of a run with --data.cache-hidden, which keeps them on the host
+// per conversation instead and logs no evaluation cache.
+func TestRunEvalCache(t *testing.T) {
+	evals := func(cacheHidden bool) ([]float64, string) {
+		s := tinySpec(t)
+		s.Steps, s.EvalEvery, s.Data.CacheHidden = 3, 1, cacheHidden
+		log := testlog.Capture(t)
+		if _, err := recipe.Run(context.Background(), s); err != nil {
+			t.Fatal(err)
+		}
+		recs, err := train.ReadMetrics(filepath.Join(s.Out, "metrics.jsonl"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var losses []float64
+		for _, r := range recs {
+			if r.Kind == "eval" {
+				losses = append(losses, r.Values["loss"])
+			}
+		}
+		return losses, log.String()
+	}
+	got, log := evals(false)
+	want, hostLog := evals(true)
+	if n := strings.Count(log, `msg="eval cache" batches=`); n != 1 || !strings.Contains(log, "on=host") {
+		t.Errorf("%d eval cache lines on the host, want 1:\n%s", n, log)
+	}
+	if strings.Contains(hostLog, "eval cache") {
+		t.Errorf("a run with --data.cache-hidden logged an evaluation cache:\n%s", hostLog)
+	}
+	if len(got) != 3 || !slices.Equal(got, want) {
+		t.Errorf("evaluation losses %v with the evaluation cache, %v with --data.cache-hidden (want 3, equal)", got, want)
 	}
 }

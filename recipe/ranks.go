@@ -60,13 +60,17 @@ type rankEnv struct {
 // host never holds the whole model) while the kernels compile
 // (loadTarget), makes the rank's session (the lead's for the first rank,
 // else a new replica of the drafter), places the drafter's training state
-// on the rank's device and runs train.Run. The first rank logs where the
-// time to its first step went (startClock) at that step's record.
+// on the rank's device and runs train.Run. The session keeps the
+// evaluation cache where it fits (checkMemory, checkDeviceMemory), given
+// back when trainRank returns. The first rank logs where the time to its
+// first step went (startClock) at that step's record.
 func (j *job) trainRank(ctx context.Context, r rankEnv) (*train.Result, error) {
 	s := &j.spec
 	clock := &startClock{prepare: j.prepared, prepared: j.preparedAt, rank: time.Now(), hasDevice: r.cuda != nil}
+	evalCache := j.evalCache
 	if r.cuda != nil {
-		if err := j.checkDeviceMemory(r.cuda.Device); err != nil {
+		var err error
+		if evalCache, err = j.checkDeviceMemory(r.cuda.Device, r.cuda.Rank == 0); err != nil {
 			return nil, err
 		}
 	}
@@ -78,6 +82,7 @@ func (j *job) trainRank(ctx context.Context, r rankEnv) (*train.Result, error) {
 	if !r.first {
 		sess = j.newSession()
 	}
+	sess.EvalCache = evalCache
 	// Every kernel before the first step: a compile failure is the run's
 	// error, naming the kernel, before train.Run writes anything (on a GPU
 	// loadTarget compiled them; Prepare loads them).
@@ -89,6 +94,7 @@ func (j *job) trainRank(ctx context.Context, r rankEnv) (*train.Result, error) {
 	t = time.Now()
 	fetch := placeDrafter(r, sess.Drafter)
 	sess.Backend = r.backend
+	defer sess.Free()
 	sess.Head, sess.Hidden = dflash.HeadOf(target), dflash.TargetHidden(target, j.dc.TargetLayerIDs, r.backend)
 	if s.SpecEvalEvery > 0 {
 		if sess.SpecEval, err = spec.EvalFunc(r.backend, target, sess.Drafter, sess.Eval, s.SpecPrompts, s.SpecMaxNewTokens); err != nil {

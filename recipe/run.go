@@ -55,6 +55,13 @@ type job struct {
 	pack        *dflash.Packing   // the packed rows (nil: batches of a sample a row)
 	id          map[string]string // the run's identity (train.Hooks.Identity)
 	lead        *dflash.Session   // the session of this process's first rank; its drafter is exported
+	// evalBatches and evalElems are the evaluation cache's batches and
+	// elements (dflash.EvalCacheSize; 0 with --data.cache-hidden, which
+	// keeps the states on the host); evalCache whether the rank on the CPU
+	// keeps it (checkMemory; on CUDA each rank decides, checkDeviceMemory).
+	evalBatches int
+	evalElems   float64
+	evalCache   bool
 	// prepared is how long prepare took, preparedAt when it ended (Run
 	// sets them, for the start line).
 	prepared   time.Duration
@@ -161,6 +168,11 @@ func prepare(ctx context.Context, s Spec) (*job, error) {
 			return nil, fmt.Errorf("%s %d: %w", s.source("data.pack-len"), s.Data.PackLen, err)
 		}
 		j.pack, packLen = &p, p.Len
+	}
+	if !s.Data.CacheHidden {
+		if j.evalBatches, j.evalElems, err = dflash.EvalCacheSize(j.eval, s.Data.BatchSize, j.pack, s.Seed, j.dc); err != nil {
+			return nil, fmt.Errorf("%s: %w", s.source("data.pack-len"), err)
+		}
 	}
 	if err := j.checkMemory(); err != nil {
 		return nil, err

@@ -90,6 +90,10 @@ if has tests; then
 	(cd spec && "../$B/spec.test" -test.run 'TestGPUGreedyLossless' -test.v) >"$OUT/spec.log" 2>&1 || fail "TestGPUGreedyLossless"
 	grep -E '^(--- |ok|FAIL|PASS)|oracle:' "$OUT/spec.log" | tail -n 10
 	python3 scripts/testfails.py "$OUT/spec.log" 40
+	echo "== the evaluation cache on CUDA: the same metrics, the target at the first evaluation only, freed"
+	(cd model/dflash && "../../$B/dflash.test" -test.run 'TestGPUEvalCache$' -test.v) >"$OUT/dflash-evalcache.log" 2>&1 || fail "TestGPUEvalCache"
+	grep -E '^(--- |ok|FAIL|PASS)|evaluation [0-9]' "$OUT/dflash-evalcache.log" | tail -n 10
+	python3 scripts/testfails.py "$OUT/dflash-evalcache.log" 40
 	echo "== gpu package GPU tests (graphs, Replay, staged uploads, allocator)"
 	(cd gpu && ../"$B/gpu.test" -test.v) >"$OUT/gpu.log" 2>&1 || fail "gpu GPU tests"
 	grep -E '^(--- |ok|FAIL|PASS)' "$OUT/gpu.log" | grep -v SKIP | tail -n 30

@@ -126,7 +126,7 @@ func TestFixedShapeChangesNothing(t *testing.T) {
 		for _, p := range s.Drafter.Params() {
 			p.ZeroGrad()
 		}
-		in, err := s.inputs(s.Train, singles(idx), false, sh, s.Drafter.Cfg.NumAnchors, rand.New(rand.NewPCG(seed, 9)))
+		in, err := s.inputs(s.Train, singles(idx), training, sh, s.Drafter.Cfg.NumAnchors, rand.New(rand.NewPCG(seed, 9)))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -126,10 +126,10 @@ func (s *Session) nextTrain(rng *rand.Rand) (*StepInputs[float32], error) {
 		if err != nil {
 			return nil, err
 		}
-		return s.inputs(s.Train, p.Next().Rows, false, s.packShape(), n, rng)
+		return s.inputs(s.Train, p.Next().Rows, training, s.packShape(), n, rng)
 	}
 	if s.Buckets <= 0 {
-		return s.inputs(s.Train, singles(s.trainOrder().Next()), false, shape{}, n, rng)
+		return s.inputs(s.Train, singles(s.trainOrder().Next()), training, shape{}, n, rng)
 	}
 	sp, err := s.trainSampler()
 	if err != nil {
@@ -141,7 +141,7 @@ func (s *Session) nextTrain(rng *rand.Rand) (*StepInputs[float32], error) {
 	}
 	s.bucketSteps[b.Len]++
 	sh := shape{rows: b.Rows, len: b.Len, blocks: max(1, min(n, b.Len-1))}
-	return s.inputs(s.Train, singles(b.Indices), false, sh, n, rng)
+	return s.inputs(s.Train, singles(b.Indices), training, sh, n, rng)
 }
 
 // DataState returns the position of the training data: the packer's, the

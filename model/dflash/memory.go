@@ -20,16 +20,24 @@ type Memory struct {
 	// activations and as much again for their gradients, plus the
 	// cross-entropy's chunks (docs/PERF.md compares it with measured peaks).
 	Activations float64 `json:"activations"`
+	// EvalCache is the evaluation cache that the run keeps beside the step
+	// (Session.EvalCache), 4 bytes for each of EvalCacheSize's elements; 0
+	// without it.
+	EvalCache float64 `json:"eval_cache"`
 }
 
 // Total returns the estimated bytes on the CPU.
-func (m Memory) Total() float64 { return m.TargetWeights + m.DrafterState + m.Activations }
+func (m Memory) Total() float64 {
+	return m.TargetWeights + m.DrafterState + m.Activations + m.EvalCache
+}
 
 // OnDevice returns the estimate on a GPU: bf16 target weights, the
-// drafter's fp32 state and its bf16 compute copy, bf16 activations (half
-// the float32 estimate).
+// drafter's fp32 state and its bf16 compute copy, bf16 activations and
+// evaluation cache (half the float32 estimate; tensor.Backend.AllocKeep
+// keeps bf16 on CUDA).
 func (m Memory) OnDevice() Memory {
-	return Memory{TargetWeights: m.TargetWeights / 2, DrafterState: m.DrafterState * 18 / 16, Activations: m.Activations / 2}
+	return Memory{TargetWeights: m.TargetWeights / 2, DrafterState: m.DrafterState * 18 / 16, Activations: m.Activations / 2,
+		EvalCache: m.EvalCache / 2}
 }
 
 // Device returns the estimated bytes on a GPU, OnDevice's total.

@@ -104,26 +104,19 @@ func (s *Session) packShape() shape {
 }
 
 // evalBatches returns the batches of the evaluation set with their shape,
-// made on first use: packed, or a sample a row in the set's order.
+// made on first use (planEval).
 func (s *Session) evalBatches() ([][][]int, shape, error) {
 	if s.evalPlan != nil || len(s.Eval) == 0 {
 		return s.evalPlan, s.evalShape, nil
 	}
+	plan, err := planEval(s.Eval, s.BatchSize, s.Pack, s.Seed)
+	if err != nil {
+		return nil, shape{}, err
+	}
+	s.evalPlan = plan
 	if s.Pack == nil {
-		for i := 0; i < len(s.Eval); i += s.BatchSize {
-			var rows [][]int
-			for j := i; j < min(i+s.BatchSize, len(s.Eval)); j++ {
-				rows = append(rows, []int{j})
-			}
-			s.evalPlan = append(s.evalPlan, rows)
-		}
 		return s.evalPlan, shape{}, nil
 	}
-	p, err := pack.New(lengths(s.Eval), pack.Config{RowLen: s.Pack.Len, Rows: s.BatchSize, Seed: s.Seed, Stream: rngstream.Eval})
-	if err != nil {
-		return nil, shape{}, fmt.Errorf("evaluation batches: %w", err)
-	}
-	s.evalPlan = p.Plan(0)
 	n := s.evalAnchors()
 	blocks := 1
 	for _, b := range s.evalPlan {
@@ -137,6 +130,28 @@ func (s *Session) evalBatches() ([][][]int, shape, error) {
 	}
 	s.evalShape = shape{rows: s.BatchSize, len: s.Pack.Len, blocks: (blocks + 15) / 16 * 16, packed: true}
 	return s.evalPlan, s.evalShape, nil
+}
+
+// planEval returns the batches of the evaluation set eval, each its rows'
+// examples: with p, packed into rows rows of p.Len tokens (package pack,
+// from seed); without, a sample a row in the set's order, rows a batch.
+func planEval(eval []Example, rows int, p *Packing, seed uint64) ([][][]int, error) {
+	if p == nil {
+		var plan [][][]int
+		for i := 0; i < len(eval); i += rows {
+			var b [][]int
+			for j := i; j < min(i+rows, len(eval)); j++ {
+				b = append(b, []int{j})
+			}
+			plan = append(plan, b)
+		}
+		return plan, nil
+	}
+	pk, err := pack.New(lengths(eval), pack.Config{RowLen: p.Len, Rows: rows, Seed: seed, Stream: rngstream.Eval})
+	if err != nil {
+		return nil, fmt.Errorf("evaluation batches: %w", err)
+	}
+	return pk.Plan(0), nil
 }
 
 // evalAnchors returns the anchors a held-out sample draws at most.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"sync"
 
 	"dflash/data/bucket"
@@ -245,6 +244,12 @@ type Session struct {
 	// CacheHidden keeps every batch's hidden states in memory after the
 	// first use (small data sets: the target runs once per sequence).
 	CacheHidden bool
+	// EvalCache keeps the hidden states of the evaluation batches on the
+	// backend after the first evaluation, so that later ones run only the
+	// drafter (hiddencache.go; EvalCacheSize says how much); Free gives
+	// them back. With CacheHidden, which holds them on the host, it does
+	// nothing.
+	EvalCache bool
 	// SpecEval, optional, measures real speculative decoding (package spec
 	// provides it); evaluations that train.Run marks Spec merge its metrics.
 	SpecEval func(ctx context.Context) (map[string]float64, error)
@@ -255,6 +260,7 @@ type Session struct {
 
 	mu          sync.Mutex
 	cache       map[cacheKey][][]float32
+	evalTaps    [][]*tensor.Tensor // the kept hidden states of each evaluation batch (EvalCache)
 	order       *order.Order
 	sampler     *bucket.Sampler
 	trainPack   *pack.Packer
@@ -293,8 +299,9 @@ func (s *Session) trainOrder() *order.Order {
 
 // batch lays out the examples of pick (each row's examples of set) in shape
 // sh: packed, a sample a row padded to sh.len, or (sh.rows 0) a sample a
-// row padded to their longest; and fills its hidden states.
-func (s *Session) batch(set []Example, pick [][]int, eval bool, sh shape) (*Batch, error) {
+// row padded to their longest; and fills its hidden states (hidden: eval
+// is the index of the evaluation batch, or training).
+func (s *Session) batch(set []Example, pick [][]int, eval int, sh shape) (*Batch, error) {
 	var b *Batch
 	switch {
 	case sh.packed:
@@ -304,65 +311,7 @@ func (s *Session) batch(set []Example, pick [][]int, eval bool, sh shape) (*Batc
 	default:
 		b = MakeBatch(set, firsts(pick), s.Pad)
 	}
-	if !s.CacheHidden {
-		return b, s.Hidden(b)
-	}
-	// Per-example cache: each example's rows of hidden states, per tap (the
-	// same whatever row or batch it is in: attention stays inside a
-	// sample). A batch with any example missing runs the target once for
-	// the batch.
-	H := s.Drafter.Cfg.HiddenSize
-	key := func(i int) cacheKey { return cacheKey{eval, i} }
-	s.mu.Lock()
-	if s.cache == nil {
-		s.cache = map[cacheKey][][]float32{}
-	}
-	hit := true
-	for r := range b.Rows {
-		for _, sg := range b.RowSegs(r) {
-			if _, ok := s.cache[key(sg.Example)]; !ok {
-				hit = false
-			}
-		}
-	}
-	s.mu.Unlock()
-	if !hit {
-		if err := s.Hidden(b); err != nil {
-			return nil, err
-		}
-		hidden := make([][]float32, len(b.Taps))
-		for t, x := range b.Taps {
-			hidden[t] = make([]float32, x.Numel())
-			s.Backend.Download(x.Store, hidden[t])
-		}
-		s.mu.Lock()
-		for r := range b.Rows {
-			for _, sg := range b.RowSegs(r) {
-				rows := make([][]float32, len(hidden))
-				for t, h := range hidden {
-					rows[t] = slices.Clone(h[(r*b.Len+sg.Start)*H : (r*b.Len+sg.End())*H])
-				}
-				s.cache[key(sg.Example)] = rows
-			}
-		}
-		s.mu.Unlock()
-		return b, nil
-	}
-	hidden := make([][]float32, len(s.Drafter.Cfg.TargetLayerIDs))
-	for t := range hidden {
-		hidden[t] = make([]float32, b.Rows*b.Len*H)
-	}
-	s.mu.Lock()
-	for r := range b.Rows {
-		for _, sg := range b.RowSegs(r) {
-			for t, rows := range s.cache[key(sg.Example)] {
-				copy(hidden[t][(r*b.Len+sg.Start)*H:], rows)
-			}
-		}
-	}
-	s.mu.Unlock()
-	b.Taps = UploadTaps(s.Backend, hidden, b.Rows*b.Len, H)
-	return b, nil
+	return b, s.hidden(b, eval)
 }
 
 // firsts returns the one example of each row of pick.
@@ -390,9 +339,10 @@ func singles(idx []int) [][]int {
 // reads: the batch of shape sh with the target's hidden states, at most n
 // anchors per example from a seed drawn from rng (ExampleAnchors; a packed
 // row's at most sh.blocks), the block layout and the drafter's StepInputs
-// (rotary tables, block mask, loss rows), of shape sh when sh.rows > 0. It
-// is the one place a step's inputs are built.
-func (s *Session) inputs(set []Example, pick [][]int, eval bool, sh shape, n int, rng *rand.Rand) (*StepInputs[float32], error) {
+// (rotary tables, block mask, loss rows), of shape sh when sh.rows > 0;
+// eval is the index of the evaluation batch, or training. It is the one
+// place a step's inputs are built.
+func (s *Session) inputs(set []Example, pick [][]int, eval int, sh shape, n int, rng *rand.Rand) (*StepInputs[float32], error) {
 	b, err := s.batch(set, pick, eval, sh)
 	if err != nil {
 		return nil, err
@@ -475,6 +425,7 @@ func (s *Session) lossShare(ws float64) (float64, error) {
 // examples, with anchors from a fixed seed (the same at every call), at
 // most EvalAnchors per example. Packed, its batches have one shape, and
 // the drafter's forward pass over them is a replayed region of its own.
+// With EvalCache the target runs at the first evaluation only.
 func (s *Session) Evaluate() (*Metrics, error) {
 	m := NewMetrics(s.Drafter.Cfg.BlockSize)
 	rng := rand.New(rand.NewPCG(s.Seed, rngstream.Eval<<32|0xe7a1))
@@ -482,19 +433,20 @@ func (s *Session) Evaluate() (*Metrics, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, pick := range plan {
-		if err := s.evalBatch(m, pick, sh, rng); err != nil {
+	for i, pick := range plan {
+		if err := s.evalBatch(m, i, pick, sh, rng); err != nil {
 			return nil, err
 		}
 	}
 	return m, nil
 }
 
-// evalBatch adds the metrics of the evaluation examples of pick to m, as
-// one step of the backend's memory, ended when it returns (as Step's).
-func (s *Session) evalBatch(m *Metrics, pick [][]int, sh shape, rng *rand.Rand) error {
+// evalBatch adds the metrics of evaluation batch i, the examples of pick,
+// to m, as one step of the backend's memory, ended when it returns (as
+// Step's).
+func (s *Session) evalBatch(m *Metrics, i int, pick [][]int, sh shape, rng *rand.Rand) error {
 	defer s.Backend.ResetStep()
-	in, err := s.inputs(s.Eval, pick, true, sh, s.evalAnchors(), rng)
+	in, err := s.inputs(s.Eval, pick, i, sh, s.evalAnchors(), rng)
 	if err != nil {
 		return err
 	}
