@@ -104,6 +104,81 @@ def check_values(model, drafter_dir):
     return bad, len(params)
 
 
+def load_models(zl, target_dir, drafter_dir, dtype, attn, device):
+    """Loads the target (transformers) and the drafter (z-lab's DFlashDraftModel, from the dflash
+    export) onto device in dtype, checks the drafter's loading and values against the export, and
+    returns (target, tokenizer, drafter); a load error or a failed check ends the program."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        target = from_pretrained(AutoModelForCausalLM, target_dir, dtype, attn_implementation=attn).to(device).eval()
+        tok = AutoTokenizer.from_pretrained(target_dir)
+    except Exception as e:
+        fail(f"loading the target {target_dir}: {type(e).__name__}: {e}")
+    try:
+        draft, info = from_pretrained(zl.DFlashDraftModel, drafter_dir, dtype, attn_implementation=attn,
+                                      output_loading_info=True)
+    except Exception as e:
+        fail(f"DFlashDraftModel.from_pretrained({drafter_dir}): {type(e).__name__}: {e}")
+    problems = {k: v for k, v in info.items() if v and k in ("missing_keys", "unexpected_keys", "mismatched_keys", "error_msgs")}
+    if problems:
+        fail(f"DFlashDraftModel.from_pretrained({drafter_dir}): {problems}")
+    draft = draft.to(device).eval()
+    cfg = draft.config
+    print(f"drafter: {cfg.num_hidden_layers} layers, block_size {draft.block_size}, mask_token_id {draft.mask_token_id}, "
+          f"target_layer_ids {draft.target_layer_ids}, rope_theta {getattr(cfg, 'rope_theta', None)}, "
+          f"rope {getattr(cfg, 'rope_parameters', None) or getattr(cfg, 'rope_scaling', None)}")
+    if draft.mask_token_id is None:
+        fail("dflash_config.mask_token_id: missing (z-lab's decoding needs it)")
+    name = (getattr(cfg, "dflash_config", None) or {}).get("mask_token")
+    if name is not None:
+        vid = tok.get_vocab().get(name)
+        if vid is not None and vid != draft.mask_token_id:
+            fail(f"dflash_config.mask_token {name!r} is id {vid} in the target's tokenizer, mask_token_id is {draft.mask_token_id}")
+        print(f"mask_token {name!r}: tokenizer id {vid} (None: not in the tokenizer), mask_token_id {draft.mask_token_id}")
+    bad, n = check_values(draft, drafter_dir)
+    if bad:
+        fail("parameters against the export: " + "; ".join(bad[:10]))
+    print(f"loaded: {n} parameters, each equal to the export's tensor")
+    return target, tok, draft
+
+
+def start(zlab_src, device):
+    """Prints the versions, checks the device and returns z-lab's model module."""
+    import torch
+    import transformers
+
+    print(f"torch {torch.__version__} transformers {transformers.__version__}")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        fail(f"--device {device}: no CUDA device")
+    zl = load_zlab(zlab_src)
+    if not device.startswith("cuda"):
+        zl._cuda_time = time.perf_counter  # its stats timer synchronises CUDA
+    return zl
+
+
+def stop_ids(target, tok):
+    """The stop tokens `dflash spec` uses: config.json's eos_token_id (an id or a list), else the
+    tokenizer's EOS; None without either."""
+    eos = getattr(target.config, "eos_token_id", None)
+    if eos is None:
+        eos = tok.eos_token_id
+    if eos is None:
+        return None
+    return list(eos) if isinstance(eos, (list, tuple)) else [eos]
+
+
+def render(tok, msgs, device):
+    """Renders msgs with the target's chat template and the generation prompt (the user message
+    alone where the tokenizer has no template) and returns the text and its ids, [1, n] on device."""
+    try:
+        text = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+    except Exception as e:
+        print(f"note: no chat template ({type(e).__name__}: {e}); the last message's text is the prompt")
+        text = msgs[-1]["content"]
+    return text, tok(text, return_tensors="pt", add_special_tokens=False).input_ids.to(device)
+
+
 def read_prompts(path, limit):
     prompts = []
     with open(path) as f:
@@ -141,46 +216,11 @@ def main():
 
     import torch
     import transformers
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    print(f"torch {torch.__version__} transformers {transformers.__version__}")
-    if a.device.startswith("cuda") and not torch.cuda.is_available():
-        fail("--device cuda: no CUDA device")
-    zl = load_zlab(a.zlab_src)
-    if not a.device.startswith("cuda"):
-        zl._cuda_time = time.perf_counter  # its stats timer synchronises CUDA
+    zl = start(a.zlab_src, a.device)
     dtype = getattr(torch, a.dtype)
 
-    try:
-        target = from_pretrained(AutoModelForCausalLM, a.target, dtype, attn_implementation=a.attn).to(a.device).eval()
-        tok = AutoTokenizer.from_pretrained(a.target)
-    except Exception as e:
-        fail(f"loading the target {a.target}: {type(e).__name__}: {e}")
-    try:
-        draft, info = from_pretrained(zl.DFlashDraftModel, a.drafter, dtype, attn_implementation=a.attn,
-                                      output_loading_info=True)
-    except Exception as e:
-        fail(f"DFlashDraftModel.from_pretrained({a.drafter}): {type(e).__name__}: {e}")
-    problems = {k: v for k, v in info.items() if v and k in ("missing_keys", "unexpected_keys", "mismatched_keys", "error_msgs")}
-    if problems:
-        fail(f"DFlashDraftModel.from_pretrained({a.drafter}): {problems}")
-    draft = draft.to(a.device).eval()
-    cfg = draft.config
-    print(f"drafter: {cfg.num_hidden_layers} layers, block_size {draft.block_size}, mask_token_id {draft.mask_token_id}, "
-          f"target_layer_ids {draft.target_layer_ids}, rope_theta {getattr(cfg, 'rope_theta', None)}, "
-          f"rope {getattr(cfg, 'rope_parameters', None) or getattr(cfg, 'rope_scaling', None)}")
-    if draft.mask_token_id is None:
-        fail("dflash_config.mask_token_id: missing (z-lab's decoding needs it)")
-    name = (getattr(cfg, "dflash_config", None) or {}).get("mask_token")
-    if name is not None:
-        vid = tok.get_vocab().get(name)
-        if vid is not None and vid != draft.mask_token_id:
-            fail(f"dflash_config.mask_token {name!r} is id {vid} in the target's tokenizer, mask_token_id is {draft.mask_token_id}")
-        print(f"mask_token {name!r}: tokenizer id {vid} (None: not in the tokenizer), mask_token_id {draft.mask_token_id}")
-    bad, n = check_values(draft, a.drafter)
-    if bad:
-        fail("parameters against the export: " + "; ".join(bad[:10]))
-    print(f"loaded: {n} parameters, each equal to the export's tensor")
+    target, tok, draft = load_models(zl, a.target, a.drafter, dtype, a.attn, a.device)
 
     if a.prompts:
         prompts = read_prompts(a.prompts, a.limit)
@@ -189,14 +229,10 @@ def main():
                    [{"role": "user", "content": "func main() {"}]]
     if not prompts:
         fail(f"{a.prompts}: no prompts")
-    stop = [tok.eos_token_id] if tok.eos_token_id is not None else None
+    stop = stop_ids(target, tok)
     lengths, equal, new_tokens, results = [], 0, 0, []
     for msgs in prompts:
-        try:
-            text = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
-        except Exception:
-            text = msgs[-1]["content"]
-        ids = tok(text, return_tensors="pt", add_special_tokens=False).input_ids.to(a.device)
+        _, ids = render(tok, msgs, a.device)
         with torch.inference_mode():
             out = zl.dflash_generate(draft, target=target, input_ids=ids, max_new_tokens=a.max_new_tokens,
                                      stop_token_ids=stop, temperature=0.0, return_stats=True)
