@@ -42,6 +42,9 @@ func greedyBatched(ctx context.Context, m *model.Model, b tensor.Backend[float32
 	return outs, nil
 }
 
+// genAlign is the multiple of tokens greedyRows pads its passes to.
+const genAlign = 32
+
 // greedyRows decodes one batch of prompts into outs (greedyBatched). Rows
 // that have ended (stop, maxNew tokens or the context limit) stay in the
 // batch until every row has ended; their tokens are not read.
@@ -65,6 +68,9 @@ func greedyRows(ctx context.Context, m *model.Model, b tensor.Backend[float32], 
 		for _, s := range seqs {
 			L = max(L, len(s))
 		}
+		// A multiple of genAlign: a few shapes over a batch's tokens, not one
+		// per token (a device tunes its GEMMs and builds its attention per shape).
+		L = min((L+genAlign-1)/genAlign*genAlign, max(L, m.ContextLimit()))
 		ids := make([]int32, n*L) // padding: token 0, after each row's last token
 		last := make([]int32, n)  // the row of each sequence's last token in [n·L]
 		for i, s := range seqs {
