@@ -28,6 +28,7 @@ func anchorAcceptance(s *dflash.Session, eval []dflash.Example) (all, walk float
 		}
 		bl := dflash.BuildBlocks(s.Drafter.Cfg, b, [][]int32{cands})
 		out, err := s.Drafter.Forward(tensor.NewInference(s.Backend), false, s.Head, b, bl)
+		s.Backend.ResetStep() // Forward read what it returns to host memory
 		if err != nil {
 			return 0, 0, err
 		}

@@ -5,4 +5,7 @@
 // conversations whose responses the target generates greedily, and a DFlash
 // drafter trained on them, with its evaluation before and after training,
 // and real speculative decoding of held-out prompts with it (package spec).
+// With Options.Device cuda every stage after the tokenizer runs on one GPU
+// (traincuda.RunOne, the placement of train and spec) at GPU size
+// (GPUDefaults), through the same code on the GPU's backend.
 package demo

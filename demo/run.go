@@ -18,45 +18,79 @@ import (
 	"dflash/model/dflash"
 	"dflash/spec"
 	"dflash/tensor"
+	"dflash/train/traincuda"
 )
 
 // Options sizes the demo. Zero fields take Defaults' values.
 type Options struct {
-	Dir          string // working directory (tokenizer, target, drafter, metrics); empty: a temp dir removed at the end
-	Seed         uint64
-	Workers      int // CPU goroutines (0: GOMAXPROCS)
-	CorpusBytes  int
-	Vocab        int
-	TargetHidden int
-	TargetLayers int
-	TargetSteps  int
-	TargetBatch  int
-	PromptLines  int // lines of code in a prompt
-	ReplyLines   int // lines of code in a target training reply
-	MaxSeq       int // max tokens of a target training sequence
-	Prompts      int // conversations generated
-	GenTokens    int // max new tokens per response
-	DraftLayers  int
-	BlockSize    int
-	Anchors      int
-	DraftSteps   int
-	DraftBatch   int
-	DraftLR      float64
-	SpecPrompts  int    // held-out prompts decoded speculatively at the end (at most)
-	Progress     string // train progress mode: auto, bar, lines, off
-	Stderr       io.Writer
+	Dir    string // working directory (tokenizer, target, drafter, metrics); empty: a temp dir removed at the end
+	Seed   uint64
+	Device string // cpu, or cuda: every stage but the corpus and the tokenizer on GPU GPU (GPUDefaults' sizes)
+	GPU    int    // the GPU of Device cuda
+	// Workers is the CPU goroutines (0: GOMAXPROCS).
+	Workers int
+	// CorpusDir is the directory of Go source the corpus is read from
+	// (empty: GOROOT/src; GoCorpus).
+	CorpusDir     string
+	CorpusBytes   int
+	Vocab         int
+	TargetHidden  int
+	TargetHeadDim int // the target's head dimension (heads: TargetHidden / TargetHeadDim)
+	TargetLayers  int
+	TargetSteps   int
+	TargetBatch   int
+	TargetLR      float64
+	PromptLines   int // lines of code in a prompt
+	ReplyLines    int // lines of code in a target training reply
+	MaxSeq        int // max tokens of a target training sequence
+	Prompts       int // conversations generated
+	GenTokens     int // max new tokens per response
+	// GenBatch, when not 0, generates the responses GenBatch prompts at a
+	// time on the demo's backend (greedyBatched); 0: one at a time per
+	// goroutine on the CPU with a KV cache.
+	GenBatch    int
+	DraftLayers int
+	BlockSize   int
+	Anchors     int
+	DraftSteps  int
+	DraftBatch  int
+	DraftLR     float64
+	SpecPrompts int    // held-out prompts decoded speculatively at the end (at most)
+	Progress    string // train progress mode: auto, bar, lines, off
+	Stderr      io.Writer
 }
 
 // Defaults returns the demo's standard sizes: about 4 minutes on 2 shared cores.
 func Defaults() Options {
-	return Options{Seed: 1, CorpusBytes: 1 << 20, Vocab: 1024, TargetHidden: 128, TargetLayers: 4,
-		TargetSteps: 200, TargetBatch: 12, PromptLines: 5, ReplyLines: 6, MaxSeq: 128,
+	return Options{Seed: 1, Device: "cpu", CorpusBytes: 1 << 20, Vocab: 1024, TargetHidden: 128, TargetHeadDim: 32, TargetLayers: 4,
+		TargetSteps: 200, TargetBatch: 12, TargetLR: 3e-3, PromptLines: 5, ReplyLines: 6, MaxSeq: 128,
 		Prompts: 224, GenTokens: 96, DraftLayers: 1, BlockSize: 8, Anchors: 24, DraftSteps: 400,
 		DraftBatch: 8, DraftLR: 3e-3, SpecPrompts: 16, Progress: "auto"}
 }
 
+// GPUDefaults returns the demo's sizes on one GPU (Device cuda): a Qwen3
+// target of 8 layers, hidden 512 and 8 heads of 64 (4 kv heads), 27M
+// parameters, trained for 1500 steps of 64 sequences of up to 256 tokens
+// on up to 16 MiB of Go source (BPE vocabulary 4096); 2048 conversations
+// of up to 128 greedy tokens generated 256 at a time; a drafter of 2
+// layers, block 16, trained for 2000 steps of 32 conversations; 32
+// held-out prompts decoded. About 3 minutes on an H200 (estimated from the
+// stages' FLOPs and launches).
+func GPUDefaults() Options {
+	return Options{Seed: 1, Device: "cuda", CorpusBytes: 16 << 20, Vocab: 4096, TargetHidden: 512, TargetHeadDim: 64, TargetLayers: 8,
+		TargetSteps: 1500, TargetBatch: 64, TargetLR: 1e-3, PromptLines: 8, ReplyLines: 12, MaxSeq: 256,
+		Prompts: 2048, GenTokens: 128, GenBatch: 256, DraftLayers: 2, BlockSize: 16, Anchors: 64, DraftSteps: 2000,
+		DraftBatch: 32, DraftLR: 1e-3, SpecPrompts: 32, Progress: "auto"}
+}
+
 func (o *Options) fill() {
 	d := Defaults()
+	if o.Device == "cuda" {
+		d = GPUDefaults()
+	}
+	if o.Device == "" {
+		o.Device = d.Device
+	}
 	set := func(p *int, v int) {
 		if *p == 0 {
 			*p = v
@@ -65,6 +99,7 @@ func (o *Options) fill() {
 	set(&o.CorpusBytes, d.CorpusBytes)
 	set(&o.Vocab, d.Vocab)
 	set(&o.TargetHidden, d.TargetHidden)
+	set(&o.TargetHeadDim, d.TargetHeadDim)
 	set(&o.TargetLayers, d.TargetLayers)
 	set(&o.TargetSteps, d.TargetSteps)
 	set(&o.TargetBatch, d.TargetBatch)
@@ -73,6 +108,7 @@ func (o *Options) fill() {
 	set(&o.MaxSeq, d.MaxSeq)
 	set(&o.Prompts, d.Prompts)
 	set(&o.GenTokens, d.GenTokens)
+	set(&o.GenBatch, d.GenBatch)
 	set(&o.DraftLayers, d.DraftLayers)
 	set(&o.BlockSize, d.BlockSize)
 	set(&o.Anchors, d.Anchors)
@@ -81,6 +117,9 @@ func (o *Options) fill() {
 	set(&o.SpecPrompts, d.SpecPrompts)
 	if o.DraftLR == 0 {
 		o.DraftLR = d.DraftLR
+	}
+	if o.TargetLR == 0 {
+		o.TargetLR = d.TargetLR
 	}
 	if o.Progress == "" {
 		o.Progress = d.Progress
@@ -132,6 +171,8 @@ type Result struct {
 	Stages               []Stage `json:"stages"`
 	Seconds              float64 `json:"seconds"`
 	Dir                  string  `json:"dir,omitempty"`
+	// Device is "cuda" when the demo ran on a GPU (empty on the CPU).
+	Device string `json:"device,omitempty"`
 }
 
 type stageTimer struct {
@@ -161,20 +202,34 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		return nil, err
 	}
 	defer cleanup()
-	r.backend = tensor.NewCPU[float32](o.Workers)
+	if o.Device == "cuda" {
+		r.res.Device = o.Device
+		err = traincuda.RunOne(ctx, o.GPU, "--gpu", func(g traincuda.RankEnv) error { return r.stages(ctx, g.Backend) })
+	} else {
+		err = r.stages(ctx, tensor.NewCPU[float32](o.Workers))
+	}
+	if err != nil {
+		return nil, err
+	}
+	r.res.Seconds = time.Since(t0).Seconds()
+	return r.res, nil
+}
+
+// stages runs the demo's stages in order on backend b.
+func (r *runner) stages(ctx context.Context, b tensor.Backend[float32]) error {
+	r.backend = b
 	for _, stage := range []func(context.Context) error{
 		r.tokenizer,     // 1. corpus and tokenizer
-		r.target,        // 2. a tiny Qwen3 target trained on chat-formatted code continuations
+		r.target,        // 2. a small Qwen3 target trained on chat-formatted code continuations
 		r.conversations, // 3. prompts from the corpus, greedy responses of the target
 		r.drafter,       // 4. the drafter, evaluated before and after training
 		r.decode,        // 5. real speculative decoding of held-out prompts
 	} {
 		if err := stage(ctx); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	r.res.Seconds = time.Since(t0).Seconds()
-	return r.res, nil
+	return nil
 }
 
 // codePairs cuts every document into consecutive (prompt, reply) line
@@ -200,14 +255,66 @@ func codePairs(docs []Document, promptLines, replyLines int, rng *rand.Rand) [][
 // the corpus rendered with the chat template (with the generation prompt),
 // followed by the target's greedy response tokens and <|im_end|>; the mask
 // marks the response tokens. It also returns each conversation's user
-// message.
-func generate(ctx context.Context, m *model.Model, tok *tokenizer.Tokenizer, tmpl *chat.Template, docs []Document, o Options, stop int32, rng *rand.Rand, w io.Writer) ([]dflash.Example, []string, int, error) {
+// message. With o.GenBatch the responses are decoded GenBatch prompts at a
+// time on b (greedyBatched), else one prompt at a time per goroutine on
+// the CPU with a KV cache (greedyEach).
+func generate(ctx context.Context, m *model.Model, b tensor.Backend[float32], tok *tokenizer.Tokenizer, tmpl *chat.Template, docs []Document, o Options, stop int32, rng *rand.Rand, w io.Writer) ([]dflash.Example, []string, int, error) {
 	pairs := codePairs(docs, o.PromptLines, 0, rng)
 	if len(pairs) > o.Prompts {
 		pairs = pairs[:o.Prompts]
 	}
-	convs := make([]dflash.Example, len(pairs))
-	okv := make([]bool, len(pairs))
+	prompts := make([][]int32, len(pairs))
+	for i, p := range pairs {
+		text, _, err := tmpl.Render([]chat.Message{{Role: "user", Content: p[0]}}, chat.Options{AddGenerationPrompt: true})
+		if err != nil {
+			return nil, nil, 0, err
+		}
+		prompts[i] = tok.Encode(text)
+	}
+	var outs [][]int32
+	var err error
+	if o.GenBatch > 0 {
+		outs, err = greedyBatched(ctx, m, b, prompts, o, stop, w)
+	} else {
+		outs, err = greedyEach(ctx, m, prompts, o, stop, w)
+	}
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	var convs []dflash.Example
+	var users []string
+	genTok := 0
+	for i, ids := range prompts {
+		out := outs[i]
+		genTok += len(out)
+		// The conversation is the rendered prompt followed by exactly the
+		// tokens the target produced (re-encoding the reply's text could
+		// merge tokens differently); the mask marks the response and its
+		// end-of-turn token, as data/chat's assistant-only rule does.
+		if len(out) <= 1 {
+			continue
+		}
+		if out[len(out)-1] != stop {
+			out = append(out, stop)
+		}
+		ex := dflash.Example{IDs: append(ids[:len(ids):len(ids)], out...), Mask: make([]uint8, len(ids)+len(out))}
+		for j := len(ids); j < len(ex.IDs); j++ {
+			ex.Mask[j] = 1
+		}
+		convs, users = append(convs, ex), append(users, pairs[i][0])
+	}
+	if len(convs) < 8 {
+		return nil, nil, 0, fmt.Errorf("demo: only %d usable conversations", len(convs))
+	}
+	return convs, users, genTok, nil
+}
+
+// greedyEach decodes every prompt greedily (up to o.GenTokens tokens,
+// ending after stop) with m's KV cache on the CPU, one prompt at a time on
+// each of o.Workers goroutines (2 when 0), and returns the responses in
+// prompt order.
+func greedyEach(ctx context.Context, m *model.Model, prompts [][]int32, o Options, stop int32, w io.Writer) ([][]int32, error) {
+	outs := make([][]int32, len(prompts))
 	var genTok atomic.Int64
 	var done atomic.Int64
 	var wg sync.WaitGroup
@@ -224,52 +331,32 @@ func generate(ctx context.Context, m *model.Model, tok *tokenizer.Tokenizer, tmp
 		go func() {
 			defer wg.Done()
 			for i := range jobs {
-				prompt := []chat.Message{{Role: "user", Content: pairs[i][0]}}
-				text, _, err := tmpl.Render(prompt, chat.Options{AddGenerationPrompt: true})
+				out, err := m.Generate(gen, prompts[i], model.GenerateOptions{MaxNewTokens: o.GenTokens, Stop: []int32{stop}})
 				if err != nil {
 					errs <- err
 					return
 				}
-				ids := tok.Encode(text)
-				out, err := m.Generate(gen, ids, model.GenerateOptions{MaxNewTokens: o.GenTokens, Stop: []int32{stop}})
-				if err != nil {
-					errs <- err
-					return
-				}
+				outs[i] = out
 				genTok.Add(int64(len(out)))
-				// The conversation is the rendered prompt followed by exactly the
-				// tokens the target produced (re-encoding the reply's text could
-				// merge tokens differently); the mask marks the response and its
-				// end-of-turn token, as data/chat's assistant-only rule does.
-				if len(out) > 1 {
-					if out[len(out)-1] != stop {
-						out = append(out, stop)
-					}
-					ex := dflash.Example{IDs: append(ids, out...), Mask: make([]uint8, len(ids)+len(out))}
-					for j := len(ids); j < len(ex.IDs); j++ {
-						ex.Mask[j] = 1
-					}
-					convs[i], okv[i] = ex, true
-				}
 				n := done.Add(1)
-				if o.Progress != "off" && (n%16 == 0 || int(n) == len(pairs)) {
+				if o.Progress != "off" && (n%16 == 0 || int(n) == len(prompts)) {
 					el := time.Since(start).Seconds()
-					fmt.Fprintf(w, "\rgenerate %d/%d conversations, %d tokens, %.0f tok/s   ", n, len(pairs), genTok.Load(), float64(genTok.Load())/el)
+					fmt.Fprintf(w, "\rgenerate %d/%d conversations, %d tokens, %.0f tok/s   ", n, len(prompts), genTok.Load(), float64(genTok.Load())/el)
 				}
 			}
 		}()
 	}
-	for i := range pairs {
+	for i := range prompts {
 		select {
 		case jobs <- i:
 		case err := <-errs:
 			close(jobs)
 			wg.Wait()
-			return nil, nil, 0, err
+			return nil, err
 		case <-ctx.Done():
 			close(jobs)
 			wg.Wait()
-			return nil, nil, 0, ctx.Err()
+			return nil, ctx.Err()
 		}
 	}
 	close(jobs)
@@ -279,21 +366,10 @@ func generate(ctx context.Context, m *model.Model, tok *tokenizer.Tokenizer, tmp
 	}
 	select {
 	case err := <-errs:
-		return nil, nil, 0, err
+		return nil, err
 	default:
 	}
-	var out []dflash.Example
-	var users []string
-	for i, c := range convs {
-		if okv[i] {
-			out = append(out, c)
-			users = append(users, pairs[i][0])
-		}
-	}
-	if len(out) < 8 {
-		return nil, nil, 0, fmt.Errorf("demo: only %d usable conversations", len(out))
-	}
-	return out, users, int(genTok.Load()), nil
+	return outs, nil
 }
 
 // decodeHeldOut decodes the prompts of up to o.SpecPrompts held-out
@@ -306,7 +382,11 @@ func decodeHeldOut(ctx context.Context, target *model.Model, d *dflash.Drafter[f
 	if err != nil {
 		return nil, err
 	}
-	return spec.Run(ctx, b, target, sd, prompts, spec.Options{MaxNewTokens: o.GenTokens, Stop: []int32{stop}}, true, nil)
+	so := spec.Options{MaxNewTokens: o.GenTokens, Stop: []int32{stop}}
+	if err := spec.Warm(ctx, b, target, sd, prompts[0], so); err != nil {
+		return nil, err
+	}
+	return spec.Run(ctx, b, target, sd, prompts, so, true, nil)
 }
 
 func mean(v []float64) float64 {

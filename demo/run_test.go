@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"dflash/model"
 	"dflash/model/dflash"
 )
 
@@ -65,5 +66,58 @@ func TestRunTiny(t *testing.T) {
 	}
 	if d.Cfg.BlockSize != res.BlockSize || d.Cfg.VocabSize != res.Vocab {
 		t.Fatalf("exported drafter config %+v", d.Cfg)
+	}
+}
+
+// TestGPUDefaultsOnCPU checks the GPU demo's configuration (GPUDefaults) on
+// the CPU backend with a tiny step count: its target fits the CUDA
+// attention kernels (head dim 64 or 128, GQA), and every stage wires up at
+// its sizes (the batched generation of GenBatch included): the target and
+// the drafter of its shape in DIR/target and DIR/drafter, DIR/heldout.jsonl
+// with the decoded prompts, decoding lossless.
+func TestGPUDefaultsOnCPU(t *testing.T) {
+	if raceEnabled || testing.Short() {
+		t.Skip("a target of 27M parameters on the CPU takes a while under the race detector")
+	}
+	g := GPUDefaults()
+	if hd := g.TargetHeadDim; hd != 64 && hd != 128 || g.TargetHidden%hd != 0 || g.Device != "cuda" || g.GenBatch == 0 {
+		t.Fatalf("GPUDefaults %+v: head dim %d of hidden %d", g, g.TargetHeadDim, g.TargetHidden)
+	}
+	dir := t.TempDir()
+	o := g
+	o.Device, o.Dir, o.Progress, o.CorpusBytes = "cpu", dir, "off", 200<<10
+	o.TargetSteps, o.TargetBatch, o.Prompts, o.GenTokens, o.GenBatch = 2, 4, 12, 4, 16
+	o.DraftSteps, o.DraftBatch, o.SpecPrompts = 2, 4, 2
+	res, err := Run(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc, err := model.ReadConfig(filepath.Join(dir, "target", "config.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	heads := g.TargetHidden / g.TargetHeadDim
+	if tc.HeadDim != g.TargetHeadDim || tc.NumHeads != heads || tc.NumKVHeads != heads/2 || tc.NumLayers != g.TargetLayers || tc.HiddenSize != g.TargetHidden {
+		t.Fatalf("target config %+v", tc)
+	}
+	d, err := dflash.LoadDir[float32](filepath.Join(dir, "drafter"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Cfg.BlockSize != g.BlockSize || d.Cfg.NumLayers != g.DraftLayers || d.Cfg.HeadDim != g.TargetHeadDim || d.Cfg.HiddenSize != g.TargetHidden {
+		t.Fatalf("drafter config %+v", d.Cfg)
+	}
+	if sp := res.Spec; sp == nil || sp.Prompts < 1 || sp.Prompts > o.SpecPrompts || sp.GreedyMatches != sp.Prompts || sp.BlockSize != g.BlockSize {
+		t.Fatalf("speculative decoding %+v", res.Spec)
+	}
+	held, err := os.ReadFile(filepath.Join(dir, HeldOutFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(held), "\n"); n != res.Spec.Prompts {
+		t.Fatalf("%s: %d lines for %d decoded prompts", HeldOutFile, n, res.Spec.Prompts)
+	}
+	if res.Device != "" || res.Conversations < 8 {
+		t.Fatalf("device %q, %d conversations", res.Device, res.Conversations)
 	}
 }

@@ -71,7 +71,7 @@ func (r *runner) workDir() (cleanup func(), err error) {
 func (r *runner) tokenizer(context.Context) error {
 	o, res := r.o, r.res
 	done := r.st.begin("corpus")
-	docs, err := GoCorpus(CorpusOptions{MaxBytes: o.CorpusBytes})
+	docs, err := GoCorpus(CorpusOptions{Root: o.CorpusDir, MaxBytes: o.CorpusBytes})
 	if err != nil {
 		return err
 	}
@@ -103,8 +103,10 @@ func (r *runner) tokenizer(context.Context) error {
 	return nil
 }
 
-// target trains a tiny Qwen3 on chat-formatted code continuations and saves
-// it beside its tokenizer.
+// target trains a small Qwen3 on chat-formatted code continuations on the
+// demo's backend (its parameters placed there with master values) and
+// saves it beside its tokenizer; it stays there, frozen, for the stages
+// after.
 func (r *runner) target(ctx context.Context) error {
 	o, res := r.o, r.res
 	done := r.st.begin("target")
@@ -121,7 +123,7 @@ func (r *runner) target(ctx context.Context) error {
 		}
 		seqs = append(seqs, ids)
 	}
-	heads := max(1, o.TargetHidden/32)
+	heads := max(1, o.TargetHidden/o.TargetHeadDim)
 	r.tcfg = model.Config{Arch: model.Qwen3, VocabSize: res.Vocab, HiddenSize: o.TargetHidden,
 		IntermediateSize: 3 * o.TargetHidden, NumLayers: o.TargetLayers, NumHeads: heads,
 		NumKVHeads: max(1, heads/2), HeadDim: o.TargetHidden / heads, RMSNormEps: 1e-6, RopeTheta: 10000,
@@ -131,18 +133,21 @@ func (r *runner) target(ctx context.Context) error {
 		return err
 	}
 	r.targetModel = target
+	target.Arena().Place(r.backend, true)
 	res.TargetParams = target.NumParams()
 	tc := train.DefaultConfig()
-	tc.Out, tc.Steps, tc.LR, tc.WarmupSteps, tc.Seed = filepath.Join(r.dir, "target-train"), o.TargetSteps, 3e-3, 20, o.Seed
+	tc.Out, tc.Steps, tc.LR, tc.WarmupSteps, tc.Seed = filepath.Join(r.dir, "target-train"), o.TargetSteps, o.TargetLR, max(20, o.TargetSteps/20), o.Seed
 	tc.SaveEvery, tc.KeepCheckpoints, tc.Plot, tc.Progress, tc.WeightDecay = 0, 1, false, o.Progress, 0.0
 	tr, err := TrainTarget(ctx, target, seqs, o.TargetBatch, r.pad, tc, r.backend)
 	if err != nil {
 		return fmt.Errorf("train target: %w", err)
 	}
 	res.TargetLoss = tr.LastLoss
+	target.Arena().Fetch(r.backend) // the trained values, for the file
 	if err := target.Save(r.tokDir, "F32"); err != nil {
 		return err
 	}
+	target.Arena().Place(r.backend, false)
 	done()
 	return nil
 }
@@ -152,7 +157,7 @@ func (r *runner) target(ctx context.Context) error {
 func (r *runner) conversations(ctx context.Context) error {
 	done := r.st.begin("generate")
 	prng := rand.New(rand.NewPCG(r.o.Seed, 12))
-	convs, users, genTok, err := generate(ctx, r.targetModel, r.tok, r.tmpl, r.docs, r.o, int32(r.imEnd), prng, r.o.Stderr)
+	convs, users, genTok, err := generate(ctx, r.targetModel, r.backend, r.tok, r.tmpl, r.docs, r.o, int32(r.imEnd), prng, r.o.Stderr)
 	if err != nil {
 		return err
 	}
@@ -184,6 +189,7 @@ func (r *runner) drafter(ctx context.Context) error {
 	dc := recipe.DrafterConfig(&r.targetModel.Config, recipe.DrafterOptions{Layers: o.DraftLayers, Taps: taps, BlockSize: o.BlockSize, Anchors: o.Anchors}, mask)
 	drafter := dflash.New[float32](dc, rand.New(rand.NewPCG(o.Seed, rngstream.Init)))
 	r.draft = drafter
+	drafter.Arena().Place(r.backend, true)
 	res.Taps, res.BlockSize = taps, o.BlockSize
 	for _, p := range drafter.Params() {
 		res.DrafterParams += p.Numel()
@@ -204,9 +210,11 @@ func (r *runner) drafter(ctx context.Context) error {
 		trainSet, users = append(trainSet, r.convs[i]), append(users, r.users[i])
 	}
 	r.users = users
+	// The target's hidden states are kept in host memory on the CPU; on a
+	// device its pass costs less than copying them back in.
 	sess := &dflash.Session{Drafter: drafter, Head: dflash.HeadOf(r.targetModel),
 		Hidden: dflash.TargetHidden(r.targetModel, taps, r.backend), Backend: r.backend,
-		Train: trainSet, Eval: evalSet, BatchSize: o.DraftBatch, Pad: r.pad, Seed: o.Seed, CacheHidden: true}
+		Train: trainSet, Eval: evalSet, BatchSize: o.DraftBatch, Pad: r.pad, Seed: o.Seed, CacheHidden: r.backend.HostParams()}
 	r.sess = sess
 	before, err := sess.Evaluate()
 	if err != nil {
@@ -238,9 +246,11 @@ func (r *runner) drafter(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	drafter.Arena().Fetch(r.backend) // the trained values, for the file
 	if err := drafter.Export(filepath.Join(r.dir, "drafter"), "F32", r.tok); err != nil {
 		return err
 	}
+	drafter.Arena().Place(r.backend, false)
 	done()
 	res.LossBefore, res.LossAfter = before.Loss(), after.Loss()
 	res.AccuracyBefore, res.AccuracyAfter = before.Accuracy(), after.Accuracy()

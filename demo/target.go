@@ -46,7 +46,9 @@ func (d *lmData) next() (ids, targets []int32, L int) {
 }
 
 // TrainTarget trains m as a language model on seqs with train.Run (progress
-// on stderr, checkpoints and metrics under cfg.Out).
+// on stderr, checkpoints and metrics under cfg.Out) on backend, where m's
+// parameters are (Arena.Place with master values on a device); each step
+// ends with the backend's ResetStep.
 func TrainTarget(ctx context.Context, m *model.Model, seqs [][]int32, batch int, pad int32, cfg train.Config, backend tensor.Backend[float32]) (*train.Result, error) {
 	if len(seqs) == 0 {
 		return nil, fmt.Errorf("demo: no target training sequences")
@@ -60,6 +62,7 @@ func TrainTarget(ctx context.Context, m *model.Model, seqs [][]int32, batch int,
 		Backend: backend,
 		Arena:   m.Arena(),
 		Step: func(ctx context.Context, s train.StepInfo) (float64, map[string]float64, int, error) {
+			defer backend.ResetStep()
 			ids, targets, L := d.next()
 			tp := tensor.NewTape(backend)
 			out := m.Forward(tp, model.Input{IDs: ids, Batch: len(ids) / L, Len: L})
@@ -75,7 +78,7 @@ func TrainTarget(ctx context.Context, m *model.Model, seqs [][]int32, batch int,
 					}
 				}
 			}
-			return float64(x.Loss.Data()[0]), map[string]float64{"acc": float64(ok) / float64(max(n, 1))}, n, nil
+			return float64(tensor.Values(backend, x.Loss)[0]), map[string]float64{"acc": float64(ok) / float64(max(n, 1))}, n, nil
 		},
 		DataState:   d.order.State,
 		RestoreData: d.order.Restore,

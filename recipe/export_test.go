@@ -14,3 +14,6 @@ func SetAvailableMemory(f func() (uint64, bool)) (restore func()) {
 	availableMemory = f
 	return func() { availableMemory = saved }
 }
+
+// SpecEvalEvery is specEvalEvery, for the tests of package recipe_test.
+var SpecEvalEvery = specEvalEvery

@@ -88,11 +88,38 @@ type DataOptions struct {
 	CacheHidden  bool    `yaml:"cache-hidden" help:"keep target hidden states in memory after first use (small data sets)"`
 }
 
+// GPUSpecEvalEvery is --spec-eval-every's default with --device cuda (its
+// value −1 there): the spec evaluation decodes SpecPrompts held-out prompts
+// of SpecMaxNewTokens tokens on the training GPU every 500 steps and at the
+// end. At the Qwen3-8B shape (docs/PERF.md: 0.76 s a step) 500 steps are
+// 380 s; the default 8 prompts of 64 tokens at an acceptance length of 3
+// are about 170 rounds of a verification of 16 and a proposal (estimated
+// at 10 ms a round, the target's 16.4 GB read once: 3.4 ms at the HBM's
+// rate, plus the drafter and the launches) and 8 prefills: about 2 s, 0.5%
+// of the run, under the 2% an evaluation may cost (the log's "eval @ N"
+// line gives each evaluation's seconds, the records' time_eval_s their
+// sum). On the CPU, where a large target decodes a few tokens a minute,
+// the default is never.
+const GPUSpecEvalEvery = 500
+
+// specEvalEvery resolves --spec-eval-every −1, the device's default
+// (GPUSpecEvalEvery on cuda, never on the cpu).
+func specEvalEvery(every int, device string) int {
+	switch {
+	case every >= 0:
+		return every
+	case device == "cuda":
+		return GPUSpecEvalEvery
+	}
+	return 0
+}
+
 // DefaultOptions returns the defaults of `dflash train`.
 func DefaultOptions() Options {
 	o := Options{Config: train.DefaultConfig(), Device: "cpu", Rank: -1, WorldSize: -1,
 		SpecDecode: SpecDecode{SpecPrompts: 8, SpecMaxNewTokens: 64}}
 	o.EvalEvery = 100
+	o.SpecEvalEvery = -1
 	o.Drafter = DrafterOptions{Layers: 1, BlockSize: 16, MaskTokenID: -1, Anchors: 512, Export: "BF16"}
 	o.Data = DataOptions{Options: data.DefaultOptions(), BatchSize: 4, Pack: true, EvalFraction: 0.05, EvalMax: 64, EvalAnchors: 64}
 	return o

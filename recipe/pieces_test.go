@@ -191,3 +191,21 @@ func TestRunIdentity(t *testing.T) {
 		t.Error("missing data: no error")
 	}
 }
+
+// TestSpecEvalEvery checks --spec-eval-every's resolution: a value given is
+// kept on either device; the default, -1, is GPUSpecEvalEvery on cuda and
+// never on the cpu.
+func TestSpecEvalEvery(t *testing.T) {
+	if d := recipe.DefaultOptions().SpecEvalEvery; d != -1 {
+		t.Fatalf("default spec-eval-every %d, want -1", d)
+	}
+	for _, c := range []struct {
+		every  int
+		device string
+		want   int
+	}{{-1, "cuda", recipe.GPUSpecEvalEvery}, {-1, "cpu", 0}, {0, "cuda", 0}, {7, "cuda", 7}, {7, "cpu", 7}} {
+		if got := recipe.SpecEvalEvery(c.every, c.device); got != c.want {
+			t.Errorf("spec-eval-every %d on %s: %d, want %d", c.every, c.device, got, c.want)
+		}
+	}
+}

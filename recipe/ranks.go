@@ -146,9 +146,6 @@ func placeDrafter(r rankEnv, d *dflash.Drafter[float32]) (fetch func()) {
 // at a time. It returns the result of this process's first rank.
 func (j *job) trainOnGPUs(ctx context.Context) (*train.Result, error) {
 	s := &j.spec
-	if s.SpecEvalEvery > 0 {
-		return nil, fmt.Errorf("--spec-eval-every %d with --device cuda: speculative decoding runs on the CPU only for now; set --spec-eval-every 0", s.SpecEvalEvery)
-	}
 	dir, _, err := jit.DefaultDir()
 	if err != nil {
 		return nil, err

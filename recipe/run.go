@@ -115,6 +115,7 @@ func Run(ctx context.Context, s Spec) (*Result, error) {
 // data and its split, the drafter's config, the run's identity, the pad
 // token and the lead session.
 func prepare(ctx context.Context, s Spec) (*job, error) {
+	s.SpecEvalEvery = specEvalEvery(s.SpecEvalEvery, s.Device)
 	place, err := placement(&s)
 	if err != nil {
 		return nil, err

@@ -20,7 +20,8 @@
 # it as model/dflash/testdata/golden_drafter_d64.safetensors), the runs' metrics,
 # the loss table (loss.txt) and the bench step JSON; bulky outputs (checkpoints,
 # the transformers models) stay in $WORK. The last line says PASS or FAIL.
-# PARTS (default "tests golden train resume bench"; "base" adds the 8B step beside a previous build's
+# PARTS (default "tests golden train resume bench"; "speceval" adds --spec-eval-every's check on the GPU,
+# "demo" the GPU demo (dflash demo --device cuda) and dflash spec on its directory; "base" adds the 8B step beside a previous build's
 # (--build-base REV builds it); "profile" adds
 # scripts/gpu-step-prof.sh, "compare" scripts/gpu-step-compare.sh) chooses what runs; TRAIN_ARGS adds
 # flags to both training runs (default none: packed batches, one shape, the
@@ -85,7 +86,7 @@ if has tests; then
 	grep -E '^(--- |ok|FAIL|PASS)' "$OUT/flexcuda.log" | tail -n 30
 	python3 scripts/testfails.py "$OUT/flexcuda.log" 40
 	echo "== decoding on CUDA: the target against the CPU, greedy speculative decoding lossless"
-	(cd model && "../$B/model.test" -test.run 'TestGPUDecode$' -test.v) >"$OUT/model-decode.log" 2>&1 || fail "TestGPUDecode"
+	(cd model && "../$B/model.test" -test.run 'TestGPUDecode$|TestGPUTargetBackward' -test.v) >"$OUT/model-decode.log" 2>&1 || fail "TestGPUDecode, TestGPUTargetBackward"
 	grep -E '^(--- |ok|FAIL|PASS)' "$OUT/model-decode.log" | tail -n 10
 	(cd spec && "../$B/spec.test" -test.run 'TestGPUGreedyLossless' -test.v) >"$OUT/spec.log" 2>&1 || fail "TestGPUGreedyLossless"
 	grep -E '^(--- |ok|FAIL|PASS)|oracle:' "$OUT/spec.log" | tail -n 10
@@ -240,6 +241,59 @@ PY
 	else
 		fail "no base build at $BASE"
 	fi
+fi
+
+if has speceval; then
+	# Issue 27 item 4: --spec-eval-every on the GPU. Two --deterministic runs, with spec evaluations every 20
+	# steps and without: the same loss at every step bit for bit, spec_tau in the eval records of steps
+	# 20, 40, ... and the last, the same graph captures (decoding between steps leaves the step arena and
+	# the allocator so that training's graphs replay) and no "captured again" warning.
+	args=(train --device cuda --deterministic --target "$B/fixture/target" --data "$B/fixture/conv.jsonl" --steps "$STEPS"
+		--eval-every 20 --progress off --plot=false --drafter.layers 2 --drafter.block-size 8 --drafter.anchors 32
+		--data.batch-size 4 --spec-prompts 8 --spec-max-new-tokens 64 $TRAIN_ARGS)
+	echo "== --spec-eval-every on the GPU ($STEPS steps, --deterministic, with and without)"
+	rm -rf "$WORK/spec-0" "$WORK/spec-20"
+	for every in 0 20; do
+		"$B/dflash" "${args[@]}" --spec-eval-every "$every" --out "$WORK/spec-$every" >"$OUT/speceval-$every.log" 2>&1 || fail "train --spec-eval-every $every"
+		cp "$WORK/spec-$every/metrics.jsonl" "$OUT/metrics-speceval-$every.jsonl" 2>/dev/null
+	done
+	grep -q 'captured again' "$OUT/speceval-20.log" && fail "a CUDA graph was captured again with spec evaluations"
+	grep -E 'eval @' "$OUT/speceval-20.log" | tail -n 3
+	python3 - "$OUT" <<'PY' || fail "spec evaluations changed training"
+import json, sys
+out = sys.argv[1]
+def recs(every):
+    return [json.loads(l) for l in open(f"{out}/metrics-speceval-{every}.jsonl")]
+a, b = recs(0), recs(20)
+la = [(r["step"], r["loss"]) for r in a if r["kind"] == "train"]
+lb = [(r["step"], r["loss"]) for r in b if r["kind"] == "train"]
+assert la == lb, f"losses differ: first at {next(((x, y) for x, y in zip(la, lb) if x != y), None)}"
+spec = [r for r in b if r["kind"] == "eval" and "spec_tau" in r]
+assert spec and all(1 <= r["spec_tau"] <= 8 and "spec_pos_7" in r and r["spec_tokens_per_s"] > 0 for r in spec), spec
+caps = [[r.get("graph_captures") for r in x if r["kind"] == "train"][-1] for x in (a, b)]
+assert caps[0] == caps[1], f"graph captures {caps[0]} without spec evaluations, {caps[1]} with"
+evals = {r["step"]: r["time_eval_s"] for r in b if r["kind"] == "eval"}
+print(f"losses of {len(la)} steps identical; spec_tau at steps {[r['step'] for r in spec]}: "
+      + ", ".join(f"{r['spec_tau']:.3f}" for r in spec) + f" (simulated tau {spec[-1]['tau']:.3f}); graph captures {caps[1]}")
+print(f"eval time with spec: {evals[max(evals)]:.1f} s in all; steps {[r for r in b if r['kind'] == 'train'][-1]['time_steps_s']:.1f} s")
+PY
+fi
+
+if has demo; then
+	# Issue 27 item 5: the demo at GPU size on GPU 0, corpus: this repository's Go source (no GOROOT here).
+	echo "== dflash demo --device cuda"
+	rm -rf "$WORK/demo"
+	start=$SECONDS
+	"$B/dflash" demo --device cuda --dir "$WORK/demo" --corpus . --progress lines >"$OUT/demo.txt" 2>"$OUT/demo.log" || fail "demo --device cuda"
+	echo "demo: $((SECONDS - start)) s"
+	cat "$OUT/demo.txt"
+	for f in target/config.json target/model.safetensors target/tokenizer.json target/tokenizer_config.json drafter/config.json drafter/model.safetensors heldout.jsonl; do
+		[ -s "$WORK/demo/$f" ] || fail "demo: no $f"
+	done
+	"$B/dflash" spec --device cuda --target "$WORK/demo/target" --drafter "$WORK/demo/drafter" --prompts "$WORK/demo/heldout.jsonl" \
+		--max-new-tokens 128 >"$OUT/demo-spec.txt" 2>"$OUT/demo-spec.log" || fail "spec on the demo's directory"
+	cat "$OUT/demo-spec.txt"
+	tar -cJf "$OUT/demo-dir.txz" -C "$WORK" demo/target demo/drafter demo/heldout.jsonl 2>/dev/null
 fi
 
 if has profile; then

@@ -65,9 +65,13 @@ type Generation struct {
 }
 
 // Warm decodes a few tokens of prompt with d and with the target alone,
-// untimed and unreported: a device compiles its kernels on first use,
-// which Run would otherwise time.
+// untimed and unreported, on a device (a backend whose parameters are not
+// host memory), which compiles its kernels on first use and Run would
+// otherwise time. On the CPU it does nothing.
 func Warm(ctx context.Context, b tensor.Backend[float32], target *model.Model, d Drafter, prompt []int32, o Options) error {
+	if b.HostParams() {
+		return nil
+	}
 	o.MaxNewTokens = min(o.MaxNewTokens, 2*d.BlockSize())
 	if _, _, err := Generate(ctx, b, target, d, prompt, o); err != nil {
 		return fmt.Errorf("warm-up: %w", err)

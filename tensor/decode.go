@@ -25,11 +25,15 @@ func NewKVCache[T Float](b Backend[T], layers, kvHeads, maxLen, headDim int) *KV
 	return c
 }
 
-// Free gives the cache's memory back; c must not be used afterwards.
+// Free gives the cache's memory back, last allocated first (a caching
+// device allocator that hands out a size's free blocks last freed first
+// then holds them in the order it had before the cache was made: decoding
+// between training steps leaves the addresses the next step's masks get
+// as they were); c must not be used afterwards.
 func (c *KVCache[T]) Free() {
-	for l := range c.K {
-		c.b.FreeKeep(c.K[l])
+	for l := len(c.K) - 1; l >= 0; l-- {
 		c.b.FreeKeep(c.V[l])
+		c.b.FreeKeep(c.K[l])
 	}
 	c.K, c.V = nil, nil
 }

@@ -27,14 +27,17 @@ type series struct {
 
 // PlotMetrics draws the records of metricsPath into a PNG at pngPath: the top panel
 // shows training loss (and its moving average) and eval loss against the step, the
-// bottom panel training and eval accuracy ("acc") and, when present, eval "tau" on
-// its own panel. Series with no points are left out.
+// next training and eval accuracy ("acc") and, when present, the acceptance
+// length on its own panel: the simulated eval "tau" beside the real one of
+// speculative decoding, "spec_tau" (--spec-eval-every). Series with no points
+// are left out.
 func PlotMetrics(metricsPath, pngPath string) error {
 	recs, err := ReadMetrics(metricsPath)
 	if err != nil {
 		return err
 	}
 	blue, red, green, gray := color.RGBA{31, 119, 180, 255}, color.RGBA{214, 39, 40, 255}, color.RGBA{44, 160, 44, 255}, color.RGBA{170, 170, 170, 255}
+	purple := color.RGBA{148, 103, 189, 255}
 	panels := []struct {
 		title, ylabel string
 		series        []series
@@ -42,7 +45,7 @@ func PlotMetrics(metricsPath, pngPath string) error {
 	}{
 		{"loss", "loss", []series{{"train", "loss", "train", gray}, {"eval", "loss", "eval", red}}, true},
 		{"accuracy", "accuracy", []series{{"train", "acc", "train", gray}, {"eval", "acc", "eval", red}}, true},
-		{"simulated acceptance length", "tau", []series{{"eval", "tau", "eval", green}}, false},
+		{"acceptance length", "tau", []series{{"eval", "tau", "simulated (eval)", green}, {"eval", "spec_tau", "real (speculative decoding)", purple}}, false},
 	}
 	first, last := stepRange(recs)
 	var plots [][]*plot.Plot

@@ -2,6 +2,8 @@ package train
 
 import (
 	"math"
+	"os"
+	"path/filepath"
 	"strconv"
 	"testing"
 )
@@ -25,5 +27,30 @@ func TestPreciseTicks(t *testing.T) {
 			}
 			seen[tk.Label] = true
 		}
+	}
+}
+
+// TestPlotSpecTau checks that the real acceptance length is plotted: a
+// metrics file whose only values are eval records' spec_tau draws its
+// acceptance panel (with no series for it, PlotMetrics has nothing to plot).
+func TestPlotSpecTau(t *testing.T) {
+	dir := t.TempDir()
+	var lines []byte
+	for step, tau := range []float64{1.2, 2.5, 3.1} {
+		b, err := Record{Kind: "eval", Step: 10 * (step + 1), Values: map[string]float64{"spec_tau": tau}}.MarshalJSON()
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines = append(append(lines, b...), '\n')
+	}
+	metrics, png := filepath.Join(dir, "metrics.jsonl"), filepath.Join(dir, PlotFile)
+	if err := os.WriteFile(metrics, lines, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := PlotMetrics(metrics, png); err != nil {
+		t.Fatalf("spec_tau alone: %v", err)
+	}
+	if st, err := os.Stat(png); err != nil || st.Size() == 0 {
+		t.Fatalf("%s: %v", png, err)
 	}
 }

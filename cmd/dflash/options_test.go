@@ -156,6 +156,17 @@ func TestDemoQuickKeepsExplicitValues(t *testing.T) {
 	if err != nil || d.TargetSteps != 5 || d.DraftSteps != def.DraftSteps || d.Prompts != def.Prompts || d.Vocab != def.Vocab {
 		t.Fatalf("--target-steps 5: %+v %v", d, err)
 	}
+	// --device cuda starts from the GPU sizes; a flag given still wins.
+	gpu := demo.GPUDefaults()
+	d, _, err = parseDemo([]string{"--device", "cuda", "--gpu", "1", "--prompts", "100", "--corpus", "src"})
+	if err != nil || d.Device != "cuda" || d.GPU != 1 || d.Prompts != 100 || d.TargetSteps != gpu.TargetSteps || d.TargetHeadDim != gpu.TargetHeadDim ||
+		d.GenBatch != gpu.GenBatch || d.CorpusDir != "src" {
+		t.Fatalf("--device cuda --gpu 1 --prompts 100: %+v %v", d, err)
+	}
+	d, _, err = parseDemo([]string{"--device", "cuda", "--quick"})
+	if err != nil || d.Device != "cuda" || d.TargetSteps != 30 || d.TargetHeadDim != gpu.TargetHeadDim || d.TargetHidden%d.TargetHeadDim != 0 {
+		t.Fatalf("--device cuda --quick: %+v %v", d, err)
+	}
 }
 
 // TestBadValueExits: a value that once reached a panic (spec --temperature NaN) or

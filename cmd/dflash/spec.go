@@ -16,12 +16,9 @@ import (
 	"dflash/data/chat"
 	"dflash/data/jsonl"
 	"dflash/data/tokenizer"
-	"dflash/gpu"
 	"dflash/internal/atomicfile"
-	"dflash/jit"
 	"dflash/model"
 	"dflash/model/dflash"
-	"dflash/rendezvous"
 	"dflash/spec"
 	"dflash/tensor"
 	"dflash/train"
@@ -147,20 +144,7 @@ func specDecode(ctx context.Context, o specOptions, stdout io.Writer) error {
 // backend (kernels through the process's kernel cache), the target loaded
 // onto it in bf16 and the drafter's parameters placed there, frozen.
 func specOnGPU(ctx context.Context, o specOptions, d *dflash.Drafter[float32], prompts []specPrompt, tok *tokenizer.Tokenizer, stdout io.Writer) error {
-	dir, _, err := jit.DefaultDir()
-	if err != nil {
-		return err
-	}
-	cache, err := jit.NewNVRTCCache(dir)
-	if err != nil {
-		return fmt.Errorf("--device cuda: %w", err)
-	}
-	defer gpu.CloseAll()
-	place, err := traincuda.PlaceRanks([]int{o.GPU}, rendezvous.Launch{}, "--gpu")
-	if err != nil {
-		return err
-	}
-	err = traincuda.RunRanks(ctx, cache, place, 0, func(r traincuda.RankEnv) error {
+	return traincuda.RunOne(ctx, o.GPU, "--gpu", func(r traincuda.RankEnv) error {
 		m, err := model.LoadOn(o.Target, r.Backend)
 		if err != nil {
 			return err
@@ -168,10 +152,6 @@ func specOnGPU(ctx context.Context, o specOptions, d *dflash.Drafter[float32], p
 		d.Arena().Place(r.Backend, false)
 		return specRun(ctx, o, r.Backend, m, d, prompts, tok, stdout)
 	})
-	if err != nil {
-		return fmt.Errorf("--device cuda: %w", err)
-	}
-	return nil
 }
 
 // specRun decodes the prompts on backend, where target and d live, and
@@ -193,12 +173,8 @@ func specRun(ctx context.Context, o specOptions, backend tensor.Backend[float32]
 		stopIDs = append(stopIDs, int32(e))
 	}
 	opts := spec.Options{MaxNewTokens: o.MaxNew, Temperature: o.Temperature, TopK: o.TopK, Seed: o.Seed, Stop: stopIDs}
-	if !backend.HostParams() {
-		// A device compiles its kernels on first use: a few untimed tokens
-		// of the first prompt both ways, so that the timings are decoding's.
-		if err := spec.Warm(ctx, backend, target, drafter, ids[0], opts); err != nil {
-			return err
-		}
+	if err := spec.Warm(ctx, backend, target, drafter, ids[0], opts); err != nil {
+		return err
 	}
 	slog.Info("spec", "prompts", len(prompts), "block", d.Cfg.BlockSize, "max_new_tokens", o.MaxNew, "temperature", o.Temperature, "device", backend.Name())
 	var r *spec.Report

@@ -113,33 +113,59 @@ func readFile(t *testing.T, path string) string {
 
 // TestTrainSpecEval checks --spec-eval-every: the eval records of the steps
 // it names (and the last) carry the real acceptance length spec_tau beside
-// the simulated tau; the others do not.
+// the simulated tau, the acceptance at every block position and the
+// decoding's tokens/s; the others do not. The spec evaluations change
+// nothing of training: the same run without them has the same loss at
+// every step, bit for bit.
 func TestTrainSpecEval(t *testing.T) {
 	targetDir, dataPath := recipetest.Fixture(t)
-	out := filepath.Join(t.TempDir(), "run")
-	err := runTrain([]string{"--target", targetDir, "--data", dataPath, "--out", out, "--progress", "off", "--plot=false",
-		"--steps", "5", "--eval-every", "1", "--spec-eval-every", "2", "--spec-prompts", "2", "--spec-max-new-tokens", "6",
-		"--drafter.block-size", "4", "--drafter.anchors", "6", "--data.batch-size", "2", "--data.max-len", "400", "--warmup-steps", "1"})
-	if err != nil {
-		t.Fatal(err)
+	run := func(specEvery string) []train.Record {
+		out := filepath.Join(t.TempDir(), "run")
+		err := runTrain([]string{"--target", targetDir, "--data", dataPath, "--out", out, "--progress", "off", "--plot=false",
+			"--steps", "5", "--eval-every", "1", "--spec-eval-every", specEvery, "--spec-prompts", "2", "--spec-max-new-tokens", "6",
+			"--drafter.block-size", "4", "--drafter.anchors", "6", "--data.batch-size", "2", "--data.max-len", "400", "--warmup-steps", "1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs, err := train.ReadMetrics(filepath.Join(out, "metrics.jsonl"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return recs
 	}
-	recs, err := train.ReadMetrics(filepath.Join(out, "metrics.jsonl"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	recs := run("2")
 	var specSteps []int
 	for _, r := range recs {
 		if r.Kind != "eval" {
 			continue
 		}
-		if tau, ok := r.Values["spec_tau"]; ok {
-			if tau < 1 || tau > 4 || r.Values["tau"] < 1 {
-				t.Fatalf("step %d: spec_tau %v, tau %v", r.Step, tau, r.Values["tau"])
-			}
-			specSteps = append(specSteps, r.Step)
+		tau, ok := r.Values["spec_tau"]
+		if !ok {
+			continue
 		}
+		if tau < 1 || tau > 4 || r.Values["tau"] < 1 {
+			t.Fatalf("step %d: spec_tau %v, tau %v", r.Step, tau, r.Values["tau"])
+		}
+		for _, k := range []string{"spec_pos_1", "spec_pos_2", "spec_pos_3", "spec_tokens_per_s"} {
+			if v, ok := r.Values[k]; !ok || v < 0 || k != "spec_tokens_per_s" && v > 1 || k == "spec_tokens_per_s" && v == 0 {
+				t.Fatalf("step %d: %s %v (present %v)", r.Step, k, v, ok)
+			}
+		}
+		specSteps = append(specSteps, r.Step)
 	}
 	if !slices.Equal(specSteps, []int{2, 4, 5}) {
 		t.Fatalf("spec_tau at steps %v, want [2 4 5]", specSteps)
+	}
+	losses := func(recs []train.Record) (l []float64) {
+		for _, r := range recs {
+			if r.Kind == "train" {
+				l = append(l, r.Values["loss"])
+			}
+		}
+		return l
+	}
+	with, without := losses(recs), losses(run("0"))
+	if len(with) != 5 || !slices.Equal(with, without) {
+		t.Fatalf("training losses with spec evaluations %v, without %v", with, without)
 	}
 }

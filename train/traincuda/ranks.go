@@ -196,3 +196,28 @@ func makeComms(ctx context.Context, p Placement, workers []*gpu.Worker) ([]*gpu.
 	})
 	return []*gpu.Comm{c}, err
 }
+
+// RunOne runs fn on the worker thread of GPU ordinal with its CUDA backend
+// (RunRanks of one rank, no collective), kernels through the process's
+// kernel cache in jit's default directory, and closes every GPU of the
+// process afterwards: the placement of `dflash spec --device cuda` and
+// `dflash demo --device cuda`. Errors start with "--device cuda".
+func RunOne(ctx context.Context, ordinal int, gpuFlag string, fn func(RankEnv) error) error {
+	dir, _, err := jit.DefaultDir()
+	if err != nil {
+		return err
+	}
+	cache, err := jit.NewNVRTCCache(dir)
+	if err != nil {
+		return fmt.Errorf("--device cuda: %w", err)
+	}
+	defer gpu.CloseAll()
+	place, err := PlaceRanks([]int{ordinal}, rendezvous.Launch{}, gpuFlag)
+	if err != nil {
+		return err
+	}
+	if err := RunRanks(ctx, cache, place, 0, fn); err != nil {
+		return fmt.Errorf("--device cuda: %w", err)
+	}
+	return nil
+}
