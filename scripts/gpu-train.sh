@@ -21,7 +21,7 @@
 # the loss table (loss.txt) and the bench step JSON; bulky outputs (checkpoints,
 # the transformers models) stay in $WORK. The last line says PASS or FAIL.
 # PARTS (default "tests golden train resume bench"; "speceval" adds --spec-eval-every's check on the GPU,
-# "demo" the GPU demo (dflash demo --device cuda) and dflash spec on its directory; "base" adds the 8B step beside a previous build's
+# "base" adds the 8B step beside a previous build's
 # (--build-base REV builds it); "profile" adds
 # scripts/gpu-step-prof.sh, "compare" scripts/gpu-step-compare.sh) chooses what runs; TRAIN_ARGS adds
 # flags to both training runs (default none: packed batches, one shape, the
@@ -277,23 +277,6 @@ print(f"losses of {len(la)} steps identical; spec_tau at steps {[r['step'] for r
       + ", ".join(f"{r['spec_tau']:.3f}" for r in spec) + f" (simulated tau {spec[-1]['tau']:.3f}); graph captures {caps[1]}")
 print(f"eval time with spec: {evals[max(evals)]:.1f} s in all; steps {[r for r in b if r['kind'] == 'train'][-1]['time_steps_s']:.1f} s")
 PY
-fi
-
-if has demo; then
-	# Issue 27 item 5: the demo at GPU size on GPU 0, corpus: this repository's Go source (no GOROOT here).
-	echo "== dflash demo --device cuda"
-	rm -rf "$WORK/demo"
-	start=$SECONDS
-	"$B/dflash" demo --device cuda --dir "$WORK/demo" --corpus . --progress lines >"$OUT/demo.txt" 2>"$OUT/demo.log" || fail "demo --device cuda"
-	echo "demo: $((SECONDS - start)) s"
-	cat "$OUT/demo.txt"
-	for f in target/config.json target/model.safetensors target/tokenizer.json target/tokenizer_config.json drafter/config.json drafter/model.safetensors heldout.jsonl; do
-		[ -s "$WORK/demo/$f" ] || fail "demo: no $f"
-	done
-	"$B/dflash" spec --device cuda --target "$WORK/demo/target" --drafter "$WORK/demo/drafter" --prompts "$WORK/demo/heldout.jsonl" \
-		--max-new-tokens 128 >"$OUT/demo-spec.txt" 2>"$OUT/demo-spec.log" || fail "spec on the demo's directory"
-	cat "$OUT/demo-spec.txt"
-	tar -cJf "$OUT/demo-dir.txz" -C "$WORK" demo/target demo/drafter demo/heldout.jsonl 2>/dev/null
 fi
 
 if has profile; then
