@@ -19,7 +19,7 @@ func TestEvalCache(t *testing.T) {
 	seed := testseed.Seed(t)
 	m, ex := tinyTargetData(t, seed, 14, true)
 	backend := tensor.NewCPU[float32](2)
-	packing, err := NewPacking(ex[5:], ex[:5], 5, 40) // rows of one or two samples: several batches
+	packing, err := NewPacking(ex[5:], ex[:5], 5, 40) // rows of one or two samples, a row a batch: several batches
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,7 +31,7 @@ func TestEvalCache(t *testing.T) {
 			c := DrafterConfigFor(m, 1, []int{1, 2}, 4, 59)
 			c.NumAnchors = 5
 			s = &Session{Drafter: New[float32](c, rand.New(rand.NewPCG(seed, 2))), Head: HeadOf(m), Backend: backend,
-				Train: ex[5:], Eval: ex[:5], BatchSize: 2, Pad: 0, Seed: seed, Pack: pack, EvalCache: cache}
+				Train: ex[5:], Eval: ex[:5], BatchSize: 1, Pad: 0, Seed: seed, Pack: pack, EvalCache: cache}
 			hidden, n := TargetHidden(m, c.TargetLayerIDs, backend), 0
 			s.Hidden = func(b *Batch) error { n++; return hidden(b) }
 			for e := range 4 {
