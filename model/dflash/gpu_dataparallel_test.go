@@ -51,20 +51,7 @@ func TestGPUDataParallel(t *testing.T) {
 	}
 	cache := gputest.NVRTCCache(t, "")
 	seed := testseed.Seed(t)
-	tc := model.Config{Arch: model.Qwen3, VocabSize: 300, HiddenSize: 128, IntermediateSize: 256,
-		NumLayers: 4, NumHeads: 2, NumKVHeads: 1, HeadDim: 64, RMSNormEps: 1e-6, RopeTheta: 10000, MaxPositionEmbeddings: 1024}
-	rng := rand.New(rand.NewPCG(seed, 7))
-	ex := make([]dflash.Example, 24)
-	for i := range ex {
-		n := 16 + rng.IntN(25)
-		ex[i] = dflash.Example{IDs: make([]int32, n), Mask: make([]uint8, n)}
-		for j := range n {
-			ex[i].IDs[j] = int32(rng.IntN(tc.VocabSize - 1))
-			if j >= n/3 {
-				ex[i].Mask[j] = 1
-			}
-		}
-	}
+	tc, ex := gpuTestData(seed, 24, 25)
 	const steps, batch = 5, 2
 	cfg := train.DefaultConfig()
 	cfg.Steps, cfg.Seed, cfg.LR, cfg.WarmupSteps = steps, seed, 1e-3, 0
@@ -180,4 +167,25 @@ func rms(a, b []float32) float64 {
 		s += d * d
 	}
 	return math.Sqrt(s / float64(len(a)))
+}
+
+// gpuTestData returns the GPU tests' small Qwen3 target config (head dim
+// 64) and count random examples of 16 to 16+spread−1 tokens, the last two
+// thirds of each supervised.
+func gpuTestData(seed uint64, count, spread int) (model.Config, []dflash.Example) {
+	tc := model.Config{Arch: model.Qwen3, VocabSize: 300, HiddenSize: 128, IntermediateSize: 256,
+		NumLayers: 4, NumHeads: 2, NumKVHeads: 1, HeadDim: 64, RMSNormEps: 1e-6, RopeTheta: 10000, MaxPositionEmbeddings: 1024}
+	rng := rand.New(rand.NewPCG(seed, 7))
+	ex := make([]dflash.Example, count)
+	for i := range ex {
+		n := 16 + rng.IntN(spread)
+		ex[i] = dflash.Example{IDs: make([]int32, n), Mask: make([]uint8, n)}
+		for j := range n {
+			ex[i].IDs[j] = int32(rng.IntN(tc.VocabSize - 1))
+			if j >= n/3 {
+				ex[i].Mask[j] = 1
+			}
+		}
+	}
+	return tc, ex
 }

@@ -27,20 +27,7 @@ func TestGPUEvalCache(t *testing.T) {
 	}
 	cache := gputest.NVRTCCache(t, "")
 	seed := testseed.Seed(t)
-	tc := model.Config{Arch: model.Qwen3, VocabSize: 300, HiddenSize: 128, IntermediateSize: 256,
-		NumLayers: 4, NumHeads: 2, NumKVHeads: 1, HeadDim: 64, RMSNormEps: 1e-6, RopeTheta: 10000, MaxPositionEmbeddings: 1024}
-	rng := rand.New(rand.NewPCG(seed, 7))
-	ex := make([]dflash.Example, 40)
-	for i := range ex {
-		n := 16 + rng.IntN(100)
-		ex[i] = dflash.Example{IDs: make([]int32, n), Mask: make([]uint8, n)}
-		for j := range n {
-			ex[i].IDs[j] = int32(rng.IntN(tc.VocabSize - 1))
-			if j >= n/3 {
-				ex[i].Mask[j] = 1
-			}
-		}
-	}
+	tc, ex := gpuTestData(seed, 40, 100)
 	train, eval := ex[16:], ex[:16]
 	one := traincuda.Placement{Ranks: []int{0}, GPUs: []int{0}, World: 1, Comm: traincuda.NoComm}
 	err := traincuda.RunRanks(context.Background(), cache, one, 0, func(env traincuda.RankEnv) error {
