@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"unsafe"
 
 	"dflash/cuda"
@@ -22,7 +23,8 @@ const gemmTuneSample = 2e-3 // seconds
 // product on its A and B into scratch C and D from the device's allocator
 // (C a copy of the caller's when beta is not 0; the caller's C and D are
 // never written), in two interleaved rounds, and the fastest replaces the
-// heuristic's first when it is more than 2% faster (pickGemm). The choices
+// heuristic's first when it is more than 2% faster (pickGemm); at most
+// maxTunedSizes sizes of one structure are timed. The choices
 // persist in dir/GemmTuneFile (dir "": in memory only), keyed by GPU name,
 // cuBLASLt version, workspace size, determinism and spec, so a later
 // process takes them without timing. Deterministic GEMMs choose among their
@@ -56,8 +58,8 @@ func (d *Device) tunePlan(bs *blasState, p *gemmPlan, spec GemmSpec, alpha float
 	for i, r := range p.candidates {
 		copy(algos[i][:], r.Algo.Words())
 	}
-	key := d.tune.key(bs.wsSize, d.detGemm, spec)
-	i, err := d.tune.choose(key, algos, func() ([]float64, error) {
+	key, skey := d.tune.key(bs.wsSize, d.detGemm, spec), d.tune.structKey(bs.wsSize, d.detGemm, spec)
+	i, err := d.tune.choose(key, skey, algos, func() ([]float64, error) {
 		return d.timeOnScratch(bs, p, spec, alpha, a, b, beta, c, out)
 	})
 	if err != nil {
@@ -108,11 +110,12 @@ func (s GemmSpec) tuneReps() int {
 
 // timeCandidates times each algorithm of cands for p, out =
 // alpha·op(A)·op(B) + beta·C with workspace ws of wsSize bytes: one launch
-// each first (a candidate whose launch fails gets +Inf), then rounds
-// interleaved rounds, in each of which every candidate runs reps products
-// untimed and reps timed; a candidate's time is its best round's seconds
-// per product. Interleaving spreads clock and temperature drift over all
-// candidates.
+// each first (a candidate whose launch fails gets +Inf; the launch is also
+// the warm-up), then rounds interleaved rounds of reps products timed as
+// one sample each; a candidate's time is its best round's seconds per
+// product. Interleaving spreads clock and temperature drift over all
+// candidates. After the first round only the candidates within
+// tuneKeepWithin of the fastest run again: the others cannot win.
 func (d *Device) timeCandidates(bs *blasState, p *gemmPlan, cands []cuda.HeuristicResult, ws cuda.DevicePtr, wsSize uint64,
 	alpha float32, a, b cuda.DevicePtr, beta float32, c, out cuda.DevicePtr, reps, rounds int) ([]float64, error) {
 	run := func(i int) error {
@@ -125,12 +128,18 @@ func (d *Device) timeCandidates(bs *blasState, p *gemmPlan, cands []cuda.Heurist
 		times[i] = math.Inf(1)
 		runnable[i] = run(i) == nil
 	}
-	for range rounds {
+	for r := range rounds {
+		if r > 0 {
+			best := slices.Min(times)
+			for i, t := range times {
+				runnable[i] = runnable[i] && t <= tuneKeepWithin*best
+			}
+		}
 		for i := range cands {
 			if !runnable[i] {
 				continue
 			}
-			tm, err := d.Time(1, 1, func() error {
+			tm, err := d.Time(0, 1, func() error {
 				for range reps {
 					if err := run(i); err != nil {
 						return err
@@ -146,6 +155,10 @@ func (d *Device) timeCandidates(bs *blasState, p *gemmPlan, cands []cuda.Heurist
 	}
 	return times, nil
 }
+
+// tuneKeepWithin is how much slower than the fastest a candidate may be
+// after a round of timeCandidates and still be timed again.
+const tuneKeepWithin = 1.15
 
 // pickGemm returns the candidate to use given each one's time: the
 // fastest, unless it is not more than 2% faster than the heuristic's first

@@ -2,6 +2,7 @@ package gpu
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -128,11 +129,11 @@ func TestGemmTunePersists(t *testing.T) {
 	key := "gpu|spec A"
 	t1 := newGemmTuner(dir, "gpu", 1)
 	calls := 0
-	got, err := t1.choose(key, algos, func() ([]float64, error) { calls++; return timesFor(6, 4), nil })
+	got, err := t1.choose(key, "s", algos, func() ([]float64, error) { calls++; return timesFor(6, 4), nil })
 	if err != nil || got != 4 || calls != 1 {
 		t.Fatalf("first choose = %d, %v after %d timings; want 4 after 1", got, err, calls)
 	}
-	if got, _ := t1.choose(key, algos, nil); got != 4 {
+	if got, _ := t1.choose(key, "s", algos, nil); got != 4 {
 		t.Errorf("second choose in the same tuner = %d", got)
 	}
 	if s := t1.stats; s.Timed != 1 || s.Changed != 1 || s.Loaded != 1 {
@@ -160,7 +161,7 @@ func TestGemmTunePersists(t *testing.T) {
 	}
 
 	t2 := newGemmTuner(dir, "gpu", 1)
-	got, err = t2.choose(key, algos, func() ([]float64, error) {
+	got, err = t2.choose(key, "s", algos, func() ([]float64, error) {
 		t.Error("timed although the file holds the choice")
 		return timesFor(6, 0), nil
 	})
@@ -169,13 +170,13 @@ func TestGemmTunePersists(t *testing.T) {
 	}
 	// the heuristic now offers the algorithms in another order: found by its words
 	reordered := [][8]uint64{algos[4], algos[0], algos[1]}
-	if got, _ := newGemmTuner(dir, "gpu", 1).choose(key, reordered, nil); got != 0 {
+	if got, _ := newGemmTuner(dir, "gpu", 1).choose(key, "s", reordered, nil); got != 0 {
 		t.Errorf("reordered candidates: choose = %d, want 0", got)
 	}
 	warn := testlog.Capture(t)
 	t3 := newGemmTuner(dir, "gpu", 1)
 	calls = 0
-	got, err = t3.choose(key, algos[:3], func() ([]float64, error) { calls++; return timesFor(3, 2), nil })
+	got, err = t3.choose(key, "s", algos[:3], func() ([]float64, error) { calls++; return timesFor(3, 2), nil })
 	if err != nil || got != 2 || calls != 1 || !strings.Contains(warn.String(), "not among") {
 		t.Errorf("stale choice: choose = %d, %v after %d timings, log %q; want 2 after 1, with a warning", got, err, calls, warn)
 	}
@@ -187,10 +188,10 @@ func TestGemmTuneMerges(t *testing.T) {
 	dir := t.TempDir()
 	algos := randomAlgos(t, 3)
 	a, b := newGemmTuner(dir, "gpu", 1), newGemmTuner(dir, "gpu", 1) // both read the empty dir
-	if _, err := a.choose("key a", algos, func() ([]float64, error) { return timesFor(3, 1), nil }); err != nil {
+	if _, err := a.choose("key a", "s", algos, func() ([]float64, error) { return timesFor(3, 1), nil }); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.choose("key b", algos, func() ([]float64, error) { return timesFor(3, 2), nil }); err != nil {
+	if _, err := b.choose("key b", "s", algos, func() ([]float64, error) { return timesFor(3, 2), nil }); err != nil {
 		t.Fatal(err)
 	}
 	c := newGemmTuner(dir, "gpu", 1)
@@ -227,7 +228,7 @@ func TestGemmTuneCorruptFile(t *testing.T) {
 				t.Errorf("no warning naming %s: %q", path, warn)
 			}
 			calls := 0
-			got, err := tu.choose("k", algos, func() ([]float64, error) { calls++; return timesFor(4, 3), nil })
+			got, err := tu.choose("k", "s", algos, func() ([]float64, error) { calls++; return timesFor(4, 3), nil })
 			if err != nil || got != 3 || calls != 1 {
 				t.Errorf("choose = %d, %v after %d timings; want 3 after 1", got, err, calls)
 			}
@@ -248,7 +249,7 @@ func TestGemmTuneCorruptFile(t *testing.T) {
 		}
 		warn := testlog.Capture(t)
 		tu := newGemmTuner(dir, "gpu", 1)
-		got, err := tu.choose("k", algos, func() ([]float64, error) { return timesFor(4, 2), nil })
+		got, err := tu.choose("k", "s", algos, func() ([]float64, error) { return timesFor(4, 2), nil })
 		if err != nil || got != 2 || !strings.Contains(warn.String(), "not a regular file") {
 			t.Errorf("choose = %d, %v, log %q", got, err, warn)
 		}
@@ -260,11 +261,11 @@ func TestGemmTuneCorruptFile(t *testing.T) {
 		}
 		warn := testlog.Capture(t)
 		tu := newGemmTuner(dir, "gpu", 1)
-		got, err := tu.choose("k", algos, func() ([]float64, error) { return timesFor(4, 1), nil })
+		got, err := tu.choose("k", "s", algos, func() ([]float64, error) { return timesFor(4, 1), nil })
 		if err != nil || got != 1 || !strings.Contains(warn.String(), "could not save") {
 			t.Errorf("choose = %d, %v, log %q", got, err, warn)
 		}
-		if got, _ := tu.choose("k", algos, nil); got != 1 {
+		if got, _ := tu.choose("k", "s", algos, nil); got != 1 {
 			t.Errorf("the choice did not hold in memory: %d", got)
 		}
 	})
@@ -276,10 +277,10 @@ func TestGemmTuneMemoryOnly(t *testing.T) {
 	t.Chdir(t.TempDir())
 	tu := newGemmTuner("", "gpu", 1)
 	algos := randomAlgos(t, 2)
-	if got, err := tu.choose("k", algos, func() ([]float64, error) { return timesFor(2, 1), nil }); err != nil || got != 1 {
+	if got, err := tu.choose("k", "s", algos, func() ([]float64, error) { return timesFor(2, 1), nil }); err != nil || got != 1 {
 		t.Fatalf("choose = %d, %v", got, err)
 	}
-	if got, _ := tu.choose("k", algos, nil); got != 1 {
+	if got, _ := tu.choose("k", "s", algos, nil); got != 1 {
 		t.Errorf("second choose = %d", got)
 	}
 	if ents, _ := os.ReadDir("."); len(ents) != 0 {
@@ -319,5 +320,44 @@ func TestGemmScratchSize(t *testing.T) {
 	// 12288x4096x4096 is about 0.8 ms at 500 TFLOP/s: 3 make 2 ms
 	if r := (GemmSpec{M: 12288, N: 4096, K: 4096, Batch: 1}).tuneReps(); r != 3 {
 		t.Errorf("12288x4096x4096: %d reps, want 3", r)
+	}
+}
+
+// TestGemmTuneSizesCap: a structure's first maxTunedSizes sizes are timed;
+// the next ones keep the heuristic's first without timing, while another
+// structure and sizes already chosen are not affected, and the structure
+// key ignores exactly the sizes.
+func TestGemmTuneSizesCap(t *testing.T) {
+	algos := randomAlgos(t, 4)
+	tu := newGemmTuner("", "gpu", 1)
+	calls := 0
+	timed := func() ([]float64, error) { calls++; return timesFor(4, 2), nil }
+	for i := range maxTunedSizes + 3 {
+		got, err := tu.choose(fmt.Sprintf("size %d", i), "s", algos, timed)
+		want := 2
+		if i >= maxTunedSizes {
+			want = 0
+		}
+		if err != nil || got != want {
+			t.Fatalf("size %d: choose = %d, %v; want %d", i, got, err, want)
+		}
+	}
+	if calls != maxTunedSizes || tu.stats.Timed != maxTunedSizes || tu.stats.Untuned != 3 {
+		t.Errorf("%d timings, stats %+v; want %d timed, 3 untuned", calls, tu.stats, maxTunedSizes)
+	}
+	if got, _ := tu.choose("size 0", "s", algos, nil); got != 2 {
+		t.Errorf("a size timed before the cap: choose = %d, want its choice 2", got)
+	}
+	if got, _ := tu.choose("other", "s2", algos, timed); got != 2 || calls != maxTunedSizes+1 {
+		t.Errorf("another structure: choose = %d after %d timings, want 2, timed", got, calls)
+	}
+	a := GemmSpec{M: 100, N: 64, K: 32, LDA: 32, LDB: 64, LDC: 64, Batch: 1, In: dtype.BF16, Out: dtype.F32}
+	b := a
+	b.M, b.N, b.K, b.LDA, b.LDB, b.LDC = 7, 9, 11, 11, 9, 9
+	c := a
+	c.TransA = true
+	if tu.structKey(1, false, a) != tu.structKey(1, false, b) || tu.structKey(1, false, a) == tu.structKey(1, false, c) ||
+		tu.structKey(1, false, a) == tu.structKey(1, true, a) {
+		t.Errorf("structKey: %q %q %q", tu.structKey(1, false, a), tu.structKey(1, false, b), tu.structKey(1, false, c))
 	}
 }

@@ -42,8 +42,17 @@ type GemmTuneStats struct {
 	Timed   int     // plans whose candidates were timed
 	Loaded  int     // plans that took their choice from the file
 	Changed int     // timed plans that left the heuristic's first
+	Untuned int     // plans left at the heuristic's first: their structure had maxTunedSizes sizes timed
 	Seconds float64 // wall time of the timings
 }
+
+// maxTunedSizes is how many sizes of one GEMM structure (a spec but for its
+// dimensions, leading dimensions and strides) a device times. A run of
+// fixed shapes (packed rows, a few length buckets, evaluation) has a few
+// sizes of each; one whose sizes change every step (exact-length batches)
+// would time every new size, 0.1-0.4 s each, for gains of a few percent,
+// so from the next size on its products keep the heuristic's first.
+const maxTunedSizes = 8
 
 // gemmChoice is one tuned product.
 type gemmChoice struct {
@@ -64,6 +73,7 @@ type gemmTuner struct {
 	gpu      string
 	cublasLt int
 	choices  map[string]gemmChoice
+	sizes    map[string]int // timed sizes per structure (structKey)
 	stats    GemmTuneStats
 }
 
@@ -74,7 +84,7 @@ var gemmTuneMu sync.Mutex
 // newGemmTuner returns the tuner of a GPU named gpu with the cuBLASLt
 // version given, holding the choices of dir's file ("": none, memory only).
 func newGemmTuner(dir, gpu string, cublasLt int) *gemmTuner {
-	t := &gemmTuner{dir: dir, gpu: gpu, cublasLt: cublasLt, choices: map[string]gemmChoice{}}
+	t := &gemmTuner{dir: dir, gpu: gpu, cublasLt: cublasLt, choices: map[string]gemmChoice{}, sizes: map[string]int{}}
 	if dir == "" {
 		return t
 	}
@@ -104,12 +114,20 @@ func (t *gemmTuner) key(ws uint64, det bool, s GemmSpec) string {
 		s.Batch, s.StrideA, s.StrideB, s.StrideC, s.In, s.Out, s.TF32)
 }
 
+// structKey returns the part of key's spec that does not change with the
+// sizes of a product: what maxTunedSizes counts sizes of.
+func (t *gemmTuner) structKey(ws uint64, det bool, s GemmSpec) string {
+	s.M, s.N, s.K, s.LDA, s.LDB, s.LDC, s.StrideA, s.StrideB, s.StrideC = 0, 0, 0, 0, 0, 0, 0, 0, 0
+	return t.key(ws, det, s)
+}
+
 // choose returns the index in algos (the heuristic's candidates, best
-// first) of the algorithm to use for key: the stored choice when algos
-// hold it, else the one pickGemm picks from timeAll's times, which is then
-// stored and saved. A failed save is logged, not returned: the choice
+// first) of the algorithm to use for key, whose structure is skey: the
+// stored choice when algos hold it, else, while fewer than maxTunedSizes
+// sizes of skey have been timed, the one pickGemm picks from timeAll's
+// times, which is then stored and saved, else 0. A failed save is logged, not returned: the choice
 // still holds for this process.
-func (t *gemmTuner) choose(key string, algos [][8]uint64, timeAll func() ([]float64, error)) (int, error) {
+func (t *gemmTuner) choose(key, skey string, algos [][8]uint64, timeAll func() ([]float64, error)) (int, error) {
 	if c, ok := t.choices[key]; ok {
 		if i := slices.Index(algos, c.Algo); i >= 0 {
 			t.stats.Loaded++
@@ -117,6 +135,16 @@ func (t *gemmTuner) choose(key string, algos [][8]uint64, timeAll func() ([]floa
 		}
 		slog.Warn("gpu: the stored GEMM algorithm is not among cuBLASLt's candidates; timing again", "key", key)
 	}
+	if t.sizes[skey] >= maxTunedSizes {
+		if t.sizes[skey] == maxTunedSizes {
+			slog.Info("gpu: GEMM sizes vary: products of this structure keep cuBLASLt's first choice from now on",
+				"structure", skey, "sizes_timed", maxTunedSizes)
+			t.sizes[skey]++
+		}
+		t.stats.Untuned++
+		return 0, nil
+	}
+	t.sizes[skey]++
 	t0 := time.Now()
 	times, err := timeAll()
 	if err != nil {
