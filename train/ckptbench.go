@@ -11,7 +11,7 @@ import (
 	"dflash/tensor"
 )
 
-// CheckpointWrite is one timed write of MeasureCheckpointWrite.
+// CheckpointWrite is one timed write of a CheckpointBench.
 type CheckpointWrite struct {
 	Bytes   int64   `json:"bytes"` // the checkpoint's files, all of them
 	Seconds float64 `json:"seconds"`
@@ -22,38 +22,46 @@ type CheckpointWrite struct {
 // hidden size of the 8B target.
 const benchRowWidth = 4096
 
-// MeasureCheckpointWrite writes a checkpoint of random parameters into a
-// fresh directory under dir reps times, the way a run's background write
-// does (writeCheckpoint from a host snapshot: the model and optimizer
-// tensors, config and trainer state, checksums, renames), and returns each
-// write's size and time; each checkpoint is removed after it is timed. The
-// parameters number bytes/12 (four bytes of value and eight of moments
-// each), in matrices of benchRowWidth columns of at most benchRowWidth
-// rows, the last one shorter, drawn from seed.
-func MeasureCheckpointWrite(dir string, bytes int64, reps int, seed uint64) ([]CheckpointWrite, error) {
-	n := int(bytes / 12)
-	if n < 1 {
-		return nil, fmt.Errorf("checkpoint of %d bytes: at least 12 (one parameter) are needed", bytes)
+// CheckpointBench writes checkpoints of random parameters the way a run's
+// background write does, to time them (dflash bench write).
+type CheckpointBench struct {
+	s      *paramSnapshot
+	seed   uint64
+	writes int
+}
+
+// NewCheckpointBench returns a bench whose checkpoint holds bytes/12
+// random parameters (four bytes of value and eight of moments each, drawn
+// from seed) in host memory, in matrices of benchRowWidth columns and at
+// most benchRowWidth rows, the last one shorter.
+func NewCheckpointBench(bytes int64, seed uint64) (*CheckpointBench, error) {
+	n := bytes / 12
+	if n < 1 || int64(int(n)) != n {
+		return nil, fmt.Errorf("checkpoint of %d bytes: want at least 12 (one parameter), and parameters that an int counts", bytes)
 	}
-	s := randomSnapshot(n, seed)
-	var out []CheckpointWrite
-	for rep := range reps {
-		outDir, err := os.MkdirTemp(dir, "dflash-bench-write-")
-		if err != nil {
-			return out, err
-		}
-		t0 := time.Now()
-		w, err := writeCheckpoint(outDir, nil, s, TrainerState{Step: rep + 1, Seed: seed}, 0)
-		took := time.Since(t0)
-		if rerr := os.RemoveAll(outDir); err == nil {
-			err = rerr
-		}
-		if err != nil {
-			return out, err
-		}
-		out = append(out, CheckpointWrite{Bytes: w.bytes, Seconds: took.Seconds(), GBPerS: gbPerS(w.bytes, took)})
+	return &CheckpointBench{s: randomSnapshot(int(n), seed), seed: seed}, nil
+}
+
+// Write writes the checkpoint into a fresh directory under dir as a run's
+// background write does (writeCheckpoint from a host snapshot: the model
+// and optimizer tensors, config and trainer state, checksums, renames),
+// removes it, and returns its size and the time of the write.
+func (b *CheckpointBench) Write(dir string) (CheckpointWrite, error) {
+	outDir, err := os.MkdirTemp(dir, "dflash-bench-write-")
+	if err != nil {
+		return CheckpointWrite{}, err
 	}
-	return out, nil
+	b.writes++
+	t0 := time.Now()
+	w, err := writeCheckpoint(outDir, nil, b.s, TrainerState{Step: b.writes, Seed: b.seed}, 0)
+	took := time.Since(t0)
+	if rerr := os.RemoveAll(outDir); err == nil {
+		err = rerr
+	}
+	if err != nil {
+		return CheckpointWrite{}, err
+	}
+	return CheckpointWrite{Bytes: w.bytes, Seconds: took.Seconds(), GBPerS: gbPerS(w.bytes, took)}, nil
 }
 
 // randomSnapshot returns a snapshot of n parameters in benchRowWidth-wide

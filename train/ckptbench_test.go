@@ -59,20 +59,21 @@ func TestWriteSummed(t *testing.T) {
 	}
 }
 
-// TestMeasureCheckpointWrite: each write reports the checkpoint's size
+// TestCheckpointBench: each write reports the checkpoint's size
 // (the tensors' 12 bytes a parameter and small files beside them) and a
 // rate consistent with its time, and leaves nothing in the directory.
-func TestMeasureCheckpointWrite(t *testing.T) {
+func TestCheckpointBench(t *testing.T) {
 	dir := t.TempDir()
 	const n = 300000
-	ws, err := MeasureCheckpointWrite(dir, 12*n+11, 2, testseed.Seed(t))
+	b, err := NewCheckpointBench(12*n+11, testseed.Seed(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(ws) != 2 {
-		t.Fatalf("%d writes, want 2", len(ws))
-	}
-	for i, w := range ws {
+	for i := range 2 {
+		w, err := b.Write(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
 		if w.Bytes < 12*n || w.Bytes > 12*n+1<<16 {
 			t.Errorf("write %d: %d bytes, want 12·%d and at most 64 KiB of headers and small files", i, w.Bytes, n)
 		}
