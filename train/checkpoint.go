@@ -125,8 +125,9 @@ func writeCheckpoint(outDir string, cfg []byte, s *paramSnapshot, st TrainerStat
 	if err := hook("config"); err != nil {
 		return w, err
 	}
-	// The two large files at once: each goroutine's encoding and copying
-	// into the page cache overlap the other's writing back to the disk.
+	// The two large files at once (writeSummed: direct writes in blocks):
+	// two streams keep more of the disk's queue busy than one, and each
+	// file's filling of its next block overlaps the other's writes.
 	var modelSum, optSum FileSum
 	var modelErr, optErr error
 	var wg sync.WaitGroup

@@ -29,8 +29,9 @@
 // Checkpoints do not stop training for their writes: at the step boundary Run copies
 // the master values and AdamW's moments into host memory it allocated once
 // (Backend.AllocHost: page-locked on a device) and writes the files from that copy in
-// the background, one write at a time; the end of the run and a stop wait for it, and
-// a write that fails fails the run. Result.Time and the run's last log line split
+// the background, one write at a time (the two large files in 64 MiB direct writes,
+// around the page cache: atomicfile's WriteBlocks); the end of the run and a stop
+// wait for it, and a write that fails fails the run. Result.Time and the run's last log line split
 // its wall time into start, steps, evaluation, checkpoint stalls and the final wait.
 //
 // An output directory holds:

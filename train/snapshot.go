@@ -3,6 +3,7 @@ package train
 import (
 	"encoding/json"
 	"hash/crc32"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -129,12 +130,17 @@ func (s *paramSnapshot) saveOptimizer(dir string) (FileSum, error) {
 	return sum, atomicfile.WriteFile(filepath.Join(dir, OptimizerStateFile), b)
 }
 
-// writeSummed writes tensors to path as safetensors.Write does (atomically,
-// synced) and returns the file's size and CRC-32C, computed from the bytes
-// as they go out rather than by reading the file again.
+// writeSummed writes tensors to path in safetensors format, atomically and
+// synced, in large blocks around the page cache (atomicfile's WriteBlocks:
+// the checkpoint's two large files go at the disk's speed), and returns the
+// file's size and CRC-32C, computed from the bytes as they go out rather
+// than by reading the file again.
 func writeSummed(path string, ts []safetensors.Tensor, metadata map[string]string) (FileSum, error) {
 	h := crc32.New(castagnoli)
-	if err := safetensors.WriteTee(path, ts, metadata, h); err != nil {
+	err := atomicfile.Options{}.WriteBlocks(path, func(w io.Writer) error {
+		return safetensors.Encode(io.MultiWriter(w, h), ts, metadata)
+	})
+	if err != nil {
 		return FileSum{}, err
 	}
 	fi, err := os.Stat(path)

@@ -13,6 +13,8 @@ import (
 	"sort"
 	"sync"
 	"unsafe"
+
+	"dflash/dtype"
 )
 
 // Dataset is an opened prepared directory. Its methods are safe for
@@ -108,9 +110,6 @@ func openShard(path string) (*shardFile, error) {
 	return s, nil
 }
 
-// littleEndian reports whether the host stores integers as the files do.
-var littleEndian = func() bool { x := uint16(1); return *(*byte)(unsafe.Pointer(&x)) == 1 }()
-
 // castSlice views b as a slice of T without copying on little-endian hosts
 // (b must be aligned, which mmap and the layout guarantee); elsewhere it
 // decodes a copy.
@@ -121,7 +120,7 @@ func castSlice[T uint64 | int32](b []byte) []T {
 	if n == 0 {
 		return nil
 	}
-	if littleEndian && uintptr(unsafe.Pointer(&b[0]))%uintptr(size) == 0 {
+	if dtype.HostLittleEndian && uintptr(unsafe.Pointer(&b[0]))%uintptr(size) == 0 {
 		return unsafe.Slice((*T)(unsafe.Pointer(&b[0])), n)
 	}
 	out := make([]T, n)

@@ -5,6 +5,9 @@
 // path; then the directory is synced so that the rename itself is durable.
 // A crash can leave such a temporary file behind; its owner may remove files
 // with that prefix.
+//
+// Write and WriteFile suit small files; WriteBlocks writes large ones in
+// large blocks around the page cache, at the disk's own speed.
 package atomicfile
 
 import (
@@ -28,6 +31,9 @@ type Options struct {
 	// rename, for files that may be lost in a crash (a cache entry that is
 	// rebuilt) on file systems that cannot sync directories.
 	BestEffortDirSync bool
+	// BlockSize is WriteBlocks' block size in bytes, a multiple of
+	// directio.Align; 0 means DefaultBlockSize.
+	BlockSize int
 }
 
 // Write replaces path with what fill writes to the temporary file. Errors,
@@ -39,6 +45,14 @@ func WriteFile(path string, data []byte) error { return Options{}.WriteFile(path
 
 // Write replaces path with what fill writes, under o (see the package doc).
 func (o Options) Write(path string, fill func(w io.Writer) error) error {
+	return o.replace(path, func(f *os.File) error { return fill(f) })
+}
+
+// replace is the atomic replacement of every write: fill writes the
+// temporary file f (without closing it), which is then given its mode,
+// synced, closed and renamed over path, and the directory synced; any
+// failure removes f and leaves path as it was.
+func (o Options) replace(path string, fill func(f *os.File) error) error {
 	dir := filepath.Dir(path)
 	pattern := o.TempPattern
 	if pattern == "" {
