@@ -43,6 +43,11 @@ func (m *Model) NewCache(b tensor.Backend[float32], maxLen int) *Cache {
 // Max returns the positions the cache holds at most.
 func (c *Cache) Max() int { return c.kv.Max }
 
+// Bytes returns the bytes of the keys and values of n positions in every
+// layer (tensor.KVCache.Bytes): what a step attending to n positions reads
+// of the cache.
+func (c *Cache) Bytes(n int) int64 { return c.kv.Bytes(n) }
+
 // Free gives the cache's memory back to its backend; c must not be used
 // afterwards.
 func (c *Cache) Free() { c.kv.Free() }
