@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sort"
 
+	"dflash/dtype"
 	"dflash/tensor"
 )
 
@@ -47,6 +48,10 @@ func (c *Cache) Max() int { return c.kv.Max }
 // layer (tensor.KVCache.Bytes): what a step attending to n positions reads
 // of the cache.
 func (c *Cache) Bytes(n int) int64 { return c.kv.Bytes(n) }
+
+// DType returns the element type of the cache's keys and values (bf16 on
+// CUDA).
+func (c *Cache) DType() dtype.DType { return c.kv.DType() }
 
 // Free gives the cache's memory back to its backend; c must not be used
 // afterwards.

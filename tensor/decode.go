@@ -1,6 +1,10 @@
 package tensor
 
-import "fmt"
+import (
+	"fmt"
+
+	"dflash/dtype"
+)
 
 // KVCache holds the keys and values of one decoding sequence on a backend,
 // allocated once for at most Max positions: per layer, keys and values
@@ -39,8 +43,11 @@ func KVBytes(layers, kvHeads, headDim, n, elem int) int64 {
 // (KVBytes in the element type of its storage: bf16 on CUDA); Bytes(c.Max)
 // is its whole allocation.
 func (c *KVCache[T]) Bytes(n int) int64 {
-	return KVBytes(len(c.K), c.KVHeads, c.HeadDim, n, c.K[0].DType().Size())
+	return KVBytes(len(c.K), c.KVHeads, c.HeadDim, n, c.DType().Size())
 }
+
+// DType returns the element type of c's keys and values.
+func (c *KVCache[T]) DType() dtype.DType { return c.K[0].DType() }
 
 // Free gives the cache's memory back, last allocated first (a caching
 // device allocator that hands out a size's free blocks last freed first
