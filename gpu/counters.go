@@ -45,6 +45,7 @@ func (c Counters) String() string {
 // call then returns), so a region's counts do not depend on its errors.
 type counters struct {
 	htodCalls, htodBytes, dtohCalls, dtohBytes, syncs atomic.Int64
+	launches                                          atomic.Int64 // Launches; not part of Counters
 }
 
 func (c *counters) htod(n int64) { c.htodCalls.Add(1); c.htodBytes.Add(n) }
@@ -60,3 +61,23 @@ func (c *counters) snapshot() Counters {
 // counts since it was opened. Unlike the other methods it may be called
 // from any goroutine.
 func (d *Device) Counters() Counters { return d.count.snapshot() }
+
+// launched counts one launch queued on a stream (Launches), unless it is
+// being captured into a graph (the graph's launch counts instead). It runs
+// on the worker thread, where Capture sets capturing.
+func (d *Device) launched() {
+	if !d.capturing {
+		d.count.launches.Add(1)
+	}
+}
+
+// Launches returns the number of launches the device has queued on its
+// streams since it was opened: each kernel (Launch), each GEMM (one,
+// whatever kernels cuBLASLt runs for it) and each graph (Graph.Launch: one,
+// whatever it holds). Work captured into a graph counts where the graph is
+// launched; a Replay region's recorded work counts as the graphs it
+// launches, or call by call when it runs without one. Copies, memsets and
+// event records are not launches. It is apart from Counters, whose IsZero
+// says a region waited for nothing and copied nothing: launches are what a
+// region is for. Like Counters it may be called from any goroutine.
+func (d *Device) Launches() int64 { return d.count.launches.Load() }

@@ -17,6 +17,8 @@ type Info struct {
 	Major, Minor        int   // compute capability
 	SMs                 int   // multiprocessors
 	ClockKHz            int   // the SMs' highest clock (CU_DEVICE_ATTRIBUTE_CLOCK_RATE)
+	MemClockKHz         int   // the memory's highest clock (CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE)
+	MemBusBits          int   // the memory bus width (CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH)
 	TotalMem            int64 // bytes
 	SharedPerBlockOptin int   // most dynamic shared memory a kernel may opt in to
 	L2Bytes             int
@@ -48,6 +50,8 @@ func QueryInfo(ordinal int) (Info, error) {
 	}{
 		{cuda.AttrMultiprocessorCount, &info.SMs},
 		{cuda.AttrClockRate, &info.ClockKHz},
+		{cuda.AttrMemoryClockRate, &info.MemClockKHz},
+		{cuda.AttrGlobalMemoryBusWidth, &info.MemBusBits},
 		{cuda.AttrMaxSharedMemoryPerBlockOptin, &info.SharedPerBlockOptin},
 		{cuda.AttrL2CacheSize, &info.L2Bytes},
 	} {
@@ -215,9 +219,10 @@ func (d *Device) Launch(f cuda.Function, grid, block cuda.Dim3, sharedMem uint32
 	}
 	h := d.stream(s).h
 	if d.rec != nil {
-		d.rec.launch(f, grid, block, sharedMem, h, args)
+		d.rec.launch(f, grid, block, sharedMem, h, args, d.launched)
 		return nil
 	}
+	d.launched()
 	return cuda.LaunchKernel(f, grid, block, sharedMem, h, args)
 }
 

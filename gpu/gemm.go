@@ -314,12 +314,14 @@ func (d *Device) GemmTo(s *Stream, spec GemmSpec, alpha float32, a, b cuda.Devic
 	if d.rec != nil {
 		algo := p.algo.Algo // as planned now, whatever tuning does later
 		d.rec.other(func() error {
+			d.launched()
 			return bs.h.Matmul(p.desc, unsafe.Pointer(&alpha), b, p.a, a, p.b, unsafe.Pointer(&beta), c, p.c, out, p.c,
 				&algo, bs.ws.Ptr, bs.wsSize, h)
 		}, 'g', append([]uint64{uint64(p.desc), uint64(a), uint64(b), uint64(c), uint64(out), uint64(math.Float32bits(alpha)),
 			uint64(math.Float32bits(beta)), uint64(h)}, algo.Words()...)...)
 		return nil
 	}
+	d.launched()
 	return bs.h.Matmul(p.desc, unsafe.Pointer(&alpha), b, p.a, a, p.b, unsafe.Pointer(&beta), c, p.c, out, p.c,
 		&p.algo.Algo, bs.ws.Ptr, bs.wsSize, h)
 }

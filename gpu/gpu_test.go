@@ -134,7 +134,8 @@ func elementwiseSetup(d *gpu.Device, img *jit.Image, count, n int) (map[string]c
 
 // TestGraphReplayMatchesLaunches captures three dependent kernels into a
 // graph and checks that replaying it gives bit-identical results to plain
-// launches, and both match a float64 CPU reference.
+// launches, and both match a float64 CPU reference; Device.Launches counts
+// each plain kernel once, nothing while capturing, and a graph launch once.
 func TestGraphReplayMatchesLaunches(t *testing.T) {
 	w, img := elementwiseImage(t)
 	rng := testseed.New(t)
@@ -146,6 +147,7 @@ func TestGraphReplayMatchesLaunches(t *testing.T) {
 	}
 	var plainX, plainY, graphX, graphY []float32
 	var foreignErr error
+	var plainLaunches, captureLaunches, graphLaunches int64 // Device.Launches
 	err := w.Run(func(d *gpu.Device) error {
 		fns, bufs, free, err := elementwiseSetup(d, img, 4, n)
 		if err != nil {
@@ -168,15 +170,18 @@ func TestGraphReplayMatchesLaunches(t *testing.T) {
 				return err
 			}
 		}
+		launches := d.Launches()
 		for r := 0; r < reps; r++ {
 			if err := step(nil, bufs[0], bufs[1]); err != nil {
 				return err
 			}
 		}
+		plainLaunches = d.Launches() - launches
 		g, err := d.Capture(nil, func(s *gpu.Stream) error { return step(s, bufs[2], bufs[3]) })
 		if err != nil {
 			return err
 		}
+		captureLaunches = d.Launches() - launches - plainLaunches
 		for r := 0; r < reps; r++ {
 			if err := g.Launch(nil); err != nil {
 				return err
@@ -185,6 +190,7 @@ func TestGraphReplayMatchesLaunches(t *testing.T) {
 		done := make(chan error)
 		go func() { done <- g.Launch(nil) }() // not the capturing worker
 		foreignErr = <-done
+		graphLaunches = d.Launches() - launches - plainLaunches - captureLaunches
 		plainX, plainY, graphX, graphY = make([]float32, n), make([]float32, n), make([]float32, n), make([]float32, n)
 		for i, dst := range [][]float32{plainX, plainY, graphX, graphY} {
 			if err := gpu.Download(d, dst, bufs[i]); err != nil {
@@ -210,6 +216,12 @@ func TestGraphReplayMatchesLaunches(t *testing.T) {
 		maxRel = math.Max(maxRel, math.Abs(float64(graphY[i])-y)/(1+math.Abs(y)))
 	}
 	ownerOK := errors.Is(foreignErr, gpu.ErrNotOwner)
+	// 3 kernels a plain step, none counted while captured, one a graph
+	// launch, none for the launch refused on a foreign thread
+	if plainLaunches != 3*reps || captureLaunches != 0 || graphLaunches != reps {
+		t.Errorf("Launches counted %d plain steps' kernels, %d captured, %d graph launches; want %d, 0, %d",
+			plainLaunches, captureLaunches, graphLaunches, 3*reps, reps)
+	}
 	if !identical || maxRel > 1e-5 || !ownerOK {
 		t.Errorf("identical %v, max relative error %.2e, foreign launch error %v", identical, maxRel, foreignErr)
 	}

@@ -67,6 +67,7 @@ func (g *Graph) Launch(s *Stream) error {
 	if g.exec == 0 {
 		return fmt.Errorf("gpu %d: launch of a destroyed graph", g.d.info.Ordinal)
 	}
+	g.d.launched()
 	return cuda.GraphLaunch(g.exec, g.d.stream(s).h)
 }
 

@@ -42,3 +42,40 @@ func TestDenseBF16Peak(t *testing.T) {
 		}
 	}
 }
+
+// TestHBMPeak: datasheet GPUs by the names their drivers report (a variant
+// before its family), the fallback from the memory clock and bus width
+// against the H100 SXM's published 3.35 TB/s at its 2619 MHz and 5120
+// bits, and an unknown GPU without them an error naming --hbm-peak.
+func TestHBMPeak(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		mhz, bits int
+		want      float64
+		datasheet bool
+	}{
+		{"NVIDIA H200", 3201, 6144, 4.8e12, true},
+		{"NVIDIA H100 80GB HBM3", 2619, 5120, 3.35e12, true},
+		{"NVIDIA H100 PCIe", 1593, 5120, 2.0e12, true},
+		{"NVIDIA A100-SXM4-80GB", 1593, 5120, 2.039e12, true},
+		{"NVIDIA A100-SXM4-40GB", 1215, 5120, 1.555e12, true},
+		{"unlisted part, memory as the SXM5 Hopper", 2619, 5120, 3.35e12, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			i := Info{Name: c.name, MemClockKHz: c.mhz * 1000, MemBusBits: c.bits}
+			got, src, err := i.HBMPeak()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if math.Abs(got/c.want-1) > 1e-3 {
+				t.Fatalf("%g bytes/s, want %g (%s)", got, c.want, src)
+			}
+			if fromDriver := strings.Contains(src, "driver"); fromDriver == c.datasheet {
+				t.Fatalf("source %q: datasheet %v", src, c.datasheet)
+			}
+		})
+	}
+	if _, _, err := (Info{Name: "unknown"}).HBMPeak(); err == nil || !strings.Contains(err.Error(), "--hbm-peak") {
+		t.Errorf("err %v, want one that says to give --hbm-peak", err)
+	}
+}

@@ -267,8 +267,9 @@ func runQueue(q []func() error) error {
 	return nil
 }
 
-// launch records a kernel launch of a dry run.
-func (r *recorder) launch(f cuda.Function, grid, block cuda.Dim3, smem uint32, s cuda.Stream, args *cuda.Args) {
+// launch records a kernel launch of a dry run; count is called when the
+// recorded launch is queued (Device.launched).
+func (r *recorder) launch(f cuda.Function, grid, block cuda.Dim3, smem uint32, s cuda.Stream, args *cuda.Args, count func()) {
 	b := put(append(r.buf[:0], 'k'), uint64(f), uint64(grid.X), uint64(grid.Y), uint64(grid.Z), uint64(block.X), uint64(block.Y),
 		uint64(block.Z), uint64(smem), uint64(s))
 	if args != nil {
@@ -276,7 +277,7 @@ func (r *recorder) launch(f cuda.Function, grid, block cuda.Dim3, smem uint32, s
 		args = args.Clone() // the caller may reuse its list before the queue runs
 	}
 	r.buf = b
-	r.call(b, f, func() error { return cuda.LaunchKernel(f, grid, block, smem, s, args) })
+	r.call(b, f, func() error { count(); return cuda.LaunchKernel(f, grid, block, smem, s, args) })
 }
 
 // other records a GEMM, memset or copy of a dry run: kind ('g', 'm', 'c')

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sort"
 
+	"dflash/dtype"
 	"dflash/tensor"
 )
 
@@ -42,6 +43,15 @@ func (m *Model) NewCache(b tensor.Backend[float32], maxLen int) *Cache {
 
 // Max returns the positions the cache holds at most.
 func (c *Cache) Max() int { return c.kv.Max }
+
+// Bytes returns the bytes of the keys and values of n positions in every
+// layer (tensor.KVCache.Bytes): what a step attending to n positions reads
+// of the cache.
+func (c *Cache) Bytes(n int) int64 { return c.kv.Bytes(n) }
+
+// DType returns the element type of the cache's keys and values (bf16 on
+// CUDA).
+func (c *Cache) DType() dtype.DType { return c.kv.DType() }
 
 // Free gives the cache's memory back to its backend; c must not be used
 // afterwards.

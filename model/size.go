@@ -28,6 +28,18 @@ func (c *Config) ParamCount() float64 {
 	return n
 }
 
+// DecodeParams returns the parameters one decoding pass of c reads whole,
+// whatever its token count: every parameter but the embedding, whose rows
+// the pass only gathers (a tied LM head is that matrix, read whole once):
+// ParamCount less vocab × hidden when the LM head is untied.
+func (c *Config) DecodeParams() float64 {
+	n := c.ParamCount()
+	if !c.TieWordEmbeddings {
+		n -= float64(c.VocabSize) * float64(c.HiddenSize)
+	}
+	return n
+}
+
 // availableMemory is meminfo.Available, replaced in tests.
 var availableMemory = meminfo.Available
 

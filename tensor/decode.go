@@ -1,6 +1,10 @@
 package tensor
 
-import "fmt"
+import (
+	"fmt"
+
+	"dflash/dtype"
+)
 
 // KVCache holds the keys and values of one decoding sequence on a backend,
 // allocated once for at most Max positions: per layer, keys and values
@@ -24,6 +28,26 @@ func NewKVCache[T Float](b Backend[T], layers, kvHeads, maxLen, headDim int) *KV
 	}
 	return c
 }
+
+// KVBytes returns the bytes of n positions of a KV cache of layers layers
+// with kvHeads heads of headDim elements of elem bytes, keys and values:
+//
+//	2 · layers · kvHeads · headDim · n · elem
+//
+// what attention over those positions reads of it.
+func KVBytes(layers, kvHeads, headDim, n, elem int) int64 {
+	return 2 * int64(layers) * int64(kvHeads) * int64(headDim) * int64(n) * int64(elem)
+}
+
+// Bytes returns the bytes of the first n positions of every layer of c
+// (KVBytes in the element type of its storage: bf16 on CUDA); Bytes(c.Max)
+// is its whole allocation.
+func (c *KVCache[T]) Bytes(n int) int64 {
+	return KVBytes(len(c.K), c.KVHeads, c.HeadDim, n, c.DType().Size())
+}
+
+// DType returns the element type of c's keys and values.
+func (c *KVCache[T]) DType() dtype.DType { return c.K[0].DType() }
 
 // Free gives the cache's memory back, last allocated first (a caching
 // device allocator that hands out a size's free blocks last freed first

@@ -93,3 +93,30 @@ func BenchmarkDecodeAttention(b *testing.B) {
 		})
 	}
 }
+
+// TestKVCacheBytes: Bytes of every position is the cache's allocation,
+// element by element (each layer's keys and values, their lengths times
+// their element size), and each position adds its share.
+func TestKVCacheBytes(t *testing.T) {
+	rng := testseed.New(t)
+	layers, kvHeads, maxLen, headDim := 1+rng.IntN(5), 1+rng.IntN(4), 2+rng.IntN(40), 1+rng.IntN(16)
+	n := rng.IntN(maxLen)
+	checkKVBytes(t, tensor.NewKVCache(tensor.NewCPU[float32](1), layers, kvHeads, maxLen, headDim), n)
+	checkKVBytes(t, tensor.NewKVCache(tensor.NewCPU[float64](1), layers, kvHeads, maxLen, headDim), n)
+}
+
+func checkKVBytes[T tensor.Float](t *testing.T, c *tensor.KVCache[T], n int) {
+	t.Helper()
+	var alloc int64
+	for l := range c.K {
+		for _, s := range []tensor.Storage[T]{c.K[l], c.V[l]} {
+			alloc += int64(s.Len() * s.DType().Size())
+		}
+	}
+	if got := c.Bytes(c.Max); got != alloc {
+		t.Errorf("%s: Bytes(%d) = %d, the cache allocated %d bytes", c.K[0].DType(), c.Max, got, alloc)
+	}
+	if got, want := c.Bytes(n), alloc/int64(c.Max)*int64(n); got != want {
+		t.Errorf("%s: Bytes(%d) = %d, want %d (of %d positions' %d)", c.K[0].DType(), n, got, want, c.Max, alloc)
+	}
+}

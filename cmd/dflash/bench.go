@@ -16,10 +16,11 @@ import (
 )
 
 func init() {
-	register(&command{name: "bench", summary: "benchmarks: attention, the drafter training step, checkpoint writes", run: func(args []string) error {
+	register(&command{name: "bench", summary: "benchmarks: attention, the drafter training step, the decoding passes, checkpoint writes", run: func(args []string) error {
 		return subcommands("bench", map[string]*command{
 			"attention": {name: "attention", summary: "flex attention on the CPU (against the dense masked reference) or the GPU", run: benchAttention},
 			"step":      {name: "step", summary: "one drafter training step, phase by phase, for a named target shape with random weights", run: benchStep},
+			"decode":    {name: "decode", summary: "a decode step, a verification and a drafter proposal against their HBM bounds, for a named target shape with random weights", run: benchDecode},
 			"write":     {name: "write", summary: "a checkpoint's write through the run's path beside the disk's own direct write speed", run: benchWrite},
 		}, args)
 	}})

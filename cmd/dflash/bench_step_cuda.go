@@ -1,11 +1,9 @@
 package main
 
 import (
-	"fmt"
 	"time"
 
 	"dflash/gpu"
-	"dflash/jit"
 	"dflash/recipe"
 	"dflash/recipe/stepbench"
 	"dflash/tensor/tensorcuda"
@@ -17,23 +15,8 @@ import (
 // thread, with kernels through the cache in cacheDir; the report adds the
 // GPU's name, peak memory and per-step copies and synchronisations.
 func benchStepCUDA(o stepbench.Options, cacheDir string) (*stepbench.Report, error) {
-	cache, err := jit.NewNVRTCCache(cacheDir)
-	if err != nil {
-		return nil, fmt.Errorf("--device cuda: %w", err)
-	}
-	w, err := gpu.Open(0)
-	if err != nil {
-		return nil, fmt.Errorf("--device cuda: %w", err)
-	}
-	defer gpu.CloseAll()
 	var rep *stepbench.Report
-	err = w.Run(func(d *gpu.Device) (err error) {
-		defer tensorcuda.RecoverOOM(&err)
-		b, err := tensorcuda.NewBackend(cache, d)
-		if err != nil {
-			return err
-		}
-		defer b.Close()
+	name, err := onGPU0(cacheDir, func(d *gpu.Device, b *tensorcuda.Backend) error {
 		clock, err := newEventClock(d)
 		if err != nil {
 			return err
@@ -61,7 +44,7 @@ func benchStepCUDA(o stepbench.Options, cacheDir string) (*stepbench.Report, err
 	if err != nil {
 		return nil, err
 	}
-	rep.GPU = w.Info().Name
+	rep.GPU = name
 	return rep, nil
 }
 

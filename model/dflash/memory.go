@@ -62,6 +62,15 @@ func (c *Config) ParamCount() float64 {
 	return float64(len(c.TargetLayerIDs))*H*H + H + float64(c.NumLayers)*layer + H
 }
 
+// ProposeParams returns the parameters one proposal of a drafter of c
+// reads whole (Drafter.Propose): its layers, its final norm and the
+// target's LM head, vocab × hidden; not fc and hidden_norm, which Extend
+// reads, nor the embedding, whose rows it gathers.
+func (c *Config) ProposeParams() float64 {
+	H := float64(c.HiddenSize)
+	return c.ParamCount() - float64(len(c.TargetLayerIDs))*H*H - H + float64(c.VocabSize)*H
+}
+
 // StepMemory estimates the bytes of a training step of drafter dc over
 // target tc for rows rows of seqLen tokens with blocks anchor blocks each
 // (dc.NumAnchors for a sample a row; a packed row's Packing.Blocks),
