@@ -18,12 +18,14 @@ type fixedQ struct {
 	logits  []float32
 }
 
-func (f *fixedQ) BlockSize() int               { return f.B }
-func (f *fixedQ) Taps() []int                  { return []int{f.taps} }
-func (f *fixedQ) Start(int) Sequence           { return f }
-func (f *fixedQ) Extend([]*tensor.Tensor)      {}
-func (f *fixedQ) Propose(last int32) []float32 { return f.logits }
-func (f *fixedQ) Free()                        {}
+func (f *fixedQ) BlockSize() int          { return f.B }
+func (f *fixedQ) Taps() []int             { return []int{f.taps} }
+func (f *fixedQ) Start(int) Sequence      { return f }
+func (f *fixedQ) Extend([]*tensor.Tensor) {}
+func (f *fixedQ) Propose(int32, bool) model.Rows {
+	return model.Rows{Logits: f.logits, Vocab: len(f.logits) / f.B}
+}
+func (f *fixedQ) Free() {}
 
 // TestSamplingDistribution checks the speculative sampling rule: over many
 // runs, the joint distribution of the first four generated tokens equals the
