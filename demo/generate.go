@@ -59,7 +59,6 @@ func greedyRows(ctx context.Context, m *model.Model, b tensor.Backend[float32], 
 		seqs[i] = slices.Clone(p)
 		done[i] = len(p) >= m.ContextLimit()
 	}
-	V := m.Config.VocabSize
 	for !allTrue(done) {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -79,13 +78,14 @@ func greedyRows(ctx context.Context, m *model.Model, b tensor.Backend[float32], 
 		}
 		tp := tensor.NewInference(b)
 		out := m.Forward(tp, model.Input{IDs: ids, Batch: n, Len: L})
-		logits := tensor.Values(b, m.Logits(tp, tp.Embedding(out.Final, b.UploadInts(last))))
+		// Each row's argmax is downloaded, not its logits.
+		picks := tensor.RowArgmax(b, m.Logits(tp, tp.Embedding(out.Final, b.UploadInts(last))))
 		b.ResetStep() // the pass's storage and block mask
 		for i := range seqs {
 			if done[i] {
 				continue
 			}
-			next := model.Argmax(logits[i*V : (i+1)*V])
+			next := picks[i]
 			seqs[i], outs[i] = append(seqs[i], next), append(outs[i], next)
 			done[i] = next == stop || len(outs[i]) >= maxNew || len(seqs[i]) >= m.ContextLimit()
 		}

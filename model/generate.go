@@ -74,18 +74,20 @@ func (c *Cache) Truncate(n int) {
 // gradients. The step's storage is b's step memory: scope it (tensor.Scope).
 func (m *Model) Step(b tensor.Backend[float32], cache *Cache, tokens []int32) []float32 {
 	logits, _ := m.Prefill(b, cache, tokens, nil)
-	return logits
+	return tensor.Values(b, logits)
 }
 
-// Prefill is Step that also returns, for each HF hidden-state index in
-// states (see Input.States; NumLayers is the final-normed state), that
-// state of every token [n, Hidden]: speculative decoding starts the
-// drafter's context with them.
-func (m *Model) Prefill(b tensor.Backend[float32], cache *Cache, tokens []int32, states []int) ([]float32, map[int]*tensor.Tensor) {
+// Prefill is Step that leaves the last token's logits [1, Vocab] on b, to be
+// read before the step's storage goes (tensor.Values for the logits,
+// tensor.RowArgmax for the greedy token alone), and also returns, for each
+// HF hidden-state index in states (see Input.States; NumLayers is the
+// final-normed state), that state of every token [n, Hidden]: speculative
+// decoding starts the drafter's context with them.
+func (m *Model) Prefill(b tensor.Backend[float32], cache *Cache, tokens []int32, states []int) (logits *tensor.Tensor, hidden map[int]*tensor.Tensor) {
 	x, hidden := m.decode(b, cache, tokens, states)
 	tp := tensor.NewInference(b)
 	last := tp.Slice(x, 0, len(tokens)-1, len(tokens))
-	return tensor.Values(b, m.Logits(tp, tp.RMSNorm(last, m.Norm, m.Config.RMSNormEps))), hidden
+	return m.Logits(tp, tp.RMSNorm(last, m.Norm, m.Config.RMSNormEps)), hidden
 }
 
 // Decode is Prefill for a block of tokens that all need their logits, as
@@ -190,16 +192,21 @@ func (m *Model) Generate(b tensor.Backend[float32], prompt []int32, opts Generat
 	rng := rand.New(rand.NewPCG(opts.Seed, 0x6e6))
 	cache := m.NewCache(b, len(prompt)+maxNew)
 	defer cache.Free()
-	var logits []float32
-	tensor.Scope(b, func() { logits = m.Step(b, cache, prompt) })
+	var next int32
+	step := func(tokens []int32) {
+		tensor.Scope(b, func() {
+			logits, _ := m.Prefill(b, cache, tokens, nil)
+			next = ReadRows(b, logits, opts.Temperature <= 0).Pick(0, opts.Temperature, opts.TopK, rng)
+		})
+	}
+	step(prompt)
 	var out []int32
 	for {
-		next := Sample(logits, opts.Temperature, opts.TopK, rng)
 		out = append(out, next)
 		if slices.Contains(opts.Stop, next) || len(out) == maxNew {
 			return out, nil
 		}
-		tensor.Scope(b, func() { logits = m.Step(b, cache, []int32{next}) })
+		step([]int32{next})
 	}
 }
 
@@ -212,16 +219,10 @@ func Sample(logits []float32, temperature float64, topK int, rng *rand.Rand) int
 	return SampleProbs(Probs(logits, temperature, topK), rng)
 }
 
-// Argmax returns the index of the largest logit, the lowest on ties.
-func Argmax(logits []float32) int32 {
-	best := 0
-	for i, v := range logits {
-		if v > logits[best] {
-			best = i
-		}
-	}
-	return int32(best)
-}
+// Argmax returns the index of the largest logit, the lowest on ties (a NaN
+// counts as the largest: tensor.Argmax, the rule of every backend's
+// ArgmaxRows).
+func Argmax(logits []float32) int32 { return int32(tensor.Argmax(logits)) }
 
 // Probs returns the sampling distribution of logits (temperature > 0):
 // p_i ∝ exp(logits_i/temperature) over the topK largest logits (all when

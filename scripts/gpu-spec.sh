@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # gpu-spec.sh is the device check of speculative decoding on the GPU (issue 27), in one device call:
-#   tests   the spec package's GPU tests (-test.run GPU: greedy lossless against the target's own
-#           greedy decoding on CUDA, and the sampling test where there is one)
+#   tests   the spec package's GPU tests (-test.run GPU): TestGPUGreedyLossless (greedy lossless
+#           against the target's own greedy decoding on CUDA, argmax ids read on the device) and
+#           TestGPUSamplingDistribution (the chi-square test of speculative sampling on CUDA)
 #   demo    `dflash demo --device cuda --dir $WORK/demo`: the demo at GPU size, its target,
 #           drafter and held-out prompts left in $WORK/demo
 #   side    on that demo's target, drafter and held-out prompts, `dflash spec --device cuda` and
@@ -62,7 +63,7 @@ for f in "$B/dflash" "$B/spec.test" "$B/zlab/dflash/model.py"; do
 done
 
 if has tests; then
-	echo "== spec GPU tests (greedy lossless on CUDA; sampling where present)"
+	echo "== spec GPU tests (greedy lossless and the sampling distribution on CUDA)"
 	(cd spec && "../$B/spec.test" -test.run GPU -test.v -test.timeout 540s) >"$OUT/spec-tests.log" 2>&1 || fail "spec GPU tests"
 	grep -E '^(--- |ok|FAIL|PASS)|oracle:' "$OUT/spec-tests.log" | tail -n 20
 	! grep -q -- '--- SKIP' "$OUT/spec-tests.log" || fail "spec GPU tests skipped (no GPU?)"

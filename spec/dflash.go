@@ -78,8 +78,10 @@ type dflashSeq struct {
 
 func (s *dflashSeq) Extend(hidden []*tensor.Tensor) { s.f.D.Extend(s.f.Backend, s.ctx, hidden) }
 
-func (s *dflashSeq) Propose(last int32) []float32 {
-	return tensor.Values(s.f.Backend, s.f.D.Propose(s.f.Backend, s.f.Head, s.ctx, last))
+// Propose reads the drafter's block logits off its backend: greedily only
+// each row's argmax (B ids), else the logits.
+func (s *dflashSeq) Propose(last int32, greedy bool) model.Rows {
+	return model.ReadRows(s.f.Backend, s.f.D.Propose(s.f.Backend, s.f.Head, s.ctx, last), greedy)
 }
 
 func (s *dflashSeq) Free() { s.ctx.Free() }

@@ -1,6 +1,7 @@
 package spec
 
 import (
+	"errors"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -54,10 +55,7 @@ func TestGPUGreedyLossless(t *testing.T) {
 			// t.Fatal ends the test's goroutine only: on the worker's, the
 			// test returns an error instead.
 			err = gputest.RunBackend(w, cache, tensorcuda.NewBackend, func(_ *gpu.Device, b *tensorcuda.Backend) error {
-				m.Arena().Place(b, false)
-				random.D.Arena().Place(b, false)
-				random.Backend = b
-				random.Head = dflash.HeadOf(m) // the target's embedding and head where they are now
+				placeOn(b, m, random)
 				// The oracle checks no hidden state here (no full forward on the CPU).
 				return lossless(t, b, m, random, rng, losslessCase{prompts: 24, maxPrompt: 120, allLengths: true,
 					oracle: func(i int, prompt, ref []int32) *oracle {
@@ -70,6 +68,54 @@ func TestGPUGreedyLossless(t *testing.T) {
 			}
 		})
 	}
+}
+
+// gpuSamplingConfig is the target of TestGPUSamplingDistribution: the CPU
+// test's 2 layers and peaked distributions over few tokens (8: 8⁴ cells of
+// four tokens), at a head dimension the CUDA attention kernels take (64)
+// and the GQA group of TestGPUGreedyLossless's Qwen3 (4); the weights'
+// scale keeps the logits' spread of the CPU test's target (0.4·√16 ≈
+// 0.14·√128).
+var gpuSamplingConfig = model.Config{Arch: model.Qwen3, VocabSize: 8, HiddenSize: 128, IntermediateSize: 256, NumLayers: 2,
+	NumHeads: 8, NumKVHeads: 2, HeadDim: 64, RMSNormEps: 1e-6, RopeTheta: 10000, MaxPositionEmbeddings: 64,
+	InitializerRange: 0.14}
+
+// TestGPUSamplingDistribution is TestSamplingDistribution on the CUDA
+// backend: the target and the random DFlash drafter decode on the GPU, and
+// the exact distribution the runs are tested against comes from full
+// forward passes on the same backend, so that bf16 rounding is on both
+// sides (only the difference between the cached and the full forward's
+// rounding is not).
+func TestGPUSamplingDistribution(t *testing.T) {
+	w, cache := gputest.Worker0Cache(t)
+	seed := testseed.Seed(t)
+	rng := rand.New(rand.NewPCG(seed, 9))
+	m, random := samplingModels(t, gpuSamplingConfig, rng, nil)
+	runs := 5000
+	if testing.Short() {
+		runs = 1500
+	}
+	err := gputest.RunBackend(w, cache, tensorcuda.NewBackend, func(_ *gpu.Device, b *tensorcuda.Backend) error {
+		placeOn(b, m, random)
+		var errs []error
+		for _, c := range samplingCases(m, random, b, rng) {
+			errs = append(errs, checkSampling(t, b, m, c, runs, seed))
+		}
+		return errors.Join(errs...)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// placeOn moves target m and the DFlash drafter d onto b: their weights,
+// the drafter's backend and its head (the target's embedding and LM head
+// where they are now).
+func placeOn(b tensor.Backend[float32], m *model.Model, d *DFlash) {
+	m.Arena().Place(b, false)
+	d.D.Arena().Place(b, false)
+	d.Backend = b
+	d.Head = dflash.HeadOf(m)
 }
 
 // gpuTopGap returns the gap between the two largest next-token logits after

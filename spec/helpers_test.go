@@ -109,7 +109,9 @@ func (o *oracle) Extend(hidden []*tensor.Tensor) {
 	o.pos += n
 }
 
-func (o *oracle) Propose(last int32) []float32 {
+// Propose returns logits whatever greedy asks: a greedy round picks their
+// argmax on the host, as from any drafter that returns logits.
+func (o *oracle) Propose(last int32, _ bool) model.Rows {
 	o.calls++
 	if o.pos >= len(o.seq) || last != o.seq[o.pos] {
 		o.fatalf("Propose(%d) at position %d: the sequence there is %v", last, o.pos, o.seq[min(o.pos, len(o.seq)-1):])
@@ -127,5 +129,5 @@ func (o *oracle) Propose(last int32) []float32 {
 		}
 		l[s*o.V+int(x)] = 10
 	}
-	return l
+	return model.Rows{Logits: l, Vocab: o.V}
 }

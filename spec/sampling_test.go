@@ -2,6 +2,8 @@ package spec
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -18,12 +20,14 @@ type fixedQ struct {
 	logits  []float32
 }
 
-func (f *fixedQ) BlockSize() int               { return f.B }
-func (f *fixedQ) Taps() []int                  { return []int{f.taps} }
-func (f *fixedQ) Start(int) Sequence           { return f }
-func (f *fixedQ) Extend([]*tensor.Tensor)      {}
-func (f *fixedQ) Propose(last int32) []float32 { return f.logits }
-func (f *fixedQ) Free()                        {}
+func (f *fixedQ) BlockSize() int          { return f.B }
+func (f *fixedQ) Taps() []int             { return []int{f.taps} }
+func (f *fixedQ) Start(int) Sequence      { return f }
+func (f *fixedQ) Extend([]*tensor.Tensor) {}
+func (f *fixedQ) Propose(int32, bool) model.Rows {
+	return model.Rows{Logits: f.logits, Vocab: len(f.logits) / f.B}
+}
+func (f *fixedQ) Free() {}
 
 // TestSamplingDistribution checks the speculative sampling rule: over many
 // runs, the joint distribution of the first four generated tokens equals the
@@ -41,68 +45,103 @@ func TestSamplingDistribution(t *testing.T) {
 	cfg := model.Config{Arch: model.Qwen3, VocabSize: 6, HiddenSize: 16, IntermediateSize: 24, NumLayers: 2,
 		NumHeads: 2, NumKVHeads: 1, HeadDim: 8, RMSNormEps: 1e-6, RopeTheta: 10000, MaxPositionEmbeddings: 64,
 		InitializerRange: 0.4}
-	m, err := model.New(cfg, rng.Uint64())
-	if err != nil {
-		t.Fatal(err)
-	}
-	prompt := []int32{int32(rng.IntN(6)), int32(rng.IntN(6)), int32(rng.IntN(6))}
-	// The fixed proposals are the log marginals of the target's 2nd and 3rd
-	// generated tokens plus noise: near enough to the target that drafts at
-	// both block positions are accepted often, far enough that they are
-	// also rejected, whatever the seed.
-	marg := jointProbs(m, cpu, prompt, 3, Options{Temperature: 0.8, TopK: 3})
-	q := &fixedQ{B: 3, taps: 0, logits: make([]float32, 3*6)}
-	for c, p := range marg {
-		q.logits[6+c/6%6] += float32(p) // token 2 of the cell
-		q.logits[12+c%6] += float32(p)  // token 3
-	}
-	for i := 6; i < len(q.logits); i++ {
-		q.logits[i] = float32(math.Log(float64(q.logits[i])+0.02) + 0.7*rng.NormFloat64())
-	}
+	m, random := samplingModels(t, cfg, rng, cpu)
 	runs := 5000
 	if raceEnabled || testing.Short() {
 		runs = 1500
 	}
-	const gen = 4
-	for _, tc := range []struct {
-		name string
-		d    Drafter
-		o    Options
-	}{
-		{"dflash T=1", randomDFlash(t, m, 1, 3, rng, cpu), Options{Temperature: 1}},
-		{"fixed T=0.8 top-3", q, Options{Temperature: 0.8, TopK: 3}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			want := jointProbs(m, cpu, prompt, gen, tc.o)
-			counts := make([]float64, len(want))
-			st := NewStats(tc.d.BlockSize())
-			for i := range runs {
-				o := tc.o
-				o.MaxNewTokens, o.Seed = gen, seed+uint64(i)
-				out, s, err := Generate(context.Background(), cpu, m, tc.d, prompt, o)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if len(out) != gen {
-					t.Fatalf("run %d: %d tokens", i, len(out))
-				}
-				counts[cell(out, 6)]++
-				st.Add(s)
-			}
-			chi2, dof := chiSquare(counts, want, float64(runs))
-			z := wilsonHilferty(chi2, dof)
-			t.Logf("%d runs: chi-square %.1f with %d degrees of freedom (z %.2f); acceptance length %.3f, per position %.3f",
-				runs, chi2, dof, z, st.AcceptanceLength(), st.SlotAcceptance())
-			if z > 4.5 {
-				t.Fatalf("the generated tokens do not follow the target's distribution: chi-square %.1f, %d degrees of freedom (z %.2f)", chi2, dof, z)
-			}
-			for s, tried := range st.SlotTried {
-				if st.SlotAccepted[s] == 0 || st.SlotAccepted[s] == tried {
-					t.Errorf("block position %d: %d of %d drafts accepted; both outcomes must occur", s+1, st.SlotAccepted[s], tried)
-				}
+	for _, c := range samplingCases(m, random, cpu, rng) {
+		t.Run(c.name, func(t *testing.T) {
+			if err := checkSampling(t, cpu, m, c, runs, seed); err != nil {
+				t.Fatal(err)
 			}
 		})
 	}
+}
+
+// samplingModels returns the target of cfg and a random DFlash drafter of
+// one layer and blocks of 3 for it, on b (nil: the CPU).
+func samplingModels(t *testing.T, cfg model.Config, rng *rand.Rand, b tensor.Backend[float32]) (*model.Model, *DFlash) {
+	t.Helper()
+	m, err := model.New(cfg, rng.Uint64())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, randomDFlash(t, m, 1, 3, rng, b)
+}
+
+// samplingCase is one drafter and decoding of the sampling test, after
+// prompt.
+type samplingCase struct {
+	name   string
+	prompt []int32
+	d      Drafter
+	o      Options
+}
+
+// samplingCases draws the prompt and returns the sampling test's cases on
+// b: the random drafter at T = 1, and fixed proposals at T = 0.8, top-3.
+func samplingCases(m *model.Model, random *DFlash, b tensor.Backend[float32], rng *rand.Rand) []samplingCase {
+	V := m.Config.VocabSize
+	prompt := []int32{int32(rng.IntN(V)), int32(rng.IntN(V)), int32(rng.IntN(V))}
+	// The fixed proposals are the log marginals of the target's 2nd and 3rd
+	// generated tokens plus noise: near enough to the target that drafts at
+	// both block positions are accepted often, far enough that they are
+	// also rejected, whatever the seed.
+	top3 := Options{Temperature: 0.8, TopK: 3}
+	marg := jointProbs(m, b, prompt, 3, top3)
+	q := &fixedQ{B: 3, taps: 0, logits: make([]float32, 3*V)}
+	for c, p := range marg {
+		q.logits[V+c/V%V] += float32(p) // token 2 of the cell
+		q.logits[2*V+c%V] += float32(p) // token 3
+	}
+	for i := V; i < len(q.logits); i++ {
+		q.logits[i] = float32(math.Log(float64(q.logits[i])+0.02) + 0.7*rng.NormFloat64())
+	}
+	return []samplingCase{
+		{"dflash T=1", prompt, random, Options{Temperature: 1}},
+		{"fixed T=0.8 top-3", prompt, q, top3},
+	}
+}
+
+// checkSampling runs c runs times on b (seeds seed, seed+1, ...) and
+// returns an error when the joint distribution of the first four tokens
+// fails the chi-square test against the target's own distribution on b, or
+// when a block position saw only acceptances or only rejections. It calls
+// no t.Fatal: it may run on a GPU worker's goroutine.
+func checkSampling(t *testing.T, b tensor.Backend[float32], m *model.Model, c samplingCase, runs int, seed uint64) error {
+	const gen = 4
+	V := m.Config.VocabSize
+	want := jointProbs(m, b, c.prompt, gen, c.o)
+	counts := make([]float64, len(want))
+	st := NewStats(c.d.BlockSize())
+	for i := range runs {
+		o := c.o
+		o.MaxNewTokens, o.Seed = gen, seed+uint64(i)
+		out, s, err := Generate(context.Background(), b, m, c.d, c.prompt, o)
+		if err != nil {
+			return fmt.Errorf("%s: %w", c.name, err)
+		}
+		if len(out) != gen {
+			return fmt.Errorf("%s: run %d: %d tokens", c.name, i, len(out))
+		}
+		counts[cell(out, V)]++
+		st.Add(s)
+	}
+	chi2, dof := chiSquare(counts, want, float64(runs))
+	z := wilsonHilferty(chi2, dof)
+	t.Logf("%s: %d runs: chi-square %.1f with %d degrees of freedom (z %.2f); acceptance length %.3f, per position %.3f",
+		c.name, runs, chi2, dof, z, st.AcceptanceLength(), st.SlotAcceptance())
+	if z > 4.5 {
+		return fmt.Errorf("%s: the generated tokens do not follow the target's distribution: chi-square %.1f, %d degrees of freedom (z %.2f)", c.name, chi2, dof, z)
+	}
+	var errs []error
+	for s, tried := range st.SlotTried {
+		if st.SlotAccepted[s] == 0 || st.SlotAccepted[s] == tried {
+			errs = append(errs, fmt.Errorf("%s: block position %d: %d of %d drafts accepted; both outcomes must occur", c.name, s+1, st.SlotAccepted[s], tried))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // cell indexes a token sequence in base v.
@@ -116,7 +155,7 @@ func cell(seq []int32, v int) int {
 
 // jointProbs returns the target's own probability of every sequence of n
 // generated tokens after prompt under o's temperature and top-k, indexed by
-// cell, from a full forward pass per prefix.
+// cell, from a full forward pass per prefix on b.
 func jointProbs(m *model.Model, b tensor.Backend[float32], prompt []int32, n int, o Options) []float64 {
 	V := m.Config.VocabSize
 	out := make([]float64, int(math.Pow(float64(V), float64(n))))
@@ -126,8 +165,11 @@ func jointProbs(m *model.Model, b tensor.Backend[float32], prompt []int32, n int
 			out[cell(seq[len(prompt):], V)] = p
 			return
 		}
-		tp := tensor.NewInference(b)
-		l := m.Logits(tp, m.Forward(tp, model.Input{IDs: seq, Batch: 1, Len: len(seq)}).Final).Data()
+		var l []float32
+		tensor.Scope(b, func() {
+			tp := tensor.NewInference(b)
+			l = tensor.Values(b, m.Logits(tp, m.Forward(tp, model.Input{IDs: seq, Batch: 1, Len: len(seq)}).Final))
+		})
 		probs := model.Probs(l[len(l)-V:], o.Temperature, o.TopK)
 		for x, px := range probs {
 			if px > 0 {

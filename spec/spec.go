@@ -32,11 +32,13 @@ type Sequence interface {
 	// tensor per tap (the outputs of the tapped target layers), on the
 	// backend the target decodes on.
 	Extend(hidden []*tensor.Tensor)
-	// Propose returns the logits [B, V] of a block whose slot 0 holds last
-	// at the position just after the context, in host memory; row s ≥ 1 is
-	// the draft distribution of the token s positions later (row 0 is
-	// ignored).
-	Propose(last int32) []float32
+	// Propose returns the B rows of logits of a block whose slot 0 holds
+	// last at the position just after the context: row s ≥ 1 is the draft
+	// distribution of the token s positions later (row 0 is ignored). With
+	// greedy (decoding at temperature 0) it may return each row's argmax
+	// alone (model.ReadRows), else it returns the logits [B, V] in host
+	// memory.
+	Propose(last int32, greedy bool) model.Rows
 	// Free gives back what the sequence holds; it is not used afterwards.
 	Free()
 }
@@ -140,7 +142,8 @@ func Generate(ctx context.Context, b tensor.Backend[float32], target *model.Mode
 		states[i] = t + 1 // the output of layer t is HF hidden state t+1
 	}
 	rng := rand.New(rand.NewPCG(o.Seed, 0x5bec))
-	pick := func(logits []float32) int32 { return model.Sample(logits, o.Temperature, o.TopK, rng) }
+	greedy := o.Temperature <= 0
+	pick := func(r model.Rows, i int) int32 { return r.Pick(i, o.Temperature, o.TopK, rng) }
 
 	t0 := time.Now()
 	// The target's cache holds every position the rounds verify (the last
@@ -154,7 +157,7 @@ func Generate(ctx context.Context, b tensor.Backend[float32], target *model.Mode
 	tensor.Scope(b, func() {
 		logits, hidden := target.Prefill(b, cache, prompt, states)
 		seq.Extend(taps(hidden, states, 0, len(prompt)))
-		out = []int32{pick(logits)}
+		out = []int32{pick(model.ReadRows(b, logits, greedy), 0)}
 	})
 	st.PrefillSeconds = time.Since(t0).Seconds()
 	V := target.Config.VocabSize
@@ -166,18 +169,18 @@ func Generate(ctx context.Context, b tensor.Backend[float32], target *model.Mode
 		n := min(B, maxNew-len(out), limit-1-start)
 		m := b.MarkStep() // the round's storage is released when it ends
 		t1 := time.Now()
-		draftLogits := seq.Propose(out[len(out)-1])
-		if len(draftLogits) != B*V {
-			panic(fmt.Sprintf("spec: drafter returned %d logits for a block of %d × vocab %d", len(draftLogits), B, V))
+		draft := seq.Propose(out[len(out)-1], greedy)
+		if draft.Len() != B || draft.IDs == nil && draft.Vocab != V {
+			panic(fmt.Sprintf("spec: drafter returned %d rows of %d ids and %d logits for a block of %d × vocab %d", draft.Len(), len(draft.IDs), len(draft.Logits), B, V))
 		}
 		block := make([]int32, n)
 		block[0] = out[len(out)-1]
 		for s := 1; s < n; s++ {
-			block[s] = pick(draftLogits[s*V : (s+1)*V])
+			block[s] = pick(draft, s)
 		}
 		t2 := time.Now()
 		vl, vh := target.Decode(b, cache, block, states)
-		accepted, next := verify(tensor.Values(b, vl), draftLogits, block, V, o, rng)
+		accepted, next := verify(model.ReadRows(b, vl, greedy), draft, block, o, rng)
 		st.DraftSeconds += t2.Sub(t1).Seconds()
 		st.VerifySeconds += time.Since(t2).Seconds()
 		st.Rounds++

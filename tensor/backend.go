@@ -165,6 +165,12 @@ type Backend[T Float] interface {
 	// (the gradient of scale[r]·loss[r]). Rows with targets[r] < 0 get loss 0,
 	// argmax −1 and a zero gradient. scale and loss are statistics.
 	SoftmaxXent(logits Storage[T], rows, vocab int, targets Ints, scale, loss Storage[T], argmax Ints)
+	// ArgmaxRows treats x as rows×cols (cols ≥ 1) and writes out[r] =
+	// argmax_j x[r,j], the lowest j among equal maxima, a NaN counting as
+	// larger than every number (the row's first NaN wins): Argmax of each
+	// row, on the backend, so that greedy decoding downloads rows ids
+	// (RowArgmax) instead of rows×cols logits. It has no gradient.
+	ArgmaxRows(x Storage[T], rows, cols int, out Ints)
 
 	// Attention computes out = softmax(score(q·kᵀ·scale) masked)·v and the
 	// per-row log-sum-exp lse (a statistic), with package flex's layouts and

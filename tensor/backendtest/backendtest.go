@@ -66,8 +66,9 @@ type opCase struct {
 // without weight or move), SwiGLU (and on one packed product), an MLP block
 // (and tensor.MLP, which recomputes its activation), chunked LM-head
 // cross-entropy (three chunk sizes, masked and weighted rows), flex
-// attention (causal GQA, and a decode-style offset mask) and the snapshot
-// of master values into AllocHost's memory (HostSnapshot).
+// attention (causal GQA, and a decode-style offset mask), the snapshot
+// of master values into AllocHost's memory (HostSnapshot) and the argmax
+// of rows with ties, infinities and NaNs (ArgmaxRows, through RowArgmax).
 func Run(t *testing.T, b tensor.Backend[float32], tol Tolerances) {
 	seed := testseed.Seed(t)
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
@@ -75,6 +76,7 @@ func Run(t *testing.T, b tensor.Backend[float32], tol Tolerances) {
 	t.Run("Gemm", func(t *testing.T) { runGemm(t, b, tol, rng) })
 	t.Run("GemmAdd", func(t *testing.T) { runGemmAdd(t, b, tol, rng) })
 	t.Run("HostSnapshot", func(t *testing.T) { HostSnapshot(t, b) })
+	t.Run("ArgmaxRows", func(t *testing.T) { runArgmax(t, b, rand.New(rand.NewPCG(seed, 0xa4a))) })
 	for _, c := range opCases(rng, tol.HeadDim) {
 		t.Run(c.name, func(t *testing.T) { runOp(t, c, b, tol, ref, rng) })
 	}

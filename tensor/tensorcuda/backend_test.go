@@ -178,6 +178,10 @@ func TestBackendDispatch(t *testing.T) {
 			[]string{"bf16:op_axpy_to_f32", "bf16:op_swiglu_packed_bwd"}, ""},
 		{"SoftmaxXent", func() { b.SoftmaxXent(bf(30), 3, 10, ids, f32(3), f32(3), b.AllocInts(3)) }, []string{"bf16:op_softmax_xent"}, ""},
 		{"SoftmaxXent bf16 loss", func() { b.SoftmaxXent(bf(30), 3, 10, ids, f32(3), bf(3), b.AllocInts(3)) }, nil, "SoftmaxXent: a statistic is bf16"},
+		{"ArgmaxRows bf16", func() { b.ArgmaxRows(bf(30), 3, 10, b.AllocInts(3)) }, []string{"bf16:op_argmax_rows"}, ""},
+		{"ArgmaxRows f32", func() { b.ArgmaxRows(f32(30), 3, 10, b.AllocInts(3)) }, []string{"f32:op_argmax_rows"}, ""},
+		{"ArgmaxRows lengths", func() { b.ArgmaxRows(bf(29), 3, 10, b.AllocInts(3)) }, nil, "ArgmaxRows x: length 29, want 30"},
+		{"ArgmaxRows ids", func() { b.ArgmaxRows(bf(30), 3, 10, b.AllocInts(2)) }, nil, "ArgmaxRows out: length 2, want 3"},
 		{"Attention score", func() { b.Attention(flex.Dims{}, bf(1), bf(1), bf(1), nil, flex.Softcap(30), 1) }, nil, "score programs are not yet on CUDA"},
 		{"host storage", func() { b.Axpy(1, tensor.Host[float32]{1}, bf(1)) }, nil, "Axpy x is tensor.Host[float32], not CUDA backend storage"},
 	} {

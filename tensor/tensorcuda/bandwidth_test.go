@@ -121,6 +121,8 @@ func TestGPUOpsBandwidth(t *testing.T) {
 			{"SoftmaxXent 512x151936", 2 * xentRows * vocab * es, func() error {
 				return e.o.SoftmaxXent(logits, xentRows, vocab, tg, sc, loss, am)
 			}},
+			{"ArgmaxRows 16x151936", 16*vocab*es + 16*4, func() error { return e.o.ArgmaxRows(logits, 16, vocab, am) }},
+			{"ArgmaxRows 512x151936", xentRows*vocab*es + xentRows*4, func() error { return e.o.ArgmaxRows(logits, xentRows, vocab, am) }},
 			{"AdamW 2^28 params (+bf16 copy)", params * 30, func() error { return e.o.AdamW(l, table3, pp, pg, pm, pv, p16, step) }},
 		} {
 			dt := e.time(c.f)

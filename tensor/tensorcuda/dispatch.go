@@ -370,3 +370,12 @@ func (b *Backend) SoftmaxXent(logitsS tensor.Storage[float32], rows, vocab int, 
 	f32s("SoftmaxXent", scale, loss)
 	must("SoftmaxXent", b.ops(logits.dt).SoftmaxXent(logits.Buffer(), rows, vocab, targets.Buffer(), scale.Buffer(), loss.Buffer(), argmax.Buffer()))
 }
+
+// ArgmaxRows writes the argmax of each row of x (either dtype) into out.
+func (b *Backend) ArgmaxRows(xS tensor.Storage[float32], rows, cols int, outS tensor.Ints) {
+	x, out := b.buf(xS, "ArgmaxRows x"), b.ints(outS, "ArgmaxRows out")
+	defer b.span("ArgmaxRows", 0, rows, cols)()
+	checkLen("ArgmaxRows x", x.n, rows*cols)
+	checkLen("ArgmaxRows out", out.n, rows)
+	must("ArgmaxRows", b.ops(x.dt).ArgmaxRows(x.Buffer(), rows, cols, out.Buffer()))
+}

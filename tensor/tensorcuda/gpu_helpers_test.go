@@ -77,6 +77,9 @@ func (r hostRef) Copy2D(rows, cols int, src []float64, srcStride, srcOff int, ds
 func (r hostRef) Transpose12(a, b, c, d int, src, dst []float64, accumulate bool) {
 	r.c.Transpose12(a, b, c, d, h(src), h(dst), accumulate)
 }
+func (r hostRef) ArgmaxRows(x []float64, rows, cols int, out []int32) {
+	r.c.ArgmaxRows(h(x), rows, cols, tensor.HostInts(out))
+}
 func (r hostRef) SoftmaxXent(logits []float64, rows, vocab int, targets []int32, scale, loss []float64, argmax []int32) {
 	r.c.SoftmaxXent(h(logits), rows, vocab, tensor.HostInts(targets), h(scale), h(loss), tensor.HostInts(argmax))
 }

@@ -6,8 +6,10 @@ import (
 	"slices"
 	"testing"
 
+	"dflash/cuda"
 	"dflash/gpu"
 	"dflash/tensor"
+	"dflash/tensor/backendtest"
 )
 
 func TestGPUEmbedding(t *testing.T) {
@@ -361,6 +363,35 @@ func TestGPUSoftmaxXent(t *testing.T) {
 			e.compare("SoftmaxXent gradient "+name, e.load(logits, n), lv, tol(e.dt, true))
 			if ga := e.loadI32(amax, c.rows); !slices.Equal(ga, wa) {
 				e.t.Errorf("SoftmaxXent argmax %s: got %v, want %v", name, ga, wa)
+			}
+		}
+	})
+}
+
+// TestGPUArgmaxRows compares op_argmax_rows with the CPU backend on the
+// conformance suite's rows (bf16-exact values with forced ties, ±Inf, NaNs
+// and signed zeros; a small vocabulary to Qwen3's 151936), whole buffers
+// (the vector loop where rows are whole vectors) and buffers one element
+// in (the scalar loop).
+func TestGPUArgmaxRows(t *testing.T) {
+	forDTypes(t, func(e *env) {
+		for _, sh := range backendtest.ArgmaxShapes {
+			rows, cols := sh[0], sh[1]
+			x, xv := e.store(backendtest.ArgmaxInput(e.r, rows, cols))
+			want := make([]int32, rows)
+			ref.ArgmaxRows(xv, rows, cols, want)
+			es := int64(e.dt.Size())
+			for _, off := range []int64{0, 1} {
+				v := x
+				if off > 0 { // the same rows one element on, after an element of padding
+					b, _ := e.store(append(make([]float64, off), xv...))
+					v = gpu.Buffer{Ptr: b.Ptr + cuda.DevicePtr(off*es), Size: b.Size - off*es}
+				}
+				out := e.alloc(int64(4*rows), 0x7f)
+				e.check(e.o.ArgmaxRows(v, rows, cols, out))
+				if got := e.loadI32(out, rows); !slices.Equal(got, want) {
+					e.t.Errorf("ArgmaxRows rows%d_cols%d offset %d: got %v, want %v", rows, cols, off, got, want)
+				}
 			}
 		}
 	})

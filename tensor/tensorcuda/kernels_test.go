@@ -224,6 +224,10 @@ func TestLaunchersMatchKernels(t *testing.T) {
 			if f.last.grid.X != 3 || f.last.block.X != xentThreads {
 				t.Errorf("SoftmaxXent grid %v block %v", f.last.grid, f.last.block)
 			}
+			must(o.ArgmaxRows(big, 16, 151936, big))
+			if f.last.grid.X != 16 || f.last.block.X != argmaxThreads {
+				t.Errorf("ArgmaxRows grid %v block %v", f.last.grid, f.last.block)
+			}
 			l, err := NewAdamWLayout([]AdamWSegment{{0, 10, true}, {10, 5000, false}}, 5000)
 			must(err)
 			must(o.AdamW(l, big, big, big, big, big, gpu.Buffer{}, AdamWStep{Beta1: 0.9, Beta2: 0.95, Eps: 1e-8, StepSize: 1e-2, BC2Sqrt: 0.2236, Shrink: 1}))

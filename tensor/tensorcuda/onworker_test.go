@@ -255,6 +255,10 @@ func (p *onWorker) SoftmaxXent(logits tensor.Storage[float32], rows, vocab int, 
 	p.do("SoftmaxXent", func() { p.b.SoftmaxXent(un(logits), rows, vocab, targets, un(scale), un(loss), argmax) })
 }
 
+func (p *onWorker) ArgmaxRows(x tensor.Storage[float32], rows, cols int, out tensor.Ints) {
+	p.do("ArgmaxRows", func() { p.b.ArgmaxRows(un(x), rows, cols, out) })
+}
+
 // Attention returns zero outputs of the right sizes when the call fails.
 func (p *onWorker) Attention(d flex.Dims, q, k, v tensor.Storage[float32], m tensor.Mask, score *flex.ScoreProgram, scale float64) (out, lse tensor.Storage[float32]) {
 	if !p.do("Attention", func() { out, lse = p.b.Attention(d, un(q), un(k), un(v), m, score, scale) }) {

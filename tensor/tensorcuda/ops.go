@@ -236,6 +236,9 @@ func (o *Ops) launch(c *call, grid cuda.Dim3, threads int) error {
 const (
 	threads     = 256
 	xentThreads = 512
+	// argmaxThreads is op_argmax_rows' block, which reads a whole row (a
+	// vocabulary of logits) alone.
+	argmaxThreads = 512
 	// wavesPerSM bounds the grid of grid-stride kernels: enough blocks to
 	// fill the device a few times over, no more.
 	wavesPerSM = 8
