@@ -153,12 +153,17 @@ func RunOn(o Options, env *Env) (*Report, error) {
 
 	token, block, last := ids(1), ids(o.BlockSize), ids(1)[0]
 	passes := map[string]func(){
-		Decode: func() { target.Step(b, cache, token) },
+		// Greedy, as spec.Generate decodes by default: each pass reads
+		// back its rows' argmax ids, not their logits.
+		Decode: func() {
+			logits, _ := target.Prefill(b, cache, token, nil)
+			model.ReadRows(b, logits, true)
+		},
 		Verify: func() {
 			logits, _ := target.Decode(b, cache, block, states) // as spec.Generate verifies, the taps' states with it
-			tensor.Values(b, logits)
+			model.ReadRows(b, logits, true)
 		},
-		Propose: func() { seq.Propose(last) },
+		Propose: func() { seq.Propose(last, true) },
 	}
 	for i := range rep.Phases {
 		p := &rep.Phases[i]
