@@ -54,6 +54,10 @@ func (d *Device) GemmTuneStats() GemmTuneStats {
 // tunePlan chooses p's algorithm for SetGemmTuning, on the call's operands.
 func (d *Device) tunePlan(bs *blasState, p *gemmPlan, spec GemmSpec, alpha float32, a, b cuda.DevicePtr, beta float32, c, out cuda.DevicePtr) error {
 	p.tuned = true
+	if spec.estSeconds() < gemmTuneMin {
+		d.tune.stats.Untuned++
+		return nil
+	}
 	algos := make([][8]uint64, len(p.candidates))
 	for i, r := range p.candidates {
 		copy(algos[i][:], r.Algo.Words())
@@ -99,6 +103,21 @@ func (d *Device) timeOnScratch(bs *blasState, p *gemmPlan, spec GemmSpec, alpha 
 func (s GemmSpec) cBytes() int64 {
 	elems := int64(s.Batch-1)*s.StrideC + int64(s.M-1)*int64(s.LDC) + int64(s.N)
 	return elems * int64(s.Out.Size())
+}
+
+// gemmTuneMin is the estimated time (estSeconds) under which a product
+// keeps cuBLASLt's first choice untimed: its launch costs more than any
+// choice could gain, and timing it costs the loading of every candidate's
+// kernel (tens of ms each at a process's start).
+const gemmTuneMin = 2e-6 // seconds
+
+// estSeconds estimates the product's time on a Hopper GPU: its FLOPs at
+// 500 TFLOP/s or its operands' bytes at 4 TB/s, whichever is longer.
+func (s GemmSpec) estSeconds() float64 {
+	m, n, k, b := float64(s.M), float64(s.N), float64(s.K), float64(s.Batch)
+	flops := 2 * m * n * k * b / 500e12
+	bytes := ((m*k+k*n)*float64(s.In.Size()) + m*n*float64(s.Out.Size())) * b / 4e12
+	return max(flops, bytes)
 }
 
 // tuneReps returns how many products make one timed sample of about

@@ -235,8 +235,9 @@ func TestGPUGemmTuning(t *testing.T) {
 	w := gputest.Worker0(t)
 	rng := testseed.New(t)
 	dir := t.TempDir()
-	add := gpu.GemmSpec{M: 384, N: 512, K: 320, TransB: true, In: dtype.BF16}
-	acc := gpu.GemmSpec{M: 256, N: 384, K: 512, TransA: true, In: dtype.BF16, Out: dtype.F32}
+	// Sizes over gemmTuneMin (about 4 µs each), so that both are timed.
+	add := gpu.GemmSpec{M: 1024, N: 1024, K: 1024, TransB: true, In: dtype.BF16}
+	acc := gpu.GemmSpec{M: 1024, N: 768, K: 1280, TransA: true, In: dtype.BF16, Out: dtype.F32}
 	const alpha = 0.75
 	a1, b1 := randomMatrix(rng, add.M*add.K, dtype.BF16), randomMatrix(rng, add.K*add.N, dtype.BF16)
 	c1, d1 := randomMatrix(rng, add.M*add.N, dtype.BF16), randomMatrix(rng, add.M*add.N, dtype.BF16)

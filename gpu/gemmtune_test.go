@@ -329,7 +329,8 @@ func TestGemmScratchSize(t *testing.T) {
 // key ignores exactly the sizes.
 func TestGemmTuneSizesCap(t *testing.T) {
 	algos := randomAlgos(t, 4)
-	tu := newGemmTuner("", "gpu", 1)
+	dir := t.TempDir()
+	tu := newGemmTuner(dir, "gpu", 1)
 	calls := 0
 	timed := func() ([]float64, error) { calls++; return timesFor(4, 2), nil }
 	for i := range maxTunedSizes + 3 {
@@ -351,6 +352,17 @@ func TestGemmTuneSizesCap(t *testing.T) {
 	if got, _ := tu.choose("other", "s2", algos, timed); got != 2 || calls != maxTunedSizes+1 {
 		t.Errorf("another structure: choose = %d after %d timings, want 2, timed", got, calls)
 	}
+	// The next process takes the stored sizes and times none of the rest.
+	next := newGemmTuner(dir, "gpu", 1)
+	for i := range maxTunedSizes + 3 {
+		got, err := next.choose(fmt.Sprintf("size %d", i), "s", algos, timed)
+		if want := map[bool]int{true: 2, false: 0}[i < maxTunedSizes]; err != nil || got != want {
+			t.Fatalf("next process, size %d: choose = %d, %v; want %d", i, got, err, want)
+		}
+	}
+	if s := next.stats; s.Timed != 0 || s.Loaded != maxTunedSizes || s.Untuned != 3 {
+		t.Errorf("next process: stats %+v, want %d loaded, 3 untuned, none timed", s, maxTunedSizes)
+	}
 	a := GemmSpec{M: 100, N: 64, K: 32, LDA: 32, LDB: 64, LDC: 64, Batch: 1, In: dtype.BF16, Out: dtype.F32}
 	b := a
 	b.M, b.N, b.K, b.LDA, b.LDB, b.LDC = 7, 9, 11, 11, 9, 9
@@ -359,5 +371,23 @@ func TestGemmTuneSizesCap(t *testing.T) {
 	if tu.structKey(1, false, a) != tu.structKey(1, false, b) || tu.structKey(1, false, a) == tu.structKey(1, false, c) ||
 		tu.structKey(1, false, a) == tu.structKey(1, true, a) {
 		t.Errorf("structKey: %q %q %q", tu.structKey(1, false, a), tu.structKey(1, false, b), tu.structKey(1, false, c))
+	}
+}
+
+// TestGemmEstSeconds: a dot product is under gemmTuneMin and left untimed;
+// a decode step's projection (bound by its weights' bytes) and a training
+// GEMM (bound by its FLOPs) are over it, estimated as the two bounds say.
+func TestGemmEstSeconds(t *testing.T) {
+	dot := GemmSpec{M: 1, N: 1, K: 28240, Batch: 1, In: dtype.F32, Out: dtype.F32}
+	decode := GemmSpec{M: 1, N: 4096, K: 4096, Batch: 1, In: dtype.BF16, Out: dtype.BF16}
+	train := GemmSpec{M: 6144, N: 4096, K: 4096, Batch: 1, In: dtype.BF16, Out: dtype.BF16}
+	if e := dot.estSeconds(); e >= gemmTuneMin {
+		t.Errorf("dot product: %g s, want under %g", e, gemmTuneMin)
+	}
+	if e, want := decode.estSeconds(), (4096.0*4096+4096+4096)*2/4e12; e < gemmTuneMin || math.Abs(e-want) > 1e-12 {
+		t.Errorf("decode projection: %g s, want %g", e, want)
+	}
+	if e, want := train.estSeconds(), 2*6144.0*4096*4096/500e12; math.Abs(e-want) > 1e-12 {
+		t.Errorf("training GEMM: %g s, want %g", e, want)
 	}
 }

@@ -42,7 +42,7 @@ type GemmTuneStats struct {
 	Timed   int     // plans whose candidates were timed
 	Loaded  int     // plans that took their choice from the file
 	Changed int     // timed plans that left the heuristic's first
-	Untuned int     // plans left at the heuristic's first: their structure had maxTunedSizes sizes timed
+	Untuned int     // plans left at the heuristic's first untimed: too small (gemmTuneMin), or maxTunedSizes sizes of their structure chosen
 	Seconds float64 // wall time of the timings
 }
 
@@ -73,7 +73,7 @@ type gemmTuner struct {
 	gpu      string
 	cublasLt int
 	choices  map[string]gemmChoice
-	sizes    map[string]int // timed sizes per structure (structKey)
+	sizes    map[string]int // sizes chosen (timed or stored) per structure (structKey)
 	stats    GemmTuneStats
 }
 
@@ -124,13 +124,14 @@ func (t *gemmTuner) structKey(ws uint64, det bool, s GemmSpec) string {
 // choose returns the index in algos (the heuristic's candidates, best
 // first) of the algorithm to use for key, whose structure is skey: the
 // stored choice when algos hold it, else, while fewer than maxTunedSizes
-// sizes of skey have been timed, the one pickGemm picks from timeAll's
+// sizes of skey have been chosen (timed or stored), the one pickGemm picks from timeAll's
 // times, which is then stored and saved, else 0. A failed save is logged, not returned: the choice
 // still holds for this process.
 func (t *gemmTuner) choose(key, skey string, algos [][8]uint64, timeAll func() ([]float64, error)) (int, error) {
 	if c, ok := t.choices[key]; ok {
 		if i := slices.Index(algos, c.Algo); i >= 0 {
 			t.stats.Loaded++
+			t.sizes[skey]++ // as when it was timed: a later process caps at the same sizes
 			return i, nil
 		}
 		slog.Warn("gpu: the stored GEMM algorithm is not among cuBLASLt's candidates; timing again", "key", key)

@@ -136,7 +136,7 @@ if has start; then
 			--steps 5 --data.batch-size "${PACK_ROWS:-2}" --progress off --plot=false >"$OUT/start/$cache.log" 2>&1 &
 		pid=$!
 		for _ in $(seq 240); do
-			[ "$(wc -l <"$WORK/run-start/metrics.jsonl" 2>/dev/null || echo 0)" -ge 4 ] && break
+			[ "$(cat "$WORK/run-start/metrics.jsonl" 2>/dev/null | wc -l)" -ge 4 ] && break
 			kill -0 "$pid" 2>/dev/null || break
 			sleep 0.5
 		done
