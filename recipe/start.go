@@ -52,7 +52,7 @@ func (c *startClock) log() {
 		"readers", c.load.Readers, "upload_s", s(c.load.Write), "compile_s", s(c.compile), "kernels_s", s(c.kernels),
 		"drafter_s", s(c.drafter), "first_step_s", s(now.Sub(c.run)))
 	if c.hasDevice {
-		attrs = append(attrs, "gemm_tune_s", round3(c.gemm.Seconds), "gemm_timed", c.gemm.Timed, "gemm_tuned_from_file", c.gemm.Loaded,
+		attrs = append(attrs, "gemm_tune_s", round3(c.gemm.Seconds), "gemm_timed", c.gemm.Timed, "gemm_tuned_from_file", c.gemm.Loaded, "gemm_untuned", c.gemm.Untuned,
 			"compiles", c.cache.Compiles, "kernel_disk_hits", c.cache.DiskHits,
 			// the first step's driver allocations: the step arena's maps and the cached allocator's cuMemAlloc calls
 			"first_step_alloc_s", round3(c.alloc.DriverSeconds-c.allocRun.DriverSeconds),
