@@ -1,0 +1,163 @@
+package gpu_test
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"dflash/dtype"
+	"dflash/gpu"
+	"dflash/internal/gputest"
+	"dflash/internal/testseed"
+	"dflash/tensor/quant"
+)
+
+// fp8Rows returns a rows x cols matrix of normal values, each row's
+// magnitude drawn over four decades (so per-row scales matter), quantized
+// with per-row scales, or one scale for all when perTensor.
+func fp8Rows(rng *rand.Rand, rows, cols int, perTensor bool) (codes []uint8, scales []float32) {
+	x := make([]float32, rows*cols)
+	for i := range rows {
+		mag := math.Pow(10, rng.Float64()*4-2)
+		for j := range cols {
+			x[i*cols+j] = float32(rng.NormFloat64() * mag)
+		}
+	}
+	scales = quant.RowScales(x, rows, cols)
+	if perTensor {
+		s := quant.TensorScale(x)
+		for i := range scales {
+			scales[i] = s
+		}
+	}
+	codes = make([]uint8, len(x))
+	quant.QuantizeRows(codes, x, rows, cols, scales)
+	return codes, scales
+}
+
+// absCodes returns the codes of the magnitudes (sign bit cleared).
+func absCodes(q []uint8) []uint8 {
+	a := make([]uint8, len(q))
+	for i, c := range q {
+		a[i] = c & 0x7f
+	}
+	return a
+}
+
+// TestGemmFP8MatchesReference runs cuBLASLt's E4M3 GEMM, C = X·Wᵀ with
+// per-token and per-channel scales (ScaleRowsCols) and with per-tensor
+// scales, at the target's shapes, and compares it with quant.GemmRef, the
+// float64 product of the same codes and scales: the GPU may differ only by
+// its fp32 accumulation (a 2^-12 share of Σ|x·w|, allowing for the
+// tensor cores' narrower FP8 partial sums) and the rounding of the output
+// (2^-8 relative for bf16). Alpha is 0.75; beta 0.5 on a random C checks
+// the epilogue too, beta 0 the product alone. The 4096-row case compares every 16th row.
+func TestGemmFP8MatchesReference(t *testing.T) {
+	w := gputest.Worker0(t)
+	rng := testseed.New(t)
+	type fp8Case struct {
+		m, n, k int
+		scale   gpu.GemmScale
+		out     dtype.DType
+		beta    float32
+	}
+	var cases []fp8Case
+	for _, mnk := range [][3]int{{128, 4096, 4096}, {16, 4096, 12288}, {4096, 4096, 4096}} {
+		cases = append(cases,
+			fp8Case{mnk[0], mnk[1], mnk[2], gpu.ScaleRowsCols, dtype.BF16, 0.5},
+			fp8Case{mnk[0], mnk[1], mnk[2], gpu.ScaleRowsCols, dtype.F32, 0},
+			fp8Case{mnk[0], mnk[1], mnk[2], gpu.ScaleTensor, dtype.BF16, 0.5})
+	}
+	passed := 0
+	for _, c := range cases {
+		name := fmt.Sprintf("M%dN%dK%d_%v_%v_beta%g", c.m, c.n, c.k, c.scale, c.out, c.beta)
+		t.Run(name, func(t *testing.T) {
+			spec := gpu.GemmSpec{M: c.m, N: c.n, K: c.k, TransB: true, In: dtype.F8E4M3, Out: c.out, Scale: c.scale}
+			perTensor := c.scale == gpu.ScaleTensor
+			qx, sx := fp8Rows(rng, c.m, c.k, perTensor)
+			qw, sw := fp8Rows(rng, c.n, c.k, perTensor)
+			if perTensor {
+				sx, sw = sx[:1], sw[:1]
+			}
+			c0 := randomMatrix(rng, c.m*c.n, c.out)
+			alpha, beta := float32(0.75), c.beta
+			got := make([]byte, len(c0.bytes))
+			f32Bytes := func(v []float32) []byte {
+				b := make([]byte, 4*len(v))
+				dtype.EncodeFloat32(dtype.F32, b, v)
+				return b
+			}
+			err := w.Run(func(d *gpu.Device) error {
+				bufs := make([]gpu.Buffer, 5) // X codes, X scales, W codes, W scales, C
+				for i, src := range [][]byte{qx, f32Bytes(sx), qw, f32Bytes(sw), c0.bytes} {
+					var err error
+					if bufs[i], err = d.Alloc(int64(len(src))); err != nil {
+						return err
+					}
+					defer d.Free(bufs[i])
+					if err := gpu.Upload(d, bufs[i], src); err != nil {
+						return err
+					}
+				}
+				if err := d.GemmFP8(nil, spec, alpha, bufs[0].Ptr, bufs[1].Ptr, bufs[2].Ptr, bufs[3].Ptr, beta, bufs[4].Ptr, bufs[4].Ptr); err != nil {
+					return err
+				}
+				return gpu.Download(d, got, bufs[4])
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			res := decode(got, c.out)
+			// the rows compared, their codes and scales
+			step := max(1, c.m/256)
+			var rows []int
+			for i := 0; i < c.m; i += step {
+				rows = append(rows, i)
+			}
+			rqx := make([]uint8, 0, len(rows)*c.k)
+			rsx := make([]float32, len(rows))
+			fullSw := sw
+			if perTensor {
+				fullSw = make([]float32, c.n)
+				for j := range fullSw {
+					fullSw[j] = sw[0]
+				}
+			}
+			for r, i := range rows {
+				rqx = append(rqx, qx[i*c.k:(i+1)*c.k]...)
+				rsx[r] = sx[0]
+				if !perTensor {
+					rsx[r] = sx[i]
+				}
+			}
+			ref := quant.GemmRef(rqx, rsx, qw, fullSw, len(rows), c.n, c.k)
+			mag := quant.GemmRef(absCodes(rqx), rsx, absCodes(qw), fullSw, len(rows), c.n, c.k)
+			outEps := map[dtype.DType]float64{dtype.BF16: 1.0 / 256, dtype.F32: 1.0 / (1 << 23)}[c.out]
+			const accEps = 1.0 / (1 << 12)
+			bad, worst := 0, 0.0
+			for r, i := range rows {
+				for j := range c.n {
+					ci := i*c.n + j
+					want := float64(alpha)*ref[r*c.n+j] + float64(beta)*c0.vals[ci]
+					m := float64(alpha)*mag[r*c.n+j] + math.Abs(float64(beta)*c0.vals[ci])
+					diff := math.Abs(res[ci] - want)
+					tol := outEps*math.Abs(want) + accEps*m + 1e-30
+					worst = math.Max(worst, diff/tol)
+					if diff > tol {
+						if bad < 3 {
+							t.Errorf("C[%d][%d] = %v, want %v (tol %.3g)", i, j, res[ci], want, tol)
+						}
+						bad++
+					}
+				}
+			}
+			t.Logf("%d rows compared, worst error / tolerance = %.4f", len(rows), worst)
+			if bad == 0 {
+				passed++
+			}
+		})
+	}
+	report(t, "cuBLASLt FP8 E4M3 GEMM vs float64 reference (per-token/channel and per-tensor scales)", passed == len(cases),
+		fmt.Sprintf("%d of %d cases within tolerance", passed, len(cases)), map[string]float64{"cases": float64(len(cases)), "passed": float64(passed)})
+}
