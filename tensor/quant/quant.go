@@ -26,8 +26,8 @@ func scaleOf(amax float64) float32 {
 }
 
 // RowScales returns one scale per row of x, a row-major rows x cols
-// matrix: s_i = max_j |x[i][j]| / 448, or 1 for a row of zeros. It panics
-// when len(x) is not rows*cols.
+// matrix: s_i = max_j |x[i][j]| / 448 (NaNs not counted), or 1 for a row
+// of zeros. It panics when len(x) is not rows*cols.
 func RowScales(x []float32, rows, cols int) []float32 {
 	checkShape("RowScales", len(x), rows, cols)
 	s := make([]float32, rows)
@@ -41,10 +41,13 @@ func RowScales(x []float32, rows, cols int) []float32 {
 // is all zeros.
 func TensorScale(x []float32) float32 { return scaleOf(amax(x)) }
 
+// amax returns max |x|, NaNs not counted (fmaxf on the GPU skips them too).
 func amax(x []float32) float64 {
 	m := 0.0
 	for _, v := range x {
-		m = math.Max(m, math.Abs(float64(v)))
+		if a := math.Abs(float64(v)); a > m {
+			m = a
+		}
 	}
 	return m
 }

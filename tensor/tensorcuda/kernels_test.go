@@ -247,6 +247,10 @@ func TestLaunchersMatchKernels(t *testing.T) {
 			if g1 := o.decodeGrid(4, 1, 4, 1); g1.splits != 1 || g1.chunks != 1 {
 				t.Errorf("DecodeAttention of one key: grid %+v", g1)
 			}
+			must(o.QuantizeRowsE4M3(big, 16, 4096, big, big))
+			if f.last.grid.X != 16 {
+				t.Errorf("QuantizeRowsE4M3 grid %v, want one block per row", f.last.grid)
+			}
 			for _, k := range allKernels {
 				if f.launched[k.name] == 0 {
 					t.Errorf("no launcher launched %s", k.name)
