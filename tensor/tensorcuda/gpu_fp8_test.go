@@ -64,3 +64,69 @@ func TestGPUQuantizeRowsE4M3(t *testing.T) {
 		}
 	})
 }
+
+// TestGPULinearFP8 runs LinearFP8 (device quantization of x, then the
+// cuBLASLt FP8 product with per-token and per-channel scales) and compares
+// it with quant.GemmRef of x quantized on the host (bit-identical to the
+// device's, TestGPUQuantizeRowsE4M3) and W quantized at "load", plus
+// beta·C: within the rounding of the storage dtype and a 2^-12 share of
+// Σ|x·w| for the fp32 accumulation. Shapes of Qwen3-8B's projections.
+func TestGPULinearFP8(t *testing.T) {
+	forDTypes(t, func(e *env) {
+		for _, sh := range [][3]int{{5, 64, 48}, {16, 12288, 4096}, {128, 4096, 4096}} {
+			rows, in, out := sh[0], sh[1], sh[2]
+			name := fmt.Sprintf("rows%d_in%d_out%d", rows, in, out)
+			x, xv := e.store(e.normal(rows*in, 1))
+			wf := make([]float32, out*in)
+			for i := range wf {
+				wf[i] = float32(e.r.NormFloat64() * 0.02)
+			}
+			ws := quant.RowScales(wf, out, in)
+			wq := make([]uint8, len(wf))
+			quant.QuantizeRows(wq, wf, out, in, ws)
+			w := FP8Weight{Out: out, In: in, Codes: e.alloc(int64(len(wq)), gputest.Poison), Scales: e.outF32(out)}
+			e.check(gpu.Upload(e.d, w.Codes, wq))
+			e.check(gpu.Upload(e.d, w.Scales, ws))
+			c, cv := e.store(e.normal(rows*out, 1))
+			xq, xs := e.alloc(int64(rows*in), gputest.Poison), e.outF32(rows)
+			const beta = 0.5
+			e.check(e.o.LinearFP8(x, rows, w, xq, xs, beta, c, c))
+			got := e.load(c, rows*out)
+
+			xf := make([]float32, len(xv))
+			for i, v := range xv {
+				xf[i] = float32(v)
+			}
+			xsv := quant.RowScales(xf, rows, in)
+			xqv := make([]uint8, len(xf))
+			quant.QuantizeRows(xqv, xf, rows, in, xsv)
+			ref := quant.GemmRef(xqv, xsv, wq, ws, rows, out, in)
+			abs := func(q []uint8) []uint8 {
+				a := make([]uint8, len(q))
+				for i, v := range q {
+					a[i] = v & 0x7f
+				}
+				return a
+			}
+			mag := quant.GemmRef(abs(xqv), xsv, abs(wq), ws, rows, out, in)
+			outEps := 1.0 / 256
+			if e.dt.Size() == 4 {
+				outEps = 1.0 / (1 << 23)
+			}
+			bad, worst := 0, 0.0
+			for i := range got {
+				want := ref[i] + beta*cv[i]
+				tol := outEps*math.Abs(want) + mag[i]/(1<<12) + math.Abs(beta*cv[i])/(1<<12) + 1e-30
+				d := math.Abs(got[i] - want)
+				worst = math.Max(worst, d/tol)
+				if d > tol {
+					if bad < 3 {
+						e.t.Errorf("LinearFP8 %s y[%d][%d] = %g, want %g (tol %.3g)", name, i/out, i%out, got[i], want, tol)
+					}
+					bad++
+				}
+			}
+			e.t.Logf("LinearFP8 %s: worst error / tolerance %.4f, %d over", name, worst, bad)
+		}
+	})
+}
