@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"testing"
 
 	"dflash/dtype"
@@ -160,4 +161,102 @@ func TestGemmFP8MatchesReference(t *testing.T) {
 	}
 	report(t, "cuBLASLt FP8 E4M3 GEMM vs float64 reference (per-token/channel and per-tensor scales)", passed == len(cases),
 		fmt.Sprintf("%d of %d cases within tolerance", passed, len(cases)), map[string]float64{"cases": float64(len(cases)), "passed": float64(passed)})
+}
+
+// TestGemmFP8Throughput times, at the Qwen3-8B target's projections over
+// 12288 tokens (batch 4 × 3072: q/k/v, o, gate+up, down), the bf16 product
+// against the FP8 one with per-token/per-channel and with per-tensor scales
+// (set DFLASH_GEMM_BENCH=1): mean of 20 products after 3 warm-ups, with the
+// heuristic's first algorithm. The FP8 products read the bf16 inputs' bytes
+// as codes (NaN codes among them do not change the time); scales are 1.
+func TestGemmFP8Throughput(t *testing.T) {
+	if os.Getenv("DFLASH_GEMM_BENCH") == "" {
+		t.Skip("set DFLASH_GEMM_BENCH=1 to time the FP8 products")
+	}
+	w := gputest.Worker0(t)
+	rng := testseed.New(t)
+	const tokens = 12288
+	shapes := []struct {
+		name string
+		n, k int
+	}{{"qkv", 6144, 4096}, {"o", 4096, 4096}, {"gate_up", 24576, 4096}, {"down", 4096, 12288}}
+	results := map[string]float64{}
+	var detail []string
+	err := w.Run(func(d *gpu.Device) error {
+		for _, sh := range shapes {
+			m, n, k := tokens, sh.n, sh.k
+			bufs := make([]gpu.Buffer, 5) // A, B (2 bytes each, FP8 uses half), C (f32-sized), scales A, B
+			for i, size := range []int{2 * m * k, 2 * n * k, 4 * m * n, 4 * m, 4 * n} {
+				var err error
+				if bufs[i], err = d.Alloc(int64(size)); err != nil {
+					return err
+				}
+				defer d.Free(bufs[i])
+			}
+			for i := range 2 {
+				host := make([]uint16, bufs[i].Size/2)
+				for j := range host {
+					host[j] = dtype.Float32ToBF16(float32(rng.NormFloat64()))
+				}
+				if err := gpu.Upload(d, bufs[i], host); err != nil {
+					return err
+				}
+			}
+			for i := 3; i < 5; i++ {
+				ones := make([]float32, bufs[i].Size/4)
+				for j := range ones {
+					ones[j] = 1
+				}
+				if err := gpu.Upload(d, bufs[i], ones); err != nil {
+					return err
+				}
+			}
+			for _, v := range []struct {
+				label string
+				spec  gpu.GemmSpec
+			}{
+				{"bf16", gpu.GemmSpec{M: m, N: n, K: k, TransB: true, In: dtype.BF16}},
+				{"fp8_rows_cols", gpu.GemmSpec{M: m, N: n, K: k, TransB: true, In: dtype.F8E4M3, Scale: gpu.ScaleRowsCols}},
+				{"fp8_tensor", gpu.GemmSpec{M: m, N: n, K: k, TransB: true, In: dtype.F8E4M3, Scale: gpu.ScaleTensor}},
+			} {
+				const iters = 20
+				run := func() error {
+					if v.spec.In == dtype.BF16 {
+						return d.Gemm(nil, v.spec, 1, bufs[0].Ptr, bufs[1].Ptr, 0, bufs[2].Ptr)
+					}
+					return d.GemmFP8(nil, v.spec, 1, bufs[0].Ptr, bufs[3].Ptr, bufs[1].Ptr, bufs[4].Ptr, 0, bufs[2].Ptr, bufs[2].Ptr)
+				}
+				for range 3 {
+					if err := run(); err != nil {
+						return fmt.Errorf("%s %s: %w", sh.name, v.label, err)
+					}
+				}
+				tm, err := d.Time(0, 1, func() error {
+					for range iters {
+						if err := run(); err != nil {
+							return err
+						}
+					}
+					return nil
+				})
+				if err != nil {
+					return err
+				}
+				per := tm.Samples[0].Seconds() / iters
+				key := sh.name + "_" + v.label
+				results[key+"_ms"] = per * 1e3
+				results[key+"_tflops"] = 2 * float64(m) * float64(n) * float64(k) / per / 1e12
+				detail = append(detail, fmt.Sprintf("%s %s %.3f ms %.0f TFLOP/s", sh.name, v.label, per*1e3, results[key+"_tflops"]))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range detail {
+		t.Log(l)
+	}
+	report(t, "cuBLASLt FP8 vs bf16 at the target's projections (12288 tokens)", len(results) == 2*3*len(shapes),
+		fmt.Sprint(detail), results)
 }
