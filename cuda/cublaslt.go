@@ -10,10 +10,12 @@ type DataType int32
 
 // Data types of matrices and scalars.
 const (
-	R32F  DataType = 0
-	R64F  DataType = 1
-	R16F  DataType = 2
-	R16BF DataType = 14
+	R32F    DataType = 0
+	R64F    DataType = 1
+	R16F    DataType = 2
+	R16BF   DataType = 14
+	R8FE4M3 DataType = 28 // CUDA_R_8F_E4M3 (OCP E4M3FN)
+	R8FE5M2 DataType = 29 // CUDA_R_8F_E5M2
 )
 
 // ComputeType is a cublasComputeType_t.
@@ -33,6 +35,10 @@ const (
 	matmulDescScaleType   = 1
 	matmulDescTransA      = 3
 	matmulDescTransB      = 4
+	matmulDescAScalePtr   = 17 // CUBLASLT_MATMUL_DESC_A_SCALE_POINTER
+	matmulDescBScalePtr   = 18 // CUBLASLT_MATMUL_DESC_B_SCALE_POINTER
+	matmulDescAScaleMode  = 31 // CUBLASLT_MATMUL_DESC_A_SCALE_MODE
+	matmulDescBScaleMode  = 32 // CUBLASLT_MATMUL_DESC_B_SCALE_MODE
 	layoutBatchCount      = 5
 	layoutStridedBatch    = 6
 	prefMaxWorkspaceBytes = 1
@@ -142,6 +148,48 @@ func boolOp(t bool) int32 {
 		return 1 // CUBLAS_OP_T
 	}
 	return 0 // CUBLAS_OP_N
+}
+
+// MatrixScale is a cublasLtMatmulMatrixScale_t: how the scale of an FP8
+// input is laid out.
+type MatrixScale int32
+
+// Scale modes of FP8 inputs (cuBLAS 12.9 and later; CUDA 13's cuBLASLt).
+const (
+	// ScaleScalar32F: one float32 for the whole matrix (the default).
+	ScaleScalar32F MatrixScale = 0
+	// ScaleOuterVec32F: float32 vectors, M for A and N for B (cuBLASLt's
+	// column-major M and N): D[i][j] = alpha·sA[i]·sB[j]·Σ_l A[i][l]B[l][j]
+	// + beta·C[i][j]. Both A and B must use it.
+	ScaleOuterVec32F MatrixScale = 3
+	// ScaleVec128x32F: one float32 per 128 elements along K (1x128 blocks).
+	ScaleVec128x32F MatrixScale = 4
+	// ScaleBlock128x128x32F: one float32 per 128x128 block.
+	ScaleBlock128x128x32F MatrixScale = 5
+)
+
+// SetScales sets the scale mode of A and B and their device pointers
+// (float32 scalars or vectors as mode says). A zero pointer means scale 1
+// in ScaleScalar32F.
+func (d MatmulDesc) SetScales(mode MatrixScale, a, b DevicePtr) error {
+	m := int32(mode)
+	for _, attr := range []uintptr{matmulDescAScaleMode, matmulDescBScaleMode} {
+		if err := lt(pLtDescSetAttr, uintptr(d), attr, uintptr(unsafe.Pointer(&m)), 4); err != nil {
+			return err
+		}
+	}
+	return d.SetScalePointers(a, b)
+}
+
+// SetScalePointers sets the device pointers of A's and B's scales, in the
+// mode set before (SetScales). A matmul reads them when it is queued, so a
+// plan's descriptor can take new scales before each call.
+func (d MatmulDesc) SetScalePointers(a, b DevicePtr) error {
+	pa, pb := uint64(a), uint64(b)
+	if err := lt(pLtDescSetAttr, uintptr(d), matmulDescAScalePtr, uintptr(unsafe.Pointer(&pa)), 8); err != nil {
+		return err
+	}
+	return lt(pLtDescSetAttr, uintptr(d), matmulDescBScalePtr, uintptr(unsafe.Pointer(&pb)), 8)
 }
 
 // Destroy releases d.

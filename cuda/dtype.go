@@ -10,6 +10,7 @@ import (
 var (
 	blasTypes = map[dtype.DType]DataType{
 		dtype.F64: R64F, dtype.F32: R32F, dtype.BF16: R16BF, dtype.F16: R16F,
+		dtype.F8E4M3: R8FE4M3, dtype.F8E5M2: R8FE5M2,
 	}
 	ncclTypes = map[dtype.DType]NCCLDataType{
 		dtype.F64: NCCLFloat64, dtype.F32: NCCLFloat32, dtype.BF16: NCCLBfloat16, dtype.F16: NCCLFloat16,

@@ -15,7 +15,7 @@ func TestLibTypes(t *testing.T) {
 		vals map[dtype.DType]int64
 		fn   func(dtype.DType) int64
 	}{
-		{"BlasType", map[dtype.DType]int64{dtype.F32: 0, dtype.F64: 1, dtype.F16: 2, dtype.BF16: 14},
+		{"BlasType", map[dtype.DType]int64{dtype.F32: 0, dtype.F64: 1, dtype.F16: 2, dtype.BF16: 14, dtype.F8E4M3: 28, dtype.F8E5M2: 29},
 			func(d dtype.DType) int64 { return int64(BlasType(d)) }},
 		{"NCCLType", map[dtype.DType]int64{dtype.I8: 0, dtype.U8: 1, dtype.I32: 2, dtype.U32: 3, dtype.I64: 4,
 			dtype.U64: 5, dtype.F16: 6, dtype.F32: 7, dtype.F64: 8, dtype.BF16: 9},

@@ -106,6 +106,53 @@ func F8E4M3ToFloat32(b uint8) float32 {
 	return sign * float32(math.Ldexp(1+man/8, exp-7))
 }
 
+// F8E4M3Max is the largest finite OCP FP8 E4M3 value, 1.75 * 2^8.
+const F8E4M3Max = 448
+
+// Float32ToF8E4M3 rounds f to the nearest OCP FP8 E4M3 ("E4M3FN") value,
+// ties to the even mantissa, saturating: magnitudes at or beyond 448,
+// infinities included, become ±448 (0x7e / 0xfe); values below half the
+// smallest subnormal (2^-10) become a zero of f's sign; every NaN becomes
+// 0x7f. So decoding then encoding returns every code but 0xff (the negative
+// NaN, which decodes to a NaN that encodes as 0x7f).
+func Float32ToF8E4M3(f float32) uint8 {
+	b := math.Float32bits(f)
+	sign := uint8(b>>24) & 0x80
+	a := b & 0x7fffffff
+	switch {
+	case a > 0x7f800000: // NaN
+		return 0x7f
+	case a >= 0x43e00000: // 448 and beyond
+		return sign | 0x7e
+	}
+	exp := int(a>>23) - 127 + 7 // E4M3 biased exponent
+	if exp >= 1 {
+		man := a & 0x7fffff
+		code := uint32(exp)<<3 | man>>20
+		rem := man & 0xfffff
+		if rem > 0x80000 || rem == 0x80000 && code&1 == 1 {
+			code++ // a carry into the exponent is correct; below 448 it stays finite
+		}
+		return sign | uint8(code)
+	}
+	// Subnormal result (or the smallest normal, code 8, reached by rounding
+	// up): its value in units of 2^-9 is m24 * 2^(E-150+9) = m24 >> (141-E)
+	// for a normal float32 of biased exponent E.
+	e := int(a >> 23)
+	shift := uint(141 - e)
+	if e == 0 || shift > 24 {
+		return sign // below 2^-10 (float32 subnormals included): rounds to zero
+	}
+	m24 := a&0x7fffff | 0x800000
+	q := m24 >> shift
+	rem := m24 & (1<<shift - 1)
+	half := uint32(1) << (shift - 1)
+	if rem > half || rem == half && q&1 == 1 {
+		q++
+	}
+	return sign | uint8(q)
+}
+
 // F8E5M2ToFloat32 widens an OCP FP8 E5M2 (bias 15, IEEE-style infinities and NaN).
 func F8E5M2ToFloat32(b uint8) float32 {
 	return F16ToFloat32(uint16(b) << 8)

@@ -22,6 +22,13 @@ import (
 // Inputs are In, C is Out (0: same as In), each dtype.BF16, F16 or F32;
 // products accumulate in fp32 (TF32 tensor cores for f32 inputs when TF32
 // is set).
+//
+// In may also be dtype.F8E4M3 (see GemmFP8): then Out is BF16 (the
+// default), F16 or F32, Scale says how the inputs are scaled, and the
+// product must be a linear layer's, C = X·Wᵀ: A (X) M x K not transposed,
+// B (W) stored N x K with TransB, which is the "TN" form FP8 tensor cores
+// need on Hopper; K, LDA and LDB multiples of 16 and LDC·Out.Size() of 16
+// bytes (FP8 operands aligned to 16 bytes), no batch, no TF32.
 type GemmSpec struct {
 	M, N, K                   int
 	TransA, TransB            bool
@@ -30,6 +37,35 @@ type GemmSpec struct {
 	StrideA, StrideB, StrideC int64
 	In, Out                   dtype.DType
 	TF32                      bool
+	Scale                     GemmScale
+}
+
+// GemmScale is how the FP8 inputs of a GEMM are scaled.
+type GemmScale uint8
+
+const (
+	// ScaleNone: inputs that are not FP8.
+	ScaleNone GemmScale = iota
+	// ScaleTensor: one float32 scale each for A and B (the default of FP8
+	// inputs): out = alpha·sa·sb·op(A)·op(B) + beta·C.
+	ScaleTensor
+	// ScaleRowsCols: float32 vectors, sa one per row of op(A) (M, per
+	// token), sb one per column of op(B) (N, per output channel):
+	// out[i][j] = alpha·sa[i]·sb[j]·Σ_p op(A)[i][p]·op(B)[p][j] + beta·C[i][j]
+	// (cuBLASLt's outer-vector scaling).
+	ScaleRowsCols
+)
+
+func (g GemmScale) String() string {
+	switch g {
+	case ScaleNone:
+		return "none"
+	case ScaleTensor:
+		return "tensor"
+	case ScaleRowsCols:
+		return "rows-cols"
+	}
+	return fmt.Sprintf("GemmScale(%d)", uint8(g))
 }
 
 // normalized fills defaults and panics on impossible shapes.
@@ -40,12 +76,22 @@ func (s GemmSpec) normalized() GemmSpec {
 	if s.In == dtype.Invalid {
 		panic("gpu: GemmSpec.In not set")
 	}
+	if s.In == dtype.F8E4M3 {
+		if s.Out == dtype.Invalid {
+			s.Out = dtype.BF16
+		}
+		if s.Scale == ScaleNone {
+			s.Scale = ScaleTensor
+		}
+	} else if s.Scale != ScaleNone {
+		panic(fmt.Sprintf("gpu: Gemm of %v with %v scales: only FP8 inputs are scaled", s.In, s.Scale))
+	}
 	if s.Out == dtype.Invalid {
 		s.Out = s.In
 	}
 	for _, t := range []dtype.DType{s.In, s.Out} {
-		if t != dtype.BF16 && t != dtype.F16 && t != dtype.F32 {
-			panic(fmt.Sprintf("gpu: Gemm of %v: want bf16, f16 or f32", t))
+		if t != dtype.BF16 && t != dtype.F16 && t != dtype.F32 && !(t == dtype.F8E4M3 && t == s.In) {
+			panic(fmt.Sprintf("gpu: Gemm of %v: want bf16, f16 or f32 (or f8e4m3 inputs)", t))
 		}
 	}
 	aRows, aCols := s.M, s.K
@@ -80,7 +126,33 @@ func (s GemmSpec) normalized() GemmSpec {
 			s.StrideC = int64(s.M) * int64(s.LDC)
 		}
 	}
+	if s.In == dtype.F8E4M3 {
+		s.checkFP8()
+	}
 	return s
+}
+
+// checkFP8 panics on what cuBLASLt's FP8 kernels do not take in a
+// normalized FP8 spec.
+func (s GemmSpec) checkFP8() {
+	if s.Scale != ScaleTensor && s.Scale != ScaleRowsCols {
+		panic(fmt.Sprintf("gpu: FP8 Gemm with %v scales", s.Scale))
+	}
+	fail := func(why string) { panic(fmt.Sprintf("gpu: FP8 Gemm %dx%dx%d: %s", s.M, s.N, s.K, why)) }
+	switch {
+	case s.Out != dtype.BF16 && s.Out != dtype.F16 && s.Out != dtype.F32:
+		fail(fmt.Sprintf("output %v, want bf16, f16 or f32", s.Out))
+	case s.TransA || !s.TransB:
+		fail("want A not transposed and B transposed (C = X·Wᵀ, cuBLASLt's TN)")
+	case s.Batch > 1:
+		fail("batched")
+	case s.TF32:
+		fail("TF32 set")
+	case s.K%16 != 0 || s.LDA%16 != 0 || s.LDB%16 != 0:
+		fail(fmt.Sprintf("K=%d LDA=%d LDB=%d, want multiples of 16", s.K, s.LDA, s.LDB))
+	case s.LDC*s.Out.Size()%16 != 0:
+		fail(fmt.Sprintf("LDC=%d %v elements, want a multiple of 16 bytes", s.LDC, s.Out))
+	}
 }
 
 // colMajor is the column-major problem cuBLASLt solves for a row-major spec:
@@ -229,6 +301,15 @@ func (d *Device) plan(bs *blasState, s GemmSpec) (*gemmPlan, error) {
 	if err = p.desc.SetTranspose(cm.transA, cm.transB); err != nil {
 		return fail(err)
 	}
+	if s.Scale != ScaleNone { // the pointers come with each call (gemm)
+		mode := cuda.ScaleScalar32F
+		if s.Scale == ScaleRowsCols {
+			mode = cuda.ScaleOuterVec32F
+		}
+		if err = p.desc.SetScales(mode, 0, 0); err != nil {
+			return fail(err)
+		}
+	}
 	if p.a, err = cuda.MatrixLayoutCreate(cuda.BlasType(s.In), cm.aRows, cm.aCols, cm.lda); err != nil {
 		return fail(err)
 	}
@@ -290,7 +371,8 @@ func (d *Device) SetGemmWorkspace(bytes int64) error {
 // nil). The first call for a spec asks cuBLASLt's heuristic for its
 // algorithm; later calls reuse the plan. With SetGemmTuning, the first call
 // on the default stream outside a capture or a Replay dry run times the
-// heuristic's candidates (or reads the choice on disk) first.
+// heuristic's candidates (or reads the choice on disk) first. FP8 specs
+// go through GemmFP8.
 func (d *Device) Gemm(s *Stream, spec GemmSpec, alpha float32, a, b cuda.DevicePtr, beta float32, c cuda.DevicePtr) error {
 	return d.GemmTo(s, spec, alpha, a, b, beta, c, c)
 }
@@ -299,9 +381,46 @@ func (d *Device) Gemm(s *Stream, spec GemmSpec, alpha float32, a, b cuda.DeviceP
 // out = alpha·op(A)·op(B) + beta·C, out laid out as C (a residual add in
 // the product's epilogue when beta is 1). out is c or does not overlap it.
 func (d *Device) GemmTo(s *Stream, spec GemmSpec, alpha float32, a, b cuda.DevicePtr, beta float32, c, out cuda.DevicePtr) error {
-	spec, bs, p, err := d.planned("Gemm", spec)
+	if spec.In == dtype.F8E4M3 {
+		panic("gpu: GemmTo of FP8 inputs: use GemmFP8, which takes their scales")
+	}
+	return d.gemm("Gemm", s, spec, alpha, a, 0, b, 0, beta, c, out)
+}
+
+// GemmFP8 is GemmTo for E4M3 inputs (spec.In dtype.F8E4M3) with their
+// float32 scales in device memory, sa for A and sb for B: one each
+// (ScaleTensor) or sa per row of A and sb per row of the stored B, that is
+// per output column (ScaleRowsCols):
+//
+//	out[i][j] = alpha·sa[i]·sb[j]·Σ_p A[i][p]·B[j][p] + beta·C[i][j]
+//
+// with fp32 accumulation (cuBLASLt's default, not its fast FP8
+// accumulation) and one rounding to Out. The plan is made as Gemm's; the
+// scale pointers are set on it at each call.
+func (d *Device) GemmFP8(s *Stream, spec GemmSpec, alpha float32, a, sa, b, sb cuda.DevicePtr, beta float32, c, out cuda.DevicePtr) error {
+	if spec.In != dtype.F8E4M3 {
+		panic(fmt.Sprintf("gpu: GemmFP8 of %v inputs", spec.In))
+	}
+	if sa == 0 || sb == 0 {
+		panic("gpu: GemmFP8 without scales")
+	}
+	return d.gemm("GemmFP8", s, spec, alpha, a, sa, b, sb, beta, c, out)
+}
+
+// gemm queues out = alpha·op(A)·op(B) + beta·C for Gemm and GemmFP8; sa
+// and sb are the FP8 scales (0 for other inputs).
+func (d *Device) gemm(call string, s *Stream, spec GemmSpec, alpha float32, a, sa, b, sb cuda.DevicePtr, beta float32, c, out cuda.DevicePtr) error {
+	spec, bs, p, err := d.planned(call, spec)
 	if err != nil {
 		return err
+	}
+	// cuBLASLt's A is our B: its A scale is sb, its B scale sa.
+	setScales := func() error { return nil }
+	if spec.Scale != ScaleNone {
+		setScales = func() error { return p.desc.SetScalePointers(sb, sa) }
+		if err := setScales(); err != nil { // tuning below runs on them
+			return err
+		}
 	}
 	// Deterministic GEMMs keep the heuristic's first: a choice by timing
 	// could differ between machines and runs.
@@ -313,12 +432,19 @@ func (d *Device) GemmTo(s *Stream, spec GemmSpec, alpha float32, a, b cuda.Devic
 	h := d.stream(s).h
 	if d.rec != nil {
 		algo := p.algo.Algo // as planned now, whatever tuning does later
+		words := append([]uint64{uint64(p.desc), uint64(a), uint64(b), uint64(c), uint64(out), uint64(math.Float32bits(alpha)),
+			uint64(math.Float32bits(beta)), uint64(h)}, algo.Words()...)
+		if spec.Scale != ScaleNone {
+			words = append(words, uint64(sa), uint64(sb))
+		}
 		d.rec.other(func() error {
+			if err := setScales(); err != nil {
+				return err
+			}
 			d.launched()
 			return bs.h.Matmul(p.desc, unsafe.Pointer(&alpha), b, p.a, a, p.b, unsafe.Pointer(&beta), c, p.c, out, p.c,
 				&algo, bs.ws.Ptr, bs.wsSize, h)
-		}, 'g', append([]uint64{uint64(p.desc), uint64(a), uint64(b), uint64(c), uint64(out), uint64(math.Float32bits(alpha)),
-			uint64(math.Float32bits(beta)), uint64(h)}, algo.Words()...)...)
+		}, 'g', words...)
 		return nil
 	}
 	d.launched()

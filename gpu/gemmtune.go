@@ -209,6 +209,9 @@ func (d *Device) TuneGemm(spec GemmSpec, a, b, c cuda.DevicePtr, reps int) ([]fl
 	if err != nil {
 		return nil, err
 	}
+	if spec.Scale != ScaleNone {
+		return nil, fmt.Errorf("gpu %d: TuneGemm of FP8 %+v: FP8 products are timed by SetGemmTuning at a GemmFP8 call, which has their scales", d.info.Ordinal, spec)
+	}
 	times, err := d.timeCandidates(bs, p, p.candidates, bs.ws.Ptr, bs.wsSize, 1, a, b, 0, c, c, reps, 2)
 	if err != nil {
 		return nil, err
@@ -232,6 +235,9 @@ func (d *Device) TimeGemmCandidates(spec GemmSpec, workspace int64, beta float32
 	spec, bs, p, err := d.planned("TimeGemmCandidates", spec)
 	if err != nil {
 		return nil, err
+	}
+	if spec.Scale != ScaleNone {
+		return nil, fmt.Errorf("gpu %d: TimeGemmCandidates of FP8 %+v: FP8 products are timed by SetGemmTuning at a GemmFP8 call, which has their scales", d.info.Ordinal, spec)
 	}
 	if workspace == 0 || uint64(workspace) == bs.wsSize {
 		return d.timeCandidates(bs, p, p.candidates, bs.ws.Ptr, bs.wsSize, 1, a, b, beta, c, out, reps, rounds)

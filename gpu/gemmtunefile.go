@@ -109,9 +109,13 @@ func (t *gemmTuner) key(ws uint64, det bool, s GemmSpec) string {
 		}
 		return "N"
 	}
-	return fmt.Sprintf("%s|cublasLt %d|workspace %d|deterministic %v|%s%s %dx%dx%d ld %d,%d,%d batch %d stride %d,%d,%d %v->%v tf32 %v",
+	k := fmt.Sprintf("%s|cublasLt %d|workspace %d|deterministic %v|%s%s %dx%dx%d ld %d,%d,%d batch %d stride %d,%d,%d %v->%v tf32 %v",
 		t.gpu, t.cublasLt, ws, det, tr(s.TransA), tr(s.TransB), s.M, s.N, s.K, s.LDA, s.LDB, s.LDC,
 		s.Batch, s.StrideA, s.StrideB, s.StrideC, s.In, s.Out, s.TF32)
+	if s.Scale != ScaleNone { // FP8; the keys of other products stay as they were
+		k += " scale " + s.Scale.String()
+	}
+	return k
 }
 
 // structKey returns the part of key's spec that does not change with the

@@ -114,6 +114,8 @@ var (
 
 	kArgmax = def("op_argmax.cu", "op_argmax_rows", "x:p rows:i32 cols:i32 out:p")
 
+	kQuantE4M3 = def("op_fp8.cu", "op_quant_rows_e4m3", "x:p rows:i32 cols:i32 codes:p scales:p")
+
 	kCacheRows     = def("op_decode.cu", "op_cache_rows", "src:p cache:p heads:i32 n:i32 head_dim:i32 heads_inner:i32 max_len:i32 past:i32")
 	kDecodeAttn    = def("op_decode.cu", "op_decode_attn", "q:p k:p v:p part_o:p part_ml:p heads:i32 n:i32 head_dim:i32 kv_heads:i32 max_len:i32 length:i32 causal:i32 scale:f32 kps:i32")
 	kDecodeCombine = def("op_decode.cu", "op_decode_combine", "part_o:p part_ml:p out:p rows:i32 head_dim:i32 splits:i32")

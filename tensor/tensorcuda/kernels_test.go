@@ -135,6 +135,13 @@ func (f *fakeRun) gemm(spec gpu.GemmSpec, alpha float32, a, b gpu.Buffer, beta f
 	return nil
 }
 
+func (f *fakeRun) gemmFP8(spec gpu.GemmSpec, alpha float32, a, sa, b, sb gpu.Buffer, beta float32, c, d gpu.Buffer) error {
+	f.launched["gemmFP8"]++
+	f.gemms = append(f.gemms, spec)
+	f.gemmCD, f.gemmBeta = append(f.gemmCD, [2]gpu.Buffer{c, d}), append(f.gemmBeta, beta)
+	return nil
+}
+
 func fakeOps(dt dtype.DType) (*Ops, *fakeRun) {
 	f := &fakeRun{launched: map[string]int{}, shapes: map[string][2]cuda.Dim3{}}
 	return &Ops{dt: dt, sms: 132, run: f}, f
@@ -246,6 +253,15 @@ func TestLaunchersMatchKernels(t *testing.T) {
 			}
 			if g1 := o.decodeGrid(4, 1, 4, 1); g1.splits != 1 || g1.chunks != 1 {
 				t.Errorf("DecodeAttention of one key: grid %+v", g1)
+			}
+			must(o.QuantizeRowsE4M3(big, 16, 4096, big, big))
+			if f.last.grid.X != 16 {
+				t.Errorf("QuantizeRowsE4M3 grid %v, want one block per row", f.last.grid)
+			}
+			must(o.LinearFP8(big, 16, FP8Weight{Codes: big, Scales: big, Out: 1024, In: 4096}, big, big, 0, big, big))
+			if g := f.gemms[len(f.gemms)-1]; f.launched["gemmFP8"] != 1 || g.M != 16 || g.N != 1024 || g.K != 4096 || !g.TransB ||
+				g.Out != dt || g.Scale != gpu.ScaleRowsCols || f.last.grid.X != 16 {
+				t.Errorf("LinearFP8: product %+v, quantization grid %v", g, f.last.grid)
 			}
 			for _, k := range allKernels {
 				if f.launched[k.name] == 0 {

@@ -28,6 +28,7 @@ type Ops struct {
 type runner interface {
 	launch(k *kernel, grid, block cuda.Dim3, args *cuda.Args) error
 	gemm(spec gpu.GemmSpec, alpha float32, a, b gpu.Buffer, beta float32, c, d gpu.Buffer) error
+	gemmFP8(spec gpu.GemmSpec, alpha float32, a, sa, b, sb gpu.Buffer, beta float32, c, d gpu.Buffer) error
 }
 
 // New returns the ops of storage dtype dt (dtype.BF16 or dtype.F32) on d,
@@ -170,6 +171,13 @@ func (r *devRunner) launch(k *kernel, grid, block cuda.Dim3, args *cuda.Args) er
 func (r *devRunner) gemm(spec gpu.GemmSpec, alpha float32, a, b gpu.Buffer, beta float32, c, d gpu.Buffer) error {
 	if err := r.d.GemmTo(nil, spec, alpha, a.Ptr, b.Ptr, beta, c.Ptr, d.Ptr); err != nil {
 		return fmt.Errorf("tensorcuda: gemm %dx%dx%d (%s): %w", spec.M, spec.N, spec.K, r.dt, err)
+	}
+	return nil
+}
+
+func (r *devRunner) gemmFP8(spec gpu.GemmSpec, alpha float32, a, sa, b, sb gpu.Buffer, beta float32, c, d gpu.Buffer) error {
+	if err := r.d.GemmFP8(nil, spec, alpha, a.Ptr, sa.Ptr, b.Ptr, sb.Ptr, beta, c.Ptr, d.Ptr); err != nil {
+		return fmt.Errorf("tensorcuda: FP8 gemm %dx%dx%d (%s): %w", spec.M, spec.N, spec.K, r.dt, err)
 	}
 	return nil
 }

@@ -1,0 +1,132 @@
+package tensorcuda
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"testing"
+
+	"dflash/gpu"
+	"dflash/internal/gputest"
+	"dflash/tensor/quant"
+)
+
+// TestGPUQuantizeRowsE4M3 compares op_quant_rows_e4m3 with quant.RowScales
+// and quant.QuantizeRows on the same stored values, bit for bit (scales and
+// codes): rows whose magnitudes span six decades (subnormal codes
+// included), a row of zeros, Qwen3-8B's widths (4096, 12288), an odd width
+// and a single column.
+func TestGPUQuantizeRowsE4M3(t *testing.T) {
+	forDTypes(t, func(e *env) {
+		for _, sh := range [][2]int{{16, 4096}, {3, 100}, {128, 12288}, {7, 1}} {
+			rows, cols := sh[0], sh[1]
+			vals := make([]float64, rows*cols)
+			for r := range rows {
+				mag := math.Pow(10, e.r.Float64()*6-3)
+				for j := range cols {
+					if r != 1 { // row 1 stays zeros
+						vals[r*cols+j] = e.r.NormFloat64() * mag
+					}
+				}
+			}
+			x, xv := e.store(vals)
+			xf := make([]float32, len(xv))
+			for i, v := range xv {
+				xf[i] = float32(v)
+			}
+			wantS := quant.RowScales(xf, rows, cols)
+			wantQ := make([]uint8, len(xf))
+			quant.QuantizeRows(wantQ, xf, rows, cols, wantS)
+
+			codes := e.alloc(int64(rows*cols), gputest.Poison)
+			scales := e.outF32(rows)
+			e.check(e.o.QuantizeRowsE4M3(x, rows, cols, codes, scales))
+			gotQ := make([]uint8, rows*cols)
+			e.check(gpu.Download(e.d, gotQ, codes))
+			gotS := make([]float32, rows)
+			e.check(gpu.Download(e.d, gotS, scales))
+			name := fmt.Sprintf("rows%d_cols%d", rows, cols)
+			if !slices.Equal(gotS, wantS) {
+				e.t.Errorf("QuantizeRowsE4M3 %s scales: got %v, want %v", name, gotS[:min(4, rows)], wantS[:min(4, rows)])
+			}
+			bad := 0
+			for i := range gotQ {
+				if gotQ[i] != wantQ[i] {
+					if bad < 3 {
+						e.t.Errorf("QuantizeRowsE4M3 %s code [%d][%d] of %g: %#02x, want %#02x", name, i/cols, i%cols, xf[i], gotQ[i], wantQ[i])
+					}
+					bad++
+				}
+			}
+			if bad > 0 {
+				e.t.Errorf("QuantizeRowsE4M3 %s: %d of %d codes differ", name, bad, len(gotQ))
+			}
+		}
+	})
+}
+
+// TestGPULinearFP8 runs LinearFP8 (device quantization of x, then the
+// cuBLASLt FP8 product with per-token and per-channel scales) and compares
+// it with quant.GemmRef of x quantized on the host (bit-identical to the
+// device's, TestGPUQuantizeRowsE4M3) and W quantized at "load", plus
+// beta·C: within the rounding of the storage dtype and a 2^-12 share of
+// Σ|x·w| for the fp32 accumulation. Shapes of Qwen3-8B's projections.
+func TestGPULinearFP8(t *testing.T) {
+	forDTypes(t, func(e *env) {
+		for _, sh := range [][3]int{{5, 64, 48}, {16, 12288, 4096}, {128, 4096, 4096}} {
+			rows, in, out := sh[0], sh[1], sh[2]
+			name := fmt.Sprintf("rows%d_in%d_out%d", rows, in, out)
+			x, xv := e.store(e.normal(rows*in, 1))
+			wf := make([]float32, out*in)
+			for i := range wf {
+				wf[i] = float32(e.r.NormFloat64() * 0.02)
+			}
+			ws := quant.RowScales(wf, out, in)
+			wq := make([]uint8, len(wf))
+			quant.QuantizeRows(wq, wf, out, in, ws)
+			w := FP8Weight{Out: out, In: in, Codes: e.alloc(int64(len(wq)), gputest.Poison), Scales: e.outF32(out)}
+			e.check(gpu.Upload(e.d, w.Codes, wq))
+			e.check(gpu.Upload(e.d, w.Scales, ws))
+			c, cv := e.store(e.normal(rows*out, 1))
+			xq, xs := e.alloc(int64(rows*in), gputest.Poison), e.outF32(rows)
+			const beta = 0.5
+			e.check(e.o.LinearFP8(x, rows, w, xq, xs, beta, c, c))
+			got := e.load(c, rows*out)
+
+			xf := make([]float32, len(xv))
+			for i, v := range xv {
+				xf[i] = float32(v)
+			}
+			xsv := quant.RowScales(xf, rows, in)
+			xqv := make([]uint8, len(xf))
+			quant.QuantizeRows(xqv, xf, rows, in, xsv)
+			ref := quant.GemmRef(xqv, xsv, wq, ws, rows, out, in)
+			abs := func(q []uint8) []uint8 {
+				a := make([]uint8, len(q))
+				for i, v := range q {
+					a[i] = v & 0x7f
+				}
+				return a
+			}
+			mag := quant.GemmRef(abs(xqv), xsv, abs(wq), ws, rows, out, in)
+			outEps := 1.0 / 256
+			if e.dt.Size() == 4 {
+				outEps = 1.0 / (1 << 23)
+			}
+			bad, worst := 0, 0.0
+			for i := range got {
+				want := ref[i] + beta*cv[i]
+				tol := outEps*math.Abs(want) + mag[i]/(1<<12) + math.Abs(beta*cv[i])/(1<<12) + 1e-30
+				d := math.Abs(got[i] - want)
+				worst = math.Max(worst, d/tol)
+				if d > tol {
+					if bad < 3 {
+						e.t.Errorf("LinearFP8 %s y[%d][%d] = %g, want %g (tol %.3g)", name, i/out, i%out, got[i], want, tol)
+					}
+					bad++
+				}
+			}
+			e.t.Logf("LinearFP8 %s: worst error / tolerance %.4f, %d over", name, worst, bad)
+		}
+	})
+}
