@@ -95,7 +95,7 @@ func benchRound(b *testing.B, cfg model.Config, generate bool) {
 	run("propose", func(b *testing.B) {
 		_, seq := prefill()
 		for b.Loop() {
-			seq.Propose(prompt[0], true)
+			d.Propose([]Sequence{seq}, prompt[:1], true)
 		}
 	})
 	run("extend3", func(b *testing.B) {
