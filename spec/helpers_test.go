@@ -131,10 +131,12 @@ func proposeEach(seqs []Sequence, last []int32) model.Rows {
 type oracles struct {
 	list []*oracle
 	next int
+	B    int
+	taps []int
 }
 
-func (s *oracles) BlockSize() int { return s.list[0].B }
-func (s *oracles) Taps() []int    { return s.list[0].taps }
+func (s *oracles) BlockSize() int { return s.B }
+func (s *oracles) Taps() []int    { return s.taps }
 func (s *oracles) Start(n int) Sequence {
 	s.next++
 	return s.list[s.next-1].Start(n)
