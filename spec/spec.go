@@ -69,7 +69,10 @@ type Stats struct {
 	SlotAccepted []int `json:"slot_accepted"`
 	SlotTried    []int `json:"slot_tried"`
 	// Tokens are the generated tokens, the prefill's first one included.
-	Tokens         int     `json:"tokens"`
+	Tokens int `json:"tokens"`
+	// The seconds of the prefill, the drafting and the verification passes
+	// (a pass of several rows of GenerateBatch counts its share: its time
+	// over its rows).
 	PrefillSeconds float64 `json:"prefill_seconds"`
 	DraftSeconds   float64 `json:"draft_seconds"`
 	VerifySeconds  float64 `json:"verify_seconds"`
@@ -257,29 +260,13 @@ func GenerateBatch(ctx context.Context, b tensor.Backend[float32], target *model
 			r.st.DraftSeconds += share
 		}
 		for _, n := range lengths {
-			t3 := time.Now()
 			var rows []*specRow
-			var caches []*model.Cache
-			var tokens []int32
 			for _, r := range run {
 				if r.n == n {
-					rows, caches, tokens = append(rows, r), append(caches, r.cache), append(tokens, r.block...)
+					rows = append(rows, r)
 				}
 			}
-			vl, vh := target.DecodeRows(b, caches, tokens, states)
-			verified := model.ReadRows(b, vl, greedy)
-			for j, r := range rows {
-				start := r.cache.Len - n // the block's first position
-				accepted := r.accept(verified.Sub(j*n, (j+1)*n), o)
-				if !done(r.out, r.maxNew, o.Stop) { // roll back the rejected drafts; the accepted positions join the context
-					r.cache.Truncate(start + accepted + 1)
-					r.seq.Extend(taps(vh, states, j*n, j*n+accepted+1))
-				}
-			}
-			share := time.Since(t3).Seconds() / float64(len(rows))
-			for _, r := range rows {
-				r.st.VerifySeconds += share
-			}
+			verifyRows(b, target, rows, n, states, o)
 		}
 		b.ReleaseStep(m)
 	}
@@ -288,6 +275,32 @@ func GenerateBatch(ctx context.Context, b tensor.Backend[float32], target *model
 		r.st.Tokens = len(r.out)
 	}
 	return outs, stats, nil
+}
+
+// verifyRows verifies the blocks of rows, all of length n, in one
+// target.DecodeRows pass, then accepts, rolls back and extends each row on
+// its own; the pass's time is shared equally among the rows' Stats.
+func verifyRows(b tensor.Backend[float32], target *model.Model, rows []*specRow, n int, states []int, o Options) {
+	t0 := time.Now()
+	caches := make([]*model.Cache, len(rows))
+	tokens := make([]int32, 0, len(rows)*n)
+	for j, r := range rows {
+		caches[j], tokens = r.cache, append(tokens, r.block...)
+	}
+	vl, vh := target.DecodeRows(b, caches, tokens, states)
+	verified := model.ReadRows(b, vl, o.Temperature <= 0)
+	for j, r := range rows {
+		start := r.cache.Len - n // the block's first position
+		accepted := r.accept(verified.Sub(j*n, (j+1)*n), o)
+		if !done(r.out, r.maxNew, o.Stop) { // roll back the rejected drafts; the accepted positions join the context
+			r.cache.Truncate(start + accepted + 1)
+			r.seq.Extend(taps(vh, states, j*n, j*n+accepted+1))
+		}
+	}
+	share := time.Since(t0).Seconds() / float64(len(rows))
+	for _, r := range rows {
+		r.st.VerifySeconds += share
+	}
 }
 
 // accept applies the acceptance rule to the row's verified block (the
