@@ -384,10 +384,10 @@ func decodeHeldOut(ctx context.Context, target *model.Model, d *dflash.Drafter[f
 		return nil, err
 	}
 	so := spec.Options{MaxNewTokens: o.GenTokens, Stop: []int32{stop}}
-	if err := spec.Warm(ctx, b, target, sd, prompts[0], so); err != nil {
+	if err := spec.Warm(ctx, b, target, sd, prompts[:1], so); err != nil {
 		return nil, err
 	}
-	return spec.Run(ctx, b, target, sd, prompts, so, true, nil)
+	return spec.Run(ctx, b, target, sd, prompts, so, 1, true, nil)
 }
 
 func mean(v []float64) float64 {

@@ -84,7 +84,7 @@ func (m *Model) Step(b tensor.Backend[float32], cache *Cache, tokens []int32) []
 // final-normed state), that state of every token [n, Hidden]: speculative
 // decoding starts the drafter's context with them.
 func (m *Model) Prefill(b tensor.Backend[float32], cache *Cache, tokens []int32, states []int) (logits *tensor.Tensor, hidden map[int]*tensor.Tensor) {
-	x, hidden := m.decode(b, cache, tokens, states)
+	x, hidden := m.decode(b, []*Cache{cache}, tokens, states)
 	tp := tensor.NewInference(b)
 	last := tp.Slice(x, 0, len(tokens)-1, len(tokens))
 	return m.Logits(tp, tp.RMSNorm(last, m.Norm, m.Config.RMSNormEps)), hidden
@@ -93,50 +93,71 @@ func (m *Model) Prefill(b tensor.Backend[float32], cache *Cache, tokens []int32,
 // Decode is Prefill for a block of tokens that all need their logits, as
 // speculative decoding's verification does: it returns the logits of every
 // token [n, Vocab] and the hidden states in states of every token. The
-// cache grows by n; Cache.Truncate takes rejected tokens back out.
+// cache grows by n; Cache.Truncate takes rejected tokens back out. It is
+// DecodeRows of one row.
 func (m *Model) Decode(b tensor.Backend[float32], cache *Cache, tokens []int32, states []int) (logits *tensor.Tensor, hidden map[int]*tensor.Tensor) {
-	x, hidden := m.decode(b, cache, tokens, states)
+	return m.DecodeRows(b, []*Cache{cache}, tokens, states)
+}
+
+// DecodeRows is Decode of R = len(caches) sequences at once, n tokens each:
+// tokens holds row r's n tokens at r·n..r·n+n−1, which go at positions
+// caches[r].Len.. of row r (the caches may differ in length). The
+// embedding, the projections, the MLPs, the norms and the LM head run once
+// over all R·n tokens (the weights are read once for the batch); each
+// row's keys and values go into its own cache and its queries attend to
+// it alone. It returns the logits [R·n, Vocab] and the hidden states in
+// states [R·n, Hidden], rows in the order of tokens; every cache grows by n.
+func (m *Model) DecodeRows(b tensor.Backend[float32], caches []*Cache, tokens []int32, states []int) (logits *tensor.Tensor, hidden map[int]*tensor.Tensor) {
+	x, hidden := m.decode(b, caches, tokens, states)
 	tp := tensor.NewInference(b)
 	return m.Logits(tp, tp.RMSNorm(x, m.Norm, m.Config.RMSNormEps)), hidden
 }
 
-// decode runs the decoder layers over tokens with the cache and returns the
-// last layer's output [n, Hidden] before the final norm and the hidden
-// states with an index in states.
-func (m *Model) decode(b tensor.Backend[float32], cache *Cache, tokens []int32, states []int) (*tensor.Tensor, map[int]*tensor.Tensor) {
+// decode runs the decoder layers over the tokens of len(caches) rows with
+// their caches (DecodeRows) and returns the last layer's output [R·n,
+// Hidden] before the final norm and the hidden states with an index in
+// states.
+func (m *Model) decode(b tensor.Backend[float32], caches []*Cache, tokens []int32, states []int) (*tensor.Tensor, map[int]*tensor.Tensor) {
 	hidden := map[int]*tensor.Tensor{}
 	c := &m.Config
-	n, past := len(tokens), cache.Len
-	if n == 0 {
-		panic("model: decode of no tokens")
+	R := len(caches)
+	if R == 0 || len(tokens) == 0 || len(tokens)%R != 0 {
+		panic(fmt.Sprintf("model: decode of %d tokens in %d rows", len(tokens), R))
 	}
+	n := len(tokens) / R
 	for _, s := range states {
 		if s < 0 || s > c.NumLayers {
 			panic(fmt.Sprintf("model.Decode: hidden state %d out of range [0, %d]", s, c.NumLayers))
 		}
 	}
-	if past+n > cache.Max() {
-		panic(fmt.Sprintf("model.Decode: %d tokens after %d positions overflow a cache of %d", n, past, cache.Max()))
+	pos := make([]int32, 0, R*n)
+	kvs := make([]*tensor.KVCache[float32], R)
+	past, total := make([]int, R), make([]int, R)
+	for r, cache := range caches {
+		if cache.Len+n > cache.Max() {
+			panic(fmt.Sprintf("model.Decode: %d tokens after %d positions overflow a cache of %d (row %d)", n, cache.Len, cache.Max(), r))
+		}
+		kvs[r], past[r], total[r] = cache.kv, cache.Len, cache.Len+n
+		for i := range n {
+			pos = append(pos, int32(cache.Len+i))
+		}
 	}
 	tp := tensor.NewInference(b)
-	pos := make([]int32, n)
-	for i := range pos {
-		pos[i] = int32(past + i)
-	}
 	table := tensor.Table(b, m.rope, pos)
-	total := past + n
 	scale := 1 / math.Sqrt(float64(c.HeadDim))
 	x := tp.Embedding(m.Embed, b.UploadInts(tokens))
 	for i := range m.Layers {
 		if slices.Contains(states, i) {
 			hidden[i] = x
 		}
-		q, k, v := m.qkv(tp, i, x, 1, n, table) // q, k [1, H, n, D], v [1, n, H, D]
-		tp.CachePut(cache.kv, i, k, false, v, true, past)
-		a := tp.CacheAttend(cache.kv, i, q, total, true, scale) // token i sees the cache and tokens 0..i
+		q, k, v := m.qkv(tp, i, x, R, n, table) // q, k [R, H, n, D], v [R, n, H, D]
+		tp.CachePutRows(kvs, i, k, false, v, true, past)
+		a := tp.CacheAttendRows(kvs, i, q, total, true, scale) // a row's token i sees its cache and its tokens 0..i
 		x = m.finishLayer(tp, i, x, tp.Transpose12(a), nil)
 	}
-	cache.Len = total
+	for r, cache := range caches {
+		cache.Len = total[r]
+	}
 	if slices.Contains(states, c.NumLayers) {
 		hidden[c.NumLayers] = tp.RMSNorm(x, m.Norm, c.RMSNormEps)
 	}
@@ -180,33 +201,76 @@ func (m *Model) CheckPrompt(prompt []int32) error {
 // cache and returns the new tokens (ending with a stop token if one was
 // produced). The sequence never grows past ContextLimit tokens: a prompt
 // of exactly that length gets no new token. It is safe to call from several
-// goroutines at once.
+// goroutines at once. It is GenerateBatch of one prompt.
 func (m *Model) Generate(b tensor.Backend[float32], prompt []int32, opts GenerateOptions) ([]int32, error) {
-	if err := m.CheckPrompt(prompt); err != nil {
-		return nil, fmt.Errorf("model.Generate: %w", err)
+	out, err := m.GenerateBatch(b, [][]int32{prompt}, opts)
+	if err != nil {
+		return nil, err
 	}
-	maxNew := min(opts.MaxNewTokens, m.ContextLimit()-len(prompt))
-	if maxNew <= 0 {
-		return nil, nil
+	return out[0], nil
+}
+
+// GenerateBatch is Generate of every prompt at once: each prompt is
+// prefilled on its own, then each step decodes the next token of every row
+// still running in one DecodeRows pass, and a row leaves the batch when it
+// is done. Row r samples with its own generator, seeded with opts.Seed+r
+// (what Generate of that prompt alone with Seed opts.Seed+r uses), so its
+// tokens do not depend on the batch it is in. It returns the new tokens of
+// each prompt, in order.
+func (m *Model) GenerateBatch(b tensor.Backend[float32], prompts [][]int32, opts GenerateOptions) ([][]int32, error) {
+	for i, p := range prompts {
+		if err := m.CheckPrompt(p); err != nil {
+			if len(prompts) > 1 {
+				err = fmt.Errorf("prompt %d: %w", i, err)
+			}
+			return nil, fmt.Errorf("model.Generate: %w", err)
+		}
 	}
-	rng := rand.New(rand.NewPCG(opts.Seed, 0x6e6))
-	cache := m.NewCache(b, len(prompt)+maxNew)
-	defer cache.Free()
-	var next int32
-	step := func(tokens []int32) {
+	type row struct {
+		i, maxNew int
+		cache     *Cache
+		rng       *rand.Rand
+	}
+	var run []*row
+	for i, p := range prompts {
+		if maxNew := min(opts.MaxNewTokens, m.ContextLimit()-len(p)); maxNew > 0 {
+			run = append(run, &row{i: i, maxNew: maxNew, cache: m.NewCache(b, len(p)+maxNew), rng: rand.New(rand.NewPCG(opts.Seed+uint64(i), 0x6e6))})
+		}
+	}
+	all := slices.Clone(run)
+	defer func() {
+		for _, r := range slices.Backward(all) { // last allocated first (tensor.KVCache.Free)
+			r.cache.Free()
+		}
+	}()
+	greedy := opts.Temperature <= 0
+	out := make([][]int32, len(prompts))
+	done := func(r *row) bool {
+		o := out[r.i]
+		return len(o) == r.maxNew || slices.Contains(opts.Stop, o[len(o)-1])
+	}
+	for _, r := range run {
 		tensor.Scope(b, func() {
-			logits, _ := m.Prefill(b, cache, tokens, nil)
-			next = ReadRows(b, logits, opts.Temperature <= 0).Pick(0, opts.Temperature, opts.TopK, rng)
+			logits, _ := m.Prefill(b, r.cache, prompts[r.i], nil)
+			out[r.i] = []int32{ReadRows(b, logits, greedy).Pick(0, opts.Temperature, opts.TopK, r.rng)}
 		})
 	}
-	step(prompt)
-	var out []int32
 	for {
-		out = append(out, next)
-		if slices.Contains(opts.Stop, next) || len(out) == maxNew {
+		run = slices.DeleteFunc(run, done)
+		if len(run) == 0 {
 			return out, nil
 		}
-		step([]int32{next})
+		caches, tokens := make([]*Cache, len(run)), make([]int32, len(run))
+		for k, r := range run {
+			caches[k], tokens[k] = r.cache, out[r.i][len(out[r.i])-1]
+		}
+		tensor.Scope(b, func() {
+			logits, _ := m.DecodeRows(b, caches, tokens, nil)
+			rows := ReadRows(b, logits, greedy)
+			for k, r := range run {
+				out[r.i] = append(out[r.i], rows.Pick(k, opts.Temperature, opts.TopK, r.rng))
+			}
+		})
 	}
 }
 

@@ -3,6 +3,7 @@ package model
 import (
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -27,13 +28,8 @@ func TestGPUDecode(t *testing.T) {
 	rng := testseed.New(t)
 	for _, arch := range []Architecture{Qwen3, Llama} {
 		t.Run(string(arch), func(t *testing.T) {
-			c := tinyConfig(arch, arch == Qwen3)
-			c.VocabSize, c.HiddenSize, c.IntermediateSize, c.HeadDim, c.NumHeads, c.NumKVHeads = 300, 256, 384, 64, 8, 2
-			if arch == Llama {
-				c.NumHeads, c.NumKVHeads = 4, 4
-			}
-			c.InitializerRange = 1 / math.Sqrt(256)
-			m := perturbed(t, c, rng.Uint64(), rng.Uint64())
+			m := gpuDecodeTarget(t, arch, rng)
+			c := m.Config
 			ids := randIDs(rng, 170, c.VocabSize)
 			states := []int{1, c.NumLayers}
 			// run decodes on b: prefill, block, rollback, then one at a time.
@@ -70,6 +66,86 @@ func TestGPUDecode(t *testing.T) {
 					w[j] = float64(x)
 				}
 				backendtest.Close(t, fmt.Sprintf("decode output %d", i), got[i], w, 5e-2)
+			}
+		})
+	}
+}
+
+// gpuDecodeTarget returns the perturbed target of TestGPUDecode: Qwen3
+// with GQA group 4, Llama without; head dim 64.
+func gpuDecodeTarget(t *testing.T, arch Architecture, rng *rand.Rand) *Model {
+	c := tinyConfig(arch, arch == Qwen3)
+	c.VocabSize, c.HiddenSize, c.IntermediateSize, c.HeadDim, c.NumHeads, c.NumKVHeads = 300, 256, 384, 64, 8, 2
+	if arch == Llama {
+		c.NumHeads, c.NumKVHeads = 4, 4
+	}
+	c.InitializerRange = 1 / math.Sqrt(256)
+	return perturbed(t, c, rng.Uint64(), rng.Uint64())
+}
+
+// TestGPUDecodeRows checks DecodeRows on the CUDA backend against the
+// CPU's float32 DecodeRows of the same model (itself checked against one
+// Decode per row): three rows after prefills of 150, 37 and 90 tokens, a
+// batched block of 9 each, rollbacks to different lengths, then a batched
+// step of one token each: every logit and hidden state within bf16
+// tolerance.
+func TestGPUDecodeRows(t *testing.T) {
+	w, cache := gputest.Worker0Cache(t)
+	rng := testseed.New(t)
+	for _, arch := range []Architecture{Qwen3, Llama} {
+		t.Run(string(arch), func(t *testing.T) {
+			m := gpuDecodeTarget(t, arch, rng)
+			c := m.Config
+			prefix := []int{150, 37, 90}
+			ids := make([][]int32, len(prefix))
+			for r, n := range prefix {
+				ids[r] = randIDs(rng, n+10, c.VocabSize)
+			}
+			states := []int{1, c.NumLayers}
+			run := func(b tensor.Backend[float32]) (out [][]float32) {
+				caches := make([]*Cache, len(prefix))
+				for r, n := range prefix {
+					caches[r] = m.NewCache(b, n+10)
+					defer caches[r].Free()
+					tensor.Scope(b, func() { m.Step(b, caches[r], ids[r][:n]) })
+				}
+				var block, next []int32
+				for r, n := range prefix {
+					block = append(block, ids[r][n:n+9]...)
+				}
+				tensor.Scope(b, func() {
+					l, h := m.DecodeRows(b, caches, block, states)
+					out = append(out, tensor.Values(b, l))
+					for _, s := range states {
+						out = append(out, tensor.Values(b, h[s]))
+					}
+				})
+				for r, n := range prefix {
+					caches[r].Truncate(n + 1 + r) // keep 1, 2 and 3 of the block
+					next = append(next, ids[r][n+9])
+				}
+				tensor.Scope(b, func() {
+					l, _ := m.DecodeRows(b, caches, next, nil)
+					out = append(out, tensor.Values(b, l))
+				})
+				return out
+			}
+			want := run(tensor.NewCPU[float32](0))
+			var got [][]float32
+			err := gputest.RunBackend(w, cache, tensorcuda.NewBackend, func(_ *gpu.Device, b *tensorcuda.Backend) error {
+				m.Arena().Place(b, false)
+				got = run(b)
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range want {
+				w := make([]float64, len(want[i]))
+				for j, x := range want[i] {
+					w[j] = float64(x)
+				}
+				backendtest.Close(t, fmt.Sprintf("batched output %d", i), got[i], w, 5e-2)
 			}
 		})
 	}

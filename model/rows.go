@@ -56,3 +56,14 @@ func (r Rows) Pick(i int, temperature float64, topK int, rng *rand.Rand) int32 {
 	}
 	return Sample(r.Row(i), temperature, topK, rng)
 }
+
+// Sub returns rows lo..hi−1 (sharing r's memory).
+func (r Rows) Sub(lo, hi int) Rows {
+	if lo < 0 || hi < lo || hi > r.Len() {
+		panic(fmt.Sprintf("model.Rows.Sub(%d, %d) of %d rows", lo, hi, r.Len()))
+	}
+	if r.IDs != nil {
+		return Rows{IDs: r.IDs[lo:hi:hi]}
+	}
+	return Rows{Logits: r.Logits[lo*r.Vocab : hi*r.Vocab : hi*r.Vocab], Vocab: r.Vocab}
+}

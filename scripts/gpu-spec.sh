@@ -10,6 +10,9 @@
 #           other, then bench/spec_side.py's table: acceptance length ours against theirs (within
 #           5%), tokens/s at batch 1 (at least 2x theirs), dflash's greedy outputs equal to the target's
 #   decode  `dflash bench decode --device cuda --target qwen3-8b`: the per-step times of the 8B shape
+#   batch   (not in the default PARTS) on the demo's files, `dflash spec --device cuda --batch N` for N in
+#           $BATCHES (default "1 8"): tokens/s with the drafter and the target alone over each batch's
+#           wall time, and every greedy output equal to the target's
 #
 # Build here first (the GPU machine has no Go and no network):
 #   ZLAB_GIT=/work/.mirror/z-lab+dflash/repo bash scripts/gpu-spec.sh --build
@@ -100,6 +103,28 @@ if has side; then
 				--json "$OUT/side.json" | tee "$OUT/side.txt"
 			[ "${PIPESTATUS[0]}" = 0 ] || fail "side by side (side.txt)"
 		fi
+	fi
+fi
+
+if has batch; then
+	echo "== dflash spec --device cuda --batch N on the demo's target and drafter"
+	if [ ! -f "$D/heldout.jsonl" ]; then
+		fail "no demo in $D: run PARTS=demo first (the same warm machine keeps it)"
+	else
+		for n in ${BATCHES:-1 8}; do
+			"$B/dflash" spec --device cuda --target "$D/target" --drafter "$D/drafter" --prompts "$D/heldout.jsonl" \
+				--max-new-tokens "$MAX_NEW" --batch "$n" --json >"$OUT/spec-batch$n.json" 2>"$OUT/spec-batch$n.log" ||
+				{ fail "dflash spec --batch $n"; tail -n 20 "$OUT/spec-batch$n.log"; continue; }
+			python3 - "$OUT/spec-batch$n.json" <<'PY' || echo "WARN: --batch $n: greedy outputs differ from the target's (bf16 ties, or a bug: see spec-batch$n.json)"
+import json, sys
+r = json.load(open(sys.argv[1]))
+s, b = r["speculative"], r.get("baseline") or {}
+print(f"batch {r['batch']}: tau {r['acceptance_length']:.3f}, with the drafter {s['tokens_per_s']:.1f} tokens/s, "
+      f"target alone {b.get('tokens_per_s', 0):.1f}, speedup {r.get('speedup', 0):.2f}x, "
+      f"{r.get('greedy_matches', 0)} of {r['prompts']} greedy outputs equal the target's")
+sys.exit(0 if r["temperature"] > 0 or r.get("greedy_matches") == r["prompts"] else 1)
+PY
+		done
 	fi
 fi
 

@@ -46,7 +46,8 @@ func shapeModels(tb testing.TB, cfg model.Config, b tensor.Backend[float32]) (*m
 // step (what the baseline pays per token), one verification of a block of
 // 8, one drafter proposal and one drafter Extend of 3 positions (an
 // average acceptance), and 96-token generations with and without the
-// drafter. Besides ns/op (wall time, which other processes on a shared
+// drafter, one prompt and eight at a time (x8: GenerateBatch and
+// model.GenerateBatch of eight copies, per op eight prompts). Besides ns/op (wall time, which other processes on a shared
 // machine inflate) it reports cpu-us/op, the process CPU time per
 // operation. Run: go test -run '^$' -bench DemoShape -cpu 1 ./spec/
 func BenchmarkDemoShape(b *testing.B) { benchRound(b, demoConfig, true) }
@@ -95,7 +96,7 @@ func benchRound(b *testing.B, cfg model.Config, generate bool) {
 	run("propose", func(b *testing.B) {
 		_, seq := prefill()
 		for b.Loop() {
-			seq.Propose(prompt[0], true)
+			d.Propose([]Sequence{seq}, prompt[:1], true)
 		}
 	})
 	run("extend3", func(b *testing.B) {
@@ -120,6 +121,21 @@ func benchRound(b *testing.B, cfg model.Config, generate bool) {
 	run("spec96", func(b *testing.B) {
 		for b.Loop() {
 			if _, _, err := Generate(context.Background(), cpu, m, d, prompt, Options{MaxNewTokens: 96}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	eight := [][]int32{prompt, prompt, prompt, prompt, prompt, prompt, prompt, prompt}
+	run("generate96x8", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := m.GenerateBatch(cpu, eight, model.GenerateOptions{MaxNewTokens: 96}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	run("spec96x8", func(b *testing.B) {
+		for b.Loop() {
+			if _, _, err := GenerateBatch(context.Background(), cpu, m, d, eight, Options{MaxNewTokens: 96}); err != nil {
 				b.Fatal(err)
 			}
 		}

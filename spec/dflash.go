@@ -71,17 +71,23 @@ func (f *DFlash) Start(maxLen int) Sequence {
 	return &dflashSeq{f: f, ctx: f.D.NewContext(f.Backend, maxLen)}
 }
 
+// Propose drafts the blocks of every sequence in one pass
+// (dflash.Drafter.ProposeRows) and reads their logits off the backend:
+// greedily only each row's argmax (R·B ids), else the logits. The
+// sequences are f's (Start).
+func (f *DFlash) Propose(seqs []Sequence, last []int32, greedy bool) model.Rows {
+	ctxs := make([]*dflash.Context[float32], len(seqs))
+	for r, s := range seqs {
+		ctxs[r] = s.(*dflashSeq).ctx
+	}
+	return model.ReadRows(f.Backend, f.D.ProposeRows(f.Backend, f.Head, ctxs, last), greedy)
+}
+
 type dflashSeq struct {
 	f   *DFlash
 	ctx *dflash.Context[float32]
 }
 
 func (s *dflashSeq) Extend(hidden []*tensor.Tensor) { s.f.D.Extend(s.f.Backend, s.ctx, hidden) }
-
-// Propose reads the drafter's block logits off its backend: greedily only
-// each row's argmax (B ids), else the logits.
-func (s *dflashSeq) Propose(last int32, greedy bool) model.Rows {
-	return model.ReadRows(s.f.Backend, s.f.D.Propose(s.f.Backend, s.f.Head, s.ctx, last), greedy)
-}
 
 func (s *dflashSeq) Free() { s.ctx.Free() }

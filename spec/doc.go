@@ -7,6 +7,13 @@
 // target's cache is truncated past the accepted tokens and the drafter's
 // context takes their hidden states.
 //
+// GenerateBatch decodes several prompts at once: each round drafts every
+// running row's block in one drafter pass and verifies them in one target
+// pass (model.DecodeRows) per block length, the weights read once for the
+// batch; each row accepts and rolls back on its own, with its own
+// generator, and leaves the batch when it is done. Generate is the batch
+// of one.
+//
 // Greedy decoding is lossless: the output is the target's own greedy output
 // (up to argmax ties that the block-wide arithmetic of verification may
 // break differently than one-token steps, see the tests). With a
@@ -24,7 +31,8 @@
 // reads the drafter's and the target's logits into host memory ([B, V] and
 // [n, V] float32): the acceptance rule needs the whole distributions.
 //
-// Run measures a drafter on a set of prompts: acceptance length (tokens per
-// target verification), acceptance per block position, and tokens/s with
-// and without the drafter on the same prompts and backend.
+// Run measures a drafter on a set of prompts, a batch at a time:
+// acceptance length (tokens per target verification), acceptance per block
+// position, and tokens/s with and without the drafter on the same prompts,
+// batches and backend.
 package spec

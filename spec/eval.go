@@ -46,7 +46,7 @@ func EvalFunc(b tensor.Backend[float32], target *model.Model, d *dflash.Drafter[
 		stop = append(stop, int32(e))
 	}
 	return func(ctx context.Context) (map[string]float64, error) {
-		r, err := Run(ctx, b, target, sd, ps, Options{MaxNewTokens: maxNew, Stop: stop}, false, nil)
+		r, err := Run(ctx, b, target, sd, ps, Options{MaxNewTokens: maxNew, Stop: stop}, 1, false, nil)
 		b.ResetStep()
 		if err != nil {
 			return nil, err

@@ -109,9 +109,45 @@ func (o *oracle) Extend(hidden []*tensor.Tensor) {
 	o.pos += n
 }
 
-// Propose returns logits whatever greedy asks: a greedy round picks their
+// Propose returns the blocks of its sequences (oracles, each proposing its
+// own: proposeEach).
+func (o *oracle) Propose(seqs []Sequence, last []int32, _ bool) model.Rows {
+	return proposeEach(seqs, last)
+}
+
+// proposeEach returns the blocks of the oracles seqs, one after the other.
+func proposeEach(seqs []Sequence, last []int32) model.Rows {
+	var rows model.Rows
+	for r, s := range seqs {
+		b := s.(*oracle).propose(last[r])
+		rows.Logits, rows.Vocab = append(rows.Logits, b.Logits...), b.Vocab
+	}
+	return rows
+}
+
+// oracles is a Drafter of one oracle per prompt of a GenerateBatch: Start
+// hands them out in order (GenerateBatch starts the prompts that get a
+// token in order).
+type oracles struct {
+	list []*oracle
+	next int
+	B    int
+	taps []int
+}
+
+func (s *oracles) BlockSize() int { return s.B }
+func (s *oracles) Taps() []int    { return s.taps }
+func (s *oracles) Start(n int) Sequence {
+	s.next++
+	return s.list[s.next-1].Start(n)
+}
+func (s *oracles) Propose(seqs []Sequence, last []int32, _ bool) model.Rows {
+	return proposeEach(seqs, last)
+}
+
+// propose returns logits whatever greedy asks: a greedy round picks their
 // argmax on the host, as from any drafter that returns logits.
-func (o *oracle) Propose(last int32, _ bool) model.Rows {
+func (o *oracle) propose(last int32) model.Rows {
 	o.calls++
 	if o.pos >= len(o.seq) || last != o.seq[o.pos] {
 		o.fatalf("Propose(%d) at position %d: the sequence there is %v", last, o.pos, o.seq[min(o.pos, len(o.seq)-1):])

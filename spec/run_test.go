@@ -2,11 +2,13 @@ package spec
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
 
 	"dflash/internal/testseed"
+	"dflash/model"
 	"dflash/model/dflash"
 	"dflash/tensor"
 )
@@ -27,8 +29,24 @@ func TestRunReport(t *testing.T) {
 		}
 		prompts = append(prompts, p)
 	}
+	var first *Report
+	for _, batch := range []int{1, 2, 3} {
+		t.Run(fmt.Sprint("batch", batch), func(t *testing.T) {
+			r := checkRun(t, cpu, m, d, prompts, batch)
+			if first == nil {
+				first = r
+			} else if !slices.Equal(r.Histogram, first.Histogram) || r.Speculative.Tokens != first.Speculative.Tokens {
+				t.Fatalf("batch %d: histogram %v and %d tokens, at batch 1 %v and %d", batch, r.Histogram, r.Speculative.Tokens, first.Histogram, first.Speculative.Tokens)
+			}
+		})
+	}
+}
+
+// checkRun runs Run at batch and checks its report against its generations.
+func checkRun(t *testing.T, cpu tensor.Backend[float32], m *model.Model, d Drafter, prompts [][]int32, batch int) *Report {
+	t.Helper()
 	var gens []Generation
-	r, err := Run(context.Background(), cpu, m, d, prompts, Options{MaxNewTokens: 12}, true, func(g Generation) error {
+	r, err := Run(context.Background(), cpu, m, d, prompts, Options{MaxNewTokens: 12}, batch, true, func(g Generation) error {
 		gens = append(gens, g)
 		return nil
 	})
@@ -48,7 +66,7 @@ func TestRunReport(t *testing.T) {
 		weighted += (n + 1) * c
 		hist += c
 	}
-	if len(gens) != 3 || r.Speculative.Tokens != tokens || r.Baseline.Tokens != tokens || r.Rounds != rounds || hist != rounds || r.GreedyMatches != 3 {
+	if len(gens) != 3 || r.Batch != batch || r.Speculative.Tokens != tokens || r.Baseline.Tokens != tokens || r.Rounds != rounds || hist != rounds || r.GreedyMatches != 3 {
 		t.Fatalf("report %+v for generations %+v", r, gens)
 	}
 	if want := float64(weighted) / float64(rounds); r.AcceptanceLength != want || r.AcceptanceLength < 1 {
@@ -57,6 +75,10 @@ func TestRunReport(t *testing.T) {
 	if len(r.PositionAcceptance) != 3 || r.Speedup <= 0 {
 		t.Fatalf("per position %v, speedup %v", r.PositionAcceptance, r.Speedup)
 	}
+	if r.DraftSeconds+r.VerifySeconds > r.Speculative.Seconds {
+		t.Fatalf("drafting %vs and verification %vs exceed the wall time %vs", r.DraftSeconds, r.VerifySeconds, r.Speculative.Seconds)
+	}
+	return r
 }
 
 // TestCheckNamesFields checks that a drafter made for another target is

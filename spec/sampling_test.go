@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"dflash/internal/testseed"
@@ -24,8 +25,8 @@ func (f *fixedQ) BlockSize() int          { return f.B }
 func (f *fixedQ) Taps() []int             { return []int{f.taps} }
 func (f *fixedQ) Start(int) Sequence      { return f }
 func (f *fixedQ) Extend([]*tensor.Tensor) {}
-func (f *fixedQ) Propose(int32, bool) model.Rows {
-	return model.Rows{Logits: f.logits, Vocab: len(f.logits) / f.B}
+func (f *fixedQ) Propose(seqs []Sequence, _ []int32, _ bool) model.Rows {
+	return model.Rows{Logits: slices.Repeat(f.logits, len(seqs)), Vocab: len(f.logits) / f.B}
 }
 func (f *fixedQ) Free() {}
 

@@ -66,32 +66,74 @@ func (c *KVCache[T]) Free() {
 // l of c at positions past..past+n−1. Each is [heads, n, HeadDim] (with
 // leading dimensions of 1 allowed: attention's layout) or, when its
 // headsInner flag is set, [n, heads, HeadDim] in any shape of that size.
-// Nothing is recorded for gradients.
+// Nothing is recorded for gradients. It is CachePutRows of one row.
 func (tp *TapeOf[T]) CachePut(c *KVCache[T], l int, k *Of[T], kHeadsInner bool, v *Of[T], vHeadsInner bool, past int) {
+	tp.CachePutRows([]*KVCache[T]{c}, l, k, kHeadsInner, v, vHeadsInner, []int{past})
+}
+
+// CachePutRows is CachePut for R = len(cs) sequences at once: k and v hold
+// R equal rows one after the other (each CachePut's layout: a batch-major
+// [R, heads, n, HeadDim], or [R, n, heads, HeadDim] with headsInner, in any
+// shape of that size), and row r goes into layer l of cs[r] at positions
+// past[r]..past[r]+n−1. The caches share heads and HeadDim.
+func (tp *TapeOf[T]) CachePutRows(cs []*KVCache[T], l int, k *Of[T], kHeadsInner bool, v *Of[T], vHeadsInner bool, past []int) {
+	R := len(cs)
+	if R == 0 || len(past) != R {
+		panic(fmt.Sprintf("tensor.CachePutRows: %d caches, %d offsets", R, len(past)))
+	}
+	c := cs[0]
+	row := R * c.KVHeads * c.HeadDim
 	for _, x := range []*Of[T]{k, v} {
-		if x.Numel()%(c.KVHeads*c.HeadDim) != 0 {
-			panic(fmt.Sprintf("tensor.CachePut: %v is not rows of %d kv heads × %d", x, c.KVHeads, c.HeadDim))
+		if x.Numel()%row != 0 {
+			panic(fmt.Sprintf("tensor.CachePutRows: %v is not %d rows of %d kv heads × %d", x, R, c.KVHeads, c.HeadDim))
 		}
 	}
-	n := k.Numel() / (c.KVHeads * c.HeadDim)
 	if v.Numel() != k.Numel() {
-		panic(fmt.Sprintf("tensor.CachePut: keys %v and values %v differ in size", k, v))
+		panic(fmt.Sprintf("tensor.CachePutRows: keys %v and values %v differ in size", k, v))
 	}
-	tp.b.CacheRows(k.Store, c.KVHeads, n, c.HeadDim, kHeadsInner, c.K[l], c.Max, past)
-	tp.b.CacheRows(v.Store, c.KVHeads, n, c.HeadDim, vHeadsInner, c.V[l], c.Max, past)
+	n := k.Numel() / row
+	size := n * c.KVHeads * c.HeadDim
+	for r, cr := range cs {
+		if cr.KVHeads != c.KVHeads || cr.HeadDim != c.HeadDim {
+			panic(fmt.Sprintf("tensor.CachePutRows: cache %d has %d kv heads × %d, cache 0 %d × %d", r, cr.KVHeads, cr.HeadDim, c.KVHeads, c.HeadDim))
+		}
+		tp.b.CacheRows(k.Store.Slice(r*size, (r+1)*size), c.KVHeads, n, c.HeadDim, kHeadsInner, cr.K[l], cr.Max, past[r])
+		tp.b.CacheRows(v.Store.Slice(r*size, (r+1)*size), c.KVHeads, n, c.HeadDim, vHeadsInner, cr.V[l], cr.Max, past[r])
+	}
 }
 
 // CacheAttend returns the attention of q [1, heads, n, HeadDim] over the
 // first length positions of layer l of c (Backend.DecodeAttention: with
 // causal, query row i is position length−n+i and sees the positions up to
 // it; without, every row sees all length), [1, heads, n, HeadDim]. Nothing
-// is recorded for gradients.
+// is recorded for gradients. It is CacheAttendRows of one row.
 func (tp *TapeOf[T]) CacheAttend(c *KVCache[T], l int, q *Of[T], length int, causal bool, scale float64) *Of[T] {
-	if len(q.Shape) != 4 || q.Shape[0] != 1 || q.Shape[3] != c.HeadDim {
-		panic(fmt.Sprintf("tensor.CacheAttend: queries %v are not [1, heads, n, %d]", q, c.HeadDim))
+	return tp.CacheAttendRows([]*KVCache[T]{c}, l, q, []int{length}, causal, scale)
+}
+
+// CacheAttendRows is CacheAttend for R = len(cs) sequences at once: row r
+// of q [R, heads, n, HeadDim] attends over the first lengths[r] positions
+// of layer l of cs[r], into row r of the result [R, heads, n, HeadDim].
+// Each row is one Backend.DecodeAttention on its slice of q and of the
+// result (the rows' caches differ in length).
+func (tp *TapeOf[T]) CacheAttendRows(cs []*KVCache[T], l int, q *Of[T], lengths []int, causal bool, scale float64) *Of[T] {
+	R := len(cs)
+	if R == 0 || len(lengths) != R {
+		panic(fmt.Sprintf("tensor.CacheAttendRows: %d caches, %d lengths", R, len(lengths)))
+	}
+	D := cs[0].HeadDim
+	if len(q.Shape) != 4 || q.Shape[0] != R || q.Shape[3] != D {
+		panic(fmt.Sprintf("tensor.CacheAttendRows: queries %v are not [%d, heads, n, %d]", q, R, D))
 	}
 	out := tp.alloc("attn", q.Shape...)
-	tp.b.DecodeAttention(q.Store, q.Shape[1], q.Shape[2], c.HeadDim, c.K[l], c.V[l], c.KVHeads, c.Max, length, causal, scale, out.Store)
+	heads, n := q.Shape[1], q.Shape[2]
+	size := heads * n * D
+	for r, c := range cs {
+		if c.HeadDim != D {
+			panic(fmt.Sprintf("tensor.CacheAttendRows: cache %d has head dim %d, cache 0 %d", r, c.HeadDim, D))
+		}
+		tp.b.DecodeAttention(q.Store.Slice(r*size, (r+1)*size), heads, n, D, c.K[l], c.V[l], c.KVHeads, c.Max, lengths[r], causal, scale, out.Store.Slice(r*size, (r+1)*size))
+	}
 	return out
 }
 

@@ -43,9 +43,13 @@ with the target alone, on the same backend, and reports:
 
 Prompts are the conversations of a messages / ShareGPT JSONL file (as for
 train) without their final assistant message, rendered with the target's chat
-template and the generation prompt. Greedy decoding (temperature 0) is
-lossless: greedy_matches counts prompts whose output equals the target's own.
---json prints one object: prompts, block_size, max_new_tokens, temperature,
+template and the generation prompt. --batch N decodes N prompts at once (in
+order; each row accepts and rolls back on its own, and prompt i samples with
+seed+i whatever N): tokens/s, with the drafter and without (the target
+alone decodes the same batches), count each batch's wall time. Greedy
+decoding (temperature 0) is lossless: greedy_matches counts prompts whose
+output equals the target's own.
+--json prints one object: prompts, batch, block_size, max_new_tokens, temperature,
 top_k, acceptance_length, acceptance_histogram (index n-1: rounds of length n),
 acceptance_per_position (index s-1), rounds, speculative and baseline
 ({tokens, seconds, tokens_per_s}), speedup, greedy_matches, draft_seconds,
@@ -63,6 +67,7 @@ type specOptions struct {
 	Format      string  `yaml:"format" choice:"auto,messages,sharegpt" help:"JSONL format"`
 	MaxPrompts  int     `yaml:"max-prompts" range:">=0" help:"decode at most N prompts (0: all)"`
 	MaxNew      int     `yaml:"max-new-tokens" range:">=1" help:"tokens generated per prompt at most"`
+	Batch       int     `yaml:"batch" range:"[1,64]" help:"decode N prompts at once, each with its own acceptance (tokens/s over each batch's wall time)"`
 	Temperature float64 `yaml:"temperature" range:">=0" help:"sampling temperature (0: greedy)"`
 	TopK        int     `yaml:"top-k" range:">=0" help:"sample among the K most likely tokens (0: all)"`
 	Seed        uint64  `yaml:"seed" range:">=0" help:"sampling seed (prompt i uses seed+i)"`
@@ -76,7 +81,7 @@ type specOptions struct {
 }
 
 func defaultSpecOptions() specOptions {
-	return specOptions{Format: "auto", MaxNew: 256, Device: "cpu", Baseline: true}
+	return specOptions{Format: "auto", MaxNew: 256, Batch: 1, Device: "cpu", Baseline: true}
 }
 
 // parseSpec reads and checks the flags of `dflash spec`.
@@ -173,10 +178,10 @@ func specRun(ctx context.Context, o specOptions, backend tensor.Backend[float32]
 		stopIDs = append(stopIDs, int32(e))
 	}
 	opts := spec.Options{MaxNewTokens: o.MaxNew, Temperature: o.Temperature, TopK: o.TopK, Seed: o.Seed, Stop: stopIDs}
-	if err := spec.Warm(ctx, backend, target, drafter, ids[0], opts); err != nil {
+	if err := spec.Warm(ctx, backend, target, drafter, ids[:min(o.Batch, len(ids))], opts); err != nil {
 		return err
 	}
-	slog.Info("spec", "prompts", len(prompts), "block", d.Cfg.BlockSize, "max_new_tokens", o.MaxNew, "temperature", o.Temperature, "device", backend.Name())
+	slog.Info("spec", "prompts", len(prompts), "batch", o.Batch, "block", d.Cfg.BlockSize, "max_new_tokens", o.MaxNew, "temperature", o.Temperature, "device", backend.Name())
 	var r *spec.Report
 	// decode runs the prompts, writing each generation to gen when not nil.
 	decode := func(gen io.Writer) error {
@@ -196,7 +201,7 @@ func specRun(ctx context.Context, o specOptions, backend tensor.Backend[float32]
 				"completion": tok.Decode(g.Tokens, false), "tokens": g.Tokens, "baseline_tokens": g.Baseline,
 				"rounds": g.Rounds, "acceptance_length": g.AcceptanceLength})
 		}
-		r, err = spec.Run(ctx, backend, target, drafter, ids, opts, o.Baseline, each)
+		r, err = spec.Run(ctx, backend, target, drafter, ids, opts, o.Batch, o.Baseline, each)
 		if !o.JSON && len(prompts) > 1 {
 			fmt.Fprintln(os.Stderr)
 		}
@@ -305,8 +310,8 @@ func (c lineCounter) Write(p []byte) (int, error) {
 }
 
 func printSpec(w io.Writer, r *spec.Report) {
-	fmt.Fprintf(w, "speculative decoding: %d prompts, block %d, max %d new tokens, temperature %g, top-k %d\n\n",
-		r.Prompts, r.BlockSize, r.MaxNewTokens, r.Temperature, r.TopK)
+	fmt.Fprintf(w, "speculative decoding: %d prompts, batch %d, block %d, max %d new tokens, temperature %g, top-k %d\n\n",
+		r.Prompts, r.Batch, r.BlockSize, r.MaxNewTokens, r.Temperature, r.TopK)
 	fmt.Fprintf(w, "acceptance length   %.3f tokens per verification (%d verifications)\n", r.AcceptanceLength, r.Rounds)
 	fmt.Fprintf(w, "histogram           ")
 	for n, c := range r.Histogram {

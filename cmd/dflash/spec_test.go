@@ -42,7 +42,7 @@ func TestSpecCommand(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "gen.jsonl")
 	var stdout bytes.Buffer
 	o := specOptions{Target: targetDir, Drafter: drafterDir, Prompts: dataPath, Format: "auto", Device: "cpu",
-		Out: out, MaxNew: 8, MaxPrompts: 3, JSON: true, Baseline: true, Workers: 1}
+		Out: out, MaxNew: 8, MaxPrompts: 3, JSON: true, Baseline: true, Workers: 1, Batch: 2}
 	if err := specDecode(context.Background(), o, &stdout); err != nil {
 		t.Fatal(err)
 	}
@@ -51,7 +51,7 @@ func TestSpecCommand(t *testing.T) {
 		t.Fatalf("%v: %s", err, stdout.String())
 	}
 	t.Logf("%s", stdout.String())
-	if r["prompts"] != 3.0 || r["greedy_matches"] != 3.0 || r["acceptance_length"].(float64) < 1 || r["speedup"].(float64) <= 0 ||
+	if r["prompts"] != 3.0 || r["batch"] != 2.0 || r["greedy_matches"] != 3.0 || r["acceptance_length"].(float64) < 1 || r["speedup"].(float64) <= 0 ||
 		len(r["acceptance_histogram"].([]any)) != 4 || len(r["acceptance_per_position"].([]any)) != 3 {
 		t.Fatalf("report %v", r)
 	}
@@ -63,8 +63,8 @@ func TestSpecCommand(t *testing.T) {
 	if err := json.Unmarshal([]byte(lines[0]), &g); err != nil || g["line"] != 1.0 || !strings.HasSuffix(g["prompt"].(string), "<|im_start|>assistant\n") {
 		t.Fatalf("generation %v (%v)", g, err)
 	}
-	// The table form.
-	o.JSON, o.Out = false, ""
+	// The table form, one prompt at a time.
+	o.JSON, o.Out, o.Batch = false, "", 1
 	stdout.Reset()
 	if err := specDecode(context.Background(), o, &stdout); err != nil || !strings.Contains(stdout.String(), "speedup") {
 		t.Fatalf("table: %v\n%s", err, stdout.String())
@@ -73,7 +73,12 @@ func TestSpecCommand(t *testing.T) {
 
 func TestSpecBadInput(t *testing.T) {
 	targetDir, drafterDir, dataPath := specFixture(t, 48)
-	o := specOptions{Target: targetDir, Drafter: drafterDir, Prompts: dataPath, Format: "auto", Device: "cpu", MaxNew: 4}
+	o := specOptions{Target: targetDir, Drafter: drafterDir, Prompts: dataPath, Format: "auto", Device: "cpu", MaxNew: 4, Batch: 1}
+	for _, n := range []string{"0", "65"} {
+		if _, err := parseSpec([]string{"--target", targetDir, "--drafter", drafterDir, "--prompts", dataPath, "--batch", n}); err == nil || !strings.Contains(err.Error(), "batch") {
+			t.Fatalf("--batch %s: %v", n, err)
+		}
+	}
 	err := specDecode(context.Background(), o, &bytes.Buffer{})
 	if err == nil || !strings.Contains(err.Error(), "hidden_size 48, the target's is 32") {
 		t.Fatalf("a drafter of another hidden size: %v", err)

@@ -81,29 +81,47 @@ func (d *Drafter[T]) Extend(b tensor.Backend[T], ctx *Context[T], hidden []*tens
 // whole block, and returns the logits of all B slots [B, V] (slot s ≥ 1
 // predicts the token at position ctx.Len+s; slot 0 is not a prediction).
 // It is the training forward pass of §2 for a single block anchored at
-// ctx.Len with the context cached.
+// ctx.Len with the context cached, and ProposeRows of one context.
 func (d *Drafter[T]) Propose(b tensor.Backend[T], head Head[T], ctx *Context[T], last int32) *tensor.Of[T] {
+	return d.ProposeRows(b, head, []*Context[T]{ctx}, []int32{last})
+}
+
+// ProposeRows is Propose of R = len(ctxs) sequences in one pass: block r
+// is [last[r], M × (B−1)] after ctxs[r] (the contexts may differ in
+// length). The embedding, projections, MLPs, norms and LM head run once
+// over the R·B block rows; each block attends to its own context alone.
+// It returns the logits [R·B, V], block r in rows r·B..r·B+B−1.
+func (d *Drafter[T]) ProposeRows(b tensor.Backend[T], head Head[T], ctxs []*Context[T], last []int32) *tensor.Of[T] {
 	c := d.Cfg
-	B, S := c.BlockSize, ctx.Len
-	ids := make([]int32, B)
-	pos := make([]int32, B)
-	for s := range ids {
-		ids[s], pos[s] = int32(c.MaskTokenID), int32(S+s)
+	B, R := c.BlockSize, len(ctxs)
+	if R == 0 || len(last) != R {
+		panic(fmt.Sprintf("dflash: ProposeRows: %d contexts, %d last tokens", R, len(last)))
 	}
-	ids[0] = last
+	ids := make([]int32, 0, R*B)
+	pos := make([]int32, 0, R*B)
+	kvs := make([]*tensor.KVCache[T], R)
+	past, lengths := make([]int, R), make([]int, R)
+	for r, ctx := range ctxs {
+		S := ctx.Len
+		for s := range B {
+			ids, pos = append(ids, int32(c.MaskTokenID)), append(pos, int32(S+s))
+		}
+		ids[r*B] = last[r]
+		kvs[r], past[r], lengths[r] = ctx.kv, S, S+B
+	}
 	tp := tensor.NewInference(b)
 	table := tensor.Table(b, d.rope(), pos)
 	scale := 1 / math.Sqrt(float64(c.HeadDim))
 	z := tp.Embedding(head.Embed, b.UploadInts(ids))
 	for l := range d.Layers {
-		q, kb, vb := d.blockQKV(tp, l, z, 1, table)
+		q, kb, vb := d.blockQKV(tp, l, z, R, table) // q [R, nh, B, D], kb [R·B, nkv·D]
 		// The block's keys and values go after the context, uncounted (the
 		// next Extend overwrites them). One block anchored at the end of
 		// the context sees every key (the DFlash mask: the context before
 		// the anchor and its own block), so attention needs no mask.
-		tp.CachePut(ctx.kv, l, kb, true, tp.ConcatCols(1, vb), true, S)
-		a := tp.CacheAttend(ctx.kv, l, q, S+B, false, scale)
-		z = d.layerOut(tp, l, z, tp.Transpose12(a), B) // the layer takes it heads inner
+		tp.CachePutRows(kvs, l, kb, true, tp.ConcatCols(R, vb), true, past)
+		a := tp.CacheAttendRows(kvs, l, q, lengths, false, scale)
+		z = d.layerOut(tp, l, z, tp.Transpose12(a), R*B) // the layer takes it heads inner
 	}
 	return tp.Linear(tp.RMSNorm(z, d.Norm, c.RMSNormEps), head.LMHead, nil)
 }

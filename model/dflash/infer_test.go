@@ -13,7 +13,8 @@ import (
 // pass (itself checked against the PyTorch reference): for every block of a
 // random batch, a context extended in two pieces with the hidden states of
 // the positions before the anchor and Propose of the anchor token give the
-// logits that Forward's last hidden state gives for that block.
+// logits that Forward's last hidden state gives for that block; so does
+// ProposeRows of several blocks at once (contexts of different lengths).
 func TestProposeMatchesForward(t *testing.T) {
 	rng := testseed.New(t)
 	d, head, b, bl := randomDrafter[float64](rng, 23, []int{23}, 6)
@@ -37,6 +38,8 @@ func TestProposeMatchesForward(t *testing.T) {
 		}
 		return hs
 	}
+	var ctxs []*Context[float64]
+	var last []int32
 	for j := range int(bl.NumValid[0]) {
 		a := int(bl.Anchors[j])
 		ctx := d.NewContext(cpu, a)
@@ -48,5 +51,13 @@ func TestProposeMatchesForward(t *testing.T) {
 		}
 		got := d.Propose(cpu, head, ctx, b.IDs[a])
 		backendtest.Close(t, fmt.Sprintf("block at anchor %d", a), got.Data(), want.Data()[j*B*V:(j+1)*B*V], 1e-10)
+		ctxs, last = append(ctxs, ctx), append(last, b.IDs[a])
+	}
+	if len(ctxs) < 3 {
+		t.Fatalf("%d blocks: too few to batch", len(ctxs))
+	}
+	for _, R := range []int{1, 3, len(ctxs)} {
+		got := d.ProposeRows(cpu, head, ctxs[:R], last[:R])
+		backendtest.Close(t, fmt.Sprintf("%d blocks at once", R), got.Data(), want.Data()[:R*B*V], 1e-10)
 	}
 }

@@ -163,7 +163,7 @@ func RunOn(o Options, env *Env) (*Report, error) {
 			logits, _ := target.Decode(b, cache, block, states) // as spec.Generate verifies, the taps' states with it
 			model.ReadRows(b, logits, true)
 		},
-		Propose: func() { seq.Propose(last, true) },
+		Propose: func() { drafter.Propose([]spec.Sequence{seq}, []int32{last}, true) },
 	}
 	for i := range rep.Phases {
 		p := &rep.Phases[i]
