@@ -12,6 +12,7 @@ import (
 	"dflash/gpu"
 	"dflash/internal/gputest"
 	"dflash/internal/testseed"
+	"dflash/jit"
 	"dflash/tensor"
 	"dflash/tensor/backendtest"
 	"dflash/tensor/tensorcuda"
@@ -50,24 +51,32 @@ func TestGPUDecode(t *testing.T) {
 				}
 				return logits
 			}
-			want := run(tensor.NewCPU[float32](0))
-			var got [][]float32
-			err := gputest.RunBackend(w, cache, tensorcuda.NewBackend, func(_ *gpu.Device, b *tensorcuda.Backend) error {
-				m.Arena().Place(b, false)
-				got = run(b)
-				return nil
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			for i := range want {
-				w := make([]float64, len(want[i]))
-				for j, x := range want[i] {
-					w[j] = float64(x)
-				}
-				backendtest.Close(t, fmt.Sprintf("decode output %d", i), got[i], w, 5e-2)
-			}
+			againstCPU(t, w, cache, m, "decode output", run)
 		})
+	}
+}
+
+// againstCPU runs run with m on the CPU backend and on the CUDA backend
+// (m placed there) and checks every output of the GPU's run against the
+// CPU's within bf16 tolerance (of the largest, per output).
+func againstCPU(t *testing.T, w *gpu.Worker, cache *jit.Cache, m *Model, label string, run func(b tensor.Backend[float32]) [][]float32) {
+	t.Helper()
+	want := run(tensor.NewCPU[float32](0))
+	var got [][]float32
+	err := gputest.RunBackend(w, cache, tensorcuda.NewBackend, func(_ *gpu.Device, b *tensorcuda.Backend) error {
+		m.Arena().Place(b, false)
+		got = run(b)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range want {
+		w := make([]float64, len(want[i]))
+		for j, x := range want[i] {
+			w[j] = float64(x)
+		}
+		backendtest.Close(t, fmt.Sprintf("%s %d", label, i), got[i], w, 5e-2)
 	}
 }
 
@@ -130,23 +139,7 @@ func TestGPUDecodeRows(t *testing.T) {
 				})
 				return out
 			}
-			want := run(tensor.NewCPU[float32](0))
-			var got [][]float32
-			err := gputest.RunBackend(w, cache, tensorcuda.NewBackend, func(_ *gpu.Device, b *tensorcuda.Backend) error {
-				m.Arena().Place(b, false)
-				got = run(b)
-				return nil
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			for i := range want {
-				w := make([]float64, len(want[i]))
-				for j, x := range want[i] {
-					w[j] = float64(x)
-				}
-				backendtest.Close(t, fmt.Sprintf("batched output %d", i), got[i], w, 5e-2)
-			}
+			againstCPU(t, w, cache, m, "batched output", run)
 		})
 	}
 }
