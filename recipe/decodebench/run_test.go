@@ -1,10 +1,9 @@
 package decodebench
 
 import (
-	"encoding/json"
+	"dflash/internal/jsonkeys"
 	"flag"
 	"math"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -172,68 +171,10 @@ func TestOptionErrors(t *testing.T) {
 	}
 }
 
-// TestReportJSONSchema compares the report's JSON keys (nested ones as
-// a.b, an array of objects's as a[].b) with testdata/report_keys.golden;
-// `go test -update` rewrites it after a deliberate change of the schema.
+// TestReportJSONSchema compares the report's JSON keys (jsonkeys.Lines)
+// with testdata/report_keys.golden; `go test -update` rewrites it after a
+// deliberate change of the schema.
 func TestReportJSONSchema(t *testing.T) {
 	rep, _ := runTiny(t)
-	raw, err := json.Marshal(rep)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var m map[string]any
-	if err := json.Unmarshal(raw, &m); err != nil {
-		t.Fatal(err)
-	}
-	keys := map[string]bool{}
-	var walk func(prefix string, v any)
-	walk = func(prefix string, v any) {
-		kind := "number"
-		switch x := v.(type) {
-		case map[string]any:
-			for k, y := range x {
-				walk(strings.TrimPrefix(prefix+"."+k, "."), y)
-			}
-			return
-		case []any:
-			if len(x) > 0 {
-				if _, ok := x[0].(map[string]any); ok {
-					for _, y := range x {
-						walk(prefix+"[]", y)
-					}
-					return
-				}
-			}
-			kind = "array"
-		case string:
-			kind = "string"
-		case bool:
-			kind = "bool"
-		}
-		keys[prefix+" "+kind] = true
-	}
-	walk("", m)
-	got := strings.Join(slices.Sorted(func(yield func(string) bool) {
-		for k := range keys {
-			if !yield(k) {
-				return
-			}
-		}
-	}), "\n") + "\n"
-	path := filepath.Join("testdata", "report_keys.golden")
-	if *update {
-		if err := os.MkdirAll("testdata", 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test -update to create it)", err)
-	}
-	if got != string(want) {
-		t.Errorf("JSON keys differ from %s (go test -update after a deliberate change):\ngot\n%s\nwant\n%s", path, got, want)
-	}
+	jsonkeys.Golden(t, rep, filepath.Join("testdata", "report_keys.golden"), *update)
 }

@@ -1,14 +1,12 @@
 package stepbench
 
 import (
-	"encoding/json"
+	"dflash/internal/jsonkeys"
 	"flag"
 	"math"
-	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -81,53 +79,11 @@ func TestTinyRunOnCPU(t *testing.T) {
 	}
 }
 
-// TestReportJSONSchema compares the report's JSON keys (nested ones as
-// a.b) with testdata/report_keys.golden; `go test -update` rewrites it
-// after a deliberate change of the schema.
+// TestReportJSONSchema compares the report's JSON keys (jsonkeys.Lines)
+// with testdata/report_keys.golden; `go test -update` rewrites it after a
+// deliberate change of the schema.
 func TestReportJSONSchema(t *testing.T) {
-	raw, err := json.Marshal(runTiny(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var m map[string]any
-	if err := json.Unmarshal(raw, &m); err != nil {
-		t.Fatal(err)
-	}
-	var keys []string
-	var walk func(prefix string, v any)
-	walk = func(prefix string, v any) {
-		kind := "number"
-		switch x := v.(type) {
-		case map[string]any:
-			for k, y := range x {
-				walk(strings.TrimPrefix(prefix+"."+k, "."), y)
-			}
-			return
-		case []any:
-			kind = "array"
-		case string:
-			kind = "string"
-		case bool:
-			kind = "bool"
-		}
-		keys = append(keys, prefix+" "+kind)
-	}
-	walk("", m)
-	slices.Sort(keys)
-	got := strings.Join(keys, "\n") + "\n"
-	path := filepath.Join("testdata", "report_keys.golden")
-	if *update {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test -update to create it)", err)
-	}
-	if got != string(want) {
-		t.Errorf("JSON keys differ from %s (go test -update after a deliberate change):\ngot\n%s\nwant\n%s", path, got, want)
-	}
+	jsonkeys.Golden(t, runTiny(t), filepath.Join("testdata", "report_keys.golden"), *update)
 }
 
 // hostClock is a PhaseClock on the host's clock that checks the marks'
