@@ -1,7 +1,9 @@
 package main
 
 import (
+	"dflash/internal/atomicfile"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 	"text/tabwriter"
@@ -73,16 +75,8 @@ func benchDecode(args []string) error {
 		return err
 	}
 	if f.JSONFile != "" {
-		out, err := os.Create(f.JSONFile)
-		if err != nil {
-			return err
-		}
-		if err := writeJSON(out, rep); err != nil {
-			out.Close()
-			return fmt.Errorf("--json-file %s: %w", f.JSONFile, err)
-		}
-		if err := out.Close(); err != nil {
-			return fmt.Errorf("--json-file %s: %w", f.JSONFile, err)
+		if err := atomicfile.Write(f.JSONFile, func(w io.Writer) error { return writeJSON(w, rep) }); err != nil {
+			return fmt.Errorf("--json-file: %w", err)
 		}
 	}
 	if f.JSON {
@@ -110,7 +104,7 @@ func benchDecodeCUDA(o decodebench.Options, cacheDir string) (*decodebench.Repor
 	var rep *decodebench.Report
 	name, err := onGPU0(cacheDir, func(d *gpu.Device, b *tensorcuda.Backend) error {
 		env := &decodebench.Env{Backend: b, Time: d.Time, Sync: d.Synchronize, Launches: d.Launches,
-			Timing:  "CUDA events on the default stream around each call, its logits read back included (gpu.Device.Time)",
+			Timing:  "CUDA events on the default stream around each call, the argmax ids read back included (gpu.Device.Time)",
 			HBMPeak: func() (float64, string) { return hbmPeakOf(d.Info()) }}
 		var err error
 		rep, err = decodebench.RunOn(o, env)

@@ -1,8 +1,9 @@
 // Package decodebench times the three passes of speculative decoding with
 // a DFlash drafter (package spec) for a named target shape with random
 // weights, each against its HBM bound: a plain decode step (one token with
-// a KV cache, model.Step), a verification of a block (the target over B
-// tokens as spec verifies them, model.Decode and the logits read back) and
+// a KV cache, model.Prefill), a verification of a block (the target over B
+// tokens as spec verifies them, model.Decode), each reading back its rows'
+// argmax ids as greedy decoding does, and
 // a drafter proposal of a block (spec.DFlash's Propose). `dflash bench
 // decode` parses its flags into Options, calls Run (the CPU, or a dry run)
 // or RunOn (a device the caller opened) and prints the Report.
