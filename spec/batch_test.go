@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"dflash/internal/testseed"
-	"dflash/model"
 	"dflash/tensor"
 )
 
@@ -31,9 +30,8 @@ func TestSamplingBatch(t *testing.T) {
 	seed := testseed.Seed(t)
 	rng := rand.New(rand.NewPCG(seed, 11))
 	cpu := tensor.NewCPU[float32](1)
-	cfg := model.Config{Arch: model.Qwen3, VocabSize: 6, HiddenSize: 16, IntermediateSize: 24, NumLayers: 2,
-		NumHeads: 2, NumKVHeads: 1, HeadDim: 8, RMSNormEps: 1e-6, RopeTheta: 10000, MaxPositionEmbeddings: 40,
-		InitializerRange: 0.4}
+	cfg := samplingConfig
+	cfg.MaxPositionEmbeddings = 40 // a context limit the third prompt nears
 	m, random := samplingModels(t, cfg, rng, cpu)
 	fixed := &fixedQ{B: 3, taps: 0, logits: make([]float32, 3*cfg.VocabSize)}
 	for i := range fixed.logits {

@@ -43,9 +43,7 @@ func TestSamplingDistribution(t *testing.T) {
 	seed := testseed.Seed(t)
 	rng := rand.New(rand.NewPCG(seed, 9))
 	cpu := tensor.NewCPU[float32](1)
-	cfg := model.Config{Arch: model.Qwen3, VocabSize: 6, HiddenSize: 16, IntermediateSize: 24, NumLayers: 2,
-		NumHeads: 2, NumKVHeads: 1, HeadDim: 8, RMSNormEps: 1e-6, RopeTheta: 10000, MaxPositionEmbeddings: 64,
-		InitializerRange: 0.4}
+	cfg := samplingConfig
 	m, random := samplingModels(t, cfg, rng, cpu)
 	runs := 5000
 	if raceEnabled || testing.Short() {
@@ -59,6 +57,12 @@ func TestSamplingDistribution(t *testing.T) {
 		})
 	}
 }
+
+// samplingConfig is the tiny target of the CPU sampling tests: 6 tokens,
+// peaked distributions (TestSamplingDistribution says why).
+var samplingConfig = model.Config{Arch: model.Qwen3, VocabSize: 6, HiddenSize: 16, IntermediateSize: 24, NumLayers: 2,
+	NumHeads: 2, NumKVHeads: 1, HeadDim: 8, RMSNormEps: 1e-6, RopeTheta: 10000, MaxPositionEmbeddings: 64,
+	InitializerRange: 0.4}
 
 // samplingModels returns the target of cfg and a random DFlash drafter of
 // one layer and blocks of 3 for it, on b (nil: the CPU).

@@ -32,19 +32,7 @@ func targetTensors(c model.Config) []hfTensor {
 	H, I, D := c.HiddenSize, c.IntermediateSize, c.HeadDim
 	ts := []hfTensor{{"model.embed_tokens.weight", []int{c.VocabSize, H}}}
 	for l := range c.NumLayers {
-		p := fmt.Sprintf("model.layers.%d.", l)
-		ts = append(ts,
-			hfTensor{p + "input_layernorm.weight", []int{H}},
-			hfTensor{p + "self_attn.q_proj.weight", []int{c.NumHeads * D, H}},
-			hfTensor{p + "self_attn.k_proj.weight", []int{c.NumKVHeads * D, H}},
-			hfTensor{p + "self_attn.v_proj.weight", []int{c.NumKVHeads * D, H}},
-			hfTensor{p + "self_attn.o_proj.weight", []int{H, c.NumHeads * D}},
-			hfTensor{p + "self_attn.q_norm.weight", []int{D}},
-			hfTensor{p + "self_attn.k_norm.weight", []int{D}},
-			hfTensor{p + "post_attention_layernorm.weight", []int{H}},
-			hfTensor{p + "mlp.gate_proj.weight", []int{I, H}},
-			hfTensor{p + "mlp.up_proj.weight", []int{I, H}},
-			hfTensor{p + "mlp.down_proj.weight", []int{H, I}})
+		ts = qwen3Layer(ts, fmt.Sprintf("model.layers.%d.", l), H, I, D, c.NumHeads, c.NumKVHeads)
 	}
 	ts = append(ts, hfTensor{"model.norm.weight", []int{H}})
 	if !c.TieWordEmbeddings {
@@ -53,27 +41,32 @@ func targetTensors(c model.Config) []hfTensor {
 	return ts
 }
 
-// drafterTensors lists the tensors of a drafter of dc (docs/DRAFTER.md
+// drafterLayerTensors lists the tensors of a drafter of dc (docs/DRAFTER.md
 // §6.1) after fc and hidden_norm, which a proposal does not read.
 func drafterLayerTensors(dc *dflash.Config) []hfTensor {
 	H, I, D := dc.HiddenSize, dc.IntermediateSize, dc.HeadDim
 	var ts []hfTensor
 	for l := range dc.NumLayers {
-		p := fmt.Sprintf("layers.%d.", l)
-		ts = append(ts,
-			hfTensor{p + "input_layernorm.weight", []int{H}},
-			hfTensor{p + "self_attn.q_proj.weight", []int{dc.NumHeads * D, H}},
-			hfTensor{p + "self_attn.k_proj.weight", []int{dc.NumKVHeads * D, H}},
-			hfTensor{p + "self_attn.v_proj.weight", []int{dc.NumKVHeads * D, H}},
-			hfTensor{p + "self_attn.o_proj.weight", []int{H, dc.NumHeads * D}},
-			hfTensor{p + "self_attn.q_norm.weight", []int{D}},
-			hfTensor{p + "self_attn.k_norm.weight", []int{D}},
-			hfTensor{p + "post_attention_layernorm.weight", []int{H}},
-			hfTensor{p + "mlp.gate_proj.weight", []int{I, H}},
-			hfTensor{p + "mlp.up_proj.weight", []int{I, H}},
-			hfTensor{p + "mlp.down_proj.weight", []int{H, I}})
+		ts = qwen3Layer(ts, fmt.Sprintf("layers.%d.", l), H, I, D, dc.NumHeads, dc.NumKVHeads)
 	}
 	return append(ts, hfTensor{"norm.weight", []int{H}})
+}
+
+// qwen3Layer appends the tensors of a Qwen3 decoder layer named with
+// prefix p (hidden H, intermediate I, heads and kvHeads of D) to ts.
+func qwen3Layer(ts []hfTensor, p string, H, I, D, heads, kvHeads int) []hfTensor {
+	return append(ts,
+		hfTensor{p + "input_layernorm.weight", []int{H}},
+		hfTensor{p + "self_attn.q_proj.weight", []int{heads * D, H}},
+		hfTensor{p + "self_attn.k_proj.weight", []int{kvHeads * D, H}},
+		hfTensor{p + "self_attn.v_proj.weight", []int{kvHeads * D, H}},
+		hfTensor{p + "self_attn.o_proj.weight", []int{H, heads * D}},
+		hfTensor{p + "self_attn.q_norm.weight", []int{D}},
+		hfTensor{p + "self_attn.k_norm.weight", []int{D}},
+		hfTensor{p + "post_attention_layernorm.weight", []int{H}},
+		hfTensor{p + "mlp.gate_proj.weight", []int{I, H}},
+		hfTensor{p + "mlp.up_proj.weight", []int{I, H}},
+		hfTensor{p + "mlp.down_proj.weight", []int{H, I}})
 }
 
 func numel(shape []int) int64 {

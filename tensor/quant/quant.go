@@ -108,21 +108,9 @@ func ElementBound(x float64, s float32) float64 {
 // Σ_p e(x_ip)|w_jp| + e(w_jp)|x_ip| + e(x_ip)e(w_jp), e = ElementBound,
 // plus 2^-40 of Σ|x_ip w_jp| for GemmRef's float64 sums.
 func ProductBound(x, sx, w, sw []float32, m, n, k int) []float64 {
-	checkShape("ProductBound X", len(x), m, k)
-	checkShape("ProductBound W", len(w), n, k)
-	out := make([]float64, m*n)
-	rowsInParallel(m, func(i int) {
-		for j := range n {
-			sum := 0.0
-			for p := range k {
-				a, b := float64(x[i*k+p]), float64(w[j*k+p])
-				ea, eb := ElementBound(a, sx[i]), ElementBound(b, sw[j])
-				sum += ea*math.Abs(b) + eb*math.Abs(a) + ea*eb + 0x1p-40*math.Abs(a*b)
-			}
-			out[i*n+j] = sum
-		}
-	})
-	return out
+	return productSums("ProductBound", x, sx, w, sw, m, n, k, func(a, b, ea, eb float64) float64 {
+		return ea*math.Abs(b) + eb*math.Abs(a) + ea*eb + 0x1p-40*math.Abs(a*b)
+	}, func(sum float64) float64 { return sum })
 }
 
 // ProductSigma returns, for each element of the quantized product X·Wᵀ
@@ -132,18 +120,27 @@ func ProductBound(x, sx, w, sw []float32, m, n, k int) []float64 {
 // sqrt(Σ_p (e(x_ip)²w_jp² + e(w_jp)²x_ip²)/3), neglecting the e·e terms. An
 // error beyond 6 sigmas is, for random data, a bug, not bad luck.
 func ProductSigma(x, sx, w, sw []float32, m, n, k int) []float64 {
-	checkShape("ProductSigma X", len(x), m, k)
-	checkShape("ProductSigma W", len(w), n, k)
+	return productSums("ProductSigma", x, sx, w, sw, m, n, k, func(a, b, ea, eb float64) float64 {
+		return ea*ea*b*b + eb*eb*a*a
+	}, func(v float64) float64 { return math.Sqrt(v / 3) })
+}
+
+// productSums returns, for each element (i, j) of the m x n product X·Wᵀ
+// (shapes as ProductBound), end of the sum over p of term(x_ip, w_jp,
+// e(x_ip), e(w_jp)), e = ElementBound with the rows' scales; what names
+// the caller in a shape error.
+func productSums(what string, x, sx, w, sw []float32, m, n, k int, term func(a, b, ea, eb float64) float64, end func(float64) float64) []float64 {
+	checkShape(what+" X", len(x), m, k)
+	checkShape(what+" W", len(w), n, k)
 	out := make([]float64, m*n)
 	rowsInParallel(m, func(i int) {
 		for j := range n {
-			v := 0.0
+			sum := 0.0
 			for p := range k {
 				a, b := float64(x[i*k+p]), float64(w[j*k+p])
-				ea, eb := ElementBound(a, sx[i]), ElementBound(b, sw[j])
-				v += ea*ea*b*b + eb*eb*a*a
+				sum += term(a, b, ElementBound(a, sx[i]), ElementBound(b, sw[j]))
 			}
-			out[i*n+j] = math.Sqrt(v / 3)
+			out[i*n+j] = end(sum)
 		}
 	})
 	return out
