@@ -302,11 +302,15 @@ func (d *Device) plan(bs *blasState, s GemmSpec) (*gemmPlan, error) {
 		return fail(err)
 	}
 	if s.Scale != ScaleNone { // the pointers come with each call (gemm)
-		mode := cuda.ScaleScalar32F
+		// A null pointer is scale 1 for scalars, but no vector: the
+		// heuristic refuses vector scales without pointers, so the plan
+		// is made on the workspace's address (never read: each call sets
+		// its own).
+		mode, at := cuda.ScaleScalar32F, cuda.DevicePtr(0)
 		if s.Scale == ScaleRowsCols {
-			mode = cuda.ScaleOuterVec32F
+			mode, at = cuda.ScaleOuterVec32F, bs.ws.Ptr
 		}
-		if err = p.desc.SetScales(mode, 0, 0); err != nil {
+		if err = p.desc.SetScales(mode, at, at); err != nil {
 			return fail(err)
 		}
 	}

@@ -240,6 +240,10 @@ func TestAllocatorReuseOnGPU(t *testing.T) {
 	var oomErr error
 	var released int64
 	err := w.Run(func(d *gpu.Device) error {
+		// Blocks earlier tests left in the cache would serve the first step.
+		if _, err := d.ReleaseCached(); err != nil {
+			return err
+		}
 		before = d.AllocStats()
 		for step := 0; step < 4; step++ {
 			var bufs []gpu.Buffer

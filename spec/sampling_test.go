@@ -49,7 +49,7 @@ func TestSamplingDistribution(t *testing.T) {
 	if raceEnabled || testing.Short() {
 		runs = 1500
 	}
-	for _, c := range samplingCases(m, random, cpu, rng) {
+	for _, c := range samplingCases(m, random, cpu, rng, nil) {
 		t.Run(c.name, func(t *testing.T) {
 			if err := checkSampling(t, cpu, m, c, runs, seed); err != nil {
 				t.Fatal(err)
@@ -84,11 +84,21 @@ type samplingCase struct {
 	o      Options
 }
 
-// samplingCases draws the prompt and returns the sampling test's cases on
-// b: the random drafter at T = 1, and fixed proposals at T = 0.8, top-3.
-func samplingCases(m *model.Model, random *DFlash, b tensor.Backend[float32], rng *rand.Rand) []samplingCase {
+// samplingCases draws the prompt (again while ok, when not nil, refuses
+// it) and returns the sampling test's cases on b: the random drafter at
+// T = 1, and fixed proposals at T = 0.8, top-3.
+func samplingCases(m *model.Model, random *DFlash, b tensor.Backend[float32], rng *rand.Rand, ok func([]int32) bool) []samplingCase {
 	V := m.Config.VocabSize
-	prompt := []int32{int32(rng.IntN(V)), int32(rng.IntN(V)), int32(rng.IntN(V))}
+	var prompt []int32
+	for tries := 0; ; tries++ {
+		prompt = []int32{int32(rng.IntN(V)), int32(rng.IntN(V)), int32(rng.IntN(V))}
+		if ok == nil || ok(prompt) {
+			break
+		}
+		if tries == 200 {
+			panic("samplingCases: no prompt of 200 is clear of ties")
+		}
+	}
 	// The fixed proposals are the log marginals of the target's 2nd and 3rd
 	// generated tokens plus noise: near enough to the target that drafts at
 	// both block positions are accepted often, far enough that they are
