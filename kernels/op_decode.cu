@@ -29,11 +29,14 @@
 #define DEC_DPL (OP_DEC_MAX_D / 32) // head elements per lane, at most
 
 // op_cache_rows: cache[h, past+t, :] = src[h, t, :] (src [heads, n, D]) or,
-// with heads_inner, src[t, h, :] (src [n, heads, D]).
+// with heads_inner, src[t, h, :] (src [n, heads, D]), past = at[0] (the
+// positions of the pass, [past, length], live on the device so that a
+// recorded pass replays at any position).
 extern "C" __global__ void op_cache_rows(const op_t *__restrict__ src,
                                          op_t *__restrict__ cache, int heads,
                                          int n, int head_dim, int heads_inner,
-                                         int max_len, int past) {
+                                         int max_len, const int *__restrict__ at) {
+  const int past = at[0];
   long long total = (long long)heads * n * head_dim;
   for (long long e = op_global_id(); e < total; e += op_global_stride()) {
     int d = (int)(e % head_dim);
@@ -59,7 +62,8 @@ __device__ __forceinline__ float dec_warp_sum(float v) {
 // op_decode_attn: block (s, g, c) attends rows c·OP_DEC_ROWS.. of kv head
 // g's group (R = group·n rows: query head g·group + r/n, row r%n; q is
 // [heads, n, D], so a group's rows are contiguous) to keys [s·kps,
-// min(length, (s+1)·kps)) of k and v [kv_heads, max_len, D]. Row i sees
+// min(length, (s+1)·kps)) of k and v [kv_heads, max_len, D], length =
+// at[1] (a split past it finds no key). Row i sees
 // keys j < length − n + i + 1 with causal, j < length without. It writes,
 // per split s and row r of the heads·n rows, the unnormalised output
 // part_o[s, r, :] = Σ_j 2^(x_j − m)·v_j with x_j = log2(e)·scale·q·k_j, and
@@ -68,8 +72,9 @@ __device__ __forceinline__ float dec_warp_sum(float v) {
 extern "C" __global__ void op_decode_attn(const op_t *__restrict__ q, const op_t *__restrict__ k,
                    const op_t *__restrict__ v, float *__restrict__ part_o,
                    float *__restrict__ part_ml, int heads, int n, int head_dim,
-                   int kv_heads, int max_len, int length, int causal,
+                   int kv_heads, int max_len, const int *__restrict__ at, int causal,
                    float scale, int kps) {
+  const int length = at[1];
   __shared__ float qs[OP_DEC_ROWS][OP_DEC_MAX_D];
   __shared__ float ks[DEC_TILE][OP_DEC_MAX_D + 1]; // padded: lanes read a column
   __shared__ float vs[DEC_TILE][OP_DEC_MAX_D];

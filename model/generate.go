@@ -35,7 +35,8 @@ type Cache struct {
 }
 
 // NewCache returns an empty cache for m on b holding up to maxLen
-// positions (a prompt and the tokens generated after it).
+// positions (a prompt and the tokens generated after it), or a few more
+// (tensor.NewKVCache rounds up).
 func (m *Model) NewCache(b tensor.Backend[float32], maxLen int) *Cache {
 	c := &m.Config
 	return &Cache{kv: tensor.NewKVCache(b, c.NumLayers, c.NumKVHeads, maxLen, c.HeadDim)}
@@ -132,36 +133,63 @@ func (m *Model) decode(b tensor.Backend[float32], caches []*Cache, tokens []int3
 	}
 	pos := make([]int32, 0, R*n)
 	kvs := make([]*tensor.KVCache[float32], R)
-	past, total := make([]int, R), make([]int, R)
+	past := make([]int, R)
 	for r, cache := range caches {
 		if cache.Len+n > cache.Max() {
 			panic(fmt.Sprintf("model.Decode: %d tokens after %d positions overflow a cache of %d (row %d)", n, cache.Len, cache.Max(), r))
 		}
-		kvs[r], past[r], total[r] = cache.kv, cache.Len, cache.Len+n
+		kvs[r], past[r] = cache.kv, cache.Len
 		for i := range n {
 			pos = append(pos, int32(cache.Len+i))
 		}
 	}
-	tp := tensor.NewInference(b)
+	// The pass's inputs go to b before the layers, which read every
+	// position from there: a decoding-sized pass then replays as one
+	// recorded region at any position (Backend.Replay).
 	table := tensor.Table(b, m.rope, pos)
+	ids := b.UploadInts(tokens)
+	ats := tensor.CacheAts(b, past, n)
+	tp := tensor.NewInference(b)
 	scale := 1 / math.Sqrt(float64(c.HeadDim))
-	x := tp.Embedding(m.Embed, b.UploadInts(tokens))
-	for i := range m.Layers {
-		if slices.Contains(states, i) {
-			hidden[i] = x
+	var x *tensor.Tensor
+	layers := func() {
+		x = tp.Embedding(m.Embed, ids)
+		for i := range m.Layers {
+			if slices.Contains(states, i) {
+				hidden[i] = x
+			}
+			q, k, v := m.qkv(tp, i, x, R, n, table) // q, k [R, H, n, D], v [R, n, H, D]
+			tp.CachePutRows(kvs, i, k, false, v, true, ats)
+			a := tp.CacheAttendRows(kvs, i, q, ats, true, scale) // a row's token i sees its cache and its tokens 0..i
+			x = m.finishLayer(tp, i, x, tp.Transpose12(a), nil)
 		}
-		q, k, v := m.qkv(tp, i, x, R, n, table) // q, k [R, H, n, D], v [R, n, H, D]
-		tp.CachePutRows(kvs, i, k, false, v, true, past)
-		a := tp.CacheAttendRows(kvs, i, q, total, true, scale) // a row's token i sees its cache and its tokens 0..i
-		x = m.finishLayer(tp, i, x, tp.Transpose12(a), nil)
+		if slices.Contains(states, c.NumLayers) {
+			hidden[c.NumLayers] = tp.RMSNorm(x, m.Norm, c.RMSNormEps)
+		}
+	}
+	if n <= ReplayTokens {
+		b.Replay(decodeKey{m: m, rows: R, n: n, span: ats[0].Span, states: fmt.Sprint(states)}, layers)
+	} else {
+		layers()
 	}
 	for r, cache := range caches {
-		cache.Len = total[r]
-	}
-	if slices.Contains(states, c.NumLayers) {
-		hidden[c.NumLayers] = tp.RMSNorm(x, m.Norm, c.RMSNormEps)
+		cache.Len = ats[r].Len
 	}
 	return x, hidden
+}
+
+// ReplayTokens is the most tokens per row of a decoding pass (Decode,
+// DecodeRows, Prefill) that runs as a replayed region (Backend.Replay: a
+// CUDA graph per shape and cache span on tensorcuda): a decoding step, a
+// verification block; a longer prefill runs as it is, once.
+const ReplayTokens = 32
+
+// decodeKey is the region of a decoding pass: its model, rows, tokens per
+// row, cache span and hidden states read (their fmt.Sprint).
+type decodeKey struct {
+	m             *Model
+	rows, n, span int
+	states        string
 }
 
 // ContextLimit is the longest sequence (prompt and generated tokens) that

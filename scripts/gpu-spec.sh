@@ -130,7 +130,7 @@ fi
 
 if has decode; then
 	echo "== dflash bench decode --device cuda --target qwen3-8b"
-	"$B/dflash" bench decode --device cuda --target qwen3-8b --json "$OUT/decode.json" >"$OUT/decode.txt" 2>"$OUT/decode.log" ||
+	"$B/dflash" bench decode --device cuda --target qwen3-8b --json-file "$OUT/decode.json" >"$OUT/decode.txt" 2>"$OUT/decode.log" ||
 		{ fail "dflash bench decode"; tail -n 20 "$OUT/decode.log"; }
 	cat "$OUT/decode.txt"
 	[ -s "$OUT/decode.json" ] && python3 -c 'import json, sys; print(json.dumps(json.load(open(sys.argv[1])))[:3000])' "$OUT/decode.json"

@@ -194,20 +194,23 @@ type Backend[T Float] interface {
 	// used afterwards.
 	FreeKeep(s Storage[T])
 	// CacheRows writes n rows of heads·headDim values into cache, laid out
-	// [heads, maxLen, headDim], at rows past..past+n−1:
-	// cache[h, past+t, :] = src[h, t, :] (src [heads, n, headDim]) or, with
-	// headsInner, src[t, h, :] (src [n, heads, headDim]).
-	CacheRows(src Storage[T], heads, n, headDim int, headsInner bool, cache Storage[T], maxLen, past int)
-	// DecodeAttention attends n query rows to the first length keys of a
-	// cache: for q and out [heads, n, headDim], k and v [kvHeads, maxLen,
-	// headDim] (query head h reads kv head g = h/(heads/kvHeads)) and m_i
-	// visible keys of row i (length − n + i + 1 with causal: the rows are
-	// the cache's last n positions; length without),
+	// [heads, maxLen, headDim], at rows at.Past..at.Past+n−1 (n = at.Len −
+	// at.Past), reading at.Past from at.At:
+	// cache[h, at.Past+t, :] = src[h, t, :] (src [heads, n, headDim]) or,
+	// with headsInner, src[t, h, :] (src [n, heads, headDim]).
+	CacheRows(src Storage[T], heads, n, headDim int, headsInner bool, cache Storage[T], maxLen int, at CacheAt)
+	// DecodeAttention attends n query rows to the first at.Len keys of a
+	// cache (read from at.At): for q and out [heads, n, headDim], k and v
+	// [kvHeads, maxLen, headDim] (query head h reads kv head g =
+	// h/(heads/kvHeads)) and m_i visible keys of row i (at.Len − n + i + 1
+	// with causal: the rows are the cache's last n positions; at.Len
+	// without),
 	//
 	//	out[h,i] = Σ_{j<m_i} softmax_j(scale·q[h,i]·k[g,j]) · v[g,j].
 	//
-	// It has no gradient (decoding only).
-	DecodeAttention(q Storage[T], heads, n, headDim int, k, v Storage[T], kvHeads, maxLen, length int, causal bool, scale float64, out Storage[T])
+	// A device splits the cache by at.Span, not by at.Len. It has no
+	// gradient (decoding only).
+	DecodeAttention(q Storage[T], heads, n, headDim int, k, v Storage[T], kvHeads, maxLen int, at CacheAt, causal bool, scale float64, out Storage[T])
 
 	// Step memory (see the package doc: one step's storage lives until
 	// ResetStep). On the CPU these do nothing: the garbage collector owns

@@ -11,9 +11,13 @@ func (c *CPU[T]) AllocKeep(n int) Storage[T] { return make(Host[T], n) }
 // FreeKeep does nothing: the garbage collector owns the memory.
 func (c *CPU[T]) FreeKeep(Storage[T]) {}
 
-// CacheRows writes n rows of every head into the cache at rows past...
-func (c *CPU[T]) CacheRows(srcS Storage[T], heads, n, headDim int, headsInner bool, cacheS Storage[T], maxLen, past int) {
+// CacheRows writes n rows of every head into the cache at rows at.Past...
+func (c *CPU[T]) CacheRows(srcS Storage[T], heads, n, headDim int, headsInner bool, cacheS Storage[T], maxLen int, at CacheAt) {
 	src, cache := HostData(srcS, "CacheRows src"), HostData(cacheS, "CacheRows cache")
+	past, length := at.read("CacheRows")
+	if length-past != n {
+		panic(fmt.Sprintf("tensor: CacheRows: %d rows into positions %d..%d", n, past, length))
+	}
 	checkCacheRows(len(src), heads, n, headDim, len(cache), maxLen, past)
 	for h := range heads {
 		for t := range n {
@@ -34,6 +38,16 @@ func checkCacheRows(src, heads, n, headDim, cache, maxLen, past int) {
 	}
 }
 
+// read returns at's positions as the kernels see them, from at.At (the
+// CPU's host ints), and panics, naming op, when they are not at's own.
+func (at CacheAt) read(op string) (past, length int) {
+	h, ok := at.At.(HostInts)
+	if !ok || len(h) != 2 || int(h[0]) != at.Past || int(h[1]) != at.Len {
+		panic(fmt.Sprintf("tensor: %s: positions %v on the backend for %d..%d", op, at.At, at.Past, at.Len))
+	}
+	return int(h[0]), int(h[1])
+}
+
 // checkDecodeAttention panics unless DecodeAttention's sizes fit.
 func checkDecodeAttention(q, heads, n, headDim, k, v, kvHeads, maxLen, length, out int, causal bool) {
 	if kvHeads <= 0 || heads%kvHeads != 0 || n <= 0 || q != heads*n*headDim || out != q ||
@@ -43,12 +57,13 @@ func checkDecodeAttention(q, heads, n, headDim, k, v, kvHeads, maxLen, length, o
 	}
 }
 
-// DecodeAttention attends the query rows to the cache's first length keys
+// DecodeAttention attends the query rows to the cache's first at.Len keys
 // (see Backend.DecodeAttention), one pair of products per kv head on c's
 // GEMM (the query rows of its group stacked), so that small ones stay on
 // the calling goroutine.
-func (c *CPU[T]) DecodeAttention(qS Storage[T], heads, n, headDim int, kS, vS Storage[T], kvHeads, maxLen, length int, causal bool, scale float64, outS Storage[T]) {
+func (c *CPU[T]) DecodeAttention(qS Storage[T], heads, n, headDim int, kS, vS Storage[T], kvHeads, maxLen int, at CacheAt, causal bool, scale float64, outS Storage[T]) {
 	q, k, v, out := HostData(qS, "DecodeAttention q"), HostData(kS, "DecodeAttention k"), HostData(vS, "DecodeAttention v"), HostData(outS, "DecodeAttention out")
+	_, length := at.read("DecodeAttention")
 	checkDecodeAttention(len(q), heads, n, headDim, len(k), len(v), kvHeads, maxLen, length, len(out), causal)
 	keys := func(int) int { return length }
 	if causal {

@@ -32,7 +32,7 @@ func TestDecodeAttention(t *testing.T) {
 			k, v := randF32(rng, c.hkv*c.maxLen*c.D), randF32(rng, c.hkv*c.maxLen*c.D)
 			scale := 1 / math.Sqrt(float64(c.D))
 			got := make(tensor.Host[float32], len(q))
-			cpu.DecodeAttention(q, c.hq, c.n, c.D, k, v, c.hkv, c.maxLen, c.length, c.causal, scale, got)
+			cpu.DecodeAttention(q, c.hq, c.n, c.D, k, v, c.hkv, c.maxLen, tensor.CacheAts(cpu, []int{c.length - c.n}, c.n)[0], c.causal, scale, got)
 			want := backendtest.DecodeAttention(q, c.hq, c.n, c.D, k, v, c.hkv, c.maxLen, c.length, c.causal, scale)
 			backendtest.Close(t, "DecodeAttention", got, want, 1e-5)
 		})
@@ -67,9 +67,38 @@ func TestCacheRows(t *testing.T) {
 				}
 			}
 		}
-		cpu.CacheRows(tensor.Host[float64](src), heads, n, D, inner, cache, maxLen, past)
+		cpu.CacheRows(tensor.Host[float64](src), heads, n, D, inner, cache, maxLen, tensor.CacheAts(cpu, []int{past}, n)[0])
 		backendtest.Close(t, fmt.Sprintf("CacheRows headsInner %v", inner), cache, want, 0)
 	}
+}
+
+// TestCacheAts: every row's positions after its past, one span for the
+// pass (the power of two of at least the longest row and MinCacheSpan),
+// the positions on the backend equal to the host's; an op whose positions
+// on the backend are not its own panics (the CPU reads them from there, as
+// a device's kernels do).
+func TestCacheAts(t *testing.T) {
+	cpu := tensor.NewCPU[float64](1)
+	for _, c := range []struct {
+		past    []int
+		n, span int
+	}{{[]int{0}, 1, tensor.MinCacheSpan}, {[]int{3, 70}, 4, 128}, {[]int{127, 1}, 1, 128}, {[]int{128}, 1, 256}, {[]int{5000, 10}, 16, 8192}} {
+		ats := tensor.CacheAts(cpu, c.past, c.n)
+		for r, at := range ats {
+			dev := []int32(at.At.(tensor.HostInts))
+			if at.Past != c.past[r] || at.Len != c.past[r]+c.n || at.Span != c.span || len(dev) != 2 || int(dev[0]) != at.Past || int(dev[1]) != at.Len {
+				t.Errorf("CacheAts(%v, %d) row %d: %+v (on the backend %v), want past %d, len %d, span %d", c.past, c.n, r, at, dev, c.past[r], c.past[r]+c.n, c.span)
+			}
+		}
+	}
+	at := tensor.CacheAts(cpu, []int{2}, 3)[0]
+	at.At.(tensor.HostInts)[0] = 1 // the backend would write at position 1
+	defer func() {
+		if recover() == nil {
+			t.Error("CacheRows with positions on the backend unlike the host's did not panic")
+		}
+	}()
+	cpu.CacheRows(make(tensor.Host[float64], 3), 1, 3, 1, false, make(tensor.Host[float64], 8), 8, at)
 }
 
 // BenchmarkDecodeAttention times one decode step's attention on the CPU
@@ -84,10 +113,11 @@ func BenchmarkDecodeAttention(b *testing.B) {
 		q := randF32(rng, hq*n*D)
 		k, v := randF32(rng, hkv*total*D), randF32(rng, hkv*total*D)
 		out := make(tensor.Host[float32], len(q))
+		at := tensor.CacheAts(cpu, []int{past}, n)[0]
 		b.Run(fmt.Sprint(n), func(b *testing.B) {
 			c0 := cputime.Seconds()
 			for b.Loop() {
-				cpu.DecodeAttention(q, hq, n, D, k, v, hkv, total, total, true, 0.17, out)
+				cpu.DecodeAttention(q, hq, n, D, k, v, hkv, total, at, true, 0.17, out)
 			}
 			b.ReportMetric((cputime.Seconds()-c0)*1e9/float64(b.N), "cpu-ns/op")
 		})

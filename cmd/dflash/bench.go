@@ -304,17 +304,17 @@ func printStepReport(r *stepbench.Report) {
 		if r.Replays != nil {
 			fmt.Printf("regions of the timed steps (CUDA graphs): %v\n", r.Replays)
 		}
-		printOpTimes(r.Ops, 60)
+		printOpTimes("profiled step (one step after the timed ones, every op between two events)", r.Ops, 60)
 		return
 	}
 	fmt.Printf("peak Go heap %s (marked live by a GC: %s), peak RSS %s; estimated before allocating %s\n", meminfo.Format(float64(r.PeakHeapBytes)),
 		meminfo.Format(float64(r.PeakLiveBytes)), meminfo.Format(float64(r.PeakRSSBytes)), meminfo.Format(m.Total()))
 }
 
-// printOpTimes prints a --profile: each phase's time in ops and between
+// printOpTimes prints a --profile under title: each phase's time in ops and between
 // them (uploads, the GPU waiting for its host), then the top kinds of op,
 // largest first, with the GEMMs' TFLOP/s.
-func printOpTimes(ops []tensor.OpTime, top int) {
+func printOpTimes(title string, ops []tensor.OpTime, top int) {
 	if len(ops) == 0 {
 		return
 	}
@@ -336,7 +336,7 @@ func printOpTimes(ops []tensor.OpTime, top int) {
 		total += o.MS
 	}
 	slices.Sort(order)
-	fmt.Printf("\nprofiled step (one step after the timed ones, every op between two events): %.1f ms from its first op to its last\n", total)
+	fmt.Printf("\n%s: %.1f ms from its first op to its last\n", title, total)
 	for _, ph := range order {
 		fmt.Printf("  %-34s %9.2f ms in ops, %7.2f ms between them\n", ph, phases[ph][0], phases[ph][1])
 	}

@@ -29,6 +29,7 @@ type decodeFlags struct {
 	Seed          uint64  `yaml:"seed" range:">=0" help:"random seed for weights and token ids"`
 	HBMPeak       float64 `yaml:"hbm-peak" range:">=0" help:"peak memory bandwidth in bytes/s that the bounds divide by (0: the GPU's, from its datasheet or its driver; the CPU has none)"`
 	DryRun        bool    `yaml:"dry-run" help:"allocate and time nothing: print each pass's bytes and bound"`
+	Profile       bool    `yaml:"profile" help:"cuda: each pass once more with every op timed on the GPU (events around each op, no graphs): a table of ops by pass, largest first"`
 }
 
 // benchDecode runs `dflash bench decode`: flags parsed into
@@ -42,13 +43,16 @@ func benchDecode(args []string) error {
 		return err
 	}
 	o := decodebench.Options{Device: f.Device, TargetName: f.TargetName, Context: f.Context, BlockSize: f.BlockSize,
-		DrafterLayers: f.DrafterLayers, Reps: f.Reps, Warmup: f.Warmup, Seed: f.Seed, HBMPeak: f.HBMPeak, DryRun: f.DryRun}
+		DrafterLayers: f.DrafterLayers, Reps: f.Reps, Warmup: f.Warmup, Seed: f.Seed, HBMPeak: f.HBMPeak, DryRun: f.DryRun, Profile: f.Profile}
 	var err error
 	if o.Target, err = decodebench.Target(o.TargetName); err != nil {
 		return err
 	}
 	if err := o.Validate(); err != nil {
 		return err
+	}
+	if o.Profile && (o.Device != "cuda" || o.DryRun) {
+		return fmt.Errorf("--profile times ops on the GPU: it needs --device cuda and no --dry-run")
 	}
 	var rep *decodebench.Report
 	switch {
@@ -156,4 +160,5 @@ func printDecodeReport(r *decodebench.Report) {
 		fmt.Fprintf(w, "%g\t%s\t%s\t\n", s.Tau, num(s.Measured, "%.2fx"), num(s.Bound, "%.2fx"))
 	}
 	w.Flush()
+	printOpTimes("profiled passes (one more run of each, every op between two events, no graphs)", r.Ops, 40)
 }

@@ -69,9 +69,10 @@ func (d *Drafter[T]) Extend(b tensor.Backend[T], ctx *Context[T], hidden []*tens
 		pos[i] = int32(ctx.Len + i)
 	}
 	table := tensor.Table(b, d.rope(), pos)
+	at := tensor.CacheAts(b, []int{ctx.Len}, n)[0]
 	for l := range d.Layers {
 		kc, vc := d.contextKV(tp, l, u, 1, n, table)
-		tp.CachePut(ctx.kv, l, kc, true, tp.ConcatCols(1, vc), true, ctx.Len)
+		tp.CachePut(ctx.kv, l, kc, true, tp.ConcatCols(1, vc), true, at)
 	}
 	ctx.Len += n
 }
@@ -100,30 +101,47 @@ func (d *Drafter[T]) ProposeRows(b tensor.Backend[T], head Head[T], ctxs []*Cont
 	ids := make([]int32, 0, R*B)
 	pos := make([]int32, 0, R*B)
 	kvs := make([]*tensor.KVCache[T], R)
-	past, lengths := make([]int, R), make([]int, R)
+	past := make([]int, R)
 	for r, ctx := range ctxs {
 		S := ctx.Len
 		for s := range B {
 			ids, pos = append(ids, int32(c.MaskTokenID)), append(pos, int32(S+s))
 		}
 		ids[r*B] = last[r]
-		kvs[r], past[r], lengths[r] = ctx.kv, S, S+B
+		kvs[r], past[r] = ctx.kv, S
 	}
-	tp := tensor.NewInference(b)
+	// The inputs go to b before the pass, which replays as one recorded
+	// region at any position (model.ReplayTokens, Backend.Replay).
 	table := tensor.Table(b, d.rope(), pos)
+	idsOn := b.UploadInts(ids)
+	ats := tensor.CacheAts(b, past, B)
+	tp := tensor.NewInference(b)
 	scale := 1 / math.Sqrt(float64(c.HeadDim))
-	z := tp.Embedding(head.Embed, b.UploadInts(ids))
-	for l := range d.Layers {
-		q, kb, vb := d.blockQKV(tp, l, z, R, table) // q [R, nh, B, D], kb [R·B, nkv·D]
-		// The block's keys and values go after the context, uncounted (the
-		// next Extend overwrites them). One block anchored at the end of
-		// the context sees every key (the DFlash mask: the context before
-		// the anchor and its own block), so attention needs no mask.
-		tp.CachePutRows(kvs, l, kb, true, tp.ConcatCols(R, vb), true, past)
-		a := tp.CacheAttendRows(kvs, l, q, lengths, false, scale)
-		z = d.layerOut(tp, l, z, tp.Transpose12(a), R*B) // the layer takes it heads inner
-	}
-	return tp.Linear(tp.RMSNorm(z, d.Norm, c.RMSNormEps), head.LMHead, nil)
+	var logits *tensor.Of[T]
+	b.Replay(proposeKey[T]{d: d, head: head, rows: R, span: ats[0].Span}, func() {
+		z := tp.Embedding(head.Embed, idsOn)
+		for l := range d.Layers {
+			q, kb, vb := d.blockQKV(tp, l, z, R, table) // q [R, nh, B, D], kb [R·B, nkv·D]
+			// The block's keys and values go after the context, uncounted
+			// (the next Extend overwrites them). One block anchored at the
+			// end of the context sees every key (the DFlash mask: the
+			// context before the anchor and its own block), so attention
+			// needs no mask.
+			tp.CachePutRows(kvs, l, kb, true, tp.ConcatCols(R, vb), true, ats)
+			a := tp.CacheAttendRows(kvs, l, q, ats, false, scale)
+			z = d.layerOut(tp, l, z, tp.Transpose12(a), R*B) // the layer takes it heads inner
+		}
+		logits = tp.Linear(tp.RMSNorm(z, d.Norm, c.RMSNormEps), head.LMHead, nil)
+	})
+	return logits
+}
+
+// proposeKey is the region of a ProposeRows pass: its drafter and head,
+// rows and cache span.
+type proposeKey[T tensor.Float] struct {
+	d          *Drafter[T]
+	head       Head[T]
+	rows, span int
 }
 
 // rope returns the drafter's rotary frequencies, made on first use and

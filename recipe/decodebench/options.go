@@ -67,6 +67,10 @@ type Options struct {
 	// DryRun allocates no model and times nothing: the report holds the
 	// byte counts and the bounds.
 	DryRun bool
+	// Profile runs each pass once more with every op timed by the backend
+	// (a tensor.Profiler: the CUDA backend; the ops then run without
+	// graphs), one phase per pass, into Report.Ops.
+	Profile bool
 }
 
 // Target returns the shape of the named target (stepbench's names:

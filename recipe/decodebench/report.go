@@ -1,5 +1,7 @@
 package decodebench
 
+import "dflash/tensor"
+
 // Report is the result of one benchmark (the JSON of `dflash bench decode
 // --json`). Times are in milliseconds, bytes in bytes.
 type Report struct {
@@ -41,6 +43,10 @@ type Report struct {
 	// (ImpliedSpeedup).
 	SpeedupFormula string    `json:"speedup_formula"`
 	Speedups       []Speedup `json:"speedups"`
+
+	// Ops (Options.Profile) is the device time of every kind of op in one
+	// more run of each pass, by pass, largest first.
+	Ops []tensor.OpTime `json:"ops,omitempty"`
 }
 
 // Phase is one pass: its size, its times over the timed repetitions, the

@@ -187,6 +187,21 @@ func RunOn(o Options, env *Env) (*Report, error) {
 		}
 		slog.Info("timed", "pass", p.Name, "median_ms", p.MedianMS, "min_ms", p.MinMS, "launches", p.Launches)
 	}
+	if o.Profile {
+		prof, ok := tensor.ProfilerOf(b)
+		if !ok {
+			return nil, fmt.Errorf("--profile: the %s backend does not time its ops (the CUDA backend does)", b.Name())
+		}
+		prof.StartProfile()
+		for _, p := range rep.Phases {
+			prof.ProfilePhase(p.Name)
+			tensor.Scope(b, passes[p.Name])
+			cache.Truncate(o.Context)
+		}
+		if rep.Ops, err = prof.StopProfile(); err != nil {
+			return nil, fmt.Errorf("--profile: %w", err)
+		}
+	}
 	rep.finish()
 	return rep, nil
 }

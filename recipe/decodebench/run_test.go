@@ -124,9 +124,9 @@ type countingCPU struct {
 	n int64
 }
 
-func (c *countingCPU) DecodeAttention(q tensor.Storage[float32], heads, n, headDim int, k, v tensor.Storage[float32], kvHeads, maxLen, length int, causal bool, scale float64, out tensor.Storage[float32]) {
+func (c *countingCPU) DecodeAttention(q tensor.Storage[float32], heads, n, headDim int, k, v tensor.Storage[float32], kvHeads, maxLen int, at tensor.CacheAt, causal bool, scale float64, out tensor.Storage[float32]) {
 	c.n++
-	c.Backend.DecodeAttention(q, heads, n, headDim, k, v, kvHeads, maxLen, length, causal, scale, out)
+	c.Backend.DecodeAttention(q, heads, n, headDim, k, v, kvHeads, maxLen, at, causal, scale, out)
 }
 
 // TestDryRun: a dry run has the bytes and bounds and no times; the CPU's

@@ -51,32 +51,49 @@ func (b *Backend) FreeKeep(s tensor.Storage[float32]) {
 	panic(fmt.Sprintf("tensorcuda: FreeKeep of %v, which is not (or no longer) allocated", x))
 }
 
-// CacheRows writes n rows of every head into the cache (same dtypes).
-func (b *Backend) CacheRows(srcS tensor.Storage[float32], heads, n, headDim int, headsInner bool, cacheS tensor.Storage[float32], maxLen, past int) {
-	src, cache := b.buf(srcS, "CacheRows src"), b.buf(cacheS, "CacheRows cache")
+// CacheRows writes n rows of every head into the cache (same dtypes) at
+// the position op_cache_rows reads from at.At.
+func (b *Backend) CacheRows(srcS tensor.Storage[float32], heads, n, headDim int, headsInner bool, cacheS tensor.Storage[float32], maxLen int, at tensor.CacheAt) {
+	src, cache, pos := b.buf(srcS, "CacheRows src"), b.buf(cacheS, "CacheRows cache"), b.cacheAt(at, "CacheRows")
 	defer b.span("CacheRows", 0, heads, n, headDim)()
 	dt := same("CacheRows", src, cache)
-	must("CacheRows", b.ops(dt).CacheRows(src.Buffer(), heads, n, headDim, headsInner, cache.Buffer(), maxLen, past))
+	if at.Len-at.Past != n {
+		panic(fmt.Sprintf("tensorcuda: CacheRows: %d rows into positions %d..%d", n, at.Past, at.Len))
+	}
+	must("CacheRows", b.ops(dt).CacheRows(src.Buffer(), heads, n, headDim, headsInner, cache.Buffer(), maxLen, at.Past, pos))
+}
+
+// cacheAt returns at's positions on the device, [Past, Len], checking them
+// against its host copies' bounds.
+func (b *Backend) cacheAt(at tensor.CacheAt, op string) gpu.Buffer {
+	x := b.ints(at.At, op+" positions")
+	if x.n != 2 || at.Past < 0 || at.Len < at.Past || at.Span < at.Len {
+		panic(fmt.Sprintf("tensorcuda: %s: positions %+v", op, at))
+	}
+	return x.Buffer()
 }
 
 // DecodeAttention attends the query rows to the cache in splits of the
-// cache (flash-decoding) with fp32 partials in step memory.
-func (b *Backend) DecodeAttention(qS tensor.Storage[float32], heads, n, headDim int, kS, vS tensor.Storage[float32], kvHeads, maxLen, length int, causal bool, scale float64, outS tensor.Storage[float32]) {
+// cache (flash-decoding) with fp32 partials in step memory; the grid and
+// the partials are sized by at.Span, the keys attended read from at.At.
+func (b *Backend) DecodeAttention(qS tensor.Storage[float32], heads, n, headDim int, kS, vS tensor.Storage[float32], kvHeads, maxLen int, at tensor.CacheAt, causal bool, scale float64, outS tensor.Storage[float32]) {
 	q, k, v, out := b.buf(qS, "DecodeAttention q"), b.buf(kS, "DecodeAttention k"), b.buf(vS, "DecodeAttention v"), b.buf(outS, "DecodeAttention out")
-	defer b.span("DecodeAttention", 4*float64(heads)*float64(n)*float64(length)*float64(headDim), heads, n, length, headDim)()
+	pos := b.cacheAt(at, "DecodeAttention")
+	defer b.span("DecodeAttention", 4*float64(heads)*float64(n)*float64(at.Len)*float64(headDim), heads, n, at.Len, headDim)()
 	dt := same("DecodeAttention", q, k, v, out)
 	o := b.ops(dt)
-	g := o.decodeGrid(heads, n, kvHeads, length)
+	g := o.decodeGrid(heads, n, kvHeads, at.Span)
 	po := b.newBuf(g.splits*heads*n*headDim, dtype.F32, false, false)
 	pml := b.newBuf(g.splits*heads*n*2, dtype.F32, false, false)
-	must("DecodeAttention", o.DecodeAttention(q.Buffer(), heads, n, headDim, k.Buffer(), v.Buffer(), kvHeads, maxLen, length, causal, scale, po.Buffer(), pml.Buffer(), g, out.Buffer()))
+	must("DecodeAttention", o.DecodeAttention(q.Buffer(), heads, n, headDim, k.Buffer(), v.Buffer(), kvHeads, maxLen, at.Len, pos, causal, scale, po.Buffer(), pml.Buffer(), g, out.Buffer()))
 	b.freeTemp(pml)
 	b.freeTemp(po)
 }
 
 // CacheRows launches op_cache_rows: cache[h, past+t, :] = src[h, t, :], or
-// src[t, h, :] with headsInner.
-func (o *Ops) CacheRows(src gpu.Buffer, heads, n, headDim int, headsInner bool, cache gpu.Buffer, maxLen, past int) error {
+// src[t, h, :] with headsInner, with past read from at[0] on the device
+// (past is its host copy, for the bounds).
+func (o *Ops) CacheRows(src gpu.Buffer, heads, n, headDim int, headsInner bool, cache gpu.Buffer, maxLen, past int, at gpu.Buffer) error {
 	if heads <= 0 || n < 0 || headDim <= 0 || past < 0 || past+n > maxLen {
 		panic(fmt.Sprintf("tensorcuda: CacheRows: %d heads × %d rows × %d at row %d of %d", heads, n, headDim, past, maxLen))
 	}
@@ -86,8 +103,9 @@ func (o *Ops) CacheRows(src gpu.Buffer, heads, n, headDim int, headsInner bool, 
 	}
 	need("CacheRows", "src", src, total, o.es())
 	need("CacheRows", "cache", cache, int64(heads)*int64(maxLen)*int64(headDim), o.es())
+	need("CacheRows", "at", at, 1, 4)
 	c := o.begin(kCacheRows).ptr("src", src).ptr("cache", cache).i32("heads", heads).i32("n", n).i32("head_dim", headDim).
-		flag("heads_inner", headsInner).i32("max_len", maxLen).i32("past", past)
+		flag("heads_inner", headsInner).i32("max_len", maxLen).ptr("at", at)
 	return o.launch(c, o.strided(total), threads)
 }
 
@@ -98,23 +116,28 @@ type decodeGrid struct {
 	splits, kps, chunks int
 }
 
-// decodeGrid returns the split of length keys that gives about
-// decBlocksPerSM blocks per multiprocessor (no split shorter than a tile).
-func (o *Ops) decodeGrid(heads, n, kvHeads, length int) decodeGrid {
+// decodeGrid returns the split of the keys of a pass of span
+// (tensor.CacheAt.Span) that gives about decBlocksPerSM blocks per
+// multiprocessor at the span's shortest length, half of it (no split
+// shorter than a tile), and twice that at its longest: the attention of any
+// length up to span runs on it, the splits past the length finding no key.
+func (o *Ops) decodeGrid(heads, n, kvHeads, span int) decodeGrid {
 	chunks := (heads/max(kvHeads, 1)*n + decRows - 1) / decRows
-	tiles := max(1, (length+decTile-1)/decTile)
+	tiles := max(1, (span/2+decTile-1)/decTile)
 	per := kvHeads * chunks // blocks of one split
 	splits := min(tiles, max(1, (decBlocksPerSM*max(o.sms, 1)+per-1)/per))
 	kps := (tiles + splits - 1) / splits * decTile
-	return decodeGrid{splits: max(1, (length+kps-1)/kps), kps: kps, chunks: chunks}
+	return decodeGrid{splits: max(1, (span+kps-1)/kps), kps: kps, chunks: chunks}
 }
 
 // DecodeAttention launches op_decode_attn over grid g, writing fp32
 // partials into po [g.splits, heads·n, headDim] and pml [g.splits, heads·n,
-// 2], then op_decode_combine into out [heads, n, headDim].
-func (o *Ops) DecodeAttention(q gpu.Buffer, heads, n, headDim int, k, v gpu.Buffer, kvHeads, maxLen, length int, causal bool, scale float64, po, pml gpu.Buffer, g decodeGrid, out gpu.Buffer) error {
+// 2], then op_decode_combine into out [heads, n, headDim]. The kernel
+// reads the keys it attends from at[1] on the device; length is its host
+// copy, for the bounds.
+func (o *Ops) DecodeAttention(q gpu.Buffer, heads, n, headDim int, k, v gpu.Buffer, kvHeads, maxLen, length int, at gpu.Buffer, causal bool, scale float64, po, pml gpu.Buffer, g decodeGrid, out gpu.Buffer) error {
 	switch {
-	case kvHeads <= 0 || heads%kvHeads != 0 || n <= 0 || length < 1 || length > maxLen || causal && length < n:
+	case kvHeads <= 0 || heads%kvHeads != 0 || n <= 0 || length < 1 || length > maxLen || causal && length < n || length > g.splits*g.kps:
 		panic(fmt.Sprintf("tensorcuda: DecodeAttention: %d heads over %d kv heads, %d rows, %d of %d keys (causal %v)", heads, kvHeads, n, length, maxLen, causal))
 	case headDim%32 != 0 || headDim > decMaxD:
 		panic(fmt.Sprintf("tensorcuda: DecodeAttention: head dimension %d is not a multiple of 32 up to %d", headDim, decMaxD))
@@ -128,9 +151,10 @@ func (o *Ops) DecodeAttention(q gpu.Buffer, heads, n, headDim int, k, v gpu.Buff
 	need("DecodeAttention", "v", v, int64(kvHeads)*int64(maxLen)*int64(headDim), o.es())
 	need("DecodeAttention", "part_o", po, int64(g.splits)*rows*int64(headDim), 4)
 	need("DecodeAttention", "part_ml", pml, int64(g.splits)*rows*2, 4)
+	need("DecodeAttention", "at", at, 2, 4)
 	c := o.begin(kDecodeAttn).ptr("q", q).ptr("k", k).ptr("v", v).ptr("part_o", po).ptr("part_ml", pml).
 		i32("heads", heads).i32("n", n).i32("head_dim", headDim).i32("kv_heads", kvHeads).i32("max_len", maxLen).
-		i32("length", length).flag("causal", causal).f32("scale", float32(scale)).i32("kps", g.kps)
+		ptr("at", at).flag("causal", causal).f32("scale", float32(scale)).i32("kps", g.kps)
 	if err := o.launch(c, cuda.Dim(uint32(g.splits), uint32(kvHeads), uint32(g.chunks)), decWarps*32); err != nil {
 		return err
 	}

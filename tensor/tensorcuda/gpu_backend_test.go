@@ -255,7 +255,9 @@ func read[T tensor.Float](b tensor.Backend[T], s tensor.Storage[T]) []float64 {
 // TestGPUDecodeAttention compares op_decode_attn (with its combine) with
 // the float64 brute force on inputs rounded to bf16: past lengths 1, 127,
 // 128 and 4097 (one tile, a partial and a whole tile, many splits), 1..16
-// query rows, causal and not, GQA groups 1 and 4, head dims 64 and 128.
+// query rows, causal and not, GQA groups 1 and 4, head dims 64 and 128,
+// on the grid of the pass's span and, for even row counts, of four times
+// it (splits that find no key).
 // The cache rows after the attended ones hold NaN, so a read past length
 // shows. The tolerance covers the output's bf16 rounding and fp32 sums.
 func TestGPUDecodeAttention(t *testing.T) {
@@ -292,7 +294,11 @@ func TestGPUDecodeAttention(t *testing.T) {
 							vs, vr := up(v)
 							out := b.AllocOut(len(q))
 							scale := 1 / math.Sqrt(float64(D))
-							b.DecodeAttention(qs, heads, n, D, ks, vs, kvHeads, maxLen, length, causal, scale, out)
+							at := tensor.CacheAts(b, []int{past}, n)[0]
+							if n%2 == 0 {
+								at.Span *= 4 // a grid of splits past the length, which find no key
+							}
+							b.DecodeAttention(qs, heads, n, D, ks, vs, kvHeads, maxLen, at, causal, scale, out)
 							got := make([]float32, len(q))
 							b.Download(out, got)
 							want := backendtest.DecodeAttention(qr, heads, n, D, kr, vr, kvHeads, maxLen, length, causal, scale)
@@ -301,6 +307,74 @@ func TestGPUDecodeAttention(t *testing.T) {
 						}
 					}
 				}
+			}
+		}
+		return nil
+	})
+}
+
+// TestGPUDecodeReplay records one decoding pass (a row into the cache,
+// attention over it) as a replayed region and runs it at positions 9, 10,
+// 40 and 63 of one span: after the eager run and the capture, every run
+// launches the graph (the positions are read on the device, not recorded),
+// writes its row at its own position and attends over its own length, as
+// the float64 brute force on the cache it leaves says.
+func TestGPUDecodeReplay(t *testing.T) {
+	rng := testseed.New(t)
+	const heads, kvHeads, D, maxLen = 8, 2, 64, 128
+	gputest.OnBackend(t, NewBackend, func(_ *gpu.Device, b *Backend) error {
+		k, v := b.AllocKeep(kvHeads*maxLen*D), b.AllocKeep(kvHeads*maxLen*D)
+		defer b.FreeKeep(v)
+		defer b.FreeKeep(k)
+		for _, c := range []tensor.Storage[float32]{k, v} {
+			x := make([]float32, kvHeads*maxLen*D)
+			for i := range x {
+				x[i] = float32(rng.NormFloat64())
+			}
+			b.WriteParams(c, x)
+		}
+		rnd := func(n int) []float32 {
+			x := make([]float32, n)
+			for i := range x {
+				x[i] = float32(rng.NormFloat64())
+			}
+			return x
+		}
+		scale := 1 / math.Sqrt(float64(D))
+		for i, past := range []int{9, 10, 40, 63} {
+			var err error
+			tensor.Scope(b, func() {
+				q, kr, vr := b.Upload(rnd(heads*D), false), b.Upload(rnd(kvHeads*D), false), b.Upload(rnd(kvHeads*D), false)
+				at := tensor.CacheAts(b, []int{past}, 1)[0]
+				out := b.AllocOut(heads * D)
+				kind := b.Replay("decode pass", func() {
+					b.CacheRows(kr, kvHeads, 1, D, false, k, maxLen, at)
+					b.CacheRows(vr, kvHeads, 1, D, false, v, maxLen, at)
+					b.DecodeAttention(q, heads, 1, D, k, v, kvHeads, maxLen, at, true, scale, out)
+				})
+				if want := []string{"eager", "captured", "launched", "launched"}[i]; kind != want {
+					err = fmt.Errorf("run %d at %d: Replay %s, want %s", i, past, kind, want)
+					return
+				}
+				host := func(s tensor.Storage[float32]) []float32 {
+					x := make([]float32, s.Len())
+					b.Download(s, x)
+					return x
+				}
+				qh, kh, vh, krh, vrh, got := host(q), host(k), host(v), host(kr), host(vr), host(out)
+				for g := range kvHeads {
+					for d := range D {
+						if kh[(g*maxLen+past)*D+d] != krh[g*D+d] || vh[(g*maxLen+past)*D+d] != vrh[g*D+d] {
+							err = fmt.Errorf("run %d: kv head %d of the row is not at position %d of the cache", i, g, past)
+							return
+						}
+					}
+				}
+				want := backendtest.DecodeAttention(qh, heads, 1, D, kh, vh, kvHeads, maxLen, past+1, true, scale)
+				backendtest.Close(t, fmt.Sprintf("run %d at %d", i, past), got, want, 1e-2)
+			})
+			if err != nil {
+				return err
 			}
 		}
 		return nil
@@ -326,10 +400,10 @@ func TestGPUCacheRows(t *testing.T) {
 			b.WriteParams(cs, dst)
 			b.Download(ss, src) // the bf16 values
 			b.Download(cs, dst)
-			b.CacheRows(ss, heads, n, D, inner, cs, maxLen, past)
+			b.CacheRows(ss, heads, n, D, inner, cs, maxLen, tensor.CacheAts(b, []int{past}, n)[0])
 			got := make([]float32, len(dst))
 			b.Download(cs, got)
-			cpu.CacheRows(tensor.Host[float32](src), heads, n, D, inner, tensor.Host[float32](dst), maxLen, past)
+			cpu.CacheRows(tensor.Host[float32](src), heads, n, D, inner, tensor.Host[float32](dst), maxLen, tensor.CacheAts(cpu, []int{past}, n)[0])
 			want := make([]float64, len(dst))
 			for i, x := range dst {
 				want[i] = float64(x)

@@ -241,13 +241,14 @@ func TestLaunchersMatchKernels(t *testing.T) {
 			if f.last.grid.Y != 2 || f.last.grid.X != uint32(ceil.Div(4990, threads)) {
 				t.Errorf("AdamW grid %v, want %d×2", f.last.grid, ceil.Div(4990, threads))
 			}
-			must(o.CacheRows(big, 8, 16, 128, true, big, 4096, 100))
+			must(o.CacheRows(big, 8, 16, 128, true, big, 4096, 100, big))
 			// Qwen3-8B's verification: 32 query heads over 8 kv heads, 16
 			// rows (4 chunks of 16 group rows per kv head), 4097 keys split
-			// so that the grid holds about decBlocksPerSM blocks per SM.
-			g := o.decodeGrid(32, 16, 8, 4097)
-			must(o.DecodeAttention(big, 32, 16, 128, big, big, 8, 4200, 4097, true, 0.088, big, big, g, big))
-			if f.launched["op_decode_attn"] != 1 || g.chunks != 4 || g.kps%decTile != 0 || (g.splits-1)*g.kps >= 4097 || g.splits*g.kps < 4097 ||
+			// so that the grid holds about decBlocksPerSM blocks per SM; the
+			// grid is the span's (8192), which covers any length up to it.
+			g := o.decodeGrid(32, 16, 8, 8192)
+			must(o.DecodeAttention(big, 32, 16, 128, big, big, 8, 8200, 4097, big, true, 0.088, big, big, g, big))
+			if f.launched["op_decode_attn"] != 1 || g.chunks != 4 || g.kps%decTile != 0 || (g.splits-1)*g.kps >= 8192 || g.splits*g.kps < 8192 ||
 				g.splits*8*4 < decBlocksPerSM*o.sms && g.kps > decTile {
 				t.Errorf("DecodeAttention grid %+v over %d SMs", g, o.sms)
 			}

@@ -189,13 +189,13 @@ func (p *onWorker) FreeKeep(s tensor.Storage[float32]) {
 	p.do("FreeKeep", func() { p.b.FreeKeep(un(s)) })
 }
 
-func (p *onWorker) CacheRows(src tensor.Storage[float32], heads, n, headDim int, headsInner bool, cache tensor.Storage[float32], maxLen, past int) {
-	p.do("CacheRows", func() { p.b.CacheRows(un(src), heads, n, headDim, headsInner, un(cache), maxLen, past) })
+func (p *onWorker) CacheRows(src tensor.Storage[float32], heads, n, headDim int, headsInner bool, cache tensor.Storage[float32], maxLen int, at tensor.CacheAt) {
+	p.do("CacheRows", func() { p.b.CacheRows(un(src), heads, n, headDim, headsInner, un(cache), maxLen, at) })
 }
 
-func (p *onWorker) DecodeAttention(q tensor.Storage[float32], heads, n, headDim int, k, v tensor.Storage[float32], kvHeads, maxLen, length int, causal bool, scale float64, out tensor.Storage[float32]) {
+func (p *onWorker) DecodeAttention(q tensor.Storage[float32], heads, n, headDim int, k, v tensor.Storage[float32], kvHeads, maxLen int, at tensor.CacheAt, causal bool, scale float64, out tensor.Storage[float32]) {
 	p.do("DecodeAttention", func() {
-		p.b.DecodeAttention(un(q), heads, n, headDim, un(k), un(v), kvHeads, maxLen, length, causal, scale, un(out))
+		p.b.DecodeAttention(un(q), heads, n, headDim, un(k), un(v), kvHeads, maxLen, at, causal, scale, un(out))
 	})
 }
 
