@@ -146,6 +146,7 @@ func TestGenerateBatch(t *testing.T) {
 	for i := range prompts {
 		prompts[i] = randIDs(rng, 1+rng.IntN(cfg.MaxPositionEmbeddings), cfg.VocabSize)
 	}
+	prompts[0] = randIDs(rng, 1+rng.IntN(cfg.MaxPositionEmbeddings-1), cfg.VocabSize) // short of the limit: its output holds the stop token
 	prompts[3] = randIDs(rng, cfg.MaxPositionEmbeddings, cfg.VocabSize)
 	for _, o := range []GenerateOptions{{MaxNewTokens: 12}, {MaxNewTokens: 12, Temperature: 0.8, TopK: 20, Seed: rng.Uint64()}} {
 		first, err := m.Generate(cpu, prompts[0], o)

@@ -217,7 +217,7 @@ type Backend[T Float] interface {
 	// the memory.
 
 	// ResetStep ends a step: storage allocated since the previous ResetStep
-	// (Alloc, AllocOut, AllocStat, Upload, the Ints and masks, Attention's
+	// (Alloc, AllocOut, AllocStat, AllocStatOut, Upload, the Ints and masks, Attention's
 	// results, Like of step storage) must not be used after it. Parameters
 	// (AllocParams) and kept tables (KeepStat) are not step memory.
 	ResetStep()
@@ -242,6 +242,9 @@ type Backend[T Float] interface {
 	// contents, for an op that writes every element before it reads any
 	// (Alloc on the CPU; on a GPU it spares Alloc's memset).
 	AllocOut(n int) Storage[T]
+	// AllocStatOut is AllocOut for statistic storage (AllocStat's), for
+	// a statistic its op writes whole (a norm's rstd).
+	AllocStatOut(n int) Storage[T]
 	// KeepStat returns x as statistic storage that outlives every step, for
 	// a table made once and read by every step (Upload on the CPU).
 	KeepStat(x []T) Storage[T]

@@ -30,6 +30,9 @@ func (c *CPU[T]) FreesStep() bool { return false }
 // AllocOut returns n zero elements of host memory (Alloc).
 func (c *CPU[T]) AllocOut(n int) Storage[T] { return c.Alloc(n) }
 
+// AllocStatOut returns n zero elements of host memory (AllocStat).
+func (c *CPU[T]) AllocStatOut(n int) Storage[T] { return c.AllocStat(n) }
+
 // KeepStat returns a copy of x in host memory (Upload).
 func (c *CPU[T]) KeepStat(x []T) Storage[T] { return c.Upload(x, true) }
 

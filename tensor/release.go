@@ -29,10 +29,11 @@ func (tp *TapeOf[T]) own(t *Of[T]) *Of[T] {
 	return t
 }
 
-// stat returns a statistic of n elements (AllocStat) that an op keeps for
-// its backward step, as a tensor that the step lists among its saves.
+// stat returns a statistic of n elements that an op writes whole and keeps
+// for its backward step (AllocStatOut: no memset), as a tensor that the
+// step lists among its saves.
 func (tp *TapeOf[T]) stat(name string, n int) *Of[T] {
-	return tp.own(&Of[T]{Name: name, Shape: []int{n}, Store: tp.b.AllocStat(n)})
+	return tp.own(&Of[T]{Name: name, Shape: []int{n}, Store: tp.b.AllocStatOut(n)})
 }
 
 // free gives back b when it is dead: the forward pass is done with it, no

@@ -187,7 +187,7 @@ func Table[T Float](b Backend[T], r *Rope, pos []int32) *RopeTable[T] {
 		if t := kept(b, r, pos); t != nil {
 			h := r.HeadDim / 2
 			ids := b.UploadInts(pos)
-			out := &RopeTable[T]{HeadDim: r.HeadDim, Cos: b.AllocStat(len(pos) * h), Sin: b.AllocStat(len(pos) * h)}
+			out := &RopeTable[T]{HeadDim: r.HeadDim, Cos: b.AllocStatOut(len(pos) * h), Sin: b.AllocStatOut(len(pos) * h)} // Gather writes them whole
 			b.Gather(t.cos, h, ids, out.Cos)
 			b.Gather(t.sin, h, ids, out.Sin)
 			return out

@@ -83,6 +83,9 @@ func (c *StepCPU) AllocOut(n int) tensor.Storage[float32] {
 	return s
 }
 
+// AllocStatOut is AllocOut: every element NaN.
+func (c *StepCPU) AllocStatOut(n int) tensor.Storage[float32] { return c.AllocOut(n) }
+
 // AllocStat is Alloc.
 func (c *StepCPU) AllocStat(n int) tensor.Storage[float32] { return c.Alloc(n) }
 

@@ -298,6 +298,11 @@ func (b *Backend) AllocOut(n int) tensor.Storage[float32] {
 	return b.newBuf(n, dtype.BF16, false, false)
 }
 
+// AllocStatOut returns n fp32 elements with undefined contents.
+func (b *Backend) AllocStatOut(n int) tensor.Storage[float32] {
+	return b.newBuf(n, dtype.F32, false, false)
+}
+
 // AllocStat returns n zero fp32 elements.
 func (b *Backend) AllocStat(n int) tensor.Storage[float32] {
 	return b.newBuf(n, dtype.F32, false, true)

@@ -88,6 +88,11 @@ func (p *onWorker) AllocOut(n int) (s tensor.Storage[float32]) {
 	return p.wrap(s)
 }
 
+func (p *onWorker) AllocStatOut(n int) (s tensor.Storage[float32]) {
+	p.do("AllocStatOut", func() { s = p.b.AllocStatOut(n) })
+	return p.wrap(s)
+}
+
 func (p *onWorker) AllocStat(n int) (s tensor.Storage[float32]) {
 	p.do("AllocStat", func() { s = p.b.AllocStat(n) })
 	return p.wrap(s)
