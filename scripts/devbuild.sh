@@ -1,11 +1,14 @@
 # devbuild.sh is sourced by the device scripts: the build of
 # `bash scripts/gpu-train.sh --build` is carried to the device compressed
 # (.devbuild/train.txz; uncompressed it passes the device tool's carry
-# limit), and unpacked there the first time a script needs it. DEVBUILD
+# limit), and unpacked there when a script needs it. DEVBUILD
 # names another build (scripts/gpu-run-bench.sh: .devbuild/runbench). The
 # scripts of one call share one kernel cache.
 B=${DEVBUILD:-.devbuild/train}
-if [ ! -x "$B/dflash" ] && [ -f "$B.txz" ]; then
-	tar -xJf "$B.txz" -C "$(dirname "$B")" || { echo "FAIL: unpacking $B.txz" >&2; exit 1; }
+# A machine kept warm keeps the last call's unpacked build: a newer .txz
+# (a new carry) replaces it whole.
+if [ -f "$B.txz" ] && { [ ! -x "$B/dflash" ] || [ "$B.txz" -nt "$B/.unpacked" ]; }; then
+	rm -rf "$B"
+	tar -xJf "$B.txz" -C "$(dirname "$B")" && touch "$B/.unpacked" || { echo "FAIL: unpacking $B.txz" >&2; exit 1; }
 fi
 export DFLASH_KERNEL_CACHE=${DFLASH_KERNEL_CACHE:-/tmp/dflash-kernels}

@@ -9,7 +9,11 @@
 #           bench/spec_peer.py (z-lab/dflash's public dflash_generate, batch 1, bf16) one after the
 #           other, then bench/spec_side.py's table: acceptance length ours against theirs (within
 #           5%), tokens/s at batch 1 (at least 2x theirs), dflash's greedy outputs equal to the target's
-#   decode  `dflash bench decode --device cuda --target qwen3-8b`: the per-step times of the 8B shape
+#   kernels decoding's kernels on the GPU (tensorcuda: TestGPUDecodeAttention, TestGPUCacheRows,
+#           TestGPUDecodeReplay, TestGPUSkinnyGemm) and op_skinny_gemm's bytes per second against
+#           cuBLASLt at the 8B shapes (TestGPUSkinnyGemmThroughput)
+#   decode  `dflash bench decode --device cuda --target qwen3-8b`: the per-step times of the 8B shape,
+#           then one profiled run of each pass (--profile: every op timed, no graphs)
 #   batch   (not in the default PARTS) on the demo's files, `dflash spec --device cuda --batch N` for N in
 #           $BATCHES (default "1 8"): tokens/s with the drafter and the target alone over each batch's
 #           wall time, and every greedy output equal to the target's
@@ -21,7 +25,7 @@
 # source the demo's corpus is read from (GOROOT/src's non-test files; the device has no Go tree),
 # into .devbuild/spec, and compresses that to .devbuild/spec.txz, which the device tool carries:
 #   command: bash scripts/gpu-spec.sh    carry: [".devbuild/spec.txz"]
-# PARTS (default "tests demo side decode") chooses what runs; a warm machine keeps $WORK, so
+# PARTS (default "kernels tests demo side decode") chooses what runs; a warm machine keeps $WORK, so
 # PARTS=demo in one call and PARTS="side decode" in the next use the same demo. MAX_NEW (default 96,
 # the demo's) is the tokens per prompt of `side`. Logs and JSON land in $OUT (the demo's configs and
 # held-out prompts, not its weights); the last line says PASS or FAIL.
@@ -42,6 +46,7 @@ if [ "${1:-}" = "--build" ]; then
 	export CGO_ENABLED=0 GOOS=linux GOARCH=amd64
 	go build -trimpath -ldflags="-s -w" -o "$B/dflash" ./cmd/dflash
 	go test -c -trimpath -ldflags="-s -w" -o "$B/spec.test" ./spec
+	go test -c -trimpath -ldflags="-s -w" -o "$B/tensorcuda.test" ./tensor/tensorcuda
 	# The files demo.GoCorpus may choose (it filters them again): the demo's --corpus on the device.
 	(cd "$(go env GOROOT)" && find src -name '*.go' ! -name '*_test.go' -size -65k -not -path '*/testdata/*' \
 		-not -path '*/vendor/*' -print0 | tar --null -cf - -T -) | tar -xf - -C "$B/goroot"
@@ -56,14 +61,26 @@ OUT=${OUT:-$(mktemp -d)}
 WORK=${WORK:-/tmp/gpu-spec}
 D=$WORK/demo
 mkdir -p "$OUT" "$WORK"
-PARTS=${PARTS:-tests demo side decode}
+PARTS=${PARTS:-kernels tests demo side decode}
 MAX_NEW=${MAX_NEW:-96}
 status=PASS
 fail() { echo "FAIL: $*"; status=FAIL; }
 has() { [[ " $PARTS " == *" $1 "* ]]; }
-for f in "$B/dflash" "$B/spec.test" "$B/zlab/dflash/model.py"; do
+for f in "$B/dflash" "$B/spec.test" "$B/tensorcuda.test" "$B/zlab/dflash/model.py"; do
 	[ -e "$f" ] || { echo "FAIL: $f missing: run ZLAB_GIT=DIR bash scripts/gpu-spec.sh --build here and carry $B.txz"; exit 1; }
 done
+
+if has kernels; then
+	echo "== decoding's kernels on the GPU (tensorcuda)"
+	(cd tensor/tensorcuda && "../../$B/tensorcuda.test" -test.run 'TestGPUDecodeAttention|TestGPUCacheRows|TestGPUDecodeReplay|TestGPUSkinnyGemm$' \
+		-test.v -test.timeout 300s) >"$OUT/kernels.log" 2>&1 || fail "decoding's kernel tests"
+	grep -E '^(--- |ok|FAIL|PASS)' "$OUT/kernels.log" | tail -n 8
+	! grep -q -- '--- SKIP' "$OUT/kernels.log" || fail "decoding's kernel tests skipped (no GPU?)"
+	python3 scripts/testfails.py "$OUT/kernels.log" 40
+	(cd tensor/tensorcuda && DFLASH_GEMM_BENCH=1 "../../$B/tensorcuda.test" -test.run 'TestGPUSkinnyGemmThroughput' -test.v) \
+		>"$OUT/skinny.log" 2>&1 || fail "op_skinny_gemm's throughput"
+	grep -E 'op_skinny_gemm .* ms' "$OUT/skinny.log" | sed 's/^ *gpu_skinny_test.go:[0-9]*: /  /'
+fi
 
 if has tests; then
 	echo "== spec GPU tests (greedy lossless and the sampling distribution on CUDA)"
@@ -134,6 +151,9 @@ if has decode; then
 		{ fail "dflash bench decode"; tail -n 20 "$OUT/decode.log"; }
 	cat "$OUT/decode.txt"
 	[ -s "$OUT/decode.json" ] && python3 -c 'import json, sys; print(json.dumps(json.load(open(sys.argv[1])))[:3000])' "$OUT/decode.json"
+	"$B/dflash" bench decode --device cuda --target qwen3-8b --reps 5 --profile >"$OUT/decode-profile.txt" 2>"$OUT/decode-profile.log" ||
+		{ fail "dflash bench decode --profile"; tail -n 20 "$OUT/decode-profile.log"; }
+	sed -n '/profiled/,$p' "$OUT/decode-profile.txt" | head -n 40
 fi
 echo "$status"
 [ "$status" = PASS ]

@@ -13,12 +13,18 @@ import (
 // decWarps warps over decRows query rows of one kv head's group and one
 // split of the cache, for head dimensions up to decMaxD (its shared tiles
 // are sized by it: 40.5 KiB of fp32 at 128, under the 48 KiB a block gets
-// without opting in).
+// without opting in); op_decode_attn_mma, its tensor-core form for bf16,
+// the same block of rows (one mma.sync tile), its warps taking tiles of
+// decMMATile keys in turn.
 const (
-	decRows  = 16
-	decWarps = 4
-	decMaxD  = 128
-	decTile  = 32 // keys per tile: one per lane (the kernel's DEC_TILE)
+	decRows    = 16
+	decWarps   = 4
+	decMaxD    = 128
+	decTile    = 32 // keys per tile: one per lane (the kernel's DEC_TILE)
+	decMMATile = 16 // keys per warp tile of op_decode_attn_mma (DEC_MMA_TILE)
+	// decMaxSplits is the most splits op_decode_combine merges (its
+	// weights in shared memory); a longer span gets longer splits.
+	decMaxSplits = 1024
 	// decBlocksPerSM is the grid op_decode_attn aims at: this many blocks
 	// per multiprocessor, so that one sequence's few heads fill the GPU.
 	decBlocksPerSM = 2
@@ -82,7 +88,7 @@ func (b *Backend) DecodeAttention(qS tensor.Storage[float32], heads, n, headDim 
 	defer b.span("DecodeAttention", 4*float64(heads)*float64(n)*float64(at.Len)*float64(headDim), heads, n, at.Len, headDim)()
 	dt := same("DecodeAttention", q, k, v, out)
 	o := b.ops(dt)
-	g := o.decodeGrid(heads, n, kvHeads, at.Span)
+	g := o.decodeGrid(heads, n, kvHeads, at.Span, o.decodeMMA(q.Buffer(), k.Buffer(), v.Buffer()))
 	po := b.newBuf(g.splits*heads*n*headDim, dtype.F32, false, false)
 	pml := b.newBuf(g.splits*heads*n*2, dtype.F32, false, false)
 	must("DecodeAttention", o.DecodeAttention(q.Buffer(), heads, n, headDim, k.Buffer(), v.Buffer(), kvHeads, maxLen, at.Len, pos, causal, scale, po.Buffer(), pml.Buffer(), g, out.Buffer()))
@@ -111,26 +117,39 @@ func (o *Ops) CacheRows(src gpu.Buffer, heads, n, headDim int, headsInner bool, 
 
 // decodeGrid is op_decode_attn's split of the cache: splits ranges of kps
 // keys (a whole number of tiles) for each of kvHeads kv heads and chunks
-// chunks of decRows group rows.
+// chunks of decRows group rows, on op_decode_attn_mma with mma.
 type decodeGrid struct {
 	splits, kps, chunks int
+	mma                 bool
+}
+
+// decodeMMA reports whether a decoding attention runs on
+// op_decode_attn_mma: bf16 with q, k and v 16-byte aligned (its loads).
+func (o *Ops) decodeMMA(q, k, v gpu.Buffer) bool {
+	return o.dt == dtype.BF16 && q.Ptr%16 == 0 && k.Ptr%16 == 0 && v.Ptr%16 == 0
 }
 
 // decodeGrid returns the split of the keys of a pass of span
 // (tensor.CacheAt.Span) that gives about decBlocksPerSM blocks per
 // multiprocessor at the span's shortest length, half of it (no split
-// shorter than a tile), and twice that at its longest: the attention of any
-// length up to span runs on it, the splits past the length finding no key.
-func (o *Ops) decodeGrid(heads, n, kvHeads, span int) decodeGrid {
+// shorter than a tile, or on op_decode_attn_mma than a tile for each of
+// its warps), and twice that at its longest: the attention of any length
+// up to span runs on it, the splits past the length finding no key.
+func (o *Ops) decodeGrid(heads, n, kvHeads, span int, mma bool) decodeGrid {
 	chunks := (heads/max(kvHeads, 1)*n + decRows - 1) / decRows
-	tiles := max(1, (span/2+decTile-1)/decTile)
+	tile, least := decTile, 1 // keys per tile, tiles per split at least
+	if mma {
+		tile, least = decMMATile, decWarps
+	}
+	tiles := max(1, (span/2+tile-1)/tile)
 	per := kvHeads * chunks // blocks of one split
-	splits := min(tiles, max(1, (decBlocksPerSM*max(o.sms, 1)+per-1)/per))
-	kps := (tiles + splits - 1) / splits * decTile
-	return decodeGrid{splits: max(1, (span+kps-1)/kps), kps: kps, chunks: chunks}
+	splits := min(max(1, tiles/least), max(1, (decBlocksPerSM*max(o.sms, 1)+per-1)/per))
+	kps := (tiles + splits - 1) / splits * tile
+	kps = max(kps, (span+decMaxSplits*tile-1)/(decMaxSplits*tile)*tile)
+	return decodeGrid{splits: max(1, (span+kps-1)/kps), kps: kps, chunks: chunks, mma: mma}
 }
 
-// DecodeAttention launches op_decode_attn over grid g, writing fp32
+// DecodeAttention launches op_decode_attn (op_decode_attn_mma with g.mma) over grid g, writing fp32
 // partials into po [g.splits, heads·n, headDim] and pml [g.splits, heads·n,
 // 2], then op_decode_combine into out [heads, n, headDim]. The kernel
 // reads the keys it attends from at[1] on the device; length is its host
@@ -141,6 +160,8 @@ func (o *Ops) DecodeAttention(q gpu.Buffer, heads, n, headDim int, k, v gpu.Buff
 		panic(fmt.Sprintf("tensorcuda: DecodeAttention: %d heads over %d kv heads, %d rows, %d of %d keys (causal %v)", heads, kvHeads, n, length, maxLen, causal))
 	case headDim%32 != 0 || headDim > decMaxD:
 		panic(fmt.Sprintf("tensorcuda: DecodeAttention: head dimension %d is not a multiple of 32 up to %d", headDim, decMaxD))
+	case g.splits > decMaxSplits:
+		panic(fmt.Sprintf("tensorcuda: DecodeAttention: %d splits, more than %d", g.splits, decMaxSplits))
 	case g.chunks > 65535 || kvHeads > 65535:
 		panic(fmt.Sprintf("tensorcuda: DecodeAttention: %d kv heads × %d row chunks exceed the grid", kvHeads, g.chunks))
 	}
@@ -152,7 +173,14 @@ func (o *Ops) DecodeAttention(q gpu.Buffer, heads, n, headDim int, k, v gpu.Buff
 	need("DecodeAttention", "part_o", po, int64(g.splits)*rows*int64(headDim), 4)
 	need("DecodeAttention", "part_ml", pml, int64(g.splits)*rows*2, 4)
 	need("DecodeAttention", "at", at, 2, 4)
-	c := o.begin(kDecodeAttn).ptr("q", q).ptr("k", k).ptr("v", v).ptr("part_o", po).ptr("part_ml", pml).
+	kern := kDecodeAttn
+	if g.mma {
+		if !o.decodeMMA(q, k, v) {
+			panic("tensorcuda: DecodeAttention: a tensor-core grid for operands it does not take")
+		}
+		kern = kDecodeAttnMMA
+	}
+	c := o.begin(kern).ptr("q", q).ptr("k", k).ptr("v", v).ptr("part_o", po).ptr("part_ml", pml).
 		i32("heads", heads).i32("n", n).i32("head_dim", headDim).i32("kv_heads", kvHeads).i32("max_len", maxLen).
 		ptr("at", at).flag("causal", causal).f32("scale", float32(scale)).i32("kps", g.kps)
 	if err := o.launch(c, cuda.Dim(uint32(g.splits), uint32(kvHeads), uint32(g.chunks)), decWarps*32); err != nil {

@@ -252,8 +252,8 @@ func read[T tensor.Float](b tensor.Backend[T], s tensor.Storage[T]) []float64 {
 	return dtype.Convert[float64](x)
 }
 
-// TestGPUDecodeAttention compares op_decode_attn (with its combine) with
-// the float64 brute force on inputs rounded to bf16: past lengths 1, 127,
+// TestGPUDecodeAttention compares op_decode_attn_mma and op_decode_attn
+// (each with its combine) with the float64 brute force on inputs rounded to bf16: past lengths 1, 127,
 // 128 and 4097 (one tile, a partial and a whole tile, many splits), 1..16
 // query rows, causal and not, GQA groups 1 and 4, head dims 64 and 128,
 // on the grid of the pass's span and, for even row counts, of four times
@@ -298,11 +298,23 @@ func TestGPUDecodeAttention(t *testing.T) {
 							if n%2 == 0 {
 								at.Span *= 4 // a grid of splits past the length, which find no key
 							}
+							want := backendtest.DecodeAttention(qr, heads, n, D, kr, vr, kvHeads, maxLen, length, causal, scale)
+							label := fmt.Sprintf("D %d group %d past %d n %d causal %v", D, group, past, n, causal)
 							b.DecodeAttention(qs, heads, n, D, ks, vs, kvHeads, maxLen, at, causal, scale, out)
 							got := make([]float32, len(q))
 							b.Download(out, got)
-							want := backendtest.DecodeAttention(qr, heads, n, D, kr, vr, kvHeads, maxLen, length, causal, scale)
-							backendtest.Close(t, fmt.Sprintf("D %d group %d past %d n %d causal %v", D, group, past, n, causal), got, want, 1e-2)
+							backendtest.Close(t, label+", tensor cores", got, want, 1e-2)
+							// The CUDA-core kernel (bf16 operands off 16 bytes) on the same grid's span.
+							o := b.ops(dtype.BF16)
+							g := o.decodeGrid(heads, n, kvHeads, at.Span, false)
+							po := b.newBuf(g.splits*heads*n*D, dtype.F32, false, false)
+							pml := b.newBuf(g.splits*heads*n*2, dtype.F32, false, false)
+							if err := o.DecodeAttention(b.buf(qs, "q").Buffer(), heads, n, D, b.buf(ks, "k").Buffer(), b.buf(vs, "v").Buffer(), kvHeads, maxLen, length,
+								b.cacheAt(at, "DecodeAttention"), causal, scale, po.Buffer(), pml.Buffer(), g, b.buf(out, "out").Buffer()); err != nil {
+								return err
+							}
+							b.Download(out, got)
+							backendtest.Close(t, label+", CUDA cores", got, want, 1e-2)
 							b.ResetStep()
 						}
 					}

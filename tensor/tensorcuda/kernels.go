@@ -116,8 +116,11 @@ var (
 
 	kQuantE4M3 = def("op_fp8.cu", "op_quant_rows_e4m3", "x:p rows:i32 cols:i32 codes:p scales:p")
 
+	kSkinnyGemm = def("op_skinny.cu", "op_skinny_gemm", "x:p ldx:i32 w:p ldw:i32 c:p y:p ldc:i32 m:i32 n:i32 k:i32 alpha:f32 beta:f32")
+
 	kCacheRows     = def("op_decode.cu", "op_cache_rows", "src:p cache:p heads:i32 n:i32 head_dim:i32 heads_inner:i32 max_len:i32 at:p")
 	kDecodeAttn    = def("op_decode.cu", "op_decode_attn", "q:p k:p v:p part_o:p part_ml:p heads:i32 n:i32 head_dim:i32 kv_heads:i32 max_len:i32 at:p causal:i32 scale:f32 kps:i32")
+	kDecodeAttnMMA = def("op_decode.cu", "op_decode_attn_mma", "q:p k:p v:p part_o:p part_ml:p heads:i32 n:i32 head_dim:i32 kv_heads:i32 max_len:i32 at:p causal:i32 scale:f32 kps:i32")
 	kDecodeCombine = def("op_decode.cu", "op_decode_combine", "part_o:p part_ml:p out:p rows:i32 head_dim:i32 splits:i32")
 
 	kAdamW = def("op_adamw.cu", "op_adamw", "p:p g:p m:p v:p p16:p seg:p b1:f64 b2:f64 eps:f64 step_size:f64 bc2_sqrt:f64 shrink:f64")

@@ -246,14 +246,62 @@ func TestLaunchersMatchKernels(t *testing.T) {
 			// rows (4 chunks of 16 group rows per kv head), 4097 keys split
 			// so that the grid holds about decBlocksPerSM blocks per SM; the
 			// grid is the span's (8192), which covers any length up to it.
-			g := o.decodeGrid(32, 16, 8, 8192)
+			// bf16 runs the tensor-core kernel, whose warps each get a tile.
+			mma := dt == dtype.BF16
+			if o.decodeMMA(big, big, big) != mma {
+				t.Errorf("DecodeAttention on tensor cores: %v", !mma)
+			}
+			g := o.decodeGrid(32, 16, 8, 8192, mma)
 			must(o.DecodeAttention(big, 32, 16, 128, big, big, 8, 8200, 4097, big, true, 0.088, big, big, g, big))
-			if f.launched["op_decode_attn"] != 1 || g.chunks != 4 || g.kps%decTile != 0 || (g.splits-1)*g.kps >= 8192 || g.splits*g.kps < 8192 ||
-				g.splits*8*4 < decBlocksPerSM*o.sms && g.kps > decTile {
+			kern, tile, least := "op_decode_attn", decTile, 1
+			if mma {
+				kern, tile, least = "op_decode_attn_mma", decMMATile, decWarps
+			}
+			if f.launched[kern] != 1 || g.chunks != 4 || g.kps%tile != 0 || (g.splits-1)*g.kps >= 8192 || g.splits*g.kps < 8192 ||
+				g.splits*8*4 < decBlocksPerSM*o.sms && g.kps > tile*least || g.kps < tile*least {
 				t.Errorf("DecodeAttention grid %+v over %d SMs", g, o.sms)
 			}
-			if g1 := o.decodeGrid(4, 1, 4, 1); g1.splits != 1 || g1.chunks != 1 {
+			if g1 := o.decodeGrid(4, 1, 4, 1, mma); g1.splits != 1 || g1.chunks != 1 {
 				t.Errorf("DecodeAttention of one key: grid %+v", g1)
+			}
+			sms := o.sms
+			o.sms = 8192 // a GPU that would take more splits than op_decode_combine merges
+			if g := o.decodeGrid(1, 1, 1, 1<<20, mma); g.splits > decMaxSplits || g.splits*g.kps < 1<<20 || g.kps%tile != 0 {
+				t.Errorf("DecodeAttention over 2²⁰ keys on %d SMs: grid %+v", o.sms, g)
+			}
+			o.sms = sms
+			if mma { // operands off 16 bytes: the CUDA-core kernel in bf16 too
+				odd := gpu.Buffer{Ptr: big.Ptr + 2, Size: big.Size - 2}
+				g := o.decodeGrid(32, 16, 8, 8192, o.decodeMMA(big, odd, big))
+				must(o.DecodeAttention(big, 32, 16, 128, odd, big, 8, 8200, 4097, big, true, 0.088, big, big, g, big))
+				if f.launched["op_decode_attn"] != 1 || g.mma {
+					t.Errorf("DecodeAttention of an unaligned k: grid %+v, launched %v", g, f.launched)
+				}
+			}
+			// Decoding's products: 16 rows against Qwen3-8B's o_proj (128
+			// blocks of 32 columns, k of 128 chunks: 8 warps) and 1 row
+			// against down_proj (k of 384 chunks: 16 warps) run
+			// op_skinny_gemm in bf16; gate_up (768 blocks, more than two
+			// per SM), 17 rows, a transposed A or fp32 storage run cuBLASLt.
+			gemms := len(f.gemms)
+			must(o.Gemm(false, true, 16, 4096, 4096, 1, big, 4096, big, 4096, 0, big, 4096))
+			skinny := dt == dtype.BF16
+			if skinny && (f.launched["op_skinny_gemm"] != 1 || f.last.grid.X != 128 || f.last.block.X != 32*skMinWarps || len(f.gemms) != gemms) ||
+				!skinny && len(f.gemms) != gemms+1 {
+				t.Errorf("Gemm of 16 rows: launched %v, grid %v, block %v, %d cuBLASLt products", f.launched, f.last.grid, f.last.block, len(f.gemms)-gemms)
+			}
+			if skinny {
+				must(o.GemmAdd(false, true, 1, 4096, 12288, 1, big, 12288, big, 12288, big, big, 4096))
+				if f.launched["op_skinny_gemm"] != 2 || f.last.grid.X != 128 || f.last.block.X != 32*skMaxWarps {
+					t.Errorf("GemmAdd of 1 row: grid %v, block %v", f.last.grid, f.last.block)
+				}
+			}
+			gemms = len(f.gemms)
+			must(o.Gemm(false, true, 1, 24576, 4096, 1, big, 4096, big, 4096, 0, big, 24576))
+			must(o.Gemm(false, true, 17, 4096, 4096, 1, big, 4096, big, 4096, 0, big, 4096))
+			must(o.Gemm(true, true, 16, 4096, 4096, 1, big, 16, big, 4096, 0, big, 4096))
+			if len(f.gemms) != gemms+3 {
+				t.Errorf("Gemm of 768 blocks, of 17 rows and of a transposed A: %d cuBLASLt products, want 3", len(f.gemms)-gemms)
 			}
 			must(o.QuantizeRowsE4M3(big, 16, 4096, big, big))
 			if f.last.grid.X != 16 {
@@ -265,7 +313,7 @@ func TestLaunchersMatchKernels(t *testing.T) {
 				t.Errorf("LinearFP8: product %+v, quantization grid %v", g, f.last.grid)
 			}
 			for _, k := range allKernels {
-				if f.launched[k.name] == 0 {
+				if f.launched[k.name] == 0 && (k != kSkinnyGemm && k != kDecodeAttnMMA || dt == dtype.BF16) { // bf16's alone
 					t.Errorf("no launcher launched %s", k.name)
 				}
 			}

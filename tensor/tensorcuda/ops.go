@@ -87,13 +87,15 @@ var blockShapes = []struct {
 	name  string
 	value int
 }{
-	{"OP_DW_THREADS", threads},       // op_rmsnorm_bwd_dw, op_norm_rope_bwd_dw: the most threads of their vector paths
-	{"OP_NORM_VECS", normVecs},       // op_rmsnorm_bwd: 16-byte vectors of a row per thread
-	{"OP_COLSUM_COLS", colSumCols},   // op_colsum: columns per block
-	{"OP_COLSUM_LANES", colSumLanes}, // op_colsum: lanes per column
-	{"OP_DEC_ROWS", decRows},         // op_decode_attn: query rows per block
-	{"OP_DEC_WARPS", decWarps},       // op_decode_attn: warps per block
-	{"OP_DEC_MAX_D", decMaxD},        // op_decode_attn: the largest head dimension
+	{"OP_DW_THREADS", threads},          // op_rmsnorm_bwd_dw, op_norm_rope_bwd_dw: the most threads of their vector paths
+	{"OP_NORM_VECS", normVecs},          // op_rmsnorm_bwd: 16-byte vectors of a row per thread
+	{"OP_COLSUM_COLS", colSumCols},      // op_colsum: columns per block
+	{"OP_COLSUM_LANES", colSumLanes},    // op_colsum: lanes per column
+	{"OP_DEC_ROWS", decRows},            // op_decode_attn: query rows per block
+	{"OP_DEC_WARPS", decWarps},          // op_decode_attn: warps per block
+	{"OP_DEC_MAX_D", decMaxD},           // op_decode_attn: the largest head dimension
+	{"OP_DEC_MAX_SPLITS", decMaxSplits}, // op_decode_combine: the most splits
+	{"OP_SK_MAX_WARPS", skMaxWarps},     // op_skinny_gemm: the most warps of a block
 }
 
 func b2i(v bool) int {

@@ -8,10 +8,7 @@
 #define __shared__ // the flex sources declare extern __shared__ arrays
 #define __launch_bounds__(...)
 #define __grid_constant__
-#define __align__(n) __attribute__((aligned(n)))
 #define asm __asm__
 template <typename T> inline T __shfl_sync(unsigned, T v, int) { return v; }
-inline void __syncwarp(unsigned = 0xffffffff) {}
 inline float exp2f(float x) { return exp2(x); }
 inline float2 make_float2(float x, float y) { return float2{x, y}; }
-inline unsigned long long __cvta_generic_to_shared(const void *p) { return (unsigned long long)p; }

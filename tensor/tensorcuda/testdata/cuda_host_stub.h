@@ -14,6 +14,9 @@ struct dim3s { unsigned x, y, z; };
 extern thread_local dim3s threadIdx; // each of a block's threads may be a thread of its own
 extern dim3s blockIdx, blockDim, gridDim;
 void __syncthreads();
+inline void __syncwarp(unsigned = 0xffffffff) {}
+inline unsigned long long __cvta_generic_to_shared(const void *p) { return (unsigned long long)p; }
+#define __align__(n) __attribute__((aligned(n)))
 struct uint4 { unsigned x, y, z, w; };
 struct float4 { float x, y, z, w; };
 struct uint2 { unsigned x, y; };
@@ -36,5 +39,6 @@ inline float __double2float_rn(double a) { return (float)a; }
 inline float atomicAdd(float *p, float v) { float o = *p; *p += v; return o; }
 
 inline float4 make_float4(float x, float y, float z, float w) { return float4{x, y, z, w}; }
+inline uint4 make_uint4(unsigned x, unsigned y, unsigned z, unsigned w) { return uint4{x, y, z, w}; }
 template <class A, class B> inline auto min(A a, B b) { return a < b ? a : b; }
 template <class A, class B> inline auto max(A a, B b) { return a > b ? a : b; }
