@@ -45,6 +45,16 @@ __device__ __forceinline__ unsigned short op_bf16(float f) {
 __device__ __forceinline__ void op_put(float *p, float v) { *p = v; }
 __device__ __forceinline__ void op_put(unsigned short *p, float v) { *p = op_bf16(v); }
 
+// op_mma_bf16 adds the 16×8 product of A (4 registers of bf16 pairs, row
+// major) and B (2, column major) to the fp32 accumulators d: one
+// mma.sync.m16n8k16 (sm_80 and later), the decoding kernels' tensor-core op.
+__device__ __forceinline__ void op_mma_bf16(float *d, unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0, unsigned b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
 // op_aligned16 reports whether p is 16-byte aligned (vector loads allowed).
 __device__ __forceinline__ bool op_aligned16(const void *p) {
   return (((unsigned long long)p) & 15ull) == 0;

@@ -241,13 +241,6 @@ extern "C" __global__ void op_decode_combine(const float *__restrict__ part_o,
 #define DEC_VPAD 8      // row padding of the V tile: ldmatrix's 8 rows in distinct banks
 
 #if OP_BF16
-__device__ __forceinline__ void dec_mma(float *d, unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0, unsigned b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
 // dec_pack returns the bf16 pair (lo, hi) of two fp32 values, lo in the low
 // half (the lower k index of an mma operand).
 __device__ __forceinline__ unsigned dec_pack(float lo, float hi) {
@@ -309,8 +302,8 @@ extern "C" __global__ void op_decode_attn_mma(const op_t *__restrict__ q, const 
       for (int c = 0; c < OP_DEC_MAX_D / 32; c++) {
         if (c >= DC) break;
         const uint4 kv = key < k1 ? *reinterpret_cast<const uint4 *>(kr + c * 32) : zero;
-        dec_mma(sc[h], qa[c].x, qb[c].x, qa[c].y, qb[c].y, kv.x, kv.y);
-        dec_mma(sc[h], qa[c].z, qb[c].z, qa[c].w, qb[c].w, kv.z, kv.w);
+        op_mma_bf16(sc[h], qa[c].x, qb[c].x, qa[c].y, qb[c].y, kv.x, kv.y);
+        op_mma_bf16(sc[h], qa[c].z, qb[c].z, qa[c].w, qb[c].w, kv.z, kv.w);
       }
     }
     // The online softmax: sc[h][i] is row gq (i < 2) or gq+8 of key
@@ -369,8 +362,8 @@ extern "C" __global__ void op_decode_attn_mma(const op_t *__restrict__ q, const 
       asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                    : "=r"(b0), "=r"(b1), "=r"(b2), "=r"(b3)
                    : "r"(addr));
-      dec_mma(acc[2 * j], p0, p1, p2, p3, b0, b1);
-      dec_mma(acc[2 * j + 1], p0, p1, p2, p3, b2, b3);
+      op_mma_bf16(acc[2 * j], p0, p1, p2, p3, b0, b1);
+      op_mma_bf16(acc[2 * j + 1], p0, p1, p2, p3, b2, b3);
     }
     __syncwarp(); // the tile is read before the next one is stored
   }

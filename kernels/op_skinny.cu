@@ -26,17 +26,6 @@
 
 #define SK_COLS 32 // output columns (rows of W) per block: 4 tiles of 8
 
-#if OP_BF16
-// sk_mma adds the 16×8 product of A (4 registers of bf16 pairs) and B (2)
-// to the accumulators d.
-__device__ __forceinline__ void sk_mma(float *d, unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0, unsigned b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-#endif
-
 // op_skinny_gemm: block b computes columns b·32.. of y (m×n, row stride
 // ldc) with blockDim.x/32 warps; warp w takes the 32-column chunks w,
 // w + warps, ... of k. Rows of x past m and of W past n read as zeros.
@@ -73,8 +62,8 @@ extern "C" __global__ void op_skinny_gemm(const op_t *__restrict__ x, int ldx, c
     const uint4 xb = has1 ? *reinterpret_cast<const uint4 *>(x1 + kk) : zero;
 #pragma unroll
     for (int j = 0; j < 4; j++) {
-      sk_mma(acc + 4 * j, xa.x, xb.x, xa.y, xb.y, wv[j].x, wv[j].y);
-      sk_mma(acc + 4 * j, xa.z, xb.z, xa.w, xb.w, wv[j].z, wv[j].w);
+      op_mma_bf16(acc + 4 * j, xa.x, xb.x, xa.y, xb.y, wv[j].x, wv[j].y);
+      op_mma_bf16(acc + 4 * j, xa.z, xb.z, xa.w, xb.w, wv[j].z, wv[j].w);
     }
   }
 #pragma unroll

@@ -9,7 +9,8 @@
 #           bench/spec_peer.py (z-lab/dflash's public dflash_generate, batch 1, bf16) one after the
 #           other, then bench/spec_side.py's table: acceptance length ours against theirs (within
 #           5%), tokens/s at batch 1 (at least 2x theirs), dflash's greedy outputs equal to the target's
-#   kernels decoding's kernels on the GPU (tensorcuda: TestGPUDecodeAttention, TestGPUCacheRows,
+#   kernels every op kernel compiled (TestCompileOpKernels) and decoding's on the GPU (tensorcuda:
+#           TestGPUDecodeAttention, TestGPUCacheRows,
 #           TestGPUDecodeReplay, TestGPUSkinnyGemm) and op_skinny_gemm's bytes per second against
 #           cuBLASLt at the 8B shapes (TestGPUSkinnyGemmThroughput)
 #   decode  `dflash bench decode --device cuda --target qwen3-8b`: the per-step times of the 8B shape,
@@ -72,7 +73,7 @@ done
 
 if has kernels; then
 	echo "== decoding's kernels on the GPU (tensorcuda)"
-	(cd tensor/tensorcuda && "../../$B/tensorcuda.test" -test.run 'TestGPUDecodeAttention|TestGPUCacheRows|TestGPUDecodeReplay|TestGPUSkinnyGemm$' \
+	(cd tensor/tensorcuda && "../../$B/tensorcuda.test" -test.run 'TestCompileOpKernels|TestGPUDecodeAttention|TestGPUCacheRows|TestGPUDecodeReplay|TestGPUSkinnyGemm$' \
 		-test.v -test.timeout 300s) >"$OUT/kernels.log" 2>&1 || fail "decoding's kernel tests"
 	grep -E '^(--- |ok|FAIL|PASS)' "$OUT/kernels.log" | tail -n 8
 	! grep -q -- '--- SKIP' "$OUT/kernels.log" || fail "decoding's kernel tests skipped (no GPU?)"

@@ -196,8 +196,11 @@ func lossless(t *testing.T, b tensor.Backend[float32], m *model.Model, random Dr
 			t.Errorf("no batched round accepted %d tokens: rollback of that length untested", a+1)
 		}
 	}
-	if ties > c.prompts/4*(1+len(c.batches)) {
-		return fmt.Errorf("%d argmax ties in %d prompts × %d runs: more than rounding explains", ties, c.prompts, 1+len(c.batches))
+	// Each prompt runs with both drafters, alone and in every batch; a
+	// quarter of those runs diverging at a tie is more than bf16 rounding
+	// of other shapes explains.
+	if runs := 2 * (1 + len(c.batches)); ties > c.prompts*runs/4 {
+		return fmt.Errorf("%d argmax ties in %d prompts × %d runs: more than rounding explains", ties, c.prompts, runs)
 	}
 	return nil
 }
