@@ -83,12 +83,19 @@ func (b *Backend) cacheAt(at tensor.CacheAt, op string) gpu.Buffer {
 // cache (flash-decoding) with fp32 partials in step memory; the grid and
 // the partials are sized by at.Span, the keys attended read from at.At.
 func (b *Backend) DecodeAttention(qS tensor.Storage[float32], heads, n, headDim int, kS, vS tensor.Storage[float32], kvHeads, maxLen int, at tensor.CacheAt, causal bool, scale float64, outS tensor.Storage[float32]) {
+	b.decodeAttention(qS, heads, n, headDim, kS, vS, kvHeads, maxLen, at, causal, scale, outS, true)
+}
+
+// decodeAttention is DecodeAttention, on op_decode_attn_mma where it takes
+// the operands and tensorCores is set (false: the CUDA-core kernel, for
+// its test).
+func (b *Backend) decodeAttention(qS tensor.Storage[float32], heads, n, headDim int, kS, vS tensor.Storage[float32], kvHeads, maxLen int, at tensor.CacheAt, causal bool, scale float64, outS tensor.Storage[float32], tensorCores bool) {
 	q, k, v, out := b.buf(qS, "DecodeAttention q"), b.buf(kS, "DecodeAttention k"), b.buf(vS, "DecodeAttention v"), b.buf(outS, "DecodeAttention out")
 	pos := b.cacheAt(at, "DecodeAttention")
 	defer b.span("DecodeAttention", 4*float64(heads)*float64(n)*float64(at.Len)*float64(headDim), heads, n, at.Len, headDim)()
 	dt := same("DecodeAttention", q, k, v, out)
 	o := b.ops(dt)
-	g := o.decodeGrid(heads, n, kvHeads, at.Span, o.decodeMMA(q.Buffer(), k.Buffer(), v.Buffer()))
+	g := o.decodeGrid(heads, n, kvHeads, at.Span, tensorCores && o.decodeMMA(q.Buffer(), k.Buffer(), v.Buffer()))
 	po := b.newBuf(g.splits*heads*n*headDim, dtype.F32, false, false)
 	pml := b.newBuf(g.splits*heads*n*2, dtype.F32, false, false)
 	must("DecodeAttention", o.DecodeAttention(q.Buffer(), heads, n, headDim, k.Buffer(), v.Buffer(), kvHeads, maxLen, at.Len, pos, causal, scale, po.Buffer(), pml.Buffer(), g, out.Buffer()))

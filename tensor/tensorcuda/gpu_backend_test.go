@@ -264,12 +264,6 @@ func TestGPUDecodeAttention(t *testing.T) {
 	rng := testseed.New(t)
 	const kvHeads = 2
 	gputest.OnBackend(t, NewBackend, func(_ *gpu.Device, b *Backend) error {
-		up := func(x []float32) (tensor.Storage[float32], []float32) { // bf16 storage and the values it holds
-			s := b.Upload(x, false)
-			r := make([]float32, len(x))
-			b.Download(s, r)
-			return s, r
-		}
 		for _, D := range []int{64, 128} {
 			for _, group := range []int{1, 4} {
 				for _, past := range []int{1, 127, 128, 4097} {
@@ -289,9 +283,9 @@ func TestGPUDecodeAttention(t *testing.T) {
 								}
 								k[i], v[i] = float32(rng.NormFloat64()), float32(rng.NormFloat64())
 							}
-							qs, qr := up(q)
-							ks, kr := up(k)
-							vs, vr := up(v)
+							qs, qr := uploadRounded(b, q)
+							ks, kr := uploadRounded(b, k)
+							vs, vr := uploadRounded(b, v)
 							out := b.AllocOut(len(q))
 							scale := 1 / math.Sqrt(float64(D))
 							at := tensor.CacheAts(b, []int{past}, n)[0]
@@ -305,14 +299,7 @@ func TestGPUDecodeAttention(t *testing.T) {
 							b.Download(out, got)
 							backendtest.Close(t, label+", tensor cores", got, want, 1e-2)
 							// The CUDA-core kernel (bf16 operands off 16 bytes) on the same grid's span.
-							o := b.ops(dtype.BF16)
-							g := o.decodeGrid(heads, n, kvHeads, at.Span, false)
-							po := b.newBuf(g.splits*heads*n*D, dtype.F32, false, false)
-							pml := b.newBuf(g.splits*heads*n*2, dtype.F32, false, false)
-							if err := o.DecodeAttention(b.buf(qs, "q").Buffer(), heads, n, D, b.buf(ks, "k").Buffer(), b.buf(vs, "v").Buffer(), kvHeads, maxLen, length,
-								b.cacheAt(at, "DecodeAttention"), causal, scale, po.Buffer(), pml.Buffer(), g, b.buf(out, "out").Buffer()); err != nil {
-								return err
-							}
+							b.decodeAttention(qs, heads, n, D, ks, vs, kvHeads, maxLen, at, causal, scale, out, false)
 							b.Download(out, got)
 							backendtest.Close(t, label+", CUDA cores", got, want, 1e-2)
 							b.ResetStep()
@@ -345,18 +332,11 @@ func TestGPUDecodeReplay(t *testing.T) {
 			}
 			b.WriteParams(c, x)
 		}
-		rnd := func(n int) []float32 {
-			x := make([]float32, n)
-			for i := range x {
-				x[i] = float32(rng.NormFloat64())
-			}
-			return x
-		}
 		scale := 1 / math.Sqrt(float64(D))
 		for i, past := range []int{9, 10, 40, 63} {
 			var err error
 			tensor.Scope(b, func() {
-				q, kr, vr := b.Upload(rnd(heads*D), false), b.Upload(rnd(kvHeads*D), false), b.Upload(rnd(kvHeads*D), false)
+				q, kr, vr := b.Upload(normals(rng, heads*D), false), b.Upload(normals(rng, kvHeads*D), false), b.Upload(normals(rng, kvHeads*D), false)
 				at := tensor.CacheAts(b, []int{past}, 1)[0]
 				out := b.AllocOut(heads * D)
 				kind := b.Replay("decode pass", func() {

@@ -23,6 +23,24 @@ import (
 
 func TestMain(m *testing.M) { gputest.Main(m) }
 
+// uploadRounded returns x as bf16 storage on b and the values it holds (x
+// rounded to bf16), for a float64 reference on what the kernel reads.
+func uploadRounded(b *Backend, x []float32) (tensor.Storage[float32], []float32) {
+	s := b.Upload(x, false)
+	r := make([]float32, len(x))
+	b.Download(s, r)
+	return s, r
+}
+
+// normals returns n standard normal draws of rng.
+func normals(rng *rand.Rand, n int) []float32 {
+	x := make([]float32, n)
+	for i := range x {
+		x[i] = float32(rng.NormFloat64())
+	}
+	return x
+}
+
 // ref is the reference: the CPU backend in float64, on host slices.
 var ref = hostRef{tensor.NewCPU[float64](0)}
 

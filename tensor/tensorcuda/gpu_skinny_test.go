@@ -9,7 +9,6 @@ import (
 	"dflash/gpu"
 	"dflash/internal/gputest"
 	"dflash/internal/testseed"
-	"dflash/tensor"
 	"dflash/tensor/backendtest"
 )
 
@@ -22,19 +21,6 @@ import (
 func TestGPUSkinnyGemm(t *testing.T) {
 	rng := testseed.New(t)
 	gputest.OnBackend(t, NewBackend, func(_ *gpu.Device, b *Backend) error {
-		rnd := func(n int) []float32 {
-			x := make([]float32, n)
-			for i := range x {
-				x[i] = float32(rng.NormFloat64())
-			}
-			return x
-		}
-		up := func(x []float32) (tensor.Storage[float32], []float32) { // bf16 storage and the values it holds
-			s := b.Upload(x, false)
-			r := make([]float32, len(x))
-			b.Download(s, r)
-			return s, r
-		}
 		o := b.ops(dtype.BF16)
 		for _, k := range []int{32, 96, 4096} {
 			for _, n := range []int{8, 40, 1000} {
@@ -44,9 +30,9 @@ func TestGPUSkinnyGemm(t *testing.T) {
 						alpha, beta float32
 						inPlace     bool
 					}{{1, 0, false}, {0.5, 1, false}, {1, 1, true}} {
-						xs, xv := up(rnd(m * lda))
-						ws, wv := up(rnd(n * k))
-						cs, cv := up(rnd(m * n))
+						xs, xv := uploadRounded(b, normals(rng, m*lda))
+						ws, wv := uploadRounded(b, normals(rng, n*k))
+						cs, cv := uploadRounded(b, normals(rng, m*n))
 						ys := cs
 						if !c.inPlace {
 							ys = b.AllocOut(m * n)
