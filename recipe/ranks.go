@@ -60,7 +60,8 @@ type rankEnv struct {
 // host never holds the whole model) while the kernels compile
 // (loadTarget), makes the rank's session (the lead's for the first rank,
 // else a new replica of the drafter), places the drafter's training state
-// on the rank's device and runs train.Run. The session keeps the
+// on the rank's device while the kernels may still compile, loads them and
+// runs train.Run. The session keeps the
 // evaluation cache where it fits (checkMemory, checkDeviceMemory), given
 // back when trainRank returns. The first rank logs where the time to its
 // first step went (startClock) at that step's record.
@@ -74,7 +75,7 @@ func (j *job) trainRank(ctx context.Context, r rankEnv) (*train.Result, error) {
 			return nil, err
 		}
 	}
-	target, err := j.loadTarget(ctx, r, clock)
+	target, compiled, err := j.loadTarget(ctx, r, clock)
 	if err != nil {
 		return nil, err
 	}
@@ -83,18 +84,23 @@ func (j *job) trainRank(ctx context.Context, r rankEnv) (*train.Result, error) {
 		sess = j.newSession()
 	}
 	sess.EvalCache = evalCache
+	t := time.Now()
+	fetch := placeDrafter(r, sess.Drafter)
+	sess.Backend = r.backend
+	defer sess.Free()
+	clock.drafter = time.Since(t)
 	// Every kernel before the first step: a compile failure is the run's
 	// error, naming the kernel, before train.Run writes anything (on a GPU
-	// loadTarget compiled them; Prepare loads them).
-	t := time.Now()
+	// loadTarget compiles them; Prepare loads them).
+	t = time.Now()
+	if err := compiled(); err != nil {
+		return nil, err
+	}
 	if err := r.backend.Prepare(ctx, append(target.ForwardAttentions(sess.Pack != nil), sess.Drafter.StepAttentions()...)); err != nil {
 		return nil, err
 	}
 	clock.kernels = time.Since(t)
 	t = time.Now()
-	fetch := placeDrafter(r, sess.Drafter)
-	sess.Backend = r.backend
-	defer sess.Free()
 	sess.Head, sess.Hidden = dflash.HeadOf(target), dflash.TargetHidden(target, j.dc.TargetLayerIDs, r.backend)
 	if s.SpecEvalEvery > 0 {
 		if sess.SpecEval, err = spec.EvalFunc(r.backend, target, sess.Drafter, sess.Eval, s.SpecPrompts, s.SpecMaxNewTokens); err != nil {
@@ -112,7 +118,7 @@ func (j *job) trainRank(ctx context.Context, r rankEnv) (*train.Result, error) {
 	}
 	hooks := Hooks(sess, coll)
 	hooks.Identity, hooks.PeakTFLOPS, hooks.Gauges = j.id, peak, r.gauges
-	clock.drafter = time.Since(t)
+	clock.drafter += time.Since(t)
 	if r.first {
 		hooks.Gauges = clock.gauges(r, r.gauges)
 	}

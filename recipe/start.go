@@ -23,8 +23,8 @@ type startClock struct {
 	rank      time.Time     // when the rank began (after its device and backend were made)
 	load      model.LoadStats
 	compile   time.Duration // Compile on its own goroutine, beside the load (GPU)
-	kernels   time.Duration // Prepare after the load: the wait for Compile and the module loads
-	drafter   time.Duration // the rank's drafter placed on its backend, its session wired to the target
+	kernels   time.Duration // after the drafter's placement: the wait for Compile and Prepare's module loads
+	drafter   time.Duration // the rank's drafter placed on its backend (beside the compiles), its session wired to the target
 	run       time.Time     // when train.Run began
 	gemm      gpu.GemmTuneStats
 	allocRun  gpu.AllocStats // the device's allocator when train.Run began
@@ -67,23 +67,27 @@ func round3(x float64) float64 { return math.Round(x*1000) / 1000 }
 
 // loadTarget loads the rank's target (model.LoadWith: the shards read in
 // parallel, each piece written to the backend as it arrives) and, on a
-// GPU, compiles meanwhile every kernel that Prepare will load for the
+// GPU, starts compiling every kernel that Prepare will load for the
 // target's forward and the drafter's step (tensorcuda.Backend.Compile on
 // its own goroutine: the compiles touch no device), so that the start
-// costs the longer of the two. A compile failure is returned here, before
-// anything is written, as Prepare would return it.
-func (j *job) loadTarget(ctx context.Context, r rankEnv, clock *startClock) (*model.Model, error) {
-	var compiled chan error
+// costs the longer of the two. compiled waits for the compiles and returns
+// their error, as Prepare would return it: the caller places the drafter
+// before it waits (a cold kernel cache compiles for longer than the target
+// takes to load).
+func (j *job) loadTarget(ctx context.Context, r rankEnv, clock *startClock) (target *model.Model, compiled func() error, err error) {
+	done := make(chan error, 1)
 	if r.cuda != nil {
 		uses := append(j.targetCfg.ForwardAttentions(j.pack != nil), j.lead.Drafter.StepAttentions()...)
-		compiled = make(chan error, 1)
 		go func() {
 			t := time.Now()
 			err := r.cuda.Backend.Compile(ctx, uses)
 			clock.compile = time.Since(t)
-			compiled <- err
+			done <- err
 		}()
+	} else {
+		done <- nil
 	}
+	compiled = func() error { return <-done }
 	if r.loading != nil {
 		r.loading.Lock()
 	}
@@ -93,14 +97,10 @@ func (j *job) loadTarget(ctx context.Context, r rankEnv, clock *startClock) (*mo
 	}
 	clock.load = st
 	if err != nil {
-		return nil, err
+		compiled() // the compiles' goroutine ends before the backend closes
+		return nil, nil, err
 	}
-	if compiled != nil {
-		if err := <-compiled; err != nil {
-			return nil, err
-		}
-	}
-	return target, nil
+	return target, compiled, nil
 }
 
 // gauges returns inner (nil: none) wrapped so that its first call logs

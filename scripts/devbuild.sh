@@ -12,3 +12,14 @@ if [ -f "$B.txz" ] && { [ ! -x "$B/dflash" ] || [ "$B.txz" -nt "$B/.unpacked" ];
 	tar -xJf "$B.txz" -C "$(dirname "$B")" && touch "$B/.unpacked" || { echo "FAIL: unpacking $B.txz" >&2; exit 1; }
 fi
 export DFLASH_KERNEL_CACHE=${DFLASH_KERNEL_CACHE:-/tmp/dflash-kernels}
+# bundle_out NAME... packs everything in $OUT into $OUT/all.tgz when it
+# holds more than the device tool brings back (8 files), keeping the files
+# NAME... of $OUT's top level beside it.
+bundle_out() {
+	[ "$(find "$OUT" -type f | wc -l)" -le 8 ] && return 0
+	local keep=() n
+	for n in "$@"; do keep+=(! -name "$n"); done
+	tar -czf "$OUT.tgz" -C "$OUT" . &&
+		find "$OUT" -mindepth 1 -maxdepth 1 "${keep[@]}" -exec rm -rf {} + &&
+		mv "$OUT.tgz" "$OUT/all.tgz"
+}

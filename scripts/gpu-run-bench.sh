@@ -34,7 +34,8 @@
 # TensorBoard event file, plot.png, times.json: the process's start, end and exit status), peer/
 # (peer.json, peer.log), data/ (the generator's and data prep's summaries, data stats with 3 buckets),
 # setup/ (the GPU, the disk, the model's writing); the parts of earlier calls on the same machine are
-# copied in too, and report.txt is bench/run_report.py over all of them. The last line says PASS or FAIL.
+# copied in too, and report.txt is bench/run_report.py over all of them; all of it is packed into
+# $OUT/all.tgz beside report.txt (the device tool brings back 8 files). The last line says PASS or FAIL.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 B=.devbuild/runbench
@@ -171,4 +172,5 @@ for d in "$WORK"/out/*/; do
 	[ -e "$OUT/$(basename "$d")" ] || cp -r "$d" "$OUT/"
 done
 python3 bench/run_report.py "$OUT" | tee "$OUT/report.txt"
+bundle_out report.txt
 echo "-> $status"

@@ -29,7 +29,8 @@
 # PARTS (default "kernels tests demo side decode") chooses what runs; a warm machine keeps $WORK, so
 # PARTS=demo in one call and PARTS="side decode" in the next use the same demo. MAX_NEW (default 96,
 # the demo's) is the tokens per prompt of `side`. Logs and JSON land in $OUT (the demo's configs and
-# held-out prompts, not its weights); the last line says PASS or FAIL.
+# held-out prompts, not its weights), packed into $OUT/all.tgz beside side.txt, decode.txt and demo.txt
+# when they are more than the device tool brings back; the last line says PASS or FAIL.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 B=.devbuild/spec
@@ -156,5 +157,6 @@ if has decode; then
 		{ fail "dflash bench decode --profile"; tail -n 20 "$OUT/decode-profile.log"; }
 	sed -n '/profiled/,$p' "$OUT/decode-profile.txt" | head -n 40
 fi
+bundle_out side.txt decode.txt demo.txt
 echo "$status"
 [ "$status" = PASS ]

@@ -60,6 +60,7 @@ type Backend struct {
 	cache   *jit.Cache
 	bf, f32 *Ops
 	mem     memory
+	enc     []byte // write's encode buffer (write runs on the worker alone)
 	arena   stepArena
 	gen     uint64 // the current step; storage of another step is stale
 

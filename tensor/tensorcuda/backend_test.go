@@ -200,7 +200,7 @@ func TestBackendDispatch(t *testing.T) {
 
 // TestBufViews checks Slice and Like arithmetic, the storage classes'
 // dtypes, and the round trip of values through Upload and Download (bf16
-// rounds to nearest even, fp32 is exact).
+// rounds to nearest even, also when written in pieces; fp32 is exact).
 func TestBufViews(t *testing.T) {
 	b, _, _, mem := fakeBackend()
 	for _, dt := range []dtype.DType{dtype.BF16, dtype.F32} {
@@ -253,16 +253,20 @@ func TestBufViews(t *testing.T) {
 	for i := range x {
 		x[i] = float32(rng.NormFloat64())
 	}
-	for _, stat := range []bool{false, true} {
-		got := make([]float32, len(x))
-		b.Download(b.Upload(x, stat).Slice(0, len(x)), got)
-		for i, v := range x {
-			want := v
-			if !stat {
-				want = dtype.BF16ToFloat32(dtype.Float32ToBF16(v))
-			}
-			if got[i] != want {
-				t.Fatalf("stat %v: element %d: %g came back %g, want %g", stat, i, v, got[i], want)
+	defer func(c int) { writeChunk = c }(writeChunk)
+	for _, chunk := range []int{writeChunk, 10} { // 10 bytes: bf16 encoded and staged 5 elements at a time
+		writeChunk = chunk
+		for _, stat := range []bool{false, true} {
+			got := make([]float32, len(x))
+			b.Download(b.Upload(x, stat).Slice(0, len(x)), got)
+			for i, v := range x {
+				want := v
+				if !stat {
+					want = dtype.BF16ToFloat32(dtype.Float32ToBF16(v))
+				}
+				if got[i] != want {
+					t.Fatalf("write pieces of %d bytes, stat %v: element %d: %g came back %g, want %g", chunk, stat, i, v, got[i], want)
+				}
 			}
 		}
 	}

@@ -2,6 +2,8 @@ package tensorcuda
 
 import (
 	"fmt"
+	"runtime"
+	"unsafe"
 
 	"dflash/cuda"
 	"dflash/dtype"
@@ -93,16 +95,36 @@ func (s IntBuf) Slice(lo, hi int) tensor.Ints {
 func (s IntBuf) Buffer() gpu.Buffer { return gpu.Buffer{Ptr: s.ptr, Size: 4 * int64(s.n)} }
 
 // write copies x into dst (len(x) = dst.n), rounded to dst's dtype; a
-// panic names op.
+// panic names op. Float32 on a little-endian host is its own encoding and
+// is staged from x's memory; another dtype is encoded in pieces of at most
+// writeChunk bytes through the backend's one encode buffer, so that a
+// model's parameters reach the device without a host copy of each.
 func (b *Backend) write(op string, dst Buf, x []float32) {
 	checkLen(op, len(x), dst.n)
 	if dst.n == 0 {
 		return
 	}
-	raw := make([]byte, dst.n*dst.dt.Size())
-	dtype.EncodeFloat32(dst.dt, raw, x)
-	must(op, b.mem.upload(dst.Buffer(), raw))
+	if dst.dt == dtype.F32 && dtype.HostLittleEndian {
+		must(op, b.mem.upload(dst.Buffer(), unsafe.Slice((*byte)(unsafe.Pointer(&x[0])), 4*len(x))))
+		runtime.KeepAlive(x)
+		return
+	}
+	size := dst.dt.Size()
+	per := max(1, writeChunk/size)
+	if n := min(len(x), per) * size; len(b.enc) < n {
+		b.enc = make([]byte, n)
+	}
+	for lo := 0; lo < len(x); lo += per {
+		hi := min(len(x), lo+per)
+		raw := b.enc[:(hi-lo)*size]
+		dtype.EncodeFloat32(dst.dt, raw, x[lo:hi])
+		must(op, b.mem.upload(gpu.Buffer{Ptr: dst.ptr + cuda.DevicePtr(lo*size), Size: int64(len(raw))}, raw))
+	}
 }
+
+// writeChunk is the most bytes write encodes at once (a variable for the
+// tests, which cut it to a few elements).
+var writeChunk = 64 << 20
 
 // Memory returns the device memory of s for code outside the backend that
 // hands it to the device itself (an NCCL all-reduce of a gradient range).
