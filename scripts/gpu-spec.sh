@@ -134,6 +134,7 @@ if has batch; then
 			"$B/dflash" spec --device cuda --target "$D/target" --drafter "$D/drafter" --prompts "$D/heldout.jsonl" \
 				--max-new-tokens "$MAX_NEW" --batch "$n" --json >"$OUT/spec-batch$n.json" 2>"$OUT/spec-batch$n.log" ||
 				{ fail "dflash spec --batch $n"; tail -n 20 "$OUT/spec-batch$n.log"; continue; }
+			echo "batch $n: CUDA graphs $(grep -o 'replays=.*' "$OUT/spec-batch$n.log" | tail -n 1), $(grep -c 'captured again' "$OUT/spec-batch$n.log") regions captured again"
 			python3 - "$OUT/spec-batch$n.json" <<'PY' || echo "WARN: --batch $n: greedy outputs differ from the target's (bf16 ties, or a bug: see spec-batch$n.json)"
 import json, sys
 r = json.load(open(sys.argv[1]))

@@ -230,13 +230,20 @@ func GenerateBatch(ctx context.Context, b tensor.Backend[float32], target *model
 		if err := ctx.Err(); err != nil {
 			return nil, nil, err
 		}
-		m := b.MarkStep() // the round's storage is released when it ends
+		// Each pass of the round (the proposal, each verification) runs in
+		// a scope of its own, so every one starts where the round began in
+		// the step arena: a pass of the same key then allocates at the same
+		// addresses whatever the passes before it in the round did (rows
+		// near their end verified apart, accepted lengths extending the
+		// contexts), and its CUDA graph replays instead of being captured
+		// again. Every pass leaves its results on the host or in the caches.
 		t1 := time.Now()
 		seqs, last := make([]Sequence, len(run)), make([]int32, len(run))
 		for k, r := range run {
 			seqs[k], last[k] = r.seq, r.out[len(r.out)-1]
 		}
-		draft := d.Propose(seqs, last, greedy)
+		var draft model.Rows
+		tensor.Scope(b, func() { draft = d.Propose(seqs, last, greedy) })
 		if draft.Len() != len(run)*B || draft.IDs == nil && draft.Vocab != V {
 			panic(fmt.Sprintf("spec: drafter returned %d rows of %d ids and %d logits for %d blocks of %d × vocab %d", draft.Len(), len(draft.IDs), len(draft.Logits), len(run), B, V))
 		}
@@ -266,9 +273,8 @@ func GenerateBatch(ctx context.Context, b tensor.Backend[float32], target *model
 					rows = append(rows, r)
 				}
 			}
-			verifyRows(b, target, rows, n, states, o)
+			tensor.Scope(b, func() { verifyRows(b, target, rows, n, states, o) })
 		}
-		b.ReleaseStep(m)
 	}
 	for _, r := range all {
 		outs[r.i] = r.out

@@ -202,6 +202,9 @@ func specRun(ctx context.Context, o specOptions, backend tensor.Backend[float32]
 				"rounds": g.Rounds, "acceptance_length": g.AcceptanceLength})
 		}
 		r, err = spec.Run(ctx, backend, target, drafter, ids, opts, o.Batch, o.Baseline, each)
+		if g, ok := backend.(interface{ Replays() map[string]int }); ok { // CUDA graphs: how often each pass replayed
+			slog.Info("spec graphs", "replays", g.Replays())
+		}
 		if !o.JSON && len(prompts) > 1 {
 			fmt.Fprintln(os.Stderr)
 		}

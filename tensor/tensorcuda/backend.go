@@ -75,6 +75,7 @@ type Backend struct {
 	prof       *profiler                    // StartProfile
 	noGraphs   bool                         // DFLASH_CUDA_GRAPHS off: Replay runs regions plainly
 	warned     map[replayWarning]bool       // what Replay has logged
+	replays    [gpu.ReplayUngraphed + 1]int // Replay's outcomes by kind (Replays)
 	profiling  bool
 }
 

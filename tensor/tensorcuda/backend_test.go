@@ -482,3 +482,18 @@ func TestSetDeterministic(t *testing.T) {
 		t.Fatalf("SetDeterministic after an attention: %v", err)
 	}
 }
+
+// TestReplaysCounted checks that Replay without a device runs its region
+// each time and counts every run as eager in Replays.
+func TestReplaysCounted(t *testing.T) {
+	b, _, _, _ := fakeBackend()
+	runs := 0
+	for range 3 {
+		if kind := b.Replay("region", func() { runs++ }); kind != "eager" {
+			t.Errorf("Replay on fake memory: %q, want eager", kind)
+		}
+	}
+	if got := b.Replays(); runs != 3 || len(got) != 1 || got["eager"] != 3 {
+		t.Errorf("3 replays: the region ran %d times, Replays() = %v, want map[eager:3]", runs, got)
+	}
+}

@@ -15,12 +15,14 @@ import (
 func (b *Backend) Replay(key any, fn func()) string {
 	if b.d == nil || b.profiling || b.noGraphs {
 		fn()
+		b.replays[gpu.ReplayEager]++
 		return gpu.ReplayEager.String()
 	}
 	kind, err := b.d.Replay(key, func() error { fn(); return nil })
 	if err != nil {
 		panic(err) // as every op of the backend: the interface returns no error
 	}
+	b.replays[kind]++
 	if (kind == gpu.ReplayRecaptured || kind == gpu.ReplayUngraphed) && !b.warned[replayWarning{key, kind}] {
 		if b.warned == nil {
 			b.warned = map[replayWarning]bool{}
@@ -40,4 +42,17 @@ func (b *Backend) Replay(key any, fn func()) string {
 type replayWarning struct {
 	key  any
 	kind gpu.ReplayKind
+}
+
+// Replays returns how many Replay calls ended each way so far, by
+// gpu.ReplayKind's name ("eager" for every plain run), kinds that never
+// happened left out.
+func (b *Backend) Replays() map[string]int {
+	n := map[string]int{}
+	for k, c := range b.replays {
+		if c > 0 {
+			n[gpu.ReplayKind(k).String()] = c
+		}
+	}
+	return n
 }
