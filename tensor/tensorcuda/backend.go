@@ -342,7 +342,7 @@ func (b *Backend) Download(s tensor.Storage[float32], dst []float32) {
 	if x.dt == dtype.F32 {
 		// One copy straight into dst: at the link's full speed when dst
 		// is AllocHost's page-locked memory.
-		must("Download", b.mem.download(unsafe.Slice((*byte)(unsafe.Pointer(&dst[0])), 4*len(dst)), x.Buffer()))
+		must("Download", b.mem.download(f32Bytes(dst), x.Buffer()))
 		return
 	}
 	raw := make([]byte, x.n*x.dt.Size())

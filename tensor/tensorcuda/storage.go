@@ -2,7 +2,6 @@ package tensorcuda
 
 import (
 	"fmt"
-	"runtime"
 	"unsafe"
 
 	"dflash/cuda"
@@ -105,8 +104,7 @@ func (b *Backend) write(op string, dst Buf, x []float32) {
 		return
 	}
 	if dst.dt == dtype.F32 && dtype.HostLittleEndian {
-		must(op, b.mem.upload(dst.Buffer(), unsafe.Slice((*byte)(unsafe.Pointer(&x[0])), 4*len(x))))
-		runtime.KeepAlive(x)
+		must(op, b.mem.upload(dst.Buffer(), f32Bytes(x)))
 		return
 	}
 	size := dst.dt.Size()
@@ -121,6 +119,10 @@ func (b *Backend) write(op string, dst Buf, x []float32) {
 		must(op, b.mem.upload(gpu.Buffer{Ptr: dst.ptr + cuda.DevicePtr(lo*size), Size: int64(len(raw))}, raw))
 	}
 }
+
+// f32Bytes returns the memory of x (not empty) as bytes: its encoding on a
+// little-endian host.
+func f32Bytes(x []float32) []byte { return unsafe.Slice((*byte)(unsafe.Pointer(&x[0])), 4*len(x)) }
 
 // writeChunk is the most bytes write encodes at once (a variable for the
 // tests, which cut it to a few elements).
