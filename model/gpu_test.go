@@ -304,3 +304,92 @@ func TestGPUTargetBackward(t *testing.T) {
 		backendtest.Close(t, "gradient of "+p.Name, gotGrad[lo:hi], want, 5e-2)
 	}
 }
+
+// TestGPUFP8Target checks a target whose matrices are held in FP8
+// (Arena.PlaceFP8, and LoadWith with FP8 from bf16 shards in pieces of a
+// row) on the CUDA backend: Qwen3 (fused q/k/v and gate/up products) and
+// Llama with biases (separate products), 3 rows of 96 tokens, every hidden
+// state against the CPU's float32 forward of the unquantized weights
+// (errors as ‖got − want‖/‖want‖). The FP8 states err by at most fp8TapBound (E4M3 keeps 3 mantissa bits: a
+// rounding errs by at most 2⁻⁴ of its value, about 2.5% rms over a binade,
+// on the weight and the activation of each product) and by more than
+// twice the bf16 target's error (the products did run in FP8); the loaded
+// target's states equal the placed one's bit for bit (the same bf16
+// values quantized alike).
+func TestGPUFP8Target(t *testing.T) {
+	const fp8TapBound = 0.08
+	w, cache := gputest.Worker0Cache(t)
+	rng := testseed.New(t)
+	biased := tinyConfig(Llama, false)
+	biased.AttentionBias, biased.MLPBias = true, true
+	for _, c := range []Config{tinyConfig(Qwen3, false), biased} {
+		t.Run(string(c.Arch), func(t *testing.T) {
+			c.VocabSize, c.HiddenSize, c.IntermediateSize, c.HeadDim, c.NumHeads, c.NumKVHeads, c.NumLayers = 300, 256, 384, 64, 8, 2, 4
+			c.InitializerRange = 1 / math.Sqrt(256)
+			seed, perturb := rng.Uint64(), rng.Uint64()
+			const rows, L = 3, 96
+			ids := randIDs(rng, rows*L, c.VocabSize)
+			states := []int{0, 1, 2, 3, 4}
+			in := Input{IDs: ids, Batch: rows, Len: L, States: states}
+			forward := func(m *Model, b tensor.Backend[float32]) [][]float32 {
+				out := m.Forward(tensor.NewInference[float32](b), in)
+				got := make([][]float32, len(states))
+				for i, s := range states {
+					got[i] = make([]float32, out.States[s].Numel())
+					b.Download(out.States[s].Store, got[i])
+				}
+				b.ResetStep()
+				return got
+			}
+			want := forward(perturbed(t, c, seed, perturb), tensor.NewCPU[float32](0))
+			dir := t.TempDir()
+			saveSharded(t, perturbed(t, c, seed, perturb), dir, "BF16", 2)
+			var bf, fp, loaded [][]float32
+			err := gputest.RunBackend(w, cache, tensorcuda.NewBackend, func(_ *gpu.Device, b *tensorcuda.Backend) error {
+				m16 := perturbed(t, c, seed, perturb)
+				m16.Arena().Place(b, false)
+				bf = forward(m16, b)
+				m8 := perturbed(t, c, seed, perturb)
+				if err := m8.Arena().PlaceFP8(b, m8.Matrices()); err != nil {
+					return err
+				}
+				fp = forward(m8, b)
+				ml, _, err := LoadWith(dir, b, LoadOptions{FP8: true, Readers: 4, Piece: 30})
+				if err != nil {
+					return err
+				}
+				loaded = forward(ml, b)
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, s := range states {
+				e8, e16 := normErr(fp[i], want[i]), normErr(bf[i], want[i])
+				switch {
+				case e8 > fp8TapBound:
+					t.Errorf("state %d: fp8 error %.4f against float32, over %.2f (bf16 %.4f)", s, e8, fp8TapBound, e16)
+				case s > 0 && e8 <= 2*e16:
+					t.Errorf("state %d: fp8 error %.4f not above twice bf16's %.4f: the products did not run in FP8", s, e8, e16)
+				default:
+					t.Logf("state %d: fp8 error %.4f, bf16 %.4f against float32", s, e8, e16)
+				}
+				for j := range fp[i] {
+					if math.Float32bits(fp[i][j]) != math.Float32bits(loaded[i][j]) {
+						t.Fatalf("state %d [%d]: loaded fp8 target %v, placed %v", s, j, loaded[i][j], fp[i][j])
+					}
+				}
+			}
+		})
+	}
+}
+
+// normErr returns ‖got − want‖/‖want‖.
+func normErr(got, want []float32) float64 {
+	var d2, n2 float64
+	for i, w := range want {
+		d := float64(got[i]) - float64(w)
+		d2, n2 = d2+d*d, n2+float64(w)*float64(w)
+	}
+	return math.Sqrt(d2 / n2)
+}

@@ -42,6 +42,12 @@ type LoadOptions struct {
 	// Piece is the most bytes one read brings in (0: DefaultPiece): a
 	// larger weight is read, and written to the backend, in pieces.
 	Piece int64
+	// FP8 holds the layers' matrices (Model.Matrices) in FP8 E4M3 with a
+	// scale per output channel, quantized on the backend as they are
+	// written (tensor.Arena.AllocOnFP8): a frozen target whose forward
+	// runs its products in FP8. The backend must be able to
+	// (tensor.FP8Params: CUDA).
+	FP8 bool
 }
 
 // DefaultPiece is the most bytes LoadOn reads at once: large sequential
@@ -109,7 +115,13 @@ func LoadWith(dir string, b tensor.Backend[float32], o LoadOptions) (*Model, Loa
 	for _, p := range pieces {
 		st.Bytes += p.size
 	}
-	m.arena.AllocOn(b, false)
+	if o.FP8 {
+		if err := m.arena.AllocOnFP8(b, m.Matrices()); err != nil {
+			return nil, st, fmt.Errorf("%s: %w", dir, err)
+		}
+	} else {
+		m.arena.AllocOn(b, false)
+	}
 	st.Write, err = readPieces(pieces, o.Readers, func(p piece, raw []byte) {
 		m.arena.SetParamBytes(b, p.param, int(p.off/int64(p.w.DType.Size())), p.w.DType, raw)
 	})
@@ -130,19 +142,22 @@ type piece struct {
 
 // planPieces checks every parameter's weight in w (Dir.RawWeight: the
 // first failure in HF order is the error) and cuts each into pieces of at
-// most max bytes (whole elements), ordered by shard and position in it.
-func planPieces(m *Model, w *safetensors.Dir, max int64) ([]piece, error) {
+// most limit bytes (whole rows of a matrix, else whole elements; a row
+// larger than limit is a piece), ordered by shard and position in it.
+func planPieces(m *Model, w *safetensors.Dir, limit int64) ([]piece, error) {
 	var ps []piece
 	for i, p := range m.Params() {
 		rw, err := w.RawWeight(p.Name, p.Shape)
 		if err != nil {
 			return nil, err
 		}
-		esize := int64(rw.DType.Size())
-		step := esize * (max / esize)
-		if step == 0 {
-			step = esize
+		// Whole rows a piece, so that a matrix held in FP8 is quantized
+		// row by row as its pieces arrive.
+		row := int64(rw.DType.Size())
+		if len(p.Shape) == 2 {
+			row *= int64(p.Shape[1])
 		}
+		step := row * max(1, limit/row)
 		for off := int64(0); off < rw.Size(); off += step {
 			ps = append(ps, piece{param: i, w: rw, off: off, size: min(step, rw.Size()-off)})
 		}

@@ -129,6 +129,18 @@ func declare(c *Config) (*Model, error) {
 // (bias); final norm; LM head. It is the order of the arena.
 func (m *Model) Params() []*tensor.Tensor { return m.arena.Params() }
 
+// Matrices returns the layers' projection matrices, the products of the
+// forward pass's weights (q, k, v, o, gate, up, down of every layer): what
+// a frozen target may hold in FP8 (LoadOptions.FP8).
+func (m *Model) Matrices() []*tensor.Tensor {
+	var ws []*tensor.Tensor
+	for i := range m.Layers {
+		l := &m.Layers[i]
+		ws = append(ws, l.Q, l.K, l.V, l.O, l.Gate, l.Up, l.Down)
+	}
+	return ws
+}
+
 // Arena returns the flat buffer that holds every parameter (and, once
 // allocated, every gradient) in the order of Params.
 func (m *Model) Arena() *tensor.Arena[float32] { return m.arena }

@@ -202,10 +202,12 @@ func TestSpecEvalEvery(t *testing.T) {
 	for _, c := range []struct {
 		every  int
 		device string
+		fp8    bool
 		want   int
-	}{{-1, "cuda", recipe.GPUSpecEvalEvery}, {-1, "cpu", 0}, {0, "cuda", 0}, {7, "cuda", 7}, {7, "cpu", 7}} {
-		if got := recipe.SpecEvalEvery(c.every, c.device); got != c.want {
-			t.Errorf("spec-eval-every %d on %s: %d, want %d", c.every, c.device, got, c.want)
+	}{{-1, "cuda", false, recipe.GPUSpecEvalEvery}, {-1, "cpu", false, 0}, {0, "cuda", false, 0}, {7, "cuda", false, 7},
+		{7, "cpu", false, 7}, {-1, "cuda", true, 0}} {
+		if got := recipe.SpecEvalEvery(c.every, c.device, c.fp8); got != c.want {
+			t.Errorf("spec-eval-every %d on %s (fp8 %v): %d, want %d", c.every, c.device, c.fp8, got, c.want)
 		}
 	}
 }

@@ -114,3 +114,28 @@ func TestRunEvalCache(t *testing.T) {
 		t.Errorf("evaluation losses %v with the evaluation cache, %v with --data.cache-hidden (want 3, equal)", got, want)
 	}
 }
+
+// TestRunFP8TargetRefused: --target-dtype fp8 is refused on the CPU, with
+// a spec evaluation set (it would decode with the FP8 target), and for an
+// unknown dtype, each naming the option, before anything is written.
+func TestRunFP8TargetRefused(t *testing.T) {
+	for _, c := range []struct {
+		dtype, device string
+		specEvery     int
+		want          string
+	}{
+		{"fp8", "cpu", 0, "--target-dtype fp8: the FP8 target runs on cuda"},
+		{"fp8", "cuda", 10, "--spec-eval-every 10 with --target-dtype fp8"},
+		{"fp16", "cpu", 0, `--target-dtype "fp16": bf16 or fp8`},
+	} {
+		s := tinySpec(t)
+		s.TargetDType, s.Device, s.SpecEvalEvery = c.dtype, c.device, c.specEvery
+		_, err := recipe.Run(context.Background(), s)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s on %s, spec every %d: %v, want %q", c.dtype, c.device, c.specEvery, err, c.want)
+		}
+		if _, err := os.Stat(s.Out); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("a refused run made %s (%v)", s.Out, err)
+		}
+	}
+}

@@ -115,7 +115,17 @@ func Run(ctx context.Context, s Spec) (*Result, error) {
 // data and its split, the drafter's config, the run's identity, the pad
 // token and the lead session.
 func prepare(ctx context.Context, s Spec) (*job, error) {
-	s.SpecEvalEvery = specEvalEvery(s.SpecEvalEvery, s.Device)
+	fp8 := s.TargetDType == "fp8"
+	switch {
+	case s.TargetDType != "" && s.TargetDType != "bf16" && !fp8:
+		return nil, fmt.Errorf("%s %q: bf16 or fp8", s.source("target-dtype"), s.TargetDType)
+	case fp8 && s.Device != "cuda":
+		return nil, fmt.Errorf("%s fp8: the FP8 target runs on cuda (add --device cuda)", s.source("target-dtype"))
+	case fp8 && s.SpecEvalEvery > 0:
+		return nil, fmt.Errorf("%s %d with %s fp8: a spec evaluation would decode with the FP8 target, not the one that serves; set it to 0",
+			s.source("spec-eval-every"), s.SpecEvalEvery, s.source("target-dtype"))
+	}
+	s.SpecEvalEvery = specEvalEvery(s.SpecEvalEvery, s.Device, fp8)
 	place, err := placement(&s)
 	if err != nil {
 		return nil, err

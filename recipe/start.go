@@ -91,7 +91,7 @@ func (j *job) loadTarget(ctx context.Context, r rankEnv, clock *startClock) (tar
 	if r.loading != nil {
 		r.loading.Lock()
 	}
-	target, st, err := model.LoadWith(j.spec.TargetDir, r.backend, model.LoadOptions{})
+	target, st, err := model.LoadWith(j.spec.TargetDir, r.backend, model.LoadOptions{FP8: j.spec.TargetDType == "fp8"})
 	if r.loading != nil {
 		r.loading.Unlock()
 	}

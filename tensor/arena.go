@@ -70,15 +70,35 @@ func (a *Arena[T]) Place(b Backend[T], master bool) {
 	if b.HostParams() {
 		return
 	}
+	a.place(b, func() error { a.AllocOn(b, master); return nil })
+}
+
+// PlaceFP8 is Place(b, false), a frozen model's arena, with the matrices
+// fp8 held in FP8 (AllocOnFP8). It returns AllocOnFP8's error, the arena
+// then left in host memory.
+func (a *Arena[T]) PlaceFP8(b Backend[T], fp8 []*Of[T]) error {
+	if b.HostParams() {
+		return fmt.Errorf("tensor: FP8 parameters need a device backend, not %s", b.Name())
+	}
+	return a.place(b, func() error { return a.AllocOnFP8(b, fp8) })
+}
+
+// place moves the host arena to b: alloc allocates it there, then every
+// parameter is written with SetParam.
+func (a *Arena[T]) place(b Backend[T], alloc func() error) error {
 	if a.Grad != nil {
 		panic("tensor.Arena: Place with gradients")
 	}
 	host := HostData(a.Values, "tensor.Arena values")
 	a.alloc = false
-	a.AllocOn(b, master)
+	if err := alloc(); err != nil {
+		a.alloc = true
+		return err
+	}
 	for i := range a.params {
 		a.SetParam(b, i, host[a.offs[i]:a.offs[i]+numel(a.params[i].Shape)])
 	}
+	return nil
 }
 
 // AllocOn is Alloc on backend b: the parameters are allocated there
@@ -93,6 +113,57 @@ func (a *Arena[T]) AllocOn(b Backend[T], master bool) {
 	a.Values, a.Compute = b.AllocParams(a.size, master)
 	a.point()
 }
+
+// AllocOnFP8 is AllocOn(b, false) for a frozen arena whose matrices fp8
+// (2-D parameters of this arena) are held in OCP FP8 E4M3 with a float32
+// scale per row (FP8Params): SetParam and SetParamBytes quantize them as
+// they are written, whole rows at a time, and they serve only as the
+// weight W of products x·Wᵀ (Backend.Gemm and GemmAdd with transB), in
+// FP8. It is an error when b cannot hold FP8 parameters or a matrix is
+// not of this arena.
+func (a *Arena[T]) AllocOnFP8(b Backend[T], fp8 []*Of[T]) error {
+	if a.alloc {
+		panic("tensor.Arena: AllocOnFP8 after Alloc")
+	}
+	fb, ok := b.(FP8Params[T])
+	if !ok {
+		return fmt.Errorf("tensor: backend %s cannot hold FP8 parameters", b.Name())
+	}
+	segs := make([]Segment, len(fp8))
+	for i, t := range fp8 {
+		if t.arena != a || len(t.Shape) != 2 {
+			return fmt.Errorf("tensor: FP8 parameter %v is not a matrix of this arena", t)
+		}
+		segs[i] = Segment{Off: t.off, Len: t.Numel(), Cols: t.Shape[1]}
+	}
+	slices.SortFunc(segs, func(x, y Segment) int { return x.Off - y.Off })
+	compute, err := fb.AllocParamsFP8(a.size, segs)
+	if err != nil {
+		return err
+	}
+	a.alloc = true
+	a.Values, a.Compute = nil, compute
+	a.point()
+	return nil
+}
+
+// FP8Params is a backend that can hold a frozen arena's matrices in OCP
+// FP8 E4M3 with one float32 scale per row (the CUDA backend): the frozen
+// target's forward then runs its products in FP8 (Arena.AllocOnFP8).
+type FP8Params[T Float] interface {
+	// AllocParamsFP8 returns the compute storage of a frozen arena of n
+	// elements whose segments fp8 (ascending, disjoint, each whole rows)
+	// are held in FP8 and the rest in the backend's compute dtype. A Slice
+	// of it lies in consecutive FP8 segments of one row length, whole rows,
+	// or outside every FP8 segment; its FP8 views serve only as the
+	// weight of x·Wᵀ products. An error names a segment that cannot be
+	// held (a row length FP8 products refuse).
+	AllocParamsFP8(n int, fp8 []Segment) (Storage[T], error)
+}
+
+// Segment is elements [Off, Off+Len) of an arena: a matrix of rows of Cols
+// elements.
+type Segment struct{ Off, Len, Cols int }
 
 // SetParam sets the values of parameter i (in declaration order) to host
 // on backend b, where the arena was allocated: its master range and its

@@ -2,6 +2,7 @@ package tensor_test
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
 	"dflash/dtype"
@@ -241,4 +242,23 @@ func TestArenaPlaceFetch(t *testing.T) {
 		}
 	}()
 	frozen.EnsureGrad()
+}
+
+// TestFP8ParamsNeedDevice: the CPU holds no FP8 parameters; placing or
+// allocating an arena with FP8 matrices there is an error, not a silent
+// bf16 or float32 arena, and the arena stays usable in host memory.
+func TestFP8ParamsNeedDevice(t *testing.T) {
+	a := &tensor.Arena[float32]{}
+	w := a.Param("w", 4, 16)
+	a.Alloc()
+	cpu := tensor.NewCPU[float32](1)
+	if err := a.PlaceFP8(cpu, []*tensor.Tensor{w}); err == nil || !strings.Contains(err.Error(), "device") {
+		t.Errorf("PlaceFP8 on the CPU: %v, want an error naming the device", err)
+	}
+	w.Data()[0] = 1
+	b := &tensor.Arena[float32]{}
+	b.Param("v", 2, 16)
+	if err := b.AllocOnFP8(cpu, nil); err == nil || !strings.Contains(err.Error(), "cannot hold FP8") {
+		t.Errorf("AllocOnFP8 on the CPU: %v, want cannot hold FP8", err)
+	}
 }

@@ -191,6 +191,7 @@ type stepFlags struct {
 	PeakTFLOPS    float64 `yaml:"peak-tflops" range:">=0" help:"peak TFLOP/s for the MFU (0: the device's, see docs/PERF.md)"`
 	LossChunk     int     `yaml:"loss-chunk" range:">=0" help:"block slots whose logits exist at once in the cross-entropy (0: the backend's default, 4M logits on the CPU and 512M on CUDA)"`
 	DryRun        bool    `yaml:"dry-run" help:"allocate and time nothing: print the FLOP count and the memory estimate of the shape"`
+	TargetDType   string  `yaml:"target-dtype" choice:"bf16,fp8" help:"cuda: the target's products in bf16, or fp8 (E4M3, scales per output channel and per token); fp8 adds each tap's relative error against the bf16 target"`
 	DrafterOnly   bool    `yaml:"drafter-only" help:"time the drafter alone: its hidden states are given (random, kept on the device), the target does not run"`
 	Profile       bool    `yaml:"profile" help:"cuda: one more step with every op timed on the GPU (events around each op): a table of ops by phase, largest first"`
 }
@@ -198,7 +199,7 @@ type stepFlags struct {
 // benchStep runs `dflash bench step`: flags parsed into stepbench.Options.
 func benchStep(args []string) error {
 	fs := newFlagSet("bench step", "bench step --device cpu|cuda --target-config "+strings.Join(stepbench.TargetNames(), "|")+" [--json] [flags]")
-	f := stepFlags{Device: "cpu", TargetName: "qwen3-0.6b", SeqLen: 512, Batch: 1, Anchors: 64, BlockSize: 16, DrafterLayers: 1,
+	f := stepFlags{Device: "cpu", TargetName: "qwen3-0.6b", TargetDType: "bf16", SeqLen: 512, Batch: 1, Anchors: 64, BlockSize: 16, DrafterLayers: 1,
 		Steps: 3, Warmup: 1, Seed: 1}
 	cacheDir := fs.String("cache-dir", "", "cuda: "+cacheDirUsage)
 	if err := parseOptions(fs, train.BindOptions(fs, &f), args); err != nil {
@@ -206,7 +207,7 @@ func benchStep(args []string) error {
 	}
 	o := stepbench.Options{Device: f.Device, TargetName: f.TargetName, SeqLen: f.SeqLen, Batch: f.Batch, Anchors: f.Anchors,
 		BlockSize: f.BlockSize, DrafterLayers: f.DrafterLayers, Taps: f.Taps, Steps: f.Steps, Warmup: f.Warmup, Seed: f.Seed,
-		PeakTFLOPS: f.PeakTFLOPS, LossChunk: f.LossChunk, DryRun: f.DryRun, DrafterOnly: f.DrafterOnly, Profile: f.Profile}
+		PeakTFLOPS: f.PeakTFLOPS, LossChunk: f.LossChunk, DryRun: f.DryRun, DrafterOnly: f.DrafterOnly, Profile: f.Profile, TargetFP8: f.TargetDType == "fp8"}
 	if o.Profile && o.Device != "cuda" {
 		return fmt.Errorf("--profile times ops on the GPU: it needs --device cuda")
 	}
@@ -251,8 +252,11 @@ func printStepReport(r *stepbench.Report) {
 	if r.DrafterOnly {
 		run = "not run: hidden states given"
 	}
-	fmt.Printf("drafter training step on %s: target %s (%.3gB params, %s), taps %v, %d drafter layers (%.1fM params)\n",
-		where, r.Target, r.TargetParams/1e9, run, r.Taps, r.DrafterLayers, r.DrafterParams/1e6)
+	fmt.Printf("drafter training step on %s: target %s (%.3gB params, %s, %s products), taps %v, %d drafter layers (%.1fM params)\n",
+		where, r.Target, r.TargetParams/1e9, run, r.TargetDType, r.Taps, r.DrafterLayers, r.DrafterParams/1e6)
+	if len(r.TapRelErr) > 0 {
+		fmt.Printf("fp8 target: relative error of each tap against the bf16 target %s\n", fmtFloats(r.TapRelErr, "%.4f"))
+	}
 	m := r.Memory
 	if r.Steps == 0 {
 		f := r.FLOPs
@@ -356,4 +360,13 @@ func printOpTimes(title string, ops []tensor.OpTime, top int) {
 	if len(ops) > top {
 		fmt.Printf("(%d more kinds of op; --json lists them all)\n", len(ops)-top)
 	}
+}
+
+// fmtFloats formats xs with verb, space-separated.
+func fmtFloats(xs []float64, verb string) string {
+	s := make([]string, len(xs))
+	for i, x := range xs {
+		s[i] = fmt.Sprintf(verb, x)
+	}
+	return strings.Join(s, " ")
 }

@@ -128,7 +128,10 @@ func newReport(o Options, dc *dflash.Config, mem dflash.Memory, env *Env) *Repor
 			KVHeads: t.NumKVHeads, HeadDim: t.HeadDim, Vocab: t.VocabSize, Tied: t.TieWordEmbeddings},
 		TargetLayers: slices.Max(dc.TargetLayerIDs) + 1, Taps: dc.TargetLayerIDs, DrafterLayers: dc.NumLayers,
 		DrafterParams: dc.ParamCount(), SeqLen: o.SeqLen, Batch: o.Batch, Anchors: o.Anchors, BlockSize: o.BlockSize, LossChunk: o.LossChunk,
-		Steps: o.Steps, Warmup: o.Warmup, Memory: mem, DrafterOnly: o.DrafterOnly}
+		Steps: o.Steps, Warmup: o.Warmup, Memory: mem, DrafterOnly: o.DrafterOnly, TargetDType: "bf16"}
+	if o.TargetFP8 {
+		r.TargetDType = "fp8"
+	}
 	r.PeakTFLOPS, r.PeakSource = peak(o, env)
 	return r
 }

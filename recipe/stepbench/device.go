@@ -63,6 +63,11 @@ func RunOn(o Options, dev *Env) (*Report, error) {
 			return nil, err
 		}
 	}
+	if o.TargetFP8 {
+		if rep.TapRelErr, err = s.tapErrors(); err != nil {
+			return nil, err
+		}
+	}
 	return rep, nil
 }
 

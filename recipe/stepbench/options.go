@@ -51,6 +51,11 @@ type Options struct {
 	// given (random, made once and kept on the device) instead of computed
 	// by the target, of which only the embedding and LM head exist.
 	DrafterOnly bool
+	// TargetFP8 holds the target's matrices in FP8 (model.LoadOptions.FP8,
+	// a device only): its products run in FP8, and the report gives each
+	// tap's relative error against the bf16 target on one batch
+	// (Report.TapRelErr), measured after the timed steps.
+	TargetFP8 bool
 	// Profile runs one more step after the timed ones with every op timed
 	// on the device (a backend that is a tensor.Profiler): Report.Ops.
 	Profile bool
@@ -64,6 +69,9 @@ func (o Options) normalized() (Options, error) {
 	}
 	if o.TargetName == "" {
 		o.TargetName = "custom"
+	}
+	if o.TargetFP8 && (o.Device != "cuda" || o.DrafterOnly) {
+		return o, fmt.Errorf("--target-dtype fp8: the FP8 target runs on cuda, and only when the target runs (not with --drafter-only)")
 	}
 	if err := o.Target.Validate(); err != nil {
 		return o, fmt.Errorf("--target-config %s: %w", o.TargetName, err)

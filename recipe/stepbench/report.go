@@ -21,6 +21,11 @@ type Report struct {
 	// DrafterOnly: the target did not run (its hidden states were given).
 	DrafterOnly   bool    `json:"drafter_only,omitempty"`
 	DrafterParams float64 `json:"drafter_params"`
+	// TargetDType is the target's products' dtype: bf16 or fp8.
+	TargetDType string `json:"target_dtype"`
+	// TapRelErr is, with an FP8 target, each tap's ‖h_fp8 − h_bf16‖/‖h_bf16‖
+	// over one batch against the bf16 target of the same weights.
+	TapRelErr []float64 `json:"tap_rel_err,omitempty"`
 	SeqLen        int     `json:"seq_len"`
 	Batch         int     `json:"batch"`
 	Anchors       int     `json:"anchors"`

@@ -2,6 +2,7 @@ package stepbench
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"runtime"
 	"time"
@@ -119,7 +120,13 @@ func newStepper(o Options, dc *dflash.Config, dev *Env) (*stepper, error) {
 	}
 	rng := rand.New(rand.NewPCG(o.Seed, 0x57e9))
 	d := dflash.New[float32](dc, rng)
-	target.Arena().Place(dev.Backend, false)
+	if o.TargetFP8 {
+		if err := target.Arena().PlaceFP8(dev.Backend, target.Matrices()); err != nil {
+			return nil, err
+		}
+	} else {
+		target.Arena().Place(dev.Backend, false)
+	}
 	d.Arena().Place(dev.Backend, true)
 	s := &stepper{o: o, dc: dc, drafter: d, head: dflash.HeadOf(target), dev: dev, rng: rng, cfg: train.DefaultConfig()}
 	if o.DrafterOnly {
@@ -283,4 +290,50 @@ func (s *stepper) step() (stepResult, error) {
 	}
 	res.blockMask = time.Since(start)
 	return res, nil
+}
+
+// tapErrors returns, for an FP8 target, each tap's relative error
+// ‖h_fp8 − h_bf16‖/‖h_bf16‖ on the step's batch against the bf16 target
+// of the same weights (made again from the seed and placed beside it).
+func (s *stepper) tapErrors() ([]float64, error) {
+	be := s.dev.Backend
+	defer s.dev.Reset()
+	b := dflash.MakeBatch(s.examples, s.rows, 0)
+	fp8, err := s.taps(s.hidden, b)
+	if err != nil {
+		return nil, err
+	}
+	twin, err := model.New(s.o.Target, s.o.Seed)
+	if err != nil {
+		return nil, err
+	}
+	twin.Arena().Place(be, false)
+	bf16, err := s.taps(dflash.TargetHidden(twin, s.dc.TargetLayerIDs, be), b)
+	if err != nil {
+		return nil, err
+	}
+	errs := make([]float64, len(fp8))
+	for i := range fp8 {
+		var d2, n2 float64
+		for j, x := range bf16[i] {
+			d := float64(fp8[i][j]) - float64(x)
+			d2, n2 = d2+d*d, n2+float64(x)*float64(x)
+		}
+		errs[i] = math.Sqrt(d2 / n2)
+	}
+	return errs, nil
+}
+
+// taps runs hidden on b and downloads its tapped states.
+func (s *stepper) taps(hidden dflash.HiddenFunc, b *dflash.Batch) ([][]float32, error) {
+	if err := hidden(b); err != nil {
+		return nil, err
+	}
+	out := make([][]float32, len(b.Taps))
+	for i, t := range b.Taps {
+		out[i] = make([]float32, t.Numel())
+		s.dev.Backend.Download(t.Store, out[i])
+	}
+	s.dev.Reset()
+	return out, nil
 }

@@ -339,6 +339,9 @@ func (b *Backend) Download(s tensor.Storage[float32], dst []float32) {
 	if x.n == 0 {
 		return
 	}
+	if x.cols > 0 {
+		panic(fmt.Sprintf("tensorcuda: Download of %v: an FP8 matrix holds codes and row scales, not values", x))
+	}
 	if x.dt == dtype.F32 {
 		// One copy straight into dst: at the link's full speed when dst
 		// is AllocHost's page-locked memory.
@@ -437,7 +440,12 @@ func (b *Backend) AllocParams(n int, master bool) (values, compute tensor.Storag
 // WriteParams copies host into dst (parameter storage of this backend),
 // rounded to its dtype.
 func (b *Backend) WriteParams(dst tensor.Storage[float32], host []float32) {
-	b.write("WriteParams", b.buf(dst, "WriteParams"), host)
+	x := b.buf(dst, "WriteParams")
+	if x.cols > 0 {
+		b.quantizeInto("WriteParams", x, func(stage Buf) { b.write("WriteParams", stage, host) })
+		return
+	}
+	b.write("WriteParams", x, host)
 }
 
 // WriteParamBytes copies raw, elements of dt, into dst (parameter storage
@@ -448,6 +456,10 @@ func (b *Backend) WriteParamBytes(dst tensor.Storage[float32], dt dtype.DType, r
 	x := b.buf(dst, "WriteParamBytes")
 	checkLen("WriteParamBytes", len(raw), x.n*dt.Size())
 	if x.n == 0 {
+		return
+	}
+	if x.cols > 0 {
+		b.quantizeInto("WriteParamBytes", x, func(stage Buf) { b.WriteParamBytes(stage, dt, raw) })
 		return
 	}
 	if dt == x.dt {

@@ -112,7 +112,11 @@ func (b *Backend) axpy(alpha float32, s, x, y Buf) {
 // Gemm computes C = alpha·op(A)·op(B) + beta·C (tensor.Backend.Gemm).
 func (b *Backend) Gemm(transA, transB bool, m, n, k int, alpha float32, aS tensor.Storage[float32], lda int, bS tensor.Storage[float32], ldb int, beta float32, cS tensor.Storage[float32], ldc int) {
 	A, B, C := b.buf(aS, "Gemm A"), b.buf(bS, "Gemm B"), b.buf(cS, "Gemm C")
-	defer b.span(gemmLabel(transA, transB, A.dt, C.dt), 2*float64(m)*float64(n)*float64(k), m, n, k)()
+	label := gemmLabel(transA, transB, A.dt, C.dt)
+	if B.dt == dtype.F8E4M3 {
+		label = "Gemm NT fp8"
+	}
+	defer b.span(label, 2*float64(m)*float64(n)*float64(k), m, n, k)()
 	var err error
 	switch {
 	case A.dt == dtype.BF16 && B.dt == dtype.BF16 && C.dt == dtype.BF16:
@@ -121,6 +125,8 @@ func (b *Backend) Gemm(transA, transB bool, m, n, k int, alpha float32, aS tenso
 		err = b.bf.GemmF32Out(transA, transB, m, n, k, alpha, A.Buffer(), lda, B.Buffer(), ldb, beta, C.Buffer(), ldc)
 	case A.dt == dtype.F32 && B.dt == dtype.F32 && C.dt == dtype.F32:
 		err = b.f32.Gemm(transA, transB, m, n, k, alpha, A.Buffer(), lda, B.Buffer(), ldb, beta, C.Buffer(), ldc)
+	case A.dt == dtype.BF16 && B.dt == dtype.F8E4M3 && C.dt == dtype.BF16:
+		err = b.linearFP8("Gemm", transA, transB, m, n, k, alpha, A, lda, B, ldb, beta, C, C, ldc)
 	default:
 		unsupported("Gemm", A, B, C)
 	}
@@ -131,6 +137,11 @@ func (b *Backend) Gemm(transA, transB bool, m, n, k int, alpha float32, aS tenso
 // (tensor.Backend.GemmAdd), all four in one dtype.
 func (b *Backend) GemmAdd(transA, transB bool, m, n, k int, alpha float32, aS tensor.Storage[float32], lda int, bS tensor.Storage[float32], ldb int, cS, dS tensor.Storage[float32], ldc int) {
 	A, B, C, D := b.buf(aS, "GemmAdd A"), b.buf(bS, "GemmAdd B"), b.buf(cS, "GemmAdd C"), b.buf(dS, "GemmAdd D")
+	if B.dt == dtype.F8E4M3 && same("GemmAdd", A, C, D) == dtype.BF16 {
+		defer b.span("GemmAdd NT fp8", 2*float64(m)*float64(n)*float64(k), m, n, k)()
+		must("GemmAdd", b.linearFP8("GemmAdd", transA, transB, m, n, k, alpha, A, lda, B, ldb, 1, C, D, ldc))
+		return
+	}
 	dt := same("GemmAdd", A, B, C, D)
 	defer b.span(gemmAddLabel(transA, transB, dt), 2*float64(m)*float64(n)*float64(k), m, n, k)()
 	must("GemmAdd", b.ops(dt).GemmAdd(transA, transB, m, n, k, alpha, A.Buffer(), lda, B.Buffer(), ldb, C.Buffer(), D.Buffer(), ldc))

@@ -1,11 +1,14 @@
 package tensorcuda
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 
 	"dflash/cuda"
 	"dflash/dtype"
 	"dflash/gpu"
+	"dflash/tensor"
 )
 
 // QuantizeRowsE4M3 writes one float32 scale per row of x (storage dtype,
@@ -58,4 +61,156 @@ func (o *Ops) LinearFP8(x gpu.Buffer, rows int, w FP8Weight, xq, xs gpu.Buffer, 
 	}
 	spec := gpu.GemmSpec{M: rows, N: w.Out, K: w.In, TransB: true, In: dtype.F8E4M3, Out: o.dt, Scale: gpu.ScaleRowsCols}
 	return o.run.gemmFP8(spec, 1, xq, xs, w.Codes, w.Scales, beta, c, y)
+}
+
+// A frozen target's arena with its matrices in FP8 (tensor.FP8Params): the
+// parameters outside the FP8 segments (embeddings, norms, the LM head) in
+// one bf16 allocation, the FP8 segments' codes in another and their row
+// scales in a third, each packed in arena order, so that consecutive
+// parameters of the arena (a tensor.Span) are consecutive in their
+// allocation too.
+
+// frozenSeg is a run of arena elements [lo, hi) held one way: in bf16 at
+// element at of the bf16 allocation, or (cols > 0) in FP8 at byte at of the
+// codes, rows of cols, the first row's scale at index row of the scales.
+type frozenSeg struct {
+	lo, hi, at, row, cols int
+}
+
+// frozenPlan lays out an arena of n elements whose segments fp8 are held
+// in FP8: the runs of both kinds in arena order (adjacent FP8 segments of
+// one row length merged into one run, the elements between FP8 segments
+// into bf16 runs) and the sizes of the three allocations. It is an error
+// when the segments are not ascending, disjoint, within n and whole rows
+// of a length FP8 products take (a multiple of 16).
+func frozenPlan(n int, fp8 []tensor.Segment) (runs []frozenSeg, bf16, codes, rows int, err error) {
+	pos := 0
+	for _, s := range fp8 {
+		switch {
+		case s.Off < pos || s.Len <= 0 || s.Off+s.Len > n:
+			return nil, 0, 0, 0, fmt.Errorf("tensorcuda: FP8 segment [%d, %d) of an arena of %d elements: overlapping, unordered or outside", s.Off, s.Off+s.Len, n)
+		case s.Cols <= 0 || s.Cols%16 != 0 || s.Len%s.Cols != 0:
+			return nil, 0, 0, 0, fmt.Errorf("tensorcuda: FP8 segment [%d, %d): rows of %d elements (FP8 products need whole rows of a multiple of 16)", s.Off, s.Off+s.Len, s.Cols)
+		}
+		if s.Off > pos {
+			runs = append(runs, frozenSeg{lo: pos, hi: s.Off, at: bf16})
+			bf16 += s.Off - pos
+		}
+		if k := len(runs) - 1; k >= 0 && runs[k].cols == s.Cols && runs[k].hi == s.Off {
+			runs[k].hi += s.Len
+		} else {
+			runs = append(runs, frozenSeg{lo: s.Off, hi: s.Off + s.Len, at: codes, row: rows, cols: s.Cols})
+		}
+		codes += s.Len
+		rows += s.Len / s.Cols
+		pos = s.Off + s.Len
+	}
+	if pos < n {
+		runs = append(runs, frozenSeg{lo: pos, hi: n, at: bf16})
+		bf16 += n - pos
+	}
+	return runs, bf16, codes, rows, nil
+}
+
+// findRun returns the run holding elements [lo, hi) (lo < hi), or false when
+// they are not wholly in one.
+func findRun(runs []frozenSeg, lo, hi int) (frozenSeg, bool) {
+	k, _ := slices.BinarySearchFunc(runs, lo, func(r frozenSeg, x int) int { return cmp.Compare(r.hi, x+1) })
+	if k == len(runs) || runs[k].lo > lo || hi > runs[k].hi {
+		return frozenSeg{}, false
+	}
+	return runs[k], true
+}
+
+// frozen is the compute storage of a frozen arena with FP8 matrices
+// (AllocParamsFP8); its Slices are Bufs of either kind.
+type frozen struct {
+	n             int
+	runs          []frozenSeg
+	bf            Buf
+	codes, scales cuda.DevicePtr
+}
+
+// Len returns the arena's elements.
+func (f *frozen) Len() int { return f.n }
+
+// DType returns dtype.BF16, the dtype of the parameters not in FP8.
+func (f *frozen) DType() dtype.DType { return dtype.BF16 }
+
+// Slice returns the view of elements [lo, hi): a bf16 Buf, or an FP8 Buf
+// of whole rows; it panics for a range that spans both kinds.
+func (f *frozen) Slice(lo, hi int) tensor.Storage[float32] {
+	checkRange("frozen.Slice", lo, hi, f.n)
+	if lo == hi {
+		return f.bf.Slice(0, 0)
+	}
+	r, ok := findRun(f.runs, lo, hi)
+	if !ok {
+		panic(fmt.Sprintf("tensorcuda: frozen.Slice(%d, %d): spans FP8 and bf16 parameters", lo, hi))
+	}
+	if r.cols == 0 {
+		return f.bf.Slice(r.at+lo-r.lo, r.at+hi-r.lo)
+	}
+	m := Buf{be: f.bf.be, ptr: f.codes + cuda.DevicePtr(r.at), n: r.hi - r.lo, dt: dtype.F8E4M3,
+		scales: f.scales + cuda.DevicePtr(4*r.row), cols: r.cols}
+	return m.Slice(lo-r.lo, hi-r.lo)
+}
+
+// Like panics: a frozen arena has no gradient.
+func (f *frozen) Like(int) tensor.Storage[float32] {
+	panic("tensorcuda: Like of a frozen arena with FP8 matrices: it has no gradient")
+}
+
+// LikeOut panics as Like does.
+func (f *frozen) LikeOut(n int) tensor.Storage[float32] { return f.Like(n) }
+
+// AllocParamsFP8 returns the compute storage of a frozen arena of n
+// elements with the segments fp8 in FP8 E4M3, a float32 scale per row
+// (tensor.FP8Params): WriteParams and WriteParamBytes quantize whole rows
+// as they are written (QuantizeRowsE4M3 of the rows in bf16), and Gemm and
+// GemmAdd take such a matrix as the weight W of x·Wᵀ (LinearFP8).
+func (b *Backend) AllocParamsFP8(n int, fp8 []tensor.Segment) (tensor.Storage[float32], error) {
+	runs, nbf, ncodes, nrows, err := frozenPlan(n, fp8)
+	if err != nil {
+		return nil, err
+	}
+	f := &frozen{n: n, runs: runs, bf: b.newBuf(nbf, dtype.BF16, true, false)}
+	f.codes = b.alloc(int64(ncodes), true, false).Ptr
+	f.scales = b.alloc(4*int64(nrows), true, false).Ptr
+	return f, nil
+}
+
+// quantizeInto writes the rows of the FP8 matrix x: put writes their
+// values into a bf16 stage of x's size in the step arena, which
+// QuantizeRowsE4M3 then encodes into x's codes and scales. The stage is
+// given back at once: the next write into it is queued after the encoding.
+func (b *Backend) quantizeInto(op string, x Buf, put func(stage Buf)) {
+	stage := b.newBuf(x.n, dtype.BF16, false, false)
+	put(stage)
+	rows := x.n / x.cols
+	must(op, b.bf.QuantizeRowsE4M3(stage.Buffer(), rows, x.cols, x.Buffer(), x.scaleBuffer()))
+	b.freeTemp(stage)
+}
+
+// scaleBuffer returns the row scales of an FP8 matrix.
+func (s Buf) scaleBuffer() gpu.Buffer {
+	return gpu.Buffer{Ptr: s.scales, Size: 4 * int64(s.n/s.cols)}
+}
+
+// linearFP8 is Gemm or GemmAdd (op) with B an FP8 matrix: D = A·Bᵀ +
+// beta·C through LinearFP8, A quantized per row into step-arena
+// temporaries. Only the frozen target's products take this form (A rows of
+// k, B's rows the outputs, alpha 1, dense operands); anything else panics.
+func (b *Backend) linearFP8(op string, transA, transB bool, m, n, k int, alpha float32, A Buf, lda int, B Buf, ldb int, beta float32, C, D Buf, ldc int) error {
+	if transA || !transB || alpha != 1 || lda != k || ldb != k || ldc != n || B.cols != k || B.n != n*k {
+		panic(fmt.Sprintf("tensorcuda: %s with the FP8 matrix %v (rows of %d): only x·Wᵀ with W whole and dense operands runs in FP8 "+
+			"(transA %v, transB %v, alpha %v, %d×%d×%d, lda %d, ldb %d, ldc %d)", op, B, B.cols, transA, transB, alpha, m, n, k, lda, ldb, ldc))
+	}
+	xq := b.newBuf(m*k, dtype.F8E4M3, false, false)
+	xs := b.newBuf(m, dtype.F32, false, false)
+	w := FP8Weight{Codes: B.Buffer(), Scales: B.scaleBuffer(), Out: n, In: k}
+	err := b.bf.LinearFP8(A.Buffer(), m, w, xq.Buffer(), xs.Buffer(), beta, C.Buffer(), D.Buffer())
+	b.freeTemp(xs)
+	b.freeTemp(xq)
+	return err
 }

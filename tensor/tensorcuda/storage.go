@@ -26,6 +26,10 @@ type Buf struct {
 	dt    dtype.DType
 	step  uint64 // the step the storage belongs to; persistent (0) for parameters
 	whole bool   // a whole allocation, not a Slice of one (FreeStep takes only those)
+	// An FP8 matrix (dt F8E4M3, a frozen weight: AllocParamsFP8) has rows
+	// of cols codes and a float32 scale per row at scales.
+	scales cuda.DevicePtr
+	cols   int
 }
 
 // Len returns the number of elements.
@@ -39,6 +43,12 @@ func (s Buf) DType() dtype.DType { return s.dt }
 // Slice returns the view of elements [lo, hi).
 func (s Buf) Slice(lo, hi int) tensor.Storage[float32] {
 	checkRange("Buf.Slice", lo, hi, s.n)
+	if s.cols > 0 {
+		if lo%s.cols != 0 || hi%s.cols != 0 {
+			panic(fmt.Sprintf("tensorcuda: Buf.Slice(%d, %d) of an FP8 matrix of rows of %d: not whole rows", lo, hi, s.cols))
+		}
+		s.scales += cuda.DevicePtr(4 * (lo / s.cols))
+	}
 	s.ptr += cuda.DevicePtr(lo * s.dt.Size())
 	s.n = hi - lo
 	s.whole = false
@@ -48,12 +58,21 @@ func (s Buf) Slice(lo, hi int) tensor.Storage[float32] {
 // Like returns n zero elements of the same dtype: persistent for
 // persistent storage (a parameter's gradient), in the step arena otherwise.
 func (s Buf) Like(n int) tensor.Storage[float32] {
+	s.noGrad("Like")
 	return s.be.newBuf(n, s.dt, s.step == 0, true)
 }
 
 // LikeOut is Like without the memset: the contents are undefined, for a gradient its backward step writes whole.
 func (s Buf) LikeOut(n int) tensor.Storage[float32] {
+	s.noGrad("LikeOut")
 	return s.be.newBuf(n, s.dt, s.step == 0, false)
+}
+
+// noGrad panics for an FP8 matrix: a frozen weight has no gradient.
+func (s Buf) noGrad(op string) {
+	if s.cols > 0 {
+		panic(fmt.Sprintf("tensorcuda: Buf.%s of %v: an FP8 matrix is a frozen weight, without gradient", op, s))
+	}
 }
 
 // Buffer returns the device memory of s (for NCCL and kernels outside the
