@@ -26,13 +26,13 @@ type Report struct {
 	// TapRelErr is, with an FP8 target, each tap's ‖h_fp8 − h_bf16‖/‖h_bf16‖
 	// over one batch against the bf16 target of the same weights.
 	TapRelErr []float64 `json:"tap_rel_err,omitempty"`
-	SeqLen        int     `json:"seq_len"`
-	Batch         int     `json:"batch"`
-	Anchors       int     `json:"anchors"`
-	BlockSize     int     `json:"block_size"`
-	LossChunk     int     `json:"loss_chunk"` // block slots per cross-entropy chunk; 0: the default
-	Steps         int     `json:"steps"`
-	Warmup        int     `json:"warmup"`
+	SeqLen    int       `json:"seq_len"`
+	Batch     int       `json:"batch"`
+	Anchors   int       `json:"anchors"`
+	BlockSize int       `json:"block_size"`
+	LossChunk int       `json:"loss_chunk"` // block slots per cross-entropy chunk; 0: the default
+	Steps     int       `json:"steps"`
+	Warmup    int       `json:"warmup"`
 
 	Phases Phases  `json:"phases_ms"`
 	StepMS float64 `json:"step_ms"`     // mean; the phases add up to it
