@@ -310,14 +310,18 @@ func TestGPUTargetBackward(t *testing.T) {
 // row) on the CUDA backend: Qwen3 (fused q/k/v and gate/up products) and
 // Llama with biases (separate products), 3 rows of 96 tokens, every hidden
 // state against the CPU's float32 forward of the unquantized weights
-// (errors as ‖got − want‖/‖want‖). The FP8 states err by at most fp8TapBound (E4M3 keeps 3 mantissa bits: a
-// rounding errs by at most 2⁻⁴ of its value, about 2.5% rms over a binade,
-// on the weight and the activation of each product) and by more than
+// (errors as ‖got − want‖/‖want‖). The FP8 states err by at most
+// 0.04·(3 + s) after layer s−1 (E4M3 keeps 3 mantissa bits: a rounding
+// errs by at most 2⁻⁴ of its value, about 2.6% rms for Gaussian values,
+// and a product of two quantized operands by 3.7%; these random weights
+// make every branch as large as the residual, so a layer's state carries
+// the error of its chains of two products, v·o and gate·up·down, about
+// 5-7%, amplified up to twice by attention and SwiGLU, and each later
+// layer adds less; measured 0.10-0.15 over 4 layers) and by more than
 // twice the bf16 target's error (the products did run in FP8); the loaded
 // target's states equal the placed one's bit for bit (the same bf16
 // values quantized alike).
 func TestGPUFP8Target(t *testing.T) {
-	const fp8TapBound = 0.08
 	w, cache := gputest.Worker0Cache(t)
 	rng := testseed.New(t)
 	biased := tinyConfig(Llama, false)
@@ -367,8 +371,8 @@ func TestGPUFP8Target(t *testing.T) {
 			for i, s := range states {
 				e8, e16 := normErr(fp[i], want[i]), normErr(bf[i], want[i])
 				switch {
-				case e8 > fp8TapBound:
-					t.Errorf("state %d: fp8 error %.4f against float32, over %.2f (bf16 %.4f)", s, e8, fp8TapBound, e16)
+				case e8 > 0.04*float64(3+s):
+					t.Errorf("state %d: fp8 error %.4f against float32, over %.2f (bf16 %.4f)", s, e8, 0.04*float64(3+s), e16)
 				case s > 0 && e8 <= 2*e16:
 					t.Errorf("state %d: fp8 error %.4f not above twice bf16's %.4f: the products did not run in FP8", s, e8, e16)
 				default:

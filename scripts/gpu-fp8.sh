@@ -22,7 +22,7 @@ for part in ${PARTS:-tests compare}; do
 		echo "tensorcuda FP8 tests exit $?"; grep -E '^(--- |FAIL|ok|PASS)' "$OUT/tensorcuda-fp8.log" | head -20
 		"$B/gpu.test" -test.run 'FP8' -test.v >"$OUT/gpu-fp8.log" 2>&1
 		echo "gpu FP8 tests exit $?"; grep -E '^(--- |FAIL|ok|PASS)' "$OUT/gpu-fp8.log" | head -20
-		"$B/model.test" -test.run 'TestGPUFP8Target|TestGPULoadOn' -test.v >"$OUT/model-fp8.log" 2>&1
+		(cd model && "../$B/model.test" -test.run 'TestGPUFP8Target|TestGPULoadOn' -test.v) >"$OUT/model-fp8.log" 2>&1
 		echo "model FP8 tests exit $?"; grep -E '^(--- |FAIL|ok|PASS)|fp8 error|panic' "$OUT/model-fp8.log" | head -40
 		;;
 	compare)

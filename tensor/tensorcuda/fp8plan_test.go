@@ -15,7 +15,7 @@ import (
 // lengths two, and findRun refuses a range across kinds or runs.
 func TestFrozenPlan(t *testing.T) {
 	// arena: [0,10) bf16 | [10,42) fp8 rows of 16 | [42,74) fp8 rows of 16 | [74,106) fp8 rows of 32 | [106,110) bf16 | [110,142) fp8 rows of 16
-	segs := []tensor.Segment{{10, 32, 16}, {42, 32, 16}, {74, 32, 32}, {110, 32, 16}}
+	segs := []tensor.Segment{seg(10, 32, 16), seg(42, 32, 16), seg(74, 32, 32), seg(110, 32, 16)}
 	const n = 142
 	runs, nbf, ncodes, nrows, err := frozenPlan(n, segs)
 	if err != nil {
@@ -71,13 +71,16 @@ func TestFrozenPlan(t *testing.T) {
 		segs []tensor.Segment
 		want string
 	}{
-		{[]tensor.Segment{{0, 32, 16}, {16, 32, 16}}, "overlapping"},
-		{[]tensor.Segment{{0, 30, 15}}, "multiple of 16"},
-		{[]tensor.Segment{{0, 40, 16}}, "whole rows"},
-		{[]tensor.Segment{{130, 32, 16}}, "outside"},
+		{[]tensor.Segment{seg(0, 32, 16), seg(16, 32, 16)}, "overlapping"},
+		{[]tensor.Segment{seg(0, 30, 15)}, "multiple of 16"},
+		{[]tensor.Segment{seg(0, 40, 16)}, "whole rows"},
+		{[]tensor.Segment{seg(130, 32, 16)}, "outside"},
 	} {
 		if _, _, _, _, err := frozenPlan(n, c.segs); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("segments %v: error %v, want one saying %q", c.segs, err, c.want)
 		}
 	}
 }
+
+// seg returns the segment [off, off+n) of rows of cols.
+func seg(off, n, cols int) tensor.Segment { return tensor.Segment{Off: off, Len: n, Cols: cols} }
