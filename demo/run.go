@@ -55,7 +55,11 @@ type Options struct {
 	DraftSteps  int
 	DraftBatch  int
 	DraftLR     float64
-	SpecPrompts int    // held-out prompts decoded speculatively at the end (at most)
+	SpecPrompts int // held-out prompts decoded speculatively at the end (at most)
+	// TargetDType fp8 (Device cuda) also trains a twin drafter on the
+	// target's states with its matrices in FP8 and serves it on the bf16
+	// target (Result.FP8); "" or bf16: the demo's drafter only.
+	TargetDType string
 	Progress    string // train progress mode: auto, bar, lines, off
 	Stderr      io.Writer
 }
@@ -174,6 +178,27 @@ type Result struct {
 	Dir                  string  `json:"dir,omitempty"`
 	// Device is "cuda" when the demo ran on a GPU (empty on the CPU).
 	Device string `json:"device,omitempty"`
+	// FP8, with Options.TargetDType fp8, is the twin drafter trained on
+	// the FP8 target's states and served on the bf16 target.
+	FP8 *FP8Result `json:"fp8,omitempty"`
+}
+
+// FP8Result is the drafter of the same initial weights and batches as the
+// demo's, trained on the states of the target held in FP8 (--target-dtype
+// fp8 of dflash train) and evaluated and decoded on the bf16 target: what
+// training on FP8 states costs a drafter that serves beside bf16 weights.
+type FP8Result struct {
+	// TapRelErr is each tap's ‖h_fp8 − h_bf16‖/‖h_bf16‖ on the first
+	// held-out batch (dflash.TapErrors).
+	TapRelErr            []float64    `json:"tap_rel_err"`
+	TrainLossLast        float64      `json:"train_loss_last"` // on the FP8 states
+	LossAfter            float64      `json:"loss_after"`      // held out, on the bf16 states
+	AccuracyAfter        float64      `json:"accuracy_after"`
+	AcceptanceAfter      float64      `json:"acceptance_after"`
+	DrafterTokensPerS    float64      `json:"drafter_tokens_per_s"`
+	Spec                 *spec.Report `json:"spec"`
+	AcceptanceAllAnchors float64      `json:"acceptance_all_anchors"`
+	AcceptanceWalk       float64      `json:"acceptance_walk"`
 }
 
 type stageTimer struct {
@@ -196,6 +221,12 @@ func (t *stageTimer) begin(name string) func() {
 func Run(ctx context.Context, o Options) (*Result, error) {
 	o.fill()
 	t0 := time.Now()
+	switch {
+	case o.TargetDType != "" && o.TargetDType != "bf16" && o.TargetDType != "fp8":
+		return nil, fmt.Errorf("demo: target dtype %q: bf16 or fp8", o.TargetDType)
+	case o.TargetDType == "fp8" && o.Device != "cuda":
+		return nil, fmt.Errorf("demo: target dtype fp8: the FP8 target runs on cuda (add --device cuda)")
+	}
 	r := &runner{o: o, res: &Result{}}
 	r.st = &stageTimer{res: r.res, start: t0}
 	cleanup, err := r.workDir()

@@ -121,3 +121,14 @@ func TestGPUDefaultsOnCPU(t *testing.T) {
 		t.Fatalf("device %q, %d conversations", res.Device, res.Conversations)
 	}
 }
+
+// TestRunTargetDTypeRefused: an FP8 target needs a device, and a dtype
+// other than bf16 or fp8 is named; both before any stage runs.
+func TestRunTargetDTypeRefused(t *testing.T) {
+	for dt, want := range map[string]string{"fp8": "runs on cuda", "fp16": `"fp16": bf16 or fp8`} {
+		_, err := Run(context.Background(), Options{Device: "cpu", TargetDType: dt, Progress: "off"})
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("target dtype %s on the CPU: error %v, want one containing %q", dt, err, want)
+		}
+	}
+}

@@ -38,9 +38,13 @@ type runner struct {
 	targetModel *model.Model
 	tcfg        model.Config
 	convs       []dflash.Example
-	users       []string // each conversation's user message
+	users       []string // each conversation's user message (the held-out ones first after drafter)
+	dcfg        *dflash.Config
+	trainSet    []dflash.Example
+	evalSet     []dflash.Example
 	draft       *dflash.Drafter[float32]
 	sess        *dflash.Session
+	fp8         *trained // the drafter trained on the FP8 target's states (Options.TargetDType fp8)
 }
 
 // workDir sets r.dir: o.Dir (made, its training subdirectories cleared) or a
@@ -58,7 +62,7 @@ func (r *runner) workDir() (cleanup func(), err error) {
 	if err := os.MkdirAll(r.dir, 0o755); err != nil {
 		return nil, err
 	}
-	for _, sub := range []string{"target-train", "drafter-train"} { // a fresh run each time
+	for _, sub := range []string{"target-train", "drafter-train", "drafter-fp8-train"} { // a fresh run each time
 		if err := os.RemoveAll(filepath.Join(r.dir, sub)); err != nil {
 			return nil, err
 		}
@@ -169,7 +173,10 @@ func (r *runner) conversations(ctx context.Context) error {
 
 // drafter builds the drafter, evaluates it on the held-out eighth of the
 // conversations, trains it on the rest, evaluates it again and writes it
-// to dir/drafter.
+// to dir/drafter. With Options.TargetDType fp8 it then trains a twin (the
+// same initial weights and batches) on the states of the target held in
+// FP8, written to dir/drafter-fp8, and evaluates it on the bf16 target's
+// states, the target that serves (Result.FP8).
 func (r *runner) drafter(ctx context.Context) error {
 	o, res := r.o, r.res
 	done := r.st.begin("drafter")
@@ -186,14 +193,8 @@ func (r *runner) drafter(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	dc := recipe.DrafterConfig(&r.targetModel.Config, recipe.DrafterOptions{Layers: o.DraftLayers, Taps: taps, BlockSize: o.BlockSize, Anchors: o.Anchors}, mask)
-	drafter := dflash.New[float32](dc, rand.New(rand.NewPCG(o.Seed, rngstream.Init)))
-	r.draft = drafter
-	drafter.Arena().Place(r.backend, true)
+	r.dcfg = recipe.DrafterConfig(&r.targetModel.Config, recipe.DrafterOptions{Layers: o.DraftLayers, Taps: taps, BlockSize: o.BlockSize, Anchors: o.Anchors}, mask)
 	res.Taps, res.BlockSize = taps, o.BlockSize
-	for _, p := range drafter.Params() {
-		res.DrafterParams += p.Numel()
-	}
 	// The recipe's split, an eighth held out: each conversation keeps its
 	// user message (the held-out prompts the spec stage decodes).
 	order := make([]int, len(r.convs))
@@ -201,27 +202,91 @@ func (r *runner) drafter(ctx context.Context) error {
 		order[i] = i
 	}
 	trainIDs, evalIDs := recipe.Split(order, o.Seed, 1.0/8, len(order))
-	var trainSet, evalSet []dflash.Example
 	users := make([]string, 0, len(r.users))
 	for _, i := range evalIDs {
-		evalSet, users = append(evalSet, r.convs[i]), append(users, r.users[i])
+		r.evalSet, users = append(r.evalSet, r.convs[i]), append(users, r.users[i])
 	}
 	for _, i := range trainIDs {
-		trainSet, users = append(trainSet, r.convs[i]), append(users, r.users[i])
+		r.trainSet, users = append(r.trainSet, r.convs[i]), append(users, r.users[i])
 	}
 	r.users = users
-	// The target's hidden states are kept in host memory on the CPU; on a
-	// device its pass costs less than copying them back in.
-	sess := &dflash.Session{Drafter: drafter, Head: dflash.HeadOf(r.targetModel),
-		Hidden: dflash.TargetHidden(r.targetModel, taps, r.backend), Backend: r.backend,
-		Train: trainSet, Eval: evalSet, BatchSize: o.DraftBatch, Pad: r.pad, Seed: o.Seed, CacheHidden: r.backend.HostParams()}
-	r.sess = sess
-	before, err := sess.Evaluate()
+	bf16 := dflash.TargetHidden(r.targetModel, taps, r.backend)
+	d, err := r.trainDrafter(ctx, "drafter", bf16, true)
 	if err != nil {
 		return err
 	}
+	r.draft, r.sess = d.draft, d.sess
+	for _, p := range d.draft.Params() {
+		res.DrafterParams += p.Numel()
+	}
+	res.TrainLossFirst, res.TrainLossLast, res.DrafterTokensPerS = d.lossFirst, d.lossLast, d.tokensPerS
+	res.LossBefore, res.LossAfter = d.before.Loss(), d.after.Loss()
+	res.AccuracyBefore, res.AccuracyAfter = d.before.Accuracy(), d.after.Accuracy()
+	res.SlotAccuracyBefore, res.SlotAccuracyAfter = d.before.SlotAccuracy()[1:], d.after.SlotAccuracy()[1:]
+	res.AcceptanceBefore, res.AcceptanceAfter = d.before.Acceptance(), d.after.Acceptance()
+	res.EvalBlocks = d.after.Blocks
+	done()
+	if o.TargetDType != "fp8" {
+		return nil
+	}
+	done = r.st.begin("drafter-fp8")
+	fp8Target, _, err := model.LoadWith(r.tokDir, r.backend, model.LoadOptions{FP8: true})
+	if err != nil {
+		return fmt.Errorf("the FP8 target: %w", err)
+	}
+	fp8 := dflash.TargetHidden(fp8Target, taps, r.backend)
+	f := &FP8Result{}
+	if f.TapRelErr, err = dflash.TapErrors(r.backend, r.evalSet[:min(len(r.evalSet), o.DraftBatch)], r.pad, fp8, bf16); err != nil {
+		return err
+	}
+	t, err := r.trainDrafter(ctx, "drafter-fp8", fp8, false)
+	if err != nil {
+		return err
+	}
+	// Served on the bf16 target: the held-out evaluation, its decoding
+	// and the per-anchor walk read the bf16 states from here on.
+	t.sess.Hidden = bf16
+	if t.after, err = t.sess.Evaluate(); err != nil {
+		return err
+	}
+	r.fp8 = t
+	f.TrainLossLast, f.DrafterTokensPerS = t.lossLast, t.tokensPerS
+	f.LossAfter, f.AccuracyAfter, f.AcceptanceAfter = t.after.Loss(), t.after.Accuracy(), t.after.Acceptance()
+	res.FP8 = f
+	done()
+	return nil
+}
+
+// trained is one drafter trained by trainDrafter.
+type trained struct {
+	draft               *dflash.Drafter[float32]
+	sess                *dflash.Session
+	before, after       *dflash.Metrics // before is nil unless asked for
+	lossFirst, lossLast float64         // means over the first and last tenth of the steps
+	tokensPerS          float64
+}
+
+// trainDrafter makes a drafter of r.dcfg from the seed, trains it on
+// r.trainSet with the target states hidden gives, evaluates it on
+// r.evalSet (before training too when before is set) and exports it to
+// dir/name (its training run in dir/name-train).
+func (r *runner) trainDrafter(ctx context.Context, name string, hidden dflash.HiddenFunc, before bool) (*trained, error) {
+	o := r.o
+	drafter := dflash.New[float32](r.dcfg, rand.New(rand.NewPCG(o.Seed, rngstream.Init)))
+	drafter.Arena().Place(r.backend, true)
+	// The target's hidden states are kept in host memory on the CPU; on a
+	// device its pass costs less than copying them back in.
+	sess := &dflash.Session{Drafter: drafter, Head: dflash.HeadOf(r.targetModel), Hidden: hidden, Backend: r.backend,
+		Train: r.trainSet, Eval: r.evalSet, BatchSize: o.DraftBatch, Pad: r.pad, Seed: o.Seed, CacheHidden: r.backend.HostParams()}
+	t := &trained{draft: drafter, sess: sess}
+	var err error
+	if before {
+		if t.before, err = sess.Evaluate(); err != nil {
+			return nil, err
+		}
+	}
 	dcfg := train.DefaultConfig()
-	dcfg.Out, dcfg.Steps, dcfg.LR, dcfg.WarmupSteps, dcfg.Seed = filepath.Join(r.dir, "drafter-train"), o.DraftSteps, o.DraftLR, 20, o.Seed
+	dcfg.Out, dcfg.Steps, dcfg.LR, dcfg.WarmupSteps, dcfg.Seed = filepath.Join(r.dir, name+"-train"), o.DraftSteps, o.DraftLR, 20, o.Seed
 	dcfg.SaveEvery, dcfg.KeepCheckpoints, dcfg.Plot, dcfg.Progress, dcfg.EvalEvery = 0, 1, o.Dir != "", o.Progress, 0
 	var losses []float64
 	hooks := recipe.Hooks(sess, nil)
@@ -233,31 +298,24 @@ func (r *runner) drafter(ctx context.Context) error {
 	}
 	dr, err := train.Run(ctx, dcfg, hooks)
 	if err != nil {
-		return fmt.Errorf("train drafter: %w", err)
+		return nil, fmt.Errorf("train %s: %w", name, err)
 	}
 	// Training loss at the start and the end: means over the first and last
 	// tenth of the steps (single batches are noisy).
 	k := max(1, len(losses)/10)
-	res.TrainLossFirst, res.TrainLossLast = mean(losses[:k]), mean(losses[len(losses)-k:])
+	t.lossFirst, t.lossLast = mean(losses[:k]), mean(losses[len(losses)-k:])
 	if s := dr.Elapsed.Seconds(); s > 0 {
-		res.DrafterTokensPerS = float64(dr.Tokens) / s
+		t.tokensPerS = float64(dr.Tokens) / s
 	}
-	after, err := sess.Evaluate()
-	if err != nil {
-		return err
+	if t.after, err = sess.Evaluate(); err != nil {
+		return nil, err
 	}
 	drafter.Arena().Fetch(r.backend) // the trained values, for the file
-	if err := drafter.Export(filepath.Join(r.dir, "drafter"), "F32", r.tok); err != nil {
-		return err
+	if err := drafter.Export(filepath.Join(r.dir, name), "F32", r.tok); err != nil {
+		return nil, err
 	}
 	drafter.Arena().Place(r.backend, false)
-	done()
-	res.LossBefore, res.LossAfter = before.Loss(), after.Loss()
-	res.AccuracyBefore, res.AccuracyAfter = before.Accuracy(), after.Accuracy()
-	res.SlotAccuracyBefore, res.SlotAccuracyAfter = before.SlotAccuracy()[1:], after.SlotAccuracy()[1:]
-	res.AcceptanceBefore, res.AcceptanceAfter = before.Acceptance(), after.Acceptance()
-	res.EvalBlocks = after.Blocks
-	return nil
+	return t, nil
 }
 
 // decode runs real speculative decoding of held-out prompts with the trained
@@ -277,6 +335,15 @@ func (r *runner) decode(ctx context.Context) error {
 	}
 	if res.AcceptanceAllAnchors, res.AcceptanceWalk, err = anchorAcceptance(sess, sess.Eval[:min(len(sess.Eval), o.SpecPrompts)]); err != nil {
 		return err
+	}
+	if t := r.fp8; t != nil {
+		f := res.FP8
+		if f.Spec, err = decodeHeldOut(ctx, r.targetModel, t.draft, sess.Eval, o, int32(r.imEnd), r.backend); err != nil {
+			return err
+		}
+		if f.AcceptanceAllAnchors, f.AcceptanceWalk, err = anchorAcceptance(t.sess, sess.Eval[:min(len(sess.Eval), o.SpecPrompts)]); err != nil {
+			return err
+		}
 	}
 	done()
 	return nil

@@ -26,6 +26,8 @@
 # source the demo's corpus is read from (GOROOT/src's non-test files; the device has no Go tree),
 # into .devbuild/spec, and compresses that to .devbuild/spec.txz, which the device tool carries:
 #   command: bash scripts/gpu-spec.sh    carry: [".devbuild/spec.txz"]
+# DEMO_FLAGS are more flags of the demo (DEMO_FLAGS="--target-dtype fp8": the twin drafter trained
+# on the FP8 target's states, served on the bf16 target, beside the demo's).
 # PARTS (default "kernels tests demo side decode") chooses what runs; a warm machine keeps $WORK, so
 # PARTS=demo in one call and PARTS="side decode" in the next use the same demo. MAX_NEW (default 96,
 # the demo's) is the tokens per prompt of `side`. Logs and JSON land in $OUT (the demo's configs and
@@ -96,7 +98,8 @@ if has demo; then
 	echo "== dflash demo --device cuda --dir $D"
 	rm -rf "$D"
 	start=$SECONDS
-	"$B/dflash" demo --device cuda --corpus "$B/goroot/src" --dir "$D" --progress off >"$OUT/demo.txt" 2>"$OUT/demo.log" ||
+	# shellcheck disable=SC2086 # DEMO_FLAGS is words
+	"$B/dflash" demo --device cuda --corpus "$B/goroot/src" --dir "$D" --progress off ${DEMO_FLAGS:-} >"$OUT/demo.txt" 2>"$OUT/demo.log" ||
 		{ fail "dflash demo --device cuda"; tail -n 20 "$OUT/demo.log"; }
 	echo "demo: $((SECONDS - start)) s"
 	cat "$OUT/demo.txt"

@@ -421,3 +421,42 @@ func TestAnchorShares(t *testing.T) {
 		}
 	}
 }
+
+// TestTapErrors: against itself every tap errs 0; against states scaled by
+// 1+e_t at tap t, ‖h − (1+e_t)h‖/‖(1+e_t)h‖ = e_t/(1+e_t) exactly.
+func TestTapErrors(t *testing.T) {
+	seed := testseed.Seed(t)
+	m, ex := tinyTargetData(t, seed, 5, true)
+	be := tensor.NewCPU[float32](2)
+	hid := TargetHidden(m, []int{0, 2}, be)
+	scales := []float64{0.25, 0.03}
+	scaled := func(b *Batch) error {
+		if err := hid(b); err != nil {
+			return err
+		}
+		for i, x := range b.Taps {
+			v := tensor.New[float32](x.Name, x.Shape...)
+			for j, e := range x.Data() {
+				v.Data()[j] = float32(float64(e) * (1 + scales[i]))
+			}
+			b.Taps[i] = v
+		}
+		return nil
+	}
+	same, err := TapErrors(be, ex, 0, hid, hid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := TapErrors(be, ex, 0, hid, scaled)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range scales {
+		if same[i] != 0 {
+			t.Errorf("tap %d against itself: error %v", i, same[i])
+		}
+		if want := e / (1 + e); math.Abs(got[i]-want) > 1e-6 {
+			t.Errorf("tap %d scaled by %v: error %v, want %v", i, 1+e, got[i], want)
+		}
+	}
+}

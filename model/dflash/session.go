@@ -3,6 +3,7 @@ package dflash
 import (
 	"context"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"sync"
 
@@ -117,6 +118,52 @@ func TargetHidden(m *model.Model, taps []int, backend tensor.Backend[float32]) H
 		}
 		return nil
 	}
+}
+
+// TapErrors returns each tap's relative error ‖h_a − h_b‖/‖h_b‖ of the
+// target states hidden a gives against those of hidden b (two targets of
+// the same weights: FP8 against bf16) on one batch of the examples ex,
+// padded with pad, summed over the whole batch. The step's memory is given
+// back after each pass.
+func TapErrors(be tensor.Backend[float32], ex []Example, pad int32, a, b HiddenFunc) ([]float64, error) {
+	idx := make([]int, len(ex))
+	for i := range idx {
+		idx[i] = i
+	}
+	states := func(h HiddenFunc) ([][]float32, error) {
+		defer be.ReleaseStep(be.MarkStep())
+		bt := MakeBatch(ex, idx, pad)
+		if err := h(bt); err != nil {
+			return nil, err
+		}
+		out := make([][]float32, len(bt.Taps))
+		for i, t := range bt.Taps {
+			out[i] = make([]float32, t.Numel())
+			be.Download(t.Store, out[i])
+		}
+		return out, nil
+	}
+	ha, err := states(a)
+	if err != nil {
+		return nil, err
+	}
+	hb, err := states(b)
+	if err != nil {
+		return nil, err
+	}
+	if len(ha) != len(hb) {
+		return nil, fmt.Errorf("dflash: TapErrors: %d taps against %d", len(ha), len(hb))
+	}
+	errs := make([]float64, len(ha))
+	for i := range ha {
+		var d2, n2 float64
+		for j, x := range hb[i] {
+			d := float64(ha[i][j]) - float64(x)
+			d2, n2 = d2+d*d, n2+float64(x)*float64(x)
+		}
+		errs[i] = math.Sqrt(d2 / n2)
+	}
+	return errs, nil
 }
 
 // replayed runs fn, a region of a step over b, as a replayed region keyed

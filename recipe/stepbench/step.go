@@ -2,7 +2,6 @@ package stepbench
 
 import (
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"runtime"
 	"time"
@@ -298,42 +297,14 @@ func (s *stepper) step() (stepResult, error) {
 func (s *stepper) tapErrors() ([]float64, error) {
 	be := s.dev.Backend
 	defer s.dev.Reset()
-	b := dflash.MakeBatch(s.examples, s.rows, 0)
-	fp8, err := s.taps(s.hidden, b)
-	if err != nil {
-		return nil, err
-	}
 	twin, err := model.New(s.o.Target, s.o.Seed)
 	if err != nil {
 		return nil, err
 	}
 	twin.Arena().Place(be, false)
-	bf16, err := s.taps(dflash.TargetHidden(twin, s.dc.TargetLayerIDs, be), b)
-	if err != nil {
-		return nil, err
+	ex := make([]dflash.Example, len(s.rows))
+	for i, r := range s.rows {
+		ex[i] = s.examples[r]
 	}
-	errs := make([]float64, len(fp8))
-	for i := range fp8 {
-		var d2, n2 float64
-		for j, x := range bf16[i] {
-			d := float64(fp8[i][j]) - float64(x)
-			d2, n2 = d2+d*d, n2+float64(x)*float64(x)
-		}
-		errs[i] = math.Sqrt(d2 / n2)
-	}
-	return errs, nil
-}
-
-// taps runs hidden on b and downloads its tapped states.
-func (s *stepper) taps(hidden dflash.HiddenFunc, b *dflash.Batch) ([][]float32, error) {
-	if err := hidden(b); err != nil {
-		return nil, err
-	}
-	out := make([][]float32, len(b.Taps))
-	for i, t := range b.Taps {
-		out[i] = make([]float32, t.Numel())
-		s.dev.Backend.Download(t.Store, out[i])
-	}
-	s.dev.Reset()
-	return out, nil
+	return dflash.TapErrors(be, ex, 0, s.hidden, dflash.TargetHidden(twin, s.dc.TargetLayerIDs, be))
 }
