@@ -39,6 +39,7 @@ const (
 	matmulDescBScalePtr   = 18 // CUBLASLT_MATMUL_DESC_B_SCALE_POINTER
 	matmulDescAScaleMode  = 31 // CUBLASLT_MATMUL_DESC_A_SCALE_MODE
 	matmulDescBScaleMode  = 32 // CUBLASLT_MATMUL_DESC_B_SCALE_MODE
+	matmulDescFastAccum   = 25 // CUBLASLT_MATMUL_DESC_FAST_ACCUM
 	layoutBatchCount      = 5
 	layoutStridedBatch    = 6
 	prefMaxWorkspaceBytes = 1
@@ -190,6 +191,17 @@ func (d MatmulDesc) SetScalePointers(a, b DevicePtr) error {
 		return err
 	}
 	return lt(pLtDescSetAttr, uintptr(d), matmulDescBScalePtr, uintptr(unsafe.Pointer(&pb)), 8)
+}
+
+// SetFastAccum sets whether an FP8 product accumulates fast: on, the
+// tensor cores' partial sums are not promoted to fp32 every few steps
+// along K (faster, less accurate); off, cuBLASLt's default.
+func (d MatmulDesc) SetFastAccum(on bool) error {
+	var v int8
+	if on {
+		v = 1
+	}
+	return lt(pLtDescSetAttr, uintptr(d), matmulDescFastAccum, uintptr(unsafe.Pointer(&v)), 1)
 }
 
 // Destroy releases d.

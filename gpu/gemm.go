@@ -38,6 +38,11 @@ type GemmSpec struct {
 	In, Out                   dtype.DType
 	TF32                      bool
 	Scale                     GemmScale
+	// FastAccum, for FP8 inputs only, is cuBLASLt's fast accumulation:
+	// the tensor cores' partial sums are not promoted to fp32 every few
+	// steps along K, which is faster and less accurate (the forward
+	// products of FP8 training recipes run so).
+	FastAccum bool
 }
 
 // GemmScale is how the FP8 inputs of a GEMM are scaled.
@@ -83,8 +88,8 @@ func (s GemmSpec) normalized() GemmSpec {
 		if s.Scale == ScaleNone {
 			s.Scale = ScaleTensor
 		}
-	} else if s.Scale != ScaleNone {
-		panic(fmt.Sprintf("gpu: Gemm of %v with %v scales: only FP8 inputs are scaled", s.In, s.Scale))
+	} else if s.Scale != ScaleNone || s.FastAccum {
+		panic(fmt.Sprintf("gpu: Gemm of %v with %v scales (fast accumulation %v): only FP8 inputs are scaled and accumulate fast", s.In, s.Scale, s.FastAccum))
 	}
 	if s.Out == dtype.Invalid {
 		s.Out = s.In
@@ -311,6 +316,9 @@ func (d *Device) plan(bs *blasState, s GemmSpec) (*gemmPlan, error) {
 			mode, at = cuda.ScaleOuterVec32F, bs.ws.Ptr
 		}
 		if err = p.desc.SetScales(mode, at, at); err != nil {
+			return fail(err)
+		}
+		if err = p.desc.SetFastAccum(s.FastAccum); err != nil {
 			return fail(err)
 		}
 	}

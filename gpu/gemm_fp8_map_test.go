@@ -34,6 +34,7 @@ func TestGemmSpecFP8(t *testing.T) {
 		"tf32":             {M: 16, N: 48, K: 64, TransB: true, In: dtype.F8E4M3, TF32: true},
 		"bad scale":        {M: 16, N: 48, K: 64, TransB: true, In: dtype.F8E4M3, Scale: 7},
 		"scaled bf16":      {M: 16, N: 48, K: 64, TransB: true, In: dtype.BF16, Scale: ScaleTensor},
+		"fast bf16":        {M: 16, N: 48, K: 64, TransB: true, In: dtype.BF16, FastAccum: true},
 		"e5m2":             {M: 16, N: 48, K: 64, TransB: true, In: dtype.F8E5M2},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -47,8 +48,8 @@ func TestGemmSpecFP8(t *testing.T) {
 	}
 }
 
-// TestGemmTuneKeyFP8: FP8 products with either scaling have keys of their
-// own, apart from each other and from the bf16 product of the same shape.
+// TestGemmTuneKeyFP8: FP8 products with either scaling, and with fast
+// accumulation, have keys of their own, apart from each other and from the bf16 product of the same shape.
 func TestGemmTuneKeyFP8(t *testing.T) {
 	tu := &gemmTuner{gpu: "NVIDIA H200", cublasLt: 130000}
 	seen := map[string]string{}
@@ -56,6 +57,7 @@ func TestGemmTuneKeyFP8(t *testing.T) {
 		"bf16":      {M: 128, N: 4096, K: 4096, TransB: true, In: dtype.BF16},
 		"tensor":    {M: 128, N: 4096, K: 4096, TransB: true, In: dtype.F8E4M3},
 		"rows-cols": {M: 128, N: 4096, K: 4096, TransB: true, In: dtype.F8E4M3, Scale: ScaleRowsCols},
+		"fast":      {M: 128, N: 4096, K: 4096, TransB: true, In: dtype.F8E4M3, Scale: ScaleRowsCols, FastAccum: true},
 		"f32 out":   {M: 128, N: 4096, K: 4096, TransB: true, In: dtype.F8E4M3, Out: dtype.F32},
 	} {
 		k := tu.key(GemmWorkspace, false, s.normalized())

@@ -114,6 +114,9 @@ func (t *gemmTuner) key(ws uint64, det bool, s GemmSpec) string {
 		s.Batch, s.StrideA, s.StrideB, s.StrideC, s.In, s.Out, s.TF32)
 	if s.Scale != ScaleNone { // FP8; the keys of other products stay as they were
 		k += " scale " + s.Scale.String()
+		if s.FastAccum {
+			k += " fast-accum"
+		}
 	}
 	return k
 }

@@ -9,7 +9,8 @@
 # Build here first: bash scripts/gpu-train.sh --build; then through the device tool
 #   [TARGETS="qwen3-8b qwen3-1.7b"] [DTYPES="bf16 fp8"] [MODES="shipped best"] [STEPS=5] bash scripts/gpu-step-compare.sh
 # DTYPES are dflash's --target-dtype runs: the first with a cold and a warm kernel cache, the others
-# warm; an fp8 row adds its taps' relative errors against the bf16 target (docs/FP8.md).
+# warm; an fp8 row adds its taps' relative errors against the bf16 target (docs/FP8.md), and fp8+fast
+# is fp8 with DFLASH_FP8_FAST_ACCUM=1.
 # with carry [".devbuild/train.txz"]. JSON reports go to $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -25,7 +26,9 @@ for t in $TARGETS; do
 		[ "$dt" = "$first_dt" ] && caches="cold warm"
 		for cache in $caches; do
 			[ "$cache" = cold ] && rm -rf "$DFLASH_KERNEL_CACHE"
-			timeout 300 "$B/dflash" bench step --device cuda --target-config "$t" --target-dtype "$dt" --seq-len 3072 --batch 4 \
+			fast=0
+			[ "$dt" != "${dt%+fast}" ] && fast=1
+			DFLASH_FP8_FAST_ACCUM=$fast timeout 300 "$B/dflash" bench step --device cuda --target-config "$t" --target-dtype "${dt%+fast}" --seq-len 3072 --batch 4 \
 				--anchors 512 --block-size 16 --drafter-layers 5 --steps "${STEPS:-5}" --warmup 2 --json \
 				>"$OUT/dflash_${t}_${dt}_${cache}.json" 2>"$OUT/dflash_${t}_${dt}_${cache}.log"
 			echo "dflash $t $dt ($cache kernel cache) exit $?"
@@ -40,7 +43,7 @@ out, first, dtypes, targets = sys.argv[1], sys.argv[2], sys.argv[3].split(), sys
 def load(p):
     return json.load(open(p)) if os.path.exists(p) and os.path.getsize(p) > 0 else None
 gib = lambda r, k: f"{r.get(k, 0)/2**30:.1f}"
-print(f"{'target':11} {'dtype':5} {'dflash samp/s':>13} {'step ms':>8} {'tgt fwd ms':>10} {'held/in use GiB':>15} {'first s cold/warm':>17}  "
+print(f"{'target':11} {'dtype':8} {'dflash samp/s':>13} {'step ms':>8} {'tgt fwd ms':>10} {'held/in use GiB':>15} {'first s cold/warm':>17}  "
       f"{'peer mode':9} {'peer samp/s':>11} {'rsvd/alloc GiB':>14}  {'ratio':>6}")
 for t in targets:
     cold = load(f"{out}/dflash_{t}_{first}_cold.json")
@@ -49,14 +52,14 @@ for t in targets:
         for mode in ("shipped", "best"):
             p = load(f"{out}/step_peer_{t}_{mode}.json")
             if not r or not p:
-                print(f"{t:11} {dt:5} missing: dflash {bool(r)}, peer {mode} {bool(p)}")
+                print(f"{t:11} {dt:8} missing: dflash {bool(r)}, peer {mode} {bool(p)}")
                 continue
             first_s = f"{cold['first_step_ms']/1e3:.1f}/" if cold and dt == first else "-/"
             first_s += f"{r['first_step_ms']/1e3:.1f}"
             ours = gib(r, 'peak_device_bytes') + "/" + gib(r, 'peak_device_in_use_bytes')
             theirs = gib(p, 'peak_device_reserved_bytes') + "/" + gib(p, 'peak_device_bytes')
-            print(f"{t:11} {dt:5} {r['samples_per_s']:13.2f} {r['step_ms']:8.1f} {r['phases_ms']['target_forward']:10.1f} {ours:>15} {first_s:>17}  "
+            print(f"{t:11} {dt:8} {r['samples_per_s']:13.2f} {r['step_ms']:8.1f} {r['phases_ms']['target_forward']:10.1f} {ours:>15} {first_s:>17}  "
                   f"{mode:9} {p['samples_per_s']:11.2f} {theirs:>14}  {r['samples_per_s']/p['samples_per_s']:6.2f}x")
         if r and r.get("tap_rel_err"):
-            print(f"{'':11} {dt:5} taps {r['taps']}: relative error against bf16 " + " ".join(f"{e:.4f}" for e in r["tap_rel_err"]))
+            print(f"{'':11} {dt:8} taps {r['taps']}: relative error against bf16 " + " ".join(f"{e:.4f}" for e in r["tap_rel_err"]))
 PY

@@ -22,6 +22,8 @@ var (
 	GemmWorkspaceMiB = declare(&Int{Info: Info{Name: "DFLASH_GEMM_WORKSPACE_MIB", Numeric: true,
 		Doc: "the cuBLASLt workspace in MiB, which bounds the algorithms a GEMM may use"},
 		Default: 32, Min: 1, Max: 4096})
+	FP8FastAccum = declare(&Bool{Info: Info{Name: "DFLASH_FP8_FAST_ACCUM", Numeric: true,
+		Doc: "the FP8 target's products (--target-dtype fp8) in cuBLASLt's fast accumulation, their partial sums not promoted to fp32 along K: faster, less accurate"}})
 )
 
 // Execution, memory and checks: the same numbers either way.

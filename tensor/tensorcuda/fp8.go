@@ -43,7 +43,8 @@ type FP8Weight struct {
 // LinearFP8 computes y = x·Wᵀ + beta·C for x (rows×w.In, storage dtype)
 // through E4M3: x is quantized per token into xq (rows·w.In bytes) and xs
 // (rows floats) by QuantizeRowsE4M3, then one cuBLASLt FP8 product with
-// per-token and per-channel scales (gpu.GemmFP8, ScaleRowsCols) writes y
+// per-token and per-channel scales (gpu.GemmFP8, ScaleRowsCols; fast
+// accumulation with DFLASH_FP8_FAST_ACCUM) writes y
 // (rows×w.Out, storage dtype; y is c or does not overlap it). w.In must be
 // a multiple of 16 and a row of y a multiple of 16 bytes.
 func (o *Ops) LinearFP8(x gpu.Buffer, rows int, w FP8Weight, xq, xs gpu.Buffer, beta float32, c, y gpu.Buffer) error {
@@ -59,7 +60,7 @@ func (o *Ops) LinearFP8(x gpu.Buffer, rows int, w FP8Weight, xq, xs gpu.Buffer, 
 	if err := o.QuantizeRowsE4M3(x, rows, w.In, xq, xs); err != nil {
 		return err
 	}
-	spec := gpu.GemmSpec{M: rows, N: w.Out, K: w.In, TransB: true, In: dtype.F8E4M3, Out: o.dt, Scale: gpu.ScaleRowsCols}
+	spec := gpu.GemmSpec{M: rows, N: w.Out, K: w.In, TransB: true, In: dtype.F8E4M3, Out: o.dt, Scale: gpu.ScaleRowsCols, FastAccum: o.fp8Fast}
 	return o.run.gemmFP8(spec, 1, xq, xs, w.Codes, w.Scales, beta, c, y)
 }
 

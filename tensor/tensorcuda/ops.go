@@ -11,6 +11,7 @@ import (
 	"dflash/cuda"
 	"dflash/dtype"
 	"dflash/gpu"
+	"dflash/internal/switches"
 	"dflash/jit"
 	"dflash/kernels"
 )
@@ -21,6 +22,8 @@ type Ops struct {
 	sms  int // multiprocessors: grids of grid-stride kernels are sized from it
 	run  runner
 	call call // reused by every launch (Ops is single-threaded)
+	// fp8Fast: LinearFP8's products accumulate fast (DFLASH_FP8_FAST_ACCUM).
+	fp8Fast bool
 }
 
 // runner queues one kernel or one cuBLASLt product; the device's runner
@@ -38,8 +41,12 @@ func New(cache *jit.Cache, d *gpu.Device, dt dtype.DType) (*Ops, error) {
 	if dt != dtype.BF16 && dt != dtype.F32 {
 		return nil, fmt.Errorf("tensorcuda: storage dtype %v is not supported (bf16 or f32)", dt)
 	}
+	fast, err := switches.FP8FastAccum.Value()
+	if err != nil {
+		return nil, fmt.Errorf("tensorcuda: %w", err)
+	}
 	r := &devRunner{cache: cache, d: d, arch: d.Arch(), dt: dt, mods: map[string]*jit.Kernel{}, fns: map[*kernel]cuda.Function{}}
-	return &Ops{dt: dt, sms: d.Info().SMs, run: r}, nil
+	return &Ops{dt: dt, sms: d.Info().SMs, run: r, fp8Fast: fast}, nil
 }
 
 // Warm compiles (or fetches from the cache) and loads every kernel; after
