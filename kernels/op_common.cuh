@@ -168,3 +168,78 @@ __device__ __forceinline__ float op_block_sum(float v, float *sh) {
   v = lane < nw ? sh[lane] : 0.0f;
   return op_warp_sum(v);
 }
+
+// E4M3: the FP8 side of the FP8 products (op_fp8.cu and the ops that write
+// their rows in E4M3).
+
+// op_e4m3 rounds f to E4M3FN to nearest even, saturating to ±448 (also
+// for infinities), flushing below 2^-10 to a signed zero; a NaN becomes
+// 0x7f. It is dtype.Float32ToF8E4M3 in CUDA.
+__device__ __forceinline__ unsigned char op_e4m3(float f) {
+  unsigned b = __float_as_uint(f);
+  unsigned sign = (b >> 24) & 0x80u;
+  unsigned a = b & 0x7fffffffu;
+  if (a > 0x7f800000u) return 0x7f;                    // NaN
+  if (a >= 0x43e00000u) return (unsigned char)(sign | 0x7eu); // 448 and beyond
+  int e = (int)(a >> 23);                              // float32 biased exponent
+  if (e > 120) {                                       // E4M3 exponent e-120 >= 1: normal
+    unsigned man = a & 0x7fffffu;
+    unsigned code = ((unsigned)(e - 120) << 3) | (man >> 20);
+    unsigned rem = man & 0xfffffu;
+    if (rem > 0x80000u || (rem == 0x80000u && (code & 1u))) code++;
+    return (unsigned char)(sign | code);
+  }
+  // subnormal (or rounded up to the smallest normal): m24 >> (141-e) units of 2^-9
+  unsigned shift = (unsigned)(141 - e);
+  if (e == 0 || shift > 24u) return (unsigned char)sign;
+  unsigned m24 = (a & 0x7fffffu) | 0x800000u;
+  unsigned q = m24 >> shift;
+  unsigned rem = m24 & ((1u << shift) - 1u);
+  unsigned half = 1u << (shift - 1u);
+  if (rem > half || (rem == half && (q & 1u))) q++;
+  return (unsigned char)(sign | q);
+}
+
+// op_block_max returns the largest of v over the block to every thread
+// (v ≥ 0; block size a multiple of 32, at most 1024; sh holds 32 floats).
+// It may follow another reduction over the same sh (op_block_sum).
+__device__ __forceinline__ float op_block_max(float v, float *sh) {
+  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  __syncthreads(); // sh may still be read by a previous reduction
+  if (lane == 0) sh[warp] = v;
+  __syncthreads();
+  v = lane < nw ? sh[lane] : 0.0f;
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// op_stored returns v as storage holds it (rounded to bf16 with bf16
+// storage): what a kernel that stores v and one that reads it back see.
+__device__ __forceinline__ float op_stored(float v) {
+#if OP_BF16
+  return op_f32(op_bf16(v));
+#else
+  return v;
+#endif
+}
+
+// op_e4m3_scale returns the scale of a row whose largest magnitude is a:
+// a/448, or 1 for a row of zeros (quant.RowScales).
+__device__ __forceinline__ float op_e4m3_scale(float a) { return a == 0.0f ? 1.0f : a / 448.0f; }
+
+// op_store_codes stores the OP_VEC codes c at p in one access (p aligned to
+// OP_VEC bytes): the E4M3 codes of one vector of storage elements.
+__device__ __forceinline__ void op_store_codes(unsigned char *p, const unsigned char *c) {
+#if OP_BF16
+  unsigned long long v = 0;
+#pragma unroll
+  for (int e = 0; e < OP_VEC; e++) v |= (unsigned long long)c[e] << (8 * e);
+  *(unsigned long long *)p = v;
+#else
+  unsigned v = 0;
+#pragma unroll
+  for (int e = 0; e < OP_VEC; e++) v |= (unsigned)c[e] << (8 * e);
+  *(unsigned *)p = v;
+#endif
+}

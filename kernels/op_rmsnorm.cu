@@ -121,6 +121,53 @@ extern "C" __global__ void op_rmsnorm_fwd(const op_t *__restrict__ x,
   op_row_norm(xr, w, yr, rs, nv, dim, threadIdx.x, blockDim.x);
 }
 
+// op_rmsnorm_e4m3: op_rmsnorm_fwd whose y goes straight to E4M3, a row
+// at a time (one block per row): y = x·rstd·w as op_rmsnorm_fwd stores it,
+// scales[r] = max |y| / 448 and codes = e4m3(y / scales[r]), as
+// op_quant_rows_e4m3 of that y, bit for bit when op_rmsnorm_fwd would run
+// one block per row of the same block size (the same sums) on aligned
+// rows. y is made twice (for the row's largest magnitude, then its codes)
+// from x and w, which the second pass reads from cache: it is never stored.
+extern "C" __global__ void op_rmsnorm_e4m3(const op_t *__restrict__ x,
+                                           const op_t *__restrict__ w,
+                                           unsigned char *__restrict__ codes,
+                                           float *__restrict__ scales,
+                                           float *__restrict__ rstd, int rows,
+                                           int dim, float eps) {
+  __shared__ float sh[32];
+  int r = blockIdx.x;
+  if (r >= rows) return;
+  const op_t *xr = x + (long long)r * dim;
+  unsigned char *q = codes + (long long)r * dim;
+  int nv = op_row_vecs(dim, op_aligned16(x) && op_aligned16(w) && op_aligned16(codes));
+  float ss = op_block_sum(op_row_sumsq(xr, nv, dim, threadIdx.x, blockDim.x), sh);
+  float rs = 1.0f / sqrtf(ss / (float)dim + eps);
+  if (threadIdx.x == 0) rstd[r] = rs;
+  float a = 0.0f;
+  for (int k = threadIdx.x; k < nv; k += blockDim.x) {
+    float xs[OP_VEC], ws[OP_VEC];
+    op_load_vec(xr + k * OP_VEC, xs);
+    op_load_vec(w + k * OP_VEC, ws);
+#pragma unroll
+    for (int e = 0; e < OP_VEC; e++) a = fmaxf(a, fabsf(op_stored(xs[e] * rs * ws[e])));
+  }
+  for (int c = nv * OP_VEC + threadIdx.x; c < dim; c += blockDim.x)
+    a = fmaxf(a, fabsf(op_stored(op_f32(xr[c]) * rs * op_f32(w[c]))));
+  float sc = op_e4m3_scale(op_block_max(a, sh));
+  if (threadIdx.x == 0) scales[r] = sc;
+  for (int k = threadIdx.x; k < nv; k += blockDim.x) {
+    float xs[OP_VEC], ws[OP_VEC];
+    op_load_vec(xr + k * OP_VEC, xs);
+    op_load_vec(w + k * OP_VEC, ws);
+    unsigned char out[OP_VEC];
+#pragma unroll
+    for (int e = 0; e < OP_VEC; e++) out[e] = op_e4m3(op_stored(xs[e] * rs * ws[e]) / sc);
+    op_store_codes(q + k * OP_VEC, out);
+  }
+  for (int c = nv * OP_VEC + threadIdx.x; c < dim; c += blockDim.x)
+    q[c] = op_e4m3(op_stored(op_f32(xr[c]) * rs * op_f32(w[c])) / sc);
+}
+
 // op_rmsnorm_bwd_dx: one block per row; with x̂ = x·rstd and g = dy·w,
 // dx = rstd·(g − x̂·mean(g·x̂)), or dx += that when accumulate is non-zero
 // (dx is not read without it).

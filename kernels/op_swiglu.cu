@@ -95,6 +95,46 @@ extern "C" __global__ void op_swiglu_packed_fwd(const op_t *__restrict__ y2,
   }
 }
 
+// op_swiglu_packed_e4m3: op_swiglu_packed_fwd whose out goes straight to
+// E4M3, a row at a time (one block per row): v = silu(g)·u as
+// op_swiglu_packed_fwd stores it, scales[r] = max |v| / 448 and codes =
+// e4m3(v / scales[r]), as op_quant_rows_e4m3 of that out, bit for bit. v is
+// made twice (the second pass reads y2's row from cache), never stored.
+extern "C" __global__ void op_swiglu_packed_e4m3(const op_t *__restrict__ y2,
+                                                 unsigned char *__restrict__ codes,
+                                                 float *__restrict__ scales,
+                                                 int rows, int cols) {
+  __shared__ float sh[32];
+  int r = blockIdx.x;
+  if (r >= rows) return;
+  const op_t *g = y2 + (long long)r * 2 * cols, *u = g + cols;
+  unsigned char *q = codes + (long long)r * cols;
+  int nv = cols % OP_VEC == 0 && op_aligned16(y2) && op_aligned16(codes) ? cols / OP_VEC : 0;
+  float a = 0.0f;
+  for (int k = threadIdx.x; k < nv; k += blockDim.x) {
+    float gs[OP_VEC], us[OP_VEC];
+    op_load_vec(g + k * OP_VEC, gs);
+    op_load_vec(u + k * OP_VEC, us);
+#pragma unroll
+    for (int e = 0; e < OP_VEC; e++) a = fmaxf(a, fabsf(op_stored(op_silu_mul(gs[e], us[e]))));
+  }
+  for (int c = nv * OP_VEC + threadIdx.x; c < cols; c += blockDim.x)
+    a = fmaxf(a, fabsf(op_stored(op_silu_mul(op_f32(g[c]), op_f32(u[c])))));
+  float sc = op_e4m3_scale(op_block_max(a, sh));
+  if (threadIdx.x == 0) scales[r] = sc;
+  for (int k = threadIdx.x; k < nv; k += blockDim.x) {
+    float gs[OP_VEC], us[OP_VEC];
+    op_load_vec(g + k * OP_VEC, gs);
+    op_load_vec(u + k * OP_VEC, us);
+    unsigned char out[OP_VEC];
+#pragma unroll
+    for (int e = 0; e < OP_VEC; e++) out[e] = op_e4m3(op_stored(op_silu_mul(gs[e], us[e])) / sc);
+    op_store_codes(q + k * OP_VEC, out);
+  }
+  for (int c = nv * OP_VEC + threadIdx.x; c < cols; c += blockDim.x)
+    q[c] = op_e4m3(op_stored(op_silu_mul(op_f32(g[c]), op_f32(u[c]))) / sc);
+}
+
 // op_swiglu_packed_bwd: for dout [rows, cols], dy2[r,c] = dgate and
 // dy2[r,cols+c] = dup of op_swiglu_bwd, or += with accumulate (dy2 is read
 // only then). dy2 may be y2 itself without accumulate: every element is

@@ -201,15 +201,17 @@ func (m *Model) layer(tp *tensor.Tape, i int, x *tensor.Tensor, batch, length in
 // over Span(Q, K, V), whose column blocks the QK-norms read in place.
 func (m *Model) qkv(tp *tensor.Tape, i int, x *tensor.Tensor, batch, length int, table *tensor.RopeTable[float32]) (q, k, v *tensor.Tensor) {
 	c, l := &m.Config, &m.Layers[i]
-	h := tp.Recompute(tp.RMSNorm(x, l.InputNorm, c.RMSNormEps))
 	if l.QB == nil && l.KB == nil && l.VB == nil { // with biases, QB lies between Q and K
 		D := c.HeadDim
-		p := tp.Projections(h, tensor.Span(l.Q, l.K, l.V), c.NumHeads*D, c.NumKVHeads*D, c.NumKVHeads*D)
+		w := tensor.Span(l.Q, l.K, l.V)
+		h := tp.Recompute(tp.RMSNormFor(x, l.InputNorm, c.RMSNormEps, w))
+		p := tp.Projections(h, w, c.NumHeads*D, c.NumKVHeads*D, c.NumKVHeads*D)
 		q = tp.NormRoPEHeadsCols(p[0], batch, l.QNorm, c.RMSNormEps, table)
 		k = tp.NormRoPEHeadsCols(p[1], batch, l.KNorm, c.RMSNormEps, table)
 		v = tp.Reshape(tp.ConcatCols(batch, p[2]), batch, length, c.NumKVHeads, D)
 		return q, k, v
 	}
+	h := tp.Recompute(tp.RMSNormFor(x, l.InputNorm, c.RMSNormEps, l.Q)) // K and V are of Q's kind
 	q = tp.Reshape(tp.Linear(h, l.Q, l.QB), batch, length, c.NumHeads, c.HeadDim)
 	k = tp.Reshape(tp.Linear(h, l.K, l.KB), batch, length, c.NumKVHeads, c.HeadDim)
 	v = tp.Reshape(tp.Linear(h, l.V, l.VB), batch, length, c.NumKVHeads, c.HeadDim)
@@ -222,13 +224,14 @@ func (m *Model) finishLayer(tp *tensor.Tape, i int, x, a, out *tensor.Tensor) *t
 	c, l := &m.Config, &m.Layers[i]
 	a = tp.Reshape(a, x.Rows(), c.NumHeads*c.HeadDim)
 	h := tp.LinearAdd(a, l.O, l.OB, x, nil) // the residual adds are in the products' epilogues
-	n := tp.Recompute(tp.RMSNorm(h, l.PostNorm, c.RMSNormEps))
 	if out == nil && !tp.Recording() {
 		out = h // h is read no more: the MLP adds into it
 	}
 	if l.GateB == nil && l.UpB == nil && l.DownB == nil { // with mlp_bias, GateB lies between Gate and Up
-		return tp.MLP(n, tensor.Span(l.Gate, l.Up), l.Down, h, out)
+		w := tensor.Span(l.Gate, l.Up)
+		return tp.MLP(tp.Recompute(tp.RMSNormFor(h, l.PostNorm, c.RMSNormEps, w)), w, l.Down, h, out)
 	}
+	n := tp.Recompute(tp.RMSNormFor(h, l.PostNorm, c.RMSNormEps, l.Gate)) // Up is of Gate's kind
 	return tp.LinearAdd(tp.SwiGLU(tp.Linear(n, l.Gate, l.GateB), tp.Linear(n, l.Up, l.UpB)), l.Down, l.DownB, h, out)
 }
 

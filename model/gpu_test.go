@@ -320,7 +320,9 @@ func TestGPUTargetBackward(t *testing.T) {
 // layer adds less; measured 0.10-0.15 over 4 layers) and by more than
 // twice the bf16 target's error (the products did run in FP8); the loaded
 // target's states equal the placed one's bit for bit (the same bf16
-// values quantized alike).
+// values quantized alike), and so do those of the placed target whose
+// products quantize their inputs themselves (QuantizeInProducers false)
+// instead of its norms and SwiGLU writing them in E4M3.
 func TestGPUFP8Target(t *testing.T) {
 	w, cache := gputest.Worker0Cache(t)
 	rng := testseed.New(t)
@@ -348,7 +350,7 @@ func TestGPUFP8Target(t *testing.T) {
 			want := forward(perturbed(t, c, seed, perturb), tensor.NewCPU[float32](0))
 			dir := t.TempDir()
 			saveSharded(t, perturbed(t, c, seed, perturb), dir, "BF16", 2)
-			var bf, fp, loaded [][]float32
+			var bf, fp, unfused, loaded [][]float32
 			err := gputest.RunBackend(w, cache, tensorcuda.NewBackend, func(_ *gpu.Device, b *tensorcuda.Backend) error {
 				m16 := perturbed(t, c, seed, perturb)
 				m16.Arena().Place(b, false)
@@ -358,6 +360,9 @@ func TestGPUFP8Target(t *testing.T) {
 					return err
 				}
 				fp = forward(m8, b)
+				b.QuantizeInProducers(false) // every product quantizes its own input
+				unfused = forward(m8, b)
+				b.QuantizeInProducers(true)
 				ml, _, err := LoadWith(dir, b, LoadOptions{FP8: true, Readers: 4, Piece: 30})
 				if err != nil {
 					return err
@@ -381,6 +386,9 @@ func TestGPUFP8Target(t *testing.T) {
 				for j := range fp[i] {
 					if math.Float32bits(fp[i][j]) != math.Float32bits(loaded[i][j]) {
 						t.Fatalf("state %d [%d]: loaded fp8 target %v, placed %v", s, j, loaded[i][j], fp[i][j])
+					}
+					if math.Float32bits(fp[i][j]) != math.Float32bits(unfused[i][j]) {
+						t.Fatalf("state %d [%d]: fp8 target quantizing in its norms and SwiGLU %v, in its products %v", s, j, fp[i][j], unfused[i][j])
 					}
 				}
 			}

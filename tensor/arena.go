@@ -147,6 +147,26 @@ func (a *Arena[T]) AllocOnFP8(b Backend[T], fp8 []*Of[T]) error {
 	return nil
 }
 
+// OperandAlloc is an optional Backend method: storage for a rows×cols
+// result that an op writes whole and only products with the weight w read,
+// as their A operand (x·wᵀ, w with rows of cols). A backend that holds w in
+// FP8 (FP8Params) hands out the operand's quantized form, which the ops
+// that produce it (RMSNorm, SwiGLUPacked) write directly; for any other w
+// it is AllocOut's. Tapes use it where the operand's only readers are such
+// products (RMSNormFor, MLP).
+type OperandAlloc[T Float] interface {
+	AllocOperand(rows, cols int, w Storage[T]) Storage[T]
+}
+
+// allocOperand returns the backend's OperandAlloc storage for a rows×cols
+// A operand of products with w, or AllocOut's.
+func (tp *TapeOf[T]) allocOperand(rows, cols int, w *Of[T]) Storage[T] {
+	if oa, ok := tp.b.(OperandAlloc[T]); ok {
+		return oa.AllocOperand(rows, cols, w.Store)
+	}
+	return tp.b.AllocOut(rows * cols)
+}
+
 // FP8Params is a backend that can hold a frozen arena's matrices in OCP
 // FP8 E4M3 with one float32 scale per row (the CUDA backend): the frozen
 // target's forward then runs its products in FP8 (Arena.AllocOnFP8).

@@ -39,7 +39,7 @@ func (tp *TapeOf[T]) MLP(x, w2, down, res, into *Of[T]) *Of[T] {
 	rows, in, inter, outDim := x.Rows(), w2.Shape[1], down.Shape[1], down.Shape[0]
 	y2 := tp.alloc(w2.Name+".out", rows, 2*inter)
 	tp.b.Gemm(false, true, rows, 2*inter, in, 1, x.Store, in, w2.Store, in, 0, y2.Store, 2*inter)
-	act := tp.b.AllocOut(rows * inter)
+	act := tp.allocOperand(rows, inter, down) // read by the down product alone: backward recomputes it
 	tp.b.SwiGLUPacked(y2.Store, inter, act)
 	y := tp.residualOut("MLP", down.Name+".out", append(slices.Clone(x.Shape[:len(x.Shape)-1]), outDim), res, into)
 	if res != nil {

@@ -256,12 +256,31 @@ func (tp *TapeOf[T]) Transpose12(x *Of[T]) *Of[T] {
 // y = x / sqrt(mean(x²) + eps) · w, with w of that dimension's size.
 // Gradients (x̂ = x·rstd, g = dy⊙w): dx = rstd·(g − x̂·mean(g⊙x̂)), dw = Σ_rows dy⊙x̂.
 // Applied to [tokens, heads, headDim] with w of size headDim it is QK-norm.
-func (tp *TapeOf[T]) RMSNorm(x, w *Of[T], eps float64) *Of[T] {
+func (tp *TapeOf[T]) RMSNorm(x, w *Of[T], eps float64) *Of[T] { return tp.rmsNorm(x, w, eps, nil) }
+
+// RMSNormFor is RMSNorm whose result only products with next read, as
+// their A operand (x·nextᵀ, next a weight or a Span of weights with rows of
+// x's last dimension). Without gradients to record for x or w it is written
+// into the storage the backend gives such operands (OperandAlloc: with
+// next held in FP8, quantized by the norm itself, saving the product's
+// pass over it); else, or on a backend without OperandAlloc, it is RMSNorm.
+func (tp *TapeOf[T]) RMSNormFor(x, w *Of[T], eps float64, next *Of[T]) *Of[T] {
+	if tp.needs(x, w) {
+		return tp.RMSNorm(x, w, eps)
+	}
+	return tp.rmsNorm(x, w, eps, tp.allocOperand(x.Rows(), x.Cols(), next))
+}
+
+// rmsNorm is RMSNorm into y's storage ys (nil: a new one).
+func (tp *TapeOf[T]) rmsNorm(x, w *Of[T], eps float64, ys Storage[T]) *Of[T] {
 	dim := x.Cols()
 	if w.Numel() != dim {
 		panic(fmt.Sprintf("tensor.RMSNorm: weight %v does not match last dimension of %v", w, x))
 	}
-	y := tp.alloc(w.Name+".out", x.Shape...)
+	if ys == nil {
+		ys = tp.b.AllocOut(x.Numel())
+	}
+	y := tp.own(&Of[T]{Name: w.Name + ".out", Shape: slices.Clone(x.Shape), Store: ys})
 	rstd := tp.stat(w.Name+".rstd", x.Rows())
 	tp.b.RMSNorm(x.Store, w.Store, dim, eps, y.Store, rstd.Store)
 	tp.recomputable(y, []*Of[T]{x, w, rstd}, func(s Storage[T]) {

@@ -77,6 +77,7 @@ type Backend struct {
 	warned     map[replayWarning]bool       // what Replay has logged
 	replays    [gpu.ReplayUngraphed + 1]int // Replay's outcomes by kind (Replays)
 	profiling  bool
+	noFP8Prod  bool // QuantizeInProducers(false)
 }
 
 // SetDeterministic makes the backend's results reproducible bit for bit
@@ -191,7 +192,7 @@ func (b *Backend) FreeStep(s tensor.Storage[float32]) {
 // later, so a later allocation that reuses the memory cannot overtake them.
 func (b *Backend) freeTemp(x Buf) {
 	if x.n > 0 {
-		b.arena.release(x.ptr, int64(x.n)*int64(x.dt.Size()))
+		b.arena.release(x.ptr, x.bytes())
 	}
 }
 

@@ -125,7 +125,7 @@ func (b *Backend) Gemm(transA, transB bool, m, n, k int, alpha float32, aS tenso
 		err = b.bf.GemmF32Out(transA, transB, m, n, k, alpha, A.Buffer(), lda, B.Buffer(), ldb, beta, C.Buffer(), ldc)
 	case A.dt == dtype.F32 && B.dt == dtype.F32 && C.dt == dtype.F32:
 		err = b.f32.Gemm(transA, transB, m, n, k, alpha, A.Buffer(), lda, B.Buffer(), ldb, beta, C.Buffer(), ldc)
-	case A.dt == dtype.BF16 && B.dt == dtype.F8E4M3 && C.dt == dtype.BF16:
+	case (A.dt == dtype.BF16 || A.dt == dtype.F8E4M3) && B.dt == dtype.F8E4M3 && C.dt == dtype.BF16:
 		err = b.linearFP8("Gemm", transA, transB, m, n, k, alpha, A, lda, B, ldb, beta, C, C, ldc)
 	default:
 		unsupported("Gemm", A, B, C)
@@ -137,7 +137,7 @@ func (b *Backend) Gemm(transA, transB bool, m, n, k int, alpha float32, aS tenso
 // (tensor.Backend.GemmAdd), all four in one dtype.
 func (b *Backend) GemmAdd(transA, transB bool, m, n, k int, alpha float32, aS tensor.Storage[float32], lda int, bS tensor.Storage[float32], ldb int, cS, dS tensor.Storage[float32], ldc int) {
 	A, B, C, D := b.buf(aS, "GemmAdd A"), b.buf(bS, "GemmAdd B"), b.buf(cS, "GemmAdd C"), b.buf(dS, "GemmAdd D")
-	if B.dt == dtype.F8E4M3 && same("GemmAdd", A, C, D) == dtype.BF16 {
+	if B.dt == dtype.F8E4M3 && (A.dt == dtype.BF16 || A.dt == dtype.F8E4M3) && same("GemmAdd", C, D) == dtype.BF16 {
 		defer b.span("GemmAdd NT fp8", 2*float64(m)*float64(n)*float64(k), m, n, k)()
 		must("GemmAdd", b.linearFP8("GemmAdd", transA, transB, m, n, k, alpha, A, lda, B, ldb, 1, C, D, ldc))
 		return
@@ -273,9 +273,25 @@ func (b *Backend) ScatterAdd(doutS tensor.Storage[float32], dim int, idsS tensor
 // RMSNorm computes y = x·rstd·w per row (x, w, y of one dtype; rstd fp32).
 func (b *Backend) RMSNorm(xS, wS tensor.Storage[float32], dim int, eps float64, yS, rstdS tensor.Storage[float32]) {
 	x, w, y, rstd := b.buf(xS, "RMSNorm x"), b.buf(wS, "RMSNorm w"), b.buf(yS, "RMSNorm y"), b.buf(rstdS, "RMSNorm rstd")
+	f32s("RMSNorm", rstd)
+	if y.dt == dtype.F8E4M3 { // an FP8 operand (AllocOperand)
+		defer b.span("RMSNorm fp8", 0, x.n/max(dim, 1), dim)()
+		dt := same("RMSNorm", x, w)
+		rows := rowCount("RMSNorm", x.n, dim)
+		checkLen("RMSNorm y", y.n, x.n)
+		if y.cols != dim {
+			panic(fmt.Sprintf("tensorcuda: RMSNorm into %v of rows of %d, not %d", y, y.cols, dim))
+		}
+		var stage Buf
+		if !b.ops(dt).FusesNorm(dim) {
+			stage = b.newBuf(x.n, dt, false, false)
+		}
+		must("RMSNorm", b.ops(dt).RMSNormE4M3(x.Buffer(), w.Buffer(), rows, dim, eps, y.Buffer(), y.scaleBuffer(), rstd.Buffer(), stage.Buffer()))
+		b.freeTemp(stage) // nothing for the null one
+		return
+	}
 	defer b.span("RMSNorm", 0, x.n/max(dim, 1), dim)()
 	dt := same("RMSNorm", x, w, y)
-	f32s("RMSNorm", rstd)
 	must("RMSNorm", b.ops(dt).RMSNorm(x.Buffer(), w.Buffer(), rowCount("RMSNorm", x.n, dim), dim, eps, y.Buffer(), rstd.Buffer()))
 }
 
@@ -352,6 +368,15 @@ func (b *Backend) SwiGLUBackward(gateS, upS, doutS, dgateS, dupS tensor.Storage[
 func (b *Backend) SwiGLUPacked(y2S tensor.Storage[float32], cols int, outS tensor.Storage[float32]) {
 	y2, out := b.buf(y2S, "SwiGLUPacked y2"), b.buf(outS, "SwiGLUPacked out")
 	rows := rowCount("SwiGLUPacked", out.n, cols)
+	if out.dt == dtype.F8E4M3 { // an FP8 operand (AllocOperand)
+		defer b.span("SwiGLUPacked fp8", 0, rows, cols)()
+		checkLen("SwiGLUPacked y2", y2.n, 2*out.n)
+		if out.cols != cols {
+			panic(fmt.Sprintf("tensorcuda: SwiGLUPacked into %v of rows of %d, not %d", out, out.cols, cols))
+		}
+		must("SwiGLUPacked", b.ops(y2.dt).SwiGLUPackedE4M3(y2.Buffer(), rows, cols, out.Buffer(), out.scaleBuffer()))
+		return
+	}
 	defer b.span("SwiGLUPacked", 0, rows, cols)()
 	dt := same("SwiGLUPacked", y2, out)
 	checkLen("SwiGLUPacked y2", y2.n, 2*out.n)

@@ -31,6 +31,53 @@ func (o *Ops) QuantizeRowsE4M3(x gpu.Buffer, rows, cols int, codes, scales gpu.B
 	return o.launch(c, cuda.Dim(uint32(rows), 1, 1), threads)
 }
 
+// RMSNormE4M3 is RMSNorm of x into E4M3 rows: y = x·rstd·w as RMSNorm
+// stores it, quantized per row as QuantizeRowsE4M3 does (codes rows·dim
+// bytes, scales rows floats), rstd written as RMSNorm writes it. Rows of
+// more than smallNormDim (FusesNorm) take one pass, op_rmsnorm_e4m3, equal
+// bit for bit to the two kernels on aligned rows; smaller ones run RMSNorm
+// into stage (rows·dim storage elements, given only then) and
+// QuantizeRowsE4M3.
+func (o *Ops) RMSNormE4M3(x, w gpu.Buffer, rows, dim int, eps float64, codes, scales, rstd, stage gpu.Buffer) error {
+	if !o.FusesNorm(dim) {
+		if err := o.RMSNorm(x, w, rows, dim, eps, stage, rstd); err != nil {
+			return err
+		}
+		return o.QuantizeRowsE4M3(stage, rows, dim, codes, scales)
+	}
+	need("RMSNormE4M3", "x", x, int64(rows)*int64(dim), o.es())
+	need("RMSNormE4M3", "w", w, int64(dim), o.es())
+	need("RMSNormE4M3", "codes", codes, int64(rows)*int64(dim), 1)
+	need("RMSNormE4M3", "scales", scales, int64(rows), 4)
+	need("RMSNormE4M3", "rstd", rstd, int64(rows), 4)
+	if rows == 0 {
+		return nil
+	}
+	c := o.begin(kRMSNormE4M3).ptr("x", x).ptr("w", w).ptr("codes", codes).ptr("scales", scales).ptr("rstd", rstd).
+		i32("rows", rows).i32("dim", dim).f32("eps", float32(eps))
+	return o.launch(c, o.normGrid(rows, 0), threads)
+}
+
+// FusesNorm reports whether RMSNormE4M3 of rows of dim elements runs in one
+// pass (needing no stage).
+func (o *Ops) FusesNorm(dim int) bool { return o.normLanes(dim) == 0 }
+
+// SwiGLUPackedE4M3 is SwiGLUPacked of y2 [rows, 2·cols] into E4M3 rows:
+// out = silu(gate)·up as SwiGLUPacked stores it, quantized per row as
+// QuantizeRowsE4M3 does (codes rows·cols bytes, scales rows floats), in
+// one pass (op_swiglu_packed_e4m3), equal bit for bit to the two kernels.
+func (o *Ops) SwiGLUPackedE4M3(y2 gpu.Buffer, rows, cols int, codes, scales gpu.Buffer) error {
+	n := int64(rows) * int64(cols)
+	need("SwiGLUPackedE4M3", "y2", y2, 2*n, o.es())
+	need("SwiGLUPackedE4M3", "codes", codes, n, 1)
+	need("SwiGLUPackedE4M3", "scales", scales, int64(rows), 4)
+	if n == 0 {
+		return nil
+	}
+	c := o.begin(kSwiGLUPackedE4M3).ptr("y2", y2).ptr("codes", codes).ptr("scales", scales).i32("rows", rows).i32("cols", cols)
+	return o.launch(c, cuda.Dim(uint32(rows), 1, 1), threads)
+}
+
 // FP8Weight is a linear layer's weight W (Out×In, row-major as HF stores
 // it) in OCP FP8 E4M3 with one float32 scale per output channel: Codes
 // holds Out·In bytes, Scales Out floats (quant.RowScales and
@@ -59,6 +106,24 @@ func (o *Ops) LinearFP8(x gpu.Buffer, rows int, w FP8Weight, xq, xs gpu.Buffer, 
 	}
 	if err := o.QuantizeRowsE4M3(x, rows, w.In, xq, xs); err != nil {
 		return err
+	}
+	return o.LinearE4M3(xq, xs, rows, w, beta, c, y)
+}
+
+// LinearE4M3 is LinearFP8 of x given in E4M3 rows (codes xq, rows·w.In
+// bytes, and scales xs, rows floats: what QuantizeRowsE4M3,
+// RMSNormE4M3 and SwiGLUPackedE4M3 write).
+func (o *Ops) LinearE4M3(xq, xs gpu.Buffer, rows int, w FP8Weight, beta float32, c, y gpu.Buffer) error {
+	need("LinearE4M3", "x codes", xq, int64(rows)*int64(w.In), 1)
+	need("LinearE4M3", "x scales", xs, int64(rows), 4)
+	need("LinearE4M3", "W codes", w.Codes, int64(w.Out)*int64(w.In), 1)
+	need("LinearE4M3", "W scales", w.Scales, int64(w.Out), 4)
+	need("LinearE4M3", "y", y, int64(rows)*int64(w.Out), o.es())
+	if beta != 0 {
+		need("LinearE4M3", "C", c, int64(rows)*int64(w.Out), o.es())
+	}
+	if rows == 0 {
+		return nil
 	}
 	spec := gpu.GemmSpec{M: rows, N: w.Out, K: w.In, TransB: true, In: dtype.F8E4M3, Out: o.dt, Scale: gpu.ScaleRowsCols, FastAccum: o.fp8Fast}
 	return o.run.gemmFP8(spec, 1, xq, xs, w.Codes, w.Scales, beta, c, y)
@@ -198,18 +263,48 @@ func (s Buf) scaleBuffer() gpu.Buffer {
 	return gpu.Buffer{Ptr: s.scales, Size: 4 * int64(s.n/s.cols)}
 }
 
+// AllocOperand returns step storage for rows×cols elements that ops write
+// whole and products with w alone read, as their A operand
+// (tensor.OperandAlloc): with w an FP8 matrix of rows of cols, an FP8
+// activation (E4M3 codes and a float32 scale per row in one allocation),
+// which RMSNorm and SwiGLUPacked write quantized (RMSNormE4M3,
+// SwiGLUPackedE4M3) and the product reads as it is (LinearE4M3), equal
+// bit for bit to quantizing inside the product; else AllocOut's bf16.
+func (b *Backend) AllocOperand(rows, cols int, w tensor.Storage[float32]) tensor.Storage[float32] {
+	if W := b.buf(w, "AllocOperand w"); W.dt != dtype.F8E4M3 || W.cols != cols || b.noFP8Prod || rows == 0 {
+		return b.AllocOut(rows * cols)
+	}
+	n := rows * cols
+	p := b.alloc(fp8ActBytes(n, cols), false, false).Ptr
+	return Buf{be: b, ptr: p, n: n, dt: dtype.F8E4M3, step: b.gen, whole: true, scales: p + cuda.DevicePtr((n+15)/16*16), cols: cols}
+}
+
+var _ tensor.OperandAlloc[float32] = (*Backend)(nil)
+
+// QuantizeInProducers sets whether AllocOperand hands out FP8 activations
+// (on, the default) or bf16 storage, each FP8 product then quantizing its
+// input itself: the same results bit for bit, to measure what the fused
+// passes save and to test that they are equal.
+func (b *Backend) QuantizeInProducers(on bool) { b.noFP8Prod = !on }
+
 // linearFP8 is Gemm or GemmAdd (op) with B an FP8 matrix: D = A·Bᵀ +
 // beta·C through LinearFP8, A quantized per row into step-arena
-// temporaries. Only the frozen target's products take this form (A rows of
-// k, B's rows the outputs, alpha 1, dense operands); anything else panics.
+// temporaries, or through LinearE4M3 when A is an FP8 activation of rows
+// of k (AllocOperand). Only the frozen target's products take this form
+// (A rows of k, B's rows the outputs, alpha 1, dense operands); anything
+// else panics.
 func (b *Backend) linearFP8(op string, transA, transB bool, m, n, k int, alpha float32, A Buf, lda int, B Buf, ldb int, beta float32, C, D Buf, ldc int) error {
-	if transA || !transB || alpha != 1 || lda != k || ldb != k || ldc != n || B.cols != k || B.n != n*k {
-		panic(fmt.Sprintf("tensorcuda: %s with the FP8 matrix %v (rows of %d): only x·Wᵀ with W whole and dense operands runs in FP8 "+
-			"(transA %v, transB %v, alpha %v, %d×%d×%d, lda %d, ldb %d, ldc %d)", op, B, B.cols, transA, transB, alpha, m, n, k, lda, ldb, ldc))
+	if transA || !transB || alpha != 1 || lda != k || ldb != k || ldc != n || B.cols != k || B.n != n*k ||
+		A.dt == dtype.F8E4M3 && (A.cols != k || A.n != m*k) {
+		panic(fmt.Sprintf("tensorcuda: %s of %v (rows of %d) with the FP8 matrix %v (rows of %d): only x·Wᵀ with W whole and dense operands runs in FP8 "+
+			"(transA %v, transB %v, alpha %v, %d×%d×%d, lda %d, ldb %d, ldc %d)", op, A, A.cols, B, B.cols, transA, transB, alpha, m, n, k, lda, ldb, ldc))
+	}
+	w := FP8Weight{Codes: B.Buffer(), Scales: B.scaleBuffer(), Out: n, In: k}
+	if A.dt == dtype.F8E4M3 {
+		return b.bf.LinearE4M3(A.Buffer(), A.scaleBuffer(), m, w, beta, C.Buffer(), D.Buffer())
 	}
 	xq := b.newBuf(m*k, dtype.F8E4M3, false, false)
 	xs := b.newBuf(m, dtype.F32, false, false)
-	w := FP8Weight{Codes: B.Buffer(), Scales: B.scaleBuffer(), Out: n, In: k}
 	err := b.bf.LinearFP8(A.Buffer(), m, w, xq.Buffer(), xs.Buffer(), beta, C.Buffer(), D.Buffer())
 	b.freeTemp(xs)
 	b.freeTemp(xq)

@@ -143,3 +143,66 @@ func TestGPULinearFP8(t *testing.T) {
 		}
 	})
 }
+
+// TestGPUFusedE4M3 compares the ops that write E4M3 rows themselves with
+// the op then QuantizeRowsE4M3 (each checked against the host elsewhere),
+// bit for bit in codes, scales and RMSNorm's rstd: RMSNormE4M3 one block a
+// row (Qwen3-8B's 4096, a vector width 2056 and a scalar one 1030) and
+// through its stage (256, the small-row kernel), SwiGLUPackedE4M3 at the
+// 8B's 12288 and at widths of scalar tails.
+func TestGPUFusedE4M3(t *testing.T) {
+	forDTypes(t, func(e *env) {
+		same := func(name string, rows, cols int, codes, scales, wantCodes, wantScales gpu.Buffer) {
+			got, want := make([]uint8, rows*cols), make([]uint8, rows*cols)
+			e.check(gpu.Download(e.d, got, codes))
+			e.check(gpu.Download(e.d, want, wantCodes))
+			if !slices.Equal(e.loadF32(scales, rows), e.loadF32(wantScales, rows)) {
+				e.t.Errorf("%s: scales %v, want %v", name, e.loadF32(scales, min(rows, 4)), e.loadF32(wantScales, min(rows, 4)))
+			}
+			bad := 0
+			for i := range got {
+				if got[i] != want[i] {
+					if bad < 3 {
+						e.t.Errorf("%s code [%d][%d]: %#02x, want %#02x", name, i/cols, i%cols, got[i], want[i])
+					}
+					bad++
+				}
+			}
+			if bad > 0 {
+				e.t.Errorf("%s: %d of %d codes differ", name, bad, len(got))
+			}
+		}
+		for _, sh := range [][2]int{{16, 4096}, {5, 2056}, {3, 1030}, {4, 256}} {
+			rows, dim := sh[0], sh[1]
+			name := fmt.Sprintf("RMSNormE4M3 rows%d_dim%d", rows, dim)
+			x, _ := e.store(e.normal(rows*dim, 2))
+			w, _ := e.store(e.normal(dim, 1))
+			y, rstd := e.out(rows*dim), e.outF32(rows)
+			e.check(e.o.RMSNorm(x, w, rows, dim, 1e-6, y, rstd))
+			wantQ, wantS := e.alloc(int64(rows*dim), gputest.Poison), e.outF32(rows)
+			e.check(e.o.QuantizeRowsE4M3(y, rows, dim, wantQ, wantS))
+			var stage gpu.Buffer
+			if !e.o.FusesNorm(dim) {
+				stage = e.out(rows * dim)
+			}
+			q, s, rs := e.alloc(int64(rows*dim), gputest.Poison), e.outF32(rows), e.outF32(rows)
+			e.check(e.o.RMSNormE4M3(x, w, rows, dim, 1e-6, q, s, rs, stage))
+			same(name, rows, dim, q, s, wantQ, wantS)
+			if !slices.Equal(e.loadF32(rs, rows), e.loadF32(rstd, rows)) {
+				e.t.Errorf("%s: rstd %v, want RMSNorm's %v", name, e.loadF32(rs, min(rows, 4)), e.loadF32(rstd, min(rows, 4)))
+			}
+		}
+		for _, sh := range [][2]int{{8, 12288}, {3, 100}, {5, 4100}} {
+			rows, cols := sh[0], sh[1]
+			name := fmt.Sprintf("SwiGLUPackedE4M3 rows%d_cols%d", rows, cols)
+			y2, _ := e.store(e.normal(rows*2*cols, 3))
+			out := e.out(rows * cols)
+			e.check(e.o.SwiGLUPacked(y2, out, int64(rows), cols))
+			wantQ, wantS := e.alloc(int64(rows*cols), gputest.Poison), e.outF32(rows)
+			e.check(e.o.QuantizeRowsE4M3(out, rows, cols, wantQ, wantS))
+			q, s := e.alloc(int64(rows*cols), gputest.Poison), e.outF32(rows)
+			e.check(e.o.SwiGLUPackedE4M3(y2, rows, cols, q, s))
+			same(name, rows, cols, q, s, wantQ, wantS)
+		}
+	})
+}

@@ -76,6 +76,7 @@ var (
 	kScatterAdd = def("op_embed.cu", "op_scatter_add", "dout:p ids:p dtable:p n:i32 dim:i32 rows:i32")
 
 	kRMSNorm        = def("op_rmsnorm.cu", "op_rmsnorm_fwd", "x:p w:p y:p rstd:p rows:i32 dim:i32 eps:f32")
+	kRMSNormE4M3    = def("op_rmsnorm.cu", "op_rmsnorm_e4m3", "x:p w:p codes:p scales:p rstd:p rows:i32 dim:i32 eps:f32")
 	kRMSNormDX      = def("op_rmsnorm.cu", "op_rmsnorm_bwd_dx", "x:p w:p rstd:p dy:p dx:p rows:i32 dim:i32 accumulate:i32")
 	kRMSNormSmall   = def("op_rmsnorm.cu", "op_rmsnorm_fwd_small", "x:p w:p y:p rstd:p rows:i32 dim:i32 eps:f32 lanes:i32")
 	kRMSNormDXSmall = def("op_rmsnorm.cu", "op_rmsnorm_bwd_dx_small", "x:p w:p rstd:p dy:p dx:p rows:i32 dim:i32 lanes:i32 accumulate:i32")
@@ -92,10 +93,11 @@ var (
 
 	kRoPE = def("op_rope.cu", "op_rope", "x:p cos:p sin:p y:p rows:i32 heads:i32 half:i32 inverse:i32 accumulate:i32")
 
-	kSwiGLU          = def("op_swiglu.cu", "op_swiglu_fwd", "gate:p up:p out:p n:i64")
-	kSwiGLUBwd       = def("op_swiglu.cu", "op_swiglu_bwd", "gate:p up:p dout:p dgate:p dup:p n:i64 accumulate:i32")
-	kSwiGLUPacked    = def("op_swiglu.cu", "op_swiglu_packed_fwd", "y2:p out:p rows:i64 cols:i32")
-	kSwiGLUPackedBwd = def("op_swiglu.cu", "op_swiglu_packed_bwd", "y2:p dout:p dy2:p rows:i64 cols:i32 accumulate:i32")
+	kSwiGLU           = def("op_swiglu.cu", "op_swiglu_fwd", "gate:p up:p out:p n:i64")
+	kSwiGLUBwd        = def("op_swiglu.cu", "op_swiglu_bwd", "gate:p up:p dout:p dgate:p dup:p n:i64 accumulate:i32")
+	kSwiGLUPacked     = def("op_swiglu.cu", "op_swiglu_packed_fwd", "y2:p out:p rows:i64 cols:i32")
+	kSwiGLUPackedBwd  = def("op_swiglu.cu", "op_swiglu_packed_bwd", "y2:p dout:p dy2:p rows:i64 cols:i32 accumulate:i32")
+	kSwiGLUPackedE4M3 = def("op_swiglu.cu", "op_swiglu_packed_e4m3", "y2:p codes:p scales:p rows:i32 cols:i32")
 
 	kAdd         = def("op_ew.cu", "op_add", "a:p b:p out:p n:i64")
 	kAxpy        = def("op_ew.cu", "op_axpy", "alpha:f32 x:p y:p n:i64")

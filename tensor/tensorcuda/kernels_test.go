@@ -115,6 +115,7 @@ type fakeRun struct {
 	gemmCD   [][2]gpu.Buffer // each product's C and D
 	gemmBeta []float32
 	last     struct {
+		k           *kernel
 		grid, block cuda.Dim3
 		args        int
 	}
@@ -123,7 +124,7 @@ type fakeRun struct {
 
 func (f *fakeRun) launch(k *kernel, grid, block cuda.Dim3, args *cuda.Args) error {
 	f.launched[k.name]++
-	f.last.grid, f.last.block, f.last.args = grid, block, args.Len()
+	f.last.k, f.last.grid, f.last.block, f.last.args = k, grid, block, args.Len()
 	f.shapes[k.name] = [2]cuda.Dim3{grid, block}
 	return nil
 }
@@ -311,6 +312,18 @@ func TestLaunchersMatchKernels(t *testing.T) {
 			if g := f.gemms[len(f.gemms)-1]; f.launched["gemmFP8"] != 1 || g.M != 16 || g.N != 1024 || g.K != 4096 || !g.TransB ||
 				g.Out != dt || g.Scale != gpu.ScaleRowsCols || f.last.grid.X != 16 {
 				t.Errorf("LinearFP8: product %+v, quantization grid %v", g, f.last.grid)
+			}
+			must(o.RMSNormE4M3(big, big, 16, 4096, 1e-6, big, big, big, gpu.Buffer{}))
+			if f.last.k != kRMSNormE4M3 || f.last.grid.X != 16 {
+				t.Errorf("RMSNormE4M3 of rows of 4096: kernel %s grid %v, want op_rmsnorm_e4m3, one block per row", f.last.k.name, f.last.grid)
+			}
+			must(o.RMSNormE4M3(big, big, 16, 256, 1e-6, big, big, big, big))
+			if f.last.k != kQuantE4M3 {
+				t.Errorf("RMSNormE4M3 of rows of 256: last kernel %s, want the stage's quantization", f.last.k.name)
+			}
+			must(o.SwiGLUPackedE4M3(big, 16, 12288, big, big))
+			if f.last.grid.X != 16 {
+				t.Errorf("SwiGLUPackedE4M3 grid %v, want one block per row", f.last.grid)
 			}
 			for _, k := range allKernels {
 				if f.launched[k.name] == 0 && (k != kSkinnyGemm && k != kDecodeAttnMMA || dt == dtype.BF16) { // bf16's alone

@@ -26,11 +26,26 @@ type Buf struct {
 	dt    dtype.DType
 	step  uint64 // the step the storage belongs to; persistent (0) for parameters
 	whole bool   // a whole allocation, not a Slice of one (FreeStep takes only those)
-	// An FP8 matrix (dt F8E4M3, a frozen weight: AllocParamsFP8) has rows
-	// of cols codes and a float32 scale per row at scales.
+	// An FP8 matrix (dt F8E4M3: a frozen weight, AllocParamsFP8, or an
+	// activation in step memory, AllocOperand) has rows of cols codes and
+	// a float32 scale per row at scales. An activation's scales follow its
+	// codes in its one allocation (fp8ActBytes).
 	scales cuda.DevicePtr
 	cols   int
 }
+
+// bytes returns the size of the allocation of whole step storage s: its
+// elements', and an FP8 activation's scales after its codes.
+func (s Buf) bytes() int64 {
+	if s.cols > 0 && s.step != 0 {
+		return fp8ActBytes(s.n, s.cols)
+	}
+	return int64(s.n) * int64(s.dt.Size())
+}
+
+// fp8ActBytes returns the allocation of an FP8 activation of n codes in rows
+// of cols: the codes, padded to 16 bytes, then a float32 scale per row.
+func fp8ActBytes(n, cols int) int64 { return (int64(n)+15)/16*16 + 4*int64(n/cols) }
 
 // Len returns the number of elements.
 func (s Buf) Len() int { return s.n }
