@@ -41,7 +41,8 @@ type GemmSpec struct {
 	// FastAccum, for FP8 inputs only, is cuBLASLt's fast accumulation:
 	// the tensor cores' partial sums are not promoted to fp32 every few
 	// steps along K, which is faster and less accurate (the forward
-	// products of FP8 training recipes run so).
+	// products of FP8 training recipes run so, and the FP8 target's by
+	// default: DFLASH_FP8_FAST_ACCUM).
 	FastAccum bool
 }
 

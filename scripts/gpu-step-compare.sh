@@ -9,8 +9,8 @@
 # Build here first: bash scripts/gpu-train.sh --build; then through the device tool
 #   [TARGETS="qwen3-8b qwen3-1.7b"] [DTYPES="bf16 fp8"] [MODES="shipped best"] [STEPS=5] bash scripts/gpu-step-compare.sh
 # DTYPES are dflash's --target-dtype runs: the first with a cold and a warm kernel cache, the others
-# warm; an fp8 row adds its taps' relative errors against the bf16 target (docs/FP8.md), and fp8+fast
-# is fp8 with DFLASH_FP8_FAST_ACCUM=1.
+# warm; an fp8 row adds its taps' relative errors against the bf16 target (docs/FP8.md), and fp8+exact
+# is fp8 with DFLASH_FP8_FAST_ACCUM=0 (products promoted to fp32 along K; fast accumulation is the default).
 # with carry [".devbuild/train.txz"]. JSON reports go to $OUT.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -26,9 +26,9 @@ for t in $TARGETS; do
 		[ "$dt" = "$first_dt" ] && caches="cold warm"
 		for cache in $caches; do
 			[ "$cache" = cold ] && rm -rf "$DFLASH_KERNEL_CACHE"
-			fast=0
-			[ "$dt" != "${dt%+fast}" ] && fast=1
-			DFLASH_FP8_FAST_ACCUM=$fast timeout 300 "$B/dflash" bench step --device cuda --target-config "$t" --target-dtype "${dt%+fast}" --seq-len 3072 --batch 4 \
+			fast=1
+			[ "$dt" != "${dt%+exact}" ] && fast=0
+			DFLASH_FP8_FAST_ACCUM=$fast timeout 300 "$B/dflash" bench step --device cuda --target-config "$t" --target-dtype "${dt%+*}" --seq-len 3072 --batch 4 \
 				--anchors 512 --block-size 16 --drafter-layers 5 --steps "${STEPS:-5}" --warmup 2 --json \
 				>"$OUT/dflash_${t}_${dt}_${cache}.json" 2>"$OUT/dflash_${t}_${dt}_${cache}.log"
 			echo "dflash $t $dt ($cache kernel cache) exit $?"

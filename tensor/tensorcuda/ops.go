@@ -22,7 +22,7 @@ type Ops struct {
 	sms  int // multiprocessors: grids of grid-stride kernels are sized from it
 	run  runner
 	call call // reused by every launch (Ops is single-threaded)
-	// fp8Fast: LinearFP8's products accumulate fast (DFLASH_FP8_FAST_ACCUM).
+	// fp8Fast: LinearFP8's products accumulate fast (DFLASH_FP8_FAST_ACCUM, on by default).
 	fp8Fast bool
 }
 
