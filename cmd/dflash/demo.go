@@ -41,7 +41,7 @@ type demoFlags struct {
 func parseDemo(args []string) (demo.Options, bool, error) {
 	fs := newFlagSet("demo", "demo [--json] [--dir DIR] [--device cpu|cuda] [--seed N] [--workers N] [--quick] [flags]")
 	d := demo.Defaults()
-	f := demoFlags{Seed: d.Seed, Device: d.Device, TargetSteps: d.TargetSteps, DraftSteps: d.DraftSteps, Prompts: d.Prompts, Progress: d.Progress}
+	f := demoFlags{Seed: d.Seed, Device: d.Device, TargetSteps: d.TargetSteps, DraftSteps: d.DraftSteps, Prompts: d.Prompts, Progress: d.Progress, TargetDType: "bf16"}
 	opts := train.BindOptions(fs, &f)
 	if err := parseOptions(fs, opts, args); err != nil {
 		return d, false, err
