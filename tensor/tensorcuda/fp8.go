@@ -267,7 +267,7 @@ func (b *Backend) AllocOperand(rows, cols int, w tensor.Storage[float32]) tensor
 	}
 	n := rows * cols
 	p := b.alloc(fp8ActBytes(n, cols), false, false).Ptr
-	return Buf{be: b, ptr: p, n: n, dt: dtype.F8E4M3, step: b.gen, whole: true, scales: p + cuda.DevicePtr((n+15)/16*16), cols: cols}
+	return Buf{be: b, ptr: p, n: n, dt: dtype.F8E4M3, step: b.gen, whole: true, scales: p + cuda.DevicePtr(fp8ActScalesAt(n)), cols: cols}
 }
 
 var _ tensor.OperandAlloc[float32] = (*Backend)(nil)

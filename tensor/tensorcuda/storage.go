@@ -45,7 +45,11 @@ func (s Buf) bytes() int64 {
 
 // fp8ActBytes returns the allocation of an FP8 activation of n codes in rows
 // of cols: the codes, padded to 16 bytes, then a float32 scale per row.
-func fp8ActBytes(n, cols int) int64 { return (int64(n)+15)/16*16 + 4*int64(n/cols) }
+func fp8ActBytes(n, cols int) int64 { return fp8ActScalesAt(n) + 4*int64(n/cols) }
+
+// fp8ActScalesAt returns the byte offset of an FP8 activation's scales in
+// its allocation: after its n codes, padded to 16 bytes.
+func fp8ActScalesAt(n int) int64 { return (int64(n) + 15) / 16 * 16 }
 
 // Len returns the number of elements.
 func (s Buf) Len() int { return s.n }
