@@ -8,7 +8,7 @@
 // #include line and passes -DOP_BF16 and the kernels' block shapes through
 // its compile options (compileOptions). A standalone build gives them too,
 // e.g. for bf16 storage:
-//   nvcc -arch=sm_90 -Xptxas -v -c -DOP_BF16=1 -DOP_DW_THREADS=256
+//   nvcc -arch=sm_90 -Xptxas -v -c -DOP_BF16=1 -DOP_ROW_VECS=8 -DOP_DW_THREADS=256
 //     -DOP_NORM_VECS=2 -DOP_COLSUM_COLS=32 -DOP_COLSUM_LANES=8 kernels/op_X.cu
 // (each op_X.cu names the ones it needs).
 #pragma once
@@ -242,4 +242,43 @@ __device__ __forceinline__ void op_store_codes(unsigned char *p, const unsigned 
   for (int e = 0; e < OP_VEC; e++) v |= (unsigned)c[e] << (8 * e);
   *(unsigned *)p = v;
 #endif
+}
+
+// OP_ROW_VECS: the most 16-byte vectors of a row per thread that the
+// one-pass E4M3 producers hold in registers (the launcher's rowVecs). A
+// row of nv vectors fits a block when nv ≤ OP_ROW_VECS·blockDim; thread t
+// holds the vectors t + j·blockDim, j < OP_ROW_VECS, below nv.
+#ifndef OP_ROW_VECS
+#error "OP_ROW_VECS is set by the Go launcher (-DOP_ROW_VECS=8)"
+#endif
+
+// op_row_fits reports whether a row of nv vectors (0: not whole aligned
+// vectors) fits this block's registers.
+__device__ __forceinline__ bool op_row_fits(int nv) { return nv > 0 && nv <= OP_ROW_VECS * (int)blockDim.x; }
+
+// op_row_e4m3 is the E4M3 half of a one-pass producer of a row that fits
+// (op_row_fits): v[j] holds the thread's vector t + j·blockDim of the row's
+// values as storage holds them; it writes the row's scale max |v| / 448 to
+// *scale (thread 0) and the codes e4m3(v / scale) to q, as
+// op_quant_rows_e4m3 of that row, reading nothing back. sh holds 32 floats
+// (it may follow another reduction over the same sh).
+__device__ __forceinline__ void op_row_e4m3(const op_vec16 *v, int nv, unsigned char *q, float *scale, float *sh) {
+  float a = 0.0f;
+#pragma unroll
+  for (int j = 0; j < OP_ROW_VECS; j++) {
+    if ((int)threadIdx.x + j * (int)blockDim.x >= nv) break;
+#pragma unroll
+    for (int e = 0; e < OP_VEC; e++) a = fmaxf(a, fabsf(op_f32(v[j].e[e])));
+  }
+  float sc = op_e4m3_scale(op_block_max(a, sh));
+  if (threadIdx.x == 0) *scale = sc;
+#pragma unroll
+  for (int j = 0; j < OP_ROW_VECS; j++) {
+    int k = threadIdx.x + j * blockDim.x;
+    if (k >= nv) break;
+    unsigned char out[OP_VEC];
+#pragma unroll
+    for (int e = 0; e < OP_VEC; e++) out[e] = op_e4m3(op_f32(v[j].e[e]) / sc);
+    op_store_codes(q + (long long)k * OP_VEC, out);
+  }
 }

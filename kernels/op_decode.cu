@@ -7,7 +7,7 @@
 // the splits. Scores, softmax and sums are fp32 whatever the storage.
 //
 // Block shapes from the Go launcher (tensor/tensorcuda compileOptions); a
-// standalone build: nvcc -arch=sm_90 -Xptxas -v -c -DOP_BF16=1
+// standalone build: nvcc -arch=sm_90 -Xptxas -v -c -DOP_BF16=1 -DOP_ROW_VECS=8
 // -DOP_DEC_ROWS=16 -DOP_DEC_WARPS=4 -DOP_DEC_MAX_D=128 -DOP_DEC_MAX_SPLITS=1024
 // kernels/op_decode.cu
 #include "op_common.cuh"

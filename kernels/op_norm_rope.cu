@@ -17,7 +17,7 @@
 // single elements.
 //
 // Block shapes from the Go launcher (tensor/tensorcuda compileOptions); a
-// standalone build: nvcc -arch=sm_90 -Xptxas -v -c -DOP_BF16=1
+// standalone build: nvcc -arch=sm_90 -Xptxas -v -c -DOP_BF16=1 -DOP_ROW_VECS=8
 // -DOP_DW_THREADS=256 kernels/op_norm_rope.cu
 #include "op_common.cuh"
 

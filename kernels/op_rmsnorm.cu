@@ -7,7 +7,7 @@
 // (op_rows.cu) adds the chunks, in order, into dw.
 //
 // Block shapes from the Go launcher (tensor/tensorcuda compileOptions); a
-// standalone build: nvcc -arch=sm_90 -Xptxas -v -c -DOP_BF16=1
+// standalone build: nvcc -arch=sm_90 -Xptxas -v -c -DOP_BF16=1 -DOP_ROW_VECS=8
 // -DOP_DW_THREADS=256 -DOP_NORM_VECS=2 kernels/op_rmsnorm.cu
 #include "op_common.cuh"
 
@@ -126,8 +126,10 @@ extern "C" __global__ void op_rmsnorm_fwd(const op_t *__restrict__ x,
 // scales[r] = max |y| / 448 and codes = e4m3(y / scales[r]), as
 // op_quant_rows_e4m3 of that y, bit for bit when op_rmsnorm_fwd would run
 // one block per row of the same block size (the same sums) on aligned
-// rows. y is made twice (for the row's largest magnitude, then its codes)
-// from x and w, which the second pass reads from cache: it is never stored.
+// rows. y is never stored: a row that fits the block's registers
+// (op_row_fits) is read once and held; a larger or unaligned one makes y
+// twice (for the row's largest magnitude, then its codes), reading x and w
+// again from cache.
 extern "C" __global__ void op_rmsnorm_e4m3(const op_t *__restrict__ x,
                                            const op_t *__restrict__ w,
                                            unsigned char *__restrict__ codes,
@@ -140,6 +142,31 @@ extern "C" __global__ void op_rmsnorm_e4m3(const op_t *__restrict__ x,
   const op_t *xr = x + (long long)r * dim;
   unsigned char *q = codes + (long long)r * dim;
   int nv = op_row_vecs(dim, op_aligned16(x) && op_aligned16(w) && op_aligned16(codes));
+  if (op_row_fits(nv)) {
+    op_vec16 v[OP_ROW_VECS];
+    float ss = 0.0f; // op_row_sumsq's order: vectors t, t + blockDim, …
+#pragma unroll
+    for (int j = 0; j < OP_ROW_VECS; j++) {
+      int k = threadIdx.x + j * blockDim.x;
+      if (k >= nv) break;
+      v[j].u = *(const uint4 *)(xr + k * OP_VEC);
+#pragma unroll
+      for (int e = 0; e < OP_VEC; e++) ss += op_f32(v[j].e[e]) * op_f32(v[j].e[e]);
+    }
+    float rs = 1.0f / sqrtf(op_block_sum(ss, sh) / (float)dim + eps);
+    if (threadIdx.x == 0) rstd[r] = rs;
+#pragma unroll
+    for (int j = 0; j < OP_ROW_VECS; j++) {
+      int k = threadIdx.x + j * blockDim.x;
+      if (k >= nv) break;
+      float ws[OP_VEC];
+      op_load_vec(w + k * OP_VEC, ws);
+#pragma unroll
+      for (int e = 0; e < OP_VEC; e++) op_put(&v[j].e[e], op_f32(v[j].e[e]) * rs * ws[e]);
+    }
+    op_row_e4m3(v, nv, q, scales + r, sh);
+    return;
+  }
   float ss = op_block_sum(op_row_sumsq(xr, nv, dim, threadIdx.x, blockDim.x), sh);
   float rs = 1.0f / sqrtf(ss / (float)dim + eps);
   if (threadIdx.x == 0) rstd[r] = rs;

@@ -3,7 +3,7 @@
 // column sum (SumRows here, RMSNorm's weight gradient in op_rmsnorm.cu).
 //
 // Block shapes from the Go launcher (tensor/tensorcuda compileOptions); a
-// standalone build: nvcc -arch=sm_90 -Xptxas -v -c -DOP_BF16=1
+// standalone build: nvcc -arch=sm_90 -Xptxas -v -c -DOP_BF16=1 -DOP_ROW_VECS=8
 // -DOP_COLSUM_COLS=32 -DOP_COLSUM_LANES=8 kernels/op_rows.cu
 #include "op_common.cuh"
 

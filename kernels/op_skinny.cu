@@ -17,7 +17,7 @@
 //
 // Needs k a multiple of 32 and 16-byte aligned rows (checked by the Go
 // launcher, which otherwise runs cuBLASLt). Standalone build:
-//   nvcc -arch=sm_90 -Xptxas -v -c -DOP_BF16=1 -DOP_SK_MAX_WARPS=16 kernels/op_skinny.cu
+//   nvcc -arch=sm_90 -Xptxas -v -c -DOP_BF16=1 -DOP_ROW_VECS=8 -DOP_SK_MAX_WARPS=16 kernels/op_skinny.cu
 #include "op_common.cuh"
 
 #ifndef OP_SK_MAX_WARPS

@@ -99,7 +99,9 @@ extern "C" __global__ void op_swiglu_packed_fwd(const op_t *__restrict__ y2,
 // E4M3, a row at a time (one block per row): v = silu(g)·u as
 // op_swiglu_packed_fwd stores it, scales[r] = max |v| / 448 and codes =
 // e4m3(v / scales[r]), as op_quant_rows_e4m3 of that out, bit for bit. v is
-// made twice (the second pass reads y2's row from cache), never stored.
+// never stored: a row that fits the block's registers (op_row_fits) is made
+// once and held; a larger or unaligned one is made twice (the second pass
+// reads y2's row again from cache).
 extern "C" __global__ void op_swiglu_packed_e4m3(const op_t *__restrict__ y2,
                                                  unsigned char *__restrict__ codes,
                                                  float *__restrict__ scales,
@@ -110,6 +112,21 @@ extern "C" __global__ void op_swiglu_packed_e4m3(const op_t *__restrict__ y2,
   const op_t *g = y2 + (long long)r * 2 * cols, *u = g + cols;
   unsigned char *q = codes + (long long)r * cols;
   int nv = cols % OP_VEC == 0 && op_aligned16(y2) && op_aligned16(codes) ? cols / OP_VEC : 0;
+  if (op_row_fits(nv)) {
+    op_vec16 v[OP_ROW_VECS];
+#pragma unroll
+    for (int j = 0; j < OP_ROW_VECS; j++) {
+      int k = threadIdx.x + j * blockDim.x;
+      if (k >= nv) break;
+      float gs[OP_VEC], us[OP_VEC];
+      op_load_vec(g + k * OP_VEC, gs);
+      op_load_vec(u + k * OP_VEC, us);
+#pragma unroll
+      for (int e = 0; e < OP_VEC; e++) op_put(&v[j].e[e], op_silu_mul(gs[e], us[e]));
+    }
+    op_row_e4m3(v, nv, q, scales + r, sh);
+    return;
+  }
   float a = 0.0f;
   for (int k = threadIdx.x; k < nv; k += blockDim.x) {
     float gs[OP_VEC], us[OP_VEC];

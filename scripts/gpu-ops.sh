@@ -32,7 +32,7 @@ fi
 # Each kernel file builds alone with nvcc (registers and spills in the log),
 # with the block shapes the Go launcher passes (tensorcuda's blockShapes;
 # TestOpMacrosSupplied checks this line against them).
-shapes="-DOP_DW_THREADS=256 -DOP_NORM_VECS=2 -DOP_COLSUM_COLS=32 -DOP_COLSUM_LANES=8 -DOP_DEC_ROWS=16 -DOP_DEC_WARPS=4 -DOP_DEC_MAX_D=128 -DOP_DEC_MAX_SPLITS=1024 -DOP_SK_MAX_WARPS=16"
+shapes="-DOP_DW_THREADS=256 -DOP_NORM_VECS=2 -DOP_ROW_VECS=8 -DOP_COLSUM_COLS=32 -DOP_COLSUM_LANES=8 -DOP_DEC_ROWS=16 -DOP_DEC_WARPS=4 -DOP_DEC_MAX_D=128 -DOP_DEC_MAX_SPLITS=1024 -DOP_SK_MAX_WARPS=16"
 nvcc_ok=1
 if command -v nvcc >/dev/null; then
 	tmp=$(mktemp -d)

@@ -31,6 +31,12 @@ func (o *Ops) QuantizeRowsE4M3(x gpu.Buffer, rows, cols int, codes, scales gpu.B
 	return o.launch(c, cuda.Dim(uint32(rows), 1, 1), threads)
 }
 
+// rowVecs is the most 16-byte vectors of a row that a thread of the
+// one-pass E4M3 producers (op_quant_rows_e4m3, op_rmsnorm_e4m3,
+// op_swiglu_packed_e4m3) holds in registers (OP_ROW_VECS, compileOptions):
+// with threads per row, rows of up to 16384 bf16 elements are read once.
+const rowVecs = 8
+
 // RMSNormE4M3 is RMSNorm of x into E4M3 rows: y = x·rstd·w as RMSNorm
 // stores it, quantized per row as QuantizeRowsE4M3 does (codes rows·dim
 // bytes, scales rows floats), rstd written as RMSNorm writes it. Rows of

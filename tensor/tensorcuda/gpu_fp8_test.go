@@ -6,6 +6,7 @@ import (
 	"slices"
 	"testing"
 
+	"dflash/dtype"
 	"dflash/gpu"
 	"dflash/internal/gputest"
 	"dflash/tensor/quant"
@@ -15,10 +16,11 @@ import (
 // and quant.QuantizeRows on the same stored values, bit for bit (scales and
 // codes): rows whose magnitudes span six decades (subnormal codes
 // included), a row of zeros, Qwen3-8B's widths (4096, 12288), an odd width
-// and a single column.
+// and a single column; rows held in registers (op_row_fits) and rows read
+// twice (larger than rowVecs vectors a thread, or not whole vectors).
 func TestGPUQuantizeRowsE4M3(t *testing.T) {
 	forDTypes(t, func(e *env) {
-		for _, sh := range [][2]int{{16, 4096}, {3, 100}, {128, 12288}, {7, 1}} {
+		for _, sh := range [][2]int{{16, 4096}, {3, 100}, {128, 12288}, {7, 1}, {2, 20480}, {3, 4100}} {
 			rows, cols := sh[0], sh[1]
 			vals := make([]float64, rows*cols)
 			for r := range rows {
@@ -29,40 +31,81 @@ func TestGPUQuantizeRowsE4M3(t *testing.T) {
 					}
 				}
 			}
-			x, xv := e.store(vals)
-			xf := make([]float32, len(xv))
-			for i, v := range xv {
-				xf[i] = float32(v)
-			}
-			wantS := quant.RowScales(xf, rows, cols)
-			wantQ := make([]uint8, len(xf))
-			quant.QuantizeRows(wantQ, xf, rows, cols, wantS)
-
-			codes := e.alloc(int64(rows*cols), gputest.Poison)
-			scales := e.outF32(rows)
-			e.check(e.o.QuantizeRowsE4M3(x, rows, cols, codes, scales))
-			gotQ := make([]uint8, rows*cols)
-			e.check(gpu.Download(e.d, gotQ, codes))
-			gotS := make([]float32, rows)
-			e.check(gpu.Download(e.d, gotS, scales))
-			name := fmt.Sprintf("rows%d_cols%d", rows, cols)
-			if !slices.Equal(gotS, wantS) {
-				e.t.Errorf("QuantizeRowsE4M3 %s scales: got %v, want %v", name, gotS[:min(4, rows)], wantS[:min(4, rows)])
-			}
-			bad := 0
-			for i := range gotQ {
-				if gotQ[i] != wantQ[i] {
-					if bad < 3 {
-						e.t.Errorf("QuantizeRowsE4M3 %s code [%d][%d] of %g: %#02x, want %#02x", name, i/cols, i%cols, xf[i], gotQ[i], wantQ[i])
-					}
-					bad++
-				}
-			}
-			if bad > 0 {
-				e.t.Errorf("QuantizeRowsE4M3 %s: %d of %d codes differ", name, bad, len(gotQ))
-			}
+			checkQuantize(e, fmt.Sprintf("rows%d_cols%d", rows, cols), rows, cols, vals)
 		}
 	})
+}
+
+// TestGPUE4M3Ties checks the conversion itself (the conversion instruction
+// of the rows held in registers, op_e4m3 of the others) where rounding
+// decides: rows whose largest magnitude is 448 (scale 1, so the codes are
+// the values' own) filled with every E4M3 value, the midpoints between
+// neighbours (ties to even), a storage step either side of them, the
+// subnormals' and zero's, their negatives and NaNs of both signs.
+func TestGPUE4M3Ties(t *testing.T) {
+	forDTypes(t, func(e *env) {
+		var set []float64
+		for c := range uint8(0x7f) { // 0x7f is NaN
+			v := float64(dtype.F8E4M3ToFloat32(c))
+			set = append(set, v)
+			if c < 0x7e {
+				mid := (v + float64(dtype.F8E4M3ToFloat32(c+1))) / 2
+				set = append(set, mid, math.Nextafter(float64(float32(mid)), 0), mid*(1+1.0/128), mid*(1-1.0/128))
+			}
+		}
+		for _, v := range slices.Clone(set) {
+			set = append(set, -v)
+		}
+		set = append(set, math.NaN(), math.Copysign(math.NaN(), -1))
+		for _, cols := range []int{4096, 20480} {
+			rows := 2
+			vals := make([]float64, rows*cols)
+			for i := range vals {
+				vals[i] = set[i%len(set)]
+				if i%cols == 0 {
+					vals[i] = 448
+				}
+			}
+			checkQuantize(e, fmt.Sprintf("ties cols%d", cols), rows, cols, vals)
+		}
+	})
+}
+
+// checkQuantize runs QuantizeRowsE4M3 on vals (rows×cols) as e stores them
+// and compares scales and codes with quant.RowScales and quant.QuantizeRows
+// of the stored values, bit for bit.
+func checkQuantize(e *env, name string, rows, cols int, vals []float64) {
+	x, xv := e.store(vals)
+	xf := make([]float32, len(xv))
+	for i, v := range xv {
+		xf[i] = float32(v)
+	}
+	wantS := quant.RowScales(xf, rows, cols)
+	wantQ := make([]uint8, len(xf))
+	quant.QuantizeRows(wantQ, xf, rows, cols, wantS)
+
+	codes := e.alloc(int64(rows*cols), gputest.Poison)
+	scales := e.outF32(rows)
+	e.check(e.o.QuantizeRowsE4M3(x, rows, cols, codes, scales))
+	gotQ := make([]uint8, rows*cols)
+	e.check(gpu.Download(e.d, gotQ, codes))
+	gotS := make([]float32, rows)
+	e.check(gpu.Download(e.d, gotS, scales))
+	if !slices.Equal(gotS, wantS) {
+		e.t.Errorf("QuantizeRowsE4M3 %s scales: got %v, want %v", name, gotS[:min(4, rows)], wantS[:min(4, rows)])
+	}
+	bad := 0
+	for i := range gotQ {
+		if gotQ[i] != wantQ[i] {
+			if bad < 3 {
+				e.t.Errorf("QuantizeRowsE4M3 %s code [%d][%d] of %g: %#02x, want %#02x", name, i/cols, i%cols, xf[i], gotQ[i], wantQ[i])
+			}
+			bad++
+		}
+	}
+	if bad > 0 {
+		e.t.Errorf("QuantizeRowsE4M3 %s: %d of %d codes differ", name, bad, len(gotQ))
+	}
 }
 
 // TestGPULinearFP8 runs LinearFP8 (device quantization of x, then the
@@ -147,9 +190,10 @@ func TestGPULinearFP8(t *testing.T) {
 // TestGPUFusedE4M3 compares the ops that write E4M3 rows themselves with
 // the op then QuantizeRowsE4M3 (each checked against the host elsewhere),
 // bit for bit in codes, scales and RMSNorm's rstd: RMSNormE4M3 one block a
-// row (Qwen3-8B's 4096, a vector width 2056 and a scalar one 1030) and
-// through its stage (256, the small-row kernel), SwiGLUPackedE4M3 at the
-// 8B's 12288 and at widths of scalar tails.
+// row (Qwen3-8B's 4096 and a vector width 2056 held in registers, a scalar
+// width 1030 and a row of 20480, past rowVecs vectors a thread, read twice)
+// and through its stage (256, the small-row kernel), SwiGLUPackedE4M3 at
+// the 8B's 12288, at 20480 and at widths of scalar tails.
 func TestGPUFusedE4M3(t *testing.T) {
 	forDTypes(t, func(e *env) {
 		same := func(name string, rows, cols int, codes, scales, wantCodes, wantScales gpu.Buffer) {
@@ -172,7 +216,7 @@ func TestGPUFusedE4M3(t *testing.T) {
 				e.t.Errorf("%s: %d of %d codes differ", name, bad, len(got))
 			}
 		}
-		for _, sh := range [][2]int{{16, 4096}, {5, 2056}, {3, 1030}, {4, 256}} {
+		for _, sh := range [][2]int{{16, 4096}, {5, 2056}, {3, 1030}, {4, 256}, {2, 20480}} {
 			rows, dim := sh[0], sh[1]
 			name := fmt.Sprintf("RMSNormE4M3 rows%d_dim%d", rows, dim)
 			x, _ := e.store(e.normal(rows*dim, 2))
@@ -192,7 +236,7 @@ func TestGPUFusedE4M3(t *testing.T) {
 				e.t.Errorf("%s: rstd %v, want RMSNorm's %v", name, e.loadF32(rs, min(rows, 4)), e.loadF32(rstd, min(rows, 4)))
 			}
 		}
-		for _, sh := range [][2]int{{8, 12288}, {3, 100}, {5, 4100}} {
+		for _, sh := range [][2]int{{8, 12288}, {3, 100}, {5, 4100}, {2, 20480}} {
 			rows, cols := sh[0], sh[1]
 			name := fmt.Sprintf("SwiGLUPackedE4M3 rows%d_cols%d", rows, cols)
 			y2, _ := e.store(e.normal(rows*2*cols, 3))

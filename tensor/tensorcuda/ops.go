@@ -96,6 +96,7 @@ var blockShapes = []struct {
 }{
 	{"OP_DW_THREADS", threads},          // op_rmsnorm_bwd_dw, op_norm_rope_bwd_dw: the most threads of their vector paths
 	{"OP_NORM_VECS", normVecs},          // op_rmsnorm_bwd: 16-byte vectors of a row per thread
+	{"OP_ROW_VECS", rowVecs},            // the one-pass E4M3 producers: 16-byte vectors of a row per thread
 	{"OP_COLSUM_COLS", colSumCols},      // op_colsum: columns per block
 	{"OP_COLSUM_LANES", colSumLanes},    // op_colsum: lanes per column
 	{"OP_DEC_ROWS", decRows},            // op_decode_attn: query rows per block
