@@ -256,6 +256,19 @@ __device__ __forceinline__ void op_store_codes(unsigned char *p, const unsigned 
 // vectors) fits this block's registers.
 __device__ __forceinline__ bool op_row_fits(int nv) { return nv > 0 && nv <= OP_ROW_VECS * (int)blockDim.x; }
 
+// op_e4m3x2 returns the E4M3 codes of lo (low byte) and hi: op_e4m3 of
+// each, in one conversion instruction on sm_89 and later (round to nearest
+// even, saturating to ±448, as op_e4m3).
+__device__ __forceinline__ unsigned op_e4m3x2(float lo, float hi) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  unsigned short d;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(d) : "f"(hi), "f"(lo));
+  return d;
+#else
+  return op_e4m3(lo) | (unsigned)op_e4m3(hi) << 8;
+#endif
+}
+
 // op_row_e4m3 is the E4M3 half of a one-pass producer of a row that fits
 // (op_row_fits): v[j] holds the thread's vector t + j·blockDim of the row's
 // values as storage holds them; it writes the row's scale max |v| / 448 to
@@ -265,20 +278,47 @@ __device__ __forceinline__ bool op_row_fits(int nv) { return nv > 0 && nv <= OP_
 __device__ __forceinline__ void op_row_e4m3(const op_vec16 *v, int nv, unsigned char *q, float *scale, float *sh) {
   float a = 0.0f;
 #pragma unroll
-  for (int j = 0; j < OP_ROW_VECS; j++) {
-    if ((int)threadIdx.x + j * (int)blockDim.x >= nv) break;
+  for (int j = 0; j < OP_ROW_VECS; j++)
+    if ((int)threadIdx.x + j * (int)blockDim.x < nv)
 #pragma unroll
-    for (int e = 0; e < OP_VEC; e++) a = fmaxf(a, fabsf(op_f32(v[j].e[e])));
-  }
+      for (int e = 0; e < OP_VEC; e++) a = fmaxf(a, fabsf(op_f32(v[j].e[e])));
   float sc = op_e4m3_scale(op_block_max(a, sh));
   if (threadIdx.x == 0) *scale = sc;
 #pragma unroll
   for (int j = 0; j < OP_ROW_VECS; j++) {
     int k = threadIdx.x + j * blockDim.x;
-    if (k >= nv) break;
-    unsigned char out[OP_VEC];
+    if (k >= nv) continue;
+    unsigned w[OP_VEC / 4];
 #pragma unroll
-    for (int e = 0; e < OP_VEC; e++) out[e] = op_e4m3(op_f32(v[j].e[e]) / sc);
-    op_store_codes(q + (long long)k * OP_VEC, out);
+    for (int e = 0; e < OP_VEC; e += 4)
+      w[e / 4] = op_e4m3x2(op_f32(v[j].e[e]) / sc, op_f32(v[j].e[e + 1]) / sc) |
+                 op_e4m3x2(op_f32(v[j].e[e + 2]) / sc, op_f32(v[j].e[e + 3]) / sc) << 16;
+#if OP_BF16
+    uint2 u;
+    u.x = w[0];
+    u.y = w[1];
+    *(uint2 *)(q + (long long)k * OP_VEC) = u;
+#else
+    *(unsigned *)(q + (long long)k * OP_VEC) = w[0];
+#endif
+  }
+}
+
+// op_row_load holds the thread's vectors of row p (op_row_fits(nv)) in v,
+// every load issued before any is used.
+__device__ __forceinline__ void op_row_load(const op_t *p, int nv, op_vec16 *v) {
+#pragma unroll
+  for (int j = 0; j < OP_ROW_VECS; j++) {
+    int k = threadIdx.x + j * blockDim.x;
+    if (k < nv) v[j].u = *(const uint4 *)(p + (long long)k * OP_VEC);
+  }
+}
+
+// op_row_store writes the thread's vectors v of a row that fits to p.
+__device__ __forceinline__ void op_row_store(op_t *p, int nv, const op_vec16 *v) {
+#pragma unroll
+  for (int j = 0; j < OP_ROW_VECS; j++) {
+    int k = threadIdx.x + j * blockDim.x;
+    if (k < nv) *(uint4 *)(p + (long long)k * OP_VEC) = v[j].u;
   }
 }

@@ -24,12 +24,7 @@ extern "C" __global__ void op_quant_rows_e4m3(const op_t *__restrict__ x, int ro
   int nv = cols % OP_VEC == 0 && op_aligned16(x) && op_aligned16(codes) ? cols / OP_VEC : 0;
   if (op_row_fits(nv)) {
     op_vec16 v[OP_ROW_VECS];
-#pragma unroll
-    for (int j = 0; j < OP_ROW_VECS; j++) {
-      int k = threadIdx.x + j * blockDim.x;
-      if (k >= nv) break;
-      v[j].u = *(const uint4 *)(z + k * OP_VEC);
-    }
+    op_row_load(z, nv, v);
     op_row_e4m3(v, nv, q, scales + r, sh);
     return;
   }

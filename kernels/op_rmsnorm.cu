@@ -102,8 +102,34 @@ __device__ __forceinline__ void op_row_dx(const op_t *xr, const op_t *w, const o
   }
 }
 
+// op_row_rmsnorm_held is RMSNorm of a row that fits (op_row_fits(nv)):
+// it holds the thread's vectors t + j·blockDim of x's row xr in v, writes
+// the row's rstd (thread 0), and leaves y = x·rstd·w in v as storage holds
+// it. op_rmsnorm_fwd and op_rmsnorm_e4m3 share it: the same sums.
+__device__ __forceinline__ void op_row_rmsnorm_held(const op_t *xr, const op_t *w, int nv, int dim, float eps,
+                                                    op_vec16 *v, float *rstd, float *sh) {
+  op_vec16 wv[OP_ROW_VECS];
+  op_row_load(xr, nv, v);
+  op_row_load(w, nv, wv);
+  float ss = 0.0f; // op_row_sumsq's order: vectors t, t + blockDim, …
+#pragma unroll
+  for (int j = 0; j < OP_ROW_VECS; j++)
+    if ((int)threadIdx.x + j * (int)blockDim.x < nv)
+#pragma unroll
+      for (int e = 0; e < OP_VEC; e++) ss += op_f32(v[j].e[e]) * op_f32(v[j].e[e]);
+  float rs = 1.0f / sqrtf(op_block_sum(ss, sh) / (float)dim + eps);
+  if (threadIdx.x == 0) *rstd = rs;
+#pragma unroll
+  for (int j = 0; j < OP_ROW_VECS; j++)
+    if ((int)threadIdx.x + j * (int)blockDim.x < nv)
+#pragma unroll
+      for (int e = 0; e < OP_VEC; e++) op_put(&v[j].e[e], op_f32(v[j].e[e]) * rs * op_f32(wv[j].e[e]));
+}
+
 // op_rmsnorm_fwd: one block per row r < rows of dim columns (large dims):
-// rstd[r] = 1/sqrt(mean(x²) + eps), y = x·rstd·w.
+// rstd[r] = 1/sqrt(mean(x²) + eps), y = x·rstd·w. A row that fits the
+// block's registers (op_row_fits) is read once and held; a larger or
+// unaligned one is read twice (the second time from cache).
 extern "C" __global__ void op_rmsnorm_fwd(const op_t *__restrict__ x,
                                           const op_t *__restrict__ w,
                                           op_t *__restrict__ y,
@@ -115,6 +141,12 @@ extern "C" __global__ void op_rmsnorm_fwd(const op_t *__restrict__ x,
   const op_t *xr = x + (long long)r * dim;
   op_t *yr = y + (long long)r * dim;
   int nv = op_row_vecs(dim, op_aligned16(x) && op_aligned16(w) && op_aligned16(y));
+  if (op_row_fits(nv)) {
+    op_vec16 v[OP_ROW_VECS];
+    op_row_rmsnorm_held(xr, w, nv, dim, eps, v, rstd + r, sh);
+    op_row_store(yr, nv, v);
+    return;
+  }
   float ss = op_block_sum(op_row_sumsq(xr, nv, dim, threadIdx.x, blockDim.x), sh);
   float rs = 1.0f / sqrtf(ss / (float)dim + eps);
   if (threadIdx.x == 0) rstd[r] = rs;
@@ -124,9 +156,9 @@ extern "C" __global__ void op_rmsnorm_fwd(const op_t *__restrict__ x,
 // op_rmsnorm_e4m3: op_rmsnorm_fwd whose y goes straight to E4M3, a row
 // at a time (one block per row): y = x·rstd·w as op_rmsnorm_fwd stores it,
 // scales[r] = max |y| / 448 and codes = e4m3(y / scales[r]), as
-// op_quant_rows_e4m3 of that y, bit for bit when op_rmsnorm_fwd would run
-// one block per row of the same block size (the same sums) on aligned
-// rows. y is never stored: a row that fits the block's registers
+// op_quant_rows_e4m3 of that y, bit for bit when op_rmsnorm_fwd runs
+// blocks of the same size (the same sums: the launcher's rowThreads) on
+// aligned rows. y is never stored: a row that fits the block's registers
 // (op_row_fits) is read once and held; a larger or unaligned one makes y
 // twice (for the row's largest magnitude, then its codes), reading x and w
 // again from cache.
@@ -144,26 +176,7 @@ extern "C" __global__ void op_rmsnorm_e4m3(const op_t *__restrict__ x,
   int nv = op_row_vecs(dim, op_aligned16(x) && op_aligned16(w) && op_aligned16(codes));
   if (op_row_fits(nv)) {
     op_vec16 v[OP_ROW_VECS];
-    float ss = 0.0f; // op_row_sumsq's order: vectors t, t + blockDim, …
-#pragma unroll
-    for (int j = 0; j < OP_ROW_VECS; j++) {
-      int k = threadIdx.x + j * blockDim.x;
-      if (k >= nv) break;
-      v[j].u = *(const uint4 *)(xr + k * OP_VEC);
-#pragma unroll
-      for (int e = 0; e < OP_VEC; e++) ss += op_f32(v[j].e[e]) * op_f32(v[j].e[e]);
-    }
-    float rs = 1.0f / sqrtf(op_block_sum(ss, sh) / (float)dim + eps);
-    if (threadIdx.x == 0) rstd[r] = rs;
-#pragma unroll
-    for (int j = 0; j < OP_ROW_VECS; j++) {
-      int k = threadIdx.x + j * blockDim.x;
-      if (k >= nv) break;
-      float ws[OP_VEC];
-      op_load_vec(w + k * OP_VEC, ws);
-#pragma unroll
-      for (int e = 0; e < OP_VEC; e++) op_put(&v[j].e[e], op_f32(v[j].e[e]) * rs * ws[e]);
-    }
+    op_row_rmsnorm_held(xr, w, nv, dim, eps, v, rstd + r, sh);
     op_row_e4m3(v, nv, q, scales + r, sh);
     return;
   }

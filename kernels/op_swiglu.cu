@@ -113,17 +113,14 @@ extern "C" __global__ void op_swiglu_packed_e4m3(const op_t *__restrict__ y2,
   unsigned char *q = codes + (long long)r * cols;
   int nv = cols % OP_VEC == 0 && op_aligned16(y2) && op_aligned16(codes) ? cols / OP_VEC : 0;
   if (op_row_fits(nv)) {
-    op_vec16 v[OP_ROW_VECS];
+    op_vec16 v[OP_ROW_VECS], uv[OP_ROW_VECS]; // v: gate, then the values
+    op_row_load(g, nv, v);
+    op_row_load(u, nv, uv);
 #pragma unroll
-    for (int j = 0; j < OP_ROW_VECS; j++) {
-      int k = threadIdx.x + j * blockDim.x;
-      if (k >= nv) break;
-      float gs[OP_VEC], us[OP_VEC];
-      op_load_vec(g + k * OP_VEC, gs);
-      op_load_vec(u + k * OP_VEC, us);
+    for (int j = 0; j < OP_ROW_VECS; j++)
+      if ((int)threadIdx.x + j * (int)blockDim.x < nv)
 #pragma unroll
-      for (int e = 0; e < OP_VEC; e++) op_put(&v[j].e[e], op_silu_mul(gs[e], us[e]));
-    }
+        for (int e = 0; e < OP_VEC; e++) op_put(&v[j].e[e], op_silu_mul(op_f32(v[j].e[e]), op_f32(uv[j].e[e])));
     op_row_e4m3(v, nv, q, scales + r, sh);
     return;
   }

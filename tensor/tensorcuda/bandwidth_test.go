@@ -56,7 +56,8 @@ func TestGPUOpsBandwidth(t *testing.T) {
 		const qkRows, qkGradRows = flat / headDim, 1 << 20 // the step's QK-norm rows
 		qkRstd := a(qkGradRows, 4)
 		g, u, o, dg, du := a(ni, es), a(ni, es), a(ni, es), a(ni, es), a(ni, es)
-		y2 := a(2*ni, es) // gate and up side by side, [16384, 2·12288]
+		codes, scales := a(ni, 1), a(tokens, 4) // the E4M3 producers' rows
+		y2 := a(2*ni, es)                       // gate and up side by side, [16384, 2·12288]
 		cs, sn := a(tokens*headDim/2, 4), a(tokens*headDim/2, 4)
 		logits, tg, sc := a(xentRows*vocab, es), e.ints(ids[:xentRows]), a(xentRows, 4)
 		loss, am := a(xentRows, 4), a(xentRows, 4)
@@ -86,6 +87,13 @@ func TestGPUOpsBandwidth(t *testing.T) {
 			}},
 			{"step: RMSNormBackward dx 1048576x128", 4*qkGradRows*headDim*es + 4*qkGradRows, func() error {
 				return e.o.RMSNormBackward(g, w, qkRstd, u, qkGradRows, headDim, dg, gpu.Buffer{}, gpu.Buffer{}, true)
+			}},
+			{"QuantizeRowsE4M3 16384x4096", nh*es + nh + 4*tokens, func() error { return e.o.QuantizeRowsE4M3(x, tokens, hidden, codes, scales) }},
+			{"RMSNormE4M3 16384x4096", nh*es + nh + 8*tokens, func() error {
+				return e.o.RMSNormE4M3(x, w, tokens, hidden, 1e-6, codes, scales, rstd, y)
+			}},
+			{"SwiGLUPackedE4M3 16384x2x12288", 2*ni*es + ni + 4*tokens, func() error {
+				return e.o.SwiGLUPackedE4M3(y2, tokens, inter, codes, scales)
 			}},
 			{"RoPE 16384x32x128", 2*nh*es + 2*tokens*headDim/2*4, func() error {
 				return e.o.RoPE(x, tokens, heads, headDim, cs, sn, y, false, false)

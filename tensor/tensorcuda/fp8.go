@@ -8,6 +8,7 @@ import (
 	"dflash/cuda"
 	"dflash/dtype"
 	"dflash/gpu"
+	"dflash/internal/ceil"
 	"dflash/tensor"
 )
 
@@ -16,7 +17,8 @@ import (
 // zeros, NaNs not counted), and the OCP FP8 E4M3 codes of x[r][j]/scales[r]
 // into codes (rows×cols bytes; nearest even, saturating at ±448): the
 // activation side of gpu.GemmFP8 with per-token scales, and on the device
-// what quant.RowScales and quant.QuantizeRows compute. One block per row.
+// what quant.RowScales and quant.QuantizeRows compute. One block per row
+// (rowThreads).
 func (o *Ops) QuantizeRowsE4M3(x gpu.Buffer, rows, cols int, codes, scales gpu.Buffer) error {
 	need("QuantizeRowsE4M3", "x", x, int64(rows)*int64(cols), o.es())
 	need("QuantizeRowsE4M3", "codes", codes, int64(rows)*int64(cols), 1)
@@ -28,14 +30,34 @@ func (o *Ops) QuantizeRowsE4M3(x gpu.Buffer, rows, cols int, codes, scales gpu.B
 		panic(fmt.Sprintf("tensorcuda: QuantizeRowsE4M3: %d columns", cols))
 	}
 	c := o.begin(kQuantE4M3).ptr("x", x).i32("rows", rows).i32("cols", cols).ptr("codes", codes).ptr("scales", scales)
-	return o.launch(c, cuda.Dim(uint32(rows), 1, 1), threads)
+	return o.launch(c, cuda.Dim(uint32(rows), 1, 1), o.rowThreads(cols))
 }
 
 // rowVecs is the most 16-byte vectors of a row that a thread of the
-// one-pass E4M3 producers (op_quant_rows_e4m3, op_rmsnorm_e4m3,
+// one-block-per-row kernels that hold a row (op_rmsnorm_fwd and the
+// one-pass E4M3 producers op_quant_rows_e4m3, op_rmsnorm_e4m3,
 // op_swiglu_packed_e4m3) holds in registers (OP_ROW_VECS, compileOptions):
-// with threads per row, rows of up to 16384 bf16 elements are read once.
+// with threads threads, rows of up to 16384 bf16 elements are read once.
 const rowVecs = 8
+
+// rowThreads returns the block of the norms and the quantization for rows
+// of cols storage elements: the fewest whole warps whose threads hold
+// rowVecs vectors each, so that the registers a block reserves hold the
+// row and an SM runs several rows at once (a row of 4096 bf16 elements: 64
+// threads; bf16 RMSNorm 16384x4096 92 -> 76 us, docs/PERF.md 2026-12-06),
+// at most threads (the arrays' registers do not fit more: a launch of 640
+// failed); threads for rows that are not whole vectors. Rows of more than
+// rowVecs·threads vectors take the kernels' loops. The block fixes the
+// order of a row's sums, so kernels that must agree bit for bit take the
+// same block. SwiGLU's E4M3 rows keep threads: their elements cost more
+// arithmetic than loads, and 192 threads a row of 12288 ran slower.
+func (o *Ops) rowThreads(cols int) int {
+	v := int(16 / o.es())
+	if cols <= 0 || cols%v != 0 {
+		return threads
+	}
+	return min(threads, ceil.Div(ceil.Div(cols/v, rowVecs), 32)*32)
+}
 
 // RMSNormE4M3 is RMSNorm of x into E4M3 rows: y = x·rstd·w as RMSNorm
 // stores it, quantized per row as QuantizeRowsE4M3 does (codes rows·dim
@@ -61,7 +83,7 @@ func (o *Ops) RMSNormE4M3(x, w gpu.Buffer, rows, dim int, eps float64, codes, sc
 	}
 	c := o.begin(kRMSNormE4M3).ptr("x", x).ptr("w", w).ptr("codes", codes).ptr("scales", scales).ptr("rstd", rstd).
 		i32("rows", rows).i32("dim", dim).f32("eps", float32(eps))
-	return o.launch(c, o.normGrid(rows, 0), threads)
+	return o.launch(c, o.normGrid(rows, 0), o.rowThreads(dim))
 }
 
 // FusesNorm reports whether RMSNormE4M3 of rows of dim elements runs in one

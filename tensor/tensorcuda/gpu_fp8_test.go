@@ -216,7 +216,7 @@ func TestGPUFusedE4M3(t *testing.T) {
 				e.t.Errorf("%s: %d of %d codes differ", name, bad, len(got))
 			}
 		}
-		for _, sh := range [][2]int{{16, 4096}, {5, 2056}, {3, 1030}, {4, 256}, {2, 20480}} {
+		for _, sh := range [][2]int{{16, 4096}, {5, 2056}, {3, 1030}, {4, 256}, {2, 20480}, {2, 81920}} {
 			rows, dim := sh[0], sh[1]
 			name := fmt.Sprintf("RMSNormE4M3 rows%d_dim%d", rows, dim)
 			x, _ := e.store(e.normal(rows*dim, 2))
@@ -236,7 +236,7 @@ func TestGPUFusedE4M3(t *testing.T) {
 				e.t.Errorf("%s: rstd %v, want RMSNorm's %v", name, e.loadF32(rs, min(rows, 4)), e.loadF32(rstd, min(rows, 4)))
 			}
 		}
-		for _, sh := range [][2]int{{8, 12288}, {3, 100}, {5, 4100}, {2, 20480}} {
+		for _, sh := range [][2]int{{8, 12288}, {3, 100}, {5, 4100}, {2, 20480}, {2, 81920}} {
 			rows, cols := sh[0], sh[1]
 			name := fmt.Sprintf("SwiGLUPackedE4M3 rows%d_cols%d", rows, cols)
 			y2, _ := e.store(e.normal(rows*2*cols, 3))

@@ -58,7 +58,7 @@ func TestGPURMSNorm(t *testing.T) {
 		// path (4096 in bf16: two blocks a row) or, for 7, 100 in bf16 and
 		// 1030, its scalar one.
 		for _, c := range []struct{ rows, dim int }{{1, 1}, {7, 7}, {33, 64}, {129, 64}, {5, 100}, {20000, 128}, {77, 256},
-			{300, 1000}, {50, smallNormDim}, {9, smallNormDim + 8}, {5, smallNormDim + 6}, {64, 4096}, {3000, 4096}, {3, 5000}} {
+			{300, 1000}, {50, smallNormDim}, {9, smallNormDim + 8}, {5, smallNormDim + 6}, {64, 4096}, {3000, 4096}, {3, 5000}, {2, 81920}} {
 			name := fmt.Sprintf("rows%d_dim%d", c.rows, c.dim)
 			n := c.rows * c.dim
 			const eps = 1e-6

@@ -82,7 +82,11 @@ func (o *Ops) RMSNorm(x, w gpu.Buffer, rows, dim int, eps float64, y, rstd gpu.B
 	if lanes > 0 {
 		c.i32("lanes", lanes)
 	}
-	return o.launch(c, o.normGrid(rows, lanes), threads)
+	t := threads
+	if lanes == 0 {
+		t = o.rowThreads(dim) // RMSNormE4M3's block: the same sums
+	}
+	return o.launch(c, o.normGrid(rows, lanes), t)
 }
 
 // RMSNormBackward computes, with x̂ = x·rstd and g = dy·w:
