@@ -396,6 +396,51 @@ func TestNormLanes(t *testing.T) {
 	}
 }
 
+// TestRowBlocks checks the blocks of the kernels that hold a row
+// (rowThreads): the fewest whole warps holding the row at rowVecs vectors a
+// thread, at most threads (rows past that and rows that are not whole
+// vectors take the kernels' loops at threads), RMSNorm's and RMSNormE4M3's
+// the same (their sums agree only so), and SwiGLU's E4M3 rows at threads.
+func TestRowBlocks(t *testing.T) {
+	big := gpu.Buffer{Ptr: 0x10000, Size: 1 << 40}
+	for _, c := range []struct {
+		dt   dtype.DType
+		dim  int
+		want int
+	}{
+		{dtype.BF16, 4096, 64}, {dtype.BF16, 2056, 64}, {dtype.BF16, 12288, 192}, {dtype.BF16, 16384, 256},
+		{dtype.BF16, 20480, 256}, {dtype.BF16, 1030, 256}, {dtype.F32, 4096, 128}, {dtype.F32, 20480, 256},
+		{dtype.F32, 1030, 256},
+	} {
+		name := fmt.Sprintf("%v dim %d", c.dt, c.dim)
+		o, f := fakeOps(c.dt)
+		if err := o.RMSNorm(big, big, 3, c.dim, 1e-6, big, big); err != nil {
+			t.Fatal(err)
+		}
+		if err := o.RMSNormE4M3(big, big, 3, c.dim, 1e-6, big, big, big, gpu.Buffer{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := o.QuantizeRowsE4M3(big, 3, c.dim, big, big); err != nil {
+			t.Fatal(err)
+		}
+		if err := o.SwiGLUPackedE4M3(big, 3, c.dim, big, big); err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range []string{"op_rmsnorm_fwd", "op_rmsnorm_e4m3", "op_quant_rows_e4m3"} {
+			if s := f.shapes[k]; s[0] != cuda.Dim(3, 1, 1) || s[1] != cuda.Dim(uint32(c.want), 1, 1) {
+				t.Errorf("%s: %s grid %v block %v, want 3 rows of %d threads", name, k, s[0], s[1], c.want)
+			}
+		}
+		if s := f.shapes["op_swiglu_packed_e4m3"]; s[1] != cuda.Dim(threads, 1, 1) {
+			t.Errorf("%s: op_swiglu_packed_e4m3 block %v, want %d threads", name, s[1], threads)
+		}
+		// A block under threads holds its row.
+		if v := 16 / int(c.dt.Size()); c.want < threads && (c.dim%v != 0 || rowVecs*c.want < c.dim/v || c.want%32 != 0) {
+			t.Errorf("%s: a block of %d threads does not hold a row", name, c.want)
+		}
+	}
+}
+
 func TestChunks(t *testing.T) {
 	for _, cols := range []int{10, 128, 2048, 4096, 1 << 14, 151936} {
 		most, fmost := max(maxChunks, chunkThreads/cols), max(maxChunks, normChunkElems/cols)
