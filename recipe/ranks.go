@@ -58,8 +58,8 @@ type rankEnv struct {
 // trainRank trains one rank: it loads the target onto the rank's backend
 // (on a GPU straight into device memory, the shards' bytes in pieces: the
 // host never holds the whole model) while the kernels compile
-// (loadTarget), makes the rank's session (the lead's for the first rank,
-// else a new replica of the drafter), places the drafter's training state
+// (loadTarget) and the rank's drafter gets its values (the lead's session
+// for the first rank, else a new replica, newSession), places the drafter's training state
 // on the rank's device while the kernels may still compile, loads them and
 // runs train.Run. The session keeps the
 // evaluation cache where it fits (checkMemory, checkDeviceMemory), given
@@ -75,13 +75,14 @@ func (j *job) trainRank(ctx context.Context, r rankEnv) (*train.Result, error) {
 			return nil, err
 		}
 	}
+	sess, ready := j.lead, j.leadReady
+	if !r.first {
+		sess, ready = j.newSession()
+	}
 	target, compiled, err := j.loadTarget(ctx, r, clock)
+	ready() // the drafter's values, made while the target loaded
 	if err != nil {
 		return nil, err
-	}
-	sess := j.lead
-	if !r.first {
-		sess = j.newSession()
 	}
 	sess.EvalCache = evalCache
 	t := time.Now()

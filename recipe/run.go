@@ -66,6 +66,9 @@ type job struct {
 	// sets them, for the start line).
 	prepared   time.Duration
 	preparedAt time.Time
+	// leadReady returns once the lead session's drafter has its values
+	// (newSession).
+	leadReady func()
 }
 
 // Run trains the drafter of s: it checks the placement of the ranks, reads
@@ -191,7 +194,7 @@ func prepare(ctx context.Context, s Spec) (*job, error) {
 	if j.id, err = runIdentity(s.TargetDir, s.DataPaths, j.dc, tok, len(j.train), len(j.eval), s.Data.Buckets, packLen); err != nil {
 		return nil, err
 	}
-	j.lead = j.newSession()
+	j.lead, j.leadReady = j.newSession()
 	dc := j.dc
 	slog.Info("drafter", "layers", dc.NumLayers, "taps", dc.TargetLayerIDs, "block", dc.BlockSize, "mask", dc.MaskTokenID,
 		"gamma", dc.Gamma, "train", len(j.train), "eval", len(j.eval), "device", s.Device, "ranks", place.World)
@@ -206,15 +209,17 @@ func prepare(ctx context.Context, s Spec) (*job, error) {
 
 // newSession returns a session with a new replica of the drafter, made from
 // the run's seed so that every rank starts from the same weights, and no
-// target yet (trainRank gives it the rank's).
-func (j *job) newSession() *dflash.Session {
+// target yet (trainRank gives it the rank's). The drafter's values are
+// made beside what follows (dflash.NewAsync): they are there once ready
+// has returned.
+func (j *job) newSession() (sess *dflash.Session, ready func()) {
 	s, dc, tc := &j.spec, j.dc, j.targetCfg
-	d := dflash.New[float32](dc, rand.New(rand.NewPCG(s.Seed, rngstream.Init)))
+	d, ready := dflash.NewAsync[float32](dc, rand.New(rand.NewPCG(s.Seed, rngstream.Init)))
 	return &dflash.Session{Drafter: d, Train: j.train, Eval: j.eval, BatchSize: s.Data.BatchSize, Pad: j.pad,
 		Seed: s.Seed, CacheHidden: s.Data.CacheHidden, Buckets: s.Data.Buckets, Pack: j.pack, EvalAnchors: s.Data.EvalAnchors,
 		StepFLOPs: func(b *dflash.Batch, bl *dflash.Blocks) float64 {
 			return dflash.StepFLOPs(tc, dc, b, bl).Total()
-		}}
+		}}, ready
 }
 
 // logBuckets logs the length buckets of the training batches, each with its

@@ -325,3 +325,30 @@ func TestCheckTaps(t *testing.T) {
 		}
 	}
 }
+
+// TestNewAsync checks that NewAsync's drafter, once ready, holds the values
+// New makes from the same seed, every parameter bit for bit, and that an
+// rng drawn after NewAsync is where New leaves it (the seeds are drawn
+// before NewAsync returns).
+func TestNewAsync(t *testing.T) {
+	c := testConfig()
+	r1, r2 := rand.New(rand.NewPCG(7, 9)), rand.New(rand.NewPCG(7, 9))
+	want := New[float32](c, r1)
+	got, ready := NewAsync[float32](c, r2)
+	if r1.Uint64() != r2.Uint64() {
+		t.Errorf("the rng after NewAsync is not where New leaves it")
+	}
+	ready()
+	wp, gp := want.Params(), got.Params()
+	if len(wp) != len(gp) {
+		t.Fatalf("%d parameters, want %d", len(gp), len(wp))
+	}
+	for i := range wp {
+		if !slices.Equal(gp[i].Data(), wp[i].Data()) {
+			t.Errorf("parameter %d (%v): values differ from New's", i, wp[i].Shape)
+		}
+	}
+	if n := len(wp[0].Data()); n == 0 || wp[0].Data()[0] == 0 && wp[0].Data()[n-1] == 0 {
+		t.Errorf("parameter 0 looks unfilled")
+	}
+}

@@ -41,19 +41,50 @@ type Head[T tensor.Float] struct {
 // New returns a drafter for c with fresh parameters: linear weights normal
 // with std 0.02, norm weights 1. It panics on an invalid config.
 func New[T tensor.Float](c *Config, rng *rand.Rand) *Drafter[T] {
+	d, fill := unfilled[T](c, rng)
+	fill()
+	return d
+}
+
+// NewAsync is New with the parameters' values made on another goroutine
+// (a second or more for the 8B drafter's 1.05B, which a start spends
+// reading the target beside them): the drafter's config, shapes and
+// rotary table are there at once, its values, those New makes from the
+// same rng, once ready has returned. rng is not used after NewAsync.
+func NewAsync[T tensor.Float](c *Config, rng *rand.Rand) (d *Drafter[T], ready func()) {
+	d, fill := unfilled[T](c, rng)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		fill()
+	}()
+	return d, func() { <-done }
+}
+
+// unfilled returns a drafter for c with zero parameters and fill, which
+// gives them New's values (their seeds drawn from rng here, in order).
+func unfilled[T tensor.Float](c *Config, rng *rand.Rand) (*Drafter[T], func()) {
 	if err := c.Validate(); err != nil {
 		panic("dflash: New: " + err.Error())
 	}
 	d := &Drafter[T]{Cfg: c}
 	d.rope() // made here, before any goroutine shares d
-	for _, p := range d.alloc() {
-		if len(p.Shape) == 1 {
-			p.Fill(1)
-		} else {
-			p.FillNormalSeeded(rng.Uint64(), 0, 0.02)
+	ps := d.alloc()
+	seeds := make([]uint64, len(ps))
+	for i, p := range ps {
+		if len(p.Shape) > 1 {
+			seeds[i] = rng.Uint64()
 		}
 	}
-	return d
+	return d, func() {
+		for i, p := range ps {
+			if len(p.Shape) == 1 {
+				p.Fill(1)
+			} else {
+				p.FillNormalSeeded(seeds[i], 0, 0.02)
+			}
+		}
+	}
 }
 
 // alloc creates the parameter tensors (zero) as views of one arena and
