@@ -80,12 +80,12 @@ func (j *job) trainRank(ctx context.Context, r rankEnv) (*train.Result, error) {
 		sess, ready = j.newSession()
 	}
 	target, compiled, err := j.loadTarget(ctx, r, clock)
-	ready() // the drafter's values, made while the target loaded
+	t := time.Now()
+	ready() // the drafter's values, made while the target loaded: what is left counts as placing it
 	if err != nil {
 		return nil, err
 	}
 	sess.EvalCache = evalCache
-	t := time.Now()
 	fetch := placeDrafter(r, sess.Drafter)
 	sess.Backend = r.backend
 	defer sess.Free()
