@@ -18,13 +18,13 @@ var processStart = time.Now()
 // startClock is where a rank's time went from the process's start to its
 // first step, logged once at the first step's record (the "start" line).
 type startClock struct {
-	prepare   time.Duration // Run's prepare: config, tokenizer, chat template, data, the lead's drafter
+	prepare   time.Duration // Run's prepare: config, tokenizer, chat template, data, the lead's drafter made (its values beside, NewAsync)
 	prepared  time.Time     // when it ended (zero when the rank was started without Run)
 	rank      time.Time     // when the rank began (after its device and backend were made)
 	load      model.LoadStats
 	compile   time.Duration // Compile on its own goroutine, beside the load (GPU)
 	kernels   time.Duration // after the drafter's placement: the wait for Compile and Prepare's module loads
-	drafter   time.Duration // the rank's drafter placed on its backend (beside the compiles), its session wired to the target
+	drafter   time.Duration // the wait for the rank's drafter values, then its placement on its backend (beside the compiles), its session wired to the target
 	run       time.Time     // when train.Run began
 	gemm      gpu.GemmTuneStats
 	allocRun  gpu.AllocStats // the device's allocator when train.Run began
