@@ -59,9 +59,9 @@ type rankEnv struct {
 // (on a GPU straight into device memory, the shards' bytes in pieces: the
 // host never holds the whole model) while the kernels compile
 // (loadTarget) and the rank's drafter gets its values (the lead's session
-// for the first rank, else a new replica, newSession), places the drafter's training state
-// on the rank's device while the kernels may still compile, loads them and
-// runs train.Run. The session keeps the
+// for the first rank, else a new replica, newSession), places the drafter's
+// training state on the rank's device while the kernels may still compile,
+// loads them and runs train.Run. The session keeps the
 // evaluation cache where it fits (checkMemory, checkDeviceMemory), given
 // back when trainRank returns. The first rank logs where the time to its
 // first step went (startClock) at that step's record.
@@ -80,11 +80,11 @@ func (j *job) trainRank(ctx context.Context, r rankEnv) (*train.Result, error) {
 		sess, ready = j.newSession()
 	}
 	target, compiled, err := j.loadTarget(ctx, r, clock)
-	t := time.Now()
-	ready() // the drafter's values, made while the target loaded: what is left counts as placing it
 	if err != nil {
 		return nil, err
 	}
+	t := time.Now()
+	ready() // the drafter's values, made while the target loaded: what is left counts as placing it
 	sess.EvalCache = evalCache
 	fetch := placeDrafter(r, sess.Drafter)
 	sess.Backend = r.backend
